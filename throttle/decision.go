@@ -1,0 +1,78 @@
+package throttle
+
+import (
+	"fmt"
+	"time"
+)
+
+// Decision is the outcome of one admission.
+type Decision struct {
+	// Allowed reports whether the task was admitted (every take consumed).
+	Allowed bool
+	// Delay is how long the caller must wait. Allowed: until the moment a
+	// reserved bucket token may be used (0: go now). Denied: until every take
+	// would pass, as far as the script can know; never shorter than needed.
+	Delay time.Duration
+	// Now is the Redis time the decision was made at.
+	Now time.Time
+	// Take is the index in Request.Takes of the take that set Delay, or -1.
+	Take int
+	// Rule and Key are that take's rule and subject (nil and "" when Take is -1).
+	Rule Rule
+	Key  string
+	// Limit describes the binding limit, e.g. "3 per 168h" ("" when Take is -1).
+	Limit string
+	// Remaining is the least capacity any take has left after this decision.
+	Remaining int
+	// Repeated reports whether every take already held this task ID, so this
+	// admission consumed nothing (a redelivered task).
+	Repeated bool
+}
+
+// At returns the Redis time at which the caller may go (allowed) or retry (denied).
+func (d Decision) At() time.Time { return d.Now.Add(d.Delay) }
+
+// Err returns nil for an allowed decision and a *ThrottledError otherwise.
+func (d Decision) Err() error {
+	if d.Allowed {
+		return nil
+	}
+	return &ThrottledError{Decision: d}
+}
+
+// ThrottledError is a denied admission. It carries the decision, so a caller
+// that only passes errors along (a job handler) can still defer by its Delay.
+type ThrottledError struct {
+	Decision Decision
+}
+
+// Error returns e.g. `throttle: quota marketing (3 per 168h) for "alice" denies; retry in 17h2m0s`.
+func (e *ThrottledError) Error() string {
+	d := e.Decision
+	if d.Take < 0 {
+		return fmt.Sprintf("throttle: denied; retry in %s", d.Delay)
+	}
+	return fmt.Sprintf("throttle: %s %s (%s) for %q denies; retry in %s",
+		kindName(d.Rule), d.Rule.Name(), d.Limit, d.Key, roundDelay(d.Delay))
+}
+
+// kindName returns "quota", "bucket" or "fixed window".
+func kindName(r Rule) string {
+	switch r.(type) {
+	case *Quota:
+		return "quota"
+	case *Bucket:
+		return "bucket"
+	case *FixedWindow:
+		return "fixed window"
+	}
+	return "rule"
+}
+
+// roundDelay shortens a delay for people: whole seconds above a minute.
+func roundDelay(d time.Duration) time.Duration {
+	if d > time.Minute {
+		return d.Round(time.Second)
+	}
+	return d.Round(time.Millisecond)
+}

@@ -1,0 +1,101 @@
+package throttle
+
+import (
+	"errors"
+	"fmt"
+	"time"
+	"unicode/utf8"
+)
+
+// ErrInvalidRequest is wrapped by every error that rejects a request before
+// it reaches Redis.
+var ErrInvalidRequest = errors.New("invalid request")
+
+// MaxIDLen is the longest task ID a request may carry, in bytes.
+const MaxIDLen = 256
+
+// Take applies a rule to one subject at a cost.
+type Take struct {
+	// Rule is the limit to check.
+	Rule Rule
+	// Key is the subject the rule is counted for: a recipient, a provider.
+	// Any non-empty string; it is encoded before it becomes part of a key.
+	Key string
+	// Cost is what the take consumes: tokens of a bucket, entries of a quota,
+	// counts of a fixed window. Zero means 1.
+	Cost int
+}
+
+func (t Take) cost() int {
+	if t.Cost == 0 {
+		return 1
+	}
+	return t.Cost
+}
+
+// Request asks to admit one task through all of its takes at once.
+type Request struct {
+	// ID identifies the task. Admission is idempotent by ID: a take that
+	// already holds it passes without consuming again.
+	ID string
+	// Takes are the rules the task must pass, all or none.
+	Takes []Take
+	// MaxWait lets a bucket that is short of tokens reserve them ahead when
+	// the wait is at most MaxWait and no other take denies; the decision is
+	// then allowed with Delay set to the wait. Zero never reserves.
+	MaxWait time.Duration
+}
+
+// validate rejects what no Redis call could make right: bad IDs, empty keys,
+// costs no rule could ever admit, a rule taken twice for one subject.
+func (r Request) validate() error {
+	if err := checkID(r.ID); err != nil {
+		return err
+	}
+	if len(r.Takes) == 0 {
+		return fmt.Errorf("throttle: task %q: no takes: %w", r.ID, ErrInvalidRequest)
+	}
+	if r.MaxWait < 0 {
+		return fmt.Errorf("throttle: task %q: max wait must not be negative (got %s): %w", r.ID, r.MaxWait, ErrInvalidRequest)
+	}
+	type ruleKey struct{ kind, rule, key string }
+	seen := make(map[ruleKey]bool, len(r.Takes))
+	for i, t := range r.Takes {
+		where := fmt.Sprintf("throttle: task %q: take %d", r.ID, i+1)
+		switch {
+		case t.Rule == nil:
+			return fmt.Errorf("%s: no rule: %w", where, ErrInvalidRequest)
+		case t.Key == "":
+			return fmt.Errorf("%s (%s): empty key: %w", where, t.Rule.Name(), ErrInvalidRequest)
+		case t.Cost < 0:
+			return fmt.Errorf("%s (%s): cost must be at least 1 (got %d): %w", where, t.Rule.Name(), t.Cost, ErrInvalidRequest)
+		case t.cost() > t.Rule.MaxCost():
+			return fmt.Errorf("%s: cost %d exceeds what %s %s (%s) can ever admit (%d): %w",
+				where, t.cost(), kindName(t.Rule), t.Rule.Name(), t.Rule, t.Rule.MaxCost(), ErrInvalidRule)
+		}
+		k := ruleKey{t.Rule.kind(), t.Rule.Name(), t.Key}
+		if seen[k] {
+			return fmt.Errorf("%s: %s for %q is taken twice: %w", where, t.Rule.Name(), t.Key, ErrInvalidRequest)
+		}
+		seen[k] = true
+	}
+	return nil
+}
+
+// checkID accepts 1 to MaxIDLen bytes of UTF-8 without control characters.
+func checkID(id string) error {
+	switch {
+	case id == "":
+		return fmt.Errorf("throttle: empty task ID: %w", ErrInvalidRequest)
+	case len(id) > MaxIDLen:
+		return fmt.Errorf("throttle: task ID of %d bytes: longer than %d: %w", len(id), MaxIDLen, ErrInvalidRequest)
+	case !utf8.ValidString(id):
+		return fmt.Errorf("throttle: task ID %q: not UTF-8: %w", id, ErrInvalidRequest)
+	}
+	for _, c := range id {
+		if c < 0x20 || c == 0x7f {
+			return fmt.Errorf("throttle: task ID %q: control character %U: %w", id, c, ErrInvalidRequest)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,239 @@
+package throttle
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ErrInvalidRule is wrapped by every error that rejects a rule, or a take that
+// no rule could ever admit, when it is built.
+var ErrInvalidRule = errors.New("invalid rule")
+
+// Rule is a limit that takes are checked against: a *Quota, a *Bucket or a
+// *FixedWindow. Rules hold no state (their state lives in Redis, keyed by rule
+// name and subject), are immutable, and are safe for concurrent use.
+type Rule interface {
+	// Name returns the rule's name, which is part of its Redis keys.
+	Name() string
+	// MaxCost returns the largest cost a single take can ever be admitted with.
+	MaxCost() int
+	// String describes the limit, e.g. "3 per 168h" or "100/s burst 20".
+	String() string
+
+	// kind is the rule's letter in the scripts' calling convention.
+	kind() string
+	// appendKeys appends the rule's keys for a subject's hash tag.
+	appendKeys(dst []string, tag string) []string
+	// appendArgs appends the rule's arguments for a take of this cost.
+	appendArgs(dst []any, cost int) []any
+}
+
+var ruleName = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
+
+func checkName(kind, name string) error {
+	if !ruleName.MatchString(name) {
+		return fmt.Errorf("throttle: %s name %q: must be 1-64 of A-Z a-z 0-9 _ . -: %w", kind, name, ErrInvalidRule)
+	}
+	return nil
+}
+
+// checkPer rejects windows the scripts cannot count in (they work in µs).
+func checkPer(where string, per time.Duration) error {
+	if per < time.Millisecond {
+		return fmt.Errorf("throttle: %s: window must be at least 1ms (got %s): %w", where, per, ErrInvalidRule)
+	}
+	return nil
+}
+
+// Window is one sliding window of a Quota: at most Limit in any span of Per.
+type Window struct {
+	Limit int
+	Per   time.Duration
+}
+
+// String returns e.g. "3 per 168h".
+func (w Window) String() string { return fmt.Sprintf("%d per %s", w.Limit, formatDuration(w.Per)) }
+
+// Quota is a sliding-window quota kept in one sorted set per subject, whose
+// members are task IDs scored by the time they were admitted. Every window is
+// checked against the same set, so "1 per 24h and 3 per 168h" is one key.
+type Quota struct {
+	name    string
+	windows []Window
+	args    []any
+}
+
+// NewQuota returns a quota with the given windows. It fails if there is no
+// window, a limit is below 1 or a window is shorter than 1ms.
+func NewQuota(name string, windows ...Window) (*Quota, error) {
+	if err := checkName("quota", name); err != nil {
+		return nil, err
+	}
+	if len(windows) == 0 {
+		return nil, fmt.Errorf("throttle: quota %s: needs at least one window: %w", name, ErrInvalidRule)
+	}
+	q := &Quota{name: name, windows: append([]Window(nil), windows...)}
+	q.args = []any{strconv.Itoa(len(windows))}
+	for i, w := range windows {
+		where := fmt.Sprintf("quota %s: window %d (%s)", name, i+1, w)
+		if w.Limit < 1 {
+			return nil, fmt.Errorf("throttle: %s: limit must be at least 1 (got %d): %w", where, w.Limit, ErrInvalidRule)
+		}
+		if err := checkPer(where, w.Per); err != nil {
+			return nil, err
+		}
+		q.args = append(q.args, strconv.Itoa(w.Limit), strconv.FormatInt(w.Per.Microseconds(), 10))
+	}
+	return q, nil
+}
+
+// Name returns the quota's name.
+func (q *Quota) Name() string { return q.name }
+
+// Windows returns a copy of the quota's windows.
+func (q *Quota) Windows() []Window { return append([]Window(nil), q.windows...) }
+
+// MaxCost returns the smallest window limit.
+func (q *Quota) MaxCost() int {
+	m := math.MaxInt
+	for _, w := range q.windows {
+		m = min(m, w.Limit)
+	}
+	return m
+}
+
+// String returns the windows, e.g. "1 per 24h, 3 per 168h".
+func (q *Quota) String() string {
+	parts := make([]string, len(q.windows))
+	for i, w := range q.windows {
+		parts[i] = w.String()
+	}
+	return strings.Join(parts, ", ")
+}
+
+func (q *Quota) kind() string { return "q" }
+
+func (q *Quota) appendKeys(dst []string, tag string) []string {
+	return append(dst, quotaKey(tag, q.name))
+}
+
+func (q *Quota) appendArgs(dst []any, cost int) []any {
+	return append(append(dst, "q", strconv.Itoa(cost)), q.args...)
+}
+
+// Bucket is a token bucket: it holds at most Burst tokens and gains Rate
+// tokens per second; a take of cost n needs n tokens.
+type Bucket struct {
+	name  string
+	rate  float64
+	burst int
+	args  []any
+}
+
+// NewBucket returns a bucket refilled at rate tokens per second (fractions
+// such as 0.2 allowed) holding at most burst tokens. It fails unless rate is
+// positive and finite and burst is at least 1.
+func NewBucket(name string, rate float64, burst int) (*Bucket, error) {
+	if err := checkName("bucket", name); err != nil {
+		return nil, err
+	}
+	if !(rate > 0) || math.IsInf(rate, 0) {
+		return nil, fmt.Errorf("throttle: bucket %s: rate must be a positive number of tokens per second (got %v): %w", name, rate, ErrInvalidRule)
+	}
+	if burst < 1 {
+		return nil, fmt.Errorf("throttle: bucket %s: burst must be at least 1 (got %d): %w", name, burst, ErrInvalidRule)
+	}
+	b := &Bucket{name: name, rate: rate, burst: burst}
+	b.args = []any{strconv.FormatFloat(rate, 'g', -1, 64), strconv.Itoa(burst)}
+	return b, nil
+}
+
+// Name returns the bucket's name.
+func (b *Bucket) Name() string { return b.name }
+
+// Rate returns the tokens added per second.
+func (b *Bucket) Rate() float64 { return b.rate }
+
+// Burst returns the bucket's capacity.
+func (b *Bucket) Burst() int { return b.burst }
+
+// MaxCost returns the burst.
+func (b *Bucket) MaxCost() int { return b.burst }
+
+// String returns e.g. "100/s burst 20".
+func (b *Bucket) String() string {
+	return fmt.Sprintf("%s/s burst %d", strconv.FormatFloat(b.rate, 'g', -1, 64), b.burst)
+}
+
+func (b *Bucket) kind() string { return "b" }
+
+func (b *Bucket) appendKeys(dst []string, tag string) []string {
+	return append(dst, bucketKey(tag, b.name), ledgerKey(tag, b.name))
+}
+
+func (b *Bucket) appendArgs(dst []any, cost int) []any {
+	return append(append(dst, "b", strconv.Itoa(cost)), b.args...)
+}
+
+// FixedWindow is a counter that allows Limit per window of Per, windows
+// aligned to the Unix epoch. It is the cheapest rule, and allows up to twice
+// Limit across a window edge; prefer a Quota where that matters.
+type FixedWindow struct {
+	name  string
+	limit int
+	per   time.Duration
+	args  []any
+}
+
+// NewFixedWindow returns a fixed-window counter. It fails unless limit is at
+// least 1 and per at least 1ms.
+func NewFixedWindow(name string, limit int, per time.Duration) (*FixedWindow, error) {
+	if err := checkName("fixed window", name); err != nil {
+		return nil, err
+	}
+	if limit < 1 {
+		return nil, fmt.Errorf("throttle: fixed window %s: limit must be at least 1 (got %d): %w", name, limit, ErrInvalidRule)
+	}
+	if err := checkPer("fixed window "+name, per); err != nil {
+		return nil, err
+	}
+	f := &FixedWindow{name: name, limit: limit, per: per}
+	f.args = []any{strconv.Itoa(limit), strconv.FormatInt(per.Microseconds(), 10)}
+	return f, nil
+}
+
+// Name returns the counter's name.
+func (f *FixedWindow) Name() string { return f.name }
+
+// MaxCost returns the limit.
+func (f *FixedWindow) MaxCost() int { return f.limit }
+
+// String returns e.g. "1000 per 1m".
+func (f *FixedWindow) String() string { return Window{f.limit, f.per}.String() }
+
+func (f *FixedWindow) kind() string { return "f" }
+
+func (f *FixedWindow) appendKeys(dst []string, tag string) []string {
+	return append(dst, fixedKey(tag, f.name))
+}
+
+func (f *FixedWindow) appendArgs(dst []any, cost int) []any {
+	return append(append(dst, "f", strconv.Itoa(cost)), f.args...)
+}
+
+// formatDuration drops the zero units time.Duration.String keeps: "168h", "1m".
+func formatDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
+	}
+	return s
+}
