@@ -1,0 +1,270 @@
+package redistest
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+const (
+	confFile   = "redis.conf"
+	logFile    = "redis.log"
+	outputFile = "output.log" // stdout and stderr, e.g. config errors before the log opens
+	tailLines  = 20
+
+	busOffset      = 10000 // cluster bus port = port + busOffset
+	maxClusterPort = 55000 // keeps the bus port well below 65536
+	probeTimeout   = 200 * time.Millisecond
+)
+
+// errWrongServer means a server answered on our port but it is not ours.
+var errWrongServer = errors.New("another server answers on the port")
+
+// proc is one running redis-server child process.
+type proc struct {
+	cmd  *exec.Cmd
+	done chan struct{} // closed once the process has exited
+	err  error         // result of Wait; valid once done is closed
+}
+
+// spawn starts redis-server with the config file, output going to dir.
+func spawn(bin, conf, dir string) (*proc, error) {
+	out, err := os.OpenFile(filepath.Join(dir, outputFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("redistest: open output file: %w", err)
+	}
+	defer out.Close()
+	cmd := exec.Command(bin, conf)
+	cmd.Dir = dir
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = sysProcAttr()
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("redistest: start %s: %w", bin, err)
+	}
+	p := &proc{cmd: cmd, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// stop sends SIGTERM, then SIGKILL after grace (at once if grace is 0), and
+// waits for the process to exit.
+func (p *proc) stop(grace time.Duration) {
+	if grace > 0 {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.done:
+			return
+		case <-time.After(grace):
+		}
+	}
+	_ = p.cmd.Process.Kill()
+	<-p.done
+}
+
+// exitError describes why the process serving addr exited.
+func (p *proc) exitError(addr string) error {
+	if p.err != nil {
+		return fmt.Errorf("redistest: redis-server on %s exited before answering PING: %w", addr, p.err)
+	}
+	return fmt.Errorf("redistest: redis-server on %s exited before answering PING", addr)
+}
+
+// waitReady polls PING until the process started with conf answers on addr.
+func waitReady(addr, password, conf string, p *proc) error {
+	deadline := time.Now().Add(readyTimeout)
+	var err error
+	for time.Now().Before(deadline) {
+		select {
+		case <-p.done:
+			return p.exitError(addr)
+		default:
+		}
+		if err = probe(addr, password, conf); err == nil {
+			return nil
+		}
+		if errors.Is(err, errWrongServer) {
+			return fmt.Errorf("redistest: %s: %w", addr, err)
+		}
+		time.Sleep(pollInterval)
+	}
+	return fmt.Errorf("redistest: redis-server on %s: no PING answer within %v: %w", addr, readyTimeout, err)
+}
+
+// probe sends PING and checks, via INFO server, that the server answering on
+// addr was started with our config file (and so is not someone else's).
+func probe(addr, password, conf string) error {
+	conn, err := net.DialTimeout("tcp", addr, probeTimeout)
+	if err != nil {
+		return fmt.Errorf("dial %s: %w", addr, err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(5 * probeTimeout))
+	r := bufio.NewReader(conn)
+	if password != "" {
+		if _, err := roundTrip(conn, r, "AUTH", password); err != nil {
+			return err
+		}
+	}
+	if pong, err := roundTrip(conn, r, "PING"); err != nil {
+		return err
+	} else if pong != "PONG" {
+		return fmt.Errorf("unexpected PING reply %q", pong)
+	}
+	info, err := roundTrip(conn, r, "INFO", "server")
+	if err != nil {
+		return err
+	}
+	if !strings.Contains(info, "config_file:"+conf+"\r\n") {
+		return errWrongServer
+	}
+	return nil
+}
+
+// roundTrip sends one command and reads a simple, error or bulk string reply.
+func roundTrip(w io.Writer, r *bufio.Reader, args ...string) (string, error) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	}
+	if _, err := io.WriteString(w, b.String()); err != nil {
+		return "", fmt.Errorf("write %s: %w", args[0], err)
+	}
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return "", fmt.Errorf("read %s reply: %w", args[0], err)
+	}
+	line = strings.TrimRight(line, "\r\n")
+	switch {
+	case strings.HasPrefix(line, "+"):
+		return line[1:], nil
+	case strings.HasPrefix(line, "$"):
+		return readBulk(r, line[1:])
+	case strings.HasPrefix(line, "-"):
+		return "", fmt.Errorf("%s: %s", args[0], line[1:])
+	}
+	return "", fmt.Errorf("unexpected %s reply %q", args[0], line)
+}
+
+// readBulk reads the body of a bulk string of the given length.
+func readBulk(r *bufio.Reader, length string) (string, error) {
+	n, err := strconv.Atoi(length)
+	if err != nil || n < 0 {
+		return "", fmt.Errorf("bad bulk length %q", length)
+	}
+	buf := make([]byte, n+2)
+	if _, err := io.ReadFull(r, buf); err != nil {
+		return "", fmt.Errorf("read bulk reply: %w", err)
+	}
+	return string(buf[:n]), nil
+}
+
+// writeConfig writes the redis.conf for one server.
+func writeConfig(path, dir string, port int, cluster bool, extra []string) error {
+	lines := []string{
+		"bind 127.0.0.1",
+		"port " + strconv.Itoa(port),
+		`save ""`,
+		"appendonly no",
+		"dir " + quote(dir),
+		"logfile " + quote(filepath.Join(dir, logFile)),
+		"daemonize no",
+		"repl-diskless-sync-delay 0", // default 5s would delay every replica sync
+	}
+	if cluster {
+		lines = append(lines,
+			"cluster-enabled yes",
+			"cluster-config-file nodes.conf",
+			"cluster-node-timeout 2000",
+			"cluster-require-full-coverage yes",
+			"cluster-allow-replica-migration no",
+			// A replica is listed in CLUSTER SLOTS only once its replication
+			// offset is non-zero; with no writes that takes the first master
+			// PING, sent every repl-ping-replica-period (default 10s).
+			"repl-ping-replica-period 1",
+		)
+	}
+	lines = append(lines, extra...)
+	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+		return fmt.Errorf("redistest: write config: %w", err)
+	}
+	return nil
+}
+
+// quote quotes s for a redis.conf argument.
+func quote(s string) string {
+	r := strings.NewReplacer(`\`, `\\`, `"`, `\"`)
+	return `"` + r.Replace(s) + `"`
+}
+
+// freePort returns a loopback port that is free right now; for cluster nodes
+// it is below maxClusterPort and its bus port is free too.
+func freePort(cluster bool) (int, error) {
+	for i := range 300 {
+		want := 0 // first let the kernel choose, then try random ports
+		if i >= 50 {
+			want = 20000 + rand.IntN(maxClusterPort-20000)
+		}
+		port, err := listenFree(want)
+		if err != nil && want == 0 {
+			return 0, err
+		}
+		if err != nil || (cluster && port >= maxClusterPort) {
+			continue
+		}
+		if !cluster {
+			return port, nil
+		}
+		if _, err := listenFree(port + busOffset); err == nil {
+			return port, nil
+		}
+	}
+	return 0, errors.New("redistest: no free loopback port found")
+}
+
+// listenFree listens on 127.0.0.1:port (0 for any), closes, and returns the port.
+func listenFree(port int) (int, error) {
+	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		return 0, fmt.Errorf("redistest: listen on loopback: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// removeLogs deletes the log files so a new attempt starts with empty ones.
+func removeLogs(dir string) {
+	_ = os.Remove(filepath.Join(dir, logFile))
+	_ = os.Remove(filepath.Join(dir, outputFile))
+}
+
+// logTail returns the last n lines of the log and of the captured output.
+func logTail(dir string, n int) string {
+	var b strings.Builder
+	for _, name := range []string{logFile, outputFile} {
+		data, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil || len(strings.TrimSpace(string(data))) == 0 {
+			continue
+		}
+		lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+		lines = lines[max(0, len(lines)-n):]
+		fmt.Fprintf(&b, "--- %s (last %d lines) ---\n%s\n", name, len(lines), strings.Join(lines, "\n"))
+	}
+	if b.Len() == 0 {
+		return "(no redis-server output)\n"
+	}
+	return b.String()
+}

@@ -1,0 +1,214 @@
+// Package redistest starts real redis-server processes for tests: a
+// standalone server (Start) or a Redis Cluster (StartCluster). Every process
+// listens on a free loopback port, keeps its files in a test temp dir, has no
+// persistence and is stopped at test cleanup.
+package redistest
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+const (
+	readyTimeout  = 10 * time.Second
+	stopTimeout   = 5 * time.Second
+	startAttempts = 5
+	pollInterval  = 20 * time.Millisecond
+
+	notFoundMsg = "redistest: redis-server not found in PATH; install it (Debian/Ubuntu: apt-get install redis-server)"
+)
+
+// TB is the subset of testing.TB the helpers need, so benchmarks and
+// TestMain-style code can supply their own. As with testing.TB, Fatalf is
+// expected not to return.
+type TB interface {
+	Helper()
+	Fatalf(format string, args ...any)
+	Cleanup(func())
+	Logf(format string, args ...any)
+	TempDir() string
+}
+
+// Binary returns the path of the redis-server executable: the one in PATH,
+// else /usr/bin/redis-server or /usr/local/bin/redis-server. The error is a
+// one-line install hint suitable for printing as is.
+func Binary() (string, error) {
+	if p, err := exec.LookPath("redis-server"); err == nil {
+		return p, nil
+	}
+	for _, p := range []string{"/usr/bin/redis-server", "/usr/local/bin/redis-server"} {
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", errors.New(notFoundMsg)
+}
+
+// Server is one redis-server process on a loopback port.
+type Server struct {
+	Addr string // "127.0.0.1:PORT"
+	Port int
+	Dir  string // holds redis.conf, redis.log and, for cluster nodes, nodes.conf
+
+	bin      string
+	conf     string // absolute path of the generated config file
+	password string // from a "requirepass" extra line; used by Client
+	id       string // cluster node ID; empty for standalone servers
+
+	mu   sync.Mutex // guards proc; held while stopping so Stop waits
+	proc *proc      // running process, nil when stopped
+}
+
+// Start starts a standalone redis-server on a free loopback port with no
+// persistence, in t.TempDir(), and stops it at t.Cleanup. Extra config
+// directives may be passed as "name value" lines (e.g. "requirepass secret").
+// It waits until PING answers and fails the test with the server's log tail
+// if the server does not come up.
+func Start(t TB, extra ...string) *Server {
+	t.Helper()
+	return start(t, false, extra)
+}
+
+// start is Start with the choice of cluster mode.
+func start(t TB, cluster bool, extra []string) *Server {
+	t.Helper()
+	bin, err := Binary()
+	if err != nil {
+		t.Fatalf("%v", err)
+		return nil
+	}
+	dir, err := filepath.Abs(t.TempDir())
+	if err != nil {
+		t.Fatalf("redistest: temp dir: %v", err)
+		return nil
+	}
+	s := &Server{
+		Dir:      dir,
+		bin:      bin,
+		conf:     filepath.Join(dir, confFile),
+		password: passwordFrom(extra),
+	}
+	t.Cleanup(s.Stop)
+	if err := s.startFresh(cluster, extra); err != nil {
+		t.Fatalf("%v\n%s", err, s.logTail())
+		return nil
+	}
+	return s
+}
+
+// startFresh picks a port, writes the config and launches the server,
+// retrying with another port when the chosen one turns out to be taken.
+func (s *Server) startFresh(cluster bool, extra []string) error {
+	var err error
+	for range startAttempts {
+		port, perr := freePort(cluster)
+		if perr != nil {
+			return perr
+		}
+		s.Port = port
+		s.Addr = fmt.Sprintf("127.0.0.1:%d", port)
+		if err = writeConfig(s.conf, s.Dir, port, cluster, extra); err != nil {
+			return err
+		}
+		removeLogs(s.Dir)
+		var taken bool
+		if taken, err = s.launch(); !taken {
+			return err
+		}
+	}
+	return fmt.Errorf("%w (gave up after %d ports)", err, startAttempts)
+}
+
+// launch spawns the process and waits for PING. On failure it kills the
+// process and reports whether the port was taken by someone else.
+func (s *Server) launch() (portTaken bool, err error) {
+	p, err := spawn(s.bin, s.conf, s.Dir)
+	if err != nil {
+		return false, err
+	}
+	s.mu.Lock()
+	s.proc = p
+	s.mu.Unlock()
+	if err = waitReady(s.Addr, s.password, s.conf, p); err == nil {
+		return false, nil
+	}
+	s.Kill()
+	taken := errors.Is(err, errWrongServer) || strings.Contains(s.logTail(), "Address already in use")
+	return taken, err
+}
+
+// Client returns a *redis.Client for the server, closed at cleanup. It uses
+// the password of a "requirepass" extra line, if any.
+func (s *Server) Client(t TB) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, Password: s.password})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// Stop kills the process (SIGTERM, then SIGKILL after 5s) and waits for it.
+// It is safe to call more than once.
+func (s *Server) Stop() { s.halt(stopTimeout) }
+
+// Kill sends SIGKILL and waits for the process to exit (for fault tests).
+func (s *Server) Kill() { s.halt(0) }
+
+// halt stops the process, if running, with the given SIGTERM grace period.
+func (s *Server) halt(grace time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc != nil {
+		s.proc.stop(grace)
+		s.proc = nil
+	}
+}
+
+// Restart starts the process again on the same port and dir with the same
+// config, waiting for PING. A running process is stopped first.
+func (s *Server) Restart(t TB) {
+	t.Helper()
+	s.Stop()
+	if _, err := s.launch(); err != nil {
+		t.Fatalf("%v\n%s", err, s.logTail())
+	}
+}
+
+// Running reports whether the process is running (not stopped or killed).
+func (s *Server) Running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc == nil {
+		return false
+	}
+	select {
+	case <-s.proc.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// logTail returns the last lines of the server's log and captured output.
+func (s *Server) logTail() string {
+	return logTail(s.Dir, tailLines)
+}
+
+// passwordFrom returns the value of the last "requirepass" directive.
+func passwordFrom(extra []string) string {
+	var pw string
+	for _, line := range extra {
+		f := strings.Fields(line)
+		if len(f) == 2 && strings.EqualFold(f[0], "requirepass") {
+			pw = strings.Trim(f[1], `"'`)
+		}
+	}
+	return pw
+}

@@ -1,0 +1,105 @@
+package throttle
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/notify-throttle/throttler/internal/redistest"
+)
+
+// newStandalone starts a redis-server of the test's own and returns a
+// Limiter and a client on it.
+func newStandalone(t testing.TB) (*Limiter, *redis.Client) {
+	t.Helper()
+	rdb := redistest.Start(t).Client(t)
+	return mustLimiter(t, rdb), rdb
+}
+
+// newCluster starts a 3-master Redis Cluster of the test's own and returns a
+// Limiter and a client on it.
+func newCluster(t testing.TB) (*Limiter, *redis.ClusterClient) {
+	t.Helper()
+	rdb := redistest.StartCluster(t, 3, 0).Client(t)
+	return mustLimiter(t, rdb), rdb
+}
+
+func mustLimiter(t testing.TB, rdb redis.UniversalClient) *Limiter {
+	t.Helper()
+	l, err := New(rdb, Options{})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return l
+}
+
+func mustQuota(t testing.TB, name string, ws ...Window) *Quota {
+	t.Helper()
+	q, err := NewQuota(name, ws...)
+	if err != nil {
+		t.Fatalf("NewQuota: %v", err)
+	}
+	return q
+}
+
+func mustBucket(t testing.TB, name string, rate float64, burst int) *Bucket {
+	t.Helper()
+	b, err := NewBucket(name, rate, burst)
+	if err != nil {
+		t.Fatalf("NewBucket: %v", err)
+	}
+	return b
+}
+
+func mustFixed(t testing.TB, name string, limit int, per time.Duration) *FixedWindow {
+	t.Helper()
+	f, err := NewFixedWindow(name, limit, per)
+	if err != nil {
+		t.Fatalf("NewFixedWindow: %v", err)
+	}
+	return f
+}
+
+func mustAdmit(t testing.TB, l *Limiter, r Request) Decision {
+	t.Helper()
+	d, err := l.Admit(context.Background(), r)
+	if err != nil {
+		t.Fatalf("Admit(%s): %v", r.ID, err)
+	}
+	return d
+}
+
+// snapshot returns every key with its type-specific content, so tests can
+// assert that a call left Redis exactly as it was.
+func snapshot(t testing.TB, rdb redis.UniversalClient) map[string]string {
+	t.Helper()
+	ctx := context.Background()
+	out := map[string]string{}
+	scan := func(ctx context.Context, c *redis.Client) error {
+		keys, err := c.Keys(ctx, "*").Result()
+		if err != nil {
+			return err
+		}
+		for _, k := range keys {
+			v, err := c.Dump(ctx, k).Result()
+			if err != nil && err != redis.Nil {
+				return err
+			}
+			out[k] = v
+		}
+		return nil
+	}
+	var err error
+	switch c := rdb.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, scan)
+	case *redis.Client:
+		err = scan(ctx, c)
+	}
+	if err != nil {
+		t.Fatalf("snapshot: %v", err)
+	}
+	return out
+}

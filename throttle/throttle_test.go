@@ -1,0 +1,342 @@
+package throttle
+
+import (
+	"context"
+	"fmt"
+	"errors"
+	"math"
+	"strings"
+	"testing"
+	"time"
+)
+
+var ctx = context.Background()
+
+func TestQuotaDelayIsUntilTheBlockingEntryLeaves(t *testing.T) {
+	l, _ := newStandalone(t)
+	q := mustQuota(t, "mkt", Window{1, 400 * time.Millisecond}, Window{2, 2 * time.Second})
+	take := []Take{{Rule: q, Key: "alice"}}
+
+	a := mustAdmit(t, l, Request{ID: "a", Takes: take})
+	if !a.Allowed || a.Remaining != 0 {
+		t.Fatalf("first admission: %+v, want allowed with 0 remaining", a)
+	}
+	// Denied by the short window: it frees when a's entry is 400ms old.
+	b := mustAdmit(t, l, Request{ID: "b", Takes: take})
+	if b.Allowed || b.Take != 0 || b.Limit != "1 per 400ms" {
+		t.Fatalf("second admission: %+v, want denied by 1 per 400ms", b)
+	}
+	if want := a.Now.Add(400 * time.Millisecond).Sub(b.Now); b.Delay != want {
+		t.Errorf("delay = %s, want %s (a's entry leaving its window)", b.Delay, want)
+	}
+
+	time.Sleep(b.Delay)
+	c := mustAdmit(t, l, Request{ID: "c", Takes: take})
+	if !c.Allowed {
+		t.Fatalf("after the delay: %+v, want allowed", c)
+	}
+	// Now the long window binds: it frees when a's entry is 2s old.
+	d := mustAdmit(t, l, Request{ID: "d", Takes: take})
+	if d.Allowed || d.Limit != "2 per 2s" {
+		t.Fatalf("third admission: %+v, want denied by 2 per 2s", d)
+	}
+	if want := a.Now.Add(2 * time.Second).Sub(d.Now); d.Delay != want {
+		t.Errorf("delay = %s, want %s", d.Delay, want)
+	}
+}
+
+func TestBucketDelayIsUntilTheTokensAreThere(t *testing.T) {
+	tests := []struct {
+		name  string
+		rate  float64
+		burst int
+		cost  int
+	}{
+		{"fractional rate", 0.2, 1, 1},
+		{"fast, cost of a whole burst", 5000, 20, 20},
+		{"cost above one", 10, 5, 3},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			l, _ := newStandalone(t)
+			b := mustBucket(t, "sms", tc.rate, tc.burst)
+			r := func(id string) Request { return Request{ID: id, Takes: []Take{{Rule: b, Key: "gw", Cost: tc.cost}}} }
+			var first Decision
+			n := 0
+			for ; ; n++ {
+				d := mustAdmit(t, l, r(fmt.Sprint("job-", n)))
+				if n == 0 {
+					first = d
+				}
+				if !d.Allowed {
+					// Tokens left: burst - n*cost plus what refilled since the first take.
+					tokens := float64(tc.burst-n*tc.cost) + float64(d.Now.Sub(first.Now).Microseconds())*tc.rate/1e6
+					want := time.Duration(math.Ceil((float64(tc.cost)-tokens)*1e6/tc.rate)) * time.Microsecond
+					if diff := d.Delay - want; diff < -time.Microsecond || diff > time.Microsecond {
+						t.Errorf("delay = %s, want %s", d.Delay, want)
+					}
+					break
+				}
+			}
+			if n < tc.burst/tc.cost {
+				t.Errorf("%d admitted before the first denial, want at least %d", n, tc.burst/tc.cost)
+			}
+		})
+	}
+}
+
+func TestFixedWindowDeniesUntilTheWindowEnds(t *testing.T) {
+	l, _ := newStandalone(t)
+	f := mustFixed(t, "api", 2, time.Second)
+	take := []Take{{Rule: f, Key: "k"}}
+	var d Decision
+	for i := 0; i < 3; i++ {
+		d = mustAdmit(t, l, Request{ID: string(rune('a' + i)), Takes: take})
+		if d.Allowed {
+			continue
+		}
+		end := d.Now.Truncate(time.Second).Add(time.Second)
+		if d.Delay != end.Sub(d.Now) {
+			t.Errorf("delay = %s, want %s (the end of the window)", d.Delay, end.Sub(d.Now))
+		}
+		return
+	}
+	t.Fatalf("3 takes of a 2 per 1s counter all passed within one window: %+v", d)
+}
+
+func TestAdmissionIsAllOrNothing(t *testing.T) {
+	l, rdb := newStandalone(t)
+	q := mustQuota(t, "mkt", Window{3, time.Hour})
+	b := mustBucket(t, "sms", 0.001, 1)
+	mustAdmit(t, l, Request{ID: "x", Takes: []Take{{Rule: b, Key: "gw"}}})
+
+	before := snapshot(t, rdb)
+	d := mustAdmit(t, l, Request{ID: "y", Takes: []Take{{Rule: q, Key: "alice"}, {Rule: b, Key: "gw"}}})
+	if d.Allowed || d.Take != 1 {
+		t.Fatalf("%+v, want denied by the bucket", d)
+	}
+	if after := snapshot(t, rdb); !equalMaps(before, after) {
+		t.Errorf("a denied admission changed Redis:\nbefore %v\nafter  %v", before, after)
+	}
+}
+
+func TestAdmissionIsIdempotentByTaskID(t *testing.T) {
+	l, rdb := newStandalone(t)
+	q := mustQuota(t, "mkt", Window{1, time.Hour})
+	b := mustBucket(t, "sms", 0.001, 5)
+	r := Request{ID: "job-1", Takes: []Take{{Rule: q, Key: "alice"}, {Rule: b, Key: "gw", Cost: 2}}}
+	first := mustAdmit(t, l, r)
+	before := snapshot(t, rdb)
+	again := mustAdmit(t, l, r)
+	if !first.Allowed || first.Repeated || !again.Allowed || !again.Repeated {
+		t.Fatalf("first %+v, again %+v: want allowed, then allowed and repeated", first, again)
+	}
+	after := snapshot(t, rdb)
+	for k := range before {
+		if strings.HasSuffix(k, ":b:sms") {
+			delete(before, k) // the bucket's timestamp moves on; its tokens are checked below
+			delete(after, k)
+		}
+	}
+	if !equalMaps(before, after) {
+		t.Errorf("a repeated admission changed the quota or ledger")
+	}
+	tokens, err := rdb.HGet(ctx, bucketKey(subjectTag(DefaultPrefix, "gw"), "sms"), "t").Float64()
+	if err != nil || tokens > 3.01 {
+		t.Errorf("bucket tokens = %v (%v), want 3: the repeat must not take again", tokens, err)
+	}
+}
+
+func TestReleaseGivesBackOnce(t *testing.T) {
+	l, rdb := newStandalone(t)
+	q := mustQuota(t, "mkt", Window{1, time.Hour})
+	b := mustBucket(t, "sms", 0.001, 1)
+	f := mustFixed(t, "daily", 1, time.Hour)
+	r := Request{ID: "job-1", Takes: []Take{{Rule: q, Key: "alice"}, {Rule: b, Key: "gw"}, {Rule: f, Key: "alice"}}}
+	mustAdmit(t, l, r)
+	if d := mustAdmit(t, l, Request{ID: "job-2", Takes: r.Takes}); d.Allowed {
+		t.Fatalf("job-2 admitted while job-1 holds every take")
+	}
+	for i, want := range []int{3, 0} {
+		n, err := l.Release(ctx, r)
+		if err != nil || n != want {
+			t.Fatalf("release %d: %d, %v; want %d", i+1, n, err, want)
+		}
+	}
+	tokens, _ := rdb.HGet(ctx, bucketKey(subjectTag(DefaultPrefix, "gw"), "sms"), "t").Float64()
+	if tokens < 1 || tokens > 1 {
+		t.Errorf("bucket tokens after release = %v, want its burst of 1", tokens)
+	}
+	if d := mustAdmit(t, l, Request{ID: "job-2", Takes: r.Takes}); !d.Allowed {
+		t.Errorf("job-2 after job-1 was released: %+v, want allowed", d)
+	}
+	if n, err := l.Release(ctx, Request{ID: "never", Takes: r.Takes}); n != 0 || err != nil {
+		t.Errorf("release of a task never admitted: %d, %v", n, err)
+	}
+}
+
+func TestReservationPacesABucket(t *testing.T) {
+	l, _ := newStandalone(t)
+	b := mustBucket(t, "sms", 10, 1) // one token every 100ms
+	q := mustQuota(t, "mkt", Window{5, time.Hour})
+	take := func(id string) Request {
+		return Request{ID: id, Takes: []Take{{Rule: q, Key: id}, {Rule: b, Key: "gw"}}}
+	}
+	var ds []Decision
+	for _, id := range []string{"a", "b", "c"} {
+		d, err := l.Reserve(ctx, take(id), 250*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds = append(ds, d)
+	}
+	// a goes now, b and c get the next two tokens, 100ms apart.
+	if !ds[0].Allowed || ds[0].Delay != 0 {
+		t.Fatalf("a: %+v, want allowed now", ds[0])
+	}
+	for i, d := range ds[1:] {
+		if !d.Allowed || d.Take != 1 {
+			t.Fatalf("reservation %d: %+v, want allowed with a wait set by the bucket", i+2, d)
+		}
+	}
+	if gap := ds[2].At().Sub(ds[1].At()); gap != 100*time.Millisecond {
+		t.Errorf("reserved moments %s apart, want 100ms", gap)
+	}
+	again, _ := l.Reserve(ctx, take("c"), 250*time.Millisecond)
+	if !again.Repeated || !again.At().Equal(ds[2].At()) {
+		t.Errorf("reserving c again: %+v, want the same moment %s", again, ds[2].At())
+	}
+	// Too far ahead for the max wait: denied, nothing reserved.
+	if d, _ := l.Reserve(ctx, take("d"), 250*time.Millisecond); d.Allowed {
+		t.Errorf("d: %+v, want denied (a 300ms wait)", d)
+	}
+	// Cancelling c gives its token back, so d fits again.
+	if n, _ := l.Release(ctx, take("c")); n != 2 {
+		t.Errorf("cancel c released %d takes, want 2", n)
+	}
+	if d, _ := l.Reserve(ctx, take("d"), 250*time.Millisecond); !d.Allowed {
+		t.Errorf("d after c was cancelled: %+v, want allowed", d)
+	}
+}
+
+func TestChangedLimitsApplyAtOnceAndKeepHistory(t *testing.T) {
+	l, _ := newStandalone(t)
+	one := mustQuota(t, "mkt", Window{1, time.Hour})
+	three := mustQuota(t, "mkt", Window{3, time.Hour})
+	mustAdmit(t, l, Request{ID: "a", Takes: []Take{{Rule: one, Key: "alice"}}})
+	if d := mustAdmit(t, l, Request{ID: "b", Takes: []Take{{Rule: one, Key: "alice"}}}); d.Allowed {
+		t.Fatal("b admitted under 1 per hour")
+	}
+	d := mustAdmit(t, l, Request{ID: "b", Takes: []Take{{Rule: three, Key: "alice"}}})
+	if !d.Allowed || d.Remaining != 1 {
+		t.Errorf("b under 3 per hour: %+v, want allowed with 1 remaining (a still counts)", d)
+	}
+}
+
+func TestEveryKeyExpires(t *testing.T) {
+	l, rdb := newStandalone(t)
+	q := mustQuota(t, "mkt", Window{1, time.Hour}, Window{3, 7 * 24 * time.Hour})
+	b := mustBucket(t, "sms", 0.5, 10)
+	f := mustFixed(t, "daily", 5, 24*time.Hour)
+	mustAdmit(t, l, Request{ID: "a", Takes: []Take{{Rule: q, Key: "alice"}, {Rule: b, Key: "gw", Cost: 4}, {Rule: f, Key: "alice"}}})
+	longest := map[string]time.Duration{
+		":q:mkt":      7 * 24 * time.Hour,
+		":b:sms":      8 * time.Second, // 4 tokens at 0.5/s
+		":b:sms:held": DefaultRemember,
+		":f:daily":    24 * time.Hour,
+	}
+	keys, _ := rdb.Keys(ctx, "*").Result()
+	if len(keys) != len(longest) {
+		t.Fatalf("keys %v, want one per suffix of %v", keys, longest)
+	}
+	for _, k := range keys {
+		ttl, err := rdb.PTTL(ctx, k).Result()
+		if err != nil || ttl <= 0 {
+			t.Errorf("%s: PTTL %s (%v): every key must expire", k, ttl, err)
+			continue
+		}
+		for suffix, max := range longest {
+			if strings.HasSuffix(k, suffix) && ttl > max+time.Millisecond {
+				t.Errorf("%s: PTTL %s, want at most %s", k, ttl, max)
+			}
+		}
+	}
+}
+
+func TestImpossibleRulesAreRejectedWhenBuilt(t *testing.T) {
+	tests := []struct {
+		name string
+		err  func() error
+		want string
+	}{
+		{"limit 0", func() error { _, err := NewQuota("q", Window{0, time.Hour}); return err },
+			"throttle: quota q: window 1 (0 per 1h): limit must be at least 1 (got 0): invalid rule"},
+		{"window 0", func() error { _, err := NewQuota("q", Window{1, time.Hour}, Window{3, 0}); return err },
+			"throttle: quota q: window 2 (3 per 0s): window must be at least 1ms (got 0s): invalid rule"},
+		{"no windows", func() error { _, err := NewQuota("q"); return err },
+			"throttle: quota q: needs at least one window: invalid rule"},
+		{"negative rate", func() error { _, err := NewBucket("sms", -1, 5); return err },
+			"throttle: bucket sms: rate must be a positive number of tokens per second (got -1): invalid rule"},
+		{"NaN rate", func() error { _, err := NewBucket("sms", math.NaN(), 5); return err },
+			"throttle: bucket sms: rate must be a positive number of tokens per second (got NaN): invalid rule"},
+		{"burst 0", func() error { _, err := NewBucket("sms", 1, 0); return err },
+			"throttle: bucket sms: burst must be at least 1 (got 0): invalid rule"},
+		{"fixed limit 0", func() error { _, err := NewFixedWindow("f", 0, time.Second); return err },
+			"throttle: fixed window f: limit must be at least 1 (got 0): invalid rule"},
+		{"bad name", func() error { _, err := NewBucket("sms gateway", 1, 1); return err },
+			`throttle: bucket name "sms gateway": must be 1-64 of A-Z a-z 0-9 _ . -: invalid rule`},
+		{"cost above burst", func() error {
+			b, _ := NewBucket("sms", 100, 20)
+			return Request{ID: "a", Takes: []Take{{Rule: b, Key: "gw", Cost: 21}}}.validate()
+		}, `throttle: task "a": take 1: cost 21 exceeds what bucket sms (100/s burst 20) can ever admit (20): invalid rule`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.err()
+			if err == nil || err.Error() != tc.want {
+				t.Errorf("got  %v\nwant %s", err, tc.want)
+			}
+			if !errors.Is(err, ErrInvalidRule) {
+				t.Errorf("%v does not wrap ErrInvalidRule", err)
+			}
+		})
+	}
+}
+
+func TestBadRequestsNeverReachRedis(t *testing.T) {
+	b, _ := NewBucket("sms", 1, 1)
+	tests := []struct {
+		name string
+		r    Request
+		want string
+	}{
+		{"empty ID", Request{Takes: []Take{{Rule: b, Key: "gw"}}}, "throttle: empty task ID: invalid request"},
+		{"control character", Request{ID: "a\nb", Takes: []Take{{Rule: b, Key: "gw"}}}, `throttle: task ID "a\nb": control character U+000A: invalid request`},
+		{"no takes", Request{ID: "a"}, `throttle: task "a": no takes: invalid request`},
+		{"empty key", Request{ID: "a", Takes: []Take{{Rule: b}}}, `throttle: task "a": take 1 (sms): empty key: invalid request`},
+		{"twice", Request{ID: "a", Takes: []Take{{Rule: b, Key: "gw"}, {Rule: b, Key: "gw"}}}, `throttle: task "a": take 2: sms for "gw" is taken twice: invalid request`},
+		{"negative cost", Request{ID: "a", Takes: []Take{{Rule: b, Key: "gw", Cost: -1}}}, `throttle: task "a": take 1 (sms): cost must be at least 1 (got -1): invalid request`},
+		{"long ID", Request{ID: strings.Repeat("x", MaxIDLen+1), Takes: []Take{{Rule: b, Key: "gw"}}}, "throttle: task ID of 257 bytes: longer than 256: invalid request"},
+	}
+	l := &Limiter{} // no Redis at all: validation must come first
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := l.Admit(ctx, tc.r)
+			if err == nil || err.Error() != tc.want {
+				t.Errorf("got  %v\nwant %s", err, tc.want)
+			}
+		})
+	}
+}
+
+func equalMaps(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
