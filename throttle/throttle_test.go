@@ -2,8 +2,8 @@ package throttle
 
 import (
 	"context"
-	"fmt"
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
