@@ -44,6 +44,7 @@ type Limiter struct {
 	cluster  bool
 	admit    *redis.Script
 	release  *redis.Script
+	pause    *redis.Script
 }
 
 // New returns a Limiter on rdb (a *redis.Client, *redis.ClusterClient or
@@ -69,6 +70,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 		cluster:  cluster,
 		admit:    redis.NewScript(lua.Admit()),
 		release:  redis.NewScript(lua.Release()),
+		pause:    redis.NewScript(lua.Pause()),
 	}, nil
 }
 
@@ -193,4 +195,25 @@ func (l *Limiter) compensate(ctx context.Context, rs []Request, plans [][]group,
 	if len(calls) > 0 {
 		_, _ = l.eval(context.WithoutCancel(ctx), l.release, calls)
 	}
+}
+
+// Pause drains bucket b's tokens for subject key so that its next token is
+// due in d, for every Limiter on this Redis: the way to honour a provider's
+// Retry-After across a fleet. Reservations already made are kept. It returns
+// the time until the bucket's next token.
+func (l *Limiter) Pause(ctx context.Context, b *Bucket, key string, d time.Duration) (time.Duration, error) {
+	r := Request{ID: "pause", Takes: []Take{{Rule: b, Key: key}}, MaxWait: d}
+	if err := r.validate(); err != nil {
+		return 0, err
+	}
+	if d <= 0 {
+		return 0, fmt.Errorf("throttle: pause %s for %q: must be positive (got %s): %w", b.Name(), key, d, ErrInvalidRequest)
+	}
+	c := l.call(r, l.plan(r)[0])
+	res, err := l.eval(ctx, l.pause, []call{c})
+	if err != nil {
+		return 0, fmt.Errorf("throttle: pause %s for %q: %w", b.Name(), key, err)
+	}
+	us, _ := res[0].(int64)
+	return time.Duration(us) * time.Microsecond, nil
 }

@@ -340,3 +340,20 @@ func equalMaps(a, b map[string]string) bool {
 	}
 	return true
 }
+
+func TestPauseDrainsABucketForEveryone(t *testing.T) {
+	l, rdb := newStandalone(t)
+	other := mustLimiter(t, rdb) // another worker on the same Redis
+	b := mustBucket(t, "sms", 100, 20)
+	until, err := l.Pause(ctx, b, "gw", 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if until < 1990*time.Millisecond || until > 2*time.Second {
+		t.Errorf("next token in %s, want 2s", until)
+	}
+	d := mustAdmit(t, other, Request{ID: "a", Takes: []Take{{Rule: b, Key: "gw"}}})
+	if d.Allowed || d.Delay < 1900*time.Millisecond || d.Delay > 2*time.Second {
+		t.Errorf("admission during the pause: %+v, want denied for about 2s", d)
+	}
+}
