@@ -1,0 +1,77 @@
+package jobs
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/hibiken/asynq"
+)
+
+// Deferral is what a handler returns for a job that may not go yet. asynq
+// moves the task to its retry set in one step (the only atomic way to defer
+// from a handler); RetryDelay picks the delay up from here and IsFailure
+// keeps the deferral from counting as a failure or using up MaxRetry.
+type Deferral struct {
+	// Delay is how long the job must wait, as the throttle script said.
+	Delay time.Duration
+	// Reason says why, for the inspector: "throttled by policy marketing
+	// (3 per 168h)".
+	Reason string
+}
+
+// Error returns e.g. "throttled by policy marketing (3 per 168h); next try in 17h2m".
+func (d *Deferral) Error() string {
+	return fmt.Sprintf("%s; next try in %s", d.Reason, shortDuration(d.Delay))
+}
+
+// IsFailure is asynq's Config.IsFailure: a deferral is not a failure.
+func IsFailure(err error) bool {
+	var d *Deferral
+	return !errors.As(err, &d)
+}
+
+// RetryDelay returns asynq's Config.RetryDelayFunc. A deferral waits its
+// delay rounded up to whole seconds plus one (asynq keeps retry times in
+// whole seconds of the worker's clock, so it would otherwise wake up to a
+// second early), plus a random jitter in [0, jitter) so that thousands of
+// jobs deferred together do not wake together. Other errors back off as
+// asynq's default does.
+func RetryDelay(jitter time.Duration) asynq.RetryDelayFunc {
+	return func(n int, err error, t *asynq.Task) time.Duration {
+		var d *Deferral
+		if !errors.As(err, &d) {
+			return asynq.DefaultRetryDelayFunc(n, err, t)
+		}
+		delay := d.Delay.Truncate(time.Second)
+		if delay < d.Delay {
+			delay += time.Second
+		}
+		delay += time.Second
+		if jitter > 0 {
+			delay += rand.N(jitter)
+		}
+		return delay
+	}
+}
+
+// shortDuration prints a wait for people: "17h2m", "3s", "250ms".
+func shortDuration(d time.Duration) string {
+	switch {
+	case d >= time.Hour:
+		d = d.Round(time.Minute)
+	case d >= time.Second:
+		d = d.Round(time.Second)
+	default:
+		d = d.Round(time.Millisecond)
+	}
+	s := d.String()
+	if len(s) > 2 && s[len(s)-2:] == "0s" && d >= time.Minute {
+		s = s[:len(s)-2]
+	}
+	if len(s) > 2 && s[len(s)-2:] == "0m" && d >= time.Hour {
+		s = s[:len(s)-2]
+	}
+	return s
+}

@@ -1,0 +1,48 @@
+package jobs
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the worker's Prometheus metrics.
+type Metrics struct {
+	Admitted  *prometheus.CounterVec // by policy, provider
+	Deferred  *prometheus.CounterVec // by rule ("policy marketing", "provider sms")
+	Expired   *prometheus.CounterVec // by policy
+	Archived  *prometheus.CounterVec // by reason (malformed, rejected)
+	Sent      *prometheus.CounterVec // by provider
+	Failed    *prometheus.CounterVec // by provider
+	Paused    *prometheus.CounterVec // by provider
+	Admission prometheus.Histogram   // seconds per admission call
+}
+
+// NewMetrics registers the metrics with reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
+		c := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "throttler", Name: name, Help: help}, labels)
+		reg.MustRegister(c)
+		return c
+	}
+	m := &Metrics{
+		Admitted: counter("admitted_total", "Notifications admitted by the throttle.", "policy", "provider"),
+		Deferred: counter("deferred_total", "Notifications deferred, by the rule that denied them.", "rule"),
+		Expired:  counter("expired_total", "Notifications archived because their send-by time would pass.", "policy"),
+		Archived: counter("archived_total", "Notifications archived without delivery, by reason.", "reason"),
+		Sent:     counter("sent_total", "Notifications a provider accepted.", "provider"),
+		Failed:   counter("failed_total", "Sends that failed and will be retried or archived.", "provider"),
+		Paused:   counter("paused_total", "Times a provider asked every worker to pause (429).", "provider"),
+		Admission: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "throttler", Name: "admission_seconds",
+			Help:    "Latency of one admission call to Redis.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 14),
+		}),
+	}
+	reg.MustRegister(m.Admission)
+	return m
+}
+
+func (m *Metrics) inc(v *prometheus.CounterVec, labels ...string) {
+	v.WithLabelValues(labels...).Inc()
+}
+
+func (m *Metrics) observe(seconds float64) { m.Admission.Observe(seconds) }

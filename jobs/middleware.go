@@ -1,0 +1,213 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/notify-throttle/throttler/throttle"
+)
+
+// Route is a provider as the middleware needs it: its bucket and its sender.
+type Route struct {
+	Bucket   *throttle.Bucket
+	Provider Provider
+}
+
+// Throttle is the middleware every notification passes before delivery. It
+// admits the job through its recipient's policy and its provider's bucket in
+// one script call and then either lets it go, sleeps until a reserved
+// provider token is due (short waits), or defers it by exactly the delay the
+// script returned. After the send it gives back what an undelivered message
+// took. Its fields are set once, before use.
+type Throttle struct {
+	Limiter   *throttle.Limiter
+	Policies  map[string]*throttle.Quota
+	Providers map[string]Route
+	// InlineWait is the longest provider wait slept in the worker rather
+	// than deferred. Zero defers every wait.
+	InlineWait time.Duration
+	// Stopping is closed when the worker starts to shut down: jobs still
+	// waiting for their moment give their admission back and are deferred.
+	Stopping <-chan struct{}
+	Metrics  *Metrics
+	Log      *slog.Logger
+}
+
+// job is a decoded, routed notification, handed to Deliver through the context.
+type job struct {
+	id    string
+	n     Notification
+	quota *throttle.Quota
+	route Route
+}
+
+type jobKey struct{}
+
+// Middleware wraps next (normally Deliver) with the throttle. Tasks of
+// other types pass straight through. A nil Metrics or Log is replaced by a
+// private registry and slog.Default here, before any job runs.
+func (t *Throttle) Middleware(next asynq.Handler) asynq.Handler {
+	if t.Metrics == nil {
+		t.Metrics = NewMetrics(prometheus.NewRegistry())
+	}
+	if t.Log == nil {
+		t.Log = slog.Default()
+	}
+	return asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
+		if task.Type() != TypeNotify {
+			return next.ProcessTask(ctx, task)
+		}
+		id, ok := asynq.GetTaskID(ctx)
+		if !ok {
+			return errors.New("jobs: no task ID in the context: Throttle runs inside an asynq server")
+		}
+		j, err := t.route(id, task.Payload())
+		if err != nil {
+			t.Metrics.inc(t.Metrics.Archived, "malformed")
+			t.Log.Warn("archiving malformed notification", "task", id, "err", err)
+			return fmt.Errorf("malformed notification: %v: %w", err, asynq.SkipRetry)
+		}
+		if err := t.admit(ctx, j); err != nil {
+			return err
+		}
+		return t.deliver(ctx, j, next, task)
+	})
+}
+
+// route decodes the payload and finds its policy and provider.
+func (t *Throttle) route(id string, payload []byte) (job, error) {
+	n, err := Decode(payload)
+	if err != nil {
+		return job{}, err
+	}
+	j := job{id: id, n: n, quota: t.Policies[n.Policy]}
+	if j.quota == nil {
+		return job{}, fmt.Errorf("policy %q is not defined: %w", n.Policy, ErrBadPayload)
+	}
+	var ok bool
+	if j.route, ok = t.Providers[n.Provider]; !ok {
+		return job{}, fmt.Errorf("provider %q is not defined: %w", n.Provider, ErrBadPayload)
+	}
+	return j, nil
+}
+
+func (j job) request() throttle.Request {
+	return throttle.Request{ID: j.id, Takes: []throttle.Take{
+		{Rule: j.quota, Key: j.n.Recipient},
+		{Rule: j.route.Bucket, Key: j.n.Provider},
+	}}
+}
+
+// recipientOnly is the part of the request to give back when the provider
+// was reached: the recipient got nothing, but the provider did the work.
+func (j job) recipientOnly() throttle.Request {
+	r := j.request()
+	r.Takes = r.Takes[:1]
+	return r
+}
+
+// admit returns nil when j may be sent now (after sleeping for a reserved
+// token if need be), and otherwise the error that defers or archives it.
+func (t *Throttle) admit(ctx context.Context, j job) error {
+	start := time.Now()
+	d, err := t.Limiter.Reserve(ctx, j.request(), t.InlineWait)
+	t.Metrics.observe(time.Since(start).Seconds())
+	if err != nil {
+		// Redis trouble is not the job's fault: defer without using a retry.
+		t.Log.Warn("admission failed", "task", j.id, "err", err)
+		return &Deferral{Delay: 5 * time.Second, Reason: "throttle unavailable: " + err.Error()}
+	}
+	if j.n.SendBy != nil && d.At().After(*j.n.SendBy) {
+		if d.Allowed {
+			t.release(j.request())
+		}
+		t.Metrics.inc(t.Metrics.Expired, j.n.Policy)
+		t.Log.Info("expired", "task", j.id, "recipient", j.n.Recipient, "send_by", j.n.SendBy, "earliest", d.At())
+		return fmt.Errorf("expired: send-by %s passed before %s would allow it (earliest %s): %w",
+			j.n.SendBy.UTC().Format(time.RFC3339), t.denier(j, d), d.At().UTC().Format(time.RFC3339), asynq.SkipRetry)
+	}
+	if !d.Allowed {
+		t.Metrics.inc(t.Metrics.Deferred, t.denier(j, d))
+		return &Deferral{Delay: d.Delay, Reason: "throttled by " + t.denier(j, d)}
+	}
+	t.Metrics.inc(t.Metrics.Admitted, j.n.Policy, j.n.Provider)
+	if d.Delay <= 0 {
+		return nil
+	}
+	timer := time.NewTimer(d.Delay)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return nil
+	case <-ctx.Done():
+	case <-t.Stopping:
+	}
+	t.release(j.request())
+	return &Deferral{Delay: d.Delay, Reason: "worker stopped before the provider token was due"}
+}
+
+// denier names the rule that set a decision's delay, with its limit:
+// "policy marketing (3 per 168h)" or "provider sms (100/s burst 20)".
+func (t *Throttle) denier(j job, d throttle.Decision) string {
+	switch d.Take {
+	case 0:
+		return fmt.Sprintf("policy %s (%s)", j.n.Policy, d.Limit)
+	case 1:
+		return fmt.Sprintf("provider %s (%s)", j.n.Provider, d.Limit)
+	}
+	return "throttle"
+}
+
+// deliver runs next and settles the admission by the outcome of the send.
+func (t *Throttle) deliver(ctx context.Context, j job, next asynq.Handler, task *asynq.Task) error {
+	err := next.ProcessTask(context.WithValue(ctx, jobKey{}, j), task)
+	if err == nil {
+		t.Metrics.inc(t.Metrics.Sent, j.n.Provider)
+		return nil
+	}
+	t.Metrics.inc(t.Metrics.Failed, j.n.Provider)
+	// The recipient received nothing: its quota goes back in every case.
+	t.release(j.recipientOnly())
+	switch o, after := outcome(err); o {
+	case Pause:
+		t.Metrics.inc(t.Metrics.Paused, j.n.Provider)
+		if _, perr := t.Limiter.Pause(context.WithoutCancel(ctx), j.route.Bucket, j.n.Provider, after); perr != nil {
+			t.Log.Warn("pausing provider failed", "provider", j.n.Provider, "err", perr)
+		}
+		t.Log.Warn("provider asked to pause", "provider", j.n.Provider, "for", after, "task", j.id)
+		return &Deferral{Delay: after, Reason: fmt.Sprintf("provider %s paused: %v", j.n.Provider, err)}
+	case Reject:
+		t.Metrics.inc(t.Metrics.Archived, "rejected")
+		t.Log.Warn("provider rejected notification", "task", j.id, "err", err)
+		return fmt.Errorf("rejected: %v: %w", err, asynq.SkipRetry)
+	default:
+		t.Log.Warn("send failed; will retry", "task", j.id, "err", err)
+		return err
+	}
+}
+
+// release gives back an admission; failures are logged, since the entries
+// then expire on their own and a retry of the task finds them its own.
+func (t *Throttle) release(r throttle.Request) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := t.Limiter.Release(ctx, r); err != nil {
+		t.Log.Warn("release failed", "task", r.ID, "err", err)
+	}
+}
+
+// Deliver is the handler behind the middleware (asynq.HandlerFunc(Deliver)):
+// it sends the job's message through its provider.
+func Deliver(ctx context.Context, _ *asynq.Task) error {
+	j, ok := ctx.Value(jobKey{}).(job)
+	if !ok {
+		return errors.New("jobs: Deliver runs behind Throttle.Middleware")
+	}
+	return j.route.Provider.Send(ctx, Message{ID: j.id, Recipient: j.n.Recipient, Template: j.n.Template, Data: j.n.Data})
+}

@@ -1,0 +1,259 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/notify-throttle/throttler/internal/redistest"
+	"github.com/notify-throttle/throttler/throttle"
+)
+
+// harness runs a real asynq server with the throttle middleware on a
+// redis-server of the test's own, delivering to a recording provider.
+type harness struct {
+	rdb    *redis.Client
+	client *asynq.Client
+	insp   *asynq.Inspector
+	lim    *throttle.Limiter
+
+	mu   sync.Mutex
+	sent map[string]time.Time // task ID -> when the provider got it
+	fail func(Message) error  // what the provider answers, nil: accept
+}
+
+func newHarness(t *testing.T, quota *throttle.Quota, bucket *throttle.Bucket, inlineWait time.Duration) *harness {
+	t.Helper()
+	rdb := redistest.Start(t).Client(t)
+	lim, err := throttle.New(rdb, throttle.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{rdb: rdb, lim: lim, sent: map[string]time.Time{},
+		client: asynq.NewClientFromRedisClient(rdb), insp: asynq.NewInspectorFromRedisClient(rdb)}
+	provider := ProviderFunc(func(ctx context.Context, m Message) error {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if h.fail != nil {
+			if err := h.fail(m); err != nil {
+				return err
+			}
+		}
+		h.sent[m.ID] = time.Now()
+		return nil
+	})
+	th := &Throttle{
+		Limiter:    lim,
+		Policies:   map[string]*throttle.Quota{"mkt": quota},
+		Providers:  map[string]Route{"gw": {Bucket: bucket, Provider: provider}},
+		InlineWait: inlineWait,
+		Log:        slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{
+		Concurrency:              8,
+		IsFailure:                IsFailure,
+		RetryDelayFunc:           RetryDelay(0),
+		DelayedTaskCheckInterval: time.Second,
+		LogLevel:                 asynq.ErrorLevel,
+	})
+	mux := asynq.NewServeMux()
+	mux.Use(th.Middleware)
+	mux.HandleFunc(TypeNotify, Deliver)
+	if err := srv.Start(mux); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	return h
+}
+
+func (h *harness) enqueue(t *testing.T, id string, n Notification) {
+	t.Helper()
+	if n.Policy == "" {
+		n.Policy, n.Provider, n.Template = "mkt", "gw", "welcome"
+	}
+	task, err := NewTask(n, id, asynq.Retention(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.client.Enqueue(task); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// await polls the task until cond holds.
+func (h *harness) await(t *testing.T, id string, what string, cond func(*asynq.TaskInfo) bool) *asynq.TaskInfo {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		info, err := h.insp.GetTaskInfo("default", id)
+		if err == nil && cond(info) {
+			return info
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("task %s never became %s: %+v, %v", id, what, info, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (h *harness) wasSent(id string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	_, ok := h.sent[id]
+	return ok
+}
+
+func quotaSize(t *testing.T, h *harness, recipient string) int64 {
+	t.Helper()
+	keys, _ := h.rdb.Keys(context.Background(), "throttle:{"+recipient+"}:q:*").Result()
+	var n int64
+	for _, k := range keys {
+		n += h.rdb.ZCard(context.Background(), k).Val()
+	}
+	return n
+}
+
+func state(s asynq.TaskState) func(*asynq.TaskInfo) bool {
+	return func(i *asynq.TaskInfo) bool { return i.State == s }
+}
+
+func TestMiddlewareSendsAndDefersWithoutUsingRetries(t *testing.T) {
+	q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 1, Per: time.Hour})
+	b, _ := throttle.NewBucket("gw", 1000, 100)
+	h := newHarness(t, q, b, 0)
+	h.enqueue(t, "first", Notification{Recipient: "alice"})
+	h.await(t, "first", "completed", state(asynq.TaskStateCompleted))
+	if !h.wasSent("first") {
+		t.Fatal("first completed but the provider never got it")
+	}
+	h.enqueue(t, "second", Notification{Recipient: "alice"})
+	info := h.await(t, "second", "deferred", state(asynq.TaskStateRetry))
+	if info.Retried != 0 {
+		t.Errorf("a deferral used up %d retries", info.Retried)
+	}
+	if !strings.HasPrefix(info.LastErr, "throttled by policy mkt (1 per 1h); next try in 59m") &&
+		!strings.HasPrefix(info.LastErr, "throttled by policy mkt (1 per 1h); next try in 1h") {
+		t.Errorf("deferral message %q", info.LastErr)
+	}
+	if wait := time.Until(info.NextProcessAt); wait < 59*time.Minute || wait > time.Hour+3*time.Second {
+		t.Errorf("deferred for %s, want the hour the quota says (rounded up)", wait)
+	}
+	if h.wasSent("second") {
+		t.Error("second was sent over the quota")
+	}
+}
+
+func TestMiddlewareArchivesWhatCanNeverGo(t *testing.T) {
+	q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 1, Per: time.Hour})
+	b, _ := throttle.NewBucket("gw", 1000, 100)
+	h := newHarness(t, q, b, 0)
+	past := time.Now().Add(-time.Minute)
+	h.enqueue(t, "unknown-policy", Notification{Recipient: "a", Policy: "nope", Provider: "gw", Template: "x"})
+	h.enqueue(t, "expired", Notification{Recipient: "b", SendBy: &past})
+	h.enqueue(t, "blocker", Notification{Recipient: "c"})
+	h.await(t, "blocker", "completed", state(asynq.TaskStateCompleted))
+	soon := time.Now().Add(10 * time.Minute) // c's quota frees in an hour: too late
+	h.enqueue(t, "too-late", Notification{Recipient: "c", SendBy: &soon})
+
+	for id, reason := range map[string]string{
+		"unknown-policy": `malformed notification: policy "nope" is not defined`,
+		"expired":        "expired: send-by ",
+		"too-late":       "expired: send-by ",
+	} {
+		info := h.await(t, id, "archived", state(asynq.TaskStateArchived))
+		if !strings.HasPrefix(info.LastErr, reason) {
+			t.Errorf("%s archived with %q, want it to start %q", id, info.LastErr, reason)
+		}
+		if h.wasSent(id) {
+			t.Errorf("%s was sent", id)
+		}
+	}
+	if n := quotaSize(t, h, "b"); n != 0 {
+		t.Errorf("the expired job left %d quota entries", n)
+	}
+}
+
+func TestMiddlewareGivesTheQuotaBackWhenTheSendFails(t *testing.T) {
+	q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 1, Per: time.Hour})
+	b, _ := throttle.NewBucket("gw", 1000, 100)
+	h := newHarness(t, q, b, 0)
+	h.fail = func(m Message) error {
+		switch m.Recipient {
+		case "rejected":
+			return sendErrorf(Reject, 0, "400 Bad Request: no such number")
+		case "flaky":
+			return errors.New("503 Service Unavailable")
+		}
+		return nil
+	}
+	h.enqueue(t, "r", Notification{Recipient: "rejected"})
+	h.enqueue(t, "f", Notification{Recipient: "flaky"})
+	if info := h.await(t, "r", "archived", state(asynq.TaskStateArchived)); !strings.Contains(info.LastErr, "no such number") {
+		t.Errorf("rejected message archived with %q", info.LastErr)
+	}
+	if info := h.await(t, "f", "retrying", state(asynq.TaskStateRetry)); info.Retried != 1 {
+		t.Errorf("a 503 counted %d retries, want 1", info.Retried)
+	}
+	for _, who := range []string{"rejected", "flaky"} {
+		if n := quotaSize(t, h, who); n != 0 {
+			t.Errorf("%s: %d quota entries left after a failed send, want 0", who, n)
+		}
+	}
+}
+
+func TestMiddlewarePausesTheProviderOn429(t *testing.T) {
+	q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 5, Per: time.Hour})
+	b, _ := throttle.NewBucket("gw", 100, 10)
+	h := newHarness(t, q, b, 0)
+	h.fail = func(m Message) error {
+		if m.ID == "hit" {
+			return sendErrorf(Pause, 30*time.Second, "429 Too Many Requests")
+		}
+		return nil
+	}
+	h.enqueue(t, "hit", Notification{Recipient: "a"})
+	info := h.await(t, "hit", "deferred", state(asynq.TaskStateRetry))
+	if info.Retried != 0 || !strings.HasPrefix(info.LastErr, "provider gw paused") {
+		t.Errorf("429: %+v", info)
+	}
+	// Any other job for the provider now waits out the pause.
+	d, err := h.lim.Admit(context.Background(), throttle.Request{ID: "probe", Takes: []throttle.Take{{Rule: b, Key: "gw"}}})
+	if err != nil || d.Allowed || d.Delay < 25*time.Second {
+		t.Errorf("admission during the pause: %+v, %v", d, err)
+	}
+}
+
+func TestMiddlewarePacesShortProviderWaitsInline(t *testing.T) {
+	q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 5, Per: time.Hour})
+	b, _ := throttle.NewBucket("gw", 5, 1) // one send every 200ms
+	h := newHarness(t, q, b, time.Second)
+	ids := []string{"p1", "p2", "p3", "p4"}
+	for _, id := range ids {
+		h.enqueue(t, id, Notification{Recipient: id})
+	}
+	var at []time.Time
+	for _, id := range ids {
+		info := h.await(t, id, "completed", state(asynq.TaskStateCompleted))
+		if info.Retried != 0 || info.LastErr != "" {
+			t.Errorf("%s was deferred (%q) instead of paced inline", id, info.LastErr)
+		}
+		h.mu.Lock()
+		at = append(at, h.sent[id])
+		h.mu.Unlock()
+	}
+	slices.SortFunc(at, time.Time.Compare)
+	for i := 1; i < len(at); i++ {
+		if gap := at[i].Sub(at[i-1]); gap < 180*time.Millisecond {
+			t.Errorf("sends %d and %d %s apart, want the bucket's 200ms", i, i+1, gap)
+		}
+	}
+}

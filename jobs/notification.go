@@ -1,0 +1,136 @@
+// Package jobs turns notifications into asynq tasks and delivers them
+// through the throttle: the payload, the task IDs, the throttle middleware
+// that defers what may not go yet, and the providers that deliver.
+package jobs
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+	"github.com/hibiken/asynq"
+)
+
+// TypeNotify is the asynq task type of one notification.
+const TypeNotify = "notify"
+
+// Size limits keep one bad producer from filling Redis.
+const (
+	MaxRecipientLen = 256      // bytes
+	MaxTemplateLen  = 128      // bytes
+	MaxPayloadLen   = 64 << 10 // bytes of the whole JSON payload
+)
+
+// ErrBadPayload is wrapped by every error about a malformed notification.
+var ErrBadPayload = errors.New("bad notification")
+
+// Notification is one message to one recipient, the payload of a task.
+type Notification struct {
+	// Recipient is who receives it, and whose quota it counts against.
+	Recipient string `json:"recipient"`
+	// Policy names the recipient policy (quota windows) in the config.
+	Policy string `json:"policy"`
+	// Provider names the provider that delivers it, and whose bucket it takes.
+	Provider string `json:"provider"`
+	// Template names the message template; Data fills it.
+	Template string          `json:"template"`
+	Data     json.RawMessage `json:"data,omitempty"`
+	// SendBy, when set, is the latest time it may be delivered; after that
+	// it expires instead of arriving late.
+	SendBy *time.Time `json:"send_by,omitempty"`
+	// Campaign names the campaign run that created it, if any.
+	Campaign string `json:"campaign,omitempty"`
+}
+
+// Check reports the first thing wrong with n, naming the field.
+func (n *Notification) Check() error {
+	field := func(name, v string, max int) error {
+		switch {
+		case v == "":
+			return fmt.Errorf("%s: missing: %w", name, ErrBadPayload)
+		case len(v) > max:
+			return fmt.Errorf("%s: %d bytes, longer than %d: %w", name, len(v), max, ErrBadPayload)
+		case !utf8.ValidString(v):
+			return fmt.Errorf("%s: not UTF-8: %w", name, ErrBadPayload)
+		}
+		return nil
+	}
+	if err := field("recipient", n.Recipient, MaxRecipientLen); err != nil {
+		return err
+	}
+	if err := field("template", n.Template, MaxTemplateLen); err != nil {
+		return err
+	}
+	if err := field("policy", n.Policy, MaxTemplateLen); err != nil {
+		return err
+	}
+	if err := field("provider", n.Provider, MaxTemplateLen); err != nil {
+		return err
+	}
+	if len(n.Data) > 0 && !json.Valid(n.Data) {
+		return fmt.Errorf("data: not JSON: %w", ErrBadPayload)
+	}
+	return nil
+}
+
+// Decode parses and checks a task payload strictly: unknown fields, a
+// payload over MaxPayloadLen or trailing data are errors.
+func Decode(payload []byte) (Notification, error) {
+	var n Notification
+	if len(payload) > MaxPayloadLen {
+		return n, fmt.Errorf("payload of %d bytes, more than %d: %w", len(payload), MaxPayloadLen, ErrBadPayload)
+	}
+	dec := json.NewDecoder(bytes.NewReader(payload))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&n); err != nil {
+		return n, fmt.Errorf("payload is not a notification: %v: %w", err, ErrBadPayload)
+	}
+	if dec.More() {
+		return n, fmt.Errorf("payload has data after the notification: %w", ErrBadPayload)
+	}
+	return n, n.Check()
+}
+
+// idSpace makes task IDs derived from idempotency keys UUIDs of their own.
+var idSpace = uuid.MustParse("6f1d5a0e-3c55-4b8e-9a43-6d0c1f3e2b7a")
+
+// TaskID returns the task ID for a notification: a random UUID, or, when an
+// idempotency key is given, a UUID derived from it (SHA-1, RFC 4122 v5), so
+// the same notification enqueued twice is one job.
+func TaskID(idempotencyKey string) string {
+	if idempotencyKey == "" {
+		return uuid.NewString()
+	}
+	return uuid.NewSHA1(idSpace, []byte(idempotencyKey)).String()
+}
+
+// NewTask returns the task for n, after checking it, with the given ID.
+// Options such as asynq.Queue are passed through. MaxRetry is set high: a
+// throttled task is retried without counting (see IsFailure), and only real
+// delivery failures use retries up.
+func NewTask(n Notification, id string, opts ...asynq.Option) (*asynq.Task, error) {
+	if err := n.Check(); err != nil {
+		return nil, err
+	}
+	if strings.TrimSpace(id) == "" {
+		return nil, fmt.Errorf("task ID: missing: %w", ErrBadPayload)
+	}
+	payload, err := json.Marshal(n)
+	if err != nil {
+		return nil, fmt.Errorf("jobs: encode notification: %w", err)
+	}
+	if len(payload) > MaxPayloadLen {
+		return nil, fmt.Errorf("payload of %d bytes, more than %d: %w", len(payload), MaxPayloadLen, ErrBadPayload)
+	}
+	opts = append([]asynq.Option{asynq.TaskID(id), asynq.MaxRetry(DefaultMaxRetry)}, opts...)
+	return asynq.NewTask(TypeNotify, payload, opts...), nil
+}
+
+// DefaultMaxRetry is the retry budget of real delivery failures (5xx,
+// timeouts). Deferrals by the throttle never use it.
+const DefaultMaxRetry = 25

@@ -1,0 +1,37 @@
+package jobs
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestDecodeRejectsMalformedPayloads(t *testing.T) {
+	tests := []struct {
+		name, payload, want string
+	}{
+		{"not JSON", `hello`, "payload is not a notification: invalid character 'h' looking for beginning of value: bad notification"},
+		{"no recipient", `{"policy":"p","provider":"x","template":"t"}`, "recipient: missing: bad notification"},
+		{"unknown field", `{"recipient":"a","policy":"p","provider":"x","template":"t","colour":1}`, `payload is not a notification: json: unknown field "colour": bad notification`},
+		{"trailing data", `{"recipient":"a","policy":"p","provider":"x","template":"t"} {}`, "payload has data after the notification: bad notification"},
+		{"long recipient", `{"recipient":"` + strings.Repeat("a", MaxRecipientLen+1) + `","policy":"p","provider":"x","template":"t"}`, "recipient: 257 bytes, longer than 256: bad notification"},
+		{"too big", `{"recipient":"a","data":"` + strings.Repeat("x", MaxPayloadLen) + `"}`, "payload of 65563 bytes, more than 65536: bad notification"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Decode([]byte(tc.payload))
+			if err == nil || err.Error() != tc.want || !errors.Is(err, ErrBadPayload) {
+				t.Errorf("got  %v\nwant %s", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestTaskIDFromIdempotencyKey(t *testing.T) {
+	if TaskID("order-42") != TaskID("order-42") {
+		t.Error("the same idempotency key gave two task IDs")
+	}
+	if TaskID("order-42") == TaskID("order-43") || TaskID("") == TaskID("") {
+		t.Error("different notifications share a task ID")
+	}
+}

@@ -1,0 +1,75 @@
+package jobs
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// WebhookProvider POSTs each message as JSON {id, recipient, template, data}
+// to a URL, with the task ID as its Idempotency-Key header.
+type WebhookProvider struct {
+	Name    string
+	URL     string
+	Headers map[string]string
+	Client  *http.Client // its Timeout bounds each send
+}
+
+// NewWebhookProvider returns a webhook provider with a per-send timeout.
+func NewWebhookProvider(name, url string, timeout time.Duration, headers map[string]string) *WebhookProvider {
+	return &WebhookProvider{Name: name, URL: url, Headers: headers, Client: &http.Client{Timeout: timeout}}
+}
+
+// Send posts m. 2xx: sent. 429: Pause for its Retry-After (1s if absent).
+// 5xx, a timeout or a network error: Retry. Any other status: Reject, with
+// the start of the response as the reason.
+func (p *WebhookProvider) Send(ctx context.Context, m Message) error {
+	body, err := json.Marshal(m)
+	if err != nil {
+		return sendErrorf(Reject, 0, "webhook %s: encode: %v", p.Name, err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.URL, bytes.NewReader(body))
+	if err != nil {
+		return sendErrorf(Reject, 0, "webhook %s: %v", p.Name, err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", m.ID)
+	for k, v := range p.Headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := p.Client.Do(req)
+	if err != nil {
+		return fmt.Errorf("webhook %s: %w", p.Name, err)
+	}
+	defer resp.Body.Close()
+	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20)) // reuse the connection
+	switch s := resp.StatusCode; {
+	case s >= 200 && s < 300:
+		return nil
+	case s == http.StatusTooManyRequests:
+		after := retryAfter(resp.Header.Get("Retry-After"), time.Now())
+		return sendErrorf(Pause, after, "webhook %s: 429 Too Many Requests, retry after %s", p.Name, after)
+	case s >= 500:
+		return fmt.Errorf("webhook %s: %s: %s", p.Name, resp.Status, bytes.TrimSpace(snippet))
+	default:
+		return sendErrorf(Reject, 0, "webhook %s: %s: %s", p.Name, resp.Status, bytes.TrimSpace(snippet))
+	}
+}
+
+// retryAfter reads a Retry-After header: seconds or an HTTP date; 1s when
+// absent or unreadable, never more than a day.
+func retryAfter(h string, now time.Time) time.Duration {
+	d := time.Second
+	if n, err := strconv.Atoi(h); err == nil && n >= 0 {
+		d = time.Duration(n) * time.Second
+	} else if t, err := http.ParseTime(h); err == nil {
+		d = t.Sub(now)
+	}
+	return min(max(d, time.Second), 24*time.Hour)
+}
