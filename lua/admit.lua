@@ -13,11 +13,14 @@
 -- moment, so a repeated call returns the same moment.
 --
 -- Returns {allowed (1/0), now_us, delay_us, binding take (1-based, 0: none),
---          remaining, repeated (1/0), binding window of a quota (1-based, 0)}
+--          remaining, repeated (1/0), binding window of a quota (1-based, 0),
+--          fresh}
 -- where delay_us is, if allowed, the wait until the reserved moment (0: now)
 -- and, if denied, the wait until every take would pass; the binding take is
 -- the one that sets that wait; remaining is the least capacity left over the
--- takes; repeated says every take already held this task.
+-- takes; repeated says every take already held this task; fresh has one
+-- character per take, '1' where this call consumed it (so a caller undoing
+-- this call undoes only those, never what the task already held).
 
 local id, maxwait, remember = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local now = now_us()
@@ -45,11 +48,13 @@ if remaining < 0 or remaining == math.huge then remaining = 0 end
 if denied then
   local window = 0
   if binding > 0 then window = takes[binding].window or 0 end
-  return {0, now, delay, binding, remaining, 0, window}
+  return {0, now, delay, binding, remaining, 0, window, string.rep('0', #takes)}
 end
 
 local at = now + delay
-for _, t in ipairs(takes) do
+local fresh = {}
+for i, t in ipairs(takes) do
+  fresh[i] = t.repeated and '0' or '1'
   if not t.repeated then
     if t.kind == 'q' then
       quota_commit(t, id, now, at)
@@ -61,4 +66,4 @@ for _, t in ipairs(takes) do
   end
 end
 if delay == 0 then binding = 0 end
-return {1, now, delay, binding, remaining, repeated and 1 or 0, 0}
+return {1, now, delay, binding, remaining, repeated and 1 or 0, 0, table.concat(fresh)}

@@ -14,7 +14,7 @@ local undone = 0
 for _, t in ipairs(parse()) do
   local done
   if t.kind == 'q' then
-    done = quota_undo(t, id)
+    done = quota_undo(t, id, now)
   elseif t.kind == 'b' then
     done = bucket_undo(t, id, now)
   else

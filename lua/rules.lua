@@ -36,6 +36,16 @@ local function ceil_ms(us)
   return num(ms)
 end
 
+-- extend makes key live at least ceil_ms(us) from now, never shorter than it
+-- already does: a plain admission must not cut short a key that holds an
+-- entry reserved further ahead. (PEXPIRE GT would skip a key with no TTL yet.)
+local function extend(key, us)
+  local ms = ceil_ms(us)
+  if redis.call('PTTL', key) < tonumber(ms) then
+    redis.call('PEXPIRE', key, ms)
+  end
+end
+
 -- parse reads the takes from ARGV[4..] and KEYS.
 local function parse()
   local takes, ai, ki = {}, 5, 1
@@ -112,11 +122,18 @@ local function quota_commit(t, id, now, at)
     args[2 * i] = m[i]
   end
   redis.call('ZADD', t.key, unpack(args))
-  redis.call('PEXPIRE', t.key, ceil_ms(at - now + t.longest))
+  extend(t.key, at - now + t.longest)
 end
 
-local function quota_undo(t, id)
-  return redis.call('ZREM', t.key, unpack(members(id, t.cost))) > 0
+-- quota_undo removes the task's entries and sets the key's life back to
+-- what the remaining entries need (an emptied set is gone on its own).
+local function quota_undo(t, id, now)
+  if redis.call('ZREM', t.key, unpack(members(id, t.cost))) == 0 then return false end
+  local last = redis.call('ZRANGE', t.key, -1, -1, 'WITHSCORES')
+  if last[2] then
+    redis.call('PEXPIRE', t.key, ceil_ms(tonumber(last[2]) - now + t.longest))
+  end
+  return true
 end
 
 -- Token bucket. The state hash holds tokens (t, may be negative while
@@ -135,6 +152,10 @@ local function bucket_tokens(t, now)
 end
 
 local function bucket_store(t, now, tokens)
+  if tokens >= t.burst then
+    redis.call('DEL', t.key)
+    return
+  end
   redis.call('HSET', t.key, 't', num(tokens), 'u', num(now))
   redis.call('PEXPIRE', t.key, ceil_ms((t.burst - tokens) * 1e6 / t.rate))
 end
@@ -161,7 +182,7 @@ end
 local function bucket_commit(t, id, now, at, remember)
   bucket_store(t, now, t.tokens - t.cost)
   redis.call('ZADD', t.ledger, num(at), id)
-  redis.call('PEXPIRE', t.ledger, ceil_ms(at - now + remember))
+  extend(t.ledger, at - now + remember)
 end
 
 local function bucket_undo(t, id, now)
@@ -172,13 +193,14 @@ local function bucket_undo(t, id, now)
 end
 
 -- Fixed-window counter: windows are aligned to the epoch. The hash holds the
--- window start (w), the count (n) and one field per task ID in the window
--- ('i:' .. id, so no ID can be mistaken for w or n).
+-- window start (w), the count (n) and, per task ID counted in the window,
+-- its cost ('i:' .. id, so no ID can be mistaken for w or n). fixed_state
+-- returns the window start, its count, and this task's cost or nil.
 local function fixed_state(t, id, now)
   local start = now - now % t.per
   local st = redis.call('HMGET', t.key, 'w', 'n', 'i:' .. id)
   if tonumber(st[1]) ~= start then return start, 0, false end
-  return start, tonumber(st[2]) or 0, st[3] ~= false
+  return start, tonumber(st[2]) or 0, tonumber(st[3])
 end
 
 local function fixed_check(t, id, now)
@@ -200,10 +222,15 @@ local function fixed_commit(t, id, now)
   redis.call('PEXPIRE', t.key, ceil_ms(t.start + t.per - now))
 end
 
+-- fixed_undo gives back the cost the task was counted with.
 local function fixed_undo(t, id, now)
   local start, n, mine = fixed_state(t, id, now)
   if not mine then return false end
-  redis.call('HSET', t.key, 'n', num(n - t.cost))
-  redis.call('HDEL', t.key, 'i:' .. id)
+  if n - mine <= 0 then
+    redis.call('DEL', t.key)
+  else
+    redis.call('HSET', t.key, 'n', num(n - mine))
+    redis.call('HDEL', t.key, 'i:' .. id)
+  end
   return true
 end

@@ -132,23 +132,39 @@ type groupResult struct {
 	delay             int64 // µs
 	binding, window   int   // 1-based within the group, 0: none
 	remaining         int64
+	fresh             string // per take of the group: '1' if this call consumed it
 }
 
 func parseGroup(v any) (groupResult, error) {
 	a, ok := v.([]any)
-	if !ok || len(a) != 7 {
+	if !ok || len(a) != 8 {
 		return groupResult{}, fmt.Errorf("throttle: unexpected script reply %v", v)
 	}
-	n := make([]int64, len(a))
-	for i, x := range a {
+	fresh, ok := a[7].(string)
+	if !ok {
+		return groupResult{}, fmt.Errorf("throttle: unexpected script reply %v", v)
+	}
+	n := make([]int64, 7)
+	for i, x := range a[:7] {
 		if n[i], ok = x.(int64); !ok {
 			return groupResult{}, fmt.Errorf("throttle: unexpected script reply %v", v)
 		}
 	}
 	return groupResult{
 		allowed: n[0] == 1, now: n[1], delay: n[2], binding: int(n[3]),
-		remaining: n[4], repeated: n[5] == 1, window: int(n[6]),
+		remaining: n[4], repeated: n[5] == 1, window: int(n[6]), fresh: fresh,
 	}, nil
+}
+
+// freshTakes returns the part of group g that this call consumed.
+func (g groupResult) freshTakes(gr group) group {
+	var out group
+	for i, t := range gr.takes {
+		if i < len(g.fresh) && g.fresh[i] == '1' {
+			out.takes = append(out.takes, t)
+		}
+	}
+	return out
 }
 
 // merge folds one group's result into the request's decision. The first

@@ -145,7 +145,11 @@ func (l *Limiter) AdmitBatch(ctx context.Context, rs []Request) ([]Decision, err
 		plans[i] = l.plan(r)
 	}
 	ds := make([]Decision, len(rs))
-	admitted := make([]int, len(rs)) // groups of rs[i] admitted so far
+	admitted := make([]int, len(rs))     // groups of rs[i] admitted so far
+	consumed := make([][]group, len(rs)) // what this call consumed in them
+	undo := func(match func(int) bool) {
+		l.compensate(ctx, rs, consumed, match)
+	}
 	for phase := 0; ; phase++ {
 		var calls []call
 		var who []int
@@ -160,36 +164,41 @@ func (l *Limiter) AdmitBatch(ctx context.Context, rs []Request) ([]Decision, err
 		}
 		res, err := l.eval(ctx, l.admit, calls)
 		if err != nil {
-			l.compensate(ctx, rs, plans, admitted, func(i int) bool { return admitted[i] < len(plans[i]) })
+			undo(func(i int) bool { return admitted[i] < len(plans[i]) })
 			return nil, fmt.Errorf("throttle: admit: %w", err)
 		}
 		for k, i := range who {
 			g, err := parseGroup(res[k])
 			if err != nil {
+				undo(func(i int) bool { return admitted[i] < len(plans[i]) })
 				return nil, err
 			}
 			merge(&ds[i], g, rs[i], plans[i][phase], phase)
 			if g.allowed {
 				admitted[i]++
+				consumed[i] = append(consumed[i], g.freshTakes(plans[i][phase]))
 			}
 		}
 	}
-	l.compensate(ctx, rs, plans, admitted, func(i int) bool { return !ds[i].Allowed })
+	undo(func(i int) bool { return !ds[i].Allowed })
 	return ds, nil
 }
 
-// compensate releases the groups already admitted for the requests that
-// match, so that a request denied (or failed) part way leaves nothing behind.
-// It is best effort: if it fails, the entries stay until the task is admitted
-// again (which finds them its own) or they expire.
-func (l *Limiter) compensate(ctx context.Context, rs []Request, plans [][]group, admitted []int, match func(int) bool) {
+// compensate releases what this call consumed for the requests that match,
+// so that a request denied (or failed) part way leaves nothing behind, and
+// what a task held before (a redelivery) stays held. It is best effort: if
+// it fails, the entries stay until the task is admitted again (which finds
+// them its own) or they expire.
+func (l *Limiter) compensate(ctx context.Context, rs []Request, consumed [][]group, match func(int) bool) {
 	var calls []call
 	for i, r := range rs {
 		if !match(i) {
 			continue
 		}
-		for _, g := range plans[i][:admitted[i]] {
-			calls = append(calls, l.call(r, g))
+		for _, g := range consumed[i] {
+			if len(g.takes) > 0 {
+				calls = append(calls, l.call(r, g))
+			}
 		}
 	}
 	if len(calls) > 0 {

@@ -3,7 +3,6 @@ package throttle
 import (
 	"errors"
 	"fmt"
-	"math"
 	"regexp"
 	"strconv"
 	"strings"
@@ -33,6 +32,21 @@ type Rule interface {
 	appendArgs(dst []any, cost int) []any
 }
 
+// Bounds on rules, so that every number the scripts compute stays exact in
+// a double and every TTL fits Redis.
+const (
+	// MaxLimit is the largest limit or burst a rule may have.
+	MaxLimit = 1_000_000_000
+	// MaxPer is the longest window, and the longest time a bucket may take
+	// to fill: ten years.
+	MaxPer = 10 * 365 * 24 * time.Hour
+	// MaxQuotaCost is the largest cost of one quota take: each unit is a
+	// sorted-set member.
+	MaxQuotaCost = 1000
+	// MinRate and MaxRate bound a bucket's tokens per second.
+	MinRate, MaxRate = 1e-6, 1e9
+)
+
 var ruleName = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
 
 func checkName(kind, name string) error {
@@ -44,8 +58,16 @@ func checkName(kind, name string) error {
 
 // checkPer rejects windows the scripts cannot count in (they work in µs).
 func checkPer(where string, per time.Duration) error {
-	if per < time.Millisecond {
-		return fmt.Errorf("throttle: %s: window must be at least 1ms (got %s): %w", where, per, ErrInvalidRule)
+	if per < time.Millisecond || per > MaxPer {
+		return fmt.Errorf("throttle: %s: window must be from 1ms to %s (got %s): %w", where, formatDuration(MaxPer), per, ErrInvalidRule)
+	}
+	return nil
+}
+
+// checkLimit rejects limits and bursts below 1 or above MaxLimit.
+func checkLimit(where, what string, n int) error {
+	if n < 1 || n > MaxLimit {
+		return fmt.Errorf("throttle: %s: %s must be from 1 to %d (got %d): %w", where, what, MaxLimit, n, ErrInvalidRule)
 	}
 	return nil
 }
@@ -69,7 +91,7 @@ type Quota struct {
 }
 
 // NewQuota returns a quota with the given windows. It fails if there is no
-// window, a limit is below 1 or a window is shorter than 1ms.
+// window, a limit is outside [1, MaxLimit] or a window outside [1ms, MaxPer].
 func NewQuota(name string, windows ...Window) (*Quota, error) {
 	if err := checkName("quota", name); err != nil {
 		return nil, err
@@ -81,8 +103,8 @@ func NewQuota(name string, windows ...Window) (*Quota, error) {
 	q.args = []any{strconv.Itoa(len(windows))}
 	for i, w := range windows {
 		where := fmt.Sprintf("quota %s: window %d (%s)", name, i+1, w)
-		if w.Limit < 1 {
-			return nil, fmt.Errorf("throttle: %s: limit must be at least 1 (got %d): %w", where, w.Limit, ErrInvalidRule)
+		if err := checkLimit(where, "limit", w.Limit); err != nil {
+			return nil, err
 		}
 		if err := checkPer(where, w.Per); err != nil {
 			return nil, err
@@ -98,9 +120,9 @@ func (q *Quota) Name() string { return q.name }
 // Windows returns a copy of the quota's windows.
 func (q *Quota) Windows() []Window { return append([]Window(nil), q.windows...) }
 
-// MaxCost returns the smallest window limit.
+// MaxCost returns the smallest window limit, or MaxQuotaCost if that is less.
 func (q *Quota) MaxCost() int {
-	m := math.MaxInt
+	m := MaxQuotaCost
 	for _, w := range q.windows {
 		m = min(m, w.Limit)
 	}
@@ -137,16 +159,20 @@ type Bucket struct {
 
 // NewBucket returns a bucket refilled at rate tokens per second (fractions
 // such as 0.2 allowed) holding at most burst tokens. It fails unless rate is
-// positive and finite and burst is at least 1.
+// within [MinRate, MaxRate], burst within [1, MaxLimit] and the bucket fills
+// within MaxPer.
 func NewBucket(name string, rate float64, burst int) (*Bucket, error) {
 	if err := checkName("bucket", name); err != nil {
 		return nil, err
 	}
-	if !(rate > 0) || math.IsInf(rate, 0) {
-		return nil, fmt.Errorf("throttle: bucket %s: rate must be a positive number of tokens per second (got %v): %w", name, rate, ErrInvalidRule)
+	if !(rate >= MinRate && rate <= MaxRate) {
+		return nil, fmt.Errorf("throttle: bucket %s: rate must be from %g to %g tokens per second (got %v): %w", name, MinRate, MaxRate, rate, ErrInvalidRule)
 	}
-	if burst < 1 {
-		return nil, fmt.Errorf("throttle: bucket %s: burst must be at least 1 (got %d): %w", name, burst, ErrInvalidRule)
+	if err := checkLimit("bucket "+name, "burst", burst); err != nil {
+		return nil, err
+	}
+	if fill := float64(burst) / rate; fill > MaxPer.Seconds() {
+		return nil, fmt.Errorf("throttle: bucket %s: burst %d at %v/s takes longer than %s to fill: %w", name, burst, rate, formatDuration(MaxPer), ErrInvalidRule)
 	}
 	b := &Bucket{name: name, rate: rate, burst: burst}
 	b.args = []any{strconv.FormatFloat(rate, 'g', -1, 64), strconv.Itoa(burst)}
@@ -190,14 +216,14 @@ type FixedWindow struct {
 	args  []any
 }
 
-// NewFixedWindow returns a fixed-window counter. It fails unless limit is at
-// least 1 and per at least 1ms.
+// NewFixedWindow returns a fixed-window counter. It fails unless limit is
+// within [1, MaxLimit] and per within [1ms, MaxPer].
 func NewFixedWindow(name string, limit int, per time.Duration) (*FixedWindow, error) {
 	if err := checkName("fixed window", name); err != nil {
 		return nil, err
 	}
-	if limit < 1 {
-		return nil, fmt.Errorf("throttle: fixed window %s: limit must be at least 1 (got %d): %w", name, limit, ErrInvalidRule)
+	if err := checkLimit("fixed window "+name, "limit", limit); err != nil {
+		return nil, err
 	}
 	if err := checkPer("fixed window "+name, per); err != nil {
 		return nil, err

@@ -1,0 +1,437 @@
+package throttle
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/notify-throttle/throttler/internal/redistest"
+)
+
+// TestDifferential replays random admissions and releases against a real
+// redis-server through the Limiter and against model, and requires the same
+// outcome from both. The model is run at the time Redis used (Decision.Now,
+// the release's TIME), so both sides compute from the same µs and must agree
+// exactly, Delay included: a 1ms slack would hide µs slips such as a floor
+// for a ceil in a reservation or an off-by-one window end (both tried).
+//
+// The seed is logged; THROTTLE_DIFF_SEED=<seed> replays the same operations
+// and sleeps (Redis's clock, and so the outcomes, still differ from run to
+// run), THROTTLE_DIFF_OPS=<n> sets how many operations.
+//
+// Expiry boundary: Redis drops a key once its ms clock is past the PEXPIRE
+// deadline (now > when, db.c keyIsExpired), not at it; the model does the
+// same. The ms clocks Redis uses (script start, PEXPIRE time) are a few µs
+// from TIME, so a key expiring in exactly the ms that TIME crosses could be
+// judged differently. That is invisible but for a shortened key (below):
+// every other key expires only after all in it has stopped counting anyway
+// (a full bucket, entries out of every window), which is also why judging
+// expiry with >= instead of > passes here just as well.
+//
+// No key may expire while an entry in it still counts: the model counts any
+// such loss (model.lost) and the test fails on it. (It once happened: a plain
+// admission set the quota's PEXPIRE from its own moment and cut short an
+// entry reserved further ahead; rules.lua's extend now only lengthens.)
+func TestDifferential(t *testing.T) {
+	seed := diffEnv(t, "THROTTLE_DIFF_SEED", rand.Uint64())
+	ops := 3000
+	if testing.Short() {
+		ops = 500
+	}
+	ops = int(diffEnv(t, "THROTTLE_DIFF_OPS", uint64(ops)))
+	t.Logf("seed %d (rerun with THROTTLE_DIFF_SEED=%d), %d ops", seed, seed, ops)
+
+	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	// At least 1s (Options' minimum) and short enough that ledgers forget IDs
+	// within a run.
+	remember := time.Second + time.Duration(rng.Int64N(int64(time.Second)))
+	rdb := redistest.Start(t).Client(t)
+	l, err := New(rdb, Options{Remember: remember})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &differ{
+		t: t, rng: rng, seed: seed, l: l, rdb: rdb, m: newModel(), remember: remember,
+		recipients: []string{"alice", "bob@example.com", "+15550100", "carol{x}", "dave:1", "éva"},
+		providers:  []string{"sms-gw", "mail gw"},
+		last:       map[string]Request{},
+	}
+	d.rules = []Rule{d.newQuota("q1"), d.newQuota("q2"), d.newBucket("b1"), d.newBucket("b2"), d.newFixed("f1")}
+	for _, r := range d.rules {
+		t.Logf("%s %s: %s", kindName(r), r.Name(), r)
+	}
+	t.Logf("remember %s", remember)
+
+	start := time.Now()
+	var retry *Request
+	for op := 0; op < ops; op++ {
+		if d.rng.IntN(200) == 0 {
+			d.changeRule()
+		}
+		switch p := d.rng.Float64(); {
+		case retry != nil:
+			// Retried once the denial's delay has passed: just after a window
+			// edge or the moment the tokens are there.
+			d.admit(op, []Request{*retry})
+			retry = nil
+		case p < 0.10 && len(d.ids) > 0:
+			d.release(op, d.last[d.earlierID(0.8)])
+		case p < 0.17:
+			rs := make([]Request, 2+d.rng.IntN(3))
+			for i := range rs {
+				rs[i] = d.request()
+			}
+			d.admit(op, rs)
+		default:
+			r := d.request()
+			if dec := d.admit(op, []Request{r}); !dec.Allowed && dec.Delay <= 150*time.Millisecond && d.rng.IntN(10) == 0 {
+				d.stats.retries++
+				time.Sleep(dec.Delay)
+				retry = &r
+				continue
+			}
+		}
+		d.pause()
+	}
+
+	s := d.stats
+	t.Logf("%d ops in %s: %d admissions (%d in %d batches), %d allowed (%d reserved ahead, %d repeated), %d denied; "+
+		"%d releases undid %d takes (%d undid nothing); %d rule changes, %d retries at the delay",
+		ops, time.Since(start).Round(time.Millisecond), s.admits, s.batched, s.batches, s.allowed, s.reserved, s.repeated,
+		s.denied, s.releases, s.releasedTakes, s.emptyReleases, s.ruleChanges, s.retries)
+	if d.m.lost["q"]+d.m.lost["l"] > 0 {
+		t.Errorf("entries lost to a shortened expiry while they still counted: %d quota, %d ledger (seed %d)", d.m.lost["q"], d.m.lost["l"], seed)
+	}
+}
+
+// differ drives one differential run.
+type differ struct {
+	t        *testing.T
+	rng      *rand.Rand
+	seed     uint64
+	l        *Limiter
+	rdb      *redis.Client
+	m        *model
+	remember time.Duration
+
+	recipients, providers []string
+	rules                 []Rule             // q1 q2 b1 b2 f1, replaced now and then
+	ids                   []string           // task IDs in order of first use
+	admitted              []string           // IDs as they were allowed (with repeats)
+	last                  map[string]Request // each ID's latest request
+	history               []string           // the latest operations, for failure messages
+	stats                 struct {
+		admits, batched, batches, allowed, reserved, repeated, denied int
+		releases, releasedTakes, emptyReleases                        int
+		ruleChanges, retries                                          int
+	}
+}
+
+func diffEnv(t *testing.T, name string, def uint64) uint64 {
+	t.Helper()
+	s := os.Getenv(name)
+	if s == "" {
+		return def
+	}
+	v, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		t.Fatalf("%s=%q: %v", name, s, err)
+	}
+	return v
+}
+
+func (d *differ) between(lo, hi time.Duration) time.Duration {
+	return lo + time.Duration(d.rng.Int64N(int64(hi-lo)+1))
+}
+
+func (d *differ) newQuota(name string) *Quota {
+	ws := make([]Window, 1+d.rng.IntN(3))
+	for i := range ws {
+		ws[i] = Window{Limit: 1 + d.rng.IntN(5), Per: d.between(20*time.Millisecond, 1500*time.Millisecond).Truncate(time.Microsecond)}
+	}
+	return mustQuota(d.t, name, ws...)
+}
+
+func (d *differ) newBucket(name string) *Bucket {
+	rate := math.Exp(math.Log(0.5) + d.rng.Float64()*math.Log(10000)) // 0.5 to 5000, any float
+	if d.rng.IntN(2) == 0 {
+		rates := []float64{0.5, 1, 2.5, 7.5, 33.3, 100, 1000, 5000}
+		rate = rates[d.rng.IntN(len(rates))]
+	}
+	return mustBucket(d.t, name, rate, 1+d.rng.IntN(20))
+}
+
+func (d *differ) newFixed(name string) *FixedWindow {
+	return mustFixed(d.t, name, 1+d.rng.IntN(10), d.between(50*time.Millisecond, 500*time.Millisecond).Truncate(time.Millisecond))
+}
+
+// changeRule replaces a rule by one of the same kind and name with new
+// limits: the history in Redis must be judged by the new ones at once.
+// Earlier requests repeated later still carry the old rule.
+func (d *differ) changeRule() {
+	i := d.rng.IntN(len(d.rules))
+	switch r := d.rules[i].(type) {
+	case *Quota:
+		d.rules[i] = d.newQuota(r.Name())
+	case *Bucket:
+		d.rules[i] = d.newBucket(r.Name())
+	case *FixedWindow:
+		d.rules[i] = d.newFixed(r.Name())
+	}
+	d.stats.ruleChanges++
+	d.note(fmt.Sprintf("rule %s is now %s", d.rules[i].Name(), d.rules[i]))
+}
+
+// earlierID picks a used task ID, mostly a recent one, with probability
+// admitted one whose latest admission was allowed (what a worker releases or
+// gets redelivered).
+func (d *differ) earlierID(admitted float64) string {
+	ids := d.ids
+	if len(d.admitted) > 0 && d.rng.Float64() < admitted {
+		ids = d.admitted
+	}
+	if n := len(ids); n > 20 && d.rng.IntN(10) < 7 {
+		return ids[n-1-d.rng.IntN(20)]
+	}
+	return ids[d.rng.IntN(len(ids))]
+}
+
+func (d *differ) newID() string {
+	n := len(d.ids)
+	id := fmt.Sprintf("task-%d", n)
+	switch n % 7 {
+	case 3:
+		id = fmt.Sprintf("tâche %d", n) // UTF-8 and a space
+	case 5:
+		id = fmt.Sprintf("w:{%d}", n) // what a key or a hash field could trip over
+	}
+	d.ids = append(d.ids, id)
+	return id
+}
+
+func (d *differ) maxWait() time.Duration {
+	if d.rng.IntN(2) == 0 {
+		return 0
+	}
+	return d.between(time.Microsecond, 300*time.Millisecond) // ns: the engine sends whole µs
+}
+
+// request returns a new task, the same task again (a redelivery), or an
+// earlier ID with other takes (some of which it may already hold), and
+// records it as its ID's latest.
+func (d *differ) request() Request {
+	r := d.pick()
+	d.last[r.ID] = r
+	return r
+}
+
+func (d *differ) pick() Request {
+	if len(d.ids) > 0 && d.rng.IntN(100) < 15 {
+		id := d.earlierID(0.5)
+		if d.rng.IntN(5) > 0 {
+			r := d.last[id]
+			if d.rng.IntN(5) == 0 {
+				r.MaxWait = d.maxWait()
+			}
+			return r
+		}
+		return d.newRequest(id)
+	}
+	return d.newRequest(d.newID())
+}
+
+func (d *differ) newRequest(id string) Request {
+	r := Request{ID: id, MaxWait: d.maxWait()}
+	type use struct{ rule, key string }
+	used := map[use]bool{}
+	for n := 1 + d.rng.IntN(3); len(r.Takes) < n; {
+		rule := d.rules[d.rng.IntN(len(d.rules))]
+		key := d.recipients[d.rng.IntN(len(d.recipients))]
+		if _, ok := rule.(*Bucket); ok {
+			key = d.providers[d.rng.IntN(len(d.providers))]
+		}
+		if used[use{rule.Name(), key}] {
+			continue
+		}
+		used[use{rule.Name(), key}] = true
+		cost := 0 // the default, 1
+		if d.rng.IntN(5) < 2 {
+			cost = 1 + d.rng.IntN(rule.MaxCost())
+		}
+		r.Takes = append(r.Takes, Take{Rule: rule, Key: key, Cost: cost})
+	}
+	return r
+}
+
+// pause lets time pass: often a little, now and then enough for windows to
+// roll over and buckets to refill.
+func (d *differ) pause() {
+	switch p := d.rng.Float64(); {
+	case p < 0.012:
+		time.Sleep(d.between(100*time.Millisecond, 600*time.Millisecond))
+	case p < 0.40:
+		time.Sleep(d.between(0, 15*time.Millisecond))
+	}
+}
+
+// admit admits rs through the Limiter (one Admit, or AdmitBatch for several)
+// and checks every decision against the model's. It returns the last one.
+func (d *differ) admit(op int, rs []Request) Decision {
+	d.t.Helper()
+	var got []Decision
+	if len(rs) == 1 {
+		dec, err := d.l.Admit(d.t.Context(), rs[0])
+		if err != nil {
+			d.t.Fatalf("op %d: Admit(%s): %v", op, describeRequest(rs[0]), err)
+		}
+		got = []Decision{dec}
+	} else {
+		var err error
+		if got, err = d.l.AdmitBatch(d.t.Context(), rs); err != nil {
+			d.t.Fatalf("op %d: AdmitBatch: %v", op, err)
+		}
+		d.stats.batches++
+		d.stats.batched += len(rs)
+	}
+	for k, r := range rs {
+		want := d.m.admit(r, got[k].Now.UnixMicro(), d.remember.Microseconds())
+		what := fmt.Sprintf("op %d: admit %s", op, describeRequest(r))
+		if len(rs) > 1 {
+			what = fmt.Sprintf("op %d (batch %d/%d): admit %s", op, k+1, len(rs), describeRequest(r))
+		}
+		if diff := diffDecision(want, got[k]); diff != "" {
+			d.fail(what, r, got[k].Now.UnixMicro(), diff)
+		}
+		d.note(fmt.Sprintf("%s -> %s", what, describeDecision(got[k])))
+		if got[k].Allowed {
+			d.admitted = append(d.admitted, r.ID)
+		}
+		d.count(got[k])
+	}
+	return got[len(got)-1]
+}
+
+func (d *differ) count(dec Decision) {
+	d.stats.admits++
+	switch {
+	case !dec.Allowed:
+		d.stats.denied++
+	case dec.Repeated:
+		d.stats.allowed++
+		d.stats.repeated++
+	default:
+		d.stats.allowed++
+		if dec.Delay > 0 {
+			d.stats.reserved++
+		}
+	}
+}
+
+func (d *differ) release(op int, r Request) {
+	d.t.Helper()
+	got, now, err := d.l.release1(d.t.Context(), r)
+	if err != nil {
+		d.t.Fatalf("op %d: release %s: %v", op, describeRequest(r), err)
+	}
+	want := d.m.release(r, now.UnixMicro())
+	what := fmt.Sprintf("op %d: release %s", op, describeRequest(r))
+	if got != want {
+		d.fail(what, r, now.UnixMicro(), fmt.Sprintf("\t-undone: %d\n\t+undone: %d\n", want, got))
+	}
+	d.note(fmt.Sprintf("%s -> %d undone at %d", what, got, now.UnixMicro()))
+	d.stats.releases++
+	d.stats.releasedTakes += got
+	if got == 0 {
+		d.stats.emptyReleases++
+	}
+}
+
+// diffDecision lists the fields that differ, in (-want +got) style.
+func diffDecision(want, got Decision) string {
+	var b strings.Builder
+	field := func(name string, w, g any, same bool) {
+		if !same {
+			fmt.Fprintf(&b, "\t-%s: %v\n\t+%s: %v\n", name, w, name, g)
+		}
+	}
+	field("Allowed", want.Allowed, got.Allowed, want.Allowed == got.Allowed)
+	field("Delay", want.Delay, got.Delay, want.Delay == got.Delay)
+	field("Take", want.Take, got.Take, want.Take == got.Take)
+	field("Key", want.Key, got.Key, want.Key == got.Key)
+	field("Limit", want.Limit, got.Limit, want.Limit == got.Limit)
+	field("Remaining", want.Remaining, got.Remaining, want.Remaining == got.Remaining)
+	field("Repeated", want.Repeated, got.Repeated, want.Repeated == got.Repeated)
+	return b.String()
+}
+
+func (d *differ) note(s string) {
+	const keep = 15
+	if len(d.history) == keep {
+		d.history = d.history[1:]
+	}
+	d.history = append(d.history, s)
+}
+
+func (d *differ) fail(what string, r Request, nowUS int64, diff string) {
+	d.t.Helper()
+	d.t.Fatalf("%s at %d µs: mismatch (-want model +got redis):\n%s\nmodel after it:\n%sredis after it:\n%slatest operations before it:\n  %s\nseed %d: rerun with THROTTLE_DIFF_SEED=%d",
+		what, nowUS, diff, d.m.dump(r, nowUS), d.redisDump(r), strings.Join(d.history, "\n  "), d.seed, d.seed)
+}
+
+// redisDump describes what Redis holds for r's takes.
+func (d *differ) redisDump(r Request) string {
+	ctx := context.WithoutCancel(d.t.Context())
+	var b strings.Builder
+	for _, tk := range r.Takes {
+		tag := subjectTag(DefaultPrefix, tk.Key)
+		var keys []string
+		switch tk.Rule.(type) {
+		case *Quota:
+			keys = []string{quotaKey(tag, tk.Rule.Name())}
+		case *Bucket:
+			keys = []string{bucketKey(tag, tk.Rule.Name()), ledgerKey(tag, tk.Rule.Name())}
+		case *FixedWindow:
+			keys = []string{fixedKey(tag, tk.Rule.Name())}
+		}
+		for _, k := range keys {
+			fmt.Fprintf(&b, "  %s: pttl %s ", k, d.rdb.PTTL(ctx, k).Val())
+			switch d.rdb.Type(ctx, k).Val() {
+			case "zset":
+				fmt.Fprintf(&b, "z%v", d.rdb.ZRangeWithScores(ctx, k, 0, -1).Val())
+			case "hash":
+				fmt.Fprintf(&b, "h%v", d.rdb.HGetAll(ctx, k).Val())
+			default:
+				b.WriteString("absent")
+			}
+			b.WriteString("\n")
+		}
+	}
+	return b.String()
+}
+
+// describeRequest shows a request in failure messages and the operation log.
+func describeRequest(r Request) string {
+	parts := make([]string, len(r.Takes))
+	for i, t := range r.Takes {
+		parts[i] = fmt.Sprintf("%s %s (%s) @%q ×%d", kindName(t.Rule), t.Rule.Name(), t.Rule, t.Key, t.cost())
+	}
+	return fmt.Sprintf("{ID %q, MaxWait %s, Takes [%s]}", r.ID, r.MaxWait, strings.Join(parts, "; "))
+}
+
+// describeDecision shows a decision in the operation log.
+func describeDecision(d Decision) string {
+	verdict := "denied"
+	if d.Allowed {
+		verdict = "allowed"
+	}
+	return fmt.Sprintf("%s delay=%s take=%d limit=%q remaining=%d repeated=%v now=%d",
+		verdict, d.Delay, d.Take, d.Limit, d.Remaining, d.Repeated, d.Now.UnixMicro())
+}

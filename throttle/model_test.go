@@ -1,0 +1,558 @@
+package throttle
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+)
+
+// model is a pure-Go reference of lua/rules.lua, admit.lua and release.lua:
+// the same steps in the same order on float64 (Lua's only number type), so
+// that it agrees with Redis bit for bit and a difference is one of behaviour,
+// not of rounding. (No step is of the form x*y+z, so Go cannot fuse one into
+// an FMA and round differently from Redis.)
+//
+// Keys are named by kind, rule and raw subject rather than by keys.go, so the
+// key building is under test too: two subjects sharing a Redis key would show
+// up as a difference.
+type model struct {
+	keys map[modelKey]*modelEntry
+	// lost counts entries that still counted (a quota entry inside its longest
+	// window, a ledger entry younger than remember) when their key expired:
+	// the scripts' PEXPIRE can shorten a key's life (see TestDifferential).
+	lost map[string]int // by key kind
+}
+
+type modelKey struct {
+	kind    string // "q" quota set, "b" bucket hash, "l" bucket ledger, "f" fixed-window hash
+	rule    string
+	subject string
+}
+
+// modelEntry is one Redis key: a sorted set (z) or a hash (h: every field the
+// scripts write holds a number), and its PEXPIRE deadline.
+type modelEntry struct {
+	z     map[string]float64
+	h     map[string]float64
+	expMS int64 // Unix ms; 0: no expiry
+	// keep is how long (µs) the last commit meant its entries to count: the
+	// quota's longest window, the ledger's remember. Only for model.lost.
+	keep float64
+}
+
+func newModel() *model { return &model{keys: map[modelKey]*modelEntry{}, lost: map[string]int{}} }
+
+// modelCall is one script run: its µs time from TIME and the ms time key
+// expiry is judged by.
+//
+// Redis judges expiry inside a script by the ms clock read when the script
+// started, and PEXPIRE counts from the ms clock when it runs (7.0) or from
+// that same start (7.2 on); both are a few µs from TIME, so the model uses
+// floor(TIME/1000) for both. They differ only when a ms boundary falls in
+// those µs, which matters only for a key expiring in exactly that ms.
+type modelCall struct {
+	m     *model
+	now   float64
+	nowMS int64
+}
+
+func (m *model) at(nowUS int64) *modelCall {
+	return &modelCall{m: m, now: float64(nowUS), nowMS: nowUS / 1000}
+}
+
+// get returns the key, or nil if it is absent or has expired. Redis's
+// keyIsExpired (db.c) and its active expiry both drop a key once
+// now > when, so a key is still there during its deadline's own ms.
+func (c *modelCall) get(k modelKey) *modelEntry {
+	e := c.m.keys[k]
+	if e != nil && e.expMS != 0 && c.nowMS > e.expMS {
+		delete(c.m.keys, k)
+		return nil
+	}
+	return e
+}
+
+func (c *modelCall) getOrCreate(k modelKey) *modelEntry {
+	e := c.get(k)
+	if e == nil {
+		e = &modelEntry{z: map[string]float64{}, h: map[string]float64{}}
+		c.m.keys[k] = e
+	}
+	return e
+}
+
+// dropIfEmpty mirrors Redis deleting an emptied set or hash (and its TTL).
+func (c *modelCall) dropIfEmpty(k modelKey, e *modelEntry) {
+	if len(e.z) == 0 && len(e.h) == 0 {
+		delete(c.m.keys, k)
+	}
+}
+
+// noteLost counts, if k has expired by now, the members that the rule which
+// last wrote k would still count (a rule changed since may count longer).
+func (c *modelCall) noteLost(k modelKey) {
+	e := c.m.keys[k]
+	if e == nil || e.expMS == 0 || c.nowMS <= e.expMS {
+		return
+	}
+	for _, s := range e.z {
+		if s > c.now-e.keep {
+			c.m.lost[k.kind]++
+		}
+	}
+}
+
+// modelCeilMS is rules.lua's ceil_ms.
+func modelCeilMS(us float64) float64 {
+	ms := math.Ceil(us / 1000)
+	if ms < 1 {
+		ms = 1
+	}
+	return ms
+}
+
+// pexpire mirrors PEXPIRE key ceil_ms(us) on an existing key.
+func (c *modelCall) pexpire(k modelKey, us float64) {
+	if e := c.get(k); e != nil {
+		e.expMS = c.nowMS + int64(modelCeilMS(us))
+	}
+}
+
+// extend mirrors rules.lua's extend: PEXPIRE only if PTTL is shorter.
+func (c *modelCall) extend(k modelKey, us float64) {
+	e := c.get(k)
+	if e == nil {
+		return
+	}
+	ms := int64(modelCeilMS(us))
+	if e.expMS == 0 || e.expMS-c.nowMS < ms {
+		e.expMS = c.nowMS + ms
+	}
+}
+
+// zremrangebyscore mirrors ZREMRANGEBYSCORE k -inf max.
+func (c *modelCall) zremrangebyscore(k modelKey, max float64) {
+	e := c.get(k)
+	if e == nil {
+		return
+	}
+	for m, s := range e.z {
+		if s <= max {
+			delete(e.z, m)
+		}
+	}
+	c.dropIfEmpty(k, e)
+}
+
+func (c *modelCall) zscore(k modelKey, member string) (float64, bool) {
+	e := c.get(k)
+	if e == nil {
+		return 0, false
+	}
+	s, ok := e.z[member]
+	return s, ok
+}
+
+// zabove returns the scores of k above lo (ZRANGEBYSCORE k (lo +inf), ascending.
+func (c *modelCall) zabove(k modelKey, lo float64) []float64 {
+	e := c.get(k)
+	if e == nil {
+		return nil
+	}
+	var s []float64
+	for _, v := range e.z {
+		if v > lo {
+			s = append(s, v)
+		}
+	}
+	slices.Sort(s)
+	return s
+}
+
+// modelTake is one parsed take and what its check found (rules.lua's t).
+type modelTake struct {
+	kind        string
+	cost        float64
+	key, ledger modelKey
+
+	limits, pers []float64 // quota
+	longest      float64
+	rate, burst  float64 // bucket
+	limit, per   float64 // fixed window
+	tokens       float64
+	start, count float64
+	ok, repeated bool
+	wait, delay  float64
+	reserve      float64
+	reserves     bool // t.reserve is set
+	remaining    float64
+	window       int // quota window that set delay, 1-based; 0: none
+}
+
+// parse mirrors rules.lua's parse, reading the limits from the rules
+// themselves rather than from the arguments the engine builds.
+func (m *model) parse(r Request) []*modelTake {
+	ts := make([]*modelTake, len(r.Takes))
+	for i, tk := range r.Takes {
+		t := &modelTake{cost: float64(tk.cost())}
+		switch rule := tk.Rule.(type) {
+		case *Quota:
+			t.kind, t.key = "q", modelKey{"q", rule.name, tk.Key}
+			for _, w := range rule.windows {
+				t.limits = append(t.limits, float64(w.Limit))
+				t.pers = append(t.pers, float64(w.Per.Microseconds()))
+				if p := t.pers[len(t.pers)-1]; p > t.longest {
+					t.longest = p
+				}
+			}
+		case *Bucket:
+			t.kind = "b"
+			t.key, t.ledger = modelKey{"b", rule.name, tk.Key}, modelKey{"l", rule.name, tk.Key}
+			t.rate, t.burst = rule.rate, float64(rule.burst)
+		case *FixedWindow:
+			t.kind, t.key = "f", modelKey{"f", rule.name, tk.Key}
+			t.limit, t.per = float64(rule.limit), float64(rule.per.Microseconds())
+		default:
+			panic(fmt.Sprintf("model: unknown rule %T", tk.Rule))
+		}
+		ts[i] = t
+	}
+	return ts
+}
+
+// modelMembers is rules.lua's members: ID, then ID\x1fk for k = 2..cost.
+func modelMembers(id string, cost float64) []string {
+	m := []string{id}
+	for k := 2; k <= int(cost); k++ {
+		m = append(m, fmt.Sprintf("%s\x1f%d", id, k))
+	}
+	return m
+}
+
+func (c *modelCall) quotaCheck(t *modelTake, id string) {
+	now := c.now
+	c.noteLost(t.key)
+	c.zremrangebyscore(t.key, now-t.longest)
+	mine, isMine := c.zscore(t.key, id)
+	if isMine {
+		t.repeated = true
+		t.wait = math.Max(0, mine-now)
+	}
+	t.ok, t.delay, t.remaining = true, 0, math.Inf(1)
+	for w := range t.limits {
+		in := c.zabove(t.key, now-t.pers[w])
+		n := float64(len(in))
+		left := t.limits[w] - n
+		if !isMine {
+			need := n + t.cost - t.limits[w]
+			if need > 0 {
+				// The need-th oldest entry in the window leaves it at its score + per.
+				d := in[int(need)-1] + t.pers[w] - now
+				t.ok = false
+				if d > t.delay {
+					t.delay, t.window = d, w+1
+				}
+			} else {
+				left = left - t.cost
+			}
+		}
+		if left < t.remaining {
+			t.remaining = left
+		}
+	}
+}
+
+func (c *modelCall) quotaCommit(t *modelTake, id string, at float64) {
+	e := c.getOrCreate(t.key)
+	for _, mem := range modelMembers(id, t.cost) {
+		e.z[mem] = at
+	}
+	e.keep = t.longest
+	c.extend(t.key, at-c.now+t.longest)
+}
+
+func (c *modelCall) quotaUndo(t *modelTake, id string) bool {
+	e := c.get(t.key)
+	if e == nil {
+		return false
+	}
+	n := 0
+	for _, mem := range modelMembers(id, t.cost) {
+		if _, ok := e.z[mem]; ok {
+			delete(e.z, mem)
+			n++
+		}
+	}
+	if n > 0 && len(e.z) > 0 { // the remaining entries set the key's life again
+		last := math.Inf(-1)
+		for _, sc := range e.z {
+			last = math.Max(last, sc)
+		}
+		c.pexpire(t.key, last-c.now+t.longest)
+	}
+	c.dropIfEmpty(t.key, e)
+	return n > 0
+}
+
+// bucketTokens mirrors bucket_tokens: an absent hash is a full bucket.
+func (c *modelCall) bucketTokens(t *modelTake) float64 {
+	now := c.now
+	e := c.get(t.key)
+	if e == nil {
+		return t.burst
+	}
+	tokens, ok1 := e.h["t"]
+	last, ok2 := e.h["u"]
+	if !ok1 || !ok2 {
+		return t.burst
+	}
+	if now > last {
+		tokens = tokens + (now-last)*t.rate/1e6
+	}
+	if tokens > t.burst {
+		tokens = t.burst
+	}
+	return tokens
+}
+
+func (c *modelCall) bucketStore(t *modelTake, tokens float64) {
+	if tokens >= t.burst { // a full bucket is an absent one
+		delete(c.m.keys, t.key)
+		return
+	}
+	e := c.getOrCreate(t.key)
+	e.h["t"], e.h["u"] = tokens, c.now
+	c.pexpire(t.key, (t.burst-tokens)*1e6/t.rate)
+}
+
+func (c *modelCall) bucketCheck(t *modelTake, id string, remember float64) {
+	now := c.now
+	c.noteLost(t.ledger)
+	c.zremrangebyscore(t.ledger, now-remember)
+	t.tokens = c.bucketTokens(t)
+	t.ok, t.delay = true, 0
+	if mine, ok := c.zscore(t.ledger, id); ok {
+		t.repeated = true
+		t.wait = math.Max(0, mine-now)
+		t.remaining = math.Max(0, math.Floor(t.tokens))
+	} else if t.tokens >= t.cost {
+		t.remaining = math.Floor(t.tokens - t.cost)
+	} else {
+		t.reserve, t.reserves = math.Ceil((t.cost-t.tokens)*1e6/t.rate), true
+		t.remaining = math.Max(0, math.Floor(t.tokens))
+	}
+}
+
+func (c *modelCall) bucketCommit(t *modelTake, id string, at, remember float64) {
+	c.bucketStore(t, t.tokens-t.cost)
+	l := c.getOrCreate(t.ledger)
+	l.z[id], l.keep = at, remember
+	c.extend(t.ledger, at-c.now+remember)
+}
+
+// bucketUndo mirrors bucket_undo, which does not prune the ledger first.
+func (c *modelCall) bucketUndo(t *modelTake, id string) bool {
+	if _, ok := c.zscore(t.ledger, id); !ok {
+		return false
+	}
+	c.bucketStore(t, math.Min(t.burst, c.bucketTokens(t)+t.cost))
+	if e := c.get(t.ledger); e != nil {
+		delete(e.z, id)
+		c.dropIfEmpty(t.ledger, e)
+	}
+	return true
+}
+
+// fixedState mirrors fixed_state: (window start, count, whether id is
+// counted, the cost it was counted with).
+func (c *modelCall) fixedState(t *modelTake, id string) (float64, float64, bool, float64) {
+	now := c.now
+	start := now - (now - math.Floor(now/t.per)*t.per) // Lua 5.1's a % b is a - floor(a/b)*b
+	e := c.get(t.key)
+	if e == nil {
+		return start, 0, false, 0
+	}
+	if w, ok := e.h["w"]; !ok || w != start {
+		return start, 0, false, 0
+	}
+	cost, mine := e.h["i:"+id]
+	return start, e.h["n"], mine, cost // a missing n reads as 0, like "or 0"
+}
+
+func (c *modelCall) fixedCheck(t *modelTake, id string) {
+	start, n, mine, _ := c.fixedState(t, id)
+	t.start, t.count, t.ok, t.delay = start, n, true, 0
+	t.remaining = t.limit - n
+	if mine {
+		t.repeated = true
+	} else if n+t.cost > t.limit {
+		t.ok, t.delay = false, start+t.per-c.now
+	} else {
+		t.remaining = t.remaining - t.cost
+	}
+}
+
+func (c *modelCall) fixedCommit(t *modelTake, id string) {
+	if t.count == 0 {
+		delete(c.m.keys, t.key)
+	}
+	e := c.getOrCreate(t.key)
+	e.h["w"], e.h["n"], e.h["i:"+id] = t.start, t.count+t.cost, t.cost
+	c.pexpire(t.key, t.start+t.per-c.now)
+}
+
+func (c *modelCall) fixedUndo(t *modelTake, id string) bool {
+	_, n, mine, cost := c.fixedState(t, id)
+	if !mine {
+		return false
+	}
+	if n-cost <= 0 {
+		delete(c.m.keys, t.key)
+		return true
+	}
+	e := c.get(t.key)
+	e.h["n"] = n - cost
+	delete(e.h, "i:"+id)
+	return true
+}
+
+// admit mirrors admit.lua run at nowUS, then builds the Decision the way
+// Limiter.AdmitBatch does from a single group (merge in group.go).
+func (m *model) admit(r Request, nowUS, rememberUS int64) Decision {
+	c := m.at(nowUS)
+	id, maxwait, remember := r.ID, float64(r.MaxWait.Microseconds()), float64(rememberUS)
+	takes := m.parse(r)
+
+	denied := false
+	delay, binding, remaining, repeated := 0.0, 0, math.Inf(1), true
+	for i, t := range takes {
+		switch t.kind {
+		case "q":
+			c.quotaCheck(t, id)
+		case "b":
+			c.bucketCheck(t, id, remember)
+		default:
+			c.fixedCheck(t, id)
+		}
+		if !t.ok {
+			denied = true
+		}
+		untilOK := math.Max(math.Max(t.delay, t.reserve), t.wait) // reserve is 0 when unset, like "t.reserve or 0"
+		if untilOK > delay {
+			delay, binding = untilOK, i+1
+		}
+		if t.reserves && t.reserve > maxwait {
+			denied = true
+		}
+		if t.remaining < remaining {
+			remaining = t.remaining
+		}
+		if !t.repeated {
+			repeated = false
+		}
+	}
+	if remaining < 0 || math.IsInf(remaining, 1) {
+		remaining = 0
+	}
+
+	window := 0
+	if denied {
+		repeated = false
+		if binding > 0 {
+			window = takes[binding-1].window
+		}
+	} else {
+		at := c.now + delay
+		for _, t := range takes {
+			if t.repeated {
+				continue
+			}
+			switch t.kind {
+			case "q":
+				c.quotaCommit(t, id, at)
+			case "b":
+				c.bucketCommit(t, id, at, remember)
+			default:
+				c.fixedCommit(t, id)
+			}
+		}
+		if delay == 0 {
+			binding = 0
+		}
+	}
+
+	// Redis turns Lua numbers into integer replies by truncation.
+	d := Decision{Allowed: !denied, Now: time.UnixMicro(nowUS), Take: -1, Remaining: int(int64(remaining)), Repeated: repeated}
+	if denied || delay > 0 {
+		d.Delay = time.Duration(int64(delay)) * time.Microsecond
+		if binding > 0 {
+			tk := r.Takes[binding-1]
+			d.Take, d.Rule, d.Key, d.Limit = binding-1, tk.Rule, tk.Key, tk.Rule.String()
+			if q, ok := tk.Rule.(*Quota); ok && window > 0 {
+				d.Limit = q.windows[window-1].String()
+			}
+		}
+	}
+	return d
+}
+
+// release mirrors release.lua run at nowUS and returns the takes undone.
+func (m *model) release(r Request, nowUS int64) int {
+	c := m.at(nowUS)
+	undone := 0
+	for _, t := range m.parse(r) {
+		var done bool
+		switch t.kind {
+		case "q":
+			done = c.quotaUndo(t, r.ID)
+		case "b":
+			done = c.bucketUndo(t, r.ID)
+		default:
+			done = c.fixedUndo(t, r.ID)
+		}
+		if done {
+			undone++
+		}
+	}
+	return undone
+}
+
+// dump describes the model's state of the keys r's takes use, as of nowUS
+// (without expiring anything), for failure messages.
+func (m *model) dump(r Request, nowUS int64) string {
+	var b strings.Builder
+	for _, t := range m.parse(r) {
+		ks := []modelKey{t.key}
+		if t.kind == "b" {
+			ks = append(ks, t.ledger)
+		}
+		for _, k := range ks {
+			e := m.keys[k]
+			fmt.Fprintf(&b, "  %s %s@%q: ", k.kind, k.rule, k.subject)
+			if e == nil {
+				b.WriteString("absent\n")
+				continue
+			}
+			fmt.Fprintf(&b, "pttl %dms ", e.expMS-nowUS/1000)
+			if len(e.z) > 0 {
+				fmt.Fprintf(&b, "z%v ", modelPairs(e.z))
+			}
+			if len(e.h) > 0 {
+				fmt.Fprintf(&b, "h%v", modelPairs(e.h))
+			}
+			b.WriteString("\n")
+		}
+	}
+	return b.String()
+}
+
+func modelPairs(m map[string]float64) []string {
+	var s []string
+	for k, v := range m {
+		s = append(s, fmt.Sprintf("%q=%.17g", k, v))
+	}
+	slices.Sort(s)
+	return s
+}
