@@ -1,0 +1,626 @@
+package throttle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// TestClusterPath exercises the cluster plan on a real 3-master cluster: a
+// recipient's quota and a provider's bucket on different masters, admitted
+// by separate script calls, with release as compensation. One cluster serves
+// every subtest; each starts from an empty cluster.
+func TestClusterPath(t *testing.T) {
+	l, rdb := newCluster(t)
+	bg := context.Background()
+
+	// alice's keys and gw's keys are on different masters, so every request
+	// taking both is a two-group plan on two nodes.
+	const alice = "alice"
+	gw := subjectOnOtherMaster(t, rdb, "gw", alice)
+	bob := subjectOnOtherMaster(t, rdb, "bob", alice, gw)
+	tag := func(s string) string { return subjectTag(DefaultPrefix, s) }
+
+	t.Run("recipient and provider keys are in different slots", func(t *testing.T) {
+		flushCluster(t, rdb)
+		weekly := mustQuota(t, "weekly", Window{3, 168 * time.Hour})
+		sms := mustBucket(t, "sms", 1.0/3600, 5)
+		qk := quotaKey(tag(alice), "weekly")
+		bk, lk := bucketKey(tag(gw), "sms"), ledgerKey(tag(gw), "sms")
+
+		qs, bs, ls := keySlot(t, rdb, qk), keySlot(t, rdb, bk), keySlot(t, rdb, lk)
+		if qs == bs {
+			t.Fatalf("quota %s and bucket %s share slot %d", qk, bk, qs)
+		}
+		if bs != ls {
+			t.Errorf("bucket %s (slot %d) and its ledger %s (slot %d) must share a slot", bk, bs, lk, ls)
+		}
+		// The slot is the hash tag's: the encoded subject alone.
+		if s := keySlot(t, rdb, encodeSubject(alice)); s != qs {
+			t.Errorf("slot of %s = %d, want %d, the slot of its hash tag", qk, qs, s)
+		}
+		if s := keySlot(t, rdb, encodeSubject(gw)); s != bs {
+			t.Errorf("slot of %s = %d, want %d, the slot of its hash tag", bk, bs, s)
+		}
+
+		d := mustAdmit(t, l, Request{ID: "m1", Takes: []Take{{Rule: weekly, Key: alice}, {Rule: sms, Key: gw}}})
+		if !d.Allowed || d.Repeated || d.Remaining != 2 {
+			t.Fatalf("%+v, want allowed with 2 remaining (the quota's)", d)
+		}
+		// Each key was written on its own master.
+		for _, k := range []string{qk, bk, lk} {
+			node := masterFor(t, rdb, k)
+			if n, err := node.Exists(bg, k).Result(); err != nil || n != 1 {
+				t.Errorf("%s missing on its master %s: %d, %v", k, node.Options().Addr, n, err)
+			}
+		}
+		if masterFor(t, rdb, qk).Options().Addr == masterFor(t, rdb, bk).Options().Addr {
+			t.Errorf("quota and bucket on the same master")
+		}
+		if ids := zmembers(t, rdb, qk); !slices.Equal(ids, []string{"m1"}) {
+			t.Errorf("quota holds %q, want [m1]", ids)
+		}
+		if ids := zmembers(t, rdb, lk); !slices.Equal(ids, []string{"m1"}) {
+			t.Errorf("ledger holds %q, want [m1]", ids)
+		}
+		if tok := tokens(t, rdb, bk, 5); tok < 4 || tok > 4.01 {
+			t.Errorf("bucket tokens %v, want 4", tok)
+		}
+	})
+
+	t.Run("bucket denial compensates the quota", func(t *testing.T) {
+		flushCluster(t, rdb)
+		weekly := mustQuota(t, "weekly", Window{3, 168 * time.Hour})
+		sms := mustBucket(t, "sms", 1.0/3600, 1)
+		mustAdmit(t, l, Request{ID: "drain", Takes: []Take{{Rule: sms, Key: gw}}})
+		// bob already has an entry, so his set outlives the denied admission.
+		mustAdmit(t, l, Request{ID: "b0", Takes: []Take{{Rule: weekly, Key: bob}}})
+
+		for _, who := range []string{alice, bob} {
+			before := clusterSnapshot(t, rdb)
+			d := mustAdmit(t, l, Request{ID: "x-" + who, Takes: []Take{{Rule: weekly, Key: who}, {Rule: sms, Key: gw}}})
+			if d.Allowed || d.Take != 1 || d.Rule != Rule(sms) || d.Key != gw {
+				t.Fatalf("%s: %+v, want denied by the bucket (take 1)", who, d)
+			}
+			if d.Delay < 59*time.Minute || d.Delay > time.Hour {
+				t.Errorf("%s: delay %s, want about 1h (a token at 1 an hour)", who, d.Delay)
+			}
+			if diff := diffMaps(before, clusterSnapshot(t, rdb)); diff != "" {
+				t.Errorf("%s: a denied admission changed Redis:\n%s", who, diff)
+			}
+		}
+		if n, _ := rdb.Exists(bg, quotaKey(tag(alice), "weekly")).Result(); n != 0 {
+			t.Errorf("alice's quota key exists after a denied admission")
+		}
+		if ids := zmembers(t, rdb, quotaKey(tag(bob), "weekly")); !slices.Equal(ids, []string{"b0"}) {
+			t.Errorf("bob's quota holds %q, want [b0]", ids)
+		}
+	})
+
+	t.Run("bucket denial does not extend the quota's TTL", func(t *testing.T) {
+		flushCluster(t, rdb)
+		weekly := mustQuota(t, "weekly", Window{3, 168 * time.Hour})
+		sms := mustBucket(t, "sms", 1.0/3600, 1)
+		mustAdmit(t, l, Request{ID: "drain", Takes: []Take{{Rule: sms, Key: gw}}})
+		mustAdmit(t, l, Request{ID: "b0", Takes: []Take{{Rule: weekly, Key: bob}}})
+		time.Sleep(50 * time.Millisecond) // bob's set now expires 50ms before a fresh write's would
+		beforeTTL := pttls(t, rdb)
+		if d := mustAdmit(t, l, Request{ID: "x", Takes: []Take{{Rule: weekly, Key: bob}, {Rule: sms, Key: gw}}}); d.Allowed {
+			t.Fatalf("%+v, want denied by the bucket", d)
+		}
+		assertTTLsNotExtended(t, beforeTTL, pttls(t, rdb))
+	})
+
+	t.Run("bucket denial leaves no trace of other compensated takes", func(t *testing.T) {
+		flushCluster(t, rdb)
+		daily := mustFixed(t, "daily", 2, 24*time.Hour)
+		sms := mustBucket(t, "sms", 1.0/3600, 3)
+		gw2 := subjectOnOtherMaster(t, rdb, "gw2", gw)
+		push := mustBucket(t, "push", 1.0/3600, 1)
+		mustAdmit(t, l, Request{ID: "drain", Takes: []Take{{Rule: push, Key: gw2}}})
+		before, beforeTTL := clusterSnapshot(t, rdb), pttls(t, rdb)
+		// alice's counter (first group) and the full sms bucket (second)
+		// pass, the drained push bucket (third) denies.
+		d := mustAdmit(t, l, Request{ID: "x", Takes: []Take{{Rule: daily, Key: alice}, {Rule: sms, Key: gw}, {Rule: push, Key: gw2}}})
+		if d.Allowed || d.Take != 2 {
+			t.Fatalf("%+v, want denied by push (take 2)", d)
+		}
+		after := clusterSnapshot(t, rdb)
+		// A full bucket may be stored as such for the millisecond its state
+		// takes to expire; it must hold its burst and no ledger entry.
+		sk := bucketKey(tag(gw), "sms")
+		if tok := tokens(t, rdb, sk, 3); tok != 3 {
+			t.Errorf("sms tokens %v, want its burst of 3", tok)
+		}
+		delete(after, sk)
+		if diff := diffMaps(before, after); diff != "" {
+			t.Errorf("a denied admission changed Redis:\n%s", diff)
+		}
+		assertTTLsNotExtended(t, beforeTTL, pttls(t, rdb))
+	})
+
+	t.Run("quota denial never touches the bucket", func(t *testing.T) {
+		flushCluster(t, rdb)
+		daily := mustQuota(t, "daily", Window{1, 24 * time.Hour})
+		sms := mustBucket(t, "sms", 1.0/3600, 5)
+		r := func(id string) Request {
+			return Request{ID: id, Takes: []Take{{Rule: sms, Key: gw}, {Rule: daily, Key: alice}}}
+		}
+		if d := mustAdmit(t, l, r("a1")); !d.Allowed {
+			t.Fatalf("a1: %+v", d)
+		}
+		bucketNode := masterFor(t, rdb, bucketKey(tag(gw), "sms"))
+		quotaNode := masterFor(t, rdb, quotaKey(tag(alice), "daily"))
+		before, beforeTTL := clusterSnapshot(t, rdb), pttls(t, rdb)
+		bucketEvals, quotaEvals := evalCalls(t, bucketNode), evalCalls(t, quotaNode)
+
+		d := mustAdmit(t, l, r("a2"))
+		if d.Allowed || d.Take != 1 || d.Limit != "1 per 24h" || d.Key != alice {
+			t.Fatalf("a2: %+v, want denied by the quota (take 1, 1 per 24h)", d)
+		}
+		if n := evalCalls(t, bucketNode) - bucketEvals; n != 0 {
+			t.Errorf("%d script calls reached the bucket's master, want none", n)
+		}
+		if n := evalCalls(t, quotaNode) - quotaEvals; n != 1 {
+			t.Errorf("%d script calls reached the quota's master, want 1", n)
+		}
+		if diff := diffMaps(before, clusterSnapshot(t, rdb)); diff != "" {
+			t.Errorf("a denied admission changed Redis:\n%s", diff)
+		}
+		assertTTLsNotExtended(t, beforeTTL, pttls(t, rdb))
+	})
+
+	t.Run("re-admission is idempotent", func(t *testing.T) {
+		flushCluster(t, rdb)
+		weekly := mustQuota(t, "weekly", Window{3, 168 * time.Hour})
+		sms := mustBucket(t, "sms", 1.0/3600, 5)
+		fixed := mustFixed(t, "daily", 2, 24*time.Hour)
+		r := Request{ID: "job-1", Takes: []Take{{Rule: weekly, Key: alice}, {Rule: sms, Key: gw, Cost: 2}, {Rule: fixed, Key: alice}}}
+		first := mustAdmit(t, l, r)
+		if !first.Allowed || first.Repeated {
+			t.Fatalf("first: %+v", first)
+		}
+		before, beforeTTL := clusterSnapshot(t, rdb), pttls(t, rdb)
+		for i := range 2 {
+			again := mustAdmit(t, l, r)
+			if !again.Allowed || !again.Repeated || again.Delay != 0 || again.Remaining != first.Remaining {
+				t.Errorf("again %d: %+v, want allowed, repeated, no delay, remaining %d", i+1, again, first.Remaining)
+			}
+		}
+		if diff := diffMaps(before, clusterSnapshot(t, rdb)); diff != "" {
+			t.Errorf("a repeated admission changed Redis:\n%s", diff)
+		}
+		assertTTLsNotExtended(t, beforeTTL, pttls(t, rdb))
+		if tok := tokens(t, rdb, bucketKey(tag(gw), "sms"), 5); tok < 3 || tok > 3.01 {
+			t.Errorf("bucket tokens %v, want 3: the repeats must not take again", tok)
+		}
+		// Another ID is a new task.
+		if d := mustAdmit(t, l, Request{ID: "job-2", Takes: r.Takes}); !d.Allowed || d.Repeated {
+			t.Errorf("job-2: %+v, want allowed, not repeated", d)
+		}
+	})
+
+	t.Run("release gives back both", func(t *testing.T) {
+		flushCluster(t, rdb)
+		weekly := mustQuota(t, "weekly", Window{1, 168 * time.Hour})
+		sms := mustBucket(t, "sms", 1.0/3600, 2)
+		r := Request{ID: "job-1", Takes: []Take{{Rule: weekly, Key: alice}, {Rule: sms, Key: gw, Cost: 2}}}
+		mustAdmit(t, l, r)
+		if d := mustAdmit(t, l, Request{ID: "job-2", Takes: r.Takes}); d.Allowed {
+			t.Fatalf("job-2 admitted while job-1 holds both takes")
+		}
+		for i, want := range []int{2, 0} {
+			if n, err := l.Release(bg, r); n != want || err != nil {
+				t.Fatalf("release %d: %d, %v; want %d", i+1, n, err, want)
+			}
+		}
+		if ids := zmembers(t, rdb, quotaKey(tag(alice), "weekly")); len(ids) != 0 {
+			t.Errorf("quota still holds %q", ids)
+		}
+		if ids := zmembers(t, rdb, ledgerKey(tag(gw), "sms")); len(ids) != 0 {
+			t.Errorf("ledger still holds %q", ids)
+		}
+		if tok := tokens(t, rdb, bucketKey(tag(gw), "sms"), 2); tok != 2 {
+			t.Errorf("bucket tokens %v after release, want its burst of 2", tok)
+		}
+		if d := mustAdmit(t, l, Request{ID: "job-2", Takes: r.Takes}); !d.Allowed || d.Repeated {
+			t.Errorf("job-2 after job-1 was released: %+v, want allowed", d)
+		}
+	})
+
+	t.Run("batch leaves no trace of its denied requests", func(t *testing.T) {
+		flushCluster(t, rdb)
+		weekly := mustQuota(t, "weekly", Window{1, 168 * time.Hour})
+		sms := mustBucket(t, "sms", 1.0/3600, 4)
+		// A second provider, drained below, with a bucket on its own master.
+		gw2 := subjectOnOtherMaster(t, rdb, "gw2", gw)
+		push := mustBucket(t, "push", 1.0/3600, 1)
+		mustAdmit(t, l, Request{ID: "drain", Takes: []Take{{Rule: push, Key: gw2}}})
+		carol, dave, erin := "carol", "dave", "erin"
+		req := func(id, who string, extra ...Take) Request {
+			return Request{ID: id, Takes: append([]Take{{Rule: weekly, Key: who}, {Rule: sms, Key: gw}}, extra...)}
+		}
+		// The cluster admits phase by phase (quotas, then sms, then push),
+		// each phase's calls in the batch's order.
+		rs := []Request{
+			req("r1", alice),
+			req("r2-denied", alice), // by alice's quota (r1 has it)
+			req("r3", bob),
+			req("r4", carol),
+			req("r6-denied", erin, Take{Rule: push, Key: gw2}), // by the drained push bucket, after taking sms
+			req("r5-denied", dave),                             // by sms: r1, r3, r4 and (for now) r6 hold its 4 tokens
+		}
+		want := []bool{true, false, true, true, false, false}
+		before := clusterSnapshot(t, rdb)
+		ds, err := l.AdmitBatch(bg, rs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, d := range ds {
+			if d.Allowed != want[i] {
+				t.Errorf("%s: allowed %v, want %v (%+v)", rs[i].ID, d.Allowed, want[i], d)
+			}
+		}
+		after := clusterSnapshot(t, rdb)
+
+		// The quota keys of the allowed, nothing of the denied anywhere.
+		wantQuota := map[string][]string{alice: {"r1"}, bob: {"r3"}, carol: {"r4"}}
+		for _, who := range []string{alice, bob, carol, dave, erin} {
+			if ids := zmembers(t, rdb, quotaKey(tag(who), "weekly")); !slices.Equal(ids, wantQuota[who]) {
+				t.Errorf("%s's quota holds %q, want %q", who, ids, wantQuota[who])
+			}
+		}
+		if ids := zmembers(t, rdb, ledgerKey(tag(gw), "sms")); !slices.Equal(ids, []string{"r1", "r3", "r4"}) {
+			t.Errorf("sms ledger holds %q, want [r1 r3 r4]", ids)
+		}
+		if tok := tokens(t, rdb, bucketKey(tag(gw), "sms"), 4); tok < 1 || tok > 1.01 {
+			t.Errorf("sms tokens %v, want 1 (r6's token given back)", tok)
+		}
+		// The push bucket denied r6, so it is unchanged.
+		for _, k := range []string{bucketKey(tag(gw2), "push"), ledgerKey(tag(gw2), "push")} {
+			if before[k] != after[k] {
+				t.Errorf("%s changed by a denied request", k)
+			}
+		}
+		wantKeys := []string{
+			quotaKey(tag(alice), "weekly"), quotaKey(tag(bob), "weekly"), quotaKey(tag(carol), "weekly"),
+			bucketKey(tag(gw), "sms"), ledgerKey(tag(gw), "sms"),
+			bucketKey(tag(gw2), "push"), ledgerKey(tag(gw2), "push"),
+		}
+		sort.Strings(wantKeys)
+		if keys := slices.Sorted(maps.Keys(after)); !slices.Equal(keys, wantKeys) {
+			t.Errorf("keys after the batch:\n%q\nwant\n%q", keys, wantKeys)
+		}
+		for k, v := range after {
+			for _, id := range []string{"r2-denied", "r5-denied", "r6-denied"} {
+				if strings.Contains(v, id) {
+					t.Errorf("%s holds denied task %s", k, id)
+				}
+			}
+		}
+	})
+
+	t.Run("denied re-admission keeps the earlier admission", func(t *testing.T) {
+		flushCluster(t, rdb)
+		weekly := mustQuota(t, "weekly", Window{1, 168 * time.Hour})
+		sms := mustBucket(t, "sms", 1.0/3600, 1)
+		// job-1 was admitted and delivered with alice's quota alone.
+		mustAdmit(t, l, Request{ID: "job-1", Takes: []Take{{Rule: weekly, Key: alice}}})
+		mustAdmit(t, l, Request{ID: "drain", Takes: []Take{{Rule: sms, Key: gw}}})
+		before := clusterSnapshot(t, rdb)
+		// The same task again, now also through an empty bucket: the quota
+		// take already holds it (repeated), the bucket denies.
+		d := mustAdmit(t, l, Request{ID: "job-1", Takes: []Take{{Rule: weekly, Key: alice}, {Rule: sms, Key: gw}}})
+		if d.Allowed {
+			t.Fatalf("%+v, want denied by the bucket", d)
+		}
+		if diff := diffMaps(before, clusterSnapshot(t, rdb)); diff != "" {
+			t.Errorf("a denied admission changed Redis:\n%s", diff)
+		}
+		if ids := zmembers(t, rdb, quotaKey(tag(alice), "weekly")); !slices.Equal(ids, []string{"job-1"}) {
+			t.Errorf("alice's quota holds %q, want [job-1]: the denial undid job-1's earlier admission", ids)
+		}
+		if d := mustAdmit(t, l, Request{ID: "job-2", Takes: []Take{{Rule: weekly, Key: alice}}}); d.Allowed {
+			t.Errorf("job-2 allowed: alice got 2 messages under a quota of 1 per 168h")
+		}
+	})
+
+	t.Run("redelivery after the ledger forgot keeps the quota entry", func(t *testing.T) {
+		flushCluster(t, rdb)
+		short, err := New(rdb, Options{Remember: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		weekly := mustQuota(t, "weekly", Window{1, 168 * time.Hour})
+		sms := mustBucket(t, "sms", 1.0/3600, 1)
+		r := Request{ID: "job-1", Takes: []Take{{Rule: weekly, Key: alice}, {Rule: sms, Key: gw}}}
+		if d := mustAdmit(t, short, r); !d.Allowed {
+			t.Fatalf("%+v", d)
+		}
+		time.Sleep(1100 * time.Millisecond) // the ledger forgets job-1
+		// Redelivered: the quota still holds job-1, the bucket no longer
+		// knows it and is empty, so it is denied.
+		if d := mustAdmit(t, short, r); d.Allowed {
+			t.Fatalf("redelivery: %+v, want denied by the empty bucket", d)
+		}
+		if ids := zmembers(t, rdb, quotaKey(tag(alice), "weekly")); !slices.Equal(ids, []string{"job-1"}) {
+			t.Errorf("alice's quota holds %q, want [job-1]: the denied redelivery removed the entry of a delivered task", ids)
+		}
+	})
+
+	t.Run("nasty subjects keep one slot per subject", func(t *testing.T) {
+		flushCluster(t, rdb)
+		q := mustQuota(t, "weekly", Window{3, 168 * time.Hour})
+		b := mustBucket(t, "sms", 1.0/3600, 5)
+		f := mustFixed(t, "daily", 2, 24*time.Hour)
+		for i, s := range nastySubjects() {
+			// Three rules of one subject: one group, one script call, which
+			// fails with CROSSSLOT unless the keys share a slot.
+			d, err := l.Admit(bg, Request{ID: fmt.Sprint("n", i), Takes: []Take{{Rule: q, Key: s}, {Rule: b, Key: s}, {Rule: f, Key: s}}})
+			if err != nil || !d.Allowed {
+				t.Errorf("subject %q: %+v, %v", s, d, err)
+				continue
+			}
+			tg := tag(s)
+			want := keySlot(t, rdb, encodeSubject(s))
+			for _, k := range []string{quotaKey(tg, "weekly"), bucketKey(tg, "sms"), ledgerKey(tg, "sms"), fixedKey(tg, "daily")} {
+				if got := keySlot(t, rdb, k); got != want {
+					t.Errorf("subject %q: %s in slot %d, want %d", s, k, got, want)
+				}
+			}
+		}
+	})
+
+	t.Run("same outcomes as a single node", func(t *testing.T) {
+		flushCluster(t, rdb)
+		sl, _ := newStandalone(t)
+		q := mustQuota(t, "mkt", Window{2, 24 * time.Hour}, Window{3, 168 * time.Hour})
+		b := mustBucket(t, "sms", 1.0/3600, 4)
+		b2 := mustBucket(t, "push", 1.0/3600, 2)
+		f := mustFixed(t, "api", 2, 168*time.Hour)
+		qt := func(who string) Take { return Take{Rule: q, Key: who} }
+		bt := Take{Rule: b, Key: gw}
+		type step struct {
+			id      string
+			takes   []Take
+			release bool
+			allowed bool
+			// repeated is checked for allowed steps.
+			repeated bool
+		}
+		steps := []step{
+			{id: "a1", takes: []Take{qt(alice), bt}, allowed: true},
+			{id: "a2", takes: []Take{qt(alice), bt}, allowed: true},
+			{id: "a3", takes: []Take{qt(alice), bt}, allowed: false}, // 2 per 24h
+			{id: "a1", takes: []Take{qt(alice), bt}, allowed: true, repeated: true},
+			{id: "b1", takes: []Take{qt(bob), {Rule: b, Key: gw, Cost: 2}}, allowed: true}, // the bucket is now empty
+			{id: "c1", takes: []Take{qt("carol"), bt}, allowed: false},
+			{id: "a2", takes: []Take{qt(alice), bt}, release: true},
+			{id: "c1", takes: []Take{qt("carol"), bt}, allowed: true}, // a2's token
+			{id: "a3", takes: []Take{qt(alice), bt}, allowed: false},  // the bucket again
+			{id: "a3", takes: []Take{qt(alice)}, allowed: true},       // a2's quota entry
+			{id: "a4", takes: []Take{qt(alice)}, allowed: false},
+			{id: "d1", takes: []Take{{Rule: f, Key: alice}, qt("dave"), {Rule: b2, Key: bob}}, allowed: true},
+			{id: "d2", takes: []Take{{Rule: f, Key: alice}, qt("dave"), {Rule: b2, Key: bob}}, allowed: true},
+			{id: "d3", takes: []Take{{Rule: f, Key: alice}, qt("erin")}, allowed: false}, // fixed window full
+			{id: "d3", takes: []Take{qt("erin"), {Rule: b2, Key: bob}}, allowed: false},  // push bucket empty
+			{id: "d1", takes: []Take{{Rule: f, Key: alice}, qt("dave"), {Rule: b2, Key: bob}}, release: true},
+			{id: "d3", takes: []Take{qt("erin"), {Rule: b2, Key: bob}}, allowed: true},
+			// A task admitted through its quota alone, then again with an
+			// empty bucket: denied, and its quota entry must stay.
+			{id: "e1", takes: []Take{qt("frank")}, allowed: true},
+			{id: "e1", takes: []Take{qt("frank"), {Rule: b2, Key: bob}}, allowed: false},
+			{id: "e2", takes: []Take{qt("frank")}, allowed: true},
+			{id: "e3", takes: []Take{qt("frank")}, allowed: false}, // e1 and e2: 2 per 24h
+		}
+		for _, backend := range []struct {
+			name string
+			l    *Limiter
+		}{{"standalone", sl}, {"cluster", l}} {
+			var got []string
+			for i, s := range steps {
+				r := Request{ID: s.id, Takes: s.takes}
+				if s.release {
+					if _, err := backend.l.Release(bg, r); err != nil {
+						t.Fatalf("%s step %d: release %s: %v", backend.name, i+1, s.id, err)
+					}
+					continue
+				}
+				d := mustAdmit(t, backend.l, r)
+				if d.Allowed != s.allowed || (d.Allowed && d.Repeated != s.repeated) {
+					got = append(got, fmt.Sprintf("step %d (%s): allowed %v repeated %v, want allowed %v repeated %v",
+						i+1, s.id, d.Allowed, d.Repeated, s.allowed, s.repeated))
+				}
+			}
+			if len(got) > 0 {
+				t.Errorf("%s:\n%s", backend.name, strings.Join(got, "\n"))
+			}
+		}
+	})
+}
+
+// subjectOnOtherMaster returns a subject base-N whose keys live on none of
+// the masters of the given subjects.
+func subjectOnOtherMaster(t *testing.T, rdb *redis.ClusterClient, base string, others ...string) string {
+	t.Helper()
+	taken := map[string]bool{}
+	for _, s := range others {
+		taken[masterFor(t, rdb, subjectTag(DefaultPrefix, s)).Options().Addr] = true
+	}
+	for i := range 1000 {
+		s := fmt.Sprint(base, "-", i)
+		if !taken[masterFor(t, rdb, subjectTag(DefaultPrefix, s)).Options().Addr] {
+			return s
+		}
+	}
+	t.Fatalf("no subject on a master other than those of %q", others)
+	return ""
+}
+
+func masterFor(t testing.TB, rdb *redis.ClusterClient, key string) *redis.Client {
+	t.Helper()
+	c, err := rdb.MasterForKey(context.Background(), key)
+	if err != nil {
+		t.Fatalf("master for %s: %v", key, err)
+	}
+	return c
+}
+
+// keySlot asks the cluster (CLUSTER KEYSLOT) for a key's slot.
+func keySlot(t testing.TB, rdb *redis.ClusterClient, key string) int64 {
+	t.Helper()
+	s, err := rdb.ClusterKeySlot(context.Background(), key).Result()
+	if err != nil {
+		t.Fatalf("CLUSTER KEYSLOT %q: %v", key, err)
+	}
+	return s
+}
+
+func flushCluster(t testing.TB, rdb *redis.ClusterClient) {
+	t.Helper()
+	err := rdb.ForEachMaster(context.Background(), func(ctx context.Context, c *redis.Client) error {
+		return c.FlushAll(ctx).Err()
+	})
+	if err != nil {
+		t.Fatalf("flush: %v", err)
+	}
+}
+
+// clusterSnapshot is snapshot for a cluster, safe for ForEachMaster's
+// concurrent callbacks (snapshot in helpers_test.go writes its map from
+// them unguarded).
+func clusterSnapshot(t testing.TB, rdb *redis.ClusterClient) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	var mu sync.Mutex
+	err := rdb.ForEachMaster(context.Background(), func(ctx context.Context, c *redis.Client) error {
+		keys, err := c.Keys(ctx, "*").Result()
+		if err != nil {
+			return err
+		}
+		for _, k := range keys {
+			v, err := c.Dump(ctx, k).Result()
+			if err != nil && !errors.Is(err, redis.Nil) {
+				return err
+			}
+			mu.Lock()
+			out[k] = v
+			mu.Unlock()
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("snapshot: %v", err)
+	}
+	return out
+}
+
+// pttls returns every key's PTTL.
+func pttls(t testing.TB, rdb *redis.ClusterClient) map[string]time.Duration {
+	t.Helper()
+	out := map[string]time.Duration{}
+	var mu sync.Mutex
+	err := rdb.ForEachMaster(context.Background(), func(ctx context.Context, c *redis.Client) error {
+		keys, err := c.Keys(ctx, "*").Result()
+		if err != nil {
+			return err
+		}
+		for _, k := range keys {
+			d, err := c.PTTL(ctx, k).Result()
+			if err != nil {
+				return err
+			}
+			mu.Lock()
+			out[k] = d
+			mu.Unlock()
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("pttls: %v", err)
+	}
+	return out
+}
+
+// assertTTLsNotExtended fails for a key whose TTL grew between the two
+// readings (time only shortens a TTL nobody touched).
+func assertTTLsNotExtended(t *testing.T, before, after map[string]time.Duration) {
+	t.Helper()
+	for k, b := range before {
+		if a, ok := after[k]; ok && a > b+time.Millisecond {
+			t.Errorf("%s: TTL extended from %s to %s", k, b, a)
+		}
+	}
+}
+
+var evalStat = regexp.MustCompile(`(?m)^cmdstat_(?:eval|evalsha):calls=(\d+)`)
+
+// evalCalls returns how many EVAL and EVALSHA calls a node has served.
+func evalCalls(t testing.TB, c *redis.Client) int {
+	t.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatalf("INFO commandstats: %v", err)
+	}
+	n := 0
+	for _, m := range evalStat.FindAllStringSubmatch(info, -1) {
+		k, _ := strconv.Atoi(m[1])
+		n += k
+	}
+	return n
+}
+
+func zmembers(t testing.TB, rdb redis.UniversalClient, key string) []string {
+	t.Helper()
+	ids, err := rdb.ZRange(context.Background(), key, 0, -1).Result()
+	if err != nil {
+		t.Fatalf("ZRANGE %s: %v", key, err)
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+// tokens returns a bucket's stored tokens; an absent state hash is a full
+// bucket.
+func tokens(t testing.TB, rdb redis.UniversalClient, key string, burst int) float64 {
+	t.Helper()
+	v, err := rdb.HGet(context.Background(), key, "t").Float64()
+	if errors.Is(err, redis.Nil) {
+		return float64(burst)
+	}
+	if err != nil {
+		t.Fatalf("HGET %s t: %v", key, err)
+	}
+	return v
+}
+
+// diffMaps describes how two snapshots differ, "" if they do not.
+func diffMaps(before, after map[string]string) string {
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(before)) {
+		a, ok := after[k]
+		switch {
+		case !ok:
+			out = append(out, "removed "+k)
+		case a != before[k]:
+			out = append(out, "changed "+k)
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(after)) {
+		if _, ok := before[k]; !ok {
+			out = append(out, "added "+k)
+		}
+	}
+	return strings.Join(out, "\n")
+}

@@ -1,0 +1,473 @@
+package throttle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+)
+
+// nastySubjects are subjects (and, where valid, task IDs) that try to break
+// a key: hash-tag braces, the key separator, blanks, control bytes, unicode,
+// escapes that look like other subjects, the hashed form's marker, and
+// lengths on both sides of the hashing threshold.
+func nastySubjects() []string {
+	return []string{
+		"{", "}", ":", " ", "\n", "\t", "\x00", "\x7f", "\xff",
+		"{}", "}{", "a{b}c", "a}b{c", "{alice}", "alice:q:mkt", "x}:q:{y",
+		"héllo wörld", "日本語", "🙂", "e\u0301", "\u00e9",
+		"%41", "A", "%2541", "%", "%%", "%4", "#", "#abc", "#" + strings.Repeat("A", 43),
+		"alice@example.com", "+33 6 12 34 56 78", "-", "_", ".", "..",
+		strings.Repeat("x", 1024),
+		strings.Repeat("a", maxEncoded),     // longest readable
+		strings.Repeat("a", maxEncoded+1),   // hashed
+		strings.Repeat("{", maxEncoded/3),   // 126 escaped bytes: readable
+		strings.Repeat("{", maxEncoded/3+1), // 129: hashed
+	}
+}
+
+// decodeSubject inverts the readable (not hashed) form of encodeSubject.
+func decodeSubject(e string) (string, error) {
+	var b strings.Builder
+	for i := 0; i < len(e); i++ {
+		c := e[i]
+		if c != '%' {
+			if !keepByte(c) {
+				return "", fmt.Errorf("byte %q at %d is neither kept nor escaped", c, i)
+			}
+			b.WriteByte(c)
+			continue
+		}
+		if i+2 >= len(e) {
+			return "", fmt.Errorf("truncated escape at %d", i)
+		}
+		var v byte
+		for _, h := range []byte(e[i+1 : i+3]) {
+			switch {
+			case '0' <= h && h <= '9':
+				v = v<<4 | (h - '0')
+			case 'A' <= h && h <= 'F':
+				v = v<<4 | (h - 'A' + 10)
+			default:
+				return "", fmt.Errorf("bad escape %q at %d", e[i:i+3], i)
+			}
+		}
+		if keepByte(v) {
+			return "", fmt.Errorf("escape %q at %d of a byte that is kept as is", e[i:i+3], i)
+		}
+		b.WriteByte(v)
+		i += 2
+	}
+	return b.String(), nil
+}
+
+func checkEncoded(t *testing.T, s string) string {
+	t.Helper()
+	e := encodeSubject(s)
+	if again := encodeSubject(s); again != e {
+		t.Fatalf("encodeSubject(%q) not deterministic: %q then %q", s, e, again)
+	}
+	if len(e) > 130 {
+		t.Errorf("encodeSubject(%q) = %d bytes, want at most 130", s, len(e))
+	}
+	for i := 0; i < len(e); i++ {
+		c := e[i]
+		if c == '{' || c == '}' || c == ':' || c == ' ' || c < 0x20 || c >= 0x7f || !(keepByte(c) || c == '%' || c == '#') {
+			t.Fatalf("encodeSubject(%q) = %q: byte %q at %d", s, e, c, i)
+		}
+	}
+	if strings.HasPrefix(e, "#") {
+		if len(e) != 44 || strings.Contains(e[1:], "#") || strings.Contains(e, "%") {
+			t.Errorf("encodeSubject(%q) = %q: not '#' and 43 base64url bytes", s, e)
+		}
+	} else {
+		if strings.Contains(e, "#") {
+			t.Errorf("encodeSubject(%q) = %q: '#' in the readable form", s, e)
+		}
+		if d, err := decodeSubject(e); err != nil || d != s {
+			t.Errorf("encodeSubject(%q) = %q decodes to %q, %v", s, e, d, err)
+		}
+	}
+	tag := subjectTag(DefaultPrefix, s)
+	if strings.Count(tag, "{") != 1 || strings.Count(tag, "}") != 1 || !strings.HasSuffix(tag, "}") {
+		t.Errorf("subjectTag(%q) = %q: want exactly one hash tag, at its end", s, tag)
+	}
+	return e
+}
+
+func FuzzEncodeSubject(f *testing.F) {
+	nasty := nastySubjects()
+	for i, a := range nasty {
+		f.Add(a, nasty[(i+1)%len(nasty)])
+		f.Add(a, a)
+	}
+	// Pairs whose encodings could meet if escaping or hashing went wrong.
+	for _, p := range [][2]string{
+		{"%41", "A"}, {"%", "%25"}, {"{", "%7B"}, {"}", "%7D"}, {":", "%3A"}, {" ", "%20"}, {"#", "%23"},
+		{"a{b}c", "a%7Bb%7Dc"}, {"\n", "%0A"}, {"\u00e9", "e\u0301"}, {"\u00e9", "%C3%A9"},
+		{strings.Repeat("a", maxEncoded), strings.Repeat("a", maxEncoded+1)},
+		{"#" + strings.Repeat("A", 43), strings.Repeat("x", 1024)},
+	} {
+		f.Add(p[0], p[1])
+	}
+	f.Fuzz(func(t *testing.T, a, b string) {
+		ea, eb := checkEncoded(t, a), checkEncoded(t, b)
+		if a != b && ea == eb && !(strings.HasPrefix(ea, "#") && strings.HasPrefix(eb, "#")) {
+			t.Errorf("encodeSubject(%q) = encodeSubject(%q) = %q", a, b, ea)
+		}
+		if a == b && ea != eb {
+			t.Errorf("encodeSubject(%q) gave %q and %q", a, ea, eb)
+		}
+	})
+}
+
+// validName is the rule-name oracle: 1-64 of A-Z a-z 0-9 _ . -.
+func validName(s string) bool {
+	if len(s) < 1 || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '.' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// The documented bounds of rules (rule.go): limits and bursts within
+// [1, MaxLimit], windows within [1ms, MaxPer], rates within [MinRate,
+// MaxRate], a bucket full within MaxPer, a quota take of at most MaxQuotaCost.
+func inLimit(n int) bool         { return n >= 1 && n <= MaxLimit }
+func inPer(d time.Duration) bool { return d >= time.Millisecond && d <= MaxPer }
+
+func FuzzRuleValidation(f *testing.F) {
+	type seed struct {
+		kind   uint8
+		name   string
+		limit  int
+		per    int64
+		limit2 int
+		per2   int64
+		nwin   uint8
+		rate   float64
+		burst  int
+		cost   int
+	}
+	seeds := []seed{
+		{0, "weekly", 3, int64(168 * time.Hour), 1, int64(24 * time.Hour), 2, 1, 1, 1},
+		{0, "q", 1, int64(time.Millisecond), 0, 0, 1, 0, 0, 2},
+		{0, "q", 1, int64(time.Millisecond - 1), 0, 0, 1, 0, 0, 0},
+		{0, "q", 0, int64(time.Hour), 0, 0, 1, 0, 0, 0},
+		{0, "q", 5, int64(time.Hour), 2, int64(time.Hour), 0, 0, 0, 3},
+		{0, "q", math.MaxInt, math.MaxInt64, math.MinInt, math.MinInt64, 2, 0, 0, math.MaxInt},
+		{1, "sms", 0, 0, 0, 0, 0, 100, 20, 21},
+		{1, "sms", 0, 0, 0, 0, 0, 0.2, 1, 1},
+		{1, "sms", 0, 0, 0, 0, 0, -1, 5, 1},
+		{1, "sms", 0, 0, 0, 0, 0, math.NaN(), 5, 1},
+		{1, "sms", 0, 0, 0, 0, 0, math.Inf(1), 5, 1},
+		{1, "sms", 0, 0, 0, 0, 0, math.SmallestNonzeroFloat64, math.MaxInt, -1},
+		{1, "sms", 0, 0, 0, 0, 0, math.MaxFloat64, 0, 0},
+		{2, "api", 1000, int64(time.Minute), 0, 0, 0, 0, 0, 1000},
+		{2, "api", 1, 0, 0, 0, 0, 0, 0, 1},
+		{2, "api", -1, -1, 0, 0, 0, 0, 0, 1},
+		{0, "", 1, int64(time.Hour), 0, 0, 1, 0, 0, 1},
+		{1, "sms gateway", 0, 0, 0, 0, 0, 1, 1, 1},
+		{2, strings.Repeat("n", 64), 1, int64(time.Hour), 0, 0, 0, 0, 0, 1},
+		{2, strings.Repeat("n", 65), 1, int64(time.Hour), 0, 0, 0, 0, 0, 1},
+		{0, "{", 1, int64(time.Hour), 0, 0, 1, 0, 0, 1},
+		{1, "a:b", 0, 0, 0, 0, 0, 1, 1, 1},
+		{2, "日本", 1, int64(time.Hour), 0, 0, 0, 0, 0, 1},
+		{0, "q\n", 1, int64(time.Hour), 0, 0, 1, 0, 0, 1},
+	}
+	for _, s := range seeds {
+		f.Add(s.kind, s.name, s.limit, s.per, s.limit2, s.per2, s.nwin, s.rate, s.burst, s.cost)
+	}
+	f.Fuzz(func(t *testing.T, kind uint8, name string, limit int, per int64, limit2 int, per2 int64, nwin uint8, rate float64, burst int, cost int) {
+		var (
+			r       Rule
+			err     error
+			valid   bool
+			maxCost int
+		)
+		switch kind % 3 {
+		case 0:
+			ws := []Window{{limit, time.Duration(per)}, {limit2, time.Duration(per2)}}[:nwin%3]
+			valid = validName(name) && len(ws) > 0
+			maxCost = MaxQuotaCost
+			for _, w := range ws {
+				valid = valid && inLimit(w.Limit) && inPer(w.Per)
+				maxCost = min(maxCost, w.Limit)
+			}
+			var q *Quota
+			q, err = NewQuota(name, ws...)
+			if q != nil {
+				r = q
+			}
+		case 1:
+			valid = validName(name) && rate >= MinRate && rate <= MaxRate && inLimit(burst) &&
+				float64(burst)/rate <= MaxPer.Seconds()
+			maxCost = burst
+			var b *Bucket
+			b, err = NewBucket(name, rate, burst)
+			if b != nil {
+				r = b
+			}
+		case 2:
+			valid = validName(name) && inLimit(limit) && inPer(time.Duration(per))
+			maxCost = limit
+			var fw *FixedWindow
+			fw, err = NewFixedWindow(name, limit, time.Duration(per))
+			if fw != nil {
+				r = fw
+			}
+		}
+		if !valid {
+			if err == nil || !errors.Is(err, ErrInvalidRule) || r != nil {
+				t.Fatalf("invalid rule accepted: rule %v, error %v", r, err)
+			}
+			return
+		}
+		if err != nil || r == nil {
+			t.Fatalf("valid rule rejected: %v", err)
+		}
+		if r.MaxCost() < 1 || r.MaxCost() != maxCost {
+			t.Errorf("MaxCost = %d, want %d", r.MaxCost(), maxCost)
+		}
+		if r.String() == "" || !utf8.ValidString(r.String()) {
+			t.Errorf("String() = %q", r.String())
+		}
+		if r.Name() != name {
+			t.Errorf("Name() = %q, want %q", r.Name(), name)
+		}
+
+		req := Request{ID: "fuzz", Takes: []Take{{Rule: r, Key: "k", Cost: cost}}}
+		err = req.validate()
+		effective := max(cost, 1)
+		switch {
+		case cost < 0:
+			if !errors.Is(err, ErrInvalidRequest) {
+				t.Errorf("cost %d: %v, want ErrInvalidRequest", cost, err)
+			}
+		case effective > r.MaxCost():
+			if !errors.Is(err, ErrInvalidRule) {
+				t.Errorf("cost %d above MaxCost %d: %v, want ErrInvalidRule", cost, r.MaxCost(), err)
+			}
+		default:
+			if err != nil {
+				t.Errorf("cost %d within MaxCost %d: %v", cost, r.MaxCost(), err)
+			}
+		}
+		if m := r.MaxCost(); m < math.MaxInt {
+			over := Request{ID: "fuzz", Takes: []Take{{Rule: r, Key: "k", Cost: m + 1}}}
+			if err := over.validate(); !errors.Is(err, ErrInvalidRule) {
+				t.Errorf("cost MaxCost+1 = %d: %v, want ErrInvalidRule", m+1, err)
+			}
+			// Admit validates before it needs Redis.
+			if _, err := (&Limiter{}).Admit(context.Background(), over); !errors.Is(err, ErrInvalidRule) {
+				t.Errorf("Admit with cost MaxCost+1: %v, want ErrInvalidRule", err)
+			}
+		}
+		at := Request{ID: "fuzz", Takes: []Take{{Rule: r, Key: "k", Cost: r.MaxCost()}}}
+		if err := at.validate(); err != nil {
+			t.Errorf("cost MaxCost = %d: %v", r.MaxCost(), err)
+		}
+	})
+}
+
+// TestNastySubjectsGetDistinctKeys admits every nasty subject through a
+// quota, a bucket and a fixed window on a real Redis: each subject gets its
+// own four keys, each with exactly one hash tag, holding the encoded subject.
+func TestNastySubjectsGetDistinctKeys(t *testing.T) {
+	l, rdb := newStandalone(t)
+	q := mustQuota(t, "weekly", Window{3, 168 * time.Hour})
+	b := mustBucket(t, "sms", 1.0/3600, 5)
+	f := mustFixed(t, "daily", 2, 24*time.Hour)
+	subjects := nastySubjects()
+	owner := map[string]string{} // key -> subject
+	for i, s := range subjects {
+		d, err := l.Admit(ctx, Request{ID: fmt.Sprint("n", i), Takes: []Take{{Rule: q, Key: s}, {Rule: b, Key: s}, {Rule: f, Key: s}}})
+		if err != nil || !d.Allowed || d.Repeated {
+			t.Errorf("subject %q: %+v, %v; want allowed", s, d, err)
+			continue
+		}
+		tag := subjectTag(DefaultPrefix, s)
+		for _, k := range []string{quotaKey(tag, "weekly"), bucketKey(tag, "sms"), ledgerKey(tag, "sms"), fixedKey(tag, "daily")} {
+			if o, ok := owner[k]; ok {
+				t.Errorf("subjects %q and %q share key %q", o, s, k)
+			}
+			owner[k] = s
+		}
+	}
+	keys, err := rdb.Keys(ctx, "*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(keys)
+	want := make([]string, 0, len(owner))
+	for k := range owner {
+		want = append(want, k)
+	}
+	sort.Strings(want)
+	if !slices.Equal(keys, want) {
+		t.Fatalf("Redis holds %d keys, want the %d built:\n%q\nwant\n%q", len(keys), len(want), keys, want)
+	}
+	for _, k := range keys {
+		lo, hi := strings.Index(k, "{"), strings.Index(k, "}")
+		if strings.Count(k, "{") != 1 || strings.Count(k, "}") != 1 || lo > hi {
+			t.Errorf("key %q: want exactly one hash tag {...}", k)
+			continue
+		}
+		if !strings.HasPrefix(k, DefaultPrefix+"{") {
+			t.Errorf("key %q does not start with the prefix and the tag", k)
+		}
+		if got, want := k[lo+1:hi], encodeSubject(owner[k]); got != want {
+			t.Errorf("key %q: tag %q, want %q", k, got, want)
+		}
+		for i := 0; i < len(k); i++ {
+			if k[i] <= ' ' || k[i] >= 0x7f {
+				t.Errorf("key %q: byte %q at %d", k, k[i], i)
+				break
+			}
+		}
+	}
+}
+
+// TestNastyIDs admits nasty task IDs through one quota, bucket and fixed
+// window: each is its own task, a repeat is recognised, and IDs that are not
+// valid never reach Redis.
+func TestNastyIDs(t *testing.T) {
+	l, rdb := newStandalone(t)
+	q := mustQuota(t, "weekly", Window{1000, 168 * time.Hour})
+	b := mustBucket(t, "sms", 1.0/3600, 1000)
+	f := mustFixed(t, "daily", 1000, 24*time.Hour)
+	takes := []Take{{Rule: q, Key: "alice"}, {Rule: b, Key: "gw"}, {Rule: f, Key: "alice"}}
+	var ids []string
+	for _, id := range nastySubjects() {
+		r := Request{ID: id, Takes: takes}
+		if checkID(id) != nil {
+			before := snapshot(t, rdb)
+			if _, err := l.Admit(ctx, r); !errors.Is(err, ErrInvalidRequest) {
+				t.Errorf("ID %q: %v, want ErrInvalidRequest", id, err)
+			}
+			if !equalMaps(before, snapshot(t, rdb)) {
+				t.Errorf("ID %q: an invalid request changed Redis", id)
+			}
+			continue
+		}
+		ids = append(ids, id)
+		if d, err := l.Admit(ctx, r); err != nil || !d.Allowed || d.Repeated {
+			t.Errorf("ID %q: %+v, %v; want allowed, new", id, d, err)
+		}
+	}
+	for _, id := range ids {
+		if d, err := l.Admit(ctx, Request{ID: id, Takes: takes}); err != nil || !d.Allowed || !d.Repeated {
+			t.Errorf("ID %q again: %+v, %v; want allowed, repeated", id, d, err)
+		}
+	}
+	sort.Strings(ids)
+	tagA, tagG := subjectTag(DefaultPrefix, "alice"), subjectTag(DefaultPrefix, "gw")
+	if got := zmembers(t, rdb, quotaKey(tagA, "weekly")); !slices.Equal(got, ids) {
+		t.Errorf("quota holds %q, want %q", got, ids)
+	}
+	if got := zmembers(t, rdb, ledgerKey(tagG, "sms")); !slices.Equal(got, ids) {
+		t.Errorf("ledger holds %q, want %q", got, ids)
+	}
+	if got := tokens(t, rdb, bucketKey(tagG, "sms"), 1000); got < float64(1000-len(ids)) || got > float64(1000-len(ids))+0.01 {
+		t.Errorf("bucket tokens %v, want %d", got, 1000-len(ids))
+	}
+	h, err := rdb.HGetAll(ctx, fixedKey(tagA, "daily")).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h["n"] != fmt.Sprint(len(ids)) {
+		t.Errorf("fixed window count %q, want %d", h["n"], len(ids))
+	}
+	for _, id := range ids {
+		if h["i:"+id] != "1" {
+			t.Errorf("fixed window has no entry for %q", id)
+		}
+	}
+	// Releasing "%41" gives back its takes and leaves "A" alone.
+	if n, err := l.Release(ctx, Request{ID: "%41", Takes: takes}); n != 3 || err != nil {
+		t.Errorf("release %%41: %d, %v; want 3", n, err)
+	}
+	if d := mustAdmit(t, l, Request{ID: "A", Takes: takes}); !d.Allowed || !d.Repeated {
+		t.Errorf("A after %%41 was released: %+v, want still held (repeated)", d)
+	}
+}
+
+// TestNastyRuleExtremes admits, on a real Redis, requests that validation
+// accepts at the edges of what the constructors allow: every one must be
+// decided without an error and report a remaining capacity that is not
+// negative.
+func TestNastyRuleExtremes(t *testing.T) {
+	l, _ := newStandalone(t)
+	mk := func(r Rule, err error) Rule {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("a rule within the documented bounds was rejected: %v", err)
+		}
+		return r
+	}
+	// Just past the bounds, the constructors and validation refuse.
+	for _, err := range []error{
+		func() error { _, err := NewQuota("q", Window{MaxLimit + 1, time.Hour}); return err }(),
+		func() error { _, err := NewQuota("q", Window{1, MaxPer + 1}); return err }(),
+		func() error { _, err := NewBucket("b", MinRate/2, 1); return err }(),
+		func() error { _, err := NewBucket("b", MaxRate*2, 1); return err }(),
+		func() error { _, err := NewBucket("b", 1, MaxLimit+1); return err }(),
+		func() error { _, err := NewBucket("b", MinRate, MaxLimit); return err }(), // would take 31.7 million years to fill
+		func() error { _, err := NewFixedWindow("f", MaxLimit+1, time.Hour); return err }(),
+		func() error { _, err := NewFixedWindow("f", 1, MaxPer+1); return err }(),
+		Request{ID: "x", Takes: []Take{{Rule: mk(NewQuota("q", Window{10000, time.Hour})), Key: "k", Cost: MaxQuotaCost + 1}}}.validate(),
+	} {
+		if !errors.Is(err, ErrInvalidRule) {
+			t.Errorf("past the bounds: %v, want ErrInvalidRule", err)
+		}
+	}
+	tests := []struct {
+		name string
+		rule Rule
+		cost int
+		// gone: the take may have left its 1ms window before the release.
+		gone bool
+	}{
+		{"quota cost MaxQuotaCost", mk(NewQuota("big", Window{MaxLimit, time.Hour})), MaxQuotaCost, false},
+		{"quota limit MaxLimit", mk(NewQuota("huge", Window{MaxLimit, time.Hour})), 1, false},
+		{"quota window MaxPer", mk(NewQuota("long", Window{1, MaxPer})), 1, false},
+		{"quota window 1ms", mk(NewQuota("short", Window{1, time.Millisecond})), 1, true},
+		{"bucket rate MinRate", mk(NewBucket("slow", MinRate, 1)), 1, false},
+		{"bucket slowest fill", mk(NewBucket("slowest", MinRate, int(MaxPer.Seconds()*MinRate))), 1, false},
+		{"bucket rate MaxRate", mk(NewBucket("fast", MaxRate, 5)), 5, false},
+		{"bucket burst MaxLimit", mk(NewBucket("deep", MaxRate, MaxLimit)), MaxLimit, false},
+		{"bucket burst MaxLimit, slow", mk(NewBucket("deepslow", 10, MaxLimit)), 1, false},
+		{"fixed window limit MaxLimit", mk(NewFixedWindow("wide", MaxLimit, time.Hour)), MaxLimit, false},
+		{"fixed window MaxPer", mk(NewFixedWindow("forever", 1, MaxPer)), 1, false},
+		{"fixed window 1ms", mk(NewFixedWindow("blink", 1, time.Millisecond)), 1, true},
+	}
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := Request{ID: fmt.Sprint("x", i), Takes: []Take{{Rule: tc.rule, Key: fmt.Sprint("k", i), Cost: tc.cost}}}
+			if err := r.validate(); err != nil {
+				t.Fatalf("validate: %v", err)
+			}
+			d, err := l.Admit(ctx, r)
+			if err != nil {
+				t.Fatalf("a request validation accepts failed in Redis: %v", err)
+			}
+			if !d.Allowed || d.Remaining < 0 {
+				t.Errorf("%+v, want allowed with a remaining capacity >= 0", d)
+			}
+			if n, err := l.Release(ctx, r); err != nil || (n != 1 && !tc.gone) {
+				t.Errorf("release: %d, %v; want 1", n, err)
+			}
+		})
+	}
+}
