@@ -1,0 +1,304 @@
+package config
+
+import (
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+// env returns a getenv that knows only vars.
+func env(vars map[string]string) func(string) string {
+	return func(k string) string { return vars[k] }
+}
+
+// TestLoadRootConfig loads the repository's config.yaml, the default
+// configuration, and checks every value.
+func TestLoadRootConfig(t *testing.T) {
+	c, err := LoadWithEnv("../config.yaml", noEnv)
+	if err != nil {
+		t.Fatalf("config.yaml does not load:\n%v", err)
+	}
+	c.src = nil
+	want := &Config{
+		Redis: Redis{URL: Embedded, EmbeddedAddr: "127.0.0.1:6390", Prefix: "throttle:"},
+		Worker: Worker{
+			Concurrency:     20,
+			Queues:          map[string]int{"critical": 6, "default": 3, "low": 1},
+			ShutdownTimeout: 10 * time.Second,
+			MetricsAddr:     "127.0.0.1:9464",
+			InlineWait:      time.Second,
+			Jitter:          time.Second,
+		},
+		Policies: map[string]Policy{
+			"marketing":     {{Limit: 1, Per: 24 * time.Hour}, {Limit: 3, Per: 168 * time.Hour}},
+			"transactional": {{Limit: 20, Per: time.Hour}},
+		},
+		Providers: map[string]Provider{
+			"console": {Type: ProviderLog, Output: "stdout", Rate: 50, Burst: 10},
+			"sms":     {Type: ProviderWebhook, URL: "http://127.0.0.1:8080/send", Timeout: 5 * time.Second, Rate: 100, Burst: 20},
+		},
+		Defaults: Defaults{Policy: "marketing", Provider: "console", Queue: "default"},
+	}
+	if !reflect.DeepEqual(c, want) {
+		t.Errorf("config.yaml (-want +got):\n-%+v\n+%+v", want, c)
+	}
+}
+
+func TestDefaultIsValid(t *testing.T) {
+	if err := Default().Validate(); err != nil {
+		t.Errorf("Default().Validate() = %v", err)
+	}
+}
+
+// TestParseValid checks files that load, and what they load to.
+func TestParseValid(t *testing.T) {
+	tests := []struct {
+		name  string
+		yaml  string
+		check func(t *testing.T, c *Config)
+	}{
+		{"absent keys keep their defaults", "worker:\n  concurrency: 5\n", func(t *testing.T, c *Config) {
+			want := Default().Worker
+			want.Concurrency = 5
+			if !reflect.DeepEqual(c.Worker, want) {
+				t.Errorf("worker = %+v, want %+v", c.Worker, want)
+			}
+		}},
+		{"days in durations", "policies:\n  weekly:\n    - {limit: 3, per: 7d}\n    - {limit: 5, per: 1.5d}\n    - {limit: 9, per: 1d12h30m}\n", func(t *testing.T, c *Config) {
+			want := Policy{{Limit: 3, Per: 168 * time.Hour}, {Limit: 5, Per: 36 * time.Hour}, {Limit: 9, Per: 36*time.Hour + 30*time.Minute}}
+			if got := c.Policies["weekly"]; !reflect.DeepEqual(got, want) {
+				t.Errorf("weekly = %v, want %v", got, want)
+			}
+		}},
+		{"empty metrics_addr turns metrics off", "worker:\n  metrics_addr: \"\"\n", func(t *testing.T, c *Config) {
+			if c.Worker.MetricsAddr != "" {
+				t.Errorf("metrics_addr = %q, want off", c.Worker.MetricsAddr)
+			}
+		}},
+		{"metrics_addr with no value turns metrics off", "worker:\n  metrics_addr:\n", func(t *testing.T, c *Config) {
+			if c.Worker.MetricsAddr != "" {
+				t.Errorf("metrics_addr = %q, want off", c.Worker.MetricsAddr)
+			}
+		}},
+		{"zero inline_wait and jitter stay zero", "worker:\n  inline_wait: 0s\n  jitter: 0\n", func(t *testing.T, c *Config) {
+			if c.Worker.InlineWait != 0 || c.Worker.Jitter != 0 {
+				t.Errorf("inline_wait, jitter = %v, %v, want 0, 0", c.Worker.InlineWait, c.Worker.Jitter)
+			}
+		}},
+		{"queues replace the default", "worker:\n  queues: {bulk: 1}\ndefaults:\n  queue: bulk\n", func(t *testing.T, c *Config) {
+			if want := map[string]int{"bulk": 1}; !reflect.DeepEqual(c.Queues(), want) {
+				t.Errorf("queues = %v, want %v", c.Queues(), want)
+			}
+		}},
+		{"cluster replaces embedded", "redis:\n  cluster: [\"10.0.0.1:7000\", \"10.0.0.2:7000\"]\n", func(t *testing.T, c *Config) {
+			if c.Redis.URL != "" || len(c.Redis.Cluster) != 2 || c.Redis.IsEmbedded() {
+				t.Errorf("redis = %+v, want the cluster only", c.Redis)
+			}
+		}},
+		{"redis URL with user and password", "redis:\n  url: rediss://app:s3cret@cache.internal:6380/2\n", func(t *testing.T, c *Config) {
+			if got, want := c.Redis.String(), "rediss://app:xxxxx@cache.internal:6380/2"; got != want {
+				t.Errorf("String() = %q, want %q", got, want)
+			}
+		}},
+		{"webhook headers and a fraction rate", "providers:\n  hook:\n    type: webhook\n    url: https://example.com/send\n    rate: 0.5\n    burst: 1\n    headers: {Authorization: Bearer abc, X-Tenant: \"7\"}\n", func(t *testing.T, c *Config) {
+			p := c.Providers["hook"]
+			if p.Rate != 0.5 || p.Timeout != DefaultTimeout || p.Headers["Authorization"] != "Bearer abc" || p.Headers["X-Tenant"] != "7" {
+				t.Errorf("hook = %+v", p)
+			}
+		}},
+		{"anchors and aliases", "policies:\n  marketing: &m\n    - {limit: 1, per: 24h}\n  promo: *m\n", func(t *testing.T, c *Config) {
+			if !reflect.DeepEqual(c.Policies["promo"], c.Policies["marketing"]) {
+				t.Errorf("promo = %v, want marketing's %v", c.Policies["promo"], c.Policies["marketing"])
+			}
+		}},
+		{"campaign", `policies:
+  marketing: [{limit: 1, per: 24h}]
+providers:
+  console: {type: log, rate: 1, burst: 1}
+defaults: {policy: marketing, provider: console}
+campaigns:
+  - name: weekly-digest
+    cron: "0 9 * * MON"
+    timezone: Europe/Paris
+    audience: [alice@example.com, bob@example.com]
+    template: digest
+    data: {title: Your week, items: [1, 2]}
+    send_by_window: 6h
+`, func(t *testing.T, c *Config) {
+			want := []Campaign{{
+				Name: "weekly-digest", Cron: "0 9 * * MON", Timezone: "Europe/Paris",
+				Audience: []string{"alice@example.com", "bob@example.com"}, Template: "digest",
+				Data: []byte(`{"items":[1,2],"title":"Your week"}`), SendByWindow: 6 * time.Hour,
+			}}
+			if !reflect.DeepEqual(c.Campaigns, want) {
+				t.Errorf("campaigns:\n got %+v\nwant %+v", c.Campaigns, want)
+			}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := Parse("test.yaml", []byte(tt.yaml))
+			if err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			tt.check(t, c)
+		})
+	}
+}
+
+func TestParseDuration(t *testing.T) {
+	tests := []struct {
+		in   string
+		want time.Duration
+		ok   bool
+	}{
+		{"500ms", 500 * time.Millisecond, true},
+		{"1h30m", 90 * time.Minute, true},
+		{"168h", 168 * time.Hour, true},
+		{"0", 0, true},
+		{"7d", 7 * 24 * time.Hour, true},
+		{"1.5d", 36 * time.Hour, true},
+		{".5d", 12 * time.Hour, true},
+		{"1d12h", 36 * time.Hour, true},
+		{"-2d", -48 * time.Hour, true},
+		{"+1d", 24 * time.Hour, true},
+		{"0d", 0, true},
+		{"d", 0, false},
+		{"1h2d", 0, false},
+		{"1d2d", 0, false},
+		{"1d-5h", 0, false},
+		{"1e3d", 0, false},
+		{"5 seconds", 0, false},
+		{"5", 0, false},
+		{"", 0, false},
+		{"107000d", 0, false}, // overflows
+		{"106751d23h47m16.854775807s", 1<<63 - 1, true},
+		{"106751d23h47m16.854775808s", 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			got, err := parseDuration(tt.in)
+			if (err == nil) != tt.ok || got != tt.want {
+				t.Errorf("parseDuration(%q) = %v, %v; want %v, ok %v", tt.in, got, err, tt.want, tt.ok)
+			}
+		})
+	}
+}
+
+func TestRedisURLFromEnvironment(t *testing.T) {
+	tests := []struct {
+		name    string
+		yaml    string
+		env     map[string]string
+		wantURL string
+		wantErr string
+	}{
+		{"unset keeps the file's", "redis:\n  url: redis://file:6379/0\n", nil, "redis://file:6379/0", ""},
+		{"set replaces url", "redis:\n  url: redis://file:6379/0\n", map[string]string{"REDIS_URL": "redis://env:6379/1"}, "redis://env:6379/1", ""},
+		{"set replaces cluster", "redis:\n  cluster: [\"10.0.0.1:7000\"]\n", map[string]string{"REDIS_URL": "redis://env:6379/1"}, "redis://env:6379/1", ""},
+		{"set to embedded", "redis:\n  url: redis://file:6379/0\n", map[string]string{"REDIS_URL": "embedded"}, Embedded, ""},
+		{"bad one names REDIS_URL", "worker:\n  concurrency: 1\n", map[string]string{"REDIS_URL": "http://u:s3cret@h"},
+			"", `REDIS_URL: must be embedded or a redis://, rediss:// or unix:// URL (got "http://u:xxxxx@h")`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := t.TempDir() + "/config.yaml"
+			writeFile(t, path, tt.yaml)
+			c, err := LoadWithEnv(path, env(tt.env))
+			if tt.wantErr != "" {
+				if err == nil || err.Error() != tt.wantErr {
+					t.Fatalf("error = %v, want %s", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Redis.URL != tt.wantURL || c.Redis.Cluster != nil {
+				t.Errorf("redis = %+v, want url %q and no cluster", c.Redis, tt.wantURL)
+			}
+		})
+	}
+}
+
+func TestLoadMissingFile(t *testing.T) {
+	_, err := LoadWithEnv("testdata/no_such_file.yaml", noEnv)
+	if err == nil || !strings.Contains(err.Error(), "testdata/no_such_file.yaml") {
+		t.Errorf("error = %v, want one naming the file", err)
+	}
+}
+
+func TestRules(t *testing.T) {
+	c, err := LoadWithEnv("../config.yaml", noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	quotas, buckets, err := c.Rules()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for name, q := range quotas {
+		got["quota "+name] = q.Name() + ": " + q.String()
+	}
+	for name, b := range buckets {
+		got["bucket "+name] = b.Name() + ": " + b.String()
+	}
+	want := map[string]string{
+		"quota marketing":     "marketing: 1 per 24h, 3 per 168h",
+		"quota transactional": "transactional: 20 per 1h",
+		"bucket console":      "console: 50/s burst 10",
+		"bucket sms":          "sms: 100/s burst 20",
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("rules:\n got %v\nwant %v", got, want)
+	}
+}
+
+// TestBuiltInCode checks Validate and Rules on a Config not read from a
+// file: the same messages, without a file and line.
+func TestBuiltInCode(t *testing.T) {
+	c := Default()
+	c.Worker.Concurrency = 0
+	c.Policies["bad name"] = Policy{{Limit: 1, Per: time.Hour}}
+	c.Providers["sms"] = Provider{Type: ProviderWebhook, Rate: 1, Burst: 1}
+	want := strings.Join([]string{
+		"worker.concurrency: must be > 0 (got 0)",
+		"providers.sms.url: required for a webhook provider",
+		"providers.sms.timeout: must be > 0 (got 0s)",
+		`policies.bad name: quota name "bad name": must be 1-64 of A-Z a-z 0-9 _ . -`,
+	}, "\n")
+	if err := c.Validate(); err == nil || err.Error() != want {
+		t.Errorf("Validate() =\n%v\nwant\n%s", err, want)
+	}
+	_, _, err := c.Rules()
+	if want := `policies.bad name: quota name "bad name": must be 1-64 of A-Z a-z 0-9 _ . -`; err == nil || err.Error() != want {
+		t.Errorf("Rules() = %v, want %s", err, want)
+	}
+}
+
+func TestQueuesReturnsACopy(t *testing.T) {
+	c := Default()
+	c.Queues()["sneaky"] = 9
+	if _, ok := c.Worker.Queues["sneaky"]; ok {
+		t.Error("Queues() returned the config's own map")
+	}
+}
+
+func TestManyErrorsAreCapped(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("worker:\n")
+	for i := range 30 {
+		fmt.Fprintf(&b, "  key%d: 1\n", i)
+	}
+	_, err := Parse("big.yaml", []byte(b.String()))
+	lines := strings.Split(fmt.Sprint(err), "\n")
+	if len(lines) != maxErrors+1 {
+		t.Fatalf("%d lines, want %d:\n%v", len(lines), maxErrors+1, err)
+	}
+	if got, want := lines[maxErrors], "big.yaml:22: and 10 more problems"; got != want {
+		t.Errorf("last line = %q, want %q", got, want)
+	}
+}

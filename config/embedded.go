@@ -1,0 +1,57 @@
+package config
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+)
+
+// ttlTick is how often the embedded server's TTLs count down: miniredis only
+// expires keys when told time has passed.
+const ttlTick = time.Second
+
+// embedded is the in-process Redis-compatible server of url: embedded.
+type embedded struct {
+	srv  *miniredis.Miniredis
+	stop chan struct{}
+	done sync.WaitGroup
+}
+
+// startEmbedded starts a miniredis server listening on addr, and the clock
+// that makes its keys expire in real time.
+func startEmbedded(addr string) (*embedded, error) {
+	srv := miniredis.NewMiniRedis()
+	if err := srv.StartAddr(addr); err != nil {
+		return nil, fmt.Errorf("config: start embedded redis on %s: %w", addr, err)
+	}
+	e := &embedded{srv: srv, stop: make(chan struct{})}
+	e.done.Add(1)
+	go e.tick()
+	return e, nil
+}
+
+// tick counts the TTLs down by the time that passed, until stopped.
+func (e *embedded) tick() {
+	defer e.done.Done()
+	t := time.NewTicker(ttlTick)
+	defer t.Stop()
+	last := time.Now()
+	for {
+		select {
+		case <-e.stop:
+			return
+		case now := <-t.C:
+			e.srv.FastForward(now.Sub(last))
+			last = now
+		}
+	}
+}
+
+// close stops the clock and the server; its data is gone.
+func (e *embedded) close() {
+	close(e.stop)
+	e.done.Wait()
+	e.srv.Close()
+}

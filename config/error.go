@@ -1,0 +1,169 @@
+package config
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// maxErrors is how many problems one error lists; the rest are counted on a
+// last line, so a badly broken file does not fill the screen.
+const maxErrors = 20
+
+// maxShown is how many bytes of a bad value a message quotes.
+const maxShown = 80
+
+// Error is one problem with a configuration: where it is and what is wrong.
+// Its text is "file:line: path: message", e.g.
+//
+//	config.yaml:12: policies.marketing[1].per: must be > 0 (got 0s)
+//
+// Load and Parse return an *Error when the file has one problem, and the
+// errors.Join of them (one per line, in file order) when it has several.
+type Error struct {
+	// File is the name given to Load or Parse; "" for a Config not read
+	// from a file.
+	File string
+	// Line is the 1-based line of the bad value, or of the key whose value
+	// is missing; 0 when unknown.
+	Line int
+	// Path names the setting, e.g. "providers.sms.url"; an environment
+	// variable (REDIS_URL) when the value came from there; "" for the file
+	// as a whole.
+	Path string
+	// Msg says what is wrong, quoting the bad value.
+	Msg string
+	// Err is the cause, if another package reported it (for example
+	// throttle.ErrInvalidRule), for errors.Is.
+	Err error
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	if e.File != "" {
+		b.WriteString(e.File)
+		if e.Line > 0 {
+			b.WriteString(":" + strconv.Itoa(e.Line))
+		}
+		b.WriteString(": ")
+	}
+	if e.Path != "" {
+		b.WriteString(e.Path + ": ")
+	}
+	b.WriteString(e.Msg)
+	return b.String()
+}
+
+// Unwrap returns the cause, if any.
+func (e *Error) Unwrap() error { return e.Err }
+
+// errorList collects the problems found in one pass over a configuration.
+type errorList struct {
+	errs []*Error
+}
+
+func (l *errorList) add(e *Error) { l.errs = append(l.errs, e) }
+
+// err returns nil, the one error, or the first maxErrors in line order
+// joined, with a last line counting the rest.
+func (l *errorList) err() error {
+	switch len(l.errs) {
+	case 0:
+		return nil
+	case 1:
+		return l.errs[0]
+	}
+	errs := slices.Clone(l.errs)
+	slices.SortStableFunc(errs, func(a, b *Error) int { return cmp.Compare(a.Line, b.Line) })
+	out := make([]error, 0, maxErrors+1)
+	for _, e := range errs[:min(len(errs), maxErrors)] {
+		out = append(out, e)
+	}
+	if rest := errs[min(len(errs), maxErrors):]; len(rest) > 0 {
+		out = append(out, &Error{File: rest[0].File, Line: rest[0].Line,
+			Msg: fmt.Sprintf("and %d more problems", len(rest))})
+	}
+	return errors.Join(out...)
+}
+
+// quote quotes s for a message, shortened to maxShown bytes.
+func quote(s string) string {
+	if len(s) > maxShown {
+		cut := maxShown
+		for cut > 0 && !isRuneStart(s[cut]) {
+			cut--
+		}
+		return strconv.Quote(s[:cut]) + "..."
+	}
+	return strconv.Quote(s)
+}
+
+func isRuneStart(b byte) bool { return b&0xC0 != 0x80 }
+
+// source remembers where a parsed Config's values came from, so that errors
+// found after parsing (validation, Rules) still name the line.
+type source struct {
+	file string
+	// lines holds the line of every value (and list item) by path.
+	lines map[string]int
+	// failed holds the paths where decoding already reported a problem, so
+	// validation does not report the same setting twice.
+	failed map[string]bool
+	// env holds the paths set from the environment, with the variable.
+	env map[string]string
+}
+
+func newSource(file string) *source {
+	return &source{file: file, lines: map[string]int{}, failed: map[string]bool{}, env: map[string]string{}}
+}
+
+// parent returns path without its last element: "a.b[1]" -> "a.b" -> "a" -> "".
+func parent(path string) string {
+	if i := strings.LastIndexAny(path, ".["); i >= 0 {
+		return path[:i]
+	}
+	return ""
+}
+
+// failedAt reports whether decoding reported a problem at path or at one of
+// the settings that contain it.
+func (s *source) failedAt(path string) bool {
+	if s == nil {
+		return false
+	}
+	for p := path; p != ""; p = parent(p) {
+		if s.failed[p] {
+			return true
+		}
+	}
+	return false
+}
+
+// errorAt returns an error about path. Its line is that of the first of
+// path and alts that the file sets, else of the nearest setting containing
+// path, else of the file's first value.
+func (s *source) errorAt(path, msg string, alts ...string) *Error {
+	if s == nil {
+		return &Error{Path: path, Msg: msg}
+	}
+	if v, ok := s.env[path]; ok {
+		return &Error{Path: v, Msg: msg}
+	}
+	line := 0
+	for _, p := range append([]string{path}, alts...) {
+		if l, ok := s.lines[p]; ok {
+			line = l
+			break
+		}
+	}
+	for p := path; line == 0 && p != ""; p = parent(p) {
+		line = s.lines[p]
+	}
+	if line == 0 {
+		line = max(s.lines[""], 1)
+	}
+	return &Error{File: s.file, Line: line, Path: path, Msg: msg}
+}

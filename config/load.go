@@ -1,0 +1,143 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"gopkg.in/yaml.v3"
+)
+
+// EnvRedisURL is the environment variable that replaces redis.url.
+const EnvRedisURL = "REDIS_URL"
+
+// Load reads the configuration file at path, lets REDIS_URL from the
+// environment replace redis.url, and validates the result. See LoadWithEnv.
+func Load(path string) (*Config, error) {
+	return LoadWithEnv(path, os.Getenv)
+}
+
+// LoadWithEnv is Load reading the environment through getenv (os.Getenv,
+// or a map lookup in tests). A non-empty REDIS_URL replaces redis.url and
+// redis.cluster: the environment wins over the file, which suits a
+// container image shipping config.yaml. An error about that URL names
+// REDIS_URL instead of a line.
+//
+// The error is an *Error or several joined (see Error); one that says the
+// file could not be read wraps the os error.
+func LoadWithEnv(path string, getenv func(string) string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	return parse(path, data, getenv)
+}
+
+// Parse parses and validates a configuration file's contents without
+// looking at the environment. name is the file name errors start with.
+func Parse(name string, data []byte) (*Config, error) {
+	return parse(name, data, nil)
+}
+
+func parse(name string, data []byte, getenv func(string) string) (*Config, error) {
+	root, err := parseYAML(name, data)
+	if err != nil {
+		return nil, err
+	}
+	c := Default()
+	c.src = newSource(name)
+	c.src.lines[""] = root.Line
+	var errs errorList
+	d := decoder{src: c.src, errs: &errs}
+	d.config(root, c)
+	if getenv != nil {
+		if u := getenv(EnvRedisURL); u != "" {
+			c.Redis.URL, c.Redis.Cluster = u, nil
+			c.src.env["redis.url"] = EnvRedisURL
+		}
+	}
+	c.validate(&errs)
+	if err := errs.err(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// parseYAML returns the root node of the file's one YAML document.
+func parseYAML(name string, data []byte) (*yaml.Node, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	err := dec.Decode(&doc)
+	if errors.Is(err, io.EOF) {
+		return nil, &Error{File: name, Line: 1, Msg: "empty: no settings (see the example config.yaml)"}
+	}
+	if err != nil {
+		return nil, syntaxError(name, data, err)
+	}
+	var next yaml.Node
+	switch err := dec.Decode(&next); {
+	case errors.Is(err, io.EOF):
+	case err != nil:
+		return nil, syntaxError(name, data, err)
+	default:
+		return nil, &Error{File: name, Line: max(next.Line, 1), Msg: "a second YAML document: put every setting in one"}
+	}
+	if len(doc.Content) == 0 || isNull(resolve(doc.Content[0])) {
+		return nil, &Error{File: name, Line: max(doc.Line, 1), Msg: "empty: no settings (see the example config.yaml)"}
+	}
+	return doc.Content[0], nil
+}
+
+var yamlLine = regexp.MustCompile(`^yaml: line ([0-9]+): (.*)$`)
+
+// syntaxError turns a YAML parser error into an *Error on yaml's own line.
+// yaml leaves the line out for problems on line 1 and for bytes it cannot
+// read at all; for those, the line is that of the first unreadable byte.
+func syntaxError(name string, data []byte, err error) error {
+	msg := yamlMessage(err)
+	if m := yamlLine.FindStringSubmatch(err.Error()); m != nil {
+		if line, err := strconv.Atoi(m[1]); err == nil {
+			return &Error{File: name, Line: line, Msg: m[2]}
+		}
+	}
+	return &Error{File: name, Line: unreadableLine(data), Msg: msg}
+}
+
+// yamlMessage is a yaml error on one line without its "yaml: " prefix.
+func yamlMessage(err error) string {
+	var te *yaml.TypeError
+	if errors.As(err, &te) {
+		return strings.Join(te.Errors, "; ")
+	}
+	return strings.ReplaceAll(strings.TrimPrefix(err.Error(), "yaml: "), "\n", " ")
+}
+
+// unreadableLine returns the line of the first byte that is not UTF-8 or is
+// a character YAML does not allow, or 1.
+func unreadableLine(data []byte) int {
+	for i := 0; i < len(data); {
+		r, size := utf8.DecodeRune(data[i:])
+		if (r == utf8.RuneError && size == 1) || !yamlPrintable(r) && !(i == 0 && r == '\uFEFF') {
+			return 1 + bytes.Count(data[:i], []byte("\n"))
+		}
+		i += size
+	}
+	return 1
+}
+
+// yamlPrintable reports whether YAML 1.2 allows r in a stream.
+func yamlPrintable(r rune) bool {
+	switch {
+	case r == '\t', r == '\n', r == '\r', r == 0x85:
+		return true
+	case r >= 0x20 && r <= 0x7E, r >= 0xA0 && r <= 0xD7FF, r >= 0xE000 && r <= 0xFFFD, r >= 0x10000 && r <= 0x10FFFF:
+		return r != '\uFEFF'
+	}
+	return false
+}

@@ -1,0 +1,194 @@
+package config
+
+import (
+	"encoding/json"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/notify-throttle/throttler/throttle"
+)
+
+// The file's schema: one decode method per section, each listing its keys in
+// the order config.yaml shows them (the order "known: ..." messages use).
+
+func (d *decoder) config(root *yaml.Node, c *Config) {
+	d.mapping(root, "", []field{
+		{"redis", func(n *yaml.Node, p string) { d.redis(n, p, &c.Redis) }},
+		{"worker", func(n *yaml.Node, p string) { d.worker(n, p, &c.Worker) }},
+		{"policies", func(n *yaml.Node, p string) { d.policies(n, p, c) }},
+		{"providers", func(n *yaml.Node, p string) { d.providers(n, p, c) }},
+		{"defaults", func(n *yaml.Node, p string) { d.defaults(n, p, &c.Defaults) }},
+		{"campaigns", func(n *yaml.Node, p string) { d.campaigns(n, p, c) }},
+	})
+}
+
+func (d *decoder) redis(n *yaml.Node, path string, r *Redis) {
+	var cluster []string
+	has := d.mapping(n, path, []field{
+		{"url", d.setString(&r.URL)},
+		{"cluster", d.setStrings(&cluster)},
+		{"embedded_addr", d.setString(&r.EmbeddedAddr)},
+		{"prefix", d.setString(&r.Prefix)},
+	})
+	if has["cluster"] {
+		r.Cluster = cluster
+		if !has["url"] {
+			r.URL = "" // the default is embedded; a cluster replaces it
+		}
+	}
+}
+
+func (d *decoder) worker(n *yaml.Node, path string, w *Worker) {
+	d.mapping(n, path, []field{
+		{"concurrency", d.setInt(&w.Concurrency)},
+		{"queues", func(n *yaml.Node, p string) {
+			w.Queues = map[string]int{}
+			d.entries(n, p, func(name string, _, v *yaml.Node, p string) {
+				if prio, ok := d.integer(v, p); ok {
+					w.Queues[name] = prio
+				}
+			})
+		}},
+		{"shutdown_timeout", d.setDuration(&w.ShutdownTimeout)},
+		{"metrics_addr", func(n *yaml.Node, p string) {
+			if isNull(resolve(n)) { // "metrics_addr:" with nothing: off, like ""
+				w.MetricsAddr = ""
+				return
+			}
+			d.setString(&w.MetricsAddr)(n, p)
+		}},
+		{"inline_wait", d.setDuration(&w.InlineWait)},
+		{"jitter", d.setDuration(&w.Jitter)},
+	})
+}
+
+func (d *decoder) policies(n *yaml.Node, path string, c *Config) {
+	c.Policies = map[string]Policy{}
+	d.entries(n, path, func(name string, key, v *yaml.Node, path string) {
+		pol := Policy{}
+		d.list(v, path, func(_ int, item *yaml.Node, p string) {
+			var w throttle.Window
+			has := d.mapping(item, p, []field{
+				{"limit", d.setInt(&w.Limit)},
+				{"per", d.setDuration(&w.Per)},
+			})
+			for _, k := range []string{"limit", "per"} {
+				if !has[k] && item.Kind == yaml.MappingNode {
+					d.required(item, join(p, k), "")
+				}
+			}
+			pol = append(pol, w)
+		})
+		c.Policies[name] = pol
+	})
+}
+
+func (d *decoder) providers(n *yaml.Node, path string, c *Config) {
+	c.Providers = map[string]Provider{}
+	d.entries(n, path, func(name string, key, v *yaml.Node, path string) {
+		var pr Provider
+		has := d.mapping(v, path, []field{
+			{"type", func(n *yaml.Node, p string) {
+				if t, ok := d.str(n, p); ok {
+					if t != ProviderLog && t != ProviderWebhook {
+						d.fail(resolve(n), p, "must be %s or %s (got %s)", ProviderLog, ProviderWebhook, quote(t))
+						return
+					}
+					pr.Type = t
+				}
+			}},
+			{"rate", d.setNumber(&pr.Rate)},
+			{"burst", d.setInt(&pr.Burst)},
+			{"output", d.setString(&pr.Output)},
+			{"url", d.setString(&pr.URL)},
+			{"timeout", d.setDuration(&pr.Timeout)},
+			{"headers", func(n *yaml.Node, p string) {
+				pr.Headers = map[string]string{}
+				d.entries(n, p, func(name string, _, v *yaml.Node, p string) {
+					if s, ok := d.str(v, p); ok {
+						pr.Headers[name] = s
+					}
+				})
+			}},
+		})
+		if resolve(v).Kind == yaml.MappingNode {
+			for _, k := range []string{"type", "rate", "burst"} {
+				if !has[k] {
+					d.required(key, join(path, k), "")
+				}
+			}
+			switch pr.Type {
+			case ProviderLog:
+				if !has["output"] {
+					pr.Output = DefaultOutput
+				}
+			case ProviderWebhook:
+				if !has["url"] {
+					d.required(key, join(path, "url"), " for a webhook provider")
+				}
+				if !has["timeout"] {
+					pr.Timeout = DefaultTimeout
+				}
+			}
+		}
+		c.Providers[name] = pr
+	})
+}
+
+func (d *decoder) defaults(n *yaml.Node, path string, df *Defaults) {
+	d.mapping(n, path, []field{
+		{"policy", d.setString(&df.Policy)},
+		{"provider", d.setString(&df.Provider)},
+		{"queue", d.setString(&df.Queue)},
+	})
+}
+
+func (d *decoder) campaigns(n *yaml.Node, path string, c *Config) {
+	c.Campaigns = nil
+	d.list(n, path, func(_ int, item *yaml.Node, path string) {
+		var cp Campaign
+		has := d.mapping(item, path, []field{
+			{"name", d.setString(&cp.Name)},
+			{"cron", d.setString(&cp.Cron)},
+			{"timezone", d.setString(&cp.Timezone)},
+			{"audience", d.setStrings(&cp.Audience)},
+			{"policy", d.setString(&cp.Policy)},
+			{"provider", d.setString(&cp.Provider)},
+			{"template", d.setString(&cp.Template)},
+			{"data", func(n *yaml.Node, p string) { cp.Data = d.data(n, p) }},
+			{"queue", d.setString(&cp.Queue)},
+			{"send_by_window", d.setDuration(&cp.SendByWindow)},
+		})
+		if item.Kind == yaml.MappingNode {
+			for _, k := range []string{"name", "cron", "template"} {
+				if !has[k] {
+					d.required(item, join(path, k), "")
+				}
+			}
+		}
+		c.Campaigns = append(c.Campaigns, cp)
+	})
+}
+
+// data turns a campaign's template data, any YAML mapping, into JSON.
+func (d *decoder) data(n *yaml.Node, path string) json.RawMessage {
+	n = resolve(n)
+	if isNull(n) {
+		return nil
+	}
+	if n.Kind != yaml.MappingNode {
+		d.fail(n, path, "must be a mapping (got %s)", describe(n))
+		return nil
+	}
+	var v map[string]any
+	if err := n.Decode(&v); err != nil {
+		d.fail(n, path, "not representable as JSON: %s", yamlMessage(err))
+		return nil
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		d.fail(n, path, "not representable as JSON: keys must be strings and numbers finite")
+		return nil
+	}
+	return b
+}
