@@ -5,12 +5,18 @@ PKGS     ?= ./...
 BENCH    ?= .
 BENCHTIME ?= 1x
 
-.PHONY: all build test race bench fuzz lint need-redis clean
+.PHONY: all build demo test race bench fuzz lint need-redis clean
 
 all: build test
 
 build:
 	$(GO) build $(PKGS)
+
+## demo: the worker on embedded Redis (config.yaml) with the log provider, a
+## burst for four recipients, sends and deferrals as they happen, a summary.
+DEMOTIME ?= 20s
+demo:
+	$(GO) run ./cmd/worker -config config.yaml -demo $(DEMOTIME)
 
 ## test: vet, then every test (unit, differential, multi-process, cluster) on
 ## real redis-server processes the tests start on free loopback ports.

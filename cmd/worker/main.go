@@ -1,0 +1,185 @@
+// Command worker delivers notification jobs through the throttle: every job
+// is admitted by the Redis scripts (recipient policy and provider bucket) and
+// then sent, paced inline, or deferred by exactly the delay the script gave.
+//
+// Usage:
+//
+//	worker [-config config.yaml] [-demo 20s]
+//
+// With the default config (redis.url: embedded) it runs on an in-process
+// Redis for trying things out; -demo also enqueues a burst of notifications
+// for a few recipients and prints a summary per recipient before it exits.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/notify-throttle/throttler/config"
+	"github.com/notify-throttle/throttler/jobs"
+	"github.com/notify-throttle/throttler/throttle"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	path := fs.String("config", "config.yaml", "the config file")
+	demo := fs.Duration("demo", 0, "enqueue a demo burst, run this long, print a summary per recipient and exit")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: worker [-config config.yaml] [-demo 20s]\n\n"+
+			"Delivers notification jobs through the recipient policies and provider buckets in the config.\n"+
+			"REDIS_URL overrides redis.url. SIGINT/SIGTERM stop it gracefully.\n\nExamples:\n"+
+			"  worker                       # config.yaml (embedded Redis: for trying things out)\n"+
+			"  REDIS_URL=redis://127.0.0.1:6379/0 worker -config prod.yaml\n"+
+			"  worker -demo 20s             # what `make demo` runs\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg, err := config.Load(*path)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	rdb, closeRedis, err := cfg.Redis.Serve(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeRedis()
+	if cfg.Redis.IsEmbedded() {
+		log.Warn("EMBEDDED REDIS: an in-process server for trying things out; nothing persists and other workers cannot share it",
+			"addr", cfg.Redis.EmbeddedAddr)
+	} else {
+		log.Info("redis", "at", cfg.Redis.String())
+	}
+
+	reg := prometheus.NewRegistry()
+	th, counts, err := newThrottle(cfg, rdb, reg, log, stdout)
+	if err != nil {
+		return err
+	}
+	stopping := make(chan struct{})
+	th.Stopping = stopping
+
+	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{
+		Concurrency:              cfg.Worker.Concurrency,
+		Queues:                   cfg.Queues(),
+		ShutdownTimeout:          cfg.Worker.ShutdownTimeout,
+		IsFailure:                jobs.IsFailure,
+		RetryDelayFunc:           jobs.RetryDelay(cfg.Worker.Jitter),
+		DelayedTaskCheckInterval: time.Second,
+		LogLevel:                 asynq.WarnLevel,
+		ErrorHandler: asynq.ErrorHandlerFunc(func(ctx context.Context, t *asynq.Task, err error) {
+			id, _ := asynq.GetTaskID(ctx)
+			var d *jobs.Deferral
+			if errors.As(err, &d) {
+				log.Info("deferred", "task", id, "reason", d.Error())
+				return
+			}
+			log.Warn("job failed", "task", id, "err", err)
+		}),
+	})
+	mux := asynq.NewServeMux()
+	mux.Use(th.Middleware)
+	mux.HandleFunc(jobs.TypeNotify, jobs.Deliver)
+	if err := srv.Start(mux); err != nil {
+		return fmt.Errorf("start: %w", err)
+	}
+	if addr := cfg.Worker.MetricsAddr; addr != "" {
+		go serveMetrics(ctx, addr, rdb, reg, log)
+	}
+	log.Info("worker started", "concurrency", cfg.Worker.Concurrency, "queues", cfg.Queues())
+
+	if *demo > 0 {
+		err = runDemo(ctx, cfg, rdb, *demo, counts, stdout)
+	} else {
+		<-ctx.Done()
+	}
+	log.Info("shutting down", "timeout", cfg.Worker.ShutdownTimeout)
+	close(stopping)
+	srv.Shutdown()
+	return err
+}
+
+// newThrottle builds the middleware from the config: rules, providers, metrics.
+func newThrottle(cfg *config.Config, rdb redis.UniversalClient, reg prometheus.Registerer, log *slog.Logger, stdout io.Writer) (*jobs.Throttle, *sentCounts, error) {
+	lim, err := throttle.New(rdb, throttle.Options{Prefix: cfg.Redis.Prefix})
+	if err != nil {
+		return nil, nil, err
+	}
+	policies, buckets, err := cfg.Rules()
+	if err != nil {
+		return nil, nil, err
+	}
+	counts := newSentCounts()
+	routes := map[string]jobs.Route{}
+	for name, p := range cfg.Providers {
+		var prov jobs.Provider
+		switch p.Type {
+		case config.ProviderWebhook:
+			prov = jobs.NewWebhookProvider(name, p.URL, p.Timeout, p.Headers)
+		default:
+			w, err := output(p.Output, stdout)
+			if err != nil {
+				return nil, nil, fmt.Errorf("provider %s: %w", name, err)
+			}
+			prov = jobs.NewLogProvider(name, w)
+		}
+		routes[name] = jobs.Route{Bucket: buckets[name], Provider: counts.wrap(prov)}
+	}
+	return &jobs.Throttle{
+		Limiter: lim, Policies: policies, Providers: routes,
+		InlineWait: cfg.Worker.InlineWait, Metrics: jobs.NewMetrics(reg), Log: log,
+	}, counts, nil
+}
+
+func output(name string, stdout io.Writer) (io.Writer, error) {
+	switch name {
+	case "", "stdout":
+		return stdout, nil
+	case "stderr":
+		return os.Stderr, nil
+	}
+	return os.OpenFile(name, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+}
+
+// serveMetrics serves /healthz (Redis reachable) and /metrics until ctx ends.
+func serveMetrics(ctx context.Context, addr string, rdb redis.UniversalClient, reg *prometheus.Registry, log *slog.Logger) {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		if err := rdb.Ping(r.Context()).Err(); err != nil {
+			http.Error(w, "redis unreachable", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	hs := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { <-ctx.Done(); _ = hs.Close() }()
+	if err := hs.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		log.Warn("metrics server", "addr", addr, "err", err)
+	}
+}
