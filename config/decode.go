@@ -35,7 +35,11 @@ func (d *decoder) required(at *yaml.Node, path, why string) {
 	d.fail(at, path, "required%s", why)
 }
 
+// join appends a key to a path, quoting a key that would garble a message.
 func join(path, key string) string {
+	if len(key) > maxShown || strings.IndexFunc(key, func(r rune) bool { return !unicode.IsGraphic(r) }) >= 0 {
+		key = quote(key)
+	}
 	if path == "" {
 		return key
 	}

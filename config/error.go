@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode"
 )
 
 // maxErrors is how many problems one error lists; the rest are counted on a
@@ -51,10 +52,20 @@ func (e *Error) Error() string {
 		b.WriteString(": ")
 	}
 	if e.Path != "" {
-		b.WriteString(e.Path + ": ")
+		b.WriteString(oneLine(e.Path) + ": ")
 	}
-	b.WriteString(e.Msg)
+	b.WriteString(oneLine(e.Msg))
 	return b.String()
+}
+
+// oneLine escapes line breaks and other invisible characters that another
+// package's message may have echoed, so each problem stays on one line.
+func oneLine(s string) string {
+	if strings.IndexFunc(s, func(r rune) bool { return !unicode.IsGraphic(r) }) < 0 {
+		return s
+	}
+	q := strconv.Quote(s)
+	return q[1 : len(q)-1]
 }
 
 // Unwrap returns the cause, if any.

@@ -28,7 +28,7 @@ func (c *Config) Rules() (policies map[string]*throttle.Quota, buckets map[strin
 func (c *Config) rules(errs *errorList, ok func(path string) bool) (map[string]*throttle.Quota, map[string]*throttle.Bucket) {
 	quotas := map[string]*throttle.Quota{}
 	for _, name := range slices.Sorted(maps.Keys(c.Policies)) {
-		path := "policies." + name
+		path := join("policies", name)
 		if !ok(path) {
 			continue
 		}
@@ -41,7 +41,7 @@ func (c *Config) rules(errs *errorList, ok func(path string) bool) (map[string]*
 	}
 	buckets := map[string]*throttle.Bucket{}
 	for _, name := range slices.Sorted(maps.Keys(c.Providers)) {
-		path := "providers." + name
+		path := join("providers", name)
 		if !ok(path) {
 			continue
 		}

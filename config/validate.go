@@ -149,7 +149,7 @@ func (v *validator) worker() {
 		v.failf("worker.queues", "needs at least one queue")
 	}
 	for _, name := range slices.Sorted(maps.Keys(w.Queues)) {
-		path := "worker.queues." + name
+		path := join("worker.queues", name)
 		if !validName.MatchString(name) {
 			v.failf(path, "a queue name must be %s (got %s)", nameRule, quote(name))
 		}
@@ -165,7 +165,7 @@ func (v *validator) worker() {
 
 func (v *validator) policies() {
 	for _, name := range slices.Sorted(maps.Keys(v.c.Policies)) {
-		path := "policies." + name
+		path := join("policies", name)
 		pol := v.c.Policies[name]
 		if len(pol) == 0 {
 			v.failf(path, "needs at least one window, e.g. [{limit: 1, per: 24h}]")
@@ -183,7 +183,7 @@ func (v *validator) policies() {
 
 func (v *validator) providers() {
 	for _, name := range slices.Sorted(maps.Keys(v.c.Providers)) {
-		path := "providers." + name
+		path := join("providers", name)
 		pr := v.c.Providers[name]
 		switch {
 		case math.IsInf(pr.Rate, 0) || math.IsNaN(pr.Rate):
@@ -215,10 +215,10 @@ func (v *validator) providers() {
 			v.positiveDuration(path+".timeout", pr.Timeout)
 			for _, h := range slices.Sorted(maps.Keys(pr.Headers)) {
 				if !isToken(h) {
-					v.failf(path+".headers."+h, "not a valid header name (got %s)", quote(h))
+					v.failf(join(path+".headers", h), "not a valid header name (got %s)", quote(h))
 				}
 				if strings.ContainsAny(pr.Headers[h], "\r\n\x00") {
-					v.failf(path+".headers."+h, "must not contain a line break or NUL")
+					v.failf(join(path+".headers", h), "must not contain a line break or NUL")
 				}
 			}
 		default:

@@ -2,6 +2,7 @@ package throttle
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -77,6 +78,7 @@ func snapshot(t testing.TB, rdb redis.UniversalClient) map[string]string {
 	t.Helper()
 	ctx := context.Background()
 	out := map[string]string{}
+	var mu sync.Mutex // ForEachMaster runs its callbacks concurrently
 	scan := func(ctx context.Context, c *redis.Client) error {
 		keys, err := c.Keys(ctx, "*").Result()
 		if err != nil {
@@ -87,7 +89,9 @@ func snapshot(t testing.TB, rdb redis.UniversalClient) map[string]string {
 			if err != nil && err != redis.Nil {
 				return err
 			}
+			mu.Lock()
 			out[k] = v
+			mu.Unlock()
 		}
 		return nil
 	}
