@@ -49,16 +49,3 @@ func parseDuration(s string) (time.Duration, error) {
 	}
 	return d, nil
 }
-
-// formatDuration drops the zero units time.Duration.String keeps: "168h",
-// "1h30m", "0s".
-func formatDuration(d time.Duration) string {
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = s[:len(s)-2]
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = s[:len(s)-2]
-	}
-	return s
-}

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/notify-throttle/throttler/throttle"
 	"time"
 )
 
@@ -88,13 +90,13 @@ func (v *validator) positive(path string, n int) {
 
 func (v *validator) positiveDuration(path string, d time.Duration) {
 	if d <= 0 {
-		v.failf(path, "must be > 0 (got %s)", formatDuration(d))
+		v.failf(path, "must be > 0 (got %s)", throttle.FormatDuration(d))
 	}
 }
 
 func (v *validator) notNegative(path string, d time.Duration) {
 	if d < 0 {
-		v.failf(path, "must not be negative (got %s)", formatDuration(d))
+		v.failf(path, "must not be negative (got %s)", throttle.FormatDuration(d))
 	}
 }
 
@@ -156,7 +158,7 @@ func (v *validator) worker() {
 		v.positive(path, w.Queues[name])
 	}
 	v.positiveDuration("worker.shutdown_timeout", w.ShutdownTimeout)
-	if w.MetricsAddr != "" && (!validAddr(w.MetricsAddr)) {
+	if w.MetricsAddr != "" && !validAddr(w.MetricsAddr) {
 		v.failf("worker.metrics_addr", `must be host:port, or "" to turn metrics off (got %s)`, quote(w.MetricsAddr))
 	}
 	v.notNegative("worker.inline_wait", w.InlineWait)
@@ -174,7 +176,7 @@ func (v *validator) policies() {
 			p := fmt.Sprintf("%s[%d]", path, i)
 			v.positive(p+".limit", w.Limit)
 			if w.Per > 0 && w.Per < time.Millisecond {
-				v.failf(p+".per", "must be at least 1ms (got %s)", formatDuration(w.Per))
+				v.failf(p+".per", "must be at least 1ms (got %s)", throttle.FormatDuration(w.Per))
 			}
 			v.positiveDuration(p+".per", w.Per)
 		}

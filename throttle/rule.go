@@ -59,7 +59,7 @@ func checkName(kind, name string) error {
 // checkPer rejects windows the scripts cannot count in (they work in µs).
 func checkPer(where string, per time.Duration) error {
 	if per < time.Millisecond || per > MaxPer {
-		return fmt.Errorf("throttle: %s: window must be from 1ms to %s (got %s): %w", where, formatDuration(MaxPer), per, ErrInvalidRule)
+		return fmt.Errorf("throttle: %s: window must be from 1ms to %s (got %s): %w", where, FormatDuration(MaxPer), per, ErrInvalidRule)
 	}
 	return nil
 }
@@ -79,7 +79,7 @@ type Window struct {
 }
 
 // String returns e.g. "3 per 168h".
-func (w Window) String() string { return fmt.Sprintf("%d per %s", w.Limit, formatDuration(w.Per)) }
+func (w Window) String() string { return fmt.Sprintf("%d per %s", w.Limit, FormatDuration(w.Per)) }
 
 // Quota is a sliding-window quota kept in one sorted set per subject, whose
 // members are task IDs scored by the time they were admitted. Every window is
@@ -172,7 +172,7 @@ func NewBucket(name string, rate float64, burst int) (*Bucket, error) {
 		return nil, err
 	}
 	if fill := float64(burst) / rate; fill > MaxPer.Seconds() {
-		return nil, fmt.Errorf("throttle: bucket %s: burst %d at %v/s takes longer than %s to fill: %w", name, burst, rate, formatDuration(MaxPer), ErrInvalidRule)
+		return nil, fmt.Errorf("throttle: bucket %s: burst %d at %v/s takes longer than %s to fill: %w", name, burst, rate, FormatDuration(MaxPer), ErrInvalidRule)
 	}
 	b := &Bucket{name: name, rate: rate, burst: burst}
 	b.args = []any{strconv.FormatFloat(rate, 'g', -1, 64), strconv.Itoa(burst)}
@@ -252,8 +252,9 @@ func (f *FixedWindow) appendArgs(dst []any, cost int) []any {
 	return append(append(dst, "f", strconv.Itoa(cost)), f.args...)
 }
 
-// formatDuration drops the zero units time.Duration.String keeps: "168h", "1m".
-func formatDuration(d time.Duration) string {
+// FormatDuration writes a window for people: time.Duration.String without
+// its zero units ("168h", "1h30m", "1m").
+func FormatDuration(d time.Duration) string {
 	s := d.String()
 	if strings.HasSuffix(s, "m0s") {
 		s = s[:len(s)-2]
