@@ -10,9 +10,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/notify-throttle/throttler/throttle"
-	"time"
 )
 
 // validName is what throttle accepts as a rule name; queues and campaigns
