@@ -3,7 +3,6 @@
 GO       ?= go
 PKGS     ?= ./...
 BENCH    ?= .
-BENCHTIME ?= 1x
 
 .PHONY: all build demo test race bench fuzz lint need-redis clean
 

@@ -61,21 +61,22 @@ func (r Request) validate() error {
 	type ruleKey struct{ kind, rule, key string }
 	seen := make(map[ruleKey]bool, len(r.Takes))
 	for i, t := range r.Takes {
-		where := fmt.Sprintf("throttle: task %q: take %d", r.ID, i+1)
+		// Formatted only on error: validation runs on every admission.
+		where := func() string { return fmt.Sprintf("throttle: task %q: take %d", r.ID, i+1) }
 		switch {
 		case t.Rule == nil:
-			return fmt.Errorf("%s: no rule: %w", where, ErrInvalidRequest)
+			return fmt.Errorf("%s: no rule: %w", where(), ErrInvalidRequest)
 		case t.Key == "":
-			return fmt.Errorf("%s (%s): empty key: %w", where, t.Rule.Name(), ErrInvalidRequest)
+			return fmt.Errorf("%s (%s): empty key: %w", where(), t.Rule.Name(), ErrInvalidRequest)
 		case t.Cost < 0:
-			return fmt.Errorf("%s (%s): cost must be at least 1 (got %d): %w", where, t.Rule.Name(), t.Cost, ErrInvalidRequest)
+			return fmt.Errorf("%s (%s): cost must be at least 1 (got %d): %w", where(), t.Rule.Name(), t.Cost, ErrInvalidRequest)
 		case t.cost() > t.Rule.MaxCost():
 			return fmt.Errorf("%s: cost %d exceeds what %s %s (%s) can ever admit (%d): %w",
-				where, t.cost(), kindName(t.Rule), t.Rule.Name(), t.Rule, t.Rule.MaxCost(), ErrInvalidRule)
+				where(), t.cost(), kindName(t.Rule), t.Rule.Name(), t.Rule, t.Rule.MaxCost(), ErrInvalidRule)
 		}
 		k := ruleKey{t.Rule.kind(), t.Rule.Name(), t.Key}
 		if seen[k] {
-			return fmt.Errorf("%s: %s for %q is taken twice: %w", where, t.Rule.Name(), t.Key, ErrInvalidRequest)
+			return fmt.Errorf("%s: %s for %q is taken twice: %w", where(), t.Rule.Name(), t.Key, ErrInvalidRequest)
 		}
 		seen[k] = true
 	}
