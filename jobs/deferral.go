@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+
+	"github.com/notify-throttle/throttler/throttle"
 )
 
 // Deferral is what a handler returns for a job that may not go yet. asynq
@@ -66,12 +68,5 @@ func shortDuration(d time.Duration) string {
 	default:
 		d = d.Round(time.Millisecond)
 	}
-	s := d.String()
-	if len(s) > 2 && s[len(s)-2:] == "0s" && d >= time.Minute {
-		s = s[:len(s)-2]
-	}
-	if len(s) > 2 && s[len(s)-2:] == "0m" && d >= time.Hour {
-		s = s[:len(s)-2]
-	}
-	return s
+	return throttle.FormatDuration(d)
 }

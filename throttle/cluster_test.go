@@ -88,7 +88,7 @@ func TestClusterPath(t *testing.T) {
 		mustAdmit(t, l, Request{ID: "b0", Takes: []Take{{Rule: weekly, Key: bob}}})
 
 		for _, who := range []string{alice, bob} {
-			before := clusterSnapshot(t, rdb)
+			before := snapshot(t, rdb)
 			d := mustAdmit(t, l, Request{ID: "x-" + who, Takes: []Take{{Rule: weekly, Key: who}, {Rule: sms, Key: gw}}})
 			if d.Allowed || d.Take != 1 || d.Rule != Rule(sms) || d.Key != gw {
 				t.Fatalf("%s: %+v, want denied by the bucket (take 1)", who, d)
@@ -96,7 +96,7 @@ func TestClusterPath(t *testing.T) {
 			if d.Delay < 59*time.Minute || d.Delay > time.Hour {
 				t.Errorf("%s: delay %s, want about 1h (a token at 1 an hour)", who, d.Delay)
 			}
-			if diff := diffMaps(before, clusterSnapshot(t, rdb)); diff != "" {
+			if diff := diffMaps(before, snapshot(t, rdb)); diff != "" {
 				t.Errorf("%s: a denied admission changed Redis:\n%s", who, diff)
 			}
 		}
@@ -129,14 +129,14 @@ func TestClusterPath(t *testing.T) {
 		gw2 := subjectOnOtherMaster(t, rdb, "gw2", gw)
 		push := mustBucket(t, "push", 1.0/3600, 1)
 		mustAdmit(t, l, Request{ID: "drain", Takes: []Take{{Rule: push, Key: gw2}}})
-		before, beforeTTL := clusterSnapshot(t, rdb), pttls(t, rdb)
+		before, beforeTTL := snapshot(t, rdb), pttls(t, rdb)
 		// alice's counter (first group) and the full sms bucket (second)
 		// pass, the drained push bucket (third) denies.
 		d := mustAdmit(t, l, Request{ID: "x", Takes: []Take{{Rule: daily, Key: alice}, {Rule: sms, Key: gw}, {Rule: push, Key: gw2}}})
 		if d.Allowed || d.Take != 2 {
 			t.Fatalf("%+v, want denied by push (take 2)", d)
 		}
-		after := clusterSnapshot(t, rdb)
+		after := snapshot(t, rdb)
 		// A full bucket may be stored as such for the millisecond its state
 		// takes to expire; it must hold its burst and no ledger entry.
 		sk := bucketKey(tag(gw), "sms")
@@ -162,7 +162,7 @@ func TestClusterPath(t *testing.T) {
 		}
 		bucketNode := masterFor(t, rdb, bucketKey(tag(gw), "sms"))
 		quotaNode := masterFor(t, rdb, quotaKey(tag(alice), "daily"))
-		before, beforeTTL := clusterSnapshot(t, rdb), pttls(t, rdb)
+		before, beforeTTL := snapshot(t, rdb), pttls(t, rdb)
 		bucketEvals, quotaEvals := evalCalls(t, bucketNode), evalCalls(t, quotaNode)
 
 		d := mustAdmit(t, l, r("a2"))
@@ -175,7 +175,7 @@ func TestClusterPath(t *testing.T) {
 		if n := evalCalls(t, quotaNode) - quotaEvals; n != 1 {
 			t.Errorf("%d script calls reached the quota's master, want 1", n)
 		}
-		if diff := diffMaps(before, clusterSnapshot(t, rdb)); diff != "" {
+		if diff := diffMaps(before, snapshot(t, rdb)); diff != "" {
 			t.Errorf("a denied admission changed Redis:\n%s", diff)
 		}
 		assertTTLsNotExtended(t, beforeTTL, pttls(t, rdb))
@@ -191,14 +191,14 @@ func TestClusterPath(t *testing.T) {
 		if !first.Allowed || first.Repeated {
 			t.Fatalf("first: %+v", first)
 		}
-		before, beforeTTL := clusterSnapshot(t, rdb), pttls(t, rdb)
+		before, beforeTTL := snapshot(t, rdb), pttls(t, rdb)
 		for i := range 2 {
 			again := mustAdmit(t, l, r)
 			if !again.Allowed || !again.Repeated || again.Delay != 0 || again.Remaining != first.Remaining {
 				t.Errorf("again %d: %+v, want allowed, repeated, no delay, remaining %d", i+1, again, first.Remaining)
 			}
 		}
-		if diff := diffMaps(before, clusterSnapshot(t, rdb)); diff != "" {
+		if diff := diffMaps(before, snapshot(t, rdb)); diff != "" {
 			t.Errorf("a repeated admission changed Redis:\n%s", diff)
 		}
 		assertTTLsNotExtended(t, beforeTTL, pttls(t, rdb))
@@ -262,7 +262,7 @@ func TestClusterPath(t *testing.T) {
 			req("r5-denied", dave),                             // by sms: r1, r3, r4 and (for now) r6 hold its 4 tokens
 		}
 		want := []bool{true, false, true, true, false, false}
-		before := clusterSnapshot(t, rdb)
+		before := snapshot(t, rdb)
 		ds, err := l.AdmitBatch(bg, rs)
 		if err != nil {
 			t.Fatal(err)
@@ -272,7 +272,7 @@ func TestClusterPath(t *testing.T) {
 				t.Errorf("%s: allowed %v, want %v (%+v)", rs[i].ID, d.Allowed, want[i], d)
 			}
 		}
-		after := clusterSnapshot(t, rdb)
+		after := snapshot(t, rdb)
 
 		// The quota keys of the allowed, nothing of the denied anywhere.
 		wantQuota := map[string][]string{alice: {"r1"}, bob: {"r3"}, carol: {"r4"}}
@@ -318,14 +318,14 @@ func TestClusterPath(t *testing.T) {
 		// job-1 was admitted and delivered with alice's quota alone.
 		mustAdmit(t, l, Request{ID: "job-1", Takes: []Take{{Rule: weekly, Key: alice}}})
 		mustAdmit(t, l, Request{ID: "drain", Takes: []Take{{Rule: sms, Key: gw}}})
-		before := clusterSnapshot(t, rdb)
+		before := snapshot(t, rdb)
 		// The same task again, now also through an empty bucket: the quota
 		// take already holds it (repeated), the bucket denies.
 		d := mustAdmit(t, l, Request{ID: "job-1", Takes: []Take{{Rule: weekly, Key: alice}, {Rule: sms, Key: gw}}})
 		if d.Allowed {
 			t.Fatalf("%+v, want denied by the bucket", d)
 		}
-		if diff := diffMaps(before, clusterSnapshot(t, rdb)); diff != "" {
+		if diff := diffMaps(before, snapshot(t, rdb)); diff != "" {
 			t.Errorf("a denied admission changed Redis:\n%s", diff)
 		}
 		if ids := zmembers(t, rdb, quotaKey(tag(alice), "weekly")); !slices.Equal(ids, []string{"job-1"}) {
@@ -495,35 +495,6 @@ func flushCluster(t testing.TB, rdb *redis.ClusterClient) {
 	if err != nil {
 		t.Fatalf("flush: %v", err)
 	}
-}
-
-// clusterSnapshot is snapshot for a cluster, safe for ForEachMaster's
-// concurrent callbacks (snapshot in helpers_test.go writes its map from
-// them unguarded).
-func clusterSnapshot(t testing.TB, rdb *redis.ClusterClient) map[string]string {
-	t.Helper()
-	out := map[string]string{}
-	var mu sync.Mutex
-	err := rdb.ForEachMaster(context.Background(), func(ctx context.Context, c *redis.Client) error {
-		keys, err := c.Keys(ctx, "*").Result()
-		if err != nil {
-			return err
-		}
-		for _, k := range keys {
-			v, err := c.Dump(ctx, k).Result()
-			if err != nil && !errors.Is(err, redis.Nil) {
-				return err
-			}
-			mu.Lock()
-			out[k] = v
-			mu.Unlock()
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatalf("snapshot: %v", err)
-	}
-	return out
 }
 
 // pttls returns every key's PTTL.
