@@ -33,6 +33,12 @@ type Cluster struct {
 // replica has its master link up. Everything is stopped at cleanup.
 func StartCluster(t TB, masters, replicasPerMaster int) *Cluster {
 	t.Helper()
+	return startCluster(t, masters, replicasPerMaster, &security{})
+}
+
+// startCluster starts a cluster whose nodes are set up as sec says.
+func startCluster(t TB, masters, replicasPerMaster int, sec *security) *Cluster {
+	t.Helper()
 	if masters < 3 || replicasPerMaster < 0 {
 		t.Fatalf("redistest: cluster needs >= 3 masters and >= 0 replicas per master, got %d and %d",
 			masters, replicasPerMaster)
@@ -40,10 +46,10 @@ func StartCluster(t TB, masters, replicasPerMaster int) *Cluster {
 	}
 	c := &Cluster{perMaster: replicasPerMaster}
 	for range masters {
-		c.Masters = append(c.Masters, start(t, true, nil))
+		c.Masters = append(c.Masters, start(t, true, sec))
 	}
 	for range masters * replicasPerMaster {
-		c.Replicas = append(c.Replicas, start(t, true, nil))
+		c.Replicas = append(c.Replicas, start(t, true, sec))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), clusterTimeout)
 	defer cancel()
@@ -68,9 +74,16 @@ func (c *Cluster) Addrs() []string {
 }
 
 // Client returns a *redis.ClusterClient for the cluster, closed at cleanup.
+// It logs in and speaks TLS as Server.Client does.
 func (c *Cluster) Client(t TB) *redis.ClusterClient {
 	t.Helper()
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
+	m := c.Masters[0]
+	cc := redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs:     c.Addrs(),
+		Username:  m.access.user,
+		Password:  m.access.password,
+		TLSConfig: m.clientTLS(),
+	})
 	t.Cleanup(func() { _ = cc.Close() })
 	return cc
 }
@@ -191,7 +204,9 @@ func slotRange(i, n int) (lo, hi int) {
 func dial(s *Server) *redis.Client {
 	return redis.NewClient(&redis.Options{
 		Addr:            s.Addr,
-		Password:        s.password,
+		Username:        s.access.user,
+		Password:        s.access.password,
+		TLSConfig:       s.clientTLS(),
 		DialTimeout:     time.Second,
 		ReadTimeout:     2 * time.Second,
 		MaxRetries:      -1,

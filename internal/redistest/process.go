@@ -2,6 +2,7 @@ package redistest
 
 import (
 	"bufio"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -83,7 +84,7 @@ func (p *proc) exitError(addr string) error {
 }
 
 // waitReady polls PING until the process started with conf answers on addr.
-func waitReady(addr, password, conf string, p *proc) error {
+func waitReady(addr, conf string, a access, p *proc) error {
 	deadline := time.Now().Add(readyTimeout)
 	var err error
 	for time.Now().Before(deadline) {
@@ -92,7 +93,7 @@ func waitReady(addr, password, conf string, p *proc) error {
 			return p.exitError(addr)
 		default:
 		}
-		if err = probe(addr, password, conf); err == nil {
+		if err = probe(addr, conf, a); err == nil {
 			return nil
 		}
 		if errors.Is(err, errWrongServer) {
@@ -105,16 +106,27 @@ func waitReady(addr, password, conf string, p *proc) error {
 
 // probe sends PING and checks, via INFO server, that the server answering on
 // addr was started with our config file (and so is not someone else's).
-func probe(addr, password, conf string) error {
-	conn, err := net.DialTimeout("tcp", addr, probeTimeout)
+func probe(addr, conf string, a access) error {
+	d := &net.Dialer{Timeout: probeTimeout}
+	var conn net.Conn
+	var err error
+	if a.tls != nil {
+		conn, err = tls.DialWithDialer(d, "tcp", addr, a.tls)
+	} else {
+		conn, err = d.Dial("tcp", addr)
+	}
 	if err != nil {
 		return fmt.Errorf("dial %s: %w", addr, err)
 	}
 	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(5 * probeTimeout))
 	r := bufio.NewReader(conn)
-	if password != "" {
-		if _, err := roundTrip(conn, r, "AUTH", password); err != nil {
+	auth := []string{"AUTH", a.password}
+	if a.user != "" {
+		auth = []string{"AUTH", a.user, a.password}
+	}
+	if a.password != "" {
+		if _, err := roundTrip(conn, r, auth...); err != nil {
 			return err
 		}
 	}
@@ -172,8 +184,9 @@ func readBulk(r *bufio.Reader, length string) (string, error) {
 	return string(buf[:n]), nil
 }
 
-// writeConfig writes the redis.conf for one server.
-func writeConfig(path, dir string, port int, cluster bool, extra []string) error {
+// writeConfig writes the redis.conf for one server: the settings every
+// test server has, then sec's (later directives win).
+func writeConfig(path, dir string, port int, cluster bool, sec *security) error {
 	lines := []string{
 		"bind 127.0.0.1",
 		"port " + strconv.Itoa(port),
@@ -197,7 +210,7 @@ func writeConfig(path, dir string, port int, cluster bool, extra []string) error
 			"repl-ping-replica-period 1",
 		)
 	}
-	lines = append(lines, extra...)
+	lines = append(lines, sec.lines(port, cluster)...)
 	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
 		return fmt.Errorf("redistest: write config: %w", err)
 	}

@@ -1,10 +1,12 @@
 // Package redistest starts real redis-server processes for tests: a
-// standalone server (Start) or a Redis Cluster (StartCluster). Every process
+// standalone server (Start) or a Redis Cluster (StartCluster), optionally
+// with ACL users and TLS only (StartWith, StartClusterWith). Every process
 // listens on a free loopback port, keeps its files in a test temp dir, has no
 // persistence and is stopped at test cleanup.
 package redistest
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"os"
@@ -57,11 +59,15 @@ type Server struct {
 	Addr string // "127.0.0.1:PORT"
 	Port int
 	Dir  string // holds redis.conf, redis.log and, for cluster nodes, nodes.conf
+	// TLS names the CA and certificates of a server started with
+	// Options.TLS; nil for a plain TCP server.
+	TLS *TLSFiles
 
-	bin      string
-	conf     string // absolute path of the generated config file
-	password string // from a "requirepass" extra line; used by Client
-	id       string // cluster node ID; empty for standalone servers
+	bin    string
+	conf   string // absolute path of the generated config file
+	sec    *security
+	access access // how the helpers and Client log in
+	id     string // cluster node ID; empty for standalone servers
 
 	mu   sync.Mutex // guards proc; held while stopping so Stop waits
 	proc *proc      // running process, nil when stopped
@@ -74,11 +80,11 @@ type Server struct {
 // if the server does not come up.
 func Start(t TB, extra ...string) *Server {
 	t.Helper()
-	return start(t, false, extra)
+	return start(t, false, &security{opts: Options{Extra: extra}})
 }
 
-// start is Start with the choice of cluster mode.
-func start(t TB, cluster bool, extra []string) *Server {
+// start starts one server, standalone or a cluster node, as sec says.
+func start(t TB, cluster bool, sec *security) *Server {
 	t.Helper()
 	bin, err := Binary()
 	if err != nil {
@@ -91,13 +97,15 @@ func start(t TB, cluster bool, extra []string) *Server {
 		return nil
 	}
 	s := &Server{
-		Dir:      dir,
-		bin:      bin,
-		conf:     filepath.Join(dir, confFile),
-		password: passwordFrom(extra),
+		Dir:    dir,
+		TLS:    sec.files,
+		bin:    bin,
+		conf:   filepath.Join(dir, confFile),
+		sec:    sec,
+		access: sec.access(passwordFrom(sec.opts.Extra)),
 	}
 	t.Cleanup(s.Stop)
-	if err := s.startFresh(cluster, extra); err != nil {
+	if err := s.startFresh(cluster); err != nil {
 		t.Fatalf("%v\n%s", err, s.logTail())
 		return nil
 	}
@@ -106,7 +114,7 @@ func start(t TB, cluster bool, extra []string) *Server {
 
 // startFresh picks a port, writes the config and launches the server,
 // retrying with another port when the chosen one turns out to be taken.
-func (s *Server) startFresh(cluster bool, extra []string) error {
+func (s *Server) startFresh(cluster bool) error {
 	var err error
 	for range startAttempts {
 		port, perr := freePort(cluster)
@@ -115,7 +123,7 @@ func (s *Server) startFresh(cluster bool, extra []string) error {
 		}
 		s.Port = port
 		s.Addr = fmt.Sprintf("127.0.0.1:%d", port)
-		if err = writeConfig(s.conf, s.Dir, port, cluster, extra); err != nil {
+		if err = writeConfig(s.conf, s.Dir, port, cluster, s.sec); err != nil {
 			return err
 		}
 		removeLogs(s.Dir)
@@ -137,7 +145,7 @@ func (s *Server) launch() (portTaken bool, err error) {
 	s.mu.Lock()
 	s.proc = p
 	s.mu.Unlock()
-	if err = waitReady(s.Addr, s.password, s.conf, p); err == nil {
+	if err = waitReady(s.Addr, s.conf, s.access, p); err == nil {
 		return false, nil
 	}
 	s.Kill()
@@ -145,13 +153,28 @@ func (s *Server) launch() (portTaken bool, err error) {
 	return taken, err
 }
 
-// Client returns a *redis.Client for the server, closed at cleanup. It uses
-// the password of a "requirepass" extra line, if any.
+// Client returns a *redis.Client for the server, closed at cleanup. It
+// logs in as AdminUser on a server with ACL users, else with the password of
+// a "requirepass" extra line, if any, and speaks TLS to a TLS server,
+// trusting its CA and presenting the client certificate.
 func (s *Server) Client(t TB) *redis.Client {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: s.Addr, Password: s.password})
+	c := redis.NewClient(&redis.Options{
+		Addr:      s.Addr,
+		Username:  s.access.user,
+		Password:  s.access.password,
+		TLSConfig: s.clientTLS(),
+	})
 	t.Cleanup(func() { _ = c.Close() })
 	return c
+}
+
+// clientTLS returns a copy of the helpers' TLS configuration, or nil.
+func (s *Server) clientTLS() *tls.Config {
+	if s.access.tls == nil {
+		return nil
+	}
+	return s.access.tls.Clone()
 }
 
 // Stop kills the process (SIGTERM, then SIGKILL after 5s) and waits for it.

@@ -97,7 +97,7 @@ func TestStartClusterRejectsTooFewMasters(t *testing.T) {
 
 func TestProbeRejectsForeignServer(t *testing.T) {
 	s := Start(t)
-	if err := probe(s.Addr, "", "/elsewhere/redis.conf"); !errors.Is(err, errWrongServer) {
+	if err := probe(s.Addr, "/elsewhere/redis.conf", access{}); !errors.Is(err, errWrongServer) {
 		t.Fatalf("probe = %v, want errWrongServer", err)
 	}
 }
@@ -115,7 +115,7 @@ func TestLaunchDetectsTakenPort(t *testing.T) {
 	port := l.Addr().(*net.TCPAddr).Port
 	dir := t.TempDir()
 	s := &Server{Addr: l.Addr().String(), Port: port, Dir: dir, bin: bin, conf: dir + "/" + confFile}
-	if err := writeConfig(s.conf, dir, port, false, nil); err != nil {
+	if err := writeConfig(s.conf, dir, port, false, &security{}); err != nil {
 		t.Fatal(err)
 	}
 	if taken, err := s.launch(); !taken || err == nil {

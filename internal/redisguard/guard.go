@@ -1,0 +1,265 @@
+// Package redisguard keeps a worker calm while Redis is unavailable. A Guard
+// is a go-redis hook: every call that fails because Redis cannot be reached,
+// or refuses every call (out of memory, credentials refused), is held back
+// for a capped, growing delay before its error returns. So a loop that
+// retries at once (asynq's processor does, on dequeue errors) sleeps instead
+// of spinning a CPU; the outage is logged at a bounded rate; and the first
+// call that gets an answer again resets it all. Calls that Redis answers,
+// even with an ordinary error reply, pass untouched.
+package redisguard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Options tune a Guard. The zero value means every default.
+type Options struct {
+	// MinDelay holds back the first failing call of an outage. Default 50ms.
+	MinDelay time.Duration
+	// MaxDelay caps the delay, which doubles with each failing call and is
+	// also how long a call may wait beyond Redis's own error during an
+	// outage (shutdown included). Default 2s.
+	MaxDelay time.Duration
+	// LogEvery is the shortest gap between two outage log lines. Default 10s.
+	LogEvery time.Duration
+}
+
+// Guard tracks whether Redis answers and delays failing calls while it does
+// not. One Guard serves any number of clients (a worker's one client, or the
+// connection attempts before it exists). It is safe for concurrent use.
+type Guard struct {
+	log  *slog.Logger
+	opts Options
+
+	mu         sync.Mutex
+	down       bool      // the last call found Redis unavailable
+	since      time.Time // when the outage began
+	fails      int       // failing calls in a row, which set the delay
+	total      int       // failing calls in this outage
+	suppressed int       // errors not yet reported in a log line
+	silenced   int       // asynq and go-redis log lines not written (see logs.go)
+	lastLog    time.Time // when the last outage line was written
+	reported   bool      // this outage has been logged, so its end will be
+}
+
+// New returns a Guard that logs to log (slog.Default if nil).
+func New(log *slog.Logger, opts Options) *Guard {
+	if log == nil {
+		log = slog.Default()
+	}
+	if opts.MinDelay <= 0 {
+		opts.MinDelay = 50 * time.Millisecond
+	}
+	if opts.MaxDelay <= 0 {
+		opts.MaxDelay = 2 * time.Second
+	}
+	opts.MaxDelay = max(opts.MaxDelay, opts.MinDelay)
+	if opts.LogEvery <= 0 {
+		opts.LogEvery = 10 * time.Second
+	}
+	return &Guard{log: log, opts: opts}
+}
+
+// Install adds g as a hook to rdb and returns rdb.
+func (g *Guard) Install(rdb redis.UniversalClient) redis.UniversalClient {
+	rdb.AddHook(g)
+	return rdb
+}
+
+// Connect calls connect (config.Redis.Serve, say) until it returns a
+// client, with the Guard's delays and log lines while Redis is unreachable,
+// and installs g on the client: a worker started before its Redis waits for
+// it instead of exiting. Any other error (a refused password, a bad
+// address) returns at once; so does the last connection error when ctx ends.
+func (g *Guard) Connect(ctx context.Context, connect func(context.Context) (redis.UniversalClient, func() error, error)) (redis.UniversalClient, func() error, error) {
+	for {
+		rdb, closeFn, err := connect(ctx)
+		if err == nil {
+			g.answered()
+			return g.Install(rdb), closeFn, nil
+		}
+		if ctx.Err() == nil && !Unreachable(err) {
+			return nil, nil, err
+		}
+		if ctx.Err() == nil {
+			sleep(ctx, g.failed(err))
+		}
+		if ctx.Err() != nil {
+			return nil, nil, fmt.Errorf("redisguard: gave up waiting for redis: %w", err)
+		}
+	}
+}
+
+// Down reports whether the last call through g found Redis unavailable.
+func (g *Guard) Down() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.down
+}
+
+// DialHook passes dials through: the call that needed the connection is
+// what the Guard judges, after go-redis's own retries.
+func (g *Guard) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+// ProcessHook delays a command that could not reach Redis.
+func (g *Guard) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		g.observe(ctx, err)
+		return err
+	}
+}
+
+// ProcessPipelineHook delays a pipeline (or transaction) that could not reach Redis.
+func (g *Guard) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		g.observe(ctx, err)
+		return err
+	}
+}
+
+// observe records the outcome of one call and, if Redis was unavailable,
+// sleeps for the current delay (or until ctx ends).
+func (g *Guard) observe(ctx context.Context, err error) {
+	switch {
+	case Unavailable(err):
+		sleep(ctx, g.failed(err))
+	case err == nil || isReply(err):
+		g.answered()
+	}
+	// Other errors (a cancelled context, a closed client) say nothing about
+	// Redis: they neither start nor end an outage.
+}
+
+// failed records a call that did not reach Redis, logs if a line is due, and
+// returns how long to hold the call back.
+func (g *Guard) failed(err error) time.Duration {
+	now := time.Now()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.down {
+		g.down, g.since, g.fails, g.total, g.reported = true, now, 0, 0, false
+	}
+	g.fails++
+	g.total++
+	g.suppressed++
+	if now.Sub(g.lastLog) >= g.opts.LogEvery {
+		if g.reported {
+			g.log.Warn("redis still unavailable; failing calls are delayed",
+				"for", now.Sub(g.since).Round(time.Second), "errors", g.suppressed,
+				"log_lines_silenced", g.silenced, "last_err", err.Error())
+		} else {
+			g.log.Warn("redis unavailable; failing calls are delayed until it answers",
+				"err", err.Error(), "max_delay", g.opts.MaxDelay)
+		}
+		g.lastLog, g.reported, g.suppressed, g.silenced = now, true, 0, 0
+	}
+	return g.delay()
+}
+
+// delay is MinDelay doubled per failing call in a row, capped at MaxDelay,
+// with the upper half jittered so that many callers do not wake together.
+func (g *Guard) delay() time.Duration {
+	d := g.opts.MaxDelay
+	if shift := g.fails - 1; shift < 30 {
+		d = min(d, g.opts.MinDelay<<shift)
+	}
+	return d/2 + rand.N(d/2+1)
+}
+
+// answered records a call that reached Redis, ending an outage.
+func (g *Guard) answered() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.down {
+		return
+	}
+	if g.reported {
+		g.log.Info("redis available again",
+			"after", time.Since(g.since).Round(time.Millisecond), "errors", g.total)
+	}
+	g.down, g.fails, g.total, g.suppressed, g.silenced = false, 0, 0, 0, 0
+}
+
+// Unavailable reports whether err means Redis could not serve the call at
+// all, so that retrying at once is pointless: Redis was unreachable (see
+// Unreachable) or answered with a reply that refuses every call, or every
+// write, until an operator steps in: out of memory, a failing disk, a
+// read-only replica, our credentials or permissions refused. Those replies
+// come back at once, so a caller that retries at once spins on them too.
+func Unavailable(err error) bool {
+	return Unreachable(err) || hasReplyPrefix(err, refusedReplies)
+}
+
+// Unreachable reports whether err means Redis could not be reached or is
+// not serving yet: a network error, a connection closed under the call, a
+// pool timeout, or a reply saying it is loading its data, has no master or
+// is blocked by a script. A refused listen (another process on an address),
+// a cancelled context and a closed client are not.
+func Unreachable(err error) bool {
+	var op *net.OpError
+	if errors.As(err, &op) {
+		// Checked first: a dial that timed out wraps the context's error.
+		return op.Op != "listen"
+	}
+	if err == nil || errors.Is(err, redis.ErrClosed) ||
+		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var ne net.Error
+	return errors.As(err, &ne) || hasReplyPrefix(err, notServingReplies) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, redis.ErrPoolTimeout)
+}
+
+// Error replies by which Redis serves no call for a while: these pass by themselves.
+var notServingReplies = []string{
+	"LOADING ", "BUSY ", "MASTERDOWN ", "CLUSTERDOWN ", "NOREPLICAS ", "ERR max number of clients",
+}
+
+// Error replies by which Redis refuses calls until someone fixes something.
+var refusedReplies = []string{
+	"OOM ", "MISCONF ", "READONLY ", "NOAUTH ", "WRONGPASS ", "NOPERM ",
+}
+
+// hasReplyPrefix reports whether err is an error reply starting with one of prefixes.
+func hasReplyPrefix(err error, prefixes []string) bool {
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return false
+	}
+	msg := re.Error()
+	return slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(msg, p) })
+}
+
+// isReply reports whether err is an answer from Redis (redis.Nil, an error
+// reply): the server is there.
+func isReply(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re) && !Unavailable(err)
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
