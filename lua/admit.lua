@@ -1,69 +1,161 @@
--- admit.lua (after rules.lua): admits one task through every take, or none.
+-- admit.lua (after rules.lua): admits tasks, each through every one of its
+-- takes or none.
 --
--- KEYS and ARGV as described in rules.lua.
+--   args  -> per task: its ID (never empty, no control characters) and its
+--            plan (see rules.lua)
+--   keys  -> the takes' keys, task after task, in take order
 --
--- Every take is checked first; only if all pass is anything written, so a
--- denied task leaves no trace (pruning entries that have already left their
--- windows is not a trace of it). A take that already holds this task ID
--- passes without consuming again, which makes a redelivered task idempotent.
+-- The tasks are admitted one after another at one Redis time, exactly as if
+-- each were admitted by a call of its own: several in one call only save the
+-- calls.
+--
+-- For each task, every take is checked first; only if all pass is anything
+-- written, so a denied task leaves no trace (a check reads and never
+-- writes: stale entries are pruned by the next admission that writes). A take
+-- that already holds this task ID passes without consuming again, which
+-- makes a redelivered task idempotent.
 --
 -- A bucket that is short of tokens may be reserved ahead (tokens go negative)
--- when ARGV[2] allows that wait and nothing else denies: the task is admitted
--- and told the moment it may go. Quota entries and bucket ledgers record that
--- moment, so a repeated call returns the same moment.
+-- when the plan's max wait allows that wait and nothing else denies: the task
+-- is admitted and told the moment it may go. Quota entries and bucket ledgers
+-- record that moment, so a repeated call returns the same moment.
 --
--- Returns {allowed (1/0), now_us, delay_us, binding take (1-based, 0: none),
---          remaining, repeated (1/0), binding window of a quota (1-based, 0),
---          fresh}
--- where delay_us is, if allowed, the wait until the reserved moment (0: now)
--- and, if denied, the wait until every take would pass; the binding take is
--- the one that sets that wait; remaining is the least capacity left over the
--- takes; repeated says every take already held this task; fresh has one
--- character per take, '1' where this call consumed it (so a caller undoing
--- this call undoes only those, never what the task already held).
+-- Returns, for each task in turn, four values:
+--   code, now_us, delay_us, remaining
+-- where code = allowed (1/0) + 2 * repeated (1/0) + 4 * binding take
+-- (1-based, 0: none) + 256 * binding window of a quota (1-based, 0: none)
+-- + 65536 * fresh (a request has at most 32 takes, a quota 32 windows);
+-- delay_us is, if allowed, the wait until the reserved moment (0: now) and,
+-- if denied, the wait until every take would pass; the binding take is the
+-- one that sets that wait; remaining is the least capacity left over the
+-- takes; repeated says every take already held this task; fresh says which
+-- takes this call consumed, bit i-1 for take i (so a caller undoing this
+-- call undoes only those, never what the task already held).
 
-local id, maxwait, remember = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local now = now_us()
-local takes = parse()
-
-local denied, reserve = false, 0
-local delay, binding, remaining, repeated = 0, 0, math.huge, true
-for i, t in ipairs(takes) do
-  if t.kind == 'q' then
-    quota_check(t, id, now)
-  elseif t.kind == 'b' then
-    bucket_check(t, id, now, remember)
-  else
-    fixed_check(t, id, now)
-  end
-  if not t.ok then denied = true end
-  local until_ok = math.max(t.delay, t.reserve or 0, t.wait)
-  if until_ok > delay then delay, binding = until_ok, i end
-  if t.reserve and t.reserve > maxwait then denied = true end
-  if t.remaining < remaining then remaining = t.remaining end
-  if not t.repeated then repeated = false end
-end
-if remaining < 0 or remaining == math.huge then remaining = 0 end
-
-if denied then
-  local window = 0
-  if binding > 0 then window = takes[binding].window or 0 end
-  return {0, now, delay, binding, remaining, 0, window, string.rep('0', #takes)}
-end
-
-local at = now + delay
-local fresh = {}
-for i, t in ipairs(takes) do
-  fresh[i] = t.repeated and '0' or '1'
-  if not t.repeated then
-    if t.kind == 'q' then
-      quota_commit(t, id, now, at)
-    elseif t.kind == 'b' then
-      bucket_commit(t, id, now, at, remember)
+-- admit_task admits one task whose keys start at keys[ki] and returns the
+-- index past its last key, then its four values.
+local function admit_task(keys, ki, id, p, now)
+  local remember, maxwait, n = p.remember, p.maxwait, p.n
+  local denied, delay, binding, window, remaining, repeated = false, 0, 0, 0, huge, true
+  local k = ki
+  for i = 1, n do
+    local t = p[i]
+    local kind = t.kind
+    local ok, u, w, left, mine, a, b = true, 0, 0
+    if kind == 'q' then
+      ok, u, w, left, mine, a, b = quota_check(t, keys[k], id, now)
+      k = k + 1
+    elseif kind == 'b' then
+      local reserve
+      reserve, u, left, mine, a = bucket_check(t, keys[k], keys[k + 1], id, now, remember)
+      if reserve and reserve > maxwait then ok = false end
+      k = k + 2
     else
-      fixed_commit(t, id, now)
+      ok, u, left, mine, a, b = fixed_check(t, keys[k], id, now)
+      k = k + 1
     end
+    HELD[i], A[i], B[i] = mine, a, b
+    if not ok then denied = true end
+    if u > delay then delay, binding, window = u, i, w end
+    if left < remaining then remaining = left end
+    if not mine then repeated = false end
   end
+  if remaining < 0 or remaining == huge then remaining = 0 end
+
+  if denied then
+    return k, 4 * binding + 256 * window, now, delay, remaining
+  end
+
+  local at = now + delay
+  -- Quota entries are stamped no earlier than the plan's ahead (a cluster's
+  -- quota group whose request reserves a provider token in a later call).
+  local qat = at
+  if p.ahead > 0 and qat < now + p.ahead then qat = now + p.ahead end
+  local fresh, bit = 0, 65536
+  k = ki
+  for i = 1, n do
+    local t = p[i]
+    local kind = t.kind
+    if not HELD[i] then
+      fresh = fresh + bit
+      if kind == 'q' then
+        quota_commit(t, keys[k], id, now, qat, A[i], B[i])
+      elseif kind == 'b' then
+        bucket_commit(t, keys[k], keys[k + 1], id, now, at, remember, A[i])
+      else
+        fixed_commit(t, keys[k], id, now, A[i], B[i])
+      end
+    end
+    if kind == 'b' then k = k + 2 else k = k + 1 end
+    bit = bit * 2
+  end
+  if delay == 0 then binding = 0 end
+  return k, 1 + (repeated and 2 or 0) + 4 * binding + fresh, now, delay, remaining
 end
-if delay == 0 then binding = 0 end
-return {1, now, delay, binding, remaining, repeated and 1 or 0, 0, table.concat(fresh)}
+
+local function admit(keys, args)
+  if not rcall then bind() end
+  local now = now_us()
+  local na = #args
+  if na == 2 then -- one task: its values, without growing a table
+    memo = false
+    local _, a, b, c, d = admit_task(keys, 1, args[1], plans[args[2]] or plan(args[2]), now)
+    return {a, b, c, d}
+  end
+  memo, MEMO_T, MEMO_U = true, {}, {}
+  local out, ki, o = {}, 1, 0
+  for j = 1, na, 2 do
+    local a, b, c, d
+    ki, a, b, c, d = admit_task(keys, ki, args[j], plan(args[j + 1]), now)
+    out[o + 1], out[o + 2], out[o + 3], out[o + 4] = a, b, c, d
+    o = o + 4
+  end
+  memo, MEMO_T, MEMO_U = false, nil, nil
+  return out
+end
+
+-- restamp (cluster only) moves quota entries a call stamped provisionally
+-- (at now + ahead, see the plan) to the moment the request's provider token
+-- was reserved for: now + delay, by this node's TIME, never later than the
+-- provisional stamp. Only entries the task still holds move (ZADD XX), and
+-- the key lives at least until the moved entries leave the longest window.
+--
+--   args  -> the delay in µs, then per task its ID and plan (see rules.lua)
+--   keys  -> the takes' keys, task after task, in take order
+--
+-- Returns {now_us, takes restamped of task 1, of task 2, ...}.
+local function restamp(keys, args)
+  if not rcall then bind() end
+  memo = false
+  local now = now_us()
+  local to = now + tonum(args[1])
+  local out, ki = {now}, 1
+  for j = 2, #args, 2 do
+    local id, p = args[j], plan(args[j + 1])
+    local moved = 0
+    for i = 1, p.n do
+      local t = p[i]
+      if t.kind == 'q' then
+        local key = keys[ki]
+        local s = rcall('ZSCORE', key, id)
+        s = s and tonum(s)
+        if s and s > now - t.longest and to < s then
+          local m, zargs = members(id, t.cost), {'XX'}
+          for x = 1, #m do
+            zargs[2 * x], zargs[2 * x + 1] = int(to), m[x]
+          end
+          rcall('ZADD', key, unpack_(zargs))
+          extend(key, ceil_ms(to - now + t.longest))
+          moved = moved + 1
+        end
+        ki = ki + 1
+      elseif t.kind == 'b' then
+        ki = ki + 2
+      else
+        ki = ki + 1
+      end
+    end
+    out[#out + 1] = moved
+  end
+  return out
+end

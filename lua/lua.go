@@ -1,9 +1,22 @@
-// Package lua holds the project's Redis Lua scripts. Each script is its own
-// .lua file, embedded here; rules.lua holds the rule kinds and is prepended to
-// the scripts that use them, so they share code by composition.
+// Package lua holds the project's Redis Lua code. rules.lua holds the rule
+// kinds; admit.lua, release.lua and pause.lua each define one entry point on
+// top of them. Together they make one library, which runs two ways:
+//
+//   - as a Redis Function library (Redis >= 7): loaded once per server with
+//     FUNCTION LOAD and called with FCALL, so the library's local functions
+//     are built once rather than on every call;
+//   - as three scripts for EVAL/EVALSHA, for servers without FUNCTION (older
+//     Redis, miniredis): the library with a last line that calls one entry
+//     point on KEYS and ARGV.
+//
+// Both run the same code on the same arguments.
 package lua
 
-import _ "embed"
+import (
+	"crypto/sha1"
+	_ "embed"
+	"encoding/hex"
+)
 
 //go:embed rules.lua
 var rules string
@@ -17,11 +30,66 @@ var release string
 //go:embed pause.lua
 var pause string
 
-// Admit returns the source of the admission script (rules.lua + admit.lua).
-func Admit() string { return rules + admit }
+// body is the library's code, without a header or registrations.
+var body = rules + admit + release + pause
 
-// Release returns the source of the release script (rules.lua + release.lua).
-func Release() string { return rules + release }
+// version names this code: the first 12 hex digits of its SHA-1.
+var version = func() string {
+	sum := sha1.Sum([]byte(body))
+	return hex.EncodeToString(sum[:6])
+}()
 
-// Pause returns the source of the bucket pause script (rules.lua + pause.lua).
-func Pause() string { return rules + pause }
+// Library is the function library, and the names its entry points are
+// registered under. The names carry the code's version, so workers of
+// different versions sharing a server each call their own code; a new
+// version is a new library, loaded next to the old one.
+type Library struct {
+	Name    string // library name, for FUNCTION LOAD / FUNCTION DELETE
+	Source  string // for FUNCTION LOAD
+	Admit   string // function names for FCALL
+	Release string
+	Pause   string
+	Forget  string
+	Restamp string
+}
+
+// Functions returns the library for FUNCTION LOAD.
+func Functions() Library {
+	l := Library{
+		Name:    "throttle_" + version,
+		Admit:   "throttle_admit_" + version,
+		Release: "throttle_release_" + version,
+		Pause:   "throttle_pause_" + version,
+		Forget:  "throttle_forget_" + version,
+		Restamp: "throttle_restamp_" + version,
+	}
+	l.Source = "#!lua name=" + l.Name + "\n" + body +
+		"redis.register_function('" + l.Admit + "', admit)\n" +
+		"redis.register_function('" + l.Release + "', release)\n" +
+		"redis.register_function('" + l.Pause + "', pause)\n" +
+		"redis.register_function('" + l.Forget + "', forget)\n" +
+		"redis.register_function('" + l.Restamp + "', restamp)\n"
+	return l
+}
+
+// Admit returns the admission script for EVAL (see admit.lua).
+func Admit() string { return script("admit") }
+
+// Release returns the release script for EVAL (see release.lua).
+func Release() string { return script("release") }
+
+// Forget returns the script that drops bucket holdings without a refund
+// (see release.lua).
+func Forget() string { return script("forget") }
+
+// Restamp returns the cluster quota restamp script (see admit.lua).
+func Restamp() string { return script("restamp") }
+
+// Pause returns the bucket pause script for EVAL (see pause.lua).
+func Pause() string { return script("pause") }
+
+// script is the library run as a script that calls entry point on KEYS and
+// ARGV. It marks itself scripted: it may run on a server older than Redis 7.
+func script(entry string) string {
+	return body + "scripted = true\nreturn " + entry + "(KEYS, ARGV)\n"
+}

@@ -1,25 +1,57 @@
--- release.lua (after rules.lua): gives back what a task's admission took.
+-- release.lua (after rules.lua): gives back what tasks' admissions took.
 --
--- KEYS and ARGV as described in rules.lua (ARGV[2] and ARGV[3] are unused).
--- Only takes that hold this task ID are undone, so releasing twice, or
--- releasing a task that was never admitted, changes nothing. A bucket gets its
--- tokens back (never above burst); a fixed window only while it is still the
--- window the task was counted in.
+--   args  -> per task: its ID and its plan (see rules.lua; the max wait is
+--            not used)
+--   keys  -> the takes' keys, task after task, in take order
 --
--- Returns {takes undone, now_us}.
+-- Only takes that hold the task ID are undone, so releasing twice, or
+-- releasing a task that was never admitted, changes nothing; nor does an
+-- entry that no longer counts (a quota entry out of every window, a ledger
+-- entry older than remember). A bucket gets its tokens back (never above
+-- burst); a fixed window only while it is still the window the task was
+-- counted in.
+--
+-- A bucket refunds the cost only if no other holder's moment is later than
+-- both the released one's and now (see bucket_undo); otherwise the ledger
+-- entry goes and the tokens come back with time.
+--
+-- forget is release for a send the provider took (a 429 or 5xx answer): the
+-- tasks' bucket ledger entries are removed without any refund, so that a
+-- retry takes a token again rather than passing as already held. Quotas and
+-- fixed windows are left as they are.
+--
+-- Both return {now_us, takes undone of task 1, of task 2, ...}.
 
-local id = ARGV[1]
-local now = now_us()
-local undone = 0
-for _, t in ipairs(parse()) do
-  local done
-  if t.kind == 'q' then
-    done = quota_undo(t, id, now)
-  elseif t.kind == 'b' then
-    done = bucket_undo(t, id, now)
-  else
-    done = fixed_undo(t, id, now)
+-- undo_tasks undoes the takes of the tasks in args; with refund false only
+-- bucket ledger entries are removed, with no token given back (forget).
+local function undo_tasks(keys, args, refund)
+  if not rcall then bind() end
+  memo = false
+  local now = now_us()
+  local out, ki = {now}, 1
+  for j = 1, #args, 2 do
+    local id, p = args[j], plan(args[j + 1])
+    local remember = p.remember
+    local undone = 0
+    for i = 1, p.n do
+      local t = p[i]
+      local done
+      if t.kind == 'q' then
+        if refund then done = quota_undo(t, keys[ki], id, now) end
+        ki = ki + 1
+      elseif t.kind == 'b' then
+        done = bucket_undo(t, keys[ki], keys[ki + 1], id, now, remember, refund)
+        ki = ki + 2
+      else
+        if refund then done = fixed_undo(t, keys[ki], id, now) end
+        ki = ki + 1
+      end
+      if done then undone = undone + 1 end
+    end
+    out[#out + 1] = undone
   end
-  if done then undone = undone + 1 end
+  return out
 end
-return {undone, now}
+
+local function release(keys, args) return undo_tasks(keys, args, true) end
+local function forget(keys, args) return undo_tasks(keys, args, false) end

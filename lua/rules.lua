@@ -1,78 +1,259 @@
--- rules.lua: the rule kinds, shared by admit.lua and release.lua (the Go side
--- prepends this file to each of them, so no Lua is duplicated).
+-- rules.lua: the rule kinds, shared by admit.lua, release.lua and pause.lua.
 --
--- Every script that includes it has the same calling convention:
+-- The four files make one library (see lua.go): loaded once with FUNCTION
+-- LOAD where the server has Redis Functions (>= 7), so this code is compiled
+-- and its local functions built once, not on every call; otherwise run whole
+-- by EVALSHA, with a last line that calls an entry point on KEYS and ARGV.
+-- Either way the entry points (admit, release, pause) get keys and args as
+-- parameters.
 --
---   ARGV[1] -> task ID (never empty, no control characters)
---   ARGV[2] -> max wait in µs a provider bucket may reserve ahead (0: none)
---   ARGV[3] -> how long buckets remember a task ID, in µs
---   ARGV[4] -> number of takes n, then n takes, each:
---                kind, cost, then the kind's limits:
---                'q' (sliding-window quota): #windows, then limit, per_us per window
---                'b' (token bucket):         rate (tokens/s, may be fractional), burst
---                'f' (fixed-window counter): limit, per_us
---   KEYS, in take order: 'q' -> sorted set; 'b' -> state hash, ledger sorted set;
---                        'f' -> hash.
+-- A task's takes travel as one argument, its plan:
 --
--- Limits travel as arguments on every call, never stored, so a changed limit
--- applies at once to the history already in Redis.
+--   remember;maxwait[:ahead];take;take;...  fields of a take separated by ','
 --
--- All times are µs from Redis TIME: doubles hold them exactly (< 2^53). Numbers
--- go back to Redis through num(), because Lua's default formatting keeps only
--- 14 significant digits and would round µs timestamps.
+-- where remember is how long buckets remember a task ID (µs), maxwait the µs
+-- a provider bucket may reserve ahead (0: none), ahead (optional, cluster
+-- only) the µs ahead of now at which the quota entries a call adds are
+-- stamped at the earliest (the group's request will reserve a provider
+-- token up to that far ahead in a later call: see restamp), and a take is its kind, its
+-- cost, then the kind's limits:
+--
+--   q,cost,limit,per_us[,limit,per_us...]  sliding-window quota, per window
+--   b,cost,rate,burst                      token bucket (rate in tokens/s,
+--                                          may be fractional)
+--   f,cost,limit,per_us                    fixed-window counter
+--
+-- Keys follow in take order: 'q' -> sorted set; 'b' -> state hash, ledger
+-- sorted set; 'f' -> hash.
+--
+-- Limits travel with every call, never stored in Redis, so a changed limit
+-- applies at once to the history already there.
+--
+-- Where it runs as a function, a parsed plan is kept in a table of this
+-- library's, keyed by the plan's text: a plan is the same text call after
+-- call, so the numbers in it are read once, not on every call (Lua reads a
+-- number with strtod, which costs about as much as a Redis command's
+-- dispatch). Likewise what a check finds for the commit is kept in scratch
+-- tables reused by every call rather than in tables built per take. Neither
+-- outlives what it describes: a plan's meaning is its text, and the scratch
+-- is written by a task's check before its commit reads it, in one call. No
+-- data is kept across calls: Redis alone holds the state.
+--
+-- A check only reads. Stale entries (a quota's older than its longest
+-- window, a ledger's older than remember) count for nothing, not even as the
+-- task's own, and are pruned by the next commit that writes the key; so a
+-- denied task writes nothing at all.
+--
+-- All times are µs from Redis TIME: doubles hold them exactly (< 2^53).
+-- Numbers go to Redis either as Lua numbers, which Redis writes with %.17g
+-- (exact), or, when whole, through int() ('%d', also exact and cheaper);
+-- never through tostring or '..', which keep only 14 significant digits.
 
-local function num(x)
-  return string.format('%.17g', x)
+-- The globals the library uses, bound at the first call: the code of a
+-- function library runs at FUNCTION LOAD with no globals but redis.
+local rcall, tonum, floor, ceil, max, min, huge, fmt, gmatch, unpack_, find, sub
+
+local function bind()
+  rcall, tonum = redis.call, tonumber
+  floor, ceil, max, min, huge = math.floor, math.ceil, math.max, math.min, math.huge
+  fmt, gmatch, unpack_ = string.format, string.gmatch, unpack
+  find, sub = string.find, string.sub
 end
+
+local function int(x)
+  return fmt('%d', x)
+end
+
+-- A quota whose largest limit is at most QREAD is checked by reading its
+-- whole set (at most QREAD + 1 entries) with one ZRANGE; a larger one, or a
+-- set that holds more entries than that, by counting with ZCOUNT, so that a
+-- check never reads an unbounded number of entries.
+local QREAD, QREAD_S = 64, '64'
+
+-- Parsed plans by text, and how many; the table starts over when it holds
+-- too many (plans differ by limits, costs and max waits: a few per rule).
+local plans, nplans = {}, 0
+local MAXPLANS = 512
+
+-- parse_plan reads a plan into {remember, maxwait, n (takes), [i] = take},
+-- a take being {kind, cost, and its limits}; a quota's limits are
+-- t[1..nw] and its windows (per_us) t[nw+1..2nw].
+local function parse_plan(s)
+  local p, n = {remember = 0, maxwait = 0, ahead = 0, n = 0}, -2
+  for part in gmatch(s, '[^;]+') do
+    n = n + 1
+    if n == -1 then
+      p.remember = tonum(part)
+    elseif n == 0 then
+      local c = find(part, ':', 1, true)
+      if c then
+        p.maxwait, p.ahead = tonum(sub(part, 1, c - 1)), tonum(sub(part, c + 1))
+      else
+        p.maxwait = tonum(part)
+      end
+    else
+      local f, nf = {}, 0
+      for x in gmatch(part, '[^,]+') do
+        nf = nf + 1
+        f[nf] = tonum(x) or x
+      end
+      local kind, t = f[1], nil
+      if kind == 'q' and nf >= 4 and nf % 2 == 0 then
+        local nw = (nf - 2) / 2
+        t = {kind = 'q', cost = f[2], nw = nw, longest = 0, most = 0, least = huge}
+        for w = 1, nw do
+          local l, per = f[2 * w + 1], f[2 * w + 2]
+          t[w], t[nw + w] = l, per
+          if per > t.longest then t.longest = per end
+          if l > t.most then t.most = l end
+          if l < t.least then t.least = l end
+        end
+      elseif kind == 'b' and nf == 4 then
+        t = {kind = 'b', cost = f[2], rate = f[3], burst = f[4]}
+      elseif kind == 'f' and nf == 4 then
+        t = {kind = 'f', cost = f[2], limit = f[3], per = f[4]}
+      else
+        error('throttle: bad take ' .. part)
+      end
+      p[n] = t
+    end
+  end
+  p.n = n
+  return p
+end
+
+-- plan returns the parsed plan of text s.
+local function plan(s)
+  local p = plans[s]
+  if p then return p end
+  p = parse_plan(s)
+  if nplans >= MAXPLANS then plans, nplans = {}, 0 end
+  plans[s], nplans = p, nplans + 1
+  return p
+end
+
+-- TIME's seconds change once a second: the last ones are kept read.
+local last_s, last_sv
 
 local function now_us()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local t = rcall('TIME')
+  local s = t[1]
+  if s ~= last_s then last_s, last_sv = s, tonum(s) end
+  return last_sv * 1000000 + tonum(t[2])
 end
+
+-- Scratch, per take of the task being admitted: what its check found that
+-- its commit needs; and a quota's live scores, newest first.
+local HELD, A, B, SC = {}, {}, {}, {}
 
 local function ceil_ms(us)
-  local ms = math.ceil(us / 1000)
+  local ms = ceil(us / 1000)
   if ms < 1 then ms = 1 end
-  return num(ms)
+  return ms
 end
 
--- extend makes key live at least ceil_ms(us) from now, never shorter than it
--- already does: a plain admission must not cut short a key that holds an
--- entry reserved further ahead. (PEXPIRE GT would skip a key with no TTL yet.)
-local function extend(key, us)
-  local ms = ceil_ms(us)
-  if redis.call('PTTL', key) < tonumber(ms) then
-    redis.call('PEXPIRE', key, ms)
+-- scripted is set by the script form of the library (lua.go), which may run
+-- on a server older than Redis 7, without PEXPIRE's GT.
+local scripted = false
+
+-- extend makes key live at least ms from now, never shorter than it already
+-- does: a plain admission must not cut short a key that holds an entry
+-- reserved further ahead. PEXPIRE GT leaves a key without a TTL as it is, so
+-- when it sets nothing, PTTL tells that case (-1) from a longer TTL.
+local function extend(key, ms)
+  local s = int(ms)
+  if scripted then
+    if rcall('PTTL', key) < ms then rcall('PEXPIRE', key, s) end
+  elseif rcall('PEXPIRE', key, s, 'GT') == 0 and rcall('PTTL', key) < ms then
+    rcall('PEXPIRE', key, s)
   end
 end
 
--- parse reads the takes from ARGV[4..] and KEYS.
-local function parse()
-  local takes, ai, ki = {}, 5, 1
-  for i = 1, tonumber(ARGV[4]) do
-    local t = {kind = ARGV[ai], cost = tonumber(ARGV[ai + 1]), wait = 0, repeated = false}
-    ai = ai + 2
-    if t.kind == 'q' then
-      t.key = KEYS[ki]; ki = ki + 1
-      t.limits, t.pers, t.longest = {}, {}, 0
-      for w = 1, tonumber(ARGV[ai]) do
-        t.limits[w] = tonumber(ARGV[ai + 2 * w - 1])
-        t.pers[w] = tonumber(ARGV[ai + 2 * w])
-        if t.pers[w] > t.longest then t.longest = t.pers[w] end
-      end
-      ai = ai + 1 + 2 * #t.limits
-    elseif t.kind == 'b' then
-      t.key, t.ledger = KEYS[ki], KEYS[ki + 1]; ki = ki + 2
-      t.rate, t.burst = tonumber(ARGV[ai]), tonumber(ARGV[ai + 1]); ai = ai + 2
-    elseif t.kind == 'f' then
-      t.key = KEYS[ki]; ki = ki + 1
-      t.limit, t.per = tonumber(ARGV[ai]), tonumber(ARGV[ai + 1]); ai = ai + 2
-    else
-      return redis.error_reply('throttle: unknown rule kind ' .. tostring(t.kind))
+-- Sliding-window quota. An entry with score s counts in a window of length P
+-- at time t while s > t - P. Entries older than the longest window are
+-- stale: they count for nothing, not even as the task's own (a check treats
+-- them as absent), and are pruned when the key is next written.
+-- A denied take waits until enough of the entries in its window have left:
+-- the need-th oldest one leaves at s + P.
+--
+-- quota_check returns ok, how long until the take would pass (the delay,
+-- or for a take the task holds, the wait until its entry's moment), the
+-- window that set the delay (0: none), remaining, whether the task holds the
+-- take, and for the commit: the number of stale entries and of live ones
+-- (both nil when it counted rather than read).
+local function quota_check(t, key, id, now)
+  local cost, nw = t.cost, t.nw
+  local lo = now - t.longest
+  local z, n
+  if t.most <= QREAD then
+    -- The whole set, oldest first: stale entries, then the live ones.
+    z = rcall('ZRANGE', key, '0', QREAD_S, 'WITHSCORES')
+    n = #z
+    if n == 0 then return true, 0, 0, t.least - cost, false, 0, 0 end
+    if n > 2 * QREAD then z = nil end
+  end
+  local ok, delay, window, remaining, mine = true, 0, 0, huge, nil
+  if z then
+    -- SC[1..m]: the live scores, newest first.
+    local m = 0
+    for j = n, 2, -2 do
+      local s = tonum(z[j])
+      if s <= lo then break end
+      m = m + 1
+      SC[m] = s
+      if z[j - 1] == id then mine = s end
     end
-    takes[i] = t
+    if mine then
+      for w = 1, nw do
+        local from, c = now - t[nw + w], 0
+        while c < m and SC[c + 1] > from do c = c + 1 end
+        if t[w] - c < remaining then remaining = t[w] - c end
+      end
+      return true, max(0, mine - now), 0, remaining, true, n / 2 - m, m
+    end
+    for w = 1, nw do
+      local limit, per = t[w], t[nw + w]
+      local from, c = now - per, 0
+      while c < m and SC[c + 1] > from do c = c + 1 end
+      local left, need = limit - c, c + cost - limit
+      if need > 0 then
+        -- The need-th oldest of the c in the window leaves first.
+        local d = SC[c - need + 1] + per - now
+        ok = false
+        if d > delay then delay, window = d, w end
+      else
+        left = left - cost
+      end
+      if left < remaining then remaining = left end
+    end
+    return ok, delay, window, remaining, false, n / 2 - m, m
   end
-  return takes
+  -- A large quota: counted, not read.
+  local s = rcall('ZSCORE', key, id) -- false when absent
+  if s then
+    s = tonum(s)
+    if s > lo then mine = s end
+  end
+  for w = 1, nw do
+    local limit, per = t[w], t[nw + w]
+    local from = '(' .. fmt('%.17g', now - per)
+    local c = rcall('ZCOUNT', key, from, '+inf')
+    local left = limit - c
+    if not mine then
+      local need = c + cost - limit
+      if need > 0 then
+        local e = rcall('ZRANGEBYSCORE', key, from, '+inf', 'WITHSCORES', 'LIMIT', need - 1, 1)
+        local d = tonum(e[2]) + per - now
+        ok = false
+        if d > delay then delay, window = d, w end
+      else
+        left = left - cost
+      end
+    end
+    if left < remaining then remaining = left end
+  end
+  if mine then return true, max(0, mine - now), 0, remaining, true, nil, nil end
+  return ok, delay, window, remaining, false, nil, nil
 end
 
 -- members lists the sorted-set members a quota take of this cost occupies:
@@ -83,55 +264,45 @@ local function members(id, cost)
   return m
 end
 
--- Sliding-window quota. An entry with score s counts in a window of length P
--- at time t while s > t - P; entries older than the longest window are pruned.
--- A denied take waits until enough of the entries in its window have left:
--- the need-th oldest one leaves at s + P.
-local function quota_check(t, id, now)
-  redis.call('ZREMRANGEBYSCORE', t.key, '-inf', num(now - t.longest))
-  local mine = redis.call('ZSCORE', t.key, id)
-  if mine then
-    t.repeated = true
-    t.wait = math.max(0, tonumber(mine) - now)
+-- quota_commit prunes the stale entries (the check counted how many; a large
+-- quota's check did not), adds the task's, and makes the key live until the
+-- newest has left the longest window.
+local function quota_commit(t, key, id, now, at, stale, live)
+  if stale == nil then
+    rcall('ZREMRANGEBYSCORE', key, '-inf', now - t.longest)
+  elseif stale > 0 then
+    rcall('ZREMRANGEBYRANK', key, '0', int(stale - 1))
   end
-  t.ok, t.delay, t.remaining = true, 0, math.huge
-  for w = 1, #t.limits do
-    local lo = '(' .. num(now - t.pers[w])
-    local c = redis.call('ZCOUNT', t.key, lo, '+inf')
-    local left = t.limits[w] - c
-    if not mine then
-      local need = c + t.cost - t.limits[w]
-      if need > 0 then
-        local e = redis.call('ZRANGEBYSCORE', t.key, lo, '+inf', 'WITHSCORES', 'LIMIT', need - 1, 1)
-        local d = tonumber(e[2]) + t.pers[w] - now
-        t.ok = false
-        if d > t.delay then t.delay, t.window = d, w end
-      else
-        left = left - t.cost
-      end
+  local sat = int(at)
+  if t.cost == 1 then
+    rcall('ZADD', key, sat, id)
+  else
+    local m, args = members(id, t.cost), {}
+    for i = 1, #m do
+      args[2 * i - 1], args[2 * i] = sat, m[i]
     end
-    if left < t.remaining then t.remaining = left end
+    rcall('ZADD', key, unpack_(args))
+  end
+  local ms = ceil_ms(at - now + t.longest)
+  if live == 0 then
+    rcall('PEXPIRE', key, int(ms)) -- a new set (or one the prune emptied): no TTL yet
+  else
+    extend(key, ms)
   end
 end
 
-local function quota_commit(t, id, now, at)
-  local m = members(id, t.cost)
-  local args = {}
-  for i = 1, #m do
-    args[2 * i - 1] = num(at)
-    args[2 * i] = m[i]
-  end
-  redis.call('ZADD', t.key, unpack(args))
-  extend(t.key, at - now + t.longest)
-end
-
--- quota_undo removes the task's entries and sets the key's life back to
--- what the remaining entries need (an emptied set is gone on its own).
-local function quota_undo(t, id, now)
-  if redis.call('ZREM', t.key, unpack(members(id, t.cost))) == 0 then return false end
-  local last = redis.call('ZRANGE', t.key, -1, -1, 'WITHSCORES')
+-- quota_undo removes the task's entries, if it holds them (a stale entry is
+-- not a holding: it is left to pruning), and sets the key's life back to
+-- what the remaining entries need under this rule, as a commit would have
+-- (an emptied set is gone on its own): an undone admission leaves the key to
+-- expire when it would have without it.
+local function quota_undo(t, key, id, now)
+  local s = rcall('ZSCORE', key, id)
+  if not s or tonum(s) <= now - t.longest then return false end
+  rcall('ZREM', key, unpack_(members(id, t.cost)))
+  local last = rcall('ZRANGE', key, '-1', '-1', 'WITHSCORES')
   if last[2] then
-    redis.call('PEXPIRE', t.key, ceil_ms(tonumber(last[2]) - now + t.longest))
+    rcall('PEXPIRE', key, int(ceil_ms(tonum(last[2]) - now + t.longest)))
   end
   return true
 end
@@ -140,55 +311,104 @@ end
 -- reservations are outstanding) and the µs time they were counted (u); an
 -- absent hash is a full bucket, so the hash expires once it would be full.
 -- The ledger remembers which task IDs hold tokens and the moment each may use
--- them, for idempotent retakes and for exact refunds.
-local function bucket_tokens(t, now)
-  local st = redis.call('HMGET', t.key, 't', 'u')
-  local tokens, last = tonumber(st[1]), tonumber(st[2])
-  if not tokens or not last then return t.burst end
+-- them, for idempotent retakes and for exact refunds. An entry older than
+-- remember is forgotten: treated as absent, and pruned when the ledger is
+-- next written.
+--
+-- Within one call that admits several tasks, the tasks sharing a bucket
+-- (a batch for one provider) read its state once: what bucket_state read or
+-- bucket_store wrote is kept here by key (MEMO_T[key]: tokens, false for an
+-- absent hash; MEMO_U[key]: their time), and only here, since nothing else
+-- writes a bucket's hash. The entry points set memo for the call.
+local memo, MEMO_T, MEMO_U = false, nil, nil
+
+-- bucket_state returns the stored tokens and their time, or nil.
+local function bucket_state(key)
+  if memo then
+    local x = MEMO_T[key]
+    if x ~= nil then
+      if x then return x, MEMO_U[key] end
+      return nil
+    end
+  end
+  local st = rcall('HMGET', key, 't', 'u')
+  local x, last = tonum(st[1]), tonum(st[2])
+  if not x or not last then x, last = nil, nil end
+  if memo then MEMO_T[key], MEMO_U[key] = x or false, last end
+  return x, last
+end
+
+local function bucket_tokens(t, key, now)
+  local tokens, last = bucket_state(key)
+  if not tokens then return t.burst end
   -- A clock that went back (a failover to a node whose clock is behind) adds nothing.
   if now > last then tokens = tokens + (now - last) * t.rate / 1e6 end
-  if tokens > t.burst then tokens = t.burst end
+  if tokens > t.burst then return t.burst end
   return tokens
 end
 
-local function bucket_store(t, now, tokens)
+local function bucket_store(t, key, now, tokens)
   if tokens >= t.burst then
-    redis.call('DEL', t.key)
+    rcall('DEL', key)
+    if memo then MEMO_T[key] = false end
     return
   end
-  redis.call('HSET', t.key, 't', num(tokens), 'u', num(now))
-  redis.call('PEXPIRE', t.key, ceil_ms((t.burst - tokens) * 1e6 / t.rate))
+  rcall('HSET', key, 't', tokens, 'u', int(now))
+  rcall('PEXPIRE', key, int(ceil_ms((t.burst - tokens) * 1e6 / t.rate)))
+  if memo then MEMO_T[key], MEMO_U[key] = tokens, now end
 end
 
-local function bucket_check(t, id, now, remember)
-  redis.call('ZREMRANGEBYSCORE', t.ledger, '-inf', num(now - remember))
-  t.tokens = bucket_tokens(t, now)
-  t.ok, t.delay = true, 0
-  local mine = redis.call('ZSCORE', t.ledger, id)
-  if mine then
-    t.repeated = true
-    t.wait = math.max(0, tonumber(mine) - now)
-    t.remaining = math.max(0, math.floor(t.tokens))
-  elseif t.tokens >= t.cost then
-    t.remaining = math.floor(t.tokens - t.cost)
-  else
-    -- Not enough tokens: the wait until there are. admit.lua decides whether
-    -- the caller may reserve them (wait <= max wait) or is denied.
-    t.reserve = math.ceil((t.cost - t.tokens) * 1e6 / t.rate)
-    t.remaining = math.max(0, math.floor(t.tokens))
+-- bucket_held returns the moment the ledger holds for the task, or nil.
+local function bucket_held(ledger, id, now, remember)
+  local s = rcall('ZSCORE', ledger, id)
+  if s then
+    s = tonum(s)
+    if s > now - remember then return s end
   end
+  return nil
 end
 
-local function bucket_commit(t, id, now, at, remember)
-  bucket_store(t, now, t.tokens - t.cost)
-  redis.call('ZADD', t.ledger, num(at), id)
-  extend(t.ledger, at - now + remember)
+-- bucket_check returns the wait until there would be enough tokens (false
+-- if there are, or the task holds the take), how long until the take would
+-- pass (that wait, or for a take the task holds, the wait until its moment),
+-- remaining, whether the task holds the take, and the tokens.
+local function bucket_check(t, key, ledger, id, now, remember)
+  local tokens = bucket_tokens(t, key, now)
+  local mine = bucket_held(ledger, id, now, remember)
+  if mine then
+    return false, max(0, mine - now), max(0, floor(tokens)), true, tokens
+  elseif tokens >= t.cost then
+    return false, 0, floor(tokens - t.cost), false, tokens
+  end
+  -- Not enough tokens: the wait until there are. admit decides whether the
+  -- caller may reserve them (wait <= max wait) or is denied.
+  local reserve = ceil((t.cost - tokens) * 1e6 / t.rate)
+  return reserve, reserve, max(0, floor(tokens)), false, tokens
 end
 
-local function bucket_undo(t, id, now)
-  if not redis.call('ZSCORE', t.ledger, id) then return false end
-  bucket_store(t, now, math.min(t.burst, bucket_tokens(t, now) + t.cost))
-  redis.call('ZREM', t.ledger, id)
+local function bucket_commit(t, key, ledger, id, now, at, remember, tokens)
+  bucket_store(t, key, now, tokens - t.cost)
+  rcall('ZREMRANGEBYSCORE', ledger, '-inf', int(now - remember))
+  rcall('ZADD', ledger, int(at), id)
+  extend(ledger, ceil_ms(at - now + remember))
+end
+
+-- bucket_undo removes the task's ledger entry and refunds its cost only if
+-- no other holder's moment is later than both the released one's and now:
+-- later reservations were granted moments that assumed this one's tokens
+-- gone, so a refund while they are outstanding would let a new request take
+-- a moment they still hold. Otherwise nothing is refunded (the tokens come
+-- back with time: the bucket may under-send by that much, never over-send).
+-- Entries later than now are never stale, so the count needs no age bound.
+-- With refund false (forget) the entry is removed and nothing refunded:
+-- the provider did the work.
+local function bucket_undo(t, key, ledger, id, now, remember, refund)
+  local s = bucket_held(ledger, id, now, remember)
+  if not s then return false end
+  if refund and rcall('ZCOUNT', ledger, '(' .. int(max(s, now)), '+inf') == 0 then
+    bucket_store(t, key, now, min(t.burst, bucket_tokens(t, key, now) + t.cost))
+  end
+  rcall('ZREM', ledger, id)
   return true
 end
 
@@ -196,41 +416,41 @@ end
 -- window start (w), the count (n) and, per task ID counted in the window,
 -- its cost ('i:' .. id, so no ID can be mistaken for w or n). fixed_state
 -- returns the window start, its count, and this task's cost or nil.
-local function fixed_state(t, id, now)
+local function fixed_state(t, key, id, now)
   local start = now - now % t.per
-  local st = redis.call('HMGET', t.key, 'w', 'n', 'i:' .. id)
-  if tonumber(st[1]) ~= start then return start, 0, false end
-  return start, tonumber(st[2]) or 0, tonumber(st[3])
+  local st = rcall('HMGET', key, 'w', 'n', 'i:' .. id)
+  if tonum(st[1]) ~= start then return start, 0, nil end
+  return start, tonum(st[2]) or 0, tonum(st[3])
 end
 
-local function fixed_check(t, id, now)
-  local start, n, mine = fixed_state(t, id, now)
-  t.start, t.count, t.ok, t.delay = start, n, true, 0
-  t.remaining = t.limit - n
+-- fixed_check returns ok, the delay, remaining, whether the task holds the
+-- take, and the window's start and count.
+local function fixed_check(t, key, id, now)
+  local start, n, mine = fixed_state(t, key, id, now)
+  local remaining = t.limit - n
   if mine then
-    t.repeated = true
+    return true, 0, remaining, true, start, n
   elseif n + t.cost > t.limit then
-    t.ok, t.delay = false, start + t.per - now
-  else
-    t.remaining = t.remaining - t.cost
+    return false, start + t.per - now, remaining, false, start, n
   end
+  return true, 0, remaining - t.cost, false, start, n
 end
 
-local function fixed_commit(t, id, now)
-  if t.count == 0 then redis.call('DEL', t.key) end
-  redis.call('HSET', t.key, 'w', num(t.start), 'n', num(t.count + t.cost), 'i:' .. id, num(t.cost))
-  redis.call('PEXPIRE', t.key, ceil_ms(t.start + t.per - now))
+local function fixed_commit(t, key, id, now, start, count)
+  if count == 0 then rcall('DEL', key) end
+  rcall('HSET', key, 'w', int(start), 'n', int(count + t.cost), 'i:' .. id, int(t.cost))
+  rcall('PEXPIRE', key, int(ceil_ms(start + t.per - now)))
 end
 
 -- fixed_undo gives back the cost the task was counted with.
-local function fixed_undo(t, id, now)
-  local start, n, mine = fixed_state(t, id, now)
+local function fixed_undo(t, key, id, now)
+  local start, n, mine = fixed_state(t, key, id, now)
   if not mine then return false end
   if n - mine <= 0 then
-    redis.call('DEL', t.key)
+    rcall('DEL', key)
   else
-    redis.call('HSET', t.key, 'n', num(n - mine))
-    redis.call('HDEL', t.key, 'i:' .. id)
+    rcall('HSET', key, 'n', int(n - mine))
+    rcall('HDEL', key, 'i:' .. id)
   end
   return true
 end

@@ -23,7 +23,9 @@ package throttle
 // are in steady state: with 1 per 24h a recycled recipient is denied by its
 // quota. The "engine_admitted" variants give every admission a recipient of
 // its own instead, so every one is admitted and takes the engine's full write
-// path (quota ZADD, bucket HSET, ledger ZADD, three PEXPIREs).
+// path (quota ZADD and PEXPIRE, bucket HSET and PEXPIRE, ledger prune, ZADD
+// and PEXPIRE GT). The engine runs as a Redis Functions library (FCALL); the
+// baselines are scripts (EVALSHA), as their libraries ship them.
 //
 // -throttle.round sets how long each variant runs per round in the *Vs*
 // benchmarks (default 1s; 3 rounds).
@@ -309,7 +311,7 @@ type benchVariant struct {
 // rounds of *benchRound each, in a rotated order per round, and returns their
 // totals.
 // It logs each round, and per variant where the time went: Redis time in
-// EVAL/EVALSHA (INFO commandstats), the server's CPU (INFO cpu) and this
+// EVAL/EVALSHA/FCALL (INFO commandstats), the server's CPU (INFO cpu) and this
 // process's CPU (/proc/self/stat), each per decision.
 func benchSideBySide(b *testing.B, e *benchEnv, vs []benchVariant) map[string]benchCount {
 	b.Helper()
@@ -348,7 +350,7 @@ func benchSideBySide(b *testing.B, e *benchEnv, vs []benchVariant) map[string]be
 
 // benchStats is what the server and this process have spent so far.
 type benchStats struct {
-	evalUsec  float64 // µs Redis spent in EVAL and EVALSHA (INFO commandstats)
+	evalUsec  float64 // µs Redis spent in EVAL, EVALSHA and FCALL (INFO commandstats)
 	serverCPU float64 // s of redis-server CPU, user + sys (INFO cpu)
 	clientCPU float64 // s of this process's CPU, user + sys; 0 if unknown
 }
@@ -375,7 +377,7 @@ func (e *benchEnv) stats(b *testing.B) benchStats {
 			continue
 		}
 		switch name {
-		case "cmdstat_eval", "cmdstat_evalsha":
+		case "cmdstat_eval", "cmdstat_evalsha", "cmdstat_fcall":
 			for _, f := range strings.Split(val, ",") {
 				if u, ok := strings.CutPrefix(f, "usec="); ok {
 					x, _ := strconv.ParseFloat(u, 64)

@@ -382,6 +382,32 @@ func TestClusterPath(t *testing.T) {
 		}
 	})
 
+	t.Run("a request of MaxTakes takes is compensated take by take", func(t *testing.T) {
+		flushCluster(t, rdb)
+		// MaxTakes-1 quotas of alice and a drained bucket of gw, which
+		// denies: the quota group was admitted first and must be undone,
+		// but for the one quota the task already held, which stays.
+		takes := make([]Take, 0, MaxTakes)
+		for i := range MaxTakes - 1 {
+			takes = append(takes, Take{Rule: mustQuota(t, fmt.Sprint("q", i), Window{1, 168 * time.Hour}), Key: alice})
+		}
+		sms := mustBucket(t, "sms", 1.0/3600, 1)
+		mustAdmit(t, l, Request{ID: "drain", Takes: []Take{{Rule: sms, Key: gw}}})
+		held := MaxTakes - 2 // the last quota: the highest bit of the group's fresh takes
+		mustAdmit(t, l, Request{ID: "job-1", Takes: takes[held : held+1]})
+		before := snapshot(t, rdb)
+		d := mustAdmit(t, l, Request{ID: "job-1", Takes: append(takes, Take{Rule: sms, Key: gw})})
+		if d.Allowed || d.Take != MaxTakes-1 {
+			t.Fatalf("%+v, want denied by the bucket (take %d)", d, MaxTakes-1)
+		}
+		if diff := diffMaps(before, snapshot(t, rdb)); diff != "" {
+			t.Errorf("a denied admission changed Redis:\n%s", diff)
+		}
+		if ids := zmembers(t, rdb, quotaKey(tag(alice), fmt.Sprint("q", held))); !slices.Equal(ids, []string{"job-1"}) {
+			t.Errorf("q%d holds %q, want [job-1]", held, ids)
+		}
+	})
+
 	t.Run("same outcomes as a single node", func(t *testing.T) {
 		flushCluster(t, rdb)
 		sl, _ := newStandalone(t)
@@ -535,9 +561,10 @@ func assertTTLsNotExtended(t *testing.T, before, after map[string]time.Duration)
 	}
 }
 
-var evalStat = regexp.MustCompile(`(?m)^cmdstat_(?:eval|evalsha):calls=(\d+)`)
+var evalStat = regexp.MustCompile(`(?m)^cmdstat_(?:eval|evalsha|fcall):calls=(\d+)`)
 
-// evalCalls returns how many EVAL and EVALSHA calls a node has served.
+// evalCalls returns how many script calls (EVAL, EVALSHA, FCALL) a node has
+// served.
 func evalCalls(t testing.TB, c *redis.Client) int {
 	t.Helper()
 	info, err := c.Info(context.Background(), "commandstats").Result()
@@ -594,4 +621,80 @@ func diffMaps(before, after map[string]string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// TestClusterReservedSendKeepsQuota: on a cluster the recipient's quota
+// group is admitted before the provider's bucket group reserves a token up
+// to MaxWait ahead. The quota entry must count from the moment the message
+// goes (the reserved one), not from the quota node's earlier now, or the
+// recipient's next messages go early: here a quota of 2 per 1s, a bucket of
+// 4/s that other traffic (x1, x2) makes job 2 reserve 750ms ahead; job 4
+// then used to be admitted when job 2's early stamp left, 500ms after job
+// 2's send (3 sends in 500ms).
+func TestClusterReservedSendKeepsQuota(t *testing.T) {
+	l, rdb := newCluster(t)
+	const limit, per = 2, time.Second
+	q := mustQuota(t, "mkt", Window{limit, per})
+	b := mustBucket(t, "sms", 4, 1)
+	const maxWait = time.Second
+	job := func(id string) Request {
+		return Request{ID: id, Takes: []Take{{Rule: q, Key: "alice"}, {Rule: b, Key: "gw"}}}
+	}
+	qkey := quotaKey(subjectTag(DefaultPrefix, "alice"), "mkt")
+	var sends []time.Time
+	send := func(id string) {
+		t.Helper()
+		for try := 0; ; try++ {
+			d, err := l.Reserve(ctx, job(id), maxWait)
+			if err != nil {
+				t.Fatalf("reserve %s: %v", id, err)
+			}
+			if d.Allowed {
+				sends = append(sends, d.At())
+				// The entry counts from no earlier than the send, and no
+				// later than the provisional stamp.
+				s, err := rdb.ZScore(ctx, qkey, id).Result()
+				if err != nil {
+					t.Fatalf("quota entry of %s: %v", id, err)
+				}
+				stamp := time.UnixMicro(int64(s))
+				if stamp.Before(d.At()) || stamp.After(d.Now.Add(maxWait+time.Second)) {
+					t.Errorf("%s: quota entry stamped %s, send at %s (admitted %s)", id, stamp, d.At(), d.Now)
+				}
+				return
+			}
+			if try > 20 {
+				t.Fatalf("%s still denied: %+v", id, d)
+			}
+			time.Sleep(d.Delay + time.Millisecond)
+		}
+	}
+	send("job-1")
+	for _, id := range []string{"x1", "x2"} {
+		if d, err := l.Reserve(ctx, Request{ID: id, Takes: []Take{{Rule: b, Key: "gw"}}}, maxWait); err != nil || !d.Allowed {
+			t.Fatalf("reserve %s: %+v, %v", id, d, err)
+		}
+	}
+	send("job-2")
+	if ahead := sends[1].Sub(sends[0]); ahead < 500*time.Millisecond {
+		t.Fatalf("job-2 reserved only %s after job-1; the test needs a reservation well ahead", ahead)
+	}
+	send("job-3")
+	send("job-4")
+	for i := 0; i+limit < len(sends); i++ {
+		if gap := sends[i+limit].Sub(sends[i]); gap < per {
+			t.Errorf("sends %d..%d within %s: more than %d per %s (sends at %v)", i+1, i+limit+1, gap, limit, per, sends)
+		}
+	}
+	// A request the bucket denies leaves no provisional quota entry.
+	for _, id := range []string{"y1", "y2", "y3", "y4", "y5", "y6"} {
+		_, _ = l.Reserve(ctx, Request{ID: id, Takes: []Take{{Rule: b, Key: "gw"}}}, maxWait)
+	}
+	bob := Request{ID: "bob-1", Takes: []Take{{Rule: q, Key: "bob"}, {Rule: b, Key: "gw"}}}
+	if d, err := l.Reserve(ctx, bob, maxWait); err != nil || d.Allowed || d.Take != 1 {
+		t.Fatalf("bob-1 with the bucket reserved past max wait: %+v, %v; want denied by the bucket", d, err)
+	}
+	if n, _ := rdb.Exists(ctx, quotaKey(subjectTag(DefaultPrefix, "bob"), "mkt")).Result(); n != 0 {
+		t.Errorf("bob's quota key left behind by a denied request")
+	}
 }

@@ -18,8 +18,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/notify-throttle/throttler/lua"
 )
 
 // The concurrency tests race 200 goroutines spread over two OS processes on
@@ -140,7 +138,7 @@ func TestConcurrencyChild(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Warm up: open the connections and load the scripts on every node.
+	// Warm up: open the connections and load the functions on every node.
 	var wg sync.WaitGroup
 	warm := make(chan error, concPerProc)
 	for range concPerProc {
@@ -153,10 +151,8 @@ func TestConcurrencyChild(t *testing.T) {
 			t.Fatalf("warm-up: %v", err)
 		}
 	}
-	for _, src := range []string{lua.Admit(), lua.Release()} {
-		if err := rdb.ScriptLoad(ctx, src).Err(); err != nil {
-			t.Fatalf("script load: %v", err)
-		}
+	if err := l.loadFunctions(ctx); err != nil {
+		t.Fatalf("load functions: %v", err)
 	}
 
 	// The goroutines wait on start; start closes once every process has

@@ -25,7 +25,8 @@ import (
 //
 // The seed is logged; THROTTLE_DIFF_SEED=<seed> replays the same operations
 // and sleeps (Redis's clock, and so the outcomes, still differ from run to
-// run), THROTTLE_DIFF_OPS=<n> sets how many operations.
+// run), THROTTLE_DIFF_OPS=<n> sets how many operations, and
+// THROTTLE_DIFF_SCRIPTS=1 runs the Lua as scripts rather than functions.
 //
 // Expiry boundary: Redis drops a key once its ms clock is past the PEXPIRE
 // deadline (now > when, db.c keyIsExpired), not at it; the model does the
@@ -57,6 +58,10 @@ func TestDifferential(t *testing.T) {
 	l, err := New(rdb, Options{Remember: remember})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if os.Getenv("THROTTLE_DIFF_SCRIPTS") == "1" {
+		l.noFunctions.Store(true) // the scripts, as servers without functions run them
+		t.Logf("as scripts (EVALSHA)")
 	}
 	d := &differ{
 		t: t, rng: rng, seed: seed, l: l, rdb: rdb, m: newModel(), remember: remember,
@@ -104,9 +109,10 @@ func TestDifferential(t *testing.T) {
 
 	s := d.stats
 	t.Logf("%d ops in %s: %d admissions (%d in %d batches), %d allowed (%d reserved ahead, %d repeated), %d denied; "+
-		"%d releases undid %d takes (%d undid nothing); %d rule changes, %d retries at the delay",
+		"%d releases undid %d takes (%d undid nothing); %d rule changes, %d retries at the delay; "+
+		"%d key deadlines later in Redis than in the model (by up to %dms)",
 		ops, time.Since(start).Round(time.Millisecond), s.admits, s.batched, s.batches, s.allowed, s.reserved, s.repeated,
-		s.denied, s.releases, s.releasedTakes, s.emptyReleases, s.ruleChanges, s.retries)
+		s.denied, s.releases, s.releasedTakes, s.emptyReleases, s.ruleChanges, s.retries, s.expiryLater, s.expiryDelta)
 	if d.m.lost["q"]+d.m.lost["l"] > 0 {
 		t.Errorf("entries lost to a shortened expiry while they still counted: %d quota, %d ledger (seed %d)", d.m.lost["q"], d.m.lost["l"], seed)
 	}
@@ -132,6 +138,8 @@ type differ struct {
 		admits, batched, batches, allowed, reserved, repeated, denied int
 		releases, releasedTakes, emptyReleases                        int
 		ruleChanges, retries                                          int
+		expiryLater                                                   int // key deadlines Redis set later than the model (see checkState)
+		expiryDelta                                                   int64
 	}
 }
 
@@ -316,6 +324,7 @@ func (d *differ) admit(op int, rs []Request) Decision {
 		}
 		d.count(got[k])
 	}
+	d.checkState(op, rs)
 	return got[len(got)-1]
 }
 
@@ -341,17 +350,145 @@ func (d *differ) release(op int, r Request) {
 	if err != nil {
 		d.t.Fatalf("op %d: release %s: %v", op, describeRequest(r), err)
 	}
-	want := d.m.release(r, now.UnixMicro())
+	want := d.m.release(r, now.UnixMicro(), d.remember.Microseconds())
 	what := fmt.Sprintf("op %d: release %s", op, describeRequest(r))
 	if got != want {
 		d.fail(what, r, now.UnixMicro(), fmt.Sprintf("\t-undone: %d\n\t+undone: %d\n", want, got))
 	}
 	d.note(fmt.Sprintf("%s -> %d undone at %d", what, got, now.UnixMicro()))
+	d.checkState(op, []Request{r})
 	d.stats.releases++
 	d.stats.releasedTakes += got
 	if got == 0 {
 		d.stats.emptyReleases++
 	}
+}
+
+// checkState requires the keys rs's takes use to hold the same in Redis as
+// in the model: the same members and scores, the same hash fields and
+// values, exactly. (A decision can hide a difference: a take that leaves
+// more than another only shows in Remaining once it is the least.) Redis is
+// read a little after the operation ran, in one MULTI with its TIME, and
+// keys within margin of expiring by that time are not compared.
+//
+// It also takes each key's expiry deadline from Redis (PEXPIRETIME). PEXPIRE
+// counts from Redis's ms clock when it runs, which the model can only take
+// to be the ms of the script's TIME: a script that admits several tasks may
+// run a PEXPIRE a ms or more after its TIME (tens of ms on a loaded machine
+// that preempts Redis mid-script). Such a deadline is later than the model's
+// by those ms (never earlier, and by at most maxLater), and the model adopts
+// it, so that a later operation in that ms is judged the same on both sides.
+// (It only shows after a rule change: a key expires when all in it has
+// stopped counting under the rule that wrote it.) Every key must have a
+// deadline.
+func (d *differ) checkState(op int, rs []Request) {
+	d.t.Helper()
+	const maxLater = 1000 // ms
+	const margin = 20     // ms
+	ctx := context.WithoutCancel(d.t.Context())
+	var mks []modelKey
+	var reqs []Request
+	for _, r := range rs {
+		for _, t := range d.m.parse(r) {
+			mks, reqs = append(mks, t.key), append(reqs, r)
+			if t.kind == "b" {
+				mks, reqs = append(mks, t.ledger), append(reqs, r)
+			}
+		}
+	}
+	type snap struct {
+		when  *redis.IntCmd
+		typ   *redis.StatusCmd
+		zset  *redis.ZSliceCmd
+		hash  *redis.MapStringStringCmd
+		rkey  string
+		model modelKey
+	}
+	snaps := make([]snap, len(mks))
+	var timeCmd *redis.TimeCmd
+	_, err := d.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		timeCmd = p.Time(ctx)
+		for i, mk := range mks {
+			rk := d.redisKey(mk)
+			snaps[i] = snap{
+				when: redis.NewIntCmd(ctx, "PEXPIRETIME", rk), // -2 absent, -1 no TTL
+				typ:  p.Type(ctx, rk), zset: p.ZRangeWithScores(ctx, rk, 0, -1), hash: p.HGetAll(ctx, rk),
+				rkey: rk, model: mk,
+			}
+			_ = p.Process(ctx, snaps[i].when)
+		}
+		return nil
+	})
+	if err != nil && !redis.HasErrorPrefix(err, "WRONGTYPE") {
+		d.t.Fatalf("op %d: reading Redis: %v", op, err)
+	}
+	nowT := timeCmd.Val()
+	nowMS := nowT.UnixMilli()
+	for i, sn := range snaps {
+		r, rk := reqs[i], sn.rkey
+		e := d.m.keys[sn.model]
+		when := sn.when.Val()
+		if when == -1 {
+			d.fail(fmt.Sprintf("op %d: %s has no TTL", op, rk), r, nowT.UnixMicro(), "")
+		}
+		if e != nil && when > 0 && when != e.expMS {
+			if later := when - e.expMS; later < 0 || later > maxLater {
+				d.fail(fmt.Sprintf("op %d: expiry of %s", op, rk), r, nowT.UnixMicro(),
+					fmt.Sprintf("\t-deadline %d ms\n\t+deadline %d ms (%+d)\n", e.expMS, when, later))
+			}
+			d.stats.expiryLater++
+			d.stats.expiryDelta = max(d.stats.expiryDelta, when-e.expMS)
+			e.expMS = when
+		}
+		if e != nil && e.expMS-nowMS <= margin {
+			continue // (about to be) expired in the model
+		}
+		if when >= 0 && when-nowMS <= margin {
+			continue // about to expire in Redis
+		}
+		var got map[string]float64
+		switch sn.typ.Val() {
+		case "zset":
+			got = map[string]float64{}
+			for _, z := range sn.zset.Val() {
+				got[z.Member.(string)] = z.Score
+			}
+		case "hash":
+			got = map[string]float64{}
+			for f, v := range sn.hash.Val() {
+				x, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					d.t.Fatalf("%s %s = %q: %v", rk, f, v, err)
+				}
+				got[f] = x
+			}
+		}
+		var want map[string]float64
+		if e != nil {
+			want = e.z
+			if sn.model.kind == "b" || sn.model.kind == "f" {
+				want = e.h
+			}
+		}
+		if fmt.Sprint(modelPairs(want)) != fmt.Sprint(modelPairs(got)) {
+			d.fail(fmt.Sprintf("op %d: state of %s", op, rk), r, nowT.UnixMicro(),
+				fmt.Sprintf("\t-%v\n\t+%v\n", modelPairs(want), modelPairs(got)))
+		}
+	}
+}
+
+// redisKey is the Redis key of a model key.
+func (d *differ) redisKey(k modelKey) string {
+	tag := subjectTag(DefaultPrefix, k.subject)
+	switch k.kind {
+	case "q":
+		return quotaKey(tag, k.rule)
+	case "b":
+		return bucketKey(tag, k.rule)
+	case "l":
+		return ledgerKey(tag, k.rule)
+	}
+	return fixedKey(tag, k.rule)
 }
 
 // diffDecision lists the fields that differ, in (-want +got) style.

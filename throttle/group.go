@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -15,12 +16,25 @@ type group struct {
 	takes []int // indices into Request.Takes
 }
 
+// allTakes is the group of every take of a request (up to MaxTakes), shared:
+// group.takes is never written to.
+var allTakes = func() []int {
+	s := make([]int, MaxTakes)
+	for i := range s {
+		s[i] = i
+	}
+	return s
+}()
+
 // plan splits r's takes into groups. On a cluster the groups follow the
 // subjects, and the groups holding buckets come last: buckets are shared by
 // every subject, so they are the ones worth not holding while a recipient's
 // quota is still undecided.
 func (l *Limiter) plan(r Request) []group {
 	if !l.cluster {
+		if len(r.Takes) <= len(allTakes) {
+			return []group{{takes: allTakes[:len(r.Takes):len(r.Takes)]}}
+		}
 		g := group{takes: make([]int, len(r.Takes))}
 		for i := range r.Takes {
 			g.takes[i] = i
@@ -54,75 +68,271 @@ func (l *Limiter) plan(r Request) []group {
 	return ordered
 }
 
-// call is one script invocation.
-type call struct {
-	keys []string
-	args []any
+// maxCallTasks is the most tasks (request groups) one script call carries
+// on a single node: enough to make a batch cheap, few enough that one call
+// holds Redis up for a millisecond or so, not more.
+const maxCallTasks = 100
+
+// task is one group of one request: rs[req]'s takes in g.
+type task struct {
+	req int
+	g   group
 }
 
-// call builds the script call for one group of r (see lua/rules.lua for the
-// calling convention).
-func (l *Limiter) call(r Request, g group) call {
-	c := call{
-		keys: make([]string, 0, len(g.takes)+1),
-		args: make([]any, 0, 4+6*len(g.takes)),
+// call is one script invocation, for one or more tasks.
+type call struct {
+	// cmd is the whole command: "fcall", the function, the number of keys,
+	// the keys, the arguments. To run it as a script instead, only cmd[0]
+	// and cmd[1] change ("evalsha" and the SHA-1, or "eval" and the source).
+	cmd   []any
+	tasks []task
+}
+
+// newCall returns a call of nk keys and na arguments, and the parts of its
+// command to fill in: the keys, to append to (up to nk), and the arguments.
+func newCall(nk, na int) (c call, keys, args []any) {
+	c.cmd = make([]any, 3+nk+na)
+	c.cmd[2] = nk
+	return c, c.cmd[3 : 3 : 3+nk], c.cmd[3+nk:]
+}
+
+// calls builds the script calls (admit.lua's or release.lua's calling
+// convention) for tasks of rs. On a single node a call carries up to
+// maxCallTasks tasks; on a cluster each task is a call of its own, since
+// tasks of different subjects live in different slots.
+func (l *Limiter) calls(rs []Request, ts []task, admit bool) []call {
+	per := maxCallTasks
+	if l.cluster {
+		per = 1
 	}
-	c.args = append(c.args, r.ID, strconv.FormatInt(r.MaxWait.Microseconds(), 10), l.remember, strconv.Itoa(len(g.takes)))
+	out := make([]call, 0, (len(ts)+per-1)/per)
+	var buf []byte
+	for lo := 0; lo < len(ts); lo += per {
+		chunk := ts[lo:min(lo+per, len(ts))]
+		nk := 0
+		for _, t := range chunk {
+			for _, i := range t.g.takes {
+				nk += rs[t.req].Takes[i].Rule.keyCount()
+			}
+		}
+		c, keys, args := newCall(nk, 2*len(chunk))
+		c.tasks = chunk
+		for j, t := range chunk {
+			r := rs[t.req]
+			var maxWait int64
+			if admit {
+				maxWait = r.MaxWait.Microseconds()
+			}
+			keys, buf = l.appendPlan(keys, buf[:0], r, t.g, maxWait)
+			if admit && l.stampsAhead(r) && !groupHasBucket(r, t.g) {
+				// A quota group admitted before the request's bucket group
+				// reserves a token up to MaxWait ahead: its entries are
+				// stamped at now + MaxWait, later than any moment the
+				// bucket can reserve, and restamped once that moment is
+				// known (restampQuotas). The plan's maxwait:ahead.
+				buf = insertAhead(buf, len(l.remember)+1, maxWait)
+			}
+			args[2*j], args[2*j+1] = r.ID, string(buf)
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// stampsAhead reports whether r's quota groups are stamped provisionally
+// ahead: on a cluster, for a request that may reserve a bucket token ahead.
+func (l *Limiter) stampsAhead(r Request) bool {
+	if !l.cluster || r.MaxWait <= 0 {
+		return false
+	}
+	for _, t := range r.Takes {
+		if _, ok := t.Rule.(*Bucket); ok {
+			return true
+		}
+	}
+	return false
+}
+
+func groupHasBucket(r Request, g group) bool {
+	for _, i := range g.takes {
+		if _, ok := r.Takes[i].Rule.(*Bucket); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// insertAhead turns the plan's maxwait field, which ends before the ';' at
+// or after buf[from], into "maxwait:ahead".
+func insertAhead(buf []byte, from int, ahead int64) []byte {
+	end := from
+	for end < len(buf) && buf[end] != ';' {
+		end++
+	}
+	tail := append([]byte(nil), buf[end:]...)
+	buf = strconv.AppendInt(append(buf[:end], ':'), ahead, 10)
+	return append(buf, tail...)
+}
+
+// appendPlan appends the keys of g's takes of r to keys and their plan (see
+// lua/rules.lua) to buf.
+func (l *Limiter) appendPlan(keys []any, buf []byte, r Request, g group, maxWait int64) ([]any, []byte) {
+	buf = append(buf, l.remember...)
+	buf = strconv.AppendInt(append(buf, ';'), maxWait, 10)
+	last, tag := "", ""
 	for _, i := range g.takes {
 		t := r.Takes[i]
-		c.keys = t.Rule.appendKeys(c.keys, subjectTag(l.prefix, t.Key))
-		c.args = t.Rule.appendArgs(c.args, t.cost())
+		if t.Key != last || tag == "" {
+			last, tag = t.Key, subjectTag(l.prefix, t.Key)
+		}
+		keys = t.Rule.appendKeys(keys, tag)
+		buf = t.Rule.appendPlan(append(buf, ';'), t.cost())
 	}
-	return c
+	return keys, buf
 }
 
-// eval runs one script for each call, in one round trip (a pipeline) when
-// there are several. Calls that find the script not cached on their node are
-// sent again whole; only those, since the others have already run.
-func (l *Limiter) eval(ctx context.Context, s *redis.Script, calls []call) ([]any, error) {
-	if len(calls) == 1 {
-		v, err := s.Run(ctx, l.rdb, calls[0].keys, calls[0].args...).Result()
-		return []any{v}, err
+// eval runs entry point e for each call, in one round trip (a pipeline) when
+// there are several, and returns each call's reply (every entry point
+// replies with an array of integers); a call that failed has a nil reply,
+// and the first error is returned.
+//
+// It calls the library's function (FCALL). A node that does not have the
+// library (a restarted server, FUNCTION FLUSH, a new or failed-over cluster
+// node) gets it loaded (every master of a cluster does) and those calls are
+// sent again, and only those, since the others have run. A server without
+// functions (Redis < 7, miniredis, an ACL that forbids them) gets the same
+// code as a script (EVALSHA, then EVAL where the script is not cached) from
+// then on.
+func (l *Limiter) eval(ctx context.Context, e entry, calls []call) ([][]int64, error) {
+	vals := make([][]int64, len(calls))
+	errs := make([]error, len(calls))
+	todo := make([]int, len(calls))
+	for i := range todo {
+		todo[i] = i
 	}
-	cmds := l.pipeline(ctx, calls, func(p redis.Pipeliner, c call) *redis.Cmd {
-		return s.EvalSha(ctx, p, c.keys, c.args...)
-	})
-	var missing []call
-	var at []int
-	for i, c := range cmds {
-		if redis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
-			missing, at = append(missing, calls[i]), append(at, i)
+	if !l.noFunctions.Load() {
+		l.send(ctx, calls, todo, vals, errs, "fcall", e.fn)
+		if again := failing(todo, errs, functionMissing); len(again) > 0 {
+			loadErr := l.loadFunctions(ctx)
+			if loadErr != nil && noFunctions(loadErr) {
+				// Functions are not allowed here after all: scripts, below.
+				for _, i := range again {
+					errs[i] = loadErr
+				}
+			} else {
+				// Sent again even if a node could not take the library (a
+				// cluster master that is down): theirs may have.
+				l.send(ctx, calls, again, vals, errs, "fcall", e.fn)
+				if loadErr != nil {
+					for _, i := range failing(again, errs, functionMissing) {
+						errs[i] = loadErr
+					}
+				}
+			}
+		}
+		todo = failing(todo, errs, noFunctions)
+		if len(todo) > 0 {
+			l.noFunctions.Store(true)
 		}
 	}
-	if len(missing) > 0 {
-		again := l.pipeline(ctx, missing, func(p redis.Pipeliner, c call) *redis.Cmd {
-			return s.Eval(ctx, p, c.keys, c.args...)
-		})
-		for k, i := range at {
-			cmds[i] = again[k]
+	if len(todo) > 0 {
+		l.send(ctx, calls, todo, vals, errs, "evalsha", e.sha)
+		if again := failing(todo, errs, func(err error) bool { return redis.HasErrorPrefix(err, "NOSCRIPT") }); len(again) > 0 {
+			l.send(ctx, calls, again, vals, errs, "eval", e.src)
 		}
 	}
-	res := make([]any, len(cmds))
-	for i, c := range cmds {
-		if err := c.Err(); err != nil {
-			return nil, err
+	for _, err := range errs {
+		if err != nil {
+			return vals, err
 		}
-		res[i] = c.Val()
 	}
-	return res, nil
+	return vals, nil
 }
 
-// pipeline sends one command per call in one round trip; each command
-// carries its own error.
-func (l *Limiter) pipeline(ctx context.Context, calls []call, run func(redis.Pipeliner, call) *redis.Cmd) []*redis.Cmd {
-	cmds := make([]*redis.Cmd, len(calls))
+// send runs calls[idx] as command name on target (function, SHA-1 or
+// source), in one round trip, and records each one's reply and error.
+func (l *Limiter) send(ctx context.Context, calls []call, idx []int, vals [][]int64, errs []error, name string, target any) {
+	for _, i := range idx {
+		calls[i].cmd[0], calls[i].cmd[1] = name, target
+	}
+	if len(idx) == 1 {
+		i := idx[0]
+		cmd := redis.NewIntSliceCmd(ctx, calls[i].cmd...)
+		_ = l.rdb.Process(ctx, cmd)
+		vals[i], errs[i] = cmd.Result()
+		return
+	}
+	cmds := make([]*redis.IntSliceCmd, len(idx))
 	_, _ = l.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, c := range calls {
-			cmds[i] = run(p, c)
+		for k, i := range idx {
+			cmds[k] = redis.NewIntSliceCmd(ctx, calls[i].cmd...)
+			_ = p.Process(ctx, cmds[k])
 		}
 		return nil
 	})
-	return cmds
+	for k, i := range idx {
+		vals[i], errs[i] = cmds[k].Result()
+	}
+}
+
+// failing returns the indices in idx whose error matches.
+func failing(idx []int, errs []error, match func(error) bool) []int {
+	var out []int
+	for _, i := range idx {
+		if errs[i] != nil && match(errs[i]) {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// functionMissing reports a node without the library's functions.
+func functionMissing(err error) bool { return redis.HasErrorPrefix(err, "Function not found") }
+
+// noFunctions reports a server that cannot run functions: FCALL or FUNCTION
+// unknown, or not permitted to this user.
+func noFunctions(err error) bool {
+	if redis.HasErrorPrefix(err, "unknown command") {
+		return true
+	}
+	if redis.HasErrorPrefix(err, "NOPERM") {
+		msg := strings.ToLower(err.Error())
+		return strings.Contains(msg, "'fcall'") || strings.Contains(msg, "'function")
+	}
+	return false
+}
+
+// loadFunctions loads the library on the server, or on every master of a
+// cluster (or every shard of a ring). A library of that name is this very
+// code (the name carries its hash), so "already exists" is success.
+func (l *Limiter) loadFunctions(ctx context.Context) error {
+	l.loading.Lock()
+	defer l.loading.Unlock()
+	load := func(ctx context.Context, c *redis.Client) error {
+		err := c.FunctionLoad(ctx, l.lib.Source).Err()
+		if err != nil && redis.HasErrorPrefix(err, "Library '"+l.lib.Name+"' already exists") {
+			return nil
+		}
+		return err
+	}
+	var err error
+	switch c := l.rdb.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, load)
+	case *redis.Ring:
+		err = c.ForEachShard(ctx, load)
+	case *redis.Client:
+		err = load(ctx, c)
+	default:
+		err = l.rdb.FunctionLoad(ctx, l.lib.Source).Err()
+		if err != nil && redis.HasErrorPrefix(err, "Library '"+l.lib.Name+"' already exists") {
+			err = nil
+		}
+	}
+	if err != nil && !noFunctions(err) {
+		err = fmt.Errorf("load the Lua library: %w", err)
+	}
+	return err
 }
 
 // groupResult is what admit.lua returns for one group.
@@ -132,35 +342,24 @@ type groupResult struct {
 	delay             int64 // µs
 	binding, window   int   // 1-based within the group, 0: none
 	remaining         int64
-	fresh             string // per take of the group: '1' if this call consumed it
+	fresh             uint32 // bit i-1: this call consumed take i of the group
 }
 
-func parseGroup(v any) (groupResult, error) {
-	a, ok := v.([]any)
-	if !ok || len(a) != 8 {
-		return groupResult{}, fmt.Errorf("throttle: unexpected script reply %v", v)
-	}
-	fresh, ok := a[7].(string)
-	if !ok {
-		return groupResult{}, fmt.Errorf("throttle: unexpected script reply %v", v)
-	}
-	n := make([]int64, 7)
-	for i, x := range a[:7] {
-		if n[i], ok = x.(int64); !ok {
-			return groupResult{}, fmt.Errorf("throttle: unexpected script reply %v", v)
-		}
-	}
+// parseGroup reads the four values admit.lua returns for one task.
+func parseGroup(n []int64) groupResult {
+	code := n[0]
 	return groupResult{
-		allowed: n[0] == 1, now: n[1], delay: n[2], binding: int(n[3]),
-		remaining: n[4], repeated: n[5] == 1, window: int(n[6]), fresh: fresh,
-	}, nil
+		allowed: code&1 == 1, repeated: code&2 == 2,
+		binding: int(code >> 2 & 63), window: int(code >> 8 & 255), fresh: uint32(code >> 16),
+		now: n[1], delay: n[2], remaining: n[3],
+	}
 }
 
-// freshTakes returns the part of group g that this call consumed.
+// freshTakes returns the part of group gr that this call consumed.
 func (g groupResult) freshTakes(gr group) group {
 	var out group
 	for i, t := range gr.takes {
-		if i < len(g.fresh) && g.fresh[i] == '1' {
+		if i < 32 && g.fresh>>i&1 == 1 {
 			out.takes = append(out.takes, t)
 		}
 	}
@@ -181,10 +380,7 @@ func merge(d *Decision, g groupResult, r Request, gr group, phase int) {
 		if g.binding > 0 {
 			i := gr.takes[g.binding-1]
 			t := r.Takes[i]
-			d.Take, d.Rule, d.Key, d.Limit = i, t.Rule, t.Key, t.Rule.String()
-			if q, ok := t.Rule.(*Quota); ok && g.window > 0 {
-				d.Limit = q.windows[g.window-1].String()
-			}
+			d.Take, d.Rule, d.Key, d.Limit = i, t.Rule, t.Key, t.Rule.bindingLimit(g.window)
 		}
 	}
 	d.Allowed = d.Allowed && g.allowed

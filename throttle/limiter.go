@@ -3,6 +3,8 @@ package throttle
 import (
 	"context"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -40,12 +42,32 @@ type Options struct {
 type Limiter struct {
 	rdb      redis.UniversalClient
 	prefix   string
-	remember string // µs, as the scripts take it
+	remember string // µs, as plans carry it
 	cluster  bool
-	admit    *redis.Script
-	release  *redis.Script
-	pause    *redis.Script
+	lib      lua.Library
+	admit    entry
+	release  entry
+	pause    entry
+	forget   entry
+	restamp  entry
+
+	// noFunctions is set once the server has shown that it has no Redis
+	// Functions (FCALL unknown or not permitted): from then on the entry
+	// points run as scripts (EVALSHA).
+	noFunctions atomic.Bool
+	loading     sync.Mutex // one FUNCTION LOAD at a time
 }
+
+// entry is one entry point of the Lua library: a function for FCALL, and the
+// same code as a script for servers without functions. Each name is held as
+// an any, ready to be a command argument.
+type entry struct {
+	fn  any // function name
+	sha any // the script's SHA-1
+	src any // the script
+}
+
+func newEntry(fn, src string) entry { return entry{fn, redis.NewScript(src).Hash(), src} }
 
 // New returns a Limiter on rdb (a *redis.Client, *redis.ClusterClient or
 // failover client).
@@ -63,25 +85,55 @@ func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 		return nil, fmt.Errorf("throttle: remember must be at least 1s (got %s)", opts.Remember)
 	}
 	_, cluster := rdb.(*redis.ClusterClient)
+	lib := lua.Functions()
 	return &Limiter{
 		rdb:      rdb,
 		prefix:   opts.Prefix,
 		remember: fmt.Sprint(opts.Remember.Microseconds()),
 		cluster:  cluster,
-		admit:    redis.NewScript(lua.Admit()),
-		release:  redis.NewScript(lua.Release()),
-		pause:    redis.NewScript(lua.Pause()),
+		lib:      lib,
+		admit:    newEntry(lib.Admit, lua.Admit()),
+		release:  newEntry(lib.Release, lua.Release()),
+		pause:    newEntry(lib.Pause, lua.Pause()),
+		forget:   newEntry(lib.Forget, lua.Forget()),
+		restamp:  newEntry(lib.Restamp, lua.Restamp()),
 	}, nil
 }
 
 // Admit checks every take of r and, only if all pass, consumes them together.
 // A denied decision is not an error; Decision.Err turns it into one.
 func (l *Limiter) Admit(ctx context.Context, r Request) (Decision, error) {
-	ds, err := l.AdmitBatch(ctx, []Request{r})
-	if err != nil {
+	if l.cluster {
+		ds, err := l.AdmitBatch(ctx, []Request{r})
+		if err != nil {
+			return Decision{}, err
+		}
+		return ds[0], nil
+	}
+	// A single node: what AdmitBatch does for one request, which is one
+	// group, one call and nothing to compensate, without its bookkeeping.
+	if err := r.validate(); err != nil {
 		return Decision{}, err
 	}
-	return ds[0], nil
+	g := l.plan(r)[0]
+	nk := 0
+	for _, t := range r.Takes {
+		nk += t.Rule.keyCount()
+	}
+	c, keys, args := newCall(nk, 2)
+	var buf [128]byte
+	_, plan := l.appendPlan(keys, buf[:0], r, g, r.MaxWait.Microseconds())
+	args[0], args[1] = r.ID, string(plan)
+	res, err := l.eval(ctx, l.admit, []call{c})
+	if err != nil {
+		return Decision{}, fmt.Errorf("throttle: admit: %w", err)
+	}
+	if len(res[0]) != 4 {
+		return Decision{}, fmt.Errorf("throttle: unexpected script reply %v", res[0])
+	}
+	var d Decision
+	merge(&d, parseGroup(res[0]), r, g, 0)
+	return d, nil
 }
 
 // Reserve is Admit with r.MaxWait set to maxWait: a bucket short of tokens
@@ -102,30 +154,47 @@ func (l *Limiter) Release(ctx context.Context, r Request) (int, error) {
 	return n, err
 }
 
+// Forget drops r.ID's holdings of r's bucket takes without giving their
+// tokens back: for a send the provider took but that failed (a 429 or 5xx
+// answer), so that the retry takes a token of its own rather than passing
+// as already admitted. Quota and fixed-window takes are left as they are
+// (Release them if the recipient got nothing). It returns how many bucket
+// takes it dropped.
+func (l *Limiter) Forget(ctx context.Context, r Request) (int, error) {
+	n, _, err := l.undo(ctx, r, l.forget, "forget")
+	return n, err
+}
+
 // release1 is Release that also returns the Redis time of its first group.
 func (l *Limiter) release1(ctx context.Context, r Request) (int, time.Time, error) {
+	return l.undo(ctx, r, l.release, "release")
+}
+
+// undo runs release.lua's entry point e (release or forget) on r's takes.
+func (l *Limiter) undo(ctx context.Context, r Request, e entry, what string) (int, time.Time, error) {
 	if err := r.validate(); err != nil {
 		return 0, time.Time{}, err
 	}
-	var calls []call
-	for _, g := range l.plan(r) {
-		calls = append(calls, l.call(r, g))
+	gs := l.plan(r)
+	ts := make([]task, len(gs))
+	for i, g := range gs {
+		ts[i] = task{0, g}
 	}
-	res, err := l.eval(ctx, l.release, calls)
+	calls := l.calls([]Request{r}, ts, false)
+	res, err := l.eval(ctx, e, calls)
 	if err != nil {
-		return 0, time.Time{}, fmt.Errorf("throttle: release %q: %w", r.ID, err)
+		return 0, time.Time{}, fmt.Errorf("throttle: %s %q: %w", what, r.ID, err)
 	}
 	n, now := 0, time.Time{}
-	for i, v := range res {
-		a, ok := v.([]any)
-		if !ok || len(a) != 2 {
-			return 0, time.Time{}, fmt.Errorf("throttle: unexpected script reply %v", v)
+	for i, a := range res {
+		if len(a) != 1+len(calls[i].tasks) {
+			return 0, time.Time{}, fmt.Errorf("throttle: unexpected script reply %v", a)
 		}
-		k, _ := a[0].(int64)
-		n += int(k)
 		if i == 0 {
-			us, _ := a[1].(int64)
-			now = time.UnixMicro(us)
+			now = time.UnixMicro(a[0])
+		}
+		for _, k := range a[1:] {
+			n += int(k)
 		}
 	}
 	return n, now, nil
@@ -133,9 +202,11 @@ func (l *Limiter) release1(ctx context.Context, r Request) (int, time.Time, erro
 
 // AdmitBatch admits many requests in as few round trips as it can: one on a
 // single node (plus one per extra subject group on a cluster). Decisions are
-// in the order of rs. If it returns an error, no decision is known: requests
-// that were admitted completely stay admitted (admitting them again is safe,
-// since admission is idempotent by ID) and partial admissions are released.
+// in the order of rs, and each is what Admit would have decided for it after
+// the requests before it. If it returns an error, no decision is known:
+// requests that were admitted completely stay admitted (admitting them again
+// is safe, since admission is idempotent by ID) and partial admissions are
+// released.
 func (l *Limiter) AdmitBatch(ctx context.Context, rs []Request) ([]Decision, error) {
 	plans := make([][]group, len(rs))
 	for i, r := range rs {
@@ -150,38 +221,92 @@ func (l *Limiter) AdmitBatch(ctx context.Context, rs []Request) ([]Decision, err
 	undo := func(match func(int) bool) {
 		l.compensate(ctx, rs, consumed, match)
 	}
+	partial := func(i int) bool { return admitted[i] < len(plans[i]) }
+	ts := make([]task, 0, len(rs))
 	for phase := 0; ; phase++ {
-		var calls []call
-		var who []int
-		for i, r := range rs {
+		ts = ts[:0]
+		for i := range rs {
 			if admitted[i] == phase && phase < len(plans[i]) {
-				calls = append(calls, l.call(r, plans[i][phase]))
-				who = append(who, i)
+				ts = append(ts, task{i, plans[i][phase]})
 			}
 		}
-		if len(calls) == 0 {
+		if len(ts) == 0 {
 			break
 		}
+		calls := l.calls(rs, ts, true)
 		res, err := l.eval(ctx, l.admit, calls)
+		// Calls that ran count even if another failed: what they consumed
+		// is known and can be undone.
+		var bad error
+		for k, c := range calls {
+			rows := res[k]
+			if rows == nil {
+				continue
+			}
+			if len(rows) != 4*len(c.tasks) {
+				bad = fmt.Errorf("throttle: unexpected script reply %v", rows)
+				continue
+			}
+			for j, t := range c.tasks {
+				g := parseGroup(rows[4*j : 4*j+4])
+				merge(&ds[t.req], g, rs[t.req], t.g, phase)
+				if g.allowed {
+					admitted[t.req]++
+					consumed[t.req] = append(consumed[t.req], g.freshTakes(t.g))
+				}
+			}
+		}
 		if err != nil {
-			undo(func(i int) bool { return admitted[i] < len(plans[i]) })
+			undo(partial)
 			return nil, fmt.Errorf("throttle: admit: %w", err)
 		}
-		for k, i := range who {
-			g, err := parseGroup(res[k])
-			if err != nil {
-				undo(func(i int) bool { return admitted[i] < len(plans[i]) })
-				return nil, err
-			}
-			merge(&ds[i], g, rs[i], plans[i][phase], phase)
-			if g.allowed {
-				admitted[i]++
-				consumed[i] = append(consumed[i], g.freshTakes(plans[i][phase]))
-			}
+		if bad != nil {
+			undo(partial)
+			return nil, bad
 		}
 	}
 	undo(func(i int) bool { return !ds[i].Allowed })
+	l.restampQuotas(ctx, rs, ds, consumed)
 	return ds, nil
+}
+
+// restampQuotas (cluster only) moves the quota entries that a request's
+// quota groups stamped provisionally at now + MaxWait (see calls) to the
+// moment its provider token was reserved for, measured on the quota's own
+// node: now' + Delay, never later than the provisional stamp. Each node's
+// now' is at least the real moment of the call, so the new stamp is never
+// earlier than the send, and the quota never admits more than it allows.
+// It is best effort: entries left at the provisional stamp only count
+// longer (conservative).
+func (l *Limiter) restampQuotas(ctx context.Context, rs []Request, ds []Decision, consumed [][]group) {
+	if !l.cluster {
+		return
+	}
+	var calls []call
+	for i, r := range rs {
+		if !ds[i].Allowed || !l.stampsAhead(r) {
+			continue
+		}
+		for _, g := range consumed[i] {
+			var q group
+			for _, k := range g.takes {
+				if _, ok := r.Takes[k].Rule.(*Quota); ok {
+					q.takes = append(q.takes, k)
+				}
+			}
+			if len(q.takes) == 0 {
+				continue
+			}
+			nk := len(q.takes)
+			c, keys, args := newCall(nk, 3)
+			_, plan := l.appendPlan(keys, nil, r, q, 0)
+			args[0], args[1], args[2] = ds[i].Delay.Microseconds(), r.ID, string(plan)
+			calls = append(calls, c)
+		}
+	}
+	if len(calls) > 0 {
+		_, _ = l.eval(context.WithoutCancel(ctx), l.restamp, calls)
+	}
 }
 
 // compensate releases what this call consumed for the requests that match,
@@ -190,19 +315,19 @@ func (l *Limiter) AdmitBatch(ctx context.Context, rs []Request) ([]Decision, err
 // it fails, the entries stay until the task is admitted again (which finds
 // them its own) or they expire.
 func (l *Limiter) compensate(ctx context.Context, rs []Request, consumed [][]group, match func(int) bool) {
-	var calls []call
-	for i, r := range rs {
+	var ts []task
+	for i := range rs {
 		if !match(i) {
 			continue
 		}
 		for _, g := range consumed[i] {
 			if len(g.takes) > 0 {
-				calls = append(calls, l.call(r, g))
+				ts = append(ts, task{i, g})
 			}
 		}
 	}
-	if len(calls) > 0 {
-		_, _ = l.eval(context.WithoutCancel(ctx), l.release, calls)
+	if len(ts) > 0 {
+		_, _ = l.eval(context.WithoutCancel(ctx), l.release, l.calls(rs, ts, false))
 	}
 }
 
@@ -218,11 +343,15 @@ func (l *Limiter) Pause(ctx context.Context, b *Bucket, key string, d time.Durat
 	if d <= 0 {
 		return 0, fmt.Errorf("throttle: pause %s for %q: must be positive (got %s): %w", b.Name(), key, d, ErrInvalidRequest)
 	}
-	c := l.call(r, l.plan(r)[0])
+	c, keys, args := newCall(b.keyCount(), 2)
+	_, plan := l.appendPlan(keys, nil, r, group{takes: []int{0}}, 0)
+	args[0], args[1] = d.Microseconds(), string(plan)
 	res, err := l.eval(ctx, l.pause, []call{c})
 	if err != nil {
 		return 0, fmt.Errorf("throttle: pause %s for %q: %w", b.Name(), key, err)
 	}
-	us, _ := res[0].(int64)
-	return time.Duration(us) * time.Microsecond, nil
+	if len(res[0]) != 1 {
+		return 0, fmt.Errorf("throttle: pause %s for %q: unexpected script reply %v", b.Name(), key, res[0])
+	}
+	return time.Duration(res[0][0]) * time.Microsecond, nil
 }

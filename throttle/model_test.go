@@ -231,11 +231,16 @@ func modelMembers(id string, cost float64) []string {
 	return m
 }
 
+// quotaCheck reads and never writes: entries older than the longest window
+// (stale) count for nothing, the task's own included, and are left for the
+// next commit to prune.
 func (c *modelCall) quotaCheck(t *modelTake, id string) {
 	now := c.now
 	c.noteLost(t.key)
-	c.zremrangebyscore(t.key, now-t.longest)
 	mine, isMine := c.zscore(t.key, id)
+	if isMine && mine <= now-t.longest {
+		isMine = false
+	}
 	if isMine {
 		t.repeated = true
 		t.wait = math.Max(0, mine-now)
@@ -264,7 +269,9 @@ func (c *modelCall) quotaCheck(t *modelTake, id string) {
 	}
 }
 
+// quotaCommit prunes the stale entries, then adds the task's.
 func (c *modelCall) quotaCommit(t *modelTake, id string, at float64) {
+	c.zremrangebyscore(t.key, c.now-t.longest)
 	e := c.getOrCreate(t.key)
 	for _, mem := range modelMembers(id, t.cost) {
 		e.z[mem] = at
@@ -273,27 +280,27 @@ func (c *modelCall) quotaCommit(t *modelTake, id string, at float64) {
 	c.extend(t.key, at-c.now+t.longest)
 }
 
+// quotaUndo undoes a holding: the task's entries, unless its entry is
+// stale. Like a commit, it sets the key's life by this rule: the remaining
+// entries' until they are stale under it.
 func (c *modelCall) quotaUndo(t *modelTake, id string) bool {
-	e := c.get(t.key)
-	if e == nil {
+	if s, ok := c.zscore(t.key, id); !ok || s <= c.now-t.longest {
 		return false
 	}
-	n := 0
+	e := c.get(t.key)
 	for _, mem := range modelMembers(id, t.cost) {
-		if _, ok := e.z[mem]; ok {
-			delete(e.z, mem)
-			n++
-		}
+		delete(e.z, mem)
 	}
-	if n > 0 && len(e.z) > 0 { // the remaining entries set the key's life again
+	if len(e.z) > 0 {
 		last := math.Inf(-1)
 		for _, sc := range e.z {
 			last = math.Max(last, sc)
 		}
 		c.pexpire(t.key, last-c.now+t.longest)
+		e.keep = t.longest
 	}
 	c.dropIfEmpty(t.key, e)
-	return n > 0
+	return true
 }
 
 // bucketTokens mirrors bucket_tokens: an absent hash is a full bucket.
@@ -327,13 +334,22 @@ func (c *modelCall) bucketStore(t *modelTake, tokens float64) {
 	c.pexpire(t.key, (t.burst-tokens)*1e6/t.rate)
 }
 
+// bucketHeld returns the moment the ledger holds for id, unless the entry
+// is older than remember (forgotten: absent, though not yet pruned).
+func (c *modelCall) bucketHeld(t *modelTake, id string, remember float64) (float64, bool) {
+	s, ok := c.zscore(t.ledger, id)
+	if !ok || s <= c.now-remember {
+		return 0, false
+	}
+	return s, true
+}
+
 func (c *modelCall) bucketCheck(t *modelTake, id string, remember float64) {
 	now := c.now
 	c.noteLost(t.ledger)
-	c.zremrangebyscore(t.ledger, now-remember)
 	t.tokens = c.bucketTokens(t)
 	t.ok, t.delay = true, 0
-	if mine, ok := c.zscore(t.ledger, id); ok {
+	if mine, ok := c.bucketHeld(t, id, remember); ok {
 		t.repeated = true
 		t.wait = math.Max(0, mine-now)
 		t.remaining = math.Max(0, math.Floor(t.tokens))
@@ -345,19 +361,26 @@ func (c *modelCall) bucketCheck(t *modelTake, id string, remember float64) {
 	}
 }
 
+// bucketCommit prunes the ledger's forgotten entries, then adds the task's.
 func (c *modelCall) bucketCommit(t *modelTake, id string, at, remember float64) {
 	c.bucketStore(t, t.tokens-t.cost)
+	c.zremrangebyscore(t.ledger, c.now-remember)
 	l := c.getOrCreate(t.ledger)
 	l.z[id], l.keep = at, remember
 	c.extend(t.ledger, at-c.now+remember)
 }
 
-// bucketUndo mirrors bucket_undo, which does not prune the ledger first.
-func (c *modelCall) bucketUndo(t *modelTake, id string) bool {
-	if _, ok := c.zscore(t.ledger, id); !ok {
+// bucketUndo mirrors bucket_undo: a forgotten entry is no holding.
+// It refunds the cost only if no other ledger entry's moment is later than
+// both the released one's and now (ZCOUNT ledger (max(s, now) +inf == 0).
+func (c *modelCall) bucketUndo(t *modelTake, id string, remember float64) bool {
+	s, ok := c.bucketHeld(t, id, remember)
+	if !ok {
 		return false
 	}
-	c.bucketStore(t, math.Min(t.burst, c.bucketTokens(t)+t.cost))
+	if len(c.zabove(t.ledger, math.Max(s, c.now))) == 0 {
+		c.bucketStore(t, math.Min(t.burst, c.bucketTokens(t)+t.cost))
+	}
 	if e := c.get(t.ledger); e != nil {
 		delete(e.z, id)
 		c.dropIfEmpty(t.ledger, e)
@@ -499,7 +522,7 @@ func (m *model) admit(r Request, nowUS, rememberUS int64) Decision {
 }
 
 // release mirrors release.lua run at nowUS and returns the takes undone.
-func (m *model) release(r Request, nowUS int64) int {
+func (m *model) release(r Request, nowUS, rememberUS int64) int {
 	c := m.at(nowUS)
 	undone := 0
 	for _, t := range m.parse(r) {
@@ -508,7 +531,7 @@ func (m *model) release(r Request, nowUS int64) int {
 		case "q":
 			done = c.quotaUndo(t, r.ID)
 		case "b":
-			done = c.bucketUndo(t, r.ID)
+			done = c.bucketUndo(t, r.ID, float64(rememberUS))
 		default:
 			done = c.fixedUndo(t, r.ID)
 		}

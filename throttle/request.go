@@ -14,6 +14,9 @@ var ErrInvalidRequest = errors.New("invalid request")
 // MaxIDLen is the longest task ID a request may carry, in bytes.
 const MaxIDLen = 256
 
+// MaxTakes is the most takes a request may have.
+const MaxTakes = 32
+
 // Take applies a rule to one subject at a cost.
 type Take struct {
 	// Rule is the limit to check.
@@ -55,11 +58,12 @@ func (r Request) validate() error {
 	if len(r.Takes) == 0 {
 		return fmt.Errorf("throttle: task %q: no takes: %w", r.ID, ErrInvalidRequest)
 	}
+	if len(r.Takes) > MaxTakes {
+		return fmt.Errorf("throttle: task %q: %d takes: at most %d: %w", r.ID, len(r.Takes), MaxTakes, ErrInvalidRequest)
+	}
 	if r.MaxWait < 0 {
 		return fmt.Errorf("throttle: task %q: max wait must not be negative (got %s): %w", r.ID, r.MaxWait, ErrInvalidRequest)
 	}
-	type ruleKey struct{ kind, rule, key string }
-	seen := make(map[ruleKey]bool, len(r.Takes))
 	for i, t := range r.Takes {
 		// Formatted only on error: validation runs on every admission.
 		where := func() string { return fmt.Sprintf("throttle: task %q: take %d", r.ID, i+1) }
@@ -74,11 +78,11 @@ func (r Request) validate() error {
 			return fmt.Errorf("%s: cost %d exceeds what %s %s (%s) can ever admit (%d): %w",
 				where(), t.cost(), kindName(t.Rule), t.Rule.Name(), t.Rule, t.Rule.MaxCost(), ErrInvalidRule)
 		}
-		k := ruleKey{t.Rule.kind(), t.Rule.Name(), t.Key}
-		if seen[k] {
-			return fmt.Errorf("%s: %s for %q is taken twice: %w", where(), t.Rule.Name(), t.Key, ErrInvalidRequest)
+		for _, u := range r.Takes[:i] {
+			if u.Key == t.Key && u.Rule.kind() == t.Rule.kind() && u.Rule.Name() == t.Rule.Name() {
+				return fmt.Errorf("%s: %s for %q is taken twice: %w", where(), t.Rule.Name(), t.Key, ErrInvalidRequest)
+			}
 		}
-		seen[k] = true
 	}
 	return nil
 }

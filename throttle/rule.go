@@ -27,9 +27,16 @@ type Rule interface {
 	// kind is the rule's letter in the scripts' calling convention.
 	kind() string
 	// appendKeys appends the rule's keys for a subject's hash tag.
-	appendKeys(dst []string, tag string) []string
-	// appendArgs appends the rule's arguments for a take of this cost.
-	appendArgs(dst []any, cost int) []any
+	appendKeys(dst []any, tag string) []any
+	// keyCount is how many keys appendKeys appends.
+	keyCount() int
+	// appendPlan appends the rule's take of this cost to a plan (see
+	// lua/rules.lua): its kind, the cost, then its limits.
+	appendPlan(dst []byte, cost int) []byte
+	// bindingLimit describes the limit that binds: String(), or for a quota the
+	// window (1-based) the script reports, if any. Formatted once, when the
+	// rule is built.
+	bindingLimit(window int) string
 }
 
 // Bounds on rules, so that every number the scripts compute stays exact in
@@ -45,6 +52,8 @@ const (
 	MaxQuotaCost = 1000
 	// MinRate and MaxRate bound a bucket's tokens per second.
 	MinRate, MaxRate = 1e-6, 1e9
+	// MaxWindows is the most windows a quota may have.
+	MaxWindows = 32
 )
 
 var ruleName = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
@@ -87,7 +96,9 @@ func (w Window) String() string { return fmt.Sprintf("%d per %s", w.Limit, Forma
 type Quota struct {
 	name    string
 	windows []Window
-	args    []any
+	plan    string   // ",limit,per_us" per window, as plans carry them
+	str     string   // String()
+	limits  []string // the windows' String()
 }
 
 // NewQuota returns a quota with the given windows. It fails if there is no
@@ -99,8 +110,10 @@ func NewQuota(name string, windows ...Window) (*Quota, error) {
 	if len(windows) == 0 {
 		return nil, fmt.Errorf("throttle: quota %s: needs at least one window: %w", name, ErrInvalidRule)
 	}
+	if len(windows) > MaxWindows {
+		return nil, fmt.Errorf("throttle: quota %s: %d windows: at most %d: %w", name, len(windows), MaxWindows, ErrInvalidRule)
+	}
 	q := &Quota{name: name, windows: append([]Window(nil), windows...)}
-	q.args = []any{strconv.Itoa(len(windows))}
 	for i, w := range windows {
 		where := fmt.Sprintf("quota %s: window %d (%s)", name, i+1, w)
 		if err := checkLimit(where, "limit", w.Limit); err != nil {
@@ -109,8 +122,10 @@ func NewQuota(name string, windows ...Window) (*Quota, error) {
 		if err := checkPer(where, w.Per); err != nil {
 			return nil, err
 		}
-		q.args = append(q.args, strconv.Itoa(w.Limit), strconv.FormatInt(w.Per.Microseconds(), 10))
+		q.plan += "," + strconv.Itoa(w.Limit) + "," + strconv.FormatInt(w.Per.Microseconds(), 10)
+		q.limits = append(q.limits, w.String())
 	}
+	q.str = strings.Join(q.limits, ", ")
 	return q, nil
 }
 
@@ -130,22 +145,25 @@ func (q *Quota) MaxCost() int {
 }
 
 // String returns the windows, e.g. "1 per 24h, 3 per 168h".
-func (q *Quota) String() string {
-	parts := make([]string, len(q.windows))
-	for i, w := range q.windows {
-		parts[i] = w.String()
+func (q *Quota) String() string { return q.str }
+
+func (q *Quota) bindingLimit(window int) string {
+	if window > 0 && window <= len(q.limits) {
+		return q.limits[window-1]
 	}
-	return strings.Join(parts, ", ")
+	return q.str
 }
 
 func (q *Quota) kind() string { return "q" }
 
-func (q *Quota) appendKeys(dst []string, tag string) []string {
+func (q *Quota) keyCount() int { return 1 }
+
+func (q *Quota) appendKeys(dst []any, tag string) []any {
 	return append(dst, quotaKey(tag, q.name))
 }
 
-func (q *Quota) appendArgs(dst []any, cost int) []any {
-	return append(append(dst, "q", strconv.Itoa(cost)), q.args...)
+func (q *Quota) appendPlan(dst []byte, cost int) []byte {
+	return append(strconv.AppendInt(append(dst, "q,"...), int64(cost), 10), q.plan...)
 }
 
 // Bucket is a token bucket: it holds at most Burst tokens and gains Rate
@@ -154,7 +172,8 @@ type Bucket struct {
 	name  string
 	rate  float64
 	burst int
-	args  []any
+	plan  string // ",rate,burst", as plans carry them
+	str   string // String()
 }
 
 // NewBucket returns a bucket refilled at rate tokens per second (fractions
@@ -175,7 +194,8 @@ func NewBucket(name string, rate float64, burst int) (*Bucket, error) {
 		return nil, fmt.Errorf("throttle: bucket %s: burst %d at %v/s takes longer than %s to fill: %w", name, burst, rate, FormatDuration(MaxPer), ErrInvalidRule)
 	}
 	b := &Bucket{name: name, rate: rate, burst: burst}
-	b.args = []any{strconv.FormatFloat(rate, 'g', -1, 64), strconv.Itoa(burst)}
+	b.plan = "," + strconv.FormatFloat(rate, 'g', -1, 64) + "," + strconv.Itoa(burst)
+	b.str = fmt.Sprintf("%s/s burst %d", strconv.FormatFloat(rate, 'g', -1, 64), burst)
 	return b, nil
 }
 
@@ -192,18 +212,20 @@ func (b *Bucket) Burst() int { return b.burst }
 func (b *Bucket) MaxCost() int { return b.burst }
 
 // String returns e.g. "100/s burst 20".
-func (b *Bucket) String() string {
-	return fmt.Sprintf("%s/s burst %d", strconv.FormatFloat(b.rate, 'g', -1, 64), b.burst)
-}
+func (b *Bucket) String() string { return b.str }
+
+func (b *Bucket) bindingLimit(int) string { return b.str }
 
 func (b *Bucket) kind() string { return "b" }
 
-func (b *Bucket) appendKeys(dst []string, tag string) []string {
+func (b *Bucket) keyCount() int { return 2 }
+
+func (b *Bucket) appendKeys(dst []any, tag string) []any {
 	return append(dst, bucketKey(tag, b.name), ledgerKey(tag, b.name))
 }
 
-func (b *Bucket) appendArgs(dst []any, cost int) []any {
-	return append(append(dst, "b", strconv.Itoa(cost)), b.args...)
+func (b *Bucket) appendPlan(dst []byte, cost int) []byte {
+	return append(strconv.AppendInt(append(dst, "b,"...), int64(cost), 10), b.plan...)
 }
 
 // FixedWindow is a counter that allows Limit per window of Per, windows
@@ -213,7 +235,8 @@ type FixedWindow struct {
 	name  string
 	limit int
 	per   time.Duration
-	args  []any
+	plan  string // ",limit,per_us", as plans carry them
+	str   string // String()
 }
 
 // NewFixedWindow returns a fixed-window counter. It fails unless limit is
@@ -229,7 +252,8 @@ func NewFixedWindow(name string, limit int, per time.Duration) (*FixedWindow, er
 		return nil, err
 	}
 	f := &FixedWindow{name: name, limit: limit, per: per}
-	f.args = []any{strconv.Itoa(limit), strconv.FormatInt(per.Microseconds(), 10)}
+	f.plan = "," + strconv.Itoa(limit) + "," + strconv.FormatInt(per.Microseconds(), 10)
+	f.str = Window{limit, per}.String()
 	return f, nil
 }
 
@@ -240,16 +264,20 @@ func (f *FixedWindow) Name() string { return f.name }
 func (f *FixedWindow) MaxCost() int { return f.limit }
 
 // String returns e.g. "1000 per 1m".
-func (f *FixedWindow) String() string { return Window{f.limit, f.per}.String() }
+func (f *FixedWindow) String() string { return f.str }
+
+func (f *FixedWindow) bindingLimit(int) string { return f.str }
 
 func (f *FixedWindow) kind() string { return "f" }
 
-func (f *FixedWindow) appendKeys(dst []string, tag string) []string {
+func (f *FixedWindow) keyCount() int { return 1 }
+
+func (f *FixedWindow) appendKeys(dst []any, tag string) []any {
 	return append(dst, fixedKey(tag, f.name))
 }
 
-func (f *FixedWindow) appendArgs(dst []any, cost int) []any {
-	return append(append(dst, "f", strconv.Itoa(cost)), f.args...)
+func (f *FixedWindow) appendPlan(dst []byte, cost int) []byte {
+	return append(strconv.AppendInt(append(dst, "f,"...), int64(cost), 10), f.plan...)
 }
 
 // FormatDuration writes a window for people: time.Duration.String without

@@ -1,0 +1,112 @@
+package throttle
+
+import (
+	"slices"
+	"testing"
+	"time"
+)
+
+// bucketBound fails t if the moments (any order) put more than
+// burst + rate·T grants in some interval of length T. Moments are rounded
+// up to whole µs after float refills, hence the slack of a few µs of rate.
+func bucketBound(t *testing.T, moments []time.Time, rate float64, burst int) {
+	t.Helper()
+	s := slices.Clone(moments)
+	slices.SortFunc(s, func(a, b time.Time) int { return a.Compare(b) })
+	for i := range s {
+		for j := i; j < len(s); j++ {
+			span := s[j].Sub(s[i])
+			allowed := float64(burst) + rate*(span+5*time.Microsecond).Seconds()
+			if n := float64(j - i + 1); n > allowed {
+				t.Errorf("%d grants within %s (from +%s): the bucket allows %.3f", j-i+1, span, s[i].Sub(s[0]), allowed)
+			}
+		}
+	}
+}
+
+// TestReleaseOfEarlierReservationKeepsBucket: reservations A, B, C, D of a
+// 10/s burst-1 bucket hold moments 100ms apart; releasing B (not the latest
+// held) must not refund a token at the current time, since C and D were
+// granted moments that assumed B's token gone: the refund used to let a new
+// request take D's moment (two grants at one moment on a burst-1 bucket).
+// Releasing the latest holding does refund: the next request takes its
+// moment.
+func TestReleaseOfEarlierReservationKeepsBucket(t *testing.T) {
+	l, _ := newStandalone(t)
+	const rate, burst = 10, 1
+	b := mustBucket(t, "sms", rate, burst)
+	req := func(id string) Request { return Request{ID: id, Takes: []Take{{Rule: b, Key: "gw"}}} }
+	held := map[string]time.Time{}
+	reserve := func(id string) Decision {
+		t.Helper()
+		d, err := l.Reserve(ctx, req(id), 2*time.Second)
+		if err != nil || !d.Allowed {
+			t.Fatalf("reserve %s: %+v, %v", id, d, err)
+		}
+		held[id] = d.At()
+		return d
+	}
+	granted := func() []time.Time {
+		var s []time.Time
+		for _, m := range held {
+			s = append(s, m)
+		}
+		return s
+	}
+	for _, id := range []string{"A", "B", "C", "D"} {
+		reserve(id)
+	}
+	if n, err := l.Release(ctx, req("B")); n != 1 || err != nil {
+		t.Fatalf("release B: %d, %v", n, err)
+	}
+	delete(held, "B")
+	e := reserve("E")
+	bucketBound(t, granted(), rate, burst)
+	if !e.At().After(held["D"]) {
+		t.Errorf("E reserved %s, not after D's %s: the release of B refunded a token D's moment assumed gone", e.At(), held["D"])
+	}
+
+	// Releasing the latest holding (E) gives its token back: F gets E's moment.
+	eAt := held["E"]
+	if n, err := l.Release(ctx, req("E")); n != 1 || err != nil {
+		t.Fatalf("release E: %d, %v", n, err)
+	}
+	delete(held, "E")
+	f := reserve("F")
+	if d := f.At().Sub(eAt); d < -time.Millisecond || d > time.Millisecond {
+		t.Errorf("F reserved %s after E, the latest holding, was released: want E's moment %s", f.At(), eAt)
+	}
+	bucketBound(t, granted(), rate, burst)
+}
+
+// TestForgetTakesAnotherTokenOnRetry: a send the provider took but failed
+// is forgotten (its bucket holding dropped, nothing refunded), so that the
+// retry of the same task takes a token of its own instead of passing as
+// already admitted; the quota is left alone.
+func TestForgetTakesAnotherTokenOnRetry(t *testing.T) {
+	l, _ := newStandalone(t)
+	b := mustBucket(t, "sms", 0.001, 2)
+	q := mustQuota(t, "mkt", Window{5, time.Hour})
+	r := Request{ID: "job-1", Takes: []Take{{Rule: q, Key: "alice"}, {Rule: b, Key: "gw"}}}
+	mustAdmit(t, l, r)
+	n, err := l.Forget(ctx, r)
+	if err != nil || n != 1 {
+		t.Fatalf("forget: %d, %v; want 1 bucket take", n, err)
+	}
+	if n, _ := l.Forget(ctx, r); n != 0 {
+		t.Errorf("forget again: %d, want 0", n)
+	}
+	// The retry: the quota entry is still the task's, the bucket takes anew.
+	d := mustAdmit(t, l, r)
+	if !d.Allowed || d.Repeated || d.Remaining != 0 {
+		t.Fatalf("retry after forget: %+v, want allowed, not repeated, the bucket's last token taken", d)
+	}
+	// Both tokens are gone: forget refunded nothing.
+	if d := mustAdmit(t, l, Request{ID: "job-2", Takes: []Take{{Rule: b, Key: "gw"}}}); d.Allowed {
+		t.Errorf("job-2 admitted by a bucket of burst 2 after two sends: forget refunded a token")
+	}
+	// The quota entry was not forgotten: release gives it back (and the token).
+	if n, _ := l.Release(ctx, r); n != 2 {
+		t.Errorf("release after the retry: %d takes, want 2", n)
+	}
+}
