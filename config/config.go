@@ -54,8 +54,10 @@ const (
 	DefaultMetricsAddr     = "127.0.0.1:9464"
 	DefaultInlineWait      = time.Second
 	DefaultJitter          = time.Second
+	DefaultSentMarks       = time.Hour
 	DefaultOutput          = "stdout"
 	DefaultTimeout         = 5 * time.Second
+	DefaultCatchUp         = time.Hour
 )
 
 // Config is the whole configuration: the file's sections, in its order.
@@ -79,8 +81,10 @@ type Config struct {
 	src *source
 }
 
-// Redis says where Redis is: one of embedded, a URL or a cluster. REDIS_URL
-// in the environment (see LoadWithEnv) replaces URL and Cluster.
+// Redis says where Redis is (one of embedded, a URL or a cluster) and how
+// to log in to it. REDIS_URL in the environment (see LoadWithEnv) replaces
+// URL and Cluster, and REDIS_PASSWORD replaces Password and PasswordFile.
+// String, GoString and every error hide the password.
 type Redis struct {
 	// URL is Embedded or a redis://, rediss:// (TLS) or unix:// URL, with
 	// an optional user and password. Default Embedded, or "" when Cluster
@@ -89,6 +93,20 @@ type Redis struct {
 	// Cluster lists the host:port of some Redis Cluster nodes, instead of
 	// URL. Default none.
 	Cluster []string
+	// Username is the ACL user to log in as, for a cluster, or for a URL
+	// that names none. Default "": the URL's, else Redis's default user.
+	Username string
+	// Password is the password to log in with, for a cluster, or for a
+	// URL that holds none. Prefer PasswordFile or REDIS_PASSWORD to
+	// writing it in the file. Default "".
+	Password string
+	// PasswordFile is a file holding the password (a final line break is
+	// ignored), read when connecting; instead of Password. A relative path
+	// is relative to the config file's directory. Default "".
+	PasswordFile string
+	// TLS configures TLS, which a rediss:// URL or, for a cluster,
+	// TLS.Enabled turns on. Default: off, and the system's CAs.
+	TLS TLS
 	// EmbeddedAddr is the loopback host:port the embedded server listens
 	// on, so that another process (enqueue) can reach it. Default
 	// DefaultEmbeddedAddr.
@@ -117,6 +135,10 @@ type Worker struct {
 	// Jitter is the most a deferred job's wake-up is randomly delayed, so
 	// that many do not wake at once; 0 for none. Default 1s.
 	Jitter time.Duration
+	// SentMarks is how long a worker remembers that a task's message was
+	// accepted by its provider, so that a redelivery of it is not sent
+	// again (jobs.SentMarks). Zero turns the markers off.
+	SentMarks time.Duration
 }
 
 // Policy is a recipient policy: a message passes only if every window allows
@@ -156,17 +178,18 @@ type Defaults struct {
 	Queue string
 }
 
-// Campaign is a scheduled send to an audience. Its schedule is checked by
-// the campaign scheduler, not here.
+// Campaign is a scheduled send to an audience: at every tick of Cron, one
+// notification per recipient (see package campaign).
 type Campaign struct {
 	// Name identifies the campaign (1-64 of A-Z a-z 0-9 _ . -). Required.
 	Name string
-	// Cron is the schedule, a cron expression. Required.
+	// Cron is the schedule (see Schedule): 5 fields, 6 with a leading
+	// seconds field, or a descriptor such as @daily or @every 10m. Required.
 	Cron string
 	// Timezone is the IANA zone Cron is read in. Default "" (UTC).
 	Timezone string
-	// Audience lists the recipients. Default none.
-	Audience []string
+	// Audience says where the recipients come from. Required.
+	Audience Audience
 	// Policy, Provider and Queue name what the campaign's notifications
 	// use. Default "": Defaults.Policy, Defaults.Provider, Defaults.Queue.
 	Policy   string
@@ -179,6 +202,10 @@ type Campaign struct {
 	// SendByWindow is how long after its tick a message may still be
 	// delivered; later it expires. Default 0: no deadline.
 	SendByWindow time.Duration
+	// CatchUp is how old a tick missed while no worker ran may be and
+	// still be sent when a worker starts; only the latest missed tick is.
+	// Default DefaultCatchUp in a file; 0 turns catching up off.
+	CatchUp time.Duration
 }
 
 // Default returns the default configuration: embedded Redis, the default
@@ -197,6 +224,7 @@ func Default() *Config {
 			MetricsAddr:     DefaultMetricsAddr,
 			InlineWait:      DefaultInlineWait,
 			Jitter:          DefaultJitter,
+			SentMarks:       DefaultSentMarks,
 		},
 		Policies:  map[string]Policy{},
 		Providers: map[string]Provider{},

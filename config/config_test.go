@@ -30,6 +30,7 @@ func TestLoadRootConfig(t *testing.T) {
 			MetricsAddr:     "127.0.0.1:9464",
 			InlineWait:      time.Second,
 			Jitter:          time.Second,
+			SentMarks:       time.Hour,
 		},
 		Policies: map[string]Policy{
 			"marketing":     {{Limit: 1, Per: 24 * time.Hour}, {Limit: 3, Per: 168 * time.Hour}},
@@ -122,15 +123,16 @@ campaigns:
   - name: weekly-digest
     cron: "0 9 * * MON"
     timezone: Europe/Paris
-    audience: [alice@example.com, bob@example.com]
+    audience: {redis_set: "digest:subscribers"}
     template: digest
     data: {title: Your week, items: [1, 2]}
     send_by_window: 6h
 `, func(t *testing.T, c *Config) {
 			want := []Campaign{{
 				Name: "weekly-digest", Cron: "0 9 * * MON", Timezone: "Europe/Paris",
-				Audience: []string{"alice@example.com", "bob@example.com"}, Template: "digest",
+				Audience: Audience{RedisSet: "digest:subscribers"}, Template: "digest",
 				Data: []byte(`{"items":[1,2],"title":"Your week"}`), SendByWindow: 6 * time.Hour,
+				CatchUp: DefaultCatchUp,
 			}}
 			if !reflect.DeepEqual(c.Campaigns, want) {
 				t.Errorf("campaigns:\n got %+v\nwant %+v", c.Campaigns, want)

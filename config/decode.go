@@ -8,6 +8,8 @@ import (
 	"unicode"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/notify-throttle/throttler/internal/textdist"
 )
 
 // decoder walks a YAML node tree onto a Config, checking keys and types and
@@ -249,7 +251,7 @@ func (d *decoder) setStrings(p *[]string) func(*yaml.Node, string) {
 func suggest(key string, known []string) string {
 	best, bestDist := "", math.MaxInt
 	for _, k := range known {
-		if d := editDistance(strings.ToLower(key), k); d < bestDist {
+		if d := textdist.Distance(strings.ToLower(key), k); d < bestDist {
 			best, bestDist = k, d
 		}
 	}
@@ -257,33 +259,4 @@ func suggest(key string, known []string) string {
 		return "did you mean " + best + "?"
 	}
 	return "known: " + strings.Join(known, ", ")
-}
-
-// editDistance is the optimal string alignment distance: insertions,
-// deletions, substitutions and swaps of adjacent bytes.
-func editDistance(a, b string) int {
-	if len(a) > 64 || len(b) > 64 {
-		return math.MaxInt // not a typo; and keeps a fuzzed key cheap
-	}
-	prev2 := make([]int, len(b)+1)
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
-				cur[j] = min(cur[j], prev2[j-2]+1)
-			}
-		}
-		prev2, prev, cur = prev, cur, prev2
-	}
-	return prev[len(b)]
 }

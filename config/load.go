@@ -17,17 +17,19 @@ import (
 // EnvRedisURL is the environment variable that replaces redis.url.
 const EnvRedisURL = "REDIS_URL"
 
-// Load reads the configuration file at path, lets REDIS_URL from the
-// environment replace redis.url, and validates the result. See LoadWithEnv.
+// Load reads the configuration file at path, lets REDIS_URL and
+// REDIS_PASSWORD from the environment replace redis.url and redis.password,
+// and validates the result. See LoadWithEnv.
 func Load(path string) (*Config, error) {
 	return LoadWithEnv(path, os.Getenv)
 }
 
 // LoadWithEnv is Load reading the environment through getenv (os.Getenv,
 // or a map lookup in tests). A non-empty REDIS_URL replaces redis.url and
-// redis.cluster: the environment wins over the file, which suits a
-// container image shipping config.yaml. An error about that URL names
-// REDIS_URL instead of a line.
+// redis.cluster, and a non-empty REDIS_PASSWORD replaces redis.password and
+// redis.password_file: the environment wins over the file, which suits a
+// container image shipping config.yaml. An error about such a value names
+// the variable instead of a line.
 //
 // The error is an *Error or several joined (see Error); one that says the
 // file could not be read wraps the os error.
@@ -57,10 +59,7 @@ func parse(name string, data []byte, getenv func(string) string) (*Config, error
 	d := decoder{src: c.src, errs: &errs}
 	d.config(root, c)
 	if getenv != nil {
-		if u := getenv(EnvRedisURL); u != "" {
-			c.Redis.URL, c.Redis.Cluster = u, nil
-			c.src.env["redis.url"] = EnvRedisURL
-		}
+		c.Redis.fromEnv(getenv, c.src)
 	}
 	c.validate(&errs)
 	if err := errs.err(); err != nil {

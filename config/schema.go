@@ -2,6 +2,7 @@ package config
 
 import (
 	"encoding/json"
+	"path/filepath"
 
 	"gopkg.in/yaml.v3"
 
@@ -27,6 +28,10 @@ func (d *decoder) redis(n *yaml.Node, path string, r *Redis) {
 	has := d.mapping(n, path, []field{
 		{"url", d.setString(&r.URL)},
 		{"cluster", d.setStrings(&cluster)},
+		{"username", d.setString(&r.Username)},
+		{"password_file", d.redisFile(&r.PasswordFile)},
+		{"password", d.setString(&r.Password)},
+		{"tls", func(n *yaml.Node, p string) { d.redisTLS(n, p, &r.TLS) }},
 		{"embedded_addr", d.setString(&r.EmbeddedAddr)},
 		{"prefix", d.setString(&r.Prefix)},
 	})
@@ -34,6 +39,38 @@ func (d *decoder) redis(n *yaml.Node, path string, r *Redis) {
 		r.Cluster = cluster
 		if !has["url"] {
 			r.URL = "" // the default is embedded; a cluster replaces it
+		}
+	}
+}
+
+func (d *decoder) redisTLS(n *yaml.Node, path string, t *TLS) {
+	setBool := func(p *bool) func(*yaml.Node, string) {
+		return func(n *yaml.Node, path string) {
+			n = resolve(n)
+			if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!bool" || n.Decode(p) != nil {
+				d.fail(n, path, "must be true or false (got %s)", describe(n))
+			}
+		}
+	}
+	d.mapping(n, path, []field{
+		{"enabled", setBool(&t.Enabled)},
+		{"ca_file", d.redisFile(&t.CAFile)},
+		{"cert_file", d.redisFile(&t.CertFile)},
+		{"key_file", d.redisFile(&t.KeyFile)},
+		{"server_name", d.setString(&t.ServerName)},
+		{"insecure_skip_verify", setBool(&t.InsecureSkipVerify)},
+	})
+}
+
+// redisFile decodes a file path; a relative one is resolved against the
+// directory of the config file, as campaign audience files are.
+func (d *decoder) redisFile(p *string) func(*yaml.Node, string) {
+	return func(n *yaml.Node, path string) {
+		if v, ok := d.str(n, path); ok {
+			if v != "" && !filepath.IsAbs(v) {
+				v = filepath.Join(filepath.Dir(d.src.file), v)
+			}
+			*p = v
 		}
 	}
 }
@@ -59,6 +96,7 @@ func (d *decoder) worker(n *yaml.Node, path string, w *Worker) {
 		}},
 		{"inline_wait", d.setDuration(&w.InlineWait)},
 		{"jitter", d.setDuration(&w.Jitter)},
+		{"sent_marks", d.setDuration(&w.SentMarks)},
 	})
 }
 
@@ -146,21 +184,22 @@ func (d *decoder) defaults(n *yaml.Node, path string, df *Defaults) {
 func (d *decoder) campaigns(n *yaml.Node, path string, c *Config) {
 	c.Campaigns = nil
 	d.list(n, path, func(_ int, item *yaml.Node, path string) {
-		var cp Campaign
+		cp := Campaign{CatchUp: DefaultCatchUp}
 		has := d.mapping(item, path, []field{
 			{"name", d.setString(&cp.Name)},
 			{"cron", d.setString(&cp.Cron)},
 			{"timezone", d.setString(&cp.Timezone)},
-			{"audience", d.setStrings(&cp.Audience)},
+			{"audience", func(n *yaml.Node, p string) { d.audience(n, p, &cp.Audience) }},
 			{"policy", d.setString(&cp.Policy)},
 			{"provider", d.setString(&cp.Provider)},
 			{"template", d.setString(&cp.Template)},
 			{"data", func(n *yaml.Node, p string) { cp.Data = d.data(n, p) }},
 			{"queue", d.setString(&cp.Queue)},
 			{"send_by_window", d.setDuration(&cp.SendByWindow)},
+			{"catch_up", d.setDuration(&cp.CatchUp)},
 		})
 		if item.Kind == yaml.MappingNode {
-			for _, k := range []string{"name", "cron", "template"} {
+			for _, k := range []string{"name", "cron", "audience", "template"} {
 				if !has[k] {
 					d.required(item, join(path, k), "")
 				}
@@ -168,6 +207,19 @@ func (d *decoder) campaigns(n *yaml.Node, path string, c *Config) {
 		}
 		c.Campaigns = append(c.Campaigns, cp)
 	})
+}
+
+// audience decodes {file: path} or {redis_set: key}. A relative file is
+// resolved against the directory of the config file, so that a worker
+// started from anywhere reads the same file.
+func (d *decoder) audience(n *yaml.Node, path string, a *Audience) {
+	d.mapping(n, path, []field{
+		{"file", d.setString(&a.File)},
+		{"redis_set", d.setString(&a.RedisSet)},
+	})
+	if a.File != "" && !filepath.IsAbs(a.File) {
+		a.File = filepath.Join(filepath.Dir(d.src.file), a.File)
+	}
 }
 
 // data turns a campaign's template data, any YAML mapping, into JSON.

@@ -114,9 +114,10 @@ func (v *validator) redis() {
 	}
 	for i, a := range r.Cluster {
 		if !validAddr(a) {
-			v.failf(fmt.Sprintf("redis.cluster[%d]", i), "must be host:port (got %s)", quote(a))
+			v.failf(fmt.Sprintf("redis.cluster[%d]", i), "must be host:port (got %s)", quote(RedactURL(a)))
 		}
 	}
+	v.redisLogin()
 	if host, _, err := net.SplitHostPort(r.EmbeddedAddr); err != nil || !validAddr(r.EmbeddedAddr) || !isLoopback(host) {
 		v.failf("redis.embedded_addr", "must be a loopback host:port such as %s, as the embedded server has no password (got %s)",
 			DefaultEmbeddedAddr, quote(r.EmbeddedAddr))
@@ -163,6 +164,7 @@ func (v *validator) worker() {
 	}
 	v.notNegative("worker.inline_wait", w.InlineWait)
 	v.notNegative("worker.jitter", w.Jitter)
+	v.notNegative("worker.sent_marks", w.SentMarks)
 }
 
 func (v *validator) policies() {
@@ -302,11 +304,7 @@ func (v *validator) campaigns() {
 		if cp.Template == "" {
 			v.failf(path+".template", "must not be empty")
 		}
-		for j, a := range cp.Audience {
-			if a == "" {
-				v.failf(fmt.Sprintf("%s.audience[%d]", path, j), "must not be empty")
-			}
-		}
+		v.checkCampaign(path, cp)
 		v.campaignRef(path+".policy", "policy", cp.Policy, v.c.Defaults.Policy, "policies", slices.Collect(maps.Keys(v.c.Policies)))
 		v.campaignRef(path+".provider", "provider", cp.Provider, v.c.Defaults.Provider, "providers", slices.Collect(maps.Keys(v.c.Providers)))
 		if cp.Queue != "" {

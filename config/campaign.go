@@ -1,0 +1,181 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+	_ "time/tzdata" // campaign time zones mean the same on every host, tzdata installed or not
+
+	"github.com/robfig/cron/v3"
+)
+
+// Audience is where a campaign's recipients come from: exactly one of File
+// and RedisSet. In the file, {file: path} or {redis_set: key}.
+type Audience struct {
+	// File is a text file of one recipient per line, read afresh at every
+	// tick. A relative path in a config file is resolved against that
+	// file's directory.
+	File string
+	// RedisSet is the key of a Redis set, in the Redis of redis.url, whose
+	// members are the recipients.
+	RedisSet string
+}
+
+// String describes a, for logs: "file audiences/digest.txt" or "redis set
+// digest:subscribers".
+func (a Audience) String() string {
+	if a.RedisSet != "" {
+		return "redis set " + a.RedisSet
+	}
+	return "file " + a.File
+}
+
+// cronParser reads campaign schedules: the standard 5 fields, an optional
+// leading seconds field, and descriptors such as @daily. A Parser is an
+// immutable value.
+var cronParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour |
+	cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+
+const everyPrefix = "@every "
+
+// Schedule returns when c fires: Next(t) is its first tick after t, a whole
+// second. The fields are read in c's time zone; a wall-clock time the zone
+// repeats when its clocks go back fires once. "@every d" fires at the
+// multiples of d since the Unix epoch (@every 10m at :00, :10, ...), not d
+// after whenever a process started, so that every worker computes the same
+// ticks; d is whole seconds.
+func (c Campaign) Schedule() (cron.Schedule, error) {
+	loc, err := c.Location()
+	if err != nil {
+		return nil, err
+	}
+	spec := strings.TrimSpace(c.Cron)
+	if strings.HasPrefix(spec, "TZ=") || strings.HasPrefix(spec, "CRON_TZ=") {
+		return nil, errors.New("set the time zone with timezone:, not in the schedule")
+	}
+	if strings.HasPrefix(spec, everyPrefix) {
+		d, err := time.ParseDuration(strings.TrimSpace(spec[len(everyPrefix):]))
+		switch {
+		case err != nil:
+			return nil, errors.New("@every needs a duration such as 10m or 1h30m")
+		case d < time.Second || d%time.Second != 0:
+			return nil, errors.New("@every needs whole seconds, at least 1s")
+		}
+		return epochEvery(d), nil
+	}
+	s, err := cronParser.Parse(spec)
+	if err != nil {
+		return nil, err
+	}
+	ss, ok := s.(*cron.SpecSchedule)
+	if !ok {
+		return nil, fmt.Errorf("unsupported schedule %T", s)
+	}
+	ss.Location = loc
+	if ss.Next(time.Now()).IsZero() {
+		return nil, errors.New("never fires")
+	}
+	return noFold{ss}, nil
+}
+
+// noFold skips the ticks that fall in the hour a time zone repeats when
+// its clocks go back: "30 1 * * *" fires once on that night, at the first
+// 01:30, as people expect, not twice.
+type noFold struct{ *cron.SpecSchedule }
+
+// Next returns the first tick after t whose wall-clock time has not been
+// read before in the zone.
+func (s noFold) Next(t time.Time) time.Time {
+	for {
+		t = s.SpecSchedule.Next(t)
+		if t.IsZero() || !repeated(t.In(s.Location)) {
+			return t
+		}
+	}
+}
+
+// repeated reports whether the wall-clock reading of t was also that of an
+// earlier instant: t falls in the fold after clocks went back (by 30 min,
+// 1h or 2h, the shifts zones use).
+func repeated(t time.Time) bool {
+	for _, back := range []time.Duration{30 * time.Minute, time.Hour, 2 * time.Hour} {
+		e := t.Add(-back).In(t.Location())
+		if e.Hour() == t.Hour() && e.Minute() == t.Minute() && e.Second() == t.Second() && e.YearDay() == t.YearDay() {
+			return true
+		}
+	}
+	return false
+}
+
+// Location returns the time zone c's schedule is read in: UTC when
+// Timezone is empty.
+func (c Campaign) Location() (*time.Location, error) {
+	if c.Timezone == "Local" {
+		return nil, errors.New(`"Local" differs from host to host: name the zone, e.g. Europe/Paris`)
+	}
+	loc, err := time.LoadLocation(c.Timezone)
+	if err != nil {
+		return nil, errors.New("unknown time zone: an IANA name such as Europe/Paris or UTC")
+	}
+	return loc, nil
+}
+
+// epochEvery is "@every d" aligned on the Unix epoch.
+type epochEvery time.Duration
+
+// Next returns the first multiple of the period since the epoch after t.
+func (e epochEvery) Next(t time.Time) time.Time {
+	d := int64(time.Duration(e) / time.Second)
+	s := t.Unix()
+	next := (s/d + 1) * d
+	if s < 0 && s%d != 0 {
+		next -= d // Go's division truncates toward zero
+	}
+	return time.Unix(next, 0).In(t.Location())
+}
+
+// checkCampaign validates what a campaign needs beyond its references: its
+// schedule, time zone and audience.
+func (v *validator) checkCampaign(path string, cp Campaign) {
+	if _, err := cp.Location(); err != nil {
+		v.failf(path+".timezone", "%s (got %s)", err, quote(cp.Timezone))
+	} else if _, err := cp.Schedule(); err != nil && cp.Cron != "" {
+		v.failf(path+".cron", "not a cron schedule: %s (got %s)", strings.TrimPrefix(err.Error(), "cron: "), quote(cp.Cron))
+	}
+	a, ap := cp.Audience, path+".audience"
+	switch {
+	case a.File == "" && a.RedisSet == "":
+		v.failf(ap, "needs file (one recipient per line) or redis_set (a Redis set's key)")
+	case a.File != "" && a.RedisSet != "":
+		v.failf(ap, "give one of file and redis_set")
+	case a.File != "":
+		if err := readable(a.File); err != nil {
+			v.failf(ap+".file", "cannot read: %s", err)
+		}
+	}
+	v.notNegative(path+".catch_up", cp.CatchUp)
+}
+
+// readable reports why the file at path cannot be read, or nil.
+func readable(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	switch {
+	case err != nil:
+		return err
+	case fi.IsDir():
+		return fmt.Errorf("%s is a directory", path)
+	}
+	_, err = f.Read(make([]byte, 1))
+	if err != nil && !errors.Is(err, io.EOF) {
+		return err
+	}
+	return nil
+}

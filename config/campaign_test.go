@@ -1,0 +1,140 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+	"time"
+)
+
+// TestCampaignErrors loads one small file per campaign mistake and checks
+// the whole message.
+func TestCampaignErrors(t *testing.T) {
+	tests := []struct {
+		file string
+		want string
+	}{
+		{"campaign_bad_cron.yaml", `testdata/campaign_bad_cron.yaml:9: campaigns[0].cron: not a cron schedule: end of range (61) above maximum (59): 61 (got "61 9 * * MON")`},
+		{"campaign_cron_fields.yaml", `testdata/campaign_cron_fields.yaml:9: campaigns[0].cron: not a cron schedule: expected 5 to 6 fields, found 3: [9 * *] (got "9 * *")`},
+		{"campaign_bad_every.yaml", `testdata/campaign_bad_every.yaml:9: campaigns[0].cron: not a cron schedule: @every needs whole seconds, at least 1s (got "@every 1500ms")`},
+		{"campaign_never.yaml", `testdata/campaign_never.yaml:9: campaigns[0].cron: not a cron schedule: never fires (got "0 0 30 2 *")`},
+		{"campaign_tz_in_cron.yaml", `testdata/campaign_tz_in_cron.yaml:9: campaigns[0].cron: not a cron schedule: set the time zone with timezone:, not in the schedule (got "CRON_TZ=Europe/Paris 0 9 * * *")`},
+		{"campaign_bad_timezone.yaml", `testdata/campaign_bad_timezone.yaml:10: campaigns[0].timezone: unknown time zone: an IANA name such as Europe/Paris or UTC (got "Europe/Pariss")`},
+		{"campaign_without_audience.yaml", `testdata/campaign_without_audience.yaml:7: campaigns[0].audience: required`},
+		{"campaign_audience_empty.yaml", `testdata/campaign_audience_empty.yaml:10: campaigns[0].audience: needs file (one recipient per line) or redis_set (a Redis set's key)`},
+		{"campaign_audience_list.yaml", `testdata/campaign_audience_list.yaml:10: campaigns[0].audience: must be a mapping (got a list)`},
+		{"campaign_audience_both.yaml", `testdata/campaign_audience_both.yaml:10: campaigns[0].audience: give one of file and redis_set`},
+		{"campaign_missing_audience.yaml", `testdata/campaign_missing_audience.yaml:10: campaigns[0].audience.file: cannot read: open testdata/campaign_nobody.txt: no such file or directory`},
+		{"campaign_audience_dir.yaml", `testdata/campaign_audience_dir.yaml:10: campaigns[0].audience.file: cannot read: testdata is a directory`},
+		{"campaign_negative_catch_up.yaml", `testdata/campaign_negative_catch_up.yaml:11: campaigns[0].catch_up: must not be negative (got -1h)`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.file, func(t *testing.T) {
+			c, err := LoadWithEnv(filepath.Join("testdata", tt.file), noEnv)
+			if err == nil {
+				t.Fatalf("Load succeeded, want error:\n%s\ngot config %+v", tt.want, c)
+			}
+			if got := err.Error(); got != tt.want {
+				t.Errorf("wrong error\n got: %s\nwant: %s", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestCampaignFileAudience checks that a relative audience file is read
+// from the config file's directory, whatever the working directory, and
+// the campaign settings' defaults.
+func TestCampaignFileAudience(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "lists"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(dir, "lists", "digest.txt"), "alice@example.com\n")
+	writeFile(t, filepath.Join(dir, "config.yaml"), `policies: {weekly: [{limit: 1, per: 168h}]}
+providers: {console: {type: log, rate: 50, burst: 10}}
+defaults: {policy: weekly, provider: console}
+campaigns:
+  - name: digest
+    template: digest
+    cron: "*/2 * * * * *"
+    timezone: America/New_York
+    audience: {file: lists/digest.txt}
+    send_by_window: 1d
+  - name: pulse
+    template: pulse
+    cron: "@hourly"
+    audience: {redis_set: "pulse:members"}
+    catch_up: 0s
+`)
+	c, err := LoadWithEnv(filepath.Join(dir, "config.yaml"), noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Campaign{
+		{Name: "digest", Template: "digest", Cron: "*/2 * * * * *", Timezone: "America/New_York",
+			Audience:     Audience{File: filepath.Join(dir, "lists", "digest.txt")},
+			SendByWindow: 24 * time.Hour, CatchUp: DefaultCatchUp},
+		{Name: "pulse", Template: "pulse", Cron: "@hourly", Audience: Audience{RedisSet: "pulse:members"}},
+	}
+	if !reflect.DeepEqual(c.Campaigns, want) {
+		t.Errorf("campaigns:\n got %+v\nwant %+v", c.Campaigns, want)
+	}
+}
+
+// TestCampaignSchedule checks the ticks of each kind of schedule.
+func TestCampaignSchedule(t *testing.T) {
+	utc := func(s string) time.Time {
+		t.Helper()
+		v, err := time.Parse(time.RFC3339, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	tests := []struct {
+		name, cron, tz string
+		after          string
+		want           []string // the next ticks, in UTC
+	}{
+		{"five fields", "0 9 * * MON", "", "2024-06-03T09:00:00Z",
+			[]string{"2024-06-10T09:00:00Z", "2024-06-17T09:00:00Z"}},
+		{"seconds field", "*/20 * * * * *", "", "2024-06-03T09:00:05.5Z",
+			[]string{"2024-06-03T09:00:20Z", "2024-06-03T09:00:40Z", "2024-06-03T09:01:00Z"}},
+		{"time zone", "0 9 * * *", "Europe/Paris", "2024-06-03T00:00:00Z",
+			[]string{"2024-06-03T07:00:00Z", "2024-06-04T07:00:00Z"}},
+		// 01:30 happens twice that night: once is enough.
+		{"clocks go back", "30 1 * * *", "America/New_York", "2024-11-02T12:00:00Z",
+			[]string{"2024-11-03T05:30:00Z", "2024-11-04T06:30:00Z"}},
+		{"clocks go back, every minute", "*/30 1 * * *", "America/New_York", "2024-11-03T04:45:00Z",
+			[]string{"2024-11-03T05:00:00Z", "2024-11-03T05:30:00Z", "2024-11-04T06:00:00Z"}},
+		// 02:30 does not exist that night: robfig/cron skips it.
+		{"clocks go forward", "30 2 * * *", "America/New_York", "2024-03-09T12:00:00Z",
+			[]string{"2024-03-11T06:30:00Z"}},
+		{"descriptor", "@daily", "Asia/Tokyo", "2024-06-03T00:00:00Z",
+			[]string{"2024-06-03T15:00:00Z", "2024-06-04T15:00:00Z"}},
+		// @every is aligned on the epoch, so a worker started at 09:03:07
+		// agrees with one started at 09:01:00.
+		{"every aligned", "@every 10m", "", "2024-06-03T09:03:07Z",
+			[]string{"2024-06-03T09:10:00Z", "2024-06-03T09:20:00Z"}},
+		{"every on a tick", "@every 2s", "", "2024-06-03T09:00:02Z",
+			[]string{"2024-06-03T09:00:04Z", "2024-06-03T09:00:06Z"}},
+		{"every ignores the zone", "@every 1h", "Asia/Kolkata", "2024-06-03T09:03:07Z",
+			[]string{"2024-06-03T10:00:00Z"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := Campaign{Cron: tt.cron, Timezone: tt.tz}.Schedule()
+			if err != nil {
+				t.Fatal(err)
+			}
+			at := utc(tt.after)
+			for i, w := range tt.want {
+				at = s.Next(at)
+				if !at.Equal(utc(w)) {
+					t.Fatalf("tick %d = %s, want %s", i, at.UTC().Format(time.RFC3339), w)
+				}
+			}
+		})
+	}
+}
