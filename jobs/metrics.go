@@ -14,6 +14,13 @@ type Metrics struct {
 	Failed    *prometheus.CounterVec // by provider
 	Paused    *prometheus.CounterVec // by provider
 	Admission prometheus.Histogram   // seconds per admission call
+
+	// Duplicates counts redelivered jobs found already sent and completed
+	// without sending again, by provider.
+	Duplicates *prometheus.CounterVec
+	// Unmarked counts sends whose sent marker could not be written, by
+	// provider: a redelivery of those would be sent again.
+	Unmarked *prometheus.CounterVec
 }
 
 // NewMetrics registers the metrics with reg.
@@ -31,6 +38,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Sent:     counter("sent_total", "Notifications a provider accepted.", "provider"),
 		Failed:   counter("failed_total", "Sends that failed and will be retried or archived.", "provider"),
 		Paused:   counter("paused_total", "Times a provider asked every worker to pause (429).", "provider"),
+		Duplicates: counter("duplicates_skipped_total",
+			"Redelivered notifications already sent, completed without sending again.", "provider"),
+		Unmarked: counter("sent_unmarked_total",
+			"Sends whose sent marker could not be written: a redelivery would send them again.", "provider"),
 		Admission: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "throttler", Name: "admission_seconds",
 			Help:    "Latency of one admission call to Redis.",

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -24,7 +25,8 @@ type Route struct {
 // one script call and then either lets it go, sleeps until a reserved
 // provider token is due (short waits), or defers it by exactly the delay the
 // script returned. After the send it gives back what an undelivered message
-// took. Its fields are set once, before use.
+// took, and marks a delivered one sent so that a redelivery of it completes
+// without sending. Its fields are set once, before use.
 type Throttle struct {
 	Limiter   *throttle.Limiter
 	Policies  map[string]*throttle.Quota
@@ -35,8 +37,14 @@ type Throttle struct {
 	// Stopping is closed when the worker starts to shut down: jobs still
 	// waiting for their moment give their admission back and are deferred.
 	Stopping <-chan struct{}
-	Metrics  *Metrics
-	Log      *slog.Logger
+	// Sent holds the sent markers (NewSentMarks on the limiter's client and
+	// prefix). Nil turns them off, and with them the protection against
+	// sending a redelivered job twice; Middleware warns about it.
+	Sent    *SentMarks
+	Metrics *Metrics
+	Log     *slog.Logger
+
+	defaults sync.Once
 }
 
 // job is a decoded, routed notification, handed to Deliver through the context.
@@ -51,14 +59,10 @@ type jobKey struct{}
 
 // Middleware wraps next (normally Deliver) with the throttle. Tasks of
 // other types pass straight through. A nil Metrics or Log is replaced by a
-// private registry and slog.Default here, before any job runs.
+// private registry and slog.Default on the first call, before any job runs.
+// asynq's ServeMux calls Middleware again for every task, concurrently.
 func (t *Throttle) Middleware(next asynq.Handler) asynq.Handler {
-	if t.Metrics == nil {
-		t.Metrics = NewMetrics(prometheus.NewRegistry())
-	}
-	if t.Log == nil {
-		t.Log = slog.Default()
-	}
+	t.defaults.Do(t.setDefaults)
 	return asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
 		if task.Type() != TypeNotify {
 			return next.ProcessTask(ctx, task)
@@ -73,11 +77,27 @@ func (t *Throttle) Middleware(next asynq.Handler) asynq.Handler {
 			t.Log.Warn("archiving malformed notification", "task", id, "err", err)
 			return fmt.Errorf("malformed notification: %v: %w", err, asynq.SkipRetry)
 		}
+		if sent, err := t.sentBefore(ctx, j); sent || err != nil {
+			return err
+		}
 		if err := t.admit(ctx, j); err != nil {
 			return err
 		}
 		return t.deliver(ctx, j, next, task)
 	})
+}
+
+// setDefaults fills in what Middleware documents, once.
+func (t *Throttle) setDefaults() {
+	if t.Metrics == nil {
+		t.Metrics = NewMetrics(prometheus.NewRegistry())
+	}
+	if t.Log == nil {
+		t.Log = slog.Default()
+	}
+	if t.Sent == nil {
+		t.Log.Warn("sent markers are off (Throttle.Sent is nil): a job redelivered after its send succeeded is sent again")
+	}
 }
 
 // route decodes the payload and finds its policy and provider.
@@ -112,12 +132,44 @@ func (j job) recipientOnly() throttle.Request {
 	return r
 }
 
+// sentBefore reports whether an earlier delivery of j's task was sent; the
+// task then completes without being admitted or sent again, and what that
+// delivery took stays taken. It checks before the admission, so that the
+// redelivery takes nothing: its quota entries would be found its own, but
+// a bucket forgets its holders after throttle.Options.Remember. While Redis
+// is unreachable it keeps trying (see outage.go); a check that still fails
+// defers the job, as a failed admission does.
+func (t *Throttle) sentBefore(ctx context.Context, j job) (bool, error) {
+	if t.Sent == nil {
+		return false, nil
+	}
+	var sent bool
+	var at time.Time
+	err := untilAnswered(ctx, t.Stopping, func() (err error) {
+		sent, at, err = t.Sent.Sent(ctx, j.id)
+		return err
+	})
+	if err != nil {
+		t.Log.Warn("sent marker check failed", "task", j.id, "err", err)
+		return false, &Deferral{Delay: 5 * time.Second, Reason: "throttle unavailable: " + err.Error()}
+	}
+	if sent {
+		t.Metrics.inc(t.Metrics.Duplicates, j.n.Provider)
+		t.Log.Info("already sent: completing without sending again", "task", j.id, "recipient", j.n.Recipient, "sent_at", at)
+	}
+	return sent, nil
+}
+
 // admit returns nil when j may be sent now (after sleeping for a reserved
 // token if need be), and otherwise the error that defers or archives it.
 func (t *Throttle) admit(ctx context.Context, j job) error {
-	start := time.Now()
-	d, err := t.Limiter.Reserve(ctx, j.request(), t.InlineWait)
-	t.Metrics.observe(time.Since(start).Seconds())
+	var d throttle.Decision
+	err := untilAnswered(ctx, t.Stopping, func() (err error) {
+		start := time.Now()
+		d, err = t.Limiter.Reserve(ctx, j.request(), t.InlineWait)
+		t.Metrics.observe(time.Since(start).Seconds())
+		return err
+	})
 	if err != nil {
 		// Redis trouble is not the job's fault: defer without using a retry.
 		t.Log.Warn("admission failed", "task", j.id, "err", err)
@@ -169,6 +221,7 @@ func (t *Throttle) deliver(ctx context.Context, j job, next asynq.Handler, task 
 	err := next.ProcessTask(context.WithValue(ctx, jobKey{}, j), task)
 	if err == nil {
 		t.Metrics.inc(t.Metrics.Sent, j.n.Provider)
+		t.markSent(ctx, j)
 		return nil
 	}
 	t.Metrics.inc(t.Metrics.Failed, j.n.Provider)
@@ -189,6 +242,37 @@ func (t *Throttle) deliver(ctx context.Context, j job, next asynq.Handler, task 
 	default:
 		t.Log.Warn("send failed; will retry", "task", j.id, "err", err)
 		return err
+	}
+}
+
+// markPatience bounds how long markSent keeps trying to write a marker
+// while Redis is unreachable.
+const markPatience = 10 * time.Minute
+
+// markSent records that j was sent. A failure is logged and counted, not
+// returned: the send succeeded, and an error would have asynq retry it.
+// While Redis is unreachable it keeps trying (see outage.go) until Redis
+// answers, the worker stops, or markPatience passes, even after the task's
+// context ends: a task whose lease expired meanwhile is redelivered a
+// minute or more after Redis is back, and the marker, written as soon as
+// Redis answers, is there first.
+func (t *Throttle) markSent(ctx context.Context, j job) {
+	if t.Sent == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), markPatience)
+	defer cancel()
+	tries := 0
+	err := untilAnswered(ctx, t.Stopping, func() error {
+		tries++
+		return t.Sent.Mark(ctx, j.id, time.Now())
+	})
+	switch {
+	case err != nil:
+		t.Metrics.inc(t.Metrics.Unmarked, j.n.Provider)
+		t.Log.Warn("sent, but the sent marker failed: a redelivery would send it again", "task", j.id, "err", err)
+	case tries > 1:
+		t.Log.Info("sent marker written once Redis answered", "task", j.id, "tries", tries)
 	}
 }
 

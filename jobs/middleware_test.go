@@ -25,48 +25,98 @@ type harness struct {
 	client *asynq.Client
 	insp   *asynq.Inspector
 	lim    *throttle.Limiter
+	th     *Throttle
 
-	mu   sync.Mutex
-	sent map[string]time.Time // task ID -> when the provider got it
-	fail func(Message) error  // what the provider answers, nil: accept
+	mu    sync.Mutex
+	sent  map[string]time.Time // task ID -> when the provider last got it
+	sends map[string]int       // task ID -> how many times the provider got it
+	fail  func(Message) error  // what the provider answers, nil: accept
+}
+
+// harnessConfig says what newHarnessWith builds; the zero value of each
+// field but the rules means the default.
+type harnessConfig struct {
+	quota      *throttle.Quota
+	bucket     *throttle.Bucket
+	inlineWait time.Duration
+	// server is the redis-server to use; nil starts one.
+	server *redistest.Server
+	// noMarks runs without sent markers.
+	noMarks bool
+	// provider, if set, delivers instead of the recording provider.
+	provider Provider
+	// latency is how long the recording provider takes to answer.
+	latency time.Duration
+	// retryDelay, if set, replaces RetryDelay(0) as asynq's RetryDelayFunc.
+	retryDelay asynq.RetryDelayFunc
+	// wrap, if set, wraps the client the asynq server uses.
+	wrap func(*redis.Client) *redis.Client
 }
 
 func newHarness(t *testing.T, quota *throttle.Quota, bucket *throttle.Bucket, inlineWait time.Duration) *harness {
 	t.Helper()
-	rdb := redistest.Start(t).Client(t)
+	return newHarnessWith(t, harnessConfig{quota: quota, bucket: bucket, inlineWait: inlineWait})
+}
+
+func newHarnessWith(t *testing.T, c harnessConfig) *harness {
+	t.Helper()
+	if c.server == nil {
+		c.server = redistest.Start(t)
+	}
+	rdb := c.server.Client(t)
 	lim, err := throttle.New(rdb, throttle.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{rdb: rdb, lim: lim, sent: map[string]time.Time{},
+	h := &harness{rdb: rdb, lim: lim, sent: map[string]time.Time{}, sends: map[string]int{},
 		client: asynq.NewClientFromRedisClient(rdb), insp: asynq.NewInspectorFromRedisClient(rdb)}
-	provider := ProviderFunc(func(ctx context.Context, m Message) error {
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		if h.fail != nil {
-			if err := h.fail(m); err != nil {
-				return err
+	provider := c.provider
+	if provider == nil {
+		provider = ProviderFunc(func(ctx context.Context, m Message) error {
+			time.Sleep(c.latency)
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			if h.fail != nil {
+				if err := h.fail(m); err != nil {
+					return err
+				}
 			}
-		}
-		h.sent[m.ID] = time.Now()
-		return nil
-	})
-	th := &Throttle{
-		Limiter:    lim,
-		Policies:   map[string]*throttle.Quota{"mkt": quota},
-		Providers:  map[string]Route{"gw": {Bucket: bucket, Provider: provider}},
-		InlineWait: inlineWait,
+			h.sent[m.ID] = time.Now()
+			h.sends[m.ID]++
+			return nil
+		})
+	}
+	workerRDB := c.server.Client(t)
+	if c.wrap != nil {
+		workerRDB = c.wrap(workerRDB)
+	}
+	workerLim, err := throttle.New(workerRDB, throttle.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.th = &Throttle{
+		Limiter:    workerLim,
+		Policies:   map[string]*throttle.Quota{"mkt": c.quota},
+		Providers:  map[string]Route{"gw": {Bucket: c.bucket, Provider: provider}},
+		InlineWait: c.inlineWait,
 		Log:        slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
-	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{
+	if !c.noMarks {
+		h.th.Sent = NewSentMarks(workerRDB, "")
+	}
+	retryDelay := c.retryDelay
+	if retryDelay == nil {
+		retryDelay = RetryDelay(0)
+	}
+	srv := asynq.NewServerFromRedisClient(workerRDB, asynq.Config{
 		Concurrency:              8,
 		IsFailure:                IsFailure,
-		RetryDelayFunc:           RetryDelay(0),
+		RetryDelayFunc:           retryDelay,
 		DelayedTaskCheckInterval: time.Second,
 		LogLevel:                 asynq.ErrorLevel,
 	})
 	mux := asynq.NewServeMux()
-	mux.Use(th.Middleware)
+	mux.Use(h.th.Middleware)
 	mux.HandleFunc(TypeNotify, Deliver)
 	if err := srv.Start(mux); err != nil {
 		t.Fatal(err)

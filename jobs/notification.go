@@ -120,7 +120,7 @@ func NewTask(n Notification, id string, opts ...asynq.Option) (*asynq.Task, erro
 	if strings.TrimSpace(id) == "" {
 		return nil, fmt.Errorf("task ID: missing: %w", ErrBadPayload)
 	}
-	payload, err := json.Marshal(n)
+	payload, err := encode(n)
 	if err != nil {
 		return nil, fmt.Errorf("jobs: encode notification: %w", err)
 	}
@@ -129,6 +129,19 @@ func NewTask(n Notification, id string, opts ...asynq.Option) (*asynq.Task, erro
 	}
 	opts = append([]asynq.Option{asynq.TaskID(id), asynq.MaxRetry(DefaultMaxRetry)}, opts...)
 	return asynq.NewTask(TypeNotify, payload, opts...), nil
+}
+
+// encode marshals n without json.Marshal's HTML escaping, which writes <, >
+// and & as six bytes each: a payload Decode accepted must not outgrow
+// MaxPayloadLen just by being encoded again.
+func encode(n Notification) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(n); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }
 
 // DefaultMaxRetry is the retry budget of real delivery failures (5xx,

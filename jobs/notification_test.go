@@ -1,6 +1,8 @@
 package jobs
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -33,5 +35,24 @@ func TestTaskIDFromIdempotencyKey(t *testing.T) {
 	}
 	if TaskID("order-42") == TaskID("order-43") || TaskID("") == TaskID("") {
 		t.Error("different notifications share a task ID")
+	}
+}
+
+// TestNewTaskKeepsHTMLCharacters: a payload of <, > and & that Decode
+// accepts near the size limit must stay under it when NewTask encodes it
+// again (json.Marshal would write each as six bytes).
+func TestNewTaskKeepsHTMLCharacters(t *testing.T) {
+	n := Notification{Recipient: "a&b", Policy: "p", Provider: "x", Template: "<t>",
+		Data: json.RawMessage(`"` + strings.Repeat("<&>", (MaxPayloadLen-100)/3) + `"`)}
+	task, err := NewTask(n, "id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(task.Payload()) > MaxPayloadLen || bytes.Contains(task.Payload(), []byte(`\u003c`)) {
+		t.Fatalf("payload of %d bytes, escaped: %v", len(task.Payload()), bytes.Contains(task.Payload(), []byte(`\u003c`)))
+	}
+	back, err := Decode(task.Payload())
+	if err != nil || back.Recipient != n.Recipient || back.Template != n.Template || !bytes.Equal(back.Data, n.Data) {
+		t.Fatalf("round trip: %v, %+v", err, back)
 	}
 }

@@ -1,0 +1,147 @@
+package jobs
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/notify-throttle/throttler/throttle"
+)
+
+// flakyProvider is a webhook endpoint that fails each message a set number
+// of times before accepting it, alternating 503s and answers too slow for
+// the worker's timeout. It counts attempts, acknowledgements (2xx answers
+// in time) and late answers per Idempotency-Key.
+type flakyProvider struct {
+	failures func(key string) int // how many attempts of key fail
+	slow     time.Duration        // how long a too-slow answer takes
+
+	mu       sync.Mutex
+	attempts map[string]int
+	acks     map[string]int
+	late     map[string]int // answered 200 after the worker had given up
+}
+
+func (p *flakyProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	key := r.Header.Get("Idempotency-Key")
+	p.mu.Lock()
+	a := p.attempts[key]
+	p.attempts[key]++
+	p.mu.Unlock()
+	switch {
+	case a >= p.failures(key):
+		p.mu.Lock()
+		p.acks[key]++
+		p.mu.Unlock()
+		w.WriteHeader(http.StatusAccepted)
+	case a%2 == 0:
+		http.Error(w, "upstream down", http.StatusServiceUnavailable)
+	default:
+		// A provider that took the message but answered too late: the
+		// worker retries it, and only the Idempotency-Key tells the two
+		// apart at the provider.
+		time.Sleep(p.slow)
+		p.mu.Lock()
+		p.late[key]++
+		p.mu.Unlock()
+		w.WriteHeader(http.StatusOK)
+	}
+}
+
+func (p *flakyProvider) count(m map[string]int, key string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return m[key]
+}
+
+// quickBackoff retries real failures after 2s, then 4s, instead of asynq's
+// default 15s and more, and defers throttled jobs as RetryDelay does. asynq
+// keeps retry times in whole seconds (truncated), so a delay of d comes due
+// between d-1s and d later: 2s leaves at least a second for a job enqueued
+// after a failure to go first, even on a loaded machine (1s did not).
+func quickBackoff(n int, err error, task *asynq.Task) time.Duration {
+	if !IsFailure(err) {
+		return RetryDelay(0)(n, err, task)
+	}
+	return time.Second << min(n+1, 2)
+}
+
+// TestWebhookFlappingProvider sends through the webhook provider to an
+// endpoint that answers 503 or times out before accepting: each job is
+// retried, counting its failures, until the provider acknowledges it, and
+// is acknowledged once. Each failure gives the recipient's quota back, so
+// a failing job does not hold a recipient's only slot: another job for
+// them goes first, and the failed one then waits for the quota.
+func TestWebhookFlappingProvider(t *testing.T) {
+	fails := func(key string) int {
+		var i int
+		if _, err := fmt.Sscanf(key, "job-%d", &i); err == nil {
+			return i % 3 // none, one 503, or a 503 and a timeout
+		}
+		if key == "first" {
+			return 1
+		}
+		return 0
+	}
+	p := &flakyProvider{failures: fails, slow: 300 * time.Millisecond,
+		attempts: map[string]int{}, acks: map[string]int{}, late: map[string]int{}}
+	endpoint := httptest.NewServer(p)
+	defer endpoint.Close()
+	q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 1, Per: time.Hour})
+	b, _ := throttle.NewBucket("gw", 1000, 100)
+	h := newHarnessWith(t, harnessConfig{quota: q, bucket: b, retryDelay: quickBackoff,
+		provider: NewWebhookProvider("gw", endpoint.URL, 100*time.Millisecond, nil)})
+
+	// One recipient, one slot: "first" fails once and gives the slot back,
+	// so "second" takes it while "first" waits to retry; "first" then
+	// waits for the quota, throttled, not failed.
+	h.enqueue(t, "first", Notification{Recipient: "shared"})
+	h.await(t, "first", "retrying", state(asynq.TaskStateRetry))
+	if n := quotaSize(t, h, "shared"); n != 0 {
+		t.Errorf("a failed send left %d quota entries, want it given back", n)
+	}
+	h.enqueue(t, "second", Notification{Recipient: "shared"})
+	h.await(t, "second", "completed", state(asynq.TaskStateCompleted))
+	h.await(t, "first", "throttled", func(i *asynq.TaskInfo) bool {
+		return i.State == asynq.TaskStateRetry && strings.HasPrefix(i.LastErr, "throttled by policy mkt")
+	})
+	if a, b := p.count(p.acks, "first"), p.count(p.acks, "second"); a != 0 || b != 1 {
+		t.Errorf("acks: first %d, second %d; want 0 and 1", a, b)
+	}
+
+	const jobs = 30
+	var ids []string
+	for i := range jobs {
+		id := fmt.Sprintf("job-%03d", i)
+		ids = append(ids, id)
+		h.enqueue(t, id, Notification{Recipient: fmt.Sprintf("r%d", i)})
+	}
+	h.awaitAll(t, ids, time.Minute)
+	for i, id := range ids {
+		info, _ := h.insp.GetTaskInfo("default", id)
+		if acks := p.count(p.acks, id); acks != 1 {
+			t.Errorf("%s acknowledged %d times, want once", id, acks)
+		}
+		if info != nil && info.Retried != i%3 {
+			t.Errorf("%s retried %d times, want %d (one per failed send)", id, info.Retried, i%3)
+		}
+	}
+	for i, id := range ids {
+		got := h.rdb.ZRange(context.Background(), fmt.Sprintf("throttle:{r%d}:q:mkt", i), 0, -1).Val()
+		if len(got) != 1 || got[0] != id {
+			t.Errorf("r%d's quota holds %v, want [%s]", i, got, id)
+		}
+	}
+	late := 0
+	for _, id := range ids {
+		late += p.count(p.late, id)
+	}
+	t.Logf("%d jobs: every one acknowledged once; %d answered too late and were sent again (the provider's Idempotency-Key dedupes those)", jobs, late)
+}
