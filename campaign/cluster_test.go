@@ -1,0 +1,47 @@
+package campaign
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/notify-throttle/throttler/internal/redistest"
+)
+
+// TestFanoutOnCluster fans out on a 3-master Redis Cluster, through a crash
+// and a resume: every key a batch touches is in its queue's slot.
+func TestFanoutOnCluster(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	rdb := cl.Client(t)
+	cfg := testConfig(t, "127.0.0.1:1", testCampaign+"    queue: low\n", lines(1000))
+	r := newRunner(t, cfg, rdb, Options{Batch: 100, Lease: 200 * time.Millisecond})
+	ctx := context.Background()
+	tick := recentTick("digest")
+	crashAfter(t, r, tick, 3)
+	time.Sleep(300 * time.Millisecond)
+	other := twin(r)
+	other.resumeAbandoned(ctx)
+	other.wg.Wait()
+	p, err := r.Progress(ctx, tick)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (Summary{Tick: tick, Read: 1000, Enqueued: 1000, Done: true}); p != want {
+		t.Errorf("progress:\n got %+v\nwant %+v", p, want)
+	}
+	if n := len(pendingIDs(t, rdb, "low")); n != 1000 {
+		t.Errorf("%d tasks pending, want 1000", n)
+	}
+	info, err := asynq.NewInspectorFromRedisClient(rdb).GetTaskInfo("low", tick.NotificationID("user42@example.com"))
+	if err != nil || info.State != asynq.TaskStatePending {
+		t.Errorf("task: %+v %v", info, err)
+	}
+	// Firing a tick and catching up work on a cluster too.
+	c := r.campaigns["digest"]
+	if !r.fire(ctx, c, tick) {
+		t.Error("fire failed")
+	}
+	r.catchUp(ctx, c, time.Now())
+}

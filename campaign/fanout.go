@@ -1,0 +1,379 @@
+package campaign
+
+import (
+	"context"
+	"crypto/rand"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/notify-throttle/throttler/jobs"
+)
+
+var (
+	//go:embed claim.lua
+	claimLua    string
+	claimScript = redis.NewScript(claimLua)
+	//go:embed batch.lua
+	batchLua    string
+	batchScript = redis.NewScript(batchLua)
+	//go:embed release.lua
+	releaseLua    string
+	releaseScript = redis.NewScript(releaseLua)
+)
+
+// errLeaseLost says another run took the fan-out over: this one stops.
+var errLeaseLost = errors.New("campaign: fan-out taken over by another worker")
+
+// logInvalid is how many invalid entries a fan-out run logs one by one;
+// the rest are only counted.
+const logInvalid = 10
+
+// Summary is what one tick's fan-out did, all runs together.
+type Summary struct {
+	Tick Tick
+	// Read counts the audience entries read, valid or not. A batch counts
+	// when it is enqueued, in the same script, so a crash never counts
+	// one twice.
+	Read int64
+	// Enqueued counts the notifications enqueued.
+	Enqueued int64
+	// Existing counts recipients already there: repeated in the audience
+	// (or by SSCAN), or whose task ID exists already.
+	Existing int64
+	// Invalid counts entries skipped: blank, too long, not UTF-8.
+	Invalid int64
+	// Done reports that the fan-out finished; Expired that it stopped
+	// because the send-by of its messages had passed.
+	Done, Expired bool
+	// Holder is the lease of the run fanning it out now, which names its
+	// worker: "<host>/<pid>/<random>"; "" when none is (Progress only).
+	Holder string
+}
+
+// ProcessTask fans out the tick in t's payload: it is the asynq.Handler of
+// TypeFanout. A tick another worker is fanning out, or has fanned out,
+// succeeds at once; a failure (Redis, the audience file) is retried, and
+// the retry resumes from the checkpoint.
+func (r *Runner) ProcessTask(ctx context.Context, t *asynq.Task) error {
+	tick, err := decodeTick(t.Payload())
+	if err != nil {
+		return fmt.Errorf("%v: %w", err, asynq.SkipRetry)
+	}
+	c := r.campaigns[tick.Campaign]
+	if c == nil {
+		return fmt.Errorf("campaign %q is not in this worker's config: %w", tick.Campaign, asynq.SkipRetry)
+	}
+	if age := time.Since(tick.Time()); age > c.keep() {
+		return fmt.Errorf("tick %s is %s old, older than its progress is kept: %w", tick, age.Round(time.Second), asynq.SkipRetry)
+	}
+	_, err = r.fanOut(ctx, c, tick, "start")
+	if errors.Is(err, errLeaseLost) {
+		return nil
+	}
+	return err
+}
+
+// fanOut runs tick's fan-out from its checkpoint until the audience ends,
+// ctx ends or another run takes it over. mode is claim.lua's ARGV[7].
+func (r *Runner) fanOut(ctx context.Context, c *campaign, tick Tick, mode string) (Summary, error) {
+	ctx, cancel := r.bind(ctx)
+	defer cancel()
+	k := keysOf(r.prefix, c.Queue, tick)
+	sum := Summary{Tick: tick}
+	member := runningMember(tick)
+	token := newToken()
+	res, err := claimScript.Run(ctx, r.rdb, []string{k.progress, k.lease, k.running},
+		token, r.opts.Lease.Milliseconds(), member, tick.Unix, int64(c.keep()/time.Second), time.Now().Unix(), mode).StringSlice()
+	if err != nil {
+		return sum, fmt.Errorf("campaign: claim %s: %w", tick, err)
+	}
+	switch res[0] {
+	case "done":
+		r.log.Info("campaign tick already fanned out", "campaign", tick.Campaign, "tick", tick.Time())
+		sum.Done = true
+		return sum, nil
+	case "busy":
+		r.log.Info("campaign tick being fanned out by another worker", "campaign", tick.Campaign, "tick", tick.Time())
+		return sum, nil
+	case "gone":
+		r.log.Warn("campaign fan-out abandoned too long ago to resume safely: dropped", "campaign", tick.Campaign, "tick", tick.Time())
+		return sum, nil
+	}
+	progress := fields(res[1:])
+	line, _ := strconv.ParseInt(progress["line"], 10, 64)
+	run := &batchRun{r: r, c: c, tick: tick, keys: k, token: token, pos: progress["pos"], line: line}
+	defer run.release(ctx)
+
+	resumed := progress["pos"] != ""
+	if resumed {
+		r.log.Info("campaign fan-out resuming", "campaign", tick.Campaign, "tick", tick.Time(),
+			"from_line", progress["line"], "enqueued_before", progress["enqueued"])
+	}
+	if c.SendByWindow > 0 && time.Now().After(tick.Time().Add(c.SendByWindow)) {
+		sum, err = run.send(ctx, nil, run.pos, "expired")
+		if err == nil {
+			r.log.Warn("campaign fan-out stopped: its send-by passed", "campaign", tick.Campaign, "tick", tick.Time(),
+				"send_by", tick.Time().Add(c.SendByWindow), "enqueued", sum.Enqueued)
+		}
+		return sum, err
+	}
+	if err := r.rdb.SAdd(ctx, asynqQueues, c.Queue).Err(); err != nil {
+		return sum, fmt.Errorf("campaign: register queue %s: %w", c.Queue, err)
+	}
+	src, err := openAudience(r.rdb, c.Audience, run.pos, line)
+	if err != nil {
+		return sum, err
+	}
+	defer src.Close()
+	// One goroutine reads and encodes the next batch while Redis runs
+	// this one.
+	start := time.Now()
+	pctx, stop := context.WithCancel(ctx)
+	batches := make(chan prepared, 1)
+	go run.produce(pctx, src, batches)
+	defer func() {
+		stop()
+		for range batches { // until the producer is done with src
+		}
+	}()
+	for p := range batches {
+		if p.err != nil {
+			return sum, p.err
+		}
+		if sum, err = run.exec(ctx, p); err != nil {
+			return sum, err
+		}
+	}
+	if !sum.Done {
+		return sum, fmt.Errorf("campaign: fan-out of %s stopped: %w", tick, context.Cause(ctx))
+	}
+	r.log.Info("campaign fan-out done", "campaign", tick.Campaign, "tick", tick.Time(), "audience", c.Audience.String(),
+		"read", sum.Read, "enqueued", sum.Enqueued, "already_there", sum.Existing, "invalid", sum.Invalid,
+		"resumed", resumed, "took", time.Since(start).Round(time.Millisecond))
+	if sum.Read == 0 {
+		r.log.Warn("campaign audience is empty", "campaign", tick.Campaign, "audience", c.Audience.String())
+	}
+	return sum, nil
+}
+
+// batchRun is one run of a tick's fan-out, holding its lease.
+type batchRun struct {
+	r        *Runner
+	c        *campaign
+	tick     Tick
+	keys     tickKeys
+	token    string
+	pos      string // where the progress stands
+	line     int64  // file lines before pos
+	logged   int    // invalid entries logged
+	released bool
+}
+
+// prepared is a batch ready to send: batch.lua's arguments.
+type prepared struct {
+	args     []any
+	from, to string // positions before and after the batch
+	line     int64  // file lines up to to
+	done     string // batch.lua's ARGV[8]
+	err      error  // reading the batch failed
+}
+
+// produce reads the audience from the run's position and sends the
+// batches to out, prepared, until the audience ends, reading fails or ctx
+// ends; then it closes out.
+func (b *batchRun) produce(ctx context.Context, src reader, out chan<- prepared) {
+	defer close(out)
+	from, line := b.pos, b.line
+	for {
+		batch, to, end, err := src.next(ctx, b.r.opts.Batch)
+		p := prepared{err: err}
+		if err == nil {
+			done := "0"
+			if end {
+				done = "1"
+			}
+			p = b.prepare(batch, from, to, line, done)
+		}
+		select {
+		case out <- p:
+		case <-ctx.Done():
+			return
+		}
+		if err != nil || end {
+			return
+		}
+		from, line = to, p.line
+	}
+}
+
+// send enqueues batch, which ends at position pos, and checkpoints.
+func (b *batchRun) send(ctx context.Context, batch []entry, pos string, done string) (Summary, error) {
+	return b.exec(ctx, b.prepare(batch, b.pos, pos, b.line, done))
+}
+
+// prepare encodes batch, from position from to position to, line being
+// the file lines before it; invalid entries are counted and logged.
+func (b *batchRun) prepare(batch []entry, from, to string, line int64, done string) prepared {
+	c, tick := b.c, b.tick
+	var sendBy *time.Time
+	if c.SendByWindow > 0 {
+		t := tick.Time().Add(c.SendByWindow)
+		sendBy = &t
+	}
+	args := make([]any, 0, 13+3*len(batch))
+	args = append(args, b.token, b.r.opts.Lease.Milliseconds(), from, to, 0, len(batch), 0, done,
+		int64(c.keep()/time.Second), b.keys.taskPfx, 0, runningMember(tick), 0)
+	invalid := 0
+	for _, e := range batch {
+		line = max(line, e.line)
+		msg, why := b.message(e, sendBy)
+		if why != "" {
+			invalid++
+			b.logInvalid(e, why)
+			continue
+		}
+		args = append(args, e.recipient, msg.ID, msg.appendTo(nil))
+	}
+	args[4], args[6] = line, invalid
+	return prepared{args: args, from: from, to: to, line: line, done: done}
+}
+
+// exec runs batch.lua on p: it enqueues and checkpoints, and returns the
+// fan-out's totals.
+func (b *batchRun) exec(ctx context.Context, p prepared) (Summary, error) {
+	k, tick := b.keys, b.tick
+	now := time.Now()
+	p.args[10], p.args[12] = now.UnixNano(), now.Unix()
+	res, err := batchScript.Run(ctx, b.r.rdb, []string{k.progress, k.lease, k.seen, k.pending, k.running}, p.args...).Int64Slice()
+	switch {
+	case err != nil && (strings.HasPrefix(err.Error(), "LOST") || strings.HasPrefix(err.Error(), "MOVED")):
+		b.released = true
+		b.r.log.Warn("campaign fan-out taken over by another worker", "campaign", tick.Campaign, "tick", tick.Time(), "why", err)
+		return Summary{Tick: tick}, errLeaseLost
+	case err != nil:
+		return Summary{Tick: tick}, fmt.Errorf("campaign: enqueue batch of %s: %w", tick, err)
+	}
+	b.pos, b.line = p.to, p.line
+	if p.done != "0" {
+		b.released = true // the script dropped the lease
+	}
+	return Summary{Tick: tick, Read: res[0], Enqueued: res[1], Existing: res[2], Invalid: res[3],
+		Done: p.done != "0", Expired: p.done == "expired"}, nil
+}
+
+// message returns the notification task of e, or why e is not a recipient.
+func (b *batchRun) message(e entry, sendBy *time.Time) (message, string) {
+	if e.bad != "" {
+		return message{}, e.bad
+	}
+	c := b.c
+	id := b.tick.NotificationID(e.recipient)
+	n := jobs.Notification{Recipient: e.recipient, Policy: c.Policy, Provider: c.Provider,
+		Template: c.Template, Data: c.Data, SendBy: sendBy, Campaign: b.tick.String()}
+	task, err := jobs.NewTask(n, id)
+	if err != nil {
+		return message{}, strings.TrimSuffix(err.Error(), ": "+jobs.ErrBadPayload.Error())
+	}
+	// jobs.NewTask's options, as asynq's Client would store them.
+	return message{Type: task.Type(), Payload: task.Payload(), ID: id, Queue: c.Queue, Retry: jobs.DefaultMaxRetry}, ""
+}
+
+func (b *batchRun) logInvalid(e entry, why string) {
+	if b.logged++; b.logged > logInvalid {
+		return
+	}
+	attrs := []any{"campaign", b.tick.Campaign, "tick", b.tick.Time(), "why", why}
+	if e.line > 0 {
+		attrs = append(attrs, "line", e.line)
+	} else {
+		attrs = append(attrs, "member", truncate(e.recipient, 80))
+	}
+	if b.logged == logInvalid {
+		attrs = append(attrs, "note", "further invalid entries of this run are only counted")
+	}
+	b.r.log.Warn("campaign audience entry skipped", attrs...)
+}
+
+// release gives the lease back when the run stops for a shutdown, so that
+// another worker resumes at once rather than when the lease expires. After
+// a failure the lease is left to expire: retrying at once would most
+// likely fail again (and the fan-out task's retry comes anyway).
+func (b *batchRun) release(ctx context.Context) {
+	if b.released || ctx.Err() == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := releaseScript.Run(ctx, b.r.rdb, []string{b.keys.lease}, b.token).Err(); err != nil {
+		b.r.log.Warn("campaign: releasing a fan-out's lease failed; it expires on its own", "tick", b.tick.String(), "err", err)
+	}
+}
+
+// Progress returns what tick's fan-out has done so far, as recorded in
+// Redis, and who runs it now; a zero Summary when it has not started or its
+// record expired (a day after the tick, or catch_up + 1h if longer).
+func (r *Runner) Progress(ctx context.Context, tick Tick) (Summary, error) {
+	c := r.campaigns[tick.Campaign]
+	if c == nil {
+		return Summary{}, fmt.Errorf("campaign: %w: %q", ErrUnknown, tick.Campaign)
+	}
+	k := keysOf(r.prefix, c.Queue, tick)
+	var all *redis.MapStringStringCmd
+	var holder *redis.StringCmd
+	_, err := r.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		all, holder = p.HGetAll(ctx, k.progress), p.Get(ctx, k.lease)
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return Summary{}, err
+	}
+	m := all.Val()
+	n := func(k string) int64 { v, _ := strconv.ParseInt(m[k], 10, 64); return v }
+	return Summary{Tick: tick, Read: n("read"), Enqueued: n("enqueued"), Existing: n("existing"), Invalid: n("invalid"),
+		Done: m["done"] == "1", Expired: m["expired"] == "1", Holder: holder.Val()}, nil
+}
+
+func runningMember(t Tick) string { return t.Campaign + ":" + strconv.FormatInt(t.Unix, 10) }
+
+func parseMember(m string) (Tick, bool) {
+	i := strings.LastIndexByte(m, ':')
+	if i <= 0 {
+		return Tick{}, false
+	}
+	u, err := strconv.ParseInt(m[i+1:], 10, 64)
+	return Tick{Campaign: m[:i], Unix: u}, err == nil
+}
+
+// fields turns HGETALL's flat reply into a map.
+func fields(kv []string) map[string]string {
+	m := make(map[string]string, len(kv)/2)
+	for i := 0; i+1 < len(kv); i += 2 {
+		m[kv[i]] = kv[i+1]
+	}
+	return m
+}
+
+// newToken returns a lease token unique to one run that also says which
+// worker holds the lease: "<host>/<pid>/<random>".
+func newToken() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s/%d/%s", host, os.Getpid(), hex.EncodeToString(b))
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}

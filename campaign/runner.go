@@ -1,0 +1,206 @@
+// Package campaign runs the campaigns of the config: at every tick of a
+// campaign's cron schedule, one notification per recipient of its audience,
+// enqueued exactly once across a fleet of workers.
+//
+// Every worker runs a Runner: a scheduler per campaign, the handler of the
+// fan-out tasks, and a watch over unfinished fan-outs. There is no leader.
+//
+//   - At a tick every worker enqueues the tick's fan-out task, whose ID is
+//     derived from the campaign and the tick (Tick.TaskID); all but one get
+//     asynq.ErrTaskIDConflict. The task is kept after it completes (asynq
+//     Retention) so a late worker still conflicts.
+//   - The fan-out streams the audience, a file or a Redis set, and enqueues
+//     a batch of notifications per round trip, IDs derived from campaign,
+//     tick and recipient. One script enqueues a batch and checkpoints the
+//     progress together, under a lease that one run at a time holds.
+//   - A fan-out whose worker died (its lease expired) is resumed from its
+//     checkpoint by whichever worker sees it first.
+//   - A worker that starts after ticks were missed, all workers being
+//     down, fires the latest of them if it is within the campaign's
+//     catch_up, and logs the others as skipped.
+//
+// Notifications are ordinary notify tasks with a send-by (tick +
+// send_by_window): the throttle middleware defers or expires them like any
+// other, so a campaign never over-sends a recipient.
+package campaign
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+	"github.com/robfig/cron/v3"
+
+	"github.com/notify-throttle/throttler/config"
+)
+
+// TypeFanout is the asynq task type of a tick's fan-out. Its payload is the
+// Tick as JSON: {"campaign": name, "tick": unix seconds}.
+const TypeFanout = "campaign:fanout"
+
+// Defaults of Options.
+const (
+	DefaultBatch = 500
+	DefaultLease = 10 * time.Second
+	DefaultWatch = 2 * time.Second
+)
+
+// fanoutRetries is the retry budget of a fan-out that fails (Redis or the
+// audience file unavailable); each retry resumes from the checkpoint.
+const fanoutRetries = 10
+
+// Options tune a Runner; the zero value means the defaults.
+type Options struct {
+	// Batch is how many audience entries one round trip enqueues.
+	// Default DefaultBatch.
+	Batch int
+	// Lease is how long a fan-out's worker may stay silent before another
+	// worker resumes the fan-out. Default DefaultLease.
+	Lease time.Duration
+	// Watch is how often a worker looks for fan-outs to resume. Default
+	// DefaultWatch.
+	Watch time.Duration
+	// Log receives the schedule's and fan-outs' events. Default
+	// slog.Default().
+	Log *slog.Logger
+}
+
+// Runner runs a config's campaigns in one worker process: Run fires their
+// ticks and resumes abandoned fan-outs; ProcessTask (an asynq.Handler for
+// TypeFanout) fans a tick out. Build it with New; its methods are safe for
+// concurrent use.
+type Runner struct {
+	rdb       redis.UniversalClient
+	client    *asynq.Client
+	prefix    string
+	campaigns map[string]*campaign
+	names     []string // in config order
+	opts      Options
+	log       *slog.Logger
+
+	mu      sync.Mutex
+	resumes map[Tick]bool // takeovers running in this process
+	wg      sync.WaitGroup
+	stop    chan struct{} // closed when Run returns: fan-outs stop too
+	stopped sync.Once
+}
+
+// campaign is a config.Campaign with its defaults applied and its schedule.
+type campaign struct {
+	config.Campaign
+	schedule cron.Schedule
+}
+
+// keep is how long a tick's fan-out task and progress are kept after the
+// tick: the ID must still conflict when a late worker or a catching-up one
+// fires the tick again, and a fan-out older than that is not resumed.
+func (c *campaign) keep() time.Duration { return max(24*time.Hour, c.CatchUp+time.Hour) }
+
+// New returns the Runner of cfg's campaigns on rdb, the Redis of the asynq
+// queues. cfg must be valid (as Load returns it).
+func New(cfg *config.Config, rdb redis.UniversalClient, opts Options) (*Runner, error) {
+	if opts.Batch <= 0 {
+		opts.Batch = DefaultBatch
+	}
+	if opts.Lease <= 0 {
+		opts.Lease = DefaultLease
+	}
+	if opts.Watch <= 0 {
+		opts.Watch = DefaultWatch
+	}
+	if opts.Log == nil {
+		opts.Log = slog.Default()
+	}
+	cs, names, err := campaignsOf(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Runner{
+		rdb: rdb, client: asynq.NewClientFromRedisClient(rdb), prefix: cfg.Redis.Prefix,
+		campaigns: cs, names: names, opts: opts, log: opts.Log, resumes: map[Tick]bool{},
+		stop: make(chan struct{}),
+	}, nil
+}
+
+// campaignsOf resolves cfg's campaigns: defaults applied, schedules parsed.
+func campaignsOf(cfg *config.Config) (map[string]*campaign, []string, error) {
+	cs := map[string]*campaign{}
+	var names []string
+	for _, cp := range cfg.Campaigns {
+		s, err := cp.Schedule()
+		if err != nil {
+			return nil, nil, fmt.Errorf("campaign %s: schedule %q: %w", cp.Name, cp.Cron, err)
+		}
+		cp.Policy = cmp.Or(cp.Policy, cfg.Defaults.Policy)
+		cp.Provider = cmp.Or(cp.Provider, cfg.Defaults.Provider)
+		cp.Queue = cmp.Or(cp.Queue, cfg.Defaults.Queue)
+		cs[cp.Name] = &campaign{Campaign: cp, schedule: s}
+		names = append(names, cp.Name)
+	}
+	return cs, names, nil
+}
+
+// Run fires the campaigns' ticks and resumes abandoned fan-outs until ctx
+// ends. It first catches up ticks missed while no worker ran. When ctx
+// ends, every fan-out of the Runner, ProcessTask's included, stops after
+// its current batch and hands its lease over at once, so that another
+// worker resumes it; Run returns when the fan-outs it resumed itself have
+// stopped (the asynq server's Shutdown waits for ProcessTask). Run it once
+// in every worker, and end it before shutting the asynq server down.
+func (r *Runner) Run(ctx context.Context) error {
+	defer r.stopped.Do(func() { close(r.stop) })
+	go func() {
+		<-ctx.Done()
+		r.stopped.Do(func() { close(r.stop) })
+	}()
+	var wg sync.WaitGroup
+	for _, name := range r.names {
+		c := r.campaigns[name]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.schedule(ctx, c)
+		}()
+	}
+	if len(r.names) > 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.watch(ctx)
+		}()
+	}
+	wg.Wait()
+	r.wg.Wait()
+	return nil
+}
+
+// queues returns the queues the campaigns enqueue on.
+func (r *Runner) queues() []string {
+	var qs []string
+	for _, c := range r.campaigns {
+		if !slices.Contains(qs, c.Queue) {
+			qs = append(qs, c.Queue)
+		}
+	}
+	slices.Sort(qs)
+	return qs
+}
+
+// bind returns ctx, also canceled when the Runner stops.
+func (r *Runner) bind(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-r.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}
