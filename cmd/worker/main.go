@@ -1,6 +1,8 @@
 // Command worker delivers notification jobs through the throttle: every job
 // is admitted by the Redis scripts (recipient policy and provider bucket) and
 // then sent, paced inline, or deferred by exactly the delay the script gave.
+// It also runs the config's campaigns (package campaign): every worker fires
+// their ticks, and each tick fans out once for the whole fleet.
 //
 // Usage:
 //
@@ -29,7 +31,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/notify-throttle/throttler/campaign"
 	"github.com/notify-throttle/throttler/config"
+	"github.com/notify-throttle/throttler/internal/redisguard"
 	"github.com/notify-throttle/throttler/jobs"
 	"github.com/notify-throttle/throttler/throttle"
 )
@@ -37,7 +41,11 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
+	err := run(ctx, os.Args[1:], os.Stdout)
+	if errors.Is(err, flag.ErrHelp) {
+		return // -h: the usage was the answer
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
 		os.Exit(1)
 	}
@@ -64,7 +72,15 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	rdb, closeRedis, err := cfg.Redis.Serve(ctx)
+	for _, w := range cfg.Redis.Warnings() {
+		log.Warn(w)
+	}
+	// The guard makes calls that find Redis unreachable back off (asynq's
+	// dequeue loop would otherwise spin), logs an outage at a bounded rate,
+	// and waits for Redis at start-up instead of exiting.
+	guard := redisguard.New(log, redisguard.Options{})
+	redis.SetLogger(guard.RedisLogger())
+	rdb, closeRedis, err := guard.Connect(ctx, cfg.Redis.Serve)
 	if err != nil {
 		return err
 	}
@@ -92,6 +108,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		RetryDelayFunc:           jobs.RetryDelay(cfg.Worker.Jitter),
 		DelayedTaskCheckInterval: time.Second,
 		LogLevel:                 asynq.WarnLevel,
+		Logger:                   guard.AsynqLogger(),
 		ErrorHandler: asynq.ErrorHandlerFunc(func(ctx context.Context, t *asynq.Task, err error) {
 			id, _ := asynq.GetTaskID(ctx)
 			var d *jobs.Deferral
@@ -102,16 +119,29 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			log.Warn("job failed", "task", id, "err", err)
 		}),
 	})
+	campaigns, err := campaign.New(cfg, rdb, campaign.Options{Log: log})
+	if err != nil {
+		return err
+	}
 	mux := asynq.NewServeMux()
 	mux.Use(th.Middleware)
 	mux.HandleFunc(jobs.TypeNotify, jobs.Deliver)
+	mux.Handle(campaign.TypeFanout, campaigns)
 	if err := srv.Start(mux); err != nil {
 		return fmt.Errorf("start: %w", err)
 	}
 	if addr := cfg.Worker.MetricsAddr; addr != "" {
 		go serveMetrics(ctx, addr, rdb, reg, log)
 	}
-	log.Info("worker started", "concurrency", cfg.Worker.Concurrency, "queues", cfg.Queues())
+	// Every worker runs the campaign schedules: the fan-out task IDs make
+	// one fan-out per tick for the fleet.
+	campaignCtx, stopCampaigns := context.WithCancel(ctx)
+	campaignsDone := make(chan struct{})
+	go func() {
+		defer close(campaignsDone)
+		_ = campaigns.Run(campaignCtx)
+	}()
+	log.Info("worker started", "concurrency", cfg.Worker.Concurrency, "queues", cfg.Queues(), "campaigns", len(cfg.Campaigns))
 
 	if *demo > 0 {
 		err = runDemo(ctx, cfg, rdb, *demo, counts, stdout)
@@ -120,6 +150,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	log.Info("shutting down", "timeout", cfg.Worker.ShutdownTimeout)
 	close(stopping)
+	stopCampaigns() // fan-outs stop after their batch and hand their lease over
+	<-campaignsDone
 	srv.Shutdown()
 	return err
 }
@@ -151,9 +183,19 @@ func newThrottle(cfg *config.Config, rdb redis.UniversalClient, reg prometheus.R
 		routes[name] = jobs.Route{Bucket: buckets[name], Provider: counts.wrap(prov)}
 	}
 	return &jobs.Throttle{
-		Limiter: lim, Policies: policies, Providers: routes,
+		Limiter: lim, Policies: policies, Providers: routes, Sent: sentMarks(cfg, rdb),
 		InlineWait: cfg.Worker.InlineWait, Metrics: jobs.NewMetrics(reg), Log: log,
 	}, counts, nil
+}
+
+// sentMarks returns the sent markers the config asks for, nil when off.
+func sentMarks(cfg *config.Config, rdb redis.UniversalClient) *jobs.SentMarks {
+	if cfg.Worker.SentMarks <= 0 {
+		return nil
+	}
+	s := jobs.NewSentMarks(rdb, cfg.Redis.Prefix)
+	s.TTL = cfg.Worker.SentMarks
+	return s
 }
 
 func output(name string, stdout io.Writer) (io.Writer, error) {

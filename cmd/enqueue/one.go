@@ -1,0 +1,71 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/notify-throttle/throttler/config"
+)
+
+// connectTimeout bounds connecting to Redis.
+const connectTimeout = 15 * time.Second
+
+// runOne enqueues the notification the flags describe and prints its task ID.
+func runOne(ctx context.Context, o *options, p process) error {
+	switch {
+	case o.to == "":
+		return usagef("-to RECIPIENT is required to enqueue one notification")
+	case o.template == "":
+		return usagef("-template NAME is required to enqueue one notification")
+	}
+	c, err := loadChecker(o, p)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	j, err := c.check(entry{
+		Recipient: o.to, Template: o.template, Policy: o.policy, Provider: o.provider,
+		Queue: o.queue, Data: o.data, IdempotencyKey: o.key, SendBy: o.sendBy.time(now),
+	}, now)
+	if err != nil {
+		return err
+	}
+	rdb, closeRedis, err := connect(ctx, c.cfg)
+	if err != nil {
+		return err
+	}
+	defer closeRedis()
+	_, err = asynq.NewClientFromRedisClient(rdb).EnqueueContext(ctx, j.task)
+	if errors.Is(err, asynq.ErrTaskIDConflict) {
+		fmt.Fprintln(p.stdout, j.id)
+		fmt.Fprintf(p.stderr, "enqueue: duplicate: task %s (idempotency key %s) is already in queue %s; not enqueued again\n",
+			j.id, quote(o.key), j.queue)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("task %s not enqueued: %w", j.id, err)
+	}
+	fmt.Fprintln(p.stdout, j.id)
+	return nil
+}
+
+// loadChecker loads the config -config names, REDIS_URL applied.
+func loadChecker(o *options, p process) (checker, error) {
+	cfg, err := config.LoadWithEnv(o.config, p.getenv)
+	if err != nil {
+		return checker{}, err
+	}
+	return checker{cfg: cfg, name: o.config}, nil
+}
+
+// connect connects to the config's Redis.
+func connect(ctx context.Context, cfg *config.Config) (redis.UniversalClient, func() error, error) {
+	ctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	return cfg.Redis.Connect(ctx)
+}

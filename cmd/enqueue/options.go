@@ -1,0 +1,94 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"time"
+)
+
+// options holds the flags of every command.
+type options struct {
+	config string
+
+	// One notification (runOne).
+	to, template, policy, provider, queue, key string
+	data                                       json.RawMessage
+	sendBy                                     deadline
+
+	// A JSONL file (runFile).
+	file string
+
+	// Campaigns: list them (runCampaigns), fire one now (runTrigger).
+	campaigns bool
+	trigger   string
+}
+
+// newOptions defines the flags on fs.
+func newOptions(fs *flag.FlagSet) *options {
+	o := &options{}
+	fs.StringVar(&o.config, "config", "config.yaml", "the config `file`")
+	fs.StringVar(&o.to, "to", "", "the `recipient` of one notification")
+	fs.StringVar(&o.template, "template", "", "the template `name`")
+	fs.StringVar(&o.policy, "policy", "", "the recipient policy (default: defaults.policy)")
+	fs.StringVar(&o.provider, "provider", "", "the provider (default: defaults.provider)")
+	fs.Func("data", "the template data, a JSON `object`", func(s string) error {
+		if !json.Valid([]byte(s)) || jsonKind([]byte(s)) != "object" {
+			return errors.New("must be a JSON object")
+		}
+		o.data = json.RawMessage(s)
+		return nil
+	})
+	fs.StringVar(&o.queue, "queue", "", "the queue (default: defaults.queue)")
+	fs.StringVar(&o.key, "key", "", "the idempotency `key`: the same key makes the same task ID")
+	fs.Var(&o.sendBy, "send-by", "the deadline, an RFC 3339 `time` or a duration from now (90m); later it expires")
+	fs.StringVar(&o.file, "file", "", "a JSONL `file` of notifications, one per line; - reads stdin")
+	fs.BoolVar(&o.campaigns, "campaigns", false, "list the config's campaigns with their next fire times")
+	fs.StringVar(&o.trigger, "trigger", "", "fire the campaign `name`d now: its audience is fanned out by the workers")
+	return o
+}
+
+// deadline is the value of -send-by: an RFC 3339 time or a duration from now.
+type deadline struct {
+	at time.Time
+	in time.Duration
+}
+
+func (d *deadline) String() string {
+	switch {
+	case !d.at.IsZero():
+		return d.at.Format(time.RFC3339Nano)
+	case d.in != 0:
+		return d.in.String()
+	}
+	return ""
+}
+
+func (d *deadline) Set(s string) error {
+	if t, err := time.Parse(time.RFC3339, s); err == nil {
+		*d = deadline{at: t}
+		return nil
+	}
+	in, err := time.ParseDuration(s)
+	switch {
+	case err != nil:
+		return errors.New("must be an RFC 3339 time (2026-11-22T10:00:00Z) or a duration from now (90m)")
+	case in <= 0:
+		return errors.New("must be a duration > 0")
+	}
+	*d = deadline{in: in}
+	return nil
+}
+
+// time returns the deadline as a time, counting a duration from now, or nil
+// when there is none.
+func (d *deadline) time(now time.Time) *time.Time {
+	switch {
+	case !d.at.IsZero():
+		return &d.at
+	case d.in != 0:
+		t := now.Add(d.in).UTC()
+		return &t
+	}
+	return nil
+}
