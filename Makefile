@@ -32,11 +32,17 @@ race: need-redis
 bench: need-redis
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem $(PKGS)
 
-## fuzz: each fuzz target briefly (FUZZTIME each).
+## fuzz: each fuzz target briefly (FUZZTIME each): key encoding, rule
+## validation, the config parser, JSONL lines and task payloads. CI runs it
+## with a short FUZZTIME after the tests.
 FUZZTIME ?= 15s
+FUZZ_TARGETS = ./throttle/:FuzzEncodeSubject ./throttle/:FuzzRuleValidation \
+	./config/:FuzzParse ./cmd/enqueue/:FuzzParseLine ./jobs/:FuzzDecode
 fuzz:
-	$(GO) test ./throttle/ -run '^$$' -fuzz '^FuzzEncodeSubject$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./throttle/ -run '^$$' -fuzz '^FuzzRuleValidation$$' -fuzztime $(FUZZTIME)
+	@set -e; for t in $(FUZZ_TARGETS); do \
+	  pkg=$${t%%:*}; name=$${t##*:}; echo "fuzz $$pkg $$name ($(FUZZTIME))"; \
+	  $(GO) test $$pkg -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME); \
+	done
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change: $$out"; exit 1; fi

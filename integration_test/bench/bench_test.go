@@ -1,0 +1,239 @@
+// Package bench holds the end-to-end benchmarks of the worker pipeline
+// (issue 3), run by `make bench`:
+//
+//	go test -run '^$' -bench . -benchmem ./integration_test/bench/
+//
+// Each benchmark starts a redis-server of its own (internal/redistest), runs
+// real asynq servers on it and delivers through the webhook provider to an
+// HTTP server in this process, which records what arrived and when:
+//
+//	BenchmarkThroughputVsPlain  tasks/s with the throttle and without, side by side,
+//	                            in ABBA rounds: throttled/plain (target >= 0.85)
+//	BenchmarkPacing             2 worker processes drain 4000 jobs through a provider of
+//	                            200/s burst 20: delivered/s (>= 190), the most that arrive
+//	                            in any 1 s (<= 220), admission calls per message (<= 1.5),
+//	                            and a chart (docs/pacing.png, or $PACING_CHART)
+//
+// Targets are reported, not asserted, because on a shared machine they
+// measure the machine as much as the code. What fails a benchmark is a
+// broken invariant, since then its numbers describe something else than
+// they claim: a job lost, delivered twice, or left deferred, failed or
+// archived; a worker that delivered nothing or did not stop cleanly; a
+// bucket that gave out more than rate + burst tokens in 1 s of Redis time.
+//
+// Flags (after -args): -e2e.tasks, -e2e.rounds, -e2e.floor, -e2e.servers,
+// -e2e.pool for the throughput benchmark, -pacing.concurrency for pacing.
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/notify-throttle/throttler/jobs"
+)
+
+const (
+	benchQueue    = "default"
+	benchPolicy   = "marketing" // 1 per 24h and 3 per 168h, as in config.yaml
+	benchProvider = "hook"
+	benchTemplate = "welcome"
+)
+
+// webhook is the provider's end of the line: an HTTP server that accepts
+// every POST and records when each message, by its Idempotency-Key,
+// arrived. It stands for a provider that is never the bottleneck.
+type webhook struct {
+	srv *httptest.Server
+
+	mu      sync.Mutex
+	first   map[string]time.Time // message ID -> first arrival
+	total   int                  // arrivals, repeats included
+	order   []time.Time          // first arrivals in arrival order
+	want    int                  // distinct messages that close done
+	done    chan struct{}
+	waiting bool
+}
+
+func newWebhook(tb testing.TB) *webhook {
+	tb.Helper()
+	w := &webhook{first: map[string]time.Time{}}
+	w.srv = httptest.NewServer(http.HandlerFunc(w.serve))
+	tb.Cleanup(w.srv.Close)
+	return w
+}
+
+// URL is where providers POST.
+func (w *webhook) URL() string { return w.srv.URL + "/send" }
+
+func (w *webhook) serve(rw http.ResponseWriter, r *http.Request) {
+	_, _ = io.Copy(io.Discard, r.Body)
+	id := r.Header.Get("Idempotency-Key")
+	now := time.Now()
+	w.mu.Lock()
+	w.total++
+	if _, seen := w.first[id]; !seen {
+		w.first[id] = now
+		w.order = append(w.order, now)
+		if w.waiting && len(w.order) == w.want {
+			w.waiting = false
+			close(w.done)
+		}
+	}
+	w.mu.Unlock()
+	rw.WriteHeader(http.StatusOK)
+}
+
+// expect forgets what arrived so far and returns a channel closed once n
+// distinct messages have arrived.
+func (w *webhook) expect(n int) <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.first, w.total, w.order = map[string]time.Time{}, 0, nil
+	w.want, w.done, w.waiting = n, make(chan struct{}), true
+	return w.done
+}
+
+// arrivals returns the distinct messages received, all arrivals (repeats
+// included) and the first-arrival times in order.
+func (w *webhook) arrivals() (distinct, total int, times []time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	times = append([]time.Time(nil), w.order...)
+	sort.Slice(times, func(i, j int) bool { return times[i].Before(times[j]) })
+	return len(w.first), w.total, times
+}
+
+// firstArrivals returns when each message first arrived, by ID.
+func (w *webhook) firstArrivals() map[string]time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return maps.Clone(w.first)
+}
+
+// has reports whether the message with this ID arrived.
+func (w *webhook) has(id string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	_, ok := w.first[id]
+	return ok
+}
+
+// enqueueJobs enqueues n notification jobs on the default queue, each to a
+// recipient of its own (prefix + number), from 16 goroutines, and returns
+// their task IDs.
+func enqueueJobs(ctx context.Context, client *asynq.Client, n int, prefix string) ([]string, error) {
+	ids := make([]string, n)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var once sync.Once
+	var firstErr error
+	for range 16 {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				nt := jobs.Notification{
+					Recipient: fmt.Sprintf("%s%06d@example.com", prefix, i),
+					Policy:    benchPolicy, Provider: benchProvider, Template: benchTemplate,
+					Data: []byte(fmt.Sprintf(`{"n":%d}`, i)),
+				}
+				ids[i] = jobs.TaskID("")
+				task, err := jobs.NewTask(nt, ids[i], asynq.Queue(benchQueue))
+				if err == nil {
+					_, err = client.EnqueueContext(ctx, task)
+				}
+				if err != nil {
+					once.Do(func() { firstErr = fmt.Errorf("enqueue job %d: %w", i, err) })
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return ids, firstErr
+}
+
+// awaitEmpty polls the queue until nothing is pending or active, and fails
+// when a task sits in retry, scheduled or archived: in these benchmarks
+// every job is admitted and every send succeeds, so a task there is a job
+// deferred, failed or lost to the run. It returns the time it saw the queue
+// empty.
+func awaitEmpty(insp *asynq.Inspector, timeout time.Duration) (time.Time, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		q, err := insp.GetQueueInfo(benchQueue)
+		if err == nil {
+			if q.Retry+q.Scheduled+q.Archived > 0 {
+				return time.Time{}, fmt.Errorf("queue %s: %d in retry, %d scheduled, %d archived, want none: %s",
+					benchQueue, q.Retry, q.Scheduled, q.Archived, lastErrors(insp))
+			}
+			if q.Pending+q.Active == 0 {
+				return time.Now(), nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return time.Time{}, fmt.Errorf("queue %s not empty after %s: %+v (%v)", benchQueue, timeout, q, err)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// lastErrors describes one task in retry and one archived, for a failure message.
+func lastErrors(insp *asynq.Inspector) string {
+	var out []string
+	if ts, err := insp.ListRetryTasks(benchQueue, asynq.PageSize(1)); err == nil && len(ts) > 0 {
+		out = append(out, fmt.Sprintf("in retry: %s: %s", ts[0].ID, ts[0].LastErr))
+	}
+	if ts, err := insp.ListArchivedTasks(benchQueue, asynq.PageSize(1)); err == nil && len(ts) > 0 {
+		out = append(out, fmt.Sprintf("archived: %s: %s", ts[0].ID, ts[0].LastErr))
+	}
+	if len(out) == 0 {
+		return "no task details"
+	}
+	return fmt.Sprint(out)
+}
+
+// repoRoot returns the directory holding go.mod, walking up from here.
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// freeAddr returns a loopback address with a port nobody listens on now.
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}

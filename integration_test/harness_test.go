@@ -1,0 +1,626 @@
+// Package integration_test runs the pipeline end to end: worker and enqueue
+// binaries built once per test binary, a redis-server of each test's own
+// (internal/redistest) and a local HTTP server standing in for a webhook
+// provider that records every request it gets.
+//
+// This file is the shared harness: the binaries (TestMain), the fleet of
+// worker processes with their config, the recording webhook, metrics and
+// queue helpers. The invariant checks are in invariants_test.go.
+package integration_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/notify-throttle/throttler/internal/redistest"
+	"github.com/notify-throttle/throttler/jobs"
+)
+
+// ---------------------------------------------------------------------------
+// Binaries
+
+// binDir holds the binaries built for this test binary; TestMain removes it.
+var binDir string
+
+// TestMain makes the directory the binaries are built into and removes it
+// at the end. The binaries themselves are built on first use (buildBinary),
+// so `go test -run TestWorkerRefusesBadConfig` builds only the worker.
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "throttler-integration-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "integration_test:", err)
+		os.Exit(1)
+	}
+	binDir = dir
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+type builtBinary struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+var binaries sync.Map // command name ("worker", "enqueue") -> *builtBinary
+
+// moduleRoot is the repository root: the parent of this package's directory.
+func moduleRoot(t testing.TB) string {
+	t.Helper()
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Dir(wd)
+}
+
+// buildBinary builds ./cmd/<name> once per test binary with `go build -o`
+// and returns its path; a failed build fails every test that needs it.
+func buildBinary(t testing.TB, name string) string {
+	t.Helper()
+	root := moduleRoot(t)
+	v, _ := binaries.LoadOrStore(name, &builtBinary{})
+	b := v.(*builtBinary)
+	b.once.Do(func() {
+		b.path = filepath.Join(binDir, name)
+		cmd := exec.Command("go", "build", "-o", b.path, "./cmd/"+name)
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.err = fmt.Errorf("go build ./cmd/%s: %v\n%s", name, err, out)
+		}
+	})
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	return b.path
+}
+
+// childEnv is this process's environment without REDIS_URL, which would
+// replace the redis.url of the configs the tests write.
+func childEnv() []string {
+	return slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "REDIS_URL=") })
+}
+
+// ---------------------------------------------------------------------------
+// The recording webhook provider
+
+// arrival is one request the webhook received.
+type arrival struct {
+	At        time.Time // when the handler started: the test process's clock
+	Answered  time.Time // just before the answer was written
+	Key       string    // Idempotency-Key header (the task ID)
+	Worker    string    // X-Worker header: which worker process sent it
+	Recipient string
+	Template  string
+	Status    int
+}
+
+// hookAnswer is what the webhook answers one request.
+type hookAnswer struct {
+	Status     int             // 0: 200
+	RetryAfter string          // Retry-After header, if set
+	Hold       <-chan struct{} // if set, the answer waits until it is closed (or 10 s)
+}
+
+// hookServer is an httptest server that records every request and answers
+// what answer says (200 when answer is nil).
+type hookServer struct {
+	srv *httptest.Server
+
+	mu       sync.Mutex
+	arrivals []arrival
+	answer   func(a arrival, seq int) hookAnswer // seq: 0-based arrival number
+	arrived  chan struct{}                       // gets a value per arrival, never blocks
+}
+
+func newHookServer(t testing.TB, answer func(a arrival, seq int) hookAnswer) *hookServer {
+	h := &hookServer{answer: answer, arrived: make(chan struct{}, 1)}
+	h.srv = httptest.NewServer(http.HandlerFunc(h.serve))
+	t.Cleanup(h.srv.Close)
+	return h
+}
+
+func (h *hookServer) URL() string { return h.srv.URL + "/send" }
+
+func (h *hookServer) serve(w http.ResponseWriter, r *http.Request) {
+	a := arrival{At: time.Now(), Key: r.Header.Get("Idempotency-Key"), Worker: r.Header.Get("X-Worker")}
+	var m jobs.Message
+	if err := json.NewDecoder(r.Body).Decode(&m); err != nil {
+		http.Error(w, "bad body: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	a.Recipient, a.Template = m.Recipient, m.Template
+	h.mu.Lock()
+	seq := len(h.arrivals)
+	h.arrivals = append(h.arrivals, a)
+	ans := hookAnswer{}
+	if h.answer != nil {
+		ans = h.answer(a, seq)
+	}
+	h.mu.Unlock()
+	select {
+	case h.arrived <- struct{}{}:
+	default:
+	}
+	if ans.Hold != nil {
+		select {
+		case <-ans.Hold:
+		case <-time.After(10 * time.Second):
+		}
+	}
+	if ans.Status == 0 {
+		ans.Status = http.StatusOK
+	}
+	if ans.RetryAfter != "" {
+		w.Header().Set("Retry-After", ans.RetryAfter)
+	}
+	h.mu.Lock()
+	h.arrivals[seq].Status = ans.Status
+	h.arrivals[seq].Answered = time.Now()
+	h.mu.Unlock()
+	w.WriteHeader(ans.Status)
+	fmt.Fprintf(w, "status %d\n", ans.Status)
+}
+
+// snapshot returns the arrivals so far, in arrival order.
+func (h *hookServer) snapshot() []arrival {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.arrivals)
+}
+
+// delivered returns the task IDs the webhook accepted (2xx) and how often each.
+func (h *hookServer) delivered() map[string]int {
+	got := map[string]int{}
+	for _, a := range h.snapshot() {
+		if a.Status >= 200 && a.Status < 300 {
+			got[a.Key]++
+		}
+	}
+	return got
+}
+
+// ---------------------------------------------------------------------------
+// The fleet: a redis-server, a webhook and worker processes sharing a config
+
+// fleetConfig is what differs between the tests' configs.
+type fleetConfig struct {
+	Concurrency     int
+	ShutdownTimeout time.Duration
+	InlineWait      time.Duration
+	Jitter          time.Duration
+	Policy          string  // YAML list of windows of policy "pace"
+	Rate            float64 // of provider "hook"
+	Burst           int
+	// Campaigns, if set, is the config's campaigns section (the lines
+	// after "campaigns:"); their audience files are written from Files.
+	Campaigns string
+	Files     map[string]string // file name in the fleet's dir -> content
+}
+
+type fleet struct {
+	t     *testing.T
+	dir   string
+	cfg   fleetConfig
+	redis *redistest.Server     // nil for a cluster fleet
+	rdb   redis.UniversalClient // a *redis.Client, or a *redis.ClusterClient for a cluster fleet
+	insp  *asynq.Inspector
+	// cluster is set for a fleet on a Redis Cluster (newClusterFleet).
+	cluster *redistest.Cluster
+	hook    *hookServer
+}
+
+// Names in the configs the fleet writes.
+const (
+	fleetQueue    = "default"
+	fleetPolicy   = "pace"
+	fleetProvider = "hook"
+	fleetPrefix   = "throttle:"
+)
+
+func newFleet(t *testing.T, cfg fleetConfig, answer func(a arrival, seq int) hookAnswer) *fleet {
+	t.Helper()
+	f := &fleet{t: t, dir: t.TempDir(), cfg: cfg}
+	f.redis = redistest.Start(t)
+	f.rdb = f.redis.Client(t)
+	f.insp = asynq.NewInspectorFromRedisClient(f.rdb)
+	f.hook = newHookServer(t, answer)
+	return f
+}
+
+// newClusterFleet is newFleet on a Redis Cluster of masters masters with
+// replicas replicas each: the configs it writes have redis.cluster (the
+// master addresses) instead of redis.url.
+func newClusterFleet(t *testing.T, masters, replicas int, cfg fleetConfig, answer func(a arrival, seq int) hookAnswer) *fleet {
+	t.Helper()
+	f := &fleet{t: t, dir: t.TempDir(), cfg: cfg}
+	f.cluster = redistest.StartCluster(t, masters, replicas)
+	f.rdb = f.cluster.Client(t)
+	f.insp = asynq.NewInspectorFromRedisClient(f.rdb)
+	f.hook = newHookServer(t, answer)
+	return f
+}
+
+// redisSection is the config's redis lines (after "redis:"): the url of
+// the fleet's server, or the cluster's master addresses.
+func (f *fleet) redisSection() string {
+	if f.cluster != nil {
+		return fmt.Sprintf("cluster: [%s]", strings.Join(f.cluster.Addrs(), ", "))
+	}
+	return fmt.Sprintf("url: redis://%s/0", f.redis.Addr)
+}
+
+// writeConfig writes the config of one worker (or of enqueue) and returns
+// its path. Each worker gets its own metrics port and X-Worker header.
+func (f *fleet) writeConfig(name, metricsAddr string) string {
+	f.t.Helper()
+	c := f.cfg
+	yaml := fmt.Sprintf(`# written by the integration test for %s
+redis:
+  %s
+  prefix: %q
+worker:
+  concurrency: %d
+  queues: {%s: 1}
+  shutdown_timeout: %s
+  metrics_addr: %q
+  inline_wait: %s
+  jitter: %s
+policies:
+  %s: %s
+providers:
+  %s:
+    type: webhook
+    url: %s
+    timeout: 5s
+    rate: %s
+    burst: %d
+    headers: {X-Worker: %s}
+defaults: {policy: %s, provider: %s, queue: %s}
+`, name, f.redisSection(), fleetPrefix, c.Concurrency, fleetQueue, c.ShutdownTimeout, metricsAddr,
+		c.InlineWait, c.Jitter, fleetPolicy, c.Policy, fleetProvider, f.hook.URL(),
+		strconv.FormatFloat(c.Rate, 'f', -1, 64), c.Burst, name,
+		fleetPolicy, fleetProvider, fleetQueue)
+	if c.Campaigns != "" {
+		yaml += "campaigns:" + c.Campaigns
+	}
+	for file, content := range c.Files {
+		if err := os.WriteFile(filepath.Join(f.dir, file), []byte(content), 0o600); err != nil {
+			f.t.Fatal(err)
+		}
+	}
+	path := filepath.Join(f.dir, name+".yaml")
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		f.t.Fatal(err)
+	}
+	return path
+}
+
+// workerProc is one running worker binary.
+type workerProc struct {
+	name    string
+	metrics string // host:port of /metrics and /healthz
+	cmd     *exec.Cmd
+	out     *syncBuffer // stdout and stderr
+	done    chan struct{}
+	err     error // Wait's error, once done is closed
+	exited  time.Time
+}
+
+// startWorker starts a worker process with its own config and waits until
+// its /healthz answers (asynq server started, Redis reachable).
+func (f *fleet) startWorker(name string) *workerProc {
+	f.t.Helper()
+	return f.startWorkers(name)[0]
+}
+
+// startWorkers starts a worker process per name, each with its own config
+// (metrics port, X-Worker header), and waits until all are healthy.
+func (f *fleet) startWorkers(names ...string) []*workerProc {
+	f.t.Helper()
+	bin := buildBinary(f.t, "worker")
+	var ws []*workerProc
+	for _, name := range names {
+		w := &workerProc{name: name, metrics: freeAddr(f.t), out: &syncBuffer{}, done: make(chan struct{})}
+		w.cmd = exec.Command(bin, "-config", f.writeConfig(name, w.metrics))
+		w.cmd.Env = childEnv()
+		w.cmd.Stdout, w.cmd.Stderr = w.out, w.out
+		if err := w.cmd.Start(); err != nil {
+			f.t.Fatal(err)
+		}
+		go func() {
+			w.err = w.cmd.Wait()
+			w.exited = time.Now()
+			close(w.done)
+		}()
+		f.t.Cleanup(func() {
+			w.terminate()
+			if !w.wait(15 * time.Second) {
+				_ = w.cmd.Process.Kill() // our own child, by its handle
+				w.wait(5 * time.Second)
+			}
+			if f.t.Failed() {
+				f.t.Logf("--- worker %s output (tail) ---\n%s", w.name, tail(w.out.String(), 40))
+			}
+		})
+		ws = append(ws, w)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for _, w := range ws {
+		for !w.healthy() {
+			select {
+			case <-w.done:
+				f.t.Fatalf("worker %s exited before it was ready: %v\n%s", w.name, w.err, w.out.String())
+			default:
+			}
+			if time.Now().After(deadline) {
+				f.t.Fatalf("worker %s not healthy after 20s\n%s", w.name, w.out.String())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return ws
+}
+
+// healthy reports whether the worker's /healthz answers 200.
+func (w *workerProc) healthy() bool {
+	resp, err := http.Get("http://" + w.metrics + "/healthz")
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// terminate sends SIGTERM to the worker (if it still runs).
+func (w *workerProc) terminate() {
+	select {
+	case <-w.done:
+	default:
+		_ = w.cmd.Process.Signal(syscall.SIGTERM)
+	}
+}
+
+// wait reports whether the worker exited within d.
+func (w *workerProc) wait(d time.Duration) bool {
+	select {
+	case <-w.done:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
+// stop sends SIGTERM and waits for a clean exit (status 0).
+func (f *fleet) stop(w *workerProc) {
+	f.t.Helper()
+	w.terminate()
+	if !w.wait(f.cfg.ShutdownTimeout + 10*time.Second) {
+		f.t.Fatalf("worker %s still running %s after SIGTERM", w.name, f.cfg.ShutdownTimeout+10*time.Second)
+	}
+	if w.err != nil {
+		f.t.Errorf("worker %s exited with %v after SIGTERM, want status 0\n%s", w.name, w.err, tail(w.out.String(), 20))
+	}
+}
+
+// metricsOf scrapes the workers' /metrics and returns every series summed
+// over them, keyed by "name{labels}" as Prometheus prints it.
+func (f *fleet) metricsOf(ws ...*workerProc) map[string]float64 {
+	f.t.Helper()
+	sum := map[string]float64{}
+	for _, w := range ws {
+		resp, err := http.Get("http://" + w.metrics + "/metrics")
+		if err != nil {
+			f.t.Fatalf("scrape %s: %v", w.name, err)
+		}
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			line := sc.Text()
+			if line == "" || strings.HasPrefix(line, "#") {
+				continue
+			}
+			i := strings.LastIndexByte(line, ' ')
+			v, err := strconv.ParseFloat(line[i+1:], 64)
+			if err != nil {
+				f.t.Fatalf("scrape %s: bad line %q", w.name, line)
+			}
+			sum[line[:i]] += v
+		}
+		resp.Body.Close()
+	}
+	return sum
+}
+
+// ---------------------------------------------------------------------------
+// Enqueueing in process (the tests that are about the worker side) and the
+// queue's state
+
+// enqueue puts one notification on the queue through jobs.NewTask, as the
+// enqueue command does, with the task ID derived from key, and keeps the
+// completed task for an hour so the inspector can count it.
+func (f *fleet) enqueue(client *asynq.Client, key string, n jobs.Notification) string {
+	f.t.Helper()
+	if n.Policy == "" {
+		n.Policy = fleetPolicy
+	}
+	if n.Provider == "" {
+		n.Provider = fleetProvider
+	}
+	id := jobs.TaskID(key)
+	task, err := jobs.NewTask(n, id, asynq.Queue(fleetQueue), asynq.Retention(time.Hour))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if _, err := client.Enqueue(task); err != nil {
+		f.t.Fatalf("enqueue %s: %v", key, err)
+	}
+	return id
+}
+
+// queueState is the queue's counts; zero values when the queue does not exist yet.
+func (f *fleet) queueState() asynq.QueueInfo {
+	f.t.Helper()
+	qi, err := f.insp.GetQueueInfo(fleetQueue)
+	if err != nil {
+		if strings.Contains(err.Error(), "does not exist") || strings.Contains(err.Error(), "not found") {
+			return asynq.QueueInfo{}
+		}
+		f.t.Fatalf("queue info: %v", err)
+	}
+	return *qi
+}
+
+// waitSettled waits until nothing is pending, active, scheduled or waiting
+// for a retry, and done() says every task has ended (sent or archived).
+func (f *fleet) waitSettled(timeout time.Duration, done func(q asynq.QueueInfo) bool) asynq.QueueInfo {
+	f.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		q := f.queueState()
+		if q.Pending+q.Active+q.Scheduled+q.Retry == 0 && done(q) {
+			return q
+		}
+		if time.Now().After(deadline) {
+			f.t.Fatalf("queue not settled after %s: pending %d, active %d, scheduled %d, retry %d, archived %d, completed %d; webhook got %d requests",
+				timeout, q.Pending, q.Active, q.Scheduled, q.Retry, q.Archived, q.Completed, len(f.hook.snapshot()))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// archived returns the archived tasks by ID; LastErr is the reason.
+func (f *fleet) archived() map[string]*asynq.TaskInfo {
+	f.t.Helper()
+	got := map[string]*asynq.TaskInfo{}
+	for page := 1; ; page++ {
+		ts, err := f.insp.ListArchivedTasks(fleetQueue, asynq.PageSize(500), asynq.Page(page))
+		if err != nil {
+			f.t.Fatalf("list archived: %v", err)
+		}
+		for _, ti := range ts {
+			got[ti.ID] = ti
+		}
+		if len(ts) < 500 {
+			return got
+		}
+	}
+}
+
+// ledger returns the provider bucket's ledger: the task IDs holding one of
+// its tokens and the moment (Redis time) each may use it. Its key is
+// <prefix>{<provider>}:b:<provider>:held (throttle/keys.go).
+func (f *fleet) ledger() map[string]time.Time {
+	f.t.Helper()
+	key := fleetPrefix + "{" + fleetProvider + "}:b:" + fleetProvider + ":held"
+	zs, err := f.rdb.ZRangeWithScores(context.Background(), key, 0, -1).Result()
+	if err != nil {
+		f.t.Fatalf("ledger: %v", err)
+	}
+	got := map[string]time.Time{}
+	for _, z := range zs {
+		got[z.Member.(string)] = time.UnixMicro(int64(z.Score))
+	}
+	return got
+}
+
+// quotaKey is the recipient's sorted set under the fleet's policy.
+func quotaKey(recipient string) string {
+	return fleetPrefix + "{" + recipient + "}:q:" + fleetPolicy
+}
+
+// ---------------------------------------------------------------------------
+// Small things
+
+// freeAddr returns a loopback address with a port free at the time of the call.
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// syncBuffer is a bytes.Buffer safe for a child's output and the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// tail returns the last n lines of s.
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// runCommand runs a binary to completion (at most a minute) and returns its
+// stdout, stderr and exit code.
+func runCommand(t testing.TB, dir string, stdin io.Reader, bin string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Dir = dir
+	cmd.Env = childEnv()
+	cmd.Stdin = stdin
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		t.Fatalf("%s %s: still running after a minute\nstderr:\n%s", filepath.Base(bin), strings.Join(args, " "), errb.String())
+	}
+	if err != nil {
+		ee, ok := err.(*exec.ExitError)
+		if !ok {
+			t.Fatalf("%s: %v", bin, err)
+		}
+		code = ee.ExitCode()
+	}
+	return out.String(), errb.String(), code
+}
+
+// jsonlLine is one line of an enqueue -file input, as the tests write them.
+type jsonlLine struct {
+	Recipient      string            `json:"recipient"`
+	Template       string            `json:"template"`
+	Data           map[string]string `json:"data,omitempty"`
+	IdempotencyKey string            `json:"idempotency_key"`
+	SendBy         string            `json:"send_by,omitempty"`
+}
