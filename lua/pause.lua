@@ -7,7 +7,9 @@
 -- The bucket is drained so that its next token is due when the pause ends:
 -- tokens become min(tokens, 1 - rate * pause). Every admission then waits
 -- exactly as the bucket says, with no extra key to check on the hot path.
--- Tokens already reserved are not taken back.
+-- Tokens already reserved are not taken back. The ledger's tombstone is
+-- raised to the pause's end, so that no release refunds a token the pause
+-- drained (see bucket_undo).
 --
 -- Returns {µs until the bucket's next token}.
 
@@ -23,5 +25,6 @@ local function pause(keys, args)
   end
   local tokens = min(bucket_tokens(t, keys[1], now), 1 - t.rate * us / 1e6)
   bucket_store(t, keys[1], now, tokens)
+  tomb(keys[2], now + us, now, p.remember)
   return {ceil((1 - tokens) * 1e6 / t.rate)}
 end

@@ -11,13 +11,15 @@
 -- burst); a fixed window only while it is still the window the task was
 -- counted in.
 --
--- A bucket refunds the cost only if no other holder's moment is later than
--- both the released one's and now (see bucket_undo); otherwise the ledger
--- entry goes and the tokens come back with time.
+-- A bucket refunds the cost only if nothing took its tokens at a moment
+-- later than the released one's (see bucket_undo); otherwise the ledger
+-- entry goes, its ledger's tombstone records the take, and the tokens come
+-- back with time.
 --
 -- forget is release for a send the provider took (a 429 or 5xx answer): the
--- tasks' bucket ledger entries are removed without any refund, so that a
--- retry takes a token again rather than passing as already held. Quotas and
+-- tasks' bucket ledger entries are removed without any refund (the
+-- tombstone records them), so that a retry takes a token again rather than
+-- passing as already held. Quotas and
 -- fixed windows are left as they are.
 --
 -- Both return {now_us, takes undone of task 1, of task 2, ...}.

@@ -393,22 +393,48 @@ local function bucket_commit(t, key, ledger, id, now, at, remember, tokens)
   extend(ledger, ceil_ms(at - now + remember))
 end
 
+-- A ledger's tombstone: a member no task ID can be (IDs are never empty and
+-- carry no control characters), scored with the latest moment at which
+-- tokens went that no holder shows any more: a release that refunded
+-- nothing, a forget (the provider took the tokens), a pause (scored with its
+-- end). It is pruned with the ledger's forgotten entries.
+local TOMB = '\0'
+
+-- tomb raises the ledger's tombstone to moment s (never lowers it) and keeps
+-- the ledger alive while s can matter: as long as a holder older than s can.
+local function tomb(ledger, s, now, remember)
+  local old = rcall('ZSCORE', ledger, TOMB)
+  if old and tonum(old) >= s then return end
+  rcall('ZADD', ledger, int(s), TOMB)
+  extend(ledger, ceil_ms(s - now + remember))
+end
+
 -- bucket_undo removes the task's ledger entry and refunds its cost only if
--- no other holder's moment is later than both the released one's and now:
--- later reservations were granted moments that assumed this one's tokens
--- gone, so a refund while they are outstanding would let a new request take
--- a moment they still hold. Otherwise nothing is refunded (the tokens come
--- back with time: the bucket may under-send by that much, never over-send).
--- Entries later than now are never stale, so the count needs no age bound.
--- With refund false (forget) the entry is removed and nothing refunded:
--- the provider did the work.
+-- nothing took tokens at a moment later than the released one's: no other
+-- holder and no tombstone is later. Two reasons:
+--   - later holders were granted moments that assumed these tokens gone: a
+--     refund while they are outstanding would let a new request take a
+--     moment they still hold;
+--   - a moment that has passed is refunded at now, and tokens given back
+--     then are only the tokens the bucket would have had without the
+--     release's take if it never filled to burst in between. With no take
+--     after the released moment it only refilled since, so min(burst,
+--     tokens + cost) is exact; a take after it may have followed a moment
+--     at which the bucket without the released take would have been full,
+--     and the refill it lost there would be handed out twice.
+-- Otherwise nothing is refunded (the tokens come back with time: the bucket
+-- may under-send by that much, never over-send) and the tombstone records
+-- the take. With refund false (forget) the entry goes the same way: the
+-- provider did the work.
 local function bucket_undo(t, key, ledger, id, now, remember, refund)
   local s = bucket_held(ledger, id, now, remember)
   if not s then return false end
-  if refund and rcall('ZCOUNT', ledger, '(' .. int(max(s, now)), '+inf') == 0 then
-    bucket_store(t, key, now, min(t.burst, bucket_tokens(t, key, now) + t.cost))
-  end
   rcall('ZREM', ledger, id)
+  if refund and rcall('ZCOUNT', ledger, '(' .. int(s), '+inf') == 0 then
+    bucket_store(t, key, now, min(t.burst, bucket_tokens(t, key, now) + t.cost))
+  else
+    tomb(ledger, s, now, remember)
+  end
   return true
 end
 

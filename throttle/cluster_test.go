@@ -432,16 +432,21 @@ func TestClusterPath(t *testing.T) {
 			{id: "a1", takes: []Take{qt(alice), bt}, allowed: true, repeated: true},
 			{id: "b1", takes: []Take{qt(bob), {Rule: b, Key: gw, Cost: 2}}, allowed: true}, // the bucket is now empty
 			{id: "c1", takes: []Take{qt("carol"), bt}, allowed: false},
+			// a2's quota entry goes back, its token not: b1 took after it.
 			{id: "a2", takes: []Take{qt(alice), bt}, release: true},
-			{id: "c1", takes: []Take{qt("carol"), bt}, allowed: true}, // a2's token
-			{id: "a3", takes: []Take{qt(alice), bt}, allowed: false},  // the bucket again
-			{id: "a3", takes: []Take{qt(alice)}, allowed: true},       // a2's quota entry
+			{id: "c1", takes: []Take{qt("carol"), bt}, allowed: false},
+			// b1, the latest take, gives both its tokens back.
+			{id: "b1", takes: []Take{qt(bob), {Rule: b, Key: gw, Cost: 2}}, release: true},
+			{id: "c1", takes: []Take{qt("carol"), bt}, allowed: true},
+			{id: "c2", takes: []Take{qt("carl"), bt}, allowed: true},
+			{id: "a3", takes: []Take{qt(alice), bt}, allowed: false}, // the bucket again
+			{id: "a3", takes: []Take{qt(alice)}, allowed: true},      // a2's quota entry
 			{id: "a4", takes: []Take{qt(alice)}, allowed: false},
 			{id: "d1", takes: []Take{{Rule: f, Key: alice}, qt("dave"), {Rule: b2, Key: bob}}, allowed: true},
 			{id: "d2", takes: []Take{{Rule: f, Key: alice}, qt("dave"), {Rule: b2, Key: bob}}, allowed: true},
 			{id: "d3", takes: []Take{{Rule: f, Key: alice}, qt("erin")}, allowed: false}, // fixed window full
 			{id: "d3", takes: []Take{qt("erin"), {Rule: b2, Key: bob}}, allowed: false},  // push bucket empty
-			{id: "d1", takes: []Take{{Rule: f, Key: alice}, qt("dave"), {Rule: b2, Key: bob}}, release: true},
+			{id: "d2", takes: []Take{{Rule: f, Key: alice}, qt("dave"), {Rule: b2, Key: bob}}, release: true},
 			{id: "d3", takes: []Take{qt("erin"), {Rule: b2, Key: bob}}, allowed: true},
 			// A task admitted through its quota alone, then again with an
 			// empty bucket: denied, and its quota entry must stay.

@@ -370,23 +370,31 @@ func (c *modelCall) bucketCommit(t *modelTake, id string, at, remember float64) 
 	c.extend(t.ledger, at-c.now+remember)
 }
 
-// bucketUndo mirrors bucket_undo: a forgotten entry is no holding.
-// It refunds the cost only if no other ledger entry's moment is later than
-// both the released one's and now (ZCOUNT ledger (max(s, now) +inf == 0).
+// bucketUndo mirrors bucket_undo: a forgotten entry is no holding. The
+// entry goes; the cost is refunded only if no other ledger member (holder
+// or tombstone) has a moment later than the released one's, and otherwise
+// the tombstone is raised to that moment.
 func (c *modelCall) bucketUndo(t *modelTake, id string, remember float64) bool {
 	s, ok := c.bucketHeld(t, id, remember)
 	if !ok {
 		return false
 	}
-	if len(c.zabove(t.ledger, math.Max(s, c.now))) == 0 {
+	e := c.get(t.ledger)
+	delete(e.z, id)
+	c.dropIfEmpty(t.ledger, e)
+	if len(c.zabove(t.ledger, s)) == 0 {
 		c.bucketStore(t, math.Min(t.burst, c.bucketTokens(t)+t.cost))
+		return true
 	}
-	if e := c.get(t.ledger); e != nil {
-		delete(e.z, id)
-		c.dropIfEmpty(t.ledger, e)
+	if old, ok := c.zscore(t.ledger, modelTomb); !ok || old < s {
+		c.getOrCreate(t.ledger).z[modelTomb] = s
+		c.extend(t.ledger, s-c.now+remember)
 	}
 	return true
 }
+
+// modelTomb is rules.lua's TOMB.
+const modelTomb = "\x00"
 
 // fixedState mirrors fixed_state: (window start, count, whether id is
 // counted, the cost it was counted with).

@@ -110,3 +110,105 @@ func TestForgetTakesAnotherTokenOnRetry(t *testing.T) {
 		t.Errorf("release after the retry: %d takes, want 2", n)
 	}
 }
+
+// TestReleaseAfterLaterTakesRefundsNothing: a token taken at a moment that
+// has passed, released after other takes, is not refunded. Here the bucket
+// (20/s, burst 2) refills to burst while A holds its token, then B and C
+// empty it: without A the bucket would have been full just the same, so
+// A's token is not there to give back. Refunding it (the earlier rule,
+// which only looked for holders later than now) let D through at once:
+// three grants within a few ms of a burst-2 bucket, the over-grant the
+// pipeline test caught at 0.01 of a token.
+func TestReleaseAfterLaterTakesRefundsNothing(t *testing.T) {
+	l, _ := newStandalone(t)
+	const rate, burst = 20, 2
+	b := mustBucket(t, "sms", rate, burst)
+	req := func(id string) Request { return Request{ID: id, Takes: []Take{{Rule: b, Key: "gw"}}} }
+	if d := mustAdmit(t, l, req("A")); !d.Allowed || d.Delay != 0 {
+		t.Fatalf("A: %+v, want allowed now", d)
+	}
+	time.Sleep(3 * time.Second / rate) // the bucket is full again, with A's take
+	var moments []time.Time
+	for _, id := range []string{"B", "C"} {
+		d := mustAdmit(t, l, req(id))
+		if !d.Allowed || d.Delay != 0 {
+			t.Fatalf("%s: %+v, want allowed now", id, d)
+		}
+		moments = append(moments, d.At())
+	}
+	if n, err := l.Release(ctx, req("A")); n != 1 || err != nil {
+		t.Fatalf("release A: %d, %v", n, err)
+	}
+	d, err := l.Reserve(ctx, req("D"), time.Second)
+	if err != nil || !d.Allowed {
+		t.Fatalf("reserve D: %+v, %v", d, err)
+	}
+	if d.Delay == 0 {
+		t.Errorf("D admitted at once after B and C emptied the bucket: releasing A refunded a token the full bucket had already lost")
+	}
+	bucketBound(t, append(moments, d.At()), rate, burst)
+
+	// With no take after it, a release does refund: E, taken and released
+	// while nothing else took, leaves the bucket as it found it.
+	eBefore, _ := l.Reserve(ctx, req("E"), time.Second)
+	if n, _ := l.Release(ctx, req("E")); n != 1 {
+		t.Fatalf("release E: %d takes, want 1", n)
+	}
+	f, _ := l.Reserve(ctx, req("F"), time.Second)
+	if diff := f.At().Sub(eBefore.At()); diff < -time.Millisecond || diff > time.Millisecond {
+		t.Errorf("F reserved %s after E (%s), the latest take, was released: want E's moment", f.At(), eBefore.At())
+	}
+}
+
+// TestForgottenTakeStillBlocksRefund: a forgotten holding (the provider took
+// the token) leaves a tombstone at its moment, so releasing an earlier
+// holding afterwards refunds nothing: the refund would hand out the
+// forgotten moment's token a second time.
+func TestForgottenTakeStillBlocksRefund(t *testing.T) {
+	l, _ := newStandalone(t)
+	const rate, burst = 10, 1
+	b := mustBucket(t, "sms", rate, burst)
+	req := func(id string) Request { return Request{ID: id, Takes: []Take{{Rule: b, Key: "gw"}}} }
+	reserve := func(id string) Decision {
+		t.Helper()
+		d, err := l.Reserve(ctx, req(id), 2*time.Second)
+		if err != nil || !d.Allowed {
+			t.Fatalf("reserve %s: %+v, %v", id, d, err)
+		}
+		return d
+	}
+	reserve("A")
+	bd := reserve("B")
+	if n, err := l.Forget(ctx, req("B")); n != 1 || err != nil {
+		t.Fatalf("forget B: %d, %v", n, err)
+	}
+	if n, err := l.Release(ctx, req("A")); n != 1 || err != nil {
+		t.Fatalf("release A: %d, %v", n, err)
+	}
+	c := reserve("C")
+	bucketBound(t, []time.Time{bd.At(), c.At()}, rate, burst)
+}
+
+// TestPauseBlocksRefund: a pause raises the tombstone to its end, so a
+// release made during it refunds nothing: the refunded token would be due
+// before the provider's Retry-After.
+func TestPauseBlocksRefund(t *testing.T) {
+	l, _ := newStandalone(t)
+	b := mustBucket(t, "sms", 10, 1)
+	req := func(id string) Request { return Request{ID: id, Takes: []Take{{Rule: b, Key: "gw"}}} }
+	mustAdmit(t, l, req("A"))
+	const pause = 2 * time.Second
+	if _, err := l.Pause(ctx, b, "gw", pause); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := l.Release(ctx, req("A")); n != 1 || err != nil {
+		t.Fatalf("release A: %d, %v", n, err)
+	}
+	d, err := l.Reserve(ctx, req("C"), 10*time.Second)
+	if err != nil || !d.Allowed {
+		t.Fatalf("reserve C: %+v, %v", d, err)
+	}
+	if d.Delay < pause-100*time.Millisecond {
+		t.Errorf("C reserved %s ahead during a %s pause: the release refunded a token the pause drained", d.Delay, pause)
+	}
+}
