@@ -528,7 +528,9 @@ func (f *fleet) archived() map[string]*asynq.TaskInfo {
 }
 
 // ledger returns the provider bucket's ledger: the task IDs holding one of
-// its tokens and the moment (Redis time) each may use it. Its key is
+// its tokens and the moment (Redis time) each may use it. A task whose send
+// failed at the provider (5xx, 429) holds the token its retry took; the
+// failed attempt's moment is gone from the ledger. Its key is
 // <prefix>{<provider>}:b:<provider>:held (throttle/keys.go).
 func (f *fleet) ledger() map[string]time.Time {
 	f.t.Helper()
@@ -539,10 +541,16 @@ func (f *fleet) ledger() map[string]time.Time {
 	}
 	got := map[string]time.Time{}
 	for _, z := range zs {
-		got[z.Member.(string)] = time.UnixMicro(int64(z.Score))
+		if id := z.Member.(string); id != ledgerTomb {
+			got[id] = time.UnixMicro(int64(z.Score))
+		}
 	}
 	return got
 }
+
+// ledgerTomb is the ledger member that records takes no holder shows any
+// more (rules.lua's TOMB): not a task.
+const ledgerTomb = "\x00"
 
 // quotaKey is the recipient's sorted set under the fleet's policy.
 func quotaKey(recipient string) string {

@@ -227,7 +227,15 @@ func (t *Throttle) deliver(ctx context.Context, j job, next asynq.Handler, task 
 	t.Metrics.inc(t.Metrics.Failed, j.n.Provider)
 	// The recipient received nothing: its quota goes back in every case.
 	t.release(j.recipientOnly())
-	switch o, after := outcome(err); o {
+	o, after := outcome(err)
+	if o != Reject {
+		// The provider's token was spent on this attempt (it took the
+		// request, or may have): a retry takes a token of its own, so that
+		// retries are paced like any other send rather than passing the
+		// bucket as already admitted.
+		t.forget(j.request())
+	}
+	switch o {
 	case Pause:
 		t.Metrics.inc(t.Metrics.Paused, j.n.Provider)
 		if _, perr := t.Limiter.Pause(context.WithoutCancel(ctx), j.route.Bucket, j.n.Provider, after); perr != nil {
@@ -283,6 +291,18 @@ func (t *Throttle) release(r throttle.Request) {
 	defer cancel()
 	if _, err := t.Limiter.Release(ctx, r); err != nil {
 		t.Log.Warn("release failed", "task", r.ID, "err", err)
+	}
+}
+
+// forget drops the task's provider token without giving it back (see
+// throttle.Limiter.Forget); a failure is logged: the retry then passes the
+// bucket as already admitted, as before forget existed, and the holding
+// lapses after throttle.Options.Remember.
+func (t *Throttle) forget(r throttle.Request) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := t.Limiter.Forget(ctx, r); err != nil {
+		t.Log.Warn("forgetting the provider token failed", "task", r.ID, "err", err)
 	}
 }
 

@@ -260,6 +260,34 @@ func TestMiddlewareGivesTheQuotaBackWhenTheSendFails(t *testing.T) {
 	}
 }
 
+// TestMiddlewareRetryTakesAProviderTokenOfItsOwn: a send the provider
+// answered 503 spent its token; the retry takes another rather than passing
+// the bucket as already admitted (which let retries through unpaced). With
+// one token an hour, the retry waits for the provider.
+func TestMiddlewareRetryTakesAProviderTokenOfItsOwn(t *testing.T) {
+	q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 5, Per: time.Hour})
+	b, _ := throttle.NewBucket("gw", 1.0/3600, 1)
+	h := newHarnessWith(t, harnessConfig{quota: q, bucket: b, retryDelay: quickBackoff})
+	failed := false
+	h.fail = func(m Message) error { // called with h.mu held
+		if !failed {
+			failed = true
+			return errors.New("503 Service Unavailable")
+		}
+		return nil
+	}
+	h.enqueue(t, "f", Notification{Recipient: "a"})
+	info := h.await(t, "f", "throttled by the provider", func(i *asynq.TaskInfo) bool {
+		return i.State == asynq.TaskStateRetry && strings.HasPrefix(i.LastErr, "throttled by provider gw")
+	})
+	if info.Retried != 1 {
+		t.Errorf("retried %d times, want 1 (the 503; a deferral is no failure)", info.Retried)
+	}
+	if h.wasSent("f") {
+		t.Error("the retry was sent although the bucket's only token went to the failed attempt")
+	}
+}
+
 func TestMiddlewarePausesTheProviderOn429(t *testing.T) {
 	q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 5, Per: time.Hour})
 	b, _ := throttle.NewBucket("gw", 100, 10)

@@ -3,8 +3,10 @@ package jobs
 import (
 	"context"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -24,6 +26,7 @@ type flakyProvider struct {
 	slow     time.Duration        // how long a too-slow answer takes
 
 	mu       sync.Mutex
+	arrivals []time.Time // every attempt's arrival, in order
 	attempts map[string]int
 	acks     map[string]int
 	late     map[string]int // answered 200 after the worker had given up
@@ -34,6 +37,7 @@ func (p *flakyProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.mu.Lock()
 	a := p.attempts[key]
 	p.attempts[key]++
+	p.arrivals = append(p.arrivals, time.Now())
 	p.mu.Unlock()
 	switch {
 	case a >= p.failures(key):
@@ -95,8 +99,11 @@ func TestWebhookFlappingProvider(t *testing.T) {
 	endpoint := httptest.NewServer(p)
 	defer endpoint.Close()
 	q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 1, Per: time.Hour})
-	b, _ := throttle.NewBucket("gw", 1000, 100)
-	h := newHarnessWith(t, harnessConfig{quota: q, bucket: b, retryDelay: quickBackoff,
+	// Slow enough that retries (2s and 4s after a failure) arrive while
+	// first attempts still queue for the bucket.
+	const rate, burst = 10, 2
+	b, _ := throttle.NewBucket("gw", rate, burst)
+	h := newHarnessWith(t, harnessConfig{quota: q, bucket: b, retryDelay: quickBackoff, inlineWait: time.Second,
 		provider: NewWebhookProvider("gw", endpoint.URL, 100*time.Millisecond, nil)})
 
 	// One recipient, one slot: "first" fails once and gives the slot back,
@@ -143,5 +150,36 @@ func TestWebhookFlappingProvider(t *testing.T) {
 	for _, id := range ids {
 		late += p.count(p.late, id)
 	}
-	t.Logf("%d jobs: every one acknowledged once; %d answered too late and were sent again (the provider's Idempotency-Key dedupes those)", jobs, late)
+	// Every attempt, failed or not, spent a token of the provider's: the
+	// retries were paced by the bucket like first attempts.
+	p.mu.Lock()
+	arrivals := slices.Clone(p.arrivals)
+	p.mu.Unlock()
+	worst, n, span := bucketWorst(arrivals, rate, burst)
+	if worst > arrivalSlack {
+		t.Errorf("%d attempts reached the provider within %s: %.2f over its bucket (%d/s, burst %d)", n, span, worst, rate, burst)
+	}
+	t.Logf("%d jobs: every one acknowledged once; %d answered too late and were sent again (the provider's Idempotency-Key dedupes those); "+
+		"%d attempts, at most %.2f over the bucket", jobs, late, len(arrivals), max(0, worst))
+}
+
+// arrivalSlack is how far over a bucket the arrivals at an in-process
+// endpoint may look: a token's worth at 10/s is 100ms, far more than the
+// scheduling delay between a granted moment and the request's arrival.
+const arrivalSlack = 0.5
+
+// bucketWorst returns how far the times (in order) exceed a bucket of rate
+// and burst at worst: the largest count in an interval [times[i],
+// times[j]] minus burst + rate·(its span), with that count and span.
+func bucketWorst(times []time.Time, rate float64, burst int) (worst float64, count int, span time.Duration) {
+	worst = math.Inf(-1)
+	for i := range times {
+		for j := i; j < len(times); j++ {
+			d := times[j].Sub(times[i])
+			if x := float64(j-i+1) - float64(burst) - rate*d.Seconds(); x > worst {
+				worst, count, span = x, j-i+1, d
+			}
+		}
+	}
+	return worst, count, span
 }
