@@ -23,12 +23,9 @@ import (
 // notifications were sent). It returns what checkRun found.
 //
 // TestClusterPipeline and TestClusterFailover run with inline_wait 0 (every
-// provider wait deferred, nothing reserved ahead): with reservations on a
-// cluster the provider bucket's granted moments were seen, intermittently,
-// a fraction of a token over rate + burst (see
-// TestClusterReservedSendKeepsRecipientWindows).
+// provider wait deferred, nothing reserved ahead);
 // TestClusterReservedSendKeepsRecipientWindows runs with inline_wait 1s
-// and a slower provider (rate), so that more jobs reserve ahead.
+// and a slower provider (rate), so that many jobs reserve ahead.
 func clusterRun(t *testing.T, tag string, inlineWait time.Duration, rate float64, during func(f *fleet)) runCounts {
 	const recipients, per = 20, 6
 	var audience strings.Builder
@@ -154,7 +151,10 @@ func TestClusterFailover(t *testing.T) {
 // only then reserves the provider token, up to MaxWait ahead; the quota
 // entries are stamped provisionally at now + MaxWait and moved to the
 // reserved moment once it is known (restamp), so they count from the send
-// (this used to measure 5 messages in 4.81 s under "4 per 5s").
+// (this used to measure 5 messages in 4.81 s under "4 per 5s"). It also
+// caught the bucket refunding a released token whose moment had passed
+// after other takes (6 grants within 81.657ms of a 12/s burst-5 bucket):
+// see bucket_undo in lua/rules.lua.
 func TestClusterReservedSendKeepsRecipientWindows(t *testing.T) {
 	c := clusterRun(t, "rs", time.Second, 12, nil)
 	t.Logf("cluster with reservations: sent twice: %d", c.dupTasks)
