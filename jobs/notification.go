@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -93,7 +94,46 @@ func Decode(payload []byte) (Notification, error) {
 	if dec.More() {
 		return n, fmt.Errorf("payload has data after the notification: %w", ErrBadPayload)
 	}
+	if err := checkFieldNames(payload); err != nil {
+		return n, err
+	}
 	return n, n.Check()
+}
+
+// payloadFields are the JSON names of Notification's fields.
+var payloadFields = [...]string{"recipient", "policy", "provider", "template", "data", "send_by", "campaign"}
+
+// checkFieldNames rejects what encoding/json lets through in an object it
+// has decoded: a field named in another case ("Recipient": it matches
+// names case-insensitively) or given twice (it keeps the last), either of
+// which leaves a producer's mistake silently half-applied.
+func checkFieldNames(payload []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(payload))
+	if _, err := dec.Token(); err != nil { // '{': Decode has read it once
+		return fmt.Errorf("payload is not a notification: %v: %w", err, ErrBadPayload)
+	}
+	var seen [len(payloadFields)]bool
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return fmt.Errorf("payload is not a notification: %v: %w", err, ErrBadPayload)
+		}
+		name, _ := tok.(string)
+		i := slices.Index(payloadFields[:], name)
+		if i < 0 {
+			return fmt.Errorf("payload field %.40q: field names are lower case (%s): %w",
+				name, strings.Join(payloadFields[:], ", "), ErrBadPayload)
+		}
+		if seen[i] {
+			return fmt.Errorf("payload field %q: given twice: %w", name, ErrBadPayload)
+		}
+		seen[i] = true
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return fmt.Errorf("payload is not a notification: %v: %w", err, ErrBadPayload)
+		}
+	}
+	return nil
 }
 
 // idSpace makes task IDs derived from idempotency keys UUIDs of their own.
