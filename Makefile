@@ -33,11 +33,12 @@ bench: need-redis
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem $(PKGS)
 
 ## fuzz: each fuzz target briefly (FUZZTIME each): key encoding, rule
-## validation, the config parser, JSONL lines and task payloads. CI runs it
-## with a short FUZZTIME after the tests.
+## validation, the config parser, JSONL lines, task payloads and their field
+## names. CI runs it with a short FUZZTIME after the tests.
 FUZZTIME ?= 15s
 FUZZ_TARGETS = ./throttle/:FuzzEncodeSubject ./throttle/:FuzzRuleValidation \
-	./config/:FuzzParse ./cmd/enqueue/:FuzzParseLine ./jobs/:FuzzDecode
+	./config/:FuzzParse ./cmd/enqueue/:FuzzParseLine ./jobs/:FuzzDecode \
+	./jobs/:FuzzMemberNames
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 	  pkg=$${t%%:*}; name=$${t##*:}; echo "fuzz $$pkg $$name ($(FUZZTIME))"; \

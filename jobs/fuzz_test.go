@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -94,6 +95,63 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("second NewTask: %v; payload\n%s\nthen\n%s", err, task.Payload(), task2.Payload())
 		}
 	})
+}
+
+// FuzzMemberNames checks eachMemberName, the scan behind Decode's field
+// name check, against encoding/json's own tokenizer on every valid JSON
+// object: the same names in the same order.
+func FuzzMemberNames(f *testing.F) {
+	for _, s := range decodeSeeds() {
+		f.Add([]byte(s))
+	}
+	f.Add([]byte(`{"a\"b":{"c":[1,{"d":"}"}]},"e\\":"\"","f":[],"\u0072ecipient":null}`))
+	f.Fuzz(func(t *testing.T, payload []byte) {
+		if !json.Valid(payload) || jsonTopKind(payload) != '{' {
+			return
+		}
+		var got []string
+		if err := eachMemberName(payload, func(name []byte) error {
+			got = append(got, string(name))
+			return nil
+		}); err != nil {
+			t.Fatalf("eachMemberName: %v", err)
+		}
+		if want := memberNamesByTokens(t, payload); !slices.Equal(got, want) {
+			t.Fatalf("names %q, encoding/json reads %q", got, want)
+		}
+	})
+}
+
+// jsonTopKind returns the first non-space byte of a JSON text.
+func jsonTopKind(b []byte) byte {
+	for _, c := range b {
+		if c != ' ' && c != '\t' && c != '\n' && c != '\r' {
+			return c
+		}
+	}
+	return 0
+}
+
+// memberNamesByTokens reads the top-level member names of a JSON object
+// with json.Decoder.Token: the reference for eachMemberName.
+func memberNamesByTokens(t *testing.T, payload []byte) []string {
+	dec := json.NewDecoder(bytes.NewReader(payload))
+	if _, err := dec.Token(); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, tok.(string))
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return names
 }
 
 // sameNotification compares two notifications as JSON values, so data

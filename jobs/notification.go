@@ -108,18 +108,9 @@ var payloadFields = [...]string{"recipient", "policy", "provider", "template", "
 // names case-insensitively) or given twice (it keeps the last), either of
 // which leaves a producer's mistake silently half-applied.
 func checkFieldNames(payload []byte) error {
-	dec := json.NewDecoder(bytes.NewReader(payload))
-	if _, err := dec.Token(); err != nil { // '{': Decode has read it once
-		return fmt.Errorf("payload is not a notification: %v: %w", err, ErrBadPayload)
-	}
 	var seen [len(payloadFields)]bool
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return fmt.Errorf("payload is not a notification: %v: %w", err, ErrBadPayload)
-		}
-		name, _ := tok.(string)
-		i := slices.Index(payloadFields[:], name)
+	return eachMemberName(payload, func(name []byte) error {
+		i := slices.Index(payloadFields[:], string(name))
 		if i < 0 {
 			return fmt.Errorf("payload field %.40q: field names are lower case (%s): %w",
 				name, strings.Join(payloadFields[:], ", "), ErrBadPayload)
@@ -128,9 +119,53 @@ func checkFieldNames(payload []byte) error {
 			return fmt.Errorf("payload field %q: given twice: %w", name, ErrBadPayload)
 		}
 		seen[i] = true
-		var skip json.RawMessage
-		if err := dec.Decode(&skip); err != nil {
-			return fmt.Errorf("payload is not a notification: %v: %w", err, ErrBadPayload)
+		return nil
+	})
+}
+
+// eachMemberName calls f with the name of each member of the JSON object
+// payload, in order, and returns f's first error. payload must be valid
+// JSON whose top level is an object (Decode has parsed it): the scan only
+// tracks nesting and skips strings, which is a fraction of the cost of
+// json.Decoder.Token on the per-job path. A name is passed as its bytes
+// between the quotes, or as encoding/json reads it where it holds an escape
+// or bytes that are not UTF-8 (those become U+FFFD).
+func eachMemberName(payload []byte, f func(name []byte) error) error {
+	depth, atName := 0, false
+	for i := 0; i < len(payload); i++ {
+		switch payload[i] {
+		case '{':
+			depth++
+			atName = depth == 1
+		case '[':
+			depth++
+		case '}', ']':
+			depth--
+		case ',':
+			atName = depth == 1
+		case '"':
+			end := i + 1
+			for payload[end] != '"' {
+				if payload[end] == '\\' {
+					end++
+				}
+				end++
+			}
+			if atName {
+				name := payload[i+1 : end]
+				if bytes.IndexByte(name, '\\') >= 0 || !utf8.Valid(name) { // as encoding/json reads it
+					var s string
+					if err := json.Unmarshal(payload[i:end+1], &s); err != nil {
+						return fmt.Errorf("payload is not a notification: %v: %w", err, ErrBadPayload)
+					}
+					name = []byte(s)
+				}
+				if err := f(name); err != nil {
+					return err
+				}
+				atName = false
+			}
+			i = end
 		}
 	}
 	return nil
