@@ -300,39 +300,9 @@ func BenchmarkLoad(b *testing.B) {
 
 // startLoadWorker starts worker n with the load config.
 func startLoadWorker(b *testing.B, bin string, n int, redisAddr, url string) *workerProc {
-	b.Helper()
-	dir := b.TempDir()
-	addr, err := freeAddr()
-	if err != nil {
-		b.Fatal(err)
-	}
-	conf := filepath.Join(dir, "config.yaml")
-	body := fmt.Sprintf(loadConfig, redisAddr, *loadConcurrency, addr, loadPolicy, url, loadRate, loadBurst)
-	if err := os.WriteFile(conf, []byte(body), 0o644); err != nil {
-		b.Fatal(err)
-	}
-	w := &workerProc{n: n, metrics: addr, log: filepath.Join(dir, "worker.log"), exited: make(chan struct{})}
-	out, err := os.Create(w.log)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer out.Close()
-	w.cmd = exec.Command(bin, "-config", conf)
-	w.cmd.Stdout, w.cmd.Stderr = out, out
-	w.cmd.Env = envWithoutRedisURL()
-	if err := w.cmd.Start(); err != nil {
-		b.Fatalf("start worker %d: %v", n, err)
-	}
-	go func() { w.err = w.cmd.Wait(); close(w.exited) }()
-	b.Cleanup(func() {
-		select {
-		case <-w.exited:
-		default:
-			_ = w.cmd.Process.Kill()
-			<-w.exited
-		}
+	return startWorkerWith(b, bin, n, func(metrics string) string {
+		return fmt.Sprintf(loadConfig, redisAddr, *loadConcurrency, metrics, loadPolicy, url, loadRate, loadBurst)
 	})
-	return w
 }
 
 // buildCommand builds ./cmd/<name> into a temp dir.

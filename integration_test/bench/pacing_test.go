@@ -300,8 +300,17 @@ providers:
 defaults: {policy: marketing, provider: hook, queue: default}
 `
 
-// startWorker starts worker n with a config of its own and a free metrics port.
+// startWorker starts worker n with the pacing config.
 func startWorker(b *testing.B, bin string, n int, redisAddr, url string) *workerProc {
+	return startWorkerWith(b, bin, n, func(metrics string) string {
+		return fmt.Sprintf(workerConfig, redisAddr, *pacingConcurrency, metrics, url, pacingRate, pacingBurst)
+	})
+}
+
+// startWorkerWith starts worker n with the config that config returns for
+// a free metrics address, in a directory of its own, logging to worker.log
+// there; the worker is killed at cleanup if it is still running.
+func startWorkerWith(b *testing.B, bin string, n int, config func(metrics string) string) *workerProc {
 	b.Helper()
 	dir := b.TempDir()
 	addr, err := freeAddr()
@@ -309,8 +318,7 @@ func startWorker(b *testing.B, bin string, n int, redisAddr, url string) *worker
 		b.Fatal(err)
 	}
 	conf := filepath.Join(dir, "config.yaml")
-	body := fmt.Sprintf(workerConfig, redisAddr, *pacingConcurrency, addr, url, pacingRate, pacingBurst)
-	if err := os.WriteFile(conf, []byte(body), 0o644); err != nil {
+	if err := os.WriteFile(conf, []byte(config(addr)), 0o644); err != nil {
 		b.Fatal(err)
 	}
 	w := &workerProc{n: n, metrics: addr, log: filepath.Join(dir, "worker.log"), exited: make(chan struct{})}
