@@ -31,13 +31,11 @@ package throttle
 // benchmarks (default 1s; 3 rounds).
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"math"
-	"os"
 	"runtime"
 	"strconv"
 	"strings"
@@ -48,6 +46,8 @@ import (
 
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/notify-throttle/throttler/internal/cpustat"
 )
 
 var benchRound = flag.Duration("throttle.round", time.Second, "how long each variant runs per round in the side-by-side throttle benchmarks")
@@ -389,29 +389,8 @@ func (e *benchEnv) stats(b *testing.B) benchStats {
 			s.serverCPU += x
 		}
 	}
-	s.clientCPU = benchSelfCPU()
+	s.clientCPU = cpustat.Self()
 	return s
-}
-
-// benchSelfCPU returns this process's user + system CPU in seconds from
-// /proc/self/stat (assuming the usual 100 ticks per second), or 0 where
-// there is no such file.
-func benchSelfCPU() float64 {
-	raw, err := os.ReadFile("/proc/self/stat")
-	if err != nil {
-		return 0
-	}
-	i := bytes.LastIndexByte(raw, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(string(raw[i+1:]))
-	if len(f) < 13 { // utime and stime are fields 14 and 15 of the whole line
-		return 0
-	}
-	u, _ := strconv.ParseFloat(f[11], 64)
-	st, _ := strconv.ParseFloat(f[12], 64)
-	return (u + st) / 100
 }
 
 // benchReport reports every variant's decisions/s and the ratios asked for,

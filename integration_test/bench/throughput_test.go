@@ -1,13 +1,11 @@
 package bench
 
 import (
-	"bytes"
 	"context"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"runtime"
 	"slices"
 	"sort"
@@ -22,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/notify-throttle/throttler/internal/cpustat"
 	"github.com/notify-throttle/throttler/internal/redistest"
 	"github.com/notify-throttle/throttler/jobs"
 	"github.com/notify-throttle/throttler/throttle"
@@ -469,7 +468,7 @@ func readCost(ctx context.Context, admin *redis.Client) (e2eCost, error) {
 			c.scriptUsec += usec
 		}
 	}
-	c.clientCPU = selfCPU()
+	c.clientCPU = cpustat.Self()
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	c.allocs, c.allocBytes = m.Mallocs, m.TotalAlloc
@@ -485,24 +484,4 @@ func statField(val, name string) float64 {
 		}
 	}
 	return 0
-}
-
-// selfCPU returns this process's user + system CPU in seconds from
-// /proc/self/stat (at the usual 100 ticks per second), or 0 without it.
-func selfCPU() float64 {
-	raw, err := os.ReadFile("/proc/self/stat")
-	if err != nil {
-		return 0
-	}
-	i := bytes.LastIndexByte(raw, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(string(raw[i+1:]))
-	if len(f) < 13 { // utime and stime are fields 14 and 15 of the line
-		return 0
-	}
-	u, _ := strconv.ParseFloat(f[11], 64)
-	s, _ := strconv.ParseFloat(f[12], 64)
-	return (u + s) / 100
 }
