@@ -47,7 +47,7 @@ local function admit_task(keys, ki, id, p, now)
       k = k + 1
     elseif kind == 'b' then
       local reserve
-      reserve, u, left, mine, a = bucket_check(t, keys[k], keys[k + 1], id, now, remember)
+      reserve, u, left, mine, a = bucket_check(t, keys[k], keys[k + 1], id, now, remember, denied)
       if reserve and reserve > maxwait then ok = false end
       k = k + 2
     else

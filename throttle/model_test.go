@@ -344,12 +344,15 @@ func (c *modelCall) bucketHeld(t *modelTake, id string, remember float64) (float
 	return s, true
 }
 
-func (c *modelCall) bucketCheck(t *modelTake, id string, remember float64) {
+func (c *modelCall) bucketCheck(t *modelTake, id string, remember float64, denied bool) {
 	now := c.now
 	c.noteLost(t.ledger)
 	t.tokens = c.bucketTokens(t)
 	t.ok, t.delay = true, 0
-	if mine, ok := c.bucketHeld(t, id, remember); ok {
+	if denied && t.tokens >= t.cost {
+		// bucket_check skips the ledger: the take passes either way.
+		t.remaining = math.Floor(t.tokens - t.cost)
+	} else if mine, ok := c.bucketHeld(t, id, remember); ok {
 		t.repeated = true
 		t.wait = math.Max(0, mine-now)
 		t.remaining = math.Max(0, math.Floor(t.tokens))
@@ -463,7 +466,7 @@ func (m *model) admit(r Request, nowUS, rememberUS int64) Decision {
 		case "q":
 			c.quotaCheck(t, id)
 		case "b":
-			c.bucketCheck(t, id, remember)
+			c.bucketCheck(t, id, remember, denied)
 		default:
 			c.fixedCheck(t, id)
 		}

@@ -120,6 +120,58 @@ func TestAdmissionIsAllOrNothing(t *testing.T) {
 	}
 }
 
+// TestDeniedByQuotaDoesNotReadTheLedger: once a recipient's quota denies
+// and the provider's bucket has the tokens, the bucket's take passes either
+// way and nothing is written, so its ledger is not read (the busiest path of
+// a fleet: a recipient at its cap). The take then counts as not held, even
+// by a task that holds it: Remaining is the tokens left after its cost.
+func TestDeniedByQuotaDoesNotReadTheLedger(t *testing.T) {
+	l, rdb := newStandalone(t)
+	q := mustQuota(t, "mkt", Window{3, time.Hour})
+	b := mustBucket(t, "sms", 0.001, 3)
+	both := func(id string) Request {
+		return Request{ID: id, Takes: []Take{{Rule: q, Key: "alice", Cost: 3}, {Rule: b, Key: "gw"}}}
+	}
+	// "a" holds all 3 of the quota and a token; then it gives the quota
+	// back (a release of that take alone) and "b" takes 1 of it.
+	mustAdmit(t, l, both("a"))
+	if n, err := l.Release(ctx, Request{ID: "a", Takes: both("a").Takes[:1]}); n != 1 || err != nil {
+		t.Fatalf("release a's quota entry: %d, %v", n, err)
+	}
+	if d := mustAdmit(t, l, Request{ID: "b", Takes: []Take{{Rule: q, Key: "alice"}}}); !d.Allowed {
+		t.Fatalf("b: %+v", d)
+	}
+	zscores := func() int64 {
+		t.Helper()
+		stats, err := rdb.Info(ctx, "commandstats").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, rest, ok := strings.Cut(stats, "cmdstat_zscore:calls=")
+		if !ok {
+			return 0
+		}
+		var n int64
+		fmt.Sscan(strings.SplitN(rest, ",", 2)[0], &n)
+		return n
+	}
+	before := zscores()
+	// The quota has 2 left of the 3 asked for; the bucket has 2 tokens and
+	// "a" holds one more.
+	for _, id := range []string{"a", "c"} {
+		d := mustAdmit(t, l, both(id))
+		if d.Allowed || d.Take != 0 {
+			t.Fatalf("%s: %+v, want denied by the quota", id, d)
+		}
+		if d.Remaining != 1 {
+			t.Errorf("%s: remaining %d, want 1 (the bucket's 2 tokens less the take's cost)", id, d.Remaining)
+		}
+	}
+	if n := zscores() - before; n != 0 {
+		t.Errorf("denied admissions ran ZSCORE %d times, want 0: the ledger need not be read", n)
+	}
+}
+
 func TestAdmissionIsIdempotentByTaskID(t *testing.T) {
 	l, rdb := newStandalone(t)
 	q := mustQuota(t, "mkt", Window{1, time.Hour})
