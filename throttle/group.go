@@ -32,14 +32,7 @@ var allTakes = func() []int {
 // quota is still undecided.
 func (l *Limiter) plan(r Request) []group {
 	if !l.cluster {
-		if len(r.Takes) <= len(allTakes) {
-			return []group{{takes: allTakes[:len(r.Takes):len(r.Takes)]}}
-		}
-		g := group{takes: make([]int, len(r.Takes))}
-		for i := range r.Takes {
-			g.takes[i] = i
-		}
-		return []group{g}
+		return []group{l.single(r)}
 	}
 	bySubject := map[string]int{}
 	var gs []group
@@ -66,6 +59,18 @@ func (l *Limiter) plan(r Request) []group {
 		}
 	}
 	return ordered
+}
+
+// single is the one group of r on a single node: all its takes.
+func (l *Limiter) single(r Request) group {
+	if len(r.Takes) <= len(allTakes) {
+		return group{takes: allTakes[:len(r.Takes):len(r.Takes)]}
+	}
+	g := group{takes: make([]int, len(r.Takes))}
+	for i := range r.Takes {
+		g.takes[i] = i
+	}
+	return g
 }
 
 // maxCallTasks is the most tasks (request groups) one script call carries
@@ -247,6 +252,24 @@ func (l *Limiter) eval(ctx context.Context, e entry, calls []call) ([][]int64, e
 		}
 	}
 	return vals, nil
+}
+
+// eval1 is eval for one call, with the common case (the library is loaded)
+// taking nothing but the command and its reply.
+func (l *Limiter) eval1(ctx context.Context, e entry, c call) ([]int64, error) {
+	if !l.noFunctions.Load() {
+		c.cmd[0], c.cmd[1] = "fcall", e.fn
+		cmd := redis.NewIntSliceCmd(ctx, c.cmd...)
+		_ = l.rdb.Process(ctx, cmd)
+		v, err := cmd.Result()
+		if err == nil || !functionMissing(err) && !noFunctions(err) {
+			return v, err
+		}
+	}
+	// The library must be loaded, or scripts used: eval knows how. The
+	// FCALL above failed, so nothing ran.
+	res, err := l.eval(ctx, e, []call{c})
+	return res[0], err
 }
 
 // send runs calls[idx] as command name on target (function, SHA-1 or

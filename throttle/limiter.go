@@ -115,7 +115,7 @@ func (l *Limiter) Admit(ctx context.Context, r Request) (Decision, error) {
 	if err := r.validate(); err != nil {
 		return Decision{}, err
 	}
-	g := l.plan(r)[0]
+	g := l.single(r)
 	nk := 0
 	for _, t := range r.Takes {
 		nk += t.Rule.keyCount()
@@ -124,15 +124,15 @@ func (l *Limiter) Admit(ctx context.Context, r Request) (Decision, error) {
 	var buf [128]byte
 	_, plan := l.appendPlan(keys, buf[:0], r, g, r.MaxWait.Microseconds())
 	args[0], args[1] = r.ID, string(plan)
-	res, err := l.eval(ctx, l.admit, []call{c})
+	res, err := l.eval1(ctx, l.admit, c)
 	if err != nil {
 		return Decision{}, fmt.Errorf("throttle: admit: %w", err)
 	}
-	if len(res[0]) != 4 {
-		return Decision{}, fmt.Errorf("throttle: unexpected script reply %v", res[0])
+	if len(res) != 4 {
+		return Decision{}, fmt.Errorf("throttle: unexpected script reply %v", res)
 	}
 	var d Decision
-	merge(&d, parseGroup(res[0]), r, g, 0)
+	merge(&d, parseGroup(res), r, g, 0)
 	return d, nil
 }
 
