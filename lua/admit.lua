@@ -20,6 +20,10 @@
 -- is admitted and told the moment it may go. Quota entries and bucket ledgers
 -- record that moment, so a repeated call returns the same moment.
 --
+-- A task whose plan has a done marker (see rules.lua) whose key exists is
+-- done: nothing is checked or consumed, and its code is -1 (its other
+-- values 0 but now_us).
+--
 -- Returns, for each task in turn, four values:
 --   code, now_us, delay_us, remaining
 -- where code = allowed (1/0) + 2 * repeated (1/0) + 4 * binding take
@@ -36,6 +40,16 @@
 -- index past its last key, then its four values.
 local function admit_task(keys, ki, id, p, now)
   local remember, maxwait, n = p.remember, p.maxwait, p.n
+  if p.done then
+    local marker = keys[ki]
+    ki = ki + 1
+    if rcall('EXISTS', marker) == 1 then
+      for i = 1, n do
+        if p[i].kind == 'b' then ki = ki + 2 else ki = ki + 1 end
+      end
+      return ki, -1, now, 0, 0
+    end
+  end
   local denied, delay, binding, window, remaining, repeated = false, 0, 0, 0, huge, true
   local k = ki
   for i = 1, n do

@@ -9,7 +9,7 @@
 --
 -- A task's takes travel as one argument, its plan:
 --
---   remember;maxwait[:ahead];take;take;...  fields of a take separated by ','
+--   remember;maxwait[:ahead][;d];take;take;...  fields of a take separated by ','
 --
 -- where remember is how long buckets remember a task ID (µs), maxwait the µs
 -- a provider bucket may reserve ahead (0: none), ahead (optional, cluster
@@ -24,7 +24,9 @@
 --   f,cost,limit,per_us                    fixed-window counter
 --
 -- Keys follow in take order: 'q' -> sorted set; 'b' -> state hash, ledger
--- sorted set; 'f' -> hash.
+-- sorted set; 'f' -> hash. An admission's plan may start its takes with 'd'
+-- (done): its first key is then the task's done marker, whose existence
+-- means the task needs no admission any more (see admit.lua).
 --
 -- Limits travel with every call, never stored in Redis, so a changed limit
 -- applies at once to the history already there.
@@ -75,14 +77,16 @@ local QREAD, QREAD_S = 64, '64'
 local plans, nplans = {}, 0
 local MAXPLANS = 512
 
--- parse_plan reads a plan into {remember, maxwait, n (takes), [i] = take},
+-- parse_plan reads a plan into {remember, maxwait, done, n (takes), [i] = take},
 -- a take being {kind, cost, and its limits}; a quota's limits are
 -- t[1..nw] and its windows (per_us) t[nw+1..2nw].
 local function parse_plan(s)
-  local p, n = {remember = 0, maxwait = 0, ahead = 0, n = 0}, -2
+  local p, n = {remember = 0, maxwait = 0, ahead = 0, done = false, n = 0}, -2
   for part in gmatch(s, '[^;]+') do
     n = n + 1
-    if n == -1 then
+    if part == 'd' and n > 0 then
+      p.done, n = true, n - 1
+    elseif n == -1 then
       p.remember = tonum(part)
     elseif n == 0 then
       local c = find(part, ':', 1, true)

@@ -1,6 +1,7 @@
 package throttle
 
 import (
+	"errors"
 	"fmt"
 	"time"
 )
@@ -27,18 +28,29 @@ type Decision struct {
 	// Repeated reports whether every take already held this task ID, so this
 	// admission consumed nothing (a redelivered task).
 	Repeated bool
+	// Done reports that the request's done marker (Request.Done) exists:
+	// nothing was checked or consumed. Allowed is false, Take -1, and Now
+	// is the Redis time on a single node (zero on a cluster).
+	Done bool
 }
 
 // At returns the Redis time at which the caller may go (allowed) or retry (denied).
 func (d Decision) At() time.Time { return d.Now.Add(d.Delay) }
 
-// Err returns nil for an allowed decision and a *ThrottledError otherwise.
+// Err returns nil for an allowed decision, ErrDone for a done one and a
+// *ThrottledError otherwise.
 func (d Decision) Err() error {
 	if d.Allowed {
 		return nil
 	}
+	if d.Done {
+		return ErrDone
+	}
 	return &ThrottledError{Decision: d}
 }
+
+// ErrDone is Decision.Err of a task whose done marker exists.
+var ErrDone = errors.New("throttle: task is done")
 
 // ThrottledError is a denied admission. It carries the decision, so a caller
 // that only passes errors along (a job handler) can still defer by its Delay.

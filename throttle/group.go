@@ -116,6 +116,9 @@ func (l *Limiter) calls(rs []Request, ts []task, admit bool) []call {
 		chunk := ts[lo:min(lo+per, len(ts))]
 		nk := 0
 		for _, t := range chunk {
+			if admit && l.checksDone(rs[t.req]) {
+				nk++
+			}
 			for _, i := range t.g.takes {
 				nk += rs[t.req].Takes[i].Rule.keyCount()
 			}
@@ -128,7 +131,11 @@ func (l *Limiter) calls(rs []Request, ts []task, admit bool) []call {
 			if admit {
 				maxWait = r.MaxWait.Microseconds()
 			}
-			keys, buf = l.appendPlan(keys, buf[:0], r, t.g, maxWait)
+			done := ""
+			if admit && l.checksDone(r) {
+				done = r.Done
+			}
+			keys, buf = l.appendPlan(keys, buf[:0], r, t.g, maxWait, done)
 			if admit && l.stampsAhead(r) && !groupHasBucket(r, t.g) {
 				// A quota group admitted before the request's bucket group
 				// reserves a token up to MaxWait ahead: its entries are
@@ -143,6 +150,11 @@ func (l *Limiter) calls(rs []Request, ts []task, admit bool) []call {
 	}
 	return out
 }
+
+// checksDone reports whether r's admission script checks its done marker:
+// on a single node. A cluster checks it with a call of its own (see
+// AdmitBatch).
+func (l *Limiter) checksDone(r Request) bool { return r.Done != "" && !l.cluster }
 
 // stampsAhead reports whether r's quota groups are stamped provisionally
 // ahead: on a cluster, for a request that may reserve a bucket token ahead.
@@ -180,10 +192,14 @@ func insertAhead(buf []byte, from int, ahead int64) []byte {
 }
 
 // appendPlan appends the keys of g's takes of r to keys and their plan (see
-// lua/rules.lua) to buf.
-func (l *Limiter) appendPlan(keys []any, buf []byte, r Request, g group, maxWait int64) ([]any, []byte) {
+// lua/rules.lua) to buf; with done set, the done marker's key first.
+func (l *Limiter) appendPlan(keys []any, buf []byte, r Request, g group, maxWait int64, done string) ([]any, []byte) {
 	buf = append(buf, l.remember...)
 	buf = strconv.AppendInt(append(buf, ';'), maxWait, 10)
+	if done != "" {
+		keys = append(keys, done)
+		buf = append(buf, ";d"...)
+	}
 	last, tag := "", ""
 	for _, i := range g.takes {
 		t := r.Takes[i]
@@ -361,6 +377,7 @@ func (l *Limiter) loadFunctions(ctx context.Context) error {
 // groupResult is what admit.lua returns for one group.
 type groupResult struct {
 	allowed, repeated bool
+	done              bool  // the done marker exists: nothing checked
 	now               int64 // µs
 	delay             int64 // µs
 	binding, window   int   // 1-based within the group, 0: none
@@ -371,6 +388,9 @@ type groupResult struct {
 // parseGroup reads the four values admit.lua returns for one task.
 func parseGroup(n []int64) groupResult {
 	code := n[0]
+	if code == -1 {
+		return groupResult{done: true, now: n[1]}
+	}
 	return groupResult{
 		allowed: code&1 == 1, repeated: code&2 == 2,
 		binding: int(code >> 2 & 63), window: int(code >> 8 & 255), fresh: uint32(code >> 16),
@@ -393,6 +413,10 @@ func (g groupResult) freshTakes(gr group) group {
 // group sets the decision; later ones can only lengthen the wait, lower the
 // remaining capacity, or deny.
 func merge(d *Decision, g groupResult, r Request, gr group, phase int) {
+	if g.done {
+		*d = Decision{Done: true, Now: time.UnixMicro(g.now), Take: -1}
+		return
+	}
 	if phase == 0 {
 		*d = Decision{Allowed: true, Now: time.UnixMicro(g.now), Take: -1, Remaining: int(g.remaining), Repeated: true}
 	}

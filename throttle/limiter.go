@@ -117,12 +117,15 @@ func (l *Limiter) Admit(ctx context.Context, r Request) (Decision, error) {
 	}
 	g := l.single(r)
 	nk := 0
+	if r.Done != "" {
+		nk++
+	}
 	for _, t := range r.Takes {
 		nk += t.Rule.keyCount()
 	}
 	c, keys, args := newCall(nk, 2)
 	var buf [128]byte
-	_, plan := l.appendPlan(keys, buf[:0], r, g, r.MaxWait.Microseconds())
+	_, plan := l.appendPlan(keys, buf[:0], r, g, r.MaxWait.Microseconds(), r.Done)
 	args[0], args[1] = r.ID, string(plan)
 	res, err := l.eval1(ctx, l.admit, c)
 	if err != nil {
@@ -216,6 +219,18 @@ func (l *Limiter) AdmitBatch(ctx context.Context, rs []Request) ([]Decision, err
 		plans[i] = l.plan(r)
 	}
 	ds := make([]Decision, len(rs))
+	if l.cluster {
+		// Done markers first, each in its own slot: a done request has no
+		// groups to admit.
+		if err := l.checkDone(ctx, rs, ds); err != nil {
+			return nil, err
+		}
+		for i := range rs {
+			if ds[i].Done {
+				plans[i] = nil
+			}
+		}
+	}
 	admitted := make([]int, len(rs))     // groups of rs[i] admitted so far
 	consumed := make([][]group, len(rs)) // what this call consumed in them
 	undo := func(match func(int) bool) {
@@ -270,6 +285,36 @@ func (l *Limiter) AdmitBatch(ctx context.Context, rs []Request) ([]Decision, err
 	return ds, nil
 }
 
+// checkDone (cluster only) marks Done the decisions of the requests whose
+// done marker exists, in one round trip.
+func (l *Limiter) checkDone(ctx context.Context, rs []Request, ds []Decision) error {
+	var idx []int
+	for i, r := range rs {
+		if r.Done != "" {
+			idx = append(idx, i)
+		}
+	}
+	if len(idx) == 0 {
+		return nil
+	}
+	cmds := make([]*redis.IntCmd, len(idx))
+	_, err := l.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for k, i := range idx {
+			cmds[k] = p.Exists(ctx, rs[i].Done)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("throttle: check done markers: %w", err)
+	}
+	for k, i := range idx {
+		if cmds[k].Val() == 1 {
+			ds[i] = Decision{Done: true, Take: -1}
+		}
+	}
+	return nil
+}
+
 // restampQuotas (cluster only) moves the quota entries that a request's
 // quota groups stamped provisionally at now + MaxWait (see calls) to the
 // moment its provider token was reserved for, measured on the quota's own
@@ -299,7 +344,7 @@ func (l *Limiter) restampQuotas(ctx context.Context, rs []Request, ds []Decision
 			}
 			nk := len(q.takes)
 			c, keys, args := newCall(nk, 3)
-			_, plan := l.appendPlan(keys, nil, r, q, 0)
+			_, plan := l.appendPlan(keys, nil, r, q, 0, "")
 			args[0], args[1], args[2] = ds[i].Delay.Microseconds(), r.ID, string(plan)
 			calls = append(calls, c)
 		}
@@ -344,7 +389,7 @@ func (l *Limiter) Pause(ctx context.Context, b *Bucket, key string, d time.Durat
 		return 0, fmt.Errorf("throttle: pause %s for %q: must be positive (got %s): %w", b.Name(), key, d, ErrInvalidRequest)
 	}
 	c, keys, args := newCall(b.keyCount(), 2)
-	_, plan := l.appendPlan(keys, nil, r, group{takes: []int{0}}, 0)
+	_, plan := l.appendPlan(keys, nil, r, group{takes: []int{0}}, 0, "")
 	args[0], args[1] = d.Microseconds(), string(plan)
 	res, err := l.eval(ctx, l.pause, []call{c})
 	if err != nil {

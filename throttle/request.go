@@ -47,6 +47,14 @@ type Request struct {
 	// the wait is at most MaxWait and no other take denies; the decision is
 	// then allowed with Delay set to the wait. Zero never reserves.
 	MaxWait time.Duration
+	// Done, if set, is the Redis key of the task's done marker, which the
+	// caller writes once the task needs no admission any more (a sent
+	// notification; see jobs.SentMarks). If the key exists, the admission
+	// checks and consumes nothing and reports Decision.Done. On a single
+	// node the check is part of the admission's script call; on a cluster,
+	// where the key may live in another slot, it is a call before it.
+	// Release, Forget and Pause ignore it.
+	Done string
 }
 
 // validate rejects what no Redis call could make right: bad IDs, empty keys,

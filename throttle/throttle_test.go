@@ -141,21 +141,7 @@ func TestDeniedByQuotaDoesNotReadTheLedger(t *testing.T) {
 	if d := mustAdmit(t, l, Request{ID: "b", Takes: []Take{{Rule: q, Key: "alice"}}}); !d.Allowed {
 		t.Fatalf("b: %+v", d)
 	}
-	zscores := func() int64 {
-		t.Helper()
-		stats, err := rdb.Info(ctx, "commandstats").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, rest, ok := strings.Cut(stats, "cmdstat_zscore:calls=")
-		if !ok {
-			return 0
-		}
-		var n int64
-		fmt.Sscan(strings.SplitN(rest, ",", 2)[0], &n)
-		return n
-	}
-	before := zscores()
+	before := commandCalls(t, rdb)["zscore"]
 	// The quota has 2 left of the 3 asked for; the bucket has 2 tokens and
 	// "a" holds one more.
 	for _, id := range []string{"a", "c"} {
@@ -167,7 +153,7 @@ func TestDeniedByQuotaDoesNotReadTheLedger(t *testing.T) {
 			t.Errorf("%s: remaining %d, want 1 (the bucket's 2 tokens less the take's cost)", id, d.Remaining)
 		}
 	}
-	if n := zscores() - before; n != 0 {
+	if n := commandCalls(t, rdb)["zscore"] - before; n != 0 {
 		t.Errorf("denied admissions ran ZSCORE %d times, want 0: the ledger need not be read", n)
 	}
 }

@@ -1,0 +1,89 @@
+package throttle
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+)
+
+// doneDance checks Request.Done on l: a request whose marker is absent is
+// admitted as usual; once the marker exists, the task is done: it takes
+// nothing, even where its takes would deny or it holds them, and a batch
+// that mixes done and live requests decides each live one as if the done
+// ones were not there.
+func doneDance(t *testing.T, l *Limiter, rdb redis.UniversalClient, snap bool) {
+	t.Helper()
+	q := mustQuota(t, "mkt", Window{1, time.Hour})
+	b := mustBucket(t, "sms", 0.001, 2)
+	marker := func(id string) string { return "test:done:{" + id + "}" }
+	req := func(id, recipient string) Request {
+		return Request{ID: id, Done: marker(id), Takes: []Take{{Rule: q, Key: recipient}, {Rule: b, Key: "gw"}}}
+	}
+	if d := mustAdmit(t, l, req("a", "alice")); !d.Allowed || d.Done {
+		t.Fatalf("a, no marker: %+v, want admitted", d)
+	}
+	if err := rdb.Set(ctx, marker("a"), "1", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Set(ctx, marker("x"), "1", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var before map[string]string
+	if snap {
+		before = snapshot(t, rdb)
+	}
+	// "a" holds its takes; "x" would be denied by alice's quota.
+	for _, r := range []Request{req("a", "alice"), req("x", "alice")} {
+		d := mustAdmit(t, l, r)
+		if !d.Done || d.Allowed || d.Take != -1 || !errors.Is(d.Err(), ErrDone) {
+			t.Errorf("%s, marker set: %+v (err %v), want done", r.ID, d, d.Err())
+		}
+	}
+	if snap {
+		if after := snapshot(t, rdb); !equalMaps(before, after) {
+			t.Errorf("done admissions changed Redis:\nbefore %v\nafter  %v", before, after)
+		}
+	}
+	// A batch: done, live (bob), done, live (carol), live (alice: denied).
+	ds, err := l.AdmitBatch(ctx, []Request{req("x", "bob"), req("b", "bob"), req("a", "carol"), req("c", "carol"), req("y", "alice")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []struct{ done, allowed bool }{{true, false}, {false, true}, {true, false}, {false, false}, {false, false}}
+	for i, w := range want {
+		if ds[i].Done != w.done || ds[i].Allowed != w.allowed {
+			t.Errorf("batch[%d]: %+v, want done %t, allowed %t", i, ds[i], w.done, w.allowed)
+		}
+	}
+	// c was denied by the bucket (b took its second token), y by alice's quota.
+	if ds[3].Take != 1 || ds[4].Take != 0 {
+		t.Errorf("batch denials by take %d and %d, want the bucket (1) and the quota (0)", ds[3].Take, ds[4].Take)
+	}
+	// Release ignores the marker: a's takes are given back.
+	if n, err := l.Release(ctx, req("a", "alice")); n != 2 || err != nil {
+		t.Errorf("release a: %d, %v; want both takes back", n, err)
+	}
+}
+
+func TestDoneMarkerTakesNothing(t *testing.T) {
+	l, rdb := newStandalone(t)
+	doneDance(t, l, rdb, true)
+	if n := commandCalls(t, rdb)["exists"]; n == 0 {
+		t.Errorf("no EXISTS ran inside the scripts: the marker was not checked")
+	}
+}
+
+func TestDoneMarkerOnTheEmbeddedServer(t *testing.T) {
+	m := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	doneDance(t, mustLimiter(t, rdb), rdb, false)
+}
+
+func TestClusterDoneMarker(t *testing.T) {
+	l, rdb := newCluster(t)
+	doneDance(t, l, rdb, false)
+}
