@@ -26,10 +26,12 @@ import (
 const DefaultSentTTL = time.Hour
 
 // SentMarks remembers, per task ID, that a provider accepted the task's
-// message: Throttle sets a marker when the provider acknowledges and checks
-// for one before admitting a job, so a redelivered job whose send already
-// succeeded completes without being sent again, without taking quota again
-// and without giving back what its first delivery took. What it cannot
+// message: Throttle sets a marker when the provider acknowledges, and its
+// admission of a job checks for one (throttle.Request.Done: on a single node
+// inside the admission's script call, at no extra round trip), so a
+// redelivered job whose send already succeeded completes without being sent
+// again, without taking quota again and without giving back what its first
+// delivery took. What it cannot
 // close is the window between the provider's answer and the marker's write
 // (a crash there, or Redis lost there), nor two deliveries of one task
 // running at once (asynq requeues a task at ShutdownTimeout while its

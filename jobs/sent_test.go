@@ -80,6 +80,9 @@ func TestRedeliveredSentJobIsNotSentAgain(t *testing.T) {
 			if !marks {
 				return
 			}
+			if sent, at, err := h.th.Sent.Sent(context.Background(), "once"); !sent || err != nil || time.Since(at) > time.Minute {
+				t.Errorf("marker: sent %t at %s, %v; want sent just now", sent, at, err)
+			}
 			// The marker outlives any redelivery asynq makes.
 			ttl := h.rdb.PTTL(context.Background(), h.th.Sent.Key("once")).Val()
 			if ttl <= DefaultSentTTL-time.Minute || ttl > DefaultSentTTL {
@@ -116,7 +119,8 @@ func TestFailedSendLeavesNoMarker(t *testing.T) {
 
 // TestSentMarkerCheckFailureDefers: when the marker cannot be read (Redis
 // unreachable until the task's context ends), the job is deferred, not sent
-// blind and not failed.
+// blind and not failed. The marker is read by the admission, so this is the
+// admission failing.
 func TestSentMarkerCheckFailureDefers(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -126,13 +130,31 @@ func TestSentMarkerCheckFailureDefers(t *testing.T) {
 	_ = l.Close()
 	rdb := redis.NewClient(&redis.Options{Addr: closed, MaxRetries: -1, DialerRetries: 1})
 	defer rdb.Close()
-	th := &Throttle{Sent: NewSentMarks(rdb, ""), Metrics: NewMetrics(prometheus.NewRegistry()),
+	lim, err := throttle.New(rdb, throttle.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 1, Per: time.Hour})
+	b, _ := throttle.NewBucket("gw", 1000, 100)
+	th := &Throttle{Limiter: lim, Sent: NewSentMarks(rdb, ""), Metrics: NewMetrics(prometheus.NewRegistry()),
+		Policies: map[string]*throttle.Quota{"mkt": q}, Providers: map[string]Route{"gw": {Bucket: b}},
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	payload, err := encode(Notification{Recipient: "alice", Policy: "mkt", Provider: "gw", Template: "hi"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := th.route("x", payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.request().Done != th.Sent.Key("x") {
+		t.Fatalf("the admission does not check the marker: %+v", j.request())
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
 	defer cancel()
-	sent, err := th.sentBefore(ctx, job{id: "x", n: Notification{Provider: "gw"}})
+	err = th.admit(ctx, j)
 	var d *Deferral
-	if sent || !errors.As(err, &d) || IsFailure(err) {
-		t.Errorf("failed check gave sent=%t, %v; want a deferral", sent, err)
+	if !errors.As(err, &d) || IsFailure(err) {
+		t.Errorf("failed check gave %v; want a deferral", err)
 	}
 }
