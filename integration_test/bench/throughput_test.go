@@ -92,7 +92,10 @@ func (t e2eTotal) cpu() float64 { return (t.cost.redisCPU + t.cost.clientCPU) / 
 //   - throttled: jobs.Throttle middleware + jobs.Deliver through a
 //     jobs.NewWebhookProvider, policy 1/24h + 3/168h, bucket 10⁶/s burst 10⁶;
 //     every job has a recipient of its own, so every job is admitted (a job
-//     deferred would fail the benchmark);
+//     deferred would fail the benchmark); with sent markers, as cmd/worker
+//     runs by default: the admission checks the marker, and a sent job's
+//     marker is written before its handler returns (one more round trip);
+//   - unmarked: throttled without sent markers (worker.sent_marks: 0);
 //   - plain: a handler that decodes the payload as Throttle does and POSTs
 //     the same message through its own jobs.NewWebhookProvider;
 //   - plain+script, with -e2e.floor: plain plus one trivial script call per
@@ -105,6 +108,7 @@ func (t e2eTotal) cpu() float64 { return (t.cost.redisCPU + t.cost.clientCPU) / 
 //
 //   - throttled_tasks/s, plain_tasks/s: all tasks over all drain time;
 //   - throttled/plain: the ratio of those (target >= 0.85);
+//   - unmarked/plain: the same without sent markers;
 //   - median_ratio: the median of the rounds' ratios: the robust one when
 //     other processes come and go on the machine;
 //   - cpu_ratio: plain's CPU per task over throttled's (Redis's + this
@@ -128,10 +132,13 @@ func BenchmarkThroughputVsPlain(b *testing.B) {
 	client := asynq.NewClientFromRedisClient(enq)
 	insp := asynq.NewInspectorFromRedisClient(enq)
 
-	th, pl := newThrottled(b, srv.Addr, hook.URL()), newPlain(b, srv.Addr, hook.URL(), false)
-	vs := []*e2eVariant{th, pl}
+	th, pl := newThrottled(b, srv.Addr, hook.URL(), true), newPlain(b, srv.Addr, hook.URL(), false)
+	nm := newThrottled(b, srv.Addr, hook.URL(), false)
+	vs := []*e2eVariant{th, pl, nm}
+	var floor *e2eVariant
 	if *e2eFloor {
-		vs = append(vs, newPlain(b, srv.Addr, hook.URL(), true))
+		floor = newPlain(b, srv.Addr, hook.URL(), true)
+		vs = append(vs, floor)
 	}
 	drains := 0
 	drain := func(v *e2eVariant, n int) (time.Duration, e2eCost) {
@@ -204,9 +211,9 @@ func BenchmarkThroughputVsPlain(b *testing.B) {
 	b.ReportMetric(ratio, "throttled/plain")
 	b.ReportMetric(median(ratios[th]), "median_ratio")
 	b.ReportMetric(cpuRatio, "cpu_ratio")
-	if *e2eFloor {
-		ft := total[vs[2]]
-		b.ReportMetric(ft.rate()/pt.rate(), "plain+script/plain")
+	b.ReportMetric(total[nm].rate()/pt.rate(), "unmarked/plain")
+	if floor != nil {
+		b.ReportMetric(total[floor].rate()/pt.rate(), "plain+script/plain")
 	}
 	b.ReportMetric(1e9/tt.rate(), "ns/op")
 	b.ReportMetric(float64(tt.cost.allocBytes)/float64(tt.tasks), "B/op")
@@ -233,8 +240,9 @@ func median(xs []float64) float64 {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
-// newThrottled is the worker's pipeline as cmd/worker builds it.
-func newThrottled(b *testing.B, addr, url string) *e2eVariant {
+// newThrottled is the worker's pipeline as cmd/worker builds it, with sent
+// markers (cmd/worker's default) or without (worker.sent_marks: 0).
+func newThrottled(b *testing.B, addr, url string, marks bool) *e2eVariant {
 	b.Helper()
 	rdb := newWorkerClient(b, addr)
 	lim, err := throttle.New(rdb, throttle.Options{})
@@ -259,6 +267,11 @@ func newThrottled(b *testing.B, addr, url string) *e2eVariant {
 		Log:        slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 	v := &e2eVariant{name: "throttled", rdb: rdb}
+	if marks {
+		th.Sent = jobs.NewSentMarks(rdb, "")
+	} else {
+		v.name = "unmarked"
+	}
 	mux := asynq.NewServeMux()
 	mux.Use(v.watch, th.Middleware)
 	mux.HandleFunc(jobs.TypeNotify, jobs.Deliver)
