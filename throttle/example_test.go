@@ -102,3 +102,23 @@ func ExampleLimiter_Release() {
 	// released takes: 1
 	// msg-2 admitted: true
 }
+
+// A done marker stops a task that needs no admission any more: here a
+// message already sent, redelivered after its worker died before it could
+// report the send. The admission takes nothing and says the task is done.
+func ExampleRequest_done() {
+	ctx := context.Background()
+	rdb := throttle.NewExampleClient()
+	l, _ := throttle.New(rdb, throttle.Options{})
+	daily, _ := throttle.NewQuota("daily", throttle.Window{Limit: 1, Per: 24 * time.Hour})
+	r := throttle.Request{ID: "msg-7", Done: "sent:{msg-7}", Takes: []throttle.Take{{Rule: daily, Key: "carol"}}}
+
+	d, _ := l.Admit(ctx, r)
+	fmt.Println("first delivery admitted:", d.Allowed)
+	rdb.Set(ctx, r.Done, "1", time.Hour) // the provider accepted it
+	d, _ = l.Admit(ctx, r)
+	fmt.Println("redelivery admitted:", d.Allowed, "done:", d.Done)
+	// Output:
+	// first delivery admitted: true
+	// redelivery admitted: false done: true
+}
