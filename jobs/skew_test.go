@@ -288,8 +288,12 @@ func TestSkewChild(t *testing.T) {
 	quota := func(id string) throttle.Request {
 		return throttle.Request{ID: id, Takes: []throttle.Take{{Rule: q, Key: "alice"}}}
 	}
+	// The script's bucket is not the worker's provider below (also "gw"):
+	// left drained and reserved ahead, it would deny the worker's first
+	// send for the 2ms its 1000/s refill takes, and the second task would
+	// then go first.
 	bucket := func(id string) throttle.Request {
-		return throttle.Request{ID: id, Takes: []throttle.Take{{Rule: b, Key: "gw"}}}
+		return throttle.Request{ID: id, Takes: []throttle.Take{{Rule: b, Key: "script-gw"}}}
 	}
 	steps := []func() (throttle.Decision, error){
 		func() (throttle.Decision, error) { return lim.Admit(ctx, quota("a")) },
