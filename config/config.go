@@ -55,6 +55,7 @@ const (
 	DefaultInlineWait      = time.Second
 	DefaultJitter          = time.Second
 	DefaultSentMarks       = time.Hour
+	DefaultRememberTakes   = throttle.DefaultRemember
 	DefaultOutput          = "stdout"
 	DefaultTimeout         = 5 * time.Second
 	DefaultCatchUp         = time.Hour
@@ -139,6 +140,12 @@ type Worker struct {
 	// accepted by its provider, so that a redelivery of it is not sent
 	// again (jobs.SentMarks). Zero turns the markers off.
 	SentMarks time.Duration
+	// RememberTakes is how long a provider's bucket remembers which task
+	// took each token (throttle.Options.Remember): a task redelivered
+	// within it passes the bucket without taking again, and a release
+	// refunds exactly. Each remembered take costs about 150 bytes of Redis
+	// memory. At least 1s. Default DefaultRememberTakes.
+	RememberTakes time.Duration
 }
 
 // Policy is a recipient policy: a message passes only if every window allows
@@ -225,6 +232,7 @@ func Default() *Config {
 			InlineWait:      DefaultInlineWait,
 			Jitter:          DefaultJitter,
 			SentMarks:       DefaultSentMarks,
+			RememberTakes:   DefaultRememberTakes,
 		},
 		Policies:  map[string]Policy{},
 		Providers: map[string]Provider{},

@@ -31,6 +31,7 @@ func TestLoadRootConfig(t *testing.T) {
 			InlineWait:      time.Second,
 			Jitter:          time.Second,
 			SentMarks:       time.Hour,
+			RememberTakes:   10 * time.Minute,
 		},
 		Policies: map[string]Policy{
 			"marketing":     {{Limit: 1, Per: 24 * time.Hour}, {Limit: 3, Per: 168 * time.Hour}},

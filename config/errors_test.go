@@ -29,6 +29,7 @@ func TestLoadErrors(t *testing.T) {
 		{"zero_burst.yaml", `testdata/zero_burst.yaml:5: providers.console.burst: must be > 0 (got 0)`},
 		{"zero_concurrency.yaml", `testdata/zero_concurrency.yaml:2: worker.concurrency: must be > 0 (got 0)`},
 		{"negative_duration.yaml", `testdata/negative_duration.yaml:3: worker.jitter: must not be negative (got -1s)`},
+		{"short_remember_takes.yaml", `testdata/short_remember_takes.yaml:3: worker.remember_takes: must be at least 1s (got 500ms)`},
 		{"undefined_policy.yaml", `testdata/undefined_policy.yaml:7: defaults.policy: policy "marketting" is not defined (defined: marketing, transactional)`},
 		{"undefined_provider.yaml", `testdata/undefined_provider.yaml:4: defaults.provider: provider "email" is not defined (defined: console)`},
 		{"undefined_queue.yaml", `testdata/undefined_queue.yaml:2: defaults.queue: queue "bulk" is not defined (defined: critical, default, low)`},

@@ -97,6 +97,7 @@ func (d *decoder) worker(n *yaml.Node, path string, w *Worker) {
 		{"inline_wait", d.setDuration(&w.InlineWait)},
 		{"jitter", d.setDuration(&w.Jitter)},
 		{"sent_marks", d.setDuration(&w.SentMarks)},
+		{"remember_takes", d.setDuration(&w.RememberTakes)},
 	})
 }
 

@@ -287,6 +287,7 @@ worker:
   metrics_addr: %q
   inline_wait: %s
   jitter: %s
+  remember_takes: %s
 policies:
   %s: %s
 providers:
@@ -299,7 +300,7 @@ providers:
     headers: {X-Worker: %s}
 defaults: {policy: %s, provider: %s, queue: %s}
 `, name, f.redisSection(), fleetPrefix, c.Concurrency, fleetQueue, c.ShutdownTimeout, metricsAddr,
-		c.InlineWait, c.Jitter, fleetPolicy, c.Policy, fleetProvider, f.hook.URL(),
+		c.InlineWait, c.Jitter, fleetRemember, fleetPolicy, c.Policy, fleetProvider, f.hook.URL(),
 		strconv.FormatFloat(c.Rate, 'f', -1, 64), c.Burst, name,
 		fleetPolicy, fleetProvider, fleetQueue)
 	if c.Campaigns != "" {
@@ -530,12 +531,10 @@ func (f *fleet) archived() map[string]*asynq.TaskInfo {
 // ledger returns the provider bucket's ledger: the task IDs holding one of
 // its tokens and the moment (Redis time) each may use it. A task whose send
 // failed at the provider (5xx, 429) holds the token its retry took; the
-// failed attempt's moment is gone from the ledger. Its key is
-// <prefix>{<provider>}:b:<provider>:held (throttle/keys.go).
+// failed attempt's moment is gone from the ledger.
 func (f *fleet) ledger() map[string]time.Time {
 	f.t.Helper()
-	key := fleetPrefix + "{" + fleetProvider + "}:b:" + fleetProvider + ":held"
-	zs, err := f.rdb.ZRangeWithScores(context.Background(), key, 0, -1).Result()
+	zs, err := f.rdb.ZRangeWithScores(context.Background(), ledgerKey, 0, -1).Result()
 	if err != nil {
 		f.t.Fatalf("ledger: %v", err)
 	}
@@ -547,6 +546,14 @@ func (f *fleet) ledger() map[string]time.Time {
 	}
 	return got
 }
+
+// ledgerKey is the provider bucket's ledger:
+// <prefix>{<provider>}:b:<provider>:held (throttle/keys.go).
+const ledgerKey = fleetPrefix + "{" + fleetProvider + "}:b:" + fleetProvider + ":held"
+
+// fleetRemember is the workers' worker.remember_takes: not the default
+// (10m), so that a test can see it applied, and longer than any test.
+const fleetRemember = 9 * time.Minute
 
 // ledgerTomb is the ledger member that records takes no holder shows any
 // more (rules.lua's TOMB): not a task.

@@ -195,6 +195,12 @@ func TestPipeline(t *testing.T) {
 	t.Logf("enqueued %d = sent %d + expired %d (%d of them waiting for the provider) + archived (refused) %d; webhook requests %d",
 		total, len(delivered), expired, len(refunds), refused, len(arrivals))
 
+	// The ledger lives as long as worker.remember_takes says after the
+	// last take (which was at most a reserved inline_wait ahead).
+	if ttl := f.rdb.PTTL(t.Context(), ledgerKey).Val(); ttl <= fleetRemember-time.Minute || ttl > fleetRemember+cfg.InlineWait {
+		t.Errorf("the provider's ledger expires in %s, want about remember_takes (%s)", ttl, fleetRemember)
+	}
+
 	// The limits, on the granted moments (exact) and on arrivals.
 	ledger := f.ledger()
 	grantedBy, arrivedBy := map[string][]time.Time{}, map[string][]time.Time{}

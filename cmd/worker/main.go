@@ -158,7 +158,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 
 // newThrottle builds the middleware from the config: rules, providers, metrics.
 func newThrottle(cfg *config.Config, rdb redis.UniversalClient, reg prometheus.Registerer, log *slog.Logger, stdout io.Writer) (*jobs.Throttle, *sentCounts, error) {
-	lim, err := throttle.New(rdb, throttle.Options{Prefix: cfg.Redis.Prefix})
+	lim, err := throttle.New(rdb, throttle.Options{Prefix: cfg.Redis.Prefix, Remember: cfg.Worker.RememberTakes})
 	if err != nil {
 		return nil, nil, err
 	}
