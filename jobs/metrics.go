@@ -21,6 +21,9 @@ type Metrics struct {
 	// Unmarked counts sends whose sent marker could not be written, by
 	// provider: a redelivery of those would be sent again.
 	Unmarked *prometheus.CounterVec
+	// ClockOffset is how far the worker's clock is ahead of Redis's, in
+	// seconds (see WatchClock).
+	ClockOffset prometheus.Gauge
 }
 
 // NewMetrics registers the metrics with reg.
@@ -47,8 +50,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:    "Latency of one admission call to Redis.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 14),
 		}),
+		ClockOffset: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "throttler", Name: "clock_offset_seconds",
+			Help: "How far this worker's clock is ahead of Redis TIME (negative: behind). asynq schedules on the worker's clock.",
+		}),
 	}
-	reg.MustRegister(m.Admission)
+	reg.MustRegister(m.Admission, m.ClockOffset)
 	return m
 }
 

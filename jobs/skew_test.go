@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/notify-throttle/throttler/internal/redistest"
@@ -34,8 +36,11 @@ import (
 
 // skewReport is what a skewed child prints, one JSON line after "SKEW ".
 type skewReport struct {
-	// Offset is the child's time.Now minus Redis TIME, in seconds.
+	// Offset is the child's time.Now minus Redis TIME, in seconds, as the
+	// worker's clock watch measured it and set its gauge.
 	Offset float64 `json:"offset"`
+	// Warned says the clock watch logged its warning, once over two checks.
+	Warned bool `json:"warned"`
 	// Decisions are the outcomes of the fixed admission script.
 	Decisions []skewDecision `json:"decisions"`
 }
@@ -113,6 +118,9 @@ func TestWorkerClockSkew(t *testing.T) {
 		got := reports[skew]
 		if math.Abs(got.Offset-float64(skew)) > 2 {
 			t.Fatalf("skew %+ds: the child's clock is %.1fs off Redis's; the skew did not take", skew, got.Offset)
+		}
+		if got.Warned != (skew != 0) {
+			t.Errorf("skew %+ds: the clock watch warned: %t", skew, got.Warned)
 		}
 		if len(got.Decisions) != len(ref.Decisions) {
 			t.Fatalf("skew %+ds: %d decisions, want %d", skew, len(got.Decisions), len(ref.Decisions))
@@ -273,11 +281,19 @@ func TestSkewChild(t *testing.T) {
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	defer rdb.Close()
-	redisNow, err := rdb.Time(ctx).Result()
-	if err != nil {
+	var logged bytes.Buffer
+	m := NewMetrics(prometheus.NewRegistry())
+	watch := &clockWatch{rdb: rdb, m: m, log: slog.New(slog.NewTextHandler(&logged, nil))}
+	for range 2 { // the second finds the same offset: no second warning
+		if _, ok := watch.check(ctx); !ok {
+			t.Fatal("the clock watch measured nothing")
+		}
+	}
+	var gauge dto.Metric
+	if err := m.ClockOffset.Write(&gauge); err != nil {
 		t.Fatal(err)
 	}
-	report := skewReport{Offset: time.Since(redisNow).Seconds()}
+	report := skewReport{Offset: gauge.GetGauge().GetValue(), Warned: strings.Count(logged.String(), "clock is off") == 1}
 	prefix := label + ":"
 	lim, err := throttle.New(rdb, throttle.Options{Prefix: prefix})
 	if err != nil {

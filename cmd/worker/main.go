@@ -133,6 +133,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if addr := cfg.Worker.MetricsAddr; addr != "" {
 		go serveMetrics(ctx, addr, rdb, reg, log)
 	}
+	go jobs.WatchClock(ctx, rdb, th.Metrics, log)
 	// Every worker runs the campaign schedules: the fan-out task IDs make
 	// one fan-out per tick for the fleet.
 	campaignCtx, stopCampaigns := context.WithCancel(ctx)

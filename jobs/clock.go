@@ -1,0 +1,92 @@
+package jobs
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// A worker's clock and Redis's. The throttle decides by Redis TIME alone,
+// so a worker whose clock is off admits exactly what a correct one would.
+// asynq, though, schedules on the worker's clock: a deferral's retry time,
+// a task lease. A worker 10 minutes fast gives a deferred job a retry time
+// 10 minutes late in truth, one 10 minutes slow 10 minutes early (the
+// throttle defers it again when it wakes: a wasted call), and a slow
+// worker's leases look long expired to the others, which redeliver its
+// tasks while it still sends them (TestWorkerClockSkew shows both). So the worker measures
+// its clock against Redis at start-up and every ClockCheckInterval, exports
+// the offset, and warns when it reaches ClockWarnOffset.
+
+// ClockWarnOffset is the clock offset from Redis at which WatchClock warns:
+// asynq's retry times are whole seconds, so less than this changes nothing.
+const ClockWarnOffset = time.Second
+
+// ClockCheckInterval is how often WatchClock measures the offset.
+const ClockCheckInterval = time.Minute
+
+// ClockOffset returns how far this process's wall clock is ahead of Redis
+// TIME (negative: behind), read at the middle of the round trip; the error
+// is at most half the round trip.
+func ClockOffset(ctx context.Context, rdb redis.UniversalClient) (time.Duration, error) {
+	before := time.Now()
+	redisNow, err := rdb.Time(ctx).Result()
+	if err != nil {
+		return 0, err
+	}
+	after := time.Now()
+	mid := before.Add(after.Sub(before) / 2) // monotonic half round trip
+	return mid.Sub(redisNow), nil
+}
+
+// WatchClock measures the clock offset now and every ClockCheckInterval
+// until ctx ends, sets it on m.ClockOffset, and logs a warning when it
+// reaches ClockWarnOffset (and again when it moves by another
+// ClockWarnOffset), and a note when it is back within it. A failed
+// measurement (Redis unreachable) is skipped: the outage is logged
+// elsewhere.
+func WatchClock(ctx context.Context, rdb redis.UniversalClient, m *Metrics, log *slog.Logger) {
+	w := &clockWatch{rdb: rdb, m: m, log: log}
+	w.check(ctx)
+	tick := time.NewTicker(ClockCheckInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			w.check(ctx)
+		}
+	}
+}
+
+// clockWatch is WatchClock's state between measurements.
+type clockWatch struct {
+	rdb    redis.UniversalClient
+	m      *Metrics
+	log    *slog.Logger
+	warned *time.Duration // the offset last warned about; nil: none
+}
+
+// check measures the offset once, sets the gauge and logs what WatchClock
+// says it logs; it returns the offset and whether it measured one.
+func (w *clockWatch) check(ctx context.Context) (time.Duration, bool) {
+	off, err := ClockOffset(ctx, w.rdb)
+	if err != nil {
+		return 0, false
+	}
+	w.m.ClockOffset.Set(off.Seconds())
+	switch {
+	case off.Abs() >= ClockWarnOffset && (w.warned == nil || (off-*w.warned).Abs() >= ClockWarnOffset):
+		w.warned = &off
+		w.log.Warn("this worker's clock is off Redis's: throttle decisions are not affected (they use Redis TIME), "+
+			"but asynq schedules on this clock: deferred jobs wake early or late by the offset, and a slow clock "+
+			"makes other workers take this one's running tasks for lost; synchronize the clock (NTP)",
+			"ahead_of_redis", off.Round(time.Millisecond))
+	case off.Abs() < ClockWarnOffset && w.warned != nil:
+		w.warned = nil
+		w.log.Info("this worker's clock is back within a second of Redis's", "ahead_of_redis", off.Round(time.Millisecond))
+	}
+	return off, true
+}
