@@ -2,9 +2,7 @@ package jobs
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -68,17 +66,4 @@ func (s *SentMarks) Mark(ctx context.Context, id string, at time.Time) error {
 		return fmt.Errorf("jobs: mark %q sent: %w", id, err)
 	}
 	return nil
-}
-
-// Sent reports whether task id was marked sent, and when.
-func (s *SentMarks) Sent(ctx context.Context, id string) (bool, time.Time, error) {
-	v, err := s.rdb.Get(ctx, s.Key(id)).Result()
-	if errors.Is(err, redis.Nil) {
-		return false, time.Time{}, nil
-	}
-	if err != nil {
-		return false, time.Time{}, fmt.Errorf("jobs: check whether %q was sent: %w", id, err)
-	}
-	ms, _ := strconv.ParseInt(v, 10, 64)
-	return true, time.UnixMilli(ms), nil
 }
