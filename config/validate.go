@@ -165,8 +165,9 @@ func (v *validator) worker() {
 	v.notNegative("worker.inline_wait", w.InlineWait)
 	v.notNegative("worker.jitter", w.Jitter)
 	v.notNegative("worker.sent_marks", w.SentMarks)
-	if w.RememberTakes < time.Second {
-		v.failf("worker.remember_takes", "must be at least 1s (got %s)", throttle.FormatDuration(w.RememberTakes))
+	if w.RememberTakes < throttle.MinRemember {
+		v.failf("worker.remember_takes", "must be at least %s (got %s)",
+			throttle.FormatDuration(throttle.MinRemember), throttle.FormatDuration(w.RememberTakes))
 	}
 }
 

@@ -275,9 +275,7 @@ func (l *Limiter) eval(ctx context.Context, e entry, calls []call) ([][]int64, e
 func (l *Limiter) eval1(ctx context.Context, e entry, c call) ([]int64, error) {
 	if !l.noFunctions.Load() {
 		c.cmd[0], c.cmd[1] = "fcall", e.fn
-		cmd := redis.NewIntSliceCmd(ctx, c.cmd...)
-		_ = l.rdb.Process(ctx, cmd)
-		v, err := cmd.Result()
+		v, err := l.run1(ctx, c.cmd)
 		if err == nil || !functionMissing(err) && !noFunctions(err) {
 			return v, err
 		}
@@ -296,9 +294,7 @@ func (l *Limiter) send(ctx context.Context, calls []call, idx []int, vals [][]in
 	}
 	if len(idx) == 1 {
 		i := idx[0]
-		cmd := redis.NewIntSliceCmd(ctx, calls[i].cmd...)
-		_ = l.rdb.Process(ctx, cmd)
-		vals[i], errs[i] = cmd.Result()
+		vals[i], errs[i] = l.run1(ctx, calls[i].cmd)
 		return
 	}
 	cmds := make([]*redis.IntSliceCmd, len(idx))
@@ -312,6 +308,13 @@ func (l *Limiter) send(ctx context.Context, calls []call, idx []int, vals [][]in
 	for k, i := range idx {
 		vals[i], errs[i] = cmds[k].Result()
 	}
+}
+
+// run1 runs one command that replies with an array of integers.
+func (l *Limiter) run1(ctx context.Context, cmd []any) ([]int64, error) {
+	c := redis.NewIntSliceCmd(ctx, cmd...)
+	_ = l.rdb.Process(ctx, c)
+	return c.Result()
 }
 
 // failing returns the indices in idx whose error matches.

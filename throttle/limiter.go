@@ -17,6 +17,10 @@ import (
 // redeliver a crashed worker's task (about a minute) with room to spare.
 const DefaultRemember = 10 * time.Minute
 
+// MinRemember is the shortest Options.Remember New accepts (and the config's
+// worker.remember_takes).
+const MinRemember = time.Second
+
 // Options configure a Limiter. The zero value means every default.
 type Options struct {
 	// Prefix starts every key. Default DefaultPrefix. No '{' or '}'.
@@ -83,8 +87,8 @@ func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 	if opts.Remember == 0 {
 		opts.Remember = DefaultRemember
 	}
-	if opts.Remember < time.Second {
-		return nil, fmt.Errorf("throttle: remember must be at least 1s (got %s)", opts.Remember)
+	if opts.Remember < MinRemember {
+		return nil, fmt.Errorf("throttle: remember must be at least %s (got %s)", MinRemember, opts.Remember)
 	}
 	_, cluster := rdb.(*redis.ClusterClient)
 	lib := lua.Functions()
