@@ -84,7 +84,7 @@ local function parse_plan(s)
   local p, n = {remember = 0, maxwait = 0, ahead = 0, done = false, n = 0}, -2
   for part in gmatch(s, '[^;]+') do
     n = n + 1
-    if part == 'd' and n > 0 then
+    if part == 'd' and n == 1 and not p.done then -- only first: its key is the task's first
       p.done, n = true, n - 1
     elseif n == -1 then
       p.remember = tonum(part)
