@@ -156,14 +156,7 @@ func TestKillChild(t *testing.T) {
 	if os.Getenv("KILL_CHILD_MARKS") == "true" {
 		th.Sent = NewSentMarks(rdb, "")
 	}
-	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{Concurrency: 20,
-		IsFailure: IsFailure, RetryDelayFunc: RetryDelay(0), LogLevel: asynq.FatalLevel})
-	mux := asynq.NewServeMux()
-	mux.Use(th.Middleware)
-	mux.HandleFunc(TypeNotify, Deliver)
-	if err := srv.Start(mux); err != nil {
-		t.Fatal(err)
-	}
+	srv := startWorker(t, rdb, th, asynq.Config{Concurrency: 20, LogLevel: asynq.FatalLevel})
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
 	<-ctx.Done()

@@ -108,21 +108,33 @@ func newHarnessWith(t *testing.T, c harnessConfig) *harness {
 	if retryDelay == nil {
 		retryDelay = RetryDelay(0)
 	}
-	srv := asynq.NewServerFromRedisClient(workerRDB, asynq.Config{
+	srv := startWorker(t, workerRDB, h.th, asynq.Config{
 		Concurrency:              8,
-		IsFailure:                IsFailure,
 		RetryDelayFunc:           retryDelay,
 		DelayedTaskCheckInterval: time.Second,
 		LogLevel:                 asynq.ErrorLevel,
 	})
+	t.Cleanup(srv.Shutdown)
+	return h
+}
+
+// startWorker starts an asynq server on rdb that runs notifications through
+// th and Deliver, as cmd/worker does: IsFailure set, and RetryDelay(0)
+// unless cfg has a RetryDelayFunc. The caller shuts it down.
+func startWorker(t *testing.T, rdb redis.UniversalClient, th *Throttle, cfg asynq.Config) *asynq.Server {
+	t.Helper()
+	cfg.IsFailure = IsFailure
+	if cfg.RetryDelayFunc == nil {
+		cfg.RetryDelayFunc = RetryDelay(0)
+	}
+	srv := asynq.NewServerFromRedisClient(rdb, cfg)
 	mux := asynq.NewServeMux()
-	mux.Use(h.th.Middleware)
+	mux.Use(th.Middleware)
 	mux.HandleFunc(TypeNotify, Deliver)
 	if err := srv.Start(mux); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(srv.Shutdown)
-	return h
+	return srv
 }
 
 func (h *harness) enqueue(t *testing.T, id string, n Notification) {

@@ -337,14 +337,7 @@ func TestSkewChild(t *testing.T) {
 			return nil
 		})}},
 		Sent: NewSentMarks(rdb, prefix), Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{Concurrency: 1, Queues: map[string]int{label: 1},
-		IsFailure: IsFailure, RetryDelayFunc: RetryDelay(0), LogLevel: asynq.FatalLevel})
-	mux := asynq.NewServeMux()
-	mux.Use(th.Middleware)
-	mux.HandleFunc(TypeNotify, Deliver)
-	if err := srv.Start(mux); err != nil {
-		t.Fatal(err)
-	}
+	srv := startWorker(t, rdb, th, asynq.Config{Concurrency: 1, Queues: map[string]int{label: 1}, LogLevel: asynq.FatalLevel})
 	defer srv.Shutdown()
 	client := asynq.NewClientFromRedisClient(rdb)
 	insp := asynq.NewInspectorFromRedisClient(rdb)
