@@ -20,9 +20,22 @@ type WebhookProvider struct {
 	Client  *http.Client // its Timeout bounds each send
 }
 
-// NewWebhookProvider returns a webhook provider with a per-send timeout.
+// WebhookIdleConns is how many idle connections a webhook provider made by
+// NewWebhookProvider keeps open to its host: as many as a worker sends at
+// once, within reason. net/http's default transport keeps 2, so a worker
+// with more sends in flight than that would close a connection after almost
+// every send and dial a new one for the next (a TCP handshake, a socket in
+// TIME_WAIT, and at high rates exhausted ephemeral ports).
+const WebhookIdleConns = 256
+
+// NewWebhookProvider returns a webhook provider with a per-send timeout, on
+// a transport of its own that keeps up to WebhookIdleConns connections to
+// its host open between sends.
 func NewWebhookProvider(name, url string, timeout time.Duration, headers map[string]string) *WebhookProvider {
-	return &WebhookProvider{Name: name, URL: url, Headers: headers, Client: &http.Client{Timeout: timeout}}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConns = WebhookIdleConns
+	tr.MaxIdleConnsPerHost = WebhookIdleConns
+	return &WebhookProvider{Name: name, URL: url, Headers: headers, Client: &http.Client{Timeout: timeout, Transport: tr}}
 }
 
 // Send posts m. 2xx: sent. 429: Pause for its Retry-After (1s if absent).

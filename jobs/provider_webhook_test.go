@@ -3,8 +3,12 @@ package jobs
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
 )
@@ -65,5 +69,54 @@ func TestRetryAfterHTTPDate(t *testing.T) {
 	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
 	if got := retryAfter(now.Add(90*time.Second).Format(http.TimeFormat), now); got != 90*time.Second {
 		t.Errorf("retryAfter(date) = %s, want 1m30s", got)
+	}
+}
+
+// TestWebhookKeepsConnections: a provider sending from many goroutines at
+// once reuses its connections rather than dialing one per send. net/http's
+// default transport keeps only 2 idle connections per host, so 16 senders
+// dialed about one connection per send beyond the first few.
+func TestWebhookKeepsConnections(t *testing.T) {
+	var mu sync.Mutex
+	dialed := 0
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			mu.Lock()
+			dialed++
+			mu.Unlock()
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	p := NewWebhookProvider("hook", srv.URL, 5*time.Second, nil)
+	const senders, rounds = 16, 50
+	var wg sync.WaitGroup
+	errs := make(chan error, senders*rounds)
+	for g := range senders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range rounds {
+				m := Message{ID: fmt.Sprintf("m-%d-%d", g, i), Recipient: "r", Template: "t"}
+				if err := p.Send(context.Background(), m); err != nil {
+					errs <- err
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	// At most one connection per sender: each is reused once idle.
+	if dialed > senders {
+		t.Errorf("%d sends from %d goroutines dialed %d connections, want at most %d", senders*rounds, senders, dialed, senders)
 	}
 }
