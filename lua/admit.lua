@@ -61,7 +61,7 @@ local function admit_task(keys, ki, id, p, now)
       k = k + 1
     elseif kind == 'b' then
       local reserve
-      reserve, u, left, mine, a = bucket_check(t, keys[k], keys[k + 1], id, now, remember, denied)
+      reserve, u, left, mine, a, b = bucket_check(t, keys[k], keys[k + 1], id, now, remember, denied)
       if reserve and reserve > maxwait then ok = false end
       k = k + 2
     else
@@ -95,7 +95,7 @@ local function admit_task(keys, ki, id, p, now)
       if kind == 'q' then
         quota_commit(t, keys[k], id, now, qat, A[i], B[i])
       elseif kind == 'b' then
-        bucket_commit(t, keys[k], keys[k + 1], id, now, at, remember, A[i])
+        bucket_commit(t, keys[k], keys[k + 1], id, now, at, remember, A[i], B[i])
       else
         fixed_commit(t, keys[k], id, now, A[i], B[i])
       end
@@ -116,7 +116,7 @@ local function admit(keys, args)
     local _, a, b, c, d = admit_task(keys, 1, args[1], plans[args[2]] or plan(args[2]), now)
     return {a, b, c, d}
   end
-  memo, MEMO_T, MEMO_U = true, {}, {}
+  memo, MEMO_T, MEMO_U, MEMO_E = true, {}, {}, {}
   local out, ki, o = {}, 1, 0
   for j = 1, na, 2 do
     local a, b, c, d
@@ -124,7 +124,7 @@ local function admit(keys, args)
     out[o + 1], out[o + 2], out[o + 3], out[o + 4] = a, b, c, d
     o = o + 4
   end
-  memo, MEMO_T, MEMO_U = false, nil, nil
+  memo, MEMO_T, MEMO_U, MEMO_E = false, nil, nil, nil
   return out
 end
 

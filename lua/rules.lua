@@ -43,8 +43,9 @@
 --
 -- A check only reads. Stale entries (a quota's older than its longest
 -- window, a ledger's older than remember) count for nothing, not even as the
--- task's own, and are pruned by the next commit that writes the key; so a
--- denied task writes nothing at all.
+-- task's own, and are pruned by a later commit (a quota's by the next one
+-- that writes the key, a ledger's by the next that extends it); so a denied
+-- task writes nothing at all.
 --
 -- All times are µs from Redis TIME: doubles hold them exactly (< 2^53).
 -- Numbers go to Redis either as Lua numbers, which Redis writes with %.17g
@@ -312,54 +313,84 @@ local function quota_undo(t, key, id, now)
 end
 
 -- Token bucket. The state hash holds tokens (t, may be negative while
--- reservations are outstanding) and the µs time they were counted (u); an
--- absent hash is a full bucket, so the hash expires once it would be full.
+-- reservations are outstanding), the µs time they were counted (u) and the
+-- µs time until which the ledger is known to live (e); an absent hash is a
+-- full bucket, so the hash expires once it would be full.
 -- The ledger remembers which task IDs hold tokens and the moment each may use
 -- them, for idempotent retakes and for exact refunds. An entry older than
 -- remember is forgotten: treated as absent, and pruned when the ledger is
--- next written.
+-- next extended.
+--
+-- A take must keep the ledger alive until its moment plus remember. Rather
+-- than prune and extend the ledger at every take (two or three commands),
+-- bucket_commit extends it a sixteenth of remember further than the take
+-- needs and records that in e; takes whose need e covers skip both. e is a
+-- lower bound of the ledger's life: nothing shortens a ledger's TTL, and
+-- whatever may delete the ledger early (a release emptying it) deletes e.
+-- So a ledger holds at most 17/16 of remember's worth of entries, and lives
+-- at most remember/16 longer than its last take needs.
 --
 -- Within one call that admits several tasks, the tasks sharing a bucket
 -- (a batch for one provider) read its state once: what bucket_state read or
 -- bucket_store wrote is kept here by key (MEMO_T[key]: tokens, false for an
--- absent hash; MEMO_U[key]: their time), and only here, since nothing else
--- writes a bucket's hash. The entry points set memo for the call.
-local memo, MEMO_T, MEMO_U = false, nil, nil
+-- absent hash; MEMO_U[key]: their time; MEMO_E[key]: e, false if none), and
+-- only here, since nothing else writes a bucket's hash. The entry points set
+-- memo for the call.
+local memo, MEMO_T, MEMO_U, MEMO_E = false, nil, nil, nil
 
--- bucket_state returns the stored tokens and their time, or nil.
+-- bucket_state returns the stored tokens and their time, or nil, and e
+-- (nil if not recorded).
 local function bucket_state(key)
   if memo then
     local x = MEMO_T[key]
     if x ~= nil then
-      if x then return x, MEMO_U[key] end
-      return nil
+      local e = MEMO_E[key] or nil
+      if x then return x, MEMO_U[key], e end
+      return nil, nil, e
     end
   end
-  local st = rcall('HMGET', key, 't', 'u')
-  local x, last = tonum(st[1]), tonum(st[2])
+  local st = rcall('HMGET', key, 't', 'u', 'e')
+  local x, last, e = tonum(st[1]), tonum(st[2]), tonum(st[3])
   if not x or not last then x, last = nil, nil end
-  if memo then MEMO_T[key], MEMO_U[key] = x or false, last end
-  return x, last
+  if memo then MEMO_T[key], MEMO_U[key], MEMO_E[key] = x or false, last, e or false end
+  return x, last, e
 end
 
+-- bucket_tokens returns the tokens the bucket has now, and e.
 local function bucket_tokens(t, key, now)
-  local tokens, last = bucket_state(key)
-  if not tokens then return t.burst end
+  local tokens, last, e = bucket_state(key)
+  if not tokens then return t.burst, e end
   -- A clock that went back (a failover to a node whose clock is behind) adds nothing.
   if now > last then tokens = tokens + (now - last) * t.rate / 1e6 end
-  if tokens > t.burst then return t.burst end
-  return tokens
+  if tokens > t.burst then return t.burst, e end
+  return tokens, e
 end
 
-local function bucket_store(t, key, now, tokens)
+-- bucket_store saves the tokens at now, and e if given (else the stored e
+-- stays as it is). A full bucket is deleted, e with it.
+local function bucket_store(t, key, now, tokens, e)
   if tokens >= t.burst then
     rcall('DEL', key)
-    if memo then MEMO_T[key] = false end
+    if memo then MEMO_T[key], MEMO_E[key] = false, false end
     return
   end
-  rcall('HSET', key, 't', tokens, 'u', int(now))
+  if e then
+    rcall('HSET', key, 't', tokens, 'u', int(now), 'e', int(e))
+  else
+    rcall('HSET', key, 't', tokens, 'u', int(now))
+  end
   rcall('PEXPIRE', key, int(ceil_ms((t.burst - tokens) * 1e6 / t.rate)))
-  if memo then MEMO_T[key], MEMO_U[key] = tokens, now end
+  if memo then
+    MEMO_T[key], MEMO_U[key] = tokens, now
+    if e then MEMO_E[key] = e end
+  end
+end
+
+-- bucket_forget_life deletes e: the ledger may be gone (a release emptied
+-- it), and a new one would have no TTL until a take extends it.
+local function bucket_forget_life(key)
+  rcall('HDEL', key, 'e')
+  if memo and MEMO_T[key] ~= nil then MEMO_E[key] = false end
 end
 
 -- bucket_held returns the moment the ledger holds for the task, or nil.
@@ -375,7 +406,8 @@ end
 -- bucket_check returns the wait until there would be enough tokens (false
 -- if there are, or the task holds the take), how long until the take would
 -- pass (that wait, or for a take the task holds, the wait until its moment),
--- remaining, whether the task holds the take, and the tokens.
+-- remaining, whether the task holds the take, the tokens, and e (see
+-- bucket_state) for bucket_commit.
 --
 -- When an earlier take of the task already denies (denied) and the tokens
 -- are there, the take passes whether or not the task holds it, and nothing
@@ -383,27 +415,35 @@ end
 -- (remaining after its cost). That saves a command on the most common path
 -- of a busy fleet, a recipient's quota denying.
 local function bucket_check(t, key, ledger, id, now, remember, denied)
-  local tokens = bucket_tokens(t, key, now)
+  local tokens, e = bucket_tokens(t, key, now)
   if denied and tokens >= t.cost then
-    return false, 0, floor(tokens - t.cost), false, tokens
+    return false, 0, floor(tokens - t.cost), false, tokens, e
   end
   local mine = bucket_held(ledger, id, now, remember)
   if mine then
-    return false, max(0, mine - now), max(0, floor(tokens)), true, tokens
+    return false, max(0, mine - now), max(0, floor(tokens)), true, tokens, e
   elseif tokens >= t.cost then
-    return false, 0, floor(tokens - t.cost), false, tokens
+    return false, 0, floor(tokens - t.cost), false, tokens, e
   end
   -- Not enough tokens: the wait until there are. admit decides whether the
   -- caller may reserve them (wait <= max wait) or is denied.
   local reserve = ceil((t.cost - tokens) * 1e6 / t.rate)
-  return reserve, reserve, max(0, floor(tokens)), false, tokens
+  return reserve, reserve, max(0, floor(tokens)), false, tokens, e
 end
 
-local function bucket_commit(t, key, ledger, id, now, at, remember, tokens)
-  bucket_store(t, key, now, tokens - t.cost)
-  rcall('ZREMRANGEBYSCORE', ledger, '-inf', int(now - remember))
+-- bucket_commit takes the tokens for moment at, and records the holder. The
+-- ledger is pruned and extended only when e does not cover the take (see
+-- the bucket's comment above).
+local function bucket_commit(t, key, ledger, id, now, at, remember, tokens, e)
   rcall('ZADD', ledger, int(at), id)
-  extend(ledger, ceil_ms(at - now + remember))
+  if e and at + remember <= e then
+    bucket_store(t, key, now, tokens - t.cost)
+    return
+  end
+  rcall('ZREMRANGEBYSCORE', ledger, '-inf', int(now - remember))
+  e = at + remember + ceil(remember / 16)
+  extend(ledger, ceil_ms(e - now))
+  bucket_store(t, key, now, tokens - t.cost, e)
 end
 
 -- A ledger's tombstone: a member no task ID can be (IDs are never empty and
@@ -443,6 +483,7 @@ local function bucket_undo(t, key, ledger, id, now, remember, refund)
   local s = bucket_held(ledger, id, now, remember)
   if not s then return false end
   rcall('ZREM', ledger, id)
+  bucket_forget_life(key)
   if refund and rcall('ZCOUNT', ledger, '(' .. int(s), '+inf') == 0 then
     bucket_store(t, key, now, min(t.burst, bucket_tokens(t, key, now) + t.cost))
   else

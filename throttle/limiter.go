@@ -27,8 +27,9 @@ type Options struct {
 	Prefix string
 	// Remember is how long a bucket remembers which task IDs took its
 	// tokens, for idempotent retakes and exact refunds. Each remembered ID
-	// costs about 150 bytes of Redis memory (measured with 36-byte IDs), so
-	// a bucket taking R tokens a second holds about 150·R·Remember bytes.
+	// costs about 150 bytes of Redis memory (measured with 36-byte IDs).
+	// Forgotten IDs are pruned about every Remember/16, so a bucket taking
+	// R tokens a second holds up to about 160·R·Remember bytes.
 	// Default DefaultRemember.
 	Remember time.Duration
 }

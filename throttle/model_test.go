@@ -182,6 +182,7 @@ type modelTake struct {
 	rate, burst  float64 // bucket
 	limit, per   float64 // fixed window
 	tokens       float64
+	life         float64 // a bucket's e (rules.lua): how long its ledger surely lives; 0 if not recorded
 	start, count float64
 	ok, repeated bool
 	wait, delay  float64
@@ -324,13 +325,25 @@ func (c *modelCall) bucketTokens(t *modelTake) float64 {
 	return tokens
 }
 
-func (c *modelCall) bucketStore(t *modelTake, tokens float64) {
+// bucketLife mirrors the e that bucket_state reads: 0 when not recorded.
+func (c *modelCall) bucketLife(t *modelTake) float64 {
+	if e := c.get(t.key); e != nil {
+		return e.h["e"]
+	}
+	return 0
+}
+
+// bucketStore mirrors bucket_store; life 0 leaves e as it is.
+func (c *modelCall) bucketStore(t *modelTake, tokens, life float64) {
 	if tokens >= t.burst { // a full bucket is an absent one
 		delete(c.m.keys, t.key)
 		return
 	}
 	e := c.getOrCreate(t.key)
 	e.h["t"], e.h["u"] = tokens, c.now
+	if life > 0 {
+		e.h["e"] = life
+	}
 	c.pexpire(t.key, (t.burst-tokens)*1e6/t.rate)
 }
 
@@ -347,7 +360,7 @@ func (c *modelCall) bucketHeld(t *modelTake, id string, remember float64) (float
 func (c *modelCall) bucketCheck(t *modelTake, id string, remember float64, denied bool) {
 	now := c.now
 	c.noteLost(t.ledger)
-	t.tokens = c.bucketTokens(t)
+	t.tokens, t.life = c.bucketTokens(t), c.bucketLife(t)
 	t.ok, t.delay = true, 0
 	if denied && t.tokens >= t.cost {
 		// bucket_check skips the ledger: the take passes either way.
@@ -364,13 +377,20 @@ func (c *modelCall) bucketCheck(t *modelTake, id string, remember float64, denie
 	}
 }
 
-// bucketCommit prunes the ledger's forgotten entries, then adds the task's.
+// bucketCommit adds the task's entry to the ledger and, unless the bucket's
+// recorded life covers it, prunes the ledger's forgotten entries and extends
+// it a sixteenth of remember beyond what the take needs.
 func (c *modelCall) bucketCommit(t *modelTake, id string, at, remember float64) {
-	c.bucketStore(t, t.tokens-t.cost)
-	c.zremrangebyscore(t.ledger, c.now-remember)
 	l := c.getOrCreate(t.ledger)
 	l.z[id], l.keep = at, remember
-	c.extend(t.ledger, at-c.now+remember)
+	if t.life > 0 && at+remember <= t.life {
+		c.bucketStore(t, t.tokens-t.cost, 0)
+		return
+	}
+	c.zremrangebyscore(t.ledger, c.now-remember)
+	life := at + remember + math.Ceil(remember/16)
+	c.extend(t.ledger, life-c.now)
+	c.bucketStore(t, t.tokens-t.cost, life)
 }
 
 // bucketUndo mirrors bucket_undo: a forgotten entry is no holding. The
@@ -385,8 +405,11 @@ func (c *modelCall) bucketUndo(t *modelTake, id string, remember float64) bool {
 	e := c.get(t.ledger)
 	delete(e.z, id)
 	c.dropIfEmpty(t.ledger, e)
+	if h := c.get(t.key); h != nil { // HDEL e: the ledger may be gone
+		delete(h.h, "e")
+	}
 	if len(c.zabove(t.ledger, s)) == 0 {
-		c.bucketStore(t, math.Min(t.burst, c.bucketTokens(t)+t.cost))
+		c.bucketStore(t, math.Min(t.burst, c.bucketTokens(t)+t.cost), 0)
 		return true
 	}
 	if old, ok := c.zscore(t.ledger, modelTomb); !ok || old < s {

@@ -8,6 +8,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/notify-throttle/throttler/internal/redistest"
 )
 
 var ctx = context.Background()
@@ -283,7 +287,7 @@ func TestEveryKeyExpires(t *testing.T) {
 	longest := map[string]time.Duration{
 		":q:mkt":      7 * 24 * time.Hour,
 		":b:sms":      8 * time.Second, // 4 tokens at 0.5/s
-		":b:sms:held": DefaultRemember,
+		":b:sms:held": DefaultRemember + DefaultRemember/16, // see rules.lua: extended ahead
 		":f:daily":    24 * time.Hour,
 	}
 	keys, _ := rdb.Keys(ctx, "*").Result()
@@ -401,5 +405,75 @@ func TestPauseDrainsABucketForEveryone(t *testing.T) {
 	d := mustAdmit(t, other, Request{ID: "a", Takes: []Take{{Rule: b, Key: "gw"}}})
 	if d.Allowed || d.Delay < 1900*time.Millisecond || d.Delay > 2*time.Second {
 		t.Errorf("admission during the pause: %+v, want denied for about 2s", d)
+	}
+}
+
+// TestLedgerExtendedAheadNotPerTake: a bucket's ledger is pruned and
+// extended (a sixteenth of remember beyond the take's need) only by a take
+// whose need the last extension does not cover, not by every take; a
+// forgotten entry is pruned by the next extension; and a release, which may
+// empty (delete) the ledger, forgets the recorded life, so that a ledger
+// created again gets a TTL.
+func TestLedgerExtendedAheadNotPerTake(t *testing.T) {
+	rdb := redistest.Start(t).Client(t)
+	const remember = 1600 * time.Millisecond // a sixteenth: 100ms
+	l, err := New(rdb, Options{Remember: remember})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := mustBucket(t, "sms", 0.001, 100)
+	take := func(id string) {
+		t.Helper()
+		if d := mustAdmit(t, l, Request{ID: id, Takes: []Take{{Rule: b, Key: "gw"}}}); !d.Allowed {
+			t.Fatalf("%s: %+v", id, d)
+		}
+	}
+	ledger := ledgerKey(subjectTag(DefaultPrefix, "gw"), "sms")
+	prunes := func() int { return commandCalls(t, rdb)["zremrangebyscore"] }
+
+	take("a")
+	first := rdb.PTTL(ctx, ledger).Val()
+	if first <= remember || first > remember+remember/16 {
+		t.Fatalf("ledger PTTL %s after the first take, want in (%s, %s]", first, remember, remember+remember/16)
+	}
+	p0 := prunes()
+	take("b")
+	take("c")
+	if n := prunes() - p0; n != 0 {
+		t.Errorf("takes within the extension pruned the ledger %d times, want 0", n)
+	}
+	if ttl := rdb.PTTL(ctx, ledger).Val(); ttl > first {
+		t.Errorf("takes within the extension extended the ledger: PTTL %s, was %s", ttl, first)
+	}
+
+	// Past the extension's sixteenth: the next take extends (and prunes).
+	time.Sleep(remember/16 + 20*time.Millisecond)
+	take("d")
+	if n := prunes() - p0; n != 1 {
+		t.Errorf("a take past the extension pruned %d times, want 1", n)
+	}
+	if ttl := rdb.PTTL(ctx, ledger).Val(); ttl <= remember {
+		t.Errorf("a take past the extension left the ledger PTTL %s, want more than %s", ttl, remember)
+	}
+
+	// Once "a" is forgotten, an extension prunes it.
+	time.Sleep(remember)
+	take("e")
+	if err := rdb.ZScore(ctx, ledger, "a").Err(); err != redis.Nil {
+		t.Errorf("forgotten entry a still in the ledger after an extension (err %v)", err)
+	}
+
+	// That extension pruned b, c and d too (taken over remember ago): a
+	// release of e empties the ledger, which deletes it. The one a take
+	// creates again must expire.
+	if n, err := l.Release(ctx, Request{ID: "e", Takes: []Take{{Rule: b, Key: "gw"}}}); n != 1 || err != nil {
+		t.Fatalf("release e: %d, %v", n, err)
+	}
+	if n := rdb.Exists(ctx, ledger).Val(); n != 0 {
+		t.Fatalf("ledger still exists after its only holder was released: %v", rdb.ZRangeWithScores(ctx, ledger, 0, -1).Val())
+	}
+	take("f")
+	if ttl := rdb.PTTL(ctx, ledger).Val(); ttl <= 0 {
+		t.Errorf("ledger created again after releases has PTTL %s: it must expire", ttl)
 	}
 }
