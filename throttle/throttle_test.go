@@ -286,7 +286,7 @@ func TestEveryKeyExpires(t *testing.T) {
 	mustAdmit(t, l, Request{ID: "a", Takes: []Take{{Rule: q, Key: "alice"}, {Rule: b, Key: "gw", Cost: 4}, {Rule: f, Key: "alice"}}})
 	longest := map[string]time.Duration{
 		":q:mkt":      7 * 24 * time.Hour,
-		":b:sms":      8 * time.Second, // 4 tokens at 0.5/s
+		":b:sms":      8 * time.Second,                      // 4 tokens at 0.5/s
 		":b:sms:held": DefaultRemember + DefaultRemember/16, // see rules.lua: extended ahead
 		":f:daily":    24 * time.Hour,
 	}
