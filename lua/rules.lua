@@ -386,13 +386,6 @@ local function bucket_store(t, key, now, tokens, e)
   end
 end
 
--- bucket_forget_life deletes e: the ledger may be gone (a release emptied
--- it), and a new one would have no TTL until a take extends it.
-local function bucket_forget_life(key)
-  rcall('HDEL', key, 'e')
-  if memo and MEMO_T[key] ~= nil then MEMO_E[key] = false end
-end
-
 -- bucket_held returns the moment the ledger holds for the task, or nil.
 local function bucket_held(ledger, id, now, remember)
   local s = rcall('ZSCORE', ledger, id)
@@ -483,7 +476,9 @@ local function bucket_undo(t, key, ledger, id, now, remember, refund)
   local s = bucket_held(ledger, id, now, remember)
   if not s then return false end
   rcall('ZREM', ledger, id)
-  bucket_forget_life(key)
+  -- The ledger may now be empty, and so deleted: forget how long it lives,
+  -- or one created again would get no TTL until e ran out.
+  rcall('HDEL', key, 'e')
   if refund and rcall('ZCOUNT', ledger, '(' .. int(s), '+inf') == 0 then
     bucket_store(t, key, now, min(t.burst, bucket_tokens(t, key, now) + t.cost))
   else
