@@ -13,8 +13,8 @@ import (
 )
 
 // TestFleetPausesOn429: three workers drain a backlog through the
-// provider's bucket; the webhook answers one request 429 with Retry-After: 4.
-// No request reaches the provider for those 4 s (the bucket is drained in
+// provider's bucket; the webhook answers one request 429 with Retry-After: 6.
+// No request reaches the provider for those 6 s (the bucket is drained in
 // Redis for the whole fleet), except requests granted a moment before the
 // pause reached Redis (bounded by inline_wait), although every worker gets
 // fresh jobs during the pause and logs that the provider's bucket held them
@@ -23,11 +23,10 @@ import (
 func TestFleetPausesOn429(t *testing.T) {
 	const (
 		backlog    = 200 // one per recipient: only the provider limits them
-		fresh      = 60  // enqueued during the pause, one every 40 ms
-		total      = backlog + fresh
 		rate       = 50
 		burst      = 10
-		retryAfter = 4 * time.Second
+		retryAfter = 6 * time.Second
+		freshEvery = 20 * time.Millisecond // fresh jobs during the pause
 		trigger    = 100 // the arrival answered 429 (0-based)
 		// inline_wait 1s and 3×20 handlers: most waits for the provider's
 		// bucket are slept on a reserved token rather than deferred.
@@ -68,21 +67,27 @@ func TestFleetPausesOn429(t *testing.T) {
 	for i := range backlog {
 		enqueue(i)
 	}
-	// Fresh jobs, one every 40 ms once the requests granted before the
-	// pause are through: an idle worker polls the queue every 0.5-1.5 s and
-	// takes what is pending, so every worker has work it could send at
-	// once during the pause.
+	// Fresh jobs, one every 20 ms, from when the requests granted before
+	// the pause are through until the pause has inline_wait (plus a margin)
+	// left: a job taken later waits for its token in the worker rather than
+	// being deferred, and shows nothing. An idle worker polls the queue
+	// every 0.5-1.5 s (asynq's TaskCheckInterval of 1 s, jittered) and takes
+	// what is pending, so in those 3.2 s every worker polls at least twice
+	// and finds work it could send at once, but for the bucket: the queue
+	// is empty only in the 20 ms after another worker drained it.
 	select {
 	case <-paused:
 	case <-time.After(30 * time.Second):
 		t.Fatalf("the webhook never got request %d", trigger)
 	}
+	freshUntil := time.Now().Add(retryAfter - inlineWait - 300*time.Millisecond)
 	time.Sleep(straggle)
-	for i := range fresh {
-		enqueue(backlog + i)
-		time.Sleep(40 * time.Millisecond)
+	for i := backlog; time.Now().Before(freshUntil); i++ {
+		enqueue(i)
+		time.Sleep(freshEvery)
 	}
-	f.waitSettled(60*time.Second, func(q asynq.QueueInfo) bool { return q.Completed+q.Archived == total })
+	total := len(ids)
+	f.waitSettled(90*time.Second, func(q asynq.QueueInfo) bool { return q.Completed+q.Archived == total })
 	m := f.metricsOf(workers...)
 	for _, w := range workers {
 		f.stop(w)
@@ -202,7 +207,7 @@ func TestFleetPausesOn429(t *testing.T) {
 
 	for name, want := range map[string]float64{
 		`throttler_paused_total{provider="hook"}`: 1,
-		`throttler_sent_total{provider="hook"}`:   total,
+		`throttler_sent_total{provider="hook"}`:   float64(total),
 		`throttler_failed_total{provider="hook"}`: 1,
 	} {
 		if m[name] != want {
