@@ -27,7 +27,7 @@ func TestFleetPausesOn429(t *testing.T) {
 		burst      = 10
 		retryAfter = 6 * time.Second
 		freshEvery = 20 * time.Millisecond // fresh jobs during the pause
-		trigger    = 100 // the arrival answered 429 (0-based)
+		trigger    = 100                   // the arrival answered 429 (0-based)
 		// inline_wait 1s and 3×20 handlers: most waits for the provider's
 		// bucket are slept on a reserved token rather than deferred.
 		inlineWait = time.Second
