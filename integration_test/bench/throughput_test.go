@@ -29,7 +29,7 @@ import (
 var (
 	e2eTasks   = flag.Int("e2e.tasks", 1000, "jobs per drain in BenchmarkThroughputVsPlain")
 	e2eRounds  = flag.Int("e2e.rounds", 6, "rounds of BenchmarkThroughputVsPlain, each draining every variant twice (ABBA)")
-	e2eFloor   = flag.Bool("e2e.floor", false, "also run plain+script in BenchmarkThroughputVsPlain: plain plus one trivial script call per job")
+	e2eFloor   = flag.Bool("e2e.floor", false, "also run plain+script and plain+admit in BenchmarkThroughputVsPlain: plain plus one trivial script call, or one bare admission, per job")
 	e2eServers = flag.Int("e2e.servers", 1, "asynq servers per variant in BenchmarkThroughputVsPlain, sharing its concurrency of 64 (1: as cmd/worker)")
 	e2ePool    = flag.Int("e2e.pool", 0, "go-redis PoolSize of each variant's client in BenchmarkThroughputVsPlain (0: go-redis's default, as cmd/worker)")
 )
@@ -99,7 +99,12 @@ func (t e2eTotal) cpu() float64 { return (t.cost.redisCPU + t.cost.clientCPU) / 
 //   - plain: a handler that decodes the payload as Throttle does and POSTs
 //     the same message through its own jobs.NewWebhookProvider;
 //   - plain+script, with -e2e.floor: plain plus one trivial script call per
-//     job, the floor of any admission that costs one round trip.
+//     job, the floor of any admission that costs one round trip;
+//   - plain+admit, with -e2e.floor: plain plus one bare admission per job
+//     (throttle.Limiter.Reserve of the throttled variant's recipient quota
+//     and provider bucket, without the middleware and without a marker):
+//     what the admission's script costs, apart from everything else the
+//     middleware does.
 //
 // A drain pre-enqueues -e2e.tasks jobs, starts a fresh asynq server and
 // times from its start until the webhook has every message and the queue is
@@ -132,13 +137,13 @@ func BenchmarkThroughputVsPlain(b *testing.B) {
 	client := asynq.NewClientFromRedisClient(enq)
 	insp := asynq.NewInspectorFromRedisClient(enq)
 
-	th, pl := newThrottled(b, srv.Addr, hook.URL(), true), newPlain(b, srv.Addr, hook.URL(), false)
+	th, pl := newThrottled(b, srv.Addr, hook.URL(), true), newPlain(b, srv.Addr, hook.URL(), plainOnly)
 	nm := newThrottled(b, srv.Addr, hook.URL(), false)
 	vs := []*e2eVariant{th, pl, nm}
-	var floor *e2eVariant
+	var floor, bare *e2eVariant
 	if *e2eFloor {
-		floor = newPlain(b, srv.Addr, hook.URL(), true)
-		vs = append(vs, floor)
+		floor, bare = newPlain(b, srv.Addr, hook.URL(), plainScript), newPlain(b, srv.Addr, hook.URL(), plainAdmit)
+		vs = append(vs, floor, bare)
 	}
 	drains := 0
 	drain := func(v *e2eVariant, n int) (time.Duration, e2eCost) {
@@ -190,12 +195,13 @@ func BenchmarkThroughputVsPlain(b *testing.B) {
 		}
 	}
 	// At most 9 lines: the testing package cuts a benchmark's log at 10.
+	var byRound []string
 	for _, v := range vs {
-		if v == pl {
-			continue
+		if v != pl {
+			byRound = append(byRound, v.name+" "+formatRatios(ratios[v]))
 		}
-		b.Logf("%s/plain by round: %s", v.name, formatRatios(ratios[v]))
 	}
+	b.Logf("against plain by round: %s", strings.Join(byRound, "; "))
 	for _, v := range vs {
 		t := total[v]
 		b.Logf("%s: %.0f tasks/s, %.3f of plain (median of rounds %.3f); %.0fµs in the handler, %.1f of %d slots busy; per task: %s",
@@ -214,6 +220,7 @@ func BenchmarkThroughputVsPlain(b *testing.B) {
 	b.ReportMetric(total[nm].rate()/pt.rate(), "unmarked/plain")
 	if floor != nil {
 		b.ReportMetric(total[floor].rate()/pt.rate(), "plain+script/plain")
+		b.ReportMetric(total[bare].rate()/pt.rate(), "plain+admit/plain")
 	}
 	b.ReportMetric(1e9/tt.rate(), "ns/op")
 	b.ReportMetric(float64(tt.cost.allocBytes)/float64(tt.tasks), "B/op")
@@ -245,19 +252,7 @@ func median(xs []float64) float64 {
 func newThrottled(b *testing.B, addr, url string, marks bool) *e2eVariant {
 	b.Helper()
 	rdb := newWorkerClient(b, addr)
-	lim, err := throttle.New(rdb, throttle.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	quota, err := throttle.NewQuota(benchPolicy,
-		throttle.Window{Limit: 1, Per: 24 * time.Hour}, throttle.Window{Limit: 3, Per: 168 * time.Hour})
-	if err != nil {
-		b.Fatal(err)
-	}
-	bucket, err := throttle.NewBucket(benchProvider, 1e6, 1e6)
-	if err != nil {
-		b.Fatal(err)
-	}
+	lim, quota, bucket := benchRules(b, rdb)
 	th := &jobs.Throttle{
 		Limiter:    lim,
 		Policies:   map[string]*throttle.Quota{benchPolicy: quota},
@@ -279,17 +274,66 @@ func newThrottled(b *testing.B, addr, url string, marks bool) *e2eVariant {
 	return v
 }
 
+// benchRules are the throttled variant's: a limiter on rdb, the policy
+// 1/24h + 3/168h and the bucket 10⁶/s burst 10⁶.
+func benchRules(b *testing.B, rdb *redis.Client) (*throttle.Limiter, *throttle.Quota, *throttle.Bucket) {
+	b.Helper()
+	lim, err := throttle.New(rdb, throttle.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	quota, err := throttle.NewQuota(benchPolicy,
+		throttle.Window{Limit: 1, Per: 24 * time.Hour}, throttle.Window{Limit: 3, Per: 168 * time.Hour})
+	if err != nil {
+		b.Fatal(err)
+	}
+	bucket, err := throttle.NewBucket(benchProvider, 1e6, 1e6)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return lim, quota, bucket
+}
+
+// plainKind is what a plain variant does besides decoding and sending.
+type plainKind int
+
+const (
+	plainOnly   plainKind = iota // nothing
+	plainScript                  // one trivial script call
+	plainAdmit                   // one bare admission
+)
+
 // newPlain is the same job without the throttle: decode, then the same
-// POST. With script, each job first runs a trivial script (Redis TIME and
-// ZCARD of a key named like the recipient's quota, as throttle's benchmarks
-// do): the floor of any admission that costs one script call per job.
-func newPlain(b *testing.B, addr, url string, script bool) *e2eVariant {
+// POST. With plainScript, each job first runs a trivial script (Redis TIME
+// and ZCARD of a key named like the recipient's quota, as throttle's
+// benchmarks do): the floor of any admission that costs one script call per
+// job. With plainAdmit, each job is first admitted by Limiter.Reserve
+// through the throttled variant's rules, as the middleware's admission of it
+// would be, but with nothing else of the middleware: no marker, no metrics,
+// no logs; a job not allowed at once fails the drain.
+func newPlain(b *testing.B, addr, url string, kind plainKind) *e2eVariant {
 	b.Helper()
 	provider := jobs.NewWebhookProvider(benchProvider, url, 5*time.Second, nil)
 	v := &e2eVariant{name: "plain", rdb: newWorkerClient(b, addr)}
 	trivial := redis.NewScript(e2eTrivialSrc)
-	if script {
+	var admit func(ctx context.Context, id, recipient string) error
+	switch kind {
+	case plainScript:
 		v.name = "plain+script"
+		admit = func(ctx context.Context, _, recipient string) error {
+			return trivial.Run(ctx, v.rdb, []string{"throttle:{" + recipient + "}:q:" + benchPolicy}).Err()
+		}
+	case plainAdmit:
+		v.name = "plain+admit"
+		lim, quota, bucket := benchRules(b, v.rdb)
+		admit = func(ctx context.Context, id, recipient string) error {
+			d, err := lim.Reserve(ctx, throttle.Request{ID: id, Takes: []throttle.Take{
+				{Rule: quota, Key: recipient}, {Rule: bucket, Key: benchProvider}}}, time.Second)
+			if err == nil && (!d.Allowed || d.Delay > 0) {
+				err = fmt.Errorf("task %s not admitted at once: %+v", id, d)
+			}
+			return err
+		}
 	}
 	mux := asynq.NewServeMux()
 	mux.Use(v.watch)
@@ -299,8 +343,8 @@ func newPlain(b *testing.B, addr, url string, script bool) *e2eVariant {
 		if err != nil {
 			return fmt.Errorf("malformed notification: %v: %w", err, asynq.SkipRetry)
 		}
-		if script {
-			if err := trivial.Run(ctx, v.rdb, []string{"throttle:{" + n.Recipient + "}:q:" + benchPolicy}).Err(); err != nil {
+		if admit != nil {
+			if err := admit(ctx, id, n.Recipient); err != nil {
 				return err
 			}
 		}
