@@ -27,10 +27,11 @@ type harness struct {
 	lim    *throttle.Limiter
 	th     *Throttle
 
-	mu    sync.Mutex
-	sent  map[string]time.Time // task ID -> when the provider last got it
-	sends map[string]int       // task ID -> how many times the provider got it
-	fail  func(Message) error  // what the provider answers, nil: accept
+	mu       sync.Mutex
+	sent     map[string]time.Time   // task ID -> when the provider last got it
+	sends    map[string]int         // task ID -> how many times the provider got it
+	returned map[string][]time.Time // task ID -> when its handler returned, each time
+	fail     func(Message) error    // what the provider answers, nil: accept
 }
 
 // harnessConfig says what newHarnessWith builds; the zero value of each
@@ -68,7 +69,7 @@ func newHarnessWith(t *testing.T, c harnessConfig) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{rdb: rdb, lim: lim, sent: map[string]time.Time{}, sends: map[string]int{},
+	h := &harness{rdb: rdb, lim: lim, sent: map[string]time.Time{}, sends: map[string]int{}, returned: map[string][]time.Time{},
 		client: asynq.NewClientFromRedisClient(rdb), insp: asynq.NewInspectorFromRedisClient(rdb)}
 	provider := c.provider
 	if provider == nil {
@@ -113,15 +114,64 @@ func newHarnessWith(t *testing.T, c harnessConfig) *harness {
 		RetryDelayFunc:           retryDelay,
 		DelayedTaskCheckInterval: time.Second,
 		LogLevel:                 asynq.ErrorLevel,
-	})
+	}, h.recordReturns)
 	t.Cleanup(srv.Shutdown)
 	return h
 }
 
+// recordReturns is a middleware that records when each task's handler
+// returned (harness.returned).
+func (h *harness) recordReturns(next asynq.Handler) asynq.Handler {
+	return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+		err := next.ProcessTask(ctx, t)
+		id, _ := asynq.GetTaskID(ctx)
+		h.mu.Lock()
+		h.returned[id] = append(h.returned[id], time.Now())
+		h.mu.Unlock()
+		return err
+	})
+}
+
+// returnedBetween returns the tasks whose handler returned in [from, to).
+func (h *harness) returnedBetween(from, to time.Time) []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var ids []string
+	for id, ts := range h.returned {
+		for _, at := range ts {
+			if !at.Before(from) && at.Before(to) {
+				ids = append(ids, id)
+				break
+			}
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// sentCount returns how many tasks the recording provider has got.
+func (h *harness) sentCount() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.sent)
+}
+
+// firstReturn returns when the handler of task id first returned, and
+// whether it has.
+func (h *harness) firstReturn(id string) (time.Time, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if ts := h.returned[id]; len(ts) > 0 {
+		return ts[0], true
+	}
+	return time.Time{}, false
+}
+
 // startWorker starts an asynq server on rdb that runs notifications through
 // th and Deliver, as cmd/worker does: IsFailure set, and RetryDelay(0)
-// unless cfg has a RetryDelayFunc. The caller shuts it down.
-func startWorker(t *testing.T, rdb redis.UniversalClient, th *Throttle, cfg asynq.Config) *asynq.Server {
+// unless cfg has a RetryDelayFunc. Middlewares in outer run around th's.
+// The caller shuts it down.
+func startWorker(t *testing.T, rdb redis.UniversalClient, th *Throttle, cfg asynq.Config, outer ...asynq.MiddlewareFunc) *asynq.Server {
 	t.Helper()
 	cfg.IsFailure = IsFailure
 	if cfg.RetryDelayFunc == nil {
@@ -129,6 +179,7 @@ func startWorker(t *testing.T, rdb redis.UniversalClient, th *Throttle, cfg asyn
 	}
 	srv := asynq.NewServerFromRedisClient(rdb, cfg)
 	mux := asynq.NewServeMux()
+	mux.Use(outer...)
 	mux.Use(th.Middleware)
 	mux.HandleFunc(TypeNotify, Deliver)
 	if err := srv.Start(mux); err != nil {
