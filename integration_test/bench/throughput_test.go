@@ -315,11 +315,11 @@ func newPlain(b *testing.B, addr, url string, kind plainKind) *e2eVariant {
 	b.Helper()
 	provider := jobs.NewWebhookProvider(benchProvider, url, 5*time.Second, nil)
 	v := &e2eVariant{name: "plain", rdb: newWorkerClient(b, addr)}
-	trivial := redis.NewScript(e2eTrivialSrc)
 	var admit func(ctx context.Context, id, recipient string) error
 	switch kind {
 	case plainScript:
 		v.name = "plain+script"
+		trivial := redis.NewScript(e2eTrivialSrc)
 		admit = func(ctx context.Context, _, recipient string) error {
 			return trivial.Run(ctx, v.rdb, []string{"throttle:{" + recipient + "}:q:" + benchPolicy}).Err()
 		}
