@@ -28,10 +28,10 @@ type harness struct {
 	th     *Throttle
 
 	mu       sync.Mutex
-	sent     map[string]time.Time   // task ID -> when the provider last got it
-	sends    map[string]int         // task ID -> how many times the provider got it
-	returned map[string][]time.Time // task ID -> when its handler returned, each time
-	fail     func(Message) error    // what the provider answers, nil: accept
+	sent     map[string]time.Time // task ID -> when the provider last got it
+	sends    map[string]int       // task ID -> how many times the provider got it
+	returned map[string]time.Time // task ID -> when its handler first returned
+	fail     func(Message) error  // what the provider answers, nil: accept
 }
 
 // harnessConfig says what newHarnessWith builds; the zero value of each
@@ -69,7 +69,7 @@ func newHarnessWith(t *testing.T, c harnessConfig) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{rdb: rdb, lim: lim, sent: map[string]time.Time{}, sends: map[string]int{}, returned: map[string][]time.Time{},
+	h := &harness{rdb: rdb, lim: lim, sent: map[string]time.Time{}, sends: map[string]int{}, returned: map[string]time.Time{},
 		client: asynq.NewClientFromRedisClient(rdb), insp: asynq.NewInspectorFromRedisClient(rdb)}
 	provider := c.provider
 	if provider == nil {
@@ -120,33 +120,27 @@ func newHarnessWith(t *testing.T, c harnessConfig) *harness {
 }
 
 // recordReturns is a middleware that records when each task's handler
-// returned (harness.returned).
+// first returned (harness.returned).
 func (h *harness) recordReturns(next asynq.Handler) asynq.Handler {
 	return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
 		err := next.ProcessTask(ctx, t)
 		id, _ := asynq.GetTaskID(ctx)
 		h.mu.Lock()
-		h.returned[id] = append(h.returned[id], time.Now())
+		if _, ok := h.returned[id]; !ok {
+			h.returned[id] = time.Now()
+		}
 		h.mu.Unlock()
 		return err
 	})
 }
 
-// returnedBetween returns the tasks whose handler returned in [from, to).
-func (h *harness) returnedBetween(from, to time.Time) []string {
+// sentAt returns when the recording provider last got task id, and
+// whether it has.
+func (h *harness) sentAt(id string) (time.Time, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	var ids []string
-	for id, ts := range h.returned {
-		for _, at := range ts {
-			if !at.Before(from) && at.Before(to) {
-				ids = append(ids, id)
-				break
-			}
-		}
-	}
-	slices.Sort(ids)
-	return ids
+	at, ok := h.sent[id]
+	return at, ok
 }
 
 // sentCount returns how many tasks the recording provider has got.
@@ -161,10 +155,8 @@ func (h *harness) sentCount() int {
 func (h *harness) firstReturn(id string) (time.Time, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if ts := h.returned[id]; len(ts) > 0 {
-		return ts[0], true
-	}
-	return time.Time{}, false
+	at, ok := h.returned[id]
+	return at, ok
 }
 
 // startWorker starts an asynq server on rdb that runs notifications through
