@@ -79,6 +79,9 @@ func concID(run string, proc, g int) string { return fmt.Sprintf("%s-p%d-g%d", r
 
 func concBarrierKey(run string) string { return "conctest:barrier:" + run }
 
+// concRepliedKey is a set of the processes that have had a reply.
+func concRepliedKey(run string) string { return "conctest:replied:" + run }
+
 // concResult is what a child reports.
 type concResult struct {
 	Proc     int
@@ -156,8 +159,24 @@ func TestConcurrencyChild(t *testing.T) {
 	}
 
 	// The goroutines wait on start; start closes once every process has
-	// arrived at the barrier.
+	// arrived at the barrier. The second half of them also waits until the
+	// other processes have had a reply (otherReplied), so that the processes
+	// certainly race: without it, a process scheduled a few milliseconds
+	// late could find the other one already done.
 	start := make(chan struct{})
+	replied := concRepliedKey(run)
+	var firstReply sync.Once
+	otherReplied := make(chan struct{})
+	go func() {
+		defer close(otherReplied)
+		for ctx.Err() == nil {
+			n, err := rdb.SCard(ctx, replied).Result()
+			if err == nil && n >= int64(procs) {
+				return
+			}
+			time.Sleep(200 * time.Microsecond)
+		}
+	}()
 	var mu sync.Mutex
 	res := concResult{Proc: proc}
 	note := func(d Decision) {
@@ -175,9 +194,17 @@ func TestConcurrencyChild(t *testing.T) {
 				{Rule: b, Key: concProvider(run)},
 			}}
 			<-start
+			if g >= concPerProc/2 {
+				<-otherReplied
+			}
 			sent := time.Now().UnixNano()
 			first, err := l.Admit(ctx, r)
 			done := time.Now().UnixNano()
+			firstReply.Do(func() {
+				if err := rdb.SAdd(ctx, replied, proc).Err(); err != nil {
+					t.Errorf("mark the first reply: %v", err)
+				}
+			})
 			mu.Lock()
 			defer mu.Unlock()
 			if res.SentNS == 0 || sent < res.SentNS {
@@ -371,7 +398,9 @@ func raceScenario(t *testing.T, exe string, rdb redis.UniversalClient, addrs []s
 	}
 	// The processes must really have raced: each sent its first admission
 	// before the other had its last reply (Redis may still serve one
-	// process's burst before the other's, as they arrive).
+	// process's burst before the other's, as they arrive). The child's
+	// second half waits for the other's first reply, which makes this
+	// certain however the processes are scheduled; the check guards that.
 	a, b := results[0], results[1]
 	if a.SentNS > b.DoneNS || b.SentNS > a.DoneNS {
 		t.Errorf("the processes did not race: one sent its first admission after the other's last reply: [%d, %d] and [%d, %d]",
