@@ -93,7 +93,11 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 
 	reg := prometheus.NewRegistry()
-	th, counts, err := newThrottle(cfg, rdb, reg, log, stdout)
+	var counts *sentCounts
+	if *demo > 0 {
+		counts = newSentCounts()
+	}
+	th, err := newThrottle(cfg, rdb, reg, log, stdout, counts)
 	if err != nil {
 		return err
 	}
@@ -157,17 +161,20 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	return err
 }
 
-// newThrottle builds the middleware from the config: rules, providers, metrics.
-func newThrottle(cfg *config.Config, rdb redis.UniversalClient, reg prometheus.Registerer, log *slog.Logger, stdout io.Writer) (*jobs.Throttle, *sentCounts, error) {
+// newThrottle builds the middleware from the config: rules, providers,
+// metrics. With counts (the demo's), every provider's accepted sends are
+// counted per recipient; without, providers are used as they are: a count
+// per recipient held for the life of a production worker would grow with
+// every recipient it ever delivered to.
+func newThrottle(cfg *config.Config, rdb redis.UniversalClient, reg prometheus.Registerer, log *slog.Logger, stdout io.Writer, counts *sentCounts) (*jobs.Throttle, error) {
 	lim, err := throttle.New(rdb, throttle.Options{Prefix: cfg.Redis.Prefix, Remember: cfg.Worker.RememberTakes})
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	policies, buckets, err := cfg.Rules()
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	counts := newSentCounts()
 	routes := map[string]jobs.Route{}
 	for name, p := range cfg.Providers {
 		var prov jobs.Provider
@@ -177,16 +184,19 @@ func newThrottle(cfg *config.Config, rdb redis.UniversalClient, reg prometheus.R
 		default:
 			w, err := output(p.Output, stdout)
 			if err != nil {
-				return nil, nil, fmt.Errorf("provider %s: %w", name, err)
+				return nil, fmt.Errorf("provider %s: %w", name, err)
 			}
 			prov = jobs.NewLogProvider(name, w)
 		}
-		routes[name] = jobs.Route{Bucket: buckets[name], Provider: counts.wrap(prov)}
+		if counts != nil {
+			prov = counts.wrap(prov)
+		}
+		routes[name] = jobs.Route{Bucket: buckets[name], Provider: prov}
 	}
 	return &jobs.Throttle{
 		Limiter: lim, Policies: policies, Providers: routes, Sent: sentMarks(cfg, rdb),
 		InlineWait: cfg.Worker.InlineWait, Metrics: jobs.NewMetrics(reg), Log: log,
-	}, counts, nil
+	}, nil
 }
 
 // sentMarks returns the sent markers the config asks for, nil when off.
