@@ -51,7 +51,7 @@ const (
 	DefaultConcurrency     = 20
 	DefaultQueue           = "default"
 	DefaultShutdownTimeout = 10 * time.Second
-	DefaultMetricsAddr     = "127.0.0.1:9464"
+	DefaultHTTPAddr        = "127.0.0.1:9464"
 	DefaultInlineWait      = time.Second
 	DefaultJitter          = time.Second
 	DefaultSentMarks       = time.Hour
@@ -127,9 +127,16 @@ type Worker struct {
 	// ShutdownTimeout is how long in-flight sends may finish after
 	// SIGINT/SIGTERM. Default 10s.
 	ShutdownTimeout time.Duration
-	// MetricsAddr is the host:port serving /healthz and /metrics; ""
-	// turns them off. Default DefaultMetricsAddr.
-	MetricsAddr string
+	// HTTPAddr is the host:port serving /healthz, /metrics and the
+	// dashboard (/throttle and /monitoring/, see Dashboard); "" turns them
+	// all off. In the file, http_addr; metrics_addr, its old name, still
+	// works and Warnings says so. Default DefaultHTTPAddr.
+	HTTPAddr string
+	// Dashboard says who may open the dashboard and what it may do.
+	Dashboard Dashboard
+	// addrKey is the key the file set HTTPAddr with: "http_addr",
+	// "metrics_addr" (the old name), or "" when it did not.
+	addrKey string
 	// InlineWait is the longest a job waiting only for its provider's
 	// bucket sleeps instead of being deferred; 0 always defers. Default 1s.
 	InlineWait time.Duration
@@ -228,7 +235,8 @@ func Default() *Config {
 			Concurrency:     DefaultConcurrency,
 			Queues:          map[string]int{DefaultQueue: 1},
 			ShutdownTimeout: DefaultShutdownTimeout,
-			MetricsAddr:     DefaultMetricsAddr,
+			HTTPAddr:        DefaultHTTPAddr,
+			Dashboard:       Dashboard{Enabled: true, SecretEnv: DefaultDashboardSecretEnv},
 			InlineWait:      DefaultInlineWait,
 			Jitter:          DefaultJitter,
 			SentMarks:       DefaultSentMarks,

@@ -21,13 +21,15 @@ func TestLoadRootConfig(t *testing.T) {
 		t.Fatalf("config.yaml does not load:\n%v", err)
 	}
 	c.src = nil
+	c.Worker.addrKey = "" // which name the file used: Warnings tells
 	want := &Config{
 		Redis: Redis{URL: Embedded, EmbeddedAddr: "127.0.0.1:6390", Prefix: "throttle:"},
 		Worker: Worker{
 			Concurrency:     20,
 			Queues:          map[string]int{"critical": 6, "default": 3, "low": 1},
 			ShutdownTimeout: 10 * time.Second,
-			MetricsAddr:     "127.0.0.1:9464",
+			HTTPAddr:        "127.0.0.1:9464",
+			Dashboard:       Dashboard{Enabled: true, SecretEnv: DefaultDashboardSecretEnv},
 			InlineWait:      time.Second,
 			Jitter:          time.Second,
 			SentMarks:       time.Hour,
@@ -75,13 +77,13 @@ func TestParseValid(t *testing.T) {
 			}
 		}},
 		{"empty metrics_addr turns metrics off", "worker:\n  metrics_addr: \"\"\n", func(t *testing.T, c *Config) {
-			if c.Worker.MetricsAddr != "" {
-				t.Errorf("metrics_addr = %q, want off", c.Worker.MetricsAddr)
+			if c.Worker.HTTPAddr != "" {
+				t.Errorf("metrics_addr = %q, want off", c.Worker.HTTPAddr)
 			}
 		}},
 		{"metrics_addr with no value turns metrics off", "worker:\n  metrics_addr:\n", func(t *testing.T, c *Config) {
-			if c.Worker.MetricsAddr != "" {
-				t.Errorf("metrics_addr = %q, want off", c.Worker.MetricsAddr)
+			if c.Worker.HTTPAddr != "" {
+				t.Errorf("metrics_addr = %q, want off", c.Worker.HTTPAddr)
 			}
 		}},
 		{"zero inline_wait and jitter stay zero", "worker:\n  inline_wait: 0s\n  jitter: 0\n", func(t *testing.T, c *Config) {

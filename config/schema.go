@@ -87,13 +87,9 @@ func (d *decoder) worker(n *yaml.Node, path string, w *Worker) {
 			})
 		}},
 		{"shutdown_timeout", d.setDuration(&w.ShutdownTimeout)},
-		{"metrics_addr", func(n *yaml.Node, p string) {
-			if isNull(resolve(n)) { // "metrics_addr:" with nothing: off, like ""
-				w.MetricsAddr = ""
-				return
-			}
-			d.setString(&w.MetricsAddr)(n, p)
-		}},
+		{"http_addr", d.httpAddr(w, "http_addr")},
+		{"metrics_addr", d.httpAddr(w, "metrics_addr")},
+		{"dashboard", func(n *yaml.Node, p string) { d.dashboard(n, p, &w.Dashboard) }},
 		{"inline_wait", d.setDuration(&w.InlineWait)},
 		{"jitter", d.setDuration(&w.Jitter)},
 		{"sent_marks", d.setDuration(&w.SentMarks)},

@@ -159,9 +159,7 @@ func (v *validator) worker() {
 		v.positive(path, w.Queues[name])
 	}
 	v.positiveDuration("worker.shutdown_timeout", w.ShutdownTimeout)
-	if w.MetricsAddr != "" && !validAddr(w.MetricsAddr) {
-		v.failf("worker.metrics_addr", `must be host:port, or "" to turn metrics off (got %s)`, quote(w.MetricsAddr))
-	}
+	v.httpAddr()
 	v.notNegative("worker.inline_wait", w.InlineWait)
 	v.notNegative("worker.jitter", w.Jitter)
 	v.notNegative("worker.sent_marks", w.SentMarks)

@@ -317,7 +317,7 @@ worker:
   concurrency: 20
   queues: {default: 1}
   shutdown_timeout: 3s
-  metrics_addr: ""
+  http_addr: ""
   jitter: 0s
 policies:
   generous: [{limit: 100, per: 1h}]

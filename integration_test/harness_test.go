@@ -284,7 +284,7 @@ worker:
   concurrency: %d
   queues: {%s: 1}
   shutdown_timeout: %s
-  metrics_addr: %q
+  http_addr: %q
   inline_wait: %s
   jitter: %s
   remember_takes: %s

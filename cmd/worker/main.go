@@ -72,7 +72,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	for _, w := range cfg.Redis.Warnings() {
+	for _, w := range append(cfg.Warnings(), cfg.Redis.Warnings()...) {
 		log.Warn(w)
 	}
 	// The guard makes calls that find Redis unreachable back off (asynq's
@@ -134,7 +134,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := srv.Start(mux); err != nil {
 		return fmt.Errorf("start: %w", err)
 	}
-	if addr := cfg.Worker.MetricsAddr; addr != "" {
+	if addr := cfg.Worker.HTTPAddr; addr != "" {
 		go serveMetrics(ctx, addr, rdb, reg, log)
 	}
 	go jobs.WatchClock(ctx, rdb, th.Metrics, log)

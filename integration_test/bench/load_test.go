@@ -58,7 +58,7 @@ worker:
   concurrency: %d
   queues: {default: 1}
   shutdown_timeout: 10s
-  metrics_addr: %q
+  http_addr: %q
   inline_wait: 1s
   jitter: 1s
 policies:

@@ -288,7 +288,7 @@ worker:
   concurrency: %d
   queues: {default: 1}
   shutdown_timeout: 10s
-  metrics_addr: %s
+  http_addr: %s
   inline_wait: 1s
   jitter: 1s
 policies:
