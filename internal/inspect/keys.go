@@ -1,0 +1,254 @@
+package inspect
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"math"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Everything this package knows about how the throttle engine lays out its
+// state in Redis is in this file: the key names (throttle/keys.go) and what
+// the values hold (lua/rules.lua). When the engine changes its layout, this
+// file changes with it; the rest of the package reads through it.
+//
+//	<prefix>{<subject>}:q:<policy>      quota: sorted set, member task ID
+//	                                    (a take of cost n adds ID\x1f2..n),
+//	                                    score the admission's µs (Redis TIME)
+//	<prefix>{<subject>}:b:<provider>    bucket: hash t (tokens, may be
+//	                                    negative), u (µs they were counted),
+//	                                    e (ledger life); absent = full
+//	<prefix>{<subject>}:b:<provider>:held  ledger: sorted set, member the task
+//	                                    holding tokens, score the µs it may use
+//	                                    them; member "\x00" (the tombstone)
+//	                                    scores the latest moment tokens went
+//	                                    that no holder shows: a pause's end
+//
+// A provider's bucket has the provider's name as both subject and rule.
+
+// maxEncoded is the longest encoded subject the engine keeps readable.
+const maxEncoded = 128
+
+// tombstone is the ledger member no task ID can be (see lua/rules.lua TOMB).
+const tombstone = "\x00"
+
+// keepByte and encodeSubject are the engine's subject encoding
+// (throttle/keys.go), which is unexported there; TestKeysMatchEngine admits
+// through the engine and finds its keys where these say.
+func keepByte(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
+		c == '-' || c == '_' || c == '.' || c == '@' || c == '+'
+}
+
+func encodeSubject(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; keepByte(c) {
+			b.WriteByte(c)
+		} else {
+			b.WriteString("%" + strings.ToUpper(strconv.FormatUint(uint64(c)>>4, 16)+strconv.FormatUint(uint64(c)&15, 16)))
+		}
+	}
+	if b.Len() > maxEncoded {
+		sum := sha256.Sum256([]byte(s))
+		return "#" + base64.RawURLEncoding.EncodeToString(sum[:])
+	}
+	return b.String()
+}
+
+func tag(prefix, subject string) string { return prefix + "{" + encodeSubject(subject) + "}" }
+
+func quotaKey(prefix, recipient, policy string) string {
+	return tag(prefix, recipient) + ":q:" + policy
+}
+
+func bucketKey(prefix, provider string) string { return tag(prefix, provider) + ":b:" + provider }
+
+func ledgerKey(prefix, provider string) string { return bucketKey(prefix, provider) + ":held" }
+
+// us converts a score or field in µs to an int64; 0 when it is not a number.
+func us(s string) int64 {
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsNaN(f) {
+		return 0
+	}
+	return int64(f)
+}
+
+// readBucket queues the read of a provider's bucket state; the function it
+// returns gives the tokens at now (µs), as the engine counts them: an absent
+// hash is a full bucket, a stored count refills at rate up to burst.
+func readBucket(p redis.Pipeliner, ctx context.Context, prefix, provider string, rate float64, burst int) func(now int64) float64 {
+	st := p.HMGet(ctx, bucketKey(prefix, provider), "t", "u")
+	return func(now int64) float64 {
+		v := st.Val()
+		if len(v) != 2 {
+			return float64(burst)
+		}
+		ts, ok1 := v[0].(string)
+		us0, ok2 := v[1].(string)
+		if !ok1 || !ok2 {
+			return float64(burst)
+		}
+		tokens, err := strconv.ParseFloat(ts, 64)
+		if err != nil {
+			return float64(burst)
+		}
+		if last := us(us0); now > last {
+			tokens += float64(now-last) * rate / 1e6
+		}
+		return min(tokens, float64(burst))
+	}
+}
+
+// readPause queues the read of a provider's tombstone; the function it
+// returns gives the µs a pause (a provider's 429) lasts until, or 0 when it
+// has ended. The engine also raises the tombstone when a take reserved ahead
+// is given back (to that take's moment, at most worker.inline_wait ahead), so
+// a pause shown for less than inline_wait may be that.
+func readPause(p redis.Pipeliner, ctx context.Context, prefix, provider string) func(now int64) int64 {
+	s := p.ZScore(ctx, ledgerKey(prefix, provider), tombstone)
+	return func(now int64) int64 {
+		if at := int64(s.Val()); s.Err() == nil && at > now {
+			return at
+		}
+		return 0
+	}
+}
+
+// readSends queues counts of the provider's takes in n bins of width µs
+// ending at now, oldest first: the ledger's scores are the moments tokens
+// were used. The tombstone is not a take and is left out.
+func readSends(p redis.Pipeliner, ctx context.Context, prefix, provider string, now, width int64, n int) func() []int64 {
+	key := ledgerKey(prefix, provider)
+	tomb := p.ZScore(ctx, key, tombstone)
+	counts := make([]*redis.IntCmd, n)
+	for i := range counts {
+		lo := now - int64(n-i)*width
+		counts[i] = p.ZCount(ctx, key, "("+strconv.FormatInt(lo, 10), strconv.FormatInt(lo+width, 10))
+	}
+	return func() []int64 {
+		out := make([]int64, n)
+		t := int64(tomb.Val())
+		for i, c := range counts {
+			out[i] = c.Val()
+			if lo := now - int64(n-i)*width; tomb.Err() == nil && t > lo && t <= lo+width && out[i] > 0 {
+				out[i]--
+			}
+		}
+		return out
+	}
+}
+
+// Bookings are the moments a subject's keys hold for tasks ahead of now.
+type Bookings struct {
+	// Ahead is how far ahead of now, in µs, the latest booking is; 0 when
+	// none is.
+	Ahead int64
+	// Held counts the bookings ahead of now.
+	Held int64
+	// Tasks are the first bookings (soonest first), at most the limit asked.
+	Tasks []Booking
+}
+
+// Booking is one task's booked moment.
+type Booking struct {
+	Task string
+	At   int64 // µs
+}
+
+// readBookings queues the reads of the bookings held in the sorted set at
+// key (a provider's ledger or a recipient's quota) and returns the function
+// that gives them once the pipeline ran. Today's engine books nothing
+// ahead on its own: what is ahead of now in these sets are the tokens and
+// quota entries reserved by jobs that sleep until their moment (at most
+// worker.inline_wait away). The booking engine (issue 12) will hold its
+// bookings here or in keys of its own; this function is the one place that
+// reads them.
+func readBookings(p redis.Pipeliner, ctx context.Context, key string, now int64, limit int) func() Bookings {
+	from := "(" + strconv.FormatInt(now, 10)
+	count := p.ZCount(ctx, key, from, "+inf")
+	first := p.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{Key: key, Start: from, Stop: "+inf", ByScore: true, Count: int64(limit + 1)})
+	last := p.ZRevRangeWithScores(ctx, key, 0, 1)
+	return func() Bookings {
+		b := Bookings{Held: count.Val()}
+		for _, z := range last.Val() {
+			if m, _ := z.Member.(string); m != tombstone && int64(z.Score) > now {
+				b.Ahead = max(b.Ahead, int64(z.Score)-now)
+			}
+		}
+		for _, z := range first.Val() {
+			m, _ := z.Member.(string)
+			if m == tombstone {
+				b.Held--
+				continue
+			}
+			if len(b.Tasks) < limit {
+				b.Tasks = append(b.Tasks, Booking{Task: taskOf(m), At: int64(z.Score)})
+			}
+		}
+		return b
+	}
+}
+
+// taskOf returns the task ID of a quota member: a take of cost n holds
+// ID, ID\x1f2, ..., ID\x1fn.
+func taskOf(member string) string {
+	id, _, _ := strings.Cut(member, "\x1f")
+	return id
+}
+
+// readEntries queues the reads of a recipient's quota under one policy:
+// how many entries each window holds at now, the entry that decides when
+// each full window frees a place (the limit-th newest in it), and a page of
+// the entries that count in the longest window, newest first.
+func readEntries(p redis.Pipeliner, ctx context.Context, key string, now int64, windows []window, offset, limit int) func() quotaRead {
+	longest := int64(0)
+	for _, w := range windows {
+		longest = max(longest, w.per)
+	}
+	n := len(windows)
+	counts := make([]*redis.IntCmd, n)
+	decide := make([]*redis.ZSliceCmd, n)
+	for i, w := range windows {
+		from := "(" + strconv.FormatInt(now-w.per, 10)
+		counts[i] = p.ZCount(ctx, key, from, "+inf")
+		decide[i] = p.ZRevRangeByScoreWithScores(ctx, key, &redis.ZRangeBy{Min: from, Max: "+inf", Offset: int64(w.limit - 1), Count: 1})
+	}
+	all := p.ZCount(ctx, key, "("+strconv.FormatInt(now-longest, 10), "+inf")
+	page := p.ZRevRangeByScoreWithScores(ctx, key, &redis.ZRangeBy{
+		Min: "(" + strconv.FormatInt(now-longest, 10), Max: "+inf", Offset: int64(offset), Count: int64(limit)})
+	return func() quotaRead {
+		q := quotaRead{total: all.Val(), used: make([]int64, n), decider: make([]int64, n)}
+		for i := range windows {
+			q.used[i] = counts[i].Val()
+			q.decider[i] = -1
+			if z := decide[i].Val(); len(z) == 1 && q.used[i] >= int64(windows[i].limit) {
+				q.decider[i] = int64(z[0].Score)
+			}
+		}
+		for _, z := range page.Val() {
+			m, _ := z.Member.(string)
+			q.entries = append(q.entries, Booking{Task: taskOf(m), At: int64(z.Score)})
+		}
+		return q
+	}
+}
+
+// window is a quota window in µs.
+type window struct {
+	limit int
+	per   int64
+}
+
+// quotaRead is what readEntries found.
+type quotaRead struct {
+	total   int64     // entries counting in the longest window
+	used    []int64   // entries in each window
+	decider []int64   // per window: the µs of the entry whose leaving frees a place, -1 when not full
+	entries []Booking // the page asked for, newest first
+}
