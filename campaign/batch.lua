@@ -2,9 +2,10 @@
 -- the fan-out, all at once: after a crash the progress says exactly which
 -- recipients were enqueued, so a resumed fan-out neither skips nor repeats.
 --
--- Each notification is enqueued as asynq's Client.Enqueue does (asynq
--- v0.26.0 internal/rdb enqueueCmd): unless its task hash exists, HSET msg,
--- state and pending_since, then LPUSH its ID on the queue's pending list.
+-- Each notification is enqueued as asynq's Client.Enqueue does (item 3 of
+-- the contract in internal/asynqdb, which pins the asynq version): unless
+-- its task hash exists, HSET msg, state and pending_since, then LPUSH its
+-- ID on the queue's pending list.
 -- A recipient already in the tick's seen set, or whose task exists, is
 -- "already there" (a duplicate line or SSCAN repeat, or a task enqueued
 -- otherwise).

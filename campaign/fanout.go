@@ -15,6 +15,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/notify-throttle/throttler/internal/asynqdb"
 	"github.com/notify-throttle/throttler/jobs"
 )
 
@@ -126,7 +127,7 @@ func (r *Runner) fanOut(ctx context.Context, c *campaign, tick Tick, mode string
 		}
 		return sum, err
 	}
-	if err := r.rdb.SAdd(ctx, asynqQueues, c.Queue).Err(); err != nil {
+	if err := r.rdb.SAdd(ctx, asynqdb.AllQueues, c.Queue).Err(); err != nil {
 		return sum, fmt.Errorf("campaign: register queue %s: %w", c.Queue, err)
 	}
 	src, err := openAudience(r.rdb, c.Audience, run.pos, line)
@@ -178,13 +179,32 @@ type batchRun struct {
 	released bool
 }
 
-// prepared is a batch ready to send: batch.lua's arguments.
+// prepared is a batch ready to send.
 type prepared struct {
-	args     []any
-	from, to string // positions before and after the batch
-	line     int64  // file lines up to to
-	done     string // batch.lua's ARGV[8]
-	err      error  // reading the batch failed
+	args batchArgs
+	err  error // reading the batch failed
+}
+
+// batchArgs are batch.lua's ARGV, named: argv puts them in the order its
+// contract lists.
+type batchArgs struct {
+	token      string // this run's lease token
+	leaseMS    int64  // lease TTL
+	from, to   string // positions before and after the batch
+	line       int64  // file lines read up to to
+	read       int    // audience entries in the batch, valid or not
+	invalid    int    // invalid entries in the batch
+	done       string // "1": the batch ends the fan-out; "expired": its send-by passed; else "0"
+	keepS      int64  // TTL of the progress hash and seen set
+	taskPrefix string // asynqdb.TaskKeyPrefix of the queue
+	now        time.Time
+	running    string // the fan-out's member of the queue's running set
+	tasks      []any  // recipient, task ID, task message (asynqdb.Message); repeated
+}
+
+func (a batchArgs) argv() []any {
+	return append([]any{a.token, a.leaseMS, a.from, a.to, a.line, a.read, a.invalid, a.done,
+		a.keepS, a.taskPrefix, a.now.UnixNano(), a.running, a.now.Unix()}, a.tasks...)
 }
 
 // produce reads the audience from the run's position and sends the
@@ -211,7 +231,7 @@ func (b *batchRun) produce(ctx context.Context, src reader, out chan<- prepared)
 		if err != nil || end {
 			return
 		}
-		from, line = to, p.line
+		from, line = to, p.args.line
 	}
 }
 
@@ -229,31 +249,29 @@ func (b *batchRun) prepare(batch []entry, from, to string, line int64, done stri
 		t := tick.Time().Add(c.SendByWindow)
 		sendBy = &t
 	}
-	args := make([]any, 0, 13+3*len(batch))
-	args = append(args, b.token, b.r.opts.Lease.Milliseconds(), from, to, 0, len(batch), 0, done,
-		int64(c.keep()/time.Second), b.keys.taskPfx, 0, runningMember(tick), 0)
-	invalid := 0
+	a := batchArgs{token: b.token, leaseMS: b.r.opts.Lease.Milliseconds(), from: from, to: to,
+		read: len(batch), done: done, keepS: int64(c.keep() / time.Second), taskPrefix: b.keys.taskPfx,
+		running: runningMember(tick), tasks: make([]any, 0, 3*len(batch))}
 	for _, e := range batch {
 		line = max(line, e.line)
 		msg, why := b.message(e, sendBy)
 		if why != "" {
-			invalid++
+			a.invalid++
 			b.logInvalid(e, why)
 			continue
 		}
-		args = append(args, e.recipient, msg.ID, msg.appendTo(nil))
+		a.tasks = append(a.tasks, e.recipient, msg.ID, msg.AppendTo(nil))
 	}
-	args[4], args[6] = line, invalid
-	return prepared{args: args, from: from, to: to, line: line, done: done}
+	a.line = line
+	return prepared{args: a}
 }
 
 // exec runs batch.lua on p: it enqueues and checkpoints, and returns the
 // fan-out's totals.
 func (b *batchRun) exec(ctx context.Context, p prepared) (Summary, error) {
-	k, tick := b.keys, b.tick
-	now := time.Now()
-	p.args[10], p.args[12] = now.UnixNano(), now.Unix()
-	res, err := batchScript.Run(ctx, b.r.rdb, []string{k.progress, k.lease, k.seen, k.pending, k.running}, p.args...).Int64Slice()
+	k, tick, a := b.keys, b.tick, p.args
+	a.now = time.Now()
+	res, err := batchScript.Run(ctx, b.r.rdb, []string{k.progress, k.lease, k.seen, k.pending, k.running}, a.argv()...).Int64Slice()
 	switch {
 	case err != nil && (strings.HasPrefix(err.Error(), "LOST") || strings.HasPrefix(err.Error(), "MOVED")):
 		b.released = true
@@ -262,18 +280,18 @@ func (b *batchRun) exec(ctx context.Context, p prepared) (Summary, error) {
 	case err != nil:
 		return Summary{Tick: tick}, fmt.Errorf("campaign: enqueue batch of %s: %w", tick, err)
 	}
-	b.pos, b.line = p.to, p.line
-	if p.done != "0" {
+	b.pos, b.line = a.to, a.line
+	if a.done != "0" {
 		b.released = true // the script dropped the lease
 	}
 	return Summary{Tick: tick, Read: res[0], Enqueued: res[1], Existing: res[2], Invalid: res[3],
-		Done: p.done != "0", Expired: p.done == "expired"}, nil
+		Done: a.done != "0", Expired: a.done == "expired"}, nil
 }
 
 // message returns the notification task of e, or why e is not a recipient.
-func (b *batchRun) message(e entry, sendBy *time.Time) (message, string) {
+func (b *batchRun) message(e entry, sendBy *time.Time) (asynqdb.Message, string) {
 	if e.bad != "" {
-		return message{}, e.bad
+		return asynqdb.Message{}, e.bad
 	}
 	c := b.c
 	id := b.tick.NotificationID(e.recipient)
@@ -281,10 +299,10 @@ func (b *batchRun) message(e entry, sendBy *time.Time) (message, string) {
 		Template: c.Template, Data: c.Data, SendBy: sendBy, Campaign: b.tick.String()}
 	task, err := jobs.NewTask(n, id)
 	if err != nil {
-		return message{}, strings.TrimSuffix(err.Error(), ": "+jobs.ErrBadPayload.Error())
+		return asynqdb.Message{}, strings.TrimSuffix(err.Error(), ": "+jobs.ErrBadPayload.Error())
 	}
 	// jobs.NewTask's options, as asynq's Client would store them.
-	return message{Type: task.Type(), Payload: task.Payload(), ID: id, Queue: c.Queue, Retry: jobs.DefaultMaxRetry}, ""
+	return asynqdb.Message{Type: task.Type(), Payload: task.Payload(), ID: id, Queue: c.Queue, Retry: jobs.DefaultMaxRetry}, ""
 }
 
 func (b *batchRun) logInvalid(e entry, why string) {

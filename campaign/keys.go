@@ -1,6 +1,10 @@
 package campaign
 
-import "strconv"
+import (
+	"strconv"
+
+	"github.com/notify-throttle/throttler/internal/asynqdb"
+)
 
 // Every Redis key the package uses is built here.
 //
@@ -28,8 +32,8 @@ func keysOf(prefix, queue string, t Tick) tickKeys {
 		lease:    base + ":lease",
 		seen:     base + ":seen",
 		running:  runningKey(prefix, queue),
-		pending:  "asynq:{" + queue + "}:pending",
-		taskPfx:  "asynq:{" + queue + "}:t:",
+		pending:  asynqdb.PendingKey(queue),
+		taskPfx:  asynqdb.TaskKeyPrefix(queue),
 	}
 }
 
@@ -44,6 +48,3 @@ func runningKey(prefix, queue string) string {
 // seconds. A worker that starts compares it with the schedule to find
 // missed ticks.
 func firedKey(prefix string) string { return prefix + "campaign:fired" }
-
-// asynqQueues is asynq's set of known queues (what its Inspector lists).
-const asynqQueues = "asynq:queues"

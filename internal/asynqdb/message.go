@@ -1,4 +1,4 @@
-package campaign
+package asynqdb
 
 import (
 	"time"
@@ -6,14 +6,11 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
-// The fan-out writes notification tasks the way asynq's Client.Enqueue
-// does, but many per round trip and in the same atomic script as its
-// progress (see batch.lua). asynq exports no encoder for its task message,
-// so taskMessage writes the protobuf by hand. The field numbers are those
-// of TaskMessage in asynq v0.26.0's internal/proto/asynq.proto; fields
-// equal to zero are left out, as proto3 does. TestTaskMessageMatchesAsynq
-// checks the bytes against what asynq's own Client stores, so an asynq
-// upgrade that changes the format fails the tests instead of the workers.
+// asynq exports no encoder for its task message, so Message writes the
+// protobuf by hand. The field numbers are those of TaskMessage in asynq
+// Version's internal/proto/asynq.proto; fields equal to zero are left out,
+// as proto3 does. TestContract compares the bytes with what asynq's own
+// Client stores.
 const (
 	fieldType      = 1
 	fieldPayload   = 2
@@ -24,24 +21,25 @@ const (
 	fieldRetention = 12
 )
 
-// defaultTimeout is the timeout asynq's Client gives a task that sets
+// DefaultTimeout is the timeout asynq's Client gives a task that sets
 // neither a timeout nor a deadline.
-const defaultTimeout = 30 * time.Minute
+const DefaultTimeout = 30 * time.Minute
 
-// message is a pending task as the fan-out enqueues it: no deadline, no
-// uniqueness lock, no group, no headers.
-type message struct {
+// Message is a pending task as Client.Enqueue would store it, for a task
+// with no deadline, no uniqueness lock, no group and no headers.
+type Message struct {
 	Type      string
 	Payload   []byte
 	ID        string
 	Queue     string
 	Retry     int
-	Timeout   time.Duration // whole seconds; 0 means defaultTimeout
+	Timeout   time.Duration // whole seconds; 0 means DefaultTimeout
 	Retention time.Duration // whole seconds
 }
 
-// appendTo appends m's encoding (asynq's TaskMessage) to b.
-func (m message) appendTo(b []byte) []byte {
+// AppendTo appends m's encoding (asynq's TaskMessage) to b: the task
+// hash's msg field.
+func (m Message) AppendTo(b []byte) []byte {
 	str := func(b []byte, num protowire.Number, s string) []byte {
 		if s == "" {
 			return b
@@ -58,7 +56,7 @@ func (m message) appendTo(b []byte) []byte {
 	}
 	timeout := m.Timeout
 	if timeout == 0 {
-		timeout = defaultTimeout
+		timeout = DefaultTimeout
 	}
 	b = str(b, fieldType, m.Type)
 	if len(m.Payload) > 0 {

@@ -1,0 +1,62 @@
+// Package asynqdb holds everything this module relies on of how asynq keeps
+// its tasks in Redis. asynq keeps that layout internal (its internal/base
+// and internal/rdb packages) and may change it in any release. This module
+// writes it directly where an exported API cannot do the job:
+//
+//   - campaign/batch.lua enqueues a batch of notifications in the same
+//     atomic script as the fan-out's checkpoint, which is what makes a
+//     fan-out 3-5x a loop of Client.Enqueue and lets a crash neither skip
+//     nor repeat a recipient.
+//
+// The contract, as read from asynq Version's source (internal/rdb/rdb.go)
+// and checked by this package's tests against the asynq the module builds
+// with (TestContract: an upgrade that changes any item fails the tests, not
+// the workers):
+//
+//  1. Keys. Every key of queue q carries q as its cluster hash tag, so one
+//     script can touch a whole queue on a cluster: the pending list
+//     asynq:{q}:pending (Client.Enqueue LPUSHes, the dequeue RPOPLPUSHes
+//     into active: the right end is the head), the active list
+//     asynq:{q}:active, the lease sorted set asynq:{q}:lease (task ID
+//     scored by its lease's expiry, Unix seconds: now+30 s at the dequeue,
+//     extended every 5 s by the server's heartbeat) and the task hash
+//     asynq:{q}:t:<id>. asynq:queues is the set of queue names.
+//  2. The task hash. Field msg is the TaskMessage protobuf (Message),
+//     state is "pending", "active", ..., and pending_since (Unix ns) is set
+//     by the enqueue and removed by the dequeue.
+//  3. Enqueue is: unless the task hash exists, HSET msg, state "pending"
+//     and pending_since, then LPUSH the ID on pending (campaign/batch.lua).
+//
+// Version is pinned in go.mod for this reason.
+package asynqdb
+
+// Version is the asynq release the contract above was read from and
+// tested against.
+const Version = "v0.26.0"
+
+// AllQueues is asynq's set of known queue names (what its Inspector lists).
+const AllQueues = "asynq:queues"
+
+// QueuePrefix returns the prefix of every key of queue q: "asynq:{q}:".
+func QueuePrefix(q string) string { return "asynq:{" + q + "}:" }
+
+// PendingKey returns queue q's list of pending task IDs.
+func PendingKey(q string) string { return QueuePrefix(q) + "pending" }
+
+// ActiveKey returns queue q's list of active task IDs.
+func ActiveKey(q string) string { return QueuePrefix(q) + "active" }
+
+// LeaseKey returns queue q's sorted set of active task IDs by lease expiry.
+func LeaseKey(q string) string { return QueuePrefix(q) + "lease" }
+
+// TaskKeyPrefix returns the prefix of queue q's task hashes.
+func TaskKeyPrefix(q string) string { return QueuePrefix(q) + "t:" }
+
+// TaskKey returns the hash of task id in queue q.
+func TaskKey(q, id string) string { return TaskKeyPrefix(q) + id }
+
+// Task states, as the task hash's state field holds them.
+const (
+	StatePending = "pending"
+	StateActive  = "active"
+)
