@@ -171,15 +171,18 @@ type Provider struct {
 	// Output is where a log provider writes: "stdout", "stderr" or a file
 	// path. Default "stdout" for a log provider; only for log.
 	Output string
-	// URL is where a webhook provider POSTs, http:// or https://. Required
-	// for a webhook provider; only for webhook.
-	URL string
+	// URL is where a webhook provider POSTs, http:// or https://, with
+	// credentials (https://user:password@host/...) if the provider takes
+	// them there; a Secret, so it may come from the environment or a file.
+	// Required for a webhook provider; only for webhook.
+	URL Secret
 	// Timeout bounds one webhook POST. Default 5s for a webhook provider;
 	// only for webhook.
 	Timeout time.Duration
-	// Headers are added to every webhook POST. Default none; only for
-	// webhook.
-	Headers map[string]string
+	// Headers are added to every webhook POST, an API key for instance:
+	// Secrets, so they may come from the environment or a file. Default
+	// none; only for webhook.
+	Headers map[string]Secret
 }
 
 // Defaults name what a notification uses when it does not say.

@@ -18,6 +18,8 @@ import (
 type decoder struct {
 	src  *source
 	errs *errorList
+	// getenv resolves {env: NAME} references; nil knows no variable.
+	getenv func(string) string
 }
 
 // field is one key of a mapping with a fixed set of keys.
@@ -230,6 +232,15 @@ func (d *decoder) setDuration(p *time.Duration) func(*yaml.Node, string) {
 	return func(n *yaml.Node, path string) {
 		if v, ok := d.duration(n, path); ok {
 			*p = v
+		}
+	}
+}
+
+// setSecret decodes a string or a secret reference (see Secret) into *p.
+func setSecret[T ~string](d *decoder, p *T, what string) func(*yaml.Node, string) {
+	return func(n *yaml.Node, path string) {
+		if v, ok := d.secret(n, path, what); ok {
+			*p = T(v)
 		}
 	}
 }

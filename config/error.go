@@ -125,10 +125,13 @@ type source struct {
 	failed map[string]bool
 	// env holds the paths set from the environment, with the variable.
 	env map[string]string
+	// refs holds the paths set by a secret reference, as the file wrote it
+	// ("{env: SMS_AUTH}"), for messages that must not quote the value.
+	refs map[string]string
 }
 
 func newSource(file string) *source {
-	return &source{file: file, lines: map[string]int{}, failed: map[string]bool{}, env: map[string]string{}}
+	return &source{file: file, lines: map[string]int{}, failed: map[string]bool{}, env: map[string]string{}, refs: map[string]string{}}
 }
 
 // parent returns path without its last element: "a.b[1]" -> "a.b" -> "a" -> "".

@@ -62,6 +62,12 @@ func TestLoadErrors(t *testing.T) {
 		{"empty_policy.yaml", `testdata/empty_policy.yaml:2: policies.marketing: needs at least one window, e.g. [{limit: 1, per: 24h}]`},
 		{"campaign_undefined_policy.yaml", `testdata/campaign_undefined_policy.yaml:12: campaigns[0].policy: policy "newsletter" is not defined (defined: marketing)`},
 		{"campaign_without_policy.yaml", `testdata/campaign_without_policy.yaml:4: campaigns[0].policy: required, as defaults.policy is not set`},
+		{"secret_env_missing.yaml", `testdata/secret_env_missing.yaml:6: providers.sms.headers.Authorization: environment variable SMS_AUTH is not set or empty`},
+		{"secret_file_missing.yaml", `testdata/secret_file_missing.yaml:6: providers.sms.headers.X-Api-Key: cannot read "testdata/no_such_secret.txt": no such file or directory`},
+		{"secret_file_two_lines.yaml", `testdata/secret_file_two_lines.yaml:5: providers.sms.headers.Authorization: "testdata/secret_two_lines.txt" holds more than one line: put the header value alone on one line`},
+		{"secret_env_and_file.yaml", `testdata/secret_env_and_file.yaml:7: providers.sms.headers.Authorization: give one of {env: NAME} and {file: PATH}`},
+		{"secret_unknown_key.yaml", `testdata/secret_unknown_key.yaml:4: providers.sms.url.environ: unknown key (known: env, file)`},
+		{"redis_password_env_missing.yaml", `testdata/redis_password_env_missing.yaml:3: redis.password: environment variable CACHE_PASSWORD is not set or empty`},
 		{"many_mistakes.yaml", `testdata/many_mistakes.yaml:4: worker.concurency: unknown key (did you mean concurrency?)
 testdata/many_mistakes.yaml:5: worker.jitter: not a duration such as 500ms, 90s, 1h30m or 7d (got "soon")
 testdata/many_mistakes.yaml:8: policies.marketing[0].limit: must be > 0 (got 0)

@@ -56,7 +56,7 @@ func parse(name string, data []byte, getenv func(string) string) (*Config, error
 	c.src = newSource(name)
 	c.src.lines[""] = root.Line
 	var errs errorList
-	d := decoder{src: c.src, errs: &errs}
+	d := decoder{src: c.src, errs: &errs, getenv: getenv}
 	d.config(root, c)
 	if getenv != nil {
 		c.Redis.fromEnv(getenv, c.src)

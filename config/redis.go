@@ -287,18 +287,7 @@ func (r Redis) password() (string, error) {
 // line break, or what is wrong with the file. The message never shows what
 // the file holds.
 func readPasswordFile(path string) (password, msg string) {
-	data, msg := readSmallFile(path)
-	if msg != "" {
-		return "", msg
-	}
-	pw := strings.TrimSuffix(strings.TrimSuffix(string(data), "\n"), "\r")
-	switch {
-	case pw == "":
-		return "", fmt.Sprintf("%s is empty", quote(path))
-	case strings.ContainsAny(pw, "\r\n"):
-		return "", fmt.Sprintf("%s holds more than one line: put the password alone on one line", quote(path))
-	}
-	return pw, ""
+	return readSecretFile(path, "password")
 }
 
 // readSmallFile reads a regular file of at most maxFileLen bytes, or says

@@ -26,11 +26,11 @@ func (d *decoder) config(root *yaml.Node, c *Config) {
 func (d *decoder) redis(n *yaml.Node, path string, r *Redis) {
 	var cluster []string
 	has := d.mapping(n, path, []field{
-		{"url", d.setString(&r.URL)},
+		{"url", setSecret(d, &r.URL, "URL")},
 		{"cluster", d.setStrings(&cluster)},
 		{"username", d.setString(&r.Username)},
 		{"password_file", d.redisFile(&r.PasswordFile)},
-		{"password", d.setString(&r.Password)},
+		{"password", setSecret(d, &r.Password, "password")},
 		{"tls", func(n *yaml.Node, p string) { d.redisTLS(n, p, &r.TLS) }},
 		{"embedded_addr", d.setString(&r.EmbeddedAddr)},
 		{"prefix", d.setString(&r.Prefix)},
@@ -135,13 +135,13 @@ func (d *decoder) providers(n *yaml.Node, path string, c *Config) {
 			{"rate", d.setNumber(&pr.Rate)},
 			{"burst", d.setInt(&pr.Burst)},
 			{"output", d.setString(&pr.Output)},
-			{"url", d.setString(&pr.URL)},
+			{"url", setSecret(d, &pr.URL, "URL")},
 			{"timeout", d.setDuration(&pr.Timeout)},
 			{"headers", func(n *yaml.Node, p string) {
-				pr.Headers = map[string]string{}
+				pr.Headers = map[string]Secret{}
 				d.entries(n, p, func(name string, _, v *yaml.Node, p string) {
-					if s, ok := d.str(v, p); ok {
-						pr.Headers[name] = s
+					if s, ok := d.secret(v, p, "header value"); ok {
+						pr.Headers[name] = Secret(s)
 					}
 				})
 			}},

@@ -217,13 +217,13 @@ func (v *validator) providers() {
 			if pr.Output != "" {
 				only("output", ProviderLog)
 			}
-			v.webhookURL(path+".url", pr.URL)
+			v.webhookURL(path+".url", string(pr.URL))
 			v.positiveDuration(path+".timeout", pr.Timeout)
 			for _, h := range slices.Sorted(maps.Keys(pr.Headers)) {
 				if !isToken(h) {
 					v.failf(join(path+".headers", h), "not a valid header name (got %s)", quote(h))
 				}
-				if strings.ContainsAny(pr.Headers[h], "\r\n\x00") {
+				if strings.ContainsAny(string(pr.Headers[h]), "\r\n\x00") {
 					v.failf(join(path+".headers", h), "must not contain a line break or NUL")
 				}
 			}
@@ -240,7 +240,7 @@ func (v *validator) webhookURL(path, u string) {
 	}
 	p, err := url.Parse(u)
 	if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
-		v.failf(path, "must be an http:// or https:// URL (got %s)", quote(RedactURL(u)))
+		v.failf(path, "must be an http:// or https:// URL (got %s)", v.c.src.shown(path, u))
 	}
 }
 
