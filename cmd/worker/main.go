@@ -7,10 +7,16 @@
 // Usage:
 //
 //	worker [-config config.yaml] [-demo 20s]
+//	worker -check [-connect] [-config config.yaml]
 //
 // With the default config (redis.url: embedded) it runs on an in-process
 // Redis for trying things out; -demo also enqueues a burst of notifications
 // for a few recipients and prints a summary per recipient before it exits.
+//
+// -check loads the config as a start would (every setting, secret reference,
+// audience file and schedule), connects to nothing, and exits 0 after a
+// one-line summary or 1 after listing every mistake; -check -connect also
+// logs in to Redis and says what answered. Deploy pipelines run it first.
 package main
 
 import (
@@ -41,9 +47,12 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	err := run(ctx, os.Args[1:], os.Stdout)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return // -h: the usage was the answer
+	}
+	if errors.Is(err, errReported) {
+		os.Exit(1)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
@@ -51,27 +60,45 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, args []string, stdout io.Writer) error {
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	fs.SetOutput(stderr)
 	path := fs.String("config", "config.yaml", "the config file")
 	demo := fs.Duration("demo", 0, "enqueue a demo burst, run this long, print a summary per recipient and exit")
+	checkOnly := fs.Bool("check", false, "check the config as a start would, connect to nothing, and exit: 0 and a summary, or 1 and every mistake")
+	connect := fs.Bool("connect", false, "with -check: also connect to Redis (login, TLS, cluster) and say what answered")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: worker [-config config.yaml] [-demo 20s]\n\n"+
+		fmt.Fprintf(fs.Output(), "Usage: worker [-config config.yaml] [-demo 20s]\n"+
+			"       worker -check [-connect] [-config config.yaml]\n\n"+
 			"Delivers notification jobs through the recipient policies and provider buckets in the config.\n"+
-			"REDIS_URL overrides redis.url. SIGINT/SIGTERM stop it gracefully.\n\nExamples:\n"+
+			"REDIS_URL overrides redis.url and REDIS_PASSWORD redis.password; a secret in the config (a\n"+
+			"webhook header or URL, the Redis password or URL) may be {env: NAME} or {file: PATH} instead\n"+
+			"of the value. SIGINT/SIGTERM stop it gracefully.\n\n"+
+			"-check validates everything a start does (settings, secret references, audience files,\n"+
+			"schedules) without connecting, prints \"FILE: ok: ...\" and exits 0, or prints every mistake\n"+
+			"as FILE:LINE: PATH: MESSAGE and exits 1. -check -connect also logs in to Redis.\n\nExamples:\n"+
 			"  worker                       # config.yaml (embedded Redis: for trying things out)\n"+
 			"  REDIS_URL=redis://127.0.0.1:6379/0 worker -config prod.yaml\n"+
+			"  worker -check -config prod.yaml           # in CI, before a deploy\n"+
+			"  worker -check -connect -config prod.yaml  # on the host, with its secrets\n"+
 			"  worker -demo 20s             # what `make demo` runs\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if *connect && !*checkOnly {
+		fmt.Fprintln(stderr, "worker: -connect goes with -check")
+		return errReported
+	}
+	if *checkOnly {
+		return check(ctx, *path, *connect, stdout, stderr)
+	}
 	cfg, err := config.Load(*path)
 	if err != nil {
 		return err
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	log := slog.New(slog.NewTextHandler(stderr, nil))
 	for _, w := range append(cfg.Warnings(), cfg.Redis.Warnings()...) {
 		log.Warn(w)
 	}
@@ -180,7 +207,11 @@ func newThrottle(cfg *config.Config, rdb redis.UniversalClient, reg prometheus.R
 		var prov jobs.Provider
 		switch p.Type {
 		case config.ProviderWebhook:
-			prov = jobs.NewWebhookProvider(name, p.URL, p.Timeout, p.Headers)
+			headers := make(map[string]string, len(p.Headers))
+			for k, v := range p.Headers {
+				headers[k] = string(v)
+			}
+			prov = jobs.NewWebhookProvider(name, string(p.URL), p.Timeout, headers)
 		default:
 			w, err := output(p.Output, stdout)
 			if err != nil {
