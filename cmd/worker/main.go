@@ -20,12 +20,14 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -39,6 +41,7 @@ import (
 
 	"github.com/notify-throttle/throttler/campaign"
 	"github.com/notify-throttle/throttler/config"
+	"github.com/notify-throttle/throttler/internal/dashboard"
 	"github.com/notify-throttle/throttler/internal/redisguard"
 	"github.com/notify-throttle/throttler/jobs"
 	"github.com/notify-throttle/throttler/throttle"
@@ -161,8 +164,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := srv.Start(mux); err != nil {
 		return fmt.Errorf("start: %w", err)
 	}
-	if addr := cfg.Worker.HTTPAddr; addr != "" {
-		go serveMetrics(ctx, addr, rdb, reg, log)
+	if cfg.Worker.HTTPAddr != "" {
+		ln, dash, err := listenHTTP(cfg, rdb, reg, campaigns, log)
+		if err != nil {
+			srv.Shutdown()
+			return err
+		}
+		if ln != nil {
+			base := "http://" + ln.Addr().String()
+			if dash != nil {
+				log.Info("dashboard", "throttle", base+"/throttle", "queues", base+"/monitoring/", "auth", cmp.Or(cfg.Worker.Dashboard.Auth, "none"))
+				if *demo > 0 {
+					fmt.Fprintf(stdout, "demo: dashboard at %s/throttle (a recipient: %s/throttle?recipient=alice@example.com) and %s/monitoring/ while the demo runs\n", base, base, base)
+				}
+			}
+			go serveHTTP(ctx, ln, dash, rdb, reg, log)
+		}
 	}
 	go jobs.WatchClock(ctx, rdb, th.Metrics, log)
 	// Every worker runs the campaign schedules: the fan-out task IDs make
@@ -250,8 +267,10 @@ func output(name string, stdout io.Writer) (io.Writer, error) {
 	return os.OpenFile(name, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
 }
 
-// serveMetrics serves /healthz (Redis reachable) and /metrics until ctx ends.
-func serveMetrics(ctx context.Context, addr string, rdb redis.UniversalClient, reg *prometheus.Registry, log *slog.Logger) {
+// serveHTTP serves /healthz (Redis reachable), /metrics and, unless the
+// config turns it off, the dashboard (/throttle and /monitoring/) on ln
+// until ctx ends.
+func serveHTTP(ctx context.Context, ln net.Listener, dash http.Handler, rdb redis.UniversalClient, reg *prometheus.Registry, log *slog.Logger) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -261,9 +280,35 @@ func serveMetrics(ctx context.Context, addr string, rdb redis.UniversalClient, r
 		}
 		fmt.Fprintln(w, "ok")
 	})
-	hs := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() { <-ctx.Done(); _ = hs.Close() }()
-	if err := hs.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		log.Warn("metrics server", "addr", addr, "err", err)
+	if dash != nil {
+		for _, p := range dashboard.Paths {
+			mux.Handle(p, dash)
+		}
 	}
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { <-ctx.Done(); _ = hs.Close() }()
+	if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		log.Warn("http server", "addr", ln.Addr().String(), "err", err)
+	}
+}
+
+// listenHTTP opens the worker's HTTP address and builds the dashboard the
+// config asks for. A missing dashboard secret is an error; an address
+// that cannot be listened on is logged, and the worker runs without it, as
+// it always has.
+func listenHTTP(cfg *config.Config, rdb redis.UniversalClient, reg *prometheus.Registry, campaigns *campaign.Runner, log *slog.Logger) (net.Listener, http.Handler, error) {
+	var dash http.Handler
+	if db := cfg.Worker.Dashboard; db.Enabled {
+		secret, err := db.Secret(os.Getenv)
+		if err != nil {
+			return nil, nil, err
+		}
+		dash = dashboard.New(dashboard.Options{Redis: rdb, Config: cfg, Secret: secret, Campaigns: campaigns, Metrics: reg})
+	}
+	ln, err := net.Listen("tcp", cfg.Worker.HTTPAddr)
+	if err != nil {
+		log.Warn("http server: not serving /healthz, /metrics or the dashboard", "addr", cfg.Worker.HTTPAddr, "err", err)
+		return nil, nil, nil
+	}
+	return ln, dash, nil
 }

@@ -1,0 +1,404 @@
+package dashboard
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/notify-throttle/throttler/campaign"
+	"github.com/notify-throttle/throttler/internal/inspect"
+	"github.com/notify-throttle/throttler/jobs"
+	"github.com/notify-throttle/throttler/throttle"
+)
+
+// Page limits: a list is read limit items at a time.
+const (
+	defaultLimit  = 50
+	maxLimit      = 500
+	bookingsShown = 10
+)
+
+// page is one page of a list: its items, where it starts, how many there
+// are in all and the URL of the next page (empty on the last).
+type page[T any] struct {
+	Items  []T    `json:"items"`
+	Offset int    `json:"offset"`
+	Limit  int    `json:"limit"`
+	Total  int64  `json:"total"`
+	Next   string `json:"next,omitempty"`
+}
+
+func newPage[T any](items []T, r *http.Request, offset, limit int, total int64) page[T] {
+	p := page[T]{Items: items, Offset: offset, Limit: limit, Total: total}
+	if p.Items == nil {
+		p.Items = []T{}
+	}
+	if int64(offset+limit) < total {
+		u := *r.URL
+		q := u.Query()
+		q.Set("offset", strconv.Itoa(offset+limit))
+		q.Set("limit", strconv.Itoa(limit))
+		u.RawQuery = q.Encode()
+		p.Next = u.RequestURI()
+	}
+	return p
+}
+
+// providerView is a provider's bucket as /throttle/api/providers shows it.
+type providerView struct {
+	Name        string        `json:"name"`
+	Rate        float64       `json:"rate"`
+	Burst       int           `json:"burst"`
+	Tokens      float64       `json:"tokens"`
+	BookedAhead float64       `json:"booked_ahead_seconds"`
+	Bookings    int64         `json:"bookings_held"`
+	Booked      []bookingView `json:"bookings"`
+	Paused      bool          `json:"paused"`
+	PausedUntil *time.Time    `json:"paused_until"`
+	// SendsPerSecond is the take rate in each bin of the last minutes,
+	// oldest first, the last ending now.
+	SendsPerSecond []float64 `json:"sends_per_second"`
+	BinSeconds     float64   `json:"bin_seconds"`
+	Now            time.Time `json:"now"`
+}
+
+type bookingView struct {
+	Task string    `json:"task"`
+	At   time.Time `json:"at"`
+}
+
+func bookingViews(b []inspect.Booking, loc *time.Location) []bookingView {
+	out := []bookingView{}
+	for _, x := range b {
+		out = append(out, bookingView{Task: x.Task, At: time.UnixMicro(x.At).In(loc)})
+	}
+	return out
+}
+
+func (d *Dashboard) providers(ctx context.Context, r *http.Request, offset, limit int) (page[providerView], error) {
+	st, err := d.in.Providers(ctx, offset, limit, bookingsShown)
+	if err != nil {
+		return page[providerView]{}, err
+	}
+	var out []providerView
+	for _, p := range st {
+		v := providerView{Name: p.Name, Rate: p.Rate, Burst: p.Burst, Tokens: math.Round(p.Tokens*1000) / 1000,
+			BookedAhead: float64(p.Bookings.Ahead) / 1e6, Bookings: p.Bookings.Held, Booked: bookingViews(p.Bookings.Tasks, time.UTC),
+			BinSeconds: inspect.SendBin.Seconds(), Now: p.Now}
+		if !p.PausedUntil.IsZero() {
+			v.Paused, v.PausedUntil = true, &p.PausedUntil
+		}
+		for _, n := range p.Sends {
+			v.SendsPerSecond = append(v.SendsPerSecond, float64(n)/inspect.SendBin.Seconds())
+		}
+		out = append(out, v)
+	}
+	return newPage(out, r, offset, limit, int64(d.in.ProviderCount())), nil
+}
+
+// policyView is a policy as /throttle/api/policies shows it.
+type policyView struct {
+	Name    string       `json:"name"`
+	Windows []windowView `json:"windows"`
+	// OverCap is what happens to a message over the policy's windows.
+	OverCap string `json:"over_cap"`
+	// Deferred counts this worker's deferrals by the policy since it
+	// started (the throttler_deferred_total metric); null without metrics.
+	Deferred *float64 `json:"deferred_by_this_worker"`
+}
+
+type windowView struct {
+	Limit      int     `json:"limit"`
+	Per        string  `json:"per"`
+	PerSeconds float64 `json:"per_seconds"`
+}
+
+func windowViews(ws []inspect.Window) []windowView {
+	var out []windowView
+	for _, w := range ws {
+		out = append(out, windowView{Limit: w.Limit, Per: throttle.FormatDuration(w.Per), PerSeconds: w.Per.Seconds()})
+	}
+	return out
+}
+
+func (d *Dashboard) policies(r *http.Request, offset, limit int) page[policyView] {
+	all := d.in.Policies()
+	deferred := d.deferred()
+	var out []policyView
+	for _, p := range all[min(offset, len(all)):min(len(all), offset+limit)] {
+		v := policyView{Name: p.Name, Windows: windowViews(p.Windows), OverCap: "defer"}
+		if deferred != nil {
+			n := deferred["policy "+p.Name]
+			v.Deferred = &n
+		}
+		out = append(out, v)
+	}
+	return newPage(out, r, offset, limit, int64(len(all)))
+}
+
+// deferred returns this worker's deferral counts by rule label, or nil.
+func (d *Dashboard) deferred() map[string]float64 {
+	if d.opts.Metrics == nil {
+		return nil
+	}
+	mfs, err := d.opts.Metrics.Gather()
+	if err != nil {
+		return nil
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "throttler_deferred_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "rule" {
+					out[l.GetValue()] = m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return out
+}
+
+// recipientView is a recipient's history as /throttle/api/recipients/{id}
+// shows it, times in Zone.
+type recipientView struct {
+	Recipient string            `json:"recipient"`
+	Zone      string            `json:"zone"`
+	Now       time.Time         `json:"now"`
+	Policies  []recipientPolicy `json:"policies"`
+	Bookings  int64             `json:"bookings_held"`
+	Ahead     float64           `json:"booked_ahead_seconds"`
+	Booked    []bookingView     `json:"bookings"`
+}
+
+type recipientPolicy struct {
+	Policy  string            `json:"policy"`
+	Windows []recipientWindow `json:"windows"`
+	// Next is the earliest moment a message may go under the policy.
+	Next time.Time `json:"next"`
+	// NextIn is how long until then, in seconds; 0 when it may go now.
+	NextIn float64 `json:"next_in_seconds"`
+	// DecidedBy names the window that sets Next ("1 per 24h"); "" when
+	// nothing holds a message back.
+	DecidedBy string          `json:"decided_by"`
+	Entries   page[entryView] `json:"entries"`
+}
+
+type recipientWindow struct {
+	windowView
+	Used int64 `json:"used"`
+	// Frees is when the window next has a place; null when it has one now.
+	Frees *time.Time `json:"frees"`
+}
+
+type entryView struct {
+	Task string    `json:"task"`
+	At   time.Time `json:"at"`
+	// Frees says when the entry leaves each window, as the policy's
+	// windows; null for a window it is no longer in.
+	Frees []*time.Time `json:"frees"`
+}
+
+func (d *Dashboard) recipient(ctx context.Context, r *http.Request, id string, loc *time.Location, offset, limit int) (recipientView, error) {
+	st, err := d.in.Recipient(ctx, id, offset, limit, bookingsShown)
+	if err != nil {
+		return recipientView{}, err
+	}
+	at := func(t time.Time) *time.Time {
+		if t.IsZero() {
+			return nil
+		}
+		t = t.In(loc)
+		return &t
+	}
+	v := recipientView{Recipient: id, Zone: loc.String(), Now: st.Now.In(loc), Bookings: st.Bookings.Held,
+		Ahead: float64(st.Bookings.Ahead) / 1e6, Booked: bookingViews(st.Bookings.Tasks, loc), Policies: []recipientPolicy{}}
+	for _, p := range st.Policies {
+		rp := recipientPolicy{Policy: p.Name, Next: p.Next.In(loc), NextIn: p.Next.Sub(st.Now).Seconds()}
+		wv := windowViews(p.Windows)
+		for i := range wv {
+			rp.Windows = append(rp.Windows, recipientWindow{windowView: wv[i], Used: p.Used[i], Frees: at(p.Frees[i])})
+		}
+		if p.DecidedBy >= 0 {
+			w := p.Windows[p.DecidedBy]
+			rp.DecidedBy = fmt.Sprintf("%d per %s", w.Limit, throttle.FormatDuration(w.Per))
+		}
+		var entries []entryView
+		for _, e := range p.Entries {
+			ev := entryView{Task: e.Task, At: e.At.In(loc)}
+			for _, f := range e.Frees {
+				ev.Frees = append(ev.Frees, at(f))
+			}
+			entries = append(entries, ev)
+		}
+		rp.Entries = newPage(entries, r, offset, limit, p.Total)
+		v.Policies = append(v.Policies, rp)
+	}
+	return v, nil
+}
+
+// campaignView is a campaign as /throttle/api/campaigns shows it.
+type campaignView struct {
+	Name     string     `json:"name"`
+	Cron     string     `json:"cron"`
+	Timezone string     `json:"timezone"`
+	NextTick *time.Time `json:"next_tick"`
+	// LastTick is the last tick any worker fired, null if none; its
+	// fan-out's counts follow.
+	LastTick *time.Time `json:"last_tick"`
+	Read     int64      `json:"fanout_read"`
+	Enqueued int64      `json:"fanout_enqueued"`
+	Existing int64      `json:"fanout_existing"`
+	Invalid  int64      `json:"fanout_invalid"`
+	Done     bool       `json:"fanout_done"`
+}
+
+func (d *Dashboard) campaigns(ctx context.Context, r *http.Request, offset, limit int) (page[campaignView], error) {
+	list, err := campaign.List(d.opts.Config, time.Now(), 1)
+	if err != nil {
+		return page[campaignView]{}, err
+	}
+	var latest []campaign.Summary
+	if d.opts.Campaigns != nil {
+		if latest, err = d.opts.Campaigns.Latest(ctx); err != nil {
+			return page[campaignView]{}, err
+		}
+	}
+	var out []campaignView
+	for i, c := range list[min(offset, len(list)):min(len(list), offset+limit)] {
+		v := campaignView{Name: c.Name, Cron: c.Cron, Timezone: c.Timezone}
+		if len(c.Next) > 0 {
+			v.NextTick = &c.Next[0]
+		}
+		if j := offset + i; j < len(latest) && latest[j].Tick.Unix > 0 {
+			s := latest[j]
+			t := s.Tick.Time()
+			if loc, err := time.LoadLocation(c.Timezone); err == nil {
+				t = t.In(loc)
+			}
+			v.LastTick = &t
+			v.Read, v.Enqueued, v.Existing, v.Invalid, v.Done = s.Read, s.Enqueued, s.Existing, s.Invalid, s.Done
+		}
+		out = append(out, v)
+	}
+	return newPage(out, r, offset, limit, int64(len(list))), nil
+}
+
+// badRequest is an error the client made: 400 with its message.
+type badRequest struct{ msg string }
+
+func (e badRequest) Error() string { return e.msg }
+
+// paging reads offset and limit.
+func paging(q url.Values) (offset, limit int, err error) {
+	offset, limit = 0, defaultLimit
+	if s := q.Get("offset"); s != "" {
+		if offset, err = strconv.Atoi(s); err != nil || offset < 0 {
+			return 0, 0, badRequest{fmt.Sprintf("offset: must be a whole number >= 0 (got %q)", s)}
+		}
+	}
+	if s := q.Get("limit"); s != "" {
+		if limit, err = strconv.Atoi(s); err != nil || limit < 1 || limit > maxLimit {
+			return 0, 0, badRequest{fmt.Sprintf("limit: must be a whole number from 1 to %d (got %q)", maxLimit, s)}
+		}
+	}
+	return offset, limit, nil
+}
+
+// zone reads tz, an IANA time zone for a recipient's times; UTC when absent.
+func zone(q url.Values) (*time.Location, error) {
+	s := q.Get("tz")
+	if s == "" {
+		return time.UTC, nil
+	}
+	loc, err := time.LoadLocation(s)
+	if err != nil || s == "Local" {
+		return nil, badRequest{fmt.Sprintf("tz: not an IANA time zone such as Europe/Paris (got %q)", s)}
+	}
+	return loc, nil
+}
+
+// checkRecipient says what is wrong with a recipient id, as the worker's
+// payload check would.
+func checkRecipient(id string) error {
+	switch {
+	case id == "":
+		return badRequest{"recipient: missing"}
+	case len(id) > jobs.MaxRecipientLen:
+		return badRequest{fmt.Sprintf("recipient: %d bytes, longer than %d", len(id), jobs.MaxRecipientLen)}
+	case !utf8.ValidString(id):
+		return badRequest{"recipient: not UTF-8"}
+	}
+	return nil
+}
+
+func (d *Dashboard) apiProviders(w http.ResponseWriter, r *http.Request) {
+	d.serveJSON(w, r, func(ctx context.Context, offset, limit int) (any, error) { return d.providers(ctx, r, offset, limit) })
+}
+
+func (d *Dashboard) apiPolicies(w http.ResponseWriter, r *http.Request) {
+	d.serveJSON(w, r, func(ctx context.Context, offset, limit int) (any, error) { return d.policies(r, offset, limit), nil })
+}
+
+func (d *Dashboard) apiCampaigns(w http.ResponseWriter, r *http.Request) {
+	d.serveJSON(w, r, func(ctx context.Context, offset, limit int) (any, error) { return d.campaigns(ctx, r, offset, limit) })
+}
+
+func (d *Dashboard) apiRecipient(w http.ResponseWriter, r *http.Request) {
+	d.serveJSON(w, r, func(ctx context.Context, offset, limit int) (any, error) {
+		id := r.PathValue("id")
+		if err := checkRecipient(id); err != nil {
+			return nil, err
+		}
+		loc, err := zone(r.URL.Query())
+		if err != nil {
+			return nil, err
+		}
+		return d.recipient(ctx, r, id, loc, offset, limit)
+	})
+}
+
+// serveJSON answers with what get returns as JSON: 400 for a bad request,
+// 503 when Redis fails.
+func (d *Dashboard) serveJSON(w http.ResponseWriter, r *http.Request, get func(ctx context.Context, offset, limit int) (any, error)) {
+	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
+	defer cancel()
+	offset, limit, err := paging(r.URL.Query())
+	var v any
+	if err == nil {
+		v, err = get(ctx, offset, limit)
+	}
+	if err != nil {
+		writeError(w, err, true)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+// writeError writes err with its status: 400 for a bad request, 503 else.
+func writeError(w http.ResponseWriter, err error, asJSON bool) {
+	status := http.StatusServiceUnavailable
+	var br badRequest
+	if errors.As(err, &br) {
+		status = http.StatusBadRequest
+	}
+	if !asJSON {
+		http.Error(w, err.Error(), status)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
+}

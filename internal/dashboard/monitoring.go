@@ -1,0 +1,83 @@
+package dashboard
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/hibiken/asynqmon"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/notify-throttle/throttler/jobs"
+)
+
+// monitoring returns asynq's dashboard (asynqmon) rooted at /monitoring/ on
+// the worker's own Redis client, showing notification payloads with the
+// recipient redacted. Without actions it only shows: asynqmon's read-only
+// mode hides the buttons and refuses other methods on its API, and every
+// request but GET and HEAD is refused here first, whatever asynqmon does.
+func monitoring(rdb redis.UniversalClient, actions bool) http.Handler {
+	h := asynqmon.New(asynqmon.Options{
+		RootPath:         "/monitoring",
+		RedisConnOpt:     sharedClient{rdb},
+		PayloadFormatter: asynqmon.PayloadFormatterFunc(formatPayload),
+		ReadOnly:         !actions,
+	})
+	// h is never closed: that would close the worker's client.
+	if actions {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			http.Error(w, "the asynq dashboard is read-only: worker.dashboard.actions: true allows "+r.Method, http.StatusMethodNotAllowed)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// sharedClient hands asynqmon the worker's client (login, TLS, cluster and
+// the outage guard included) instead of a second connection setup.
+type sharedClient struct{ rdb redis.UniversalClient }
+
+func (c sharedClient) MakeRedisClient() any { return c.rdb }
+
+// formatPayload shows a notification as JSON with its recipient redacted;
+// other task types (a campaign tick) as asynqmon would. A notification
+// that does not decode is not shown at all: it may hold a recipient.
+func formatPayload(taskType string, payload []byte) string {
+	if taskType != jobs.TypeNotify {
+		if utf8.Valid(payload) {
+			return string(payload)
+		}
+		return fmt.Sprintf("(%d bytes, not text)", len(payload))
+	}
+	n, err := jobs.Decode(payload)
+	if err != nil {
+		return fmt.Sprintf("(a malformed notification of %d bytes, not shown: %v)", len(payload), err)
+	}
+	n.Recipient = redact(n.Recipient)
+	b, err := json.Marshal(n)
+	if err != nil {
+		return "(not shown)"
+	}
+	return string(b)
+}
+
+// redact hides most of a recipient while keeping enough to tell recipients
+// apart at a glance: an address keeps its first character and its domain
+// (a***@example.com), anything else its first two and last two characters
+// (+1***67); up to five characters are hidden whole.
+func redact(s string) string {
+	r := []rune(s)
+	if at := strings.LastIndexByte(s, '@'); at > 0 {
+		first, _ := utf8.DecodeRuneInString(s)
+		return string(first) + "***" + s[at:]
+	}
+	if len(r) <= 5 {
+		return "***"
+	}
+	return string(r[:2]) + "***" + string(r[len(r)-2:])
+}
