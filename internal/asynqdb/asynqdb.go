@@ -7,11 +7,14 @@
 //     atomic script as the fan-out's checkpoint, which is what makes a
 //     fan-out 3-5x a loop of Client.Enqueue and lets a crash neither skip
 //     nor repeat a recipient.
+//   - recovery/reap.lua gives a dead worker's active tasks back to their
+//     queue within seconds, where asynq's own recoverer takes 60-150 s.
 //
-// The contract, as read from asynq Version's source (internal/rdb/rdb.go)
-// and checked by this package's tests against the asynq the module builds
-// with (TestContract: an upgrade that changes any item fails the tests, not
-// the workers):
+// The contract, as read from asynq Version's source (internal/rdb/rdb.go,
+// processor.go) and checked against the asynq the module builds with by
+// TestContract here (items 1-3 and the version) and by the recovery
+// package's tests (items 4-5), so that an upgrade that changes any item
+// fails the tests, not the workers:
 //
 //  1. Keys. Every key of queue q carries q as its cluster hash tag, so one
 //     script can touch a whole queue on a cluster: the pending list
@@ -26,6 +29,17 @@
 //     by the enqueue and removed by the dequeue.
 //  3. Enqueue is: unless the task hash exists, HSET msg, state "pending"
 //     and pending_since, then LPUSH the ID on pending (campaign/batch.lua).
+//  4. Requeue is what a server does with a task it gives back at shutdown
+//     (rdb.Requeue): LREM it from active, ZREM it from lease, RPUSH it on
+//     pending (the head) and HSET state "pending" (recovery/reap.lua). The
+//     task runs again with its retry count unchanged, and asynq's own
+//     recoverer, which reads only the lease set, no longer sees it.
+//  5. A server whose task was moved away still ends its handler and then
+//     runs Done, Retry or Archive on the task: each starts with LREM from
+//     active and, when the task is not there, answers "NOT FOUND" (logged)
+//     and changes nothing. When another server runs the task again, Retry
+//     moves it to the retry set, keeping it, where Done would delete it:
+//     so a handler that learns its task was handed over returns an error.
 //
 // Version is pinned in go.mod for this reason.
 package asynqdb

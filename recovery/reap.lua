@@ -1,0 +1,63 @@
+-- reap.lua: give the tasks of dead workers back to their queue, as asynq
+-- gives back a task its server stops (item 4 of the contract in
+-- internal/asynqdb): out of active and lease, onto the head of pending,
+-- state "pending", retry count unchanged.
+--
+-- A worker is dead when its last sign of life (hold.lua) is more than
+-- ARGV[1] ms old by Redis's clock. A task it holds is moved only if it is
+-- still where its dequeue put it: in the lease set, in the active list,
+-- with its message. A task that has ended since (done, retried, archived)
+-- only loses its holder. The dead workers leave the beats set; a worker
+-- that was only silent joins it again with its next sign of life.
+--
+-- Any number of workers may run this at once: each call is atomic on the
+-- queue's node, and a task moved by one is no longer held for the next.
+--
+-- KEYS[1] -> <prefix>recovery:{<queue>}:holders (see hold.lua)
+-- KEYS[2] -> <prefix>recovery:{<queue>}:beats
+-- KEYS[3] -> asynq:{<queue>}:active
+-- KEYS[4] -> asynq:{<queue>}:lease
+-- KEYS[5] -> asynq:{<queue>}:pending
+-- ARGV[1] -> silence after which a worker is dead, ms
+-- ARGV[2] -> asynq:{<queue>}:t: (the task hash prefix)
+--
+-- Returns, per dead worker: its ID, ms since its last sign of life, the
+-- number of tasks moved, then their IDs.
+local t = redis.call("TIME")
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local dead = redis.call("ZRANGEBYSCORE", KEYS[2], "-inf", "(" .. (now - tonumber(ARGV[1])), "WITHSCORES")
+if #dead == 0 then
+  return {}
+end
+local moved, names = {}, {}
+for i = 1, #dead, 2 do
+  moved[dead[i]] = {}
+  names[#names + 1] = dead[i]
+end
+local holders = redis.call("HGETALL", KEYS[1])
+for i = 1, #holders, 2 do
+  local id, w = holders[i], holders[i + 1]
+  if moved[w] then
+    redis.call("HDEL", KEYS[1], id)
+    local task = ARGV[2] .. id
+    if redis.call("ZSCORE", KEYS[4], id) and redis.call("HEXISTS", task, "msg") == 1
+        and redis.call("LREM", KEYS[3], 0, id) > 0 then
+      redis.call("ZREM", KEYS[4], id)
+      redis.call("RPUSH", KEYS[5], id)
+      redis.call("HSET", task, "state", "pending")
+      table.insert(moved[w], id)
+    end
+  end
+end
+redis.call("ZREM", KEYS[2], unpack(names))
+local out = {}
+for i = 1, #dead, 2 do
+  local w = dead[i]
+  out[#out + 1] = w
+  out[#out + 1] = now - tonumber(dead[i + 1])
+  out[#out + 1] = #moved[w]
+  for _, id in ipairs(moved[w]) do
+    out[#out + 1] = id
+  end
+end
+return out

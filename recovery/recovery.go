@@ -1,0 +1,319 @@
+// Package recovery gives a dead worker's tasks to the rest of the fleet
+// within seconds.
+//
+// asynq gives back the task of a crashed worker only once its lease has
+// been expired for 30 s, on its recoverer's next run (every minute), and
+// then retries it with backoff: 60-150 s for every message a crash caught
+// in flight. Here every worker shows signs of life in Redis (a beat every
+// DeadAfter/5, and each task it starts) and records which tasks it holds;
+// every worker also reaps: a worker silent for DeadAfter by Redis's clock
+// is dead, and the tasks it held go back to the head of their queue at
+// once, in one script per queue that checks each is still where the dead
+// worker's dequeue put it. A worker is never taken for dead while it shows
+// signs of life, however slow its tasks are.
+//
+// A worker that comes back after a silence longer than DeadAfter (paused,
+// cut off from Redis) may find some of its tasks handed over: Holds tells
+// its handler so before it sends. What the package relies on of asynq's
+// Redis layout is listed in internal/asynqdb.
+package recovery
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/notify-throttle/throttler/internal/asynqdb"
+	"github.com/notify-throttle/throttler/throttle"
+)
+
+var (
+	//go:embed hold.lua
+	holdLua    string
+	holdScript = redis.NewScript(holdLua)
+	//go:embed reap.lua
+	reapLua    string
+	reapScript = redis.NewScript(reapLua)
+)
+
+// DefaultDeadAfter is how long a worker may show no sign of life before its
+// tasks are handed over, unless Options.DeadAfter says otherwise.
+const DefaultDeadAfter = 5 * time.Second
+
+// ErrHandedOver is Holds' answer for a task this worker no longer holds:
+// it was silent for Options.DeadAfter, and the task went back to its queue
+// for another worker.
+var ErrHandedOver = errors.New("recovery: task handed over to another worker while this one showed no sign of life")
+
+// Options configure a Recovery. The zero value of each field is its default.
+type Options struct {
+	// DeadAfter is how long a worker may show no sign of life in Redis
+	// before another takes it for dead and hands its tasks over. A worker
+	// shows one every DeadAfter/5. Default DefaultDeadAfter.
+	DeadAfter time.Duration
+	// Prefix starts every key, as the throttle's. Default
+	// throttle.DefaultPrefix.
+	Prefix string
+	// ID names this worker. Default "<host>/<pid>/<random>".
+	ID string
+	// Log gets one line per recovery. Default slog.Default().
+	Log *slog.Logger
+	// Metrics, if set, counts recoveries (NewMetrics).
+	Metrics *Metrics
+}
+
+// Recovery is one worker's part: its signs of life, the tasks it holds,
+// and the reaper. Build it with New; its methods are safe for concurrent
+// use.
+type Recovery struct {
+	rdb    redis.UniversalClient
+	queues []string
+	o      Options
+	start  time.Time // for the monotonic times in lastSign
+
+	mu       sync.Mutex
+	finished map[string][]string // queue -> tasks ended since the last beat
+
+	// lastSign holds, per queue, when the last call that showed a sign of
+	// life there was sent: time since start, ns.
+	lastSign map[string]*atomic.Int64
+}
+
+// New returns the recovery of a worker serving queues.
+func New(rdb redis.UniversalClient, queues []string, o Options) *Recovery {
+	if o.DeadAfter <= 0 {
+		o.DeadAfter = DefaultDeadAfter
+	}
+	if o.Prefix == "" {
+		o.Prefix = throttle.DefaultPrefix
+	}
+	if o.ID == "" {
+		host, _ := os.Hostname()
+		o.ID = fmt.Sprintf("%s/%d/%s", host, os.Getpid(), uuid.NewString()[:8])
+	}
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	r := &Recovery{rdb: rdb, queues: queues, o: o, start: time.Now(),
+		finished: map[string][]string{}, lastSign: map[string]*atomic.Int64{}}
+	for _, q := range queues {
+		r.lastSign[q] = new(atomic.Int64)
+		r.lastSign[q].Store(-int64(o.DeadAfter)) // no sign yet
+	}
+	return r
+}
+
+// ID returns the worker's ID.
+func (r *Recovery) ID() string { return r.o.ID }
+
+// Run beats and reaps every DeadAfter/5 until ctx ends, then drops what the
+// worker held and leaves the beats. Cancel ctx only once the asynq server
+// has shut down: a worker whose handlers still run must keep beating.
+func (r *Recovery) Run(ctx context.Context) error {
+	r.loop(ctx)
+	leave, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	for _, q := range r.queues {
+		if err := r.beat(leave, q, "leave"); err != nil {
+			r.o.Log.Warn("recovery: could not leave", "queue", q, "err", err)
+		}
+	}
+	return nil
+}
+
+// loop beats and reaps every DeadAfter/5 until ctx ends.
+func (r *Recovery) loop(ctx context.Context) {
+	tick := time.NewTicker(r.o.DeadAfter / 5)
+	defer tick.Stop()
+	for {
+		for _, q := range r.queues {
+			if err := r.beat(ctx, q, "beat"); err != nil && ctx.Err() == nil {
+				r.o.Log.Debug("recovery: beat failed", "queue", q, "err", err)
+			}
+			if _, err := r.Reap(ctx, q); err != nil && ctx.Err() == nil {
+				r.o.Log.Debug("recovery: reap failed", "queue", q, "err", err)
+			}
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// beat runs hold.lua's beat or leave for queue q, with the tasks ended since
+// the last one; on failure they wait for the next.
+func (r *Recovery) beat(ctx context.Context, q, mode string) error {
+	r.mu.Lock()
+	ended := r.finished[q]
+	r.finished[q] = nil
+	r.mu.Unlock()
+	args := make([]any, 0, 2+len(ended))
+	args = append(args, r.o.ID, mode)
+	for _, id := range ended {
+		args = append(args, id)
+	}
+	if _, err := r.hold(ctx, q, args...); err != nil {
+		r.mu.Lock()
+		r.finished[q] = append(r.finished[q], ended...)
+		r.mu.Unlock()
+		return err
+	}
+	return nil
+}
+
+// hold runs hold.lua on queue q and notes the sign of life it gave.
+func (r *Recovery) hold(ctx context.Context, q string, args ...any) (bool, error) {
+	sent := time.Since(r.start)
+	n, err := holdScript.Run(ctx, r.rdb, []string{holdersKey(r.o.Prefix, q), beatsKey(r.o.Prefix, q)}, args...).Int()
+	if err != nil {
+		return false, fmt.Errorf("recovery: %s: %w", args[1], err)
+	}
+	if n == 1 {
+		if s, ok := r.lastSign[q]; ok {
+			s.Store(int64(sent))
+		}
+	}
+	return n == 1, nil
+}
+
+// Middleware records that this worker holds each task while next runs it.
+// A task it could not record (Redis unreachable) still runs; it then goes
+// back to its queue only through asynq's own recovery if the worker dies.
+func (r *Recovery) Middleware(next asynq.Handler) asynq.Handler {
+	return asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
+		id, _ := asynq.GetTaskID(ctx)
+		q, _ := asynq.GetQueueName(ctx)
+		if _, err := r.hold(ctx, q, r.o.ID, "take", id); err != nil {
+			r.o.Log.Warn("recovery: could not record the task as held", "task", id, "queue", q, "err", err)
+		}
+		defer func() {
+			r.mu.Lock()
+			r.finished[q] = append(r.finished[q], id)
+			r.mu.Unlock()
+		}()
+		return next.ProcessTask(ctx, task)
+	})
+}
+
+// Holds returns nil if this worker still holds the task of ctx (an asynq
+// handler's context), ErrHandedOver if the task went to another worker,
+// or the error that kept it from knowing. When the worker has shown a sign
+// of life in the task's queue within DeadAfter/2 it cannot have been taken
+// for dead, and Holds answers without asking Redis; otherwise it asks, and
+// a yes is a sign of life.
+func (r *Recovery) Holds(ctx context.Context) error {
+	id, _ := asynq.GetTaskID(ctx)
+	q, _ := asynq.GetQueueName(ctx)
+	if s, ok := r.lastSign[q]; ok && time.Since(r.start)-time.Duration(s.Load()) < r.o.DeadAfter/2 {
+		return nil
+	}
+	held, err := r.hold(ctx, q, r.o.ID, "keep", id)
+	switch {
+	case err != nil:
+		return err
+	case !held:
+		if r.o.Metrics != nil {
+			r.o.Metrics.HandedOver.Inc()
+		}
+		return ErrHandedOver
+	}
+	return nil
+}
+
+// Handover is what one reap did with one dead worker's tasks in a queue.
+type Handover struct {
+	Queue  string
+	Worker string
+	// Silent is how long the worker had shown no sign of life, by Redis's
+	// clock: an upper bound of the time from its death to the hand-over.
+	Silent time.Duration
+	// Tasks are the IDs of the tasks moved back to the queue.
+	Tasks []string
+}
+
+// Reap hands the tasks of queue q's dead workers back to the queue, logs
+// and counts each recovery, and returns what it did.
+func (r *Recovery) Reap(ctx context.Context, q string) ([]Handover, error) {
+	keys := []string{holdersKey(r.o.Prefix, q), beatsKey(r.o.Prefix, q),
+		asynqdb.ActiveKey(q), asynqdb.LeaseKey(q), asynqdb.PendingKey(q)}
+	res, err := reapScript.Run(ctx, r.rdb, keys, r.o.DeadAfter.Milliseconds(), asynqdb.TaskKeyPrefix(q)).Slice()
+	if err != nil {
+		return nil, fmt.Errorf("recovery: reap %s: %w", q, err)
+	}
+	hs, err := parseReap(q, res)
+	if err != nil {
+		return nil, err
+	}
+	for _, h := range hs {
+		if len(h.Tasks) == 0 {
+			continue
+		}
+		if m := r.o.Metrics; m != nil {
+			m.Recovered.WithLabelValues(q).Add(float64(len(h.Tasks)))
+			m.Handover.Observe(h.Silent.Seconds())
+		}
+		r.o.Log.Warn("recovered the tasks of a dead worker", "worker", h.Worker, "queue", q,
+			"silent", h.Silent, "tasks", len(h.Tasks), "first", h.Tasks[0], "by", r.o.ID)
+	}
+	return hs, nil
+}
+
+// parseReap reads reap.lua's reply.
+func parseReap(q string, res []any) ([]Handover, error) {
+	var hs []Handover
+	for i := 0; i < len(res); {
+		if i+3 > len(res) {
+			return nil, fmt.Errorf("recovery: unexpected reap reply %v", res)
+		}
+		w, _ := res[i].(string)
+		ms, _ := res[i+1].(int64)
+		n, _ := res[i+2].(int64)
+		i += 3
+		if int64(len(res)-i) < n {
+			return nil, fmt.Errorf("recovery: unexpected reap reply %v", res)
+		}
+		h := Handover{Queue: q, Worker: w, Silent: time.Duration(ms) * time.Millisecond}
+		for _, id := range res[i : i+int(n)] {
+			s, _ := id.(string)
+			h.Tasks = append(h.Tasks, s)
+		}
+		i += int(n)
+		hs = append(hs, h)
+	}
+	return hs, nil
+}
+
+// Metrics are the recovery's Prometheus metrics.
+type Metrics struct {
+	Recovered  *prometheus.CounterVec // tasks handed over from dead workers, by queue
+	Handover   prometheus.Histogram   // seconds from a dead worker's last sign of life to the hand-over
+	HandedOver prometheus.Counter     // tasks this worker found handed over when it came back
+}
+
+// NewMetrics registers the metrics with reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		Recovered: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "throttler", Name: "recovered_tasks_total",
+			Help: "Tasks of dead workers handed back to their queue by this worker's reaper."}, []string{"queue"}),
+		Handover: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "throttler", Name: "recovery_seconds",
+			Help:    "Time from a dead worker's last sign of life to the hand-over of its tasks, per recovery.",
+			Buckets: []float64{1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 15, 20, 30, 60, 120}}),
+		HandedOver: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "throttler", Name: "handed_over_total",
+			Help: "Tasks this worker found handed over to another worker after a silence: not sent here."}),
+	}
+	reg.MustRegister(m.Recovered, m.Handover, m.HandedOver)
+	return m
+}

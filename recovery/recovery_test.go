@@ -1,0 +1,244 @@
+package recovery
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/notify-throttle/throttler/internal/asynqdb"
+	"github.com/notify-throttle/throttler/internal/redistest"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// activeTasks enqueues n tasks on queue q with asynq's Client and moves
+// them to active as asynq's dequeue does (item 1 and 2 of the contract in
+// internal/asynqdb, which TestContract checks against asynq itself).
+func activeTasks(t *testing.T, rdb redis.UniversalClient, q, tag string, n int) []string {
+	t.Helper()
+	ctx := context.Background()
+	client := asynq.NewClientFromRedisClient(rdb)
+	var ids []string
+	for i := range n {
+		id := fmt.Sprintf("%s-%03d", tag, i)
+		if _, err := client.Enqueue(asynq.NewTask("t", nil), asynq.TaskID(id), asynq.Queue(q)); err != nil {
+			t.Fatal(err)
+		}
+		if err := rdb.LRem(ctx, asynqdb.PendingKey(q), 0, id).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := rdb.LPush(ctx, asynqdb.ActiveKey(q), id).Err(); err != nil {
+			t.Fatal(err)
+		}
+		rdb.HSet(ctx, asynqdb.TaskKey(q, id), "state", asynqdb.StateActive)
+		rdb.HDel(ctx, asynqdb.TaskKey(q, id), "pending_since")
+		rdb.ZAdd(ctx, asynqdb.LeaseKey(q), redis.Z{Score: float64(time.Now().Add(30 * time.Second).Unix()), Member: id})
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// holdAs records ids as held by worker in queue q, and sets the worker's
+// last sign of life to ago before now (Redis's clock).
+func holdAs(t *testing.T, rdb redis.UniversalClient, q, worker string, ago time.Duration, ids ...string) {
+	t.Helper()
+	ctx := context.Background()
+	r := New(rdb, []string{q}, Options{ID: worker, Log: quiet})
+	for _, id := range ids {
+		if _, err := r.hold(ctx, q, worker, "take", id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now, err := rdb.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.ZAdd(ctx, beatsKey(throttleDefaultPrefix, q), redis.Z{Score: float64(now.Add(-ago).UnixMilli()), Member: worker}).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+const throttleDefaultPrefix = "throttle:"
+
+// TestReapHandsOverOnlyTheDeadWorkersTasks: a reap moves the active tasks
+// of a worker silent for longer than DeadAfter to the head of the queue,
+// as asynq's requeue does, and nothing else: not the tasks of a worker
+// that showed a sign of life within DeadAfter, not a dead worker's task
+// that ended meanwhile, and not twice.
+func TestReapHandsOverOnlyTheDeadWorkersTasks(t *testing.T) {
+	rdb := redistest.Start(t).Client(t)
+	ctx := context.Background()
+	const q = "default"
+	dead := activeTasks(t, rdb, q, "dead", 3)
+	alive := activeTasks(t, rdb, q, "alive", 3)
+	ended := activeTasks(t, rdb, q, "ended", 1)
+	holdAs(t, rdb, q, "w-dead", 6*time.Second, append(slices.Clone(dead), ended...)...)
+	holdAs(t, rdb, q, "w-slow", 4*time.Second, alive...) // silent, not for long enough
+	holdAs(t, rdb, q, "w-idle", time.Minute)             // dead, holding nothing
+	// The ended task finished meanwhile (asynq's Done).
+	rdb.LRem(ctx, asynqdb.ActiveKey(q), 0, ended[0])
+	rdb.ZRem(ctx, asynqdb.LeaseKey(q), ended[0])
+	rdb.Del(ctx, asynqdb.TaskKey(q, ended[0]))
+
+	reg := prometheus.NewRegistry()
+	r := New(rdb, []string{q}, Options{DeadAfter: 5 * time.Second, Log: quiet, Metrics: NewMetrics(reg)})
+	hs, err := r.Reap(ctx, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byWorker := map[string]Handover{}
+	for _, h := range hs {
+		byWorker[h.Worker] = h
+	}
+	if len(hs) != 2 || !slices.Equal(byWorker["w-dead"].Tasks, dead) || len(byWorker["w-idle"].Tasks) != 0 {
+		t.Fatalf("reap: %+v; want w-dead's %v and w-idle with none", hs, dead)
+	}
+	if s := byWorker["w-dead"].Silent; s < 6*time.Second || s > 8*time.Second {
+		t.Errorf("w-dead silent for %s, want about 6s", s)
+	}
+	// Pending holds the dead worker's tasks at its head (the right end),
+	// in the order they were held.
+	if got := rdb.LRange(ctx, asynqdb.PendingKey(q), 0, -1).Val(); !slices.Equal(got, dead) {
+		t.Errorf("pending %v, want %v", got, dead)
+	}
+	for _, id := range dead {
+		if s := rdb.HGet(ctx, asynqdb.TaskKey(q, id), "state").Val(); s != asynqdb.StatePending {
+			t.Errorf("%s: state %q, want pending", id, s)
+		}
+		if rdb.ZScore(ctx, asynqdb.LeaseKey(q), id).Err() != redis.Nil {
+			t.Errorf("%s still has a lease", id)
+		}
+	}
+	active := rdb.LRange(ctx, asynqdb.ActiveKey(q), 0, -1).Val()
+	slices.Sort(active)
+	if !slices.Equal(active, alive) {
+		t.Errorf("active %v, want the slow worker's %v", active, alive)
+	}
+	holders := rdb.HGetAll(ctx, holdersKey(throttleDefaultPrefix, q)).Val()
+	if len(holders) != len(alive) {
+		t.Errorf("holders %v, want only w-slow's", holders)
+	}
+	if ws := rdb.ZRange(ctx, beatsKey(throttleDefaultPrefix, q), 0, -1).Val(); !slices.Equal(ws, []string{"w-slow"}) {
+		t.Errorf("beats %v, want [w-slow]", ws)
+	}
+	if got := rdb.Exists(ctx, asynqdb.TaskKey(q, ended[0])).Val(); got != 0 {
+		t.Errorf("the ended task's hash is back")
+	}
+	if n := counter(t, r.o.Metrics.Recovered.WithLabelValues(q)); n != 3 {
+		t.Errorf("recovered_tasks_total %g, want 3", n)
+	}
+	if n := observations(t, r.o.Metrics.Handover); n != 1 {
+		t.Errorf("recovery_seconds has %d observations, want 1 (one recovery)", n)
+	}
+	if hs, err := r.Reap(ctx, q); err != nil || len(hs) != 0 {
+		t.Errorf("second reap: %+v, %v; want nothing", hs, err)
+	}
+}
+
+// TestReapersAtOnceMoveEachTaskOnce: reapers in several goroutines (several
+// workers) reap the same queue at the same time; every task of the dead
+// workers is moved exactly once.
+func TestReapersAtOnceMoveEachTaskOnce(t *testing.T) {
+	rdb := redistest.Start(t).Client(t)
+	ctx := context.Background()
+	const q, workers, each, reapers = "default", 3, 100, 4
+	var want []string
+	for w := range workers {
+		ids := activeTasks(t, rdb, q, fmt.Sprintf("w%d", w), each)
+		holdAs(t, rdb, q, fmt.Sprintf("w%d", w), 10*time.Second, ids...)
+		want = append(want, ids...)
+	}
+	var mu sync.Mutex
+	var moved []string
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range reapers {
+		r := New(rdb, []string{q}, Options{ID: fmt.Sprintf("reaper-%d", i), Log: quiet})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			for range 20 {
+				hs, err := r.Reap(ctx, q)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				for _, h := range hs {
+					moved = append(moved, h.Tasks...)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	slices.Sort(moved)
+	slices.Sort(want)
+	if !slices.Equal(moved, want) {
+		t.Errorf("moved %d tasks (%d distinct), want each of %d once", len(moved), len(slices.Compact(slices.Clone(moved))), len(want))
+	}
+	pending := rdb.LRange(ctx, asynqdb.PendingKey(q), 0, -1).Val()
+	slices.Sort(pending)
+	if !slices.Equal(pending, want) {
+		t.Errorf("pending holds %d IDs, want each of the %d once", len(pending), len(want))
+	}
+	if n := rdb.LLen(ctx, asynqdb.ActiveKey(q)).Val(); n != 0 {
+		t.Errorf("%d tasks left active", n)
+	}
+}
+
+// TestReapOnCluster: on a Redis Cluster, with queues in different slots,
+// each queue's reap moves its own dead tasks.
+func TestReapOnCluster(t *testing.T) {
+	rdb := redistest.StartCluster(t, 3, 0).Client(t)
+	ctx := context.Background()
+	queues := []string{"critical", "default", "low"}
+	want := map[string][]string{}
+	for _, q := range queues {
+		want[q] = activeTasks(t, rdb, q, q, 5)
+		holdAs(t, rdb, q, "w-dead", 10*time.Second, want[q]...)
+	}
+	r := New(rdb, queues, Options{Log: quiet})
+	for _, q := range queues {
+		hs, err := r.Reap(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(hs) != 1 || !slices.Equal(hs[0].Tasks, want[q]) {
+			t.Errorf("queue %s: %+v, want %v moved", q, hs, want[q])
+		}
+		if got := rdb.LRange(ctx, asynqdb.PendingKey(q), 0, -1).Val(); !slices.Equal(got, want[q]) {
+			t.Errorf("queue %s: pending %v, want %v", q, got, want[q])
+		}
+	}
+}
+
+func counter(t *testing.T, c prometheus.Counter) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
+}
+
+func observations(t *testing.T, h prometheus.Histogram) uint64 {
+	t.Helper()
+	var m dto.Metric
+	if err := h.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetHistogram().GetSampleCount()
+}
