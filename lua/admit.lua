@@ -1,8 +1,9 @@
 -- admit.lua (after rules.lua): admits tasks, each through every one of its
 -- takes or none.
 --
---   args  -> per task: its ID (never empty, no control characters) and its
---            plan (see rules.lua)
+--   args  -> per task: its ID (never empty, no control characters), its
+--            plan (see rules.lua) and its deadline (µs, Redis time; 0: none,
+--            used only by a plan that books)
 --   keys  -> the takes' keys, task after task, in take order
 --
 -- The tasks are admitted one after another at one Redis time, exactly as if
@@ -18,57 +19,68 @@
 -- A bucket that is short of tokens may be reserved ahead (tokens go negative)
 -- when the plan's max wait allows that wait and nothing else denies: the task
 -- is admitted and told the moment it may go. Quota entries and bucket ledgers
--- record that moment, so a repeated call returns the same moment.
+-- record that moment, so a repeated call returns the same moment. A plan
+-- that books (see book.lua) is booked a moment instead of denied.
 --
 -- A task whose plan has a done marker (see rules.lua) whose key exists is
 -- done: nothing is checked or consumed, and its code is -1 (its other
 -- values 0 but now_us).
 --
--- Returns, for each task in turn, four values:
---   code, now_us, delay_us, remaining
+-- Returns, for each task in turn, six values:
+--   code, now_us, delay_us, remaining, outcome, extra
 -- where code = allowed (1/0) + 2 * repeated (1/0) + 4 * binding take
 -- (1-based, 0: none) + 256 * binding window of a quota (1-based, 0: none)
 -- + 65536 * fresh (a request has at most 32 takes, a quota 32 windows);
--- delay_us is, if allowed, the wait until the reserved moment (0: now) and,
--- if denied, the wait until every take would pass; the binding take is the
--- one that sets that wait; remaining is the least capacity left over the
--- takes; repeated says every take already held this task; fresh says which
--- takes this call consumed, bit i-1 for take i (so a caller undoing this
--- call undoes only those, never what the task already held).
+-- delay_us is, if allowed, the wait until the reserved moment (0: now), if
+-- booked (or expired) the wait until the booked moment (or the one it would
+-- have had), and if denied, the wait until every take would pass; the
+-- binding take is the one that sets that wait; remaining is the least
+-- capacity left over the takes; repeated says every take already held this
+-- task; fresh says which takes this call consumed, bit i-1 for take i (so a
+-- caller undoing this call undoes only those, never what the task already
+-- held). outcome is 0 (decided: allowed or denied, as code says), 1 booked,
+-- 2 expired (its moment would be after its deadline: nothing held), 3
+-- booked again (it came back too late for its moment, or its moment was
+-- taken). extra is, for a booking, how many bookings on the binding rule
+-- come before it, and for an allowed claim, the moment it had booked (µs).
 
 -- admit_task admits one task whose keys start at keys[ki] and returns the
 -- index past its last key, then its four values.
-local function admit_task(keys, ki, id, p, now)
+local function admit_task(keys, ki, id, p, now, deadline)
   local remember, maxwait, n = p.remember, p.maxwait, p.n
   if p.done then
     local marker = keys[ki]
     ki = ki + 1
     if rcall('EXISTS', marker) == 1 then
       for i = 1, n do
-        if p[i].kind == 'b' then ki = ki + 2 else ki = ki + 1 end
+        if p[i].kind == 'b' then ki = ki + 3 else ki = ki + 1 end
       end
-      return ki, -1, now, 0, 0
+      return ki, -1, now, 0, 0, 0, 0
     end
+  end
+  if p.book then
+    local k, a, b, c, d, o, x = book_task(keys, ki, id, p, now, deadline)
+    if k then return k, a, b, c, d, o, x end
   end
   local denied, delay, binding, window, remaining, repeated = false, 0, 0, 0, huge, true
   local k = ki
   for i = 1, n do
     local t = p[i]
     local kind = t.kind
-    local ok, u, w, left, mine, a, b = true, 0, 0
+    local ok, u, w, left, mine, a, b, c = true, 0, 0
     if kind == 'q' then
       ok, u, w, left, mine, a, b = quota_check(t, keys[k], id, now)
       k = k + 1
     elseif kind == 'b' then
       local reserve
-      reserve, u, left, mine, a, b = bucket_check(t, keys[k], keys[k + 1], id, now, remember, denied)
+      reserve, u, left, mine, a, b, c = bucket_check(t, keys[k], keys[k + 1], id, now, remember, denied, p.prio)
       if reserve and reserve > maxwait then ok = false end
-      k = k + 2
+      k = k + 3
     else
       ok, u, left, mine, a, b = fixed_check(t, keys[k], id, now)
       k = k + 1
     end
-    HELD[i], A[i], B[i] = mine, a, b
+    HELD[i], A[i], B[i], C[i] = mine, a, b, c
     if not ok then denied = true end
     if u > delay then delay, binding, window = u, i, w end
     if left < remaining then remaining = left end
@@ -77,7 +89,7 @@ local function admit_task(keys, ki, id, p, now)
   if remaining < 0 or remaining == huge then remaining = 0 end
 
   if denied then
-    return k, 4 * binding + 256 * window, now, delay, remaining
+    return k, 4 * binding + 256 * window, now, delay, remaining, 0, 0
   end
 
   local at = now + delay
@@ -95,36 +107,36 @@ local function admit_task(keys, ki, id, p, now)
       if kind == 'q' then
         quota_commit(t, keys[k], id, now, qat, A[i], B[i])
       elseif kind == 'b' then
-        bucket_commit(t, keys[k], keys[k + 1], id, now, at, remember, A[i], B[i])
+        bucket_commit(t, keys[k], keys[k + 1], id, now, at, remember, A[i], B[i], C[i] or nil)
       else
         fixed_commit(t, keys[k], id, now, A[i], B[i])
       end
     end
-    if kind == 'b' then k = k + 2 else k = k + 1 end
+    if kind == 'b' then k = k + 3 else k = k + 1 end
     bit = bit * 2
   end
   if delay == 0 then binding = 0 end
-  return k, 1 + (repeated and 2 or 0) + 4 * binding + fresh, now, delay, remaining
+  return k, 1 + (repeated and 2 or 0) + 4 * binding + fresh, now, delay, remaining, 0, 0
 end
 
 local function admit(keys, args)
   if not rcall then bind() end
   local now = now_us()
   local na = #args
-  if na == 2 then -- one task: its values, without growing a table
+  if na == 3 then -- one task: its values, without growing a table
     memo = false
-    local _, a, b, c, d = admit_task(keys, 1, args[1], plans[args[2]] or plan(args[2]), now)
-    return {a, b, c, d}
+    local _, a, b, c, d, o, x = admit_task(keys, 1, args[1], plans[args[2]] or plan(args[2]), now, tonum(args[3]))
+    return {a, b, c, d, o, x}
   end
-  memo, MEMO_T, MEMO_U, MEMO_E = true, {}, {}, {}
+  memo, MEMO_T, MEMO_U, MEMO_E, MEMO_V = true, {}, {}, {}, {}
   local out, ki, o = {}, 1, 0
-  for j = 1, na, 2 do
-    local a, b, c, d
-    ki, a, b, c, d = admit_task(keys, ki, args[j], plan(args[j + 1]), now)
-    out[o + 1], out[o + 2], out[o + 3], out[o + 4] = a, b, c, d
-    o = o + 4
+  for j = 1, na, 3 do
+    local a, b, c, d, e, x
+    ki, a, b, c, d, e, x = admit_task(keys, ki, args[j], plan(args[j + 1]), now, tonum(args[j + 2]))
+    out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = a, b, c, d, e, x
+    o = o + 6
   end
-  memo, MEMO_T, MEMO_U, MEMO_E = false, nil, nil, nil
+  memo, MEMO_T, MEMO_U, MEMO_E, MEMO_V = false, nil, nil, nil, nil
   return out
 end
 
@@ -164,7 +176,7 @@ local function restamp(keys, args)
         end
         ki = ki + 1
       elseif t.kind == 'b' then
-        ki = ki + 2
+        ki = ki + 3
       else
         ki = ki + 1
       end

@@ -1,5 +1,5 @@
 // Package lua holds the project's Redis Lua code. rules.lua holds the rule
-// kinds; admit.lua, release.lua and pause.lua each define one entry point on
+// kinds and book.lua booking; admit.lua, release.lua and pause.lua each define one entry point on
 // top of them. Together they make one library, which runs two ways:
 //
 //   - as a Redis Function library (Redis >= 7): loaded once per server with
@@ -21,6 +21,9 @@ import (
 //go:embed rules.lua
 var rules string
 
+//go:embed book.lua
+var book string
+
 //go:embed admit.lua
 var admit string
 
@@ -31,7 +34,7 @@ var release string
 var pause string
 
 // body is the library's code, without a header or registrations.
-var body = rules + admit + release + pause
+var body = rules + book + admit + release + pause
 
 // version names this code: the first 12 hex digits of its SHA-1.
 var version = func() string {

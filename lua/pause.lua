@@ -23,8 +23,9 @@ local function pause(keys, args)
   if p.n ~= 1 or t.kind ~= 'b' then
     return redis.error_reply('throttle: pause needs one bucket take')
   end
-  local tokens = min(bucket_tokens(t, keys[1], now), 1 - t.rate * us / 1e6)
-  bucket_store(t, keys[1], now, tokens)
+  local tokens, _, v = bucket_tokens(t, keys[1], now)
+  tokens = min(tokens, 1 - t.rate * us / 1e6)
+  bucket_store(t, keys[1], now, tokens, nil, v)
   tomb(keys[2], now + us, now, p.remember)
   return {ceil((1 - tokens) * 1e6 / t.rate)}
 end

@@ -16,6 +16,8 @@
 -- entry goes, its ledger's tombstone records the take, and the tokens come
 -- back with time.
 --
+-- Either also drops a booking the task holds on a bucket (see book.lua).
+--
 -- forget is release for a send the provider took (a 429 or 5xx answer): the
 -- tasks' bucket ledger entries are removed without any refund (the
 -- tombstone records them), so that a retry takes a token again rather than
@@ -43,7 +45,9 @@ local function undo_tasks(keys, args, refund)
         ki = ki + 1
       elseif t.kind == 'b' then
         done = bucket_undo(t, keys[ki], keys[ki + 1], id, now, remember, refund)
-        ki = ki + 2
+        -- A booking not yet claimed: its slot is given up (see book.lua).
+        if rcall('ZREM', keys[ki + 2], id) == 1 then done = true end
+        ki = ki + 3
       else
         if refund then done = fixed_undo(t, keys[ki], id, now) end
         ki = ki + 1

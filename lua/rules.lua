@@ -9,7 +9,7 @@
 --
 -- A task's takes travel as one argument, its plan:
 --
---   remember;maxwait[:ahead][;d];take;take;...  fields of a take separated by ','
+--   remember;maxwait[:ahead][;d][;k|;K];take;take;...  fields of a take separated by ','
 --
 -- where remember is how long buckets remember a task ID (µs), maxwait the µs
 -- a provider bucket may reserve ahead (0: none), ahead (optional, cluster
@@ -19,14 +19,17 @@
 -- cost, then the kind's limits:
 --
 --   q,cost,limit,per_us[,limit,per_us...]  sliding-window quota, per window
---   b,cost,rate,burst                      token bucket (rate in tokens/s,
---                                          may be fractional)
+--   b,cost,rate,burst[,reserve]            token bucket (rate in tokens/s,
+--                                          may be fractional; reserve: tokens
+--                                          kept for priority tasks)
 --   f,cost,limit,per_us                    fixed-window counter
 --
 -- Keys follow in take order: 'q' -> sorted set; 'b' -> state hash, ledger
--- sorted set; 'f' -> hash. An admission's plan may start its takes with 'd'
--- (done): its first key is then the task's done marker, whose existence
--- means the task needs no admission any more (see admit.lua).
+-- sorted set, bookings sorted set; 'f' -> hash. An admission's plan may
+-- start its takes with 'd' (done): its first key is then the task's done
+-- marker, whose existence means the task needs no admission any more (see
+-- admit.lua). Then 'k' (or 'K' for a priority task) asks a task that may not
+-- go within maxwait to book its moment (see book.lua).
 --
 -- Limits travel with every call, never stored in Redis, so a changed limit
 -- applies at once to the history already there.
@@ -87,6 +90,9 @@ local function parse_plan(s)
     n = n + 1
     if part == 'd' and n == 1 and not p.done then -- only first: its key is the task's first
       p.done, n = true, n - 1
+    elseif (part == 'k' or part == 'K') and n == 1 and not p.book then
+      -- booking (see book.lua); 'K' with priority
+      p.book, p.prio, n = true, part == 'K', n - 1
     elseif n == -1 then
       p.remember = tonum(part)
     elseif n == 0 then
@@ -113,8 +119,8 @@ local function parse_plan(s)
           if l > t.most then t.most = l end
           if l < t.least then t.least = l end
         end
-      elseif kind == 'b' and nf == 4 then
-        t = {kind = 'b', cost = f[2], rate = f[3], burst = f[4]}
+      elseif kind == 'b' and (nf == 4 or nf == 5) then
+        t = {kind = 'b', cost = f[2], rate = f[3], burst = f[4], reserve = f[5] or 0}
       elseif kind == 'f' and nf == 4 then
         t = {kind = 'f', cost = f[2], limit = f[3], per = f[4]}
       else
@@ -149,7 +155,7 @@ end
 
 -- Scratch, per take of the task being admitted: what its check found that
 -- its commit needs; and a quota's live scores, newest first.
-local HELD, A, B, SC = {}, {}, {}, {}
+local HELD, A, B, C, SC = {}, {}, {}, {}, {}
 
 local function ceil_ms(us)
   local ms = ceil(us / 1000)
@@ -336,52 +342,68 @@ end
 -- absent hash; MEMO_U[key]: their time; MEMO_E[key]: e, false if none), and
 -- only here, since nothing else writes a bucket's hash. The entry points set
 -- memo for the call.
-local memo, MEMO_T, MEMO_U, MEMO_E = false, nil, nil, nil
+local memo, MEMO_T, MEMO_U, MEMO_E, MEMO_V = false, nil, nil, nil, nil
 
--- bucket_state returns the stored tokens and their time, or nil, and e
--- (nil if not recorded).
+-- The state hash also holds v, the bucket's booking tail (see book.lua):
+-- the moment after the last slot handed to a booked task. It matters only
+-- while it is ahead of now; a hash holding a v ahead is kept even when full.
+
+-- bucket_state returns the stored tokens and their time, or nil, then e and
+-- v (each nil if not recorded).
 local function bucket_state(key)
   if memo then
     local x = MEMO_T[key]
     if x ~= nil then
-      local e = MEMO_E[key] or nil
-      if x then return x, MEMO_U[key], e end
-      return nil, nil, e
+      local e, v = MEMO_E[key] or nil, MEMO_V[key] or nil
+      if x then return x, MEMO_U[key], e, v end
+      return nil, nil, e, v
     end
   end
-  local st = rcall('HMGET', key, 't', 'u', 'e')
-  local x, last, e = tonum(st[1]), tonum(st[2]), tonum(st[3])
+  local st = rcall('HMGET', key, 't', 'u', 'e', 'v')
+  local x, last, e, v = tonum(st[1]), tonum(st[2]), tonum(st[3]), tonum(st[4])
   if not x or not last then x, last = nil, nil end
-  if memo then MEMO_T[key], MEMO_U[key], MEMO_E[key] = x or false, last, e or false end
-  return x, last, e
+  if memo then
+    MEMO_T[key], MEMO_U[key], MEMO_E[key], MEMO_V[key] = x or false, last, e or false, v or false
+  end
+  return x, last, e, v
 end
 
--- bucket_tokens returns the tokens the bucket has now, and e.
+-- bucket_tokens returns the tokens the bucket has now, then e and v.
 local function bucket_tokens(t, key, now)
-  local tokens, last, e = bucket_state(key)
-  if not tokens then return t.burst, e end
+  local tokens, last, e, v = bucket_state(key)
+  if not tokens then return t.burst, e, v end
   -- A clock that went back (a failover to a node whose clock is behind) adds nothing.
   if now > last then tokens = tokens + (now - last) * t.rate / 1e6 end
-  if tokens > t.burst then return t.burst, e end
-  return tokens, e
+  if tokens > t.burst then return t.burst, e, v end
+  return tokens, e, v
 end
 
--- bucket_store saves the tokens at now, and e if given (else the stored e
--- stays as it is). A full bucket is deleted, e with it.
-local function bucket_store(t, key, now, tokens, e)
-  if tokens >= t.burst then
+-- bucket_store saves the tokens at now, e if given (else the stored e stays
+-- as it is) and the booking tail v (nil: none ahead). A full bucket with no
+-- tail ahead is deleted, e with it.
+local function bucket_store(t, key, now, tokens, e, v)
+  if v and v <= now then v = nil end
+  if tokens >= t.burst and not v then
     rcall('DEL', key)
-    if memo then MEMO_T[key], MEMO_E[key] = false, false end
+    if memo then MEMO_T[key], MEMO_E[key], MEMO_V[key] = false, false, false end
     return
   end
+  if tokens > t.burst then tokens = t.burst end
   if e then
     rcall('HSET', key, 't', tokens, 'u', int(now), 'e', int(e))
   else
     rcall('HSET', key, 't', tokens, 'u', int(now))
   end
-  rcall('PEXPIRE', key, int(ceil_ms((t.burst - tokens) * 1e6 / t.rate)))
+  local ms = ceil_ms((t.burst - tokens) * 1e6 / t.rate)
+  if v then
+    rcall('HSET', key, 'v', int(v))
+    ms = max(ms, ceil_ms(v - now))
+  else
+    rcall('HDEL', key, 'v')
+  end
+  rcall('PEXPIRE', key, int(ms))
   if memo then
-    MEMO_T[key], MEMO_U[key] = tokens, now
+    MEMO_T[key], MEMO_U[key], MEMO_V[key] = tokens, now, v or false
     if e then MEMO_E[key] = e end
   end
 end
@@ -396,10 +418,18 @@ local function bucket_held(ledger, id, now, remember)
   return nil
 end
 
+-- bucket_need is what a take must leave in the bucket: its cost, plus the
+-- bucket's reserve unless the task has priority (the reserve is kept for
+-- priority traffic: see book.lua).
+local function bucket_need(t, prio)
+  if prio then return t.cost end
+  return t.cost + t.reserve
+end
+
 -- bucket_check returns the wait until there would be enough tokens (false
 -- if there are, or the task holds the take), how long until the take would
 -- pass (that wait, or for a take the task holds, the wait until its moment),
--- remaining, whether the task holds the take, the tokens, and e (see
+-- remaining, whether the task holds the take, the tokens, e and v (see
 -- bucket_state) for bucket_commit.
 --
 -- When an earlier take of the task already denies (denied) and the tokens
@@ -407,36 +437,37 @@ end
 -- will be written: the ledger is not read, and the take counts as not held
 -- (remaining after its cost). That saves a command on the most common path
 -- of a busy fleet, a recipient's quota denying.
-local function bucket_check(t, key, ledger, id, now, remember, denied)
-  local tokens, e = bucket_tokens(t, key, now)
-  if denied and tokens >= t.cost then
-    return false, 0, floor(tokens - t.cost), false, tokens, e
+local function bucket_check(t, key, ledger, id, now, remember, denied, prio)
+  local tokens, e, v = bucket_tokens(t, key, now)
+  local need = bucket_need(t, prio)
+  if denied and tokens >= need then
+    return false, 0, floor(tokens - t.cost), false, tokens, e, v
   end
   local mine = bucket_held(ledger, id, now, remember)
   if mine then
-    return false, max(0, mine - now), max(0, floor(tokens)), true, tokens, e
-  elseif tokens >= t.cost then
-    return false, 0, floor(tokens - t.cost), false, tokens, e
+    return false, max(0, mine - now), max(0, floor(tokens)), true, tokens, e, v
+  elseif tokens >= need then
+    return false, 0, floor(tokens - t.cost), false, tokens, e, v
   end
   -- Not enough tokens: the wait until there are. admit decides whether the
   -- caller may reserve them (wait <= max wait) or is denied.
-  local reserve = ceil((t.cost - tokens) * 1e6 / t.rate)
-  return reserve, reserve, max(0, floor(tokens)), false, tokens, e
+  local reserve = ceil((need - tokens) * 1e6 / t.rate)
+  return reserve, reserve, max(0, floor(tokens)), false, tokens, e, v
 end
 
 -- bucket_commit takes the tokens for moment at, and records the holder. The
 -- ledger is pruned and extended only when e does not cover the take (see
--- the bucket's comment above).
-local function bucket_commit(t, key, ledger, id, now, at, remember, tokens, e)
+-- the bucket's comment above). v is the booking tail to store.
+local function bucket_commit(t, key, ledger, id, now, at, remember, tokens, e, v)
   rcall('ZADD', ledger, int(at), id)
   if e and at + remember <= e then
-    bucket_store(t, key, now, tokens - t.cost)
+    bucket_store(t, key, now, tokens - t.cost, nil, v)
     return
   end
   rcall('ZREMRANGEBYSCORE', ledger, '-inf', int(now - remember))
   e = at + remember + ceil(remember / 16)
   extend(ledger, ceil_ms(e - now))
-  bucket_store(t, key, now, tokens - t.cost, e)
+  bucket_store(t, key, now, tokens - t.cost, e, v)
 end
 
 -- A ledger's tombstone: a member no task ID can be (IDs are never empty and
@@ -480,7 +511,8 @@ local function bucket_undo(t, key, ledger, id, now, remember, refund)
   -- or one created again would get no TTL until e ran out.
   rcall('HDEL', key, 'e')
   if refund and rcall('ZCOUNT', ledger, '(' .. int(s), '+inf') == 0 then
-    bucket_store(t, key, now, min(t.burst, bucket_tokens(t, key, now) + t.cost))
+    local tokens, _, v = bucket_tokens(t, key, now)
+    bucket_store(t, key, now, min(t.burst, tokens + t.cost), nil, v)
   else
     tomb(ledger, s, now, remember)
   end

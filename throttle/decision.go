@@ -32,6 +32,25 @@ type Decision struct {
 	// nothing was checked or consumed. Allowed is false, Take -1, and Now
 	// is the Redis time on a single node (zero on a cluster).
 	Done bool
+	// Booked reports a request with Request.Book that may not go within
+	// its MaxWait: it holds the moment At (Delay from Now) under its ID, and
+	// comes back to claim it. Allowed is false; Take is the take that set
+	// the moment.
+	Booked bool
+	// Rebooked, with Booked, says the task had booked before and lost that
+	// moment (it came back too late, or the tokens went to priority
+	// traffic): what it held was given back and it booked again.
+	Rebooked bool
+	// Ahead is, for a booking, how many bookings on the binding rule come
+	// before it.
+	Ahead int
+	// Expired reports a booking request whose moment (At) would be after its
+	// Request.Deadline: nothing is held. Allowed and Booked are false.
+	Expired bool
+	// Claimed is, for an allowed request that claimed a booking, the moment
+	// it had booked (its lateness is At() - Claimed when At is later);
+	// zero otherwise.
+	Claimed time.Time
 }
 
 // At returns the Redis time at which the caller may go (allowed) or retry (denied).
@@ -49,6 +68,13 @@ func (d Decision) Err() error {
 	return &ThrottledError{Decision: d}
 }
 
+// Holds reports whether the task holds something under its ID after this
+// decision: it was admitted or booked. A caller that will not deliver it
+// releases it (Limiter.Release).
+func (d Decision) Holds() bool {
+	return d.Allowed || d.Booked
+}
+
 // ErrDone is Decision.Err of a task whose done marker exists.
 var ErrDone = errors.New("throttle: task is done")
 
@@ -61,11 +87,18 @@ type ThrottledError struct {
 // Error returns e.g. `throttle: quota marketing (3 per 168h) for "alice" denies; retry in 17h2m0s`.
 func (e *ThrottledError) Error() string {
 	d := e.Decision
+	verb := "denies; retry in"
+	switch {
+	case d.Booked:
+		verb = "is booked; moment in"
+	case d.Expired:
+		verb = "leaves no moment before the deadline; earliest in"
+	}
 	if d.Take < 0 {
 		return fmt.Sprintf("throttle: denied; retry in %s", d.Delay)
 	}
-	return fmt.Sprintf("throttle: %s %s (%s) for %q denies; retry in %s",
-		kindName(d.Rule), d.Rule.Name(), d.Limit, d.Key, roundDelay(d.Delay))
+	return fmt.Sprintf("throttle: %s %s (%s) for %q %s %s",
+		kindName(d.Rule), d.Rule.Name(), d.Limit, d.Key, verb, roundDelay(d.Delay))
 }
 
 // kindName returns "quota", "bucket" or "fixed window".

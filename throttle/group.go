@@ -123,7 +123,11 @@ func (l *Limiter) calls(rs []Request, ts []task, admit bool) []call {
 				nk += rs[t.req].Takes[i].Rule.keyCount()
 			}
 		}
-		c, keys, args := newCall(nk, 2*len(chunk))
+		stride := 2
+		if admit {
+			stride = 3
+		}
+		c, keys, args := newCall(nk, stride*len(chunk))
 		c.tasks = chunk
 		for j, t := range chunk {
 			r := rs[t.req]
@@ -135,7 +139,7 @@ func (l *Limiter) calls(rs []Request, ts []task, admit bool) []call {
 			if admit && l.checksDone(r) {
 				done = r.Done
 			}
-			keys, buf = l.appendPlan(keys, buf[:0], r, t.g, maxWait, done)
+			keys, buf = l.appendPlan(keys, buf[:0], r, t.g, maxWait, done, admit && l.books(r))
 			if admit && l.stampsAhead(r) && !groupHasBucket(r, t.g) {
 				// A quota group admitted before the request's bucket group
 				// reserves a token up to MaxWait ahead: its entries are
@@ -144,11 +148,25 @@ func (l *Limiter) calls(rs []Request, ts []task, admit bool) []call {
 				// known (restampQuotas). The plan's maxwait:ahead.
 				buf = insertAhead(buf, len(l.remember)+1, maxWait)
 			}
-			args[2*j], args[2*j+1] = r.ID, string(buf)
+			args[stride*j], args[stride*j+1] = r.ID, string(buf)
+			if admit {
+				args[stride*j+2] = deadline(r)
+			}
 		}
 		out = append(out, c)
 	}
 	return out
+}
+
+// books reports whether r's admission books: on a single node, when asked.
+func (l *Limiter) books(r Request) bool { return r.Book && !l.cluster }
+
+// deadline is r's deadline as admit.lua takes it: µs, 0 for none.
+func deadline(r Request) int64 {
+	if r.Deadline.IsZero() {
+		return 0
+	}
+	return max(1, r.Deadline.UnixMicro())
 }
 
 // checksDone reports whether r's admission script checks its done marker:
@@ -193,12 +211,19 @@ func insertAhead(buf []byte, from int, ahead int64) []byte {
 
 // appendPlan appends the keys of g's takes of r to keys and their plan (see
 // lua/rules.lua) to buf; with done set, the done marker's key first.
-func (l *Limiter) appendPlan(keys []any, buf []byte, r Request, g group, maxWait int64, done string) ([]any, []byte) {
+func (l *Limiter) appendPlan(keys []any, buf []byte, r Request, g group, maxWait int64, done string, book bool) ([]any, []byte) {
 	buf = append(buf, l.remember...)
 	buf = strconv.AppendInt(append(buf, ';'), maxWait, 10)
 	if done != "" {
 		keys = append(keys, done)
 		buf = append(buf, ";d"...)
+	}
+	if book {
+		if r.Priority {
+			buf = append(buf, ";K"...)
+		} else {
+			buf = append(buf, ";k"...)
+		}
 	}
 	last, tag := "", ""
 	for _, i := range g.takes {
@@ -377,6 +402,17 @@ func (l *Limiter) loadFunctions(ctx context.Context) error {
 	return err
 }
 
+// replyLen is how many values admit.lua returns per task.
+const replyLen = 6
+
+// The outcomes admit.lua returns (see admit.lua).
+const (
+	outcomeDecided  = 0
+	outcomeBooked   = 1
+	outcomeExpired  = 2
+	outcomeRebooked = 3
+)
+
 // groupResult is what admit.lua returns for one group.
 type groupResult struct {
 	allowed, repeated bool
@@ -386,9 +422,11 @@ type groupResult struct {
 	binding, window   int   // 1-based within the group, 0: none
 	remaining         int64
 	fresh             uint32 // bit i-1: this call consumed take i of the group
+	outcome           int
+	extra             int64 // ahead (booked) or the claimed moment (allowed)
 }
 
-// parseGroup reads the four values admit.lua returns for one task.
+// parseGroup reads the replyLen values admit.lua returns for one task.
 func parseGroup(n []int64) groupResult {
 	code := n[0]
 	if code == -1 {
@@ -397,7 +435,7 @@ func parseGroup(n []int64) groupResult {
 	return groupResult{
 		allowed: code&1 == 1, repeated: code&2 == 2,
 		binding: int(code >> 2 & 63), window: int(code >> 8 & 255), fresh: uint32(code >> 16),
-		now: n[1], delay: n[2], remaining: n[3],
+		now: n[1], delay: n[2], remaining: n[3], outcome: int(n[4]), extra: n[5],
 	}
 }
 
@@ -436,4 +474,14 @@ func merge(d *Decision, g groupResult, r Request, gr group, phase int) {
 	d.Allowed = d.Allowed && g.allowed
 	d.Remaining = min(d.Remaining, int(g.remaining))
 	d.Repeated = d.Repeated && g.repeated
+	switch g.outcome {
+	case outcomeBooked, outcomeRebooked:
+		d.Booked, d.Rebooked, d.Ahead = true, g.outcome == outcomeRebooked, int(g.extra)
+	case outcomeExpired:
+		d.Expired = true
+	default:
+		if g.allowed && g.extra > 0 {
+			d.Claimed = time.UnixMicro(g.extra)
+		}
+	}
 }

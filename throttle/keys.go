@@ -75,6 +75,7 @@ func subjectTag(prefix, subject string) string {
 func quotaKey(tag, rule string) string  { return tag + ":q:" + rule }
 func bucketKey(tag, rule string) string { return tag + ":b:" + rule }
 func ledgerKey(tag, rule string) string { return tag + ":b:" + rule + ":held" }
+func bookKey(tag, rule string) string   { return tag + ":b:" + rule + ":book" }
 func fixedKey(tag, rule string) string  { return tag + ":f:" + rule }
 
 // checkPrefix rejects prefixes that would take over the hash tag.

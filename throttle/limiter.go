@@ -130,15 +130,15 @@ func (l *Limiter) Admit(ctx context.Context, r Request) (Decision, error) {
 	for _, t := range r.Takes {
 		nk += t.Rule.keyCount()
 	}
-	c, keys, args := newCall(nk, 2)
+	c, keys, args := newCall(nk, 3)
 	var buf [128]byte
-	_, plan := l.appendPlan(keys, buf[:0], r, g, r.MaxWait.Microseconds(), r.Done)
-	args[0], args[1] = r.ID, string(plan)
+	_, plan := l.appendPlan(keys, buf[:0], r, g, r.MaxWait.Microseconds(), r.Done, r.Book)
+	args[0], args[1], args[2] = r.ID, string(plan), deadline(r)
 	res, err := l.eval1(ctx, l.admit, c)
 	if err != nil {
 		return Decision{}, fmt.Errorf("throttle: admit: %w", err)
 	}
-	if len(res) != 4 {
+	if len(res) != replyLen {
 		return Decision{}, fmt.Errorf("throttle: unexpected script reply %v", res)
 	}
 	var d Decision
@@ -265,12 +265,12 @@ func (l *Limiter) AdmitBatch(ctx context.Context, rs []Request) ([]Decision, err
 			if rows == nil {
 				continue
 			}
-			if len(rows) != 4*len(c.tasks) {
+			if len(rows) != replyLen*len(c.tasks) {
 				bad = fmt.Errorf("throttle: unexpected script reply %v", rows)
 				continue
 			}
 			for j, t := range c.tasks {
-				g := parseGroup(rows[4*j : 4*j+4])
+				g := parseGroup(rows[replyLen*j : replyLen*j+replyLen])
 				merge(&ds[t.req], g, rs[t.req], t.g, phase)
 				if g.allowed {
 					admitted[t.req]++
@@ -351,7 +351,7 @@ func (l *Limiter) restampQuotas(ctx context.Context, rs []Request, ds []Decision
 			}
 			nk := len(q.takes)
 			c, keys, args := newCall(nk, 3)
-			_, plan := l.appendPlan(keys, nil, r, q, 0, "")
+			_, plan := l.appendPlan(keys, nil, r, q, 0, "", false)
 			args[0], args[1], args[2] = ds[i].Delay.Microseconds(), r.ID, string(plan)
 			calls = append(calls, c)
 		}
@@ -396,7 +396,7 @@ func (l *Limiter) Pause(ctx context.Context, b *Bucket, key string, d time.Durat
 		return 0, fmt.Errorf("throttle: pause %s for %q: must be positive (got %s): %w", b.Name(), key, d, ErrInvalidRequest)
 	}
 	c, keys, args := newCall(b.keyCount(), 2)
-	_, plan := l.appendPlan(keys, nil, r, group{takes: []int{0}}, 0, "")
+	_, plan := l.appendPlan(keys, nil, r, group{takes: []int{0}}, 0, "", false)
 	args[0], args[1] = d.Microseconds(), string(plan)
 	res, err := l.eval(ctx, l.pause, []call{c})
 	if err != nil {

@@ -55,6 +55,22 @@ type Request struct {
 	// where the key may live in another slot, it is a call before it.
 	// Release, Forget and Pause ignore it.
 	Done string
+	// Book asks, for a task that may not go within MaxWait, for the earliest
+	// moment at which every take allows it, counting every moment booked
+	// before on the same subjects, held under ID until the task comes back
+	// to claim it (the decision is then Booked; see Decision). Coming back
+	// with the same request, the task finds its booking and goes at that
+	// moment, or is told it again if it came back too early. A request that
+	// books has no fixed windows and at most one bucket. On a Redis Cluster
+	// Book is ignored: a task that may not go is denied, as without it.
+	Book bool
+	// Priority lets a booking request take a bucket's reserve (see
+	// Bucket.WithReserve) and go before the bookings in line on it.
+	Priority bool
+	// Deadline, if set, is the latest moment (Redis time) a booking may be
+	// for: a task whose moment would be later is not booked and its
+	// decision is Expired, with At the moment it would have had.
+	Deadline time.Time
 }
 
 // validate rejects what no Redis call could make right: bad IDs, empty keys,
@@ -72,6 +88,7 @@ func (r Request) validate() error {
 	if r.MaxWait < 0 {
 		return fmt.Errorf("throttle: task %q: max wait must not be negative (got %s): %w", r.ID, r.MaxWait, ErrInvalidRequest)
 	}
+	buckets := 0
 	for i, t := range r.Takes {
 		// Formatted only on error: validation runs on every admission.
 		where := func() string { return fmt.Sprintf("throttle: task %q: take %d", r.ID, i+1) }
@@ -85,6 +102,17 @@ func (r Request) validate() error {
 		case t.cost() > t.Rule.MaxCost():
 			return fmt.Errorf("%s: cost %d exceeds what %s %s (%s) can ever admit (%d): %w",
 				where(), t.cost(), kindName(t.Rule), t.Rule.Name(), t.Rule, t.Rule.MaxCost(), ErrInvalidRule)
+		}
+		switch t.Rule.(type) {
+		case *Bucket:
+			buckets++
+			if r.Book && buckets > 1 {
+				return fmt.Errorf("%s (%s): a request that books has at most one bucket: %w", where(), t.Rule.Name(), ErrInvalidRequest)
+			}
+		case *FixedWindow:
+			if r.Book {
+				return fmt.Errorf("%s (%s): a request that books has no fixed windows: %w", where(), t.Rule.Name(), ErrInvalidRequest)
+			}
 		}
 		for _, u := range r.Takes[:i] {
 			if u.Key == t.Key && u.Rule.kind() == t.Rule.kind() && u.Rule.Name() == t.Rule.Name() {

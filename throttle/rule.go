@@ -169,11 +169,12 @@ func (q *Quota) appendPlan(dst []byte, cost int) []byte {
 // Bucket is a token bucket: it holds at most Burst tokens and gains Rate
 // tokens per second; a take of cost n needs n tokens.
 type Bucket struct {
-	name  string
-	rate  float64
-	burst int
-	plan  string // ",rate,burst", as plans carry them
-	str   string // String()
+	name    string
+	rate    float64
+	burst   int
+	reserve int    // tokens only priority requests may take
+	plan    string // ",rate,burst[,reserve]", as plans carry them
+	str     string // String()
 }
 
 // NewBucket returns a bucket refilled at rate tokens per second (fractions
@@ -208,8 +209,31 @@ func (b *Bucket) Rate() float64 { return b.rate }
 // Burst returns the bucket's capacity.
 func (b *Bucket) Burst() int { return b.burst }
 
-// MaxCost returns the burst.
-func (b *Bucket) MaxCost() int { return b.burst }
+// MaxCost returns the burst less the reserve: the most one request without
+// priority can take.
+func (b *Bucket) MaxCost() int { return b.burst - b.reserve }
+
+// Reserve returns the tokens kept for priority requests (see WithReserve).
+func (b *Bucket) Reserve() int { return b.reserve }
+
+// WithReserve returns a copy of b that keeps n of its burst for requests
+// with Request.Priority: a request without priority takes tokens only while
+// n more would be left, so a priority request finds up to n at once even
+// when a backlog of others keeps the bucket drained. The rate and burst at
+// the provider are unchanged; others get at most burst - n at once. n must
+// be from 0 to burst - 1.
+func (b *Bucket) WithReserve(n int) (*Bucket, error) {
+	if n < 0 || n >= b.burst {
+		return nil, fmt.Errorf("throttle: bucket %s: reserve must be from 0 to burst - 1 (%d) (got %d): %w", b.name, b.burst-1, n, ErrInvalidRule)
+	}
+	c := *b
+	c.reserve = n
+	c.plan = "," + strconv.FormatFloat(b.rate, 'g', -1, 64) + "," + strconv.Itoa(b.burst)
+	if n > 0 {
+		c.plan += "," + strconv.Itoa(n)
+	}
+	return &c, nil
+}
 
 // String returns e.g. "100/s burst 20".
 func (b *Bucket) String() string { return b.str }
@@ -218,10 +242,10 @@ func (b *Bucket) bindingLimit(int) string { return b.str }
 
 func (b *Bucket) kind() string { return "b" }
 
-func (b *Bucket) keyCount() int { return 2 }
+func (b *Bucket) keyCount() int { return 3 }
 
 func (b *Bucket) appendKeys(dst []any, tag string) []any {
-	return append(dst, bucketKey(tag, b.name), ledgerKey(tag, b.name))
+	return append(dst, bucketKey(tag, b.name), ledgerKey(tag, b.name), bookKey(tag, b.name))
 }
 
 func (b *Bucket) appendPlan(dst []byte, cost int) []byte {

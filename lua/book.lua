@@ -1,0 +1,316 @@
+-- book.lua (after rules.lua, before admit.lua): booking, for a task whose
+-- plan says 'k' (or 'K': priority). A task that may not go within its max
+-- wait is given the earliest moment every one of its rules allows, counting
+-- every moment already booked on the same recipient and provider, and holds
+-- it under its ID until it comes back to claim it.
+--
+-- A plan that books has quotas and at most one bucket (throttle.Request
+-- checks that). What a booking holds:
+--
+--   - on each quota: the task's entry, at the booked moment. The entries of
+--     a recipient are booked in order (a new one never goes before one
+--     already booked), so the earliest moment for a new entry is after the
+--     newest one and after, in each window, the entry that must leave for it
+--     to fit: one read of the newest entries, whatever waits.
+--   - on the bucket: a ticket in its bookings set (member: task ID, score:
+--     the moment), and the bucket's booking tail v (in its state hash) moves
+--     one slot (1/rate per token of cost) past it. The tokens themselves are
+--     taken only when the task claims its moment: the bucket's tokens stay
+--     the provider's truth, and a booking is a place in line. A task that
+--     arrives while v is ahead books after it, so tasks waiting on one
+--     provider go in the order they booked and each wakes when its turn
+--     comes, not when the next token does.
+--
+-- A claim (the task comes back holding a ticket or booked quota entries)
+-- takes the bucket's tokens at max(booked moment, when the tokens are
+-- there) and moves the quota entries there if they are not there already,
+-- only if they still fit every window (entries booked after them included).
+-- It goes if that moment is within max wait. A task that came back early is
+-- told its moment again, unchanged. One that came back late, or whose
+-- tokens went to others meanwhile (priority traffic), or whose entries no
+-- longer fit, books again from the end of the line: what it held is given
+-- back first, so arrivals at the provider and at the recipient follow the
+-- rules whatever the lateness.
+--
+-- Priority: a bucket may keep a reserve of tokens that only priority tasks
+-- may take (bucket_need). Priority tasks skip the line (they do not wait
+-- behind v) and push v one slot on, so that later bookings make room for
+-- them; bookings already made absorb the shift within their max wait.
+--
+-- A booking whose moment would fall after the task's deadline is not made:
+-- the task is told it expired, and the moment it would have had.
+--
+-- A bucket's bookings set keeps tickets nobody claimed (a task deleted
+-- while booked) for GRACE after their moment at most: each booking prunes
+-- the older ones.
+
+local GRACE = 600000000 -- µs: 10 minutes
+
+-- Outcomes, the fifth value admit returns for a task.
+local DECIDED, BOOKED, EXPIRED, REBOOKED = 0, 1, 2, 3
+
+-- Scratch per take: the key index of each take, a quota's held entry.
+local KI, QH = {}, {}
+
+-- quota_earliest returns the earliest moment, not before floor, at which a
+-- new entry of the task fits every window of quota t after the entries
+-- already in it: after the newest one, and after the entry whose leaving
+-- makes room in each window (the (limit - cost + 1)-th newest leaves at its
+-- score + per). It also returns the window that set it (0: none).
+local function quota_earliest(t, key, floor_)
+  local m, mw, nw, cost = floor_, 0, t.nw, t.cost
+  if t.most <= QREAD then
+    local z = rcall('ZREVRANGE', key, '0', int(t.most - cost), 'WITHSCORES')
+    if #z == 0 then return m, 0 end
+    local newest = tonum(z[2])
+    if newest > m then m = newest end
+    for w = 1, nw do
+      local s = z[2 * (t[w] - cost + 1)]
+      if s then
+        s = tonum(s) + t[nw + w]
+        if s >= m then m, mw = s, w end
+      end
+    end
+    return m, mw
+  end
+  local z = rcall('ZREVRANGE', key, '0', '0', 'WITHSCORES')
+  if #z == 0 then return m, 0 end
+  local newest = tonum(z[2])
+  if newest > m then m = newest end
+  for w = 1, nw do
+    local i = int(t[w] - cost)
+    z = rcall('ZREVRANGE', key, i, i, 'WITHSCORES')
+    if z[2] then
+      local s = tonum(z[2]) + t[nw + w]
+      if s >= m then m, mw = s, w end
+    end
+  end
+  return m, mw
+end
+
+-- mine reports whether a quota member is one of the task's (see members).
+local function mine(member, id)
+  return member == id or sub(member, 1, #id + 1) == id .. '\31'
+end
+
+-- quota_fits reports whether the task's entry, moved to x, fits every
+-- window of quota t given every other entry, earlier or later: for each
+-- window of length P, every window (s - P, s] that would hold x (s from x
+-- to x + P) holds at most limit - cost others. The count only grows at an
+-- entry, so s = x and s = each other entry in [x, x + P) are the windows to
+-- count. A large quota is not read: it does not fit (the task books again).
+local function quota_fits(t, key, id, x)
+  if t.most > QREAD then return false end
+  local lo, hi = fmt('(%.17g', x - t.longest), fmt('(%.17g', x + t.longest)
+  local z = rcall('ZRANGEBYSCORE', key, lo, hi, 'WITHSCORES', 'LIMIT', '0', int(4 * QREAD))
+  if #z >= 8 * QREAD then return false end
+  local n = 0
+  for j = 1, #z, 2 do
+    if not mine(z[j], id) then
+      n = n + 1
+      SC[n] = tonum(z[j + 1])
+    end
+  end
+  local nw = t.nw
+  for w = 1, nw do
+    local room, per = t[w] - t.cost, t[nw + w]
+    for j = 0, n do
+      local s = x
+      if j > 0 then s = SC[j] end
+      if s >= x and s < x + per then
+        local c = 0
+        for i = 1, n do
+          if SC[i] > s - per and SC[i] <= s then c = c + 1 end
+        end
+        if c > room then return false end
+      end
+    end
+  end
+  return true
+end
+
+-- quota_move moves the task's entries on quota t to x.
+local function quota_move(t, key, id, now, x)
+  local m, zargs = members(id, t.cost), {'XX'}
+  for i = 1, #m do
+    zargs[2 * i], zargs[2 * i + 1] = int(x), m[i]
+  end
+  rcall('ZADD', key, unpack_(zargs))
+  extend(key, ceil_ms(x - now + t.longest))
+end
+
+-- ticket_add records the task's booking on a bucket.
+local function ticket_add(book, id, now, at)
+  rcall('ZADD', book, int(at), id)
+  rcall('ZREMRANGEBYSCORE', book, '-inf', int(now - GRACE))
+  extend(book, ceil_ms(at - now + GRACE))
+end
+
+-- book_task admits a booking task whose keys start at keys[ki]. It returns
+-- false when the task's bucket ledger already holds it (a task admitted
+-- before and delivered again: admit_task's plain path answers that), else
+-- the index past its last key and its six values (see admit.lua).
+local function book_task(keys, ki, id, p, now, deadline)
+  local n, maxwait, remember, prio = p.n, p.maxwait, p.remember, p.prio
+  local bt, bkey, bledger, bbook
+  local k = ki
+  for i = 1, n do
+    KI[i] = k
+    if p[i].kind == 'b' then
+      bt, bkey, bledger, bbook = p[i], keys[k], keys[k + 1], keys[k + 2]
+      k = k + 3
+    else
+      k = k + 1
+    end
+  end
+  if bt and bucket_held(bledger, id, now, remember) then return false end
+
+  -- What the task holds: a ticket, booked quota entries.
+  local ticket, held = nil, 0
+  if bt then
+    ticket = rcall('ZSCORE', bbook, id)
+    ticket = ticket and tonum(ticket)
+    if ticket then held = ticket end
+  end
+  for i = 1, n do
+    local t = p[i]
+    QH[i] = false
+    if t.kind == 'q' then
+      local s = rcall('ZSCORE', keys[KI[i]], id)
+      s = s and tonum(s)
+      if s and s > now - t.longest then
+        QH[i] = s
+        if s > held then held = s end
+      end
+    end
+  end
+
+  local tokens, e, v, wait = nil, nil, nil, 0
+  if bt then
+    tokens, e, v = bucket_tokens(bt, bkey, now)
+    local need = bucket_need(bt, prio)
+    if tokens < need then wait = ceil((need - tokens) * 1e6 / bt.rate) end
+  end
+  local slot = 0
+  if bt then slot = bt.cost * 1e6 / bt.rate end
+  local outcome = BOOKED
+
+  if ticket or held > 0 then
+    -- A claim.
+    local x = max(now + wait, held)
+    if held > now + maxwait then
+      -- Early: the moment stands.
+      return k, 0, now, held - now, 0, BOOKED, 0
+    end
+    local fits = x <= now + maxwait
+    for i = 1, n do
+      if not fits then break end
+      local t = p[i]
+      if t.kind == 'q' then
+        local s = QH[i]
+        if s then
+          if s < x and not quota_fits(t, keys[KI[i]], id, x) then fits = false end
+        elseif quota_earliest(t, keys[KI[i]], now) > x then
+          fits = false
+        end
+      end
+    end
+    if fits then
+      local fresh, bit = 0, 65536
+      for i = 1, n do
+        local t = p[i]
+        if t.kind == 'q' then
+          if not QH[i] then
+            fresh = fresh + bit
+            quota_commit(t, keys[KI[i]], id, now, x, nil, nil)
+          elseif QH[i] ~= x then
+            quota_move(t, keys[KI[i]], id, now, x)
+          end
+        else
+          fresh = fresh + bit
+          bucket_commit(t, bkey, bledger, id, now, x, remember, tokens, e, v)
+          rcall('ZREM', bbook, id)
+        end
+        bit = bit * 2
+      end
+      return k, 1 + fresh, now, x - now, 0, DECIDED, ticket or held
+    end
+    -- Late, or the tokens went elsewhere: give it all back, book again.
+    for i = 1, n do
+      if QH[i] then quota_undo(p[i], keys[KI[i]], id, now) end
+    end
+    if ticket then rcall('ZREM', bbook, id) end
+    outcome = REBOOKED
+  end
+
+  -- A new booking: the earliest moment every rule allows.
+  local m, binding, window = now, 0, 0
+  for i = 1, n do
+    local t = p[i]
+    if t.kind == 'q' then
+      local q, w = quota_earliest(t, keys[KI[i]], now)
+      if q > m then m, binding, window = q, i, w end
+    end
+  end
+  local pb = now
+  if bt then
+    pb = now + wait
+    if not prio and v and v > pb then pb = v end
+    if pb > m then m, binding, window = pb, 0, 0 end
+    if binding == 0 then
+      for i = 1, n do
+        if p[i] == bt then binding = i end
+      end
+    end
+  end
+  if deadline > 0 and m > deadline then
+    return k, 4 * binding + 256 * window, now, m - now, 0, EXPIRED, 0
+  end
+  -- The tail moves past this task when the bucket set its moment (a task
+  -- the recipient holds back later takes its tokens out of line, and
+  -- bookings absorb that slot within their max wait). A priority task
+  -- pushes the tail by its slot when there is a line.
+  local tail = v
+  if bt then
+    if prio then
+      if v and v > now then tail = v + slot end
+    elseif m - pb < slot then
+      if m + slot > (tail or 0) and (m > now + maxwait or (v and v > now)) then tail = m + slot end
+    end
+  end
+  if m <= now + maxwait then
+    -- It may go within max wait after all: admitted.
+    local fresh, bit = 0, 65536
+    for i = 1, n do
+      local t = p[i]
+      fresh = fresh + bit
+      if t.kind == 'q' then
+        quota_commit(t, keys[KI[i]], id, now, m, nil, nil)
+      else
+        bucket_commit(t, bkey, bledger, id, now, m, remember, tokens, e, tail)
+      end
+      bit = bit * 2
+    end
+    if m == now then binding, window = 0, 0 end
+    return k, 1 + 4 * binding + 256 * window + fresh, now, m - now, 0, DECIDED, 0
+  end
+  local ahead = 0
+  for i = 1, n do
+    local t = p[i]
+    if t.kind == 'q' then
+      quota_commit(t, keys[KI[i]], id, now, m, nil, nil)
+    end
+  end
+  if bt then
+    ticket_add(bbook, id, now, m)
+    if tail ~= v then bucket_store(bt, bkey, now, tokens, nil, tail) end
+    ahead = rcall('ZCOUNT', bbook, '-inf', '(' .. int(m))
+  else
+    for i = 1, n do
+      if i == binding then
+        ahead = rcall('ZCOUNT', keys[KI[i]], '(' .. int(now), '(' .. int(m))
+      end
+    end
+  end
+  return k, 4 * binding + 256 * window, now, m - now, 0, outcome, ahead
+end

@@ -1,0 +1,306 @@
+package throttle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"testing"
+	"time"
+)
+
+// bookReq is a booking request for task id: recipient rcpt through q (if
+// any), provider gw through b (if any).
+func bookReq(id string, q *Quota, rcpt string, b *Bucket, maxWait time.Duration) Request {
+	r := Request{ID: id, Book: true, MaxWait: maxWait}
+	if q != nil {
+		r.Takes = append(r.Takes, Take{Rule: q, Key: rcpt})
+	}
+	if b != nil {
+		r.Takes = append(r.Takes, Take{Rule: b, Key: "gw"})
+	}
+	return r
+}
+
+// untilRedis sleeps until Redis time reaches at: the passage of time is
+// what these tests are about (a booked moment comes), so they wait for it.
+func untilRedis(t *testing.T, l *Limiter, at time.Time) {
+	t.Helper()
+	now, err := l.rdb.Time(context.Background()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(at.Sub(now))
+}
+
+func TestBookProviderBacklogInOrder(t *testing.T) {
+	l, rdb := newStandalone(t)
+	b := mustBucket(t, "sms", 10, 2) // a slot every 100 ms
+	const maxWait = 150 * time.Millisecond
+	var booked []Decision
+	for i := range 40 {
+		d := mustAdmit(t, l, bookReq(fmt.Sprint("t", i), nil, "", b, maxWait))
+		switch {
+		case d.Allowed:
+			if len(booked) > 0 {
+				t.Fatalf("t%d allowed after t%d was booked: %+v", i, i-len(booked), d)
+			}
+		case d.Booked:
+			booked = append(booked, d)
+		default:
+			t.Fatalf("t%d: neither allowed nor booked: %+v", i, d)
+		}
+	}
+	if len(booked) < 30 {
+		t.Fatalf("%d booked of 40 at 10/s burst 2", len(booked))
+	}
+	for i := 1; i < len(booked); i++ {
+		gap := booked[i].At().Sub(booked[i-1].At())
+		if gap < 100*time.Millisecond-2*time.Microsecond || gap > 100*time.Millisecond+2*time.Microsecond {
+			t.Errorf("booking %d is %s after the one before: want one slot (100ms)", i, gap)
+		}
+		if booked[i].Ahead != booked[i-1].Ahead+1 {
+			t.Errorf("booking %d has %d ahead, the one before %d", i, booked[i].Ahead, booked[i-1].Ahead)
+		}
+		if booked[i].Take != 0 || booked[i].Rule != b {
+			t.Errorf("booking %d is bound by take %d (%v), want the bucket", i, booked[i].Take, booked[i].Rule)
+		}
+	}
+
+	// Coming back early changes nothing and tells the same moment.
+	first := len(booked) - 1 // the last one: far enough ahead to be early
+	id := fmt.Sprint("t", 40-len(booked)+first)
+	before := snapshot(t, rdb)
+	again := mustAdmit(t, l, bookReq(id, nil, "", b, maxWait))
+	if !again.Booked || !again.At().Equal(booked[first].At()) {
+		t.Fatalf("early return of %s: %+v, want booked for %s", id, again, booked[first].At())
+	}
+	if after := snapshot(t, rdb); !maps.Equal(before, after) {
+		t.Errorf("an early return wrote to Redis")
+	}
+
+	// At its moment, the first booked task claims it.
+	id0 := fmt.Sprint("t", 40-len(booked))
+	untilRedis(t, l, booked[0].At().Add(-maxWait/2))
+	c := mustAdmit(t, l, bookReq(id0, nil, "", b, maxWait))
+	if !c.Allowed || !c.Claimed.Equal(booked[0].At()) || c.At().Before(booked[0].At()) {
+		t.Fatalf("claim of %s at its moment: %+v, want allowed at or after %s", id0, c, booked[0].At())
+	}
+	if n, _ := rdb.ZCard(context.Background(), bookKey(subjectTag(DefaultPrefix, "gw"), "sms")).Result(); n != int64(len(booked)-1) {
+		t.Errorf("%d tickets left after one claim of %d", n, len(booked))
+	}
+	// A claim is idempotent like any admission.
+	if r := mustAdmit(t, l, bookReq(id0, nil, "", b, maxWait)); !r.Allowed || !r.Repeated || !r.At().Equal(c.At()) {
+		t.Errorf("claim again: %+v, want the same admission repeated", r)
+	}
+}
+
+func TestBookRecipientWindowsFIFO(t *testing.T) {
+	l, _ := newStandalone(t)
+	q := mustQuota(t, "p", Window{1, time.Second}, Window{2, 10 * time.Second})
+	var ds []Decision
+	for i := range 5 {
+		ds = append(ds, mustAdmit(t, l, bookReq(fmt.Sprint("m", i), q, "alice", nil, 0)))
+	}
+	if !ds[0].Allowed {
+		t.Fatalf("first message: %+v", ds[0])
+	}
+	t0 := ds[0].At()
+	// 1 per 1s and 2 per 10s: t0, t0+1s, then the 10 s window rules.
+	want := []time.Duration{0, time.Second, 10 * time.Second, 11 * time.Second, 20 * time.Second}
+	for i, d := range ds[1:] {
+		if !d.Booked {
+			t.Fatalf("message %d: %+v, want booked", i+1, d)
+		}
+		if got := d.At().Sub(t0); got != want[i+1] {
+			t.Errorf("message %d booked at t0+%s, want t0+%s", i+1, got, want[i+1])
+		}
+		if d.Ahead != i {
+			t.Errorf("message %d: %d ahead, want %d", i+1, d.Ahead, i)
+		}
+	}
+	if ds[2].Limit != "2 per 10s" || ds[1].Limit != "1 per 1s" {
+		t.Errorf("binding limits %q and %q", ds[1].Limit, ds[2].Limit)
+	}
+}
+
+func TestBookCommonMoment(t *testing.T) {
+	l, _ := newStandalone(t)
+	q := mustQuota(t, "p", Window{1, 3 * time.Second})
+	b := mustBucket(t, "sms", 1, 1)
+	// bob's first message takes the bucket's only token; alice's first then
+	// waits for the bucket, her second for her window.
+	d0 := mustAdmit(t, l, bookReq("b0", q, "bob", b, 0))
+	d1 := mustAdmit(t, l, bookReq("a0", q, "alice", b, 0))
+	d2 := mustAdmit(t, l, bookReq("a1", q, "alice", b, 0))
+	if !d0.Allowed || !d1.Booked || !d2.Booked {
+		t.Fatalf("decisions %+v / %+v / %+v", d0, d1, d2)
+	}
+	if got := d1.At().Sub(d0.At()); got < time.Second-2*time.Microsecond || got > time.Second+2*time.Microsecond {
+		t.Errorf("alice's first is booked %s after bob's: want the bucket's next slot (1s)", got)
+	}
+	if _, ok := d1.Rule.(*Bucket); !ok {
+		t.Errorf("alice's first is bound by %v, want the bucket", d1.Rule)
+	}
+	if got := d2.At().Sub(d1.At()); got != 3*time.Second {
+		t.Errorf("alice's second is booked %s after her first: want her window (3s)", got)
+	}
+	if _, ok := d2.Rule.(*Quota); !ok {
+		t.Errorf("alice's second is bound by %v, want her quota", d2.Rule)
+	}
+}
+
+func TestBookDeadlineExpiresWithoutTrace(t *testing.T) {
+	l, rdb := newStandalone(t)
+	q := mustQuota(t, "p", Window{1, time.Hour})
+	mustAdmit(t, l, bookReq("m0", q, "alice", nil, 0))
+	now, _ := rdb.Time(context.Background()).Result()
+	before := snapshot(t, rdb)
+	r := bookReq("m1", q, "alice", nil, 0)
+	r.Deadline = now.Add(10 * time.Minute)
+	d := mustAdmit(t, l, r)
+	if !d.Expired || d.Booked || d.Allowed {
+		t.Fatalf("booking past the deadline: %+v, want expired", d)
+	}
+	if w := d.At().Sub(now); w < 59*time.Minute {
+		t.Errorf("expired with its moment %s ahead, want about an hour", w)
+	}
+	if after := snapshot(t, rdb); !maps.Equal(before, after) {
+		t.Errorf("an expired booking wrote to Redis")
+	}
+	var te *ThrottledError
+	if err := d.Err(); !errors.As(err, &te) {
+		t.Errorf("Err() = %v", err)
+	}
+}
+
+func TestBookReleaseGivesBack(t *testing.T) {
+	l, rdb := newStandalone(t)
+	ctx := context.Background()
+	q := mustQuota(t, "p", Window{1, time.Minute})
+	b := mustBucket(t, "sms", 1, 1)
+	mustAdmit(t, l, bookReq("m0", q, "alice", b, 0))
+	d := mustAdmit(t, l, bookReq("m1", q, "alice", b, 0))
+	if !d.Booked {
+		t.Fatalf("%+v", d)
+	}
+	n, err := l.Release(ctx, bookReq("m1", q, "alice", b, 0))
+	if err != nil || n != 2 {
+		t.Fatalf("Release = %d, %v; want its quota entry and its ticket", n, err)
+	}
+	tag := subjectTag(DefaultPrefix, "alice")
+	if _, err := rdb.ZScore(ctx, quotaKey(tag, "p"), "m1").Result(); err == nil {
+		t.Errorf("the released booking's quota entry is still there")
+	}
+	if _, err := rdb.ZScore(ctx, bookKey(subjectTag(DefaultPrefix, "gw"), "sms"), "m1").Result(); err == nil {
+		t.Errorf("the released booking's ticket is still there")
+	}
+	// The next message books where the released one was.
+	d2 := mustAdmit(t, l, bookReq("m2", q, "alice", b, 0))
+	if !d2.Booked || !d2.At().Equal(d.At()) {
+		t.Errorf("after a release, the next booking: %+v; want the released moment %s", d2, d.At())
+	}
+}
+
+func TestBookLateClaimBooksAgain(t *testing.T) {
+	l, rdb := newStandalone(t)
+	ctx := context.Background()
+	q := mustQuota(t, "p", Window{1, 300 * time.Millisecond})
+	const maxWait = 50 * time.Millisecond
+	a := mustAdmit(t, l, bookReq("a", q, "alice", nil, maxWait))
+	bd := mustAdmit(t, l, bookReq("b", q, "alice", nil, maxWait))
+	cd := mustAdmit(t, l, bookReq("c", q, "alice", nil, maxWait))
+	if !a.Allowed || !bd.Booked || !cd.Booked {
+		t.Fatalf("%+v / %+v / %+v", a, bd, cd)
+	}
+	// c claims on time; b comes back after c's moment: moving its entry
+	// there would put two in one window, so it books again, after c.
+	untilRedis(t, l, cd.At().Add(-maxWait/2))
+	if c := mustAdmit(t, l, bookReq("c", q, "alice", nil, maxWait)); !c.Allowed {
+		t.Fatalf("c at its moment: %+v", c)
+	}
+	late := mustAdmit(t, l, bookReq("b", q, "alice", nil, maxWait))
+	if !late.Booked || !late.Rebooked {
+		t.Fatalf("b, late: %+v; want booked again", late)
+	}
+	if late.At().Before(cd.At().Add(300 * time.Millisecond)) {
+		t.Errorf("b booked again for %s, before c's moment + the window (%s)", late.At(), cd.At().Add(300*time.Millisecond))
+	}
+	s, err := rdb.ZScore(ctx, quotaKey(subjectTag(DefaultPrefix, "alice"), "p"), "b").Result()
+	if err != nil || int64(s) != late.At().UnixMicro() {
+		t.Errorf("b's entry is at %v (%v), want its new moment %d", s, err, late.At().UnixMicro())
+	}
+}
+
+func TestBookLateClaimThatFitsGoes(t *testing.T) {
+	l, rdb := newStandalone(t)
+	ctx := context.Background()
+	q := mustQuota(t, "p", Window{1, 200 * time.Millisecond})
+	const maxWait = 50 * time.Millisecond
+	mustAdmit(t, l, bookReq("a", q, "alice", nil, maxWait))
+	bd := mustAdmit(t, l, bookReq("b", q, "alice", nil, maxWait))
+	// b comes back 300 ms late with nothing booked after it: its entry moves
+	// to the moment it goes.
+	untilRedis(t, l, bd.At().Add(300*time.Millisecond))
+	d := mustAdmit(t, l, bookReq("b", q, "alice", nil, maxWait))
+	if !d.Allowed || d.At().Before(bd.At().Add(300*time.Millisecond)) {
+		t.Fatalf("late b: %+v", d)
+	}
+	s, _ := rdb.ZScore(ctx, quotaKey(subjectTag(DefaultPrefix, "alice"), "p"), "b").Result()
+	if int64(s) != d.At().UnixMicro() {
+		t.Errorf("b's entry at %d, want the moment it went, %d", int64(s), d.At().UnixMicro())
+	}
+}
+
+func TestBookPriorityTakesTheReserve(t *testing.T) {
+	l, _ := newStandalone(t)
+	b, err := mustBucket(t, "sms", 2, 4).WithReserve(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bulk []Decision
+	for i := range 10 {
+		bulk = append(bulk, mustAdmit(t, l, bookReq(fmt.Sprint("bulk", i), nil, "", b, 0)))
+	}
+	allowed := 0
+	for _, d := range bulk {
+		if d.Allowed {
+			allowed++
+		}
+	}
+	if allowed != 2 {
+		t.Errorf("%d bulk allowed at once from a burst of 4 with 2 reserved", allowed)
+	}
+	last := bulk[len(bulk)-1].At()
+	for i := range 2 {
+		r := bookReq(fmt.Sprint("otp", i), nil, "", b, 0)
+		r.Priority = true
+		d := mustAdmit(t, l, r)
+		if !d.Allowed || d.Delay != 0 {
+			t.Fatalf("priority %d behind 8 bookings: %+v; want allowed now", i, d)
+		}
+	}
+	// The priority sends pushed the line: the next booking is two slots
+	// later than it would have been.
+	next := mustAdmit(t, l, bookReq("bulk10", nil, "", b, 0))
+	if want := last.Add(3 * 500 * time.Millisecond); !next.At().Equal(want) {
+		t.Errorf("the booking after two priority sends is at %s, want %s (three slots after the last)", next.At(), want)
+	}
+}
+
+func TestBookValidation(t *testing.T) {
+	l, _ := newStandalone(t)
+	b1, b2 := mustBucket(t, "sms", 1, 1), mustBucket(t, "push", 1, 1)
+	f := mustFixed(t, "daily", 1, time.Hour)
+	for _, r := range []Request{
+		{ID: "x", Book: true, Takes: []Take{{Rule: b1, Key: "a"}, {Rule: b2, Key: "a"}}},
+		{ID: "x", Book: true, Takes: []Take{{Rule: f, Key: "a"}}},
+	} {
+		if _, err := l.Admit(context.Background(), r); !errors.Is(err, ErrInvalidRequest) {
+			t.Errorf("Admit(%v) = %v, want ErrInvalidRequest", r.Takes, err)
+		}
+	}
+	if _, err := b1.WithReserve(1); !errors.Is(err, ErrInvalidRule) {
+		t.Errorf("a reserve of the whole burst: %v", err)
+	}
+}
