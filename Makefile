@@ -4,7 +4,7 @@ GO       ?= go
 PKGS     ?= ./...
 BENCH    ?= .
 
-.PHONY: all build demo test race bench fuzz lint need-redis clean
+.PHONY: all build demo test race bench fuzz lint need-redis need-browser clean
 
 all: build test
 
@@ -19,12 +19,12 @@ demo:
 
 ## test: vet, then every test (unit, differential, multi-process, cluster) on
 ## real redis-server processes the tests start on free loopback ports.
-test: need-redis
+test: need-redis need-browser
 	$(GO) vet $(PKGS)
 	$(GO) test -count=1 $(PKGS)
 
 ## race: the tests again under the race detector.
-race: need-redis
+race: need-redis need-browser
 	$(GO) test -race -count=1 $(PKGS)
 
 ## bench: throughput against the baselines in one run, batch speed-up and
@@ -60,6 +60,20 @@ need-redis:
 	      { echo "could not install redis-server: install it (Debian/Ubuntu: apt-get install redis-server)" >&2; exit 1; }; \
 	  else \
 	    echo "redis-server not found in PATH: install it (Debian/Ubuntu: sudo apt-get install redis-server)" >&2; exit 1; \
+	  fi; }
+
+## need-browser: the dashboard test drives headless Chromium. Install
+## Debian's package when we can; otherwise say what to do (the test itself
+## fails without a browser, saying the same).
+need-browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	  command -v google-chrome >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "chromium not found: installing Debian's chromium package"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null || \
+	      { echo "could not install chromium: install it (Debian/Ubuntu: apt-get install chromium)" >&2; exit 1; }; \
+	  else \
+	    echo "chromium not found in PATH: the dashboard's browser test will fail; install it (Debian/Ubuntu: sudo apt-get install chromium)" >&2; \
 	  fi; }
 
 clean:

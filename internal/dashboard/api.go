@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -135,7 +136,7 @@ func (d *Dashboard) policies(r *http.Request, offset, limit int) page[policyView
 	for _, p := range all[min(offset, len(all)):min(len(all), offset+limit)] {
 		v := policyView{Name: p.Name, Windows: windowViews(p.Windows), OverCap: "defer"}
 		if deferred != nil {
-			n := deferred["policy "+p.Name]
+			n := deferred[p.Name]
 			v.Deferred = &n
 		}
 		out = append(out, v)
@@ -143,7 +144,8 @@ func (d *Dashboard) policies(r *http.Request, offset, limit int) page[policyView
 	return newPage(out, r, offset, limit, int64(len(all)))
 }
 
-// deferred returns this worker's deferral counts by rule label, or nil.
+// deferred returns this worker's deferral counts by policy, or nil: the
+// throttler_deferred_total series whose rule is "policy <name> (<limit>)".
 func (d *Dashboard) deferred() map[string]float64 {
 	if d.opts.Metrics == nil {
 		return nil
@@ -159,8 +161,9 @@ func (d *Dashboard) deferred() map[string]float64 {
 		}
 		for _, m := range mf.GetMetric() {
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "rule" {
-					out[l.GetValue()] = m.GetCounter().GetValue()
+				if rest, ok := strings.CutPrefix(l.GetValue(), "policy "); ok && l.GetName() == "rule" {
+					name, _, _ := strings.Cut(rest, " (")
+					out[name] += m.GetCounter().GetValue()
 				}
 			}
 		}

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/notify-throttle/throttler/jobs"
 )
@@ -227,7 +228,7 @@ func TestAuth(t *testing.T) {
 			{"bearer, right", bearer, []string{"Authorization", "Bearer " + secret}, 200},
 			{"basic, none", basic, nil, 401},
 			{"basic, wrong user", basic, []string{"Authorization", "Basic YWRtaW46czNjcmV0LXRva2Vu"}, 401}, // admin:s3cret-token
-			{"basic, right", basic, []string{"Authorization", "Basic b3BzOnMzY3JldC10b2tlbg=="}, 200},        // ops:s3cret-token
+			{"basic, right", basic, []string{"Authorization", "Basic b3BzOnMzY3JldC10b2tlbg=="}, 200},      // ops:s3cret-token
 		} {
 			code, body := c.e.get(t, p, c.header...)
 			if code != c.want {
@@ -302,5 +303,25 @@ func TestRedact(t *testing.T) {
 		if got := redact(in); got != want {
 			t.Errorf("redact(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestPoliciesCountDeferrals: the policies show this worker's deferral
+// counts from its metrics, every limit of a policy together.
+func TestPoliciesCountDeferrals(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := jobs.NewMetrics(reg)
+	m.Deferred.WithLabelValues("policy marketing (1 per 24h)").Add(2)
+	m.Deferred.WithLabelValues("policy marketing (3 per 168h)").Inc()
+	m.Deferred.WithLabelValues("provider sms (2/s)").Inc()
+	e := newEnv(t, "", nil, func(o *Options) { o.Metrics = reg })
+	var p page[policyView]
+	e.getJSON(t, "/throttle/api/policies", &p)
+	got := map[string]float64{}
+	for _, it := range p.Items {
+		got[it.Name] = *it.Deferred
+	}
+	if want := map[string]float64{"marketing": 3, "transactional": 0}; !reflect.DeepEqual(got, want) {
+		t.Errorf("deferred = %v, want %v", got, want)
 	}
 }

@@ -1,0 +1,156 @@
+package integration_test
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/hibiken/asynq"
+
+	"github.com/notify-throttle/throttler/jobs"
+	"github.com/notify-throttle/throttler/throttle"
+)
+
+var screenshots = flag.String("screenshots", "", "also save the dashboard test's PNG screenshots in this directory (docs/ for the README's)")
+
+// chromium returns the path of a Chromium or Chrome binary, or fails the
+// test saying how to install one: a browser test never passes without a
+// browser.
+func chromium(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "headless-shell"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	t.Fatal("no Chromium found in PATH for the browser test: install it (Debian/Ubuntu: apt-get install chromium; " +
+		"`make test` does this when run as root)")
+	return ""
+}
+
+// TestDashboardInBrowser runs a worker process with a throttled recipient
+// and a provider booked ahead, opens /throttle and /monitoring/ in headless
+// Chromium, checks what an operator looks for is on the page, and saves a
+// screenshot of each (the test's artifacts; -screenshots DIR too).
+func TestDashboardInBrowser(t *testing.T) {
+	browser := chromium(t)
+	f := newFleet(t, fleetConfig{Concurrency: 4, ShutdownTimeout: 5 * time.Second, Jitter: 0,
+		Policy: "[{limit: 1, per: 1h}, {limit: 3, per: 24h}]", Rate: 0.5, Burst: 1}, nil)
+	w := f.startWorker("w1")
+	client := asynq.NewClientFromRedisClient(f.rdb)
+	defer client.Close()
+
+	// A throttled recipient: the first notification goes, the second is
+	// deferred by the policy, with its reason on the task.
+	f.enqueue(client, "alice-1", jobs.Notification{Recipient: "alice@example.com", Template: "welcome"})
+	waitUntil(t, "alice's first message sent", 20*time.Second, func() bool { return len(f.hook.snapshot()) == 1 })
+	deferred := f.enqueue(client, "alice-2", jobs.Notification{Recipient: "alice@example.com", Template: "digest"})
+	waitUntil(t, "alice's second message deferred", 20*time.Second, func() bool {
+		info, err := f.insp.GetTaskInfo(fleetQueue, deferred)
+		return err == nil && info.State == asynq.TaskStateRetry && strings.Contains(info.LastErr, "throttled by policy")
+	})
+
+	// A backlog booked on the provider: tokens reserved ahead for tasks
+	// that wait for them (what the engine holds ahead of now today).
+	lim, err := throttle.New(f.rdb, throttle.Options{Prefix: fleetPrefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bucket, _ := throttle.NewBucket(fleetProvider, 0.5, 1)
+	for i := 0; i < 4; i++ {
+		d, err := lim.Admit(context.Background(), throttle.Request{ID: fmt.Sprintf("booked-%d", i), MaxWait: time.Minute,
+			Takes: []throttle.Take{{Rule: bucket, Key: fleetProvider}}})
+		if err != nil || !d.Allowed {
+			t.Fatalf("booking %d: %+v, %v", i, d, err)
+		}
+	}
+
+	dir := t.ArtifactDir()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browser), chromedp.NoSandbox,
+		chromedp.WindowSize(1280, 900), chromedp.Flag("disable-dev-shm-usage", true))
+	actx, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancel()
+	ctx, cancel := chromedp.NewContext(actx)
+	defer cancel()
+	ctx, cancel = context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+
+	base := "http://" + w.metrics
+	var booked, held, next, decided, deferrals string
+	var throttlePNG []byte
+	err = chromedp.Run(ctx,
+		chromedp.Navigate(base+"/throttle?recipient=alice@example.com&tz=Europe/Paris"),
+		chromedp.WaitVisible(`#recipient`, chromedp.ByQuery),
+		chromedp.Text(`tr[data-provider="hook"] td[data-field="booked-ahead"]`, &booked, chromedp.ByQuery),
+		chromedp.Text(`tr[data-provider="hook"] td[data-field="bookings-held"]`, &held, chromedp.ByQuery),
+		chromedp.Text(`p[data-policy="pace"] span[data-field="next"]`, &next, chromedp.ByQuery),
+		chromedp.Text(`p[data-policy="pace"] span[data-field="decided-by"]`, &decided, chromedp.ByQuery),
+		chromedp.Text(`tr[data-policy="pace"] td[data-field="deferred"]`, &deferrals, chromedp.ByQuery),
+		chromedp.FullScreenshot(&throttlePNG, 100),
+	)
+	if err != nil {
+		t.Fatalf("/throttle in the browser: %v", err)
+	}
+	save(t, dir, "dashboard-throttle.png", throttlePNG)
+	if booked == "" || booked == "0s" || held != "4" {
+		t.Errorf("provider hook: booked ahead %q, bookings held %q; want a wait and 4", booked, held)
+	}
+	if deferrals != "1" {
+		t.Errorf("policy pace: deferred by this worker %q, want 1", deferrals)
+	}
+	if decided != "1 per 1h" || !strings.Contains(next, "CET") && !strings.Contains(next, "CEST") {
+		t.Errorf("alice's next message: %q, held by %q; want a moment in Paris time held by 1 per 1h", next, decided)
+	}
+
+	var taskText string
+	var monitoringPNG []byte
+	err = chromedp.Run(ctx,
+		chromedp.Navigate(base+"/monitoring/queues/"+fleetQueue+"/tasks/"+deferred),
+		chromedp.WaitVisible(`//*[contains(text(), "throttled by policy")]`, chromedp.BySearch),
+		chromedp.Text(`body`, &taskText, chromedp.ByQuery),
+		chromedp.FullScreenshot(&monitoringPNG, 100),
+	)
+	if err != nil {
+		t.Fatalf("/monitoring/ in the browser: %v", err)
+	}
+	save(t, dir, "dashboard-monitoring.png", monitoringPNG)
+	if !strings.Contains(taskText, "throttled by policy pace (1 per 1h)") {
+		t.Errorf("the deferred task's page does not say why:\n%s", taskText)
+	}
+	if strings.Contains(taskText, "alice@example.com") {
+		t.Errorf("the task's page shows the recipient unredacted")
+	}
+}
+
+// save writes a screenshot into dir and, with -screenshots, there too.
+func save(t *testing.T, dir, name string, png []byte) {
+	t.Helper()
+	for _, d := range []string{dir, *screenshots} {
+		if d == "" {
+			continue
+		}
+		if err := os.WriteFile(filepath.Join(d, name), png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("screenshot: %s", filepath.Join(d, name))
+	}
+}
+
+// waitUntil polls cond until it holds, or fails the test after timeout.
+func waitUntil(t *testing.T, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
