@@ -190,8 +190,9 @@ type recipientPolicy struct {
 	Next time.Time `json:"next"`
 	// NextIn is how long until then, in seconds; 0 when it may go now.
 	NextIn float64 `json:"next_in_seconds"`
-	// DecidedBy names the window that sets Next ("1 per 24h"); "" when
-	// nothing holds a message back.
+	// DecidedBy names the window that sets Next ("1 per 24h"), or says
+	// the recipient's earlier bookings do; "" when nothing holds a message
+	// back.
 	DecidedBy string          `json:"decided_by"`
 	Entries   page[entryView] `json:"entries"`
 }
@@ -231,9 +232,12 @@ func (d *Dashboard) recipient(ctx context.Context, r *http.Request, id string, l
 		for i := range wv {
 			rp.Windows = append(rp.Windows, recipientWindow{windowView: wv[i], Used: p.Used[i], Frees: at(p.Frees[i])})
 		}
-		if p.DecidedBy >= 0 {
+		switch {
+		case p.DecidedBy >= 0:
 			w := p.Windows[p.DecidedBy]
 			rp.DecidedBy = fmt.Sprintf("%d per %s", w.Limit, throttle.FormatDuration(w.Per))
+		case p.DecidedBy == inspect.Booked:
+			rp.DecidedBy = "the bookings made before it (they go in order)"
 		}
 		var entries []entryView
 		for _, e := range p.Entries {

@@ -109,10 +109,11 @@ func (in *Inspector) Providers(ctx context.Context, offset, limit, bookings int)
 				pr := page[i]
 				tokens := readBucket(p, ctx, in.prefix, pr.Name, pr.Rate, pr.Burst)
 				pause := readPause(p, ctx, in.prefix, pr.Name)
-				books := readBookings(p, ctx, ledgerKey(in.prefix, pr.Name), now, bookings)
+				books := readProviderBookings(p, ctx, in.prefix, pr.Name, now, bookings)
 				sends := readSends(p, ctx, in.prefix, pr.Name, now, SendBin.Microseconds(), SendBins)
 				finish = append(finish, func() {
-					out[i] = ProviderState{Provider: pr, Now: fromUS(now), Tokens: tokens(now), Bookings: books(), Sends: sends()}
+					t, tail := tokens(now)
+					out[i] = ProviderState{Provider: pr, Now: fromUS(now), Tokens: t, Bookings: books(tail), Sends: sends()}
 					if until := pause(now); until > 0 {
 						out[i].PausedUntil = fromUS(until)
 					}
@@ -157,13 +158,18 @@ type PolicyState struct {
 	// when it may go now.
 	Next time.Time
 	// DecidedBy is the index in Windows of the window that sets Next; -1
-	// when Next is Now.
+	// when Next is Now; Booked when the recipient's last booking does (a
+	// new booking goes after the ones made before it).
 	DecidedBy int
 	// Total counts the entries in the longest window; Entries is the page
 	// of them asked for, newest first.
 	Total   int64
 	Entries []Entry
 }
+
+// Booked is PolicyState.DecidedBy when the recipient's last booking sets
+// the next moment.
+const Booked = -2
 
 // Entry is one admission in a recipient's history.
 type Entry struct {
@@ -199,9 +205,8 @@ func (in *Inspector) Recipient(ctx context.Context, recipient string, offset, li
 			for _, w := range pol.Windows {
 				wins[i] = append(wins[i], window{limit: w.Limit, per: w.Per.Microseconds()})
 			}
-			key := quotaKey(in.prefix, recipient, pol.Name)
-			reads[i] = readEntries(p, ctx, key, now, wins[i], offset, limit)
-			books[i] = readBookings(p, ctx, key, now, bookings)
+			reads[i] = readEntries(p, ctx, quotaKey(in.prefix, recipient, pol.Name), now, wins[i], offset, limit)
+			books[i] = readRecipientBookings(p, ctx, in.prefix, recipient, pol.Name, now, bookings)
 		}
 		return nil
 	})
@@ -210,14 +215,7 @@ func (in *Inspector) Recipient(ctx context.Context, recipient string, offset, li
 	}
 	for i, pol := range in.policies {
 		st.Policies = append(st.Policies, policyState(pol, wins[i], reads[i](), now))
-		b := books[i]()
-		st.Bookings.Held += b.Held
-		st.Bookings.Ahead = max(st.Bookings.Ahead, b.Ahead)
-		st.Bookings.Tasks = append(st.Bookings.Tasks, b.Tasks...)
-	}
-	sort.Slice(st.Bookings.Tasks, func(i, j int) bool { return st.Bookings.Tasks[i].At < st.Bookings.Tasks[j].At })
-	if len(st.Bookings.Tasks) > bookings {
-		st.Bookings.Tasks = st.Bookings.Tasks[:bookings]
+		st.Bookings = merge(st.Bookings, books[i](), bookings)
 	}
 	return st, nil
 }
@@ -237,6 +235,9 @@ func policyState(pol Policy, wins []window, q quotaRead, now int64) PolicyState 
 		if at > next {
 			next, ps.DecidedBy = at, i
 		}
+	}
+	if q.newest > next {
+		next, ps.DecidedBy = q.newest, Booked
 	}
 	ps.Next = fromUS(next)
 	for _, e := range q.entries {

@@ -232,3 +232,60 @@ func sum(s []int64) (n int64) {
 	}
 	return n
 }
+
+// TestBookings: tasks that book on a busy provider and a recipient at its
+// cap show as bookings held, as far ahead as the engine booked them, and
+// a recipient's next moment counts its bookings.
+func TestBookings(t *testing.T) {
+	f := newFixture(t, redistest.Start(t).Client(t))
+	ctx := context.Background()
+	book := func(id, recipient string) throttle.Decision {
+		t.Helper()
+		d, err := f.lim.Admit(ctx, throttle.Request{ID: id, Book: true, Takes: []throttle.Take{
+			{Rule: f.marketing, Key: recipient}, {Rule: f.sms, Key: "sms"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	// The bucket's burst of 5 goes to five recipients; the next three book.
+	for i := 0; i < 5; i++ {
+		if d := book(fmt.Sprintf("now-%d", i), fmt.Sprintf("r%d", i)); !d.Allowed {
+			t.Fatalf("admission %d: %+v", i, d)
+		}
+	}
+	var last throttle.Decision
+	for i := 0; i < 3; i++ {
+		if last = book(fmt.Sprintf("booked-%d", i), fmt.Sprintf("b%d", i)); !last.Booked {
+			t.Fatalf("booking %d: %+v, want booked", i, last)
+		}
+	}
+	st, err := f.in.Providers(ctx, 0, 10, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := st[0].Bookings
+	if b.Held != 3 || len(b.Tasks) != 2 || b.Tasks[0].Task != "booked-0" {
+		t.Errorf("provider bookings = %+v, want 3 held, the first two listed", b)
+	}
+	if ahead := st[0].Now.Add(time.Duration(b.Ahead) * time.Microsecond); ahead.Before(last.At()) {
+		t.Errorf("booked ahead until %s, before the last booking's %s", ahead, last.At())
+	}
+
+	// A recipient at its cap books its next message a day on.
+	d := book("b0-again", "b0")
+	if !d.Booked {
+		t.Fatalf("b0's second message: %+v, want booked", d)
+	}
+	rs, err := f.in.Recipient(ctx, "b0", 0, 10, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rs.Bookings.Held != 2 || !fromUS(rs.Bookings.Tasks[1].At).Equal(d.At()) {
+		t.Errorf("b0's bookings = %+v, want its 2 bookings, the second at %s", rs.Bookings, d.At())
+	}
+	// A third message fits the 1/24h window a day after the second one.
+	if p := rs.Policies[0]; p.DecidedBy != 0 || !p.Next.Equal(d.At().Add(24*time.Hour)) {
+		t.Errorf("b0's next = %s by window %d, want a day after its last booking %s, by 1 per 24h", p.Next, p.DecidedBy, d.At())
+	}
+}

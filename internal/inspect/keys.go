@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"math"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -21,17 +22,30 @@ import (
 //	                                    score the admission's µs (Redis TIME)
 //	<prefix>{<subject>}:b:<provider>    bucket: hash t (tokens, may be
 //	                                    negative), u (µs they were counted),
-//	                                    e (ledger life); absent = full
+//	                                    e (ledger life), v (booking tail: the
+//	                                    moment after the last slot booked);
+//	                                    absent = full, nothing booked
 //	<prefix>{<subject>}:b:<provider>:held  ledger: sorted set, member the task
 //	                                    holding tokens, score the µs it may use
 //	                                    them; member "\x00" (the tombstone)
 //	                                    scores the latest moment tokens went
 //	                                    that no holder shows: a pause's end
+//	<prefix>{<subject>}:b:<provider>:book  bookings: sorted set, member a
+//	                                    booked task, score its moment; kept
+//	                                    unclaimed for grace after it
+//
+// A recipient's bookings are its quota entries ahead of now (a booked task's
+// entries sit at its moment); a provider's are its tickets, and the tokens
+// reserved ahead in its ledger by tasks sleeping until their moment.
 //
 // A provider's bucket has the provider's name as both subject and rule.
 
 // maxEncoded is the longest encoded subject the engine keeps readable.
 const maxEncoded = 128
+
+// grace is how long after its moment a booking nobody claimed is kept
+// (lua/book.lua GRACE): a task that wakes late still holds it.
+const grace = 10 * 60 * 1000000 // µs
 
 // tombstone is the ledger member no task ID can be (see lua/rules.lua TOMB).
 const tombstone = "\x00"
@@ -70,6 +84,8 @@ func bucketKey(prefix, provider string) string { return tag(prefix, provider) + 
 
 func ledgerKey(prefix, provider string) string { return bucketKey(prefix, provider) + ":held" }
 
+func bookKey(prefix, provider string) string { return bucketKey(prefix, provider) + ":book" }
+
 // us converts a score or field in µs to an int64; 0 when it is not a number.
 func us(s string) int64 {
 	f, err := strconv.ParseFloat(s, 64)
@@ -80,28 +96,26 @@ func us(s string) int64 {
 }
 
 // readBucket queues the read of a provider's bucket state; the function it
-// returns gives the tokens at now (µs), as the engine counts them: an absent
-// hash is a full bucket, a stored count refills at rate up to burst.
-func readBucket(p redis.Pipeliner, ctx context.Context, prefix, provider string, rate float64, burst int) func(now int64) float64 {
-	st := p.HMGet(ctx, bucketKey(prefix, provider), "t", "u")
-	return func(now int64) float64 {
+// returns gives the tokens at now (µs), as the engine counts them (an absent
+// hash is a full bucket, a stored count refills at rate up to burst), and
+// the booking tail (µs; 0 when none is recorded).
+func readBucket(p redis.Pipeliner, ctx context.Context, prefix, provider string, rate float64, burst int) func(now int64) (float64, int64) {
+	st := p.HMGet(ctx, bucketKey(prefix, provider), "t", "u", "v")
+	return func(now int64) (float64, int64) {
 		v := st.Val()
-		if len(v) != 2 {
-			return float64(burst)
+		if len(v) != 3 {
+			return float64(burst), 0
 		}
-		ts, ok1 := v[0].(string)
-		us0, ok2 := v[1].(string)
-		if !ok1 || !ok2 {
-			return float64(burst)
-		}
-		tokens, err := strconv.ParseFloat(ts, 64)
+		str := func(i int) string { s, _ := v[i].(string); return s }
+		tail := us(str(2))
+		tokens, err := strconv.ParseFloat(str(0), 64)
 		if err != nil {
-			return float64(burst)
+			return float64(burst), tail
 		}
-		if last := us(us0); now > last {
+		if last := us(str(1)); now > last {
 			tokens += float64(now-last) * rate / 1e6
 		}
-		return min(tokens, float64(burst))
+		return min(tokens, float64(burst)), tail
 	}
 }
 
@@ -161,38 +175,66 @@ type Booking struct {
 	At   int64 // µs
 }
 
-// readBookings queues the reads of the bookings held in the sorted set at
-// key (a provider's ledger or a recipient's quota) and returns the function
-// that gives them once the pipeline ran. Today's engine books nothing
-// ahead on its own: what is ahead of now in these sets are the tokens and
-// quota entries reserved by jobs that sleep until their moment (at most
-// worker.inline_wait away). The booking engine (issue 12) will hold its
-// bookings here or in keys of its own; this function is the one place that
-// reads them.
-func readBookings(p redis.Pipeliner, ctx context.Context, key string, now int64, limit int) func() Bookings {
-	from := "(" + strconv.FormatInt(now, 10)
-	count := p.ZCount(ctx, key, from, "+inf")
-	first := p.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{Key: key, Start: from, Stop: "+inf", ByScore: true, Count: int64(limit + 1)})
+// readProviderBookings queues the reads of what a provider holds for tasks:
+// its tickets (booked moments, unclaimed ones for grace after them) and the
+// tokens its ledger reserved ahead of now. The function it returns also
+// counts the booking tail, from readBucket, in how far ahead it is booked.
+func readProviderBookings(p redis.Pipeliner, ctx context.Context, prefix, provider string, now int64, limit int) func(tail int64) Bookings {
+	tickets := readBookings(p, ctx, bookKey(prefix, provider), now-grace, now, limit)
+	reserved := readBookings(p, ctx, ledgerKey(prefix, provider), now, now, limit)
+	return func(tail int64) Bookings {
+		b := merge(tickets(), reserved(), limit)
+		if tail > now {
+			b.Ahead = max(b.Ahead, tail-now)
+		}
+		return b
+	}
+}
+
+// readRecipientBookings queues the reads of the bookings held for a
+// recipient under one policy: its quota entries ahead of now.
+func readRecipientBookings(p redis.Pipeliner, ctx context.Context, prefix, recipient, policy string, now int64, limit int) func() Bookings {
+	return readBookings(p, ctx, quotaKey(prefix, recipient, policy), now, now, limit)
+}
+
+// readBookings queues the reads of the members of the sorted set at key
+// scored after from (µs), which are moments held for tasks, and returns the
+// function that gives them once the pipeline ran: how many, how far the
+// latest is ahead of now, and the first limit, soonest first. A ledger's
+// tombstone is not a booking and is left out.
+func readBookings(p redis.Pipeliner, ctx context.Context, key string, from, now int64, limit int) func() Bookings {
+	lo := "(" + strconv.FormatInt(from, 10)
+	count := p.ZCount(ctx, key, lo, "+inf")
+	first := p.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{Key: key, Start: lo, Stop: "+inf", ByScore: true, Count: int64(limit + 1)})
 	last := p.ZRevRangeWithScores(ctx, key, 0, 1)
+	tomb := p.ZScore(ctx, key, tombstone)
 	return func() Bookings {
 		b := Bookings{Held: count.Val()}
+		if t := int64(tomb.Val()); tomb.Err() == nil && t > from {
+			b.Held--
+		}
 		for _, z := range last.Val() {
 			if m, _ := z.Member.(string); m != tombstone && int64(z.Score) > now {
 				b.Ahead = max(b.Ahead, int64(z.Score)-now)
 			}
 		}
 		for _, z := range first.Val() {
-			m, _ := z.Member.(string)
-			if m == tombstone {
-				b.Held--
-				continue
-			}
-			if len(b.Tasks) < limit {
+			if m, _ := z.Member.(string); m != tombstone && len(b.Tasks) < limit {
 				b.Tasks = append(b.Tasks, Booking{Task: taskOf(m), At: int64(z.Score)})
 			}
 		}
 		return b
 	}
+}
+
+// merge adds b's bookings to a's, keeping the first limit by moment.
+func merge(a, b Bookings, limit int) Bookings {
+	out := Bookings{Held: a.Held + b.Held, Ahead: max(a.Ahead, b.Ahead), Tasks: append(a.Tasks, b.Tasks...)}
+	sort.Slice(out.Tasks, func(i, j int) bool { return out.Tasks[i].At < out.Tasks[j].At })
+	if len(out.Tasks) > limit {
+		out.Tasks = out.Tasks[:limit]
+	}
+	return out
 }
 
 // taskOf returns the task ID of a quota member: a take of cost n holds
@@ -220,10 +262,14 @@ func readEntries(p redis.Pipeliner, ctx context.Context, key string, now int64, 
 		decide[i] = p.ZRevRangeByScoreWithScores(ctx, key, &redis.ZRangeBy{Min: from, Max: "+inf", Offset: int64(w.limit - 1), Count: 1})
 	}
 	all := p.ZCount(ctx, key, "("+strconv.FormatInt(now-longest, 10), "+inf")
+	newest := p.ZRevRangeWithScores(ctx, key, 0, 0)
 	page := p.ZRevRangeByScoreWithScores(ctx, key, &redis.ZRangeBy{
 		Min: "(" + strconv.FormatInt(now-longest, 10), Max: "+inf", Offset: int64(offset), Count: int64(limit)})
 	return func() quotaRead {
 		q := quotaRead{total: all.Val(), used: make([]int64, n), decider: make([]int64, n)}
+		if z := newest.Val(); len(z) == 1 {
+			q.newest = int64(z[0].Score)
+		}
 		for i := range windows {
 			q.used[i] = counts[i].Val()
 			q.decider[i] = -1
@@ -248,6 +294,7 @@ type window struct {
 // quotaRead is what readEntries found.
 type quotaRead struct {
 	total   int64     // entries counting in the longest window
+	newest  int64     // the newest entry's µs, 0 when none: a booking goes no earlier
 	used    []int64   // entries in each window
 	decider []int64   // per window: the µs of the entry whose leaving frees a place, -1 when not full
 	entries []Booking // the page asked for, newest first
