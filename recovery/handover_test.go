@@ -59,6 +59,15 @@ func startWorker(t *testing.T, rdb redis.UniversalClient, id string, deadAfter t
 // die stops the worker's signs of life and reaping, without leaving.
 func (w *worker) die() { w.stop(); <-w.stopped }
 
+// revive starts its signs of life and reaping again, as a worker does that
+// comes back from a pause.
+func (w *worker) revive() {
+	ctx, cancel := context.WithCancel(context.Background())
+	w.stop, w.stopped = cancel, make(chan struct{})
+	stopped := w.stopped
+	go func() { defer close(stopped); w.rec.loop(ctx) }()
+}
+
 func (w *worker) starts() map[string]int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -214,4 +223,35 @@ func TestComebackWhileTheTaskRunsElsewhere(t *testing.T) {
 		qi, err := insp.GetQueueInfo("default")
 		return err == nil && qi.Size == 0 && b.starts()[ids[0]] == 2
 	})
+}
+
+// TestBackFromSilence: A comes back after B was handed its tasks, and
+// shows signs of life again before its handlers ask whether they may send:
+// a fresh sign after the silence does not make A the holder again.
+func TestBackFromSilence(t *testing.T) {
+	rdb := redistest.Start(t).Client(t)
+	const deadAfter = time.Second
+	release := make(chan struct{})
+	holds := make(chan error, 2)
+	a := startWorker(t, rdb, "A", deadAfter, func(ctx context.Context, w *worker) error {
+		<-release
+		err := w.rec.Holds(ctx)
+		holds <- err
+		return err
+	})
+	enqueue(t, rdb, 2)
+	waitUntil(t, "A to run both", 10*time.Second, func() bool { return len(a.starts()) == 2 })
+	b := startWorker(t, rdb, "B", deadAfter, func(ctx context.Context, w *worker) error { return nil })
+	a.die()
+	waitUntil(t, "B to run them", 20*time.Second, func() bool { return len(b.starts()) == 2 })
+	a.revive()
+	waitUntil(t, "A's next sign of life", 10*time.Second, func() bool {
+		return rdb.ZScore(context.Background(), beatsKey(throttleDefaultPrefix, "default"), "A").Err() == nil
+	})
+	close(release)
+	for range 2 {
+		if err := <-holds; !errors.Is(err, ErrHandedOver) {
+			t.Errorf("A's Holds after coming back: %v, want ErrHandedOver", err)
+		}
+	}
 }

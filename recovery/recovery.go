@@ -83,11 +83,18 @@ type Recovery struct {
 	start  time.Time // for the monotonic times in lastSign
 
 	mu       sync.Mutex
-	finished map[string][]string // queue -> tasks ended since the last beat
+	finished map[string][]string      // queue -> tasks ended since the last beat
+	taken    map[string]time.Duration // queue+"\x00"+task -> when its take was sent, since start
 
-	// lastSign holds, per queue, when the last call that showed a sign of
-	// life there was sent: time since start, ns.
-	lastSign map[string]*atomic.Int64
+	// signs holds, per queue, the times (since start) the latest sign of
+	// life was sent and the latest sign that ended a silence long enough
+	// for the worker to have been taken for dead.
+	signs map[string]*signs
+}
+
+// signs are a queue's sign-of-life times, in ns since Recovery.start.
+type signs struct {
+	last, afterGap atomic.Int64
 }
 
 // New returns the recovery of a worker serving queues.
@@ -106,10 +113,10 @@ func New(rdb redis.UniversalClient, queues []string, o Options) *Recovery {
 		o.Log = slog.Default()
 	}
 	r := &Recovery{rdb: rdb, queues: queues, o: o, start: time.Now(),
-		finished: map[string][]string{}, lastSign: map[string]*atomic.Int64{}}
+		finished: map[string][]string{}, taken: map[string]time.Duration{}, signs: map[string]*signs{}}
 	for _, q := range queues {
-		r.lastSign[q] = new(atomic.Int64)
-		r.lastSign[q].Store(-int64(o.DeadAfter)) // no sign yet
+		r.signs[q] = &signs{}
+		r.signs[q].last.Store(-int64(o.DeadAfter)) // none yet
 	}
 	return r
 }
@@ -165,7 +172,7 @@ func (r *Recovery) beat(ctx context.Context, q, mode string) error {
 	for _, id := range ended {
 		args = append(args, id)
 	}
-	if _, err := r.hold(ctx, q, args...); err != nil {
+	if _, _, err := r.hold(ctx, q, args...); err != nil {
 		r.mu.Lock()
 		r.finished[q] = append(r.finished[q], ended...)
 		r.mu.Unlock()
@@ -174,19 +181,36 @@ func (r *Recovery) beat(ctx context.Context, q, mode string) error {
 	return nil
 }
 
-// hold runs hold.lua on queue q and notes the sign of life it gave.
-func (r *Recovery) hold(ctx context.Context, q string, args ...any) (bool, error) {
+// hold runs hold.lua on queue q and notes the sign of life it gave, and
+// returns when the call was sent (since start).
+func (r *Recovery) hold(ctx context.Context, q string, args ...any) (bool, time.Duration, error) {
 	sent := time.Since(r.start)
 	n, err := holdScript.Run(ctx, r.rdb, []string{holdersKey(r.o.Prefix, q), beatsKey(r.o.Prefix, q)}, args...).Int()
 	if err != nil {
-		return false, fmt.Errorf("recovery: %s: %w", args[1], err)
+		return false, sent, fmt.Errorf("recovery: %s: %w", args[1], err)
 	}
-	if n == 1 {
-		if s, ok := r.lastSign[q]; ok {
-			s.Store(int64(sent))
+	if s, ok := r.signs[q]; ok && n == 1 {
+		s.note(int64(sent), int64(r.o.DeadAfter/2))
+	}
+	return n == 1, sent, nil
+}
+
+// note records a sign sent at t; one that follows the latest by half or
+// more of DeadAfter ends a silence after which the worker may have been
+// taken for dead. Signs sent at once may be noted out of order.
+func (s *signs) note(t, half int64) {
+	for {
+		prev := s.last.Load()
+		if t <= prev {
+			return
+		}
+		if s.last.CompareAndSwap(prev, t) {
+			if t-prev >= half {
+				s.afterGap.Store(t)
+			}
+			return
 		}
 	}
-	return n == 1, nil
 }
 
 // Middleware records that this worker holds each task while next runs it.
@@ -196,11 +220,17 @@ func (r *Recovery) Middleware(next asynq.Handler) asynq.Handler {
 	return asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
 		id, _ := asynq.GetTaskID(ctx)
 		q, _ := asynq.GetQueueName(ctx)
-		if _, err := r.hold(ctx, q, r.o.ID, "take", id); err != nil {
+		key := q + "\x00" + id
+		if _, sent, err := r.hold(ctx, q, r.o.ID, "take", id); err != nil {
 			r.o.Log.Warn("recovery: could not record the task as held", "task", id, "queue", q, "err", err)
+		} else {
+			r.mu.Lock()
+			r.taken[key] = sent
+			r.mu.Unlock()
 		}
 		defer func() {
 			r.mu.Lock()
+			delete(r.taken, key)
 			r.finished[q] = append(r.finished[q], id)
 			r.mu.Unlock()
 		}()
@@ -209,18 +239,25 @@ func (r *Recovery) Middleware(next asynq.Handler) asynq.Handler {
 }
 
 // Holds returns nil if this worker still holds the task of ctx (an asynq
-// handler's context), ErrHandedOver if the task went to another worker,
-// or the error that kept it from knowing. When the worker has shown a sign
-// of life in the task's queue within DeadAfter/2 it cannot have been taken
-// for dead, and Holds answers without asking Redis; otherwise it asks, and
-// a yes is a sign of life.
+// handler's context, inside Middleware), ErrHandedOver if the task went to
+// another worker, or the error that kept it from knowing. A worker whose
+// signs of life in the task's queue, since it took the task and until now,
+// were never DeadAfter/2 apart cannot have been taken for dead, and Holds
+// then answers without asking Redis; otherwise it asks, and a yes is a
+// sign of life.
 func (r *Recovery) Holds(ctx context.Context) error {
 	id, _ := asynq.GetTaskID(ctx)
 	q, _ := asynq.GetQueueName(ctx)
-	if s, ok := r.lastSign[q]; ok && time.Since(r.start)-time.Duration(s.Load()) < r.o.DeadAfter/2 {
-		return nil
+	r.mu.Lock()
+	taken, ok := r.taken[q+"\x00"+id]
+	r.mu.Unlock()
+	if s := r.signs[q]; ok && s != nil {
+		now := time.Since(r.start)
+		if now-time.Duration(s.last.Load()) < r.o.DeadAfter/2 && time.Duration(s.afterGap.Load()) <= taken {
+			return nil
+		}
 	}
-	held, err := r.hold(ctx, q, r.o.ID, "keep", id)
+	held, _, err := r.hold(ctx, q, r.o.ID, "keep", id)
 	switch {
 	case err != nil:
 		return err

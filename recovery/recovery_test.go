@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -55,7 +56,7 @@ func holdAs(t *testing.T, rdb redis.UniversalClient, q, worker string, ago time.
 	ctx := context.Background()
 	r := New(rdb, []string{q}, Options{ID: worker, Log: quiet})
 	for _, id := range ids {
-		if _, err := r.hold(ctx, q, worker, "take", id); err != nil {
+		if _, _, err := r.hold(ctx, q, worker, "take", id); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -241,4 +242,29 @@ func observations(t *testing.T, h prometheus.Histogram) uint64 {
 		t.Fatal(err)
 	}
 	return m.GetHistogram().GetSampleCount()
+}
+
+// TestScriptsRunOnEmbeddedRedis: the embedded demo mode's server
+// (miniredis, a different Lua) runs both scripts.
+func TestScriptsRunOnEmbeddedRedis(t *testing.T) {
+	mr := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+	const q = "default"
+	ids := activeTasks(t, rdb, q, "dead", 2)
+	holdAs(t, rdb, q, "w-dead", 10*time.Second, ids...)
+	r := New(rdb, []string{q}, Options{Log: quiet})
+	if err := r.beat(context.Background(), q, "beat"); err != nil {
+		t.Fatal(err)
+	}
+	hs, err := r.Reap(context.Background(), q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hs) != 1 || !slices.Equal(hs[0].Tasks, ids) {
+		t.Errorf("reap: %+v, want %v moved", hs, ids)
+	}
+	if got := rdb.LRange(context.Background(), asynqdb.PendingKey(q), 0, -1).Val(); !slices.Equal(got, ids) {
+		t.Errorf("pending %v, want %v", got, ids)
+	}
 }
