@@ -1,10 +1,24 @@
 # Targets a fresh clone needs: `make demo` runs the worker on embedded Redis,
-# `make test` runs every test against redis-server processes the tests start.
+# `make test` runs every test (both tiers, under the race detector) against
+# redis-server processes the tests start.
 GO       ?= go
 PKGS     ?= ./...
 BENCH    ?= .
 
-.PHONY: all build demo test race bench fuzz lint need-redis need-browser clean
+# Tools the Makefile installs through the Go module proxy, pinned, into .bin/.
+BIN                 := $(CURDIR)/.bin
+STATICCHECK_VERSION := v0.8.2
+STATICCHECK         := $(BIN)/staticcheck-$(STATICCHECK_VERSION)
+
+# The integration tier: test files built only with -tags integration (child
+# processes, clusters, faults). INTEGRATION_RUN selects exactly their tests,
+# so `make test` runs every test once.
+INTEGRATION_FILES := $(shell grep -rlE --include='*_test.go' '^//go:build .*\bintegration\b' .)
+INTEGRATION_PKGS  := $(sort $(patsubst %/,%,$(dir $(INTEGRATION_FILES))))
+INTEGRATION_RUN   := ^($(shell grep -ho '^func Test[A-Za-z0-9_]*' $(INTEGRATION_FILES) | cut -c6- | grep -vx TestMain | sort -u | paste -sd'|' -))$$
+INTEGRATION_TIMEOUT ?= 30m
+
+.PHONY: all build demo test unit integration bench fuzz lint need-redis need-browser clean
 
 all: build test
 
@@ -17,15 +31,18 @@ DEMOTIME ?= 20s
 demo:
 	$(GO) run ./cmd/worker -config config.yaml -demo $(DEMOTIME)
 
-## test: vet, then every test (unit, differential, multi-process, cluster) on
-## real redis-server processes the tests start on free loopback ports.
-test: need-redis need-browser
-	$(GO) vet $(PKGS)
-	$(GO) test -count=1 $(PKGS)
+## test: both tiers under the race detector; what .ci/run runs.
+test: unit integration
 
-## race: the tests again under the race detector.
-race: need-redis need-browser
+## unit: the quick tier a developer runs after every change: no child
+## processes, no clusters, under the race detector.
+unit: need-redis
 	$(GO) test -race -count=1 $(PKGS)
+
+## integration: the tests behind the integration build tag: built binaries
+## and child processes, Redis Clusters, kills, restarts and outages.
+integration: need-redis need-browser
+	$(GO) test -race -count=1 -timeout $(INTEGRATION_TIMEOUT) -tags integration -run '$(INTEGRATION_RUN)' $(INTEGRATION_PKGS)
 
 ## bench: throughput against the baselines in one run, batch speed-up and
 ## memory per recipient. Numbers are ratios measured side by side.
@@ -46,9 +63,17 @@ fuzz:
 	  $(GO) test $$pkg -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME); \
 	done
 
-lint:
+## lint: gofmt, go vet (both tiers' files) and staticcheck at a pinned version.
+lint: $(STATICCHECK)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change: $$out"; exit 1; fi
 	$(GO) vet $(PKGS)
+	$(GO) vet -tags integration $(PKGS)
+	$(STATICCHECK) -tags integration $(PKGS)
+
+$(STATICCHECK):
+	@mkdir -p $(BIN)
+	GOBIN=$(BIN) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	mv $(BIN)/staticcheck $@
 
 ## need-redis: the tests start their own redis-server processes. Install
 ## Debian's package when we can (root with apt-get); otherwise say what to do.

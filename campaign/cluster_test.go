@@ -1,3 +1,5 @@
+//go:build integration
+
 package campaign
 
 import (
@@ -16,11 +18,11 @@ func TestFanoutOnCluster(t *testing.T) {
 	cl := redistest.StartCluster(t, 3, 0)
 	rdb := cl.Client(t)
 	cfg := testConfig(t, "127.0.0.1:1", testCampaign+"    queue: low\n", lines(1000))
-	r := newRunner(t, cfg, rdb, Options{Batch: 100, Lease: 200 * time.Millisecond})
+	r := newRunner(t, cfg, rdb, Options{Batch: 100, Lease: testLease})
 	ctx := context.Background()
 	tick := recentTick("digest")
 	crashAfter(t, r, tick, 3)
-	time.Sleep(300 * time.Millisecond)
+	expireLease(t, r, tick)
 	other := twin(r)
 	other.resumeAbandoned(ctx)
 	other.wg.Wait()

@@ -138,7 +138,7 @@ func TestFanoutMatchesAsynqClient(t *testing.T) {
 // is enqueued again, even those whose tasks were delivered and deleted in
 // between.
 func TestFanoutResumesAfterCrash(t *testing.T) {
-	r, rdb := testRunner(t, testCampaign, lines(1000), Options{Batch: 100, Lease: 300 * time.Millisecond})
+	r, rdb := testRunner(t, testCampaign, lines(1000), Options{Batch: 100, Lease: testLease})
 	ctx := context.Background()
 	tick := recentTick("digest")
 	crashed := crashAfter(t, r, tick, 3)
@@ -155,7 +155,7 @@ func TestFanoutResumesAfterCrash(t *testing.T) {
 		rdb.Del(ctx, "asynq:{default}:t:"+id)
 		rdb.LRem(ctx, "asynq:{default}:pending", 0, id)
 	}
-	time.Sleep(400 * time.Millisecond)
+	expireLease(t, r, tick)
 	other := twin(r)
 	other.resumeAbandoned(ctx)
 	other.wg.Wait()
@@ -182,7 +182,7 @@ func TestFanoutResumesAfterCrash(t *testing.T) {
 // run resumes, and the first one, at its next batch, learns it lost the
 // fan-out and stops, so the two never enqueue the same batch.
 func TestFanoutTakeover(t *testing.T) {
-	r, rdb := testRunner(t, testCampaign, lines(1000), Options{Batch: 100, Lease: 200 * time.Millisecond})
+	r, rdb := testRunner(t, testCampaign, lines(1000), Options{Batch: 100, Lease: testLease})
 	ctx := context.Background()
 	tick := recentTick("digest")
 	c := r.campaigns["digest"]
@@ -196,7 +196,7 @@ func TestFanoutTakeover(t *testing.T) {
 	if _, err := slow.send(ctx, batch, pos, "0"); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond) // the slow run's lease expires
+	expireLease(t, r, tick) // the slow run stalled past its lease
 	if _, err := r.fanOut(ctx, c, tick, "resume"); err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +221,7 @@ func TestFanoutRedisSet(t *testing.T) {
     cron: "@every 1h"
     template: digest
     audience: {redis_set: "digest:subscribers"}
-`, "", Options{Batch: 100, Lease: 200 * time.Millisecond})
+`, "", Options{Batch: 100, Lease: testLease})
 	ctx := context.Background()
 	members := strings.Fields(lines(2000))
 	members = append(members, strings.Repeat("z", 257))
@@ -230,7 +230,7 @@ func TestFanoutRedisSet(t *testing.T) {
 	}
 	tick := recentTick("digest")
 	crashAfter(t, r, tick, 1)
-	time.Sleep(300 * time.Millisecond)
+	expireLease(t, r, tick)
 	r.resumeAbandoned(ctx)
 	r.wg.Wait()
 	p, _ := r.Progress(ctx, tick)
@@ -321,6 +321,30 @@ func crashAfter(t *testing.T, r *Runner, tick Tick, n int) []string {
 		}
 	}
 	return ids
+}
+
+// testLease is the lease of the tests' fan-outs: long enough that no run
+// loses it on a slow machine; expireLease ends it where a test needs that.
+const testLease = time.Minute
+
+// expireLease ends tick's fan-out lease now, as its running out does when a
+// worker stops renewing it, and waits until Redis has dropped it.
+func expireLease(t *testing.T, r *Runner, tick Tick) {
+	t.Helper()
+	ctx := context.Background()
+	key := keysOf(r.prefix, r.campaigns[tick.Campaign].Queue, tick).lease
+	if err := r.rdb.PExpire(ctx, key, time.Millisecond).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		n, err := r.rdb.Exists(ctx, key).Result()
+		if err == nil && n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("lease %s still there 10s after it was to expire: %v", key, err)
+		}
+	}
 }
 
 // claimRun claims tick's fan-out as a run that the test drives batch by batch.

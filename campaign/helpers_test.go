@@ -14,7 +14,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/notify-throttle/throttler/config"
-	"github.com/notify-throttle/throttler/internal/redistest"
 )
 
 // testCampaign is the campaigns section the tests start from: digest, whose
@@ -28,7 +27,7 @@ const testCampaign = `
 `
 
 // testConfig writes a config with the given campaigns section and audience
-// file contents into a temp dir and loads it.
+// file contents into a temp dir and loads it; addr is host:port[/db].
 func testConfig(t testing.TB, addr, campaigns, audience string) *config.Config {
 	t.Helper()
 	dir := t.TempDir()
@@ -52,13 +51,13 @@ campaigns:%s`, addr, campaigns)
 	return cfg
 }
 
-// testRunner starts a redis-server and returns a Runner of the config
-// testConfig writes, and its client.
+// testRunner returns a Runner of the config testConfig writes, on a fresh
+// database of the package's shared server, and its client.
 func testRunner(t testing.TB, campaigns, audience string, opts Options) (*Runner, *redis.Client) {
 	t.Helper()
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
-	return newRunner(t, testConfig(t, srv.Addr, campaigns, audience), rdb, opts), rdb
+	rdb, db := shared.NewClient(t)
+	addr := fmt.Sprintf("%s/%d", shared.Addr, db)
+	return newRunner(t, testConfig(t, addr, campaigns, audience), rdb, opts), rdb
 }
 
 func newRunner(t testing.TB, cfg *config.Config, rdb redis.UniversalClient, opts Options) *Runner {

@@ -1,3 +1,5 @@
+//go:build integration
+
 package integration_test
 
 // Campaigns end to end (issue 4): worker processes on one redis-server, each
@@ -149,7 +151,8 @@ func TestCampaignKill9MidFanout(t *testing.T) {
 	}
 
 	// Every recipient's notification is in Redis, in one state, once, or
-	// was sent; none is both or twice.
+	// was sent; none is both or twice. A second for a duplicate to show up,
+	// if there were one: an absence cannot be polled for.
 	time.Sleep(time.Second)
 	for _, w := range ws {
 		if w != victim {
@@ -225,7 +228,7 @@ func TestCampaignRespectsCaps(t *testing.T) {
 		q := f.queue()
 		return len(f.sent()) >= 10 && q.Archived >= 5 && q.Retry >= 5
 	})
-	time.Sleep(500 * time.Millisecond)
+	time.Sleep(500 * time.Millisecond) // for a send to a capped recipient to show up, if there were one
 	f.stop(ws[0])
 
 	sent := f.sent()

@@ -1,3 +1,5 @@
+//go:build integration
+
 package integration_test
 
 // The pipeline on a Redis Cluster (issue 5): the worker, enqueue and a

@@ -1,3 +1,5 @@
+//go:build integration
+
 // Package integration_test runs the pipeline end to end: worker and enqueue
 // binaries built once per test binary, a redis-server of each test's own
 // (internal/redistest) and a local HTTP server standing in for a webhook

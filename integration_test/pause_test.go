@@ -1,3 +1,5 @@
+//go:build integration
+
 package integration_test
 
 import (
@@ -81,7 +83,7 @@ func TestFleetPausesOn429(t *testing.T) {
 		t.Fatalf("the webhook never got request %d", trigger)
 	}
 	freshUntil := time.Now().Add(retryAfter - inlineWait - 300*time.Millisecond)
-	time.Sleep(straggle)
+	time.Sleep(straggle) // the pacing of fresh jobs is the scenario itself
 	for i := backlog; time.Now().Before(freshUntil); i++ {
 		enqueue(i)
 		time.Sleep(freshEvery)

@@ -1,3 +1,5 @@
+//go:build integration
+
 package integration_test
 
 import (
@@ -111,7 +113,7 @@ func TestRedisRestartMidRun(t *testing.T) {
 	before := sentBy()
 	f.redis.Kill()
 	killedAt, atKill := time.Now(), total()
-	time.Sleep(2 * time.Second)
+	time.Sleep(2 * time.Second) // the outage's length is what is under test
 	alive("while Redis was down")
 	f.redis.Restart(t)
 	t.Logf("redis-server killed (SIGKILL) %s into the run with %d delivered, restarted after %s",

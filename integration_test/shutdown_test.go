@@ -1,3 +1,5 @@
+//go:build integration
+
 package integration_test
 
 import (
@@ -77,7 +79,7 @@ func TestGracefulShutdownReleasesReservations(t *testing.T) {
 
 	sigterm := time.Now()
 	a.terminate()
-	time.Sleep(300 * time.Millisecond)
+	waitFor(t, "worker a to take the signal", func() bool { return strings.Contains(a.out.String(), "shutting down") })
 	close(releaseSlow) // the in-flight send finishes after the signal
 	f.stop(a)
 	t.Logf("worker a exited %s after SIGTERM (shutdown_timeout %s); last reserved moment was %s after it",

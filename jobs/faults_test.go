@@ -1,3 +1,5 @@
+//go:build integration
+
 package jobs
 
 import (
@@ -61,41 +63,6 @@ func (h *harness) produce(t *testing.T, n, k int, gap time.Duration) []string {
 	return ids
 }
 
-// awaitAll waits until every task in ids has completed.
-func (h *harness) awaitAll(t *testing.T, ids []string, within time.Duration) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		var pending []string
-		for _, id := range ids {
-			info, err := h.insp.GetTaskInfo("default", id)
-			if err != nil || info.State != asynq.TaskStateCompleted {
-				pending = append(pending, id)
-				if info != nil && info.State == asynq.TaskStateArchived {
-					t.Fatalf("%s archived: %s", id, info.LastErr)
-				}
-			}
-		}
-		if len(pending) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			var states []string
-			for _, id := range pending[:min(5, len(pending))] {
-				info, err := h.insp.GetTaskInfo("default", id)
-				if err != nil {
-					states = append(states, fmt.Sprintf("%s: %v", id, err))
-					continue
-				}
-				states = append(states, fmt.Sprintf("%s: %s retried %d, next %s, last error %q",
-					id, info.State, info.Retried, info.NextProcessAt.Format(time.TimeOnly), info.LastErr))
-			}
-			t.Fatalf("%d of %d jobs not completed within %s:\n%s", len(pending), len(ids), within, strings.Join(states, "\n"))
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
 // TestRedisRestartAndFlushesMidRun streams jobs through a worker while its
 // Redis has its scripts and functions flushed, is restarted, and is killed
 // (-9) and restarted at once. Redis keeps an append-only file, as a
@@ -132,14 +99,18 @@ func TestRedisRestartAndFlushesMidRun(t *testing.T) {
 			t.Errorf("FUNCTION FLUSH: %v", err)
 		}
 	}
-	time.Sleep(1 * time.Second)
+	// Each fault waits for 25 more sends since the last one (about half a
+	// second at the bucket's 50/s), so every fault finds the worker busy,
+	// however slow the machine.
+	busy := func() { h.awaitSent(t, h.sentCount()+25, time.Minute) }
+	busy()
 	flush()
-	time.Sleep(1 * time.Second)
+	busy()
 	srv.Restart(t) // SIGTERM: Redis writes its AOF and exits
-	time.Sleep(1500 * time.Millisecond)
+	busy()
 	srv.Kill() // SIGKILL: only the fsynced AOF survives
 	srv.Restart(t)
-	time.Sleep(1 * time.Second)
+	busy()
 	flush()
 	<-produced
 	// Usually done in seconds. A task whose dequeue reply the kill cut off
@@ -239,15 +210,10 @@ func TestRedisOutageLosesNothing(t *testing.T) {
 			// The kill must find the worker sending at the bucket's pace,
 			// not starting: an idle asynq server polls every 0.5-1.5 s,
 			// and its first poll takes the bucket's burst at once.
-			for deadline := time.Now().Add(30 * time.Second); h.sentCount() < 10; time.Sleep(10 * time.Millisecond) {
-				if time.Now().After(deadline) {
-					t.Fatalf("the worker sent %d jobs in 30 s", h.sentCount())
-				}
-			}
-			time.Sleep(500 * time.Millisecond)
+			h.awaitSent(t, 35, 30*time.Second)
 			srv.Kill() // returns once the process has exited
 			dead := time.Now()
-			time.Sleep(5 * time.Second)
+			time.Sleep(5 * time.Second) // the outage's length is what is under test
 			back := time.Now()
 			srv.Restart(t)
 			h.awaitAll(t, ids, 4*time.Minute)

@@ -1,3 +1,5 @@
+//go:build integration
+
 package jobs
 
 import (
@@ -100,7 +102,7 @@ func TestKillMeasure(t *testing.T) {
 			}
 			for range kills {
 				w := start()
-				time.Sleep(500*time.Millisecond + rand.N(time.Second))
+				time.Sleep(500*time.Millisecond + rand.N(time.Second)) // a random moment to kill at
 				_ = w.Process.Kill()
 				_ = w.Wait()
 			}

@@ -3,6 +3,7 @@ package jobs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"slices"
@@ -40,7 +41,8 @@ type harnessConfig struct {
 	quota      *throttle.Quota
 	bucket     *throttle.Bucket
 	inlineWait time.Duration
-	// server is the redis-server to use; nil starts one.
+	// server is the redis-server to use; nil takes a database of the
+	// package's shared server.
 	server *redistest.Server
 	// noMarks runs without sent markers.
 	noMarks bool
@@ -61,10 +63,11 @@ func newHarness(t *testing.T, quota *throttle.Quota, bucket *throttle.Bucket, in
 
 func newHarnessWith(t *testing.T, c harnessConfig) *harness {
 	t.Helper()
+	db := 0
 	if c.server == nil {
-		c.server = redistest.Start(t)
+		c.server, db = shared.Server, shared.DB(t)
 	}
-	rdb := c.server.Client(t)
+	rdb := c.server.ClientOn(t, db)
 	lim, err := throttle.New(rdb, throttle.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -87,7 +90,7 @@ func newHarnessWith(t *testing.T, c harnessConfig) *harness {
 			return nil
 		})
 	}
-	workerRDB := c.server.Client(t)
+	workerRDB := c.server.ClientOn(t, db)
 	if c.wrap != nil {
 		workerRDB = c.wrap(workerRDB)
 	}
@@ -148,6 +151,16 @@ func (h *harness) sentCount() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return len(h.sent)
+}
+
+// awaitSent waits until the recording provider has got n tasks.
+func (h *harness) awaitSent(t *testing.T, n int, within time.Duration) {
+	t.Helper()
+	for deadline := time.Now().Add(within); h.sentCount() < n; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the worker sent %d jobs in %s, want %d", h.sentCount(), within, n)
+		}
+	}
 }
 
 // firstReturn returns when the handler of task id first returned, and
@@ -388,5 +401,40 @@ func TestMiddlewarePacesShortProviderWaitsInline(t *testing.T) {
 		if gap := at[i].Sub(at[i-1]); gap < 180*time.Millisecond {
 			t.Errorf("sends %d and %d %s apart, want the bucket's 200ms", i, i+1, gap)
 		}
+	}
+}
+
+// awaitAll waits until every task in ids has completed.
+func (h *harness) awaitAll(t *testing.T, ids []string, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		var pending []string
+		for _, id := range ids {
+			info, err := h.insp.GetTaskInfo("default", id)
+			if err != nil || info.State != asynq.TaskStateCompleted {
+				pending = append(pending, id)
+				if info != nil && info.State == asynq.TaskStateArchived {
+					t.Fatalf("%s archived: %s", id, info.LastErr)
+				}
+			}
+		}
+		if len(pending) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			var states []string
+			for _, id := range pending[:min(5, len(pending))] {
+				info, err := h.insp.GetTaskInfo("default", id)
+				if err != nil {
+					states = append(states, fmt.Sprintf("%s: %v", id, err))
+					continue
+				}
+				states = append(states, fmt.Sprintf("%s: %s retried %d, next %s, last error %q",
+					id, info.State, info.Retried, info.NextProcessAt.Format(time.TimeOnly), info.LastErr))
+			}
+			t.Fatalf("%d of %d jobs not completed within %s:\n%s", len(pending), len(ids), within, strings.Join(states, "\n"))
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }

@@ -32,10 +32,12 @@ func TestDecodeRejectsMalformedPayloads(t *testing.T) {
 }
 
 func TestTaskIDFromIdempotencyKey(t *testing.T) {
-	if TaskID("order-42") != TaskID("order-42") {
+	first, again := TaskID("order-42"), TaskID("order-42")
+	if first != again {
 		t.Error("the same idempotency key gave two task IDs")
 	}
-	if TaskID("order-42") == TaskID("order-43") || TaskID("") == TaskID("") {
+	other, noKey, noKeyAgain := TaskID("order-43"), TaskID(""), TaskID("")
+	if first == other || noKey == noKeyAgain {
 		t.Error("different notifications share a task ID")
 	}
 }

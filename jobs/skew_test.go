@@ -1,3 +1,5 @@
+//go:build integration
+
 package jobs
 
 import (
@@ -14,6 +16,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -78,16 +81,26 @@ func TestWorkerClockSkew(t *testing.T) {
 	slowState := map[int]string{} // what became of the slow send
 	for _, skew := range skews {
 		label := fmt.Sprintf("skew%+d", skew)
-		// While the child sends its slow task, a worker with a correct
+		// While the child holds its slow send, a worker with a correct
 		// clock starts on the child's queue: its recoverer runs at once.
+		// Then the child's send may end.
 		during := func() {
 			correct := asynq.NewServerFromRedisClient(rdb, asynq.Config{Queues: map[string]int{label: 1},
 				IsFailure: IsFailure, RetryDelayFunc: RetryDelay(0), LogLevel: asynq.FatalLevel})
 			if err := correct.Start(asynq.HandlerFunc(func(context.Context, *asynq.Task) error { return nil })); err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(time.Second)
+			if skew < 0 {
+				awaitState(t, insp, label, label+"-slow", asynq.TaskStateRetry)
+			} else {
+				// That the recoverer leaves the lease alone is what is
+				// checked: it runs at start, and this gives it a second.
+				time.Sleep(time.Second)
+			}
 			correct.Shutdown()
+			if err := rdb.Set(context.Background(), label+":release-slow", 1, time.Hour).Err(); err != nil {
+				t.Fatal(err)
+			}
 		}
 		reports[skew] = runSkewed(t, bin, srv.Addr, skew, label, func() {
 			awaitState(t, insp, label, label+"-slow", asynq.TaskStateActive)
@@ -127,8 +140,9 @@ func TestWorkerClockSkew(t *testing.T) {
 		}
 		for i, d := range got.Decisions {
 			r := ref.Decisions[i]
-			// Delays count down from slightly different moments of each run.
-			if d.Allowed != r.Allowed || abs(d.DelayMS-r.DelayMS) > 250 {
+			// Delays count down from slightly different moments of each
+			// run; a worker's clock would put them 600s off.
+			if d.Allowed != r.Allowed || abs(d.DelayMS-r.DelayMS) > 2000 {
 				t.Errorf("skew %+ds, decision %d: %+v, unskewed %+v", skew, i, d, r)
 			}
 		}
@@ -214,7 +228,7 @@ var skewSeconds = func() int64 {
 	}})
 	write(filepath.Join(dir, "overlay.json"), overlay)
 	bin := filepath.Join(dir, "skewed.test")
-	build := exec.Command(goCmd, "test", "-c", "-o", bin, "-overlay", filepath.Join(dir, "overlay.json"), ".")
+	build := exec.Command(goCmd, "test", "-c", "-tags", "integration", "-o", bin, "-overlay", filepath.Join(dir, "overlay.json"), ".")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building the skewed test binary: %v\n%s", err, out)
 	}
@@ -271,7 +285,8 @@ func awaitState(t *testing.T, insp *asynq.Inspector, queue, id string, s asynq.T
 // nothing unless run by it (SKEW_CHILD_ADDR set). It admits a fixed script
 // of requests under its own key prefix, then runs a worker on its own queue
 // that sends one notification and defers a second for the same recipient,
-// and then sends a third whose provider takes 3s to answer.
+// and then sends a third whose provider answers only once the parent has
+// set <label>:release-slow.
 func TestSkewChild(t *testing.T) {
 	addr := os.Getenv("SKEW_CHILD_ADDR")
 	if addr == "" {
@@ -300,7 +315,7 @@ func TestSkewChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 2, Per: time.Hour})
-	b, _ := throttle.NewBucket("gw", 2, 1)
+	b, _ := throttle.NewBucket("gw", 0.2, 1) // a token every 5s: far more than a busy machine's pause between steps
 	quota := func(id string) throttle.Request {
 		return throttle.Request{ID: id, Takes: []throttle.Take{{Rule: q, Key: "alice"}}}
 	}
@@ -314,10 +329,10 @@ func TestSkewChild(t *testing.T) {
 	steps := []func() (throttle.Decision, error){
 		func() (throttle.Decision, error) { return lim.Admit(ctx, quota("a")) },
 		func() (throttle.Decision, error) { return lim.Admit(ctx, quota("b")) },
-		func() (throttle.Decision, error) { return lim.Admit(ctx, quota("c")) },                 // denied for ~1h
-		func() (throttle.Decision, error) { return lim.Admit(ctx, bucket("x")) },                // the burst
-		func() (throttle.Decision, error) { return lim.Reserve(ctx, bucket("y"), time.Second) }, // reserved ~500ms ahead
-		func() (throttle.Decision, error) { return lim.Admit(ctx, bucket("z")) },                // denied for ~1s
+		func() (throttle.Decision, error) { return lim.Admit(ctx, quota("c")) },                    // denied for ~1h
+		func() (throttle.Decision, error) { return lim.Admit(ctx, bucket("x")) },                   // the burst
+		func() (throttle.Decision, error) { return lim.Reserve(ctx, bucket("y"), 10*time.Second) }, // reserved ~5s ahead
+		func() (throttle.Decision, error) { return lim.Admit(ctx, bucket("z")) },                   // denied for ~10s
 	}
 	for _, step := range steps {
 		d, err := step()
@@ -329,10 +344,17 @@ func TestSkewChild(t *testing.T) {
 
 	one, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 1, Per: time.Hour})
 	big, _ := throttle.NewBucket("gw", 1000, 100)
+	slowDone := make(chan struct{})
+	var slowOnce sync.Once
 	th := &Throttle{Limiter: lim, Policies: map[string]*throttle.Quota{"mkt": one},
 		Providers: map[string]Route{"gw": {Bucket: big, Provider: ProviderFunc(func(_ context.Context, m Message) error {
 			if strings.HasSuffix(m.ID, "-slow") {
-				time.Sleep(3 * time.Second)
+				defer slowOnce.Do(func() { close(slowDone) })
+				for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+					if rdb.Exists(context.Background(), label+":release-slow").Val() == 1 {
+						break
+					}
+				}
 			}
 			return nil
 		})}},
@@ -371,7 +393,11 @@ func TestSkewChild(t *testing.T) {
 			t.Fatalf("the slow task did not finish: %+v, %v", info, err)
 		}
 	}
-	time.Sleep(3500 * time.Millisecond) // let the send finish either way
+	select { // the send finishes either way
+	case <-slowDone:
+	case <-time.After(time.Minute):
+		t.Fatal("the slow send did not finish")
+	}
 	line, _ := json.Marshal(report)
 	fmt.Printf("SKEW %s\n", line)
 }

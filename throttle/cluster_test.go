@@ -1,8 +1,9 @@
+//go:build integration
+
 package throttle
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"regexp"
@@ -582,30 +583,6 @@ func evalCalls(t testing.TB, c *redis.Client) int {
 		n += k
 	}
 	return n
-}
-
-func zmembers(t testing.TB, rdb redis.UniversalClient, key string) []string {
-	t.Helper()
-	ids, err := rdb.ZRange(context.Background(), key, 0, -1).Result()
-	if err != nil {
-		t.Fatalf("ZRANGE %s: %v", key, err)
-	}
-	sort.Strings(ids)
-	return ids
-}
-
-// tokens returns a bucket's stored tokens; an absent state hash is a full
-// bucket.
-func tokens(t testing.TB, rdb redis.UniversalClient, key string, burst int) float64 {
-	t.Helper()
-	v, err := rdb.HGet(context.Background(), key, "t").Float64()
-	if errors.Is(err, redis.Nil) {
-		return float64(burst)
-	}
-	if err != nil {
-		t.Fatalf("HGET %s t: %v", key, err)
-	}
-	return v
 }
 
 // diffMaps describes how two snapshots differ, "" if they do not.

@@ -1,10 +1,10 @@
+//go:build integration
+
 package throttle
 
 import (
 	"context"
 	"fmt"
-	"regexp"
-	"strconv"
 	"testing"
 	"time"
 
@@ -19,24 +19,6 @@ import (
 // has functions, and as scripts (EVALSHA, then EVAL) where it has not. These
 // tests take away what each path relies on (the library, the script cache,
 // the FUNCTION commands) and require the same decisions throughout.
-
-var cmdCalls = regexp.MustCompile(`(?m)^cmdstat_([a-z_|]+):calls=(\d+)`)
-
-// commandCalls returns a node's INFO commandstats calls by command ("evalsha",
-// "function|load", and the commands scripts run: "zscore", "exists", ...).
-func commandCalls(t testing.TB, c *redis.Client) map[string]int {
-	t.Helper()
-	info, err := c.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		t.Fatalf("INFO commandstats: %v", err)
-	}
-	out := map[string]int{}
-	for _, m := range cmdCalls.FindAllStringSubmatch(info, -1) {
-		n, _ := strconv.Atoi(m[2])
-		out[m[1]] = n
-	}
-	return out
-}
 
 // quotaDance admits a, is denied b by a quota of 1 per hour, releases a and
 // admits b: the same outcomes whichever way the Lua runs.

@@ -2,8 +2,11 @@ package throttle
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"os"
+	"regexp"
+	"sort"
+	"strconv"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -12,57 +15,58 @@ import (
 )
 
 // exampleRedis is the server the examples (which get no *testing.T) run
-// against: started by TestMain, like the examples of a database driver.
-var exampleRedis string
+// against, on its database 0: started by TestMain, like the examples of a
+// database driver.
+var exampleRedis *redistest.Shared
 
-func TestMain(m *testing.M) {
-	env := &mainTB{}
-	srv := redistest.Start(env)
-	exampleRedis = srv.Addr
-	code := m.Run()
-	env.cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(redistest.RunShared(m, &exampleRedis)) }
 
 // exampleClient returns a client on the examples' server, flushed.
 func exampleClient() *redis.Client {
-	rdb := redis.NewClient(&redis.Options{Addr: exampleRedis})
-	rdb.FlushAll(context.Background())
+	rdb := redis.NewClient(&redis.Options{Addr: exampleRedis.Addr})
+	rdb.FlushDB(context.Background())
 	return rdb
 }
 
-// mainTB is the little of testing.TB that TestMain can offer redistest.
-type mainTB struct {
-	cleanups []func()
-	dirs     []string
-}
-
-func (*mainTB) Helper() {}
-
-func (e *mainTB) Fatalf(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, format+"\n", args...)
-	e.cleanup()
-	os.Exit(1)
-}
-
-func (*mainTB) Logf(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }
-
-func (e *mainTB) Cleanup(f func()) { e.cleanups = append(e.cleanups, f) }
-
-func (e *mainTB) TempDir() string {
-	d, err := os.MkdirTemp("", "throttle-test-")
+// zmembers returns a sorted set's members, sorted.
+func zmembers(t testing.TB, rdb redis.UniversalClient, key string) []string {
+	t.Helper()
+	ids, err := rdb.ZRange(context.Background(), key, 0, -1).Result()
 	if err != nil {
-		e.Fatalf("TempDir: %v", err)
+		t.Fatalf("ZRANGE %s: %v", key, err)
 	}
-	e.dirs = append(e.dirs, d)
-	return d
+	sort.Strings(ids)
+	return ids
 }
 
-func (e *mainTB) cleanup() {
-	for i := len(e.cleanups) - 1; i >= 0; i-- {
-		e.cleanups[i]()
+// tokens returns a bucket's stored tokens; an absent state hash is a full
+// bucket.
+func tokens(t testing.TB, rdb redis.UniversalClient, key string, burst int) float64 {
+	t.Helper()
+	v, err := rdb.HGet(context.Background(), key, "t").Float64()
+	if errors.Is(err, redis.Nil) {
+		return float64(burst)
 	}
-	for _, d := range e.dirs {
-		os.RemoveAll(d)
+	if err != nil {
+		t.Fatalf("HGET %s t: %v", key, err)
 	}
+	return v
+}
+
+var cmdCalls = regexp.MustCompile(`(?m)^cmdstat_([a-z_|]+):calls=(\d+)`)
+
+// commandCalls returns a node's INFO commandstats calls by command ("evalsha",
+// "function|load", and the commands scripts run: "zscore", "exists", ...).
+func commandCalls(t testing.TB, c *redis.Client) map[string]int {
+	t.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatalf("INFO commandstats: %v", err)
+	}
+	out := map[string]int{}
+	for _, m := range cmdCalls.FindAllStringSubmatch(info, -1) {
+		n, _ := strconv.Atoi(m[2])
+		out[m[1]] = n
+	}
+	return out
 }

@@ -1,4 +1,4 @@
-//go:build unix
+//go:build unix && integration
 
 package main
 
@@ -18,7 +18,7 @@ import (
 // many lines were enqueued and from which line to resume, and not report
 // the bad line past that point.
 func TestRedisFailsMidFile(t *testing.T) {
-	h := newHarness(t)
+	h := newOwnHarness(t)
 	path := filepath.Join(t.TempDir(), "in.jsonl")
 	if err := syscall.Mkfifo(path, 0o600); err != nil {
 		t.Skipf("mkfifo: %v", err)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"reflect"
@@ -21,25 +22,38 @@ import (
 
 const testConfig = "testdata/config.yaml"
 
+// shared is the redis-server the package's tests share, each test in a
+// database of its own.
+var shared *redistest.Shared
+
 func TestMain(m *testing.M) {
 	redis.SetLogger(quiet{}) // as main does: failed dials are enqueue's to report
-	os.Exit(m.Run())
+	os.Exit(redistest.RunShared(m, &shared))
 }
 
-// harness is one test's redis-server and the asynq view of it.
+// harness is one test's redis database and the asynq view of it.
 type harness struct {
 	t    *testing.T
 	srv  *redistest.Server
-	addr string
+	addr string // host:port/db
 	rdb  *redis.Client
 	insp *asynq.Inspector
 }
 
+// newHarness gives the test a fresh database of the shared server.
 func newHarness(t *testing.T) *harness {
+	t.Helper()
+	rdb, db := shared.NewClient(t)
+	return &harness{t: t, srv: shared.Server, addr: fmt.Sprintf("%s/%d", shared.Addr, db), rdb: rdb,
+		insp: asynq.NewInspectorFromRedisClient(rdb)}
+}
+
+// newOwnHarness starts a redis-server of the test's own, for tests that stop it.
+func newOwnHarness(t *testing.T) *harness {
 	t.Helper()
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
-	return &harness{t: t, srv: srv, addr: srv.Addr, rdb: rdb, insp: asynq.NewInspectorFromRedisClient(rdb)}
+	return &harness{t: t, srv: srv, addr: srv.Addr + "/0", rdb: rdb, insp: asynq.NewInspectorFromRedisClient(rdb)}
 }
 
 // outcome is what one run of enqueue did.
@@ -63,7 +77,7 @@ func (h *harness) run(inv invocation) outcome {
 	var stdout, stderr bytes.Buffer
 	env := map[string]string{}
 	if h != nil {
-		env["REDIS_URL"] = "redis://" + h.addr + "/0"
+		env["REDIS_URL"] = "redis://" + h.addr
 	}
 	if inv.stdin == nil {
 		inv.stdin = strings.NewReader("")

@@ -1,3 +1,5 @@
+//go:build integration
+
 // Package security_test runs the worker's pipeline (config.Connect, the
 // throttle engine, an asynq client and server with the throttle middleware)
 // as the least-privilege ACL user that config.yaml recommends, on real

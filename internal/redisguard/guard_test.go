@@ -1,3 +1,5 @@
+//go:build integration
+
 package redisguard
 
 import (
@@ -202,7 +204,7 @@ func runOutage(tb testing.TB, guarded bool, f fault, down time.Duration, opts Op
 	f.cause(tb, srv)
 	before, start := cpuTime(tb), time.Now()
 	linesBefore := sink.count()
-	time.Sleep(down)
+	time.Sleep(down) // the outage's length is what is under test
 	o := outage{cpu: cpuTime(tb) - before, down: time.Since(start), lines: sink.count() - linesBefore}
 	f.fix(tb, srv)
 	fixed := time.Now()
@@ -341,7 +343,7 @@ func TestConnectWaitsForRedis(t *testing.T) {
 		defer close(connected)
 		rdb, closeRedis, err = g.Connect(ctx, connect("secret"))
 	}()
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // Connect must keep waiting through a second of no Redis
 	srv.Restart(t)
 	<-connected
 	if err != nil {

@@ -49,6 +49,7 @@ func (c *Cluster) checkNode(ctx context.Context, admin *redis.Client, n *Server,
 	if state := infoField(info, "cluster_state"); state != "ok" {
 		return fmt.Errorf("cluster_state is %q", state)
 	}
+	//lint:ignore SA1019 go-redis's ClusterClient routes by CLUSTER SLOTS, so that is the view to wait for.
 	slots, err := admin.ClusterSlots(ctx).Result()
 	if err != nil {
 		return fmt.Errorf("cluster slots: %w", err)

@@ -159,10 +159,17 @@ func (s *Server) launch() (portTaken bool, err error) {
 // trusting its CA and presenting the client certificate.
 func (s *Server) Client(t TB) *redis.Client {
 	t.Helper()
+	return s.ClientOn(t, 0)
+}
+
+// ClientOn is Client on database db.
+func (s *Server) ClientOn(t TB, db int) *redis.Client {
+	t.Helper()
 	c := redis.NewClient(&redis.Options{
 		Addr:      s.Addr,
 		Username:  s.access.user,
 		Password:  s.access.password,
+		DB:        db,
 		TLSConfig: s.clientTLS(),
 	})
 	t.Cleanup(func() { _ = c.Close() })
