@@ -11,8 +11,7 @@ STATICCHECK_VERSION := v0.8.2
 STATICCHECK         := $(BIN)/staticcheck-$(STATICCHECK_VERSION)
 
 # The integration tier: test files built only with -tags integration (child
-# processes, clusters, faults). INTEGRATION_RUN selects exactly their tests,
-# so `make test` runs every test once.
+# processes, clusters, faults). INTEGRATION_RUN selects exactly their tests.
 INTEGRATION_FILES := $(shell grep -rlE --include='*_test.go' '^//go:build .*\bintegration\b' .)
 INTEGRATION_PKGS  := $(sort $(patsubst %/,%,$(dir $(INTEGRATION_FILES))))
 INTEGRATION_RUN   := ^($(shell grep -ho '^func Test[A-Za-z0-9_]*' $(INTEGRATION_FILES) | cut -c6- | grep -vx TestMain | sort -u | paste -sd'|' -))$$
@@ -31,11 +30,14 @@ DEMOTIME ?= 20s
 demo:
 	$(GO) run ./cmd/worker -config config.yaml -demo $(DEMOTIME)
 
-## test: both tiers under the race detector; what .ci/run runs.
-test: unit integration
+## test: both tiers in one run under the race detector, every test once
+## (with the tag, the unit tier's tests build too, and the cluster cases it
+## skips run); what .ci/run runs.
+test: need-redis need-browser
+	$(GO) test -race -count=1 -timeout $(INTEGRATION_TIMEOUT) -tags integration $(PKGS)
 
 ## unit: the quick tier a developer runs after every change: no child
-## processes, no clusters, under the race detector.
+## processes, no clusters (redistest skips them), under the race detector.
 unit: need-redis
 	$(GO) test -race -count=1 $(PKGS)
 

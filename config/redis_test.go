@@ -3,6 +3,7 @@ package config
 import (
 	"context"
 	"net"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -170,5 +171,17 @@ func TestConnectEmbeddedWithoutWorker(t *testing.T) {
 	want := "config: connect to redis embedded (" + r.EmbeddedAddr + ") (a worker runs the embedded server: start one first): "
 	if err == nil || !strings.HasPrefix(err.Error(), want) {
 		t.Errorf("error = %v, want it to start with %q", err, want)
+	}
+}
+
+// noSecret fails the test if s shows any of the secrets, escaped or not.
+func noSecret(t *testing.T, what, s string, secrets ...string) {
+	t.Helper()
+	for _, secret := range secrets {
+		for _, form := range []string{secret, url.PathEscape(secret), url.QueryEscape(secret)} {
+			if strings.Contains(s, form) {
+				t.Errorf("%s shows the password %q: %s", what, secret, s)
+			}
+		}
 	}
 }

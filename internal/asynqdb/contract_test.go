@@ -1,3 +1,5 @@
+//go:build integration
+
 package asynqdb_test
 
 import (

@@ -9,7 +9,6 @@ import (
 	"net/http/httptest"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -141,17 +140,5 @@ func (c counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proce
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		c.n.Add(int64(len(cmds)))
 		return next(ctx, cmds)
-	}
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }

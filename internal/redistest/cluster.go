@@ -36,9 +36,14 @@ func StartCluster(t TB, masters, replicasPerMaster int) *Cluster {
 	return startCluster(t, masters, replicasPerMaster, &security{})
 }
 
-// startCluster starts a cluster whose nodes are set up as sec says.
+// startCluster starts a cluster whose nodes are set up as sec says. In the
+// quick tier (built without -tags integration) it skips the test instead:
+// clusters are for the integration tier, which make test runs.
 func startCluster(t TB, masters, replicasPerMaster int, sec *security) *Cluster {
 	t.Helper()
+	if s, ok := t.(interface{ Skip(...any) }); ok && !integrationTier {
+		s.Skip("a Redis Cluster: runs with -tags integration (make test)")
+	}
 	if masters < 3 || replicasPerMaster < 0 {
 		t.Fatalf("redistest: cluster needs >= 3 masters and >= 0 replicas per master, got %d and %d",
 			masters, replicasPerMaster)
