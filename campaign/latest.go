@@ -10,9 +10,12 @@ import (
 )
 
 // Latest returns, for each campaign in config order, what the fan-out of
-// its last fired tick did (see Progress); a campaign no worker has fired
-// yet has a zero Tick. It costs two round trips and 1 + 2 commands per
-// campaign, whatever the audiences' size.
+// its last fired tick did (see Progress). The record of the last tick also
+// holds the moment a campaign was first scheduled and ticks skipped as too
+// old to catch up: a tick whose fan-out task and progress are both gone
+// (or never were) reports a zero Tick, as does a campaign never fired. It
+// costs two round trips and 1 + 3 commands per campaign, whatever the
+// audiences' size.
 func (r *Runner) Latest(ctx context.Context) ([]Summary, error) {
 	scores := make([]*redis.FloatCmd, len(r.names))
 	_, err := r.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -28,6 +31,7 @@ func (r *Runner) Latest(ctx context.Context) ([]Summary, error) {
 	fields := []string{"read", "enqueued", "existing", "invalid", "done", "expired"}
 	progress := make([]*redis.SliceCmd, len(r.names))
 	holders := make([]*redis.StringCmd, len(r.names))
+	tasks := make([]*redis.IntCmd, len(r.names))
 	_, err = r.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, name := range r.names {
 			if scores[i].Err() != nil {
@@ -37,6 +41,7 @@ func (r *Runner) Latest(ctx context.Context) ([]Summary, error) {
 			k := keysOf(r.prefix, r.campaigns[name].Queue, out[i].Tick)
 			progress[i] = p.HMGet(ctx, k.progress, fields...)
 			holders[i] = p.Get(ctx, k.lease)
+			tasks[i] = p.Exists(ctx, k.taskPfx+out[i].Tick.TaskID())
 		}
 		return nil
 	})
@@ -48,6 +53,10 @@ func (r *Runner) Latest(ctx context.Context) ([]Summary, error) {
 			continue
 		}
 		v := progress[i].Val()
+		if tasks[i].Val() == 0 && v[0] == nil {
+			out[i] = Summary{} // not a tick that fanned out
+			continue
+		}
 		s := func(j int) string { x, _ := v[j].(string); return x }
 		n := func(j int) int64 { x, _ := strconv.ParseInt(s(j), 10, 64); return x }
 		out[i].Read, out[i].Enqueued, out[i].Existing, out[i].Invalid = n(0), n(1), n(2), n(3)

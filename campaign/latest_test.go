@@ -3,6 +3,7 @@ package campaign
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/hibiken/asynq"
 )
@@ -19,7 +20,13 @@ func TestLatest(t *testing.T) {
 	if len(got) != 1 || got[0] != (Summary{}) {
 		t.Fatalf("before any tick: %+v, want one zero summary", got)
 	}
-	tick := recentTick("digest")
+	// A worker starting records when the campaign was first scheduled:
+	// that is not a tick.
+	r.catchUp(ctx, r.campaigns["digest"], time.Now())
+	if got, err = r.Latest(ctx); err != nil || got[0] != (Summary{}) {
+		t.Fatalf("after the first schedule: %+v, %v; want a zero summary", got, err)
+	}
+	tick := NewTick("digest", time.Now().Add(2*time.Second)) // after the first schedule's record
 	if !r.fire(ctx, r.campaigns["digest"], tick) {
 		t.Fatal("fire failed")
 	}

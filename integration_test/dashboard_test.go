@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -44,7 +45,9 @@ func chromium(t *testing.T) string {
 func TestDashboardInBrowser(t *testing.T) {
 	browser := chromium(t)
 	f := newFleet(t, fleetConfig{Concurrency: 4, ShutdownTimeout: 5 * time.Second, Jitter: 0,
-		Policy: "[{limit: 1, per: 1h}, {limit: 3, per: 24h}]", Rate: 0.5, Burst: 1}, nil)
+		Policy: "[{limit: 1, per: 1h}, {limit: 3, per: 24h}]", Rate: 0.5, Burst: 1,
+		Campaigns: "\n  - {name: weekly-digest, cron: \"0 9 * * MON\", timezone: Europe/Paris, audience: {file: audience.txt}, template: digest}\n",
+		Files:     map[string]string{"audience.txt": "bob@example.com\n"}}, nil)
 	w := f.startWorker("w1")
 	client := asynq.NewClientFromRedisClient(f.rdb)
 	defer client.Close()
@@ -59,19 +62,27 @@ func TestDashboardInBrowser(t *testing.T) {
 		return err == nil && info.State == asynq.TaskStateRetry && strings.Contains(info.LastErr, "throttled by policy")
 	})
 
-	// A backlog booked on the provider: tokens reserved ahead for tasks
-	// that wait for them (what the engine holds ahead of now today).
+	// A backlog booked on the provider: tasks that may not go now book
+	// their moments in line, a slot of 2 s each: half a minute of them, so
+	// that the page shows some ahead however slow the machine.
 	lim, err := throttle.New(f.rdb, throttle.Options{Prefix: fleetPrefix})
 	if err != nil {
 		t.Fatal(err)
 	}
 	bucket, _ := throttle.NewBucket(fleetProvider, 0.5, 1)
-	for i := 0; i < 4; i++ {
-		d, err := lim.Admit(context.Background(), throttle.Request{ID: fmt.Sprintf("booked-%d", i), MaxWait: time.Minute,
+	booked := 0
+	for i := 0; i < 15; i++ {
+		d, err := lim.Admit(context.Background(), throttle.Request{ID: fmt.Sprintf("booked-%d", i), Book: true,
 			Takes: []throttle.Take{{Rule: bucket, Key: fleetProvider}}})
-		if err != nil || !d.Allowed {
+		if err != nil || !d.Holds() {
 			t.Fatalf("booking %d: %+v, %v", i, d, err)
 		}
+		if d.Booked {
+			booked++
+		}
+	}
+	if booked < 14 {
+		t.Fatalf("%d of 15 tasks booked on a bucket of burst 1, want at least 14", booked)
 	}
 
 	dir := t.ArtifactDir()
@@ -85,24 +96,28 @@ func TestDashboardInBrowser(t *testing.T) {
 	defer cancel()
 
 	base := "http://" + w.metrics
-	var booked, held, next, decided, deferrals string
+	var bookedAhead, held, next, decided, deferrals, nextTick string
 	var throttlePNG []byte
 	err = chromedp.Run(ctx,
 		chromedp.Navigate(base+"/throttle?recipient=alice@example.com&tz=Europe/Paris"),
 		chromedp.WaitVisible(`#recipient`, chromedp.ByQuery),
-		chromedp.Text(`tr[data-provider="hook"] td[data-field="booked-ahead"]`, &booked, chromedp.ByQuery),
+		chromedp.Text(`tr[data-provider="hook"] td[data-field="booked-ahead"]`, &bookedAhead, chromedp.ByQuery),
 		chromedp.Text(`tr[data-provider="hook"] td[data-field="bookings-held"]`, &held, chromedp.ByQuery),
 		chromedp.Text(`p[data-policy="pace"] span[data-field="next"]`, &next, chromedp.ByQuery),
 		chromedp.Text(`p[data-policy="pace"] span[data-field="decided-by"]`, &decided, chromedp.ByQuery),
 		chromedp.Text(`tr[data-policy="pace"] td[data-field="deferred"]`, &deferrals, chromedp.ByQuery),
+		chromedp.Text(`tr[data-campaign="weekly-digest"] td[data-field="next-tick"]`, &nextTick, chromedp.ByQuery),
 		chromedp.FullScreenshot(&throttlePNG, 100),
 	)
 	if err != nil {
 		t.Fatalf("/throttle in the browser: %v", err)
 	}
 	save(t, dir, "dashboard-throttle.png", throttlePNG)
-	if booked == "" || booked == "0s" || held != "4" {
-		t.Errorf("provider hook: booked ahead %q, bookings held %q; want a wait and 4", booked, held)
+	if bookedAhead == "" || bookedAhead == "0s" || held != strconv.Itoa(booked) {
+		t.Errorf("provider hook: booked ahead %q, bookings held %q; want a wait and %d", bookedAhead, held, booked)
+	}
+	if !strings.Contains(nextTick, " 09:00:00 CE") {
+		t.Errorf("campaign weekly-digest: next tick %q, want a Monday 09:00 in Paris time", nextTick)
 	}
 	if deferrals != "1" {
 		t.Errorf("policy pace: deferred by this worker %q, want 1", deferrals)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/notify-throttle/throttler/campaign"
 	"github.com/notify-throttle/throttler/config"
 	"github.com/notify-throttle/throttler/internal/redistest"
 	"github.com/notify-throttle/throttler/throttle"
@@ -43,6 +45,7 @@ type env struct {
 	lim   *throttle.Limiter
 	srv   *httptest.Server
 	cmds  *atomic.Int64 // Redis commands sent, through the counting hook
+	scans *atomic.Int64 // of which SCAN, KEYS and the like
 	rules struct {
 		quotas  map[string]*throttle.Quota
 		buckets map[string]*throttle.Bucket
@@ -60,15 +63,19 @@ func newEnv(t testing.TB, workerYAML string, rdb redis.UniversalClient, opts ...
 	if rdb == nil {
 		rdb = redistest.Start(t).Client(t)
 	}
-	e := &env{rdb: rdb, cfg: cfg, cmds: &atomic.Int64{}}
-	rdb.AddHook(counter{e.cmds})
+	e := &env{rdb: rdb, cfg: cfg, cmds: &atomic.Int64{}, scans: &atomic.Int64{}}
+	rdb.AddHook(counter{e.cmds, e.scans})
 	if e.lim, err = throttle.New(rdb, throttle.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	if e.rules.quotas, e.rules.buckets, err = cfg.Rules(); err != nil {
 		t.Fatal(err)
 	}
-	o := Options{Redis: rdb, Config: cfg}
+	runner, err := campaign.New(cfg, rdb, campaign.Options{Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := Options{Redis: rdb, Config: cfg, Campaigns: runner}
 	for _, f := range opts {
 		f(&o)
 	}
@@ -124,21 +131,32 @@ func (e *env) getJSON(t testing.TB, path string, v any) {
 	}
 }
 
-// counter is a go-redis hook counting the commands sent.
-type counter struct{ n *atomic.Int64 }
+// counter is a go-redis hook counting the commands sent, and the keyspace
+// walks among them.
+type counter struct{ n, scans *atomic.Int64 }
+
+func (c counter) count(cmds ...redis.Cmder) {
+	c.n.Add(int64(len(cmds)))
+	for _, cmd := range cmds {
+		switch cmd.Name() {
+		case "scan", "keys", "sscan", "hscan", "zscan":
+			c.scans.Add(1)
+		}
+	}
+}
 
 func (c counter) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (c counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		c.n.Add(1)
+		c.count(cmd)
 		return next(ctx, cmd)
 	}
 }
 
 func (c counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		c.n.Add(int64(len(cmds)))
+		c.count(cmds...)
 		return next(ctx, cmds)
 	}
 }
