@@ -2,7 +2,7 @@
 
 package integration_test
 
-// Campaigns end to end (issue 4): worker processes on one redis-server, each
+// Campaigns end to end: worker processes on one redis-server, each
 // running the campaign schedules, the log provider writing what they send to
 // a file per worker. The helpers of this file start with "campaign"; from
 // the shared harness it uses buildBinary and childEnv.

@@ -2,7 +2,7 @@
 
 package integration_test
 
-// The pipeline on a Redis Cluster (issue 5): the worker, enqueue and a
+// The pipeline on a Redis Cluster: the worker, enqueue and a
 // campaign against 3 masters with a replica each, with TestPipeline's
 // invariants (checkRun); and the same with masters failing over to their
 // replicas in the middle of the run.
@@ -152,11 +152,9 @@ func TestClusterFailover(t *testing.T) {
 // On a cluster the limiter admits the recipient's quota group first and
 // only then reserves the provider token, up to MaxWait ahead; the quota
 // entries are stamped provisionally at now + MaxWait and moved to the
-// reserved moment once it is known (restamp), so they count from the send
-// (this used to measure 5 messages in 4.81 s under "4 per 5s"). It also
-// caught the bucket refunding a released token whose moment had passed
-// after other takes (6 grants within 81.657ms of a 12/s burst-5 bucket):
-// see bucket_undo in lua/rules.lua.
+// reserved moment once it is known (restamp), so they count from the send.
+// It also checks that a released token whose moment has passed is not
+// refunded after later takes (bucket_undo in lua/rules.lua).
 func TestClusterReservedSendKeepsRecipientWindows(t *testing.T) {
 	c := clusterRun(t, "rs", time.Second, 12, nil)
 	t.Logf("cluster with reservations: sent twice: %d", c.dupTasks)

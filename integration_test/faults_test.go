@@ -2,7 +2,7 @@
 
 package integration_test
 
-// Fault tests (issue 5), and the run-and-check helpers they share with
+// Fault tests, and the run-and-check helpers they share with
 // cluster_test.go: notifications enqueued by the enqueue binary, worker
 // processes delivering them to the recording webhook, and, once the queue
 // has settled, the same invariants as TestPipeline (every notification

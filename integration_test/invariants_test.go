@@ -17,18 +17,14 @@ import (
 //     what a recipient and the provider see, with a tolerance for the time a
 //     request spends between its granted moment and the webhook's handler.
 //
-// A send never starts before its granted moment (the worker sleeps until a
-// reserved token is due; the tests check it), so two arrivals can only come
-// closer together than their granted moments by the lateness of the earlier
-// one: the request in flight (worker timer wake-up, the loopback HTTP round
-// trip, goroutines waiting for a CPU in the worker or in this process).
-// skewTolerance bounds that lateness. Measured (arrival − granted moment,
-// logged by the tests as "arrival-granted skew"): p50 1-2 ms, p99 20-25 ms,
-// but single requests up to 340 ms late when the 2 cores are shared by three
-// workers, Redis, this test and other builds. The exact checks on the
-// granted moments carry the precision; the checks on arrivals catch a
-// worker that sends without, before or long after its grant, and must not
-// fail on a busy machine.
+// A send never starts before its granted moment, so two arrivals come
+// closer than their grants only by the earlier one's lateness in flight
+// (timers, the loopback round trip, goroutines waiting for a CPU).
+// skewTolerance bounds that: measured p50 1-2 ms, p99 20-25 ms, single
+// requests up to 340 ms on a shared 2-core machine (the tests log it as
+// "arrival-granted skew"). The exact checks are on the grants; the arrival
+// checks catch a send without, before or long after its grant, and must
+// not fail on a busy machine.
 const skewTolerance = 500 * time.Millisecond
 
 // grantResolution is the precision of the granted moments themselves: the

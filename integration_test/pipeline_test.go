@@ -238,8 +238,8 @@ func TestPipeline(t *testing.T) {
 		t.Logf("policy %d per %s: closest %d+1 messages to one recipient: %s apart as granted, %s as arrived",
 			w.limit, w.per, w.limit, asGranted, asArrived)
 	}
-	// Refunds no longer allow anything extra: a release refunds a bucket
-	// token only when no later holding assumed it gone (bucket_undo).
+	// Refunds allow nothing extra: a release refunds a bucket token only
+	// when no later holding assumed it gone (bucket_undo).
 	const releaseBug = 0.0
 	extra := func(from, to time.Time) float64 {
 		n := 0

@@ -21,23 +21,13 @@ import (
 // still, SCRIPT FLUSH and FUNCTION FLUSH empty the script cache and delete
 // the throttle's function library under the running workers.
 //
-// With appendfsync always every write acknowledged to a client is on disk
-// before the answer, so the restart loses nothing anyone was told: not the
-// queue, not the quota sets, not the bucket or its ledger. (With everysec a
-// kill -9 of the process loses nothing either, since the AOF is written to
-// the kernel before the answers; a crash of the machine loses up to about
-// 2 s of writes: tasks enqueued or completed in that time come back, and
-// the quota entries of sends made then are gone, so a recipient may get
-// more than its window allows. That is not tested here.) What a process
-// crash does lose is the conversation: a job sent to the provider whose
-// completion (asynq's Done, the sent marker) was refused because Redis was
-// down is run again and may be sent again. Those duplicates are counted and
-// logged, not failed.
-//
-// Jobs whose admission or completion failed while Redis was down go to
-// asynq's retry set with asynq's default backoff (15-45 s for a first
-// retry); the test runs them at once after the restart (Inspector.RunTask)
-// so that it takes seconds, not a minute. Deferrals are left alone.
+// With appendfsync always every acknowledged write is on disk, so the
+// restart loses nothing anyone was told (a machine crash under everysec
+// could; not tested here). What the kill loses is the conversation: a job
+// whose completion Redis refused while down runs again and may be sent
+// again; such duplicates are counted and logged, not failed. Jobs that
+// failed while Redis was down wait in asynq's retry set (15-45 s); the
+// test runs them at once (Inspector.RunTask). Deferrals are left alone.
 //
 // It requires: the workers reconnect (both deliver after the restart and
 // after the flush), neither exits until SIGTERM and both exit 0 then, and

@@ -9,15 +9,12 @@ import (
 )
 
 // A worker's clock and Redis's. The throttle decides by Redis TIME alone,
-// so a worker whose clock is off admits exactly what a correct one would.
-// asynq, though, schedules on the worker's clock: a deferral's retry time,
-// a task lease. A worker 10 minutes fast gives a deferred job a retry time
-// 10 minutes late in truth, one 10 minutes slow 10 minutes early (the
-// throttle defers it again when it wakes: a wasted call), and a slow
-// worker's leases look long expired to the others, which redeliver its
-// tasks while it still sends them (TestWorkerClockSkew shows both). So the worker measures
-// its clock against Redis at start-up and every ClockCheckInterval, exports
-// the offset, and warns when it reaches ClockWarnOffset.
+// but asynq schedules retry times and leases on the worker's clock: a fast
+// worker's deferrals wake late, a slow one's early, and a slow worker's
+// leases look expired to the others, which redeliver its tasks mid-send
+// (TestWorkerClockSkew). So the worker measures its offset from Redis at
+// start-up and every ClockCheckInterval, exports it, and warns from
+// ClockWarnOffset on.
 
 // ClockWarnOffset is the clock offset from Redis at which WatchClock warns:
 // asynq's retry times are whole seconds, so less than this changes nothing.

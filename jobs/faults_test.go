@@ -175,23 +175,13 @@ func (h *harness) checkDelivered(t *testing.T, ids []string, recipients int) int
 // TestRedisOutageLosesNothing kills Redis for 5s under a worker with a
 // backlog: longer than go-redis's retries absorb, shorter than asynq's
 // lease. Every handler in flight waits for Redis (outage.go) instead of
-// returning into the outage: none returns while Redis is away, so none
-// hands asynq a result to lose, and none is sent twice.
-//
-// The kill itself may still cost a task's result, as any crash of Redis
-// can: the one task being dequeued at that instant (asynq dequeues one at a
-// time), and a task whose handler had returned a moment before and whose
-// completion was on its way. asynq's recoverer redelivers those 1-2 min
-// later, and their sent markers keep them from being sent again. The test
-// allows exactly those: at most one lost task whose handler had not
-// returned before Redis came back, and any whose handler returned before
-// Redis was back having sent while Redis was still up. A handler whose
-// send ended once Redis was gone writes its marker only when Redis is back,
-// and must not return before.
-//
-// With -measure it also runs the worker without sent markers, whose
-// handlers return into the outage after their send: asynq loses their
-// completion and redelivers them 1-2.5 min later, sent again.
+// returning into the outage, so none hands asynq a result to lose and none
+// is sent twice. The kill itself may cost the result of the one task being
+// dequeued at that instant and of tasks whose completion was on its way;
+// their markers stop a second send. So: at most one lost task whose handler
+// had not returned before Redis came back, and no handler that sent after
+// Redis died returns before it is back. With -measure it also runs without
+// markers, whose redelivered tasks are sent again.
 func TestRedisOutageLosesNothing(t *testing.T) {
 	t.Parallel()
 	for _, marks := range []bool{true, false} {

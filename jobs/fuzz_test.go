@@ -74,7 +74,7 @@ func FuzzDecode(f *testing.F) {
 		if err != nil {
 			// Re-encoding may still grow a payload a little (U+2028 and
 			// U+2029 in a field are written as \u2028), past the limit:
-			// only then may it fail. HTML characters no longer grow it.
+			// only then may it fail. HTML characters (<, >, &) do not grow it.
 			if !errors.Is(err, ErrBadPayload) || !strings.HasPrefix(err.Error(), "payload of ") {
 				t.Fatalf("NewTask of a decoded notification: %v", err)
 			}

@@ -7,7 +7,7 @@ import (
 // Metrics are the worker's Prometheus metrics.
 type Metrics struct {
 	Admitted  *prometheus.CounterVec // by policy, provider
-	Deferred  *prometheus.CounterVec // by rule ("policy marketing", "provider sms")
+	Deferred  *prometheus.CounterVec // by rule and limit ("policy marketing (3 per 168h)")
 	Expired   *prometheus.CounterVec // by policy
 	Archived  *prometheus.CounterVec // by reason (malformed, rejected)
 	Sent      *prometheus.CounterVec // by provider

@@ -289,9 +289,9 @@ func (t *Throttle) release(r throttle.Request) {
 }
 
 // forget drops the task's provider token without giving it back (see
-// throttle.Limiter.Forget); a failure is logged: the retry then passes the
-// bucket as already admitted, as before forget existed, and the holding
-// lapses after throttle.Options.Remember.
+// throttle.Limiter.Forget). A failure is logged: the retry then passes the
+// bucket as already admitted, and the holding lapses after
+// throttle.Options.Remember.
 func (t *Throttle) forget(r throttle.Request) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

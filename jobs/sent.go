@@ -11,30 +11,21 @@ import (
 )
 
 // DefaultSentTTL is how long a sent marker lasts unless SentMarks.TTL says
-// otherwise. A marker must outlive the redelivery of its task. asynq
-// redelivers a task whose result was lost once its lease (30s) has been
-// expired for 30s, on the recoverer's next run (every minute), after the
-// retry delay (15-45s for a first failure): within about 3 minutes of a
-// worker's crash, or of Redis answering again after an outage (the marker
-// is written as soon as it does; see markSent). An hour covers that twenty
-// times over and also catches a producer enqueuing the same idempotency
-// key again within the hour, after asynq has dropped the completed task. A
-// marker costs about 165 bytes of Redis memory (used_memory per key, with
-// its expiry), so 100 sends/s keep about 60 MB of them.
+// otherwise. A marker must outlive its task's redelivery, which asynq makes
+// within about 3 minutes of a crash or of Redis coming back (lease, then
+// recoverer, then retry delay). An hour covers that twenty times over, and
+// a producer re-enqueuing the same idempotency key within the hour. A
+// marker costs about 165 bytes of Redis memory: 60 MB at 100 sends/s.
 const DefaultSentTTL = time.Hour
 
 // SentMarks remembers, per task ID, that a provider accepted the task's
-// message: Throttle sets a marker when the provider acknowledges, and its
-// admission of a job checks for one (throttle.Request.Done: on a single node
-// inside the admission's script call, at no extra round trip), so a
-// redelivered job whose send already succeeded completes without being sent
-// again, without taking quota again and without giving back what its first
-// delivery took. What it cannot
-// close is the window between the provider's answer and the marker's write
-// (a crash there, or Redis lost there), nor two deliveries of one task
-// running at once (asynq requeues a task at ShutdownTimeout while its
-// handler may still run): those are what the provider's Idempotency-Key is
-// for. A SentMarks is safe for concurrent use.
+// message. Throttle writes a marker on the provider's acknowledgement and
+// its admission checks for one (throttle.Request.Done), so a redelivered job
+// whose send succeeded completes without sending, taking or giving back
+// anything. It cannot close the window between the provider's answer and
+// the marker's write, nor two deliveries of one task at once (asynq requeues
+// at ShutdownTimeout while a handler may still run): the provider's
+// Idempotency-Key is for those. A SentMarks is safe for concurrent use.
 type SentMarks struct {
 	rdb    redis.UniversalClient
 	prefix string

@@ -1,5 +1,5 @@
-// Package bench holds the end-to-end benchmarks of the worker pipeline
-// (issue 3), run by `make bench`:
+// Package bench holds the end-to-end benchmarks of the worker pipeline, run
+// by `make bench`:
 //
 //	go test -run '^$' -bench . -benchmem ./integration_test/bench/
 //

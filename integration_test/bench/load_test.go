@@ -68,7 +68,7 @@ providers:
 defaults: {policy: load, provider: hook, queue: default}
 `
 
-// BenchmarkLoad is the load run of issue 5: 50k notifications to 5k
+// BenchmarkLoad is the load run: 50k notifications to 5k
 // recipients (10 each, the lines shuffled with a fixed seed), written as a
 // JSONL file and enqueued by the enqueue binary, then drained by 4 worker
 // processes (concurrency 20 each) sharing one redis-server, through a
