@@ -3,35 +3,12 @@ package config
 import (
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"strings"
 	"time"
 	_ "time/tzdata" // campaign time zones mean the same on every host, tzdata installed or not
 
 	"github.com/robfig/cron/v3"
 )
-
-// Audience is where a campaign's recipients come from: exactly one of File
-// and RedisSet. In the file, {file: path} or {redis_set: key}.
-type Audience struct {
-	// File is a text file of one recipient per line, read afresh at every
-	// tick. A relative path in a config file is resolved against that
-	// file's directory.
-	File string
-	// RedisSet is the key of a Redis set, in the Redis of redis.url, whose
-	// members are the recipients.
-	RedisSet string
-}
-
-// String describes a, for logs: "file audiences/digest.txt" or "redis set
-// digest:subscribers".
-func (a Audience) String() string {
-	if a.RedisSet != "" {
-		return "redis set " + a.RedisSet
-	}
-	return "file " + a.File
-}
 
 // cronParser reads campaign schedules: the standard 5 fields, an optional
 // leading seconds field, and descriptors such as @daily. A Parser is an
@@ -135,47 +112,4 @@ func (e epochEvery) Next(t time.Time) time.Time {
 		next -= d // Go's division truncates toward zero
 	}
 	return time.Unix(next, 0).In(t.Location())
-}
-
-// checkCampaign validates what a campaign needs beyond its references: its
-// schedule, time zone and audience.
-func (v *validator) checkCampaign(path string, cp Campaign) {
-	if _, err := cp.Location(); err != nil {
-		v.failf(path+".timezone", "%s (got %s)", err, quote(cp.Timezone))
-	} else if _, err := cp.Schedule(); err != nil && cp.Cron != "" {
-		v.failf(path+".cron", "not a cron schedule: %s (got %s)", strings.TrimPrefix(err.Error(), "cron: "), quote(cp.Cron))
-	}
-	a, ap := cp.Audience, path+".audience"
-	switch {
-	case a.File == "" && a.RedisSet == "":
-		v.failf(ap, "needs file (one recipient per line) or redis_set (a Redis set's key)")
-	case a.File != "" && a.RedisSet != "":
-		v.failf(ap, "give one of file and redis_set")
-	case a.File != "":
-		if err := readable(a.File); err != nil {
-			v.failf(ap+".file", "cannot read: %s", err)
-		}
-	}
-	v.notNegative(path+".catch_up", cp.CatchUp)
-}
-
-// readable reports why the file at path cannot be read, or nil.
-func readable(path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	switch {
-	case err != nil:
-		return err
-	case fi.IsDir():
-		return fmt.Errorf("%s is a directory", path)
-	}
-	_, err = f.Read(make([]byte, 1))
-	if err != nil && !errors.Is(err, io.EOF) {
-		return err
-	}
-	return nil
 }

@@ -21,7 +21,6 @@ func TestLoadRootConfig(t *testing.T) {
 		t.Fatalf("config.yaml does not load:\n%v", err)
 	}
 	c.src = nil
-	c.Worker.addrKey = "" // which name the file used: Warnings tells
 	want := &Config{
 		Redis: Redis{URL: Embedded, EmbeddedAddr: "127.0.0.1:6390", Prefix: "throttle:"},
 		Worker: Worker{

@@ -42,6 +42,7 @@ type Error struct {
 	Err error
 }
 
+// Error formats e, the one place problems are put into words.
 func (e *Error) Error() string {
 	var b strings.Builder
 	if e.File != "" {
@@ -58,6 +59,9 @@ func (e *Error) Error() string {
 	return b.String()
 }
 
+// Unwrap returns the cause, if any.
+func (e *Error) Unwrap() error { return e.Err }
+
 // oneLine escapes line breaks and other invisible characters that another
 // package's message may have echoed, so each problem stays on one line.
 func oneLine(s string) string {
@@ -68,13 +72,8 @@ func oneLine(s string) string {
 	return q[1 : len(q)-1]
 }
 
-// Unwrap returns the cause, if any.
-func (e *Error) Unwrap() error { return e.Err }
-
 // errorList collects the problems found in one pass over a configuration.
-type errorList struct {
-	errs []*Error
-}
+type errorList struct{ errs []*Error }
 
 func (l *errorList) add(e *Error) { l.errs = append(l.errs, e) }
 
@@ -94,37 +93,33 @@ func (l *errorList) err() error {
 		out = append(out, e)
 	}
 	if rest := errs[min(len(errs), maxErrors):]; len(rest) > 0 {
-		out = append(out, &Error{File: rest[0].File, Line: rest[0].Line,
-			Msg: fmt.Sprintf("and %d more problems", len(rest))})
+		out = append(out, &Error{File: rest[0].File, Line: rest[0].Line, Msg: fmt.Sprintf("and %d more problems", len(rest))})
 	}
 	return errors.Join(out...)
 }
 
 // quote quotes s for a message, shortened to maxShown bytes.
 func quote(s string) string {
-	if len(s) > maxShown {
-		cut := maxShown
-		for cut > 0 && !isRuneStart(s[cut]) {
-			cut--
-		}
-		return strconv.Quote(s[:cut]) + "..."
+	if len(s) <= maxShown {
+		return strconv.Quote(s)
 	}
-	return strconv.Quote(s)
+	cut := maxShown
+	for cut > 0 && s[cut]&0xC0 == 0x80 { // not the start of a rune
+		cut--
+	}
+	return strconv.Quote(s[:cut]) + "..."
 }
 
-func isRuneStart(b byte) bool { return b&0xC0 != 0x80 }
-
-// source remembers where a parsed Config's values came from, so that errors
+// source remembers where a parsed Config's values came from: the index of
+// the file by path that the decoder builds in its one walk, so that errors
 // found after parsing (validation, Rules) still name the line.
 type source struct {
-	file string
-	// lines holds the line of every value (and list item) by path.
-	lines map[string]int
-	// failed holds the paths where decoding already reported a problem, so
-	// validation does not report the same setting twice.
+	file  string
+	lines map[string]int // the line of every value (and list item) by path
+	// failed holds the paths where a problem was reported, so that a
+	// setting is reported once.
 	failed map[string]bool
-	// env holds the paths set from the environment, with the variable.
-	env map[string]string
+	env    map[string]string // paths set from the environment, with the variable
 	// refs holds the paths set by a secret reference, as the file wrote it
 	// ("{env: SMS_AUTH}"), for messages that must not quote the value.
 	refs map[string]string
@@ -132,6 +127,15 @@ type source struct {
 
 func newSource(file string) *source {
 	return &source{file: file, lines: map[string]int{}, failed: map[string]bool{}, env: map[string]string{}, refs: map[string]string{}}
+}
+
+// has reports whether the file sets path.
+func (s *source) has(path string) bool {
+	if s == nil {
+		return false
+	}
+	_, ok := s.lines[path]
+	return ok
 }
 
 // parent returns path without its last element: "a.b[1]" -> "a.b" -> "a" -> "".
@@ -142,14 +146,21 @@ func parent(path string) string {
 	return ""
 }
 
-// failedAt reports whether decoding reported a problem at path or at one of
-// the settings that contain it.
+// failedAt reports whether a problem was reported at path or at one of the
+// settings that contain it.
 func (s *source) failedAt(path string) bool {
-	if s == nil {
-		return false
-	}
-	for p := path; p != ""; p = parent(p) {
+	for p := path; s != nil && p != ""; p = parent(p) {
 		if s.failed[p] {
+			return true
+		}
+	}
+	return false
+}
+
+// failedUnder reports whether a problem was reported inside path.
+func (s *source) failedUnder(path string) bool {
+	for p := range s.failed {
+		if strings.HasPrefix(p, path+".") || strings.HasPrefix(p, path+"[") {
 			return true
 		}
 	}
@@ -180,4 +191,14 @@ func (s *source) errorAt(path, msg string, alts ...string) *Error {
 		line = max(s.lines[""], 1)
 	}
 	return &Error{File: s.file, Line: line, Path: path, Msg: msg}
+}
+
+// shown is how a message quotes the value of the setting at path: u with
+// its password redacted, or, for a value from a secret reference, the
+// reference.
+func (s *source) shown(path, u string) string {
+	if s != nil && s.refs[path] != "" {
+		return "the value of " + s.refs[path]
+	}
+	return quote(RedactURL(u))
 }

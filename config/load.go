@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -13,9 +14,6 @@ import (
 
 	"gopkg.in/yaml.v3"
 )
-
-// EnvRedisURL is the environment variable that replaces redis.url.
-const EnvRedisURL = "REDIS_URL"
 
 // Load reads the configuration file at path, lets REDIS_URL and
 // REDIS_PASSWORD from the environment replace redis.url and redis.password,
@@ -54,10 +52,9 @@ func parse(name string, data []byte, getenv func(string) string) (*Config, error
 	}
 	c := Default()
 	c.src = newSource(name)
-	c.src.lines[""] = root.Line
 	var errs errorList
 	d := decoder{src: c.src, errs: &errs, getenv: getenv}
-	d.config(root, c)
+	d.decode(root, "", root.Line, reflect.ValueOf(c).Elem(), "")
 	if getenv != nil {
 		c.Redis.fromEnv(getenv, c.src)
 	}

@@ -1,12 +1,8 @@
 package config
 
 import (
-	"context"
-	"net"
-	"net/url"
 	"strings"
 	"testing"
-	"time"
 )
 
 func TestRedactURL(t *testing.T) {
@@ -68,120 +64,6 @@ func TestPasswordNeverInErrors(t *testing.T) {
 			writeFile(t, path, "worker: {concurrency: 1}\n")
 			_, err = LoadWithEnv(path, env(map[string]string{"REDIS_URL": u}))
 			check("REDIS_URL", err)
-			_, _, err = Redis{URL: u}.Connect(context.Background())
-			check("Connect", err)
 		})
-	}
-	t.Run("refused connection", func(t *testing.T) {
-		r := Redis{URL: "redis://app:" + secret + "@" + freeAddr(t) + "/0"}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_, _, err := r.Connect(ctx)
-		if err == nil || strings.Contains(err.Error(), secret) || !strings.Contains(err.Error(), "app:xxxxx@") {
-			t.Errorf("Connect error = %v, want one with the URL redacted", err)
-		}
-	})
-}
-
-// freeAddr returns a loopback address nothing listens on (for now).
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
-}
-
-// TestEmbeddedServeConnect starts the embedded server as a worker does and
-// reaches it from a second client as enqueue does.
-func TestEmbeddedServeConnect(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	r := Default().Redis
-	r.EmbeddedAddr = freeAddr(t)
-
-	worker, stop, err := r.Serve(ctx)
-	if err != nil {
-		t.Fatalf("Serve: %v", err)
-	}
-	defer stop()
-	enqueue, closeEnqueue, err := r.Connect(ctx)
-	if err != nil {
-		t.Fatalf("Connect: %v", err)
-	}
-	defer closeEnqueue()
-
-	if err := enqueue.Ping(ctx).Err(); err != nil {
-		t.Fatalf("PING from the second client: %v", err)
-	}
-	if err := enqueue.Set(ctx, "greeting", "hello", 0).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if got, err := worker.Get(ctx, "greeting").Result(); err != nil || got != "hello" {
-		t.Errorf("worker reads %q, %v; want hello", got, err)
-	}
-
-	if _, _, err := r.Serve(ctx); err == nil || !strings.Contains(err.Error(), "start embedded redis on "+r.EmbeddedAddr) {
-		t.Errorf("second Serve on the same address: %v, want a start error", err)
-	}
-
-	if err := stop(); err != nil {
-		t.Errorf("stop: %v", err)
-	}
-	if err := stop(); err != nil {
-		t.Errorf("second stop: %v", err)
-	}
-	if err := enqueue.Ping(ctx).Err(); err == nil {
-		t.Error("PING answered after the server stopped")
-	}
-}
-
-// TestEmbeddedKeysExpire checks that TTLs count down in real time, which
-// miniredis does not do by itself.
-func TestEmbeddedKeysExpire(t *testing.T) {
-	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	r := Redis{URL: Embedded, EmbeddedAddr: freeAddr(t)}
-	rdb, stop, err := r.Serve(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
-	if err := rdb.Set(ctx, "k", "v", 500*time.Millisecond).Err(); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for rdb.Exists(ctx, "k").Val() == 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("key with a 500ms TTL still there after 5s")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-func TestConnectEmbeddedWithoutWorker(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	r := Redis{URL: Embedded, EmbeddedAddr: freeAddr(t)}
-	_, _, err := r.Connect(ctx)
-	want := "config: connect to redis embedded (" + r.EmbeddedAddr + ") (a worker runs the embedded server: start one first): "
-	if err == nil || !strings.HasPrefix(err.Error(), want) {
-		t.Errorf("error = %v, want it to start with %q", err, want)
-	}
-}
-
-// noSecret fails the test if s shows any of the secrets, escaped or not.
-func noSecret(t *testing.T, what, s string, secrets ...string) {
-	t.Helper()
-	for _, secret := range secrets {
-		for _, form := range []string{secret, url.PathEscape(secret), url.QueryEscape(secret)} {
-			if strings.Contains(s, form) {
-				t.Errorf("%s shows the password %q: %s", what, secret, s)
-			}
-		}
 	}
 }

@@ -1,8 +1,11 @@
 package config
 
 import (
+	"errors"
 	"fmt"
-	"path/filepath"
+	"io"
+	"os"
+	"reflect"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -29,64 +32,61 @@ func (Secret) String() string { return Redacted }
 func (Secret) GoString() string { return `"` + Redacted + `"` }
 
 // secret decodes a string or an {env: NAME} / {file: PATH} reference and
-// returns the value. what names the secret in messages about a file's
-// contents ("password", "secret"). A reference that cannot be resolved is
-// an error naming the variable or the file, never a value.
-func (d *decoder) secret(n *yaml.Node, path, what string) (string, bool) {
-	if resolve(n).Kind != yaml.MappingNode {
-		return d.str(n, path)
+// returns the value. A reference that cannot be resolved is an error naming
+// the variable or the file, never a value.
+func (d *decoder) secret(n *yaml.Node, path string) (string, bool) {
+	if n.Kind != yaml.MappingNode {
+		var s string
+		d.scalar(n, path, reflect.ValueOf(&s).Elem(), "")
+		return s, !d.src.failed[path]
 	}
-	var env, file string
-	has := d.mapping(n, path, []field{
-		{"env", d.setString(&env)},
-		{"file", d.setString(&file)},
-	})
-	line := resolve(n)
+	var ref struct {
+		Env  string `yaml:"env"`
+		File string `yaml:"file,path"`
+	}
+	d.fields(n, path, n.Line, reflect.ValueOf(&ref).Elem())
+	hasEnv, hasFile := d.src.has(path+".env"), d.src.has(path+".file")
 	switch {
-	case d.src.failedAt(path) || d.failedUnder(path):
+	case d.src.failedAt(path) || d.src.failedUnder(path):
 		d.src.failed[path] = true // reported inside: not "required" too
-	case has["env"] == has["file"]:
-		d.fail(line, path, "give one of {env: NAME} and {file: PATH}")
-	case has["env"] && env == "":
-		d.fail(line, path+".env", "must name an environment variable")
-	case has["env"]:
-		if v := d.lookupEnv(env); v != "" {
-			d.src.refs[path] = "{env: " + env + "}"
-			return v, true
+	case hasEnv == hasFile:
+		d.fail(n, path, "give one of {env: NAME} and {file: PATH}")
+	case hasEnv && ref.Env == "":
+		d.fail(n, path+".env", "must name an environment variable")
+	case hasEnv:
+		if d.getenv != nil && d.getenv(ref.Env) != "" {
+			d.src.refs[path] = "{env: " + ref.Env + "}"
+			return d.getenv(ref.Env), true
 		}
-		d.fail(line, path, "environment variable %s is not set or empty", env)
-	case file == "":
-		d.fail(line, path+".file", "must name a file")
+		d.fail(n, path, "environment variable %s is not set or empty", ref.Env)
+	case ref.File == "":
+		d.fail(n, path+".file", "must name a file")
 	default:
-		if !filepath.IsAbs(file) {
-			file = filepath.Join(filepath.Dir(d.src.file), file)
-		}
-		if v, msg := readSecretFile(file, what); msg == "" {
-			d.src.refs[path] = "{file: " + file + "}"
+		v, msg := readSecretFile(ref.File, secretWhat(path))
+		if msg == "" {
+			d.src.refs[path] = "{file: " + ref.File + "}"
 			return v, true
-		} else {
-			d.fail(line, path, "%s", msg)
 		}
+		d.fail(n, path, "%s", msg)
 	}
 	return "", false
 }
 
-func (d *decoder) lookupEnv(name string) string {
-	if d.getenv == nil {
-		return ""
+// secretWhat names the secret at path for a message about its file.
+func secretWhat(path string) string {
+	switch {
+	case strings.HasSuffix(path, ".password"):
+		return "password"
+	case strings.HasSuffix(path, ".url"):
+		return "URL"
 	}
-	return d.getenv(name)
+	return "header value"
 }
 
-// failedUnder reports whether decoding reported a problem inside path.
-func (d *decoder) failedUnder(path string) bool {
-	for p := range d.src.failed {
-		if strings.HasPrefix(p, path+".") {
-			return true
-		}
-	}
-	return false
-}
+// maxFileLen bounds the files settings name (secrets, CA, certificate,
+// key): they are small, and a path to something else (a device, a log)
+// should fail, not fill memory.
+const maxFileLen = 1 << 20
 
 // readSecretFile returns the one line the file at path holds, or what is
 // wrong with the file. The message never shows what the file holds.
@@ -105,12 +105,35 @@ func readSecretFile(path, what string) (value, msg string) {
 	return v, ""
 }
 
-// shown is how a message quotes the value of the setting at path: u with
-// its password redacted, or, for a value from a secret reference, the
-// reference.
-func (s *source) shown(path, u string) string {
-	if s != nil && s.refs[path] != "" {
-		return "the value of " + s.refs[path]
+// readSmallFile reads a regular file of at most maxFileLen bytes, or says
+// why it cannot.
+func readSmallFile(path string) ([]byte, string) {
+	// Stat before Open: opening a FIFO would block until a writer comes.
+	if fi, err := os.Stat(path); err != nil {
+		return nil, fmt.Sprintf("cannot read %s: %s", quote(path), pathErr(err))
+	} else if !fi.Mode().IsRegular() {
+		return nil, fmt.Sprintf("%s is not a regular file", quote(path))
 	}
-	return quote(RedactURL(u))
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Sprintf("cannot read %s: %s", quote(path), pathErr(err))
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxFileLen+1))
+	switch {
+	case err != nil:
+		return nil, fmt.Sprintf("cannot read %s: %s", quote(path), pathErr(err))
+	case len(data) > maxFileLen:
+		return nil, fmt.Sprintf("%s is larger than %d bytes", quote(path), maxFileLen)
+	}
+	return data, ""
+}
+
+// pathErr is an os error without the path, which the message quotes already.
+func pathErr(err error) string {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err.Error()
+	}
+	return err.Error()
 }

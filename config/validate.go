@@ -1,11 +1,14 @@
 package config
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"math"
 	"net"
 	"net/url"
+	"os"
 	"regexp"
 	"slices"
 	"strconv"
@@ -20,6 +23,8 @@ import (
 var validName = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
 
 const nameRule = "1-64 of A-Z a-z 0-9 _ . -"
+
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // Validate checks every value of c and that every policy, provider and queue
 // referenced is defined, and returns all the problems found as Load does.
@@ -61,25 +66,12 @@ func (v *validator) failf(path, format string, args ...any) { v.fail(path, nil, 
 
 // clean reports whether no problem was found at path or inside it.
 func (v *validator) clean(path string) bool {
-	under := func(p string) bool {
-		return p == path || strings.HasPrefix(p, path+".") || strings.HasPrefix(p, path+"[")
-	}
-	if v.c.src.failedAt(path) {
+	if v.c.src.failedAt(path) || v.c.src != nil && v.c.src.failedUnder(path) {
 		return false
 	}
-	if v.c.src != nil {
-		for p := range v.c.src.failed {
-			if under(p) {
-				return false
-			}
-		}
-	}
-	for _, e := range v.errs.errs {
-		if under(e.Path) {
-			return false
-		}
-	}
-	return true
+	return !slices.ContainsFunc(v.errs.errs, func(e *Error) bool {
+		return e.Path == path || strings.HasPrefix(e.Path, path+".") || strings.HasPrefix(e.Path, path+"[")
+	})
 }
 
 func (v *validator) positive(path string, n int) {
@@ -100,6 +92,23 @@ func (v *validator) notNegative(path string, d time.Duration) {
 	}
 }
 
+// validAddr reports whether a is host:port with a port from 1 to 65535.
+func validAddr(a string) bool {
+	host, port, err := net.SplitHostPort(a)
+	if err != nil || strings.ContainsAny(host, " /") {
+		return false
+	}
+	p, err := strconv.Atoi(port)
+	return err == nil && p >= 1 && p <= 65535
+}
+
+// loopback reports whether host:port a listens on loopback only.
+func loopback(a string) bool {
+	host, _, err := net.SplitHostPort(a)
+	ip := net.ParseIP(host)
+	return err == nil && (host == "localhost" || ip != nil && ip.IsLoopback())
+}
+
 func (v *validator) redis() {
 	r := v.c.Redis
 	switch {
@@ -107,9 +116,9 @@ func (v *validator) redis() {
 		v.failf("redis.cluster", "cannot be used with redis.url: give one of them")
 	case r.Cluster != nil && len(r.Cluster) == 0:
 		v.failf("redis.cluster", "needs at least one node's host:port")
-	case r.Cluster == nil:
-		if msg := checkRedisURL(r.URL); msg != "" {
-			v.failf("redis.url", "%s", msg)
+	case r.Cluster == nil && r.URL != Embedded:
+		if _, err := ParseURL(r.URL); err != nil {
+			v.failf("redis.url", "%s", err)
 		}
 	}
 	for i, a := range r.Cluster {
@@ -118,7 +127,7 @@ func (v *validator) redis() {
 		}
 	}
 	v.redisLogin()
-	if host, _, err := net.SplitHostPort(r.EmbeddedAddr); err != nil || !validAddr(r.EmbeddedAddr) || !isLoopback(host) {
+	if !validAddr(r.EmbeddedAddr) || !loopback(r.EmbeddedAddr) {
 		v.failf("redis.embedded_addr", "must be a loopback host:port such as %s, as the embedded server has no password (got %s)",
 			DefaultEmbeddedAddr, quote(r.EmbeddedAddr))
 	}
@@ -130,19 +139,101 @@ func (v *validator) redis() {
 	}
 }
 
-// validAddr reports whether a is host:port with a port from 1 to 65535.
-func validAddr(a string) bool {
-	host, port, err := net.SplitHostPort(a)
-	if err != nil || strings.ContainsAny(host, " /") {
-		return false
+// redisLogin checks the user, password and TLS settings against each other
+// and the URL, and that the files they name can be read.
+func (v *validator) redisLogin() {
+	r := v.c.Redis
+	if r.IsEmbedded() {
+		for _, s := range []struct {
+			path string
+			set  bool
+		}{{"redis.username", r.Username != ""}, {"redis.password", r.Password != ""},
+			{"redis.password_file", r.PasswordFile != ""}, {"redis.tls", r.TLS != TLS{}}} {
+			if s.set {
+				v.failf(s.path, "only for a Redis server: the embedded one has no users, passwords or TLS")
+			}
+		}
+		return
 	}
-	p, err := strconv.Atoi(port)
-	return err == nil && p >= 1 && p <= 65535
+	opts, err := ParseURL(r.URL)
+	if r.Cluster != nil && r.URL != "" || r.Cluster == nil && err != nil {
+		return // reported by redis()
+	}
+	if r.Password != "" && r.PasswordFile != "" {
+		v.failf("redis.password_file", "cannot be used with redis.password: give one of them")
+	}
+	if r.Cluster == nil {
+		url := v.urlName()
+		if r.Username != "" && opts.Username != "" {
+			v.failf("redis.username", "cannot be used with a user in %s: give it once", url)
+		}
+		if opts.Password != "" && r.Password != "" {
+			v.failf("redis.password", "cannot be used with a password in %s: give it once", url)
+		}
+		if opts.Password != "" && r.PasswordFile != "" {
+			v.failf("redis.password_file", "cannot be used with a password in %s: give it once", url)
+		}
+	}
+	if r.PasswordFile != "" {
+		if _, msg := readSecretFile(r.PasswordFile, "password"); msg != "" {
+			v.failf("redis.password_file", "%s", msg)
+		}
+	}
+	v.redisTLS()
 }
 
-func isLoopback(host string) bool {
-	ip := net.ParseIP(host)
-	return host == "localhost" || ip != nil && ip.IsLoopback()
+// urlName names where redis.url came from: the file or REDIS_URL.
+func (v *validator) urlName() string {
+	if v.c.src != nil && v.c.src.env["redis.url"] != "" {
+		return v.c.src.env["redis.url"]
+	}
+	return "redis.url"
+}
+
+// redisTLS checks that TLS settings are given only when TLS is on, agree
+// with each other, and name files that hold what they should.
+func (v *validator) redisTLS() {
+	r := v.c.Redis
+	t := r.TLS
+	if r.Cluster == nil && t.Enabled && !r.TLSOn() {
+		scheme, _, _ := strings.Cut(r.URL, "://")
+		v.failf("redis.tls.enabled", "%s is a %s:// URL, which does not use TLS: use rediss:// instead", v.urlName(), scheme)
+		return
+	}
+	if !r.TLSOn() {
+		off := "TLS is off: use a rediss:// URL"
+		if r.Cluster != nil {
+			off = "TLS is off: set redis.tls.enabled: true"
+		}
+		for _, s := range []struct {
+			key string
+			set bool
+		}{{"ca_file", t.CAFile != ""}, {"cert_file", t.CertFile != ""}, {"key_file", t.KeyFile != ""},
+			{"server_name", t.ServerName != ""}, {"insecure_skip_verify", t.InsecureSkipVerify}} {
+			if s.set {
+				v.failf("redis.tls."+s.key, "%s", off)
+			}
+		}
+		return
+	}
+	if t.InsecureSkipVerify && (t.CAFile != "" || t.ServerName != "") {
+		v.failf("redis.tls.insecure_skip_verify", "cannot be used with redis.tls.ca_file or server_name, which it would ignore")
+	}
+	if t.CAFile != "" {
+		if _, msg := readCAFile(t.CAFile); msg != "" {
+			v.failf("redis.tls.ca_file", "%s", msg)
+		}
+	}
+	switch {
+	case t.CertFile != "" && t.KeyFile == "":
+		v.failf("redis.tls.key_file", "required with redis.tls.cert_file")
+	case t.KeyFile != "" && t.CertFile == "":
+		v.failf("redis.tls.cert_file", "required with redis.tls.key_file")
+	case t.CertFile != "":
+		if _, msg := readKeyPair(t.CertFile, t.KeyFile); msg != "" {
+			v.failf("redis.tls.cert_file", "%s", msg)
+		}
+	}
 }
 
 func (v *validator) worker() {
@@ -166,6 +257,40 @@ func (v *validator) worker() {
 	if w.RememberTakes < throttle.MinRemember {
 		v.failf("worker.remember_takes", "must be at least %s (got %s)",
 			throttle.FormatDuration(throttle.MinRemember), throttle.FormatDuration(w.RememberTakes))
+	}
+}
+
+// httpAddr checks worker.http_addr (under the name the file gave it) and
+// that a dashboard off loopback has auth or says it needs none.
+func (v *validator) httpAddr() {
+	w, key, what := v.c.Worker, "worker.http_addr", "the HTTP server"
+	if v.c.src.has("worker.metrics_addr") && !v.c.src.has(key) {
+		key, what = "worker.metrics_addr", "metrics"
+	}
+	if w.HTTPAddr != "" && !validAddr(w.HTTPAddr) {
+		v.failf(key, `must be host:port, or "" to turn %s off (got %s)`, what, quote(w.HTTPAddr))
+		return
+	}
+	db := w.Dashboard
+	switch db.Auth {
+	case "", DashboardBasic, DashboardBearer:
+	default:
+		v.failf("worker.dashboard.auth", `must be %s or %s, or "" for none (got %s)`, DashboardBasic, DashboardBearer, quote(db.Auth))
+		return
+	}
+	switch {
+	case db.Auth == DashboardBasic && db.Username == "":
+		v.failf("worker.dashboard.username", "required for basic auth")
+	case db.Auth != DashboardBasic && db.Username != "":
+		v.failf("worker.dashboard.username", "only for basic auth")
+	}
+	if !envName.MatchString(db.SecretEnv) {
+		v.failf("worker.dashboard.secret_env", "must be an environment variable's name (got %s)", quote(db.SecretEnv))
+	}
+	if db.Enabled && db.Auth == "" && !db.InsecureNoAuth && w.HTTPAddr != "" && !loopback(w.HTTPAddr) {
+		v.fail(key, []string{"worker.dashboard"}, "%s is not a loopback address, and the dashboard there would have no auth: "+
+			"set worker.dashboard.auth (basic or bearer), or worker.dashboard.enabled: false, "+
+			"or worker.dashboard.insecure_no_auth: true to serve it to anyone who reaches it", quote(w.HTTPAddr))
 	}
 }
 
@@ -246,15 +371,9 @@ func (v *validator) webhookURL(path, u string) {
 
 // isToken reports whether s is an HTTP header name (RFC 9110 token).
 func isToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for _, r := range s {
-		if r > 0x7E || r <= 0x20 || strings.ContainsRune(`"(),/:;<=>?@[\]{}`, r) {
-			return false
-		}
-	}
-	return true
+	return s != "" && !strings.ContainsFunc(s, func(r rune) bool {
+		return r > 0x7E || r <= 0x20 || strings.ContainsRune(`"(),/:;<=>?@[\]{}`, r)
+	})
 }
 
 func (v *validator) defaults() {
@@ -306,7 +425,9 @@ func (v *validator) campaigns() {
 		if cp.Template == "" {
 			v.failf(path+".template", "must not be empty")
 		}
-		v.checkCampaign(path, cp)
+		v.schedule(path, cp)
+		v.audience(path+".audience", cp.Audience)
+		v.notNegative(path+".catch_up", cp.CatchUp)
 		v.campaignRef(path+".policy", "policy", cp.Policy, v.c.Defaults.Policy, "policies", slices.Collect(maps.Keys(v.c.Policies)))
 		v.campaignRef(path+".provider", "provider", cp.Provider, v.c.Defaults.Provider, "providers", slices.Collect(maps.Keys(v.c.Providers)))
 		if cp.Queue != "" {
@@ -314,6 +435,48 @@ func (v *validator) campaigns() {
 		}
 		v.notNegative(path+".send_by_window", cp.SendByWindow)
 	}
+}
+
+// schedule checks a campaign's time zone and, in it, its schedule.
+func (v *validator) schedule(path string, cp Campaign) {
+	if _, err := cp.Location(); err != nil {
+		v.failf(path+".timezone", "%s (got %s)", err, quote(cp.Timezone))
+	} else if _, err := cp.Schedule(); err != nil && cp.Cron != "" {
+		v.failf(path+".cron", "not a cron schedule: %s (got %s)", strings.TrimPrefix(err.Error(), "cron: "), quote(cp.Cron))
+	}
+}
+
+// audience checks that a campaign's audience is one of a file it can read
+// and a Redis set.
+func (v *validator) audience(path string, a Audience) {
+	switch {
+	case a.File == "" && a.RedisSet == "":
+		v.failf(path, "needs file (one recipient per line) or redis_set (a Redis set's key)")
+	case a.File != "" && a.RedisSet != "":
+		v.failf(path, "give one of file and redis_set")
+	case a.File != "":
+		if err := readable(a.File); err != nil {
+			v.failf(path+".file", "cannot read: %s", err)
+		}
+	}
+}
+
+// readable reports why the file at path cannot be read, or nil.
+func readable(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil {
+		return err
+	} else if fi.IsDir() {
+		return fmt.Errorf("%s is a directory", path)
+	}
+	if _, err = f.Read(make([]byte, 1)); err != nil && !errors.Is(err, io.EOF) {
+		return err
+	}
+	return nil
 }
 
 // campaignRef checks a campaign's policy or provider; when it names none, the

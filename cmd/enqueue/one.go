@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/notify-throttle/throttler/config"
+	"github.com/notify-throttle/throttler/internal/redisconn"
 )
 
 // connectTimeout bounds connecting to Redis.
@@ -67,5 +68,5 @@ func loadChecker(o *options, p process) (checker, error) {
 func connect(ctx context.Context, cfg *config.Config) (redis.UniversalClient, func() error, error) {
 	ctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
-	return cfg.Redis.Connect(ctx)
+	return redisconn.Connect(ctx, cfg.Redis)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/notify-throttle/throttler/config"
+	"github.com/notify-throttle/throttler/internal/redisconn"
 )
 
 // errReported is returned by run when it has printed the problem itself:
@@ -49,7 +50,7 @@ func check(ctx context.Context, path string, connect bool, stdout, stderr io.Wri
 	}
 	ctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
-	rdb, closeRedis, err := cfg.Redis.Connect(ctx)
+	rdb, closeRedis, err := redisconn.Connect(ctx, cfg.Redis)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: redis: %v\n", path, err)
 		return errReported

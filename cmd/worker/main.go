@@ -42,6 +42,7 @@ import (
 	"github.com/notify-throttle/throttler/campaign"
 	"github.com/notify-throttle/throttler/config"
 	"github.com/notify-throttle/throttler/internal/dashboard"
+	"github.com/notify-throttle/throttler/internal/redisconn"
 	"github.com/notify-throttle/throttler/internal/redisguard"
 	"github.com/notify-throttle/throttler/jobs"
 	"github.com/notify-throttle/throttler/throttle"
@@ -110,7 +111,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// and waits for Redis at start-up instead of exiting.
 	guard := redisguard.New(log, redisguard.Options{})
 	redis.SetLogger(guard.RedisLogger())
-	rdb, closeRedis, err := guard.Connect(ctx, cfg.Redis.Serve)
+	rdb, closeRedis, err := guard.Connect(ctx, func(ctx context.Context) (redis.UniversalClient, func() error, error) {
+		return redisconn.Serve(ctx, cfg.Redis)
+	})
 	if err != nil {
 		return err
 	}

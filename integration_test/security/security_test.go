@@ -1,6 +1,6 @@
 //go:build integration
 
-// Package security_test runs the worker's pipeline (config.Connect, the
+// Package security_test runs the worker's pipeline (redisconn.Connect, the
 // throttle engine, an asynq client and server with the throttle middleware)
 // as the least-privilege ACL user that config.yaml recommends, on real
 // redis-servers with ACL users and TLS only, and checks that the server
@@ -23,6 +23,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/notify-throttle/throttler/config"
+	"github.com/notify-throttle/throttler/internal/redisconn"
 	"github.com/notify-throttle/throttler/internal/redistest"
 	"github.com/notify-throttle/throttler/jobs"
 	"github.com/notify-throttle/throttler/lua"
@@ -133,7 +134,7 @@ func TestPipelineWithRecommendedACL(t *testing.T) {
 func runPipeline(t *testing.T, su setup) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	rdb, closeRedis, err := su.redis.Connect(ctx)
+	rdb, closeRedis, err := redisconn.Connect(ctx, su.redis)
 	if err != nil {
 		t.Fatalf("Connect as %s: %v", su.redis, err)
 	}

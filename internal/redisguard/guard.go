@@ -79,7 +79,7 @@ func (g *Guard) Install(rdb redis.UniversalClient) redis.UniversalClient {
 	return rdb
 }
 
-// Connect calls connect (config.Redis.Serve, say) until it returns a
+// Connect calls connect (redisconn.Serve, say) until it returns a
 // client, with the Guard's delays and log lines while Redis is unreachable,
 // and installs g on the client: a worker started before its Redis waits for
 // it instead of exiting. Any other error (a refused password, a bad

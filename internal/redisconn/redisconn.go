@@ -1,0 +1,178 @@
+// Package redisconn connects to the Redis a config.Redis names: a URL or a
+// cluster, with its login and TLS, or the embedded server it starts in the
+// worker's process. Every error hides the password.
+package redisconn
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/notify-throttle/throttler/config"
+)
+
+// Connect returns a client of the Redis r names, after a PING has answered
+// within ctx, and the function that closes it. It never starts a server:
+// with url: embedded it connects to the embedded server of a worker (see
+// Serve) on r.EmbeddedAddr, which is what a separate enqueue process needs.
+//
+// The client is a *redis.Client, or a *redis.ClusterClient for a cluster.
+// To run asynq on it, pass it to asynq.NewClientFromRedisClient,
+// NewServerFromRedisClient or NewInspectorFromRedisClient; asynq does not
+// close such a client, so call close after shutting asynq down.
+func Connect(ctx context.Context, r config.Redis) (rdb redis.UniversalClient, close func() error, err error) {
+	password, err := r.LoginPassword()
+	if err != nil {
+		return nil, nil, err
+	}
+	// DisableIdentity: no CLIENT SETINFO on each connection, so the
+	// least-privilege ACL (config.yaml) need not name a command that
+	// Redis < 7.2 does not know, and an ACL naming it fails to load there.
+	switch {
+	case len(r.Cluster) > 0:
+		opts := &redis.ClusterOptions{Addrs: r.Cluster, Username: r.Username, Password: password, DisableIdentity: true}
+		if r.TLS.Enabled {
+			if opts.TLSConfig, err = tlsConfig(r.TLS, &tls.Config{}); err != nil {
+				return nil, nil, err
+			}
+		}
+		rdb = redis.NewClusterClient(opts)
+	case r.IsEmbedded():
+		rdb = redis.NewClient(&redis.Options{Addr: r.EmbeddedAddr, DisableIdentity: true})
+	default:
+		opts, err := config.ParseURL(r.URL)
+		if err != nil {
+			return nil, nil, fmt.Errorf("config: redis.url: %w", err)
+		}
+		opts.DisableIdentity = true
+		if r.Username != "" {
+			opts.Username = r.Username
+		}
+		if password != "" {
+			opts.Password = password
+		}
+		if opts.TLSConfig != nil {
+			if opts.TLSConfig, err = tlsConfig(r.TLS, opts.TLSConfig); err != nil {
+				return nil, nil, err
+			}
+		}
+		rdb = redis.NewClient(opts)
+	}
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		_ = rdb.Close()
+		text := scrub(r, err.Error(), password)
+		cause := err
+		if text != err.Error() {
+			cause = nil // its text shows a secret: do not hand it on
+		}
+		return nil, nil, &scrubbedError{msg: fmt.Sprintf("config: connect to redis %s%s: %s", r, hint(r, err), text), err: cause}
+	}
+	return rdb, sync.OnceValue(rdb.Close), nil
+}
+
+// Serve is Connect for the process that owns the data, the worker: with
+// url: embedded it first starts the in-process server on r.EmbeddedAddr (an
+// error if that address is taken, by another worker for instance), and close
+// stops it after closing the client. Otherwise it is Connect. Embedded data
+// lives in memory only and is lost when the server stops; ctx bounds the
+// start, not the server's life.
+func Serve(ctx context.Context, r config.Redis) (rdb redis.UniversalClient, close func() error, err error) {
+	if !r.IsEmbedded() {
+		return Connect(ctx, r)
+	}
+	srv, err := startEmbedded(r.EmbeddedAddr)
+	if err != nil {
+		return nil, nil, err
+	}
+	rdb, closeClient, err := Connect(ctx, r)
+	if err != nil {
+		srv.close()
+		return nil, nil, err
+	}
+	return rdb, sync.OnceValue(func() error {
+		err := closeClient()
+		srv.close()
+		return err
+	}), nil
+}
+
+// tlsConfig returns base completed with t's CA, client certificate, server
+// name and verification setting.
+func tlsConfig(t config.TLS, base *tls.Config) (*tls.Config, error) {
+	c := base.Clone()
+	c.MinVersion = max(c.MinVersion, tls.VersionTLS12)
+	var err error
+	if t.CAFile != "" {
+		if c.RootCAs, err = t.CAs(); err != nil {
+			return nil, err
+		}
+	}
+	if c.Certificates, err = t.ClientCertificates(); err != nil {
+		return nil, err
+	}
+	if t.ServerName != "" {
+		c.ServerName = t.ServerName
+	}
+	c.InsecureSkipVerify = t.InsecureSkipVerify
+	return c, nil
+}
+
+// scrubbedError is an error whose text had a password taken out; errors.Is
+// and errors.As still see the cause, unless the cause's own text shows it.
+type scrubbedError struct {
+	msg string
+	err error
+}
+
+func (e *scrubbedError) Error() string { return e.msg }
+func (e *scrubbedError) Unwrap() error { return e.err }
+
+// scrub hides r's secrets in msg: those of the URL, password (the one in
+// use, perhaps read from a file) and any a bad cluster entry holds.
+func scrub(r config.Redis, msg, password string) string {
+	msg = config.Scrub(msg, r.URL)
+	for _, a := range r.Cluster {
+		msg = config.Scrub(msg, a)
+	}
+	for _, pw := range []string{password, r.Password} {
+		if pw != "" {
+			msg = strings.ReplaceAll(msg, pw, config.Redacted)
+		}
+	}
+	return msg
+}
+
+// hint says what to do about a failed PING, or "".
+func hint(r config.Redis, err error) string {
+	var unknownCA x509.UnknownAuthorityError
+	var badName x509.HostnameError
+	switch {
+	case r.IsEmbedded():
+		return " (a worker runs the embedded server: start one first)"
+	case errors.As(err, &unknownCA):
+		return " (its TLS certificate is not signed by a CA the client trusts: set redis.tls.ca_file to the CA that signed it)"
+	case errors.As(err, &badName):
+		return " (its TLS certificate is not valid for the name the client expects: set redis.tls.server_name to one it holds)"
+	case r.TLSOn() && strings.Contains(err.Error(), "tls: certificate required"):
+		// crypto/tls exposes a received alert only as text.
+		return " (the server wants a client certificate: set redis.tls.cert_file and key_file)"
+	case !r.TLSOn() && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)):
+		if len(r.Cluster) > 0 {
+			return " (if the server speaks TLS only, set redis.tls.enabled: true)"
+		}
+		return " (if the server speaks TLS only, use a rediss:// URL)"
+	case strings.Contains(err.Error(), "NOAUTH"):
+		return " (the server wants a login: give a user and password in the URL, or redis.username and REDIS_PASSWORD or redis.password_file)"
+	case strings.Contains(err.Error(), "WRONGPASS"):
+		return " (the user or password is wrong, or the user is disabled)"
+	}
+	return ""
+}
