@@ -8,40 +8,6 @@ import (
 	"time"
 )
 
-// TestCampaignErrors loads one small file per campaign mistake and checks
-// the whole message.
-func TestCampaignErrors(t *testing.T) {
-	tests := []struct {
-		file string
-		want string
-	}{
-		{"campaign_bad_cron.yaml", `testdata/campaign_bad_cron.yaml:9: campaigns[0].cron: not a cron schedule: end of range (61) above maximum (59): 61 (got "61 9 * * MON")`},
-		{"campaign_cron_fields.yaml", `testdata/campaign_cron_fields.yaml:9: campaigns[0].cron: not a cron schedule: expected 5 to 6 fields, found 3: [9 * *] (got "9 * *")`},
-		{"campaign_bad_every.yaml", `testdata/campaign_bad_every.yaml:9: campaigns[0].cron: not a cron schedule: @every needs whole seconds, at least 1s (got "@every 1500ms")`},
-		{"campaign_never.yaml", `testdata/campaign_never.yaml:9: campaigns[0].cron: not a cron schedule: never fires (got "0 0 30 2 *")`},
-		{"campaign_tz_in_cron.yaml", `testdata/campaign_tz_in_cron.yaml:9: campaigns[0].cron: not a cron schedule: set the time zone with timezone:, not in the schedule (got "CRON_TZ=Europe/Paris 0 9 * * *")`},
-		{"campaign_bad_timezone.yaml", `testdata/campaign_bad_timezone.yaml:10: campaigns[0].timezone: unknown time zone: an IANA name such as Europe/Paris or UTC (got "Europe/Pariss")`},
-		{"campaign_without_audience.yaml", `testdata/campaign_without_audience.yaml:7: campaigns[0].audience: required`},
-		{"campaign_audience_empty.yaml", `testdata/campaign_audience_empty.yaml:10: campaigns[0].audience: needs file (one recipient per line) or redis_set (a Redis set's key)`},
-		{"campaign_audience_list.yaml", `testdata/campaign_audience_list.yaml:10: campaigns[0].audience: must be a mapping (got a list)`},
-		{"campaign_audience_both.yaml", `testdata/campaign_audience_both.yaml:10: campaigns[0].audience: give one of file and redis_set`},
-		{"campaign_missing_audience.yaml", `testdata/campaign_missing_audience.yaml:10: campaigns[0].audience.file: cannot read: open testdata/campaign_nobody.txt: no such file or directory`},
-		{"campaign_audience_dir.yaml", `testdata/campaign_audience_dir.yaml:10: campaigns[0].audience.file: cannot read: testdata is a directory`},
-		{"campaign_negative_catch_up.yaml", `testdata/campaign_negative_catch_up.yaml:11: campaigns[0].catch_up: must not be negative (got -1h)`},
-	}
-	for _, tt := range tests {
-		t.Run(tt.file, func(t *testing.T) {
-			c, err := LoadWithEnv(filepath.Join("testdata", tt.file), noEnv)
-			if err == nil {
-				t.Fatalf("Load succeeded, want error:\n%s\ngot config %+v", tt.want, c)
-			}
-			if got := err.Error(); got != tt.want {
-				t.Errorf("wrong error\n got: %s\nwant: %s", got, tt.want)
-			}
-		})
-	}
-}
-
 // TestCampaignFileAudience checks that a relative audience file is read
 // from the config file's directory, whatever the working directory, and
 // the campaign settings' defaults.
