@@ -15,7 +15,6 @@ import (
 
 	"github.com/notify-throttle/throttler/campaign"
 	"github.com/notify-throttle/throttler/config"
-	"github.com/notify-throttle/throttler/internal/redistest"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -61,7 +60,7 @@ func newEnv(t testing.TB, workerYAML string, rdb redis.UniversalClient, opts ...
 		t.Fatal(err)
 	}
 	if rdb == nil {
-		rdb = redistest.Start(t).Client(t)
+		rdb, _ = shared.NewClient(t)
 	}
 	e := &env{rdb: rdb, cfg: cfg, cmds: &atomic.Int64{}, scans: &atomic.Int64{}}
 	rdb.AddHook(counter{e.cmds, e.scans})

@@ -56,7 +56,7 @@ func (f *fixture) admit(t *testing.T, id, recipient string, maxWait time.Duratio
 // TestKeysMatchEngine admits through the engine with subjects that need
 // encoding and finds its keys where keys.go says they are.
 func TestKeysMatchEngine(t *testing.T) {
-	f := newFixture(t, redistest.Start(t).Client(t))
+	f := newFixture(t, standalone(t))
 	ctx := context.Background()
 	for i, r := range []string{"alice@example.com", "x}:q:marketing", "{bob} 100%", "é", strings.Repeat("long", 40)} {
 		f.admit(t, fmt.Sprintf("task-%d", i), r, 0)
@@ -75,7 +75,7 @@ func TestRecipientAgreesWithEngine(t *testing.T) {
 		name string
 		rdb  func(t *testing.T) redis.UniversalClient
 	}{
-		{"single node", func(t *testing.T) redis.UniversalClient { return redistest.Start(t).Client(t) }},
+		{"single node", func(t *testing.T) redis.UniversalClient { return standalone(t) }},
 		{"cluster", func(t *testing.T) redis.UniversalClient { return redistest.StartCluster(t, 3, 0).Client(t) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -121,7 +121,7 @@ func TestRecipientAgreesWithEngine(t *testing.T) {
 
 // TestUnknownRecipientHasEmptyHistory: nothing in Redis is not an error.
 func TestUnknownRecipientHasEmptyHistory(t *testing.T) {
-	f := newFixture(t, redistest.Start(t).Client(t))
+	f := newFixture(t, standalone(t))
 	st, err := f.in.Recipient(context.Background(), "nobody@example.com", 0, 10, 10)
 	if err != nil {
 		t.Fatal(err)
@@ -135,7 +135,7 @@ func TestUnknownRecipientHasEmptyHistory(t *testing.T) {
 // TestRecipientEntriesPaginate pages through a transactional recipient's
 // entries newest first.
 func TestRecipientEntriesPaginate(t *testing.T) {
-	rdb := redistest.Start(t).Client(t)
+	rdb := standalone(t)
 	lim, err := throttle.New(rdb, throttle.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -174,7 +174,7 @@ func TestRecipientEntriesPaginate(t *testing.T) {
 
 // TestProviderState checks tokens, sends, the pause and what is booked.
 func TestProviderState(t *testing.T) {
-	f := newFixture(t, redistest.Start(t).Client(t))
+	f := newFixture(t, standalone(t))
 	ctx := context.Background()
 	fresh, err := f.in.Providers(ctx, 0, 10, 10)
 	if err != nil {
@@ -237,7 +237,7 @@ func sum(s []int64) (n int64) {
 // cap show as bookings held, as far ahead as the engine booked them, and
 // a recipient's next moment counts its bookings.
 func TestBookings(t *testing.T) {
-	f := newFixture(t, redistest.Start(t).Client(t))
+	f := newFixture(t, standalone(t))
 	ctx := context.Background()
 	book := func(id, recipient string) throttle.Decision {
 		t.Helper()
