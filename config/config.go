@@ -64,7 +64,7 @@ const (
 	DefaultShutdownTimeout    = 10 * time.Second
 	DefaultHTTPAddr           = "127.0.0.1:9464"
 	DefaultDashboardSecretEnv = "THROTTLER_DASHBOARD_SECRET"
-	DefaultInlineWait         = time.Second
+	DefaultInlineWait         = 2500 * time.Millisecond
 	DefaultJitter             = time.Second
 	DefaultSentMarks          = time.Hour
 	DefaultRememberTakes      = throttle.DefaultRemember
@@ -85,6 +85,7 @@ func Default() *Config {
 			HTTPAddr:        DefaultHTTPAddr,
 			Dashboard:       Dashboard{Enabled: true, SecretEnv: DefaultDashboardSecretEnv},
 			InlineWait:      DefaultInlineWait,
+			Book:            true,
 			Jitter:          DefaultJitter,
 			SentMarks:       DefaultSentMarks,
 			RememberTakes:   DefaultRememberTakes,
@@ -178,9 +179,18 @@ type Worker struct {
 	HTTPAddr string `yaml:"http_addr,null,alias=metrics_addr"`
 	// Dashboard says who may open the dashboard and what it may do.
 	Dashboard Dashboard `yaml:"dashboard"`
-	// InlineWait is the longest a job waiting only for its provider's
-	// bucket sleeps instead of being deferred; 0 always defers.
+	// InlineWait is the longest a job sleeps in the worker for its moment
+	// instead of being deferred; 0 always defers. A booked job is woken
+	// early by up to InlineWait - 1s (at most 1.5s) to claim its moment
+	// before it comes.
 	InlineWait time.Duration `yaml:"inline_wait"`
+	// Book makes a job that may not go within InlineWait book the earliest
+	// moment its policy and provider allow and wait for it (see
+	// jobs.Throttle.Book).
+	Book bool `yaml:"book"`
+	// PriorityQueues are the queues (of Queues) whose jobs skip the
+	// providers' lines and may take their priority_reserve.
+	PriorityQueues []string `yaml:"priority_queues"`
 	// Jitter is the most a deferred job's wake-up is randomly delayed, so
 	// that many do not wake at once; 0 for none.
 	Jitter time.Duration `yaml:"jitter"`
@@ -223,6 +233,10 @@ type Provider struct {
 	Type  string  `yaml:"type,required,oneof=log|webhook"` // ProviderLog or ProviderWebhook
 	Rate  float64 `yaml:"rate,required"`                   // the bucket's refill per second, fractions allowed
 	Burst int     `yaml:"burst,required"`                  // the bucket's size
+	// PriorityReserve is how much of Burst only jobs of the priority queues
+	// may take (throttle.Bucket.WithReserve), from 0 to Burst - 1. Default
+	// Burst/5.
+	PriorityReserve int `yaml:"priority_reserve"`
 	// Output is where a log provider writes: "stdout", "stderr" or a file
 	// path. Default "stdout" for a log provider; only for log.
 	Output string `yaml:"output"`
@@ -240,6 +254,9 @@ type Provider struct {
 
 // fill gives a provider read from a file the defaults of its type.
 func (p *Provider) fill(has func(key string) bool, required func(key, why string)) {
+	if !has("priority_reserve") {
+		p.PriorityReserve = p.Burst / 5
+	}
 	switch {
 	case p.Type == ProviderLog && !has("output"):
 		p.Output = DefaultOutput

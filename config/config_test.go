@@ -29,7 +29,9 @@ func TestLoadRootConfig(t *testing.T) {
 			ShutdownTimeout: 10 * time.Second,
 			HTTPAddr:        "127.0.0.1:9464",
 			Dashboard:       Dashboard{Enabled: true, SecretEnv: DefaultDashboardSecretEnv},
-			InlineWait:      time.Second,
+			InlineWait:      2500 * time.Millisecond,
+			Book:            true,
+			PriorityQueues:  []string{"critical"},
 			Jitter:          time.Second,
 			SentMarks:       time.Hour,
 			RememberTakes:   10 * time.Minute,
@@ -39,8 +41,8 @@ func TestLoadRootConfig(t *testing.T) {
 			"transactional": {{Limit: 20, Per: time.Hour}},
 		},
 		Providers: map[string]Provider{
-			"console": {Type: ProviderLog, Output: "stdout", Rate: 50, Burst: 10},
-			"sms":     {Type: ProviderWebhook, URL: "http://127.0.0.1:8080/send", Timeout: 5 * time.Second, Rate: 100, Burst: 20},
+			"console": {Type: ProviderLog, Output: "stdout", Rate: 50, Burst: 10, PriorityReserve: 2},
+			"sms":     {Type: ProviderWebhook, URL: "http://127.0.0.1:8080/send", Timeout: 5 * time.Second, Rate: 100, Burst: 20, PriorityReserve: 4},
 		},
 		Defaults: Defaults{Policy: "marketing", Provider: "console", Queue: "default"},
 	}

@@ -47,6 +47,9 @@ func (c *Config) rules(errs *errorList, ok func(path string) bool) (map[string]*
 		}
 		p := c.Providers[name]
 		b, err := throttle.NewBucket(name, p.Rate, p.Burst)
+		if err == nil {
+			b, err = b.WithReserve(p.PriorityReserve)
+		}
 		if err != nil {
 			errs.add(c.ruleError(path, err))
 			continue

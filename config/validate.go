@@ -252,6 +252,11 @@ func (v *validator) worker() {
 	v.positiveDuration("worker.shutdown_timeout", w.ShutdownTimeout)
 	v.httpAddr()
 	v.notNegative("worker.inline_wait", w.InlineWait)
+	for i, q := range w.PriorityQueues {
+		if _, ok := w.Queues[q]; !ok {
+			v.failf(fmt.Sprintf("worker.priority_queues[%d]", i), "%s is not one of worker.queues", quote(q))
+		}
+	}
 	v.notNegative("worker.jitter", w.Jitter)
 	v.notNegative("worker.sent_marks", w.SentMarks)
 	if w.RememberTakes < throttle.MinRemember {
@@ -323,6 +328,9 @@ func (v *validator) providers() {
 			v.failf(path+".rate", "must be > 0 (got %s)", strconv.FormatFloat(pr.Rate, 'g', -1, 64))
 		}
 		v.positive(path+".burst", pr.Burst)
+		if pr.Burst > 0 && (pr.PriorityReserve < 0 || pr.PriorityReserve >= pr.Burst) {
+			v.failf(path+".priority_reserve", "must be from 0 to burst - 1 (%d) (got %d)", pr.Burst-1, pr.PriorityReserve)
+		}
 		only := func(key, typ string) { v.failf(path+"."+key, "only for a %s provider", typ) }
 		switch pr.Type {
 		case ProviderLog:

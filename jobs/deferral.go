@@ -3,7 +3,9 @@ package jobs
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -19,12 +21,21 @@ type Deferral struct {
 	// Delay is how long the job must wait, as the throttle script said.
 	Delay time.Duration
 	// Reason says why, for the inspector: "throttled by policy marketing
-	// (3 per 168h)".
+	// (3 per 168h)", "booked for 14:03:05 by provider sms (2/s burst 20):
+	// 317 ahead".
 	Reason string
+	// Booked says the job holds a booked moment (Delay from now): it is
+	// woken after Wake, exactly, with no jitter added (see Throttle.Book).
+	Booked bool
+	Wake   time.Duration
 }
 
-// Error returns e.g. "throttled by policy marketing (3 per 168h); next try in 17h2m".
+// Error returns e.g. "throttled by policy marketing (3 per 168h); next try
+// in 17h2m", or for a booking its reason alone.
 func (d *Deferral) Error() string {
+	if d.Booked {
+		return d.Reason
+	}
 	return fmt.Sprintf("%s; next try in %s", d.Reason, shortDuration(d.Delay))
 }
 
@@ -46,6 +57,9 @@ func RetryDelay(jitter time.Duration) asynq.RetryDelayFunc {
 		if !errors.As(err, &d) {
 			return asynq.DefaultRetryDelayFunc(n, err, t)
 		}
+		if d.Booked {
+			return d.Wake
+		}
 		delay := d.Delay.Truncate(time.Second)
 		if delay < d.Delay {
 			delay += time.Second
@@ -56,6 +70,16 @@ func RetryDelay(jitter time.Duration) asynq.RetryDelayFunc {
 		}
 		return delay
 	}
+}
+
+// clockTime prints a booked moment for people, in UTC: "14:03:05", with
+// the date when it is not within a day of now.
+func clockTime(at, now time.Time) string {
+	at = at.UTC()
+	if d := at.Sub(now); d > 20*time.Hour || d < -20*time.Hour {
+		return at.Format("2006-01-02 15:04:05 UTC")
+	}
+	return at.Format("15:04:05")
 }
 
 // shortDuration prints a wait for people: "17h2m", "3s", "250ms".
@@ -69,4 +93,49 @@ func shortDuration(d time.Duration) string {
 		d = d.Round(time.Millisecond)
 	}
 	return throttle.FormatDuration(d)
+}
+
+// bookingLog sums bookings up in one log line per rule every
+// bookingLogEvery instead of a line per booking: a backlog books thousands a
+// second.
+type bookingLog struct {
+	mu    sync.Mutex
+	rules map[string]*bookingSum
+}
+
+type bookingSum struct {
+	since    time.Time
+	n        int
+	furthest time.Time
+}
+
+const bookingLogEvery = 10 * time.Second
+
+// note counts a booking of rule. It logs a rule's first booking at once,
+// then the sum of those that follow once bookingLogEvery has passed.
+func (b *bookingLog) note(log *slog.Logger, rule string, d throttle.Decision) {
+	now := time.Now()
+	b.mu.Lock()
+	if b.rules == nil {
+		b.rules = map[string]*bookingSum{}
+	}
+	s := b.rules[rule]
+	first := s == nil
+	if first {
+		s = &bookingSum{since: now}
+		b.rules[rule] = s
+	}
+	s.n++
+	if d.At().After(s.furthest) {
+		s.furthest = d.At()
+	}
+	if !first && now.Sub(s.since) < bookingLogEvery {
+		b.mu.Unlock()
+		return
+	}
+	n, furthest, since := s.n, s.furthest, s.since
+	s.n, s.since, s.furthest = 0, now, time.Time{}
+	b.mu.Unlock()
+	log.Info("booked", "rule", rule, "jobs", n, "over", now.Sub(since).Round(time.Millisecond),
+		"furthest", clockTime(furthest, d.Now), "ahead", furthest.Sub(d.Now).Round(time.Millisecond))
 }

@@ -21,6 +21,15 @@ type Metrics struct {
 	// Unmarked counts sends whose sent marker could not be written, by
 	// provider: a redelivery of those would be sent again.
 	Unmarked *prometheus.CounterVec
+	// Bookings counts bookings by event: made, rebooked (a job that lost
+	// its moment booked again), claimed (a booked job went).
+	Bookings *prometheus.CounterVec
+	// BookedAhead is, by rule, how far ahead the latest booking it set was,
+	// in seconds: for a provider, how far ahead its line reaches.
+	BookedAhead *prometheus.GaugeVec
+	// Lateness is, for booked jobs that went, the moment they went minus the
+	// moment they had booked, in seconds (0 when on time).
+	Lateness prometheus.Histogram
 	// ClockOffset is how far the worker's clock is ahead of Redis's, in
 	// seconds (see WatchClock).
 	ClockOffset prometheus.Gauge
@@ -45,6 +54,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			"Redelivered notifications already sent, completed without sending again.", "provider"),
 		Unmarked: counter("sent_unmarked_total",
 			"Sends whose sent marker could not be written: a redelivery would send them again.", "provider"),
+		Bookings: counter("bookings_total", "Bookings made, rebooked (the moment was lost) and claimed.", "event"),
+		BookedAhead: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "throttler", Name: "booked_ahead_seconds",
+			Help: "How far ahead the latest booking set by a rule was (a provider: how far its line reaches).",
+		}, []string{"rule"}),
+		Lateness: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "throttler", Name: "booking_lateness_seconds",
+			Help:    "When a booked job went minus the moment it had booked.",
+			Buckets: []float64{0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 1.5, 2, 5, 10},
+		}),
 		Admission: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "throttler", Name: "admission_seconds",
 			Help:    "Latency of one admission call to Redis.",
@@ -55,7 +74,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "How far this worker's clock is ahead of Redis TIME (negative: behind). asynq schedules on the worker's clock.",
 		}),
 	}
-	reg.MustRegister(m.Admission, m.ClockOffset)
+	reg.MustRegister(m.Admission, m.ClockOffset, m.BookedAhead, m.Lateness)
 	return m
 }
 

@@ -31,9 +31,21 @@ type Throttle struct {
 	Limiter   *throttle.Limiter
 	Policies  map[string]*throttle.Quota
 	Providers map[string]Route
-	// InlineWait is the longest provider wait slept in the worker rather
-	// than deferred. Zero defers every wait.
+	// InlineWait is the longest wait slept in the worker rather than
+	// deferred. Zero defers every wait. With Book, a booked job is woken
+	// early by up to InlineWait - 1s (at most 1.5s), so that it claims its
+	// moment before it comes and sleeps the rest: asynq wakes a task up to
+	// a second either side of the moment asked for. 2.5s or more lets it.
 	InlineWait time.Duration
+	// Book makes a job that may not go within InlineWait book the earliest
+	// moment its recipient's policy and its provider allow (see
+	// throttle.Request.Book) and wait for it: one deferral per job, in
+	// order, instead of waking with every other waiting job to find the
+	// next slot taken. On a Redis Cluster jobs are deferred without booking.
+	Book bool
+	// PriorityQueues names the queues whose jobs skip the providers' lines
+	// and may take their reserve (throttle.Bucket.WithReserve).
+	PriorityQueues map[string]bool
 	// Stopping is closed when the worker starts to shut down: jobs still
 	// waiting for their moment give their admission back and are deferred.
 	Stopping <-chan struct{}
@@ -45,15 +57,18 @@ type Throttle struct {
 	Log     *slog.Logger
 
 	defaults sync.Once
+	bookings bookingLog
 }
 
 // job is a decoded, routed notification, handed to Deliver through the context.
 type job struct {
-	id    string
-	n     Notification
-	quota *throttle.Quota
-	route Route
-	sent  string // the key of its sent marker, "" when markers are off
+	id       string
+	n        Notification
+	quota    *throttle.Quota
+	route    Route
+	sent     string // the key of its sent marker, "" when markers are off
+	book     bool   // it books its moment (Throttle.Book)
+	priority bool   // it came from a priority queue
 }
 
 type jobKey struct{}
@@ -73,6 +88,10 @@ func (t *Throttle) Middleware(next asynq.Handler) asynq.Handler {
 			return errors.New("jobs: no task ID in the context: Throttle runs inside an asynq server")
 		}
 		j, err := t.route(id, task.Payload())
+		if err == nil {
+			q, _ := asynq.GetQueueName(ctx)
+			j.book, j.priority = t.Book, t.PriorityQueues[q]
+		}
 		if err != nil {
 			t.Metrics.inc(t.Metrics.Archived, "malformed")
 			t.Log.Warn("archiving malformed notification", "task", id, "err", err)
@@ -124,10 +143,14 @@ func (t *Throttle) route(id string, payload []byte) (job, error) {
 // request is the job's admission: its recipient's policy and its provider's
 // bucket, unless its sent marker exists (see admit).
 func (j job) request() throttle.Request {
-	return throttle.Request{ID: j.id, Done: j.sent, Takes: []throttle.Take{
+	r := throttle.Request{ID: j.id, Done: j.sent, Book: j.book, Priority: j.priority, Takes: []throttle.Take{
 		{Rule: j.quota, Key: j.n.Recipient},
 		{Rule: j.route.Bucket, Key: j.n.Provider},
 	}}
+	if j.book && j.n.SendBy != nil {
+		r.Deadline = *j.n.SendBy
+	}
+	return r
 }
 
 // recipientOnly is the part of the request to give back when the provider
@@ -155,7 +178,9 @@ func (t *Throttle) admit(ctx context.Context, j job) error {
 	var d throttle.Decision
 	err := untilAnswered(ctx, t.Stopping, func() (err error) {
 		start := time.Now()
-		d, err = t.Limiter.Reserve(ctx, j.request(), t.InlineWait)
+		r := j.request()
+		r.MaxWait = t.InlineWait
+		d, err = t.Limiter.Admit(ctx, r)
 		t.Metrics.observe(time.Since(start).Seconds())
 		return err
 	})
@@ -169,8 +194,8 @@ func (t *Throttle) admit(ctx context.Context, j job) error {
 		t.Log.Info("already sent: completing without sending again", "task", j.id, "recipient", j.n.Recipient)
 		return errSentBefore
 	}
-	if j.n.SendBy != nil && d.At().After(*j.n.SendBy) {
-		if d.Allowed {
+	if d.Expired || j.n.SendBy != nil && d.At().After(*j.n.SendBy) {
+		if d.Holds() {
 			t.release(j.request())
 		}
 		t.Metrics.inc(t.Metrics.Expired, j.n.Policy)
@@ -178,11 +203,18 @@ func (t *Throttle) admit(ctx context.Context, j job) error {
 		return fmt.Errorf("expired: send-by %s passed before %s would allow it (earliest %s): %w",
 			j.n.SendBy.UTC().Format(time.RFC3339), t.denier(j, d), d.At().UTC().Format(time.RFC3339), asynq.SkipRetry)
 	}
+	if d.Booked {
+		return t.booked(j, d)
+	}
 	if !d.Allowed {
 		t.Metrics.inc(t.Metrics.Deferred, t.denier(j, d))
 		return &Deferral{Delay: d.Delay, Reason: "throttled by " + t.denier(j, d)}
 	}
 	t.Metrics.inc(t.Metrics.Admitted, j.n.Policy, j.n.Provider)
+	if !d.Claimed.IsZero() {
+		t.Metrics.inc(t.Metrics.Bookings, "claimed")
+		t.Metrics.Lateness.Observe(max(0, d.At().Sub(d.Claimed)).Seconds())
+	}
 	if d.Delay <= 0 {
 		return nil
 	}
@@ -196,6 +228,38 @@ func (t *Throttle) admit(ctx context.Context, j job) error {
 	}
 	t.release(j.request())
 	return &Deferral{Delay: d.Delay, Reason: "worker stopped before the provider token was due"}
+}
+
+// wakeEarly is how much earlier than its moment a booked job asks to be
+// woken (when InlineWait allows): asynq wakes a task between a second before
+// and a second after the moment asked for (whole-second scores, a forwarder
+// that looks every second), so the job wakes 2.5 s to 0.5 s before its
+// moment, claims it, and sleeps the rest.
+const wakeEarly = 1500 * time.Millisecond
+
+// booked defers a job to the moment it booked, woken early (wakeEarly, at
+// most InlineWait - 1s) so that its claim, within InlineWait of the moment,
+// finds the moment not yet come. A claim that comes late still goes (or
+// books again where going late would break a rule), but a job held back by
+// its recipient's windows is booked right behind the one before it, and
+// going late would put the two in one window.
+func (t *Throttle) booked(j job, d throttle.Decision) error {
+	rule := t.denier(j, d)
+	t.Metrics.inc(t.Metrics.Deferred, rule)
+	event := "made"
+	if d.Rebooked {
+		event = "rebooked"
+	}
+	t.Metrics.inc(t.Metrics.Bookings, event)
+	t.Metrics.BookedAhead.WithLabelValues(rule).Set(d.Delay.Seconds())
+	t.bookings.note(t.Log, rule, d)
+	early := min(max(t.InlineWait-time.Second, 0), wakeEarly)
+	return &Deferral{
+		Delay:  d.Delay,
+		Wake:   max(d.Delay-early, 0),
+		Booked: true,
+		Reason: fmt.Sprintf("booked for %s by %s: %d ahead", clockTime(d.At(), d.Now), rule, d.Ahead),
+	}
 }
 
 // denier names the rule that set a decision's delay, with its limit:

@@ -32,6 +32,7 @@ type harness struct {
 	sent     map[string]time.Time // task ID -> when the provider last got it
 	sends    map[string]int       // task ID -> how many times the provider got it
 	returned map[string]time.Time // task ID -> when its handler first returned
+	runs     map[string]int       // task ID -> how many times its handler ran
 	fail     func(Message) error  // what the provider answers, nil: accept
 }
 
@@ -54,6 +55,8 @@ type harnessConfig struct {
 	retryDelay asynq.RetryDelayFunc
 	// wrap, if set, wraps the client the asynq server uses.
 	wrap func(*redis.Client) *redis.Client
+	// book turns on Throttle.Book.
+	book bool
 }
 
 func newHarness(t *testing.T, quota *throttle.Quota, bucket *throttle.Bucket, inlineWait time.Duration) *harness {
@@ -72,7 +75,7 @@ func newHarnessWith(t *testing.T, c harnessConfig) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{rdb: rdb, lim: lim, sent: map[string]time.Time{}, sends: map[string]int{}, returned: map[string]time.Time{},
+	h := &harness{rdb: rdb, lim: lim, sent: map[string]time.Time{}, sends: map[string]int{}, returned: map[string]time.Time{}, runs: map[string]int{},
 		client: asynq.NewClientFromRedisClient(rdb), insp: asynq.NewInspectorFromRedisClient(rdb)}
 	provider := c.provider
 	if provider == nil {
@@ -103,6 +106,7 @@ func newHarnessWith(t *testing.T, c harnessConfig) *harness {
 		Policies:   map[string]*throttle.Quota{"mkt": c.quota},
 		Providers:  map[string]Route{"gw": {Bucket: c.bucket, Provider: provider}},
 		InlineWait: c.inlineWait,
+		Book:       c.book,
 		Log:        slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 	if !c.noMarks {
@@ -132,6 +136,7 @@ func (h *harness) recordReturns(next asynq.Handler) asynq.Handler {
 		if _, ok := h.returned[id]; !ok {
 			h.returned[id] = time.Now()
 		}
+		h.runs[id]++
 		h.mu.Unlock()
 		return err
 	})

@@ -246,8 +246,18 @@ func newThrottle(cfg *config.Config, rdb redis.UniversalClient, reg prometheus.R
 	}
 	return &jobs.Throttle{
 		Limiter: lim, Policies: policies, Providers: routes, Sent: sentMarks(cfg, rdb),
-		InlineWait: cfg.Worker.InlineWait, Metrics: jobs.NewMetrics(reg), Log: log,
+		InlineWait: cfg.Worker.InlineWait, Book: cfg.Worker.Book, PriorityQueues: priority(cfg),
+		Metrics: jobs.NewMetrics(reg), Log: log,
 	}, nil
+}
+
+// priority returns the set of priority queues.
+func priority(cfg *config.Config) map[string]bool {
+	m := make(map[string]bool, len(cfg.Worker.PriorityQueues))
+	for _, q := range cfg.Worker.PriorityQueues {
+		m[q] = true
+	}
+	return m
 }
 
 // sentMarks returns the sent markers the config asks for, nil when off.
