@@ -191,7 +191,7 @@ func (t *Throttle) admit(ctx context.Context, j job) error {
 	}
 	if d.Done {
 		t.Metrics.inc(t.Metrics.Duplicates, j.n.Provider)
-		t.Log.Info("already sent: completing without sending again", "task", j.id, "recipient", j.n.Recipient)
+		t.Log.Info("already sent: completing without sending again", "task", j.id, "recipient", Redact(j.n.Recipient))
 		return errSentBefore
 	}
 	if d.Expired || j.n.SendBy != nil && d.At().After(*j.n.SendBy) {
@@ -199,7 +199,7 @@ func (t *Throttle) admit(ctx context.Context, j job) error {
 			t.release(j.request())
 		}
 		t.Metrics.inc(t.Metrics.Expired, j.n.Policy)
-		t.Log.Info("expired", "task", j.id, "recipient", j.n.Recipient, "send_by", j.n.SendBy, "earliest", d.At())
+		t.Log.Info("expired", "task", j.id, "recipient", Redact(j.n.Recipient), "send_by", j.n.SendBy, "earliest", d.At())
 		return fmt.Errorf("expired: send-by %s passed before %s would allow it (earliest %s): %w",
 			j.n.SendBy.UTC().Format(time.RFC3339), t.denier(j, d), d.At().UTC().Format(time.RFC3339), asynq.SkipRetry)
 	}

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"strings"
 	"unicode/utf8"
 
 	"github.com/hibiken/asynqmon"
@@ -58,26 +57,10 @@ func formatPayload(taskType string, payload []byte) string {
 	if err != nil {
 		return fmt.Sprintf("(a malformed notification of %d bytes, not shown: %v)", len(payload), err)
 	}
-	n.Recipient = redact(n.Recipient)
+	n.Recipient = jobs.Redact(n.Recipient)
 	b, err := json.Marshal(n)
 	if err != nil {
 		return "(not shown)"
 	}
 	return string(b)
-}
-
-// redact hides most of a recipient while keeping enough to tell recipients
-// apart at a glance: an address keeps its first character and its domain
-// (a***@example.com), anything else its first two and last two characters
-// (+1***67); up to five characters are hidden whole.
-func redact(s string) string {
-	r := []rune(s)
-	if at := strings.LastIndexByte(s, '@'); at > 0 {
-		first, _ := utf8.DecodeRuneInString(s)
-		return string(first) + "***" + s[at:]
-	}
-	if len(r) <= 5 {
-		return "***"
-	}
-	return string(r[:2]) + "***" + string(r[len(r)-2:])
 }
