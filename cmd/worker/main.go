@@ -102,6 +102,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// The dashboard's secret is read before anything starts: a worker
+	// missing it stops at once, naming the variable.
+	secret, err := cfg.Worker.Dashboard.Secret(os.Getenv)
+	if err != nil {
+		return err
+	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	for _, w := range append(cfg.Warnings(), cfg.Redis.Warnings()...) {
 		log.Warn(w)
@@ -168,12 +174,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("start: %w", err)
 	}
 	if cfg.Worker.HTTPAddr != "" {
-		ln, dash, err := listenHTTP(cfg, rdb, reg, campaigns, log)
-		if err != nil {
-			srv.Shutdown()
-			return err
-		}
-		if ln != nil {
+		if ln, dash := listenHTTP(cfg, secret, rdb, reg, campaigns, log); ln != nil {
 			base := "http://" + ln.Addr().String()
 			if dash != nil {
 				log.Info("dashboard", "throttle", base+"/throttle", "queues", base+"/monitoring/", "auth", cmp.Or(cfg.Worker.Dashboard.Auth, "none"))
@@ -306,22 +307,17 @@ func serveHTTP(ctx context.Context, ln net.Listener, dash http.Handler, rdb redi
 }
 
 // listenHTTP opens the worker's HTTP address and builds the dashboard the
-// config asks for. A missing dashboard secret is an error; an address
-// that cannot be listened on is logged, and the worker runs without it, as
-// it always has.
-func listenHTTP(cfg *config.Config, rdb redis.UniversalClient, reg *prometheus.Registry, campaigns *campaign.Runner, log *slog.Logger) (net.Listener, http.Handler, error) {
+// config asks for, with its secret. An address that cannot be listened on
+// is logged, and the worker runs without it, as it always has.
+func listenHTTP(cfg *config.Config, secret string, rdb redis.UniversalClient, reg *prometheus.Registry, campaigns *campaign.Runner, log *slog.Logger) (net.Listener, http.Handler) {
 	var dash http.Handler
-	if db := cfg.Worker.Dashboard; db.Enabled {
-		secret, err := db.Secret(os.Getenv)
-		if err != nil {
-			return nil, nil, err
-		}
+	if cfg.Worker.Dashboard.Enabled {
 		dash = dashboard.New(dashboard.Options{Redis: rdb, Config: cfg, Secret: secret, Campaigns: campaigns, Metrics: reg})
 	}
 	ln, err := net.Listen("tcp", cfg.Worker.HTTPAddr)
 	if err != nil {
 		log.Warn("http server: not serving /healthz, /metrics or the dashboard", "addr", cfg.Worker.HTTPAddr, "err", err)
-		return nil, nil, nil
+		return nil, nil
 	}
-	return ln, dash, nil
+	return ln, dash
 }

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"context"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -48,5 +51,29 @@ func TestProvidersUncountedOutsideTheDemo(t *testing.T) {
 		if _, ok := r.Provider.(jobs.ProviderFunc); !ok {
 			t.Errorf("provider %s is a %T in the demo, want it wrapped by the send counter", name, r.Provider)
 		}
+	}
+}
+
+// TestMissingDashboardSecretStopsAtStart: a dashboard that asks for auth
+// whose secret is not in the environment stops the worker before it
+// connects to anything (the config's Redis is a port nothing listens on,
+// which a connecting worker would wait for), naming the variable.
+func TestMissingDashboardSecretStopsAtStart(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "worker.yaml")
+	yaml := "redis: {url: \"redis://127.0.0.1:1/0\"}\n" +
+		"worker: {http_addr: \"0.0.0.0:9999\", dashboard: {auth: bearer, secret_env: THROTTLER_TEST_UNSET_SECRET}}\n"
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("THROTTLER_TEST_UNSET_SECRET", "")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := run(ctx, []string{"-config", path}, io.Discard, io.Discard)
+	want := "worker.dashboard.auth: is bearer, but the environment variable THROTTLER_TEST_UNSET_SECRET that holds its secret is not set or empty"
+	if err == nil || err.Error() != want {
+		t.Errorf("run = %v\nwant %s", err, want)
+	}
+	if ctx.Err() != nil {
+		t.Error("the worker waited for Redis before checking the secret")
 	}
 }
