@@ -25,7 +25,6 @@
 package campaign
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -137,9 +136,8 @@ func campaignsOf(cfg *config.Config) (map[string]*campaign, []string, error) {
 		if err != nil {
 			return nil, nil, fmt.Errorf("campaign %s: schedule %q: %w", cp.Name, cp.Cron, err)
 		}
-		cp.Policy = cmp.Or(cp.Policy, cfg.Defaults.Policy)
-		cp.Provider = cmp.Or(cp.Provider, cfg.Defaults.Provider)
-		cp.Queue = cmp.Or(cp.Queue, cfg.Defaults.Queue)
+		r := cp.Route(cfg)
+		cp.Policy, cp.Provider, cp.Queue = r.Policy, r.Provider, r.Queue
 		cs[cp.Name] = &campaign{Campaign: cp, schedule: s}
 		names = append(names, cp.Name)
 	}

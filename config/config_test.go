@@ -308,3 +308,25 @@ func TestManyErrorsAreCapped(t *testing.T) {
 		t.Errorf("last line = %q, want %q", got, want)
 	}
 }
+
+// TestRoute checks that the defaults fill what a notification or a
+// campaign leaves empty, and only that.
+func TestRoute(t *testing.T) {
+	c := Default()
+	c.Defaults = Defaults{Policy: "marketing", Provider: "console", Queue: "default"}
+	tests := []struct{ in, want Route }{
+		{Route{}, Route{"marketing", "console", "default"}},
+		{Route{Policy: "vip"}, Route{"vip", "console", "default"}},
+		{Route{Provider: "sms", Queue: "low"}, Route{"marketing", "sms", "low"}},
+		{Route{"vip", "sms", "low"}, Route{"vip", "sms", "low"}},
+	}
+	for _, tt := range tests {
+		if got := c.Route(tt.in); got != tt.want {
+			t.Errorf("Route(%+v) = %+v, want %+v", tt.in, got, tt.want)
+		}
+		cp := Campaign{Policy: tt.in.Policy, Provider: tt.in.Provider, Queue: tt.in.Queue}
+		if got := cp.Route(c); got != tt.want {
+			t.Errorf("campaign %+v: Route = %+v, want %+v", tt.in, got, tt.want)
+		}
+	}
+}

@@ -97,9 +97,9 @@ func FuzzDecode(f *testing.F) {
 	})
 }
 
-// FuzzMemberNames checks eachMemberName, the scan behind Decode's field
-// name check, against encoding/json's own tokenizer on every valid JSON
-// object: the same names in the same order.
+// FuzzMemberNames checks Members, the scan behind Decode's field name
+// check and enqueue's lines, against encoding/json's own tokenizer on every
+// valid JSON object: the same names and values in the same order.
 func FuzzMemberNames(f *testing.F) {
 	for _, s := range decodeSeeds() {
 		f.Add([]byte(s))
@@ -110,14 +110,14 @@ func FuzzMemberNames(f *testing.F) {
 			return
 		}
 		var got []string
-		if err := eachMemberName(payload, func(name []byte) error {
-			got = append(got, string(name))
+		if err := Members(payload, func(name, value []byte) error {
+			got = append(got, string(name), string(value))
 			return nil
 		}); err != nil {
-			t.Fatalf("eachMemberName: %v", err)
+			t.Fatalf("Members: %v", err)
 		}
-		if want := memberNamesByTokens(t, payload); !slices.Equal(got, want) {
-			t.Fatalf("names %q, encoding/json reads %q", got, want)
+		if want := membersByTokens(t, payload); !slices.Equal(got, want) {
+			t.Fatalf("names and values %q, encoding/json reads %q", got, want)
 		}
 	})
 }
@@ -132,9 +132,9 @@ func jsonTopKind(b []byte) byte {
 	return 0
 }
 
-// memberNamesByTokens reads the top-level member names of a JSON object
-// with json.Decoder.Token: the reference for eachMemberName.
-func memberNamesByTokens(t *testing.T, payload []byte) []string {
+// membersByTokens reads the top-level member names of a JSON object
+// and values with json.Decoder.Token: the reference for Members.
+func membersByTokens(t *testing.T, payload []byte) []string {
 	dec := json.NewDecoder(bytes.NewReader(payload))
 	if _, err := dec.Token(); err != nil {
 		t.Fatal(err)
@@ -145,11 +145,11 @@ func memberNamesByTokens(t *testing.T, payload []byte) []string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		names = append(names, tok.(string))
-		var skip json.RawMessage
-		if err := dec.Decode(&skip); err != nil {
+		var value json.RawMessage
+		if err := dec.Decode(&value); err != nil {
 			t.Fatal(err)
 		}
+		names = append(names, tok.(string), string(value))
 	}
 	return names
 }

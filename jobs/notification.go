@@ -109,7 +109,7 @@ var payloadFields = [...]string{"recipient", "policy", "provider", "template", "
 // which leaves a producer's mistake silently half-applied.
 func checkFieldNames(payload []byte) error {
 	var seen [len(payloadFields)]bool
-	return eachMemberName(payload, func(name []byte) error {
+	return Members(payload, func(name, _ []byte) error {
 		i := slices.Index(payloadFields[:], string(name))
 		if i < 0 {
 			return fmt.Errorf("payload field %.40q: field names are lower case (%s): %w",
@@ -123,49 +123,57 @@ func checkFieldNames(payload []byte) error {
 	})
 }
 
-// eachMemberName calls f with the name of each member of the JSON object
-// payload, in order, and returns f's first error. payload must be valid
-// JSON whose top level is an object (Decode has parsed it): the scan only
-// tracks nesting and skips strings, which is a fraction of the cost of
-// json.Decoder.Token on the per-job path. A name is passed as its bytes
-// between the quotes, or as encoding/json reads it where it holds an escape
-// or bytes that are not UTF-8 (those become U+FFFD).
-func eachMemberName(payload []byte, f func(name []byte) error) error {
-	depth, atName := 0, false
-	for i := 0; i < len(payload); i++ {
-		switch payload[i] {
-		case '{':
-			depth++
-			atName = depth == 1
-		case '[':
+// Members calls f with the name and the value of each member of the JSON
+// object obj, in order, and returns f's first error: the strict decoding
+// of a notification (Decode's field names, a JSONL line of enqueue) reads
+// members with it. obj must be valid JSON whose top level is an object
+// (check with json.Valid first): the scan only tracks nesting and skips
+// strings, which is a fraction of the cost of json.Decoder.Token on the
+// per-job path. A name is passed as its bytes between the quotes, or as
+// encoding/json reads it where it holds an escape or bytes that are not
+// UTF-8 (those become U+FFFD); a value as its JSON text.
+func Members(obj []byte, f func(name, value []byte) error) error {
+	depth, start := 0, -1 // start: where the value being read begins, or -1
+	var name []byte
+	for i := 0; i < len(obj); i++ {
+		var err error
+		switch obj[i] {
+		case '{', '[':
 			depth++
 		case '}', ']':
-			depth--
+			if depth--; depth == 0 && start >= 0 { // the last member ends
+				err = f(name, bytes.TrimSpace(obj[start:i]))
+			}
 		case ',':
-			atName = depth == 1
+			if depth == 1 {
+				err, start = f(name, bytes.TrimSpace(obj[start:i])), -1
+			}
+		case ':':
+			if depth == 1 {
+				start = i + 1
+			}
 		case '"':
 			end := i + 1
-			for payload[end] != '"' {
-				if payload[end] == '\\' {
+			for obj[end] != '"' {
+				if obj[end] == '\\' {
 					end++
 				}
 				end++
 			}
-			if atName {
-				name := payload[i+1 : end]
+			if depth == 1 && start < 0 {
+				name = obj[i+1 : end]
 				if bytes.IndexByte(name, '\\') >= 0 || !utf8.Valid(name) { // as encoding/json reads it
 					var s string
-					if err := json.Unmarshal(payload[i:end+1], &s); err != nil {
+					if err := json.Unmarshal(obj[i:end+1], &s); err != nil {
 						return fmt.Errorf("payload is not a notification: %v: %w", err, ErrBadPayload)
 					}
 					name = []byte(s)
 				}
-				if err := f(name); err != nil {
-					return err
-				}
-				atName = false
 			}
 			i = end
+		}
+		if err != nil {
+			return err
 		}
 	}
 	return nil

@@ -44,30 +44,16 @@ func parseLine(line []byte) (entry, error) {
 	if kind := jsonKind(line); kind != "object" {
 		return e, fmt.Errorf("must be a JSON object (got %s)", kind)
 	}
-	dec := json.NewDecoder(bytes.NewReader(line))
-	if _, err := dec.Token(); err != nil { // '{'
-		return e, syntaxError(line)
-	}
 	seen := map[string]bool{}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return e, syntaxError(line)
-		}
-		key := tok.(string) // json.Valid: a key is a string
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			return e, syntaxError(line)
-		}
+	err := jobs.Members(line, func(name, raw []byte) error {
+		key := string(name)
 		if seen[key] {
-			return e, fmt.Errorf("%s: given twice", key) // a known field: unknown ones fail at once
+			return fmt.Errorf("%s: given twice", key) // a known field: unknown ones fail at once
 		}
 		seen[key] = true
-		if err := e.set(key, raw); err != nil {
-			return e, err
-		}
-	}
-	return e, nil
+		return e.set(key, raw)
+	})
+	return e, err
 }
 
 // set sets the field key of e from its JSON value.
@@ -224,15 +210,16 @@ type checker struct {
 // worker will and returns its job. The error says what is wrong in one line.
 // A deadline before now is an error: the worker would only expire it.
 func (c checker) check(e entry, now time.Time) (job, error) {
+	r := c.cfg.Route(config.Route{Policy: e.Policy, Provider: e.Provider, Queue: e.Queue})
 	n := jobs.Notification{
 		Recipient: e.Recipient,
-		Policy:    orDefault(e.Policy, c.cfg.Defaults.Policy),
-		Provider:  orDefault(e.Provider, c.cfg.Defaults.Provider),
+		Policy:    r.Policy,
+		Provider:  r.Provider,
 		Template:  e.Template,
 		Data:      e.Data,
 		SendBy:    e.SendBy,
 	}
-	queue := orDefault(e.Queue, c.cfg.Defaults.Queue)
+	queue := r.Queue
 	if err := n.Check(); err != nil {
 		return job{}, reason(err)
 	}
@@ -270,14 +257,6 @@ const KeyRetention = 24 * time.Hour
 
 func (c checker) undefined(kind, name string) error {
 	return fmt.Errorf("%s %s is not defined in %s", kind, quote(name), c.name)
-}
-
-// orDefault returns v, or def when v is empty.
-func orDefault(v, def string) string {
-	if v == "" {
-		return def
-	}
-	return v
 }
 
 // reason is a jobs error without the ": bad notification" every one ends in.

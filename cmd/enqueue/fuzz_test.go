@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -67,8 +68,8 @@ func checkRoundTrip(t *testing.T, c checker, e entry, j job) {
 	}
 	want := jobs.Notification{
 		Recipient: e.Recipient,
-		Policy:    orDefault(e.Policy, c.cfg.Defaults.Policy),
-		Provider:  orDefault(e.Provider, c.cfg.Defaults.Provider),
+		Policy:    cmp.Or(e.Policy, c.cfg.Defaults.Policy),
+		Provider:  cmp.Or(e.Provider, c.cfg.Defaults.Provider),
 		Template:  e.Template,
 	}
 	got := n
@@ -82,7 +83,7 @@ func checkRoundTrip(t *testing.T, c checker, e entry, j job) {
 	if (n.SendBy == nil) != (e.SendBy == nil) || n.SendBy != nil && !n.SendBy.Equal(*e.SendBy) {
 		t.Errorf("payload send_by %v, want %v", n.SendBy, e.SendBy)
 	}
-	if q := orDefault(e.Queue, c.cfg.Defaults.Queue); j.queue != q {
+	if q := cmp.Or(e.Queue, c.cfg.Defaults.Queue); j.queue != q {
 		t.Errorf("queue %q, want %q", j.queue, q)
 	}
 	if e.IdempotencyKey != "" && j.id != jobs.TaskID(e.IdempotencyKey) {

@@ -40,12 +40,13 @@ func (c *sentCounts) wrap(p jobs.Provider) jobs.Provider {
 func runDemo(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient, d time.Duration, counts *sentCounts, out io.Writer) error {
 	client := asynq.NewClientFromRedisClient(rdb)
 	recipients := []string{"alice@example.com", "bob@example.com", "carol@example.com", "dave@example.com"}
+	route := cfg.Route(config.Route{})
 	enqueued := map[string]int{}
 	for i := 0; i < 5; i++ {
 		for _, r := range recipients {
-			n := jobs.Notification{Recipient: r, Policy: cfg.Defaults.Policy, Provider: cfg.Defaults.Provider,
+			n := jobs.Notification{Recipient: r, Policy: route.Policy, Provider: route.Provider,
 				Template: "weekly-digest", Data: []byte(fmt.Sprintf(`{"issue":%d}`, i+1))}
-			task, err := jobs.NewTask(n, jobs.TaskID(""), asynq.Queue(cfg.Defaults.Queue))
+			task, err := jobs.NewTask(n, jobs.TaskID(""), asynq.Queue(route.Queue))
 			if err != nil {
 				return err
 			}
@@ -56,7 +57,7 @@ func runDemo(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient,
 		}
 	}
 	fmt.Fprintf(out, "demo: enqueued %d notifications for %d recipients under policy %s via %s; running %s\n",
-		5*len(recipients), len(recipients), cfg.Defaults.Policy, cfg.Defaults.Provider, d)
+		5*len(recipients), len(recipients), route.Policy, route.Provider, d)
 	select {
 	case <-time.After(d):
 	case <-ctx.Done():
