@@ -191,8 +191,9 @@ local function book_task(keys, ki, id, p, now, deadline)
     local need = bucket_need(bt, prio)
     if tokens < need then wait = ceil((need - tokens) * 1e6 / bt.rate) end
   end
+  -- A slot in whole µs, so that the tail is stored exactly.
   local slot = 0
-  if bt then slot = bt.cost * 1e6 / bt.rate end
+  if bt then slot = ceil(bt.cost * 1e6 / bt.rate) end
   local outcome = BOOKED
 
   if ticket or held > 0 then

@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -81,6 +82,12 @@ func TestDifferential(t *testing.T) {
 		if d.rng.IntN(200) == 0 {
 			d.changeRule()
 		}
+		if r, ok := d.due(); ok && d.rng.IntN(4) > 0 {
+			d.last[r.ID] = r
+			d.admit(op, []Request{r})
+			d.pause()
+			continue
+		}
 		switch p := d.rng.Float64(); {
 		case retry != nil:
 			// Retried once the denial's delay has passed: just after a window
@@ -108,6 +115,7 @@ func TestDifferential(t *testing.T) {
 	}
 
 	s := d.stats
+	t.Logf("bookings: %d booked (%d again, after a missed moment), %d claimed, %d expired", s.booked, s.rebooked, s.claimed, s.expired)
 	t.Logf("%d ops in %s: %d admissions (%d in %d batches), %d allowed (%d reserved ahead, %d repeated), %d denied; "+
 		"%d releases undid %d takes (%d undid nothing); %d rule changes, %d retries at the delay; "+
 		"%d key deadlines later in Redis than in the model (by up to %dms)",
@@ -134,13 +142,53 @@ type differ struct {
 	admitted              []string           // IDs as they were allowed (with repeats)
 	last                  map[string]Request // each ID's latest request
 	history               []string           // the latest operations, for failure messages
-	stats                 struct {
+	// claims are booked tasks that will come back, by when (sorted): at
+	// their moment, a little early or late.
+	claims []claim
+	stats  struct {
 		admits, batched, batches, allowed, reserved, repeated, denied int
 		releases, releasedTakes, emptyReleases                        int
 		ruleChanges, retries                                          int
+		booked, rebooked, claimed, expired                            int
 		expiryLater                                                   int // key deadlines Redis set later than the model (see checkState)
 		expiryDelta                                                   int64
 	}
+}
+
+type claim struct {
+	r  Request
+	at time.Time
+}
+
+// expect schedules a booked task's return: most come back within their max
+// wait before the moment (as a worker does), some early (told the moment
+// again), some late (they go, or book again); a fifth never come back.
+func (d *differ) expect(r Request, dec Decision) {
+	if d.rng.IntN(5) == 0 || dec.At().Sub(dec.Now) > 3*time.Second {
+		return
+	}
+	at := dec.At()
+	switch p := d.rng.IntN(10); {
+	case p < 6:
+		at = at.Add(-d.between(0, r.MaxWait))
+	case p < 8:
+		at = at.Add(-d.between(r.MaxWait, r.MaxWait+200*time.Millisecond))
+	default:
+		at = at.Add(d.between(0, 300*time.Millisecond))
+	}
+	i, _ := slices.BinarySearchFunc(d.claims, at, func(c claim, t time.Time) int { return c.at.Compare(t) })
+	d.claims = slices.Insert(d.claims, i, claim{r, at})
+}
+
+// due returns a claim whose time has come (by this process's clock, which
+// is Redis's host clock here), if any.
+func (d *differ) due() (Request, bool) {
+	if len(d.claims) == 0 || time.Now().Before(d.claims[0].at) {
+		return Request{}, false
+	}
+	c := d.claims[0]
+	d.claims = d.claims[1:]
+	return c.r, true
 }
 
 func diffEnv(t *testing.T, name string, def uint64) uint64 {
@@ -174,7 +222,14 @@ func (d *differ) newBucket(name string) *Bucket {
 		rates := []float64{0.5, 1, 2.5, 7.5, 33.3, 100, 1000, 5000}
 		rate = rates[d.rng.IntN(len(rates))]
 	}
-	return mustBucket(d.t, name, rate, 1+d.rng.IntN(20))
+	b := mustBucket(d.t, name, rate, 1+d.rng.IntN(20))
+	if n := d.rng.IntN(b.Burst()); d.rng.IntN(2) == 0 && n > 0 {
+		var err error
+		if b, err = b.WithReserve(n); err != nil {
+			d.t.Fatal(err)
+		}
+	}
+	return b
 }
 
 func (d *differ) newFixed(name string) *FixedWindow {
@@ -258,6 +313,9 @@ func (d *differ) pick() Request {
 
 func (d *differ) newRequest(id string) Request {
 	r := Request{ID: id, MaxWait: d.maxWait()}
+	if d.rng.IntN(2) == 0 {
+		return d.newBooking(r)
+	}
 	type use struct{ rule, key string }
 	used := map[use]bool{}
 	for n := 1 + d.rng.IntN(3); len(r.Takes) < n; {
@@ -270,6 +328,48 @@ func (d *differ) newRequest(id string) Request {
 			continue
 		}
 		used[use{rule.Name(), key}] = true
+		cost := 0 // the default, 1
+		if d.rng.IntN(5) < 2 {
+			cost = 1 + d.rng.IntN(rule.MaxCost())
+		}
+		r.Takes = append(r.Takes, Take{Rule: rule, Key: key, Cost: cost})
+	}
+	return r
+}
+
+// newBooking fills r with a booking request: quotas and at most one
+// bucket, now and then with priority or a deadline.
+func (d *differ) newBooking(r Request) Request {
+	r.Book = true
+	if r.MaxWait == 0 && d.rng.IntN(5) > 0 {
+		r.MaxWait = d.between(time.Millisecond, 300*time.Millisecond) // a worker's inline wait
+	}
+	r.Priority = d.rng.IntN(6) == 0
+	if d.rng.IntN(4) == 0 {
+		r.Deadline = time.Now().Add(d.between(0, 2*time.Second)).Truncate(time.Microsecond)
+	}
+	type use struct{ rule, key string }
+	used := map[use]bool{}
+	buckets := 0
+	for n := 1 + d.rng.IntN(3); len(r.Takes) < n; {
+		rule := d.rules[d.rng.IntN(len(d.rules))]
+		key := d.recipients[d.rng.IntN(len(d.recipients))]
+		switch rule.(type) {
+		case *FixedWindow:
+			continue
+		case *Bucket:
+			if buckets > 0 {
+				continue
+			}
+			key = d.providers[d.rng.IntN(len(d.providers))]
+		}
+		if used[use{rule.Name(), key}] {
+			continue
+		}
+		used[use{rule.Name(), key}] = true
+		if _, ok := rule.(*Bucket); ok {
+			buckets++
+		}
 		cost := 0 // the default, 1
 		if d.rng.IntN(5) < 2 {
 			cost = 1 + d.rng.IntN(rule.MaxCost())
@@ -322,6 +422,9 @@ func (d *differ) admit(op int, rs []Request) Decision {
 		if got[k].Allowed {
 			d.admitted = append(d.admitted, r.ID)
 		}
+		if got[k].Booked {
+			d.expect(r, got[k])
+		}
 		d.count(got[k])
 	}
 	d.checkState(op, rs)
@@ -330,6 +433,17 @@ func (d *differ) admit(op int, rs []Request) Decision {
 
 func (d *differ) count(dec Decision) {
 	d.stats.admits++
+	switch {
+	case dec.Booked:
+		d.stats.booked++
+		if dec.Rebooked {
+			d.stats.rebooked++
+		}
+	case dec.Expired:
+		d.stats.expired++
+	case !dec.Claimed.IsZero():
+		d.stats.claimed++
+	}
 	switch {
 	case !dec.Allowed:
 		d.stats.denied++
@@ -392,7 +506,7 @@ func (d *differ) checkState(op int, rs []Request) {
 		for _, t := range d.m.parse(r) {
 			mks, reqs = append(mks, t.key), append(reqs, r)
 			if t.kind == "b" {
-				mks, reqs = append(mks, t.ledger), append(reqs, r)
+				mks, reqs = append(mks, t.ledger, t.book), append(reqs, r, r)
 			}
 		}
 	}
@@ -487,6 +601,8 @@ func (d *differ) redisKey(k modelKey) string {
 		return bucketKey(tag, k.rule)
 	case "l":
 		return ledgerKey(tag, k.rule)
+	case "k":
+		return bookKey(tag, k.rule)
 	}
 	return fixedKey(tag, k.rule)
 }
@@ -506,6 +622,11 @@ func diffDecision(want, got Decision) string {
 	field("Limit", want.Limit, got.Limit, want.Limit == got.Limit)
 	field("Remaining", want.Remaining, got.Remaining, want.Remaining == got.Remaining)
 	field("Repeated", want.Repeated, got.Repeated, want.Repeated == got.Repeated)
+	field("Booked", want.Booked, got.Booked, want.Booked == got.Booked)
+	field("Rebooked", want.Rebooked, got.Rebooked, want.Rebooked == got.Rebooked)
+	field("Ahead", want.Ahead, got.Ahead, want.Ahead == got.Ahead)
+	field("Expired", want.Expired, got.Expired, want.Expired == got.Expired)
+	field("Claimed", want.Claimed, got.Claimed, want.Claimed.Equal(got.Claimed))
 	return b.String()
 }
 
@@ -534,7 +655,7 @@ func (d *differ) redisDump(r Request) string {
 		case *Quota:
 			keys = []string{quotaKey(tag, tk.Rule.Name())}
 		case *Bucket:
-			keys = []string{bucketKey(tag, tk.Rule.Name()), ledgerKey(tag, tk.Rule.Name())}
+			keys = []string{bucketKey(tag, tk.Rule.Name()), ledgerKey(tag, tk.Rule.Name()), bookKey(tag, tk.Rule.Name())}
 		case *FixedWindow:
 			keys = []string{fixedKey(tag, tk.Rule.Name())}
 		}
@@ -560,14 +681,23 @@ func describeRequest(r Request) string {
 	for i, t := range r.Takes {
 		parts[i] = fmt.Sprintf("%s %s (%s) @%q ×%d", kindName(t.Rule), t.Rule.Name(), t.Rule, t.Key, t.cost())
 	}
-	return fmt.Sprintf("{ID %q, MaxWait %s, Takes [%s]}", r.ID, r.MaxWait, strings.Join(parts, "; "))
+	book := ""
+	if r.Book {
+		book = fmt.Sprintf(", Book (priority %v, deadline %d)", r.Priority, deadline(r))
+	}
+	return fmt.Sprintf("{ID %q, MaxWait %s%s, Takes [%s]}", r.ID, r.MaxWait, book, strings.Join(parts, "; "))
 }
 
 // describeDecision shows a decision in the operation log.
 func describeDecision(d Decision) string {
 	verdict := "denied"
-	if d.Allowed {
+	switch {
+	case d.Allowed:
 		verdict = "allowed"
+	case d.Booked:
+		verdict = fmt.Sprintf("booked (again %v, %d ahead)", d.Rebooked, d.Ahead)
+	case d.Expired:
+		verdict = "expired"
 	}
 	return fmt.Sprintf("%s delay=%s take=%d limit=%q remaining=%d repeated=%v now=%d",
 		verdict, d.Delay, d.Take, d.Limit, d.Remaining, d.Repeated, d.Now.UnixMicro())

@@ -26,7 +26,7 @@ type model struct {
 }
 
 type modelKey struct {
-	kind    string // "q" quota set, "b" bucket hash, "l" bucket ledger, "f" fixed-window hash
+	kind    string // "q" quota set, "b" bucket hash, "l" bucket ledger, "k" bucket bookings, "f" fixed-window hash
 	rule    string
 	subject string
 }
@@ -173,9 +173,10 @@ func (c *modelCall) zabove(k modelKey, lo float64) []float64 {
 
 // modelTake is one parsed take and what its check found (rules.lua's t).
 type modelTake struct {
-	kind        string
-	cost        float64
-	key, ledger modelKey
+	kind              string
+	cost              float64
+	key, ledger, book modelKey
+	kept              float64 // a bucket's reserve for priority requests
 
 	limits, pers []float64 // quota
 	longest      float64
@@ -211,7 +212,8 @@ func (m *model) parse(r Request) []*modelTake {
 		case *Bucket:
 			t.kind = "b"
 			t.key, t.ledger = modelKey{"b", rule.name, tk.Key}, modelKey{"l", rule.name, tk.Key}
-			t.rate, t.burst = rule.rate, float64(rule.burst)
+			t.book = modelKey{"k", rule.name, tk.Key}
+			t.rate, t.burst, t.kept = rule.rate, float64(rule.burst), float64(rule.reserve)
 		case *FixedWindow:
 			t.kind, t.key = "f", modelKey{"f", rule.name, tk.Key}
 			t.limit, t.per = float64(rule.limit), float64(rule.per.Microseconds())
@@ -333,18 +335,39 @@ func (c *modelCall) bucketLife(t *modelTake) float64 {
 	return 0
 }
 
-// bucketStore mirrors bucket_store; life 0 leaves e as it is.
-func (c *modelCall) bucketStore(t *modelTake, tokens, life float64) {
-	if tokens >= t.burst { // a full bucket is an absent one
+// bucketTail mirrors the v that bucket_state reads: 0 when not recorded.
+func (c *modelCall) bucketTail(t *modelTake) float64 {
+	if e := c.get(t.key); e != nil {
+		return e.h["v"]
+	}
+	return 0
+}
+
+// bucketStore mirrors bucket_store; life 0 leaves e as it is, and v is
+// the booking tail (0: none). A full bucket with no tail ahead is an absent
+// one.
+func (c *modelCall) bucketStore(t *modelTake, tokens, life, v float64) {
+	if v <= c.now {
+		v = 0
+	}
+	if tokens >= t.burst && v == 0 {
 		delete(c.m.keys, t.key)
 		return
 	}
+	tokens = math.Min(tokens, t.burst)
 	e := c.getOrCreate(t.key)
 	e.h["t"], e.h["u"] = tokens, c.now
 	if life > 0 {
 		e.h["e"] = life
 	}
-	c.pexpire(t.key, (t.burst-tokens)*1e6/t.rate)
+	ttl := (t.burst - tokens) * 1e6 / t.rate
+	if v > 0 {
+		e.h["v"] = v
+		ttl = math.Max(ttl, v-c.now)
+	} else {
+		delete(e.h, "v")
+	}
+	c.pexpire(t.key, ttl)
 }
 
 // bucketHeld returns the moment the ledger holds for id, unless the entry
@@ -357,22 +380,31 @@ func (c *modelCall) bucketHeld(t *modelTake, id string, remember float64) (float
 	return s, true
 }
 
-func (c *modelCall) bucketCheck(t *modelTake, id string, remember float64, denied bool) {
+// bucketNeed mirrors bucket_need: the cost, and the reserve unless prio.
+func bucketNeed(t *modelTake, prio bool) float64 {
+	if prio {
+		return t.cost
+	}
+	return t.cost + t.kept
+}
+
+func (c *modelCall) bucketCheck(t *modelTake, id string, remember float64, denied, prio bool) {
 	now := c.now
 	c.noteLost(t.ledger)
 	t.tokens, t.life = c.bucketTokens(t), c.bucketLife(t)
 	t.ok, t.delay = true, 0
-	if denied && t.tokens >= t.cost {
+	need := bucketNeed(t, prio)
+	if denied && t.tokens >= need {
 		// bucket_check skips the ledger: the take passes either way.
 		t.remaining = math.Floor(t.tokens - t.cost)
 	} else if mine, ok := c.bucketHeld(t, id, remember); ok {
 		t.repeated = true
 		t.wait = math.Max(0, mine-now)
 		t.remaining = math.Max(0, math.Floor(t.tokens))
-	} else if t.tokens >= t.cost {
+	} else if t.tokens >= need {
 		t.remaining = math.Floor(t.tokens - t.cost)
 	} else {
-		t.reserve, t.reserves = math.Ceil((t.cost-t.tokens)*1e6/t.rate), true
+		t.reserve, t.reserves = math.Ceil((need-t.tokens)*1e6/t.rate), true
 		t.remaining = math.Max(0, math.Floor(t.tokens))
 	}
 }
@@ -380,17 +412,17 @@ func (c *modelCall) bucketCheck(t *modelTake, id string, remember float64, denie
 // bucketCommit adds the task's entry to the ledger and, unless the bucket's
 // recorded life covers it, prunes the ledger's forgotten entries and extends
 // it a sixteenth of remember beyond what the take needs.
-func (c *modelCall) bucketCommit(t *modelTake, id string, at, remember float64) {
+func (c *modelCall) bucketCommit(t *modelTake, id string, at, remember, v float64) {
 	l := c.getOrCreate(t.ledger)
 	l.z[id], l.keep = at, remember
 	if t.life > 0 && at+remember <= t.life {
-		c.bucketStore(t, t.tokens-t.cost, 0)
+		c.bucketStore(t, t.tokens-t.cost, 0, v)
 		return
 	}
 	c.zremrangebyscore(t.ledger, c.now-remember)
 	life := at + remember + math.Ceil(remember/16)
 	c.extend(t.ledger, life-c.now)
-	c.bucketStore(t, t.tokens-t.cost, life)
+	c.bucketStore(t, t.tokens-t.cost, life, v)
 }
 
 // bucketUndo mirrors bucket_undo: a forgotten entry is no holding. The
@@ -409,7 +441,7 @@ func (c *modelCall) bucketUndo(t *modelTake, id string, remember float64) bool {
 		delete(h.h, "e")
 	}
 	if len(c.zabove(t.ledger, s)) == 0 {
-		c.bucketStore(t, math.Min(t.burst, c.bucketTokens(t)+t.cost), 0)
+		c.bucketStore(t, math.Min(t.burst, c.bucketTokens(t)+t.cost), 0, c.bucketTail(t))
 		return true
 	}
 	if old, ok := c.zscore(t.ledger, modelTomb); !ok || old < s {
@@ -481,6 +513,11 @@ func (m *model) admit(r Request, nowUS, rememberUS int64) Decision {
 	c := m.at(nowUS)
 	id, maxwait, remember := r.ID, float64(r.MaxWait.Microseconds()), float64(rememberUS)
 	takes := m.parse(r)
+	if r.Book {
+		if d, ok := c.book(r, takes, remember); ok {
+			return d
+		}
+	}
 
 	denied := false
 	delay, binding, remaining, repeated := 0.0, 0, math.Inf(1), true
@@ -489,7 +526,7 @@ func (m *model) admit(r Request, nowUS, rememberUS int64) Decision {
 		case "q":
 			c.quotaCheck(t, id)
 		case "b":
-			c.bucketCheck(t, id, remember, denied)
+			c.bucketCheck(t, id, remember, denied, r.Book && r.Priority)
 		default:
 			c.fixedCheck(t, id)
 		}
@@ -530,7 +567,7 @@ func (m *model) admit(r Request, nowUS, rememberUS int64) Decision {
 			case "q":
 				c.quotaCommit(t, id, at)
 			case "b":
-				c.bucketCommit(t, id, at, remember)
+				c.bucketCommit(t, id, at, remember, c.bucketTail(t))
 			default:
 				c.fixedCommit(t, id)
 			}
@@ -566,6 +603,13 @@ func (m *model) release(r Request, nowUS, rememberUS int64) int {
 			done = c.quotaUndo(t, r.ID)
 		case "b":
 			done = c.bucketUndo(t, r.ID, float64(rememberUS))
+			if e := c.get(t.book); e != nil {
+				if _, ok := e.z[r.ID]; ok {
+					delete(e.z, r.ID)
+					c.dropIfEmpty(t.book, e)
+					done = true
+				}
+			}
 		default:
 			done = c.fixedUndo(t, r.ID)
 		}
@@ -583,7 +627,7 @@ func (m *model) dump(r Request, nowUS int64) string {
 	for _, t := range m.parse(r) {
 		ks := []modelKey{t.key}
 		if t.kind == "b" {
-			ks = append(ks, t.ledger)
+			ks = append(ks, t.ledger, t.book)
 		}
 		for _, k := range ks {
 			e := m.keys[k]
