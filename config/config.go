@@ -32,12 +32,13 @@ import (
 	"maps"
 	"time"
 
+	"github.com/notify-throttle/throttler/internal/redisconn"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
 // Embedded is the redis.url that runs an in-process Redis-compatible server
 // (miniredis) instead of connecting to Redis.
-const Embedded = "embedded"
+const Embedded = redisconn.Embedded
 
 // Provider types.
 const (
@@ -57,7 +58,7 @@ const (
 
 // Default values of settings that have one.
 const (
-	DefaultEmbeddedAddr       = "127.0.0.1:6390"
+	DefaultEmbeddedAddr       = redisconn.DefaultEmbeddedAddr
 	DefaultPrefix             = throttle.DefaultPrefix
 	DefaultConcurrency        = 20
 	DefaultQueue              = "default"
@@ -111,58 +112,12 @@ type Config struct {
 	src *source // where the values came from; nil for a Config built in code
 }
 
-// Redis says where Redis is (one of embedded, a URL or a cluster) and how
-// to log in to it. REDIS_URL in the environment (see LoadWithEnv) replaces
-// URL and Cluster, and REDIS_PASSWORD replaces Password and PasswordFile.
-// URL and Password may be secret references (see Secret). String, GoString
-// and every error hide the password.
-type Redis struct {
-	// URL is Embedded or a redis://, rediss:// (TLS) or unix:// URL, with an
-	// optional user and password. Default Embedded, or "" with Cluster.
-	URL string `yaml:"url,secret"`
-	// Cluster lists the host:port of some Redis Cluster nodes, instead of URL.
-	Cluster []string `yaml:"cluster"`
-	// Username is the ACL user to log in as, for a cluster, or for a URL
-	// that names none. Default "": the URL's, else Redis's default user.
-	Username string `yaml:"username"`
-	// PasswordFile is a file holding the password (a final line break is
-	// ignored), read when connecting; instead of Password. A relative path
-	// is relative to the config file's directory.
-	PasswordFile string `yaml:"password_file,path"`
-	// Password is the password, for a cluster or a URL that holds none.
-	// Prefer REDIS_PASSWORD, PasswordFile or a reference to writing it.
-	Password string `yaml:"password,secret"`
-	// TLS configures TLS, which a rediss:// URL or, for a cluster,
-	// TLS.Enabled turns on. Default: off, and the system's CAs.
-	TLS TLS `yaml:"tls"`
-	// EmbeddedAddr is the loopback host:port the embedded server listens
-	// on, so that another process (enqueue) can reach it.
-	EmbeddedAddr string `yaml:"embedded_addr"`
-	// Prefix starts every throttle key; no '{' or '}'.
-	Prefix string `yaml:"prefix"`
-}
+// Redis says where Redis is and how to log in to it (see
+// redisconn.Config): the redis section of the file.
+type Redis = redisconn.Config
 
-// TLS says how to connect to Redis over TLS. It has no secrets: keys stay
-// in files, whose relative paths are relative to the config file.
-type TLS struct {
-	// Enabled turns TLS on for a cluster; for a URL, rediss:// does, and
-	// Enabled may only confirm it.
-	Enabled bool `yaml:"enabled"`
-	// CAFile is a PEM file of the CA certificates to trust instead of the
-	// system's, e.g. a private CA that signed the servers' certificates.
-	CAFile string `yaml:"ca_file,path"`
-	// CertFile and KeyFile are a client certificate and its key (PEM), for
-	// a server that requires one (tls-auth-clients yes).
-	CertFile string `yaml:"cert_file,path"`
-	KeyFile  string `yaml:"key_file,path"`
-	// ServerName is the name the server's certificate must be valid for.
-	// Default "": the host of the URL, or of each cluster node.
-	ServerName string `yaml:"server_name"`
-	// InsecureSkipVerify turns the check of the server's certificate off,
-	// so anyone on the path can read and change the traffic, the password
-	// included. For a test only; Warnings reports it.
-	InsecureSkipVerify bool `yaml:"insecure_skip_verify"`
-}
+// TLS says how to connect to Redis over TLS (see redisconn.TLS).
+type TLS = redisconn.TLS
 
 // Worker tunes the worker process.
 type Worker struct {
@@ -252,8 +207,8 @@ type Provider struct {
 	Headers map[string]Secret `yaml:"headers"`
 }
 
-// fill gives a provider read from a file the defaults of its type.
-func (p *Provider) fill(has func(key string) bool, required func(key, why string)) {
+// Fill gives a provider read from a file the defaults of its type.
+func (p *Provider) Fill(has func(key string) bool, required func(key, why string)) {
 	if !has("priority_reserve") {
 		p.PriorityReserve = p.Burst / 5
 	}
@@ -323,8 +278,8 @@ type Campaign struct {
 	CatchUp time.Duration `yaml:"catch_up"`
 }
 
-// fill gives a campaign read from a file its defaults.
-func (c *Campaign) fill(has func(key string) bool, _ func(key, why string)) {
+// Fill gives a campaign read from a file its defaults.
+func (c *Campaign) Fill(has func(key string) bool, _ func(key, why string)) {
 	if !has("catch_up") {
 		c.CatchUp = DefaultCatchUp
 	}

@@ -1,5 +1,7 @@
 package config
 
+import "github.com/notify-throttle/throttler/internal/redisconn"
+
 // Secret returns the dashboard's password or token from the environment
 // (getenv: os.Getenv), or "" when it needs none. A missing or empty
 // variable is an error naming it.
@@ -22,7 +24,7 @@ func (c *Config) Warnings() []string {
 	if c.src.has("worker.metrics_addr") {
 		w = append(w, c.src.errorAt("worker.metrics_addr", "deprecated: it serves more than metrics now; rename it to http_addr (same meaning)").Error())
 	}
-	if d := c.Worker.Dashboard; d.Enabled && d.Auth == "" && c.Worker.HTTPAddr != "" && !loopback(c.Worker.HTTPAddr) {
+	if d := c.Worker.Dashboard; d.Enabled && d.Auth == "" && c.Worker.HTTPAddr != "" && !redisconn.Loopback(c.Worker.HTTPAddr) {
 		w = append(w, "worker.dashboard.insecure_no_auth is true: the dashboard on "+c.Worker.HTTPAddr+
 			" shows recipients and queues to anyone who reaches it; set worker.dashboard.auth instead")
 	}

@@ -37,10 +37,10 @@ type decoder struct {
 }
 
 // filler is a struct with defaults or required keys that depend on what
-// the file says: fill is given the keys present, and reports a key missing
+// the file says: Fill is given the keys present, and reports a key missing
 // with required.
 type filler interface {
-	fill(has func(key string) bool, required func(key, why string))
+	Fill(has func(key string) bool, required func(key, why string))
 }
 
 // requiredKeys are the required keys of structs of other packages, which
@@ -149,7 +149,7 @@ func (d *decoder) fields(n *yaml.Node, path string, keyLine int, v reflect.Value
 		}
 	}
 	if fl, ok := v.Addr().Interface().(filler); ok {
-		fl.fill(func(key string) bool { return present[key] }, required)
+		fl.Fill(func(key string) bool { return present[key] }, required)
 	}
 }
 

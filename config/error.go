@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode"
+
+	"github.com/notify-throttle/throttler/internal/redisconn"
 )
 
 // maxErrors is how many problems one error lists; the rest are counted on a
@@ -99,16 +101,7 @@ func (l *errorList) err() error {
 }
 
 // quote quotes s for a message, shortened to maxShown bytes.
-func quote(s string) string {
-	if len(s) <= maxShown {
-		return strconv.Quote(s)
-	}
-	cut := maxShown
-	for cut > 0 && s[cut]&0xC0 == 0x80 { // not the start of a rune
-		cut--
-	}
-	return strconv.Quote(s[:cut]) + "..."
-}
+func quote(s string) string { return redisconn.Quote(s) }
 
 // source remembers where a parsed Config's values came from: the index of
 // the file by path that the decoder builds in its one walk, so that errors

@@ -56,7 +56,7 @@ func parse(name string, data []byte, getenv func(string) string) (*Config, error
 	d := decoder{src: c.src, errs: &errs, getenv: getenv}
 	d.decode(root, "", root.Line, reflect.ValueOf(c).Elem(), "")
 	if getenv != nil {
-		c.Redis.fromEnv(getenv, c.src)
+		redisFromEnv(&c.Redis, getenv, c.src)
 	}
 	c.validate(&errs)
 	if err := errs.err(); err != nil {

@@ -1,14 +1,12 @@
 package config
 
 import (
-	"errors"
-	"fmt"
-	"io"
-	"os"
 	"reflect"
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/notify-throttle/throttler/internal/redisconn"
 )
 
 // Secret is a setting's value that must not leave the process: a webhook
@@ -26,10 +24,10 @@ import (
 type Secret string
 
 // String returns Redacted.
-func (Secret) String() string { return Redacted }
+func (Secret) String() string { return redisconn.Redacted }
 
 // GoString returns Redacted, quoted.
-func (Secret) GoString() string { return `"` + Redacted + `"` }
+func (Secret) GoString() string { return `"` + redisconn.Redacted + `"` }
 
 // secret decodes a string or an {env: NAME} / {file: PATH} reference and
 // returns the value. A reference that cannot be resolved is an error naming
@@ -62,7 +60,7 @@ func (d *decoder) secret(n *yaml.Node, path string) (string, bool) {
 	case ref.File == "":
 		d.fail(n, path+".file", "must name a file")
 	default:
-		v, msg := readSecretFile(ref.File, secretWhat(path))
+		v, msg := redisconn.ReadSecretFile(ref.File, secretWhat(path))
 		if msg == "" {
 			d.src.refs[path] = "{file: " + ref.File + "}"
 			return v, true
@@ -81,59 +79,4 @@ func secretWhat(path string) string {
 		return "URL"
 	}
 	return "header value"
-}
-
-// maxFileLen bounds the files settings name (secrets, CA, certificate,
-// key): they are small, and a path to something else (a device, a log)
-// should fail, not fill memory.
-const maxFileLen = 1 << 20
-
-// readSecretFile returns the one line the file at path holds, or what is
-// wrong with the file. The message never shows what the file holds.
-func readSecretFile(path, what string) (value, msg string) {
-	data, msg := readSmallFile(path)
-	if msg != "" {
-		return "", msg
-	}
-	v := strings.TrimSuffix(strings.TrimSuffix(string(data), "\n"), "\r")
-	switch {
-	case v == "":
-		return "", fmt.Sprintf("%s is empty", quote(path))
-	case strings.ContainsAny(v, "\r\n"):
-		return "", fmt.Sprintf("%s holds more than one line: put the %s alone on one line", quote(path), what)
-	}
-	return v, ""
-}
-
-// readSmallFile reads a regular file of at most maxFileLen bytes, or says
-// why it cannot.
-func readSmallFile(path string) ([]byte, string) {
-	// Stat before Open: opening a FIFO would block until a writer comes.
-	if fi, err := os.Stat(path); err != nil {
-		return nil, fmt.Sprintf("cannot read %s: %s", quote(path), pathErr(err))
-	} else if !fi.Mode().IsRegular() {
-		return nil, fmt.Sprintf("%s is not a regular file", quote(path))
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Sprintf("cannot read %s: %s", quote(path), pathErr(err))
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxFileLen+1))
-	switch {
-	case err != nil:
-		return nil, fmt.Sprintf("cannot read %s: %s", quote(path), pathErr(err))
-	case len(data) > maxFileLen:
-		return nil, fmt.Sprintf("%s is larger than %d bytes", quote(path), maxFileLen)
-	}
-	return data, ""
-}
-
-// pathErr is an os error without the path, which the message quotes already.
-func pathErr(err error) string {
-	var pe *os.PathError
-	if errors.As(err, &pe) {
-		return pe.Err.Error()
-	}
-	return err.Error()
 }

@@ -6,7 +6,6 @@ import (
 	"io"
 	"maps"
 	"math"
-	"net"
 	"net/url"
 	"os"
 	"regexp"
@@ -15,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/notify-throttle/throttler/internal/redisconn"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -44,7 +44,7 @@ type validator struct {
 
 func (c *Config) validate(errs *errorList) {
 	v := &validator{c: c, errs: errs}
-	v.redis()
+	c.Redis.Check(v.urlName(), v.failf)
 	v.worker()
 	v.policies()
 	v.providers()
@@ -92,148 +92,12 @@ func (v *validator) notNegative(path string, d time.Duration) {
 	}
 }
 
-// validAddr reports whether a is host:port with a port from 1 to 65535.
-func validAddr(a string) bool {
-	host, port, err := net.SplitHostPort(a)
-	if err != nil || strings.ContainsAny(host, " /") {
-		return false
-	}
-	p, err := strconv.Atoi(port)
-	return err == nil && p >= 1 && p <= 65535
-}
-
-// loopback reports whether host:port a listens on loopback only.
-func loopback(a string) bool {
-	host, _, err := net.SplitHostPort(a)
-	ip := net.ParseIP(host)
-	return err == nil && (host == "localhost" || ip != nil && ip.IsLoopback())
-}
-
-func (v *validator) redis() {
-	r := v.c.Redis
-	switch {
-	case r.Cluster != nil && r.URL != "":
-		v.failf("redis.cluster", "cannot be used with redis.url: give one of them")
-	case r.Cluster != nil && len(r.Cluster) == 0:
-		v.failf("redis.cluster", "needs at least one node's host:port")
-	case r.Cluster == nil && r.URL != Embedded:
-		if _, err := ParseURL(r.URL); err != nil {
-			v.failf("redis.url", "%s", err)
-		}
-	}
-	for i, a := range r.Cluster {
-		if !validAddr(a) {
-			v.failf(fmt.Sprintf("redis.cluster[%d]", i), "must be host:port (got %s)", quote(RedactURL(a)))
-		}
-	}
-	v.redisLogin()
-	if !validAddr(r.EmbeddedAddr) || !loopback(r.EmbeddedAddr) {
-		v.failf("redis.embedded_addr", "must be a loopback host:port such as %s, as the embedded server has no password (got %s)",
-			DefaultEmbeddedAddr, quote(r.EmbeddedAddr))
-	}
-	switch {
-	case r.Prefix == "":
-		v.failf("redis.prefix", "must not be empty")
-	case strings.ContainsAny(r.Prefix, "{}"):
-		v.failf("redis.prefix", "must not contain '{' or '}' (got %s)", quote(r.Prefix))
-	}
-}
-
-// redisLogin checks the user, password and TLS settings against each other
-// and the URL, and that the files they name can be read.
-func (v *validator) redisLogin() {
-	r := v.c.Redis
-	if r.IsEmbedded() {
-		for _, s := range []struct {
-			path string
-			set  bool
-		}{{"redis.username", r.Username != ""}, {"redis.password", r.Password != ""},
-			{"redis.password_file", r.PasswordFile != ""}, {"redis.tls", r.TLS != TLS{}}} {
-			if s.set {
-				v.failf(s.path, "only for a Redis server: the embedded one has no users, passwords or TLS")
-			}
-		}
-		return
-	}
-	opts, err := ParseURL(r.URL)
-	if r.Cluster != nil && r.URL != "" || r.Cluster == nil && err != nil {
-		return // reported by redis()
-	}
-	if r.Password != "" && r.PasswordFile != "" {
-		v.failf("redis.password_file", "cannot be used with redis.password: give one of them")
-	}
-	if r.Cluster == nil {
-		url := v.urlName()
-		if r.Username != "" && opts.Username != "" {
-			v.failf("redis.username", "cannot be used with a user in %s: give it once", url)
-		}
-		if opts.Password != "" && r.Password != "" {
-			v.failf("redis.password", "cannot be used with a password in %s: give it once", url)
-		}
-		if opts.Password != "" && r.PasswordFile != "" {
-			v.failf("redis.password_file", "cannot be used with a password in %s: give it once", url)
-		}
-	}
-	if r.PasswordFile != "" {
-		if _, msg := readSecretFile(r.PasswordFile, "password"); msg != "" {
-			v.failf("redis.password_file", "%s", msg)
-		}
-	}
-	v.redisTLS()
-}
-
 // urlName names where redis.url came from: the file or REDIS_URL.
 func (v *validator) urlName() string {
 	if v.c.src != nil && v.c.src.env["redis.url"] != "" {
 		return v.c.src.env["redis.url"]
 	}
 	return "redis.url"
-}
-
-// redisTLS checks that TLS settings are given only when TLS is on, agree
-// with each other, and name files that hold what they should.
-func (v *validator) redisTLS() {
-	r := v.c.Redis
-	t := r.TLS
-	if r.Cluster == nil && t.Enabled && !r.TLSOn() {
-		scheme, _, _ := strings.Cut(r.URL, "://")
-		v.failf("redis.tls.enabled", "%s is a %s:// URL, which does not use TLS: use rediss:// instead", v.urlName(), scheme)
-		return
-	}
-	if !r.TLSOn() {
-		off := "TLS is off: use a rediss:// URL"
-		if r.Cluster != nil {
-			off = "TLS is off: set redis.tls.enabled: true"
-		}
-		for _, s := range []struct {
-			key string
-			set bool
-		}{{"ca_file", t.CAFile != ""}, {"cert_file", t.CertFile != ""}, {"key_file", t.KeyFile != ""},
-			{"server_name", t.ServerName != ""}, {"insecure_skip_verify", t.InsecureSkipVerify}} {
-			if s.set {
-				v.failf("redis.tls."+s.key, "%s", off)
-			}
-		}
-		return
-	}
-	if t.InsecureSkipVerify && (t.CAFile != "" || t.ServerName != "") {
-		v.failf("redis.tls.insecure_skip_verify", "cannot be used with redis.tls.ca_file or server_name, which it would ignore")
-	}
-	if t.CAFile != "" {
-		if _, msg := readCAFile(t.CAFile); msg != "" {
-			v.failf("redis.tls.ca_file", "%s", msg)
-		}
-	}
-	switch {
-	case t.CertFile != "" && t.KeyFile == "":
-		v.failf("redis.tls.key_file", "required with redis.tls.cert_file")
-	case t.KeyFile != "" && t.CertFile == "":
-		v.failf("redis.tls.cert_file", "required with redis.tls.key_file")
-	case t.CertFile != "":
-		if _, msg := readKeyPair(t.CertFile, t.KeyFile); msg != "" {
-			v.failf("redis.tls.cert_file", "%s", msg)
-		}
-	}
 }
 
 func (v *validator) worker() {
@@ -272,7 +136,7 @@ func (v *validator) httpAddr() {
 	if v.c.src.has("worker.metrics_addr") && !v.c.src.has(key) {
 		key, what = "worker.metrics_addr", "metrics"
 	}
-	if w.HTTPAddr != "" && !validAddr(w.HTTPAddr) {
+	if w.HTTPAddr != "" && !redisconn.ValidAddr(w.HTTPAddr) {
 		v.failf(key, `must be host:port, or "" to turn %s off (got %s)`, what, quote(w.HTTPAddr))
 		return
 	}
@@ -292,7 +156,7 @@ func (v *validator) httpAddr() {
 	if !envName.MatchString(db.SecretEnv) {
 		v.failf("worker.dashboard.secret_env", "must be an environment variable's name (got %s)", quote(db.SecretEnv))
 	}
-	if db.Enabled && db.Auth == "" && !db.InsecureNoAuth && w.HTTPAddr != "" && !loopback(w.HTTPAddr) {
+	if db.Enabled && db.Auth == "" && !db.InsecureNoAuth && w.HTTPAddr != "" && !redisconn.Loopback(w.HTTPAddr) {
 		v.fail(key, []string{"worker.dashboard"}, "%s is not a loopback address, and the dashboard there would have no auth: "+
 			"set worker.dashboard.auth (basic or bearer), or worker.dashboard.enabled: false, "+
 			"or worker.dashboard.insecure_no_auth: true to serve it to anyone who reaches it", quote(w.HTTPAddr))

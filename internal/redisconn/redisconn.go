@@ -1,6 +1,8 @@
-// Package redisconn connects to the Redis a config.Redis names: a URL or a
-// cluster, with its login and TLS, or the embedded server it starts in the
-// worker's process. Every error hides the password.
+// Package redisconn connects to the Redis a Config names (the redis section
+// of the config file: config.Redis): a URL or a cluster, with its login and
+// TLS, or the embedded server it starts in the worker's process. It also
+// checks those settings, parses and redacts Redis URLs, and reads password
+// and certificate files. Every message hides the password.
 package redisconn
 
 import (
@@ -15,8 +17,6 @@ import (
 	"syscall"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/notify-throttle/throttler/config"
 )
 
 // Connect returns a client of the Redis r names, after a PING has answered
@@ -28,7 +28,7 @@ import (
 // To run asynq on it, pass it to asynq.NewClientFromRedisClient,
 // NewServerFromRedisClient or NewInspectorFromRedisClient; asynq does not
 // close such a client, so call close after shutting asynq down.
-func Connect(ctx context.Context, r config.Redis) (rdb redis.UniversalClient, close func() error, err error) {
+func Connect(ctx context.Context, r Config) (rdb redis.UniversalClient, close func() error, err error) {
 	password, err := r.LoginPassword()
 	if err != nil {
 		return nil, nil, err
@@ -48,7 +48,7 @@ func Connect(ctx context.Context, r config.Redis) (rdb redis.UniversalClient, cl
 	case r.IsEmbedded():
 		rdb = redis.NewClient(&redis.Options{Addr: r.EmbeddedAddr, DisableIdentity: true})
 	default:
-		opts, err := config.ParseURL(r.URL)
+		opts, err := ParseURL(r.URL)
 		if err != nil {
 			return nil, nil, fmt.Errorf("config: redis.url: %w", err)
 		}
@@ -84,7 +84,7 @@ func Connect(ctx context.Context, r config.Redis) (rdb redis.UniversalClient, cl
 // stops it after closing the client. Otherwise it is Connect. Embedded data
 // lives in memory only and is lost when the server stops; ctx bounds the
 // start, not the server's life.
-func Serve(ctx context.Context, r config.Redis) (rdb redis.UniversalClient, close func() error, err error) {
+func Serve(ctx context.Context, r Config) (rdb redis.UniversalClient, close func() error, err error) {
 	if !r.IsEmbedded() {
 		return Connect(ctx, r)
 	}
@@ -106,7 +106,7 @@ func Serve(ctx context.Context, r config.Redis) (rdb redis.UniversalClient, clos
 
 // tlsConfig returns base completed with t's CA, client certificate, server
 // name and verification setting.
-func tlsConfig(t config.TLS, base *tls.Config) (*tls.Config, error) {
+func tlsConfig(t TLS, base *tls.Config) (*tls.Config, error) {
 	c := base.Clone()
 	c.MinVersion = max(c.MinVersion, tls.VersionTLS12)
 	var err error
@@ -137,21 +137,21 @@ func (e *scrubbedError) Unwrap() error { return e.err }
 
 // scrub hides r's secrets in msg: those of the URL, password (the one in
 // use, perhaps read from a file) and any a bad cluster entry holds.
-func scrub(r config.Redis, msg, password string) string {
-	msg = config.Scrub(msg, r.URL)
+func scrub(r Config, msg, password string) string {
+	msg = Scrub(msg, r.URL)
 	for _, a := range r.Cluster {
-		msg = config.Scrub(msg, a)
+		msg = Scrub(msg, a)
 	}
 	for _, pw := range []string{password, r.Password} {
 		if pw != "" {
-			msg = strings.ReplaceAll(msg, pw, config.Redacted)
+			msg = strings.ReplaceAll(msg, pw, Redacted)
 		}
 	}
 	return msg
 }
 
 // hint says what to do about a failed PING, or "".
-func hint(r config.Redis, err error) string {
+func hint(r Config, err error) string {
 	var unknownCA x509.UnknownAuthorityError
 	var badName x509.HostnameError
 	switch {

@@ -6,8 +6,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/notify-throttle/throttler/config"
 )
 
 // TestPasswordNeverInErrors feeds bad Redis URLs holding a password to
@@ -25,12 +23,12 @@ func TestPasswordNeverInErrors(t *testing.T) {
 		"redis://app:" + secret + "%zz@cache:6379/0",
 		"redis://app:" + secret + "@cache\n:6379/0",
 	} {
-		if _, _, err := Connect(context.Background(), config.Redis{URL: u}); err == nil || strings.Contains(err.Error(), secret) {
+		if _, _, err := Connect(context.Background(), Config{URL: u}); err == nil || strings.Contains(err.Error(), secret) {
 			t.Errorf("Connect(%q) = %v, want an error without the password", u, err)
 		}
 	}
 	t.Run("refused connection", func(t *testing.T) {
-		r := config.Redis{URL: "redis://app:" + secret + "@" + freeAddr(t) + "/0"}
+		r := Config{URL: "redis://app:" + secret + "@" + freeAddr(t) + "/0"}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_, _, err := Connect(ctx, r)
@@ -57,7 +55,7 @@ func freeAddr(t *testing.T) string {
 func TestEmbeddedServeConnect(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	r := config.Default().Redis
+	r := Config{URL: Embedded, EmbeddedAddr: DefaultEmbeddedAddr, Prefix: "throttle:"}
 	r.EmbeddedAddr = freeAddr(t)
 
 	worker, stop, err := Serve(ctx, r)
@@ -102,7 +100,7 @@ func TestEmbeddedKeysExpire(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	r := config.Redis{URL: config.Embedded, EmbeddedAddr: freeAddr(t)}
+	r := Config{URL: Embedded, EmbeddedAddr: freeAddr(t)}
 	rdb, stop, err := Serve(ctx, r)
 	if err != nil {
 		t.Fatal(err)
@@ -123,7 +121,7 @@ func TestEmbeddedKeysExpire(t *testing.T) {
 func TestConnectEmbeddedWithoutWorker(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	r := config.Redis{URL: config.Embedded, EmbeddedAddr: freeAddr(t)}
+	r := Config{URL: Embedded, EmbeddedAddr: freeAddr(t)}
 	_, _, err := Connect(ctx, r)
 	want := "config: connect to redis embedded (" + r.EmbeddedAddr + ") (a worker runs the embedded server: start one first): "
 	if err == nil || !strings.HasPrefix(err.Error(), want) {

@@ -1,6 +1,6 @@
 //go:build integration
 
-package redisconn
+package redisconn_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/notify-throttle/throttler/config"
+	"github.com/notify-throttle/throttler/internal/redisconn"
 	"github.com/notify-throttle/throttler/internal/redistest"
 )
 
@@ -22,7 +23,7 @@ import (
 // no case a secret.
 type connectCase struct {
 	name    string
-	redis   config.Redis
+	redis   redisconn.Config
 	wantErr []string
 }
 
@@ -33,7 +34,7 @@ func runConnect(t *testing.T, tests []connectCase, secrets ...string) {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			rdb, closeRedis, err := Connect(ctx, tt.redis)
+			rdb, closeRedis, err := redisconn.Connect(ctx, tt.redis)
 			if err == nil {
 				defer closeRedis()
 			}
@@ -93,8 +94,8 @@ func TestConnectACLUser(t *testing.T) {
 		"app on >" + pw + " ~* &* +@all",
 		"odd on >" + odd + " ~* &* +@all",
 	}})
-	base := func(url, user, password, file string) config.Redis {
-		r := config.Default().Redis
+	base := func(url, user, password, file string) redisconn.Config {
+		r := redisconn.Config{URL: redisconn.Embedded, EmbeddedAddr: redisconn.DefaultEmbeddedAddr, Prefix: "throttle:"}
 		r.URL, r.Username, r.Password, r.PasswordFile = url, user, password, file
 		return r
 	}
@@ -125,7 +126,7 @@ func TestConnectACLUser(t *testing.T) {
 			t.Fatalf("LoadWithEnv: %v", err)
 		}
 		ctx := context.Background()
-		rdb, closeRedis, err := Connect(ctx, c.Redis)
+		rdb, closeRedis, err := redisconn.Connect(ctx, c.Redis)
 		if err != nil {
 			t.Fatalf("Connect: %v", err)
 		}
@@ -147,40 +148,40 @@ func TestConnectTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	at := func(u string, tls config.TLS) config.Redis {
-		r := config.Default().Redis
+	at := func(u string, tls redisconn.TLS) redisconn.Config {
+		r := redisconn.Config{URL: redisconn.Embedded, EmbeddedAddr: redisconn.DefaultEmbeddedAddr, Prefix: "throttle:"}
 		r.URL, r.TLS = u, tls
 		return r
 	}
 	rediss := s.URL("app", "tls-pw")
 	byName := strings.Replace(rediss, "127.0.0.1", "localhost", 1)
 	runConnect(t, []connectCase{
-		{"CA file", at(rediss, config.TLS{CAFile: s.TLS.CAFile}), nil},
-		{"CA file, host name", at(byName, config.TLS{CAFile: s.TLS.CAFile}), nil},
-		{"CA file, server name", at(rediss, config.TLS{CAFile: s.TLS.CAFile, ServerName: redistest.ServerName}), nil},
-		{"not verified", at(rediss, config.TLS{InsecureSkipVerify: true}), nil},
-		{"system CAs only", at(rediss, config.TLS{}), []string{
+		{"CA file", at(rediss, redisconn.TLS{CAFile: s.TLS.CAFile}), nil},
+		{"CA file, host name", at(byName, redisconn.TLS{CAFile: s.TLS.CAFile}), nil},
+		{"CA file, server name", at(rediss, redisconn.TLS{CAFile: s.TLS.CAFile, ServerName: redistest.ServerName}), nil},
+		{"not verified", at(rediss, redisconn.TLS{InsecureSkipVerify: true}), nil},
+		{"system CAs only", at(rediss, redisconn.TLS{}), []string{
 			"config: connect to redis rediss://app:xxxxx@" + s.Addr,
 			"certificate signed by unknown authority",
 			"(its TLS certificate is not signed by a CA the client trusts: set redis.tls.ca_file to the CA that signed it)"}},
-		{"another CA", at(rediss, config.TLS{CAFile: other.CAFile}), []string{"certificate signed by unknown authority", "set redis.tls.ca_file"}},
-		{"wrong server name", at(rediss, config.TLS{CAFile: s.TLS.CAFile, ServerName: "db.example"}), []string{
+		{"another CA", at(rediss, redisconn.TLS{CAFile: other.CAFile}), []string{"certificate signed by unknown authority", "set redis.tls.ca_file"}},
+		{"wrong server name", at(rediss, redisconn.TLS{CAFile: s.TLS.CAFile, ServerName: "db.example"}), []string{
 			"not db.example",
 			"(its TLS certificate is not valid for the name the client expects: set redis.tls.server_name to one it holds)"}},
-		{"plain redis:// to a TLS port", at(strings.Replace(rediss, "rediss://", "redis://", 1), config.TLS{}), []string{"config: connect to redis redis://app:xxxxx@",
+		{"plain redis:// to a TLS port", at(strings.Replace(rediss, "rediss://", "redis://", 1), redisconn.TLS{}), []string{"config: connect to redis redis://app:xxxxx@",
 			"(if the server speaks TLS only, use a rediss:// URL)"}},
-		{"CA file not PEM", at(rediss, config.TLS{CAFile: "../../config/testdata/tls_not_a_cert.pem"}),
+		{"CA file not PEM", at(rediss, redisconn.TLS{CAFile: "../../config/testdata/tls_not_a_cert.pem"}),
 			[]string{`config: redis.tls.ca_file: no PEM certificate in "../../config/testdata/tls_not_a_cert.pem"`}},
 	}, "tls-pw")
 
-	insecure := at(rediss, config.TLS{InsecureSkipVerify: true})
+	insecure := at(rediss, redisconn.TLS{InsecureSkipVerify: true})
 	if got := insecure.String(); !strings.HasSuffix(got, ", TLS NOT VERIFIED") {
 		t.Errorf("String() = %q, want it to end in a warning", got)
 	}
 	if w := insecure.Warnings(); len(w) != 1 || !strings.Contains(w[0], "insecure_skip_verify") {
 		t.Errorf("Warnings() = %q", w)
 	}
-	if w := at(rediss, config.TLS{CAFile: s.TLS.CAFile}).Warnings(); len(w) != 0 {
+	if w := at(rediss, redisconn.TLS{CAFile: s.TLS.CAFile}).Warnings(); len(w) != 0 {
 		t.Errorf("Warnings() of a verified connection = %q", w)
 	}
 }
@@ -190,21 +191,21 @@ func TestConnectTLS(t *testing.T) {
 func TestConnectClientCertificate(t *testing.T) {
 	t.Parallel()
 	s := redistest.StartWith(t, redistest.Options{TLS: true, ClientCerts: true})
-	at := func(tls config.TLS) config.Redis {
-		r := config.Default().Redis
+	at := func(tls redisconn.TLS) redisconn.Config {
+		r := redisconn.Config{URL: redisconn.Embedded, EmbeddedAddr: redisconn.DefaultEmbeddedAddr, Prefix: "throttle:"}
 		r.URL, r.TLS = s.URL("", ""), tls
 		return r
 	}
 	f := s.TLS
 	runConnect(t, []connectCase{
-		{"client certificate", at(config.TLS{CAFile: f.CAFile, CertFile: f.ClientCertFile, KeyFile: f.ClientKeyFile}), nil},
-		{"no client certificate", at(config.TLS{CAFile: f.CAFile}), []string{"config: connect to redis rediss://" + s.Addr,
+		{"client certificate", at(redisconn.TLS{CAFile: f.CAFile, CertFile: f.ClientCertFile, KeyFile: f.ClientKeyFile}), nil},
+		{"no client certificate", at(redisconn.TLS{CAFile: f.CAFile}), []string{"config: connect to redis rediss://" + s.Addr,
 			"(the server wants a client certificate: set redis.tls.cert_file and key_file)"}},
-		{"key of another certificate", at(config.TLS{CAFile: f.CAFile, CertFile: f.ClientCertFile, KeyFile: f.KeyFile}),
+		{"key of another certificate", at(redisconn.TLS{CAFile: f.CAFile, CertFile: f.ClientCertFile, KeyFile: f.KeyFile}),
 			[]string{"config: redis.tls.cert_file: ", "are not a certificate and its key: private key does not match public key"}},
 	})
 	c := config.Default()
-	c.Redis = at(config.TLS{CAFile: f.CAFile, CertFile: f.ClientCertFile, KeyFile: f.ClientKeyFile})
+	c.Redis = at(redisconn.TLS{CAFile: f.CAFile, CertFile: f.ClientCertFile, KeyFile: f.ClientKeyFile})
 	if err := c.Validate(); err != nil {
 		t.Errorf("Validate: %v", err)
 	}
@@ -220,13 +221,13 @@ func TestConnectClusterLoginTLS(t *testing.T) {
 	t.Parallel()
 	const pw = "cluster-Pa55"
 	c := redistest.StartClusterWith(t, 3, 0, redistest.Options{TLS: true, Users: []string{"app on >" + pw + " ~* &* +@all"}})
-	cluster := func(user, password string, tls config.TLS) config.Redis {
-		r := config.Default().Redis
+	cluster := func(user, password string, tls redisconn.TLS) redisconn.Config {
+		r := redisconn.Config{URL: redisconn.Embedded, EmbeddedAddr: redisconn.DefaultEmbeddedAddr, Prefix: "throttle:"}
 		r.URL, r.Cluster, r.Username, r.Password, r.TLS = "", c.Addrs(), user, password, tls
 		return r
 	}
 	ca := c.Masters[0].TLS.CAFile
-	ok := cluster("app", pw, config.TLS{Enabled: true, CAFile: ca})
+	ok := cluster("app", pw, redisconn.TLS{Enabled: true, CAFile: ca})
 	cfg := config.Default()
 	cfg.Redis = ok
 	if err := cfg.Validate(); err != nil {
@@ -234,19 +235,19 @@ func TestConnectClusterLoginTLS(t *testing.T) {
 	}
 	runConnect(t, []connectCase{
 		{"login and CA", ok, nil},
-		{"wrong password", cluster("app", "wrong-"+pw, config.TLS{Enabled: true, CAFile: ca}),
+		{"wrong password", cluster("app", "wrong-"+pw, redisconn.TLS{Enabled: true, CAFile: ca}),
 			[]string{"config: connect to redis cluster " + strings.Join(c.Addrs(), ",") + ", user app, TLS", "WRONGPASS"}},
-		{"no CA", cluster("app", pw, config.TLS{Enabled: true}), []string{"certificate signed by unknown authority", "set redis.tls.ca_file"}},
-		{"no TLS", cluster("app", pw, config.TLS{}), []string{"config: connect to redis cluster ", "(if the server speaks TLS only, set redis.tls.enabled: true)"}},
-		{"entry holding a password", func() config.Redis {
-			r := cluster("", "", config.TLS{Enabled: true, CAFile: ca})
+		{"no CA", cluster("app", pw, redisconn.TLS{Enabled: true}), []string{"certificate signed by unknown authority", "set redis.tls.ca_file"}},
+		{"no TLS", cluster("app", pw, redisconn.TLS{}), []string{"config: connect to redis cluster ", "(if the server speaks TLS only, set redis.tls.enabled: true)"}},
+		{"entry holding a password", func() redisconn.Config {
+			r := cluster("", "", redisconn.TLS{Enabled: true, CAFile: ca})
 			r.Cluster = []string{"app:" + pw + "@" + c.Addrs()[0]}
 			return r
 		}(), []string{"config: connect to redis cluster app:xxxxx@"}},
 	}, pw, "wrong-"+pw)
 
 	ctx := context.Background()
-	rdb, closeRedis, err := Connect(ctx, ok)
+	rdb, closeRedis, err := redisconn.Connect(ctx, ok)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,310 @@
+package redisconn
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Config says where Redis is (one of embedded, a URL or a cluster) and how
+// to log in to it: the redis section of the config file (package config),
+// whose keys are the yaml tags. In the file, URL and Password may be
+// secret references (see config.Secret), and REDIS_URL and REDIS_PASSWORD
+// in the environment replace them. String, GoString and every error hide
+// the password.
+type Config struct {
+	// URL is Embedded or a redis://, rediss:// (TLS) or unix:// URL, with an
+	// optional user and password. Default Embedded, or "" with Cluster.
+	URL string `yaml:"url,secret"`
+	// Cluster lists the host:port of some Redis Cluster nodes, instead of URL.
+	Cluster []string `yaml:"cluster"`
+	// Username is the ACL user to log in as, for a cluster, or for a URL
+	// that names none. Default "": the URL's, else Redis's default user.
+	Username string `yaml:"username"`
+	// PasswordFile is a file holding the password (a final line break is
+	// ignored), read when connecting; instead of Password. A relative path
+	// is relative to the config file's directory.
+	PasswordFile string `yaml:"password_file,path"`
+	// Password is the password, for a cluster or a URL that holds none.
+	// Prefer REDIS_PASSWORD, PasswordFile or a reference to writing it.
+	Password string `yaml:"password,secret"`
+	// TLS configures TLS, which a rediss:// URL or, for a cluster,
+	// TLS.Enabled turns on. Default: off, and the system's CAs.
+	TLS TLS `yaml:"tls"`
+	// EmbeddedAddr is the loopback host:port the embedded server listens
+	// on, so that another process (enqueue) can reach it.
+	EmbeddedAddr string `yaml:"embedded_addr"`
+	// Prefix starts every throttle key; no '{' or '}'.
+	Prefix string `yaml:"prefix"`
+}
+
+// TLS says how to connect to Redis over TLS. It has no secrets: keys stay
+// in files, whose relative paths are relative to the config file.
+type TLS struct {
+	// Enabled turns TLS on for a cluster; for a URL, rediss:// does, and
+	// Enabled may only confirm it.
+	Enabled bool `yaml:"enabled"`
+	// CAFile is a PEM file of the CA certificates to trust instead of the
+	// system's, e.g. a private CA that signed the servers' certificates.
+	CAFile string `yaml:"ca_file,path"`
+	// CertFile and KeyFile are a client certificate and its key (PEM), for
+	// a server that requires one (tls-auth-clients yes).
+	CertFile string `yaml:"cert_file,path"`
+	KeyFile  string `yaml:"key_file,path"`
+	// ServerName is the name the server's certificate must be valid for.
+	// Default "": the host of the URL, or of each cluster node.
+	ServerName string `yaml:"server_name"`
+	// InsecureSkipVerify turns the check of the server's certificate off,
+	// so anyone on the path can read and change the traffic, the password
+	// included. For a test only; Warnings reports it.
+	InsecureSkipVerify bool `yaml:"insecure_skip_verify"`
+}
+
+// Redacted replaces a password in what RedactURL returns.
+const Redacted = "xxxxx"
+
+// Embedded is the URL that runs an in-process Redis-compatible server
+// (miniredis) instead of connecting to Redis.
+const Embedded = "embedded"
+
+// DefaultEmbeddedAddr is where the embedded server listens by default.
+const DefaultEmbeddedAddr = "127.0.0.1:6390"
+
+// Fill makes a cluster replace the default embedded URL, in a file.
+func (r *Config) Fill(has func(key string) bool, _ func(key, why string)) {
+	if has("cluster") && !has("url") {
+		r.URL = ""
+	}
+}
+
+// IsEmbedded reports whether r runs the in-process server (url: embedded).
+func (r Config) IsEmbedded() bool { return r.URL == Embedded && len(r.Cluster) == 0 }
+
+// TLSOn reports whether r connects over TLS.
+func (r Config) TLSOn() bool {
+	if len(r.Cluster) > 0 {
+		return r.TLS.Enabled
+	}
+	scheme, _, _ := strings.Cut(r.URL, "://")
+	return strings.EqualFold(scheme, "rediss")
+}
+
+// String describes where r connects, for logs, with the password redacted:
+// "embedded (127.0.0.1:6390)", "redis://app:xxxxx@cache:6379/0" or
+// "cluster 10.0.0.1:7000,10.0.0.2:7000, user app, TLS". A connection whose
+// certificate is not verified ends in ", TLS NOT VERIFIED".
+func (r Config) String() string {
+	if r.IsEmbedded() {
+		return Embedded + " (" + r.EmbeddedAddr + ")"
+	}
+	s := RedactURL(r.URL)
+	if len(r.Cluster) > 0 {
+		s = "cluster " + strings.Join(r.redactedCluster(), ",") // a bad entry may hold user:password@
+	}
+	if r.Username != "" {
+		s += ", user " + r.Username
+	}
+	if len(r.Cluster) > 0 && r.TLS.Enabled {
+		s += ", TLS"
+	}
+	if r.TLS.InsecureSkipVerify && r.TLSOn() {
+		s += ", TLS NOT VERIFIED"
+	}
+	return s
+}
+
+func (r Config) redactedCluster() []string {
+	var out []string
+	for _, a := range r.Cluster {
+		out = append(out, RedactURL(a))
+	}
+	return out
+}
+
+// GoString is the %#v form of r, with the password redacted.
+func (r Config) GoString() string {
+	pw := ""
+	if r.Password != "" {
+		pw = Redacted
+	}
+	return fmt.Sprintf("config.Redis{URL:%q, Cluster:%#v, Username:%q, Password:%q, PasswordFile:%q, TLS:%#v, EmbeddedAddr:%q, Prefix:%q}",
+		RedactURL(r.URL), r.redactedCluster(), r.Username, pw, r.PasswordFile, r.TLS, r.EmbeddedAddr, r.Prefix)
+}
+
+// Warnings returns what a program should log loudly before connecting: for
+// now, that TLS certificates are not verified.
+func (r Config) Warnings() []string {
+	if r.TLS.InsecureSkipVerify && r.TLSOn() {
+		return []string{"redis.tls.insecure_skip_verify is true: the Redis server's certificate is not checked, " +
+			"so anyone on the network path can impersonate it and read the password and every job; use redis.tls.ca_file instead"}
+	}
+	return nil
+}
+
+// LoginPassword returns the password to log in with, besides one in the
+// URL: Password, or what PasswordFile holds. The error never shows it.
+func (r Config) LoginPassword() (string, error) {
+	if r.PasswordFile == "" {
+		return r.Password, nil
+	}
+	pw, msg := ReadSecretFile(r.PasswordFile, "password")
+	if msg != "" {
+		return "", fmt.Errorf("config: redis.password_file: %s", msg)
+	}
+	return pw, nil
+}
+
+// CAs returns the certificates of CAFile, or nil for the system's.
+func (t TLS) CAs() (*x509.CertPool, error) {
+	if t.CAFile == "" {
+		return nil, nil
+	}
+	pool, msg := readCAFile(t.CAFile)
+	if msg != "" {
+		return nil, fmt.Errorf("config: redis.tls.ca_file: %s", msg)
+	}
+	return pool, nil
+}
+
+// ClientCertificates returns the client certificate of CertFile and
+// KeyFile, or none.
+func (t TLS) ClientCertificates() ([]tls.Certificate, error) {
+	if t.CertFile == "" && t.KeyFile == "" {
+		return nil, nil
+	}
+	cert, msg := readKeyPair(t.CertFile, t.KeyFile)
+	if msg != "" {
+		return nil, fmt.Errorf("config: redis.tls.cert_file: %s", msg)
+	}
+	return []tls.Certificate{cert}, nil
+}
+
+// readCAFile returns the certificates of a PEM file, or what is wrong.
+func readCAFile(path string) (*x509.CertPool, string) {
+	data, msg := readSmallFile(path)
+	if msg != "" {
+		return nil, msg
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(data) {
+		return nil, fmt.Sprintf("no PEM certificate in %s", Quote(path))
+	}
+	return pool, ""
+}
+
+// readKeyPair loads a client certificate and its key, or says what is
+// wrong. The message never shows the key.
+func readKeyPair(certFile, keyFile string) (tls.Certificate, string) {
+	certPEM, msg := readSmallFile(certFile)
+	if msg != "" {
+		return tls.Certificate{}, msg
+	}
+	keyPEM, msg := readSmallFile(keyFile)
+	if msg != "" {
+		return tls.Certificate{}, msg
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return tls.Certificate{}, fmt.Sprintf("%s and %s are not a certificate and its key: %s",
+			Quote(certFile), Quote(keyFile), strings.TrimPrefix(err.Error(), "tls: "))
+	}
+	return cert, ""
+}
+
+// ParseURL parses a redis.url other than Embedded into go-redis options.
+// Its errors quote the URL redacted and never its password: net/url's
+// errors echo the whole URL, so they are replaced, and go-redis's are
+// scrubbed.
+func ParseURL(u string) (*redis.Options, error) {
+	scheme, _, ok := strings.Cut(u, "://")
+	switch s := strings.ToLower(scheme); {
+	case !ok || s != "redis" && s != "rediss" && s != "unix":
+		return nil, fmt.Errorf("must be %s or a redis://, rediss:// or unix:// URL (got %s)", Embedded, Quote(RedactURL(u)))
+	}
+	opts, err := redis.ParseURL(u)
+	var ue *url.Error
+	switch {
+	case errors.As(err, &ue):
+		return nil, fmt.Errorf("not a valid URL (got %s)", Quote(RedactURL(u)))
+	case err != nil:
+		return nil, fmt.Errorf("%s (got %s)", Scrub(strings.TrimPrefix(err.Error(), "redis: "), u), Quote(RedactURL(u)))
+	case opts.TLSConfig != nil && opts.TLSConfig.InsecureSkipVerify:
+		return nil, fmt.Errorf("skip_verify is not taken in the URL: set redis.tls.insecure_skip_verify: true, which is logged as a warning (got %s)",
+			Quote(RedactURL(u)))
+	}
+	return opts, nil
+}
+
+// RedactURL returns u with its password, if any, replaced by xxxxx:
+// "redis://app:s3cret@cache:6379/0" becomes "redis://app:xxxxx@cache:6379/0".
+// It works on the text, so it also hides the password of a URL that does
+// not parse (one with an unescaped '/' or '@' in it, say), erring on the
+// side of hiding too much; query parameters whose name contains "pass" are
+// hidden too. Every log line and error that shows a URL uses it.
+func RedactURL(u string) string {
+	var b strings.Builder
+	last := 0
+	for _, s := range secretSpans(u) {
+		b.WriteString(u[last:s[0]] + Redacted)
+		last = s[1]
+	}
+	b.WriteString(u[last:])
+	return b.String()
+}
+
+// Scrub hides any of u's secrets that appear in msg, decoded or not.
+func Scrub(msg, u string) string {
+	for _, s := range secretSpans(u) {
+		secret := u[s[0]:s[1]]
+		if secret == "" {
+			continue
+		}
+		msg = strings.ReplaceAll(msg, secret, Redacted)
+		for _, unescape := range []func(string) (string, error){url.PathUnescape, url.QueryUnescape} {
+			if dec, err := unescape(secret); err == nil && dec != "" {
+				msg = strings.ReplaceAll(msg, dec, Redacted)
+			}
+		}
+	}
+	return msg
+}
+
+// secretSpans returns the [start, end) byte ranges of u's secrets, in order:
+// the password (between the first ':' of the part after "://" and its last
+// '@') and the values of query parameters named like a password.
+func secretSpans(u string) [][2]int {
+	var spans [][2]int
+	start := 0
+	if i := strings.Index(u, "://"); i >= 0 {
+		start = i + 3
+	}
+	if at := strings.LastIndexByte(u[start:], '@'); at >= 0 {
+		at += start
+		if colon := strings.IndexByte(u[start:at], ':'); colon >= 0 {
+			spans = append(spans, [2]int{start + colon + 1, at})
+			start = at
+		}
+	}
+	q := strings.IndexByte(u[start:], '?')
+	for i := start + q + 1; q >= 0 && i < len(u); {
+		end := strings.IndexAny(u[i:], "&;#")
+		if end < 0 {
+			end = len(u)
+		} else {
+			end += i
+		}
+		if name, _, ok := strings.Cut(u[i:end], "="); ok && strings.Contains(strings.ToLower(name), "pass") {
+			spans = append(spans, [2]int{i + len(name) + 1, end})
+		}
+		if end < len(u) && u[end] == '#' {
+			break
+		}
+		i = end + 1
+	}
+	return spans
+}
