@@ -199,7 +199,10 @@ type recipientPolicy struct {
 
 type recipientWindow struct {
 	windowView
-	Used int64 `json:"used"`
+	// Used counts the entries in the window up to now; Booked those booked
+	// ahead, which the window counts too.
+	Used   int64 `json:"used"`
+	Booked int64 `json:"booked"`
 	// Frees is when the window next has a place; null when it has one now.
 	Frees *time.Time `json:"frees"`
 }
@@ -207,6 +210,8 @@ type recipientWindow struct {
 type entryView struct {
 	Task string    `json:"task"`
 	At   time.Time `json:"at"`
+	// Booked says At is ahead of now: the task booked it and waits.
+	Booked bool `json:"booked"`
 	// Frees says when the entry leaves each window, as the policy's
 	// windows; null for a window it is no longer in.
 	Frees []*time.Time `json:"frees"`
@@ -230,7 +235,7 @@ func (d *Dashboard) recipient(ctx context.Context, r *http.Request, id string, l
 		rp := recipientPolicy{Policy: p.Name, Next: p.Next.In(loc), NextIn: p.Next.Sub(st.Now).Seconds()}
 		wv := windowViews(p.Windows)
 		for i := range wv {
-			rp.Windows = append(rp.Windows, recipientWindow{windowView: wv[i], Used: p.Used[i], Frees: at(p.Frees[i])})
+			rp.Windows = append(rp.Windows, recipientWindow{windowView: wv[i], Used: p.Used[i], Booked: p.Ahead, Frees: at(p.Frees[i])})
 		}
 		switch {
 		case p.DecidedBy >= 0:
@@ -241,7 +246,7 @@ func (d *Dashboard) recipient(ctx context.Context, r *http.Request, id string, l
 		}
 		var entries []entryView
 		for _, e := range p.Entries {
-			ev := entryView{Task: e.Task, At: e.At.In(loc)}
+			ev := entryView{Task: e.Task, At: e.At.In(loc), Booked: e.At.After(st.Now)}
 			for _, f := range e.Frees {
 				ev.Frees = append(ev.Frees, at(f))
 			}

@@ -70,7 +70,7 @@ func TestAPIShapes(t *testing.T) {
 		t.Errorf("recipient policy keys (-want +got)\n-%v\n+%v", want, k)
 	}
 	w := pol["windows"].([]any)[0].(map[string]any)
-	want = []string{"frees", "limit", "per", "per_seconds", "used"}
+	want = []string{"booked", "frees", "limit", "per", "per_seconds", "used"}
 	if k := keys(w); !reflect.DeepEqual(k, want) {
 		t.Errorf("recipient window keys (-want +got)\n-%v\n+%v", want, k)
 	}
@@ -122,6 +122,11 @@ func TestUnknownRecipientIsEmpty(t *testing.T) {
 		if p.Entries.Total != 0 || len(p.Entries.Items) != 0 || p.DecidedBy != "" || p.NextIn != 0 {
 			t.Errorf("policy %s of an unknown recipient: %+v", p.Policy, p)
 		}
+	}
+	var slash recipientView
+	e.getJSON(t, "/throttle/api/recipients/"+url.PathEscape("team/ops@example.com"), &slash)
+	if slash.Recipient != "team/ops@example.com" {
+		t.Errorf("an id with a slash, escaped: recipient %q", slash.Recipient)
 	}
 	code, body := e.get(t, "/throttle?recipient=nobody")
 	if code != http.StatusOK || !strings.Contains(body, "No entries") {

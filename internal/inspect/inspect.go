@@ -149,8 +149,11 @@ type RecipientState struct {
 // PolicyState is a recipient's history under one policy.
 type PolicyState struct {
 	Policy
-	// Used counts the entries in each window, as Windows.
+	// Used counts the entries in each window, as Windows, up to now.
 	Used []int64
+	// Ahead counts the entries booked ahead of now; each window counts
+	// them too.
+	Ahead int64
 	// Frees is, per window, when the window next has a place: zero when it
 	// has one now.
 	Frees []time.Time
@@ -224,7 +227,11 @@ func (in *Inspector) Recipient(ctx context.Context, recipient string, offset, li
 // frees and the policy's next moment: a full window frees a place when the
 // entry that decides it leaves, at its moment plus the window.
 func policyState(pol Policy, wins []window, q quotaRead, now int64) PolicyState {
-	ps := PolicyState{Policy: pol, Used: q.used, Frees: make([]time.Time, len(wins)), Next: fromUS(now), DecidedBy: -1, Total: q.total}
+	ps := PolicyState{Policy: pol, Used: make([]int64, len(wins)), Ahead: q.ahead, Frees: make([]time.Time, len(wins)),
+		Next: fromUS(now), DecidedBy: -1, Total: q.total}
+	for i := range wins {
+		ps.Used[i] = q.used[i] - q.ahead
+	}
 	next := now
 	for i, w := range wins {
 		if q.decider[i] < 0 {

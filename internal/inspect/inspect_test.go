@@ -284,6 +284,9 @@ func TestBookings(t *testing.T) {
 	if rs.Bookings.Held != 2 || !fromUS(rs.Bookings.Tasks[1].At).Equal(d.At()) {
 		t.Errorf("b0's bookings = %+v, want its 2 bookings, the second at %s", rs.Bookings, d.At())
 	}
+	if p := rs.Policies[0]; p.Ahead < 1 || p.Used[1]+p.Ahead != 2 {
+		t.Errorf("b0's entries: %v up to now and %d ahead, want its 2 with the booked one ahead", p.Used, p.Ahead)
+	}
 	// A third message fits the 1/24h window a day after the second one.
 	if p := rs.Policies[0]; p.DecidedBy != 0 || !p.Next.Equal(d.At().Add(24*time.Hour)) {
 		t.Errorf("b0's next = %s by window %d, want a day after its last booking %s, by 1 per 24h", p.Next, p.DecidedBy, d.At())

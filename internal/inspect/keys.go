@@ -263,10 +263,11 @@ func readEntries(p redis.Pipeliner, ctx context.Context, key string, now int64, 
 	}
 	all := p.ZCount(ctx, key, "("+strconv.FormatInt(now-longest, 10), "+inf")
 	newest := p.ZRevRangeWithScores(ctx, key, 0, 0)
+	ahead := p.ZCount(ctx, key, "("+strconv.FormatInt(now, 10), "+inf")
 	page := p.ZRevRangeByScoreWithScores(ctx, key, &redis.ZRangeBy{
 		Min: "(" + strconv.FormatInt(now-longest, 10), Max: "+inf", Offset: int64(offset), Count: int64(limit)})
 	return func() quotaRead {
-		q := quotaRead{total: all.Val(), used: make([]int64, n), decider: make([]int64, n)}
+		q := quotaRead{total: all.Val(), ahead: ahead.Val(), used: make([]int64, n), decider: make([]int64, n)}
 		if z := newest.Val(); len(z) == 1 {
 			q.newest = int64(z[0].Score)
 		}
@@ -295,7 +296,8 @@ type window struct {
 type quotaRead struct {
 	total   int64     // entries counting in the longest window
 	newest  int64     // the newest entry's µs, 0 when none: a booking goes no earlier
-	used    []int64   // entries in each window
+	ahead   int64     // entries booked ahead of now, which count in every window
+	used    []int64   // entries in each window, those ahead of now included
 	decider []int64   // per window: the µs of the entry whose leaving frees a place, -1 when not full
 	entries []Booking // the page asked for, newest first
 }
