@@ -46,6 +46,9 @@ type Throttle struct {
 	// PriorityQueues names the queues whose jobs skip the providers' lines
 	// and may take their reserve (throttle.Bucket.WithReserve).
 	PriorityQueues map[string]bool
+	// OnBooked, if set, is called with every booking a job makes (the demo
+	// prints them); the log has one line per rule every 10s.
+	OnBooked func(Notification, throttle.Decision)
 	// Stopping is closed when the worker starts to shut down: jobs still
 	// waiting for their moment give their admission back and are deferred.
 	Stopping <-chan struct{}
@@ -208,6 +211,7 @@ func (t *Throttle) admit(ctx context.Context, j job) error {
 	}
 	if !d.Allowed {
 		t.Metrics.inc(t.Metrics.Deferred, t.denier(j, d))
+		t.bookings.note(t.Log, "deferred", t.denier(j, d), d)
 		return &Deferral{Delay: d.Delay, Reason: "throttled by " + t.denier(j, d)}
 	}
 	t.Metrics.inc(t.Metrics.Admitted, j.n.Policy, j.n.Provider)
@@ -252,7 +256,10 @@ func (t *Throttle) booked(j job, d throttle.Decision) error {
 	}
 	t.Metrics.inc(t.Metrics.Bookings, event)
 	t.Metrics.BookedAhead.WithLabelValues(rule).Set(d.Delay.Seconds())
-	t.bookings.note(t.Log, rule, d)
+	t.bookings.note(t.Log, "booked", rule, d)
+	if t.OnBooked != nil {
+		t.OnBooked(j.n, d)
+	}
 	early := min(max(t.InlineWait-time.Second, 0), wakeEarly)
 	return &Deferral{
 		Delay:  d.Delay,

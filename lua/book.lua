@@ -23,7 +23,7 @@
 --
 -- A claim (the task comes back holding a ticket or booked quota entries)
 -- takes the bucket's tokens at max(booked moment, when the tokens are
--- there) and moves the quota entries there if they are not there already,
+-- there, leaving one for each ticket booked before it and not yet claimed) and moves the quota entries there if they are not there already,
 -- only if they still fit every window (entries booked after them included).
 -- It goes if that moment is within max wait. A task that came back early is
 -- told its moment again, unchanged. One that came back late, or whose
@@ -198,11 +198,22 @@ local function book_task(keys, ki, id, p, now, deadline)
 
   if ticket or held > 0 then
     -- A claim.
-    local x = max(now + wait, held)
     if held > now + maxwait then
       -- Early: the moment stands.
       return k, 0, now, held - now, 0, BOOKED, 0
     end
+    -- Tokens are taken when a claim is made, up to max wait before its
+    -- moment: a claim leaves what the tickets booked before its moment and
+    -- not yet claimed need, or claims made early for later moments would
+    -- take the tokens of earlier ones.
+    if bt and held > now then
+      local before = rcall('ZCOUNT', bbook, int(now), '(' .. int(held))
+      if before > 0 then
+        local need = bucket_need(bt, prio) + before
+        if tokens < need then wait = ceil((need - tokens) * 1e6 / bt.rate) end
+      end
+    end
+    local x = max(now + wait, held)
     local fits = x <= now + maxwait
     for i = 1, n do
       if not fits then break end

@@ -202,12 +202,27 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 	}
 	rebooked := false
 	if hasTicket || held > 0 {
-		x := math.Max(now+wait, held)
 		if held > now+maxwait {
 			d := dec(false, 0, 0, held-now)
 			d.Booked = true
 			return d, true
 		}
+		if bt != nil && held > now {
+			before := 0
+			if e := c.get(bt.book); e != nil {
+				for _, s := range e.z {
+					if s >= now && s < held {
+						before++
+					}
+				}
+			}
+			if before > 0 {
+				if need := bucketNeed(bt, prio) + float64(before); tokens < need {
+					wait = math.Ceil((need - tokens) * 1e6 / bt.rate)
+				}
+			}
+		}
+		x := math.Max(now+wait, held)
 		fits := x <= now+maxwait
 		for i, t := range takes {
 			if !fits {

@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
-	"sort"
+	"os"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -13,39 +16,109 @@ import (
 
 	"github.com/notify-throttle/throttler/config"
 	"github.com/notify-throttle/throttler/jobs"
+	"github.com/notify-throttle/throttler/throttle"
 )
 
-// sentCounts counts what providers accepted, per recipient, for the demo summary.
-type sentCounts struct {
-	mu   sync.Mutex
-	sent map[string]int
+// The demo runs the worker on rules scaled down to seconds, so that
+// throttling happens within its run: a recipient policy of 1 per 2s and 3
+// per 10s, and a provider paced at 2 messages a second (burst 2), with six
+// notifications for each of four recipients enqueued at once. It prints
+// each booking and each send as it happens, and at the end every
+// recipient's timeline with the closest sends and the most in any window.
+const (
+	demoPolicy   = "demo"
+	demoProvider = "demo"
+	demoEach     = 6
+)
+
+var (
+	demoWindows    = []throttle.Window{{Limit: 1, Per: 2 * time.Second}, {Limit: 3, Per: 10 * time.Second}}
+	demoRecipients = []string{"alice@example.com", "bob@example.com", "carol@example.com", "dave@example.com"}
+)
+
+// demoRules adds the demo's policy and provider to cfg.
+func demoRules(cfg *config.Config) {
+	cfg.Policies[demoPolicy] = config.Policy(demoWindows)
+	cfg.Providers[demoProvider] = config.Provider{Type: config.ProviderLog, Rate: 2, Burst: 2, Output: os.DevNull}
 }
 
-func newSentCounts() *sentCounts { return &sentCounts{sent: map[string]int{}} }
+// sentCounts records what providers accepted, per recipient, for the demo:
+// when, and which message. Only the demo has one (see newThrottle).
+type sentCounts struct {
+	mu    sync.Mutex
+	start time.Time
+	out   io.Writer // each send is printed here; nil: not printed
+	sent  map[string][]demoSend
+}
+
+type demoSend struct {
+	at time.Time
+	n  int // the message's number for its recipient
+}
+
+func newSentCounts() *sentCounts {
+	return &sentCounts{start: time.Now(), sent: map[string][]demoSend{}}
+}
+
+// demoNumber reads the message number the demo puts in each payload.
+func demoNumber(data []byte) int {
+	var d struct{ N int }
+	_ = json.Unmarshal(data, &d)
+	return d.N
+}
 
 func (c *sentCounts) wrap(p jobs.Provider) jobs.Provider {
 	return jobs.ProviderFunc(func(ctx context.Context, m jobs.Message) error {
 		err := p.Send(ctx, m)
 		if err == nil {
+			now := time.Now()
 			c.mu.Lock()
-			c.sent[m.Recipient]++
+			c.sent[m.Recipient] = append(c.sent[m.Recipient], demoSend{now, demoNumber(m.Data)})
+			if c.out != nil {
+				fmt.Fprintf(c.out, "%7.2fs  sent    %-18s #%d\n", now.Sub(c.start).Seconds(), m.Recipient, demoNumber(m.Data))
+			}
 			c.mu.Unlock()
 		}
 		return err
 	})
 }
 
-// runDemo enqueues a burst for a few recipients under the default policy and
-// provider, lets the worker run for d, and prints a summary per recipient.
+// booked prints a booking as it is made (jobs.Throttle.OnBooked).
+func (c *sentCounts) booked(n jobs.Notification, d throttle.Decision) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.out == nil {
+		return
+	}
+	// The moment on this process's clock: Redis's embedded here.
+	at := time.Now().Add(d.Delay)
+	rule := fmt.Sprintf("provider %s", n.Provider)
+	if _, ok := d.Rule.(*throttle.Quota); ok {
+		rule = fmt.Sprintf("policy %s (%s)", n.Policy, d.Limit)
+	}
+	again := ""
+	if d.Rebooked {
+		again = " again"
+	}
+	fmt.Fprintf(c.out, "%7.2fs  booked%s %-18s #%d for %6.2fs by %s, %d ahead\n",
+		time.Since(c.start).Seconds(), again, n.Recipient, demoNumber(n.Data), at.Sub(c.start).Seconds(), rule, d.Ahead)
+}
+
+// runDemo enqueues demoEach notifications for each demo recipient, lets the
+// worker run for d, printing bookings and sends, then prints each
+// recipient's timeline.
 func runDemo(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient, d time.Duration, counts *sentCounts, out io.Writer) error {
 	client := asynq.NewClientFromRedisClient(rdb)
-	recipients := []string{"alice@example.com", "bob@example.com", "carol@example.com", "dave@example.com"}
-	route := cfg.Route(config.Route{})
-	enqueued := map[string]int{}
-	for i := 0; i < 5; i++ {
-		for _, r := range recipients {
+	route := cfg.Route(config.Route{Policy: demoPolicy, Provider: demoProvider})
+	fmt.Fprintf(out, "demo: %d notifications for each of %d recipients, enqueued at once; policy %s: %s per recipient; provider %s: 2/s burst 2; running %s\n\n",
+		demoEach, len(demoRecipients), demoPolicy, windowsString(demoWindows), demoProvider, d)
+	counts.mu.Lock()
+	counts.start, counts.out = time.Now(), out
+	counts.mu.Unlock()
+	for i := 1; i <= demoEach; i++ {
+		for _, r := range demoRecipients {
 			n := jobs.Notification{Recipient: r, Policy: route.Policy, Provider: route.Provider,
-				Template: "weekly-digest", Data: []byte(fmt.Sprintf(`{"issue":%d}`, i+1))}
+				Template: "weekly-digest", Data: []byte(fmt.Sprintf(`{"n":%d}`, i))}
 			task, err := jobs.NewTask(n, jobs.TaskID(""), asynq.Queue(route.Queue))
 			if err != nil {
 				return err
@@ -53,21 +126,69 @@ func runDemo(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient,
 			if _, err := client.EnqueueContext(ctx, task); err != nil {
 				return fmt.Errorf("demo: enqueue: %w", err)
 			}
-			enqueued[r]++
 		}
 	}
-	fmt.Fprintf(out, "demo: enqueued %d notifications for %d recipients under policy %s via %s; running %s\n",
-		5*len(recipients), len(recipients), route.Policy, route.Provider, d)
 	select {
 	case <-time.After(d):
 	case <-ctx.Done():
 	}
 	counts.mu.Lock()
 	defer counts.mu.Unlock()
-	sort.Strings(recipients)
-	fmt.Fprintf(out, "\n%-20s %8s %5s %9s\n", "recipient", "enqueued", "sent", "deferred")
-	for _, r := range recipients {
-		fmt.Fprintf(out, "%-20s %8d %5d %9d\n", r, enqueued[r], counts.sent[r], enqueued[r]-counts.sent[r])
+	counts.out = nil
+	fmt.Fprintf(out, "\nEach recipient's sends (seconds from the start, as they arrived; counted in a window\nwhen less than its length less %s apart). Policy %s allows %s:\n", demoJitter, demoPolicy, windowsString(demoWindows))
+	for _, r := range demoRecipients {
+		sends := counts.sent[r]
+		var b strings.Builder
+		for _, s := range sends {
+			fmt.Fprintf(&b, " %5.1f", s.at.Sub(counts.start).Seconds())
+		}
+		fmt.Fprintf(out, "  %-18s %d of %d sent:%s\n", r, len(sends), demoEach, b.String())
+		for _, w := range demoWindows {
+			most, closest := demoWindowCheck(sends, w)
+			fmt.Fprintf(out, "  %-18s   at most %d in any %s (allowed %d)%s\n", "", most, throttle.FormatDuration(w.Per), w.Limit, closest)
+		}
 	}
+	fmt.Fprintf(out, "\nWithout booking, each throttled message would wake with the others and be deferred again;\n"+
+		"here each was deferred once, to the moment it booked (worker.book in config.yaml).\n")
 	return nil
+}
+
+// demoJitter is what a send's arrival, timed here, may lag its moment by
+// (a timer's wake-up, the provider call): two sends are counted in one
+// window only when they arrived closer than its length less this.
+const demoJitter = 50 * time.Millisecond
+
+// demoWindowCheck returns the most sends in any window of w.Per (see
+// demoJitter) and, for a limit of 1, the closest two sends.
+func demoWindowCheck(sends []demoSend, w throttle.Window) (int, string) {
+	ts := make([]time.Time, len(sends))
+	for i, s := range sends {
+		ts[i] = s.at
+	}
+	slices.SortFunc(ts, func(a, b time.Time) int { return a.Compare(b) })
+	most := 0
+	for i := range ts {
+		n := 0
+		for j := i; j < len(ts) && ts[j].Sub(ts[i]) < w.Per-demoJitter; j++ {
+			n++
+		}
+		most = max(most, n)
+	}
+	closest := ""
+	if w.Limit == 1 && len(ts) > 1 {
+		c := ts[1].Sub(ts[0])
+		for i := 2; i < len(ts); i++ {
+			c = min(c, ts[i].Sub(ts[i-1]))
+		}
+		closest = fmt.Sprintf(", closest two %.2fs apart", c.Seconds())
+	}
+	return most, closest
+}
+
+func windowsString(ws []throttle.Window) string {
+	parts := make([]string, len(ws))
+	for i, w := range ws {
+		parts[i] = w.String()
+	}
+	return strings.Join(parts, " and ")
 }

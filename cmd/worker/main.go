@@ -135,10 +135,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var counts *sentCounts
 	if *demo > 0 {
 		counts = newSentCounts()
+		demoRules(cfg)
 	}
 	th, err := newThrottle(cfg, rdb, reg, log, stdout, counts)
 	if err != nil {
 		return err
+	}
+	if counts != nil {
+		th.OnBooked = counts.booked
 	}
 	stopping := make(chan struct{})
 	th.Stopping = stopping
@@ -156,8 +160,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			id, _ := asynq.GetTaskID(ctx)
 			var d *jobs.Deferral
 			if errors.As(err, &d) {
-				log.Info("deferred", "task", id, "reason", d.Error())
-				return
+				return // summed up per rule by the throttle's log
 			}
 			log.Warn("job failed", "task", id, "err", err)
 		}),
