@@ -69,6 +69,7 @@ const (
 	DefaultJitter             = time.Second
 	DefaultSentMarks          = time.Hour
 	DefaultRememberTakes      = throttle.DefaultRemember
+	DefaultDeadAfter          = 5 * time.Second
 	DefaultOutput             = "stdout"
 	DefaultTimeout            = 5 * time.Second
 	DefaultCatchUp            = time.Hour
@@ -90,6 +91,7 @@ func Default() *Config {
 			Jitter:          DefaultJitter,
 			SentMarks:       DefaultSentMarks,
 			RememberTakes:   DefaultRememberTakes,
+			DeadAfter:       DefaultDeadAfter,
 		},
 		Policies:  map[string]Policy{},
 		Providers: map[string]Provider{},
@@ -157,6 +159,11 @@ type Worker struct {
 	// took each token (throttle.Options.Remember); each remembered take
 	// costs about 150 bytes of Redis memory. At least 1s.
 	RememberTakes time.Duration `yaml:"remember_takes"`
+	// DeadAfter is how long a worker may show no sign of life in Redis
+	// before the others take it for dead and hand its tasks over
+	// (recovery.Options.DeadAfter); 0 leaves them to asynq's own recovery
+	// (a minute or two). 0 or at least 1s.
+	DeadAfter time.Duration `yaml:"dead_after"`
 }
 
 // Dashboard says who may open the dashboard (the throttle view at /throttle

@@ -35,6 +35,7 @@ func TestLoadRootConfig(t *testing.T) {
 			Jitter:          time.Second,
 			SentMarks:       time.Hour,
 			RememberTakes:   10 * time.Minute,
+			DeadAfter:       5 * time.Second,
 		},
 		Policies: map[string]Policy{
 			"marketing":     {{Limit: 1, Per: 24 * time.Hour}, {Limit: 3, Per: 168 * time.Hour}},

@@ -127,6 +127,9 @@ func (v *validator) worker() {
 		v.failf("worker.remember_takes", "must be at least %s (got %s)",
 			throttle.FormatDuration(throttle.MinRemember), throttle.FormatDuration(w.RememberTakes))
 	}
+	if w.DeadAfter != 0 && w.DeadAfter < time.Second {
+		v.failf("worker.dead_after", "must be 0 (off) or at least 1s (got %s)", throttle.FormatDuration(w.DeadAfter))
+	}
 }
 
 // httpAddr checks worker.http_addr (under the name the file gave it) and

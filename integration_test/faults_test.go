@@ -244,13 +244,11 @@ func (f *fleet) sentMarkers(ids []string) int {
 // webhook holds the answers to worker w1's requests after its first few,
 // and once w1 has jobs waiting for their answer it is killed with SIGKILL,
 // and the held requests are answered (the provider did accept them: their
-// answers are lost with the worker). asynq re-runs w1's active jobs once
-// their lease has been expired for 30 s: the test starts a third worker
-// then (asynq's recoverer runs when a server starts, and every minute after)
-// and runs the recovered tasks at once instead of after asynq's retry
-// backoff of 15-45 s (Inspector.RunTask). The re-runs are admitted again
-// (idempotently: not blocked by their own quota entries, nothing counted
-// twice) and sent, and the run then meets every invariant of checkRun.
+// answers are lost with the worker). w2 takes w1 for dead after
+// worker.dead_after and runs w1's active jobs again (package recovery).
+// The re-runs are admitted again (idempotently: not blocked by their own
+// quota entries, nothing counted twice) and sent, and the run then meets
+// every invariant of checkRun.
 //
 // What it reports: the jobs re-run and the ones sent twice. A job the
 // provider had accepted but whose answer the worker never got is sent twice
@@ -258,9 +256,6 @@ func (f *fleet) sentMarkers(ids []string) int {
 // the answer. Markers prevent the duplicate only when the worker died after
 // the answer and before asynq recorded the task done.
 func TestKill9WorkerMidSend(t *testing.T) {
-	if testing.Short() {
-		t.Skip("about 75 s: waits for asynq's lease recovery")
-	}
 	const (
 		recipients = 30
 		per        = 3
@@ -336,68 +331,32 @@ func TestKill9WorkerMidSend(t *testing.T) {
 		heldIDs[a.Key] = true
 	}
 
-	// Recover as soon as asynq allows: a lease 30 s past its deadline.
-	ctx := context.Background()
-	// (A task of w2's still active at the look above has finished since,
-	// and has no lease any more: it is not one of w1's.)
-	var deadline float64
-	ids = slices.DeleteFunc(ids, func(id string) bool {
-		s, err := f.rdb.ZScore(ctx, "asynq:{"+fleetQueue+"}:lease", id).Result()
-		if err != nil {
-			return true
-		}
-		deadline = max(deadline, s)
-		return false
-	})
-	if len(ids) == 0 {
-		t.Fatalf("no task of the killed worker holds a lease")
-	}
-	wake := time.Unix(int64(deadline), 0).Add(31 * time.Second)
-	t.Logf("leases expire %s after the kill; recovery from %s after it", time.Unix(int64(deadline), 0).Sub(killed).Round(time.Second), wake.Sub(killed).Round(time.Second))
-	time.Sleep(time.Until(wake))
-	w3 := f.startWorker("w3") // its recoverer runs at start
-	waitFor(t, "the killed worker's tasks to be recovered", func() bool {
-		for _, id := range ids {
-			ti, err := f.insp.GetTaskInfo(fleetQueue, id)
-			if err == nil && ti.State == asynq.TaskStateActive {
-				return false
-			}
-		}
-		return true
-	})
-	for _, id := range ids {
-		if err := f.insp.RunTask(fleetQueue, id); err != nil && !strings.Contains(err.Error(), "already") {
-			t.Logf("run %s now: %v", id, err)
-		}
-	}
+	// w2's reaper hands w1's tasks back to the queue once w1 has been
+	// silent for dead_after (package recovery), and w2 runs them.
 	f.waitAllEnded(60*time.Second, notes)
-	m := f.metricsOf(w2, w3)
+	m := f.metricsOf(w2)
 	f.stop(w2)
-	f.stop(w3)
 	t.Logf("recovered and settled %s after the kill", time.Since(killed).Round(time.Second))
 
 	c := checkRun(t, f, notes, windows, true)
 	t.Logf("%s", c)
-	// Every task w1 left active was run again to completion (sent once
-	// more or completed) and none was blocked by its own admission: the
-	// re-runs' admissions were repeats (throttler_admitted_total counts
-	// them) and nothing is left deferred.
-	redelivered := 0
+	// Every task w1 left active was handed over and run again to
+	// completion (sent once more or completed) and none was blocked by its
+	// own admission: the re-runs' admissions were repeats
+	// (throttler_admitted_total counts them) and nothing is left deferred.
 	for _, id := range ids {
 		ti, err := f.insp.GetTaskInfo(fleetQueue, id)
 		if err != nil {
 			t.Errorf("task %s: %v", id, err)
 			continue
 		}
-		if ti.State != asynq.TaskStateCompleted {
-			t.Errorf("task %s left active by w1: %s (%q), want completed", id, ti.State, ti.LastErr)
-		}
-		if ti.Retried > 0 || strings.Contains(ti.LastErr, "lease") {
-			redelivered++
+		if ti.State != asynq.TaskStateCompleted || ti.Retried != 0 {
+			t.Errorf("task %s left active by w1: %s after %d retries (%q), want completed without a retry", id, ti.State, ti.Retried, ti.LastErr)
 		}
 	}
-	if redelivered == 0 {
-		t.Errorf("none of w1's tasks shows a redelivery (lease expired)")
+	redelivered := int(m[`throttler_recovered_tasks_total{queue="`+fleetQueue+`"}`])
+	if redelivered != len(ids) {
+		t.Errorf("w2 handed over %d tasks, want the %d w1 left active", redelivered, len(ids))
 	}
 	// A task whose send reached the provider before the kill and is sent
 	// again is a duplicate; one that never reached it is not.
@@ -426,7 +385,7 @@ func TestKill9WorkerMidSend(t *testing.T) {
 	if markers > 0 {
 		mode = fmt.Sprintf("on (%d markers)", markers)
 	}
-	t.Logf("kill -9: %d tasks re-run, %d redelivered by lease expiry; sent twice: %d (%d were waiting for the provider's answer at the kill, %d answered before it); sent markers %s; duplicates suppressed by markers (metrics): %g",
+	t.Logf("kill -9: %d tasks re-run, %d handed over; sent twice: %d (%d were waiting for the provider's answer at the kill, %d answered before it); sent markers %s; duplicates suppressed by markers (metrics): %g",
 		len(ids), redelivered, c.dupTasks, dupHeld, dupOther, mode, m[`throttler_duplicates_skipped_total{provider="hook"}`])
 	if dupHeld > len(inflight) {
 		t.Errorf("%d held tasks sent twice, only %d were held", dupHeld, len(inflight))

@@ -123,7 +123,14 @@ type hookAnswer struct {
 	Status     int             // 0: 200
 	RetryAfter string          // Retry-After header, if set
 	Hold       <-chan struct{} // if set, the answer waits until it is closed (or 10 s)
+	// Slow, if set, is how long the provider takes to accept the message;
+	// one whose sender hangs up meanwhile is not accepted (status 499).
+	Slow time.Duration
 }
+
+// statusHungUp is the status recorded for a message whose sender hung up
+// before a slow provider accepted it (hookAnswer.Slow): not delivered.
+const statusHungUp = 499
 
 // hookServer is an httptest server that records every request and answers
 // what answer says (200 when answer is nil).
@@ -169,6 +176,13 @@ func (h *hookServer) serve(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-ans.Hold:
 		case <-time.After(10 * time.Second):
+		}
+	}
+	if ans.Slow > 0 {
+		select {
+		case <-time.After(ans.Slow):
+		case <-r.Context().Done():
+			ans.Status = statusHungUp
 		}
 	}
 	if ans.Status == 0 {
@@ -222,7 +236,7 @@ type fleetConfig struct {
 }
 
 type fleet struct {
-	t     *testing.T
+	t     testing.TB
 	dir   string
 	cfg   fleetConfig
 	redis *redistest.Server     // nil for a cluster fleet
@@ -241,7 +255,7 @@ const (
 	fleetPrefix   = "throttle:"
 )
 
-func newFleet(t *testing.T, cfg fleetConfig, answer func(a arrival, seq int) hookAnswer) *fleet {
+func newFleet(t testing.TB, cfg fleetConfig, answer func(a arrival, seq int) hookAnswer) *fleet {
 	t.Helper()
 	f := &fleet{t: t, dir: t.TempDir(), cfg: cfg}
 	f.redis = redistest.Start(t)

@@ -55,7 +55,12 @@ type Throttle struct {
 	// Sent holds the sent markers (NewSentMarks on the limiter's client and
 	// prefix). Nil turns them off, and with them the protection against
 	// sending a redelivered job twice; Middleware warns about it.
-	Sent    *SentMarks
+	Sent *SentMarks
+	// Holder, if set, is asked just before each send whether this worker
+	// still holds the task (recovery.Recovery.Holds): one taken for dead
+	// after a long silence has had its tasks handed to another worker,
+	// which sends them. Nil sends without asking.
+	Holder  Holder
 	Metrics *Metrics
 	Log     *slog.Logger
 
@@ -75,6 +80,20 @@ type job struct {
 }
 
 type jobKey struct{}
+
+// Holder reports whether this worker still holds the task of an asynq
+// handler's context: nil if it does, an error if it does not or cannot
+// tell.
+type Holder interface {
+	Holds(ctx context.Context) error
+}
+
+// handedOverDelay defers a job whose task this worker no longer holds: the
+// retry its error makes asynq schedule must not run before the other
+// worker's run of the task has ended, for its sent marker to stop it.
+// asynq's lease (30 s) bounds a run that worker's own silence could cut
+// short; a minute covers that and a send's timeout.
+const handedOverDelay = time.Minute
 
 // Middleware wraps next (normally Deliver) with the throttle. Tasks of
 // other types pass straight through. A nil Metrics or Log is replaced by a
@@ -104,6 +123,9 @@ func (t *Throttle) Middleware(next asynq.Handler) asynq.Handler {
 			if errors.Is(err, errSentBefore) {
 				return nil
 			}
+			return err
+		}
+		if err := t.holds(ctx, j); err != nil {
 			return err
 		}
 		return t.deliver(ctx, j, next, task)
@@ -267,6 +289,24 @@ func (t *Throttle) booked(j job, d throttle.Decision) error {
 		Booked: true,
 		Reason: fmt.Sprintf("booked for %s by %s: %d ahead", clockTime(d.At(), d.Now), rule, d.Ahead),
 	}
+}
+
+// holds returns nil if j may be sent here, and otherwise the deferral that
+// leaves it to the worker it was handed to. What j's admission took stays:
+// it belongs to the task ID, which that worker's admission found its own.
+// The error makes asynq retry the task rather than delete it, should the
+// other worker still be running it (see internal/asynqdb, item 5).
+func (t *Throttle) holds(ctx context.Context, j job) error {
+	if t.Holder == nil {
+		return nil
+	}
+	err := t.Holder.Holds(ctx)
+	if err == nil {
+		return nil
+	}
+	t.Log.Warn("not sending: the task may have been handed to another worker while this one was silent",
+		"task", j.id, "recipient", j.n.Recipient, "err", err)
+	return &Deferral{Delay: handedOverDelay, Reason: "handed over: " + err.Error()}
 }
 
 // denier names the rule that set a decision's delay, with its limit:

@@ -57,6 +57,8 @@ type harnessConfig struct {
 	wrap func(*redis.Client) *redis.Client
 	// book turns on Throttle.Book.
 	book bool
+	// holder, if set, is the throttle's Holder.
+	holder Holder
 }
 
 func newHarness(t *testing.T, quota *throttle.Quota, bucket *throttle.Bucket, inlineWait time.Duration) *harness {
@@ -107,6 +109,7 @@ func newHarnessWith(t *testing.T, c harnessConfig) *harness {
 		Providers:  map[string]Route{"gw": {Bucket: c.bucket, Provider: provider}},
 		InlineWait: c.inlineWait,
 		Book:       c.book,
+		Holder:     c.holder,
 		Log:        slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 	if !c.noMarks {
@@ -330,6 +333,34 @@ func TestMiddlewareGivesTheQuotaBackWhenTheSendFails(t *testing.T) {
 		if n := quotaSize(t, h, who); n != 0 {
 			t.Errorf("%s: %d quota entries left after a failed send, want 0", who, n)
 		}
+	}
+}
+
+// handedOver is a Holder for which every task went to another worker.
+type handedOver struct{}
+
+func (handedOver) Holds(context.Context) error { return errors.New("handed over") }
+
+// TestMiddlewareSendsNothingHandedOver: a job whose task this worker no
+// longer holds is not sent and is deferred by a minute, not failed, and
+// what its admission took stays for the worker that now runs the task.
+func TestMiddlewareSendsNothingHandedOver(t *testing.T) {
+	q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 1, Per: time.Hour})
+	b, _ := throttle.NewBucket("gw", 1000, 100)
+	h := newHarnessWith(t, harnessConfig{quota: q, bucket: b, holder: handedOver{}})
+	h.enqueue(t, "x", Notification{Recipient: "alice"})
+	info := h.await(t, "x", "deferred", state(asynq.TaskStateRetry))
+	if h.wasSent("x") {
+		t.Error("sent a job handed over to another worker")
+	}
+	if info.Retried != 0 || !strings.HasPrefix(info.LastErr, "handed over: handed over; next try in 1m") {
+		t.Errorf("retried %d, last error %q; want a deferral by a minute", info.Retried, info.LastErr)
+	}
+	if wait := time.Until(info.NextProcessAt); wait < 55*time.Second || wait > 65*time.Second {
+		t.Errorf("deferred for %s, want a minute", wait)
+	}
+	if n := quotaSize(t, h, "alice"); n != 1 {
+		t.Errorf("alice's quota holds %d entries, want the admission's 1 kept for the task", n)
 	}
 }
 

@@ -11,8 +11,6 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
-
-	"github.com/notify-throttle/throttler/internal/redistest"
 )
 
 // worker is an asynq server with a Recovery in front of its handler, in
@@ -109,7 +107,7 @@ func waitUntil(t *testing.T, what string, timeout time.Duration, cond func() boo
 // could. A, back, learns from Holds that the tasks were handed over, and
 // what its asynq server then does with them changes nothing.
 func TestDeadWorkersTasksRunAgainAtOnce(t *testing.T) {
-	rdb := redistest.Start(t).Client(t)
+	rdb, _ := shared.NewClient(t)
 	const deadAfter = time.Second
 	release := make(chan struct{})
 	holds := make(chan error, 4)
@@ -151,7 +149,7 @@ func TestDeadWorkersTasksRunAgainAtOnce(t *testing.T) {
 // TestLiveWorkerKeepsItsTasks: a worker whose tasks run for several times
 // DeadAfter, showing signs of life, keeps them while another reaps.
 func TestLiveWorkerKeepsItsTasks(t *testing.T) {
-	rdb := redistest.Start(t).Client(t)
+	rdb, _ := shared.NewClient(t)
 	const deadAfter = 2 * time.Second
 	release := make(chan struct{})
 	holds := make(chan error, 4)
@@ -185,7 +183,7 @@ func TestLiveWorkerKeepsItsTasks(t *testing.T) {
 // rather than deleting it, so whatever B's run does, the task is not lost:
 // it runs once more, where the sent marker stops a second send.
 func TestComebackWhileTheTaskRunsElsewhere(t *testing.T) {
-	rdb := redistest.Start(t).Client(t)
+	rdb, _ := shared.NewClient(t)
 	const deadAfter = time.Second
 	releaseA, releaseB := make(chan struct{}), make(chan struct{})
 	aDone := make(chan error, 1)
@@ -229,7 +227,7 @@ func TestComebackWhileTheTaskRunsElsewhere(t *testing.T) {
 // shows signs of life again before its handlers ask whether they may send:
 // a fresh sign after the silence does not make A the holder again.
 func TestBackFromSilence(t *testing.T) {
-	rdb := redistest.Start(t).Client(t)
+	rdb, _ := shared.NewClient(t)
 	const deadAfter = time.Second
 	release := make(chan struct{})
 	holds := make(chan error, 2)
@@ -253,5 +251,39 @@ func TestBackFromSilence(t *testing.T) {
 		if err := <-holds; !errors.Is(err, ErrHandedOver) {
 			t.Errorf("A's Holds after coming back: %v, want ErrHandedOver", err)
 		}
+	}
+}
+
+// TestReaperBackFromSilenceWaits: a worker whose own signs of life stopped
+// for a while (as when Redis restarts) does not reap until it has shown
+// them again for DeadAfter, so that the others, as silent as it was, are
+// not taken for dead before they could show theirs.
+func TestReaperBackFromSilenceWaits(t *testing.T) {
+	rdb, _ := shared.NewClient(t)
+	ctx := context.Background()
+	const deadAfter = time.Second
+	r := New(rdb, []string{"default"}, Options{DeadAfter: deadAfter, Log: quiet})
+	if err := r.beat(ctx, "default", "beat"); err != nil {
+		t.Fatal(err)
+	}
+	if !r.mayReap("default") {
+		t.Fatal("a worker that just started and beat may not reap")
+	}
+	time.Sleep(deadAfter * 6 / 10) // a silence of more than DeadAfter/2: what is under test
+	if err := r.beat(ctx, "default", "beat"); err != nil {
+		t.Fatal(err)
+	}
+	back := time.Now()
+	if r.mayReap("default") {
+		t.Fatal("a worker just back from a silence may reap")
+	}
+	for !r.mayReap("default") {
+		if err := r.beat(ctx, "default", "beat"); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(deadAfter / 10)
+	}
+	if waited := time.Since(back); waited < deadAfter {
+		t.Errorf("reaping again %s after the silence, want DeadAfter (%s)", waited, deadAfter)
 	}
 }

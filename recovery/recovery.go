@@ -116,7 +116,7 @@ func New(rdb redis.UniversalClient, queues []string, o Options) *Recovery {
 		finished: map[string][]string{}, taken: map[string]time.Duration{}, signs: map[string]*signs{}}
 	for _, q := range queues {
 		r.signs[q] = &signs{}
-		r.signs[q].last.Store(-int64(o.DeadAfter)) // none yet
+		r.signs[q].afterGap.Store(-int64(o.DeadAfter)) // a start is not a return from a silence
 	}
 	return r
 }
@@ -148,6 +148,9 @@ func (r *Recovery) loop(ctx context.Context) {
 			if err := r.beat(ctx, q, "beat"); err != nil && ctx.Err() == nil {
 				r.o.Log.Debug("recovery: beat failed", "queue", q, "err", err)
 			}
+			if !r.mayReap(q) {
+				continue
+			}
 			if _, err := r.Reap(ctx, q); err != nil && ctx.Err() == nil {
 				r.o.Log.Debug("recovery: reap failed", "queue", q, "err", err)
 			}
@@ -158,6 +161,20 @@ func (r *Recovery) loop(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// mayReap reports whether this worker may judge others in queue q: it
+// shows signs of life there now, and has without a gap for DeadAfter. A
+// worker back from a silence of its own (Redis restarting or unreachable,
+// the worker paused) waits: the others were likely as silent as it was,
+// and need time to show that they are alive.
+func (r *Recovery) mayReap(q string) bool {
+	s, ok := r.signs[q]
+	if !ok {
+		return false
+	}
+	now := time.Since(r.start)
+	return now-time.Duration(s.last.Load()) < r.o.DeadAfter/2 && now-time.Duration(s.afterGap.Load()) >= r.o.DeadAfter
 }
 
 // beat runs hold.lua's beat or leave for queue q, with the tasks ended since

@@ -77,7 +77,7 @@ const throttleDefaultPrefix = "throttle:"
 // that showed a sign of life within DeadAfter, not a dead worker's task
 // that ended meanwhile, and not twice.
 func TestReapHandsOverOnlyTheDeadWorkersTasks(t *testing.T) {
-	rdb := redistest.Start(t).Client(t)
+	rdb, _ := shared.NewClient(t)
 	ctx := context.Background()
 	const q = "default"
 	dead := activeTasks(t, rdb, q, "dead", 3)
@@ -150,7 +150,7 @@ func TestReapHandsOverOnlyTheDeadWorkersTasks(t *testing.T) {
 // workers) reap the same queue at the same time; every task of the dead
 // workers is moved exactly once.
 func TestReapersAtOnceMoveEachTaskOnce(t *testing.T) {
-	rdb := redistest.Start(t).Client(t)
+	rdb, _ := shared.NewClient(t)
 	ctx := context.Background()
 	const q, workers, each, reapers = "default", 3, 100, 4
 	var want []string

@@ -27,10 +27,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"syscall"
 	"time"
 
@@ -45,6 +47,7 @@ import (
 	"github.com/notify-throttle/throttler/internal/redisconn"
 	"github.com/notify-throttle/throttler/internal/redisguard"
 	"github.com/notify-throttle/throttler/jobs"
+	"github.com/notify-throttle/throttler/recovery"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -146,6 +149,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	stopping := make(chan struct{})
 	th.Stopping = stopping
+	// Recovery: this worker's signs of life, the tasks it holds, and the
+	// reaper that hands a dead worker's tasks to the fleet. It runs until
+	// the asynq server has shut down: a worker whose handlers still run
+	// must not be taken for dead.
+	var rec *recovery.Recovery
+	if cfg.Worker.DeadAfter > 0 {
+		rec = recovery.New(rdb, slices.Sorted(maps.Keys(cfg.Queues())), recovery.Options{
+			DeadAfter: cfg.Worker.DeadAfter, Prefix: cfg.Redis.Prefix, Log: log, Metrics: recovery.NewMetrics(reg)})
+		th.Holder = rec
+	}
 
 	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{
 		Concurrency:              cfg.Worker.Concurrency,
@@ -170,9 +183,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	mux := asynq.NewServeMux()
+	if rec != nil {
+		mux.Use(rec.Middleware)
+	}
 	mux.Use(th.Middleware)
 	mux.HandleFunc(jobs.TypeNotify, jobs.Deliver)
 	mux.Handle(campaign.TypeFanout, campaigns)
+	recoveryCtx, stopRecovery := context.WithCancel(context.WithoutCancel(ctx))
+	recoveryDone := make(chan struct{})
+	go func() {
+		defer close(recoveryDone)
+		if rec != nil {
+			_ = rec.Run(recoveryCtx)
+		}
+	}()
+	defer func() { stopRecovery(); <-recoveryDone }()
 	if err := srv.Start(mux); err != nil {
 		return fmt.Errorf("start: %w", err)
 	}
@@ -209,7 +234,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	stopCampaigns() // fan-outs stop after their batch and hand their lease over
 	<-campaignsDone
 	srv.Shutdown()
-	return err
+	return err // the deferred stopRecovery then leaves the fleet's beats
 }
 
 // newThrottle builds the middleware from the config: rules, providers,

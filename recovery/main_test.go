@@ -1,0 +1,13 @@
+package recovery
+
+import (
+	"os"
+	"testing"
+
+	"github.com/notify-throttle/throttler/internal/redistest"
+)
+
+// shared is the package's redis-server; each test takes a database of it.
+var shared *redistest.Shared
+
+func TestMain(m *testing.M) { os.Exit(redistest.RunShared(m, &shared)) }
