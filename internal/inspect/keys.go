@@ -12,6 +12,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// Every read here is a command the least-privilege ACL in config.yaml allows
+// (ZRANGE with BYSCORE and REV rather than ZREVRANGEBYSCORE, for one).
+//
 // Everything this package knows about how the throttle engine lays out its
 // state in Redis is in this file: the key names (throttle/keys.go) and what
 // the values hold (lua/rules.lua). When the engine changes its layout, this
@@ -259,13 +262,14 @@ func readEntries(p redis.Pipeliner, ctx context.Context, key string, now int64, 
 	for i, w := range windows {
 		from := "(" + strconv.FormatInt(now-w.per, 10)
 		counts[i] = p.ZCount(ctx, key, from, "+inf")
-		decide[i] = p.ZRevRangeByScoreWithScores(ctx, key, &redis.ZRangeBy{Min: from, Max: "+inf", Offset: int64(w.limit - 1), Count: 1})
+		decide[i] = p.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{Key: key, Start: "+inf", Stop: from, ByScore: true, Rev: true,
+			Offset: int64(w.limit - 1), Count: 1}) // REV: from the max to the min
 	}
 	all := p.ZCount(ctx, key, "("+strconv.FormatInt(now-longest, 10), "+inf")
 	newest := p.ZRevRangeWithScores(ctx, key, 0, 0)
 	ahead := p.ZCount(ctx, key, "("+strconv.FormatInt(now, 10), "+inf")
-	page := p.ZRevRangeByScoreWithScores(ctx, key, &redis.ZRangeBy{
-		Min: "(" + strconv.FormatInt(now-longest, 10), Max: "+inf", Offset: int64(offset), Count: int64(limit)})
+	page := p.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{Key: key, Start: "+inf", Stop: "(" + strconv.FormatInt(now-longest, 10),
+		ByScore: true, Rev: true, Offset: int64(offset), Count: int64(limit)})
 	return func() quotaRead {
 		q := quotaRead{total: all.Val(), ahead: ahead.Val(), used: make([]int64, n), decider: make([]int64, n)}
 		if z := newest.Val(); len(z) == 1 {
