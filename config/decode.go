@@ -25,10 +25,10 @@ import (
 // by Validate.
 //
 // A tag is `yaml:"key,option..."`; a field without one is its name in lower
-// case (throttle.Window's limit and per). Options: path (a file path,
-// relative to the config file's directory), secret (a string or a secret
-// reference, see Secret), null (no value means ""), alias=old (an old name
-// of the key, still read).
+// case (throttle.Window's limit and per). Options: required; path (a file
+// path, relative to the config file's directory); secret (a string or a
+// secret reference, see Secret); null (no value means ""); alias=old (an
+// old name of the key, still read); oneof=a|b (the strings allowed).
 type decoder struct {
 	src  *source
 	errs *errorList
