@@ -151,8 +151,8 @@ func (s *secretsSetup) run(t *testing.T, env []string, stdin string, bin string,
 // whose secrets come from the environment and files: the webhook sees
 // them in its request headers and URL, and no output of the run shows any
 // of them: not the worker's logs (a provider that is down included), not
-// enqueue's or -check's output, not /metrics, not a byte stored in Redis
-// (task payloads and their last errors).
+// enqueue's or -check's output, not /metrics or the dashboard, not a byte
+// stored in Redis (task payloads and their last errors).
 func TestSecretsNeverLeave(t *testing.T) {
 	s := newSecretsSetup(t)
 	worker, enqueue := buildBinary(t, "worker"), buildBinary(t, "enqueue")
@@ -218,16 +218,20 @@ func TestSecretsNeverLeave(t *testing.T) {
 		t.Errorf("X-Api-Key = %q, want the file's secret", got)
 	}
 
-	resp, err := http.Get("http://" + metrics + "/metrics")
-	if err != nil {
-		t.Fatal(err)
+	// What the worker serves: metrics, and the dashboard's pages and API.
+	for _, page := range []string{"/metrics", "/throttle", "/throttle/api/providers", "/throttle/api/policies",
+		"/throttle/api/recipients/b@example.com", "/throttle/api/campaigns"} {
+		resp, err := http.Get("http://" + metrics + page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %d, %v", page, resp.StatusCode, err)
+		}
+		show(page, string(body))
 	}
-	body, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	show("/metrics", string(body))
 
 	show("redis", dumpRedis(t, rdb))
 
