@@ -13,6 +13,9 @@
 //	                            200/s burst 20: delivered/s (>= 190), the most that arrive
 //	                            in any 1 s (<= 220), admission calls per message (<= 1.5),
 //	                            and a chart (docs/pacing.png, or $PACING_CHART)
+//	BenchmarkKillToHandover     a worker killed with -9 while its sends wait for a slow
+//	                            provider: seconds from the kill until another worker sends
+//	                            them, p50 and max over the kills (target <= 10)
 //
 // Targets are reported, not asserted, because on a shared machine they
 // measure the machine as much as the code. What fails a benchmark is a
@@ -22,7 +25,8 @@
 // bucket that gave out more than rate + burst tokens in 1 s of Redis time.
 //
 // Flags (after -args): -e2e.tasks, -e2e.rounds, -e2e.floor, -e2e.servers,
-// -e2e.pool for the throughput benchmark, -pacing.concurrency for pacing.
+// -e2e.pool for the throughput benchmark, -pacing.concurrency for pacing,
+// -handover.kills for the hand-over.
 package bench
 
 import (
