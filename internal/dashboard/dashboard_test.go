@@ -13,6 +13,7 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/notify-throttle/throttler/jobs"
 )
@@ -314,5 +315,18 @@ func TestPoliciesCountDeferrals(t *testing.T) {
 	}
 	if want := map[string]float64{"marketing": 3, "transactional": 0}; !reflect.DeepEqual(got, want) {
 		t.Errorf("deferred = %v, want %v", got, want)
+	}
+}
+
+// TestRedisDownIs503: with Redis unreachable a view says so with 503, not
+// an empty page that would read as "nothing throttled".
+func TestRedisDownIs503(t *testing.T) {
+	down := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
+	t.Cleanup(func() { _ = down.Close() })
+	e := newEnv(t, "", down)
+	for _, p := range []string{"/throttle", "/throttle/api/providers", "/throttle/api/recipients/alice", "/throttle/api/campaigns"} {
+		if code, body := e.get(t, p); code != http.StatusServiceUnavailable {
+			t.Errorf("GET %s with Redis down: %d %.100s, want 503", p, code, body)
+		}
 	}
 }
