@@ -78,7 +78,8 @@ type ProviderState struct {
 	// Tokens are the tokens in the bucket now; below zero while tokens are
 	// reserved ahead.
 	Tokens float64
-	// Bookings are the takes the ledger holds ahead of now.
+	// Bookings are the provider's booked tickets and the tokens reserved
+	// ahead of now; Ahead also counts the booking tail.
 	Bookings Bookings
 	// PausedUntil is the end of a pause (a 429) in force; zero when none is.
 	PausedUntil time.Time
