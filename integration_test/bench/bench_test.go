@@ -16,6 +16,12 @@
 //	BenchmarkKillToHandover     a worker killed with -9 while its sends wait for a slow
 //	                            provider: seconds from the kill until another worker sends
 //	                            them, p50 and max over the kills (target <= 10)
+//	BenchmarkBacklog            booking under backlogs of 1k, 10k, 100k on a 20/s provider:
+//	                            admission calls and Redis commands per delivered message,
+//	                            delivered/rate, booking lateness, MEMORY USAGE of its keys
+//	BenchmarkRecipientBurst     20 recipients x 20 messages at 1 per 2 s + 3 per 10 s:
+//	                            admission calls per message, delivered/allowed, order
+//	BenchmarkPriority           critical-queue latency behind a booked bulk backlog
 //
 // Targets are reported, not asserted, because on a shared machine they
 // measure the machine as much as the code. What fails a benchmark is a
@@ -26,7 +32,8 @@
 //
 // Flags (after -args): -e2e.tasks, -e2e.rounds, -e2e.floor, -e2e.servers,
 // -e2e.pool for the throughput benchmark, -pacing.concurrency for pacing,
-// -handover.kills for the hand-over.
+// -handover.kills for the hand-over, -backlog.sizes, -backlog.period,
+// -backlog.concurrency for the booking ones.
 package bench
 
 import (

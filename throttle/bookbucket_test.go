@@ -1,0 +1,63 @@
+package throttle
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+)
+
+// A booked task admitted for a moment later than the bucket needs (its
+// recipient's window sets it) takes its token for that moment: the bucket
+// does not refill past its burst before then and hand the token out again.
+// Seen in the priority benchmark: granted moments burst + 2 over the bucket.
+//
+// It fails on the engine as it is: bucket_commit (lua/rules.lua) counts a
+// take's tokens at now, and a bucket that refills to its burst before the
+// take's moment hands them out again then. Capping the tokens at now to
+// burst less the refill until the moment is sound but stops every take of
+// the bucket until then (a 10 ms wait set by another rule blocks 50 tokens
+// of a 5000/s bucket; a booking claimed 2 s early on 20/s blocks priority
+// traffic for 2 s): the fix is the engine's design, not a line. Run it with
+// THROTTLE_KNOWN_BUGS=1.
+func TestBookLaterMomentKeepsTheBucket(t *testing.T) {
+	if os.Getenv("THROTTLE_KNOWN_BUGS") == "" {
+		t.Skip("known bug: a take for a later moment lets the bucket refill past its burst before it (set THROTTLE_KNOWN_BUGS=1)")
+	}
+	l, rdb := newStandalone(t)
+	ctx := context.Background()
+	b := mustBucket(t, "gw", 2, 2) // a token every 500 ms, 2 at most
+	q := mustQuota(t, "p", Window{1, 1500 * time.Millisecond})
+	const maxWait = 2 * time.Second
+	// p0 goes now; a, to the same recipient, is admitted for p0's moment +
+	// 1.5 s (within max wait) while the bucket still holds a token.
+	p0 := mustAdmit(t, l, bookReq("p0", q, "alice", b, maxWait))
+	a := mustAdmit(t, l, bookReq("a", q, "alice", b, maxWait))
+	if !p0.Allowed || !a.Allowed || a.Delay < time.Second {
+		t.Fatalf("p0 %+v, a %+v: want p0 now and a admitted 1.5 s later", p0, a)
+	}
+	// At a's moment two others, to other recipients, ask for the provider.
+	untilRedis(t, l, a.At())
+	for _, id := range []string{"b", "c"} {
+		mustAdmit(t, l, bookReq(id, q, id, b, 0))
+	}
+	zs, err := rdb.ZRangeWithScores(ctx, ledgerKey(subjectTag(DefaultPrefix, "gw"), "gw"), 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var at []time.Time
+	for _, z := range zs {
+		if z.Member != "\x00" {
+			at = append(at, time.UnixMicro(int64(z.Score)))
+		}
+	}
+	// Every interval [at[i], at[j]] holds at most burst + rate·(at[j]-at[i]).
+	for i := range at {
+		for j := i; j < len(at); j++ {
+			if n, allow := float64(j-i+1), 2+2*at[j].Sub(at[i]).Seconds(); n > allow+1e-6 {
+				t.Errorf("granted %d tokens within %s (from %s): the bucket (2/s, burst 2) allows %.2f; ledger %v",
+					j-i+1, at[j].Sub(at[i]), at[i].Format("15:04:05.000000"), allow, zs)
+			}
+		}
+	}
+}
