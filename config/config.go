@@ -87,7 +87,6 @@ func Default() *Config {
 			HTTPAddr:        DefaultHTTPAddr,
 			Dashboard:       Dashboard{Enabled: true, SecretEnv: DefaultDashboardSecretEnv},
 			InlineWait:      DefaultInlineWait,
-			Book:            true,
 			Jitter:          DefaultJitter,
 			SentMarks:       DefaultSentMarks,
 			RememberTakes:   DefaultRememberTakes,
@@ -143,7 +142,8 @@ type Worker struct {
 	InlineWait time.Duration `yaml:"inline_wait"`
 	// Book makes a job that may not go within InlineWait book the earliest
 	// moment its policy and provider allow and wait for it (see
-	// jobs.Throttle.Book).
+	// jobs.Throttle.Book). Off when the file does not say; config.yaml
+	// turns it on.
 	Book bool `yaml:"book"`
 	// PriorityQueues are the queues (of Queues) whose jobs skip the
 	// providers' lines and may take their priority_reserve.

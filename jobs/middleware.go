@@ -233,7 +233,6 @@ func (t *Throttle) admit(ctx context.Context, j job) error {
 	}
 	if !d.Allowed {
 		t.Metrics.inc(t.Metrics.Deferred, t.denier(j, d))
-		t.bookings.note(t.Log, "deferred", t.denier(j, d), d)
 		return &Deferral{Delay: d.Delay, Reason: "throttled by " + t.denier(j, d)}
 	}
 	t.Metrics.inc(t.Metrics.Admitted, j.n.Policy, j.n.Provider)

@@ -176,7 +176,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			id, _ := asynq.GetTaskID(ctx)
 			var d *jobs.Deferral
 			if errors.As(err, &d) {
-				return // summed up per rule by the throttle's log
+				// A booking is summed up per rule by the throttle's log: a
+				// backlog books thousands a second. A deferral without
+				// booking (book off, a cluster) is logged with its reason.
+				if !d.Booked {
+					log.Info("deferred", "task", id, "reason", d.Error())
+				}
+				return
 			}
 			log.Warn("job failed", "task", id, "err", err)
 		}),
