@@ -3,6 +3,7 @@
 package integration_test
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"syscall"
@@ -128,6 +129,13 @@ func TestKill9HandsOverInSeconds(t *testing.T) {
 	checkHandover(t, f, inFlight, killed, []string{"a"}, b)
 	if n := strings.Count(b.out.String(), "recovered the tasks of a dead worker"); n != 1 {
 		t.Errorf("b logged %d recoveries, want 1", n)
+	}
+	// Each recipient's cap holds its one message once: the dead worker's
+	// take, which the hand-over's admission found its own.
+	for _, n := range notes {
+		if got := f.rdb.ZCard(context.Background(), quotaKey(n.recipient)).Val(); got != 1 {
+			t.Errorf("%s's quota holds %d entries, want 1", n.recipient, got)
+		}
 	}
 }
 
