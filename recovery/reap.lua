@@ -8,7 +8,10 @@
 -- still where its dequeue put it: in the lease set, in the active list,
 -- with its message. A task that has ended since (done, retried, archived)
 -- only loses its holder. The dead workers leave the beats set; a worker
--- that was only silent joins it again with its next sign of life.
+-- that was only silent joins it again with its next sign of life. A holder
+-- not in the beats set at all left it gracefully (or Redis lost it): its
+-- entry goes once the task has ended, and its active tasks are left to
+-- asynq, which requeues a task its server stops.
 --
 -- Any number of workers may run this at once: each call is atomic on the
 -- queue's node, and a task moved by one is no longer held for the next.
@@ -34,10 +37,18 @@ for i = 1, #dead, 2 do
   moved[dead[i]] = {}
   names[#names + 1] = dead[i]
 end
+local known = {}
+for _, w in ipairs(redis.call("ZRANGE", KEYS[2], 0, -1)) do
+  known[w] = true
+end
 local holders = redis.call("HGETALL", KEYS[1])
 for i = 1, #holders, 2 do
   local id, w = holders[i], holders[i + 1]
-  if moved[w] then
+  if not known[w] then
+    if not redis.call("ZSCORE", KEYS[4], id) then
+      redis.call("HDEL", KEYS[1], id)
+    end
+  elseif moved[w] then
     redis.call("HDEL", KEYS[1], id)
     local task = ARGV[2] .. id
     if redis.call("ZSCORE", KEYS[4], id) and redis.call("HEXISTS", task, "msg") == 1

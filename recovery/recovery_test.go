@@ -86,6 +86,10 @@ func TestReapHandsOverOnlyTheDeadWorkersTasks(t *testing.T) {
 	holdAs(t, rdb, q, "w-dead", 6*time.Second, append(slices.Clone(dead), ended...)...)
 	holdAs(t, rdb, q, "w-slow", 4*time.Second, alive...) // silent, not for long enough
 	holdAs(t, rdb, q, "w-idle", time.Minute)             // dead, holding nothing
+	// A worker that left gracefully: its entry for a task that ended goes,
+	// the one for a task still active stays for asynq.
+	left := activeTasks(t, rdb, q, "left", 1)
+	rdb.HSet(ctx, holdersKey(throttleDefaultPrefix, q), left[0], "w-left", "ended-long-ago", "w-left")
 	// The ended task finished meanwhile (asynq's Done).
 	rdb.LRem(ctx, asynqdb.ActiveKey(q), 0, ended[0])
 	rdb.ZRem(ctx, asynqdb.LeaseKey(q), ended[0])
@@ -122,12 +126,12 @@ func TestReapHandsOverOnlyTheDeadWorkersTasks(t *testing.T) {
 	}
 	active := rdb.LRange(ctx, asynqdb.ActiveKey(q), 0, -1).Val()
 	slices.Sort(active)
-	if !slices.Equal(active, alive) {
-		t.Errorf("active %v, want the slow worker's %v", active, alive)
+	if want := append(slices.Clone(alive), left...); !slices.Equal(active, want) {
+		t.Errorf("active %v, want the slow worker's and the one that left: %v", active, want)
 	}
 	holders := rdb.HGetAll(ctx, holdersKey(throttleDefaultPrefix, q)).Val()
-	if len(holders) != len(alive) {
-		t.Errorf("holders %v, want only w-slow's", holders)
+	if len(holders) != len(alive)+1 || holders[left[0]] != "w-left" {
+		t.Errorf("holders %v, want only w-slow's and w-left's active one", holders)
 	}
 	if ws := rdb.ZRange(ctx, beatsKey(throttleDefaultPrefix, q), 0, -1).Val(); !slices.Equal(ws, []string{"w-slow"}) {
 		t.Errorf("beats %v, want [w-slow]", ws)
