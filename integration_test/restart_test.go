@@ -145,8 +145,12 @@ func TestRedisRestartMidRun(t *testing.T) {
 	// succeed; the task waits for lease expiry and the recoverer (30 s past
 	// the lease, about a minute), then runs again: a duplicate send to be,
 	// since cmd/worker runs without sent markers. Those are reported, and
-	// must be sent tasks, at most the ones in flight at the kill.
-	deadline := time.Now().Add(25 * time.Second)
+	// must be sent tasks, at most the ones in flight at the kill. An unsent
+	// task whose dequeue reply the kill cut off is active too, until its
+	// lease (30 s) expires and the recoverer (every minute) retries it: up
+	// to about 90 s, hence the settling time.
+	const settle = 150 * time.Second
+	deadline := time.Now().Add(settle)
 	var stuck []string
 	for {
 		rerun += runRetries()
@@ -163,7 +167,7 @@ func TestRedisRestartMidRun(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			if stuck == nil {
-				t.Fatalf("not settled 25 s after the flush: %+v; %d delivered", q, total())
+				t.Fatalf("not settled %s after the flush: %+v; %d delivered", settle, q, total())
 			}
 			break
 		}
