@@ -41,7 +41,7 @@ type Throttle struct {
 	// moment its recipient's policy and its provider allow (see
 	// throttle.Request.Book) and wait for it: one deferral per job, in
 	// order, instead of waking with every other waiting job to find the
-	// next slot taken. On a Redis Cluster jobs are deferred without booking.
+	// next slot taken.
 	Book bool
 	// PriorityQueues names the queues whose jobs skip the providers' lines
 	// and may take their reserve (throttle.Bucket.WithReserve).

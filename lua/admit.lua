@@ -46,7 +46,7 @@
 
 -- admit_task admits one task whose keys start at keys[ki] and returns the
 -- index past its last key, then its four values.
-local function admit_task(keys, ki, id, p, now, deadline)
+local function admit_task(keys, ki, id, p, now, deadline, floor_)
   local remember, maxwait, n = p.remember, p.maxwait, p.n
   if p.done then
     local marker = keys[ki]
@@ -59,7 +59,7 @@ local function admit_task(keys, ki, id, p, now, deadline)
     end
   end
   if p.book then
-    local k, a, b, c, d, o, x = book_task(keys, ki, id, p, now, deadline)
+    local k, a, b, c, d, o, x = book_task(keys, ki, id, p, now, deadline, floor_)
     if k then return k, a, b, c, d, o, x end
   end
   local denied, delay, binding, window, remaining, repeated = false, 0, 0, 0, huge, true
@@ -119,20 +119,30 @@ local function admit_task(keys, ki, id, p, now, deadline)
   return k, 1 + (repeated and 2 or 0) + 4 * binding + fresh, now, delay, remaining, 0, 0
 end
 
+-- when reads a task's third argument: its deadline, or on a cluster
+-- "deadline,floor" (see book_task).
+local function when(s)
+  local c = find(s, ',', 1, true)
+  if c then return tonum(sub(s, 1, c - 1)), tonum(sub(s, c + 1)) end
+  return tonum(s), 0
+end
+
 local function admit(keys, args)
   if not rcall then bind() end
   local now = now_us()
   local na = #args
   if na == 3 then -- one task: its values, without growing a table
     memo = false
-    local _, a, b, c, d, o, x = admit_task(keys, 1, args[1], plans[args[2]] or plan(args[2]), now, tonum(args[3]))
+    local dl, fl = when(args[3])
+    local _, a, b, c, d, o, x = admit_task(keys, 1, args[1], plans[args[2]] or plan(args[2]), now, dl, fl)
     return {a, b, c, d, o, x}
   end
   memo, MEMO_T, MEMO_U, MEMO_E, MEMO_V = true, {}, {}, {}, {}
   local out, ki, o = {}, 1, 0
   for j = 1, na, 3 do
     local a, b, c, d, e, x
-    ki, a, b, c, d, e, x = admit_task(keys, ki, args[j], plan(args[j + 1]), now, tonum(args[j + 2]))
+    local dl, fl = when(args[j + 2])
+    ki, a, b, c, d, e, x = admit_task(keys, ki, args[j], plan(args[j + 1]), now, dl, fl)
     out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = a, b, c, d, e, x
     o = o + 6
   end

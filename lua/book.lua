@@ -150,8 +150,11 @@ end
 -- false when the task's bucket ledger already holds it (a task admitted
 -- before and delivered again: admit_task's plain path answers that), else
 -- the index past its last key and its six values (see admit.lua).
-local function book_task(keys, ki, id, p, now, deadline)
+local function book_task(keys, ki, id, p, now, deadline, floor_)
   local n, maxwait, remember, prio = p.n, p.maxwait, p.remember, p.prio
+  -- floor: on a cluster, the quotas' call books no earlier than the moment
+  -- the bucket's node gave (book_bucket's peek); 0 elsewhere.
+  local base = max(now, floor_ or 0)
   local bt, bkey, bledger, bbook
   local k = ki
   for i = 1, n do
@@ -213,7 +216,7 @@ local function book_task(keys, ki, id, p, now, deadline)
         if tokens < need then wait = ceil((need - tokens) * 1e6 / bt.rate) end
       end
     end
-    local x = max(now + wait, held)
+    local x = max(now + wait, held, base)
     local fits = x <= now + maxwait
     for i = 1, n do
       if not fits then break end
@@ -256,7 +259,7 @@ local function book_task(keys, ki, id, p, now, deadline)
   end
 
   -- A new booking: the earliest moment every rule allows.
-  local m, binding, window = now, 0, 0
+  local m, binding, window = base, 0, 0
   for i = 1, n do
     local t = p[i]
     if t.kind == 'q' then
@@ -325,4 +328,72 @@ local function book_task(keys, ki, id, p, now, deadline)
     end
   end
   return k, 4 * binding + 256 * window, now, m - now, 0, outcome, ahead
+end
+
+-- book_bucket (Redis Cluster): the bucket's part of a booking, whose quotas
+-- live on another node. A cluster books in three calls: peek here for the
+-- moment the bucket would give (a claimer's: its ticket, or when its tokens
+-- are there), book the quotas on their node no earlier than that (admit,
+-- with that floor), then commit here at the moment they took:
+--
+--   args  -> 'peek' or 'commit', the task's ID, a plan of its one bucket
+--            take (see rules.lua, with 'k' or 'K'), and for commit the
+--            moment (µs)
+--   keys  -> the bucket's keys
+--
+-- peek returns {now, moment, ticket (0: none), 1 if the ledger holds the
+-- task (it was admitted before: the plain path answers)}. commit returns
+-- {now, 0, moment} when it took the tokens for the moment (the task goes),
+-- {now, 1, ahead} when it booked it, and {now, 2, when the tokens are
+-- there} when the moment is within max wait but the tokens are not there by
+-- then (taken since the peek): the caller gives the quotas back and starts
+-- again. The line and the tokens follow the rules of book_task.
+local function book_bucket(keys, args)
+  if not rcall then bind() end
+  memo = false
+  local now = now_us()
+  local mode, id, p = args[1], args[2], plan(args[3])
+  local bt = p[1]
+  if p.n ~= 1 or bt.kind ~= 'b' then
+    return redis.error_reply('throttle: book_bucket needs one bucket take')
+  end
+  local bkey, bledger, bbook = keys[1], keys[2], keys[3]
+  local maxwait, prio = p.maxwait, p.prio
+  local tokens, e, v = bucket_tokens(bt, bkey, now)
+  local ticket = rcall('ZSCORE', bbook, id)
+  ticket = ticket and tonum(ticket)
+  local need = bucket_need(bt, prio)
+  if ticket and ticket > now then
+    need = need + rcall('ZCOUNT', bbook, int(now), '(' .. int(ticket))
+  end
+  local wait = 0
+  if tokens < need then wait = ceil((need - tokens) * 1e6 / bt.rate) end
+  local pb = now + wait
+  if ticket then
+    pb = max(pb, ticket)
+  elseif not prio and v and v > pb then
+    pb = v
+  end
+  if mode == 'peek' then
+    local held = 0
+    if bucket_held(bledger, id, now, p.remember) then held = 1 end
+    return {now, pb, ticket or 0, held}
+  end
+  local at = tonum(args[4])
+  local slot = ceil(bt.cost * 1e6 / bt.rate)
+  local tail = v
+  if prio then
+    if v and v > now then tail = v + slot end
+  elseif not ticket and at - pb < slot then
+    if at + slot > (tail or 0) and (at > now + maxwait or (v and v > now)) then tail = at + slot end
+  end
+  if at <= now + maxwait then
+    if now + wait > at then return {now, 2, now + wait} end
+    bucket_commit(bt, bkey, bledger, id, now, at, p.remember, tokens, e, tail)
+    if ticket then rcall('ZREM', bbook, id) end
+    return {now, 0, at}
+  end
+  ticket_add(bbook, id, now, at)
+  if tail ~= v then bucket_store(bt, bkey, now, tokens, nil, tail) end
+  return {now, 1, rcall('ZCOUNT', bbook, '-inf', '(' .. int(at))}
 end

@@ -54,6 +54,7 @@ type Library struct {
 	Pause   string
 	Forget  string
 	Restamp string
+	Book    string
 }
 
 // Functions returns the library for FUNCTION LOAD.
@@ -65,13 +66,15 @@ func Functions() Library {
 		Pause:   "throttle_pause_" + version,
 		Forget:  "throttle_forget_" + version,
 		Restamp: "throttle_restamp_" + version,
+		Book:    "throttle_book_" + version,
 	}
 	l.Source = "#!lua name=" + l.Name + "\n" + body +
 		"redis.register_function('" + l.Admit + "', admit)\n" +
 		"redis.register_function('" + l.Release + "', release)\n" +
 		"redis.register_function('" + l.Pause + "', pause)\n" +
 		"redis.register_function('" + l.Forget + "', forget)\n" +
-		"redis.register_function('" + l.Restamp + "', restamp)\n"
+		"redis.register_function('" + l.Restamp + "', restamp)\n" +
+		"redis.register_function('" + l.Book + "', book_bucket)\n"
 	return l
 }
 
@@ -87,6 +90,9 @@ func Forget() string { return script("forget") }
 
 // Restamp returns the cluster quota restamp script (see admit.lua).
 func Restamp() string { return script("restamp") }
+
+// Book returns the cluster booking's bucket script (see book.lua).
+func Book() string { return script("book_bucket") }
 
 // Pause returns the bucket pause script for EVAL (see pause.lua).
 func Pause() string { return script("pause") }

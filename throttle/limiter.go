@@ -57,6 +57,7 @@ type Limiter struct {
 	pause    entry
 	forget   entry
 	restamp  entry
+	book     entry // the bucket's part of a booking on a cluster
 
 	// noFunctions is set once the server has shown that it has no Redis
 	// Functions (FCALL unknown or not permitted): from then on the entry
@@ -104,6 +105,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 		pause:    newEntry(lib.Pause, lua.Pause()),
 		forget:   newEntry(lib.Forget, lua.Forget()),
 		restamp:  newEntry(lib.Restamp, lua.Restamp()),
+		book:     newEntry(lib.Book, lua.Book()),
 	}, nil
 }
 
@@ -235,6 +237,19 @@ func (l *Limiter) AdmitBatch(ctx context.Context, rs []Request) ([]Decision, err
 		for i := range rs {
 			if ds[i].Done {
 				plans[i] = nil
+			}
+		}
+		// Bookings, one request at a time (see bookCluster).
+		for i, r := range rs {
+			if ds[i].Done || !clusterBooks(r) {
+				continue
+			}
+			d, ok, err := l.bookCluster(ctx, r)
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				ds[i], plans[i] = d, nil
 			}
 		}
 	}

@@ -62,7 +62,8 @@ type Request struct {
 	// with the same request, the task finds its booking and goes at that
 	// moment, or is told it again if it came back too early. A request that
 	// books has no fixed windows and at most one bucket. On a Redis Cluster
-	// Book is ignored: a task that may not go is denied, as without it.
+	// its quotas must share one subject (else Book is ignored: a task that
+	// may not go is denied, as without it); see cluster_book.go.
 	Book bool
 	// Priority lets a booking request take a bucket's reserve (see
 	// Bucket.WithReserve) and go before the bookings in line on it.

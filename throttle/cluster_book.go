@@ -1,0 +1,195 @@
+package throttle
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// On a Redis Cluster a recipient's quotas and a provider's bucket live on
+// different nodes, and a booked moment needs both. A request that books is
+// decided in three calls (lua/book.lua, book_bucket):
+//
+//  1. peek at the bucket: the moment it would give the task (a claimer's
+//     ticket, or when its tokens are there, or the end of the line);
+//  2. book the quotas on their node no earlier than that moment: they
+//     commit at the earliest moment that both allow, or claim there;
+//  3. commit that moment at the bucket: take the tokens (it goes) or a
+//     ticket (it is booked).
+//
+// Step 3 can find the tokens gone since step 1 (another task took them):
+// the quotas are given back and it starts again, up to clusterBookTries
+// times. In between, the quota entries of step 2 may deny a competing
+// message to the same recipient a moment early; they never let more
+// through than the windows allow, and the bucket's tokens are checked at
+// the commit: no over-admission, as on the cluster's plain path.
+
+// clusterBookTries bounds the attempts of one cluster booking.
+const clusterBookTries = 3
+
+// clusterBookMargin is how far after the bucket's peek a cluster booking's
+// moment is at the earliest: the quotas' entries must not be stamped before
+// the moment the message goes, and the bucket's commit, which sets it, is
+// a round trip after the peek. A commit later than that fails and the
+// booking starts again.
+const clusterBookMargin = 50 * time.Millisecond
+
+// clusterBooks reports whether r books on a cluster: it asks to, its quotas
+// (if any) share one subject, so that one call books them, and it has at
+// most one bucket (Request.validate). Other requests take the plain path.
+func clusterBooks(r Request) bool {
+	if !r.Book {
+		return false
+	}
+	subject := ""
+	for _, t := range r.Takes {
+		if _, ok := t.Rule.(*Quota); ok {
+			if subject != "" && t.Key != subject {
+				return false
+			}
+			subject = t.Key
+		}
+	}
+	return true
+}
+
+// bookCluster books r on a cluster. ok is false when r's bucket ledger
+// already holds it (admitted before): the plain path answers that.
+func (l *Limiter) bookCluster(ctx context.Context, r Request) (d Decision, ok bool, err error) {
+	var q group
+	bi := -1
+	for i, t := range r.Takes {
+		if _, isBucket := t.Rule.(*Bucket); isBucket {
+			bi = i
+		} else {
+			q.takes = append(q.takes, i)
+		}
+	}
+	if bi < 0 || len(q.takes) == 0 {
+		// One subject, one node: booked by one call, as on a single node.
+		all := l.single(r)
+		g, err := l.bookGroup(ctx, r, all, 0)
+		if err != nil {
+			return Decision{}, false, err
+		}
+		merge(&d, g, r, all, 0)
+		return d, true, nil
+	}
+	for try := 0; ; try++ {
+		v, err := l.bookBucket(ctx, r, bi, "peek", 0)
+		if err != nil {
+			return Decision{}, false, err
+		}
+		if v[3] == 1 {
+			return Decision{}, false, nil
+		}
+		// The quotas' moment is the send's: never before the commit at the
+		// bucket, which comes a round trip later.
+		floor, ticket := max(v[1], v[0]+clusterBookMargin.Microseconds()), v[2]
+		g, err := l.bookGroup(ctx, r, q, floor)
+		if err != nil {
+			return Decision{}, false, err
+		}
+		d = Decision{Now: time.UnixMicro(g.now), Take: -1, Delay: time.Duration(g.delay) * time.Microsecond}
+		at := g.now + g.delay
+		// The rule that set the moment: a quota when it is later than the
+		// bucket's floor, else the bucket.
+		bind := func() {
+			take, window := bi, 0
+			if g.binding > 0 && at > floor {
+				take, window = q.takes[g.binding-1], g.window
+			}
+			t := r.Takes[take]
+			d.Take, d.Rule, d.Key, d.Limit = take, t.Rule, t.Key, t.Rule.bindingLimit(window)
+		}
+		if g.outcome == outcomeExpired {
+			d.Expired = true
+			bind()
+			return d, true, nil
+		}
+		if g.outcome == outcomeBooked && !g.allowed && ticket > 0 && at == ticket {
+			// Early: the moment stands, nothing changed.
+			d.Booked = true
+			return d, true, nil
+		}
+		c, err := l.bookBucket(ctx, r, bi, "commit", at)
+		if err != nil {
+			return Decision{}, false, err
+		}
+		switch c[1] {
+		case 0:
+			d.Allowed = true
+			if d.Delay > 0 {
+				bind()
+			}
+			if ticket > 0 {
+				d.Claimed = time.UnixMicro(ticket)
+			} else if g.allowed && g.extra > 0 {
+				d.Claimed = time.UnixMicro(g.extra)
+			}
+			return d, true, nil
+		case 1:
+			d.Booked, d.Rebooked, d.Ahead = true, g.outcome == outcomeRebooked, int(c[2])
+			bind()
+			if d.Take != bi {
+				d.Ahead = int(g.extra)
+			}
+			return d, true, nil
+		}
+		// The tokens went since the peek: give the quotas back, again.
+		rq := r
+		rq.Takes = nil
+		for _, i := range q.takes {
+			rq.Takes = append(rq.Takes, r.Takes[i])
+		}
+		if _, err := l.Release(context.WithoutCancel(ctx), rq); err != nil {
+			return Decision{}, false, err
+		}
+		if try+1 == clusterBookTries {
+			now := c[0]
+			d = Decision{Now: time.UnixMicro(now), Take: -1, Delay: time.Duration(c[2]-now) * time.Microsecond}
+			t := r.Takes[bi]
+			d.Take, d.Rule, d.Key, d.Limit = bi, t.Rule, t.Key, t.Rule.bindingLimit(0)
+			return d, true, nil
+		}
+	}
+}
+
+// bookBucket runs book_bucket (mode peek or commit) on r's bucket take bi.
+func (l *Limiter) bookBucket(ctx context.Context, r Request, bi int, mode string, at int64) ([]int64, error) {
+	t := r.Takes[bi]
+	c, keys, args := newCall(t.Rule.keyCount(), 4)
+	_, plan := l.appendPlan(keys, nil, r, group{takes: []int{bi}}, r.MaxWait.Microseconds(), "", true)
+	args[0], args[1], args[2], args[3] = mode, r.ID, string(plan), at
+	res, err := l.eval(ctx, l.book, []call{c})
+	if err != nil {
+		return nil, fmt.Errorf("throttle: book %q at %s: %w", r.ID, t.Rule.Name(), err)
+	}
+	v := res[0]
+	if len(v) < 3 || mode == "peek" && len(v) != 4 {
+		return nil, fmt.Errorf("throttle: unexpected script reply %v", v)
+	}
+	return v, nil
+}
+
+// bookGroup books r's takes g (all on one node) by admit.lua, no earlier
+// than floor.
+func (l *Limiter) bookGroup(ctx context.Context, r Request, q group, floor int64) (groupResult, error) {
+	nk := 0
+	for _, i := range q.takes {
+		nk += r.Takes[i].Rule.keyCount()
+	}
+	c, keys, args := newCall(nk, 3)
+	_, plan := l.appendPlan(keys, nil, r, q, r.MaxWait.Microseconds(), "", true)
+	args[0], args[1] = r.ID, string(plan)
+	args[2] = strconv.FormatInt(deadline(r), 10) + "," + strconv.FormatInt(floor, 10)
+	res, err := l.eval(ctx, l.admit, []call{c})
+	if err != nil {
+		return groupResult{}, fmt.Errorf("throttle: admit: %w", err)
+	}
+	if len(res[0]) != replyLen {
+		return groupResult{}, fmt.Errorf("throttle: unexpected script reply %v", res[0])
+	}
+	return parseGroup(res[0]), nil
+}

@@ -1,0 +1,95 @@
+//go:build integration
+
+package throttle
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+)
+
+// On a cluster a recipient's quota and a provider's bucket live on
+// different nodes; a booking takes both into account, as on one node.
+func TestClusterBooking(t *testing.T) {
+	l, rdb := newCluster(t)
+	ctx := context.Background()
+	q := mustQuota(t, "p", Window{1, time.Second}, Window{2, 10 * time.Second})
+	b := mustBucket(t, "sms", 5, 1)
+	if s1, s2 := keySlot(t, rdb, quotaKey(subjectTag(DefaultPrefix, "alice"), "p")), keySlot(t, rdb, bucketKey(subjectTag(DefaultPrefix, "gw"), "sms")); s1 == s2 {
+		t.Fatalf("the quota and the bucket share slot %d: the test needs them apart", s1)
+	}
+	const maxWait = 100 * time.Millisecond
+
+	// The provider's line: one slot (200 ms) apart, in order.
+	var booked []Decision
+	for i := range 8 {
+		d := mustAdmit(t, l, bookReq(fmt.Sprint("p", i), q, fmt.Sprint("r", i), b, maxWait))
+		if d.Booked {
+			booked = append(booked, d)
+		} else if !d.Allowed {
+			t.Fatalf("p%d: %+v", i, d)
+		}
+	}
+	if len(booked) < 5 {
+		t.Fatalf("%d of 8 booked at 5/s burst 1", len(booked))
+	}
+	for i := 1; i < len(booked); i++ {
+		// Each node has its own clock, here the same host's.
+		if gap := booked[i].At().Sub(booked[i-1].At()); gap < 200*time.Millisecond-time.Millisecond || gap > 200*time.Millisecond+2*time.Millisecond {
+			t.Errorf("booking %d is %s after the one before, want one slot (200ms)", i, gap)
+		}
+		if _, ok := booked[i].Rule.(*Bucket); !ok {
+			t.Errorf("booking %d bound by %v, want the bucket", i, booked[i].Rule)
+		}
+	}
+
+	// A recipient's messages: its windows decide, counting its bookings.
+	a0 := mustAdmit(t, l, bookReq("a0", q, "alice", b, maxWait))
+	a1 := mustAdmit(t, l, bookReq("a1", q, "alice", b, maxWait))
+	a2 := mustAdmit(t, l, bookReq("a2", q, "alice", b, maxWait))
+	if !a1.Booked || !a2.Booked {
+		t.Fatalf("alice: %+v / %+v / %+v", a0, a1, a2)
+	}
+	if _, ok := a2.Rule.(*Quota); !ok || a2.Limit != "2 per 10s" {
+		t.Errorf("alice's third bound by %v (%q), want her 10s window", a2.Rule, a2.Limit)
+	}
+	if got := a2.At().Sub(a0.At()); got < 10*time.Second-2*time.Millisecond {
+		t.Errorf("alice's third is %s after her first, want her 10s window", got)
+	}
+
+	// Coming back early changes nothing; at the moment, the claim goes.
+	before := snapshot(t, rdb)
+	if e := mustAdmit(t, l, bookReq("p7", q, "r7", b, maxWait)); !e.Booked || !e.At().Equal(booked[len(booked)-1].At()) {
+		t.Errorf("early return: %+v, want the same moment %s", e, booked[len(booked)-1].At())
+	}
+	if after := snapshot(t, rdb); len(before) != len(after) {
+		t.Errorf("an early return changed the keys: %d -> %d", len(before), len(after))
+	}
+	first := booked[0]
+	id := fmt.Sprint("p", 8-len(booked))
+	untilRedis(t, l, first.At().Add(-maxWait/2))
+	c := mustAdmit(t, l, bookReq(id, q, fmt.Sprint("r", 8-len(booked)), b, maxWait))
+	if !c.Allowed || c.At().Before(first.At()) || c.Claimed.IsZero() {
+		t.Fatalf("claim of %s at its moment: %+v", id, c)
+	}
+	if _, err := rdb.ZScore(ctx, bookKey(subjectTag(DefaultPrefix, "gw"), "sms"), id).Result(); err == nil {
+		t.Errorf("a claimed ticket is still there")
+	}
+
+	// A deadline before the moment: nothing is held, on either node.
+	before = snapshot(t, rdb)
+	r := bookReq("late", q, "alice", b, maxWait)
+	r.Deadline = time.Now().Add(time.Second)
+	if d := mustAdmit(t, l, r); !d.Expired {
+		t.Errorf("a booking past its deadline: %+v", d)
+	}
+	if after := snapshot(t, rdb); len(before) != len(after) {
+		t.Errorf("an expired booking left keys: %d -> %d", len(before), len(after))
+	}
+
+	// Release gives the booking back on both nodes.
+	if n, err := l.Release(ctx, bookReq("a2", q, "alice", b, maxWait)); err != nil || n != 2 {
+		t.Errorf("Release(a2) = %d, %v; want its quota entry and its ticket", n, err)
+	}
+}
