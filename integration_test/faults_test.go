@@ -214,8 +214,24 @@ func checkRun(t *testing.T, f *fleet, notes map[string]faultNote, windows []quot
 			w.limit, w.per, w.limit, asGranted, asArrived)
 	}
 	// No allowance for refunds: a release refunds a bucket token only when
-	// no later holding assumed it gone (bucket_undo).
+	// no later holding assumed it gone (bucket_undo). bucketSlack allows for
+	// a known bug where a test says so, and the log says when it showed.
 	extra := func(from, to time.Time) float64 { return 0 }
+	if f.bucketExtra != nil {
+		extra = f.bucketExtra
+		for what, times := range map[string][]time.Time{"granted moments": granted, "arrivals": arrived} {
+			ts := slices.Clone(times)
+			slices.SortFunc(ts, func(a, b time.Time) int { return a.Compare(b) })
+			tol := 0.0
+			if what == "arrivals" {
+				tol = f.cfg.Rate * skewTolerance.Seconds()
+			}
+			if raw, from, n, span := bucketExcess(ts, f.cfg.Rate, f.cfg.Burst, nil); raw > tol+0.01 {
+				t.Logf("KNOWN BUG showed (%s): %d %s within %s from %s, %.2f over the bucket",
+					f.extraWhy, n, what, span, from.Format("15:04:05.000"), raw-tol)
+			}
+		}
+	}
 	eg := checkBucket(t, "granted moments", granted, f.cfg.Rate, f.cfg.Burst, grantResolution, extra)
 	ea := checkBucket(t, "arrivals", arrived, f.cfg.Rate, f.cfg.Burst, skewTolerance, extra)
 	t.Logf("provider: most requests in any 1 s %d (bucket allows %g), excess over burst+rate·T: granted %.2f, arrived %.2f; arrival-granted skew: %s",

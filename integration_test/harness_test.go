@@ -229,6 +229,7 @@ type fleetConfig struct {
 	Policy          string  // YAML list of windows of policy "pace"
 	Rate            float64 // of provider "hook"
 	Burst           int
+	Book            bool // worker.book: a job that may not go books its moment
 	// Campaigns, if set, is the config's campaigns section (the lines
 	// after "campaigns:"); their audience files are written from Files.
 	Campaigns string
@@ -245,6 +246,10 @@ type fleet struct {
 	// cluster is set for a fleet on a Redis Cluster (newClusterFleet).
 	cluster *redistest.Cluster
 	hook    *hookServer
+	// bucketExtra, if set, is how many sends beyond the bucket checkRun
+	// lets known bugs add in an interval (extraWhy names them).
+	bucketExtra func(from, to time.Time) float64
+	extraWhy    string
 }
 
 // Names in the configs the fleet writes.
@@ -304,6 +309,7 @@ worker:
   inline_wait: %s
   jitter: %s
   remember_takes: %s
+  book: %t
 policies:
   %s: %s
 providers:
@@ -316,7 +322,7 @@ providers:
     headers: {X-Worker: %s}
 defaults: {policy: %s, provider: %s, queue: %s}
 `, name, f.redisSection(), fleetPrefix, c.Concurrency, fleetQueue, c.ShutdownTimeout, metricsAddr,
-		c.InlineWait, c.Jitter, fleetRemember, fleetPolicy, c.Policy, fleetProvider, f.hook.URL(),
+		c.InlineWait, c.Jitter, fleetRemember, c.Book, fleetPolicy, c.Policy, fleetProvider, f.hook.URL(),
 		strconv.FormatFloat(c.Rate, 'f', -1, 64), c.Burst, name,
 		fleetPolicy, fleetProvider, fleetQueue)
 	if c.Campaigns != "" {
