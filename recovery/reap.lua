@@ -51,7 +51,7 @@ for i = 1, #holders, 2 do
   elseif moved[w] then
     redis.call("HDEL", KEYS[1], id)
     local task = ARGV[2] .. id
-    if redis.call("ZSCORE", KEYS[4], id) and redis.call("HEXISTS", task, "msg") == 1
+    if redis.call("ZSCORE", KEYS[4], id) and redis.call("HGET", task, "msg")
         and redis.call("LREM", KEYS[3], 0, id) > 0 then
       redis.call("ZREM", KEYS[4], id)
       redis.call("RPUSH", KEYS[5], id)

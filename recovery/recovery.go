@@ -83,6 +83,7 @@ type Recovery struct {
 	start  time.Time // for the monotonic times in lastSign
 
 	mu       sync.Mutex
+	warned   time.Time                // when loop last logged a failure
 	finished map[string][]string      // queue -> tasks ended since the last beat
 	taken    map[string]time.Duration // queue+"\x00"+task -> when its take was sent, since start
 
@@ -146,13 +147,13 @@ func (r *Recovery) loop(ctx context.Context) {
 	for {
 		for _, q := range r.queues {
 			if err := r.beat(ctx, q, "beat"); err != nil && ctx.Err() == nil {
-				r.o.Log.Debug("recovery: beat failed", "queue", q, "err", err)
+				r.warn("recovery: a sign of life failed", q, err)
 			}
 			if !r.mayReap(q) {
 				continue
 			}
 			if _, err := r.Reap(ctx, q); err != nil && ctx.Err() == nil {
-				r.o.Log.Debug("recovery: reap failed", "queue", q, "err", err)
+				r.warn("recovery: a reap failed", q, err)
 			}
 		}
 		select {
@@ -160,6 +161,21 @@ func (r *Recovery) loop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		}
+	}
+}
+
+// warn logs a failure of the loop, at most once a minute: Redis being
+// unreachable is logged by the client's guard, but a denied command (an
+// ACL without the commands config.yaml lists) would otherwise go unseen.
+func (r *Recovery) warn(msg, q string, err error) {
+	r.mu.Lock()
+	quiet := time.Since(r.warned) < time.Minute
+	if !quiet {
+		r.warned = time.Now()
+	}
+	r.mu.Unlock()
+	if !quiet {
+		r.o.Log.Warn(msg, "queue", q, "err", err)
 	}
 }
 

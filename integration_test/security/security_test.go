@@ -10,6 +10,7 @@ package security_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -23,10 +24,12 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/notify-throttle/throttler/config"
+	"github.com/notify-throttle/throttler/internal/asynqdb"
 	"github.com/notify-throttle/throttler/internal/redisconn"
 	"github.com/notify-throttle/throttler/internal/redistest"
 	"github.com/notify-throttle/throttler/jobs"
 	"github.com/notify-throttle/throttler/lua"
+	"github.com/notify-throttle/throttler/recovery"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -174,7 +177,14 @@ func runPipeline(t *testing.T, su setup) {
 		DelayedTaskCheckInterval: 200 * time.Millisecond,
 		LogLevel:                 asynq.FatalLevel,
 	})
+	// The hand-over of dead workers' tasks runs as the worker's does.
+	rec := recovery.New(rdb, []string{"default"}, recovery.Options{Prefix: su.redis.Prefix, Log: th.Log})
+	th.Holder = rec
+	recCtx, stopRec := context.WithCancel(ctx)
+	recDone := make(chan error, 1)
+	go func() { recDone <- rec.Run(recCtx) }()
 	mux := asynq.NewServeMux()
+	mux.Use(rec.Middleware)
 	mux.Use(th.Middleware)
 	mux.HandleFunc(jobs.TypeNotify, jobs.Deliver)
 	if err := srv.Start(mux); err != nil {
@@ -243,6 +253,9 @@ func runPipeline(t *testing.T, su setup) {
 	}
 	mu.Unlock()
 	srv.Shutdown()
+	stopRec()
+	<-recDone
+	checkReap(ctx, t, su, rec)
 
 	checkACLLog(ctx, t, su.admin)
 	checkFunctionsUsed(ctx, t, su.admin)
@@ -371,5 +384,37 @@ func checkDenied(ctx context.Context, t *testing.T, rdb redis.UniversalClient) {
 		if err == nil || !strings.Contains(err.Error(), "NOPERM") && !strings.Contains(err.Error(), "No permissions") {
 			t.Errorf("%s (%v): %v, want NOPERM", tt.name, tt.cmd, err)
 		}
+	}
+}
+
+// checkReap has the recovery's reaper, as the ACL user, hand over the task
+// of a worker that died (written by the admin): every command of its
+// script must be allowed.
+func checkReap(ctx context.Context, t *testing.T, su setup, rec *recovery.Recovery) {
+	t.Helper()
+	client := asynq.NewClientFromRedisClient(su.admin)
+	if _, err := client.Enqueue(asynq.NewTask(jobs.TypeNotify, nil), asynq.TaskID("orphan")); err != nil {
+		t.Fatal(err)
+	}
+	// As asynq's dequeue leaves a task (internal/asynqdb), held by a worker
+	// silent for a minute.
+	q, prefix := "default", su.redis.Prefix
+	steps := []error{
+		su.admin.LRem(ctx, asynqdb.PendingKey(q), 0, "orphan").Err(),
+		su.admin.LPush(ctx, asynqdb.ActiveKey(q), "orphan").Err(),
+		su.admin.HSet(ctx, asynqdb.TaskKey(q, "orphan"), "state", asynqdb.StateActive).Err(),
+		su.admin.ZAdd(ctx, asynqdb.LeaseKey(q), redis.Z{Score: float64(time.Now().Add(30 * time.Second).Unix()), Member: "orphan"}).Err(),
+		su.admin.HSet(ctx, prefix+"recovery:{"+q+"}:holders", "orphan", "dead").Err(),
+		su.admin.ZAdd(ctx, prefix+"recovery:{"+q+"}:beats", redis.Z{Score: float64(time.Now().Add(-time.Minute).UnixMilli()), Member: "dead"}).Err(),
+	}
+	if err := errors.Join(steps...); err != nil {
+		t.Fatal(err)
+	}
+	hs, err := rec.Reap(ctx, q)
+	if err != nil {
+		t.Fatalf("reap as the ACL user: %v", err)
+	}
+	if len(hs) != 1 || len(hs[0].Tasks) != 1 {
+		t.Errorf("reap: %+v, want the orphan handed over", hs)
 	}
 }
