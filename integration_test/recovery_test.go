@@ -106,7 +106,18 @@ const asynqRecoveryFloor = 30 * time.Second
 // once, none twice, and the dead worker's takes of the recipients' caps
 // (one a day) were found by the hand-over's admissions as their own.
 func TestKill9HandsOverInSeconds(t *testing.T) {
-	f := newFleet(t, recoveryConfig(10), slowProvider(3*time.Second))
+	kill9HandsOver(t, newFleet(t, recoveryConfig(10), slowProvider(3*time.Second)))
+}
+
+// TestClusterKill9HandsOverInSeconds is TestKill9HandsOverInSeconds on a
+// Redis Cluster of 3 masters: the reaper's script runs in the queue's slot,
+// the recipients' quotas on other nodes.
+func TestClusterKill9HandsOverInSeconds(t *testing.T) {
+	kill9HandsOver(t, newClusterFleet(t, 3, 0, recoveryConfig(10), slowProvider(3*time.Second)))
+}
+
+func kill9HandsOver(t *testing.T, f *fleet) {
+	t.Helper()
 	notes := f.enqueueNotes("kill9", 20, 1, 0, 0)
 	ws := f.startWorkers("a", "b")
 	a, b := ws[0], ws[1]
