@@ -122,9 +122,6 @@ func New(rdb redis.UniversalClient, queues []string, o Options) *Recovery {
 	return r
 }
 
-// ID returns the worker's ID.
-func (r *Recovery) ID() string { return r.o.ID }
-
 // Run beats and reaps every DeadAfter/5 until ctx ends, then drops what the
 // worker held and leaves the beats. Cancel ctx only once the asynq server
 // has shut down: a worker whose handlers still run must keep beating.
