@@ -137,7 +137,7 @@ local function admit(keys, args)
     local _, a, b, c, d, o, x = admit_task(keys, 1, args[1], plans[args[2]] or plan(args[2]), now, dl, fl)
     return {a, b, c, d, o, x}
   end
-  memo, MEMO_T, MEMO_U, MEMO_E, MEMO_V = true, {}, {}, {}, {}
+  memo, MEMO_T, MEMO_U, MEMO_E, MEMO_V, MEMO_R = true, {}, {}, {}, {}, {}
   local out, ki, o = {}, 1, 0
   for j = 1, na, 3 do
     local a, b, c, d, e, x
@@ -146,7 +146,7 @@ local function admit(keys, args)
     out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = a, b, c, d, e, x
     o = o + 6
   end
-  memo, MEMO_T, MEMO_U, MEMO_E, MEMO_V = false, nil, nil, nil, nil
+  memo, MEMO_T, MEMO_U, MEMO_E, MEMO_V, MEMO_R = false, nil, nil, nil, nil, nil
   return out
 end
 

@@ -190,7 +190,7 @@ local function book_task(keys, ki, id, p, now, deadline, floor_)
 
   local tokens, e, v, wait = nil, nil, nil, 0
   if bt then
-    tokens, e, v = bucket_tokens(bt, bkey, now)
+    tokens, e, v = bucket_tokens(bt, bkey, bledger, now)
     local need = bucket_need(bt, prio)
     if tokens < need then wait = ceil((need - tokens) * 1e6 / bt.rate) end
   end
@@ -359,7 +359,7 @@ local function book_bucket(keys, args)
   end
   local bkey, bledger, bbook = keys[1], keys[2], keys[3]
   local maxwait, prio = p.maxwait, p.prio
-  local tokens, e, v = bucket_tokens(bt, bkey, now)
+  local tokens, e, v = bucket_tokens(bt, bkey, bledger, now)
   local ticket = rcall('ZSCORE', bbook, id)
   ticket = ticket and tonum(ticket)
   local need = bucket_need(bt, prio)

@@ -23,7 +23,7 @@ local function pause(keys, args)
   if p.n ~= 1 or t.kind ~= 'b' then
     return redis.error_reply('throttle: pause needs one bucket take')
   end
-  local tokens, _, v = bucket_tokens(t, keys[1], now)
+  local tokens, _, v = bucket_tokens(t, keys[1], keys[2], now)
   tokens = min(tokens, 1 - t.rate * us / 1e6)
   bucket_store(t, keys[1], now, tokens, nil, v)
   tomb(keys[2], now + us, now, p.remember)

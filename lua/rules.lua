@@ -342,37 +342,80 @@ end
 -- absent hash; MEMO_U[key]: their time; MEMO_E[key]: e, false if none), and
 -- only here, since nothing else writes a bucket's hash. The entry points set
 -- memo for the call.
-local memo, MEMO_T, MEMO_U, MEMO_E, MEMO_V = false, nil, nil, nil, nil
+-- A ledger's tombstone: a member no task ID can be (IDs are never empty and
+-- carry no control characters), scored with the latest moment at which
+-- tokens went that no holder shows any more: a release that refunded
+-- nothing, a forget (the provider took the tokens), a pause (scored with its
+-- end). It is pruned with the ledger's forgotten entries.
+local TOMB = '\0'
+
+local memo, MEMO_T, MEMO_U, MEMO_E, MEMO_V, MEMO_R = false, nil, nil, nil, nil, nil
+
+-- The most ledger entries bucket_tokens reads (see r).
+local LEDGER_READ, LEDGER_READ_S = 256, '256'
 
 -- The state hash also holds v, the bucket's booking tail (see book.lua):
 -- the moment after the last slot handed to a booked task. It matters only
 -- while it is ahead of now; a hash holding a v ahead is kept even when full.
+--
+-- And r, the latest moment a take was granted for ahead of now. A take for
+-- a later moment counts its tokens at once, but the bucket must not refill
+-- to its burst before that moment and hand them out again: while takes are
+-- granted ahead, the bucket holds at most burst less their number. So when
+-- r is later than the stored count's time u, the refill since u is
+-- counted in steps: up to each such take's moment (the ledger's holders
+-- after u, in order; the tombstone is not one) the bucket fills to burst
+-- less the takes still ahead, and each moment that passes lets it fill one
+-- further. r says when there may be such takes, so that the ledger is read
+-- only then; past LEDGER_READ of them the bucket counts as empty.
 
--- bucket_state returns the stored tokens and their time, or nil, then e and
--- v (each nil if not recorded).
+-- bucket_state returns the stored tokens and their time, or nil, then e,
+-- v and r (each nil if not recorded).
 local function bucket_state(key)
   if memo then
     local x = MEMO_T[key]
     if x ~= nil then
-      local e, v = MEMO_E[key] or nil, MEMO_V[key] or nil
-      if x then return x, MEMO_U[key], e, v end
-      return nil, nil, e, v
+      local e, v, r = MEMO_E[key] or nil, MEMO_V[key] or nil, MEMO_R[key] or nil
+      if x then return x, MEMO_U[key], e, v, r end
+      return nil, nil, e, v, r
     end
   end
-  local st = rcall('HMGET', key, 't', 'u', 'e', 'v')
-  local x, last, e, v = tonum(st[1]), tonum(st[2]), tonum(st[3]), tonum(st[4])
+  local st = rcall('HMGET', key, 't', 'u', 'e', 'v', 'r')
+  local x, last, e, v, r = tonum(st[1]), tonum(st[2]), tonum(st[3]), tonum(st[4]), tonum(st[5])
   if not x or not last then x, last = nil, nil end
   if memo then
-    MEMO_T[key], MEMO_U[key], MEMO_E[key], MEMO_V[key] = x or false, last, e or false, v or false
+    MEMO_T[key], MEMO_U[key], MEMO_E[key], MEMO_V[key], MEMO_R[key] = x or false, last, e or false, v or false, r or false
   end
-  return x, last, e, v
+  return x, last, e, v, r
 end
 
 -- bucket_tokens returns the tokens the bucket has now, then e and v.
-local function bucket_tokens(t, key, now)
-  local tokens, last, e, v = bucket_state(key)
+local function bucket_tokens(t, key, ledger, now)
+  local tokens, last, e, v, r = bucket_state(key)
   if not tokens then return t.burst, e, v end
   -- A clock that went back (a failover to a node whose clock is behind) adds nothing.
+  if r and r > last then
+    local z = rcall('ZRANGEBYSCORE', ledger, '(' .. int(last), '+inf', 'WITHSCORES', 'LIMIT', '0', LEDGER_READ_S)
+    if #z >= 2 * LEDGER_READ then return min(tokens, 0), e, v end
+    local ahead, at = 0, last
+    for j = 1, #z, 2 do
+      if z[j] ~= TOMB then ahead = ahead + 1 end
+    end
+    for j = 1, #z, 2 do
+      if z[j] ~= TOMB then
+        local m = tonum(z[j + 1])
+        if m > now then break end
+        if m > at then
+          tokens = min(t.burst - ahead, tokens + (m - at) * t.rate / 1e6)
+          at = m
+        end
+        ahead = ahead - 1
+      end
+    end
+    if now > at then tokens = tokens + (now - at) * t.rate / 1e6 end
+    if tokens > t.burst - ahead then return t.burst - ahead, e, v end
+    return tokens, e, v
+  end
   if now > last then tokens = tokens + (now - last) * t.rate / 1e6 end
   if tokens > t.burst then return t.burst, e, v end
   return tokens, e, v
@@ -438,7 +481,7 @@ end
 -- (remaining after its cost). That saves a command on the most common path
 -- of a busy fleet, a recipient's quota denying.
 local function bucket_check(t, key, ledger, id, now, remember, denied, prio)
-  local tokens, e, v = bucket_tokens(t, key, now)
+  local tokens, e, v = bucket_tokens(t, key, ledger, now)
   local need = bucket_need(t, prio)
   if denied and tokens >= need then
     return false, 0, floor(tokens - t.cost), false, tokens, e, v
@@ -462,20 +505,24 @@ local function bucket_commit(t, key, ledger, id, now, at, remember, tokens, e, v
   rcall('ZADD', ledger, int(at), id)
   if e and at + remember <= e then
     bucket_store(t, key, now, tokens - t.cost, nil, v)
-    return
+  else
+    rcall('ZREMRANGEBYSCORE', ledger, '-inf', int(now - remember))
+    e = at + remember + ceil(remember / 16)
+    extend(ledger, ceil_ms(e - now))
+    bucket_store(t, key, now, tokens - t.cost, e, v)
   end
-  rcall('ZREMRANGEBYSCORE', ledger, '-inf', int(now - remember))
-  e = at + remember + ceil(remember / 16)
-  extend(ledger, ceil_ms(e - now))
-  bucket_store(t, key, now, tokens - t.cost, e, v)
+  if at > now then
+    -- Granted ahead: the bucket keeps its tokens short until then (see r).
+    local _, _, _, _, r = bucket_state(key)
+    if not r or at > r then
+      rcall('HSET', key, 'r', int(at))
+      if memo then MEMO_R[key] = at end
+    end
+    -- The hash lives until the bucket would be full after that take.
+    extend(key, ceil_ms(at - now + t.burst * 1e6 / t.rate))
+  end
 end
 
--- A ledger's tombstone: a member no task ID can be (IDs are never empty and
--- carry no control characters), scored with the latest moment at which
--- tokens went that no holder shows any more: a release that refunded
--- nothing, a forget (the provider took the tokens), a pause (scored with its
--- end). It is pruned with the ledger's forgotten entries.
-local TOMB = '\0'
 
 -- tomb raises the ledger's tombstone to moment s (never lowers it) and keeps
 -- the ledger alive while s can matter: as long as a holder older than s can.
@@ -511,7 +558,7 @@ local function bucket_undo(t, key, ledger, id, now, remember, refund)
   -- or one created again would get no TTL until e ran out.
   rcall('HDEL', key, 'e')
   if refund and rcall('ZCOUNT', ledger, '(' .. int(s), '+inf') == 0 then
-    local tokens, _, v = bucket_tokens(t, key, now)
+    local tokens, _, v = bucket_tokens(t, key, ledger, now)
     bucket_store(t, key, now, min(t.burst, tokens + t.cost), nil, v)
   else
     tomb(ledger, s, now, remember)

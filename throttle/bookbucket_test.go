@@ -2,7 +2,6 @@ package throttle
 
 import (
 	"context"
-	"os"
 	"testing"
 	"time"
 )
@@ -12,18 +11,10 @@ import (
 // does not refill past its burst before then and hand the token out again.
 // Seen in the priority benchmark: granted moments burst + 2 over the bucket.
 //
-// It fails on the engine as it is: bucket_commit (lua/rules.lua) counts a
-// take's tokens at now, and a bucket that refills to its burst before the
-// take's moment hands them out again then. Capping the tokens at now to
-// burst less the refill until the moment is sound but stops every take of
-// the bucket until then (a 10 ms wait set by another rule blocks 50 tokens
-// of a 5000/s bucket; a booking claimed 2 s early on 20/s blocks priority
-// traffic for 2 s): the fix is the engine's design, not a line. Run it with
-// THROTTLE_KNOWN_BUGS=1.
+// It failed before the bucket kept r, the latest moment granted ahead: a
+// take counted its tokens at once and the bucket refilled to its burst
+// before the take's moment, handing them out again.
 func TestBookLaterMomentKeepsTheBucket(t *testing.T) {
-	if os.Getenv("THROTTLE_KNOWN_BUGS") == "" {
-		t.Skip("known bug: a take for a later moment lets the bucket refill past its burst before it (set THROTTLE_KNOWN_BUGS=1)")
-	}
 	l, rdb := newStandalone(t)
 	ctx := context.Background()
 	b := mustBucket(t, "gw", 2, 2) // a token every 500 ms, 2 at most

@@ -318,6 +318,41 @@ func (c *modelCall) bucketTokens(t *modelTake) float64 {
 	if !ok1 || !ok2 {
 		return t.burst
 	}
+	if r, ok := e.h["r"]; ok && r > last {
+		// Takes granted ahead of the stored count: the refill in steps
+		// (rules.lua's r).
+		var ms []float64
+		n := 0
+		if l := c.get(t.ledger); l != nil {
+			for m, s := range l.z {
+				if s > last {
+					n++
+					if m != modelTomb {
+						ms = append(ms, s)
+					}
+				}
+			}
+		}
+		if n >= 256 {
+			return math.Min(tokens, 0)
+		}
+		slices.Sort(ms)
+		ahead, at := float64(len(ms)), last
+		for _, m := range ms {
+			if m > now {
+				break
+			}
+			if m > at {
+				tokens = math.Min(t.burst-ahead, tokens+(m-at)*t.rate/1e6)
+				at = m
+			}
+			ahead--
+		}
+		if now > at {
+			tokens = tokens + (now-at)*t.rate/1e6
+		}
+		return math.Min(tokens, t.burst-ahead)
+	}
 	if now > last {
 		tokens = tokens + (now-last)*t.rate/1e6
 	}
@@ -417,12 +452,19 @@ func (c *modelCall) bucketCommit(t *modelTake, id string, at, remember, v float6
 	l.z[id], l.keep = at, remember
 	if t.life > 0 && at+remember <= t.life {
 		c.bucketStore(t, t.tokens-t.cost, 0, v)
-		return
+	} else {
+		c.zremrangebyscore(t.ledger, c.now-remember)
+		life := at + remember + math.Ceil(remember/16)
+		c.extend(t.ledger, life-c.now)
+		c.bucketStore(t, t.tokens-t.cost, life, v)
 	}
-	c.zremrangebyscore(t.ledger, c.now-remember)
-	life := at + remember + math.Ceil(remember/16)
-	c.extend(t.ledger, life-c.now)
-	c.bucketStore(t, t.tokens-t.cost, life, v)
+	if at > c.now {
+		e := c.getOrCreate(t.key)
+		if r, ok := e.h["r"]; !ok || at > r {
+			e.h["r"] = at
+		}
+		c.extend(t.key, at-c.now+t.burst*1e6/t.rate)
+	}
 }
 
 // bucketUndo mirrors bucket_undo: a forgotten entry is no holding. The
