@@ -34,20 +34,6 @@ var bookingConfig = fleetConfig{
 	Book:            true,
 }
 
-// allowBucketBug lets checkRun's bucket checks on f's run allow four sends
-// over burst + rate·T, and logs when that showed. Under booking the bucket's
-// granted moments go over in every run of these tests: before 4fb6e02 (a
-// take for a later moment let the bucket refill past its burst before it:
-// throttle.TestBookLaterMomentKeepsTheBucket) 1 token in 12 of 30 runs, 2 in
-// 17, 3 in one; at 4fb6e02, which fixed that, still 1 token in 11 of 15
-// runs and 2 in 4 (-race, a busy loop beside), with up to 4 grants at one
-// microsecond on a bucket of burst 2: a cause not found yet. Anything beyond
-// four still fails.
-func allowBucketBug(f *fleet) {
-	f.bucketExtra = func(from, to time.Time) float64 { return 4 }
-	f.extraWhy = "granted moments over the bucket under booking, a known bug (see allowBucketBug)"
-}
-
 // bookingsOf returns the workers' bookings made, claimed and rebooked.
 func bookingsOf(m map[string]float64) (made, claimed, rebooked float64) {
 	return m[`throttler_bookings_total{event="made"}`], m[`throttler_bookings_total{event="claimed"}`],
@@ -76,7 +62,6 @@ func TestBookingInvariants(t *testing.T) {
 	cfg.Policy = "[{limit: 1, per: 2s}, {limit: 2, per: 6s}]"
 	windows := []quotaWindow{{1, 2 * time.Second}, {2, 6 * time.Second}}
 	f := newFleet(t, cfg, nil)
-	allowBucketBug(f)
 	notes := f.enqueueNotes("book", 16, 3, 0, 0)
 	ws := f.startWorkers("w1", "w2")
 	start := time.Now()
@@ -106,13 +91,10 @@ func TestBookingKill9(t *testing.T) {
 	cfg.Policy = "[{limit: 1, per: 1s}]"
 	windows := []quotaWindow{{1, time.Second}}
 	f := newFleet(t, cfg, nil)
-	allowBucketBug(f)
 	// A handed-over job that had claimed its moment before its worker died
-	// goes at once, however long ago that moment was: at the provider it
-	// comes on top of the tokens handed out now (a late claim books again;
-	// a late hand-over does not). The arrival check allows the sends that
-	// came more than a second after their granted moment, and the log says
-	// when they showed.
+	// more than a second ago gives its token back and claims again
+	// (lua/book.lua, LATE): the bucket holds with no allowance, and none
+	// goes more than a second after its granted moment.
 	late := func(from, to time.Time) float64 {
 		ledger := f.ledger()
 		n := 0
@@ -123,8 +105,6 @@ func TestBookingKill9(t *testing.T) {
 		}
 		return float64(n)
 	}
-	f.bucketExtra = func(from, to time.Time) float64 { return 4 + late(from, to) }
-	f.extraWhy += "; a handed-over task that claimed its moment before its worker died goes late without a token"
 	notes := f.enqueueNotes("bkill", 45, 1, 0, 0)
 	w1 := f.startWorker("w1")
 	waitFor(t, "w1 to book 20 jobs", func() bool {
@@ -203,7 +183,6 @@ func TestBookingRedisRestart(t *testing.T) {
 	f.rdb = f.redis.Client(t)
 	f.insp = asynq.NewInspectorFromRedisClient(f.rdb)
 	f.hook = newHookServer(t, nil)
-	allowBucketBug(f)
 	notes := f.enqueueNotes("brestart", 16, 3, 0, 0)
 	ws := f.startWorkers("w1", "w2")
 	total := func() int { return len(f.hook.delivered()) }

@@ -22,9 +22,11 @@
 --     comes, not when the next token does.
 --
 -- A claim (the task comes back holding a ticket or booked quota entries)
--- takes the bucket's tokens at max(booked moment, when the tokens are
--- there, leaving one for each ticket booked before it and not yet claimed) and moves the quota entries there if they are not there already,
--- only if they still fit every window (entries booked after them included).
+-- takes the bucket's tokens when they are there, leaving one for each
+-- ticket booked before it and not yet claimed (before its booked moment if
+-- so: a slot a job missed is used by the next, not lost), and moves the
+-- quota entries there if they are not there already, only if they still
+-- fit every window (entries booked after them included).
 -- It goes if that moment is within max wait. A task that came back early is
 -- told its moment again, unchanged. One that came back late, or whose
 -- tokens went to others meanwhile (priority traffic), or whose entries no
@@ -45,6 +47,10 @@
 -- the older ones.
 
 local GRACE = 600000000 -- µs: 10 minutes
+
+-- A task the ledger holds for a moment more than LATE ago claims again
+-- (see book_task).
+local LATE = 1000000 -- µs
 
 -- Outcomes, the fifth value admit returns for a task.
 local DECIDED, BOOKED, EXPIRED, REBOOKED = 0, 1, 2, 3
@@ -166,7 +172,16 @@ local function book_task(keys, ki, id, p, now, deadline, floor_)
       k = k + 1
     end
   end
-  if bt and bucket_held(bledger, id, now, remember) then return false end
+  if bt then
+    local s = bucket_held(bledger, id, now, remember)
+    if s and s >= now - LATE then return false end
+    if s then
+      -- It took its tokens for a moment long gone and never went (its
+      -- worker died after the claim): sent now on them, it would crowd the
+      -- moments granted since. They go back, and it claims again.
+      bucket_undo(bt, bkey, bledger, id, now, remember, true)
+    end
+  end
 
   -- What the task holds: a ticket, booked quota entries.
   local ticket, held = nil, 0
@@ -191,8 +206,7 @@ local function book_task(keys, ki, id, p, now, deadline, floor_)
   local tokens, e, v, wait = nil, nil, nil, 0
   if bt then
     tokens, e, v = bucket_tokens(bt, bkey, bledger, now)
-    local need = bucket_need(bt, prio)
-    if tokens < need then wait = ceil((need - tokens) * 1e6 / bt.rate) end
+    wait = bucket_wait(bt, bkey, bledger, now, tokens, bucket_need(bt, prio))
   end
   -- A slot in whole µs, so that the tail is stored exactly.
   local slot = 0
@@ -209,14 +223,25 @@ local function book_task(keys, ki, id, p, now, deadline, floor_)
     -- moment: a claim leaves what the tickets booked before its moment and
     -- not yet claimed need, or claims made early for later moments would
     -- take the tokens of earlier ones.
+    local after = 0 -- the moment after the last of those tickets
     if bt and held > now then
       local before = rcall('ZCOUNT', bbook, int(now), '(' .. int(held))
       if before > 0 then
         local need = bucket_need(bt, prio) + before
-        if tokens < need then wait = ceil((need - tokens) * 1e6 / bt.rate) end
+        if tokens < need then wait = max(wait, ceil((need - tokens) * 1e6 / bt.rate)) end
+        local last = rcall('ZREVRANGEBYSCORE', bbook, '(' .. int(held), int(now), 'WITHSCORES', 'LIMIT', '0', '1')
+        after = tonum(last[2]) + slot
       end
     end
-    local x = max(now + wait, held, base)
+    -- It goes when its tokens are there, before its booked moment if the
+    -- line leaves them (the tickets before it keep theirs): a slot another
+    -- job missed is not lost. Not before a quota entry that does not fit
+    -- earlier.
+    local x = max(now + wait, base, after)
+    for i = 1, n do
+      local s = QH[i]
+      if s and s > x and not quota_fits(p[i], keys[KI[i]], id, x) then x = s end
+    end
     local fits = x <= now + maxwait
     for i = 1, n do
       if not fits then break end
@@ -224,7 +249,7 @@ local function book_task(keys, ki, id, p, now, deadline, floor_)
       if t.kind == 'q' then
         local s = QH[i]
         if s then
-          if s < x and not quota_fits(t, keys[KI[i]], id, x) then fits = false end
+          if s ~= x and not quota_fits(t, keys[KI[i]], id, x) then fits = false end
         elseif quota_earliest(t, keys[KI[i]], now) > x then
           fits = false
         end
@@ -362,12 +387,11 @@ local function book_bucket(keys, args)
   local tokens, e, v = bucket_tokens(bt, bkey, bledger, now)
   local ticket = rcall('ZSCORE', bbook, id)
   ticket = ticket and tonum(ticket)
-  local need = bucket_need(bt, prio)
+  local wait = bucket_wait(bt, bkey, bledger, now, tokens, bucket_need(bt, prio))
   if ticket and ticket > now then
-    need = need + rcall('ZCOUNT', bbook, int(now), '(' .. int(ticket))
+    local need = bucket_need(bt, prio) + rcall('ZCOUNT', bbook, int(now), '(' .. int(ticket))
+    if tokens < need then wait = max(wait, ceil((need - tokens) * 1e6 / bt.rate)) end
   end
-  local wait = 0
-  if tokens < need then wait = ceil((need - tokens) * 1e6 / bt.rate) end
   local pb = now + wait
   if ticket then
     pb = max(pb, ticket)

@@ -461,6 +461,42 @@ local function bucket_held(ledger, id, now, remember)
   return nil
 end
 
+-- BIG is the wait (µs, an hour) of a take the bucket cannot tell when it
+-- can grant (more takes ahead than LEDGER_READ): it is not granted.
+local BIG = 3600000000
+
+-- bucket_wait returns the µs until the bucket holds need tokens. While
+-- takes are granted ahead of now (see r) it fills only to burst less their
+-- number, one more as each of their moments passes: the wait counts that,
+-- so that a take is never granted tokens the bucket would have had only
+-- by filling past its burst.
+local function bucket_wait(t, key, ledger, now, tokens, need)
+  if tokens >= need then return 0 end
+  local _, _, _, _, r = bucket_state(key)
+  if not (r and r > now) then return ceil((need - tokens) * 1e6 / t.rate) end
+  local z = rcall('ZRANGEBYSCORE', ledger, '(' .. int(now), '+inf', 'WITHSCORES', 'LIMIT', '0', LEDGER_READ_S)
+  if #z >= 2 * LEDGER_READ then return BIG end
+  local ahead = 0
+  for j = 1, #z, 2 do
+    if z[j] ~= TOMB then ahead = ahead + 1 end
+  end
+  local at, c = now, tokens
+  for j = 1, #z, 2 do
+    if z[j] ~= TOMB then
+      local m = tonum(z[j + 1])
+      if need <= t.burst - ahead then
+        local x = at + (need - c) * 1e6 / t.rate
+        if x <= m then return ceil(x - now) end
+      end
+      c = min(t.burst - ahead, c + (m - at) * t.rate / 1e6)
+      at = m
+      ahead = ahead - 1
+    end
+  end
+  if need > t.burst then return BIG end
+  return ceil(at + (need - c) * 1e6 / t.rate - now)
+end
+
 -- bucket_need is what a take must leave in the bucket: its cost, plus the
 -- bucket's reserve unless the task has priority (the reserve is kept for
 -- priority traffic: see book.lua).
@@ -494,7 +530,7 @@ local function bucket_check(t, key, ledger, id, now, remember, denied, prio)
   end
   -- Not enough tokens: the wait until there are. admit decides whether the
   -- caller may reserve them (wait <= max wait) or is denied.
-  local reserve = ceil((need - tokens) * 1e6 / t.rate)
+  local reserve = bucket_wait(t, key, ledger, now, tokens, need)
   return reserve, reserve, max(0, floor(tokens)), false, tokens, e, v
 end
 
@@ -511,8 +547,10 @@ local function bucket_commit(t, key, ledger, id, now, at, remember, tokens, e, v
     extend(ledger, ceil_ms(e - now))
     bucket_store(t, key, now, tokens - t.cost, e, v)
   end
-  if at > now then
-    -- Granted ahead: the bucket keeps its tokens short until then (see r).
+  if at > now and tokens + (at - now) * t.rate / 1e6 > t.burst then
+    -- Granted for a moment by which the bucket would have filled: it keeps
+    -- its tokens short until then (see r). A take for the moment its
+    -- tokens come needs nothing more: the count is exact.
     local _, _, _, _, r = bucket_state(key)
     if not r or at > r then
       rcall('HSET', key, 'r', int(at))

@@ -83,8 +83,10 @@ func TestBookProviderBacklogInOrder(t *testing.T) {
 	id0 := fmt.Sprint("t", 40-len(booked))
 	untilRedis(t, l, booked[0].At().Add(-maxWait/2))
 	c := mustAdmit(t, l, bookReq(id0, nil, "", b, maxWait))
-	if !c.Allowed || !c.Claimed.Equal(booked[0].At()) || c.At().Before(booked[0].At()) {
-		t.Fatalf("claim of %s at its moment: %+v, want allowed at or after %s", id0, c, booked[0].At())
+	// It goes when the bucket has its tokens: at its moment, or a µs
+	// before it (moments are whole µs, the refill is not).
+	if !c.Allowed || !c.Claimed.Equal(booked[0].At()) || booked[0].At().Sub(c.At()) > time.Microsecond {
+		t.Fatalf("claim of %s at its moment: %+v, want allowed at %s", id0, c, booked[0].At())
 	}
 	if n, _ := rdb.ZCard(context.Background(), bookKey(subjectTag(DefaultPrefix, "gw"), "sms")).Result(); n != int64(len(booked)-1) {
 		t.Errorf("%d tickets left after one claim of %d", n, len(booked))
@@ -302,5 +304,47 @@ func TestBookValidation(t *testing.T) {
 	}
 	if _, err := b1.WithReserve(1); !errors.Is(err, ErrInvalidRule) {
 		t.Errorf("a reserve of the whole burst: %v", err)
+	}
+}
+
+// A slot a booked job misses is not lost: the next claim finds the tokens
+// there and goes before its own moment. A claim made early still leaves the
+// tokens, and the moments, of the tickets before it.
+func TestBookClaimUsesAMissedSlot(t *testing.T) {
+	l, _ := newStandalone(t)
+	const maxWait = 700 * time.Millisecond
+	book := func(b *Bucket) (a, bd, cd, dd Decision) {
+		a = mustAdmit(t, l, bookReq("a", nil, "", b, 0))
+		bd = mustAdmit(t, l, bookReq("b", nil, "", b, 0))
+		cd = mustAdmit(t, l, bookReq("c", nil, "", b, 0))
+		dd = mustAdmit(t, l, bookReq("d", nil, "", b, 0))
+		if !a.Allowed || !bd.Booked || !cd.Booked || !dd.Booked {
+			t.Fatalf("%+v / %+v / %+v / %+v", a, bd, cd, dd)
+		}
+		return
+	}
+
+	// b never comes back; c claims after b's moment: b's token is there,
+	// and c goes at once, before its moment; d then goes a slot after c.
+	b1 := mustBucket(t, "one", 2, 1) // a slot every 500 ms
+	_, bd, cd, dd := book(b1)
+	untilRedis(t, l, bd.At().Add(100*time.Millisecond))
+	c := mustAdmit(t, l, bookReq("c", nil, "", b1, maxWait))
+	if !c.Allowed || c.Delay != 0 || !c.At().Before(cd.At()) || !c.Claimed.Equal(cd.At()) {
+		t.Fatalf("c after b missed its slot: %+v; want allowed now, before its moment %s", c, cd.At())
+	}
+	untilRedis(t, l, dd.At().Add(-maxWait+50*time.Millisecond))
+	d := mustAdmit(t, l, bookReq("d", nil, "", b1, maxWait))
+	if !d.Allowed || d.At().Sub(c.At()) < 500*time.Millisecond-2*time.Microsecond || !d.At().Before(dd.At()) {
+		t.Errorf("d after c went early: %+v; want a slot after c (%s), before its own moment %s", d, c.At(), dd.At())
+	}
+
+	// d claims early while b and c have not: it waits for its own moment,
+	// leaving theirs.
+	b2 := mustBucket(t, "two", 2, 1)
+	_, _, _, dd = book(b2)
+	untilRedis(t, l, dd.At().Add(-maxWait+50*time.Millisecond))
+	if d := mustAdmit(t, l, bookReq("d", nil, "", b2, maxWait)); !d.Allowed || d.At().Before(dd.At()) {
+		t.Errorf("d's early claim with c unclaimed before it: %+v, want its own moment %s", d, dd.At())
 	}
 }

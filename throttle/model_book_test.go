@@ -13,6 +13,9 @@ import (
 // modelGrace is book.lua's GRACE.
 const modelGrace = 600000000
 
+// modelLate is book.lua's LATE.
+const modelLate = 1000000
+
 // modelQRead is rules.lua's QREAD.
 const modelQRead = 64
 
@@ -152,8 +155,11 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 		}
 	}
 	if bt != nil {
-		if _, ok := c.bucketHeld(bt, id, remember); ok {
-			return Decision{}, false
+		if s, ok := c.bucketHeld(bt, id, remember); ok {
+			if s >= now-modelLate {
+				return Decision{}, false
+			}
+			c.bucketUndo(bt, id, remember)
 		}
 	}
 	deadline := 0.0
@@ -182,9 +188,7 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 	var tokens, life, v, wait, slot float64
 	if bt != nil {
 		tokens, life, v = c.bucketTokens(bt), c.bucketLife(bt), c.bucketTail(bt)
-		if need := bucketNeed(bt, prio); tokens < need {
-			wait = math.Ceil((need - tokens) * 1e6 / bt.rate)
-		}
+		wait = c.bucketWait(bt, tokens, bucketNeed(bt, prio))
 		slot = math.Ceil(bt.cost * 1e6 / bt.rate)
 		bt.tokens, bt.life = tokens, life
 	}
@@ -207,22 +211,30 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 			d.Booked = true
 			return d, true
 		}
+		after := 0.0
 		if bt != nil && held > now {
-			before := 0
+			before, last := 0, 0.0
 			if e := c.get(bt.book); e != nil {
 				for _, s := range e.z {
 					if s >= now && s < held {
 						before++
+						last = math.Max(last, s)
 					}
 				}
 			}
 			if before > 0 {
 				if need := bucketNeed(bt, prio) + float64(before); tokens < need {
-					wait = math.Ceil((need - tokens) * 1e6 / bt.rate)
+					wait = math.Max(wait, math.Ceil((need-tokens)*1e6/bt.rate))
 				}
+				after = last + slot
 			}
 		}
-		x := math.Max(now+wait, held)
+		x := math.Max(now+wait, after)
+		for i, t := range takes {
+			if qh[i] > x && !c.quotaFits(t, id, x) {
+				x = qh[i]
+			}
+		}
 		fits := x <= now+maxwait
 		for i, t := range takes {
 			if !fits {
@@ -230,7 +242,7 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 			}
 			if t.kind == "q" {
 				if qh[i] > 0 {
-					if qh[i] < x && !c.quotaFits(t, id, x) {
+					if qh[i] != x && !c.quotaFits(t, id, x) {
 						fits = false
 					}
 				} else if m, _ := c.quotaEarliest(t, now); m > x {

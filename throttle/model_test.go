@@ -415,6 +415,57 @@ func (c *modelCall) bucketHeld(t *modelTake, id string, remember float64) (float
 	return s, true
 }
 
+// modelBig is rules.lua's BIG.
+const modelBig = 3600000000
+
+// bucketWait mirrors bucket_wait: the µs until the bucket holds need
+// tokens, filling only to burst less the takes granted ahead.
+func (c *modelCall) bucketWait(t *modelTake, tokens, need float64) float64 {
+	if tokens >= need {
+		return 0
+	}
+	now := c.now
+	e := c.get(t.key)
+	r, ok := 0.0, false
+	if e != nil {
+		r, ok = e.h["r"]
+	}
+	if !ok || r <= now {
+		return math.Ceil((need - tokens) * 1e6 / t.rate)
+	}
+	var ms []float64
+	n := 0
+	if l := c.get(t.ledger); l != nil {
+		for m, s := range l.z {
+			if s > now {
+				n++
+				if m != modelTomb {
+					ms = append(ms, s)
+				}
+			}
+		}
+	}
+	if n >= 256 {
+		return modelBig
+	}
+	slices.Sort(ms)
+	ahead, at, cur := float64(len(ms)), now, tokens
+	for _, m := range ms {
+		if need <= t.burst-ahead {
+			if x := at + (need-cur)*1e6/t.rate; x <= m {
+				return math.Ceil(x - now)
+			}
+		}
+		cur = math.Min(t.burst-ahead, cur+(m-at)*t.rate/1e6)
+		at = m
+		ahead--
+	}
+	if need > t.burst {
+		return modelBig
+	}
+	return math.Ceil(at + (need-cur)*1e6/t.rate - now)
+}
+
 // bucketNeed mirrors bucket_need: the cost, and the reserve unless prio.
 func bucketNeed(t *modelTake, prio bool) float64 {
 	if prio {
@@ -439,7 +490,7 @@ func (c *modelCall) bucketCheck(t *modelTake, id string, remember float64, denie
 	} else if t.tokens >= need {
 		t.remaining = math.Floor(t.tokens - t.cost)
 	} else {
-		t.reserve, t.reserves = math.Ceil((need-t.tokens)*1e6/t.rate), true
+		t.reserve, t.reserves = c.bucketWait(t, t.tokens, need), true
 		t.remaining = math.Max(0, math.Floor(t.tokens))
 	}
 }
@@ -458,7 +509,7 @@ func (c *modelCall) bucketCommit(t *modelTake, id string, at, remember, v float6
 		c.extend(t.ledger, life-c.now)
 		c.bucketStore(t, t.tokens-t.cost, life, v)
 	}
-	if at > c.now {
+	if at > c.now && t.tokens+(at-c.now)*t.rate/1e6 > t.burst {
 		e := c.getOrCreate(t.key)
 		if r, ok := e.h["r"]; !ok || at > r {
 			e.h["r"] = at
