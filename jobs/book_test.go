@@ -45,13 +45,17 @@ func TestMiddlewareBooksABacklog(t *testing.T) {
 		}
 	}
 	// One run to book, one to go; a job whose moment came within the
-	// inline wait went on its first. A job that wakes too late on a busy
-	// machine books again (a third run), rather than break the rate. Polling
-	// would take about one run per job per second of backlog (here 8 s).
+	// inline wait went on its first. On a busy machine a job may also come
+	// back before its tokens (told its moment again) or too late (booked
+	// again): a run or two more. Polling would take about one run per job
+	// per second of backlog (here 8 s).
 	for _, id := range ids {
-		if h.runs[id] > 3 {
+		if h.runs[id] > 5 {
 			t.Errorf("%s ran %d times: it polled", id, h.runs[id])
 		}
+	}
+	if runs > 3*n {
+		t.Errorf("%d handler runs for %d jobs: more than two deferrals each on average", runs, n)
 	}
 	if runs < n+n/2 {
 		t.Errorf("%d handler runs for %d jobs: the backlog did not book (this test is about booking)", runs, n)

@@ -242,7 +242,7 @@ local function book_task(keys, ki, id, p, now, deadline, floor_)
       local s = QH[i]
       if s and s > x and not quota_fits(p[i], keys[KI[i]], id, x) then x = s end
     end
-    local fits = x <= now + maxwait
+    local fits = true
     for i = 1, n do
       if not fits then break end
       local t = p[i]
@@ -255,6 +255,13 @@ local function book_task(keys, ki, id, p, now, deadline, floor_)
         end
       end
     end
+    if fits and x > now + maxwait and held >= now then
+      -- Its moment has not passed, but its tokens come later than max
+      -- wait (the line before it is tight): it keeps its place and comes
+      -- back then.
+      return k, 0, now, x - now, 0, BOOKED, 0
+    end
+    fits = fits and x <= now + maxwait
     if fits then
       local fresh, bit = 0, 65536
       for i = 1, n do

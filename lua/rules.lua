@@ -595,6 +595,7 @@ local function bucket_undo(t, key, ledger, id, now, remember, refund)
   -- The ledger may now be empty, and so deleted: forget how long it lives,
   -- or one created again would get no TTL until e ran out.
   rcall('HDEL', key, 'e')
+  if memo then MEMO_E[key] = false end
   if refund and rcall('ZCOUNT', ledger, '(' .. int(s), '+inf') == 0 then
     local tokens, _, v = bucket_tokens(t, key, ledger, now)
     bucket_store(t, key, now, min(t.burst, tokens + t.cost), nil, v)

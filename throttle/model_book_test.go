@@ -235,7 +235,7 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 				x = qh[i]
 			}
 		}
-		fits := x <= now+maxwait
+		fits := true
 		for i, t := range takes {
 			if !fits {
 				break
@@ -250,6 +250,12 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 				}
 			}
 		}
+		if fits && x > now+maxwait && held >= now {
+			d := dec(false, 0, 0, x-now)
+			d.Booked = true
+			return d, true
+		}
+		fits = fits && x <= now+maxwait
 		if fits {
 			for i, t := range takes {
 				if t.kind == "q" {
