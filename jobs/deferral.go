@@ -95,8 +95,8 @@ func shortDuration(d time.Duration) string {
 	return throttle.FormatDuration(d)
 }
 
-// bookingLog sums deferrals and bookings up in one log line per rule every
-// bookingLogEvery instead of a line per job: a backlog defers thousands a
+// bookingLog sums bookings up in one log line per rule every
+// bookingLogEvery instead of a line per job: a backlog books thousands a
 // second.
 type bookingLog struct {
 	mu    sync.Mutex
@@ -111,21 +111,19 @@ type bookingSum struct {
 
 const bookingLogEvery = 10 * time.Second
 
-// note counts a booking (what: "booked") or deferral ("deferred") by rule.
-// It logs a rule's first at once, then the sum of those that follow once
-// bookingLogEvery has passed.
-func (b *bookingLog) note(log *slog.Logger, what, rule string, d throttle.Decision) {
+// note counts a booking by rule. It logs a rule's first at once, then the
+// sum of those that follow once bookingLogEvery has passed.
+func (b *bookingLog) note(log *slog.Logger, rule string, d throttle.Decision) {
 	now := time.Now()
 	b.mu.Lock()
 	if b.rules == nil {
 		b.rules = map[string]*bookingSum{}
 	}
-	key := what + " " + rule
-	s := b.rules[key]
+	s := b.rules[rule]
 	first := s == nil
 	if first {
 		s = &bookingSum{since: now}
-		b.rules[key] = s
+		b.rules[rule] = s
 	}
 	s.n++
 	if d.At().After(s.furthest) {
@@ -138,6 +136,6 @@ func (b *bookingLog) note(log *slog.Logger, what, rule string, d throttle.Decisi
 	n, furthest, since := s.n, s.furthest, s.since
 	s.n, s.since, s.furthest = 0, now, time.Time{}
 	b.mu.Unlock()
-	log.Info(what, "rule", rule, "jobs", n, "over", now.Sub(since).Round(time.Millisecond),
+	log.Info("booked", "rule", rule, "jobs", n, "over", now.Sub(since).Round(time.Millisecond),
 		"furthest", clockTime(furthest, d.Now), "ahead", furthest.Sub(d.Now).Round(time.Millisecond))
 }

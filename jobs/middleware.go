@@ -277,7 +277,7 @@ func (t *Throttle) booked(j job, d throttle.Decision) error {
 	}
 	t.Metrics.inc(t.Metrics.Bookings, event)
 	t.Metrics.BookedAhead.WithLabelValues(rule).Set(d.Delay.Seconds())
-	t.bookings.note(t.Log, "booked", rule, d)
+	t.bookings.note(t.Log, rule, d)
 	if t.OnBooked != nil {
 		t.OnBooked(j.n, d)
 	}

@@ -58,10 +58,6 @@ local function admit_task(keys, ki, id, p, now, deadline, floor_)
       return ki, -1, now, 0, 0, 0, 0
     end
   end
-  if p.book then
-    local k, a, b, c, d, o, x = book_task(keys, ki, id, p, now, deadline, floor_)
-    if k then return k, a, b, c, d, o, x end
-  end
   local denied, delay, binding, window, remaining, repeated = false, 0, 0, 0, huge, true
   local k = ki
   for i = 1, n do
@@ -87,6 +83,31 @@ local function admit_task(keys, ki, id, p, now, deadline, floor_)
     if not mine then repeated = false end
   end
   if remaining < 0 or remaining == huge then remaining = 0 end
+
+  -- A task that books goes the plain way when it may go now and holds
+  -- nothing: no line ahead on its bucket, no ticket, no deadline passed, no
+  -- floor (a cluster's). That costs what a plain admission costs; anything
+  -- else is booking's (see book.lua).
+  if p.book then
+    local go = not denied and delay == 0 and (floor_ or 0) <= now and (deadline == 0 or now <= deadline)
+    local kb = ki
+    for i = 1, n do
+      if not go then break end
+      if HELD[i] then go = false end
+      if p[i].kind == 'b' then
+        -- A line ahead: others wait in it, and a priority task pushes it.
+        if C[i] and C[i] > now then go = false end
+        if go and rcall('ZSCORE', keys[kb + 2], id) then go = false end
+        kb = kb + 3
+      else
+        kb = kb + 1
+      end
+    end
+    if not go then
+      local kk, a, b, c, d, o, x = book_task(keys, ki, id, p, now, deadline, floor_)
+      if kk then return kk, a, b, c, d, o, x end
+    end
+  end
 
   if denied then
     return k, 4 * binding + 256 * window, now, delay, remaining, 0, 0

@@ -161,12 +161,12 @@ local function book_task(keys, ki, id, p, now, deadline, floor_)
   -- floor: on a cluster, the quotas' call books no earlier than the moment
   -- the bucket's node gave (book_bucket's peek); 0 elsewhere.
   local base = max(now, floor_ or 0)
-  local bt, bkey, bledger, bbook
+  local bt, bi, bkey, bledger, bbook
   local k = ki
   for i = 1, n do
     KI[i] = k
     if p[i].kind == 'b' then
-      bt, bkey, bledger, bbook = p[i], keys[k], keys[k + 1], keys[k + 2]
+      bt, bi, bkey, bledger, bbook = p[i], i, keys[k], keys[k + 1], keys[k + 2]
       k = k + 3
     else
       k = k + 1
@@ -223,12 +223,12 @@ local function book_task(keys, ki, id, p, now, deadline, floor_)
     -- moment: a claim leaves what the tickets booked before its moment and
     -- not yet claimed need, or claims made early for later moments would
     -- take the tokens of earlier ones.
-    local after = 0 -- the moment after the last of those tickets
+    local after, pace = 0, wait -- the moment after the last of those tickets
     if bt and held > now then
       local before = rcall('ZCOUNT', bbook, int(now), '(' .. int(held))
       if before > 0 then
         local need = bucket_need(bt, prio) + before
-        if tokens < need then wait = max(wait, ceil((need - tokens) * 1e6 / bt.rate)) end
+        if tokens < need then pace = max(wait, ceil((need - tokens) * 1e6 / bt.rate)) end
         local last = rcall('ZREVRANGEBYSCORE', bbook, '(' .. int(held), int(now), 'WITHSCORES', 'LIMIT', '0', '1')
         after = tonum(last[2]) + slot
       end
@@ -237,7 +237,7 @@ local function book_task(keys, ki, id, p, now, deadline, floor_)
     -- line leaves them (the tickets before it keep theirs): a slot another
     -- job missed is not lost. Not before a quota entry that does not fit
     -- earlier.
-    local x = max(now + wait, base, after)
+    local x = max(now + pace, base, after)
     for i = 1, n do
       local s = QH[i]
       if s and s > x and not quota_fits(p[i], keys[KI[i]], id, x) then x = s end
@@ -304,11 +304,7 @@ local function book_task(keys, ki, id, p, now, deadline, floor_)
     pb = now + wait
     if not prio and v and v > pb then pb = v end
     if pb > m then m, binding, window = pb, 0, 0 end
-    if binding == 0 then
-      for i = 1, n do
-        if p[i] == bt then binding = i end
-      end
-    end
+    if binding == 0 then binding = bi end
   end
   if deadline > 0 and m > deadline then
     return k, 4 * binding + 256 * window, now, m - now, 0, EXPIRED, 0

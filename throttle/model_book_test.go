@@ -211,7 +211,7 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 			d.Booked = true
 			return d, true
 		}
-		after := 0.0
+		after, pace := 0.0, wait
 		if bt != nil && held > now {
 			before, last := 0, 0.0
 			if e := c.get(bt.book); e != nil {
@@ -224,12 +224,12 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 			}
 			if before > 0 {
 				if need := bucketNeed(bt, prio) + float64(before); tokens < need {
-					wait = math.Max(wait, math.Ceil((need-tokens)*1e6/bt.rate))
+					pace = math.Max(wait, math.Ceil((need-tokens)*1e6/bt.rate))
 				}
 				after = last + slot
 			}
 		}
-		x := math.Max(now+wait, after)
+		x := math.Max(now+pace, after)
 		for i, t := range takes {
 			if qh[i] > x && !c.quotaFits(t, id, x) {
 				x = qh[i]

@@ -606,11 +606,6 @@ func (m *model) admit(r Request, nowUS, rememberUS int64) Decision {
 	c := m.at(nowUS)
 	id, maxwait, remember := r.ID, float64(r.MaxWait.Microseconds()), float64(rememberUS)
 	takes := m.parse(r)
-	if r.Book {
-		if d, ok := c.book(r, takes, remember); ok {
-			return d
-		}
-	}
 
 	denied := false
 	delay, binding, remaining, repeated := 0.0, 0, math.Inf(1), true
@@ -642,6 +637,35 @@ func (m *model) admit(r Request, nowUS, rememberUS int64) Decision {
 	}
 	if remaining < 0 || math.IsInf(remaining, 1) {
 		remaining = 0
+	}
+	// admit.lua: a task that books goes the plain way only when it may go
+	// now holding nothing, with no line on its bucket and no ticket.
+	if r.Book {
+		goNow := !denied && delay == 0 && (r.Deadline.IsZero() || c.now <= float64(max(1, r.Deadline.UnixMicro())))
+		for _, t := range takes {
+			if !goNow {
+				break
+			}
+			if t.repeated {
+				goNow = false
+			}
+			if t.kind == "b" {
+				if v := c.bucketTail(t); v > c.now {
+					goNow = false
+				}
+				if _, ok := c.zscore(t.book, id); goNow && ok {
+					goNow = false
+				}
+			}
+		}
+		if !goNow {
+			// The checks only read: book starts from the same state, and
+			// where it declines (the ledger holds the task) the plain
+			// path goes on with what they found.
+			if d, ok := c.book(r, takes, remember); ok {
+				return d
+			}
+		}
 	}
 
 	window := 0
