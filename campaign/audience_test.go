@@ -8,6 +8,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/notify-throttle/throttler/config"
 )
 
 // TestFileReaderResumes reads a file in batches, reopening it at each
@@ -48,5 +51,18 @@ func TestFileReaderResumes(t *testing.T) {
 	}
 	if want := strconv.Itoa(len(content)); pos != want {
 		t.Errorf("end position %s, want the file's size, %s", pos, want)
+	}
+}
+
+// TestMessageSaysWhyAlone checks that an entry jobs rejects is logged with
+// the mistake alone, not with the "bad notification" jobs wraps it with.
+func TestMessageSaysWhyAlone(t *testing.T) {
+	b := &batchRun{c: &campaign{Campaign: config.Campaign{Name: "c", Policy: "p", Provider: "x", Template: "t", Queue: "default"}},
+		tick: NewTick("c", time.Unix(1_800_000_000, 0))}
+	if _, why := b.message(entry{recipient: "a\xffb@x", line: 1}, nil); why != "recipient: not UTF-8" {
+		t.Errorf("why = %q, want %q", why, "recipient: not UTF-8")
+	}
+	if _, why := b.message(entry{recipient: "a@x", line: 2}, nil); why != "" {
+		t.Errorf("a good entry: why = %q, want none", why)
 	}
 }

@@ -298,8 +298,12 @@ func (b *batchRun) message(e entry, sendBy *time.Time) (asynqdb.Message, string)
 	n := jobs.Notification{Recipient: e.recipient, Policy: c.Policy, Provider: c.Provider,
 		Template: c.Template, Data: c.Data, SendBy: sendBy, Campaign: b.tick.String()}
 	task, err := jobs.NewTask(n, id)
-	if err != nil {
-		return asynqdb.Message{}, strings.TrimSuffix(err.Error(), ": "+jobs.ErrBadPayload.Error())
+	var fe *jobs.FieldError
+	switch {
+	case errors.As(err, &fe):
+		return asynqdb.Message{}, fe.Error() // the log names the entry and why it is invalid
+	case err != nil:
+		return asynqdb.Message{}, err.Error()
 	}
 	// jobs.NewTask's options, as asynq's Client would store them.
 	return asynqdb.Message{Type: task.Type(), Payload: task.Payload(), ID: id, Queue: c.Queue, Retry: jobs.DefaultMaxRetry}, ""

@@ -1,9 +1,9 @@
 package config
 
 import (
+	"errors"
 	"maps"
 	"slices"
-	"strings"
 
 	"github.com/notify-throttle/throttler/throttle"
 )
@@ -60,10 +60,13 @@ func (c *Config) rules(errs *errorList, ok func(path string) bool) (map[string]*
 }
 
 // ruleError places a throttle constructor's error at the policy or provider,
-// dropping the prefix and suffix the path makes redundant.
+// which names the rule: the message is the throttle.RuleError alone.
 func (c *Config) ruleError(path string, err error) *Error {
-	msg := strings.TrimPrefix(err.Error(), "throttle: ")
-	msg = strings.TrimSuffix(msg, ": "+throttle.ErrInvalidRule.Error())
+	msg := err.Error()
+	var re *throttle.RuleError
+	if errors.As(err, &re) {
+		msg = re.Error()
+	}
 	e := c.src.errorAt(path, msg)
 	e.Err = err
 	return e

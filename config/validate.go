@@ -317,7 +317,7 @@ func (v *validator) schedule(path string, cp Campaign) {
 	if _, err := cp.Location(); err != nil {
 		v.failf(path+".timezone", "%s (got %s)", err, quote(cp.Timezone))
 	} else if _, err := cp.Schedule(); err != nil && cp.Cron != "" {
-		v.failf(path+".cron", "not a cron schedule: %s (got %s)", strings.TrimPrefix(err.Error(), "cron: "), quote(cp.Cron))
+		v.failf(path+".cron", "not a cron schedule: %s (got %s)", err, quote(cp.Cron))
 	}
 }
 

@@ -30,6 +30,29 @@ const (
 // ErrBadPayload is wrapped by every error about a malformed notification.
 var ErrBadPayload = errors.New("bad notification")
 
+// FieldError says what is wrong with a notification: Field names the field
+// at fault ("recipient", "data", "task ID"), or is "" for the payload as a
+// whole, and Problem says what is wrong. Decode, Check and NewTask return it
+// wrapped with ErrBadPayload ("recipient: missing: bad notification"); a
+// caller that says where the notification came from, as enqueue names the
+// file and line, takes it out with errors.As and shows it alone.
+type FieldError struct {
+	Field, Problem string
+}
+
+// Error returns "<Field>: <Problem>", or the Problem alone.
+func (e *FieldError) Error() string {
+	if e.Field == "" {
+		return e.Problem
+	}
+	return e.Field + ": " + e.Problem
+}
+
+// bad returns a *FieldError wrapped with ErrBadPayload.
+func bad(field, format string, args ...any) error {
+	return fmt.Errorf("%w: %w", &FieldError{Field: field, Problem: fmt.Sprintf(format, args...)}, ErrBadPayload)
+}
+
 // Notification is one message to one recipient, the payload of a task.
 type Notification struct {
 	// Recipient is who receives it, and whose quota it counts against.
@@ -53,11 +76,11 @@ func (n *Notification) Check() error {
 	field := func(name, v string, max int) error {
 		switch {
 		case v == "":
-			return fmt.Errorf("%s: missing: %w", name, ErrBadPayload)
+			return bad(name, "missing")
 		case len(v) > max:
-			return fmt.Errorf("%s: %d bytes, longer than %d: %w", name, len(v), max, ErrBadPayload)
+			return bad(name, "%d bytes, longer than %d", len(v), max)
 		case !utf8.ValidString(v):
-			return fmt.Errorf("%s: not UTF-8: %w", name, ErrBadPayload)
+			return bad(name, "not UTF-8")
 		}
 		return nil
 	}
@@ -74,7 +97,7 @@ func (n *Notification) Check() error {
 		return err
 	}
 	if len(n.Data) > 0 && !json.Valid(n.Data) {
-		return fmt.Errorf("data: not JSON: %w", ErrBadPayload)
+		return bad("data", "not JSON")
 	}
 	return nil
 }
@@ -84,15 +107,15 @@ func (n *Notification) Check() error {
 func Decode(payload []byte) (Notification, error) {
 	var n Notification
 	if len(payload) > MaxPayloadLen {
-		return n, fmt.Errorf("payload of %d bytes, more than %d: %w", len(payload), MaxPayloadLen, ErrBadPayload)
+		return n, bad("", "payload of %d bytes, more than %d", len(payload), MaxPayloadLen)
 	}
 	dec := json.NewDecoder(bytes.NewReader(payload))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&n); err != nil {
-		return n, fmt.Errorf("payload is not a notification: %v: %w", err, ErrBadPayload)
+		return n, bad("", "payload is not a notification: %v", err)
 	}
 	if dec.More() {
-		return n, fmt.Errorf("payload has data after the notification: %w", ErrBadPayload)
+		return n, bad("", "payload has data after the notification")
 	}
 	if err := checkFieldNames(payload); err != nil {
 		return n, err
@@ -112,11 +135,10 @@ func checkFieldNames(payload []byte) error {
 	return Members(payload, func(name, _ []byte) error {
 		i := slices.Index(payloadFields[:], string(name))
 		if i < 0 {
-			return fmt.Errorf("payload field %.40q: field names are lower case (%s): %w",
-				name, strings.Join(payloadFields[:], ", "), ErrBadPayload)
+			return bad(fmt.Sprintf("payload field %.40q", name), "field names are lower case (%s)", strings.Join(payloadFields[:], ", "))
 		}
 		if seen[i] {
-			return fmt.Errorf("payload field %q: given twice: %w", name, ErrBadPayload)
+			return bad(fmt.Sprintf("payload field %q", name), "given twice")
 		}
 		seen[i] = true
 		return nil
@@ -165,7 +187,7 @@ func Members(obj []byte, f func(name, value []byte) error) error {
 				if bytes.IndexByte(name, '\\') >= 0 || !utf8.Valid(name) { // as encoding/json reads it
 					var s string
 					if err := json.Unmarshal(obj[i:end+1], &s); err != nil {
-						return fmt.Errorf("payload is not a notification: %v: %w", err, ErrBadPayload)
+						return bad("", "payload is not a notification: %v", err)
 					}
 					name = []byte(s)
 				}
@@ -201,14 +223,14 @@ func NewTask(n Notification, id string, opts ...asynq.Option) (*asynq.Task, erro
 		return nil, err
 	}
 	if strings.TrimSpace(id) == "" {
-		return nil, fmt.Errorf("task ID: missing: %w", ErrBadPayload)
+		return nil, bad("task ID", "missing")
 	}
 	payload, err := encode(n)
 	if err != nil {
 		return nil, fmt.Errorf("jobs: encode notification: %w", err)
 	}
 	if len(payload) > MaxPayloadLen {
-		return nil, fmt.Errorf("payload of %d bytes, more than %d: %w", len(payload), MaxPayloadLen, ErrBadPayload)
+		return nil, bad("", "payload of %d bytes, more than %d", len(payload), MaxPayloadLen)
 	}
 	opts = append([]asynq.Option{asynq.TaskID(id), asynq.MaxRetry(DefaultMaxRetry)}, opts...)
 	return asynq.NewTask(TypeNotify, payload, opts...), nil

@@ -27,6 +27,10 @@ func TestDecodeRejectsMalformedPayloads(t *testing.T) {
 			if err == nil || err.Error() != tc.want || !errors.Is(err, ErrBadPayload) {
 				t.Errorf("got  %v\nwant %s", err, tc.want)
 			}
+			var fe *FieldError
+			if !errors.As(err, &fe) || fe.Error()+": bad notification" != tc.want {
+				t.Errorf("FieldError %v does not make %q", fe, tc.want)
+			}
 		})
 	}
 }

@@ -13,6 +13,23 @@ import (
 // no rule could ever admit, when it is built.
 var ErrInvalidRule = errors.New("invalid rule")
 
+// RuleError says what is wrong with a rule: Rule names it ("quota q",
+// `bucket name "sms gateway"`, "quota q: window 2 (3 per 0s)") and Problem
+// says what is wrong. The constructors return it wrapped as "throttle:
+// <Rule>: <Problem>: invalid rule"; a caller that names the rule its own
+// way, as package config names the setting, takes it out with errors.As.
+type RuleError struct {
+	Rule, Problem string
+}
+
+// Error returns "<Rule>: <Problem>".
+func (e *RuleError) Error() string { return e.Rule + ": " + e.Problem }
+
+// invalidRule returns a *RuleError wrapped as the constructors return it.
+func invalidRule(rule, format string, args ...any) error {
+	return fmt.Errorf("throttle: %w: %w", &RuleError{Rule: rule, Problem: fmt.Sprintf(format, args...)}, ErrInvalidRule)
+}
+
 // Rule is a limit that takes are checked against: a *Quota, a *Bucket or a
 // *FixedWindow. Rules hold no state (their state lives in Redis, keyed by rule
 // name and subject), are immutable, and are safe for concurrent use.
@@ -60,7 +77,7 @@ var ruleName = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
 
 func checkName(kind, name string) error {
 	if !ruleName.MatchString(name) {
-		return fmt.Errorf("throttle: %s name %q: must be 1-64 of A-Z a-z 0-9 _ . -: %w", kind, name, ErrInvalidRule)
+		return invalidRule(fmt.Sprintf("%s name %q", kind, name), "must be 1-64 of A-Z a-z 0-9 _ . -")
 	}
 	return nil
 }
@@ -68,7 +85,7 @@ func checkName(kind, name string) error {
 // checkPer rejects windows the scripts cannot count in (they work in µs).
 func checkPer(where string, per time.Duration) error {
 	if per < time.Millisecond || per > MaxPer {
-		return fmt.Errorf("throttle: %s: window must be from 1ms to %s (got %s): %w", where, FormatDuration(MaxPer), per, ErrInvalidRule)
+		return invalidRule(where, "window must be from 1ms to %s (got %s)", FormatDuration(MaxPer), per)
 	}
 	return nil
 }
@@ -76,7 +93,7 @@ func checkPer(where string, per time.Duration) error {
 // checkLimit rejects limits and bursts below 1 or above MaxLimit.
 func checkLimit(where, what string, n int) error {
 	if n < 1 || n > MaxLimit {
-		return fmt.Errorf("throttle: %s: %s must be from 1 to %d (got %d): %w", where, what, MaxLimit, n, ErrInvalidRule)
+		return invalidRule(where, "%s must be from 1 to %d (got %d)", what, MaxLimit, n)
 	}
 	return nil
 }
@@ -108,10 +125,10 @@ func NewQuota(name string, windows ...Window) (*Quota, error) {
 		return nil, err
 	}
 	if len(windows) == 0 {
-		return nil, fmt.Errorf("throttle: quota %s: needs at least one window: %w", name, ErrInvalidRule)
+		return nil, invalidRule("quota "+name, "needs at least one window")
 	}
 	if len(windows) > MaxWindows {
-		return nil, fmt.Errorf("throttle: quota %s: %d windows: at most %d: %w", name, len(windows), MaxWindows, ErrInvalidRule)
+		return nil, invalidRule("quota "+name, "%d windows: at most %d", len(windows), MaxWindows)
 	}
 	q := &Quota{name: name, windows: append([]Window(nil), windows...)}
 	for i, w := range windows {
@@ -186,13 +203,13 @@ func NewBucket(name string, rate float64, burst int) (*Bucket, error) {
 		return nil, err
 	}
 	if !(rate >= MinRate && rate <= MaxRate) {
-		return nil, fmt.Errorf("throttle: bucket %s: rate must be from %g to %g tokens per second (got %v): %w", name, MinRate, MaxRate, rate, ErrInvalidRule)
+		return nil, invalidRule("bucket "+name, "rate must be from %g to %g tokens per second (got %v)", MinRate, MaxRate, rate)
 	}
 	if err := checkLimit("bucket "+name, "burst", burst); err != nil {
 		return nil, err
 	}
 	if fill := float64(burst) / rate; fill > MaxPer.Seconds() {
-		return nil, fmt.Errorf("throttle: bucket %s: burst %d at %v/s takes longer than %s to fill: %w", name, burst, rate, FormatDuration(MaxPer), ErrInvalidRule)
+		return nil, invalidRule("bucket "+name, "burst %d at %v/s takes longer than %s to fill", burst, rate, FormatDuration(MaxPer))
 	}
 	b := &Bucket{name: name, rate: rate, burst: burst}
 	b.plan = "," + strconv.FormatFloat(rate, 'g', -1, 64) + "," + strconv.Itoa(burst)
@@ -224,7 +241,7 @@ func (b *Bucket) Reserve() int { return b.reserve }
 // be from 0 to burst - 1.
 func (b *Bucket) WithReserve(n int) (*Bucket, error) {
 	if n < 0 || n >= b.burst {
-		return nil, fmt.Errorf("throttle: bucket %s: reserve must be from 0 to burst - 1 (%d) (got %d): %w", b.name, b.burst-1, n, ErrInvalidRule)
+		return nil, invalidRule("bucket "+b.name, "reserve must be from 0 to burst - 1 (%d) (got %d)", b.burst-1, n)
 	}
 	c := *b
 	c.reserve = n

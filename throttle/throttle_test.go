@@ -354,6 +354,13 @@ func TestImpossibleRulesAreRejectedWhenBuilt(t *testing.T) {
 			if !errors.Is(err, ErrInvalidRule) {
 				t.Errorf("%v does not wrap ErrInvalidRule", err)
 			}
+			// A constructor's error holds the rule's problem alone.
+			var re *RuleError
+			if ok := errors.As(err, &re); ok != (tc.name != "cost above burst") {
+				t.Errorf("%v: errors.As *RuleError = %v", err, ok)
+			} else if ok && "throttle: "+re.Error()+": invalid rule" != tc.want {
+				t.Errorf("RuleError %q does not make %q", re, tc.want)
+			}
 		})
 	}
 }

@@ -259,7 +259,12 @@ func (c checker) undefined(kind, name string) error {
 	return fmt.Errorf("%s %s is not defined in %s", kind, quote(name), c.name)
 }
 
-// reason is a jobs error without the ": bad notification" every one ends in.
+// reason is what is wrong with a notification, without the "bad
+// notification" jobs wraps it with: the line says where it came from.
 func reason(err error) error {
-	return errors.New(strings.TrimSuffix(err.Error(), ": "+jobs.ErrBadPayload.Error()))
+	var fe *jobs.FieldError
+	if errors.As(err, &fe) {
+		return fe
+	}
+	return err
 }
