@@ -32,7 +32,10 @@ import (
 	"maps"
 	"time"
 
+	"github.com/robfig/cron/v3"
+
 	"github.com/notify-throttle/throttler/internal/redisconn"
+	"github.com/notify-throttle/throttler/internal/schedule"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -291,6 +294,19 @@ func (c *Campaign) Fill(has func(key string) bool, _ func(key, why string)) {
 		c.CatchUp = DefaultCatchUp
 	}
 }
+
+// Schedule returns when c fires, read in c's time zone (see schedule.Parse).
+func (c Campaign) Schedule() (cron.Schedule, error) {
+	loc, err := c.Location()
+	if err != nil {
+		return nil, err
+	}
+	return schedule.Parse(c.Cron, loc)
+}
+
+// Location returns the time zone c's schedule is read in: UTC when
+// Timezone is empty (see schedule.Zone).
+func (c Campaign) Location() (*time.Location, error) { return schedule.Zone(c.Timezone) }
 
 // Route is the campaign's policy, provider and queue, defaults applied.
 func (c Campaign) Route(cfg *Config) Route {

@@ -1,11 +1,13 @@
-package config
+// Package schedule reads the cron schedules and time zones of campaigns:
+// the same ticks on every worker, whatever its start time or host.
+package schedule
 
 import (
 	"errors"
 	"fmt"
 	"strings"
 	"time"
-	_ "time/tzdata" // campaign time zones mean the same on every host, tzdata installed or not
+	_ "time/tzdata" // time zones mean the same on every host, tzdata installed or not
 
 	"github.com/robfig/cron/v3"
 )
@@ -18,18 +20,14 @@ var cronParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour |
 
 const everyPrefix = "@every "
 
-// Schedule returns when c fires: Next(t) is its first tick after t, a whole
-// second. The fields are read in c's time zone; a wall-clock time the zone
+// Parse returns when spec fires: Next(t) is its first tick after t, a
+// whole second. The fields are read in loc; a wall-clock time the zone
 // repeats when its clocks go back fires once. "@every d" fires at the
 // multiples of d since the Unix epoch (@every 10m at :00, :10, ...), not d
 // after whenever a process started, so that every worker computes the same
 // ticks; d is whole seconds.
-func (c Campaign) Schedule() (cron.Schedule, error) {
-	loc, err := c.Location()
-	if err != nil {
-		return nil, err
-	}
-	spec := strings.TrimSpace(c.Cron)
+func Parse(spec string, loc *time.Location) (cron.Schedule, error) {
+	spec = strings.TrimSpace(spec)
 	if strings.HasPrefix(spec, "TZ=") || strings.HasPrefix(spec, "CRON_TZ=") {
 		return nil, errors.New("set the time zone with timezone:, not in the schedule")
 	}
@@ -87,13 +85,13 @@ func repeated(t time.Time) bool {
 	return false
 }
 
-// Location returns the time zone c's schedule is read in: UTC when
-// Timezone is empty.
-func (c Campaign) Location() (*time.Location, error) {
-	if c.Timezone == "Local" {
+// Zone returns the time zone of an IANA name: UTC for "". "Local" is an
+// error, as it differs from host to host.
+func Zone(name string) (*time.Location, error) {
+	if name == "Local" {
 		return nil, errors.New(`"Local" differs from host to host: name the zone, e.g. Europe/Paris`)
 	}
-	loc, err := time.LoadLocation(c.Timezone)
+	loc, err := time.LoadLocation(name)
 	if err != nil {
 		return nil, errors.New("unknown time zone: an IANA name such as Europe/Paris or UTC")
 	}
