@@ -190,8 +190,31 @@ type Dashboard struct {
 }
 
 // Policy is a recipient policy: a message passes only if every window allows
-// it. In the file, a list of {limit: 1, per: 24h}.
-type Policy []throttle.Window
+// it. In the file, a list of {limit: 1, per: 24h}, or a mapping of the
+// windows and the settings below ({windows: [...], over_cap: drop}).
+type Policy struct {
+	Windows []throttle.Window `yaml:"windows"`
+	// OverCap is what happens to a message the windows hold back:
+	// OverCapDefer (the default) waits for the moment they allow,
+	// OverCapDrop archives it at once.
+	OverCap string `yaml:"over_cap,oneof=defer|drop"`
+	// MaxDelay is, with defer, the longest a message may wait after it was
+	// enqueued: one whose moment would be later expires. Default 0: none.
+	MaxDelay time.Duration `yaml:"max_delay"`
+}
+
+// Fill gives a policy read from a file its defaults.
+func (p *Policy) Fill(has func(key string) bool, _ func(key, why string)) {
+	if !has("over_cap") {
+		p.OverCap = OverCapDefer
+	}
+}
+
+// Over-cap actions (Policy.OverCap).
+const (
+	OverCapDefer = "defer"
+	OverCapDrop  = "drop"
+)
 
 // Provider delivers messages and limits them with a token bucket.
 type Provider struct {

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/notify-throttle/throttler/throttle"
 )
 
 // env returns a getenv that knows only vars.
@@ -38,8 +40,8 @@ func TestLoadRootConfig(t *testing.T) {
 			DeadAfter:       5 * time.Second,
 		},
 		Policies: map[string]Policy{
-			"marketing":     {{Limit: 1, Per: 24 * time.Hour}, {Limit: 3, Per: 168 * time.Hour}},
-			"transactional": {{Limit: 20, Per: time.Hour}},
+			"marketing":     {Windows: []throttle.Window{{Limit: 1, Per: 24 * time.Hour}, {Limit: 3, Per: 168 * time.Hour}}, OverCap: OverCapDefer},
+			"transactional": {Windows: []throttle.Window{{Limit: 20, Per: time.Hour}}, OverCap: OverCapDefer},
 		},
 		Providers: map[string]Provider{
 			"console": {Type: ProviderLog, Output: "stdout", Rate: 50, Burst: 10, PriorityReserve: 2},
@@ -73,9 +75,18 @@ func TestParseValid(t *testing.T) {
 			}
 		}},
 		{"days in durations", "policies:\n  weekly:\n    - {limit: 3, per: 7d}\n    - {limit: 5, per: 1.5d}\n    - {limit: 9, per: 1d12h30m}\n", func(t *testing.T, c *Config) {
-			want := Policy{{Limit: 3, Per: 168 * time.Hour}, {Limit: 5, Per: 36 * time.Hour}, {Limit: 9, Per: 36*time.Hour + 30*time.Minute}}
+			want := Policy{Windows: []throttle.Window{{Limit: 3, Per: 168 * time.Hour}, {Limit: 5, Per: 36 * time.Hour}, {Limit: 9, Per: 36*time.Hour + 30*time.Minute}}, OverCap: OverCapDefer}
 			if got := c.Policies["weekly"]; !reflect.DeepEqual(got, want) {
 				t.Errorf("weekly = %v, want %v", got, want)
+			}
+		}},
+		{"a policy's long form", "policies:\n  marketing:\n    windows: [{limit: 1, per: 24h}]\n    max_delay: 2h\n  promo:\n    windows: [{limit: 2, per: 1h}]\n    over_cap: drop\n", func(t *testing.T, c *Config) {
+			want := map[string]Policy{
+				"marketing": {Windows: []throttle.Window{{Limit: 1, Per: 24 * time.Hour}}, OverCap: OverCapDefer, MaxDelay: 2 * time.Hour},
+				"promo":     {Windows: []throttle.Window{{Limit: 2, Per: time.Hour}}, OverCap: OverCapDrop},
+			}
+			if !reflect.DeepEqual(c.Policies, want) {
+				t.Errorf("policies = %+v, want %+v", c.Policies, want)
 			}
 		}},
 		{"empty metrics_addr turns metrics off", "worker:\n  metrics_addr: \"\"\n", func(t *testing.T, c *Config) {
@@ -269,7 +280,7 @@ func TestRules(t *testing.T) {
 func TestBuiltInCode(t *testing.T) {
 	c := Default()
 	c.Worker.Concurrency = 0
-	c.Policies["bad name"] = Policy{{Limit: 1, Per: time.Hour}}
+	c.Policies["bad name"] = Policy{Windows: []throttle.Window{{Limit: 1, Per: time.Hour}}}
 	c.Providers["sms"] = Provider{Type: ProviderWebhook, Rate: 1, Burst: 1}
 	want := strings.Join([]string{
 		"worker.concurrency: must be > 0 (got 0)",

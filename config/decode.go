@@ -51,6 +51,7 @@ var (
 	durationType = reflect.TypeFor[time.Duration]()
 	rawJSONType  = reflect.TypeFor[json.RawMessage]()
 	secretType   = reflect.TypeFor[Secret]()
+	policyType   = reflect.TypeFor[Policy]()
 )
 
 func (d *decoder) fail(n *yaml.Node, path, format string, args ...any) {
@@ -75,6 +76,10 @@ func (d *decoder) decode(n *yaml.Node, path string, keyLine int, v reflect.Value
 		if s, ok := d.secret(n, path); ok {
 			v.SetString(s)
 		}
+	case t == policyType && n.Kind == yaml.SequenceNode:
+		// A policy's short form: its windows alone, at the policy's path.
+		d.decode(n, path, keyLine, v.FieldByName("Windows"), "")
+		v.Addr().Interface().(filler).Fill(func(string) bool { return false }, nil)
 	case t.Kind() == reflect.Struct:
 		d.fields(n, path, keyLine, v)
 	case t.Kind() == reflect.Map:

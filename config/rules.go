@@ -32,7 +32,7 @@ func (c *Config) rules(errs *errorList, ok func(path string) bool) (map[string]*
 		if !ok(path) {
 			continue
 		}
-		q, err := throttle.NewQuota(name, c.Policies[name]...)
+		q, err := throttle.NewQuota(name, c.Policies[name].Windows...)
 		if err != nil {
 			errs.add(c.ruleError(path, err))
 			continue

@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/url"
 	"os"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -169,12 +170,19 @@ func (v *validator) httpAddr() {
 func (v *validator) policies() {
 	for _, name := range slices.Sorted(maps.Keys(v.c.Policies)) {
 		path := join("policies", name)
-		pol := v.c.Policies[name]
-		if len(pol) == 0 {
-			v.failf(path, "needs at least one window, e.g. [{limit: 1, per: 24h}]")
+		pol, wpath := v.c.Policies[name], path
+		if v.longForm(path) { // {windows: [...], over_cap: ...}
+			wpath = path + ".windows"
 		}
-		for i, w := range pol {
-			p := fmt.Sprintf("%s[%d]", path, i)
+		if len(pol.Windows) == 0 {
+			v.failf(wpath, "needs at least one window, e.g. [{limit: 1, per: 24h}]")
+		}
+		v.notNegative(path+".max_delay", pol.MaxDelay)
+		if pol.MaxDelay != 0 && pol.OverCap != OverCapDefer {
+			v.failf(path+".max_delay", "only with over_cap: %s (got over_cap: %s)", OverCapDefer, pol.OverCap)
+		}
+		for i, w := range pol.Windows {
+			p := fmt.Sprintf("%s[%d]", wpath, i)
 			v.positive(p+".limit", w.Limit)
 			if w.Per > 0 && w.Per < time.Millisecond {
 				v.failf(p+".per", "must be at least 1ms (got %s)", throttle.FormatDuration(w.Per))
@@ -182,6 +190,18 @@ func (v *validator) policies() {
 			v.positiveDuration(p+".per", w.Per)
 		}
 	}
+}
+
+// longForm reports whether the file gives the policy at path as a mapping
+// of its settings rather than as its list of windows.
+func (v *validator) longForm(path string) bool {
+	for f := range reflect.TypeFor[Policy]().Fields() {
+		key, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		if v.c.src.has(path + "." + key) {
+			return true
+		}
+	}
+	return false
 }
 
 func (v *validator) providers() {

@@ -226,7 +226,8 @@ type fleetConfig struct {
 	ShutdownTimeout time.Duration
 	InlineWait      time.Duration
 	Jitter          time.Duration
-	Policy          string  // YAML list of windows of policy "pace"
+	Policy          string  // YAML list of windows of policy "pace" (or its long form)
+	MorePolicies    string  // more policies: lines after the policies: key, each "\n  name: ..."
 	Rate            float64 // of provider "hook"
 	Burst           int
 	Book            bool // worker.book: a job that may not go books its moment
@@ -311,7 +312,7 @@ worker:
   remember_takes: %s
   book: %t
 policies:
-  %s: %s
+  %s: %s%s
 providers:
   %s:
     type: webhook
@@ -322,7 +323,7 @@ providers:
     headers: {X-Worker: %s}
 defaults: {policy: %s, provider: %s, queue: %s}
 `, name, f.redisSection(), fleetPrefix, c.Concurrency, fleetQueue, c.ShutdownTimeout, metricsAddr,
-		c.InlineWait, c.Jitter, fleetRemember, c.Book, fleetPolicy, c.Policy, fleetProvider, f.hook.URL(),
+		c.InlineWait, c.Jitter, fleetRemember, c.Book, fleetPolicy, c.Policy, c.MorePolicies, fleetProvider, f.hook.URL(),
 		strconv.FormatFloat(c.Rate, 'f', -1, 64), c.Burst, name,
 		fleetPolicy, fleetProvider, fleetQueue)
 	if c.Campaigns != "" {

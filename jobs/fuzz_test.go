@@ -87,6 +87,12 @@ func FuzzDecode(f *testing.F) {
 		if err != nil {
 			t.Fatalf("Decode of NewTask's payload %q: %v", task.Payload(), err)
 		}
+		if n.Queued == nil { // NewTask stamps one
+			if again.Queued == nil {
+				t.Fatalf("NewTask left queued_at out: %s", task.Payload())
+			}
+			n.Queued = again.Queued
+		}
 		if !sameNotification(n, again) {
 			t.Fatalf("round trip changed the notification:\n got %+v\nwant %+v", again, n)
 		}

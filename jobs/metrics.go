@@ -9,6 +9,7 @@ type Metrics struct {
 	Admitted  *prometheus.CounterVec // by policy, provider
 	Deferred  *prometheus.CounterVec // by rule and limit ("policy marketing (3 per 168h)")
 	Expired   *prometheus.CounterVec // by policy
+	Dropped   *prometheus.CounterVec // by policy: over the cap of a policy that drops
 	Archived  *prometheus.CounterVec // by reason (malformed, rejected)
 	Sent      *prometheus.CounterVec // by provider
 	Failed    *prometheus.CounterVec // by provider
@@ -46,6 +47,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Admitted: counter("admitted_total", "Notifications admitted by the throttle.", "policy", "provider"),
 		Deferred: counter("deferred_total", "Notifications deferred, by the rule that denied them.", "rule"),
 		Expired:  counter("expired_total", "Notifications archived because their send-by time would pass.", "policy"),
+		Dropped:  counter("dropped_total", "Notifications archived at once because their policy, which drops, held them back.", "policy"),
 		Archived: counter("archived_total", "Notifications archived without delivery, by reason.", "reason"),
 		Sent:     counter("sent_total", "Notifications a provider accepted.", "provider"),
 		Failed:   counter("failed_total", "Sends that failed and will be retried or archived.", "provider"),

@@ -31,6 +31,9 @@ type Throttle struct {
 	Limiter   *throttle.Limiter
 	Policies  map[string]*throttle.Quota
 	Providers map[string]Route
+	// Settings are, by policy, what the policy says beyond its windows; a
+	// policy without an entry defers with no max delay.
+	Settings map[string]PolicySettings
 	// InlineWait is the longest wait slept in the worker rather than
 	// deferred. Zero defers every wait. With Book, a booked job is woken
 	// early by up to InlineWait - 1s (at most 1.5s), so that it claims its
@@ -68,11 +71,24 @@ type Throttle struct {
 	bookings bookingLog
 }
 
+// PolicySettings are what a policy says beyond its windows (see
+// config.Policy).
+type PolicySettings struct {
+	// Drop archives a message that its policy's windows hold back ("over
+	// the cap") at once, instead of deferring it.
+	Drop bool
+	// MaxDelay, if set, is the longest a message may wait after it was
+	// queued (Notification.Queued): one whose moment would be later
+	// expires, as one past its send-by does.
+	MaxDelay time.Duration
+}
+
 // job is a decoded, routed notification, handed to Deliver through the context.
 type job struct {
 	id       string
 	n        Notification
 	quota    *throttle.Quota
+	policy   PolicySettings
 	route    Route
 	sent     string // the key of its sent marker, "" when markers are off
 	book     bool   // it books its moment (Throttle.Book)
@@ -151,7 +167,7 @@ func (t *Throttle) route(id string, payload []byte) (job, error) {
 	if err != nil {
 		return job{}, err
 	}
-	j := job{id: id, n: n, quota: t.Policies[n.Policy]}
+	j := job{id: id, n: n, quota: t.Policies[n.Policy], policy: t.Settings[n.Policy]}
 	if t.Sent != nil {
 		j.sent = t.Sent.Key(id)
 	}
@@ -172,10 +188,28 @@ func (j job) request() throttle.Request {
 		{Rule: j.quota, Key: j.n.Recipient},
 		{Rule: j.route.Bucket, Key: j.n.Provider},
 	}}
-	if j.book && j.n.SendBy != nil {
-		r.Deadline = *j.n.SendBy
+	if j.book {
+		r.Deadline, _ = j.deadline()
 	}
 	return r
+}
+
+// deadline returns the latest moment j may go, if it has one (else the
+// zero time), and what sets it: its send-by, or its policy's max delay
+// after it was queued, whichever comes first.
+func (j job) deadline() (time.Time, string) {
+	var at time.Time
+	var what string
+	if j.n.SendBy != nil {
+		at, what = *j.n.SendBy, "send-by "+j.n.SendBy.UTC().Format(time.RFC3339)
+	}
+	if j.policy.MaxDelay > 0 && j.n.Queued != nil {
+		if m := j.n.Queued.Add(j.policy.MaxDelay); at.IsZero() || m.Before(at) {
+			at, what = m, fmt.Sprintf("max_delay %s of policy %s (until %s)",
+				throttle.FormatDuration(j.policy.MaxDelay), j.n.Policy, m.UTC().Format(time.RFC3339))
+		}
+	}
+	return at, what
 }
 
 // recipientOnly is the part of the request to give back when the provider
@@ -219,14 +253,22 @@ func (t *Throttle) admit(ctx context.Context, j job) error {
 		t.Log.Info("already sent: completing without sending again", "task", j.id, "recipient", Redact(j.n.Recipient))
 		return errSentBefore
 	}
-	if d.Expired || j.n.SendBy != nil && d.At().After(*j.n.SendBy) {
+	if j.policy.Drop && !d.Allowed && d.Take == 0 {
+		if d.Holds() {
+			t.release(j.request())
+		}
+		t.Metrics.inc(t.Metrics.Dropped, j.n.Policy)
+		t.Log.Info("dropped", "task", j.id, "recipient", Redact(j.n.Recipient), "policy", j.n.Policy, "earliest", d.At())
+		return fmt.Errorf("dropped: over %s: %w", t.denier(j, d), asynq.SkipRetry)
+	}
+	if dl, what := j.deadline(); d.Expired || !dl.IsZero() && d.At().After(dl) {
 		if d.Holds() {
 			t.release(j.request())
 		}
 		t.Metrics.inc(t.Metrics.Expired, j.n.Policy)
-		t.Log.Info("expired", "task", j.id, "recipient", Redact(j.n.Recipient), "send_by", j.n.SendBy, "earliest", d.At())
-		return fmt.Errorf("expired: send-by %s passed before %s would allow it (earliest %s): %w",
-			j.n.SendBy.UTC().Format(time.RFC3339), t.denier(j, d), d.At().UTC().Format(time.RFC3339), asynq.SkipRetry)
+		t.Log.Info("expired", "task", j.id, "recipient", Redact(j.n.Recipient), "deadline", what, "earliest", d.At())
+		return fmt.Errorf("expired: %s passed before %s would allow it (earliest %s): %w",
+			what, t.denier(j, d), d.At().UTC().Format(time.RFC3339), asynq.SkipRetry)
 	}
 	if d.Booked {
 		return t.booked(j, d)

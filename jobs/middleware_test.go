@@ -59,6 +59,8 @@ type harnessConfig struct {
 	book bool
 	// holder, if set, is the throttle's Holder.
 	holder Holder
+	// settings are the policy's settings beyond its windows.
+	settings PolicySettings
 }
 
 func newHarness(t *testing.T, quota *throttle.Quota, bucket *throttle.Bucket, inlineWait time.Duration) *harness {
@@ -107,6 +109,7 @@ func newHarnessWith(t *testing.T, c harnessConfig) *harness {
 		Limiter:    workerLim,
 		Policies:   map[string]*throttle.Quota{"mkt": c.quota},
 		Providers:  map[string]Route{"gw": {Bucket: c.bucket, Provider: provider}},
+		Settings:   map[string]PolicySettings{"mkt": c.settings},
 		InlineWait: c.inlineWait,
 		Book:       c.book,
 		Holder:     c.holder,

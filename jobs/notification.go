@@ -69,6 +69,9 @@ type Notification struct {
 	SendBy *time.Time `json:"send_by,omitempty"`
 	// Campaign names the campaign run that created it, if any.
 	Campaign string `json:"campaign,omitempty"`
+	// Queued is when NewTask made its task (the producer's clock), from
+	// which a policy's max delay counts (PolicySettings.MaxDelay).
+	Queued *time.Time `json:"queued_at,omitempty"`
 }
 
 // Check reports the first thing wrong with n, naming the field.
@@ -124,7 +127,7 @@ func Decode(payload []byte) (Notification, error) {
 }
 
 // payloadFields are the JSON names of Notification's fields.
-var payloadFields = [...]string{"recipient", "policy", "provider", "template", "data", "send_by", "campaign"}
+var payloadFields = [...]string{"recipient", "policy", "provider", "template", "data", "send_by", "campaign", "queued_at"}
 
 // checkFieldNames rejects what encoding/json lets through in an object it
 // has decoded: a field named in another case ("Recipient": it matches
@@ -214,7 +217,8 @@ func TaskID(idempotencyKey string) string {
 	return uuid.NewSHA1(idSpace, []byte(idempotencyKey)).String()
 }
 
-// NewTask returns the task for n, after checking it, with the given ID.
+// NewTask returns the task for n, after checking it, with the given ID,
+// stamped with the time it was queued unless n carries one.
 // Options such as asynq.Queue are passed through. MaxRetry is set high: a
 // throttled task is retried without counting (see IsFailure), and only real
 // delivery failures use retries up.
@@ -224,6 +228,10 @@ func NewTask(n Notification, id string, opts ...asynq.Option) (*asynq.Task, erro
 	}
 	if strings.TrimSpace(id) == "" {
 		return nil, bad("task ID", "missing")
+	}
+	if n.Queued == nil {
+		now := time.Now().UTC().Truncate(time.Second) // a fixed length: payload sizes do not vary
+		n.Queued = &now
 	}
 	payload, err := encode(n)
 	if err != nil {

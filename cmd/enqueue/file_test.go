@@ -187,7 +187,7 @@ func TestLongLines(t *testing.T) {
 	out := h.runArgs("-file", path)
 	// The line of 11000 '<' is enqueued: payloads are encoded without HTML
 	// escaping, so it does not grow to six bytes per '<' past the limit.
-	edgeLen := len(edge) + len(`,"policy":"marketing","provider":"console"`)
+	edgeLen := len(edge) + len(`,"policy":"marketing","provider":"console","queued_at":"2006-01-02T15:04:05Z"`)
 	want := fmt.Sprintf(`%[1]s:2: line of 1048576 bytes, more than 65536
 %[1]s:5: payload of %[2]d bytes, more than 65536
 %[1]s:6: line of 65537 bytes, more than 65536

@@ -73,7 +73,10 @@ func checkRoundTrip(t *testing.T, c checker, e entry, j job) {
 		Template:  e.Template,
 	}
 	got := n
-	got.Data, got.SendBy = nil, nil
+	if got.Queued == nil {
+		t.Errorf("payload %s: no queued_at", payload)
+	}
+	got.Data, got.SendBy, got.Queued = nil, nil, nil
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("payload %s:\n got %+v\nwant %+v", payload, got, want)
 	}

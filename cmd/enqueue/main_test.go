@@ -114,6 +114,10 @@ func (h *harness) task(queue, id string) jobs.Notification {
 	if err != nil {
 		h.t.Fatalf("task %s: payload %s: %v", id, info.Payload, err)
 	}
+	if n.Queued == nil || time.Since(*n.Queued) > time.Minute {
+		h.t.Errorf("task %s: queued_at %v, want the time it was enqueued", id, n.Queued)
+	}
+	n.Queued = nil // compared apart: it is the enqueue's clock
 	return n
 }
 

@@ -38,7 +38,7 @@ var (
 
 // demoRules adds the demo's policy and provider to cfg.
 func demoRules(cfg *config.Config) {
-	cfg.Policies[demoPolicy] = config.Policy(demoWindows)
+	cfg.Policies[demoPolicy] = config.Policy{Windows: demoWindows, OverCap: config.OverCapDefer}
 	cfg.Providers[demoProvider] = config.Provider{Type: config.ProviderLog, Rate: 2, Burst: 2, Output: os.DevNull}
 }
 

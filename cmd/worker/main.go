@@ -282,8 +282,12 @@ func newThrottle(cfg *config.Config, rdb redis.UniversalClient, reg prometheus.R
 		}
 		routes[name] = jobs.Route{Bucket: buckets[name], Provider: prov}
 	}
+	settings := map[string]jobs.PolicySettings{}
+	for name, p := range cfg.Policies {
+		settings[name] = jobs.PolicySettings{Drop: p.OverCap == config.OverCapDrop, MaxDelay: p.MaxDelay}
+	}
 	return &jobs.Throttle{
-		Limiter: lim, Policies: policies, Providers: routes, Sent: sentMarks(cfg, rdb),
+		Limiter: lim, Policies: policies, Providers: routes, Settings: settings, Sent: sentMarks(cfg, rdb),
 		InlineWait: cfg.Worker.InlineWait, Book: cfg.Worker.Book, PriorityQueues: priority(cfg),
 		Metrics: jobs.NewMetrics(reg), Log: log,
 	}, nil

@@ -60,7 +60,7 @@ func New(opts Options) *Dashboard {
 	var pols []inspect.Policy
 	for name, p := range cfg.Policies {
 		ip := inspect.Policy{Name: name}
-		for _, w := range p {
+		for _, w := range p.Windows {
 			ip.Windows = append(ip.Windows, inspect.Window{Limit: w.Limit, Per: w.Per})
 		}
 		pols = append(pols, ip)

@@ -1,0 +1,73 @@
+package jobs
+
+import (
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/notify-throttle/throttler/throttle"
+)
+
+// TestOverCapDrop checks that a policy that drops archives a message its
+// windows hold back at once, with the reason, counts it, and holds nothing
+// for it; and that a message the provider holds back is deferred as usual.
+func TestOverCapDrop(t *testing.T) {
+	for _, book := range []bool{false, true} {
+		t.Run(map[bool]string{false: "plain", true: "booking"}[book], func(t *testing.T) {
+			q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 1, Per: time.Hour})
+			b, _ := throttle.NewBucket("gw", 0.01, 1) // one token, then one per 100s
+			h := newHarnessWith(t, harnessConfig{quota: q, bucket: b, book: book, settings: PolicySettings{Drop: true}})
+			h.enqueue(t, "first", Notification{Recipient: "alice"})
+			h.await(t, "first", "completed", state(asynq.TaskStateCompleted))
+			h.enqueue(t, "second", Notification{Recipient: "alice"})
+			info := h.await(t, "second", "archived", state(asynq.TaskStateArchived))
+			if want := "dropped: over policy mkt (1 per 1h): skip retry for the task"; info.LastErr != want {
+				t.Errorf("reason %q, want %q", info.LastErr, want)
+			}
+			if n := quotaSize(t, h, "alice"); n != 1 {
+				t.Errorf("alice's quota holds %d entries after a drop, want 1 (the sent one)", n)
+			}
+			if n := counterValue(t, h.th.Metrics.Dropped, "mkt"); n != 1 {
+				t.Errorf("dropped_total{policy=mkt} = %v, want 1", n)
+			}
+			// Bob is under his cap; the provider's bucket is empty: deferred.
+			h.enqueue(t, "bob", Notification{Recipient: "bob"})
+			info = h.await(t, "bob", "deferred", state(asynq.TaskStateRetry))
+			if h.wasSent("bob") || !regexp.MustCompile(`provider gw`).MatchString(info.LastErr) {
+				t.Errorf("bob: sent %v, reason %q: want deferred by the provider", h.wasSent("bob"), info.LastErr)
+			}
+		})
+	}
+}
+
+// TestOverCapMaxDelay checks that a message whose moment is more than its
+// policy's max delay after it was queued expires, saying so, and that one
+// within it waits and goes.
+func TestOverCapMaxDelay(t *testing.T) {
+	for _, book := range []bool{false, true} {
+		t.Run(map[bool]string{false: "plain", true: "booking"}[book], func(t *testing.T) {
+			q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 1, Per: 2 * time.Second}, throttle.Window{Limit: 2, Per: time.Hour})
+			b, _ := throttle.NewBucket("gw", 1000, 100)
+			h := newHarnessWith(t, harnessConfig{quota: q, bucket: b, book: book, inlineWait: 2500 * time.Millisecond,
+				settings: PolicySettings{MaxDelay: 10 * time.Minute}})
+			h.enqueue(t, "first", Notification{Recipient: "alice"})
+			h.await(t, "first", "completed", state(asynq.TaskStateCompleted))
+			h.enqueue(t, "second", Notification{Recipient: "alice"}) // 2s later: within 10m
+			h.await(t, "second", "completed", state(asynq.TaskStateCompleted))
+			h.enqueue(t, "third", Notification{Recipient: "alice"}) // an hour later: past 10m
+			info := h.await(t, "third", "archived", state(asynq.TaskStateArchived))
+			re := `^expired: max_delay 10m of policy mkt \(until [0-9T:-]+Z\) passed before policy mkt \(2 per 1h\) would allow it \(earliest [0-9T:-]+Z\)`
+			if !regexp.MustCompile(re).MatchString(info.LastErr) {
+				t.Errorf("reason %q, want it to match %s", info.LastErr, re)
+			}
+			if h.wasSent("third") || quotaSize(t, h, "alice") != 2 {
+				t.Errorf("third sent %v, alice's quota %d entries: want not sent, 2", h.wasSent("third"), quotaSize(t, h, "alice"))
+			}
+			if n := counterValue(t, h.th.Metrics.Expired, "mkt"); n != 1 {
+				t.Errorf("expired_total{policy=mkt} = %v, want 1", n)
+			}
+		})
+	}
+}
