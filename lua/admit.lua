@@ -52,13 +52,12 @@ local function admit_task(keys, ki, id, p, now, deadline, floor_)
     local marker = keys[ki]
     ki = ki + 1
     if rcall('EXISTS', marker) == 1 then
-      for i = 1, n do
-        if p[i].kind == 'b' then ki = ki + 3 else ki = ki + 1 end
-      end
+      for i = 1, n do ki = ki + p[i].nk end
       return ki, -1, now, 0, 0, 0, 0
     end
   end
   local denied, delay, binding, window, remaining, repeated = false, 0, 0, 0, huge, true
+  local span = max(maxwait, p.ahead) -- how far after now a take may be stamped
   local k = ki
   for i = 1, n do
     local t = p[i]
@@ -72,15 +71,21 @@ local function admit_task(keys, ki, id, p, now, deadline, floor_)
       reserve, u, left, mine, a, b, c = bucket_check(t, keys[k], keys[k + 1], id, now, remember, denied, p.prio)
       if reserve and reserve > maxwait then ok = false end
       k = k + 3
-    else
+    elseif kind == 'f' then
       ok, u, left, mine, a, b = fixed_check(t, keys[k], id, now)
       k = k + 1
+    elseif kind == 'c' then
+      ok, u, left, mine = cal_check(t, keys[k], id, now, span)
+      k = k + 1
+    else -- 'h': holds nothing, so it never makes a task new
+      ok, u = quiet_check(t, now, span)
+      left, mine = huge, nil
     end
     HELD[i], A[i], B[i], C[i] = mine, a, b, c
     if not ok then denied = true end
     if u > delay then delay, binding, window = u, i, w end
     if left < remaining then remaining = left end
-    if not mine then repeated = false end
+    if not mine and kind ~= 'h' then repeated = false end
   end
   if remaining < 0 or remaining == huge then remaining = 0 end
 
@@ -98,10 +103,8 @@ local function admit_task(keys, ki, id, p, now, deadline, floor_)
         -- A line ahead: others wait in it, and a priority task pushes it.
         if C[i] and C[i] > now then go = false end
         if go and rcall('ZSCORE', keys[kb + 2], id) then go = false end
-        kb = kb + 3
-      else
-        kb = kb + 1
       end
+      kb = kb + p[i].nk
     end
     if not go then
       local kk, a, b, c, d, o, x = book_task(keys, ki, id, p, now, deadline, floor_)
@@ -129,11 +132,13 @@ local function admit_task(keys, ki, id, p, now, deadline, floor_)
         quota_commit(t, keys[k], id, now, qat, A[i], B[i])
       elseif kind == 'b' then
         bucket_commit(t, keys[k], keys[k + 1], id, now, at, remember, A[i], B[i], C[i] or nil)
-      else
+      elseif kind == 'f' then
         fixed_commit(t, keys[k], id, now, A[i], B[i])
+      elseif kind == 'c' then
+        cal_commit(t, keys[k], id, now, qat)
       end
     end
-    if kind == 'b' then k = k + 3 else k = k + 1 end
+    k = k + t.nk
     bit = bit * 2
   end
   if delay == 0 then binding = 0 end
@@ -205,12 +210,8 @@ local function restamp(keys, args)
           extend(key, ceil_ms(to - now + t.longest))
           moved = moved + 1
         end
-        ki = ki + 1
-      elseif t.kind == 'b' then
-        ki = ki + 3
-      else
-        ki = ki + 1
       end
+      ki = ki + t.nk
     end
     out[#out + 1] = moved
   end

@@ -145,6 +145,95 @@ local function quota_move(t, key, id, now, x)
   extend(key, ceil_ms(x - now + t.longest))
 end
 
+-- A booking's other rules (see rules.lua): calendar quotas and quiet hours.
+-- A moment set by a quiet span's end or a calendar window's start is
+-- shared: every subject of the zone may be held for it. Bookings for it are
+-- placed one slot apart after it, in order, however many there are (so the
+-- morning after quiet hours is paced by the provider, not a stampede):
+-- after it by a slot for each ticket booked in the SHARED that follow it.
+local SHARED = 86400000000 -- µs: a day
+
+-- entry_held returns the moment of the task's counting entry on a quota or
+-- calendar take, else nil.
+local function entry_held(t, key, id, now)
+  if t.kind == 'q' then
+    local s = rcall('ZSCORE', key, id)
+    s = s and tonum(s)
+    if s and s > now - t.longest then return s end
+  elseif t.kind == 'c' then
+    return cal_held(t, key, id, now)
+  end
+  return nil
+end
+
+-- cal_earliest returns the earliest moment, not before floor nor before
+-- the newest entry (a subject's entries are booked in order), at which a
+-- new entry fits calendar quota t: that moment if its window has room, else
+-- the next window's start (empty: no entry is later than the newest); and
+-- whether it is a window's start.
+local function cal_earliest(t, key, floor_)
+  local m = floor_
+  local z = rcall('ZREVRANGE', key, '0', '0', 'WITHSCORES')
+  if z[2] and tonum(z[2]) > m then m = tonum(z[2]) end
+  local i = cal_index(t, m)
+  if not i or cal_count(t, key, i) + t.cost <= t.limit then return m, false end
+  return t[i + 1], true
+end
+
+-- earliest is quota_earliest or cal_earliest's moment.
+local function earliest(t, key, floor_)
+  if t.kind == 'c' then return (cal_earliest(t, key, floor_)) end
+  return (quota_earliest(t, key, floor_))
+end
+
+-- cal_fits reports whether the task's entries, moved to x, fit x's window.
+local function cal_fits(t, key, id, x)
+  local i = cal_index(t, x)
+  if not i then return false end
+  local c = cal_count(t, key, i)
+  local s = rcall('ZSCORE', key, id)
+  if s and tonum(s) >= t[i] and tonum(s) < t[i + 1] then c = c - t.cost end
+  return c + t.cost <= t.limit
+end
+
+local function fits_at(t, key, id, x)
+  if t.kind == 'c' then return cal_fits(t, key, id, x) end
+  return quota_fits(t, key, id, x)
+end
+
+-- entry_commit adds the task's entries at x on a quota or calendar take;
+-- entry_move moves them there; entry_undo gives them back.
+local function entry_commit(t, key, id, now, x)
+  if t.kind == 'c' then return cal_commit(t, key, id, now, x) end
+  return quota_commit(t, key, id, now, x, nil, nil)
+end
+
+local function entry_move(t, key, id, now, x)
+  if t.kind ~= 'c' then return quota_move(t, key, id, now, x) end
+  local m, zargs = members(id, t.cost), {'XX'}
+  for i = 1, #m do
+    zargs[2 * i], zargs[2 * i + 1] = int(x), m[i]
+  end
+  rcall('ZADD', key, unpack_(zargs))
+  extend(key, ceil_ms(t[(cal_index(t, x) or t.nb - 1) + 1] - now))
+end
+
+local function entry_undo(t, key, id, now)
+  if t.kind == 'c' then return cal_undo(t, key, id, now) end
+  return quota_undo(t, key, id, now)
+end
+
+-- beyond returns the index of a calendar or quiet take whose plan does not
+-- reach moment m, or nil: such a moment is not booked (the task is told to
+-- come back then, when its plan will reach further).
+local function beyond(p, m)
+  for i = 1, p.n do
+    local t = p[i]
+    if t.kind == 'c' and m >= t[t.nb] or t.kind == 'h' and m >= t.til then return i end
+  end
+  return nil
+end
+
 -- ticket_add records the task's booking on a bucket.
 local function ticket_add(book, id, now, at)
   rcall('ZADD', book, int(at), id)
@@ -167,10 +256,8 @@ local function book_task(keys, ki, id, p, now, deadline, floor_)
     KI[i] = k
     if p[i].kind == 'b' then
       bt, bi, bkey, bledger, bbook = p[i], i, keys[k], keys[k + 1], keys[k + 2]
-      k = k + 3
-    else
-      k = k + 1
     end
+    k = k + p[i].nk
   end
   if bt then
     local s = bucket_held(bledger, id, now, remember)
@@ -191,16 +278,9 @@ local function book_task(keys, ki, id, p, now, deadline, floor_)
     if ticket then held = ticket end
   end
   for i = 1, n do
-    local t = p[i]
-    QH[i] = false
-    if t.kind == 'q' then
-      local s = rcall('ZSCORE', keys[KI[i]], id)
-      s = s and tonum(s)
-      if s and s > now - t.longest then
-        QH[i] = s
-        if s > held then held = s end
-      end
-    end
+    local s = entry_held(p[i], keys[KI[i]], id, now)
+    QH[i] = s or false
+    if s and s > held then held = s end
   end
 
   local tokens, e, v, wait = nil, nil, nil, 0
@@ -240,19 +320,25 @@ local function book_task(keys, ki, id, p, now, deadline, floor_)
     local x = max(now + pace, base, after)
     for i = 1, n do
       local s = QH[i]
-      if s and s > x and not quota_fits(p[i], keys[KI[i]], id, x) then x = s end
+      if s and s > x and not fits_at(p[i], keys[KI[i]], id, x) then x = s end
+    end
+    -- Not in quiet hours: at its booked moment, which was not.
+    for i = 1, n do
+      if p[i].kind == 'h' and held > x and quiet_end(p[i], x) then x = held end
     end
     local fits = true
     for i = 1, n do
       if not fits then break end
       local t = p[i]
-      if t.kind == 'q' then
+      if t.kind == 'q' or t.kind == 'c' then
         local s = QH[i]
         if s then
-          if s ~= x and not quota_fits(t, keys[KI[i]], id, x) then fits = false end
-        elseif quota_earliest(t, keys[KI[i]], now) > x then
+          if s ~= x and not fits_at(t, keys[KI[i]], id, x) then fits = false end
+        elseif earliest(t, keys[KI[i]], now) > x then
           fits = false
         end
+      elseif t.kind == 'h' and quiet_end(t, x) then
+        fits = false
       end
     end
     if fits and x > now + maxwait and held >= now then
@@ -266,13 +352,15 @@ local function book_task(keys, ki, id, p, now, deadline, floor_)
       local fresh, bit = 0, 65536
       for i = 1, n do
         local t = p[i]
-        if t.kind == 'q' then
+        if t.kind == 'q' or t.kind == 'c' then
           if not QH[i] then
             fresh = fresh + bit
-            quota_commit(t, keys[KI[i]], id, now, x, nil, nil)
+            entry_commit(t, keys[KI[i]], id, now, x)
           elseif QH[i] ~= x then
-            quota_move(t, keys[KI[i]], id, now, x)
+            entry_move(t, keys[KI[i]], id, now, x)
           end
+        elseif t.kind == 'h' then
+          fresh = fresh + bit
         else
           fresh = fresh + bit
           bucket_commit(t, bkey, bledger, id, now, x, remember, tokens, e, v)
@@ -284,30 +372,50 @@ local function book_task(keys, ki, id, p, now, deadline, floor_)
     end
     -- Late, or the tokens went elsewhere: give it all back, book again.
     for i = 1, n do
-      if QH[i] then quota_undo(p[i], keys[KI[i]], id, now) end
+      if QH[i] then entry_undo(p[i], keys[KI[i]], id, now) end
     end
     if ticket then rcall('ZREM', bbook, id) end
     outcome = REBOOKED
   end
 
   -- A new booking: the earliest moment every rule allows.
-  local m, binding, window = base, 0, 0
+  local m, binding, window, shared = base, 0, 0, false
   for i = 1, n do
     local t = p[i]
     if t.kind == 'q' then
       local q, w = quota_earliest(t, keys[KI[i]], now)
-      if q > m then m, binding, window = q, i, w end
+      if q > m then m, binding, window, shared = q, i, w, false end
+    elseif t.kind == 'c' then
+      local q, edge = cal_earliest(t, keys[KI[i]], now)
+      if q > m then m, binding, window, shared = q, i, 0, edge end
     end
   end
   local pb = now
   if bt then
     pb = now + wait
     if not prio and v and v > pb then pb = v end
-    if pb > m then m, binding, window = pb, 0, 0 end
-    if binding == 0 then binding = bi end
+    if pb > m then m, binding, window, shared = pb, 0, 0, false end
   end
+  -- Out of quiet hours; a shared moment after the bookings made for it.
+  for _ = 1, 4 do
+    for i = 1, n do
+      local e = p[i].kind == 'h' and quiet_end(p[i], m)
+      if e then m, binding, window, shared = e, i, 0, true end
+    end
+    if not (shared and bt) then break end
+    shared = false
+    local c = rcall('ZCOUNT', bbook, int(m), '(' .. int(m + SHARED))
+    if c == 0 then break end
+    m = m + c * slot
+  end
+  if bt and binding == 0 then binding = bi end
   if deadline > 0 and m > deadline then
     return k, 4 * binding + 256 * window, now, m - now, 0, EXPIRED, 0
+  end
+  local far = beyond(p, m)
+  if far then
+    if binding == 0 then binding = far end
+    return k, 4 * binding + 256 * window, now, m - now, 0, DECIDED, 0
   end
   -- The tail moves past this task when the bucket set its moment (a task
   -- the recipient holds back later takes its tokens out of line, and
@@ -327,9 +435,9 @@ local function book_task(keys, ki, id, p, now, deadline, floor_)
     for i = 1, n do
       local t = p[i]
       fresh = fresh + bit
-      if t.kind == 'q' then
-        quota_commit(t, keys[KI[i]], id, now, m, nil, nil)
-      else
+      if t.kind == 'q' or t.kind == 'c' then
+        entry_commit(t, keys[KI[i]], id, now, m)
+      elseif t.kind == 'b' then
         bucket_commit(t, bkey, bledger, id, now, m, remember, tokens, e, tail)
       end
       bit = bit * 2
@@ -340,8 +448,8 @@ local function book_task(keys, ki, id, p, now, deadline, floor_)
   local ahead = 0
   for i = 1, n do
     local t = p[i]
-    if t.kind == 'q' then
-      quota_commit(t, keys[KI[i]], id, now, m, nil, nil)
+    if t.kind == 'q' or t.kind == 'c' then
+      entry_commit(t, keys[KI[i]], id, now, m)
     end
   end
   if bt then
@@ -350,7 +458,7 @@ local function book_task(keys, ki, id, p, now, deadline, floor_)
     ahead = rcall('ZCOUNT', bbook, '-inf', '(' .. int(m))
   else
     for i = 1, n do
-      if i == binding then
+      if i == binding and (p[i].kind == 'q' or p[i].kind == 'c') then
         ahead = rcall('ZCOUNT', keys[KI[i]], '(' .. int(now), '(' .. int(m))
       end
     end

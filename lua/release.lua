@@ -42,16 +42,16 @@ local function undo_tasks(keys, args, refund)
       local done
       if t.kind == 'q' then
         if refund then done = quota_undo(t, keys[ki], id, now) end
-        ki = ki + 1
       elseif t.kind == 'b' then
         done = bucket_undo(t, keys[ki], keys[ki + 1], id, now, remember, refund)
         -- A booking not yet claimed: its slot is given up (see book.lua).
         if rcall('ZREM', keys[ki + 2], id) == 1 then done = true end
-        ki = ki + 3
-      else
+      elseif t.kind == 'f' then
         if refund then done = fixed_undo(t, keys[ki], id, now) end
-        ki = ki + 1
+      elseif t.kind == 'c' then
+        if refund then done = cal_undo(t, keys[ki], id, now) end
       end
+      ki = ki + t.nk
       if done then undone = undone + 1 end
     end
     out[#out + 1] = undone

@@ -23,9 +23,15 @@
 --                                          may be fractional; reserve: tokens
 --                                          kept for priority tasks)
 --   f,cost,limit,per_us                    fixed-window counter
+--   c,cost,limit,bound,bound[,bound...]    calendar quota: limit per window,
+--                                          windows from each bound (µs) to
+--                                          the next
+--   h,cost,from,until[,start,end...]       quiet hours: no moment in
+--                                          [start, end); covers [from, until)
 --
 -- Keys follow in take order: 'q' -> sorted set; 'b' -> state hash, ledger
--- sorted set, bookings sorted set; 'f' -> hash. An admission's plan may
+-- sorted set, bookings sorted set; 'f' -> hash; 'c' -> sorted set; 'h' ->
+-- none (t.nk is a take's number of keys). An admission's plan may
 -- start its takes with 'd' (done): its first key is then the task's done
 -- marker, whose existence means the task needs no admission any more (see
 -- admit.lua). Then 'k' (or 'K' for a priority task) asks a task that may not
@@ -123,8 +129,18 @@ local function parse_plan(s)
         t = {kind = 'b', cost = f[2], rate = f[3], burst = f[4], reserve = f[5] or 0}
       elseif kind == 'f' and nf == 4 then
         t = {kind = 'f', cost = f[2], limit = f[3], per = f[4]}
+      elseif kind == 'c' and nf >= 5 then
+        t = {kind = 'c', cost = f[2], limit = f[3], nb = nf - 3, nk = 1}
+        for j = 4, nf do t[j - 3] = f[j] end
+      elseif kind == 'h' and nf >= 4 and nf % 2 == 0 then
+        t = {kind = 'h', cost = f[2], from = f[3], til = f[4], ns = (nf - 4) / 2, nk = 0}
+        for j = 5, nf do t[j - 4] = f[j] end
       else
         error('throttle: bad take ' .. part)
+      end
+      if not t.nk then
+        t.nk = 1
+        if kind == 'b' then t.nk = 3 end
       end
       p[n] = t
     end
@@ -646,4 +662,116 @@ local function fixed_undo(t, key, id, now)
     rcall('HDEL', key, 'i:' .. id)
   end
   return true
+end
+
+-- Calendar quota: a limit per calendar window, the windows given by the
+-- plan as bounds (µs) the engine computed in the recipient's zone (so that
+-- days of 23 or 25 hours are right), Redis time choosing the window. An
+-- entry (member: task ID, score: its moment) counts in the window that holds
+-- its moment; entries of windows before now's count for nothing and are
+-- pruned by the next commit. A time outside the bounds is an error: the
+-- engine sends windows on both sides of its own clock's.
+
+-- cal_index returns i with t[i] <= x < t[i + 1], or nil when the bounds do
+-- not hold x.
+local function cal_index(t, x)
+  if x < t[1] or x >= t[t.nb] then return nil end
+  local i = 1
+  while t[i + 1] <= x do i = i + 1 end
+  return i
+end
+
+local function cal_now(t, now)
+  local i = cal_index(t, now)
+  if not i then error('throttle: calendar bounds do not hold Redis time ' .. int(now) .. ': is the worker clock a day off?') end
+  return i
+end
+
+local function cal_count(t, key, i)
+  return rcall('ZCOUNT', key, int(t[i]), '(' .. int(t[i + 1]))
+end
+
+-- cal_check returns ok, the delay, remaining and whether the task holds
+-- the take. A take may be stamped up to span after now (a reserved token's
+-- wait, a cluster's ahead): it must fit every window from now's to the one
+-- holding now + span, and when one is full it waits for the start of the
+-- window after the last full one.
+local function cal_check(t, key, id, now, span)
+  local i = cal_now(t, now)
+  local s = rcall('ZSCORE', key, id)
+  s = s and tonum(s)
+  local mine = s and s >= t[i]
+  local j = cal_index(t, now + span) or t.nb - 1
+  local ok, delay, remaining = true, 0, huge
+  for w = i, j do
+    local c = cal_count(t, key, w)
+    local left = t.limit - c
+    if not mine then
+      if c + t.cost > t.limit then
+        ok, delay = false, t[w + 1] - now
+      else
+        left = left - t.cost
+      end
+    end
+    if left < remaining then remaining = left end
+  end
+  if mine then return true, max(0, s - now), remaining, true end
+  return ok, delay, remaining, false
+end
+
+-- cal_held returns the moment of the task's entry if it counts (in now's
+-- window or a later one), else nil.
+local function cal_held(t, key, id, now)
+  local s = rcall('ZSCORE', key, id)
+  s = s and tonum(s)
+  if s and s >= t[cal_now(t, now)] then return s end
+  return nil
+end
+
+-- cal_commit prunes the windows before now's, adds the task's entries at
+-- moment at, and keeps the key until at's window ends.
+local function cal_commit(t, key, id, now, at)
+  rcall('ZREMRANGEBYSCORE', key, '-inf', '(' .. int(t[cal_now(t, now)]))
+  local sat = int(at)
+  local m, args = members(id, t.cost), {}
+  for i = 1, #m do
+    args[2 * i - 1], args[2 * i] = sat, m[i]
+  end
+  rcall('ZADD', key, unpack_(args))
+  local j = cal_index(t, at) or t.nb - 1
+  extend(key, ceil_ms(t[j + 1] - now))
+end
+
+-- cal_undo removes the task's entries if they count.
+local function cal_undo(t, key, id, now)
+  if not cal_held(t, key, id, now) then return false end
+  rcall('ZREM', key, unpack_(members(id, t.cost)))
+  return true
+end
+
+-- Quiet hours: spans (µs, from the plan, in order, not touching) in which no
+-- moment may be taken; a take inside one waits until it ends. The engine
+-- computes them in the recipient's zone. Nothing is stored.
+
+-- quiet_end returns the end of the span holding x, or nil.
+local function quiet_end(t, x)
+  for j = 1, 2 * t.ns, 2 do
+    if x < t[j] then return nil end
+    if x < t[j + 1] then return t[j + 1] end
+  end
+  return nil
+end
+
+-- quiet_check returns ok and the delay: a take that may be stamped up to
+-- span after now is refused when a span meets [now, now + span], until that
+-- span ends.
+local function quiet_check(t, now, span)
+  if now < t.from or now >= t.til then
+    error('throttle: quiet hours do not cover Redis time ' .. int(now) .. ': is the worker clock a day off?')
+  end
+  for j = 1, 2 * t.ns, 2 do
+    if t[j] > now + span then break end
+    if t[j + 1] > now then return false, t[j + 1] - now end
+  end
+  return true, 0
 end

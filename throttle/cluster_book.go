@@ -35,8 +35,8 @@ const clusterBookTries = 3
 // booking starts again.
 const clusterBookMargin = 50 * time.Millisecond
 
-// clusterBooks reports whether r books on a cluster: it asks to, its quotas
-// (if any) share one subject, so that one call books them, and it has at
+// clusterBooks reports whether r books on a cluster: it asks to, its quotas,
+// calendars and quiet hours (if any) share one subject, so that one call books them, and it has at
 // most one bucket (Request.validate). Other requests take the plain path.
 func clusterBooks(r Request) bool {
 	if !r.Book {
@@ -44,7 +44,7 @@ func clusterBooks(r Request) bool {
 	}
 	subject := ""
 	for _, t := range r.Takes {
-		if _, ok := t.Rule.(*Quota); ok {
+		if _, ok := t.Rule.(*Bucket); !ok { // a quota, calendar or quiet hours
 			if subject != "" && t.Key != subject {
 				return false
 			}

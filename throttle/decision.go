@@ -110,6 +110,10 @@ func kindName(r Rule) string {
 		return "bucket"
 	case *FixedWindow:
 		return "fixed window"
+	case *CalendarWindow:
+		return "calendar"
+	case *Quiet:
+		return "quiet hours"
 	}
 	return "rule"
 }

@@ -70,7 +70,8 @@ func TestDifferential(t *testing.T) {
 		providers:  []string{"sms-gw", "mail gw"},
 		last:       map[string]Request{},
 	}
-	d.rules = []Rule{d.newQuota("q1"), d.newQuota("q2"), d.newBucket("b1"), d.newBucket("b2"), d.newFixed("f1")}
+	d.rules = []Rule{d.newQuota("q1"), d.newQuota("q2"), d.newBucket("b1"), d.newBucket("b2"), d.newFixed("f1"),
+		d.newCalendar("c1"), d.newQuiet("h1")}
 	for _, r := range d.rules {
 		t.Logf("%s %s: %s", kindName(r), r.Name(), r)
 	}
@@ -115,6 +116,10 @@ func TestDifferential(t *testing.T) {
 	}
 
 	s := d.stats
+	t.Logf("calendar windows set %d delays and %d booked moments, quiet hours %d and %d", s.byCalendar[0], s.byCalendar[1], s.byQuiet[0], s.byQuiet[1])
+	if ops >= 1000 && (s.byCalendar[0] == 0 || s.byCalendar[1] == 0 || s.byQuiet[0] == 0 || s.byQuiet[1] == 0) {
+		t.Errorf("calendar windows or quiet hours never bound a denial and a booking: the run did not test them")
+	}
 	t.Logf("bookings: %d booked (%d again, after a missed moment), %d claimed, %d expired", s.booked, s.rebooked, s.claimed, s.expired)
 	t.Logf("%d ops in %s: %d admissions (%d in %d batches), %d allowed (%d reserved ahead, %d repeated), %d denied; "+
 		"%d releases undid %d takes (%d undid nothing); %d rule changes, %d retries at the delay; "+
@@ -137,7 +142,7 @@ type differ struct {
 	remember time.Duration
 
 	recipients, providers []string
-	rules                 []Rule             // q1 q2 b1 b2 f1, replaced now and then
+	rules                 []Rule             // q1 q2 b1 b2 f1 c1 h1, replaced now and then
 	ids                   []string           // task IDs in order of first use
 	admitted              []string           // IDs as they were allowed (with repeats)
 	last                  map[string]Request // each ID's latest request
@@ -152,6 +157,7 @@ type differ struct {
 		booked, rebooked, claimed, expired                            int
 		expiryLater                                                   int // key deadlines Redis set later than the model (see checkState)
 		expiryDelta                                                   int64
+		byCalendar, byQuiet                                           [2]int // decisions whose moment they set: [0] denied, [1] booked
 	}
 }
 
@@ -236,6 +242,55 @@ func (d *differ) newFixed(name string) *FixedWindow {
 	return mustFixed(d.t, name, 1+d.rng.IntN(10), d.between(50*time.Millisecond, 500*time.Millisecond).Truncate(time.Millisecond))
 }
 
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// maxCost is the most a random take of rule costs: its MaxCost, but a few
+// for quiet hours, which cost nothing whatever the cost.
+func (d *differ) maxCost(rule Rule) int {
+	if _, ok := rule.(*Quiet); ok {
+		return 3
+	}
+	return rule.MaxCost()
+}
+
+// newCalendar returns a calendar quota whose windows, from 100ms to 1.5s
+// long, cover the next few minutes (and an hour before and after).
+func (d *differ) newCalendar(name string) *CalendarWindow {
+	now := time.Now().Truncate(time.Microsecond)
+	bs := []time.Time{now.Add(-time.Hour)}
+	for at := now.Add(-d.between(0, time.Second)); at.Before(now.Add(5 * time.Minute)); at = at.Add(d.between(100*time.Millisecond, 1500*time.Millisecond)) {
+		bs = append(bs, at)
+	}
+	bs = append(bs, now.Add(time.Hour))
+	c, err := NewCalendarWindow(name, 1+d.rng.IntN(5), bs...)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	return c
+}
+
+// newQuiet returns quiet hours of spans from 20ms to 400ms, 100ms to 2s
+// apart, over the next few minutes.
+func (d *differ) newQuiet(name string) *Quiet {
+	now := time.Now().Truncate(time.Microsecond)
+	var spans []Span
+	for at := now.Add(-d.between(0, time.Second)); at.Before(now.Add(5 * time.Minute)); {
+		end := at.Add(d.between(20*time.Millisecond, 400*time.Millisecond))
+		spans = append(spans, Span{at, end})
+		at = end.Add(d.between(100*time.Millisecond, 2*time.Second))
+	}
+	q, err := NewQuiet(name, now.Add(-time.Hour), now.Add(time.Hour), spans...)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	return q
+}
+
 // changeRule replaces a rule by one of the same kind and name with new
 // limits: the history in Redis must be judged by the new ones at once.
 // Earlier requests repeated later still carry the old rule.
@@ -248,6 +303,10 @@ func (d *differ) changeRule() {
 		d.rules[i] = d.newBucket(r.Name())
 	case *FixedWindow:
 		d.rules[i] = d.newFixed(r.Name())
+	case *CalendarWindow:
+		d.rules[i] = d.newCalendar(r.Name())
+	case *Quiet:
+		d.rules[i] = d.newQuiet(r.Name())
 	}
 	d.stats.ruleChanges++
 	d.note(fmt.Sprintf("rule %s is now %s", d.rules[i].Name(), d.rules[i]))
@@ -330,7 +389,7 @@ func (d *differ) newRequest(id string) Request {
 		used[use{rule.Name(), key}] = true
 		cost := 0 // the default, 1
 		if d.rng.IntN(5) < 2 {
-			cost = 1 + d.rng.IntN(rule.MaxCost())
+			cost = 1 + d.rng.IntN(d.maxCost(rule))
 		}
 		r.Takes = append(r.Takes, Take{Rule: rule, Key: key, Cost: cost})
 	}
@@ -372,7 +431,7 @@ func (d *differ) newBooking(r Request) Request {
 		}
 		cost := 0 // the default, 1
 		if d.rng.IntN(5) < 2 {
-			cost = 1 + d.rng.IntN(rule.MaxCost())
+			cost = 1 + d.rng.IntN(d.maxCost(rule))
 		}
 		r.Takes = append(r.Takes, Take{Rule: rule, Key: key, Cost: cost})
 	}
@@ -433,6 +492,12 @@ func (d *differ) admit(op int, rs []Request) Decision {
 
 func (d *differ) count(dec Decision) {
 	d.stats.admits++
+	switch dec.Rule.(type) {
+	case *CalendarWindow:
+		d.stats.byCalendar[btoi(dec.Booked)]++
+	case *Quiet:
+		d.stats.byQuiet[btoi(dec.Booked)]++
+	}
 	switch {
 	case dec.Booked:
 		d.stats.booked++
@@ -509,6 +574,9 @@ func (d *differ) checkState(op int, rs []Request) {
 	var reqs []Request
 	for _, r := range rs {
 		for _, t := range d.m.parse(r) {
+			if t.kind == "h" {
+				continue // no key
+			}
 			mks, reqs = append(mks, t.key), append(reqs, r)
 			if t.kind == "b" {
 				mks, reqs = append(mks, t.ledger, t.book), append(reqs, r, r)
@@ -608,6 +676,8 @@ func (d *differ) redisKey(k modelKey) string {
 		return ledgerKey(tag, k.rule)
 	case "k":
 		return bookKey(tag, k.rule)
+	case "c":
+		return calendarKey(tag, k.rule)
 	}
 	return fixedKey(tag, k.rule)
 }
@@ -663,6 +733,8 @@ func (d *differ) redisDump(r Request) string {
 			keys = []string{bucketKey(tag, tk.Rule.Name()), ledgerKey(tag, tk.Rule.Name()), bookKey(tag, tk.Rule.Name())}
 		case *FixedWindow:
 			keys = []string{fixedKey(tag, tk.Rule.Name())}
+		case *CalendarWindow:
+			keys = []string{calendarKey(tag, tk.Rule.Name())}
 		}
 		for _, k := range keys {
 			fmt.Fprintf(&b, "  %s: pttl %s ", k, d.rdb.PTTL(ctx, k).Val())

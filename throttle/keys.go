@@ -72,11 +72,12 @@ func subjectTag(prefix, subject string) string {
 	return prefix + "{" + encodeSubject(subject) + "}"
 }
 
-func quotaKey(tag, rule string) string  { return tag + ":q:" + rule }
-func bucketKey(tag, rule string) string { return tag + ":b:" + rule }
-func ledgerKey(tag, rule string) string { return tag + ":b:" + rule + ":held" }
-func bookKey(tag, rule string) string   { return tag + ":b:" + rule + ":book" }
-func fixedKey(tag, rule string) string  { return tag + ":f:" + rule }
+func quotaKey(tag, rule string) string    { return tag + ":q:" + rule }
+func bucketKey(tag, rule string) string   { return tag + ":b:" + rule }
+func ledgerKey(tag, rule string) string   { return tag + ":b:" + rule + ":held" }
+func bookKey(tag, rule string) string     { return tag + ":b:" + rule + ":book" }
+func fixedKey(tag, rule string) string    { return tag + ":f:" + rule }
+func calendarKey(tag, rule string) string { return tag + ":c:" + rule }
 
 // checkPrefix rejects prefixes that would take over the hash tag.
 func checkPrefix(p string) error {

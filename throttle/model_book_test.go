@@ -178,11 +178,9 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 	}
 	qh := make([]float64, len(takes)) // 0: not held
 	for i, t := range takes {
-		if t.kind == "q" {
-			if s, ok := c.zscore(t.key, id); ok && s > now-t.longest {
-				qh[i] = s
-				held = math.Max(held, s)
-			}
+		if s, ok := c.entryHeld(t, id); ok {
+			qh[i] = s
+			held = math.Max(held, s)
 		}
 	}
 	var tokens, life, v, wait, slot float64
@@ -231,8 +229,13 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 		}
 		x := math.Max(now+pace, after)
 		for i, t := range takes {
-			if qh[i] > x && !c.quotaFits(t, id, x) {
+			if qh[i] > x && !c.fitsAt(t, id, x) {
 				x = qh[i]
+			}
+		}
+		for _, t := range takes {
+			if _, quiet := quietEnd(t, x); t.kind == "h" && held > x && quiet {
+				x = held
 			}
 		}
 		fits := true
@@ -240,12 +243,17 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 			if !fits {
 				break
 			}
-			if t.kind == "q" {
+			switch t.kind {
+			case "q", "c":
 				if qh[i] > 0 {
-					if qh[i] != x && !c.quotaFits(t, id, x) {
+					if qh[i] != x && !c.fitsAt(t, id, x) {
 						fits = false
 					}
-				} else if m, _ := c.quotaEarliest(t, now); m > x {
+				} else if c.earliest(t, now) > x {
+					fits = false
+				}
+			case "h":
+				if _, quiet := quietEnd(t, x); quiet {
 					fits = false
 				}
 			}
@@ -258,13 +266,13 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 		fits = fits && x <= now+maxwait
 		if fits {
 			for i, t := range takes {
-				if t.kind == "q" {
+				if t.kind == "q" || t.kind == "c" {
 					if qh[i] == 0 {
-						c.quotaCommit(t, id, x)
+						c.entryCommit(t, id, x)
 					} else if qh[i] != x {
-						c.quotaMove(t, id, x)
+						c.entryMove(t, id, x)
 					}
-				} else {
+				} else if t.kind == "b" {
 					c.bucketCommit(t, id, x, remember, v)
 					if e := c.get(t.book); e != nil {
 						delete(e.z, id)
@@ -282,7 +290,7 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 		}
 		for i, t := range takes {
 			if qh[i] > 0 {
-				c.quotaUndo(t, id)
+				c.entryUndo(t, id)
 			}
 		}
 		if hasTicket {
@@ -293,11 +301,16 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 		rebooked = true
 	}
 
-	m, binding, window := now, 0, 0
+	m, binding, window, shared := now, 0, 0, false
 	for i, t := range takes {
-		if t.kind == "q" {
+		switch t.kind {
+		case "q":
 			if q, w := c.quotaEarliest(t, now); q > m {
-				m, binding, window = q, i+1, w
+				m, binding, window, shared = q, i+1, w, false
+			}
+		case "c":
+			if q, edge := c.calEarliest(t, now); q > m {
+				m, binding, window, shared = q, i+1, 0, edge
 			}
 		}
 	}
@@ -308,16 +321,38 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 			pb = v
 		}
 		if pb > m {
-			m, binding, window = pb, 0, 0
+			m, binding, window, shared = pb, 0, 0, false
 		}
-		if binding == 0 {
-			binding = bi
+	}
+	for range 4 {
+		for i, t := range takes {
+			if e, quiet := quietEnd(t, m); t.kind == "h" && quiet {
+				m, binding, window, shared = e, i+1, 0, true
+			}
 		}
+		if !(shared && bt != nil) {
+			break
+		}
+		shared = false
+		n := c.zcountBetween(bt.book, m-1, m+modelShared)
+		if n == 0 {
+			break
+		}
+		m += float64(n) * slot
+	}
+	if bt != nil && binding == 0 {
+		binding = bi
 	}
 	if deadline > 0 && m > deadline {
 		d := dec(false, binding, window, m-now)
 		d.Expired = true
 		return d, true
+	}
+	if far := beyond(takes, m); far > 0 {
+		if binding == 0 {
+			binding = far
+		}
+		return dec(false, binding, window, m-now), true
 	}
 	tail := v
 	if bt != nil {
@@ -333,9 +368,10 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 	}
 	if m <= now+maxwait {
 		for _, t := range takes {
-			if t.kind == "q" {
-				c.quotaCommit(t, id, m)
-			} else {
+			switch t.kind {
+			case "q", "c":
+				c.entryCommit(t, id, m)
+			case "b":
 				c.bucketCommit(t, id, m, remember, tail)
 			}
 		}
@@ -346,8 +382,8 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 	}
 	ahead := 0
 	for _, t := range takes {
-		if t.kind == "q" {
-			c.quotaCommit(t, id, m)
+		if t.kind == "q" || t.kind == "c" {
+			c.entryCommit(t, id, m)
 		}
 	}
 	if bt != nil {
@@ -358,7 +394,7 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 		ahead = c.zcountBetween(bt.book, math.Inf(-1), m)
 	} else {
 		for i, t := range takes {
-			if i+1 == binding {
+			if i+1 == binding && (t.kind == "q" || t.kind == "c") {
 				ahead = c.zcountBetween(t.key, now, m)
 			}
 		}

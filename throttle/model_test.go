@@ -191,6 +191,10 @@ type modelTake struct {
 	reserves     bool // t.reserve is set
 	remaining    float64
 	window       int // quota window that set delay, 1-based; 0: none
+
+	bounds      []float64 // calendar
+	from, until float64   // quiet hours' cover
+	spans       []float64 // quiet hours: start, end, start, end...
 }
 
 // parse mirrors rules.lua's parse, reading the limits from the rules
@@ -217,6 +221,18 @@ func (m *model) parse(r Request) []*modelTake {
 		case *FixedWindow:
 			t.kind, t.key = "f", modelKey{"f", rule.name, tk.Key}
 			t.limit, t.per = float64(rule.limit), float64(rule.per.Microseconds())
+		case *CalendarWindow:
+			t.kind, t.key = "c", modelKey{"c", rule.name, tk.Key}
+			t.limit = float64(rule.limit)
+			for _, b := range rule.bounds {
+				t.bounds = append(t.bounds, float64(b.UnixMicro()))
+			}
+		case *Quiet:
+			t.kind = "h"
+			t.from, t.until = float64(rule.from.UnixMicro()), float64(rule.until.UnixMicro())
+			for _, sp := range rule.spans {
+				t.spans = append(t.spans, float64(sp.From.UnixMicro()), float64(sp.To.UnixMicro()))
+			}
 		default:
 			panic(fmt.Sprintf("model: unknown rule %T", tk.Rule))
 		}
@@ -615,8 +631,12 @@ func (m *model) admit(r Request, nowUS, rememberUS int64) Decision {
 			c.quotaCheck(t, id)
 		case "b":
 			c.bucketCheck(t, id, remember, denied, r.Book && r.Priority)
-		default:
+		case "f":
 			c.fixedCheck(t, id)
+		case "c":
+			c.calCheck(t, id, maxwait)
+		case "h":
+			c.quietCheck(t, maxwait)
 		}
 		if !t.ok {
 			denied = true
@@ -631,7 +651,7 @@ func (m *model) admit(r Request, nowUS, rememberUS int64) Decision {
 		if t.remaining < remaining {
 			remaining = t.remaining
 		}
-		if !t.repeated {
+		if !t.repeated && t.kind != "h" {
 			repeated = false
 		}
 	}
@@ -685,8 +705,10 @@ func (m *model) admit(r Request, nowUS, rememberUS int64) Decision {
 				c.quotaCommit(t, id, at)
 			case "b":
 				c.bucketCommit(t, id, at, remember, c.bucketTail(t))
-			default:
+			case "f":
 				c.fixedCommit(t, id)
+			case "c":
+				c.calCommit(t, id, at)
 			}
 		}
 		if delay == 0 {
@@ -727,8 +749,10 @@ func (m *model) release(r Request, nowUS, rememberUS int64) int {
 					done = true
 				}
 			}
-		default:
+		case "f":
 			done = c.fixedUndo(t, r.ID)
+		case "c":
+			done = c.calUndo(t, r.ID)
 		}
 		if done {
 			undone++
@@ -742,6 +766,9 @@ func (m *model) release(r Request, nowUS, rememberUS int64) int {
 func (m *model) dump(r Request, nowUS int64) string {
 	var b strings.Builder
 	for _, t := range m.parse(r) {
+		if t.kind == "h" {
+			continue // no key
+		}
 		ks := []modelKey{t.key}
 		if t.kind == "b" {
 			ks = append(ks, t.ledger, t.book)

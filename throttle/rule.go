@@ -30,8 +30,9 @@ func invalidRule(rule, format string, args ...any) error {
 	return fmt.Errorf("throttle: %w: %w", &RuleError{Rule: rule, Problem: fmt.Sprintf(format, args...)}, ErrInvalidRule)
 }
 
-// Rule is a limit that takes are checked against: a *Quota, a *Bucket or a
-// *FixedWindow. Rules hold no state (their state lives in Redis, keyed by rule
+// Rule is a limit that takes are checked against: a *Quota, a *Bucket, a
+// *FixedWindow, a *CalendarWindow or a *Quiet. Rules hold no state (their
+// state lives in Redis, keyed by rule
 // name and subject), are immutable, and are safe for concurrent use.
 type Rule interface {
 	// Name returns the rule's name, which is part of its Redis keys.
