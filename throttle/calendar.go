@@ -53,10 +53,10 @@ func NewCalendar(name string, limit int, period Period, weekStart time.Weekday) 
 		return nil, err
 	}
 	if period < Day || period > Month {
-		return nil, invalidRule("calendar " + name, "period must be Day, Week or Month (got %d)", period)
+		return nil, invalidRule("calendar "+name, "period must be Day, Week or Month (got %d)", period)
 	}
 	if weekStart < time.Sunday || weekStart > time.Saturday {
-		return nil, invalidRule("calendar " + name, "week start must be a weekday (got %d)", weekStart)
+		return nil, invalidRule("calendar "+name, "week start must be a weekday (got %d)", weekStart)
 	}
 	c := &Calendar{name: name, limit: limit, period: period, weekStart: weekStart}
 	c.str = fmt.Sprintf("%d per calendar %s", limit, period)
@@ -188,13 +188,13 @@ func NewCalendarWindow(name string, limit int, bounds ...time.Time) (*CalendarWi
 		return nil, err
 	}
 	if len(bounds) < 2 {
-		return nil, invalidRule("calendar " + name, "needs at least two bounds")
+		return nil, invalidRule("calendar "+name, "needs at least two bounds")
 	}
 	var b strings.Builder
 	b.WriteString("," + strconv.Itoa(limit))
 	for i, t := range bounds {
 		if i > 0 && !t.After(bounds[i-1]) {
-			return nil, invalidRule("calendar " + name, "bound %d (%s) is not after the one before", i+1, t)
+			return nil, invalidRule("calendar "+name, "bound %d (%s) is not after the one before", i+1, t)
 		}
 		b.WriteString("," + strconv.FormatInt(t.UnixMicro(), 10))
 	}

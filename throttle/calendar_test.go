@@ -188,7 +188,7 @@ func TestQuietHoursInvalid(t *testing.T) {
 		}
 		return q
 	}
-	if _, err := NewQuietHours("q", r("12:00-08:00"), r("07:00-13:00")); err == nil || err.Error() != "throttle: quiet hours q (12:00-08:00, 07:00-13:00) cover the whole week: invalid rule" {
+	if _, err := NewQuietHours("q", r("12:00-08:00"), r("07:00-13:00")); err == nil || err.Error() != "throttle: quiet hours q (12:00-08:00, 07:00-13:00): cover the whole week: invalid rule" {
 		t.Errorf("whole week: got %v", err)
 	}
 	if _, err := NewQuietHours("q"); err == nil {

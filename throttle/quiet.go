@@ -114,13 +114,13 @@ func NewQuietHours(name string, ranges ...QuietRange) (*QuietHours, error) {
 		return nil, err
 	}
 	if len(ranges) == 0 {
-		return nil, fmt.Errorf("throttle: quiet hours %s: need at least one range: %w", name, ErrInvalidRule)
+		return nil, invalidRule("quiet hours "+name, "need at least one range")
 	}
 	q := &QuietHours{name: name, ranges: append([]QuietRange(nil), ranges...)}
 	var strs []string
 	for _, r := range ranges {
 		if r.From == r.To || r.From < 0 || r.To < 0 || r.From >= 24*time.Hour || r.To > 24*time.Hour {
-			return nil, fmt.Errorf("throttle: quiet hours %s: range %s is empty or not within a day: %w", name, r, ErrInvalidRule)
+			return nil, invalidRule("quiet hours "+name, "range %s is empty or not within a day", r)
 		}
 		strs = append(strs, r.String())
 	}
@@ -130,7 +130,7 @@ func NewQuietHours(name string, ranges ...QuietRange) (*QuietHours, error) {
 	t0 := time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
 	for _, s := range q.spans(time.UTC, t0, 0, 21) {
 		if s.To.Sub(s.From) >= 7*24*time.Hour {
-			return nil, fmt.Errorf("throttle: quiet hours %s (%s) cover the whole week: %w", name, q.str[len("quiet "):], ErrInvalidRule)
+			return nil, invalidRule("quiet hours "+name+" ("+q.str[len("quiet "):]+")", "cover the whole week")
 		}
 	}
 	return q, nil
@@ -223,14 +223,14 @@ func NewQuiet(name string, from, until time.Time, spans ...Span) (*Quiet, error)
 		return nil, err
 	}
 	if !until.After(from) {
-		return nil, fmt.Errorf("throttle: quiet hours %s: cover ends before it starts: %w", name, ErrInvalidRule)
+		return nil, invalidRule("quiet hours "+name, "cover ends before it starts")
 	}
 	q := &Quiet{name: name, from: from, until: until, str: "quiet hours"}
 	us := func(t time.Time) string { return strconv.FormatInt(t.UnixMicro(), 10) }
 	q.plan = "," + us(from) + "," + us(until)
 	for i, s := range spans {
 		if !s.To.After(s.From) || i > 0 && !s.From.After(spans[i-1].To) {
-			return nil, fmt.Errorf("throttle: quiet hours %s: span %d (%s to %s) is empty, or not after the one before: %w", name, i+1, s.From, s.To, ErrInvalidRule)
+			return nil, invalidRule("quiet hours "+name, "span %d (%s to %s) is empty, or not after the one before", i+1, s.From, s.To)
 		}
 		if !s.To.After(from) || !s.From.Before(until) {
 			continue
