@@ -40,7 +40,7 @@ campaigns:
 	want := []Campaign{
 		{Name: "digest", Template: "digest", Cron: "*/2 * * * * *", Timezone: "America/New_York",
 			Audience:     Audience{File: filepath.Join(dir, "lists", "digest.txt")},
-			SendByWindow: 24 * time.Hour, CatchUp: DefaultCatchUp},
+			SendByWindow: 24 * time.Hour, CatchUp: time.Hour},
 		{Name: "pulse", Template: "pulse", Cron: "@hourly", Audience: Audience{RedisSet: "pulse:members"}},
 	}
 	if !reflect.DeepEqual(c.Campaigns, want) {

@@ -1,29 +1,24 @@
-// Package config reads the worker's and enqueue's configuration file (see
-// config.yaml at the repository root, the commented example and the default),
-// checks every key and value, and builds the throttle rules and queues from
-// it. Connecting to Redis is package internal/redisconn's.
+// Package config reads the configuration file of the worker and enqueue
+// (config.yaml at the repository root is the commented example and the
+// default), checks every key and value, and builds the throttle rules and
+// queues from it. Connecting to Redis is package internal/redisconn's.
 //
-// A file is read, parsed and validated starting from Default(): a key the
-// file leaves out keeps its default, and a key it sets replaces the default
-// (a map such as worker.queues as a whole). The yaml tags of the structs
-// below are the file's keys, in the order config.yaml shows them. Checking is
-// strict: an unknown or duplicated key, a value of the wrong type, a bad
-// duration, a limit of zero or a policy, provider or queue referenced but not
-// defined is an error that names the file, the line, the setting's path and
-// the bad value:
+// A file is decoded onto Default() by the structs' yaml tags, the file's
+// keys: a key the file leaves out keeps its default, a key it sets replaces
+// it (a map such as worker.queues as a whole). Checking is strict, and every
+// problem in the file is reported at once, one per line in file order (up
+// to 20), naming the file, the line, the setting's path and the bad value:
 //
 //	config.yaml:12: policies.marketing[1].per: must be > 0 (got 0s)
 //
-// Every problem in the file is reported at once, one per line in file order
-// (up to 20), so that a file can be fixed in one go.
+// Durations are Go durations ("500ms", "90s", "1h30m") and may start with a
+// number of days: "7d", "1d12h", "1.5d" (a day is 24h).
 //
-// Durations are Go durations ("500ms", "90s", "1h30m", "168h") and may start
-// with a number of days: "7d", "1d12h", "1.5d" (a day is 24h).
-//
-// A setting is one field here (with its tag), its default in Default and its
-// check in validate.go. Unlike option structs, whose zero value means
-// "default", a Config holds the values in effect, so an explicit 0s or "" in
-// the file keeps its meaning ("off"). Build a Config by hand from Default().
+// A new setting is a field with its yaml tag (decode.go lists the tag
+// options), its default in Default (in an entry of a map or a list, in its
+// type's Fill) and its check in validate.go. A Config holds the values in
+// effect, so an explicit 0s or "" in the file keeps its meaning ("off");
+// build one by hand from Default().
 package config
 
 import (
@@ -36,6 +31,7 @@ import (
 
 	"github.com/notify-throttle/throttler/internal/redisconn"
 	"github.com/notify-throttle/throttler/internal/schedule"
+	"github.com/notify-throttle/throttler/recovery"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -59,45 +55,26 @@ const (
 	DashboardBearer = "bearer"
 )
 
-// Default values of settings that have one.
-const (
-	DefaultEmbeddedAddr       = redisconn.DefaultEmbeddedAddr
-	DefaultPrefix             = throttle.DefaultPrefix
-	DefaultConcurrency        = 20
-	DefaultQueue              = "default"
-	DefaultShutdownTimeout    = 10 * time.Second
-	DefaultHTTPAddr           = "127.0.0.1:9464"
-	DefaultDashboardSecretEnv = "THROTTLER_DASHBOARD_SECRET"
-	DefaultInlineWait         = 2500 * time.Millisecond
-	DefaultJitter             = time.Second
-	DefaultSentMarks          = time.Hour
-	DefaultRememberTakes      = throttle.DefaultRemember
-	DefaultDeadAfter          = 5 * time.Second
-	DefaultOutput             = "stdout"
-	DefaultTimeout            = 5 * time.Second
-	DefaultCatchUp            = time.Hour
-)
-
 // Default returns the default configuration: embedded Redis, the default
 // worker settings, no policies, providers or campaigns.
 func Default() *Config {
 	return &Config{
-		Redis: Redis{URL: Embedded, EmbeddedAddr: DefaultEmbeddedAddr, Prefix: DefaultPrefix},
+		Redis: Redis{URL: Embedded, EmbeddedAddr: redisconn.DefaultEmbeddedAddr, Prefix: throttle.DefaultPrefix},
 		Worker: Worker{
-			Concurrency:     DefaultConcurrency,
-			Queues:          map[string]int{DefaultQueue: 1},
-			ShutdownTimeout: DefaultShutdownTimeout,
-			HTTPAddr:        DefaultHTTPAddr,
-			Dashboard:       Dashboard{Enabled: true, SecretEnv: DefaultDashboardSecretEnv},
-			InlineWait:      DefaultInlineWait,
-			Jitter:          DefaultJitter,
-			SentMarks:       DefaultSentMarks,
-			RememberTakes:   DefaultRememberTakes,
-			DeadAfter:       DefaultDeadAfter,
+			Concurrency:     20,
+			Queues:          map[string]int{"default": 1},
+			ShutdownTimeout: 10 * time.Second,
+			HTTPAddr:        "127.0.0.1:9464",
+			Dashboard:       Dashboard{Enabled: true, SecretEnv: "THROTTLER_DASHBOARD_SECRET"},
+			InlineWait:      2500 * time.Millisecond,
+			Jitter:          time.Second,
+			SentMarks:       time.Hour,
+			RememberTakes:   throttle.DefaultRemember,
+			DeadAfter:       recovery.DefaultDeadAfter,
 		},
 		Policies:  map[string]Policy{},
 		Providers: map[string]Provider{},
-		Defaults:  Defaults{Queue: DefaultQueue},
+		Defaults:  Defaults{Queue: "default"},
 	}
 }
 
@@ -247,13 +224,13 @@ func (p *Provider) Fill(has func(key string) bool, required func(key, why string
 	}
 	switch {
 	case p.Type == ProviderLog && !has("output"):
-		p.Output = DefaultOutput
+		p.Output = "stdout"
 	case p.Type == ProviderWebhook:
 		if !has("url") {
 			required("url", " for a webhook provider")
 		}
 		if !has("timeout") {
-			p.Timeout = DefaultTimeout
+			p.Timeout = 5 * time.Second
 		}
 	}
 }
@@ -307,14 +284,14 @@ type Campaign struct {
 	SendByWindow time.Duration `yaml:"send_by_window"`
 	// CatchUp is how old a tick missed while no worker ran may be and
 	// still be sent when a worker starts; only the latest missed tick is.
-	// Default DefaultCatchUp in a file; 0 turns catching up off.
+	// Default 1h in a file; 0 turns catching up off.
 	CatchUp time.Duration `yaml:"catch_up"`
 }
 
 // Fill gives a campaign read from a file its defaults.
 func (c *Campaign) Fill(has func(key string) bool, _ func(key, why string)) {
 	if !has("catch_up") {
-		c.CatchUp = DefaultCatchUp
+		c.CatchUp = time.Hour
 	}
 }
 

@@ -30,7 +30,7 @@ func TestLoadRootConfig(t *testing.T) {
 			Queues:          map[string]int{"critical": 6, "default": 3, "low": 1},
 			ShutdownTimeout: 10 * time.Second,
 			HTTPAddr:        "127.0.0.1:9464",
-			Dashboard:       Dashboard{Enabled: true, SecretEnv: DefaultDashboardSecretEnv},
+			Dashboard:       Dashboard{Enabled: true, SecretEnv: "THROTTLER_DASHBOARD_SECRET"},
 			InlineWait:      2500 * time.Millisecond,
 			Book:            true,
 			PriorityQueues:  []string{"critical"},
@@ -121,7 +121,7 @@ func TestParseValid(t *testing.T) {
 		}},
 		{"webhook headers and a fraction rate", "providers:\n  hook:\n    type: webhook\n    url: https://example.com/send\n    rate: 0.5\n    burst: 1\n    headers: {Authorization: Bearer abc, X-Tenant: \"7\"}\n", func(t *testing.T, c *Config) {
 			p := c.Providers["hook"]
-			if p.Rate != 0.5 || p.Timeout != DefaultTimeout || p.Headers["Authorization"] != "Bearer abc" || p.Headers["X-Tenant"] != "7" {
+			if p.Rate != 0.5 || p.Timeout != 5*time.Second || p.Headers["Authorization"] != "Bearer abc" || p.Headers["X-Tenant"] != "7" {
 				t.Errorf("hook = %+v", p)
 			}
 		}},
@@ -148,7 +148,7 @@ campaigns:
 				Name: "weekly-digest", Cron: "0 9 * * MON", Timezone: "Europe/Paris",
 				Audience: Audience{RedisSet: "digest:subscribers"}, Template: "digest",
 				Data: []byte(`{"items":[1,2],"title":"Your week"}`), SendByWindow: 6 * time.Hour,
-				CatchUp: DefaultCatchUp,
+				CatchUp: time.Hour,
 			}}
 			if !reflect.DeepEqual(c.Campaigns, want) {
 				t.Errorf("campaigns:\n got %+v\nwant %+v", c.Campaigns, want)

@@ -98,7 +98,7 @@ func TestDashboardSecret(t *testing.T) {
 		t.Errorf("bearer without its variable: %v, want %s", err, want)
 	}
 	basic := parse("worker:\n  dashboard: {auth: basic, username: ops}\n")
-	if _, err := basic.Secret(env(nil)); err == nil || !strings.Contains(err.Error(), DefaultDashboardSecretEnv) {
+	if _, err := basic.Secret(env(nil)); err == nil || !strings.Contains(err.Error(), "THROTTLER_DASHBOARD_SECRET") {
 		t.Errorf("basic without the default variable: %v, want it named", err)
 	}
 }

@@ -150,16 +150,6 @@ func (s *source) failedAt(path string) bool {
 	return false
 }
 
-// failedUnder reports whether a problem was reported inside path.
-func (s *source) failedUnder(path string) bool {
-	for p := range s.failed {
-		if strings.HasPrefix(p, path+".") || strings.HasPrefix(p, path+"[") {
-			return true
-		}
-	}
-	return false
-}
-
 // errorAt returns an error about path. Its line is that of the first of
 // path and alts that the file sets, else of the nearest setting containing
 // path, else of the file's first value.
@@ -193,5 +183,5 @@ func (s *source) shown(path, u string) string {
 	if s != nil && s.refs[path] != "" {
 		return "the value of " + s.refs[path]
 	}
-	return quote(RedactURL(u))
+	return quote(redisconn.RedactURL(u))
 }

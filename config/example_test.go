@@ -50,8 +50,3 @@ providers:
 	// 1 per 24h, 3 per 168h
 	// 0.5/s burst 2
 }
-
-func ExampleRedactURL() {
-	fmt.Println(config.RedactURL("rediss://app:s3cret@cache.internal:6380/0"))
-	// Output: rediss://app:xxxxx@cache.internal:6380/0
-}

@@ -39,6 +39,26 @@ func LoadWithEnv(path string, getenv func(string) string) (*Config, error) {
 	return parse(path, data, getenv)
 }
 
+// Environment variables that replace settings (see LoadWithEnv).
+const (
+	EnvRedisURL      = "REDIS_URL"      // redis.url and redis.cluster
+	EnvRedisPassword = "REDIS_PASSWORD" // redis.password and redis.password_file
+)
+
+// redisFromEnv lets a non-empty REDIS_URL replace URL and Cluster, and a
+// non-empty REDIS_PASSWORD replace Password and PasswordFile, recording in
+// src that errors about them name the variable.
+func redisFromEnv(r *Redis, getenv func(string) string, src *source) {
+	if u := getenv(EnvRedisURL); u != "" {
+		r.URL, r.Cluster = u, nil
+		src.env["redis.url"] = EnvRedisURL
+	}
+	if pw := getenv(EnvRedisPassword); pw != "" {
+		r.Password, r.PasswordFile = pw, ""
+		src.env["redis.password"] = EnvRedisPassword
+	}
+}
+
 // Parse parses and validates a configuration file's contents without
 // looking at the environment. name is the file name errors start with.
 func Parse(name string, data []byte) (*Config, error) {

@@ -8,7 +8,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/notify-throttle/throttler/internal/redisconn"
 	"github.com/notify-throttle/throttler/internal/redistest"
+	"github.com/notify-throttle/throttler/throttle"
 )
 
 // noSecret fails the test if s shows any of the secrets, escaped or not.
@@ -129,8 +131,8 @@ func TestRedisSecuritySettingsLoad(t *testing.T) {
 		PasswordFile: filepath.Join(dir, "pw"),
 		TLS: TLS{Enabled: true, CAFile: f.CAFile, CertFile: f.ClientCertFile, KeyFile: f.ClientKeyFile,
 			ServerName: "redis.internal"},
-		EmbeddedAddr: DefaultEmbeddedAddr,
-		Prefix:       DefaultPrefix,
+		EmbeddedAddr: redisconn.DefaultEmbeddedAddr,
+		Prefix:       throttle.DefaultPrefix,
 	}
 	if got := c.Redis; got.GoString() != want.GoString() {
 		t.Errorf("Redis\n got: %#v\nwant: %#v", got, want)

@@ -42,10 +42,11 @@ func (d *decoder) secret(n *yaml.Node, path string) (string, bool) {
 		Env  string `yaml:"env"`
 		File string `yaml:"file,path"`
 	}
+	problems := len(d.errs.errs)
 	d.fields(n, path, n.Line, reflect.ValueOf(&ref).Elem())
 	hasEnv, hasFile := d.src.has(path+".env"), d.src.has(path+".file")
 	switch {
-	case d.src.failedAt(path) || d.src.failedUnder(path):
+	case len(d.errs.errs) > problems:
 		d.src.failed[path] = true // reported inside: not "required" too
 	case hasEnv == hasFile:
 		d.fail(n, path, "give one of {env: NAME} and {file: PATH}")

@@ -65,11 +65,9 @@ func (v *validator) fail(path string, alts []string, format string, args ...any)
 
 func (v *validator) failf(path, format string, args ...any) { v.fail(path, nil, format, args...) }
 
-// clean reports whether no problem was found at path or inside it.
+// clean reports whether no problem was found at path or inside it, in
+// decoding or since.
 func (v *validator) clean(path string) bool {
-	if v.c.src.failedAt(path) || v.c.src != nil && v.c.src.failedUnder(path) {
-		return false
-	}
 	return !slices.ContainsFunc(v.errs.errs, func(e *Error) bool {
 		return e.Path == path || strings.HasPrefix(e.Path, path+".") || strings.HasPrefix(e.Path, path+"[")
 	})
@@ -274,18 +272,25 @@ func isToken(s string) bool {
 func (v *validator) defaults() {
 	df := v.c.Defaults
 	if df.Policy != "" {
-		v.ref("defaults.policy", "policy", df.Policy, "policies", slices.Collect(maps.Keys(v.c.Policies)))
+		v.ref("defaults.policy", "policy", df.Policy)
 	}
 	if df.Provider != "" {
-		v.ref("defaults.provider", "provider", df.Provider, "providers", slices.Collect(maps.Keys(v.c.Providers)))
+		v.ref("defaults.provider", "provider", df.Provider)
 	}
-	v.ref("defaults.queue", "queue", df.Queue, "worker.queues", slices.Collect(maps.Keys(v.c.Worker.Queues)))
+	v.ref("defaults.queue", "queue", df.Queue)
 }
 
-// ref checks that name is one of defined, the keys of the setting at
-// definedPath. Its line is that of path or, when the file leaves path to its
-// default, of definedPath, which then lacks the default.
-func (v *validator) ref(path, kind, name, definedPath string, defined []string) {
+// ref checks that name is a policy, provider or queue (kind) the config
+// defines. Its line is that of path or, when the file leaves path to its
+// default, of the setting defining them, which then lacks the default.
+func (v *validator) ref(path, kind, name string) {
+	definedPath, defined := "worker.queues", slices.Collect(maps.Keys(v.c.Worker.Queues))
+	switch kind {
+	case "policy":
+		definedPath, defined = "policies", slices.Collect(maps.Keys(v.c.Policies))
+	case "provider":
+		definedPath, defined = "providers", slices.Collect(maps.Keys(v.c.Providers))
+	}
 	if slices.Contains(defined, name) || v.c.src.failedAt(definedPath) {
 		return
 	}
@@ -323,10 +328,10 @@ func (v *validator) campaigns() {
 		v.schedule(path, cp)
 		v.audience(path+".audience", cp.Audience)
 		v.notNegative(path+".catch_up", cp.CatchUp)
-		v.campaignRef(path+".policy", "policy", cp.Policy, v.c.Defaults.Policy, "policies", slices.Collect(maps.Keys(v.c.Policies)))
-		v.campaignRef(path+".provider", "provider", cp.Provider, v.c.Defaults.Provider, "providers", slices.Collect(maps.Keys(v.c.Providers)))
+		v.campaignRef(path+".policy", "policy", cp.Policy, v.c.Defaults.Policy)
+		v.campaignRef(path+".provider", "provider", cp.Provider, v.c.Defaults.Provider)
 		if cp.Queue != "" {
-			v.ref(path+".queue", "queue", cp.Queue, "worker.queues", slices.Collect(maps.Keys(v.c.Worker.Queues)))
+			v.ref(path+".queue", "queue", cp.Queue)
 		}
 		v.notNegative(path+".send_by_window", cp.SendByWindow)
 	}
@@ -376,10 +381,10 @@ func readable(path string) error {
 
 // campaignRef checks a campaign's policy or provider; when it names none, the
 // default applies, and defaults() checks that one.
-func (v *validator) campaignRef(path, kind, name, def, definedPath string, defined []string) {
+func (v *validator) campaignRef(path, kind, name, def string) {
 	switch {
 	case name != "":
-		v.ref(path, kind, name, definedPath, defined)
+		v.ref(path, kind, name)
 	case def == "":
 		v.failf(path, "required, as defaults.%s is not set", kind)
 	}

@@ -8,6 +8,34 @@ import (
 	"time"
 )
 
+func TestRedactURL(t *testing.T) {
+	tests := []struct {
+		name, in, want string
+	}{
+		{"embedded", "embedded", "embedded"},
+		{"no credentials", "redis://cache:6379/0", "redis://cache:6379/0"},
+		{"user only", "redis://app@cache:6379/0", "redis://app@cache:6379/0"},
+		{"user and password", "redis://app:s3cret@cache:6379/0", "redis://app:xxxxx@cache:6379/0"},
+		{"password only", "redis://:s3cret@cache:6379", "redis://:xxxxx@cache:6379"},
+		{"empty password", "redis://app:@cache", "redis://app:xxxxx@cache"},
+		{"tls", "rediss://app:s3cret@cache:6380/1", "rediss://app:xxxxx@cache:6380/1"},
+		{"escaped characters", "redis://app:p%40ss%2Fw@cache", "redis://app:xxxxx@cache"},
+		{"unescaped @ and colon", "redis://app:p@ss:w@cache:6379", "redis://app:xxxxx@cache:6379"},
+		{"unescaped slash, not a URL", "redis://app:s3/cret@cache:6379", "redis://app:xxxxx@cache:6379"},
+		{"password query parameter", "unix:///run/redis.sock?db=1&password=s3cret", "unix:///run/redis.sock?db=1&password=xxxxx"},
+		{"no scheme", "app:s3cret@cache:6379", "app:xxxxx@cache:6379"},
+		{"not a URL", "cache:6379", "cache:6379"},
+		{"empty", "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := RedactURL(tt.in); got != tt.want {
+				t.Errorf("RedactURL(%q) = %q, want %q", tt.in, got, tt.want)
+			}
+		})
+	}
+}
+
 // TestPasswordNeverInErrors feeds bad Redis URLs holding a password to
 // Connect (config's tests feed them to Parse and REDIS_URL).
 func TestPasswordNeverInErrors(t *testing.T) {
