@@ -115,7 +115,7 @@ func TestClusterPath(t *testing.T) {
 		sms := mustBucket(t, "sms", 1.0/3600, 1)
 		mustAdmit(t, l, Request{ID: "drain", Takes: []Take{{Rule: sms, Key: gw}}})
 		mustAdmit(t, l, Request{ID: "b0", Takes: []Take{{Rule: weekly, Key: bob}}})
-		time.Sleep(50 * time.Millisecond) // bob's set now expires 50ms before a fresh write's would
+		time.Sleep(50 * time.Millisecond) // time under test: bob's set now expires 50ms before a fresh write's would
 		beforeTTL := pttls(t, rdb)
 		if d := mustAdmit(t, l, Request{ID: "x", Takes: []Take{{Rule: weekly, Key: bob}, {Rule: sms, Key: gw}}}); d.Allowed {
 			t.Fatalf("%+v, want denied by the bucket", d)
@@ -349,7 +349,7 @@ func TestClusterPath(t *testing.T) {
 		if d := mustAdmit(t, short, r); !d.Allowed {
 			t.Fatalf("%+v", d)
 		}
-		time.Sleep(1100 * time.Millisecond) // the ledger forgets job-1
+		time.Sleep(1100 * time.Millisecond) // time under test: the ledger forgets job-1
 		// Redelivered: the quota still holds job-1, the bucket no longer
 		// knows it and is empty, so it is denied.
 		if d := mustAdmit(t, short, r); d.Allowed {
@@ -648,7 +648,7 @@ func TestClusterReservedSendKeepsQuota(t *testing.T) {
 			if try > 20 {
 				t.Fatalf("%s still denied: %+v", id, d)
 			}
-			time.Sleep(d.Delay + time.Millisecond)
+			time.Sleep(d.Delay + time.Millisecond) // time under test: the retry comes after the delay given
 		}
 	}
 	send("job-1")

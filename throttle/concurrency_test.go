@@ -307,7 +307,7 @@ func TestConcurrency(t *testing.T) {
 	}
 	scenarios := []string{"a", "b", "c"}
 	t.Run("standalone", func(t *testing.T) {
-		_, rdb := newStandalone(t)
+		_, rdb := newOwnServer(t)
 		for _, name := range scenarios {
 			t.Run(name, func(t *testing.T) { raceScenario(t, exe, rdb, []string{rdb.Options().Addr}, false, name) })
 		}

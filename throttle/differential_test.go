@@ -13,8 +13,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/notify-throttle/throttler/internal/redistest"
 )
 
 // TestDifferential replays random admissions and releases against a real
@@ -55,7 +53,7 @@ func TestDifferential(t *testing.T) {
 	// At least 1s (Options' minimum) and short enough that ledgers forget IDs
 	// within a run.
 	remember := time.Second + time.Duration(rng.Int64N(int64(time.Second)))
-	rdb := redistest.Start(t).Client(t)
+	rdb, _ := shared.NewClient(t)
 	l, err := New(rdb, Options{Remember: remember})
 	if err != nil {
 		t.Fatal(err)
@@ -107,7 +105,7 @@ func TestDifferential(t *testing.T) {
 			r := d.request()
 			if dec := d.admit(op, []Request{r}); !dec.Allowed && dec.Delay <= 150*time.Millisecond && d.rng.IntN(10) == 0 {
 				d.stats.retries++
-				time.Sleep(dec.Delay)
+				time.Sleep(dec.Delay) // time under test: a retry after the delay the engine gave
 				retry = &r
 				continue
 			}
@@ -439,7 +437,7 @@ func (d *differ) newBooking(r Request) Request {
 }
 
 // pause lets time pass: often a little, now and then enough for windows to
-// roll over and buckets to refill.
+// roll over and buckets to refill. Its sleeps are the test's clock, not waits.
 func (d *differ) pause() {
 	switch p := d.rng.Float64(); {
 	case p < 0.012:

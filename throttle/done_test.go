@@ -71,7 +71,7 @@ func doneDance(t *testing.T, l *Limiter, rdb redis.UniversalClient, snap bool) {
 }
 
 func TestDoneMarkerTakesNothing(t *testing.T) {
-	l, rdb := newStandalone(t)
+	l, rdb := newOwnServer(t)
 	doneDance(t, l, rdb, true)
 	if n := commandCalls(t, rdb)["exists"]; n == 0 {
 		t.Errorf("no EXISTS ran inside the scripts: the marker was not checked")

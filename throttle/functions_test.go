@@ -51,7 +51,7 @@ func quotaDance(t *testing.T, l *Limiter, who string) {
 }
 
 func TestFunctionsAreLoadedOnceAndCalled(t *testing.T) {
-	l, rdb := newStandalone(t)
+	l, rdb := newOwnServer(t)
 	quotaDance(t, l, "alice")
 	quotaDance(t, l, "bob")
 	calls := commandCalls(t, rdb)

@@ -11,9 +11,19 @@ import (
 	"github.com/notify-throttle/throttler/internal/redistest"
 )
 
-// newStandalone starts a redis-server of the test's own and returns a
-// Limiter and a client on it.
+// newStandalone returns a Limiter and a client on a database of the test's
+// own on the package's shared redis-server.
 func newStandalone(t testing.TB) (*Limiter, *redis.Client) {
+	t.Helper()
+	rdb, _ := shared.NewClient(t)
+	return mustLimiter(t, rdb), rdb
+}
+
+// newOwnServer starts a redis-server of the test's own and returns a Limiter
+// and a client on it, for tests of what a server holds for all its databases
+// (loaded functions, command counts of a whole test) and for child processes
+// that reach the server by its address alone.
+func newOwnServer(t testing.TB) (*Limiter, *redis.Client) {
 	t.Helper()
 	rdb := redistest.Start(t).Client(t)
 	return mustLimiter(t, rdb), rdb

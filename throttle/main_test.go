@@ -14,16 +14,17 @@ import (
 	"github.com/notify-throttle/throttler/internal/redistest"
 )
 
-// exampleRedis is the server the examples (which get no *testing.T) run
-// against, on its database 0: started by TestMain, like the examples of a
-// database driver.
-var exampleRedis *redistest.Shared
+// shared is the redis-server the package's tests share, started by TestMain:
+// each test has a database of its own (newStandalone), and the examples (which
+// get no *testing.T) run on database 0, like the examples of a database
+// driver. Tests of what is server-wide start their own (newOwnServer).
+var shared *redistest.Shared
 
-func TestMain(m *testing.M) { os.Exit(redistest.RunShared(m, &exampleRedis)) }
+func TestMain(m *testing.M) { os.Exit(redistest.RunShared(m, &shared)) }
 
 // exampleClient returns a client on the examples' server, flushed.
 func exampleClient() *redis.Client {
-	rdb := redis.NewClient(&redis.Options{Addr: exampleRedis.Addr})
+	rdb := redis.NewClient(&redis.Options{Addr: shared.Addr})
 	rdb.FlushDB(context.Background())
 	return rdb
 }
@@ -57,6 +58,9 @@ var cmdCalls = regexp.MustCompile(`(?m)^cmdstat_([a-z_|]+):calls=(\d+)`)
 
 // commandCalls returns a node's INFO commandstats calls by command ("evalsha",
 // "function|load", and the commands scripts run: "zscore", "exists", ...).
+// The counts are the whole server's: on the shared server only a difference
+// taken within one test that does not run in parallel (t.Parallel) is the
+// test's own.
 func commandCalls(t testing.TB, c *redis.Client) map[string]int {
 	t.Helper()
 	info, err := c.Info(context.Background(), "commandstats").Result()

@@ -127,7 +127,7 @@ func TestReleaseAfterLaterTakesRefundsNothing(t *testing.T) {
 	if d := mustAdmit(t, l, req("A")); !d.Allowed || d.Delay != 0 {
 		t.Fatalf("A: %+v, want allowed now", d)
 	}
-	time.Sleep(3 * time.Second / rate) // the bucket is full again, with A's take
+	time.Sleep(3 * time.Second / rate) // time under test: the bucket refills to burst, A's take still held
 	var moments []time.Time
 	for _, id := range []string{"B", "C"} {
 		d := mustAdmit(t, l, req(id))

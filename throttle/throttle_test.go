@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/notify-throttle/throttler/internal/redistest"
 )
 
 var ctx = context.Background()
@@ -34,7 +32,7 @@ func TestQuotaDelayIsUntilTheBlockingEntryLeaves(t *testing.T) {
 		t.Errorf("delay = %s, want %s (a's entry leaving its window)", b.Delay, want)
 	}
 
-	time.Sleep(b.Delay)
+	time.Sleep(b.Delay) // the passage of time is under test: the delay is enough
 	c := mustAdmit(t, l, Request{ID: "c", Takes: take})
 	if !c.Allowed {
 		t.Fatalf("after the delay: %+v, want allowed", c)
@@ -428,7 +426,7 @@ func TestPauseDrainsABucketForEveryone(t *testing.T) {
 // empty (delete) the ledger, forgets the recorded life, so that a ledger
 // created again gets a TTL.
 func TestLedgerExtendedAheadNotPerTake(t *testing.T) {
-	rdb := redistest.Start(t).Client(t)
+	rdb, _ := shared.NewClient(t)
 	const remember = 1600 * time.Millisecond // a sixteenth: 100ms
 	l, err := New(rdb, Options{Remember: remember})
 	if err != nil {
@@ -470,6 +468,7 @@ func TestLedgerExtendedAheadNotPerTake(t *testing.T) {
 	p0 = prunes()
 
 	// Past the extension's sixteenth: the next take extends (and prunes).
+	// Sleeps here let the time under test pass.
 	time.Sleep(remember/16 + 20*time.Millisecond)
 	take("d")
 	if n := prunes() - p0; n != 1 {
