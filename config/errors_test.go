@@ -70,6 +70,10 @@ func TestRuleErrorWrapsThrottle(t *testing.T) {
 	if !errors.Is(err, throttle.ErrInvalidRule) {
 		t.Errorf("error %v does not wrap throttle.ErrInvalidRule", err)
 	}
+	var re *throttle.RuleError
+	if !errors.As(err, &re) || re.Rule != `quota name "daily limit"` {
+		t.Errorf("errors.As(*throttle.RuleError) = %+v, want the quota's", re)
+	}
 }
 
 func writeFile(t *testing.T, path, data string) {
