@@ -4,6 +4,9 @@
 GO       ?= go
 PKGS     ?= ./...
 BENCH    ?= .
+# The tools module (tools/go.mod): benchmarks and charts, with the
+# dependencies only they need. Its packages, relative to tools/.
+TOOLS_PKGS ?= ./...
 
 # Tools the Makefile installs through the Go module proxy, pinned, into .bin/.
 BIN                 := $(CURDIR)/.bin
@@ -12,7 +15,7 @@ STATICCHECK         := $(BIN)/staticcheck-$(STATICCHECK_VERSION)
 
 # The integration tier: test files built only with -tags integration (child
 # processes, clusters, faults). INTEGRATION_RUN selects exactly their tests.
-INTEGRATION_FILES := $(shell grep -rlE --include='*_test.go' '^//go:build .*\bintegration\b' .)
+INTEGRATION_FILES := $(shell grep -rlE --include='*_test.go' --exclude-dir=tools '^//go:build .*\bintegration\b' .)
 INTEGRATION_PKGS  := $(sort $(patsubst %/,%,$(dir $(INTEGRATION_FILES))))
 INTEGRATION_RUN   := ^($(shell grep -ho '^func Test[A-Za-z0-9_]*' $(INTEGRATION_FILES) | cut -c6- | grep -vx TestMain | sort -u | paste -sd'|' -))$$
 INTEGRATION_TIMEOUT ?= 30m
@@ -35,21 +38,25 @@ demo:
 ## skips run); what .ci/run runs.
 test: need-redis need-browser
 	$(GO) test -race -count=1 -timeout $(INTEGRATION_TIMEOUT) -tags integration $(PKGS)
+	cd tools && $(GO) test -race -count=1 $(TOOLS_PKGS)
 
 ## unit: the quick tier a developer runs after every change: no child
 ## processes, no clusters (redistest skips them), under the race detector.
 unit: need-redis
 	$(GO) test -race -count=1 $(PKGS)
+	cd tools && $(GO) test -race -count=1 $(TOOLS_PKGS)
 
 ## integration: the tests behind the integration build tag: built binaries
 ## and child processes, Redis Clusters, kills, restarts and outages.
 integration: need-redis need-browser
 	$(GO) test -race -count=1 -timeout $(INTEGRATION_TIMEOUT) -tags integration -run '$(INTEGRATION_RUN)' $(INTEGRATION_PKGS)
 
-## bench: throughput against the baselines in one run, batch speed-up and
-## memory per recipient. Numbers are ratios measured side by side.
+## bench: the product's benchmarks, then the tools module's: the engine
+## against its baselines, batch speed-up, memory per recipient, and the
+## worker pipeline end to end. Numbers are ratios measured side by side.
 bench: need-redis
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem $(PKGS)
+	cd tools && $(GO) test -run '^$$' -bench '$(BENCH)' -benchmem $(TOOLS_PKGS)
 
 ## fuzz: each fuzz target briefly (FUZZTIME each): key encoding, rule
 ## validation, the config parser, JSONL lines, task payloads and their field
@@ -65,12 +72,14 @@ fuzz:
 	  $(GO) test $$pkg -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME); \
 	done
 
-## lint: gofmt, go vet (both tiers' files) and staticcheck at a pinned version.
+## lint: gofmt, go vet (both tiers' files) and staticcheck at a pinned
+## version, on the product and on the tools module.
 lint: $(STATICCHECK)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change: $$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 	$(GO) vet -tags integration $(PKGS)
 	$(STATICCHECK) -tags integration $(PKGS)
+	cd tools && $(GO) vet $(TOOLS_PKGS) && $(STATICCHECK) $(TOOLS_PKGS)
 
 $(STATICCHECK):
 	@mkdir -p $(BIN)

@@ -1,7 +1,10 @@
-// Package bench holds the end-to-end benchmarks of the worker pipeline, run
+// Package pipeline holds the end-to-end benchmarks of the worker pipeline, run
 // by `make bench`:
 //
-//	go test -run '^$' -bench . -benchmem ./integration_test/bench/
+//	cd tools && go test -run '^$' -bench . -benchmem ./bench/pipeline/
+//
+// It lives in the tools module, with the chart drawing's dependency
+// (golang.org/x/image), which the product does not need.
 //
 // Each benchmark starts a redis-server of its own (internal/redistest), runs
 // real asynq servers on it and delivers through the webhook provider to an
@@ -34,7 +37,7 @@
 // -e2e.pool for the throughput benchmark, -pacing.concurrency for pacing,
 // -handover.kills for the hand-over, -backlog.sizes, -backlog.period,
 // -backlog.concurrency for the booking ones.
-package bench
+package pipeline
 
 import (
 	"context"
@@ -48,6 +51,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -221,19 +225,23 @@ func lastErrors(insp *asynq.Inspector) string {
 	return fmt.Sprint(out)
 }
 
-// repoRoot returns the directory holding go.mod, walking up from here.
+// productModule opens the go.mod of the module the benchmarks build.
+const productModule = "module github.com/notify-throttle/throttler\n"
+
+// repoRoot returns the directory holding the product's go.mod, walking up
+// from here past the tools module's.
 func repoRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
 		return "", err
 	}
 	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+		if mod, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && strings.HasPrefix(string(mod), productModule) {
 			return dir, nil
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			return "", errors.New("no go.mod above the working directory")
+			return "", errors.New("no go.mod of " + strings.TrimSpace(productModule) + " above the working directory")
 		}
 		dir = parent
 	}
