@@ -178,6 +178,11 @@ type Policy struct {
 	// MaxDelay is, with defer, the longest a message may wait after it was
 	// enqueued: one whose moment would be later expires. Default 0: none.
 	MaxDelay time.Duration `yaml:"max_delay"`
+	// CountsToward names other policies that each of this policy's
+	// messages counts toward, as if it were theirs, without being held
+	// back by them (a password reset counting toward marketing's cap).
+	// Default none.
+	CountsToward []string `yaml:"counts_toward"`
 }
 
 // Fill gives a policy read from a file its defaults.

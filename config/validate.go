@@ -179,6 +179,17 @@ func (v *validator) policies() {
 		if pol.MaxDelay != 0 && pol.OverCap != OverCapDefer {
 			v.failf(path+".max_delay", "only with over_cap: %s (got over_cap: %s)", OverCapDefer, pol.OverCap)
 		}
+		for i, other := range pol.CountsToward {
+			p := fmt.Sprintf("%s.counts_toward[%d]", path, i)
+			switch {
+			case other == name:
+				v.failf(p, "a policy cannot count toward itself (got %s)", quote(other))
+			case slices.Contains(pol.CountsToward[:i], other):
+				v.failf(p, "%s is given twice", quote(other))
+			default:
+				v.ref(p, "policy", other)
+			}
+		}
 		for i, w := range pol.Windows {
 			p := fmt.Sprintf("%s[%d]", wpath, i)
 			v.positive(p+".limit", w.Limit)

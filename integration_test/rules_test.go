@@ -61,3 +61,51 @@ func TestOverCapThroughTheWorker(t *testing.T) {
 		t.Errorf("throttler_expired_total{policy=\"slow\"} = %v, want 1", n)
 	}
 }
+
+// TestCountOnlyThroughTheWorker runs the worker binary with a reset policy
+// that counts toward pace: resets to a recipient whose pace cap is full are
+// sent, and a pace message after a reset is held back by pace.
+func TestCountOnlyThroughTheWorker(t *testing.T) {
+	cfg := fleetConfig{
+		Concurrency: 4, ShutdownTimeout: 5 * time.Second, InlineWait: time.Second, Jitter: 0,
+		Policy:       "[{limit: 1, per: 1h}]",
+		MorePolicies: "\n  reset: {windows: [{limit: 5, per: 1h}], counts_toward: [pace]}",
+		Rate:         100, Burst: 10, Book: true,
+	}
+	f := newFleet(t, cfg, func(arrival, int) hookAnswer { return hookAnswer{} })
+	f.startWorker("w1")
+	client := asynq.NewClientFromRedisClient(f.rdb)
+	defer client.Close()
+	promo := f.enqueue(client, "alice-promo", jobs.Notification{Recipient: "alice@example.com", Template: "promo"})
+	f.waitSettled(20*time.Second, func(q asynq.QueueInfo) bool { return q.Completed == 1 })
+	resets := []string{
+		f.enqueue(client, "alice-reset-1", jobs.Notification{Recipient: "alice@example.com", Policy: "reset", Template: "reset"}),
+		f.enqueue(client, "alice-reset-2", jobs.Notification{Recipient: "alice@example.com", Policy: "reset", Template: "reset"}),
+		f.enqueue(client, "bob-reset", jobs.Notification{Recipient: "bob@example.com", Policy: "reset", Template: "reset"}),
+	}
+	f.waitSettled(20*time.Second, func(q asynq.QueueInfo) bool { return q.Completed == 4 })
+	held := f.enqueue(client, "bob-promo", jobs.Notification{Recipient: "bob@example.com", Template: "promo"})
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		info, err := f.insp.GetTaskInfo(fleetQueue, held)
+		if err == nil && info.State == asynq.TaskStateScheduled || err == nil && info.State == asynq.TaskStateRetry {
+			if !regexp.MustCompile(`policy pace \(1 per 1h\)`).MatchString(info.LastErr) {
+				t.Errorf("bob's promo is waiting for %q, want policy pace (1 per 1h)", info.LastErr)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("bob's promo never deferred: %+v, %v", info, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	got := f.hook.delivered()
+	for _, id := range append(resets, promo) {
+		if got[id] != 1 {
+			t.Errorf("webhook got %s %d times, want once (all sent: %v)", id, got[id], got)
+		}
+	}
+	if got[held] != 0 {
+		t.Errorf("bob's promo was sent after a reset that counts toward pace")
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -81,6 +82,10 @@ type PolicySettings struct {
 	// queued (Notification.Queued): one whose moment would be later
 	// expires, as one past its send-by does.
 	MaxDelay time.Duration
+	// CountsToward are other policies' quotas that each message counts
+	// toward without being held back by them (throttle.Take.CountOnly),
+	// in the same admission.
+	CountsToward []*throttle.Quota
 }
 
 // job is a decoded, routed notification, handed to Deliver through the context.
@@ -188,6 +193,9 @@ func (j job) request() throttle.Request {
 		{Rule: j.quota, Key: j.n.Recipient},
 		{Rule: j.route.Bucket, Key: j.n.Provider},
 	}}
+	for _, q := range j.policy.CountsToward {
+		r.Takes = append(r.Takes, throttle.Take{Rule: q, Key: j.n.Recipient, CountOnly: true})
+	}
 	if j.book {
 		r.Deadline, _ = j.deadline()
 	}
@@ -216,7 +224,7 @@ func (j job) deadline() (time.Time, string) {
 // was reached: the recipient got nothing, but the provider did the work.
 func (j job) recipientOnly() throttle.Request {
 	r := j.request()
-	r.Takes = r.Takes[:1]
+	r.Takes = slices.Delete(r.Takes, 1, 2) // all but the provider's bucket
 	return r
 }
 

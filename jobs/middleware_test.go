@@ -61,6 +61,9 @@ type harnessConfig struct {
 	holder Holder
 	// settings are the policy's settings beyond its windows.
 	settings PolicySettings
+	// more are policies besides "mkt", with their settings.
+	more       map[string]PolicySettings
+	moreQuotas map[string]*throttle.Quota
 }
 
 func newHarness(t *testing.T, quota *throttle.Quota, bucket *throttle.Bucket, inlineWait time.Duration) *harness {
@@ -117,6 +120,9 @@ func newHarnessWith(t *testing.T, c harnessConfig) *harness {
 	}
 	if !c.noMarks {
 		h.th.Sent = NewSentMarks(workerRDB, "")
+	}
+	for name, q := range c.moreQuotas {
+		h.th.Policies[name], h.th.Settings[name] = q, c.more[name]
 	}
 	retryDelay := c.retryDelay
 	if retryDelay == nil {

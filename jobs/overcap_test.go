@@ -1,7 +1,9 @@
 package jobs
 
 import (
+	"errors"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -68,6 +70,52 @@ func TestOverCapMaxDelay(t *testing.T) {
 			if n := counterValue(t, h.th.Metrics.Expired, "mkt"); n != 1 {
 				t.Errorf("expired_total{policy=mkt} = %v, want 1", n)
 			}
+		})
+	}
+}
+
+// TestCountsToward checks count-only traffic through the middleware: a
+// reset that counts toward marketing goes though marketing is full, makes
+// marketing wait when it goes first, and gives its count back when the
+// provider refuses it.
+func TestCountsToward(t *testing.T) {
+	for _, book := range []bool{false, true} {
+		t.Run(map[bool]string{false: "plain", true: "booking"}[book], func(t *testing.T) {
+			mkt, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 1, Per: time.Hour})
+			reset, _ := throttle.NewQuota("reset", throttle.Window{Limit: 5, Per: time.Hour})
+			b, _ := throttle.NewBucket("gw", 1000, 100)
+			h := newHarnessWith(t, harnessConfig{quota: mkt, bucket: b, book: book,
+				moreQuotas: map[string]*throttle.Quota{"reset": reset},
+				more:       map[string]PolicySettings{"reset": {CountsToward: []*throttle.Quota{mkt}}}})
+			resetOf := func(to string) Notification {
+				return Notification{Recipient: to, Policy: "reset", Provider: "gw", Template: "reset"}
+			}
+			h.fail = func(m Message) error {
+				if m.Recipient == "carol" && m.Template == "reset" {
+					return &SendError{Outcome: Reject, Err: errors.New("400 no such number")}
+				}
+				return nil
+			}
+			// Alice: marketing first, then two resets go all the same.
+			h.enqueue(t, "alice-promo", Notification{Recipient: "alice"})
+			h.await(t, "alice-promo", "completed", state(asynq.TaskStateCompleted))
+			h.enqueue(t, "alice-reset-1", resetOf("alice"))
+			h.enqueue(t, "alice-reset-2", resetOf("alice"))
+			h.await(t, "alice-reset-1", "completed", state(asynq.TaskStateCompleted))
+			h.await(t, "alice-reset-2", "completed", state(asynq.TaskStateCompleted))
+			// Bob: a reset first, and marketing backs off.
+			h.enqueue(t, "bob-reset", resetOf("bob"))
+			h.await(t, "bob-reset", "completed", state(asynq.TaskStateCompleted))
+			h.enqueue(t, "bob-promo", Notification{Recipient: "bob"})
+			info := h.await(t, "bob-promo", "deferred", state(asynq.TaskStateRetry))
+			if h.wasSent("bob-promo") || !strings.Contains(info.LastErr, "policy mkt (1 per 1h)") {
+				t.Errorf("bob's promo after a reset: sent %v, %q; want held back by mkt", h.wasSent("bob-promo"), info.LastErr)
+			}
+			// Carol: the provider refuses the reset; marketing is not held.
+			h.enqueue(t, "carol-reset", resetOf("carol"))
+			h.await(t, "carol-reset", "archived", state(asynq.TaskStateArchived))
+			h.enqueue(t, "carol-promo", Notification{Recipient: "carol"})
+			h.await(t, "carol-promo", "completed", state(asynq.TaskStateCompleted))
 		})
 	}
 }

@@ -81,6 +81,7 @@ local function admit_task(keys, ki, id, p, now, deadline, floor_)
       ok, u = quiet_check(t, now, span)
       left, mine = huge, nil
     end
+    if t.count then ok, u, w, left = true, 0, 0, huge end -- recorded, never holding
     HELD[i], A[i], B[i], C[i] = mine, a, b, c
     if not ok then denied = true end
     if u > delay then delay, binding, window = u, i, w end

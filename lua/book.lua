@@ -320,7 +320,7 @@ local function book_task(keys, ki, id, p, now, deadline, floor_)
     local x = max(now + pace, base, after)
     for i = 1, n do
       local s = QH[i]
-      if s and s > x and not fits_at(p[i], keys[KI[i]], id, x) then x = s end
+      if s and s > x and not p[i].count and not fits_at(p[i], keys[KI[i]], id, x) then x = s end
     end
     -- Not in quiet hours: at its booked moment, which was not.
     for i = 1, n do
@@ -330,7 +330,8 @@ local function book_task(keys, ki, id, p, now, deadline, floor_)
     for i = 1, n do
       if not fits then break end
       local t = p[i]
-      if t.kind == 'q' or t.kind == 'c' then
+      if t.count then -- it goes wherever the others let it
+      elseif t.kind == 'q' or t.kind == 'c' then
         local s = QH[i]
         if s then
           if s ~= x and not fits_at(t, keys[KI[i]], id, x) then fits = false end
@@ -382,7 +383,8 @@ local function book_task(keys, ki, id, p, now, deadline, floor_)
   local m, binding, window, shared = base, 0, 0, false
   for i = 1, n do
     local t = p[i]
-    if t.kind == 'q' then
+    if t.count then -- it sets no moment
+    elseif t.kind == 'q' then
       local q, w = quota_earliest(t, keys[KI[i]], now)
       if q > m then m, binding, window, shared = q, i, w, false end
     elseif t.kind == 'c' then

@@ -29,6 +29,11 @@
 --   h,cost,from,until[,start,end...]       quiet hours: no moment in
 --                                          [start, end); covers [from, until)
 --
+-- A quota or calendar take whose kind starts with '*' ('*q', '*c') counts
+-- only: it is recorded like any other (its entries count toward the rule),
+-- but it never denies the task nor sets its wait or moment (count-only
+-- traffic, see admit.lua).
+--
 -- Keys follow in take order: 'q' -> sorted set; 'b' -> state hash, ledger
 -- sorted set, bookings sorted set; 'f' -> hash; 'c' -> sorted set; 'h' ->
 -- none (t.nk is a take's number of keys). An admission's plan may
@@ -114,7 +119,8 @@ local function parse_plan(s)
         nf = nf + 1
         f[nf] = tonum(x) or x
       end
-      local kind, t = f[1], nil
+      local kind, t, count = f[1], nil, false
+      if kind == '*q' or kind == '*c' then kind, count = sub(kind, 2), true end
       if kind == 'q' and nf >= 4 and nf % 2 == 0 then
         local nw = (nf - 2) / 2
         t = {kind = 'q', cost = f[2], nw = nw, longest = 0, most = 0, least = huge}
@@ -138,6 +144,7 @@ local function parse_plan(s)
       else
         error('throttle: bad take ' .. part)
       end
+      t.count = count
       if not t.nk then
         t.nk = 1
         if kind == 'b' then t.nk = 3 end

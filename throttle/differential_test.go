@@ -119,6 +119,9 @@ func TestDifferential(t *testing.T) {
 		t.Errorf("calendar windows or quiet hours never bound a denial and a booking: the run did not test them")
 	}
 	t.Logf("bookings: %d booked (%d again, after a missed moment), %d claimed, %d expired", s.booked, s.rebooked, s.claimed, s.expired)
+	if ops >= 1000 && s.countOnly == 0 {
+		t.Errorf("no count-only take: the run did not test them")
+	}
 	t.Logf("%d ops in %s: %d admissions (%d in %d batches), %d allowed (%d reserved ahead, %d repeated), %d denied; "+
 		"%d releases undid %d takes (%d undid nothing); %d rule changes, %d retries at the delay; "+
 		"%d key deadlines later in Redis than in the model (by up to %dms)",
@@ -156,6 +159,7 @@ type differ struct {
 		expiryLater                                                   int // key deadlines Redis set later than the model (see checkState)
 		expiryDelta                                                   int64
 		byCalendar, byQuiet                                           [2]int // decisions whose moment they set: [0] denied, [1] booked
+		countOnly                                                     int    // count-only takes asked for
 	}
 }
 
@@ -389,9 +393,19 @@ func (d *differ) newRequest(id string) Request {
 		if d.rng.IntN(5) < 2 {
 			cost = 1 + d.rng.IntN(d.maxCost(rule))
 		}
-		r.Takes = append(r.Takes, Take{Rule: rule, Key: key, Cost: cost})
+		r.Takes = append(r.Takes, Take{Rule: rule, Key: key, Cost: cost, CountOnly: d.countOnly(rule)})
 	}
 	return r
+}
+
+// countOnly picks, now and then, a quota or calendar take that counts
+// only (Take.CountOnly).
+func (d *differ) countOnly(rule Rule) bool {
+	if k := rule.kind(); (k == "q" || k == "c") && d.rng.IntN(5) == 0 {
+		d.stats.countOnly++
+		return true
+	}
+	return false
 }
 
 // newBooking fills r with a booking request: quotas and at most one
@@ -431,7 +445,7 @@ func (d *differ) newBooking(r Request) Request {
 		if d.rng.IntN(5) < 2 {
 			cost = 1 + d.rng.IntN(d.maxCost(rule))
 		}
-		r.Takes = append(r.Takes, Take{Rule: rule, Key: key, Cost: cost})
+		r.Takes = append(r.Takes, Take{Rule: rule, Key: key, Cost: cost, CountOnly: d.countOnly(rule)})
 	}
 	return r
 }
@@ -755,6 +769,9 @@ func describeRequest(r Request) string {
 	parts := make([]string, len(r.Takes))
 	for i, t := range r.Takes {
 		parts[i] = fmt.Sprintf("%s %s (%s) @%q ×%d", kindName(t.Rule), t.Rule.Name(), t.Rule, t.Key, t.cost())
+		if t.CountOnly {
+			parts[i] += " count-only"
+		}
 	}
 	book := ""
 	if r.Book {

@@ -232,7 +232,11 @@ func (l *Limiter) appendPlan(keys []any, buf []byte, r Request, g group, maxWait
 			last, tag = t.Key, subjectTag(l.prefix, t.Key)
 		}
 		keys = t.Rule.appendKeys(keys, tag)
-		buf = t.Rule.appendPlan(append(buf, ';'), t.cost())
+		buf = append(buf, ';')
+		if t.CountOnly {
+			buf = append(buf, '*') // see lua/rules.lua
+		}
+		buf = t.Rule.appendPlan(buf, t.cost())
 	}
 	return keys, buf
 }

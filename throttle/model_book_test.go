@@ -229,7 +229,7 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 		}
 		x := math.Max(now+pace, after)
 		for i, t := range takes {
-			if qh[i] > x && !c.fitsAt(t, id, x) {
+			if qh[i] > x && !t.countOnly && !c.fitsAt(t, id, x) {
 				x = qh[i]
 			}
 		}
@@ -243,8 +243,9 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 			if !fits {
 				break
 			}
-			switch t.kind {
-			case "q", "c":
+			switch {
+			case t.countOnly: // it goes wherever the others let it
+			case t.kind == "q" || t.kind == "c":
 				if qh[i] > 0 {
 					if qh[i] != x && !c.fitsAt(t, id, x) {
 						fits = false
@@ -252,7 +253,7 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 				} else if c.earliest(t, now) > x {
 					fits = false
 				}
-			case "h":
+			case t.kind == "h":
 				if _, quiet := quietEnd(t, x); quiet {
 					fits = false
 				}
@@ -303,12 +304,13 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 
 	m, binding, window, shared := now, 0, 0, false
 	for i, t := range takes {
-		switch t.kind {
-		case "q":
+		switch {
+		case t.countOnly: // it sets no moment
+		case t.kind == "q":
 			if q, w := c.quotaEarliest(t, now); q > m {
 				m, binding, window, shared = q, i+1, w, false
 			}
-		case "c":
+		case t.kind == "c":
 			if q, edge := c.calEarliest(t, now); q > m {
 				m, binding, window, shared = q, i+1, 0, edge
 			}

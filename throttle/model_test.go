@@ -190,7 +190,8 @@ type modelTake struct {
 	reserve      float64
 	reserves     bool // t.reserve is set
 	remaining    float64
-	window       int // quota window that set delay, 1-based; 0: none
+	window       int  // quota window that set delay, 1-based; 0: none
+	countOnly    bool // Take.CountOnly: recorded, never denying or waiting
 
 	bounds      []float64 // calendar
 	from, until float64   // quiet hours' cover
@@ -202,7 +203,7 @@ type modelTake struct {
 func (m *model) parse(r Request) []*modelTake {
 	ts := make([]*modelTake, len(r.Takes))
 	for i, tk := range r.Takes {
-		t := &modelTake{cost: float64(tk.cost())}
+		t := &modelTake{cost: float64(tk.cost()), countOnly: tk.CountOnly}
 		switch rule := tk.Rule.(type) {
 		case *Quota:
 			t.kind, t.key = "q", modelKey{"q", rule.name, tk.Key}
@@ -637,6 +638,9 @@ func (m *model) admit(r Request, nowUS, rememberUS int64) Decision {
 			c.calCheck(t, id, maxwait)
 		case "h":
 			c.quietCheck(t, maxwait)
+		}
+		if t.countOnly {
+			t.ok, t.delay, t.wait, t.window, t.remaining = true, 0, 0, 0, math.Inf(1)
 		}
 		if !t.ok {
 			denied = true

@@ -27,6 +27,12 @@ type Take struct {
 	// Cost is what the take consumes: tokens of a bucket, entries of a quota,
 	// counts of a fixed window. Zero means 1.
 	Cost int
+	// CountOnly records the take like any other (its entries count toward
+	// the rule, and Release gives them back) but never lets it deny the
+	// request or set its wait or booked moment: traffic that counts toward
+	// a cap without being held by it. Only for a *Quota or a
+	// *CalendarWindow.
+	CountOnly bool
 }
 
 func (t Take) cost() int {
@@ -103,6 +109,9 @@ func (r Request) validate() error {
 		case t.cost() > t.Rule.MaxCost():
 			return fmt.Errorf("%s: cost %d exceeds what %s %s (%s) can ever admit (%d): %w",
 				where(), t.cost(), kindName(t.Rule), t.Rule.Name(), t.Rule, t.Rule.MaxCost(), ErrInvalidRule)
+		}
+		if t.CountOnly && t.Rule.kind() != "q" && t.Rule.kind() != "c" {
+			return fmt.Errorf("%s (%s): only a quota or a calendar window counts only: %w", where(), t.Rule.Name(), ErrInvalidRequest)
 		}
 		switch t.Rule.(type) {
 		case *Bucket:

@@ -284,7 +284,11 @@ func newThrottle(cfg *config.Config, rdb redis.UniversalClient, reg prometheus.R
 	}
 	settings := map[string]jobs.PolicySettings{}
 	for name, p := range cfg.Policies {
-		settings[name] = jobs.PolicySettings{Drop: p.OverCap == config.OverCapDrop, MaxDelay: p.MaxDelay}
+		s := jobs.PolicySettings{Drop: p.OverCap == config.OverCapDrop, MaxDelay: p.MaxDelay}
+		for _, other := range p.CountsToward {
+			s.CountsToward = append(s.CountsToward, policies[other])
+		}
+		settings[name] = s
 	}
 	return &jobs.Throttle{
 		Limiter: lim, Policies: policies, Providers: routes, Settings: settings, Sent: sentMarks(cfg, rdb),
