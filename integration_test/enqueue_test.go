@@ -14,9 +14,8 @@ import (
 // TestEnqueueDuplicateAfterDelivery: a notification enqueued with an
 // idempotency key (single mode: the task ID on stdout) is delivered by a
 // worker; enqueueing it again afterwards must not deliver it again (README:
-// "With an idempotency key the task ID is derived from the key, so
-// enqueueing the same notification again is a duplicate, not a second
-// job"). enqueue may report the duplicate itself (when the task is still
+// "With `-key` the task ID is derived from the key, so enqueueing the same
+// notification again is a duplicate, not a second message"). enqueue may report the duplicate itself (when the task is still
 // known to asynq) or enqueue it again for the worker to complete without
 // sending (sent markers); either way the webhook gets it once and the task
 // ends completed.
