@@ -183,6 +183,10 @@ type Policy struct {
 	// back by them (a password reset counting toward marketing's cap).
 	// Default none.
 	CountsToward []string `yaml:"counts_toward"`
+	// Shadow runs the policy in shadow mode: its windows count every
+	// message but hold none back, and what they would have done is logged
+	// and counted. Default false.
+	Shadow bool `yaml:"shadow"`
 }
 
 // Fill gives a policy read from a file its defaults.
@@ -203,6 +207,9 @@ type Provider struct {
 	Type  string  `yaml:"type,required,oneof=log|webhook"` // ProviderLog or ProviderWebhook
 	Rate  float64 `yaml:"rate,required"`                   // the bucket's refill per second, fractions allowed
 	Burst int     `yaml:"burst,required"`                  // the bucket's size
+	// Shadow runs the bucket in shadow mode: no message waits for it, and
+	// what it would have done is logged and counted. Default false.
+	Shadow bool `yaml:"shadow"`
 	// PriorityReserve is how much of Burst only jobs of the priority queues
 	// may take (throttle.Bucket.WithReserve), from 0 to Burst - 1. Default
 	// Burst/5.

@@ -80,13 +80,19 @@ func TestParseValid(t *testing.T) {
 				t.Errorf("weekly = %v, want %v", got, want)
 			}
 		}},
-		{"a policy's long form", "policies:\n  marketing:\n    windows: [{limit: 1, per: 24h}]\n    max_delay: 2h\n  promo:\n    windows: [{limit: 2, per: 1h}]\n    over_cap: drop\n", func(t *testing.T, c *Config) {
+		{"a policy's long form", "policies:\n  marketing:\n    windows: [{limit: 1, per: 24h}]\n    max_delay: 2h\n  promo:\n    windows: [{limit: 2, per: 1h}]\n    over_cap: drop\n    counts_toward: [marketing]\n    shadow: true\n", func(t *testing.T, c *Config) {
 			want := map[string]Policy{
 				"marketing": {Windows: []throttle.Window{{Limit: 1, Per: 24 * time.Hour}}, OverCap: OverCapDefer, MaxDelay: 2 * time.Hour},
-				"promo":     {Windows: []throttle.Window{{Limit: 2, Per: time.Hour}}, OverCap: OverCapDrop},
+				"promo": {Windows: []throttle.Window{{Limit: 2, Per: time.Hour}}, OverCap: OverCapDrop,
+					CountsToward: []string{"marketing"}, Shadow: true},
 			}
 			if !reflect.DeepEqual(c.Policies, want) {
 				t.Errorf("policies = %+v, want %+v", c.Policies, want)
+			}
+		}},
+		{"a provider in shadow mode", "providers:\n  sms: {type: log, rate: 1, burst: 1, shadow: true}\n", func(t *testing.T, c *Config) {
+			if !c.Providers["sms"].Shadow {
+				t.Errorf("sms = %+v, want shadow", c.Providers["sms"])
 			}
 		}},
 		{"empty metrics_addr turns metrics off", "worker:\n  metrics_addr: \"\"\n", func(t *testing.T, c *Config) {

@@ -228,6 +228,7 @@ type fleetConfig struct {
 	Jitter          time.Duration
 	Policy          string  // YAML list of windows of policy "pace" (or its long form)
 	MorePolicies    string  // more policies: lines after the policies: key, each "\n  name: ..."
+	ProviderMore    string  // more settings of provider "hook", each "\n    key: value"
 	Rate            float64 // of provider "hook"
 	Burst           int
 	Book            bool // worker.book: a job that may not go books its moment
@@ -320,11 +321,11 @@ providers:
     timeout: 5s
     rate: %s
     burst: %d
-    headers: {X-Worker: %s}
+    headers: {X-Worker: %s}%s
 defaults: {policy: %s, provider: %s, queue: %s}
 `, name, f.redisSection(), fleetPrefix, c.Concurrency, fleetQueue, c.ShutdownTimeout, metricsAddr,
 		c.InlineWait, c.Jitter, fleetRemember, c.Book, fleetPolicy, c.Policy, c.MorePolicies, fleetProvider, f.hook.URL(),
-		strconv.FormatFloat(c.Rate, 'f', -1, 64), c.Burst, name,
+		strconv.FormatFloat(c.Rate, 'f', -1, 64), c.Burst, name, c.ProviderMore,
 		fleetPolicy, fleetProvider, fleetQueue)
 	if c.Campaigns != "" {
 		yaml += "campaigns:" + c.Campaigns

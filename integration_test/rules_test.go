@@ -3,6 +3,7 @@
 package integration_test
 
 import (
+	"fmt"
 	"regexp"
 	"testing"
 	"time"
@@ -12,22 +13,32 @@ import (
 	"github.com/notify-throttle/throttler/jobs"
 )
 
+// ruleFleet starts one worker binary with cfg's policies and provider
+// settings, a webhook that accepts everything, booking on, and, unless cfg
+// says, a provider of 100/s burst 10; and a client to enqueue with.
+func ruleFleet(t *testing.T, cfg fleetConfig) (*fleet, *workerProc, *asynq.Client) {
+	t.Helper()
+	cfg.Concurrency, cfg.ShutdownTimeout, cfg.InlineWait, cfg.Book = 4, 5*time.Second, time.Second, true
+	if cfg.Rate == 0 {
+		cfg.Rate, cfg.Burst = 100, 10
+	}
+	f := newFleet(t, cfg, func(arrival, int) hookAnswer { return hookAnswer{} })
+	w := f.startWorker("w1")
+	client := asynq.NewClientFromRedisClient(f.rdb)
+	t.Cleanup(func() { client.Close() })
+	return f, w, client
+}
+
 // TestOverCapThroughTheWorker runs the worker binary with a policy that
 // drops and one that defers with a max delay: of three messages to one
 // recipient on the first, one is sent and two are archived as dropped, with
 // the reason and counted; of two to another on the second, one is sent and
 // the other expires, saying it is the max delay.
 func TestOverCapThroughTheWorker(t *testing.T) {
-	cfg := fleetConfig{
-		Concurrency: 4, ShutdownTimeout: 5 * time.Second, InlineWait: time.Second, Jitter: 0,
+	f, w, client := ruleFleet(t, fleetConfig{
 		Policy:       "{windows: [{limit: 1, per: 1h}], over_cap: drop}",
 		MorePolicies: "\n  slow: {windows: [{limit: 1, per: 1h}], max_delay: 10m}",
-		Rate:         100, Burst: 10, Book: true,
-	}
-	f := newFleet(t, cfg, func(arrival, int) hookAnswer { return hookAnswer{} })
-	w := f.startWorker("w1")
-	client := asynq.NewClientFromRedisClient(f.rdb)
-	defer client.Close()
+	})
 	first := f.enqueue(client, "drop-0", jobs.Notification{Recipient: "alice@example.com", Template: "promo"})
 	f.waitSettled(20*time.Second, func(q asynq.QueueInfo) bool { return q.Completed == 1 })
 	dropped := []string{
@@ -66,16 +77,10 @@ func TestOverCapThroughTheWorker(t *testing.T) {
 // that counts toward pace: resets to a recipient whose pace cap is full are
 // sent, and a pace message after a reset is held back by pace.
 func TestCountOnlyThroughTheWorker(t *testing.T) {
-	cfg := fleetConfig{
-		Concurrency: 4, ShutdownTimeout: 5 * time.Second, InlineWait: time.Second, Jitter: 0,
+	f, _, client := ruleFleet(t, fleetConfig{
 		Policy:       "[{limit: 1, per: 1h}]",
 		MorePolicies: "\n  reset: {windows: [{limit: 5, per: 1h}], counts_toward: [pace]}",
-		Rate:         100, Burst: 10, Book: true,
-	}
-	f := newFleet(t, cfg, func(arrival, int) hookAnswer { return hookAnswer{} })
-	f.startWorker("w1")
-	client := asynq.NewClientFromRedisClient(f.rdb)
-	defer client.Close()
+	})
 	promo := f.enqueue(client, "alice-promo", jobs.Notification{Recipient: "alice@example.com", Template: "promo"})
 	f.waitSettled(20*time.Second, func(q asynq.QueueInfo) bool { return q.Completed == 1 })
 	resets := []string{
@@ -107,5 +112,37 @@ func TestCountOnlyThroughTheWorker(t *testing.T) {
 	}
 	if got[held] != 0 {
 		t.Errorf("bob's promo was sent after a reset that counts toward pace")
+	}
+}
+
+// TestShadowThroughTheWorker runs the worker binary with its policy and its
+// provider in shadow mode: every message goes at once, although the policy
+// allows one an hour and the provider one per 100 s, and the metrics count
+// what each would have held back.
+func TestShadowThroughTheWorker(t *testing.T) {
+	f, w, client := ruleFleet(t, fleetConfig{
+		Policy: "{windows: [{limit: 1, per: 1h}], over_cap: drop, shadow: true}",
+		Rate:   0.01, Burst: 1,
+		ProviderMore: "\n    shadow: true",
+	})
+	var ids []string
+	for i, to := range []string{"alice@example.com", "alice@example.com", "alice@example.com", "bob@example.com"} {
+		ids = append(ids, f.enqueue(client, fmt.Sprintf("shadow-%d", i), jobs.Notification{Recipient: to, Template: "promo"}))
+		f.waitSettled(20*time.Second, func(q asynq.QueueInfo) bool { return q.Completed == i+1 })
+	}
+	got := f.hook.delivered()
+	for _, id := range ids {
+		if got[id] != 1 {
+			t.Errorf("webhook got %s %d times, want once (all: %v)", id, got[id], got)
+		}
+	}
+	m := f.metricsOf(w)
+	for key, want := range map[string]float64{
+		`throttler_shadow_total{rule="policy pace (1 per 1h)",would="dropped"}`:          2,
+		`throttler_shadow_total{rule="provider hook (0.01/s burst 1)",would="deferred"}`: 3,
+	} {
+		if m[key] != want {
+			t.Errorf("%s = %v, want %v", key, m[key], want)
+		}
 	}
 }

@@ -10,6 +10,7 @@ type Metrics struct {
 	Deferred  *prometheus.CounterVec // by rule and limit ("policy marketing (3 per 168h)")
 	Expired   *prometheus.CounterVec // by policy
 	Dropped   *prometheus.CounterVec // by policy: over the cap of a policy that drops
+	Shadow    *prometheus.CounterVec // by rule in shadow mode and what it would have done
 	Archived  *prometheus.CounterVec // by reason (malformed, rejected)
 	Sent      *prometheus.CounterVec // by provider
 	Failed    *prometheus.CounterVec // by provider
@@ -48,6 +49,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Deferred: counter("deferred_total", "Notifications deferred, by the rule that denied them.", "rule"),
 		Expired:  counter("expired_total", "Notifications archived because their send-by time would pass.", "policy"),
 		Dropped:  counter("dropped_total", "Notifications archived at once because their policy, which drops, held them back.", "policy"),
+		Shadow: counter("shadow_total", "Notifications a rule in shadow mode would have held back, by rule and what it would have done (deferred, dropped, expired).",
+			"rule", "would"),
 		Archived: counter("archived_total", "Notifications archived without delivery, by reason.", "reason"),
 		Sent:     counter("sent_total", "Notifications a provider accepted.", "provider"),
 		Failed:   counter("failed_total", "Sends that failed and will be retried or archived.", "provider"),

@@ -19,6 +19,9 @@ import (
 type Route struct {
 	Bucket   *throttle.Bucket
 	Provider Provider
+	// Shadow puts the bucket in shadow mode: it is not taken, and what it
+	// would have done is logged and counted (Metrics.Shadow).
+	Shadow bool
 }
 
 // Throttle is the middleware every notification passes before delivery. It
@@ -82,6 +85,10 @@ type PolicySettings struct {
 	// queued (Notification.Queued): one whose moment would be later
 	// expires, as one past its send-by does.
 	MaxDelay time.Duration
+	// Shadow puts the policy in shadow mode: its windows count every
+	// message but hold none back; what they would have done is logged and
+	// counted (Metrics.Shadow).
+	Shadow bool
 	// CountsToward are other policies' quotas that each message counts
 	// toward without being held back by them (throttle.Take.CountOnly),
 	// in the same admission.
@@ -140,6 +147,9 @@ func (t *Throttle) Middleware(next asynq.Handler) asynq.Handler {
 			t.Log.Warn("archiving malformed notification", "task", id, "err", err)
 			return fmt.Errorf("malformed notification: %v: %w", err, asynq.SkipRetry)
 		}
+		if j.policy.Shadow || j.route.Shadow {
+			t.shadow(ctx, j)
+		}
 		if err := t.admit(ctx, j); err != nil {
 			if errors.Is(err, errSentBefore) {
 				return nil
@@ -187,12 +197,16 @@ func (t *Throttle) route(id string, payload []byte) (job, error) {
 }
 
 // request is the job's admission: its recipient's policy and its provider's
-// bucket, unless its sent marker exists (see admit).
+// bucket, unless its sent marker exists (see admit). A rule in shadow mode
+// holds nothing: the policy only counts, the bucket is not taken (see
+// shadow).
 func (j job) request() throttle.Request {
 	r := throttle.Request{ID: j.id, Done: j.sent, Book: j.book, Priority: j.priority, Takes: []throttle.Take{
-		{Rule: j.quota, Key: j.n.Recipient},
-		{Rule: j.route.Bucket, Key: j.n.Provider},
+		{Rule: j.quota, Key: j.n.Recipient, CountOnly: j.policy.Shadow},
 	}}
+	if !j.route.Shadow {
+		r.Takes = append(r.Takes, throttle.Take{Rule: j.route.Bucket, Key: j.n.Provider})
+	}
 	for _, q := range j.policy.CountsToward {
 		r.Takes = append(r.Takes, throttle.Take{Rule: q, Key: j.n.Recipient, CountOnly: true})
 	}
@@ -224,7 +238,7 @@ func (j job) deadline() (time.Time, string) {
 // was reached: the recipient got nothing, but the provider did the work.
 func (j job) recipientOnly() throttle.Request {
 	r := j.request()
-	r.Takes = slices.Delete(r.Takes, 1, 2) // all but the provider's bucket
+	r.Takes = slices.DeleteFunc(r.Takes, func(t throttle.Take) bool { return t.Rule == throttle.Rule(j.route.Bucket) })
 	return r
 }
 
@@ -361,13 +375,55 @@ func (t *Throttle) holds(ctx context.Context, j job) error {
 // denier names the rule that set a decision's delay, with its limit:
 // "policy marketing (3 per 168h)" or "provider sms (100/s burst 20)".
 func (t *Throttle) denier(j job, d throttle.Decision) string {
-	switch d.Take {
-	case 0:
+	switch {
+	case d.Take == 0:
 		return fmt.Sprintf("policy %s (%s)", j.n.Policy, d.Limit)
-	case 1:
+	case d.Take > 0 && d.Rule == throttle.Rule(j.route.Bucket):
 		return fmt.Sprintf("provider %s (%s)", j.n.Provider, d.Limit)
 	}
 	return "throttle"
+}
+
+// shadow reports what the rules of j in shadow mode would have done with
+// it, logged and counted when one would have held it back. A policy is
+// asked without writing (Limiter.Check: its real take counted j already,
+// or will); a bucket, which must count j to know about the next, is taken
+// on a subject of its own, "shadow:" and the provider, never the one real
+// sends take. Nothing changes for j; a failure is only logged.
+func (t *Throttle) shadow(ctx context.Context, j job) {
+	if j.policy.Shadow {
+		r := throttle.Request{ID: j.id, Takes: []throttle.Take{{Rule: j.quota, Key: j.n.Recipient}}}
+		d, err := t.Limiter.Check(ctx, r)
+		t.shadowed(j, d, err, j.policy.Drop)
+	}
+	if j.route.Shadow {
+		r := throttle.Request{ID: j.id, MaxWait: t.InlineWait, Takes: []throttle.Take{{Rule: j.route.Bucket, Key: "shadow:" + j.n.Provider}}}
+		d, err := t.Limiter.Admit(ctx, r)
+		if err == nil {
+			d.Take, d.Rule = 1, j.route.Bucket // for denier: the provider's
+		}
+		t.shadowed(j, d, err, false)
+	}
+}
+
+// shadowed reports a shadow decision d about j.
+func (t *Throttle) shadowed(j job, d throttle.Decision, err error, drop bool) {
+	if err != nil {
+		t.Log.Warn("shadow check failed", "task", j.id, "err", err)
+		return
+	}
+	if d.Allowed {
+		return
+	}
+	would := "deferred"
+	if dl, _ := j.deadline(); drop {
+		would = "dropped"
+	} else if !dl.IsZero() && d.At().After(dl) {
+		would = "expired"
+	}
+	rule := t.denier(j, d)
+	t.Metrics.inc(t.Metrics.Shadow, rule, would)
+	t.Log.Info("shadow: would have "+would, "task", j.id, "recipient", Redact(j.n.Recipient), "rule", rule, "for", shortDuration(d.Delay))
 }
 
 // deliver runs next and settles the admission by the outcome of the send.

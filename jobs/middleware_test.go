@@ -64,6 +64,8 @@ type harnessConfig struct {
 	// more are policies besides "mkt", with their settings.
 	more       map[string]PolicySettings
 	moreQuotas map[string]*throttle.Quota
+	// shadowBucket puts the provider's bucket in shadow mode.
+	shadowBucket bool
 }
 
 func newHarness(t *testing.T, quota *throttle.Quota, bucket *throttle.Bucket, inlineWait time.Duration) *harness {
@@ -111,7 +113,7 @@ func newHarnessWith(t *testing.T, c harnessConfig) *harness {
 	h.th = &Throttle{
 		Limiter:    workerLim,
 		Policies:   map[string]*throttle.Quota{"mkt": c.quota},
-		Providers:  map[string]Route{"gw": {Bucket: c.bucket, Provider: provider}},
+		Providers:  map[string]Route{"gw": {Bucket: c.bucket, Provider: provider, Shadow: c.shadowBucket}},
 		Settings:   map[string]PolicySettings{"mkt": c.settings},
 		InlineWait: c.inlineWait,
 		Book:       c.book,

@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"errors"
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -116,6 +117,50 @@ func TestCountsToward(t *testing.T) {
 			h.await(t, "carol-reset", "archived", state(asynq.TaskStateArchived))
 			h.enqueue(t, "carol-promo", Notification{Recipient: "carol"})
 			h.await(t, "carol-promo", "completed", state(asynq.TaskStateCompleted))
+		})
+	}
+}
+
+// TestShadow checks shadow mode: every message goes as if the rule in it
+// were absent, a policy's windows still count them, and what the rule
+// would have done is counted by rule.
+func TestShadow(t *testing.T) {
+	q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 1, Per: time.Hour})
+	slow, _ := throttle.NewBucket("gw", 0.01, 1) // one token, then one per 100s
+	fast, _ := throttle.NewBucket("gw", 1000, 100)
+	tests := []struct {
+		name     string
+		c        harnessConfig
+		to       []string // a message to each, in turn
+		rule     string
+		deferred float64
+		dropped  float64
+		counted  int64 // entries in alice's quota at the end
+	}{
+		{"policy", harnessConfig{quota: q, bucket: fast, settings: PolicySettings{Shadow: true}},
+			[]string{"alice", "alice", "alice"}, "policy mkt (1 per 1h)", 2, 0, 3},
+		{"policy that drops, booking", harnessConfig{quota: q, bucket: fast, book: true, settings: PolicySettings{Shadow: true, Drop: true}},
+			[]string{"alice", "alice"}, "policy mkt (1 per 1h)", 0, 1, 2},
+		{"provider", harnessConfig{quota: q, bucket: slow, shadowBucket: true},
+			[]string{"alice", "bob", "carol"}, "provider gw (0.01/s burst 1)", 2, 0, 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarnessWith(t, tc.c)
+			for i, to := range tc.to {
+				id := fmt.Sprintf("%s-%d", to, i)
+				h.enqueue(t, id, Notification{Recipient: to})
+				h.await(t, id, "completed", state(asynq.TaskStateCompleted))
+			}
+			if got := counterValue(t, h.th.Metrics.Shadow, tc.rule, "deferred"); got != tc.deferred {
+				t.Errorf("shadow_total{rule=%q, would=deferred} = %v, want %v", tc.rule, got, tc.deferred)
+			}
+			if got := counterValue(t, h.th.Metrics.Shadow, tc.rule, "dropped"); got != tc.dropped {
+				t.Errorf("shadow_total{rule=%q, would=dropped} = %v, want %v", tc.rule, got, tc.dropped)
+			}
+			if n := quotaSize(t, h, "alice"); n != tc.counted {
+				t.Errorf("alice's quota holds %d entries, want %d", n, tc.counted)
+			}
 		})
 	}
 }

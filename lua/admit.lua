@@ -116,6 +116,10 @@ local function admit_task(keys, ki, id, p, now, deadline, floor_)
   if denied then
     return k, 4 * binding + 256 * window, now, delay, remaining, 0, 0
   end
+  if p.dry then -- a check only (shadow mode's): the decision, nothing written
+    if delay == 0 then binding = 0 end
+    return k, 1 + (repeated and 2 or 0) + 4 * binding, now, delay, remaining, 0, 0
+  end
 
   local at = now + delay
   -- Quota entries are stamped no earlier than the plan's ahead (a cluster's

@@ -9,7 +9,7 @@
 --
 -- A task's takes travel as one argument, its plan:
 --
---   remember;maxwait[:ahead][;d][;k|;K];take;take;...  fields of a take separated by ','
+--   remember;maxwait[:ahead][;d][;k|;K][;n];take;take;...  fields of a take separated by ','
 --
 -- where remember is how long buckets remember a task ID (µs), maxwait the µs
 -- a provider bucket may reserve ahead (0: none), ahead (optional, cluster
@@ -40,7 +40,8 @@
 -- start its takes with 'd' (done): its first key is then the task's done
 -- marker, whose existence means the task needs no admission any more (see
 -- admit.lua). Then 'k' (or 'K' for a priority task) asks a task that may not
--- go within maxwait to book its moment (see book.lua).
+-- go within maxwait to book its moment (see book.lua). 'n' makes an
+-- admission a check only: decided, nothing written (see admit.lua).
 --
 -- Limits travel with every call, never stored in Redis, so a changed limit
 -- applies at once to the history already there.
@@ -104,6 +105,8 @@ local function parse_plan(s)
     elseif (part == 'k' or part == 'K') and n == 1 and not p.book then
       -- booking (see book.lua); 'K' with priority
       p.book, p.prio, n = true, part == 'K', n - 1
+    elseif part == 'n' and n == 1 and not p.dry then -- a check only (see admit.lua)
+      p.dry, n = true, n - 1
     elseif n == -1 then
       p.remember = tonum(part)
     elseif n == 0 then

@@ -95,6 +95,8 @@ func TestDifferential(t *testing.T) {
 			retry = nil
 		case p < 0.10 && len(d.ids) > 0:
 			d.release(op, d.last[d.earlierID(0.8)])
+		case p < 0.13:
+			d.check(op, d.request())
 		case p < 0.17:
 			rs := make([]Request, 2+d.rng.IntN(3))
 			for i := range rs {
@@ -119,8 +121,8 @@ func TestDifferential(t *testing.T) {
 		t.Errorf("calendar windows or quiet hours never bound a denial and a booking: the run did not test them")
 	}
 	t.Logf("bookings: %d booked (%d again, after a missed moment), %d claimed, %d expired", s.booked, s.rebooked, s.claimed, s.expired)
-	if ops >= 1000 && s.countOnly == 0 {
-		t.Errorf("no count-only take: the run did not test them")
+	if ops >= 1000 && (s.countOnly == 0 || s.checks == 0) {
+		t.Errorf("%d count-only takes, %d checks: the run did not test them", s.countOnly, s.checks)
 	}
 	t.Logf("%d ops in %s: %d admissions (%d in %d batches), %d allowed (%d reserved ahead, %d repeated), %d denied; "+
 		"%d releases undid %d takes (%d undid nothing); %d rule changes, %d retries at the delay; "+
@@ -160,6 +162,7 @@ type differ struct {
 		expiryDelta                                                   int64
 		byCalendar, byQuiet                                           [2]int // decisions whose moment they set: [0] denied, [1] booked
 		countOnly                                                     int    // count-only takes asked for
+		checks                                                        int    // Limiter.Check calls
 	}
 }
 
@@ -500,6 +503,24 @@ func (d *differ) admit(op int, rs []Request) Decision {
 	}
 	d.checkState(op, rs)
 	return got[len(got)-1]
+}
+
+// check runs Limiter.Check on r: the model's decision, and nothing written.
+func (d *differ) check(op int, r Request) {
+	d.t.Helper()
+	got, err := d.l.Check(d.t.Context(), r)
+	if err != nil {
+		d.t.Fatalf("op %d: Check(%s): %v", op, describeRequest(r), err)
+	}
+	r.Book, r.Done, r.Deadline, r.check = false, "", time.Time{}, true
+	want := d.m.admit(r, got.Now.UnixMicro(), d.remember.Microseconds())
+	what := fmt.Sprintf("op %d: check %s", op, describeRequest(r))
+	if diff := diffDecision(want, got); diff != "" {
+		d.fail(what, r, got.Now.UnixMicro(), diff)
+	}
+	d.note(fmt.Sprintf("%s -> %s", what, describeDecision(got)))
+	d.stats.checks++
+	d.checkState(op, []Request{r})
 }
 
 func (d *differ) count(dec Decision) {

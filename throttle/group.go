@@ -225,6 +225,9 @@ func (l *Limiter) appendPlan(keys []any, buf []byte, r Request, g group, maxWait
 			buf = append(buf, ";k"...)
 		}
 	}
+	if r.check {
+		buf = append(buf, ";n"...)
+	}
 	last, tag := "", ""
 	for _, i := range g.takes {
 		t := r.Takes[i]

@@ -148,6 +148,14 @@ func (l *Limiter) Admit(ctx context.Context, r Request) (Decision, error) {
 	return d, nil
 }
 
+// Check decides r as Admit would without booking (r.Book and r.Done are
+// ignored), and writes nothing: what a rule in shadow mode would have done.
+// Takes r.ID holds pass, as in Admit.
+func (l *Limiter) Check(ctx context.Context, r Request) (Decision, error) {
+	r.Book, r.Done, r.Deadline, r.check = false, "", time.Time{}, true
+	return l.Admit(ctx, r)
+}
+
 // Reserve is Admit with r.MaxWait set to maxWait: a bucket short of tokens
 // for at most maxWait is reserved ahead, and the decision's Delay says how
 // long to wait before using it. Release cancels a reservation.

@@ -664,7 +664,7 @@ func (m *model) admit(r Request, nowUS, rememberUS int64) Decision {
 	}
 	// admit.lua: a task that books goes the plain way only when it may go
 	// now holding nothing, with no line on its bucket and no ticket.
-	if r.Book {
+	if r.Book && !r.check {
 		goNow := !denied && delay == 0 && (r.Deadline.IsZero() || c.now <= float64(max(1, r.Deadline.UnixMicro())))
 		for _, t := range takes {
 			if !goNow {
@@ -698,7 +698,7 @@ func (m *model) admit(r Request, nowUS, rememberUS int64) Decision {
 		if binding > 0 {
 			window = takes[binding-1].window
 		}
-	} else {
+	} else if !r.check { // a check writes nothing
 		at := c.now + delay
 		for _, t := range takes {
 			if t.repeated {
@@ -715,9 +715,9 @@ func (m *model) admit(r Request, nowUS, rememberUS int64) Decision {
 				c.calCommit(t, id, at)
 			}
 		}
-		if delay == 0 {
-			binding = 0
-		}
+	}
+	if !denied && delay == 0 {
+		binding = 0
 	}
 
 	// Redis turns Lua numbers into integer replies by truncation.

@@ -78,6 +78,8 @@ type Request struct {
 	// for: a task whose moment would be later is not booked and its
 	// decision is Expired, with At the moment it would have had.
 	Deadline time.Time
+
+	check bool // decide only, write nothing (Limiter.Check)
 }
 
 // validate rejects what no Redis call could make right: bad IDs, empty keys,

@@ -280,11 +280,11 @@ func newThrottle(cfg *config.Config, rdb redis.UniversalClient, reg prometheus.R
 		if counts != nil {
 			prov = counts.wrap(prov)
 		}
-		routes[name] = jobs.Route{Bucket: buckets[name], Provider: prov}
+		routes[name] = jobs.Route{Bucket: buckets[name], Provider: prov, Shadow: p.Shadow}
 	}
 	settings := map[string]jobs.PolicySettings{}
 	for name, p := range cfg.Policies {
-		s := jobs.PolicySettings{Drop: p.OverCap == config.OverCapDrop, MaxDelay: p.MaxDelay}
+		s := jobs.PolicySettings{Drop: p.OverCap == config.OverCapDrop, MaxDelay: p.MaxDelay, Shadow: p.Shadow}
 		for _, other := range p.CountsToward {
 			s.CountsToward = append(s.CountsToward, policies[other])
 		}
