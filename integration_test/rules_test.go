@@ -4,7 +4,10 @@ package integration_test
 
 import (
 	"fmt"
+	"path/filepath"
 	"regexp"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -144,5 +147,88 @@ func TestShadowThroughTheWorker(t *testing.T) {
 		if m[key] != want {
 			t.Errorf("%s = %v, want %v", key, m[key], want)
 		}
+	}
+}
+
+// TestReloadThroughTheWorker sends the worker binary SIGHUP after changing
+// its config file: a tighter limit applies at once to the history already
+// in Redis; a file with a mistake is refused with file:line: path: message
+// and the running config stays; a policy removed leaves its messages
+// archived with the reason.
+func TestReloadThroughTheWorker(t *testing.T) {
+	f, w, client := ruleFleet(t, fleetConfig{
+		Policy:       "[{limit: 5, per: 1h}]",
+		MorePolicies: "\n  promo: [{limit: 5, per: 1h}]",
+	})
+	path := filepath.Join(f.dir, w.name+".yaml")
+	reload := func(policy, more string, logged string) {
+		t.Helper()
+		f.cfg.Policy, f.cfg.MorePolicies = policy, more
+		if got := f.writeConfig(w.name, w.metrics); got != path {
+			t.Fatalf("config written to %s, want %s", got, path)
+		}
+		before := strings.Count(w.out.String(), logged)
+		if err := w.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(10 * time.Second); strings.Count(w.out.String(), logged) == before; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no %q in the worker's log after SIGHUP", logged)
+			}
+		}
+	}
+	send := func(key, to, policy string) string {
+		t.Helper()
+		return f.enqueue(client, key, jobs.Notification{Recipient: to, Policy: policy, Template: "news"})
+	}
+	until := func(what string, done func(q asynq.QueueInfo) bool) {
+		t.Helper()
+		for deadline := time.Now().Add(20 * time.Second); !done(f.queueState()); time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("never %s: %+v", what, f.queueState())
+			}
+		}
+	}
+	completed := func(n int) {
+		t.Helper()
+		until(fmt.Sprintf("%d completed", n), func(q asynq.QueueInfo) bool { return q.Completed == n })
+	}
+	waiting := func(id, reason string) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			info, err := f.insp.GetTaskInfo(fleetQueue, id)
+			if err == nil && info.State == asynq.TaskStateRetry {
+				if !strings.HasPrefix(info.LastErr, reason) {
+					t.Errorf("%s waits for %q, want %q", id, info.LastErr, reason)
+				}
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s never deferred: %+v, %v", id, info, err)
+			}
+		}
+	}
+
+	send("a1", "alice@example.com", "")
+	send("a2", "alice@example.com", "")
+	completed(2)
+	reload("[{limit: 2, per: 1h}]", "\n  promo: [{limit: 5, per: 1h}]", "config reloaded")
+	waiting(send("a3", "alice@example.com", ""), "booked for ")
+	if info, _ := f.insp.GetTaskInfo(fleetQueue, jobs.TaskID("a3")); info != nil && !strings.Contains(info.LastErr, "policy pace (2 per 1h)") {
+		t.Errorf("a3 waits for %q, want policy pace (2 per 1h)", info.LastErr)
+	}
+
+	reload("[{limit: 0, per: 1h}]", "", "config reload refused")
+	if want := path + ":15: policies.pace[0].limit: must be > 0 (got 0)"; !strings.Contains(w.out.String(), want) {
+		t.Errorf("the refused reload did not log %q:\n%s", want, tail(w.out.String(), 10))
+	}
+	send("p1", "bob@example.com", "promo") // promo is still there
+	completed(3)
+
+	reload("[{limit: 2, per: 1h}]", "", "config reloaded")
+	gone := send("p2", "carol@example.com", "promo")
+	until("1 archived", func(q asynq.QueueInfo) bool { return q.Archived == 1 })
+	if a := f.archived()[gone]; a == nil || !strings.HasPrefix(a.LastErr, `malformed notification: policy "promo" is not defined`) {
+		t.Errorf("a promo after promo was removed: %+v, want archived, policy not defined", a)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -73,6 +74,27 @@ type Throttle struct {
 
 	defaults sync.Once
 	bookings bookingLog
+	swapped  atomic.Pointer[Rules] // set by Swap
+}
+
+// Rules are what a Throttle routes notifications by: Throttle's fields of
+// the same names at first, all of them replaced at once by Swap.
+type Rules struct {
+	Policies  map[string]*throttle.Quota
+	Providers map[string]Route
+	Settings  map[string]PolicySettings
+}
+
+// Swap makes r the rules of every job routed from now on (a config
+// reload): jobs already routed keep theirs. Safe while jobs run.
+func (t *Throttle) Swap(r Rules) { t.swapped.Store(&r) }
+
+// rules returns the rules in effect.
+func (t *Throttle) rules() *Rules {
+	if r := t.swapped.Load(); r != nil {
+		return r
+	}
+	return &Rules{Policies: t.Policies, Providers: t.Providers, Settings: t.Settings}
 }
 
 // PolicySettings are what a policy says beyond its windows (see
@@ -182,7 +204,8 @@ func (t *Throttle) route(id string, payload []byte) (job, error) {
 	if err != nil {
 		return job{}, err
 	}
-	j := job{id: id, n: n, quota: t.Policies[n.Policy], policy: t.Settings[n.Policy]}
+	rs := t.rules()
+	j := job{id: id, n: n, quota: rs.Policies[n.Policy], policy: rs.Settings[n.Policy]}
 	if t.Sent != nil {
 		j.sent = t.Sent.Key(id)
 	}
@@ -190,7 +213,7 @@ func (t *Throttle) route(id string, payload []byte) (job, error) {
 		return job{}, fmt.Errorf("policy %q is not defined: %w", n.Policy, ErrBadPayload)
 	}
 	var ok bool
-	if j.route, ok = t.Providers[n.Provider]; !ok {
+	if j.route, ok = rs.Providers[n.Provider]; !ok {
 		return job{}, fmt.Errorf("provider %q is not defined: %w", n.Provider, ErrBadPayload)
 	}
 	return j, nil

@@ -164,3 +164,30 @@ func TestShadow(t *testing.T) {
 		})
 	}
 }
+
+// TestSwap checks that rules swapped in while the worker runs apply to the
+// next job, to the history already in Redis, and that a job whose policy
+// is gone is archived with the reason.
+func TestSwap(t *testing.T) {
+	loose, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 5, Per: time.Hour})
+	tight, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 2, Per: time.Hour})
+	b, _ := throttle.NewBucket("gw", 1000, 100)
+	h := newHarnessWith(t, harnessConfig{quota: loose, bucket: b})
+	for _, id := range []string{"a1", "a2"} {
+		h.enqueue(t, id, Notification{Recipient: "alice"})
+		h.await(t, id, "completed", state(asynq.TaskStateCompleted))
+	}
+	providers := h.th.rules().Providers
+	h.th.Swap(Rules{Policies: map[string]*throttle.Quota{"mkt": tight}, Providers: providers})
+	h.enqueue(t, "a3", Notification{Recipient: "alice"})
+	info := h.await(t, "a3", "deferred", state(asynq.TaskStateRetry))
+	if !strings.HasPrefix(info.LastErr, "throttled by policy mkt (2 per 1h)") {
+		t.Errorf("a3 after the swap: %q, want throttled by the new limit", info.LastErr)
+	}
+	h.th.Swap(Rules{Policies: map[string]*throttle.Quota{}, Providers: providers})
+	h.enqueue(t, "b1", Notification{Recipient: "bob"})
+	info = h.await(t, "b1", "archived", state(asynq.TaskStateArchived))
+	if want := `malformed notification: policy "mkt" is not defined`; !strings.HasPrefix(info.LastErr, want) {
+		t.Errorf("b1 with its policy gone: %q, want %q", info.LastErr, want)
+	}
+}

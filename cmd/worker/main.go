@@ -80,7 +80,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			"Delivers notification jobs through the recipient policies and provider buckets in the config.\n"+
 			"REDIS_URL overrides redis.url and REDIS_PASSWORD redis.password; a secret in the config (a\n"+
 			"webhook header or URL, the Redis password or URL) may be {env: NAME} or {file: PATH} instead\n"+
-			"of the value. SIGINT/SIGTERM stop it gracefully.\n\n"+
+			"of the value. SIGINT/SIGTERM stop it gracefully; SIGHUP reloads the policies and providers.\n\n"+
 			"worker.http_addr (default 127.0.0.1:9464) serves /healthz, /metrics and the dashboard:\n"+
 			"/throttle (providers, policies, a recipient's windows, campaigns; JSON under /throttle/api/)\n"+
 			"and /monitoring/ (asynq's queues and tasks), behind worker.dashboard's auth.\n\n"+
@@ -104,6 +104,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *checkOnly {
 		return check(ctx, *path, *connect, stdout, stderr)
 	}
+	// SIGHUP reloads the config (see reloader); caught from here on, so
+	// that one sent while the worker starts does not end it.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	cfg, err := config.Load(*path)
 	if err != nil {
 		return err
@@ -143,7 +148,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		counts = newSentCounts()
 		demoRules(cfg)
 	}
-	th, err := newThrottle(cfg, rdb, reg, log, stdout, counts)
+	th, built, err := newThrottle(cfg, rdb, reg, log, stdout, counts)
 	if err != nil {
 		return err
 	}
@@ -231,6 +236,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		defer close(campaignsDone)
 		_ = campaigns.Run(campaignCtx)
 	}()
+	rl := &reloader{path: *path, running: cfg, senders: built, th: th, stdout: stdout, stderr: stderr, log: log, counts: counts}
+	go rl.run(ctx, hup)
 	log.Info("worker started", "concurrency", cfg.Worker.Concurrency, "queues", cfg.Queues(), "campaigns", len(cfg.Campaigns))
 
 	if *demo > 0 {
@@ -251,50 +258,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 // counted per recipient; without, providers are used as they are: a count
 // per recipient held for the life of a production worker would grow with
 // every recipient it ever delivered to.
-func newThrottle(cfg *config.Config, rdb redis.UniversalClient, reg prometheus.Registerer, log *slog.Logger, stdout io.Writer, counts *sentCounts) (*jobs.Throttle, error) {
+func newThrottle(cfg *config.Config, rdb redis.UniversalClient, reg prometheus.Registerer, log *slog.Logger, stdout io.Writer, counts *sentCounts) (*jobs.Throttle, senders, error) {
 	lim, err := throttle.New(rdb, throttle.Options{Prefix: cfg.Redis.Prefix, Remember: cfg.Worker.RememberTakes})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	policies, buckets, err := cfg.Rules()
+	rules, built, err := buildRules(cfg, stdout, counts, nil)
 	if err != nil {
-		return nil, err
-	}
-	routes := map[string]jobs.Route{}
-	for name, p := range cfg.Providers {
-		var prov jobs.Provider
-		switch p.Type {
-		case config.ProviderWebhook:
-			headers := make(map[string]string, len(p.Headers))
-			for k, v := range p.Headers {
-				headers[k] = string(v)
-			}
-			prov = jobs.NewWebhookProvider(name, string(p.URL), p.Timeout, headers)
-		default:
-			w, err := output(p.Output, stdout)
-			if err != nil {
-				return nil, fmt.Errorf("provider %s: %w", name, err)
-			}
-			prov = jobs.NewLogProvider(name, w)
-		}
-		if counts != nil {
-			prov = counts.wrap(prov)
-		}
-		routes[name] = jobs.Route{Bucket: buckets[name], Provider: prov, Shadow: p.Shadow}
-	}
-	settings := map[string]jobs.PolicySettings{}
-	for name, p := range cfg.Policies {
-		s := jobs.PolicySettings{Drop: p.OverCap == config.OverCapDrop, MaxDelay: p.MaxDelay, Shadow: p.Shadow}
-		for _, other := range p.CountsToward {
-			s.CountsToward = append(s.CountsToward, policies[other])
-		}
-		settings[name] = s
+		return nil, nil, err
 	}
 	return &jobs.Throttle{
-		Limiter: lim, Policies: policies, Providers: routes, Settings: settings, Sent: sentMarks(cfg, rdb),
+		Limiter: lim, Policies: rules.Policies, Providers: rules.Providers, Settings: rules.Settings, Sent: sentMarks(cfg, rdb),
 		InlineWait: cfg.Worker.InlineWait, Book: cfg.Worker.Book, PriorityQueues: priority(cfg),
 		Metrics: jobs.NewMetrics(reg), Log: log,
-	}, nil
+	}, built, nil
 }
 
 // priority returns the set of priority queues.

@@ -30,7 +30,7 @@ func TestProvidersUncountedOutsideTheDemo(t *testing.T) {
 	defer rdb.Close()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 
-	th, err := newThrottle(cfg, rdb, prometheus.NewRegistry(), log, io.Discard, nil)
+	th, _, err := newThrottle(cfg, rdb, prometheus.NewRegistry(), log, io.Discard, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +43,7 @@ func TestProvidersUncountedOutsideTheDemo(t *testing.T) {
 	}
 
 	counts := newSentCounts()
-	th, err = newThrottle(cfg, rdb, prometheus.NewRegistry(), log, io.Discard, counts)
+	th, _, err = newThrottle(cfg, rdb, prometheus.NewRegistry(), log, io.Discard, counts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,144 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"reflect"
+
+	"github.com/notify-throttle/throttler/config"
+	"github.com/notify-throttle/throttler/jobs"
+)
+
+// senders are the providers' senders a worker built, by provider, with the
+// settings each was built from, so that a reload keeps those it can.
+type senders map[string]sender
+
+type sender struct {
+	cfg config.Provider
+	p   jobs.Provider
+}
+
+// buildRules builds the throttle's rules from cfg: a quota per policy with
+// its settings, a bucket and a sender per provider. A provider whose sender
+// settings (type, output, url, timeout, headers) are those it had in keep
+// keeps its sender: a log provider's open file, a webhook's connections.
+func buildRules(cfg *config.Config, stdout io.Writer, counts *sentCounts, keep senders) (jobs.Rules, senders, error) {
+	policies, buckets, err := cfg.Rules()
+	if err != nil {
+		return jobs.Rules{}, nil, err
+	}
+	rules := jobs.Rules{Policies: policies, Providers: map[string]jobs.Route{}, Settings: map[string]jobs.PolicySettings{}}
+	built := senders{}
+	for name, p := range cfg.Providers {
+		s, ok := keep[name]
+		if !ok || !sameSender(s.cfg, p) {
+			prov, err := newSender(name, p, stdout)
+			if err != nil {
+				return jobs.Rules{}, nil, err
+			}
+			if counts != nil {
+				prov = counts.wrap(prov)
+			}
+			s = sender{p: prov}
+		}
+		s.cfg = p
+		built[name] = s
+		rules.Providers[name] = jobs.Route{Bucket: buckets[name], Provider: s.p, Shadow: p.Shadow}
+	}
+	for name, p := range cfg.Policies {
+		s := jobs.PolicySettings{Drop: p.OverCap == config.OverCapDrop, MaxDelay: p.MaxDelay, Shadow: p.Shadow}
+		for _, other := range p.CountsToward {
+			s.CountsToward = append(s.CountsToward, policies[other])
+		}
+		rules.Settings[name] = s
+	}
+	return rules, built, nil
+}
+
+// sameSender reports whether a and b deliver the same way: they differ at
+// most in their bucket and shadow mode.
+func sameSender(a, b config.Provider) bool {
+	a.Rate, a.Burst, a.PriorityReserve, a.Shadow = 0, 0, 0, false
+	b.Rate, b.Burst, b.PriorityReserve, b.Shadow = 0, 0, 0, false
+	return reflect.DeepEqual(a, b)
+}
+
+// newSender returns what delivers provider p's messages.
+func newSender(name string, p config.Provider, stdout io.Writer) (jobs.Provider, error) {
+	if p.Type == config.ProviderWebhook {
+		headers := make(map[string]string, len(p.Headers))
+		for k, v := range p.Headers {
+			headers[k] = string(v)
+		}
+		return jobs.NewWebhookProvider(name, string(p.URL), p.Timeout, headers), nil
+	}
+	w, err := output(p.Output, stdout)
+	if err != nil {
+		return nil, fmt.Errorf("provider %s: %w", name, err)
+	}
+	return jobs.NewLogProvider(name, w), nil
+}
+
+// reloader re-reads the config file on SIGHUP (see reload).
+type reloader struct {
+	path    string
+	running *config.Config
+	senders senders
+	th      *jobs.Throttle
+	stdout  io.Writer
+	stderr  io.Writer
+	log     *slog.Logger
+	counts  *sentCounts // the demo's, else nil
+}
+
+// run reloads at every signal on hup until ctx ends.
+func (r *reloader) run(ctx context.Context, hup <-chan os.Signal) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			r.reload()
+		}
+	}
+}
+
+// reload re-reads the config file. A valid one replaces the policies and
+// providers for every job routed from then on (limits apply to the history
+// already in Redis: they travel with each admission); a job whose policy or
+// provider is gone is archived with the reason. An invalid one is refused:
+// its problems are printed as a start prints them, file:line: path:
+// message, and the running config stays. Other sections (redis, worker,
+// campaigns, defaults) take effect at the next start, and a change to them
+// is logged as such.
+func (r *reloader) reload() {
+	r.log.Info("SIGHUP: reloading the config", "file", r.path)
+	cfg, err := config.Load(r.path)
+	if err == nil && r.counts != nil {
+		demoRules(cfg)
+	}
+	var rules jobs.Rules
+	var built senders
+	if err == nil {
+		rules, built, err = buildRules(cfg, r.stdout, r.counts, r.senders)
+	}
+	if err != nil {
+		fmt.Fprintln(r.stderr, err)
+		r.log.Error("config reload refused: the running config stays", "file", r.path)
+		return
+	}
+	for _, w := range append(cfg.Warnings(), cfg.Redis.Warnings()...) {
+		r.log.Warn(w)
+	}
+	old := r.running
+	if !reflect.DeepEqual(cfg.Redis, old.Redis) || !reflect.DeepEqual(cfg.Worker, old.Worker) ||
+		!reflect.DeepEqual(cfg.Campaigns, old.Campaigns) || cfg.Defaults != old.Defaults {
+		r.log.Warn("config reload: changes to redis, worker, campaigns or defaults take effect at the next start")
+	}
+	r.th.Swap(rules)
+	r.running, r.senders = cfg, built
+	r.log.Info("config reloaded", "file", r.path, "policies", len(cfg.Policies), "providers", len(cfg.Providers))
+}
