@@ -23,6 +23,7 @@ const lineBuffer = 64 << 10
 // entry is one line of a file or member of a set.
 type entry struct {
 	recipient string
+	tz        string // the recipient's time zone, "" if the entry names none
 	line      int64  // 1-based line of a file; 0 for a set member
 	bad       string // why it is not a recipient; "" when it is one
 }
@@ -65,7 +66,14 @@ func check(s string) string {
 	return ""
 }
 
-// fileReader reads one recipient per line; surrounding white space is
+// columns splits an audience entry: the recipient, then optionally a tab
+// and the recipient's IANA time zone ("alice@example.com\tEurope/Paris").
+func columns(s string) (recipient, tz string) {
+	r, z, _ := strings.Cut(strings.TrimSpace(s), "\t")
+	return strings.TrimSpace(r), strings.TrimSpace(z)
+}
+
+// fileReader reads one recipient per line (and its zone: see columns); surrounding white space is
 // trimmed. Its position is a byte offset.
 type fileReader struct {
 	f    *os.File
@@ -127,7 +135,7 @@ func (fr *fileReader) readLine() (entry, int64, error) {
 	if long {
 		e.bad = fmt.Sprintf("longer than %d bytes", jobs.MaxRecipientLen)
 	} else {
-		e.recipient = strings.TrimSpace(string(b))
+		e.recipient, e.tz = columns(string(b))
 		e.bad = check(e.recipient)
 	}
 	return e, size, err
@@ -157,7 +165,8 @@ func (sr *setReader) next(ctx context.Context, n int) ([]entry, string, bool, er
 		}
 		batch := make([]entry, len(members))
 		for i, m := range members {
-			batch[i] = entry{recipient: m, bad: check(m)}
+			r, tz := columns(m)
+			batch[i] = entry{recipient: r, tz: tz, bad: check(r)}
 		}
 		return batch, strconv.FormatUint(cursor, 10), cursor == 0, nil
 	}

@@ -17,7 +17,7 @@ import (
 // position returned, as a resumed fan-out does, and checks that the entries
 // are those of one pass.
 func TestFileReaderResumes(t *testing.T) {
-	content := "a@x\r\n\n" + strings.Repeat("L", lineBuffer+10) + "\n b@x \n" + strings.Repeat("m", 257) + "\nc@x"
+	content := "a@x\r\n\n" + strings.Repeat("L", lineBuffer+10) + "\n b@x \tEurope/Paris \n" + strings.Repeat("m", 257) + "\nc@x"
 	path := filepath.Join(t.TempDir(), "audience.txt")
 	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
 		t.Fatal(err)
@@ -26,7 +26,7 @@ func TestFileReaderResumes(t *testing.T) {
 		{recipient: "a@x", line: 1},
 		{line: 2, bad: "blank"},
 		{line: 3, bad: "longer than 256 bytes"},
-		{recipient: "b@x", line: 4},
+		{recipient: "b@x", tz: "Europe/Paris", line: 4},
 		{recipient: strings.Repeat("m", 257), line: 5, bad: "longer than 256 bytes"},
 		{recipient: "c@x", line: 6},
 	}
@@ -64,5 +64,26 @@ func TestMessageSaysWhyAlone(t *testing.T) {
 	}
 	if _, why := b.message(entry{recipient: "a@x", line: 2}, nil); why != "" {
 		t.Errorf("a good entry: why = %q, want none", why)
+	}
+}
+
+// TestMessageTimeZone: an entry's zone, else the campaign's recipient_tz;
+// an unknown one rejects the entry, saying which.
+func TestMessageTimeZone(t *testing.T) {
+	b := &batchRun{c: &campaign{Campaign: config.Campaign{Name: "c", Policy: "p", Provider: "x", Template: "t", Queue: "default", RecipientTZ: "Asia/Tokyo"}},
+		tick: NewTick("c", time.Unix(1_800_000_000, 0))}
+	for _, tc := range []struct{ tz, want, why string }{
+		{"", "Asia/Tokyo", ""},
+		{"Europe/Paris", "Europe/Paris", ""},
+		{"Europe/Pariss", "", `tz: unknown time zone "Europe/Pariss" (an IANA zone such as Europe/Paris)`},
+	} {
+		msg, why := b.message(entry{recipient: "a@x", tz: tc.tz, line: 1}, nil)
+		if why != tc.why {
+			t.Errorf("tz %q: why = %q, want %q", tc.tz, why, tc.why)
+			continue
+		}
+		if tc.why == "" && !strings.Contains(string(msg.Payload), `"tz":"`+tc.want+`"`) {
+			t.Errorf("tz %q: payload %s, want tz %s", tc.tz, msg.Payload, tc.want)
+		}
 	}
 }

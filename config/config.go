@@ -187,6 +187,24 @@ type Policy struct {
 	// message but hold none back, and what they would have done is logged
 	// and counted. Default false.
 	Shadow bool `yaml:"shadow"`
+	// Calendar are windows of the recipient's calendar, checked with
+	// Windows: {limit: 1, per: day}. Default none.
+	Calendar []Calendar `yaml:"calendar"`
+	// Quiet are quiet hours, "21:00-08:00" or with days first ("sun
+	// 00:00-24:00", "mon-fri 18:00-09:00"): a message that would go inside
+	// them waits until they end. Default none.
+	Quiet []string `yaml:"quiet"`
+	// TimeZone is the IANA zone calendar windows and quiet hours are kept in
+	// for a notification that names none (its tz). Default UTC.
+	TimeZone string `yaml:"timezone"`
+}
+
+// Calendar is a calendar window of a policy, in the recipient's zone.
+type Calendar struct {
+	Limit int    `yaml:"limit,required"`
+	Per   string `yaml:"per,required,oneof=day|week|month"`
+	// WeekStart is the first day of a week. Default monday.
+	WeekStart string `yaml:"week_start,oneof=monday|tuesday|wednesday|thursday|friday|saturday|sunday"`
 }
 
 // Fill gives a policy read from a file its defaults.
@@ -280,6 +298,10 @@ type Campaign struct {
 	Cron string `yaml:"cron,required"`
 	// Timezone is the IANA zone Cron is read in. Default "" (UTC).
 	Timezone string `yaml:"timezone"`
+	// RecipientTZ is the IANA zone of recipients whose audience entry
+	// names none (a second, tab-separated column). Default "": the
+	// policy's timezone.
+	RecipientTZ string `yaml:"recipient_tz"`
 	// Audience says where the recipients come from. Required.
 	Audience Audience `yaml:"audience,required"`
 	// Policy, Provider and Queue name what the campaign's notifications

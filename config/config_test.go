@@ -95,6 +95,26 @@ func TestParseValid(t *testing.T) {
 				t.Errorf("sms = %+v, want shadow", c.Providers["sms"])
 			}
 		}},
+		{"calendar windows, quiet hours and a zone", "policies:\n  marketing:\n    calendar: [{limit: 1, per: day}, {limit: 3, per: week, week_start: sunday}, {limit: 10, per: month}]\n    quiet: [\"21:00-08:00\", \"sun 00:00-24:00\"]\n    timezone: America/New_York\n", func(t *testing.T, c *Config) {
+			cals, quiet, loc, err := c.Local("marketing")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, cal := range cals {
+				got = append(got, cal.Name()+": "+cal.String())
+			}
+			want := []string{"marketing.day: 1 per calendar day", "marketing.week.sunday: 3 per calendar week from Sunday", "marketing.month: 10 per calendar month"}
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("calendars %q, want %q", got, want)
+			}
+			if quiet == nil || quiet.String() != "quiet 21:00-08:00, sun 00:00-24:00" || loc.String() != "America/New_York" {
+				t.Errorf("quiet %v in %v", quiet, loc)
+			}
+			if qs, _, _ := c.Rules(); qs["marketing"] != nil {
+				t.Errorf("a policy of calendar windows alone has a rolling quota: %v", qs["marketing"])
+			}
+		}},
 		{"empty metrics_addr turns metrics off", "worker:\n  metrics_addr: \"\"\n", func(t *testing.T, c *Config) {
 			if c.Worker.HTTPAddr != "" {
 				t.Errorf("metrics_addr = %q, want off", c.Worker.HTTPAddr)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"maps"
 	"slices"
+	"time"
 
 	"github.com/notify-throttle/throttler/throttle"
 )
@@ -32,12 +33,17 @@ func (c *Config) rules(errs *errorList, ok func(path string) bool) (map[string]*
 		if !ok(path) {
 			continue
 		}
+		if len(c.Policies[name].Windows) == 0 {
+			c.local(errs, name) // calendar windows alone
+			continue
+		}
 		q, err := throttle.NewQuota(name, c.Policies[name].Windows...)
 		if err != nil {
 			errs.add(c.ruleError(path, err))
 			continue
 		}
 		quotas[name] = q
+		c.local(errs, name)
 	}
 	buckets := map[string]*throttle.Bucket{}
 	for _, name := range slices.Sorted(maps.Keys(c.Providers)) {
@@ -70,4 +76,67 @@ func (c *Config) ruleError(path string, err error) *Error {
 	e := c.src.errorAt(path, msg)
 	e.Err = err
 	return e
+}
+
+// Local returns a policy's calendar windows, quiet hours (nil: none) and
+// zone (UTC unless it names one), the parts kept in the recipient's zone.
+// A Config from Load or Parse has passed these checks already.
+func (c *Config) Local(policy string) ([]*throttle.Calendar, *throttle.QuietHours, *time.Location, error) {
+	var errs errorList
+	cals, quiet, loc := c.local(&errs, policy)
+	return cals, quiet, loc, errs.err()
+}
+
+// weekdays are the week starts a calendar window may name.
+var weekdays = map[string]time.Weekday{"sunday": time.Sunday, "monday": time.Monday, "tuesday": time.Tuesday,
+	"wednesday": time.Wednesday, "thursday": time.Thursday, "friday": time.Friday, "saturday": time.Saturday}
+
+// calendarName names a calendar window's rule after its policy: the
+// policy's name, the period, and a week's start unless Monday
+// ("marketing.day", "marketing.week.sunday").
+func calendarName(policy string, cw Calendar) string {
+	name := policy + "." + cw.Per
+	if cw.Per == "week" && cw.WeekStart != "" && cw.WeekStart != "monday" {
+		name += "." + cw.WeekStart
+	}
+	return name
+}
+
+// local builds a policy's calendar windows and quiet hours, reporting what
+// throttle rejects (values the validator checked already are skipped).
+func (c *Config) local(errs *errorList, policy string) ([]*throttle.Calendar, *throttle.QuietHours, *time.Location) {
+	pol, path := c.Policies[policy], join("policies", policy)
+	var cals []*throttle.Calendar
+	for _, cw := range pol.Calendar {
+		start := time.Monday
+		if cw.WeekStart != "" {
+			start = weekdays[cw.WeekStart]
+		}
+		period := map[string]throttle.Period{"day": throttle.Day, "week": throttle.Week, "month": throttle.Month}[cw.Per]
+		cal, err := throttle.NewCalendar(calendarName(policy, cw), cw.Limit, period, start)
+		if err != nil {
+			errs.add(c.ruleError(path+".calendar", err))
+			continue
+		}
+		cals = append(cals, cal)
+	}
+	var quiet *throttle.QuietHours
+	if len(pol.Quiet) > 0 {
+		var rs []throttle.QuietRange
+		for _, s := range pol.Quiet {
+			if r, err := throttle.ParseQuietRange(s); err == nil {
+				rs = append(rs, r)
+			}
+		}
+		q, err := throttle.NewQuietHours(policy, rs...)
+		if err != nil {
+			errs.add(c.ruleError(path+".quiet", err))
+		}
+		quiet = q
+	}
+	loc := time.UTC
+	if pol.TimeZone != "" {
+		loc, _ = throttle.LoadZone(pol.TimeZone)
+	}
+	return cals, quiet, loc
 }

@@ -172,9 +172,10 @@ func (v *validator) policies() {
 		if v.longForm(path) { // {windows: [...], over_cap: ...}
 			wpath = path + ".windows"
 		}
-		if len(pol.Windows) == 0 {
+		if len(pol.Windows) == 0 && len(pol.Calendar) == 0 {
 			v.failf(wpath, "needs at least one window, e.g. [{limit: 1, per: 24h}]")
 		}
+		v.local(path, pol)
 		v.notNegative(path+".max_delay", pol.MaxDelay)
 		if pol.MaxDelay != 0 && pol.OverCap != OverCapDefer {
 			v.failf(path+".max_delay", "only with over_cap: %s (got over_cap: %s)", OverCapDefer, pol.OverCap)
@@ -197,6 +198,32 @@ func (v *validator) policies() {
 				v.failf(p+".per", "must be at least 1ms (got %s)", throttle.FormatDuration(w.Per))
 			}
 			v.positiveDuration(p+".per", w.Per)
+		}
+	}
+}
+
+// local checks a policy's calendar windows, quiet hours and zone.
+func (v *validator) local(path string, pol Policy) {
+	seen := map[string]int{}
+	for i, c := range pol.Calendar {
+		p := fmt.Sprintf("%s.calendar[%d]", path, i)
+		v.positive(p+".limit", c.Limit)
+		if c.WeekStart != "" && c.Per != "week" {
+			v.failf(p+".week_start", "only with per: week (got per: %s)", c.Per)
+		}
+		if j, dup := seen[calendarName("", c)]; dup {
+			v.failf(p, "the same calendar window as calendar[%d]: give one limit per window", j)
+		}
+		seen[calendarName("", c)] = i
+	}
+	for i, q := range pol.Quiet {
+		if _, err := throttle.ParseQuietRange(q); err != nil {
+			v.failf(fmt.Sprintf("%s.quiet[%d]", path, i), "%v", err)
+		}
+	}
+	if pol.TimeZone != "" {
+		if _, err := throttle.LoadZone(pol.TimeZone); err != nil {
+			v.failf(path+".timezone", "%v", err)
 		}
 	}
 }
@@ -345,6 +372,11 @@ func (v *validator) campaigns() {
 			v.ref(path+".queue", "queue", cp.Queue)
 		}
 		v.notNegative(path+".send_by_window", cp.SendByWindow)
+		if cp.RecipientTZ != "" {
+			if _, err := throttle.LoadZone(cp.RecipientTZ); err != nil {
+				v.failf(path+".recipient_tz", "%v", err)
+			}
+		}
 	}
 }
 

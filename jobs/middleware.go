@@ -75,6 +75,7 @@ type Throttle struct {
 	defaults sync.Once
 	bookings bookingLog
 	swapped  atomic.Pointer[Rules] // set by Swap
+	zones    zones
 }
 
 // Rules are what a Throttle routes notifications by: Throttle's fields of
@@ -115,13 +116,21 @@ type PolicySettings struct {
 	// toward without being held back by them (throttle.Take.CountOnly),
 	// in the same admission.
 	CountsToward []*throttle.Quota
+	// Calendars are the policy's calendar windows and Quiet its quiet hours
+	// (nil: none), in the recipient's time zone: the notification's
+	// (Notification.TZ), else Zone (nil: UTC). A message in quiet hours is
+	// held until they end, never dropped.
+	Calendars []*throttle.Calendar
+	Quiet     *throttle.QuietHours
+	Zone      *time.Location
 }
 
 // job is a decoded, routed notification, handed to Deliver through the context.
 type job struct {
 	id       string
 	n        Notification
-	quota    *throttle.Quota
+	quota    *throttle.Quota // nil if the policy has calendar windows only
+	local    []throttle.Take // calendar windows, then quiet hours, in the recipient's zone
 	policy   PolicySettings
 	route    Route
 	sent     string // the key of its sent marker, "" when markers are off
@@ -209,8 +218,11 @@ func (t *Throttle) route(id string, payload []byte) (job, error) {
 	if t.Sent != nil {
 		j.sent = t.Sent.Key(id)
 	}
-	if j.quota == nil {
+	if j.quota == nil && len(j.policy.Calendars) == 0 {
 		return job{}, fmt.Errorf("policy %q is not defined: %w", n.Policy, ErrBadPayload)
+	}
+	if j.local, err = t.zones.takes(j.policy, n.Policy, n.TZ, n.Recipient, time.Now()); err != nil {
+		return job{}, err
 	}
 	var ok bool
 	if j.route, ok = rs.Providers[n.Provider]; !ok {
@@ -224,9 +236,17 @@ func (t *Throttle) route(id string, payload []byte) (job, error) {
 // holds nothing: the policy only counts, the bucket is not taken (see
 // shadow).
 func (j job) request() throttle.Request {
-	r := throttle.Request{ID: j.id, Done: j.sent, Book: j.book, Priority: j.priority, Takes: []throttle.Take{
-		{Rule: j.quota, Key: j.n.Recipient, CountOnly: j.policy.Shadow},
-	}}
+	r := throttle.Request{ID: j.id, Done: j.sent, Book: j.book, Priority: j.priority}
+	if j.quota != nil {
+		r.Takes = append(r.Takes, throttle.Take{Rule: j.quota, Key: j.n.Recipient, CountOnly: j.policy.Shadow})
+	}
+	for _, t := range j.local {
+		if _, quiet := t.Rule.(*throttle.Quiet); quiet && j.policy.Shadow {
+			continue // holds, and counts nothing: in shadow mode, only reported
+		}
+		t.CountOnly = j.policy.Shadow
+		r.Takes = append(r.Takes, t)
+	}
 	if !j.route.Shadow {
 		r.Takes = append(r.Takes, throttle.Take{Rule: j.route.Bucket, Key: j.n.Provider})
 	}
@@ -265,6 +285,22 @@ func (j job) recipientOnly() throttle.Request {
 	return r
 }
 
+// overCap reports whether take i of j's request is one of its policy's
+// windows (rolling or calendar): quiet hours and the provider hold a
+// message, but are no cap to be over.
+func (j job) overCap(i int) bool {
+	if i < 0 {
+		return false
+	}
+	if j.quota != nil {
+		if i == 0 {
+			return true
+		}
+		i--
+	}
+	return i < len(j.policy.Calendars)
+}
+
 // errSentBefore is admit's answer for a job an earlier delivery of its task
 // sent: the task completes without being sent again.
 var errSentBefore = errors.New("sent before")
@@ -298,7 +334,7 @@ func (t *Throttle) admit(ctx context.Context, j job) error {
 		t.Log.Info("already sent: completing without sending again", "task", j.id, "recipient", Redact(j.n.Recipient))
 		return errSentBefore
 	}
-	if j.policy.Drop && !d.Allowed && d.Take == 0 {
+	if j.policy.Drop && !d.Allowed && j.overCap(d.Take) {
 		if d.Holds() {
 			t.release(j.request())
 		}
@@ -398,13 +434,14 @@ func (t *Throttle) holds(ctx context.Context, j job) error {
 // denier names the rule that set a decision's delay, with its limit:
 // "policy marketing (3 per 168h)" or "provider sms (100/s burst 20)".
 func (t *Throttle) denier(j job, d throttle.Decision) string {
-	switch {
-	case d.Take == 0:
-		return fmt.Sprintf("policy %s (%s)", j.n.Policy, d.Limit)
-	case d.Take > 0 && d.Rule == throttle.Rule(j.route.Bucket):
+	switch d.Rule.(type) {
+	case nil:
+		return "throttle"
+	case *throttle.Bucket:
 		return fmt.Sprintf("provider %s (%s)", j.n.Provider, d.Limit)
 	}
-	return "throttle"
+	// A window, a calendar window or quiet hours ("quiet 21:00-08:00").
+	return fmt.Sprintf("policy %s (%s)", j.n.Policy, d.Limit)
 }
 
 // shadow reports what the rules of j in shadow mode would have done with
@@ -415,9 +452,12 @@ func (t *Throttle) denier(j job, d throttle.Decision) string {
 // sends take. Nothing changes for j; a failure is only logged.
 func (t *Throttle) shadow(ctx context.Context, j job) {
 	if j.policy.Shadow {
-		r := throttle.Request{ID: j.id, Takes: []throttle.Take{{Rule: j.quota, Key: j.n.Recipient}}}
+		r := throttle.Request{ID: j.id, Takes: j.local}
+		if j.quota != nil {
+			r.Takes = append([]throttle.Take{{Rule: j.quota, Key: j.n.Recipient}}, j.local...)
+		}
 		d, err := t.Limiter.Check(ctx, r)
-		t.shadowed(j, d, err, j.policy.Drop)
+		t.shadowed(j, d, err, j.policy.Drop && j.overCap(d.Take)) // quiet hours never drop
 	}
 	if j.route.Shadow {
 		r := throttle.Request{ID: j.id, MaxWait: t.InlineWait, Takes: []throttle.Take{{Rule: j.route.Bucket, Key: "shadow:" + j.n.Provider}}}

@@ -15,6 +15,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
+
+	"github.com/notify-throttle/throttler/throttle"
 )
 
 // TypeNotify is the asynq task type of one notification.
@@ -67,6 +69,10 @@ type Notification struct {
 	// SendBy, when set, is the latest time it may be delivered; after that
 	// it expires instead of arriving late.
 	SendBy *time.Time `json:"send_by,omitempty"`
+	// TZ is the recipient's IANA time zone ("America/New_York"), in which
+	// its policy's calendar windows and quiet hours are kept; "" is the
+	// policy's zone.
+	TZ string `json:"tz,omitempty"`
 	// Campaign names the campaign run that created it, if any.
 	Campaign string `json:"campaign,omitempty"`
 	// Queued is when NewTask made its task (the producer's clock), from
@@ -102,6 +108,11 @@ func (n *Notification) Check() error {
 	if len(n.Data) > 0 && !json.Valid(n.Data) {
 		return bad("data", "not JSON")
 	}
+	if n.TZ != "" {
+		if _, err := LoadZone(n.TZ); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -127,7 +138,7 @@ func Decode(payload []byte) (Notification, error) {
 }
 
 // payloadFields are the JSON names of Notification's fields.
-var payloadFields = [...]string{"recipient", "policy", "provider", "template", "data", "send_by", "campaign", "queued_at"}
+var payloadFields = [...]string{"recipient", "policy", "provider", "template", "data", "send_by", "tz", "campaign", "queued_at"}
 
 // checkFieldNames rejects what encoding/json lets through in an object it
 // has decoded: a field named in another case ("Recipient": it matches
@@ -260,3 +271,13 @@ func encode(n Notification) ([]byte, error) {
 // DefaultMaxRetry is the retry budget of real delivery failures (5xx,
 // timeouts). Deferrals by the throttle never use it.
 const DefaultMaxRetry = 25
+
+// LoadZone is throttle.LoadZone with the error of a bad notification's
+// field tz.
+func LoadZone(name string) (*time.Location, error) {
+	loc, err := throttle.LoadZone(name)
+	if err != nil {
+		return nil, bad("tz", "%v", err)
+	}
+	return loc, nil
+}

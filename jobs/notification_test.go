@@ -15,7 +15,7 @@ func TestDecodeRejectsMalformedPayloads(t *testing.T) {
 		{"not JSON", `hello`, "payload is not a notification: invalid character 'h' looking for beginning of value: bad notification"},
 		{"no recipient", `{"policy":"p","provider":"x","template":"t"}`, "recipient: missing: bad notification"},
 		{"unknown field", `{"recipient":"a","policy":"p","provider":"x","template":"t","colour":1}`, `payload is not a notification: json: unknown field "colour": bad notification`},
-		{"field in another case", `{"Recipient":"a","policy":"p","provider":"x","template":"t"}`, `payload field "Recipient": field names are lower case (recipient, policy, provider, template, data, send_by, campaign, queued_at): bad notification`},
+		{"field in another case", `{"Recipient":"a","policy":"p","provider":"x","template":"t"}`, `payload field "Recipient": field names are lower case (recipient, policy, provider, template, data, send_by, tz, campaign, queued_at): bad notification`},
 		{"field twice", `{"recipient":"a","policy":"p","provider":"x","template":"t","recipient":"b"}`, `payload field "recipient": given twice: bad notification`},
 		{"trailing data", `{"recipient":"a","policy":"p","provider":"x","template":"t"} {}`, "payload has data after the notification: bad notification"},
 		{"long recipient", `{"recipient":"` + strings.Repeat("a", MaxRecipientLen+1) + `","policy":"p","provider":"x","template":"t"}`, "recipient: 257 bytes, longer than 256: bad notification"},

@@ -25,10 +25,11 @@ type entry struct {
 	Data                    json.RawMessage // a JSON object, or nil
 	IdempotencyKey          string
 	SendBy                  *time.Time
+	TZ                      string // the recipient's IANA time zone
 }
 
 // Fields of a JSONL line.
-var lineFields = []string{"recipient", "template", "policy", "provider", "queue", "data", "idempotency_key", "send_by"}
+var lineFields = []string{"recipient", "template", "policy", "provider", "queue", "data", "idempotency_key", "send_by", "tz"}
 
 // parseLine parses one JSONL line: a JSON object with the fields in
 // lineFields, each at most once. null is the same as leaving a field out.
@@ -84,6 +85,8 @@ func (e *entry) set(key string, raw json.RawMessage) error {
 		return str(&e.Queue)
 	case "idempotency_key":
 		return str(&e.IdempotencyKey)
+	case "tz":
+		return str(&e.TZ)
 	case "data":
 		if kind != "object" {
 			return fmt.Errorf("data: must be a JSON object (got %s)", kind)
@@ -218,6 +221,7 @@ func (c checker) check(e entry, now time.Time) (job, error) {
 		Template:  e.Template,
 		Data:      e.Data,
 		SendBy:    e.SendBy,
+		TZ:        e.TZ,
 	}
 	queue := r.Queue
 	if err := n.Check(); err != nil {

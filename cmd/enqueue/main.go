@@ -7,7 +7,7 @@
 // Usage:
 //
 //	enqueue [-config config.yaml] -to RECIPIENT -template NAME [-policy P] [-provider P]
-//	        [-data '{"k":"v"}'] [-queue Q] [-key IDEMPOTENCY_KEY] [-send-by TIME|DURATION]
+//	        [-data '{"k":"v"}'] [-queue Q] [-key IDEMPOTENCY_KEY] [-send-by TIME|DURATION] [-tz ZONE]
 //	enqueue [-config config.yaml] -file notifications.jsonl   (-file - reads stdin)
 //	enqueue [-config config.yaml] -campaigns
 //	enqueue [-config config.yaml] -trigger CAMPAIGN
@@ -26,6 +26,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	_ "time/tzdata" // time zones also on hosts without zoneinfo files
 
 	"github.com/redis/go-redis/v9"
 
@@ -185,7 +186,7 @@ func choose(set map[string]bool) (command, error) {
 func usage(fs *flag.FlagSet) {
 	fmt.Fprint(fs.Output(), `Usage:
   enqueue [-config config.yaml] -to RECIPIENT -template NAME [-policy P] [-provider P]
-          [-data '{"k":"v"}'] [-queue Q] [-key IDEMPOTENCY_KEY] [-send-by TIME|DURATION]
+          [-data '{"k":"v"}'] [-queue Q] [-key IDEMPOTENCY_KEY] [-send-by TIME|DURATION] [-tz ZONE]
   enqueue [-config config.yaml] -file notifications.jsonl   (-file - reads stdin)
   enqueue [-config config.yaml] -campaigns                  (list, with next fire times)
   enqueue [-config config.yaml] -trigger CAMPAIGN           (fire one now)

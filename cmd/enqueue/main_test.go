@@ -187,7 +187,7 @@ func TestOneWithEveryFlag(t *testing.T) {
 	h := newHarness(t)
 	before := time.Now()
 	out := h.runArgs("-to", "+15551234567", "-template", "otp", "-policy", "transactional",
-		"-provider", "sms", "-queue", "critical", "-key", "otp-42", "-send-by", "90m")
+		"-provider", "sms", "-queue", "critical", "-key", "otp-42", "-send-by", "90m", "-tz", "Europe/London")
 	after := time.Now()
 	if out.code != 0 || out.stderr != "" {
 		t.Fatalf("enqueue = %d, stderr %q", out.code, out.stderr)
@@ -197,7 +197,7 @@ func TestOneWithEveryFlag(t *testing.T) {
 		t.Errorf("task ID = %s, want jobs.TaskID(otp-42) = %s", id, jobs.TaskID("otp-42"))
 	}
 	n := h.task("critical", id)
-	if n.Recipient != "+15551234567" || n.Template != "otp" || n.Policy != "transactional" || n.Provider != "sms" || n.Data != nil {
+	if n.Recipient != "+15551234567" || n.Template != "otp" || n.Policy != "transactional" || n.Provider != "sms" || n.Data != nil || n.TZ != "Europe/London" {
 		t.Errorf("task payload = %+v", n)
 	}
 	if n.SendBy == nil || n.SendBy.Before(before.Add(90*time.Minute).Truncate(time.Second)) || n.SendBy.After(after.Add(90*time.Minute)) {
@@ -270,6 +270,8 @@ func TestOneRejected(t *testing.T) {
 			`enqueue: recipient: 257 bytes, longer than 256`},
 		{"past deadline", []string{"-to", "a@example.com", "-template", "t", "-send-by", "2001-09-09T01:46:40Z"},
 			`enqueue: send_by: 2001-09-09T01:46:40Z is in the past`},
+		{"unknown zone", []string{"-to", "a@example.com", "-template", "t", "-tz", "EST5EDT/Nowhere"},
+			`enqueue: tz: unknown time zone "EST5EDT/Nowhere" (an IANA zone such as Europe/Paris)`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -31,7 +31,7 @@ func runOne(ctx context.Context, o *options, p process) error {
 	now := time.Now()
 	j, err := c.check(entry{
 		Recipient: o.to, Template: o.template, Policy: o.policy, Provider: o.provider,
-		Queue: o.queue, Data: o.data, IdempotencyKey: o.key, SendBy: o.sendBy.time(now),
+		Queue: o.queue, Data: o.data, IdempotencyKey: o.key, SendBy: o.sendBy.time(now), TZ: o.tz,
 	}, now)
 	if err != nil {
 		return err

@@ -12,9 +12,9 @@ type options struct {
 	config string
 
 	// One notification (runOne).
-	to, template, policy, provider, queue, key string
-	data                                       json.RawMessage
-	sendBy                                     deadline
+	to, template, policy, provider, queue, key, tz string
+	data                                           json.RawMessage
+	sendBy                                         deadline
 
 	// A JSONL file (runFile).
 	file string
@@ -41,6 +41,7 @@ func newOptions(fs *flag.FlagSet) *options {
 	})
 	fs.StringVar(&o.queue, "queue", "", "the queue (default: defaults.queue)")
 	fs.StringVar(&o.key, "key", "", "the idempotency `key`: the same key makes the same task ID")
+	fs.StringVar(&o.tz, "tz", "", "the recipient's IANA time `zone` (America/New_York) for its policy's calendar windows and quiet hours (default: the policy's timezone)")
 	fs.Var(&o.sendBy, "send-by", "the deadline, an RFC 3339 `time` or a duration from now (90m); later it expires")
 	fs.StringVar(&o.file, "file", "", "a JSONL `file` of notifications, one per line; - reads stdin")
 	fs.BoolVar(&o.campaigns, "campaigns", false, "list the config's campaigns with their next fire times")

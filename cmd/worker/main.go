@@ -35,6 +35,7 @@ import (
 	"slices"
 	"syscall"
 	"time"
+	_ "time/tzdata" // time zones also on hosts without zoneinfo files
 
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"

@@ -49,7 +49,12 @@ func buildRules(cfg *config.Config, stdout io.Writer, counts *sentCounts, keep s
 		rules.Providers[name] = jobs.Route{Bucket: buckets[name], Provider: s.p, Shadow: p.Shadow}
 	}
 	for name, p := range cfg.Policies {
-		s := jobs.PolicySettings{Drop: p.OverCap == config.OverCapDrop, MaxDelay: p.MaxDelay, Shadow: p.Shadow}
+		cals, quiet, zone, err := cfg.Local(name)
+		if err != nil {
+			return jobs.Rules{}, nil, err
+		}
+		s := jobs.PolicySettings{Drop: p.OverCap == config.OverCapDrop, MaxDelay: p.MaxDelay, Shadow: p.Shadow,
+			Calendars: cals, Quiet: quiet, Zone: zone}
 		for _, other := range p.CountsToward {
 			s.CountsToward = append(s.CountsToward, policies[other])
 		}
