@@ -479,6 +479,54 @@ func BenchmarkAdmitVsBaselines(b *testing.B) {
 	})
 }
 
+// BenchmarkAdmitZoned runs the engine's job side by side with the same job
+// plus what a policy in the recipient's zone adds: a calendar day window
+// (1 per day) and quiet hours that do not hold now, placed in
+// America/New_York as the worker places them; and reports zoned/engine,
+// mostly denied and all admitted.
+func BenchmarkAdmitZoned(b *testing.B) {
+	e := newBenchEnv(b)
+	e.settle(b)
+	loc, err := time.LoadLocation("America/New_York")
+	if err != nil {
+		b.Fatal(err)
+	}
+	now := time.Now()
+	cal, err := throttle.NewCalendar(benchQuota+".day", 1, throttle.Day, time.Monday)
+	if err != nil {
+		b.Fatal(err)
+	}
+	h := now.In(loc).Hour()
+	r, err := throttle.ParseQuietRange(fmt.Sprintf("%02d:00-%02d:00", (h+6)%24, (h+8)%24)) // not now
+	if err != nil {
+		b.Fatal(err)
+	}
+	quiet, err := throttle.NewQuietHours(benchQuota, r)
+	if err != nil {
+		b.Fatal(err)
+	}
+	day, hours := cal.In(loc, now), quiet.In(loc, now)
+	zoned := func(recipient func(uint64) string) benchOp {
+		return func(ctx context.Context) (int64, int64, error) {
+			n := e.next.Add(1)
+			j := e.job(n, recipient(n))
+			j.Takes = append(j.Takes, throttle.Take{Rule: day, Key: j.Takes[0].Key}, throttle.Take{Rule: hours, Key: j.Takes[0].Key})
+			d, err := e.lim.Admit(ctx, j)
+			if err != nil {
+				return 0, 0, err
+			}
+			return 1, benchB2I(d.Allowed), nil
+		}
+	}
+	total := benchSideBySide(b, e, []benchVariant{
+		{"engine", benchWorkers, e.admitOp(e.cycling)},
+		{"zoned", benchWorkers, zoned(e.cycling)},
+		{"engine_admitted", benchWorkers, e.admitOp(benchFresh)},
+		{"zoned_admitted", benchWorkers, zoned(benchFresh)},
+	})
+	benchReport(b, total, "zoned", [][2]string{{"zoned", "engine"}, {"zoned_admitted", "engine_admitted"}})
+}
+
 // BenchmarkAdmitBatch measures AdmitBatch of 100 requests from 8 goroutines
 // (800 requests in flight) against Admit from 64 goroutines; ns/op of batch
 // is per call of 100.
