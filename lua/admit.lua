@@ -181,7 +181,7 @@ local function admit(keys, args)
   return out
 end
 
--- restamp (cluster only) moves quota entries a call stamped provisionally
+-- restamp (cluster only) moves quota (and calendar) entries a call stamped provisionally
 -- (at now + ahead, see the plan) to the moment the request's provider token
 -- was reserved for: now + delay, by this node's TIME, never later than the
 -- provisional stamp. Only entries the task still holds move (ZADD XX), and
@@ -213,6 +213,12 @@ local function restamp(keys, args)
           end
           rcall('ZADD', key, unpack_(zargs))
           extend(key, ceil_ms(to - now + t.longest))
+          moved = moved + 1
+        end
+      elseif t.kind == 'c' then
+        local s = cal_held(t, keys[ki], id, now)
+        if s and to < s then
+          entry_move(t, keys[ki], id, now, to)
           moved = moved + 1
         end
       end

@@ -680,3 +680,28 @@ func TestClusterReservedSendKeepsQuota(t *testing.T) {
 		t.Errorf("bob's quota key left behind by a denied request")
 	}
 }
+
+// TestClusterReservedSendKeepsCalendar: as TestClusterReservedSendKeepsQuota
+// for a calendar window: its entry, stamped ahead while the bucket's node
+// had not answered, is moved to the moment the token was reserved for.
+func TestClusterReservedSendKeepsCalendar(t *testing.T) {
+	l, rdb := newCluster(t)
+	now := time.Now()
+	c := mustCalendarWindow(t, 5, now.Add(-time.Hour), now.Add(time.Hour))
+	b := mustBucket(t, "sms", 4, 1)
+	const maxWait = time.Second
+	if d, err := l.Reserve(ctx, Request{ID: "x", Takes: []Take{{Rule: b, Key: "gw"}}}, maxWait); err != nil || !d.Allowed {
+		t.Fatalf("reserve x: %+v, %v", d, err)
+	}
+	d, err := l.Reserve(ctx, Request{ID: "job", Takes: []Take{{Rule: c, Key: "alice"}, {Rule: b, Key: "gw"}}}, maxWait)
+	if err != nil || !d.Allowed || d.Delay <= 0 {
+		t.Fatalf("reserve job: %+v, %v; want allowed a token ahead", d, err)
+	}
+	s, err := rdb.ZScore(ctx, calendarKey(subjectTag(DefaultPrefix, "alice"), "cal"), "job").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stamp := time.UnixMicro(int64(s)); stamp.Before(d.At()) || stamp.After(d.At().Add(50*time.Millisecond)) {
+		t.Errorf("calendar entry stamped %s, the token's moment is %s", stamp, d.At())
+	}
+}

@@ -365,7 +365,8 @@ func (l *Limiter) restampQuotas(ctx context.Context, rs []Request, ds []Decision
 		for _, g := range consumed[i] {
 			var q group
 			for _, k := range g.takes {
-				if _, ok := r.Takes[k].Rule.(*Quota); ok {
+				switch r.Takes[k].Rule.(type) {
+				case *Quota, *CalendarWindow:
 					q.takes = append(q.takes, k)
 				}
 			}
