@@ -86,6 +86,9 @@ func Start(t TB, extra ...string) *Server {
 // start starts one server, standalone or a cluster node, as sec says.
 func start(t TB, cluster bool, sec *security) *Server {
 	t.Helper()
+	if !cluster && !oneServerPerPackage(t) {
+		return nil
+	}
 	bin, err := Binary()
 	if err != nil {
 		t.Fatalf("%v", err)
