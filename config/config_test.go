@@ -36,7 +36,7 @@ func TestLoadRootConfig(t *testing.T) {
 			PriorityQueues:  []string{"critical"},
 			Jitter:          time.Second,
 			SentMarks:       time.Hour,
-			RememberTakes:   10 * time.Minute,
+			RememberTakes:   2 * time.Second,
 			DeadAfter:       5 * time.Second,
 		},
 		Policies: map[string]Policy{

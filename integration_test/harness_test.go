@@ -553,20 +553,64 @@ func (f *fleet) archived() map[string]*asynq.TaskInfo {
 }
 
 // ledger returns the provider bucket's ledger: the task IDs holding one of
-// its tokens and the moment (Redis time) each may use it. A task whose send
-// failed at the provider (5xx, 429) holds the token its retry took; the
-// failed attempt's moment is gone from the ledger.
+// its slots and the moment (Redis time) each was granted to go. The ledger
+// holds a slot's start V; the task goes at its quota entries' moment (what
+// its recipient's windows were checked at), which is within the bucket's
+// slack before V; a task with no quota entry is given V less the slack
+// (burst - 1 over the rate), the earliest its slot lets it go. A task whose
+// send failed at the provider (5xx, 429) holds the slot its retry took; the
+// failed attempt's is gone from the ledger.
 func (f *fleet) ledger() map[string]time.Time {
 	f.t.Helper()
-	zs, err := f.rdb.ZRangeWithScores(context.Background(), ledgerKey, 0, -1).Result()
+	ctx := context.Background()
+	zs, err := f.rdb.ZRangeWithScores(ctx, ledgerKey, 0, -1).Result()
 	if err != nil {
 		f.t.Fatalf("ledger: %v", err)
 	}
+	moments := f.quotaMoments()
+	slack := time.Duration(float64(f.cfg.Burst-1) / f.cfg.Rate * float64(time.Second)).Truncate(time.Microsecond)
 	got := map[string]time.Time{}
 	for _, z := range zs {
-		if id := z.Member.(string); id != ledgerTomb {
-			got[id] = time.UnixMicro(int64(z.Score))
+		id := z.Member.(string)
+		if m, ok := moments[id]; ok {
+			got[id] = m
+		} else {
+			got[id] = time.UnixMicro(int64(z.Score)).Add(-slack)
 		}
+	}
+	return got
+}
+
+// quotaMoments returns the moment of every task's quota entry (the fleet's
+// policies' keys, on every node): the moment it was admitted to go.
+func (f *fleet) quotaMoments() map[string]time.Time {
+	ctx := context.Background()
+	got := map[string]time.Time{}
+	var mu sync.Mutex
+	scan := func(ctx context.Context, c *redis.Client) error {
+		iter := c.Scan(ctx, 0, fleetPrefix+"{*}:q:*", 1000).Iterator()
+		for iter.Next(ctx) {
+			zs, err := c.ZRangeWithScores(ctx, iter.Val(), 0, -1).Result()
+			if err != nil {
+				return err
+			}
+			mu.Lock()
+			for _, z := range zs {
+				id, _, _ := strings.Cut(z.Member.(string), "\x1f")
+				got[id] = time.UnixMicro(int64(z.Score))
+			}
+			mu.Unlock()
+		}
+		return iter.Err()
+	}
+	var err error
+	if cc, ok := f.rdb.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, scan)
+	} else {
+		err = scan(ctx, f.rdb.(*redis.Client))
+	}
+	if err != nil {
+		f.t.Fatalf("quota entries: %v", err)
 	}
 	return got
 }
@@ -576,12 +620,9 @@ func (f *fleet) ledger() map[string]time.Time {
 const ledgerKey = fleetPrefix + "{" + fleetProvider + "}:b:" + fleetProvider + ":held"
 
 // fleetRemember is the workers' worker.remember_takes: not the default
-// (10m), so that a test can see it applied, and longer than any test.
+// (2s), so that a test can see it applied and the ledger keeps every take
+// of a test.
 const fleetRemember = 9 * time.Minute
-
-// ledgerTomb is the ledger member that records takes no holder shows any
-// more (rules.lua's TOMB): not a task.
-const ledgerTomb = "\x00"
 
 // quotaKey is the recipient's sorted set under the fleet's policy.
 func quotaKey(recipient string) string {

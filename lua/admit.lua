@@ -47,7 +47,7 @@
 -- admit_task admits one task whose keys start at keys[ki] and returns the
 -- index past its last key, then its four values.
 local function admit_task(keys, ki, id, p, now, deadline, floor_)
-  local remember, maxwait, n = p.remember, p.maxwait, p.n
+  local maxwait, n = p.maxwait, p.n
   if p.done then
     local marker = keys[ki]
     ki = ki + 1
@@ -62,15 +62,15 @@ local function admit_task(keys, ki, id, p, now, deadline, floor_)
   for i = 1, n do
     local t = p[i]
     local kind = t.kind
-    local ok, u, w, left, mine, a, b, c = true, 0, 0
+    local ok, u, w, left, mine, a, b, c, d = true, 0, 0
     if kind == 'q' then
       ok, u, w, left, mine, a, b = quota_check(t, keys[k], id, now)
       k = k + 1
     elseif kind == 'b' then
       local reserve
-      reserve, u, left, mine, a, b, c = bucket_check(t, keys[k], keys[k + 1], id, now, remember, denied, p.prio)
+      reserve, u, left, mine, a, b, c, d = bucket_check(t, keys[k + 1], keys[k + 3], id, now, p.book and p.prio, denied)
       if reserve and reserve > maxwait then ok = false end
-      k = k + 3
+      k = k + 4
     elseif kind == 'f' then
       ok, u, left, mine, a, b = fixed_check(t, keys[k], id, now)
       k = k + 1
@@ -82,7 +82,7 @@ local function admit_task(keys, ki, id, p, now, deadline, floor_)
       left, mine = huge, nil
     end
     if t.count then ok, u, w, left = true, 0, 0, huge end -- recorded, never holding
-    HELD[i], A[i], B[i], C[i] = mine, a, b, c
+    HELD[i], A[i], B[i], C[i], D[i] = mine, a, b, c, d
     if not ok then denied = true end
     if u > delay then delay, binding, window = u, i, w end
     if left < remaining then remaining = left end
@@ -101,9 +101,8 @@ local function admit_task(keys, ki, id, p, now, deadline, floor_)
       if not go then break end
       if HELD[i] then go = false end
       if p[i].kind == 'b' then
-        -- A line ahead: others wait in it, and a priority task pushes it.
-        if C[i] and C[i] > now then go = false end
-        if go and rcall('ZSCORE', keys[kb + 2], id) then go = false end
+        -- A ticket: it claims.
+        if rcall('ZSCORE', keys[kb + 2], ticket_member(id, p[i].cost)) then go = false end
       end
       kb = kb + p[i].nk
     end
@@ -136,7 +135,7 @@ local function admit_task(keys, ki, id, p, now, deadline, floor_)
       if kind == 'q' then
         quota_commit(t, keys[k], id, now, qat, A[i], B[i])
       elseif kind == 'b' then
-        bucket_commit(t, keys[k], keys[k + 1], id, now, at, remember, A[i], B[i], C[i] or nil)
+        bucket_commit(t, keys[k], keys[k + 1], keys[k + 3], id, now, at, A[i], B[i], C[i], D[i], p.remember)
       elseif kind == 'f' then
         fixed_commit(t, keys[k], id, now, A[i], B[i])
       elseif kind == 'c' then
@@ -163,12 +162,10 @@ local function admit(keys, args)
   local now = now_us()
   local na = #args
   if na == 3 then -- one task: its values, without growing a table
-    memo = false
     local dl, fl = when(args[3])
     local _, a, b, c, d, o, x = admit_task(keys, 1, args[1], plans[args[2]] or plan(args[2]), now, dl, fl)
     return {a, b, c, d, o, x}
   end
-  memo, MEMO_T, MEMO_U, MEMO_E, MEMO_V, MEMO_R = true, {}, {}, {}, {}, {}
   local out, ki, o = {}, 1, 0
   for j = 1, na, 3 do
     local a, b, c, d, e, x
@@ -177,7 +174,6 @@ local function admit(keys, args)
     out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = a, b, c, d, e, x
     o = o + 6
   end
-  memo, MEMO_T, MEMO_U, MEMO_E, MEMO_V, MEMO_R = false, nil, nil, nil, nil, nil
   return out
 end
 
@@ -193,7 +189,6 @@ end
 -- Returns {now_us, takes restamped of task 1, of task 2, ...}.
 local function restamp(keys, args)
   if not rcall then bind() end
-  memo = false
   local now = now_us()
   local to = now + tonum(args[1])
   local out, ki = {now}, 1

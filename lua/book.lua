@@ -7,50 +7,44 @@
 -- A plan that books has quotas and at most one bucket (throttle.Request
 -- checks that). What a booking holds:
 --
---   - on each quota: the task's entry, at the booked moment. The entries of
---     a recipient are booked in order (a new one never goes before one
+--   - on each quota: the task's entry, at the booked moment x. The entries
+--     of a recipient are booked in order (a new one never goes before one
 --     already booked), so the earliest moment for a new entry is after the
 --     newest one and after, in each window, the entry that must leave for it
 --     to fit: one read of the newest entries, whatever waits.
---   - on the bucket: a ticket in its bookings set (member: task ID, score:
---     the moment), and the bucket's booking tail v (in its state hash) moves
---     one slot (1/rate per token of cost) past it. The tokens themselves are
---     taken only when the task claims its moment: the bucket's tokens stay
---     the provider's truth, and a booking is a place in line. A task that
---     arrives while v is ahead books after it, so tasks waiting on one
---     provider go in the order they booked and each wakes when its turn
---     comes, not when the next token does.
+--   - on the bucket: a slot in its calendar (see rules.lua), the earliest
+--     free one that starts no earlier than the quotas' moment, and a ticket
+--     (member: the task ID, score: the slot's start V). x is the quotas'
+--     moment, or V less the bucket's slack if that is later. The slot is
+--     the task's: nobody else can take it, so a task that comes back in time
+--     goes at x, whatever was booked since.
 --
 -- A claim (the task comes back holding a ticket or booked quota entries)
--- takes the bucket's tokens when they are there, leaving one for each
--- ticket booked before it and not yet claimed (before its booked moment if
--- so: a slot a job missed is used by the next, not lost), and moves the
--- quota entries there if they are not there already, only if they still
--- fit every window (entries booked after them included).
--- It goes if that moment is within max wait. A task that came back early is
--- told its moment again, unchanged. One that came back late, or whose
--- tokens went to others meanwhile (priority traffic), or whose entries no
--- longer fit, books again from the end of the line: what it held is given
--- back first, so arrivals at the provider and at the recipient follow the
--- rules whatever the lateness.
+-- moves the ticket to the ledger (the slot is now in flight) when x is
+-- within max wait, and the task goes at x. A task that came back early is
+-- told its moment again, unchanged. One that came back after its slot, or
+-- whose slot a pause covers, gives back what it held and books again; so
+-- arrivals at the provider and at the recipient follow the rules whatever
+-- the lateness.
 --
 -- Priority: a bucket may keep a reserve of tokens that only priority tasks
--- may take (bucket_need). Priority tasks skip the line (they do not wait
--- behind v) and push v one slot on, so that later bookings make room for
--- them; bookings already made absorb the shift within their max wait.
+-- may use (bucket_slack: the others may go less far ahead of their slot).
+-- Under a line of bookings that is not enough: every slot is booked. A
+-- priority task that would wait past max wait takes the slot of the first
+-- booking not yet claimed, and that booking moves to the first free slot
+-- after it (its task finds out when it claims: it is told its new moment,
+-- or books again if its recipient's windows no longer fit there).
 --
 -- A booking whose moment would fall after the task's deadline is not made:
 -- the task is told it expired, and the moment it would have had.
 --
--- A bucket's bookings set keeps tickets nobody claimed (a task deleted
--- while booked) for GRACE after their moment at most: each booking prunes
--- the older ones.
+-- A ticket's member is the task ID, followed by \30 and the cost when the
+-- cost is not 1 (so that a priority task that moves it knows its length).
+-- Tickets nobody claimed (a task deleted while booked) stay for GRACE after
+-- their moment at most: each booking prunes the older ones. Their slots are
+-- lost, one each.
 
 local GRACE = 600000000 -- µs: 10 minutes
-
--- A task the ledger holds for a moment more than LATE ago claims again
--- (see book_task).
-local LATE = 1000000 -- µs
 
 -- Outcomes, the fifth value admit returns for a task.
 local DECIDED, BOOKED, EXPIRED, REBOOKED = 0, 1, 2, 3
@@ -58,6 +52,18 @@ local DECIDED, BOOKED, EXPIRED, REBOOKED = 0, 1, 2, 3
 -- Scratch per take: the key index of each take, a quota's held entry.
 local KI, QH = {}, {}
 
+-- ticket_member is the task's member in a bucket's tickets.
+local function ticket_member(id, cost)
+  if cost == 1 then return id end
+  return id .. '\30' .. int(cost)
+end
+
+-- ticket_cost reads a ticket member's cost.
+local function ticket_cost(member)
+  local c = find(member, '\30', 1, true)
+  if c then return tonum(sub(member, c + 1)) end
+  return 1
+end
 -- quota_earliest returns the earliest moment, not before floor, at which a
 -- new entry of the task fits every window of quota t after the entries
 -- already in it: after the newest one, and after the entry whose leaving
@@ -147,11 +153,10 @@ end
 
 -- A booking's other rules (see rules.lua): calendar quotas and quiet hours.
 -- A moment set by a quiet span's end or a calendar window's start is
--- shared: every subject of the zone may be held for it. Bookings for it are
--- placed one slot apart after it, in order, however many there are (so the
--- morning after quiet hours is paced by the provider, not a stampede):
--- after it by a slot for each ticket booked in the SHARED that follow it.
-local SHARED = 86400000000 -- µs: a day
+-- shared: every subject of the zone may be held for it. The provider's
+-- calendar places the bookings for it one free slot after another (so the
+-- morning after quiet hours is paced by the provider, in order, not a
+-- stampede).
 
 -- entry_held returns the moment of the task's counting entry on a quota or
 -- calendar take, else nil.
@@ -234,99 +239,86 @@ local function beyond(p, m)
   return nil
 end
 
--- ticket_add records the task's booking on a bucket.
-local function ticket_add(book, id, now, at)
-  rcall('ZADD', book, int(at), id)
+-- ticket_add books slot v of length len on a bucket for the task: the
+-- calendar marks it busy and the tickets hold it. Tickets past GRACE go.
+local function ticket_add(book, cal, member, now, v, len, left, ra, rb)
+  bucket_add(cal, now, v, len, left, ra, rb)
   rcall('ZREMRANGEBYSCORE', book, '-inf', int(now - GRACE))
-  extend(book, ceil_ms(at - now + GRACE))
+  rcall('ZADD', book, int(v), member)
+  extend(book, ceil_ms(v - now + GRACE))
+end
+
+-- bump moves the first ticket not yet claimed whose slot starts at or after
+-- from and before before (a priority task takes its slot, of len µs) to the
+-- first free slot after it. It returns the slot taken, or nil: none, or one
+-- shorter than len.
+local function bump(bt, book, cal, now, from, before, len)
+  local z = rcall('ZRANGEBYSCORE', book, int(from), '(' .. int(before), 'WITHSCORES', 'LIMIT', '0', '1')
+  if #z == 0 then return nil end
+  local member, s = z[1], tonum(z[2])
+  local vlen = ceil(ticket_cost(member) * 1e6 / bt.rate)
+  if vlen < len then return nil end
+  local v, left, ra, rb = bucket_find(cal, s, vlen)
+  if not v then return nil end
+  bucket_add(cal, now, v, vlen, left, ra, rb)
+  rcall('ZADD', book, int(v), member)
+  extend(book, ceil_ms(v - now + GRACE))
+  return s
 end
 
 -- book_task admits a booking task whose keys start at keys[ki]. It returns
--- false when the task's bucket ledger already holds it (a task admitted
--- before and delivered again: admit_task's plain path answers that), else
--- the index past its last key and its six values (see admit.lua).
+-- false when the task's bucket ledger holds it (a task that claimed and is
+-- admitted again: admit_task's plain path answers that), else the index
+-- past its last key and its six values (see admit.lua).
 local function book_task(keys, ki, id, p, now, deadline, floor_)
-  local n, maxwait, remember, prio = p.n, p.maxwait, p.remember, p.prio
+  local n, maxwait, prio = p.n, p.maxwait, p.prio
   -- floor: on a cluster, the quotas' call books no earlier than the moment
   -- the bucket's node gave (book_bucket's peek); 0 elsewhere.
   local base = max(now, floor_ or 0)
-  local bt, bi, bkey, bledger, bbook
+  local bt, bi, bkey, bledger, bbook, bcal
   local k = ki
   for i = 1, n do
     KI[i] = k
     if p[i].kind == 'b' then
-      bt, bi, bkey, bledger, bbook = p[i], i, keys[k], keys[k + 1], keys[k + 2]
+      bt, bi = p[i], i
+      bkey, bledger, bbook, bcal = keys[k], keys[k + 1], keys[k + 2], keys[k + 3]
     end
     k = k + p[i].nk
   end
+  local len, slack, member = 0, 0, nil
   if bt then
-    local s = bucket_held(bledger, id, now, remember)
-    if s and s >= now - LATE then return false end
-    if s then
-      -- It took its tokens for a moment long gone and never went (its
-      -- worker died after the claim): sent now on them, it would crowd the
-      -- moments granted since. They go back, and it claims again.
-      bucket_undo(bt, bkey, bledger, id, now, remember, true)
-    end
+    len, slack, member = bucket_len(bt), bucket_slack(bt, prio), ticket_member(id, bt.cost)
+    if bucket_held(bledger, id, now, len) then return false end
   end
 
   -- What the task holds: a ticket, booked quota entries.
   local ticket, held = nil, 0
-  if bt then
-    ticket = rcall('ZSCORE', bbook, id)
-    ticket = ticket and tonum(ticket)
-    if ticket then held = ticket end
-  end
+  if bt then ticket = tonum(rcall('ZSCORE', bbook, member)) end
   for i = 1, n do
     local s = entry_held(p[i], keys[KI[i]], id, now)
     QH[i] = s or false
     if s and s > held then held = s end
   end
 
-  local tokens, e, v, wait = nil, nil, nil, 0
-  if bt then
-    tokens, e, v = bucket_tokens(bt, bkey, bledger, now)
-    wait = bucket_wait(bt, bkey, bledger, now, tokens, bucket_need(bt, prio))
-  end
-  -- A slot in whole µs, so that the tail is stored exactly.
-  local slot = 0
-  if bt then slot = ceil(bt.cost * 1e6 / bt.rate) end
   local outcome = BOOKED
-
   if ticket or held > 0 then
-    -- A claim.
-    if held > now + maxwait then
+    -- A claim: it goes at x, its quotas' moment or, if later, its slot's
+    -- start less the slack; not before a pause ends.
+    local x = max(base, held)
+    local late = bt and not ticket -- its slot was claimed and has ended
+    local booked = held
+    if ticket then
+      booked = max(held, ticket - slack)
+      x = max(x, booked)
+      local pz = tonum(rcall('HGET', bkey, 'p'))
+      if pz and pz > x then x = pz end
+      if x > ticket then late = true end
+    end
+    if not late and x > now + maxwait then
       -- Early: the moment stands.
-      return k, 0, now, held - now, 0, BOOKED, 0
+      return k, 0, now, x - now, 0, BOOKED, 0
     end
-    -- Tokens are taken when a claim is made, up to max wait before its
-    -- moment: a claim leaves what the tickets booked before its moment and
-    -- not yet claimed need, or claims made early for later moments would
-    -- take the tokens of earlier ones.
-    local after, pace = 0, wait -- the moment after the last of those tickets
-    if bt and held > now then
-      local before = rcall('ZCOUNT', bbook, int(now), '(' .. int(held))
-      if before > 0 then
-        local need = bucket_need(bt, prio) + before
-        if tokens < need then pace = max(wait, ceil((need - tokens) * 1e6 / bt.rate)) end
-        local last = rcall('ZREVRANGEBYSCORE', bbook, '(' .. int(held), int(now), 'WITHSCORES', 'LIMIT', '0', '1')
-        after = tonum(last[2]) + slot
-      end
-    end
-    -- It goes when its tokens are there, before its booked moment if the
-    -- line leaves them (the tickets before it keep theirs): a slot another
-    -- job missed is not lost. Not before a quota entry that does not fit
-    -- earlier.
-    local x = max(now + pace, base, after)
-    for i = 1, n do
-      local s = QH[i]
-      if s and s > x and not p[i].count and not fits_at(p[i], keys[KI[i]], id, x) then x = s end
-    end
-    -- Not in quiet hours: at its booked moment, which was not.
-    for i = 1, n do
-      if p[i].kind == 'h' and held > x and quiet_end(p[i], x) then x = held end
-    end
-    local fits = true
+    local fits = not late
     for i = 1, n do
       if not fits then break end
       local t = p[i]
@@ -342,13 +334,6 @@ local function book_task(keys, ki, id, p, now, deadline, floor_)
         fits = false
       end
     end
-    if fits and x > now + maxwait and held >= now then
-      -- Its moment has not passed, but its tokens come later than max
-      -- wait (the line before it is tight): it keeps its place and comes
-      -- back then.
-      return k, 0, now, x - now, 0, BOOKED, 0
-    end
-    fits = fits and x <= now + maxwait
     if fits then
       local fresh, bit = 0, 65536
       for i = 1, n do
@@ -364,51 +349,66 @@ local function book_task(keys, ki, id, p, now, deadline, floor_)
           fresh = fresh + bit
         else
           fresh = fresh + bit
-          bucket_commit(t, bkey, bledger, id, now, x, remember, tokens, e, v)
-          rcall('ZREM', bbook, id)
+          rcall('ZREM', bbook, member)
+          bucket_hold(bledger, id, now, ticket, len, p.remember)
+          bucket_sent(bkey, bledger, bcal, now, t, x, p.remember)
         end
         bit = bit * 2
       end
-      return k, 1 + fresh, now, x - now, 0, DECIDED, ticket or held
+      return k, 1 + fresh, now, x - now, 0, DECIDED, booked
     end
-    -- Late, or the tokens went elsewhere: give it all back, book again.
+    -- Late, or its entries no longer fit: give it all back, book again.
     for i = 1, n do
       if QH[i] then entry_undo(p[i], keys[KI[i]], id, now) end
     end
-    if ticket then rcall('ZREM', bbook, id) end
+    if ticket then
+      rcall('ZREM', bbook, member)
+      if ticket + len > now then bucket_free(bcal, ticket, len) end
+    end
     outcome = REBOOKED
   end
 
-  -- A new booking: the earliest moment every rule allows.
-  local m, binding, window, shared = base, 0, 0, false
+  -- A new booking: the earliest moment every rule allows. The quotas'
+  -- first, then out of quiet hours, then the provider's first free slot
+  -- from there; a slot whose moment falls in quiet hours moves it on.
+  local m, binding, window = base, 0, 0
   for i = 1, n do
     local t = p[i]
     if t.count then -- it sets no moment
-    elseif t.kind == 'q' then
-      local q, w = quota_earliest(t, keys[KI[i]], now)
-      if q > m then m, binding, window, shared = q, i, w, false end
-    elseif t.kind == 'c' then
-      local q, edge = cal_earliest(t, keys[KI[i]], now)
-      if q > m then m, binding, window, shared = q, i, 0, edge end
+    elseif t.kind == 'q' or t.kind == 'c' then
+      local q, w = nil, 0
+      if t.kind == 'q' then
+        q, w = quota_earliest(t, keys[KI[i]], now)
+      else
+        q = cal_earliest(t, keys[KI[i]], now)
+      end
+      if q > m then m, binding, window = q, i, w end
     end
   end
-  local pb = now
-  if bt then
-    pb = now + wait
-    if not prio and v and v > pb then pb = v end
-    if pb > m then m, binding, window, shared = pb, 0, 0, false end
-  end
-  -- Out of quiet hours; a shared moment after the bookings made for it.
+  local v, left, ra, rb, taken
   for _ = 1, 4 do
     for i = 1, n do
       local e = p[i].kind == 'h' and quiet_end(p[i], m)
-      if e then m, binding, window, shared = e, i, 0, true end
+      if e then m, binding, window = e, i, 0 end
     end
-    if not (shared and bt) then break end
-    shared = false
-    local c = rcall('ZCOUNT', bbook, int(m), '(' .. int(m + SHARED))
-    if c == 0 then break end
-    m = m + c * slot
+    if not bt then break end
+    v, left, ra, rb = bucket_find(bcal, m, len)
+    if not v then
+      -- The calendar is too fragmented to place it: denied, as an hour.
+      return k, 4 * bi, now, BIG, 0, DECIDED, 0
+    end
+    local x = max(m, v - slack)
+    if prio and x > now + maxwait then
+      local s = bump(bt, bbook, bcal, now, max(now, m), v, len)
+      if s then v, left, ra, rb, taken, x = s, nil, nil, nil, true, max(m, s - slack) end
+    end
+    if x > m then m, binding, window = x, bi, 0 end
+    local quiet = false
+    for i = 1, n do
+      if p[i].kind == 'h' and quiet_end(p[i], m) then quiet = true end
+    end
+    if not quiet then break end
+    taken = false
   end
   if bt and binding == 0 then binding = bi end
   if deadline > 0 and m > deadline then
@@ -419,45 +419,34 @@ local function book_task(keys, ki, id, p, now, deadline, floor_)
     if binding == 0 then binding = far end
     return k, 4 * binding + 256 * window, now, m - now, 0, DECIDED, 0
   end
-  -- The tail moves past this task when the bucket set its moment (a task
-  -- the recipient holds back later takes its tokens out of line, and
-  -- bookings absorb that slot within their max wait). A priority task
-  -- pushes the tail by its slot when there is a line.
-  local tail = v
-  if bt then
-    if prio then
-      if v and v > now then tail = v + slot end
-    elseif m - pb < slot then
-      if m + slot > (tail or 0) and (m > now + maxwait or (v and v > now)) then tail = m + slot end
+  local go = m <= now + maxwait
+  local fresh, bit = 0, 65536
+  for i = 1, n do
+    local t = p[i]
+    fresh = fresh + bit
+    if t.kind == 'q' or t.kind == 'c' then
+      entry_commit(t, keys[KI[i]], id, now, m)
+    elseif t.kind ~= 'b' then -- holds nothing
+    elseif go then
+      if not taken then bucket_add(bcal, now, v, len, left, ra, rb) end
+      bucket_hold(bledger, id, now, v, len, p.remember)
+      bucket_sent(bkey, bledger, bcal, now, t, m, p.remember)
+    elseif taken then
+      rcall('ZADD', bbook, int(v), member)
+      extend(bbook, ceil_ms(v - now + GRACE))
+    else
+      ticket_add(bbook, bcal, member, now, v, len, left, ra, rb)
     end
+    bit = bit * 2
   end
-  if m <= now + maxwait then
+  if go then
     -- It may go within max wait after all: admitted.
-    local fresh, bit = 0, 65536
-    for i = 1, n do
-      local t = p[i]
-      fresh = fresh + bit
-      if t.kind == 'q' or t.kind == 'c' then
-        entry_commit(t, keys[KI[i]], id, now, m)
-      elseif t.kind == 'b' then
-        bucket_commit(t, bkey, bledger, id, now, m, remember, tokens, e, tail)
-      end
-      bit = bit * 2
-    end
     if m == now then binding, window = 0, 0 end
     return k, 1 + 4 * binding + 256 * window + fresh, now, m - now, 0, DECIDED, 0
   end
   local ahead = 0
-  for i = 1, n do
-    local t = p[i]
-    if t.kind == 'q' or t.kind == 'c' then
-      entry_commit(t, keys[KI[i]], id, now, m)
-    end
-  end
   if bt then
-    ticket_add(bbook, id, now, m)
-    if tail ~= v then bucket_store(bt, bkey, now, tokens, nil, tail) end
-    ahead = rcall('ZCOUNT', bbook, '-inf', '(' .. int(m))
+    ahead = rcall('ZCOUNT', bbook, '-inf', '(' .. int(v))
   else
     for i = 1, n do
       if i == binding and (p[i].kind == 'q' or p[i].kind == 'c') then
@@ -470,9 +459,9 @@ end
 
 -- book_bucket (Redis Cluster): the bucket's part of a booking, whose quotas
 -- live on another node. A cluster books in three calls: peek here for the
--- moment the bucket would give (a claimer's: its ticket, or when its tokens
--- are there), book the quotas on their node no earlier than that (admit,
--- with that floor), then commit here at the moment they took:
+-- moment the bucket would give (a ticket holder's, or the first free
+-- slot's), book the quotas on their node no earlier than that (admit, with
+-- that floor), then commit here at the moment they took:
 --
 --   args  -> 'peek' or 'commit', the task's ID, a plan of its one bucket
 --            take (see rules.lua, with 'k' or 'K'), and for commit the
@@ -480,57 +469,60 @@ end
 --   keys  -> the bucket's keys
 --
 -- peek returns {now, moment, ticket (0: none), 1 if the ledger holds the
--- task (it was admitted before: the plain path answers)}. commit returns
--- {now, 0, moment} when it took the tokens for the moment (the task goes),
--- {now, 1, ahead} when it booked it, and {now, 2, when the tokens are
--- there} when the moment is within max wait but the tokens are not there by
--- then (taken since the peek): the caller gives the quotas back and starts
--- again. The line and the tokens follow the rules of book_task.
+-- task (it claimed before: the plain path answers)}. commit returns
+-- {now, 0, moment} when the task goes at that moment (its slot is in the
+-- ledger), {now, 1, ahead} when it is booked, and {now, 2, moment} when no
+-- slot allows that moment any more (taken since the peek): the caller gives
+-- the quotas back and starts again from the moment returned. A ticket
+-- whose slot the moment is past is given back and a new slot found.
+-- Priority tasks do not move bookings here (they take the first free slot).
 local function book_bucket(keys, args)
   if not rcall then bind() end
-  memo = false
   local now = now_us()
   local mode, id, p = args[1], args[2], plan(args[3])
   local bt = p[1]
   if p.n ~= 1 or bt.kind ~= 'b' then
     return redis.error_reply('throttle: book_bucket needs one bucket take')
   end
-  local bkey, bledger, bbook = keys[1], keys[2], keys[3]
-  local maxwait, prio = p.maxwait, p.prio
-  local tokens, e, v = bucket_tokens(bt, bkey, bledger, now)
-  local ticket = rcall('ZSCORE', bbook, id)
-  ticket = ticket and tonum(ticket)
-  local wait = bucket_wait(bt, bkey, bledger, now, tokens, bucket_need(bt, prio))
-  if ticket and ticket > now then
-    local need = bucket_need(bt, prio) + rcall('ZCOUNT', bbook, int(now), '(' .. int(ticket))
-    if tokens < need then wait = max(wait, ceil((need - tokens) * 1e6 / bt.rate)) end
-  end
-  local pb = now + wait
-  if ticket then
-    pb = max(pb, ticket)
-  elseif not prio and v and v > pb then
-    pb = v
-  end
+  local bledger, bbook, bcal = keys[2], keys[3], keys[4]
+  local len, slack = bucket_len(bt), bucket_slack(bt, p.prio)
+  local member = ticket_member(id, bt.cost)
+  local ticket = tonum(rcall('ZSCORE', bbook, member))
+  if ticket and ticket + len <= now then ticket = nil end
   if mode == 'peek' then
     local held = 0
-    if bucket_held(bledger, id, now, p.remember) then held = 1 end
+    if bucket_held(bledger, id, now, len) then held = 1 end
+    local pb = now + BIG
+    if ticket then
+      pb = max(now, ticket - slack)
+    else
+      local v = bucket_find(bcal, now, len)
+      if v then pb = max(now, v - slack) end
+    end
     return {now, pb, ticket or 0, held}
   end
   local at = tonum(args[4])
-  local slot = ceil(bt.cost * 1e6 / bt.rate)
-  local tail = v
-  if prio then
-    if v and v > now then tail = v + slot end
-  elseif not ticket and at - pb < slot then
-    if at + slot > (tail or 0) and (at > now + maxwait or (v and v > now)) then tail = at + slot end
+  local go = at <= now + p.maxwait
+  if ticket and at <= ticket and now <= ticket then
+    if go then
+      rcall('ZREM', bbook, member)
+      bucket_hold(bledger, id, now, ticket, len, p.remember)
+      bucket_sent(keys[1], bledger, bcal, now, bt, max(now, at), p.remember)
+      return {now, 0, at}
+    end
+    return {now, 1, rcall('ZCOUNT', bbook, '-inf', '(' .. int(ticket))}
   end
-  if at <= now + maxwait then
-    if now + wait > at then return {now, 2, now + wait} end
-    bucket_commit(bt, bkey, bledger, id, now, at, p.remember, tokens, e, tail)
-    if ticket then rcall('ZREM', bbook, id) end
+  if ticket then
+    rcall('ZREM', bbook, member)
+    bucket_free(bcal, ticket, len)
+  end
+  local v, left, ra, rb = bucket_find(bcal, at, len)
+  if not v then return {now, 2, now + BIG} end
+  if v - slack > at then return {now, 2, v - slack} end
+  if go then
+    bucket_commit(bt, keys[1], bledger, bcal, id, now, max(now, at), v, left, ra, rb, p.remember)
     return {now, 0, at}
   end
-  ticket_add(bbook, id, now, at)
-  if tail ~= v then bucket_store(bt, bkey, now, tokens, nil, tail) end
-  return {now, 1, rcall('ZCOUNT', bbook, '-inf', '(' .. int(at))}
+  ticket_add(bbook, bcal, member, now, v, len, left, ra, rb)
+  return {now, 1, rcall('ZCOUNT', bbook, '-inf', '(' .. int(v))}
 end

@@ -1,4 +1,5 @@
--- release.lua (after rules.lua): gives back what tasks' admissions took.
+-- release.lua (after rules.lua and book.lua): gives back what tasks'
+-- admissions took.
 --
 --   args  -> per task: its ID and its plan (see rules.lua; the max wait is
 --            not used)
@@ -6,36 +7,25 @@
 --
 -- Only takes that hold the task ID are undone, so releasing twice, or
 -- releasing a task that was never admitted, changes nothing; nor does an
--- entry that no longer counts (a quota entry out of every window, a ledger
--- entry older than remember). A bucket gets its tokens back (never above
--- burst); a fixed window only while it is still the window the task was
--- counted in.
---
--- A bucket refunds the cost only if nothing took its tokens at a moment
--- later than the released one's (see bucket_undo); otherwise the ledger
--- entry goes, its ledger's tombstone records the take, and the tokens come
--- back with time.
---
--- Either also drops a booking the task holds on a bucket (see book.lua).
+-- entry that no longer counts (a quota entry out of every window, a bucket
+-- slot that has ended). A bucket's slot is freed for the next take (unless
+-- a pause covers it: see bucket_undo); a fixed window gives back only while
+-- it is still the window the task was counted in. Either also drops a
+-- booking the task holds on a bucket, and frees its slot.
 --
 -- forget is release for a send the provider took (a 429 or 5xx answer): the
--- tasks' bucket ledger entries are removed without any refund (the
--- tombstone records them), so that a retry takes a token again rather than
--- passing as already held. Quotas and
--- fixed windows are left as they are.
+-- tasks' bucket ledger entries are removed and their slots stay taken, so
+-- that a retry takes a new slot rather than passing as already held. Quotas
+-- and fixed windows are left as they are.
 --
 -- Both return {now_us, takes undone of task 1, of task 2, ...}.
 
--- undo_tasks undoes the takes of the tasks in args; with refund false only
--- bucket ledger entries are removed, with no token given back (forget).
 local function undo_tasks(keys, args, refund)
   if not rcall then bind() end
-  memo = false
   local now = now_us()
   local out, ki = {now}, 1
   for j = 1, #args, 2 do
     local id, p = args[j], plan(args[j + 1])
-    local remember = p.remember
     local undone = 0
     for i = 1, p.n do
       local t = p[i]
@@ -43,9 +33,16 @@ local function undo_tasks(keys, args, refund)
       if t.kind == 'q' then
         if refund then done = quota_undo(t, keys[ki], id, now) end
       elseif t.kind == 'b' then
-        done = bucket_undo(t, keys[ki], keys[ki + 1], id, now, remember, refund)
-        -- A booking not yet claimed: its slot is given up (see book.lua).
-        if rcall('ZREM', keys[ki + 2], id) == 1 then done = true end
+        done = bucket_undo(t, keys[ki], keys[ki + 1], keys[ki + 3], id, now, refund)
+        -- A booking not yet claimed: its slot is given back.
+        local member = ticket_member(id, t.cost)
+        local s = tonum(rcall('ZSCORE', keys[ki + 2], member))
+        if s then
+          rcall('ZREM', keys[ki + 2], member)
+          local len = bucket_len(t)
+          if s + len > now then bucket_free(keys[ki + 3], s, len) end
+          done = true
+        end
       elseif t.kind == 'f' then
         if refund then done = fixed_undo(t, keys[ki], id, now) end
       elseif t.kind == 'c' then

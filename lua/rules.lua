@@ -150,7 +150,7 @@ local function parse_plan(s)
       t.count = count
       if not t.nk then
         t.nk = 1
-        if kind == 'b' then t.nk = 3 end
+        if kind == 'b' then t.nk = 4 end
       end
       p[n] = t
     end
@@ -181,7 +181,7 @@ end
 
 -- Scratch, per take of the task being admitted: what its check found that
 -- its commit needs; and a quota's live scores, newest first.
-local HELD, A, B, C, SC = {}, {}, {}, {}, {}
+local HELD, A, B, C, D, SC = {}, {}, {}, {}, {}, {}
 
 local function ceil_ms(us)
   local ms = ceil(us / 1000)
@@ -344,289 +344,199 @@ local function quota_undo(t, key, id, now)
   return true
 end
 
--- Token bucket. The state hash holds tokens (t, may be negative while
--- reservations are outstanding), the µs time they were counted (u) and the
--- µs time until which the ledger is known to live (e); an absent hash is a
--- full bucket, so the hash expires once it would be full.
--- The ledger remembers which task IDs hold tokens and the moment each may use
--- them, for idempotent retakes and for exact refunds. An entry older than
--- remember is forgotten: treated as absent, and pruned when the ledger is
--- next extended.
+-- Token bucket, kept as a calendar of slots (virtual scheduling, as GCRA
+-- does it). A take of cost c on a bucket of rate R and burst B holds a slot
+-- of c/R seconds (len, whole µs) starting at its moment V; no two slots
+-- overlap. It may go at any moment x with V - slack <= x <= V, where slack
+-- is (B - c)/R (less the reserve for a task without priority: see
+-- bucket_slack). Then the takes that go within any interval [a, b] hold
+-- slots inside [a, b + B/R): together at most R(b - a) + B tokens, the
+-- token bucket's own bound, whatever order the slots were handed out in and
+-- however far ahead (a reservation, a booking) each was.
 --
--- A take must keep the ledger alive until its moment plus remember. Rather
--- than prune and extend the ledger at every take (two or three commands),
--- bucket_commit extends it a sixteenth of remember further than the take
--- needs and records that in e; takes whose need e covers skip both. e is a
--- lower bound of the ledger's life: nothing shortens a ledger's TTL, and
--- whatever may delete the ledger early (a release emptying it) deletes e.
--- So a ledger holds at most 17/16 of remember's worth of entries, and lives
--- at most remember/16 longer than its last take needs.
+-- The calendar (a bucket's fourth key) is the busy time: spans of slots
+-- merged where they touch, in a sorted set (member: the span's start,
+-- score: its end, both µs). A take gets the earliest free span of its
+-- length from where it may start (bucket_find): one read per span it steps
+-- over, so a long line of bookings costs one read, not one per booking.
+-- Holes (a slot given back) are taken by the next take that fits them.
 --
--- Within one call that admits several tasks, the tasks sharing a bucket
--- (a batch for one provider) read its state once: what bucket_state read or
--- bucket_store wrote is kept here by key (MEMO_T[key]: tokens, false for an
--- absent hash; MEMO_U[key]: their time; MEMO_E[key]: e, false if none), and
--- only here, since nothing else writes a bucket's hash. The entry points set
--- memo for the call.
--- A ledger's tombstone: a member no task ID can be (IDs are never empty and
--- carry no control characters), scored with the latest moment at which
--- tokens went that no holder shows any more: a release that refunded
--- nothing, a forget (the provider took the tokens), a pause (scored with its
--- end). It is pruned with the ledger's forgotten entries.
-local TOMB = '\0'
-
-local memo, MEMO_T, MEMO_U, MEMO_E, MEMO_V, MEMO_R = false, nil, nil, nil, nil, nil
-
--- The most ledger entries bucket_tokens reads (see r).
-local LEDGER_READ, LEDGER_READ_S = 256, '256'
-
--- The state hash also holds v, the bucket's booking tail (see book.lua):
--- the moment after the last slot handed to a booked task. It matters only
--- while it is ahead of now; a hash holding a v ahead is kept even when full.
+-- The ledger (the second key) holds the tasks that took a slot to go (member:
+-- task ID, score: V), for idempotent retakes and for giving the slot back;
+-- booked slots not yet claimed are tickets (the third key, book.lua). A
+-- task holds its slot until it ends (V + len): after that it would go late,
+-- so it takes a new one. Nothing is kept longer: the ledger follows the
+-- tasks in flight, not the tasks sent recently.
 --
--- And r, the latest moment a take was granted for ahead of now. A take for
--- a later moment counts its tokens at once, but the bucket must not refill
--- to its burst before that moment and hand them out again: while takes are
--- granted ahead, the bucket holds at most burst less their number. So when
--- r is later than the stored count's time u, the refill since u is
--- counted in steps: up to each such take's moment (the ledger's holders
--- after u, in order; the tombstone is not one) the bucket fills to burst
--- less the takes still ahead, and each moment that passes lets it fill one
--- further. r says when there may be such takes, so that the ledger is read
--- only then; past LEDGER_READ of them the bucket counts as empty.
+-- The state hash (the first key) holds the end of a pause (p, pause.lua)
+-- and how many tokens went in each 10 s of the last 5 minutes (field: the
+-- 10 s bin's number, for the operator's view): bucket_sent.
+--
+-- The spans that ended, and the ledger's entries whose slots ended longer
+-- than remember ago (the plan's, worker.remember_takes: kept for the
+-- inspection of what went when, a couple of seconds by default), are pruned
+-- by the first take of each 10 s bin (bucket_sent); both keys live while a
+-- slot in them is ahead. So the ledger holds the slots of the last remember
+-- and 10 s, and the calendar a few spans: memory follows the tasks in
+-- flight and booked.
 
--- bucket_state returns the stored tokens and their time, or nil, then e,
--- v and r (each nil if not recorded).
-local function bucket_state(key)
-  if memo then
-    local x = MEMO_T[key]
-    if x ~= nil then
-      local e, v, r = MEMO_E[key] or nil, MEMO_V[key] or nil, MEMO_R[key] or nil
-      if x then return x, MEMO_U[key], e, v, r end
-      return nil, nil, e, v, r
-    end
-  end
-  local st = rcall('HMGET', key, 't', 'u', 'e', 'v', 'r')
-  local x, last, e, v, r = tonum(st[1]), tonum(st[2]), tonum(st[3]), tonum(st[4]), tonum(st[5])
-  if not x or not last then x, last = nil, nil end
-  if memo then
-    MEMO_T[key], MEMO_U[key], MEMO_E[key], MEMO_V[key], MEMO_R[key] = x or false, last, e or false, v or false, r or false
-  end
-  return x, last, e, v, r
+-- bucket_len is the µs a take's slot lasts.
+local function bucket_len(t)
+  return ceil(t.cost * 1e6 / t.rate)
 end
 
--- bucket_tokens returns the tokens the bucket has now, then e and v.
-local function bucket_tokens(t, key, ledger, now)
-  local tokens, last, e, v, r = bucket_state(key)
-  if not tokens then return t.burst, e, v end
-  -- A clock that went back (a failover to a node whose clock is behind) adds nothing.
-  if r and r > last then
-    local z = rcall('ZRANGEBYSCORE', ledger, '(' .. int(last), '+inf', 'WITHSCORES', 'LIMIT', '0', LEDGER_READ_S)
-    if #z >= 2 * LEDGER_READ then return min(tokens, 0), e, v end
-    local ahead, at = 0, last
-    for j = 1, #z, 2 do
-      if z[j] ~= TOMB then ahead = ahead + 1 end
-    end
-    for j = 1, #z, 2 do
-      if z[j] ~= TOMB then
-        local m = tonum(z[j + 1])
-        if m > now then break end
-        if m > at then
-          tokens = min(t.burst - ahead, tokens + (m - at) * t.rate / 1e6)
-          at = m
-        end
-        ahead = ahead - 1
-      end
-    end
-    if now > at then tokens = tokens + (now - at) * t.rate / 1e6 end
-    if tokens > t.burst - ahead then return t.burst - ahead, e, v end
-    return tokens, e, v
-  end
-  if now > last then tokens = tokens + (now - last) * t.rate / 1e6 end
-  if tokens > t.burst then return t.burst, e, v end
-  return tokens, e, v
+-- bucket_slack is how long before its slot a take may go: the burst less
+-- its cost, and less the reserve unless the task has priority (the reserve
+-- is kept for priority traffic: see book.lua).
+local function bucket_slack(t, prio)
+  local b = t.burst - t.cost
+  if not prio then b = b - t.reserve end
+  if b <= 0 then return 0 end
+  return floor(b * 1e6 / t.rate)
 end
 
--- bucket_store saves the tokens at now, e if given (else the stored e stays
--- as it is) and the booking tail v (nil: none ahead). A full bucket with no
--- tail ahead is deleted, e with it.
-local function bucket_store(t, key, now, tokens, e, v)
-  if v and v <= now then v = nil end
-  if tokens >= t.burst and not v then
-    rcall('DEL', key)
-    if memo then MEMO_T[key], MEMO_E[key], MEMO_V[key] = false, false, false end
-    return
-  end
-  if tokens > t.burst then tokens = t.burst end
-  if e then
-    rcall('HSET', key, 't', tokens, 'u', int(now), 'e', int(e))
-  else
-    rcall('HSET', key, 't', tokens, 'u', int(now))
-  end
-  local ms = ceil_ms((t.burst - tokens) * 1e6 / t.rate)
-  if v then
-    rcall('HSET', key, 'v', int(v))
-    ms = max(ms, ceil_ms(v - now))
-  else
-    rcall('HDEL', key, 'v')
-  end
-  rcall('PEXPIRE', key, int(ms))
-  if memo then
-    MEMO_T[key], MEMO_U[key], MEMO_V[key] = tokens, now, v or false
-    if e then MEMO_E[key] = e end
-  end
-end
+-- The most spans bucket_find steps over before it gives up (BIG).
+local FIND_STEPS = 64
 
--- bucket_held returns the moment the ledger holds for the task, or nil.
-local function bucket_held(ledger, id, now, remember)
-  local s = rcall('ZSCORE', ledger, id)
-  if s then
-    s = tonum(s)
-    if s > now - remember then return s end
+-- BIG is the wait (µs, an hour) of a take whose slot bucket_find could not
+-- place: it is not granted.
+local BIG = 3600000000
+
+-- bucket_find returns the earliest start >= s of a free span of len µs, the
+-- start of the span that ends there (nil: none), and the start and end of
+-- the span that begins where it ends (nil: none): what bucket_add merges.
+-- nil if it stepped over FIND_STEPS spans.
+local function bucket_find(cal, s, len)
+  local c, left = s, nil
+  for _ = 1, FIND_STEPS do
+    local z = rcall('ZRANGEBYSCORE', cal, '(' .. int(c), '+inf', 'WITHSCORES', 'LIMIT', '0', '1')
+    if #z == 0 then return c, left end
+    local a, b = tonum(z[1]), tonum(z[2])
+    if a >= c + len then
+      if a == c + len then return c, left, a, b end
+      return c, left
+    end
+    c, left = b, a
   end
   return nil
 end
 
--- BIG is the wait (µs, an hour) of a take the bucket cannot tell when it
--- can grant (more takes ahead than LEDGER_READ): it is not granted.
-local BIG = 3600000000
-
--- bucket_wait returns the µs until the bucket holds need tokens. While
--- takes are granted ahead of now (see r) it fills only to burst less their
--- number, one more as each of their moments passes: the wait counts that,
--- so that a take is never granted tokens the bucket would have had only
--- by filling past its burst.
-local function bucket_wait(t, key, ledger, now, tokens, need)
-  if tokens >= need then return 0 end
-  local _, _, _, _, r = bucket_state(key)
-  if not (r and r > now) then return ceil((need - tokens) * 1e6 / t.rate) end
-  local z = rcall('ZRANGEBYSCORE', ledger, '(' .. int(now), '+inf', 'WITHSCORES', 'LIMIT', '0', LEDGER_READ_S)
-  if #z >= 2 * LEDGER_READ then return BIG end
-  local ahead = 0
-  for j = 1, #z, 2 do
-    if z[j] ~= TOMB then ahead = ahead + 1 end
+-- bucket_add marks the span [c, c + len) busy, merged with the spans that
+-- touch it (left, ra: bucket_find's), and makes the calendar live until it
+-- ends.
+local function bucket_add(cal, now, c, len, left, ra, rb)
+  local a, b = left or c, c + len
+  if ra then
+    rcall('ZREM', cal, int(ra))
+    b = rb
   end
-  local at, c = now, tokens
-  for j = 1, #z, 2 do
-    if z[j] ~= TOMB then
-      local m = tonum(z[j + 1])
-      if need <= t.burst - ahead then
-        local x = at + (need - c) * 1e6 / t.rate
-        if x <= m then return ceil(x - now) end
-      end
-      c = min(t.burst - ahead, c + (m - at) * t.rate / 1e6)
-      at = m
-      ahead = ahead - 1
-    end
-  end
-  if need > t.burst then return BIG end
-  return ceil(at + (need - c) * 1e6 / t.rate - now)
+  rcall('ZADD', cal, int(b), int(a))
+  extend(cal, ceil_ms(b - now))
 end
 
--- bucket_need is what a take must leave in the bucket: its cost, plus the
--- bucket's reserve unless the task has priority (the reserve is kept for
--- priority traffic: see book.lua).
-local function bucket_need(t, prio)
-  if prio then return t.cost end
-  return t.cost + t.reserve
-end
-
--- bucket_check returns the wait until there would be enough tokens (false
--- if there are, or the task holds the take), how long until the take would
--- pass (that wait, or for a take the task holds, the wait until its moment),
--- remaining, whether the task holds the take, the tokens, e and v (see
--- bucket_state) for bucket_commit.
---
--- When an earlier take of the task already denies (denied) and the tokens
--- are there, the take passes whether or not the task holds it, and nothing
--- will be written: the ledger is not read, and the take counts as not held
--- (remaining after its cost). That saves a command on the most common path
--- of a busy fleet, a recipient's quota denying.
-local function bucket_check(t, key, ledger, id, now, remember, denied, prio)
-  local tokens, e, v = bucket_tokens(t, key, ledger, now)
-  local need = bucket_need(t, prio)
-  if denied and tokens >= need then
-    return false, 0, floor(tokens - t.cost), false, tokens, e, v
-  end
-  local mine = bucket_held(ledger, id, now, remember)
-  if mine then
-    return false, max(0, mine - now), max(0, floor(tokens)), true, tokens, e, v
-  elseif tokens >= need then
-    return false, 0, floor(tokens - t.cost), false, tokens, e, v
-  end
-  -- Not enough tokens: the wait until there are. admit decides whether the
-  -- caller may reserve them (wait <= max wait) or is denied.
-  local reserve = bucket_wait(t, key, ledger, now, tokens, need)
-  return reserve, reserve, max(0, floor(tokens)), false, tokens, e, v
-end
-
--- bucket_commit takes the tokens for moment at, and records the holder. The
--- ledger is pruned and extended only when e does not cover the take (see
--- the bucket's comment above). v is the booking tail to store.
-local function bucket_commit(t, key, ledger, id, now, at, remember, tokens, e, v)
-  rcall('ZADD', ledger, int(at), id)
-  if e and at + remember <= e then
-    bucket_store(t, key, now, tokens - t.cost, nil, v)
+-- bucket_free marks [v, v + len) free again, where a span holds it whole.
+local function bucket_free(cal, v, len)
+  local z = rcall('ZRANGEBYSCORE', cal, '(' .. int(v), '+inf', 'WITHSCORES', 'LIMIT', '0', '1')
+  if #z == 0 then return end
+  local a, b = tonum(z[1]), tonum(z[2])
+  if a > v or b < v + len then return end
+  -- The part after first, so that the set is never emptied (and its TTL
+  -- lost) while a part remains.
+  if b > v + len then rcall('ZADD', cal, int(b), int(v + len)) end
+  if a < v then
+    rcall('ZADD', cal, int(v), int(a))
   else
-    rcall('ZREMRANGEBYSCORE', ledger, '-inf', int(now - remember))
-    e = at + remember + ceil(remember / 16)
-    extend(ledger, ceil_ms(e - now))
-    bucket_store(t, key, now, tokens - t.cost, e, v)
-  end
-  if at > now and tokens + (at - now) * t.rate / 1e6 > t.burst then
-    -- Granted for a moment by which the bucket would have filled: it keeps
-    -- its tokens short until then (see r). A take for the moment its
-    -- tokens come needs nothing more: the count is exact.
-    local _, _, _, _, r = bucket_state(key)
-    if not r or at > r then
-      rcall('HSET', key, 'r', int(at))
-      if memo then MEMO_R[key] = at end
-    end
-    -- The hash lives until the bucket would be full after that take.
-    extend(key, ceil_ms(at - now + t.burst * 1e6 / t.rate))
+    rcall('ZREM', cal, int(a))
   end
 end
 
-
--- tomb raises the ledger's tombstone to moment s (never lowers it) and keeps
--- the ledger alive while s can matter: as long as a holder older than s can.
-local function tomb(ledger, s, now, remember)
-  local old = rcall('ZSCORE', ledger, TOMB)
-  if old and tonum(old) >= s then return end
-  rcall('ZADD', ledger, int(s), TOMB)
-  extend(ledger, ceil_ms(s - now + remember))
+-- bucket_hold records the task in a ledger (or tickets) set at slot v, and
+-- keeps the set alive until the slot has ended and keep more.
+local function bucket_hold(set, id, now, v, len, keep)
+  rcall('ZADD', set, int(v), id)
+  extend(set, ceil_ms(v + len - now + keep))
 end
 
--- bucket_undo removes the task's ledger entry and refunds its cost only if
--- nothing took tokens at a moment later than the released one's: no other
--- holder and no tombstone is later. Two reasons:
---   - later holders were granted moments that assumed these tokens gone: a
---     refund while they are outstanding would let a new request take a
---     moment they still hold;
---   - a moment that has passed is refunded at now, and tokens given back
---     then are only the tokens the bucket would have had without the
---     release's take if it never filled to burst in between. With no take
---     after the released moment it only refilled since, so min(burst,
---     tokens + cost) is exact; a take after it may have followed a moment
---     at which the bucket without the released take would have been full,
---     and the refill it lost there would be handed out twice.
--- Otherwise nothing is refunded (the tokens come back with time: the bucket
--- may under-send by that much, never over-send) and the tombstone records
--- the take. With refund false (forget) the entry goes the same way: the
--- provider did the work.
-local function bucket_undo(t, key, ledger, id, now, remember, refund)
-  local s = bucket_held(ledger, id, now, remember)
+-- SENT_BIN is the width of the bins bucket_sent counts in, SENT_BINS how
+-- many are kept.
+local SENT_BIN, SENT_BINS = 10000000, 30 -- µs
+
+-- bucket_sent counts a take that goes at moment x, in x's bin. The first
+-- take of a bin drops the bins SENT_BINS to SENT_BINS + 9 older (a gap of
+-- more than that is one the hash outlives by nothing: it lives SENT_BINS +
+-- 6 bins after its last take), and prunes the calendar's ended spans and
+-- the ledger's entries older than keep.
+local function bucket_sent(key, ledger, cal, now, t, x, keep)
+  local bin = floor(x / SENT_BIN)
+  if rcall('HINCRBY', key, int(bin), int(t.cost)) == t.cost then
+    local old = {}
+    for i = 1, 10 do old[i] = int(bin - SENT_BINS - i + 1) end
+    rcall('HDEL', key, unpack_(old))
+    extend(key, ceil_ms((bin + SENT_BINS + 6) * SENT_BIN - now))
+    rcall('ZREMRANGEBYSCORE', cal, '-inf', int(now))
+    rcall('ZREMRANGEBYSCORE', ledger, '-inf', int(now - keep))
+  end
+end
+
+-- bucket_held returns the slot the ledger holds for the task, or nil: none,
+-- or one that has ended.
+local function bucket_held(ledger, id, now, len)
+  local s = rcall('ZSCORE', ledger, id)
+  if s then
+    s = tonum(s)
+    if s + len > now then return s end
+  end
+  return nil
+end
+
+-- bucket_check returns the wait until the task may go (false if now, or if
+-- the task holds its slot), how long until the take would pass (that wait,
+-- or for a held slot the wait until it may go), remaining (how many takes
+-- like it could go now after it), whether the task holds the take, and for
+-- bucket_commit the slot and what bucket_find found around it.
+--
+-- When an earlier take of the task already denies, nothing will be written:
+-- the ledger is not read, and the take counts as not held. That saves a
+-- command on the most common path of a busy fleet, a recipient's quota
+-- denying.
+local function bucket_check(t, ledger, cal, id, now, prio, denied)
+  local len, slack = bucket_len(t), bucket_slack(t, prio)
+  local mine = not denied and bucket_held(ledger, id, now, len)
+  local v, left, ra, rb = bucket_find(cal, now, len)
+  if mine then
+    local left_ = 0
+    if v then left_ = max(0, floor((now + slack - v) / len) + 1) end
+    return false, max(0, mine - slack - now), left_, true, mine
+  end
+  if not v then return BIG, BIG, 0, false end
+  local wait = max(0, v - slack - now)
+  local left_ = floor((now + slack - v) / len)
+  if left_ < 0 then left_ = 0 end
+  if wait == 0 then wait = false end
+  return wait, wait or 0, left_, false, v, left, ra, rb
+end
+
+-- bucket_commit gives the task slot v (found by bucket_check or bucket_find),
+-- to go at x.
+local function bucket_commit(t, key, ledger, cal, id, now, x, v, left, ra, rb, keep)
+  local len = bucket_len(t)
+  bucket_add(cal, now, v, len, left, ra, rb)
+  bucket_hold(ledger, id, now, v, len, keep)
+  bucket_sent(key, ledger, cal, now, t, x, keep)
+end
+
+-- bucket_undo removes the task's ledger entry; with refund its slot is
+-- given back, unless a pause (p in the state hash) covers it: the provider
+-- asked for none then. With refund false (forget: the provider took the
+-- send) the slot stays taken and a retry takes a new one.
+local function bucket_undo(t, key, ledger, cal, id, now, refund)
+  local len = bucket_len(t)
+  local s = bucket_held(ledger, id, now, len)
   if not s then return false end
   rcall('ZREM', ledger, id)
-  -- The ledger may now be empty, and so deleted: forget how long it lives,
-  -- or one created again would get no TTL until e ran out.
-  rcall('HDEL', key, 'e')
-  if memo then MEMO_E[key] = false end
-  if refund and rcall('ZCOUNT', ledger, '(' .. int(s), '+inf') == 0 then
-    local tokens, _, v = bucket_tokens(t, key, ledger, now)
-    bucket_store(t, key, now, min(t.burst, tokens + t.cost), nil, v)
-  else
-    tomb(ledger, s, now, remember)
+  if refund and s + len > now then
+    local p = tonum(rcall('HGET', key, 'p'))
+    if not p or p <= s then bucket_free(cal, s, len) end
   end
   return true
 end

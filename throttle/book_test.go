@@ -307,44 +307,45 @@ func TestBookValidation(t *testing.T) {
 	}
 }
 
-// A slot a booked job misses is not lost: the next claim finds the tokens
-// there and goes before its own moment. A claim made early still leaves the
-// tokens, and the moments, of the tickets before it.
-func TestBookClaimUsesAMissedSlot(t *testing.T) {
+// A booked slot is its task's: a job that comes back in time goes at its
+// moment whatever was booked since, and a slot given back (the job was
+// released) is the next booking's, not a hole in the line. A slot a job
+// misses is lost (one slot), and the job books again.
+func TestBookSlotIsTheTasks(t *testing.T) {
 	l, _ := newStandalone(t)
 	const maxWait = 700 * time.Millisecond
-	book := func(b *Bucket) (a, bd, cd, dd Decision) {
-		a = mustAdmit(t, l, bookReq("a", nil, "", b, 0))
-		bd = mustAdmit(t, l, bookReq("b", nil, "", b, 0))
-		cd = mustAdmit(t, l, bookReq("c", nil, "", b, 0))
-		dd = mustAdmit(t, l, bookReq("d", nil, "", b, 0))
-		if !a.Allowed || !bd.Booked || !cd.Booked || !dd.Booked {
-			t.Fatalf("%+v / %+v / %+v / %+v", a, bd, cd, dd)
+	b1 := mustBucket(t, "one", 2, 1) // a slot every 500 ms, no slack
+	a := mustAdmit(t, l, bookReq("a", nil, "", b1, 0))
+	bd := mustAdmit(t, l, bookReq("b", nil, "", b1, 0))
+	cd := mustAdmit(t, l, bookReq("c", nil, "", b1, 0))
+	dd := mustAdmit(t, l, bookReq("d", nil, "", b1, 0))
+	if !a.Allowed || !bd.Booked || !cd.Booked || !dd.Booked {
+		t.Fatalf("%+v / %+v / %+v / %+v", a, bd, cd, dd)
+	}
+	for i, d := range []Decision{a, bd, cd, dd} {
+		if want := a.At().Add(time.Duration(i) * 500 * time.Millisecond); d.At().Sub(want).Abs() > time.Microsecond {
+			t.Errorf("booking %d at %s, want %s: one slot after another", i, d.At(), want)
 		}
-		return
 	}
 
-	// b never comes back; c claims after b's moment: b's token is there,
-	// and c goes at once, before its moment; d then goes a slot after c.
-	b1 := mustBucket(t, "one", 2, 1) // a slot every 500 ms
-	_, bd, cd, dd := book(b1)
-	untilRedis(t, l, bd.At().Add(100*time.Millisecond))
-	c := mustAdmit(t, l, bookReq("c", nil, "", b1, maxWait))
-	if !c.Allowed || c.Delay != 0 || !c.At().Before(cd.At()) || !c.Claimed.Equal(cd.At()) {
-		t.Fatalf("c after b missed its slot: %+v; want allowed now, before its moment %s", c, cd.At())
+	// c is released: its slot goes to the next booking, e, before d's.
+	if n, err := l.Release(ctx, bookReq("c", nil, "", b1, 0)); n != 1 || err != nil {
+		t.Fatalf("release c: %d, %v", n, err)
 	}
+	e := mustAdmit(t, l, bookReq("e", nil, "", b1, 0))
+	if !e.Booked || e.At().Sub(cd.At()).Abs() > time.Microsecond {
+		t.Fatalf("e after c was released: %+v; want booked at c's moment %s", e, cd.At())
+	}
+
+	// b misses its slot; d comes back in time and goes at its own moment.
 	untilRedis(t, l, dd.At().Add(-maxWait+50*time.Millisecond))
 	d := mustAdmit(t, l, bookReq("d", nil, "", b1, maxWait))
-	if !d.Allowed || d.At().Sub(c.At()) < 500*time.Millisecond-2*time.Microsecond || !d.At().Before(dd.At()) {
-		t.Errorf("d after c went early: %+v; want a slot after c (%s), before its own moment %s", d, c.At(), dd.At())
+	if !d.Allowed || d.At().Sub(dd.At()).Abs() > time.Microsecond || !d.Claimed.Equal(dd.At()) {
+		t.Errorf("d claims: %+v; want allowed at its moment %s", d, dd.At())
 	}
-
-	// d claims early while b and c have not: it waits for its own moment,
-	// leaving theirs.
-	b2 := mustBucket(t, "two", 2, 1)
-	_, _, _, dd = book(b2)
-	untilRedis(t, l, dd.At().Add(-maxWait+50*time.Millisecond))
-	if d := mustAdmit(t, l, bookReq("d", nil, "", b2, maxWait)); !d.Allowed || d.At().Before(dd.At()) {
-		t.Errorf("d's early claim with c unclaimed before it: %+v, want its own moment %s", d, dd.At())
+	// b comes back after its slot: it books again, after the line.
+	b := mustAdmit(t, l, bookReq("b", nil, "", b1, maxWait))
+	if !b.Booked || !b.Rebooked || !b.At().After(dd.At()) {
+		t.Errorf("b after its slot: %+v; want booked again after d's %s", b, dd.At())
 	}
 }

@@ -12,17 +12,17 @@ import (
 // decided in three calls (lua/book.lua, book_bucket):
 //
 //  1. peek at the bucket: the moment it would give the task (a claimer's
-//     ticket, or when its tokens are there, or the end of the line);
+//     ticket, or the first free slot in its calendar);
 //  2. book the quotas on their node no earlier than that moment: they
 //     commit at the earliest moment that both allow, or claim there;
-//  3. commit that moment at the bucket: take the tokens (it goes) or a
-//     ticket (it is booked).
+//  3. commit that moment at the bucket: take a slot that allows it (it
+//     goes) or book it (a ticket).
 //
-// Step 3 can find the tokens gone since step 1 (another task took them):
+// Step 3 can find the slot gone since step 1 (another task took it):
 // the quotas are given back and it starts again, up to clusterBookTries
 // times. In between, the quota entries of step 2 may deny a competing
 // message to the same recipient a moment early; they never let more
-// through than the windows allow, and the bucket's tokens are checked at
+// through than the windows allow, and the bucket's calendar is checked at
 // the commit: no over-admission, as on the cluster's plain path.
 
 // clusterBookTries bounds the attempts of one cluster booking.
@@ -85,8 +85,13 @@ func (l *Limiter) bookCluster(ctx context.Context, r Request) (d Decision, ok bo
 			return Decision{}, false, nil
 		}
 		// The quotas' moment is the send's: never before the commit at the
-		// bucket, which comes a round trip later.
+		// bucket, which comes a round trip later. A ticket's slot is the
+		// task's own: its moment stands (the commit checks the slot has
+		// not passed).
 		floor, ticket := max(v[1], v[0]+clusterBookMargin.Microseconds()), v[2]
+		if ticket > 0 {
+			floor = v[1]
+		}
 		g, err := l.bookGroup(ctx, r, q, floor)
 		if err != nil {
 			return Decision{}, false, err
@@ -137,7 +142,7 @@ func (l *Limiter) bookCluster(ctx context.Context, r Request) (d Decision, ok bo
 			}
 			return d, true, nil
 		}
-		// The tokens went since the peek: give the quotas back, again.
+		// The slot went since the peek: give the quotas back, again.
 		rq := r
 		rq.Takes = nil
 		for _, i := range q.takes {

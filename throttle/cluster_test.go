@@ -60,7 +60,7 @@ func TestClusterPath(t *testing.T) {
 			t.Fatalf("%+v, want allowed with 2 remaining (the quota's)", d)
 		}
 		// Each key was written on its own master.
-		for _, k := range []string{qk, bk, lk} {
+		for _, k := range []string{qk, slotsKey(tag(gw), "sms"), lk} {
 			node := masterFor(t, rdb, k)
 			if n, err := node.Exists(bg, k).Result(); err != nil || n != 1 {
 				t.Errorf("%s missing on its master %s: %d, %v", k, node.Options().Addr, n, err)
@@ -75,7 +75,7 @@ func TestClusterPath(t *testing.T) {
 		if ids := zmembers(t, rdb, lk); !slices.Equal(ids, []string{"m1"}) {
 			t.Errorf("ledger holds %q, want [m1]", ids)
 		}
-		if tok := tokens(t, rdb, bk, 5); tok < 4 || tok > 4.01 {
+		if tok := tokens(t, rdb, bk, 1.0/3600, 5); tok < 4 || tok > 4.01 {
 			t.Errorf("bucket tokens %v, want 4", tok)
 		}
 	})
@@ -141,7 +141,7 @@ func TestClusterPath(t *testing.T) {
 		// A full bucket may be stored as such for the millisecond its state
 		// takes to expire; it must hold its burst and no ledger entry.
 		sk := bucketKey(tag(gw), "sms")
-		if tok := tokens(t, rdb, sk, 3); tok != 3 {
+		if tok := tokens(t, rdb, sk, 1.0/3600, 3); tok != 3 {
 			t.Errorf("sms tokens %v, want its burst of 3", tok)
 		}
 		delete(after, sk)
@@ -203,7 +203,7 @@ func TestClusterPath(t *testing.T) {
 			t.Errorf("a repeated admission changed Redis:\n%s", diff)
 		}
 		assertTTLsNotExtended(t, beforeTTL, pttls(t, rdb))
-		if tok := tokens(t, rdb, bucketKey(tag(gw), "sms"), 5); tok < 3 || tok > 3.01 {
+		if tok := tokens(t, rdb, bucketKey(tag(gw), "sms"), 1.0/3600, 5); tok < 3 || tok > 3.01 {
 			t.Errorf("bucket tokens %v, want 3: the repeats must not take again", tok)
 		}
 		// Another ID is a new task.
@@ -232,7 +232,7 @@ func TestClusterPath(t *testing.T) {
 		if ids := zmembers(t, rdb, ledgerKey(tag(gw), "sms")); len(ids) != 0 {
 			t.Errorf("ledger still holds %q", ids)
 		}
-		if tok := tokens(t, rdb, bucketKey(tag(gw), "sms"), 2); tok != 2 {
+		if tok := tokens(t, rdb, bucketKey(tag(gw), "sms"), 1.0/3600, 2); tok != 2 {
 			t.Errorf("bucket tokens %v after release, want its burst of 2", tok)
 		}
 		if d := mustAdmit(t, l, Request{ID: "job-2", Takes: r.Takes}); !d.Allowed || d.Repeated {
@@ -285,19 +285,19 @@ func TestClusterPath(t *testing.T) {
 		if ids := zmembers(t, rdb, ledgerKey(tag(gw), "sms")); !slices.Equal(ids, []string{"r1", "r3", "r4"}) {
 			t.Errorf("sms ledger holds %q, want [r1 r3 r4]", ids)
 		}
-		if tok := tokens(t, rdb, bucketKey(tag(gw), "sms"), 4); tok < 1 || tok > 1.01 {
+		if tok := tokens(t, rdb, bucketKey(tag(gw), "sms"), 1.0/3600, 4); tok < 1 || tok > 1.01 {
 			t.Errorf("sms tokens %v, want 1 (r6's token given back)", tok)
 		}
 		// The push bucket denied r6, so it is unchanged.
-		for _, k := range []string{bucketKey(tag(gw2), "push"), ledgerKey(tag(gw2), "push")} {
+		for _, k := range []string{slotsKey(tag(gw2), "push"), ledgerKey(tag(gw2), "push")} {
 			if before[k] != after[k] {
 				t.Errorf("%s changed by a denied request", k)
 			}
 		}
 		wantKeys := []string{
 			quotaKey(tag(alice), "weekly"), quotaKey(tag(bob), "weekly"), quotaKey(tag(carol), "weekly"),
-			bucketKey(tag(gw), "sms"), ledgerKey(tag(gw), "sms"),
-			bucketKey(tag(gw2), "push"), ledgerKey(tag(gw2), "push"),
+			bucketKey(tag(gw), "sms"), slotsKey(tag(gw), "sms"), ledgerKey(tag(gw), "sms"),
+			bucketKey(tag(gw2), "push"), slotsKey(tag(gw2), "push"), ledgerKey(tag(gw2), "push"),
 		}
 		sort.Strings(wantKeys)
 		if keys := slices.Sorted(maps.Keys(after)); !slices.Equal(keys, wantKeys) {
@@ -339,20 +339,22 @@ func TestClusterPath(t *testing.T) {
 
 	t.Run("redelivery after the ledger forgot keeps the quota entry", func(t *testing.T) {
 		flushCluster(t, rdb)
-		short, err := New(rdb, Options{Remember: time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
 		weekly := mustQuota(t, "weekly", Window{1, 168 * time.Hour})
-		sms := mustBucket(t, "sms", 1.0/3600, 1)
+		sms := mustBucket(t, "sms", 2, 1) // slots of 500ms
 		r := Request{ID: "job-1", Takes: []Take{{Rule: weekly, Key: alice}, {Rule: sms, Key: gw}}}
-		if d := mustAdmit(t, short, r); !d.Allowed {
+		if d := mustAdmit(t, l, r); !d.Allowed {
 			t.Fatalf("%+v", d)
 		}
-		time.Sleep(1100 * time.Millisecond) // time under test: the ledger forgets job-1
+		time.Sleep(600 * time.Millisecond) // time under test: job-1's slot ends, the ledger holds it no more
+		// Others take the bucket's next slots, 1.5s of them.
+		for i := range 3 {
+			if d, err := l.Reserve(bg, Request{ID: fmt.Sprint("drain", i), Takes: []Take{{Rule: sms, Key: gw}}}, 2*time.Second); err != nil || !d.Allowed {
+				t.Fatalf("drain %d: %+v, %v", i, d, err)
+			}
+		}
 		// Redelivered: the quota still holds job-1, the bucket no longer
-		// knows it and is empty, so it is denied.
-		if d := mustAdmit(t, short, r); d.Allowed {
+		// holds it and its next slot is a second or more away: denied.
+		if d := mustAdmit(t, l, r); d.Allowed {
 			t.Fatalf("redelivery: %+v, want denied by the empty bucket", d)
 		}
 		if ids := zmembers(t, rdb, quotaKey(tag(alice), "weekly")); !slices.Equal(ids, []string{"job-1"}) {
@@ -433,15 +435,15 @@ func TestClusterPath(t *testing.T) {
 			{id: "a1", takes: []Take{qt(alice), bt}, allowed: true, repeated: true},
 			{id: "b1", takes: []Take{qt(bob), {Rule: b, Key: gw, Cost: 2}}, allowed: true}, // the bucket is now empty
 			{id: "c1", takes: []Take{qt("carol"), bt}, allowed: false},
-			// a2's quota entry goes back, its token not: b1 took after it.
+			// a2 gives back its quota entry and its slot: c1 takes the slot.
 			{id: "a2", takes: []Take{qt(alice), bt}, release: true},
-			{id: "c1", takes: []Take{qt("carol"), bt}, allowed: false},
-			// b1, the latest take, gives both its tokens back.
-			{id: "b1", takes: []Take{qt(bob), {Rule: b, Key: gw, Cost: 2}}, release: true},
 			{id: "c1", takes: []Take{qt("carol"), bt}, allowed: true},
+			// b1 gives back its two slots: c2 and a3 take them.
+			{id: "b1", takes: []Take{qt(bob), {Rule: b, Key: gw, Cost: 2}}, release: true},
+			{id: "c1", takes: []Take{qt("carol"), bt}, allowed: true, repeated: true},
 			{id: "c2", takes: []Take{qt("carl"), bt}, allowed: true},
-			{id: "a3", takes: []Take{qt(alice), bt}, allowed: false}, // the bucket again
-			{id: "a3", takes: []Take{qt(alice)}, allowed: true},      // a2's quota entry
+			{id: "a3", takes: []Take{qt(alice), bt}, allowed: true}, // a2's quota entry, b1's slot
+			{id: "a3", takes: []Take{qt(alice)}, allowed: true, repeated: true},
 			{id: "a4", takes: []Take{qt(alice)}, allowed: false},
 			{id: "d1", takes: []Take{{Rule: f, Key: alice}, qt("dave"), {Rule: b2, Key: bob}}, allowed: true},
 			{id: "d2", takes: []Take{{Rule: f, Key: alice}, qt("dave"), {Rule: b2, Key: bob}}, allowed: true},

@@ -454,14 +454,11 @@ func raceScenario(t *testing.T, exe string, rdb redis.UniversalClient, addrs []s
 	if !slices.Equal(ledger, allowed) {
 		t.Errorf("bucket ledger holds %q, want exactly the allowed %q", ledger, allowed)
 	}
-	tokens, err := rdb.HGet(bg, bucketKey(provider, bk.Name()), "t").Float64()
-	if err != nil {
-		t.Fatalf("bucket tokens: %v", err)
-	}
+	tok := tokens(t, rdb, bucketKey(provider, bk.Name()), bk.Rate(), sc.burst)
 	// Between the first and the last take the bucket refills by at most a
 	// few seconds at 1 an hour, far below 0.01.
-	if want := float64(sc.burst - len(allowed)); tokens < want || tokens > want+0.01 {
-		t.Errorf("bucket tokens = %v, want %v (burst %d - %d allowed)", tokens, want, sc.burst, len(allowed))
+	if want := float64(sc.burst - len(allowed)); tok < want || tok > want+0.01 {
+		t.Errorf("bucket tokens = %v, want %v (burst %d - %d allowed)", tok, want, sc.burst, len(allowed))
 	}
 }
 

@@ -129,8 +129,8 @@ func TestDifferential(t *testing.T) {
 		"%d key deadlines later in Redis than in the model (by up to %dms)",
 		ops, time.Since(start).Round(time.Millisecond), s.admits, s.batched, s.batches, s.allowed, s.reserved, s.repeated,
 		s.denied, s.releases, s.releasedTakes, s.emptyReleases, s.ruleChanges, s.retries, s.expiryLater, s.expiryDelta)
-	if d.m.lost["q"]+d.m.lost["l"] > 0 {
-		t.Errorf("entries lost to a shortened expiry while they still counted: %d quota, %d ledger (seed %d)", d.m.lost["q"], d.m.lost["l"], seed)
+	if d.m.lost["q"]+d.m.lost["l"]+d.m.lost["s"] > 0 {
+		t.Errorf("entries lost to a shortened expiry while they still counted: %d quota, %d ledger, %d slot calendar (seed %d)", d.m.lost["q"], d.m.lost["l"], d.m.lost["s"], seed)
 	}
 }
 
@@ -562,7 +562,7 @@ func (d *differ) release(op int, r Request) {
 	if err != nil {
 		d.t.Fatalf("op %d: release %s: %v", op, describeRequest(r), err)
 	}
-	want := d.m.release(r, now.UnixMicro(), d.remember.Microseconds())
+	want := d.m.release(r, now.UnixMicro())
 	what := fmt.Sprintf("op %d: release %s", op, describeRequest(r))
 	if got != want {
 		d.fail(what, r, now.UnixMicro(), fmt.Sprintf("\t-undone: %d\n\t+undone: %d\n", want, got))
@@ -612,7 +612,7 @@ func (d *differ) checkState(op int, rs []Request) {
 			}
 			mks, reqs = append(mks, t.key), append(reqs, r)
 			if t.kind == "b" {
-				mks, reqs = append(mks, t.ledger, t.book), append(reqs, r, r)
+				mks, reqs = append(mks, t.ledger, t.book, t.cal), append(reqs, r, r, r)
 			}
 		}
 	}
@@ -711,6 +711,8 @@ func (d *differ) redisKey(k modelKey) string {
 		return bookKey(tag, k.rule)
 	case "c":
 		return calendarKey(tag, k.rule)
+	case "s":
+		return slotsKey(tag, k.rule)
 	}
 	return fixedKey(tag, k.rule)
 }

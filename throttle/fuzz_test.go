@@ -298,7 +298,7 @@ func TestNastySubjectsGetDistinctKeys(t *testing.T) {
 			continue
 		}
 		tag := subjectTag(DefaultPrefix, s)
-		for _, k := range []string{quotaKey(tag, "weekly"), bucketKey(tag, "sms"), ledgerKey(tag, "sms"), fixedKey(tag, "daily")} {
+		for _, k := range []string{quotaKey(tag, "weekly"), bucketKey(tag, "sms"), slotsKey(tag, "sms"), ledgerKey(tag, "sms"), fixedKey(tag, "daily")} {
 			if o, ok := owner[k]; ok {
 				t.Errorf("subjects %q and %q share key %q", o, s, k)
 			}
@@ -379,7 +379,7 @@ func TestNastyIDs(t *testing.T) {
 	if got := zmembers(t, rdb, ledgerKey(tagG, "sms")); !slices.Equal(got, ids) {
 		t.Errorf("ledger holds %q, want %q", got, ids)
 	}
-	if got := tokens(t, rdb, bucketKey(tagG, "sms"), 1000); got < float64(1000-len(ids)) || got > float64(1000-len(ids))+0.01 {
+	if got := tokens(t, rdb, bucketKey(tagG, "sms"), 1.0/3600, 1000); got < float64(1000-len(ids)) || got > float64(1000-len(ids))+0.01 {
 		t.Errorf("bucket tokens %v, want %d", got, 1000-len(ids))
 	}
 	h, err := rdb.HGetAll(ctx, fixedKey(tagA, "daily")).Result()
@@ -436,7 +436,8 @@ func TestNastyRuleExtremes(t *testing.T) {
 		name string
 		rule Rule
 		cost int
-		// gone: the take may have left its 1ms window before the release.
+		// gone: the take may have left its 1ms window, or its bucket slot
+		// (µs at MaxRate) ended, before the release.
 		gone bool
 	}{
 		{"quota cost MaxQuotaCost", mk(NewQuota("big", Window{MaxLimit, time.Hour})), MaxQuotaCost, false},
@@ -445,8 +446,8 @@ func TestNastyRuleExtremes(t *testing.T) {
 		{"quota window 1ms", mk(NewQuota("short", Window{1, time.Millisecond})), 1, true},
 		{"bucket rate MinRate", mk(NewBucket("slow", MinRate, 1)), 1, false},
 		{"bucket slowest fill", mk(NewBucket("slowest", MinRate, int(MaxPer.Seconds()*MinRate))), 1, false},
-		{"bucket rate MaxRate", mk(NewBucket("fast", MaxRate, 5)), 5, false},
-		{"bucket burst MaxLimit", mk(NewBucket("deep", MaxRate, MaxLimit)), MaxLimit, false},
+		{"bucket rate MaxRate", mk(NewBucket("fast", MaxRate, 5)), 5, true},
+		{"bucket burst MaxLimit", mk(NewBucket("deep", MaxRate, MaxLimit)), MaxLimit, true},
 		{"bucket burst MaxLimit, slow", mk(NewBucket("deepslow", 10, MaxLimit)), 1, false},
 		{"fixed window limit MaxLimit", mk(NewFixedWindow("wide", MaxLimit, time.Hour)), MaxLimit, false},
 		{"fixed window MaxPer", mk(NewFixedWindow("forever", 1, MaxPer)), 1, false},

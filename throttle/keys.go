@@ -76,6 +76,7 @@ func quotaKey(tag, rule string) string    { return tag + ":q:" + rule }
 func bucketKey(tag, rule string) string   { return tag + ":b:" + rule }
 func ledgerKey(tag, rule string) string   { return tag + ":b:" + rule + ":held" }
 func bookKey(tag, rule string) string     { return tag + ":b:" + rule + ":book" }
+func slotsKey(tag, rule string) string    { return tag + ":b:" + rule + ":slots" }
 func fixedKey(tag, rule string) string    { return tag + ":f:" + rule }
 func calendarKey(tag, rule string) string { return tag + ":c:" + rule }
 

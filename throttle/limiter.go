@@ -12,10 +12,12 @@ import (
 	"github.com/notify-throttle/throttler/lua"
 )
 
-// DefaultRemember is how long a bucket remembers the task IDs holding its
-// tokens unless Options.Remember says otherwise: long enough for asynq to
-// redeliver a crashed worker's task (about a minute) with room to spare.
-const DefaultRemember = 10 * time.Minute
+// DefaultRemember is how long a bucket's ledger keeps a take after its slot
+// ended unless Options.Remember says otherwise. A task holds its slot until
+// the slot ends whatever this is (a redelivered task admitted again in its
+// slot passes as repeated; after it, it takes a new slot): what is kept
+// longer serves only to inspect what went when.
+const DefaultRemember = 2 * time.Second
 
 // MinRemember is the shortest Options.Remember New accepts (and the config's
 // worker.remember_takes).
@@ -25,12 +27,10 @@ const MinRemember = time.Second
 type Options struct {
 	// Prefix starts every key. Default DefaultPrefix. No '{' or '}'.
 	Prefix string
-	// Remember is how long a bucket remembers which task IDs took its
-	// tokens, for idempotent retakes and exact refunds. Each remembered ID
-	// costs about 150 bytes of Redis memory (measured with 36-byte IDs).
-	// Forgotten IDs are pruned about every Remember/16, so a bucket taking
-	// R tokens a second holds up to about 160·R·Remember bytes.
-	// Default DefaultRemember.
+	// Remember is how long a bucket's ledger keeps a take (task ID and
+	// slot) after its slot ended; pruned every 10 s, so a bucket taking R
+	// tokens a second holds about R·(Remember + 10s) entries of ~100 bytes
+	// (with 36-byte IDs) besides its slots ahead. Default DefaultRemember.
 	Remember time.Duration
 }
 

@@ -2,7 +2,7 @@ package throttle
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"os"
 	"regexp"
 	"sort"
@@ -40,18 +40,31 @@ func zmembers(t testing.TB, rdb redis.UniversalClient, key string) []string {
 	return ids
 }
 
-// tokens returns a bucket's stored tokens; an absent state hash is a full
-// bucket.
-func tokens(t testing.TB, rdb redis.UniversalClient, key string, burst int) float64 {
+// tokens returns what a bucket (key: its state key) could hand out now,
+// read from its calendar: burst less the slots busy from now to burst/rate
+// ahead.
+func tokens(t testing.TB, rdb redis.UniversalClient, key string, rate float64, burst int) float64 {
 	t.Helper()
-	v, err := rdb.HGet(context.Background(), key, "t").Float64()
-	if errors.Is(err, redis.Nil) {
-		return float64(burst)
-	}
+	ctx := context.Background()
+	now, err := rdb.Time(ctx).Result()
 	if err != nil {
-		t.Fatalf("HGET %s t: %v", key, err)
+		t.Fatalf("TIME: %v", err)
 	}
-	return v
+	from := float64(now.UnixMicro())
+	to := from + float64(burst)*1e6/rate
+	spans, err := rdb.ZRangeByScoreWithScores(ctx, key+":slots", &redis.ZRangeBy{Min: fmt.Sprintf("(%d", now.UnixMicro()), Max: "+inf"}).Result()
+	if err != nil {
+		t.Fatalf("ZRANGEBYSCORE %s:slots: %v", key, err)
+	}
+	busy := 0.0
+	for _, z := range spans {
+		a, err := strconv.ParseFloat(z.Member.(string), 64)
+		if err != nil {
+			t.Fatalf("%s:slots member %q: %v", key, z.Member, err)
+		}
+		busy += max(0, min(z.Score, to)-max(a, from))
+	}
+	return float64(burst) - busy*rate/1e6
 }
 
 var cmdCalls = regexp.MustCompile(`(?m)^cmdstat_([a-z_|]+):calls=(\d+)`)

@@ -3,6 +3,7 @@ package throttle
 import (
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -12,9 +13,6 @@ import (
 
 // modelGrace is book.lua's GRACE.
 const modelGrace = 600000000
-
-// modelLate is book.lua's LATE.
-const modelLate = 1000000
 
 // modelQRead is rules.lua's QREAD.
 const modelQRead = 64
@@ -120,15 +118,67 @@ func (c *modelCall) quotaMove(t *modelTake, id string, x float64) {
 	c.extend(t.key, x-c.now+t.longest)
 }
 
-// ticketAdd mirrors ticket_add.
-func (c *modelCall) ticketAdd(k modelKey, id string, at float64) {
-	c.getOrCreate(k).z[id] = at
-	c.zremrangebyscore(k, c.now-modelGrace)
-	c.extend(k, at-c.now+modelGrace)
+// ticketMember mirrors book.lua's ticket_member.
+func ticketMember(id string, cost float64) string {
+	if cost == 1 {
+		return id
+	}
+	return id + "\x1e" + modelInt(cost)
 }
 
-// zcountBelow counts the scores of k below x (ZCOUNT k -inf (x), or in
-// (lo, x) when lo is given.
+// ticketCost mirrors ticket_cost.
+func ticketCost(member string) float64 {
+	if i := strings.IndexByte(member, '\x1e'); i >= 0 {
+		c, err := strconv.ParseFloat(member[i+1:], 64)
+		if err != nil {
+			panic(err)
+		}
+		return c
+	}
+	return 1
+}
+
+// ticketAdd mirrors ticket_add: the slot goes busy and the ticket holds it.
+func (c *modelCall) ticketAdd(t *modelTake, member string, f modelFound, length float64) {
+	c.bucketAdd(t, f, length)
+	c.zremrangebyscore(t.book, c.now-modelGrace)
+	c.getOrCreate(t.book).z[member] = f.v
+	c.extend(t.book, f.v-c.now+modelGrace)
+}
+
+// bump mirrors book.lua's bump.
+func (c *modelCall) bump(t *modelTake, from, before, length float64) (float64, bool) {
+	e := c.get(t.book)
+	if e == nil {
+		return 0, false
+	}
+	member, s, found := "", 0.0, false
+	for m, v := range e.z {
+		if v < from || v >= before {
+			continue
+		}
+		if !found || v < s || v == s && m < member {
+			member, s, found = m, v, true
+		}
+	}
+	if !found {
+		return 0, false
+	}
+	vlen := math.Ceil(ticketCost(member) * 1e6 / t.rate)
+	if vlen < length {
+		return 0, false
+	}
+	f := c.bucketFind(t, s, vlen)
+	if !f.ok {
+		return 0, false
+	}
+	c.bucketAdd(t, f, vlen)
+	c.getOrCreate(t.book).z[member] = f.v
+	c.extend(t.book, f.v-c.now+modelGrace)
+	return s, true
+}
+
+// zcountBetween counts the scores of k in (lo, x).
 func (c *modelCall) zcountBetween(k modelKey, lo, x float64) int {
 	n := 0
 	if e := c.get(k); e != nil {
@@ -154,12 +204,12 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 			bt, bi = t, i+1
 		}
 	}
+	var length, slack float64
+	member := ""
 	if bt != nil {
-		if s, ok := c.bucketHeld(bt, id, remember); ok {
-			if s >= now-modelLate {
-				return Decision{}, false
-			}
-			c.bucketUndo(bt, id, remember)
+		length, slack, member = bucketLen(bt), bucketSlack(bt, prio), ticketMember(id, bt.cost)
+		if _, ok := c.bucketHeld(bt, id); ok {
+			return Decision{}, false
 		}
 	}
 	deadline := 0.0
@@ -171,10 +221,7 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 	hasTicket := false
 	held := 0.0
 	if bt != nil {
-		ticket, hasTicket = c.zscore(bt.book, id)
-		if hasTicket {
-			held = ticket
-		}
+		ticket, hasTicket = c.zscore(bt.book, member)
 	}
 	qh := make([]float64, len(takes)) // 0: not held
 	for i, t := range takes {
@@ -182,13 +229,6 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 			qh[i] = s
 			held = math.Max(held, s)
 		}
-	}
-	var tokens, life, v, wait, slot float64
-	if bt != nil {
-		tokens, life, v = c.bucketTokens(bt), c.bucketLife(bt), c.bucketTail(bt)
-		wait = c.bucketWait(bt, tokens, bucketNeed(bt, prio))
-		slot = math.Ceil(bt.cost * 1e6 / bt.rate)
-		bt.tokens, bt.life = tokens, life
 	}
 	dec := func(allowed bool, binding, window int, delay float64) Decision {
 		d := Decision{Allowed: allowed, Now: time.UnixMicro(int64(now)), Take: -1}
@@ -204,41 +244,27 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 	}
 	rebooked := false
 	if hasTicket || held > 0 {
-		if held > now+maxwait {
-			d := dec(false, 0, 0, held-now)
+		x := math.Max(now, held)
+		late := bt != nil && !hasTicket
+		booked := held
+		if hasTicket {
+			booked = math.Max(held, ticket-slack)
+			x = math.Max(x, booked)
+			if h := c.get(bt.key); h != nil {
+				if p, ok := h.h["p"]; ok && p > x {
+					x = p
+				}
+			}
+			if x > ticket {
+				late = true
+			}
+		}
+		if !late && x > now+maxwait {
+			d := dec(false, 0, 0, x-now)
 			d.Booked = true
 			return d, true
 		}
-		after, pace := 0.0, wait
-		if bt != nil && held > now {
-			before, last := 0, 0.0
-			if e := c.get(bt.book); e != nil {
-				for _, s := range e.z {
-					if s >= now && s < held {
-						before++
-						last = math.Max(last, s)
-					}
-				}
-			}
-			if before > 0 {
-				if need := bucketNeed(bt, prio) + float64(before); tokens < need {
-					pace = math.Max(wait, math.Ceil((need-tokens)*1e6/bt.rate))
-				}
-				after = last + slot
-			}
-		}
-		x := math.Max(now+pace, after)
-		for i, t := range takes {
-			if qh[i] > x && !t.countOnly && !c.fitsAt(t, id, x) {
-				x = qh[i]
-			}
-		}
-		for _, t := range takes {
-			if _, quiet := quietEnd(t, x); t.kind == "h" && held > x && quiet {
-				x = held
-			}
-		}
-		fits := true
+		fits := !late
 		for i, t := range takes {
 			if !fits {
 				break
@@ -259,12 +285,6 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 				}
 			}
 		}
-		if fits && x > now+maxwait && held >= now {
-			d := dec(false, 0, 0, x-now)
-			d.Booked = true
-			return d, true
-		}
-		fits = fits && x <= now+maxwait
 		if fits {
 			for i, t := range takes {
 				if t.kind == "q" || t.kind == "c" {
@@ -274,19 +294,15 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 						c.entryMove(t, id, x)
 					}
 				} else if t.kind == "b" {
-					c.bucketCommit(t, id, x, remember, v)
-					if e := c.get(t.book); e != nil {
-						delete(e.z, id)
-						c.dropIfEmpty(t.book, e)
-					}
+					e := c.get(t.book)
+					delete(e.z, member)
+					c.dropIfEmpty(t.book, e)
+					c.bucketHold(t.ledger, id, ticket, length, remember)
+					c.bucketSent(t, x, remember)
 				}
 			}
 			d := dec(true, 0, 0, x-now)
-			if hasTicket {
-				d.Claimed = time.UnixMicro(int64(ticket))
-			} else {
-				d.Claimed = time.UnixMicro(int64(held))
-			}
+			d.Claimed = time.UnixMicro(int64(booked))
 			return d, true
 		}
 		for i, t := range takes {
@@ -296,51 +312,64 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 		}
 		if hasTicket {
 			e := c.get(bt.book)
-			delete(e.z, id)
+			delete(e.z, member)
 			c.dropIfEmpty(bt.book, e)
+			if ticket+length > now {
+				c.bucketFree(bt, ticket, length)
+			}
 		}
 		rebooked = true
 	}
 
-	m, binding, window, shared := now, 0, 0, false
+	m, binding, window := now, 0, 0
 	for i, t := range takes {
 		switch {
 		case t.countOnly: // it sets no moment
 		case t.kind == "q":
 			if q, w := c.quotaEarliest(t, now); q > m {
-				m, binding, window, shared = q, i+1, w, false
+				m, binding, window = q, i+1, w
 			}
 		case t.kind == "c":
-			if q, edge := c.calEarliest(t, now); q > m {
-				m, binding, window, shared = q, i+1, 0, edge
+			if q, _ := c.calEarliest(t, now); q > m {
+				m, binding, window = q, i+1, 0
 			}
 		}
 	}
-	pb := now
-	if bt != nil {
-		pb = now + wait
-		if !prio && v > 0 && v > pb {
-			pb = v
-		}
-		if pb > m {
-			m, binding, window, shared = pb, 0, 0, false
-		}
-	}
+	var f modelFound
+	taken := false
 	for range 4 {
 		for i, t := range takes {
 			if e, quiet := quietEnd(t, m); t.kind == "h" && quiet {
-				m, binding, window, shared = e, i+1, 0, true
+				m, binding, window = e, i+1, 0
 			}
 		}
-		if !(shared && bt != nil) {
+		if bt == nil {
 			break
 		}
-		shared = false
-		n := c.zcountBetween(bt.book, m-1, m+modelShared)
-		if n == 0 {
+		f = c.bucketFind(bt, m, length)
+		if !f.ok {
+			return dec(false, bi, 0, modelBig), true
+		}
+		x := math.Max(m, f.v-slack)
+		if prio && x > now+maxwait {
+			if s, ok := c.bump(bt, math.Max(now, m), f.v, length); ok {
+				f = modelFound{v: s, ok: true}
+				taken, x = true, math.Max(m, s-slack)
+			}
+		}
+		if x > m {
+			m, binding, window = x, bi, 0
+		}
+		quiet := false
+		for _, t := range takes {
+			if _, q := quietEnd(t, m); t.kind == "h" && q {
+				quiet = true
+			}
+		}
+		if !quiet {
 			break
 		}
-		m += float64(n) * slot
+		taken = false
 	}
 	if bt != nil && binding == 0 {
 		binding = bi
@@ -356,44 +385,34 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 		}
 		return dec(false, binding, window, m-now), true
 	}
-	tail := v
-	if bt != nil {
-		if prio {
-			if v > 0 && v > now {
-				tail = v + slot
+	goNow := m <= now+maxwait
+	for _, t := range takes {
+		switch {
+		case t.kind == "q" || t.kind == "c":
+			c.entryCommit(t, id, m)
+		case t.kind != "b": // holds nothing
+		case goNow:
+			if !taken {
+				c.bucketAdd(t, f, length)
 			}
-		} else if m-pb < slot {
-			if m+slot > tail && (m > now+maxwait || v > 0 && v > now) {
-				tail = m + slot
-			}
+			c.bucketHold(t.ledger, id, f.v, length, remember)
+			c.bucketSent(t, m, remember)
+		case taken:
+			c.getOrCreate(t.book).z[member] = f.v
+			c.extend(t.book, f.v-c.now+modelGrace)
+		default:
+			c.ticketAdd(t, member, f, length)
 		}
 	}
-	if m <= now+maxwait {
-		for _, t := range takes {
-			switch t.kind {
-			case "q", "c":
-				c.entryCommit(t, id, m)
-			case "b":
-				c.bucketCommit(t, id, m, remember, tail)
-			}
-		}
+	if goNow {
 		if m == now {
 			binding, window = 0, 0
 		}
 		return dec(true, binding, window, m-now), true
 	}
 	ahead := 0
-	for _, t := range takes {
-		if t.kind == "q" || t.kind == "c" {
-			c.entryCommit(t, id, m)
-		}
-	}
 	if bt != nil {
-		c.ticketAdd(bt.book, id, m)
-		if tail != v {
-			c.bucketStore(bt, tokens, 0, tail)
-		}
-		ahead = c.zcountBetween(bt.book, math.Inf(-1), m)
+		ahead = c.zcountBetween(bt.book, math.Inf(-1), f.v)
 	} else {
 		for i, t := range takes {
 			if i+1 == binding && (t.kind == "q" || t.kind == "c") {

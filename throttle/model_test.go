@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -26,7 +27,7 @@ type model struct {
 }
 
 type modelKey struct {
-	kind    string // "q" quota set, "b" bucket hash, "l" bucket ledger, "k" bucket bookings, "f" fixed-window hash
+	kind    string // "q" quota set, "b" bucket hash, "l" bucket ledger, "k" bucket tickets, "s" bucket slot calendar, "c" calendar quota, "f" fixed-window hash
 	rule    string
 	subject string
 }
@@ -173,17 +174,16 @@ func (c *modelCall) zabove(k modelKey, lo float64) []float64 {
 
 // modelTake is one parsed take and what its check found (rules.lua's t).
 type modelTake struct {
-	kind              string
-	cost              float64
-	key, ledger, book modelKey
-	kept              float64 // a bucket's reserve for priority requests
+	kind                   string
+	cost                   float64
+	key, ledger, book, cal modelKey
+	kept                   float64 // a bucket's reserve for priority requests
 
 	limits, pers []float64 // quota
 	longest      float64
-	rate, burst  float64 // bucket
-	limit, per   float64 // fixed window
-	tokens       float64
-	life         float64 // a bucket's e (rules.lua): how long its ledger surely lives; 0 if not recorded
+	rate, burst  float64    // bucket
+	limit, per   float64    // fixed window
+	found        modelFound // a bucket's slot, found by its check
 	start, count float64
 	ok, repeated bool
 	wait, delay  float64
@@ -217,7 +217,7 @@ func (m *model) parse(r Request) []*modelTake {
 		case *Bucket:
 			t.kind = "b"
 			t.key, t.ledger = modelKey{"b", rule.name, tk.Key}, modelKey{"l", rule.name, tk.Key}
-			t.book = modelKey{"k", rule.name, tk.Key}
+			t.book, t.cal = modelKey{"k", rule.name, tk.Key}, modelKey{"s", rule.name, tk.Key}
 			t.rate, t.burst, t.kept = rule.rate, float64(rule.burst), float64(rule.reserve)
 		case *FixedWindow:
 			t.kind, t.key = "f", modelKey{"f", rule.name, tk.Key}
@@ -323,246 +323,216 @@ func (c *modelCall) quotaUndo(t *modelTake, id string) bool {
 	return true
 }
 
-// bucketTokens mirrors bucket_tokens: an absent hash is a full bucket.
-func (c *modelCall) bucketTokens(t *modelTake) float64 {
-	now := c.now
-	e := c.get(t.key)
+// modelInt is rules.lua's int: a whole number as '%d'.
+func modelInt(x float64) string { return strconv.FormatInt(int64(x), 10) }
+
+// modelBig is rules.lua's BIG.
+const modelBig = 3600000000
+
+// modelFindSteps is rules.lua's FIND_STEPS.
+const modelFindSteps = 64
+
+// bucketLen mirrors bucket_len: the µs a take's slot lasts.
+func bucketLen(t *modelTake) float64 { return math.Ceil(t.cost * 1e6 / t.rate) }
+
+// bucketSlack mirrors bucket_slack: how long before its slot a take may go.
+func bucketSlack(t *modelTake, prio bool) float64 {
+	b := t.burst - t.cost
+	if !prio {
+		b = b - t.kept
+	}
+	if b <= 0 {
+		return 0
+	}
+	return math.Floor(b * 1e6 / t.rate)
+}
+
+// modelSpan is a busy span of a calendar, [a, b).
+type modelSpan struct{ a, b float64 }
+
+// spanAfter mirrors ZRANGEBYSCORE cal (x +inf LIMIT 0 1: the span that ends
+// first after x.
+func (c *modelCall) spanAfter(k modelKey, x float64) (modelSpan, bool) {
+	e := c.get(k)
 	if e == nil {
-		return t.burst
+		return modelSpan{}, false
 	}
-	tokens, ok1 := e.h["t"]
-	last, ok2 := e.h["u"]
-	if !ok1 || !ok2 {
-		return t.burst
-	}
-	if r, ok := e.h["r"]; ok && r > last {
-		// Takes granted ahead of the stored count: the refill in steps
-		// (rules.lua's r).
-		var ms []float64
-		n := 0
-		if l := c.get(t.ledger); l != nil {
-			for m, s := range l.z {
-				if s > last {
-					n++
-					if m != modelTomb {
-						ms = append(ms, s)
-					}
-				}
-			}
+	var best modelSpan
+	found := false
+	for m, end := range e.z {
+		if end <= x {
+			continue
 		}
-		if n >= 256 {
-			return math.Min(tokens, 0)
+		a, err := strconv.ParseFloat(m, 64)
+		if err != nil {
+			panic(err)
 		}
-		slices.Sort(ms)
-		ahead, at := float64(len(ms)), last
-		for _, m := range ms {
-			if m > now {
-				break
-			}
-			if m > at {
-				tokens = math.Min(t.burst-ahead, tokens+(m-at)*t.rate/1e6)
-				at = m
-			}
-			ahead--
+		if !found || end < best.b || end == best.b && m < modelInt(best.a) {
+			best, found = modelSpan{a, end}, true
 		}
-		if now > at {
-			tokens = tokens + (now-at)*t.rate/1e6
-		}
-		return math.Min(tokens, t.burst-ahead)
 	}
-	if now > last {
-		tokens = tokens + (now-last)*t.rate/1e6
-	}
-	if tokens > t.burst {
-		tokens = t.burst
-	}
-	return tokens
+	return best, found
 }
 
-// bucketLife mirrors the e that bucket_state reads: 0 when not recorded.
-func (c *modelCall) bucketLife(t *modelTake) float64 {
-	if e := c.get(t.key); e != nil {
-		return e.h["e"]
-	}
-	return 0
+// modelFound is what bucket_find returns: the slot and the spans it touches.
+type modelFound struct {
+	v        float64
+	ok       bool
+	left     float64 // start of the span ending at v
+	hasLeft  bool
+	right    modelSpan // the span starting at v + len
+	hasRight bool
 }
 
-// bucketTail mirrors the v that bucket_state reads: 0 when not recorded.
-func (c *modelCall) bucketTail(t *modelTake) float64 {
-	if e := c.get(t.key); e != nil {
-		return e.h["v"]
+// bucketFind mirrors bucket_find.
+func (c *modelCall) bucketFind(t *modelTake, s, length float64) modelFound {
+	f := modelFound{v: s}
+	for range modelFindSteps {
+		sp, ok := c.spanAfter(t.cal, f.v)
+		if !ok {
+			f.ok = true
+			return f
+		}
+		if sp.a >= f.v+length {
+			if sp.a == f.v+length {
+				f.right, f.hasRight = sp, true
+			}
+			f.ok = true
+			return f
+		}
+		f.v, f.left, f.hasLeft = sp.b, sp.a, true
 	}
-	return 0
+	return modelFound{}
 }
 
-// bucketStore mirrors bucket_store; life 0 leaves e as it is, and v is
-// the booking tail (0: none). A full bucket with no tail ahead is an absent
-// one.
-func (c *modelCall) bucketStore(t *modelTake, tokens, life, v float64) {
-	if v <= c.now {
-		v = 0
+// bucketAdd mirrors bucket_add.
+func (c *modelCall) bucketAdd(t *modelTake, f modelFound, length float64) {
+	a, b := f.v, f.v+length
+	if f.hasLeft {
+		a = f.left
 	}
-	if tokens >= t.burst && v == 0 {
-		delete(c.m.keys, t.key)
+	if f.hasRight {
+		if e := c.get(t.cal); e != nil {
+			delete(e.z, modelInt(f.right.a))
+			c.dropIfEmpty(t.cal, e)
+		}
+		b = f.right.b
+	}
+	e := c.getOrCreate(t.cal)
+	e.z[modelInt(a)] = b
+	c.extend(t.cal, b-c.now)
+}
+
+// bucketFree mirrors bucket_free.
+func (c *modelCall) bucketFree(t *modelTake, v, length float64) {
+	sp, ok := c.spanAfter(t.cal, v)
+	if !ok || sp.a > v || sp.b < v+length {
 		return
 	}
-	tokens = math.Min(tokens, t.burst)
-	e := c.getOrCreate(t.key)
-	e.h["t"], e.h["u"] = tokens, c.now
-	if life > 0 {
-		e.h["e"] = life
+	e := c.get(t.cal)
+	if sp.b > v+length {
+		e.z[modelInt(v+length)] = sp.b
 	}
-	ttl := (t.burst - tokens) * 1e6 / t.rate
-	if v > 0 {
-		e.h["v"] = v
-		ttl = math.Max(ttl, v-c.now)
+	if sp.a < v {
+		e.z[modelInt(sp.a)] = v
 	} else {
-		delete(e.h, "v")
+		delete(e.z, modelInt(sp.a))
+		c.dropIfEmpty(t.cal, e)
 	}
-	c.pexpire(t.key, ttl)
 }
 
-// bucketHeld returns the moment the ledger holds for id, unless the entry
-// is older than remember (forgotten: absent, though not yet pruned).
-func (c *modelCall) bucketHeld(t *modelTake, id string, remember float64) (float64, bool) {
+// bucketHold mirrors bucket_hold on the ledger or the tickets.
+func (c *modelCall) bucketHold(k modelKey, member string, v, length, keep float64) {
+	c.getOrCreate(k).z[member] = v
+	c.extend(k, v+length-c.now+keep)
+}
+
+// bucketSent mirrors bucket_sent: a take that goes at x counted in x's 10 s bin.
+func (c *modelCall) bucketSent(t *modelTake, x, keep float64) {
+	const bin, bins = 10000000, 30
+	b := math.Floor(x / bin)
+	e := c.getOrCreate(t.key)
+	e.h[modelInt(b)] += t.cost
+	if e.h[modelInt(b)] == t.cost {
+		for i := 1; i <= 10; i++ {
+			delete(e.h, modelInt(b-bins-float64(i)+1))
+		}
+		c.extend(t.key, (b+bins+6)*bin-c.now)
+		c.zremrangebyscore(t.cal, c.now)
+		c.zremrangebyscore(t.ledger, c.now-keep)
+	}
+}
+
+// bucketHeld mirrors bucket_held: the slot the ledger holds for id, unless
+// it has ended.
+func (c *modelCall) bucketHeld(t *modelTake, id string) (float64, bool) {
 	s, ok := c.zscore(t.ledger, id)
-	if !ok || s <= c.now-remember {
+	if !ok || s+bucketLen(t) <= c.now {
 		return 0, false
 	}
 	return s, true
 }
 
-// modelBig is rules.lua's BIG.
-const modelBig = 3600000000
-
-// bucketWait mirrors bucket_wait: the µs until the bucket holds need
-// tokens, filling only to burst less the takes granted ahead.
-func (c *modelCall) bucketWait(t *modelTake, tokens, need float64) float64 {
-	if tokens >= need {
-		return 0
-	}
-	now := c.now
-	e := c.get(t.key)
-	r, ok := 0.0, false
-	if e != nil {
-		r, ok = e.h["r"]
-	}
-	if !ok || r <= now {
-		return math.Ceil((need - tokens) * 1e6 / t.rate)
-	}
-	var ms []float64
-	n := 0
-	if l := c.get(t.ledger); l != nil {
-		for m, s := range l.z {
-			if s > now {
-				n++
-				if m != modelTomb {
-					ms = append(ms, s)
-				}
-			}
-		}
-	}
-	if n >= 256 {
-		return modelBig
-	}
-	slices.Sort(ms)
-	ahead, at, cur := float64(len(ms)), now, tokens
-	for _, m := range ms {
-		if need <= t.burst-ahead {
-			if x := at + (need-cur)*1e6/t.rate; x <= m {
-				return math.Ceil(x - now)
-			}
-		}
-		cur = math.Min(t.burst-ahead, cur+(m-at)*t.rate/1e6)
-		at = m
-		ahead--
-	}
-	if need > t.burst {
-		return modelBig
-	}
-	return math.Ceil(at + (need-cur)*1e6/t.rate - now)
-}
-
-// bucketNeed mirrors bucket_need: the cost, and the reserve unless prio.
-func bucketNeed(t *modelTake, prio bool) float64 {
-	if prio {
-		return t.cost
-	}
-	return t.cost + t.kept
-}
-
-func (c *modelCall) bucketCheck(t *modelTake, id string, remember float64, denied, prio bool) {
+// bucketCheck mirrors bucket_check.
+func (c *modelCall) bucketCheck(t *modelTake, id string, denied, prio bool) {
 	now := c.now
 	c.noteLost(t.ledger)
-	t.tokens, t.life = c.bucketTokens(t), c.bucketLife(t)
+	c.noteLost(t.cal)
+	length, slack := bucketLen(t), bucketSlack(t, prio)
 	t.ok, t.delay = true, 0
-	need := bucketNeed(t, prio)
-	if denied && t.tokens >= need {
-		// bucket_check skips the ledger: the take passes either way.
-		t.remaining = math.Floor(t.tokens - t.cost)
-	} else if mine, ok := c.bucketHeld(t, id, remember); ok {
-		t.repeated = true
-		t.wait = math.Max(0, mine-now)
-		t.remaining = math.Max(0, math.Floor(t.tokens))
-	} else if t.tokens >= need {
-		t.remaining = math.Floor(t.tokens - t.cost)
-	} else {
-		t.reserve, t.reserves = c.bucketWait(t, t.tokens, need), true
-		t.remaining = math.Max(0, math.Floor(t.tokens))
-	}
-}
-
-// bucketCommit adds the task's entry to the ledger and, unless the bucket's
-// recorded life covers it, prunes the ledger's forgotten entries and extends
-// it a sixteenth of remember beyond what the take needs.
-func (c *modelCall) bucketCommit(t *modelTake, id string, at, remember, v float64) {
-	l := c.getOrCreate(t.ledger)
-	l.z[id], l.keep = at, remember
-	if t.life > 0 && at+remember <= t.life {
-		c.bucketStore(t, t.tokens-t.cost, 0, v)
-	} else {
-		c.zremrangebyscore(t.ledger, c.now-remember)
-		life := at + remember + math.Ceil(remember/16)
-		c.extend(t.ledger, life-c.now)
-		c.bucketStore(t, t.tokens-t.cost, life, v)
-	}
-	if at > c.now && t.tokens+(at-c.now)*t.rate/1e6 > t.burst {
-		e := c.getOrCreate(t.key)
-		if r, ok := e.h["r"]; !ok || at > r {
-			e.h["r"] = at
+	f := c.bucketFind(t, now, length)
+	if !denied {
+		if mine, ok := c.bucketHeld(t, id); ok {
+			t.repeated = true
+			t.wait = math.Max(0, mine-slack-now)
+			if f.ok {
+				t.remaining = math.Max(0, math.Floor((now+slack-f.v)/length)+1)
+			}
+			return
 		}
-		c.extend(t.key, at-c.now+t.burst*1e6/t.rate)
+	}
+	if !f.ok {
+		t.reserve, t.reserves, t.wait = modelBig, true, modelBig
+		return
+	}
+	t.found = f
+	wait := math.Max(0, f.v-slack-now)
+	t.remaining = math.Max(0, math.Floor((now+slack-f.v)/length))
+	if wait > 0 {
+		t.reserve, t.reserves, t.wait = wait, true, wait
 	}
 }
 
-// bucketUndo mirrors bucket_undo: a forgotten entry is no holding. The
-// entry goes; the cost is refunded only if no other ledger member (holder
-// or tombstone) has a moment later than the released one's, and otherwise
-// the tombstone is raised to that moment.
-func (c *modelCall) bucketUndo(t *modelTake, id string, remember float64) bool {
-	s, ok := c.bucketHeld(t, id, remember)
+// bucketCommit mirrors bucket_commit: the slot bucketCheck found, to go at x.
+func (c *modelCall) bucketCommit(t *modelTake, id string, x, keep float64) {
+	length := bucketLen(t)
+	c.bucketAdd(t, t.found, length)
+	c.bucketHold(t.ledger, id, t.found.v, length, keep)
+	c.bucketSent(t, x, keep)
+}
+
+// bucketUndo mirrors bucket_undo: a slot that has ended is no holding; with
+// refund the slot is freed unless a pause covers it.
+func (c *modelCall) bucketUndo(t *modelTake, id string, refund bool) bool {
+	length := bucketLen(t)
+	s, ok := c.bucketHeld(t, id)
 	if !ok {
 		return false
 	}
 	e := c.get(t.ledger)
 	delete(e.z, id)
 	c.dropIfEmpty(t.ledger, e)
-	if h := c.get(t.key); h != nil { // HDEL e: the ledger may be gone
-		delete(h.h, "e")
-	}
-	if len(c.zabove(t.ledger, s)) == 0 {
-		c.bucketStore(t, math.Min(t.burst, c.bucketTokens(t)+t.cost), 0, c.bucketTail(t))
-		return true
-	}
-	if old, ok := c.zscore(t.ledger, modelTomb); !ok || old < s {
-		c.getOrCreate(t.ledger).z[modelTomb] = s
-		c.extend(t.ledger, s-c.now+remember)
+	if refund && s+length > c.now {
+		p, has := 0.0, false
+		if h := c.get(t.key); h != nil {
+			p, has = h.h["p"]
+		}
+		if !has || p <= s {
+			c.bucketFree(t, s, length)
+		}
 	}
 	return true
 }
-
-// modelTomb is rules.lua's TOMB.
-const modelTomb = "\x00"
 
 // fixedState mirrors fixed_state: (window start, count, whether id is
 // counted, the cost it was counted with).
@@ -631,7 +601,7 @@ func (m *model) admit(r Request, nowUS, rememberUS int64) Decision {
 		case "q":
 			c.quotaCheck(t, id)
 		case "b":
-			c.bucketCheck(t, id, remember, denied, r.Book && r.Priority)
+			c.bucketCheck(t, id, denied, r.Book && r.Priority)
 		case "f":
 			c.fixedCheck(t, id)
 		case "c":
@@ -674,10 +644,7 @@ func (m *model) admit(r Request, nowUS, rememberUS int64) Decision {
 				goNow = false
 			}
 			if t.kind == "b" {
-				if v := c.bucketTail(t); v > c.now {
-					goNow = false
-				}
-				if _, ok := c.zscore(t.book, id); goNow && ok {
+				if _, ok := c.zscore(t.book, ticketMember(id, t.cost)); ok {
 					goNow = false
 				}
 			}
@@ -708,7 +675,7 @@ func (m *model) admit(r Request, nowUS, rememberUS int64) Decision {
 			case "q":
 				c.quotaCommit(t, id, at)
 			case "b":
-				c.bucketCommit(t, id, at, remember, c.bucketTail(t))
+				c.bucketCommit(t, id, at, remember)
 			case "f":
 				c.fixedCommit(t, id)
 			case "c":
@@ -736,7 +703,8 @@ func (m *model) admit(r Request, nowUS, rememberUS int64) Decision {
 }
 
 // release mirrors release.lua run at nowUS and returns the takes undone.
-func (m *model) release(r Request, nowUS, rememberUS int64) int {
+func (m *model) release(r Request, nowUS int64) int {
+	const refund = true
 	c := m.at(nowUS)
 	undone := 0
 	for _, t := range m.parse(r) {
@@ -745,13 +713,16 @@ func (m *model) release(r Request, nowUS, rememberUS int64) int {
 		case "q":
 			done = c.quotaUndo(t, r.ID)
 		case "b":
-			done = c.bucketUndo(t, r.ID, float64(rememberUS))
-			if e := c.get(t.book); e != nil {
-				if _, ok := e.z[r.ID]; ok {
-					delete(e.z, r.ID)
-					c.dropIfEmpty(t.book, e)
-					done = true
+			done = c.bucketUndo(t, r.ID, refund)
+			member := ticketMember(r.ID, t.cost)
+			if s, ok := c.zscore(t.book, member); ok {
+				e := c.get(t.book)
+				delete(e.z, member)
+				c.dropIfEmpty(t.book, e)
+				if length := bucketLen(t); s+length > c.now {
+					c.bucketFree(t, s, length)
 				}
+				done = true
 			}
 		case "f":
 			done = c.fixedUndo(t, r.ID)
@@ -775,7 +746,7 @@ func (m *model) dump(r Request, nowUS int64) string {
 		}
 		ks := []modelKey{t.key}
 		if t.kind == "b" {
-			ks = append(ks, t.ledger, t.book)
+			ks = append(ks, t.ledger, t.book, t.cal)
 		}
 		for _, k := range ks {
 			e := m.keys[k]

@@ -8,9 +8,6 @@ import (
 // The model of calendar quotas and quiet hours (rules.lua's cal_* and
 // quiet_*, book.lua's entry_* and cal_earliest).
 
-// modelShared is book.lua's SHARED.
-const modelShared = 86400000000
-
 // calIndex mirrors cal_index, 0-based.
 func calIndex(t *modelTake, x float64) (int, bool) {
 	b := t.bounds

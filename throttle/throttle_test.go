@@ -5,11 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 var ctx = context.Background()
@@ -177,19 +176,11 @@ func TestAdmissionIsIdempotentByTaskID(t *testing.T) {
 	if !first.Allowed || first.Repeated || !again.Allowed || !again.Repeated {
 		t.Fatalf("first %+v, again %+v: want allowed, then allowed and repeated", first, again)
 	}
-	after := snapshot(t, rdb)
-	for k := range before {
-		if strings.HasSuffix(k, ":b:sms") {
-			delete(before, k) // the bucket's timestamp moves on; its tokens are checked below
-			delete(after, k)
-		}
+	if after := snapshot(t, rdb); !equalMaps(before, after) {
+		t.Errorf("a repeated admission changed Redis: %v, was %v", after, before)
 	}
-	if !equalMaps(before, after) {
-		t.Errorf("a repeated admission changed the quota or ledger")
-	}
-	tokens, err := rdb.HGet(ctx, bucketKey(subjectTag(DefaultPrefix, "gw"), "sms"), "t").Float64()
-	if err != nil || tokens > 3.01 {
-		t.Errorf("bucket tokens = %v (%v), want 3: the repeat must not take again", tokens, err)
+	if tok := tokens(t, rdb, bucketKey(subjectTag(DefaultPrefix, "gw"), "sms"), 0.001, 5); tok > 3.01 {
+		t.Errorf("bucket tokens = %v, want 3: the repeat must not take again", tok)
 	}
 }
 
@@ -209,9 +200,9 @@ func TestReleaseGivesBackOnce(t *testing.T) {
 			t.Fatalf("release %d: %d, %v; want %d", i+1, n, err, want)
 		}
 	}
-	// A full bucket is an absent one: the refund leaves no state behind.
-	if n, _ := rdb.Exists(ctx, bucketKey(subjectTag(DefaultPrefix, "gw"), "sms")).Result(); n != 0 {
-		t.Errorf("bucket state still there after its only token came back")
+	// The slot came back: the calendar is empty, and so gone.
+	if n, _ := rdb.Exists(ctx, slotsKey(subjectTag(DefaultPrefix, "gw"), "sms")).Result(); n != 0 {
+		t.Errorf("bucket calendar still there after its only slot came back")
 	}
 	if d := mustAdmit(t, l, Request{ID: "job-2", Takes: r.Takes}); !d.Allowed {
 		t.Errorf("job-2 after job-1 was released: %+v, want allowed", d)
@@ -289,10 +280,11 @@ func TestEveryKeyExpires(t *testing.T) {
 	f := mustFixed(t, "daily", 5, 24*time.Hour)
 	mustAdmit(t, l, Request{ID: "a", Takes: []Take{{Rule: q, Key: "alice"}, {Rule: b, Key: "gw", Cost: 4}, {Rule: f, Key: "alice"}}})
 	longest := map[string]time.Duration{
-		":q:mkt":      7 * 24 * time.Hour,
-		":b:sms":      8 * time.Second,                      // 4 tokens at 0.5/s
-		":b:sms:held": DefaultRemember + DefaultRemember/16, // see rules.lua: extended ahead
-		":f:daily":    24 * time.Hour,
+		":q:mkt":       7 * 24 * time.Hour,
+		":b:sms":       6 * time.Minute,                 // the sends of 30 bins of 10 s, and 6 more
+		":b:sms:slots": 8 * time.Second,                 // one slot of 4 tokens at 0.5/s
+		":b:sms:held":  8*time.Second + DefaultRemember, // until the slot ended, and remember
+		":f:daily":     24 * time.Hour,
 	}
 	keys, _ := rdb.Keys(ctx, "*").Result()
 	if len(keys) != len(longest) {
@@ -419,20 +411,19 @@ func TestPauseDrainsABucketForEveryone(t *testing.T) {
 	}
 }
 
-// TestLedgerExtendedAheadNotPerTake: a bucket's ledger is pruned and
-// extended (a sixteenth of remember beyond the take's need) only by a take
-// whose need the last extension does not cover, not by every take; a
-// forgotten entry is pruned by the next extension; and a release, which may
-// empty (delete) the ledger, forgets the recorded life, so that a ledger
-// created again gets a TTL.
-func TestLedgerExtendedAheadNotPerTake(t *testing.T) {
+// TestLedgerFollowsSlotsInFlight: a bucket's ledger holds the tasks whose
+// slots have not ended (and Remember more), not every take of the last
+// minutes: the first take of each 10 s bin prunes the rest, and the ledger
+// lives only until its last slot has ended and Remember more. (It waits for
+// Redis's clock to enter the next bin: the passage of time under test.)
+func TestLedgerFollowsSlotsInFlight(t *testing.T) {
+	t.Parallel()
 	rdb, _ := shared.NewClient(t)
-	const remember = 1600 * time.Millisecond // a sixteenth: 100ms
-	l, err := New(rdb, Options{Remember: remember})
+	l, err := New(rdb, Options{Remember: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := mustBucket(t, "sms", 0.001, 100)
+	b := mustBucket(t, "sms", 1000, 100)
 	take := func(id string) Decision {
 		t.Helper()
 		d := mustAdmit(t, l, Request{ID: id, Takes: []Take{{Rule: b, Key: "gw"}}})
@@ -441,61 +432,27 @@ func TestLedgerExtendedAheadNotPerTake(t *testing.T) {
 		}
 		return d
 	}
-	ledger := ledgerKey(subjectTag(DefaultPrefix, "gw"), "sms")
-	prunes := func() int { return commandCalls(t, rdb)["zremrangebyscore"] }
-
-	da := take("a")
-	first := rdb.PTTL(ctx, ledger).Val()
-	if first <= remember || first > remember+remember/16 {
-		t.Fatalf("ledger PTTL %s after the first take, want in (%s, %s]", first, remember, remember+remember/16)
+	tag := subjectTag(DefaultPrefix, "gw")
+	ledger := ledgerKey(tag, "sms")
+	var last Decision
+	for i := range 50 {
+		last = take(fmt.Sprint("a", i))
 	}
-	p0 := prunes()
+	if n := rdb.ZCard(ctx, ledger).Val(); n != 50 {
+		t.Fatalf("ledger holds %d, want the 50 taken", n)
+	}
+	if ttl := rdb.PTTL(ctx, ledger).Val(); ttl > 1200*time.Millisecond {
+		t.Errorf("ledger PTTL %s after 50 takes of 1ms slots, want about Remember (1s)", ttl)
+	}
+	// The next 10 s bin, at least Remember after the slots ended.
+	const bin = 10 * time.Second
+	next := last.At().Add(time.Second).Truncate(bin).Add(bin)
+	untilRedis(t, l, next.Add(time.Millisecond))
 	take("b")
-	dc := take("c")
-	// Only while c came within the extension (a busy machine can pause
-	// the test for longer than its 100ms): the passage of time is what
-	// this part is about.
-	if dc.Now.Sub(da.Now) < remember/16 {
-		if n := prunes() - p0; n != 0 {
-			t.Errorf("takes within the extension pruned the ledger %d times, want 0", n)
-		}
-		if ttl := rdb.PTTL(ctx, ledger).Val(); ttl > first {
-			t.Errorf("takes within the extension extended the ledger: PTTL %s, was %s", ttl, first)
-		}
-	} else {
-		t.Logf("c came %s after a, past the extension: its part is not judged", dc.Now.Sub(da.Now))
+	if got := zmembers(t, rdb, ledger); !slices.Equal(got, []string{"b"}) {
+		t.Errorf("ledger in the next bin holds %q, want [b]", got)
 	}
-	p0 = prunes()
-
-	// Past the extension's sixteenth: the next take extends (and prunes).
-	// Sleeps here let the time under test pass.
-	time.Sleep(remember/16 + 20*time.Millisecond)
-	take("d")
-	if n := prunes() - p0; n != 1 {
-		t.Errorf("a take past the extension pruned %d times, want 1", n)
-	}
-	if ttl := rdb.PTTL(ctx, ledger).Val(); ttl <= remember {
-		t.Errorf("a take past the extension left the ledger PTTL %s, want more than %s", ttl, remember)
-	}
-
-	// Once "a" is forgotten, an extension prunes it.
-	time.Sleep(remember)
-	take("e")
-	if err := rdb.ZScore(ctx, ledger, "a").Err(); err != redis.Nil {
-		t.Errorf("forgotten entry a still in the ledger after an extension (err %v)", err)
-	}
-
-	// That extension pruned b, c and d too (taken over remember ago): a
-	// release of e empties the ledger, which deletes it. The one a take
-	// creates again must expire.
-	if n, err := l.Release(ctx, Request{ID: "e", Takes: []Take{{Rule: b, Key: "gw"}}}); n != 1 || err != nil {
-		t.Fatalf("release e: %d, %v", n, err)
-	}
-	if n := rdb.Exists(ctx, ledger).Val(); n != 0 {
-		t.Fatalf("ledger still exists after its only holder was released: %v", rdb.ZRangeWithScores(ctx, ledger, 0, -1).Val())
-	}
-	take("f")
-	if ttl := rdb.PTTL(ctx, ledger).Val(); ttl <= 0 {
-		t.Errorf("ledger created again after releases has PTTL %s: it must expire", ttl)
+	if n := rdb.ZCard(ctx, slotsKey(tag, "sms")).Val(); n != 1 {
+		t.Errorf("calendar holds %d spans, want 1: the ended ones are pruned", n)
 	}
 }

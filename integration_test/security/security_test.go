@@ -147,7 +147,7 @@ func runPipeline(t *testing.T, su setup) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bucket, err := throttle.NewBucket("gw", 1000, 100)
+	bucket, err := throttle.NewBucket("gw", 1, 100) // slots of 1s: e1 holds its slot when it is released
 	if err != nil {
 		t.Fatal(err)
 	}

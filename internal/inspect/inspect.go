@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"time"
 
@@ -21,7 +22,7 @@ import (
 )
 
 // SendBins and SendBin shape the sends-per-second series of a provider: 30
-// bins of 10 s, the last five minutes (as far as the ledger remembers).
+// bins of 10 s, the last five minutes (the bucket's own count).
 const (
 	SendBins = 30
 	SendBin  = 10 * time.Second
@@ -75,11 +76,11 @@ type ProviderState struct {
 	Provider
 	// Now is Redis's time on the bucket's node.
 	Now time.Time
-	// Tokens are the tokens in the bucket now; below zero while tokens are
-	// reserved ahead.
+	// Tokens are the tokens the bucket could hand out now: its burst less
+	// the slots taken or booked within burst/rate of now.
 	Tokens float64
-	// Bookings are the provider's booked tickets and the tokens reserved
-	// ahead of now; Ahead also counts the booking tail.
+	// Bookings are the provider's booked tickets and the slots of tasks
+	// that go after now.
 	Bookings Bookings
 	// PausedUntil is the end of a pause (a 429) in force; zero when none is.
 	PausedUntil time.Time
@@ -108,13 +109,13 @@ func (in *Inspector) Providers(ctx context.Context, offset, limit, bookings int)
 		_, err = c.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for _, i := range idx {
 				pr := page[i]
-				tokens := readBucket(p, ctx, in.prefix, pr.Name, pr.Rate, pr.Burst)
+				tokens := readBucket(p, ctx, in.prefix, pr.Name, now, pr.Rate, pr.Burst)
 				pause := readPause(p, ctx, in.prefix, pr.Name)
-				books := readProviderBookings(p, ctx, in.prefix, pr.Name, now, bookings)
+				slack := int64(math.Floor(float64(pr.Burst-1) * 1e6 / pr.Rate))
+				books := readProviderBookings(p, ctx, in.prefix, pr.Name, now, slack, bookings)
 				sends := readSends(p, ctx, in.prefix, pr.Name, now, SendBin.Microseconds(), SendBins)
 				finish = append(finish, func() {
-					t, tail := tokens(now)
-					out[i] = ProviderState{Provider: pr, Now: fromUS(now), Tokens: t, Bookings: books(tail), Sends: sends()}
+					out[i] = ProviderState{Provider: pr, Now: fromUS(now), Tokens: tokens(), Bookings: books(), Sends: sends()}
 					if until := pause(now); until > 0 {
 						out[i].PausedUntil = fromUS(until)
 					}

@@ -221,8 +221,10 @@ func TestProviderState(t *testing.T) {
 	if p.Bookings.Held != 1 {
 		t.Errorf("the pause's tombstone counted as a booking: %+v", p.Bookings)
 	}
-	if sum(p.Sends) != 5 {
-		t.Errorf("sends = %v, want the 5 takes up to now (the reservation is ahead)", p.Sends)
+	// A take counts in the 10 s bin of its moment: the reservation's, less
+	// than a second ahead, may fall in the bin that ends at now.
+	if n := sum(p.Sends); n != 5 && n != 6 {
+		t.Errorf("sends = %v, want the 5 takes up to now, and the reservation if its moment is in the last bin", p.Sends)
 	}
 }
 

@@ -23,23 +23,24 @@ import (
 //	<prefix>{<subject>}:q:<policy>      quota: sorted set, member task ID
 //	                                    (a take of cost n adds ID\x1f2..n),
 //	                                    score the admission's µs (Redis TIME)
-//	<prefix>{<subject>}:b:<provider>    bucket: hash t (tokens, may be
-//	                                    negative), u (µs they were counted),
-//	                                    e (ledger life), v (booking tail: the
-//	                                    moment after the last slot booked);
-//	                                    absent = full, nothing booked
-//	<prefix>{<subject>}:b:<provider>:held  ledger: sorted set, member the task
-//	                                    holding tokens, score the µs it may use
-//	                                    them; member "\x00" (the tombstone)
-//	                                    scores the latest moment tokens went
-//	                                    that no holder shows: a pause's end
-//	<prefix>{<subject>}:b:<provider>:book  bookings: sorted set, member a
-//	                                    booked task, score its moment; kept
-//	                                    unclaimed for grace after it
+//	<prefix>{<subject>}:b:<provider>    bucket: hash p (a pause's end, µs)
+//	                                    and, per 10 s bin (field: the bin's
+//	                                    number, µs / 10^7), the tokens taken
+//	                                    in it; kept 5 minutes
+//	<prefix>{<subject>}:b:<provider>:slots calendar: sorted set, member the
+//	                                    start of a busy span (µs), score its
+//	                                    end: the slots taken or booked
+//	<prefix>{<subject>}:b:<provider>:held  ledger: sorted set, member a task
+//	                                    that took a slot to go, score the
+//	                                    slot's start; until the slot ends
+//	<prefix>{<subject>}:b:<provider>:book  tickets: sorted set, member a
+//	                                    booked task (ID, then \x1e and the
+//	                                    cost when not 1), score its slot's
+//	                                    start; kept unclaimed for grace
 //
 // A recipient's bookings are its quota entries ahead of now (a booked task's
-// entries sit at its moment); a provider's are its tickets, and the tokens
-// reserved ahead in its ledger by tasks sleeping until their moment.
+// entries sit at its moment); a provider's are its tickets, and the slots
+// ahead of now in its ledger, of tasks sleeping until their moment.
 //
 // A provider's bucket has the provider's name as both subject and rule.
 
@@ -50,8 +51,8 @@ const maxEncoded = 128
 // (lua/book.lua GRACE): a task that wakes late still holds it.
 const grace = 10 * 60 * 1000000 // µs
 
-// tombstone is the ledger member no task ID can be (see lua/rules.lua TOMB).
-const tombstone = "\x00"
+// sentBin is the width of the bucket hash's bins (lua/rules.lua SENT_BIN).
+const sentBin = 10000000 // µs
 
 // keepByte and encodeSubject are the engine's subject encoding
 // (throttle/keys.go), which is unexported there; TestKeysMatchEngine admits
@@ -89,6 +90,8 @@ func ledgerKey(prefix, provider string) string { return bucketKey(prefix, provid
 
 func bookKey(prefix, provider string) string { return bucketKey(prefix, provider) + ":book" }
 
+func slotsKey(prefix, provider string) string { return bucketKey(prefix, provider) + ":slots" }
+
 // us converts a score or field in µs to an int64; 0 when it is not a number.
 func us(s string) int64 {
 	f, err := strconv.ParseFloat(s, 64)
@@ -98,39 +101,30 @@ func us(s string) int64 {
 	return int64(f)
 }
 
-// readBucket queues the read of a provider's bucket state; the function it
-// returns gives the tokens at now (µs), as the engine counts them (an absent
-// hash is a full bucket, a stored count refills at rate up to burst), and
-// the booking tail (µs; 0 when none is recorded).
-func readBucket(p redis.Pipeliner, ctx context.Context, prefix, provider string, rate float64, burst int) func(now int64) (float64, int64) {
-	st := p.HMGet(ctx, bucketKey(prefix, provider), "t", "u", "v")
-	return func(now int64) (float64, int64) {
-		v := st.Val()
-		if len(v) != 3 {
-			return float64(burst), 0
+// readBucket queues the read of a provider's calendar from now (µs); the
+// function it returns gives the tokens the bucket could hand out at now:
+// burst less the slots busy in the next burst/rate.
+func readBucket(p redis.Pipeliner, ctx context.Context, prefix, provider string, now int64, rate float64, burst int) func() float64 {
+	lo := "(" + strconv.FormatInt(now, 10)
+	spans := p.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{Key: slotsKey(prefix, provider), Start: lo, Stop: "+inf", ByScore: true, Count: 256})
+	return func() float64 {
+		to := float64(now) + float64(burst)*1e6/rate
+		busy := 0.0
+		for _, z := range spans.Val() {
+			m, _ := z.Member.(string)
+			busy += max(0, min(z.Score, to)-max(float64(us(m)), float64(now)))
 		}
-		str := func(i int) string { s, _ := v[i].(string); return s }
-		tail := us(str(2))
-		tokens, err := strconv.ParseFloat(str(0), 64)
-		if err != nil {
-			return float64(burst), tail
-		}
-		if last := us(str(1)); now > last {
-			tokens += float64(now-last) * rate / 1e6
-		}
-		return min(tokens, float64(burst)), tail
+		return max(0, float64(burst)-busy*rate/1e6)
 	}
 }
 
-// readPause queues the read of a provider's tombstone; the function it
-// returns gives the µs a pause (a provider's 429) lasts until, or 0 when it
-// has ended. The engine also raises the tombstone when a take reserved ahead
-// is given back (to that take's moment, at most worker.inline_wait ahead), so
-// a pause shown for less than inline_wait may be that.
+// readPause queues the read of a provider's pause; the function it returns
+// gives the µs a pause (a provider's 429) lasts until, or 0 when it has
+// ended.
 func readPause(p redis.Pipeliner, ctx context.Context, prefix, provider string) func(now int64) int64 {
-	s := p.ZScore(ctx, ledgerKey(prefix, provider), tombstone)
+	s := p.HGet(ctx, bucketKey(prefix, provider), "p")
 	return func(now int64) int64 {
-		if at := int64(s.Val()); s.Err() == nil && at > now {
+		if at := us(s.Val()); at > now {
 			return at
 		}
 		return 0
@@ -138,23 +132,19 @@ func readPause(p redis.Pipeliner, ctx context.Context, prefix, provider string) 
 }
 
 // readSends queues counts of the provider's takes in n bins of width µs
-// ending at now, oldest first: the ledger's scores are the moments tokens
-// were used. The tombstone is not a take and is left out.
+// ending at now, oldest first, from the bucket's 10 s bins (a bin counts in
+// the output bin its start falls in).
 func readSends(p redis.Pipeliner, ctx context.Context, prefix, provider string, now, width int64, n int) func() []int64 {
-	key := ledgerKey(prefix, provider)
-	tomb := p.ZScore(ctx, key, tombstone)
-	counts := make([]*redis.IntCmd, n)
-	for i := range counts {
-		lo := now - int64(n-i)*width
-		counts[i] = p.ZCount(ctx, key, "("+strconv.FormatInt(lo, 10), strconv.FormatInt(lo+width, 10))
-	}
+	all := p.HGetAll(ctx, bucketKey(prefix, provider))
 	return func() []int64 {
 		out := make([]int64, n)
-		t := int64(tomb.Val())
-		for i, c := range counts {
-			out[i] = c.Val()
-			if lo := now - int64(n-i)*width; tomb.Err() == nil && t > lo && t <= lo+width && out[i] > 0 {
-				out[i]--
+		for f, v := range all.Val() {
+			if f == "p" {
+				continue
+			}
+			at := us(f) * sentBin
+			if i := n - 1 - int((now-at)/width); at <= now && i >= 0 && i < n {
+				out[i] += us(v)
 			}
 		}
 		return out
@@ -179,17 +169,20 @@ type Booking struct {
 }
 
 // readProviderBookings queues the reads of what a provider holds for tasks:
-// its tickets (booked moments, unclaimed ones for grace after them) and the
-// tokens its ledger reserved ahead of now. The function it returns also
-// counts the booking tail, from readBucket, in how far ahead it is booked.
-func readProviderBookings(p redis.Pipeliner, ctx context.Context, prefix, provider string, now int64, limit int) func(tail int64) Bookings {
+// its tickets (booked slots, unclaimed ones for grace after them) and the
+// slots in its ledger of tasks that go after now, sleeping until their
+// moment. A slot of start V lets its task go up to slack (µs: the burst
+// less one, over the rate) before V: a task's moment is shown as V - slack,
+// and so is how far ahead the provider is booked.
+func readProviderBookings(p redis.Pipeliner, ctx context.Context, prefix, provider string, now, slack int64, limit int) func() Bookings {
 	tickets := readBookings(p, ctx, bookKey(prefix, provider), now-grace, now, limit)
-	reserved := readBookings(p, ctx, ledgerKey(prefix, provider), now, now, limit)
-	return func(tail int64) Bookings {
+	reserved := readBookings(p, ctx, ledgerKey(prefix, provider), now+slack, now, limit)
+	return func() Bookings {
 		b := merge(tickets(), reserved(), limit)
-		if tail > now {
-			b.Ahead = max(b.Ahead, tail-now)
+		for i := range b.Tasks {
+			b.Tasks[i].At -= slack
 		}
+		b.Ahead = max(0, b.Ahead-slack)
 		return b
 	}
 }
@@ -203,26 +196,21 @@ func readRecipientBookings(p redis.Pipeliner, ctx context.Context, prefix, recip
 // readBookings queues the reads of the members of the sorted set at key
 // scored after from (µs), which are moments held for tasks, and returns the
 // function that gives them once the pipeline ran: how many, how far the
-// latest is ahead of now, and the first limit, soonest first. A ledger's
-// tombstone is not a booking and is left out.
+// latest is ahead of now, and the first limit, soonest first.
 func readBookings(p redis.Pipeliner, ctx context.Context, key string, from, now int64, limit int) func() Bookings {
 	lo := "(" + strconv.FormatInt(from, 10)
 	count := p.ZCount(ctx, key, lo, "+inf")
 	first := p.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{Key: key, Start: lo, Stop: "+inf", ByScore: true, Count: int64(limit + 1)})
-	last := p.ZRevRangeWithScores(ctx, key, 0, 1)
-	tomb := p.ZScore(ctx, key, tombstone)
+	last := p.ZRevRangeWithScores(ctx, key, 0, 0)
 	return func() Bookings {
 		b := Bookings{Held: count.Val()}
-		if t := int64(tomb.Val()); tomb.Err() == nil && t > from {
-			b.Held--
-		}
 		for _, z := range last.Val() {
-			if m, _ := z.Member.(string); m != tombstone && int64(z.Score) > now {
+			if int64(z.Score) > now {
 				b.Ahead = max(b.Ahead, int64(z.Score)-now)
 			}
 		}
 		for _, z := range first.Val() {
-			if m, _ := z.Member.(string); m != tombstone && len(b.Tasks) < limit {
+			if m, _ := z.Member.(string); len(b.Tasks) < limit {
 				b.Tasks = append(b.Tasks, Booking{Task: taskOf(m), At: int64(z.Score)})
 			}
 		}
@@ -240,10 +228,11 @@ func merge(a, b Bookings, limit int) Bookings {
 	return out
 }
 
-// taskOf returns the task ID of a quota member: a take of cost n holds
-// ID, ID\x1f2, ..., ID\x1fn.
+// taskOf returns the task ID of a quota member (a take of cost n holds ID,
+// ID\x1f2, ..., ID\x1fn) or of a ticket (ID, then \x1e and the cost).
 func taskOf(member string) string {
 	id, _, _ := strings.Cut(member, "\x1f")
+	id, _, _ = strings.Cut(id, "\x1e")
 	return id
 }
 

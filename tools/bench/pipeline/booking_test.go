@@ -44,7 +44,9 @@ const (
 
 // bookConfig is the workers' config: config.yaml's worker settings for
 // booking, the test's redis-server, policy marketing (what enqueueJobs
-// names) as each benchmark says, one webhook provider.
+// names) as each benchmark says, one webhook provider. remember_takes keeps
+// the bucket's grants for the whole run (default 2s), for the check on the
+// granted moments: its ledger's memory is that of 3 minutes of sends.
 const bookConfig = `redis:
   url: redis://%s/0
 worker:
@@ -56,6 +58,7 @@ worker:
   jitter: 1s
   book: true
   priority_queues: [critical]
+  remember_takes: 3m
 policies:
   marketing: %s
 providers:
@@ -69,6 +72,7 @@ const (
 	bucketStateKey = "throttle:{" + bookProvider + "}:b:" + bookProvider
 	bucketHeldKey  = bucketStateKey + ":held"
 	bucketBookKey  = bucketStateKey + ":book"
+	bucketSlotsKey = bucketStateKey + ":slots"
 )
 
 // bookFleet is a redis-server, the webhook and worker processes.
@@ -351,7 +355,7 @@ func backlogRun(b *testing.B, bin string, c, n int, plainCmds, plainCPU float64)
 	s1 := f.snap(b)
 
 	mem := map[string][2]int64{}
-	for _, k := range []string{bucketStateKey, bucketHeldKey, bucketBookKey} {
+	for _, k := range []string{bucketStateKey, bucketHeldKey, bucketBookKey, bucketSlotsKey} {
 		by, el := memoryUsage(ctx, f.admin, k)
 		mem[k] = [2]int64{by, el}
 	}
@@ -401,8 +405,8 @@ func backlogRun(b *testing.B, bin string, c, n int, plainCmds, plainCPU float64)
 		n, rate, rate/bookRate, bookRate, verdict(rate/bookRate >= 0.98), made, claimed, rebooked, most, bookRate+bookBurst, over)
 	b.Logf("backlog %d: booking lateness over %.0f claims: p50 %.3f s, p99 %.3f s (target <= 1.5 s: %s), %.1f%% within 1.5 s",
 		n, late, p50, p99, lateVerdict(late, within), 100*within)
-	b.Logf("backlog %d: MEMORY USAGE: bucket hash %d B (%d fields), ledger %d B (%d takes), bookings %d B (%d tickets, %.0f B each); a booked recipient's quota %d B (%d entries)",
-		n, mem[bucketStateKey][0], mem[bucketStateKey][1], mem[bucketHeldKey][0], mem[bucketHeldKey][1],
+	b.Logf("backlog %d: MEMORY USAGE: bucket hash %d B (%d fields), slot calendar %d B (%d spans), ledger %d B (%d takes of the last remember_takes, 3m here), bookings %d B (%d tickets, %.0f B each); a booked recipient's quota %d B (%d entries)",
+		n, mem[bucketStateKey][0], mem[bucketStateKey][1], mem[bucketSlotsKey][0], mem[bucketSlotsKey][1], mem[bucketHeldKey][0], mem[bucketHeldKey][1],
 		mem[bucketBookKey][0], mem[bucketBookKey][1], float64(mem[bucketBookKey][0])/float64(max(1, mem[bucketBookKey][1])),
 		rcptBytes, rcptElems)
 	first := "first pass"
@@ -427,6 +431,7 @@ func backlogRun(b *testing.B, bin string, c, n int, plainCmds, plainCPU float64)
 	b.ReportMetric(p99, "lateness_p99_s")
 	b.ReportMetric(float64(mem[bucketBookKey][0]), "book_bytes")
 	b.ReportMetric(float64(mem[bucketHeldKey][0]), "ledger_bytes")
+	b.ReportMetric(float64(mem[bucketSlotsKey][0]), "slots_bytes")
 	b.ReportMetric(0, "ns/op")
 	b.ReportMetric(0, "B/op")
 	b.ReportMetric(0, "allocs/op")
