@@ -84,9 +84,17 @@ func (c *Calendar) String() string { return c.str }
 // How many windows In places before and after the one holding its moment:
 // enough that a worker's clock off by a day still covers Redis time, and
 // that a booking finds its window for weeks ahead.
-var calendarAhead = [...]int{Day: 15, Week: 8, Month: 4}
-
 const calendarBehind = 1
+
+func (p Period) ahead() int {
+	switch p {
+	case Day:
+		return 15
+	case Week:
+		return 8
+	}
+	return 4
+}
 
 // Start returns the start of the window holding t, in loc.
 func (c *Calendar) Start(loc *time.Location, t time.Time) time.Time {
@@ -144,7 +152,7 @@ func (c *Calendar) Bounds(loc *time.Location, t time.Time) []time.Time {
 	for range calendarBehind {
 		s = c.Start(loc, s.Add(-time.Hour))
 	}
-	n := calendarBehind + 1 + calendarAhead[c.period]
+	n := calendarBehind + 1 + c.period.ahead()
 	bs := make([]time.Time, 0, n+1)
 	for range n + 1 {
 		bs = append(bs, s)

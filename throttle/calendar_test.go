@@ -67,8 +67,8 @@ func TestCalendarBounds(t *testing.T) {
 			if got := bs[i+1].Sub(bs[i]); got != tt.length {
 				t.Errorf("window of %s lasts %s, want %s", tt.at, got, tt.length)
 			}
-			if i != calendarBehind || len(bs) != calendarBehind+2+calendarAhead[tt.period] {
-				t.Errorf("%d bounds, now's window at %d: want %d and %d", len(bs), i, calendarBehind+2+calendarAhead[tt.period], calendarBehind)
+			if i != calendarBehind || len(bs) != calendarBehind+2+tt.period.ahead() {
+				t.Errorf("%d bounds, now's window at %d: want %d and %d", len(bs), i, calendarBehind+2+tt.period.ahead(), calendarBehind)
 			}
 			for j := 1; j < len(bs); j++ {
 				if h, m, s := bs[j].In(tt.loc).Clock(); tt.loc != santiago && (h != 0 || m != 0 || s != 0) {
