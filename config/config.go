@@ -173,8 +173,9 @@ type Policy struct {
 	Windows []throttle.Window `yaml:"windows"`
 	// OverCap is what happens to a message the windows hold back:
 	// OverCapDefer (the default) waits for the moment they allow,
-	// OverCapDrop archives it at once.
-	OverCap string `yaml:"over_cap,oneof=defer|drop"`
+	// OverCapDrop archives it at once, OverCapDigest folds it into the
+	// recipient's next digest (one message carrying every folded one).
+	OverCap string `yaml:"over_cap,oneof=defer|drop|digest"`
 	// MaxDelay is, with defer, the longest a message may wait after it was
 	// enqueued: one whose moment would be later expires. Default 0: none.
 	MaxDelay time.Duration `yaml:"max_delay"`
@@ -216,8 +217,9 @@ func (p *Policy) Fill(has func(key string) bool, _ func(key, why string)) {
 
 // Over-cap actions (Policy.OverCap).
 const (
-	OverCapDefer = "defer"
-	OverCapDrop  = "drop"
+	OverCapDefer  = "defer"
+	OverCapDrop   = "drop"
+	OverCapDigest = "digest"
 )
 
 // Provider delivers messages and limits them with a token bucket.

@@ -115,6 +115,7 @@ type arrival struct {
 	Worker    string    // X-Worker header: which worker process sent it
 	Recipient string
 	Template  string
+	Data      json.RawMessage // the message's data (a digest's: its messages)
 	Status    int
 }
 
@@ -159,7 +160,7 @@ func (h *hookServer) serve(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "bad body: "+err.Error(), http.StatusBadRequest)
 		return
 	}
-	a.Recipient, a.Template = m.Recipient, m.Template
+	a.Recipient, a.Template, a.Data = m.Recipient, m.Template, m.Data
 	h.mu.Lock()
 	seq := len(h.arrivals)
 	h.arrivals = append(h.arrivals, a)

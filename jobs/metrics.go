@@ -11,6 +11,7 @@ type Metrics struct {
 	Expired   *prometheus.CounterVec // by policy
 	Dropped   *prometheus.CounterVec // by policy: over the cap of a policy that drops
 	Shadow    *prometheus.CounterVec // by rule in shadow mode and what it would have done
+	Folded    *prometheus.CounterVec // by policy: folded into a digest
 	Archived  *prometheus.CounterVec // by reason (malformed, rejected)
 	Sent      *prometheus.CounterVec // by provider
 	Failed    *prometheus.CounterVec // by provider
@@ -51,6 +52,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Dropped:  counter("dropped_total", "Notifications archived at once because their policy, which drops, held them back.", "policy"),
 		Shadow: counter("shadow_total", "Notifications a rule in shadow mode would have held back, by rule and what it would have done (deferred, dropped, expired).",
 			"rule", "would"),
+		Folded:   counter("folded_total", "Notifications folded into a digest because their policy, which digests, held them back.", "policy"),
 		Archived: counter("archived_total", "Notifications archived without delivery, by reason.", "reason"),
 		Sent:     counter("sent_total", "Notifications a provider accepted.", "provider"),
 		Failed:   counter("failed_total", "Sends that failed and will be retried or archived.", "provider"),

@@ -64,6 +64,9 @@ type Throttle struct {
 	// prefix). Nil turns them off, and with them the protection against
 	// sending a redelivered job twice; Middleware warns about it.
 	Sent *SentMarks
+	// Digests folds the messages of digest policies (PolicySettings.Digest)
+	// over their cap. Nil defers them.
+	Digests *Digests
 	// Holder, if set, is asked just before each send whether this worker
 	// still holds the task (recovery.Recovery.Holds): one taken for dead
 	// after a long silence has had its tasks handed to another worker,
@@ -108,6 +111,10 @@ type PolicySettings struct {
 	// queued (Notification.Queued): one whose moment would be later
 	// expires, as one past its send-by does.
 	MaxDelay time.Duration
+	// Digest folds a message that its policy's windows hold back into the
+	// recipient's next digest (see Digests) instead of deferring it; with
+	// Throttle.Digests nil, it is deferred.
+	Digest bool
 	// Shadow puts the policy in shadow mode: its windows count every
 	// message but hold none back; what they would have done is logged and
 	// counted (Metrics.Shadow).
@@ -136,6 +143,12 @@ type job struct {
 	sent     string // the key of its sent marker, "" when markers are off
 	book     bool   // it books its moment (Throttle.Book)
 	priority bool   // it came from a priority queue
+	queue    string // the queue it came from
+	// tried says a send of it was tried before (it failed, or its worker
+	// died in it): the provider may have taken it, so it is never folded
+	// into a digest, only sent under its own ID (the provider's
+	// Idempotency-Key).
+	tried bool
 }
 
 type jobKey struct{}
@@ -161,17 +174,20 @@ const handedOverDelay = time.Minute
 func (t *Throttle) Middleware(next asynq.Handler) asynq.Handler {
 	t.defaults.Do(t.setDefaults)
 	return asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
-		if task.Type() != TypeNotify {
+		if task.Type() != TypeNotify && task.Type() != TypeDigest {
 			return next.ProcessTask(ctx, task)
 		}
 		id, ok := asynq.GetTaskID(ctx)
 		if !ok {
 			return errors.New("jobs: no task ID in the context: Throttle runs inside an asynq server")
 		}
-		j, err := t.route(id, task.Payload())
+		if task.Type() == TypeDigest {
+			return t.sendDigest(ctx, id, task, next)
+		}
+		n, err := Decode(task.Payload())
+		var j job
 		if err == nil {
-			q, _ := asynq.GetQueueName(ctx)
-			j.book, j.priority = t.Book, t.PriorityQueues[q]
+			j, err = t.route(ctx, id, n)
 		}
 		if err != nil {
 			t.Metrics.inc(t.Metrics.Archived, "malformed")
@@ -181,14 +197,24 @@ func (t *Throttle) Middleware(next asynq.Handler) asynq.Handler {
 		if j.policy.Shadow || j.route.Shadow {
 			t.shadow(ctx, j)
 		}
-		if err := t.admit(ctx, j); err != nil {
-			if errors.Is(err, errSentBefore) {
-				return nil
+		digest := j.policy.Digest && t.Digests != nil
+		if digest {
+			if err := t.foldedBefore(ctx, &j); err != nil {
+				return ignoreDone(err)
 			}
-			return err
+		}
+		if err := t.admit(ctx, j); err != nil {
+			return ignoreDone(err)
 		}
 		if err := t.holds(ctx, j); err != nil {
 			return err
+		}
+		if digest && !j.tried {
+			// From here the provider may take it: never fold it after.
+			if err := t.Digests.attempt(ctx, j.id); err != nil {
+				t.release(j.request())
+				return &Deferral{Delay: 5 * time.Second, Reason: "digest unavailable: " + err.Error()}
+			}
 		}
 		return t.deliver(ctx, j, next, task)
 	})
@@ -207,12 +233,8 @@ func (t *Throttle) setDefaults() {
 	}
 }
 
-// route decodes the payload and finds its policy and provider.
-func (t *Throttle) route(id string, payload []byte) (job, error) {
-	n, err := Decode(payload)
-	if err != nil {
-		return job{}, err
-	}
+// route finds a notification's policy and provider.
+func (t *Throttle) route(ctx context.Context, id string, n Notification) (job, error) {
 	rs := t.rules()
 	j := job{id: id, n: n, quota: rs.Policies[n.Policy], policy: rs.Settings[n.Policy]}
 	if t.Sent != nil {
@@ -221,6 +243,7 @@ func (t *Throttle) route(id string, payload []byte) (job, error) {
 	if j.quota == nil && len(j.policy.Calendars) == 0 {
 		return job{}, fmt.Errorf("policy %q is not defined: %w", n.Policy, ErrBadPayload)
 	}
+	var err error
 	if j.local, err = t.zones.takes(j.policy, n.Policy, n.TZ, n.Recipient, time.Now()); err != nil {
 		return job{}, err
 	}
@@ -228,6 +251,10 @@ func (t *Throttle) route(id string, payload []byte) (job, error) {
 	if j.route, ok = rs.Providers[n.Provider]; !ok {
 		return job{}, fmt.Errorf("provider %q is not defined: %w", n.Provider, ErrBadPayload)
 	}
+	j.queue, _ = asynq.GetQueueName(ctx)
+	j.book, j.priority = t.Book, t.PriorityQueues[j.queue]
+	retried, _ := asynq.GetRetryCount(ctx) // failures only: deferrals do not count
+	j.tried = retried > 0
 	return j, nil
 }
 
@@ -302,8 +329,20 @@ func (j job) overCap(i int) bool {
 }
 
 // errSentBefore is admit's answer for a job an earlier delivery of its task
-// sent: the task completes without being sent again.
-var errSentBefore = errors.New("sent before")
+// sent, and errFolded for one folded into a digest: the task completes
+// without being sent (again).
+var (
+	errSentBefore = errors.New("sent before")
+	errFolded     = errors.New("folded into a digest")
+)
+
+// ignoreDone turns errSentBefore and errFolded into nil: the task is done.
+func ignoreDone(err error) error {
+	if errors.Is(err, errSentBefore) || errors.Is(err, errFolded) {
+		return nil
+	}
+	return err
+}
 
 // admit returns nil when j may be sent now (after sleeping for a reserved
 // token if need be), errSentBefore when an earlier delivery of its task was
@@ -333,6 +372,12 @@ func (t *Throttle) admit(ctx context.Context, j job) error {
 		t.Metrics.inc(t.Metrics.Duplicates, j.n.Provider)
 		t.Log.Info("already sent: completing without sending again", "task", j.id, "recipient", Redact(j.n.Recipient))
 		return errSentBefore
+	}
+	if j.policy.Digest && t.Digests != nil && !j.tried && !d.Allowed && j.overCap(d.Take) {
+		if d.Holds() {
+			t.release(j.request())
+		}
+		return t.fold(ctx, j, d.At())
 	}
 	if j.policy.Drop && !d.Allowed && j.overCap(d.Take) {
 		if d.Holds() {

@@ -66,6 +66,8 @@ type harnessConfig struct {
 	moreQuotas map[string]*throttle.Quota
 	// shadowBucket puts the provider's bucket in shadow mode.
 	shadowBucket bool
+	// digests turns Throttle.Digests on.
+	digests bool
 }
 
 func newHarness(t *testing.T, quota *throttle.Quota, bucket *throttle.Bucket, inlineWait time.Duration) *harness {
@@ -122,6 +124,9 @@ func newHarnessWith(t *testing.T, c harnessConfig) *harness {
 	}
 	if !c.noMarks {
 		h.th.Sent = NewSentMarks(workerRDB, "")
+	}
+	if c.digests {
+		h.th.Digests = NewDigests(workerRDB, "", asynq.NewClientFromRedisClient(workerRDB))
 	}
 	for name, q := range c.moreQuotas {
 		h.th.Policies[name], h.th.Settings[name] = q, c.more[name]
@@ -206,6 +211,7 @@ func startWorker(t *testing.T, rdb redis.UniversalClient, th *Throttle, cfg asyn
 	mux.Use(outer...)
 	mux.Use(th.Middleware)
 	mux.HandleFunc(TypeNotify, Deliver)
+	mux.HandleFunc(TypeDigest, Deliver)
 	if err := srv.Start(mux); err != nil {
 		t.Fatal(err)
 	}

@@ -1,10 +1,14 @@
 package jobs
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -189,5 +193,107 @@ func TestSwap(t *testing.T) {
 	info = h.await(t, "b1", "archived", state(asynq.TaskStateArchived))
 	if want := `malformed notification: policy "mkt" is not defined`; !strings.HasPrefix(info.LastErr, want) {
 		t.Errorf("b1 with its policy gone: %q, want %q", info.LastErr, want)
+	}
+}
+
+// TestDigest checks over_cap: digest through the middleware: of four
+// messages to one recipient under 1 per 5s, the first goes alone and the
+// three over the cap are folded, in order, into one digest sent at the
+// recipient's next allowed moment; none of them goes on its own.
+func TestDigest(t *testing.T) {
+	q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 1, Per: 5 * time.Second})
+	b, _ := throttle.NewBucket("gw", 1000, 100)
+	var mu sync.Mutex
+	var got []Message
+	prov := ProviderFunc(func(_ context.Context, m Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, m)
+		return nil
+	})
+	h := newHarnessWith(t, harnessConfig{quota: q, bucket: b, book: true, digests: true, provider: prov,
+		inlineWait: time.Second, settings: PolicySettings{Digest: true}})
+	for i := range 4 {
+		id := fmt.Sprintf("m%d", i)
+		h.enqueue(t, id, Notification{Recipient: "alice", Data: json.RawMessage(fmt.Sprintf(`{"n":%d}`, i))})
+		h.await(t, id, "completed", state(asynq.TaskStateCompleted))
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		mu.Lock()
+		n := len(got)
+		mu.Unlock()
+		if n >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the provider got %d messages, want the first and a digest", n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 2 || got[0].ID != "m0" || got[1].Template != DigestTemplate {
+		t.Fatalf("the provider got %+v, want m0 then one digest", got)
+	}
+	var digest struct {
+		Policy   string
+		Messages []digestEntry
+	}
+	if err := json.Unmarshal(got[1].Data, &digest); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, e := range digest.Messages {
+		ids = append(ids, e.ID+":"+string(e.Data))
+	}
+	if want := []string{`m1:{"n":1}`, `m2:{"n":2}`, `m3:{"n":3}`}; digest.Policy != "mkt" || !slices.Equal(ids, want) {
+		t.Errorf("digest of %s carries %v, want %v", digest.Policy, ids, want)
+	}
+	if n := counterValue(t, h.th.Metrics.Folded, "mkt"); n != 3 {
+		t.Errorf("folded_total{policy=mkt} = %v, want 3", n)
+	}
+	if err := h.rdb.ZScore(context.Background(), "throttle:{alice}:q:mkt", got[1].ID).Err(); err != nil {
+		t.Errorf("the digest holds no entry in alice's quota: %v", err)
+	}
+}
+
+// TestDigestFoldIsIdempotent checks the fold's state: a task folded again
+// stays once in its digest, a sealed digest takes no more, a folded task is
+// found folded and a tried one tried.
+func TestDigestFoldIsIdempotent(t *testing.T) {
+	rdb := shared.Server.ClientOn(t, shared.DB(t))
+	g := NewDigests(rdb, "", nil)
+	ctx := context.Background()
+	n := Notification{Recipient: "alice", Policy: "mkt", Provider: "gw", Template: "t"}
+	d1, err := g.fold(ctx, "a", n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := g.fold(ctx, "a", n)
+	if err != nil || again != d1 {
+		t.Fatalf("a folded again: %+v, %v; want %+v", again, err, d1)
+	}
+	if size, _ := g.size(ctx, d1); size != 1 {
+		t.Fatalf("digest holds %d after folding a twice, want 1", size)
+	}
+	if err := g.seal(ctx, d1); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.seal(ctx, d1); err != nil {
+		t.Fatal(err)
+	}
+	d2, err := g.fold(ctx, "b", n)
+	if err != nil || d2.Gen != d1.Gen+1 {
+		t.Fatalf("b folded after the seal: %+v, %v; want digest %d", d2, err, d1.Gen+1)
+	}
+	if d, ok, tried, err := g.state(ctx, "a", n); err != nil || !ok || tried || d != d1 {
+		t.Errorf("a found folded in %+v, %v, tried %v, %v; want %+v, not tried", d, ok, tried, err, d1)
+	}
+	if err := g.attempt(ctx, "c"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, tried, _ := g.state(ctx, "c", n); ok || !tried {
+		t.Errorf("c, never folded but tried: found folded %v, tried %v", ok, tried)
 	}
 }

@@ -139,11 +139,7 @@ func TestSentMarkerCheckFailureDefers(t *testing.T) {
 	th := &Throttle{Limiter: lim, Sent: NewSentMarks(rdb, ""), Metrics: NewMetrics(prometheus.NewRegistry()),
 		Policies: map[string]*throttle.Quota{"mkt": q}, Providers: map[string]Route{"gw": {Bucket: b}},
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	payload, err := encode(Notification{Recipient: "alice", Policy: "mkt", Provider: "gw", Template: "hi"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	j, err := th.route("x", payload)
+	j, err := th.route(context.Background(), "x", Notification{Recipient: "alice", Policy: "mkt", Provider: "gw", Template: "hi"})
 	if err != nil {
 		t.Fatal(err)
 	}

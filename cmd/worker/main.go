@@ -203,6 +203,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	mux.Use(th.Middleware)
 	mux.HandleFunc(jobs.TypeNotify, jobs.Deliver)
+	mux.HandleFunc(jobs.TypeDigest, jobs.Deliver)
 	mux.Handle(campaign.TypeFanout, campaigns)
 	recoveryCtx, stopRecovery := context.WithCancel(context.WithoutCancel(ctx))
 	recoveryDone := make(chan struct{})
@@ -270,6 +271,7 @@ func newThrottle(cfg *config.Config, rdb redis.UniversalClient, reg prometheus.R
 	}
 	return &jobs.Throttle{
 		Limiter: lim, Policies: rules.Policies, Providers: rules.Providers, Settings: rules.Settings, Sent: sentMarks(cfg, rdb),
+		Digests:    jobs.NewDigests(rdb, cfg.Redis.Prefix, asynq.NewClientFromRedisClient(rdb)),
 		InlineWait: cfg.Worker.InlineWait, Book: cfg.Worker.Book, PriorityQueues: priority(cfg),
 		Metrics: jobs.NewMetrics(reg), Log: log,
 	}, built, nil

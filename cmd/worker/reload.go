@@ -53,8 +53,8 @@ func buildRules(cfg *config.Config, stdout io.Writer, counts *sentCounts, keep s
 		if err != nil {
 			return jobs.Rules{}, nil, err
 		}
-		s := jobs.PolicySettings{Drop: p.OverCap == config.OverCapDrop, MaxDelay: p.MaxDelay, Shadow: p.Shadow,
-			Calendars: cals, Quiet: quiet, Zone: zone}
+		s := jobs.PolicySettings{Drop: p.OverCap == config.OverCapDrop, Digest: p.OverCap == config.OverCapDigest,
+			MaxDelay: p.MaxDelay, Shadow: p.Shadow, Calendars: cals, Quiet: quiet, Zone: zone}
 		for _, other := range p.CountsToward {
 			s.CountsToward = append(s.CountsToward, policies[other])
 		}

@@ -330,3 +330,21 @@ func TestRedisDownIs503(t *testing.T) {
 		}
 	}
 }
+
+// TestMonitoringRedactsDigestRecipients: a digest task's payload shows its
+// recipient redacted too.
+func TestMonitoringRedactsDigestRecipients(t *testing.T) {
+	e := newEnv(t, "", nil)
+	task := asynq.NewTask(jobs.TypeDigest, []byte(`{"recipient":"alice.liddell@example.com","policy":"marketing","provider":"sms","gen":1}`),
+		asynq.TaskID("digest-me"), asynq.Queue("default"))
+	if _, err := asynq.NewClientFromRedisClient(e.rdb).EnqueueContext(context.Background(), task); err != nil {
+		t.Fatal(err)
+	}
+	code, body := e.get(t, "/monitoring/api/queues/default/pending_tasks")
+	if code != 200 || !strings.Contains(body, "digest-me") {
+		t.Fatalf("pending tasks: %d %s", code, body)
+	}
+	if strings.Contains(body, "liddell") || !strings.Contains(body, `a***@example.com`) {
+		t.Errorf("the digest's recipient is not shown redacted:\n%s", body)
+	}
+}

@@ -43,10 +43,21 @@ type sharedClient struct{ rdb redis.UniversalClient }
 
 func (c sharedClient) MakeRedisClient() any { return c.rdb }
 
-// formatPayload shows a notification as JSON with its recipient redacted;
+// formatPayload shows a notification or a digest as JSON with its recipient redacted;
 // other task types (a campaign tick) as asynqmon would. A notification
 // that does not decode is not shown at all: it may hold a recipient.
 func formatPayload(taskType string, payload []byte) string {
+	if taskType == jobs.TypeDigest { // {recipient, policy, provider, gen}
+		var d map[string]any
+		if json.Unmarshal(payload, &d) != nil {
+			return fmt.Sprintf("(a malformed digest of %d bytes, not shown)", len(payload))
+		}
+		if r, ok := d["recipient"].(string); ok {
+			d["recipient"] = jobs.Redact(r)
+		}
+		b, _ := json.Marshal(d)
+		return string(b)
+	}
 	if taskType != jobs.TypeNotify {
 		if utf8.Valid(payload) {
 			return string(payload)
