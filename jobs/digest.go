@@ -26,10 +26,10 @@ const TypeDigest = "digest"
 // folded messages in the order they were folded.
 const DigestTemplate = "digest"
 
-// DefaultDigestTTL is how long a digest's keys live after their last
-// change unless Digests.TTL says otherwise: long enough for any folded
-// task's redelivery (minutes) and any digest's wait for its moment (a
-// policy's longest window, commonly a day or a week).
+// DefaultDigestTTL is how long a digest's keys live past the moment the
+// digest is to go (and an attempt marker after its send) unless
+// Digests.TTL says otherwise: far longer than any redelivery (minutes) or
+// a digest task's wait for Redis to come back.
 const DefaultDigestTTL = 8 * 24 * time.Hour
 
 // Enqueuer puts a task on a queue (an *asynq.Client).
@@ -141,9 +141,11 @@ func (g *Digests) state(ctx context.Context, id string, n Notification) (d diges
 
 // fold adds task id's message to the open digest of its recipient, policy
 // and provider, once: a task already folded is left where it is. It
-// returns the digest the task is in.
-func (g *Digests) fold(ctx context.Context, id string, n Notification) (digestOf, error) {
+// returns the digest the task is in. The digest's keys live TTL past at,
+// the moment it is to go, however far that is.
+func (g *Digests) fold(ctx context.Context, id string, n Notification, at time.Time) (digestOf, error) {
 	d := digestFor(n)
+	ttl := max(time.Until(at), 0) + g.ttl()
 	gen, ids, _ := g.keys(d)
 	entry, err := json.Marshal(digestEntry{ID: id, Template: n.Template, Data: n.Data})
 	if err != nil {
@@ -169,9 +171,9 @@ func (g *Digests) fold(ctx context.Context, id string, n Notification) (digestOf
 			_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
 				p.RPush(ctx, list, entry)
 				p.HSet(ctx, ids, id, cur)
-				p.Set(ctx, gen, cur, g.ttl())
-				p.Expire(ctx, ids, g.ttl())
-				p.Expire(ctx, list, g.ttl())
+				p.Set(ctx, gen, cur, ttl)
+				p.Expire(ctx, ids, ttl)
+				p.Expire(ctx, list, ttl)
 				return nil
 			})
 			return err
@@ -298,7 +300,7 @@ func (t *Throttle) foldedBefore(ctx context.Context, j *job) error {
 // at. It returns errFolded, or the deferral that retries the fold (a
 // retry finds the task folded if the fold was made).
 func (t *Throttle) fold(ctx context.Context, j job, at time.Time) error {
-	d, err := t.Digests.fold(ctx, j.id, j.n)
+	d, err := t.Digests.fold(ctx, j.id, j.n, at)
 	if err == nil {
 		err = t.Digests.schedule(ctx, d, at, j.queue)
 	}

@@ -507,9 +507,6 @@ func (t *Throttle) shadow(ctx context.Context, j job) {
 	if j.route.Shadow {
 		r := throttle.Request{ID: j.id, MaxWait: t.InlineWait, Takes: []throttle.Take{{Rule: j.route.Bucket, Key: "shadow:" + j.n.Provider}}}
 		d, err := t.Limiter.Admit(ctx, r)
-		if err == nil {
-			d.Take, d.Rule = 1, j.route.Bucket // for denier: the provider's
-		}
 		t.shadowed(j, d, err, false)
 	}
 }

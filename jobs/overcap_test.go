@@ -266,11 +266,11 @@ func TestDigestFoldIsIdempotent(t *testing.T) {
 	g := NewDigests(rdb, "", nil)
 	ctx := context.Background()
 	n := Notification{Recipient: "alice", Policy: "mkt", Provider: "gw", Template: "t"}
-	d1, err := g.fold(ctx, "a", n)
+	d1, err := g.fold(ctx, "a", n, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, err := g.fold(ctx, "a", n)
+	again, err := g.fold(ctx, "a", n, time.Now())
 	if err != nil || again != d1 {
 		t.Fatalf("a folded again: %+v, %v; want %+v", again, err, d1)
 	}
@@ -283,7 +283,7 @@ func TestDigestFoldIsIdempotent(t *testing.T) {
 	if err := g.seal(ctx, d1); err != nil {
 		t.Fatal(err)
 	}
-	d2, err := g.fold(ctx, "b", n)
+	d2, err := g.fold(ctx, "b", n, time.Now())
 	if err != nil || d2.Gen != d1.Gen+1 {
 		t.Fatalf("b folded after the seal: %+v, %v; want digest %d", d2, err, d1.Gen+1)
 	}
