@@ -135,9 +135,9 @@ type Worker struct {
 	// accepted by its provider, so that a redelivery of it is not sent
 	// again (jobs.SentMarks). Zero turns the markers off.
 	SentMarks time.Duration `yaml:"sent_marks"`
-	// RememberTakes is how long a provider's bucket remembers which task
-	// took each token (throttle.Options.Remember); each remembered take
-	// costs about 150 bytes of Redis memory. At least 1s.
+	// RememberTakes is how long a provider's bucket keeps a take after its
+	// slot ended (throttle.Options.Remember); each kept take costs about
+	// 140 bytes of Redis memory. At least 1s.
 	RememberTakes time.Duration `yaml:"remember_takes"`
 	// DeadAfter is how long a worker may show no sign of life in Redis
 	// before the others take it for dead and hand its tasks over

@@ -244,8 +244,15 @@ end
 local function ticket_add(book, cal, member, now, v, len, left, ra, rb)
   bucket_add(cal, now, v, len, left, ra, rb)
   rcall('ZREMRANGEBYSCORE', book, '-inf', int(now - GRACE))
-  rcall('ZADD', book, int(v), member)
-  extend(book, ceil_ms(v - now + GRACE))
+  bucket_hold(book, member, now, v, 0, GRACE)
+end
+
+-- ticket_claim moves a booked slot v from the tickets to the ledger (the
+-- task goes at x): it is in flight, and counts as sent.
+local function ticket_claim(t, key, ledger, book, cal, member, id, now, v, x, keep)
+  rcall('ZREM', book, member)
+  bucket_hold(ledger, id, now, v, bucket_len(t), keep)
+  bucket_sent(key, ledger, cal, now, t, x, keep)
 end
 
 -- bump moves the first ticket not yet claimed whose slot starts at or after
@@ -261,8 +268,7 @@ local function bump(bt, book, cal, now, from, before, len)
   local v, left, ra, rb = bucket_find(cal, s, vlen)
   if not v then return nil end
   bucket_add(cal, now, v, vlen, left, ra, rb)
-  rcall('ZADD', book, int(v), member)
-  extend(book, ceil_ms(v - now + GRACE))
+  bucket_hold(book, member, now, v, 0, GRACE)
   return s
 end
 
@@ -349,9 +355,7 @@ local function book_task(keys, ki, id, p, now, deadline, floor_)
           fresh = fresh + bit
         else
           fresh = fresh + bit
-          rcall('ZREM', bbook, member)
-          bucket_hold(bledger, id, now, ticket, len, p.remember)
-          bucket_sent(bkey, bledger, bcal, now, t, x, p.remember)
+          ticket_claim(t, bkey, bledger, bbook, bcal, member, id, now, ticket, x, p.remember)
         end
         bit = bit * 2
       end
@@ -427,13 +431,13 @@ local function book_task(keys, ki, id, p, now, deadline, floor_)
     if t.kind == 'q' or t.kind == 'c' then
       entry_commit(t, keys[KI[i]], id, now, m)
     elseif t.kind ~= 'b' then -- holds nothing
-    elseif go then
-      if not taken then bucket_add(bcal, now, v, len, left, ra, rb) end
+    elseif go and not taken then
+      bucket_commit(t, bkey, bledger, bcal, id, now, m, v, left, ra, rb, p.remember)
+    elseif go then -- a slot taken from a booking: busy already
       bucket_hold(bledger, id, now, v, len, p.remember)
       bucket_sent(bkey, bledger, bcal, now, t, m, p.remember)
     elseif taken then
-      rcall('ZADD', bbook, int(v), member)
-      extend(bbook, ceil_ms(v - now + GRACE))
+      bucket_hold(bbook, member, now, v, 0, GRACE)
     else
       ticket_add(bbook, bcal, member, now, v, len, left, ra, rb)
     end
@@ -505,9 +509,7 @@ local function book_bucket(keys, args)
   local go = at <= now + p.maxwait
   if ticket and at <= ticket and now <= ticket then
     if go then
-      rcall('ZREM', bbook, member)
-      bucket_hold(bledger, id, now, ticket, len, p.remember)
-      bucket_sent(keys[1], bledger, bcal, now, bt, max(now, at), p.remember)
+      ticket_claim(bt, keys[1], bledger, bbook, bcal, member, id, now, ticket, max(now, at), p.remember)
       return {now, 0, at}
     end
     return {now, 1, rcall('ZCOUNT', bbook, '-inf', '(' .. int(ticket))}

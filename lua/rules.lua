@@ -35,7 +35,7 @@
 -- traffic, see admit.lua).
 --
 -- Keys follow in take order: 'q' -> sorted set; 'b' -> state hash, ledger
--- sorted set, bookings sorted set; 'f' -> hash; 'c' -> sorted set; 'h' ->
+-- sorted set, tickets sorted set, slot calendar sorted set; 'f' -> hash; 'c' -> sorted set; 'h' ->
 -- none (t.nk is a take's number of keys). An admission's plan may
 -- start its takes with 'd' (done): its first key is then the task's done
 -- marker, whose existence means the task needs no admission any more (see

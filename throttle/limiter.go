@@ -29,7 +29,7 @@ type Options struct {
 	Prefix string
 	// Remember is how long a bucket's ledger keeps a take (task ID and
 	// slot) after its slot ended; pruned every 10 s, so a bucket taking R
-	// tokens a second holds about R·(Remember + 10s) entries of ~100 bytes
+	// tokens a second holds about R·(Remember + 10s) entries of ~140 bytes
 	// (with 36-byte IDs) besides its slots ahead. Default DefaultRemember.
 	Remember time.Duration
 }

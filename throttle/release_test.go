@@ -141,9 +141,8 @@ func TestReleaseAfterItsSlotGivesNothing(t *testing.T) {
 }
 
 // TestForgottenTakeStillBlocksRefund: a forgotten holding (the provider took
-// the token) leaves a tombstone at its moment, so releasing an earlier
-// holding afterwards refunds nothing: the refund would hand out the
-// forgotten moment's token a second time.
+// the token) keeps its slot busy, so releasing an earlier holding gives back
+// that one's slot only, never the forgotten one's.
 func TestForgottenTakeStillBlocksRefund(t *testing.T) {
 	l, _ := newStandalone(t)
 	const rate, burst = 10, 1
@@ -169,9 +168,9 @@ func TestForgottenTakeStillBlocksRefund(t *testing.T) {
 	bucketBound(t, []time.Time{bd.At(), c.At()}, rate, burst)
 }
 
-// TestPauseBlocksRefund: a pause raises the tombstone to its end, so a
-// release made during it refunds nothing: the refunded token would be due
-// before the provider's Retry-After.
+// TestPauseBlocksRefund: a slot a pause covers is not freed by a release
+// made during it: the freed slot would be due before the provider's
+// Retry-After.
 func TestPauseBlocksRefund(t *testing.T) {
 	l, _ := newStandalone(t)
 	b := mustBucket(t, "sms", 10, 1)

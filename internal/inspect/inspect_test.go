@@ -219,7 +219,7 @@ func TestProviderState(t *testing.T) {
 		t.Errorf("paused until %s at %s, want a minute on", p.PausedUntil, p.Now)
 	}
 	if p.Bookings.Held != 1 {
-		t.Errorf("the pause's tombstone counted as a booking: %+v", p.Bookings)
+		t.Errorf("the pause counted as a booking: %+v", p.Bookings)
 	}
 	// A take counts in the 10 s bin of its moment: the reservation's, less
 	// than a second ahead, may fall in the bin that ends at now.
