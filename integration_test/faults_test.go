@@ -178,7 +178,7 @@ func checkRun(t *testing.T, f *fleet, notes map[string]faultNote, windows []quot
 	// The limits, on the granted moments (exact) and on first arrivals. A
 	// task sent twice (a worker killed while the provider had its request)
 	// holds the take of its last send: that arrival is checked against it.
-	ledger := f.ledger()
+	ledger, entries := f.ledger(), f.quotaMoments()
 	last := map[string]time.Time{}
 	for _, a := range arrivals {
 		if a.Status >= 200 && a.Status < 300 {
@@ -212,7 +212,7 @@ func checkRun(t *testing.T, f *fleet, notes map[string]faultNote, windows []quot
 		}
 		skews = append(skews, a.At.Sub(g))
 		granted, arrived = append(granted, g), append(arrived, a.At)
-		grantedBy[n.recipient] = append(grantedBy[n.recipient], g)
+		grantedBy[n.recipient] = append(grantedBy[n.recipient], entryOr(entries, a.Key, g))
 		arrivedBy[n.recipient] = append(arrivedBy[n.recipient], a.At)
 	}
 	for _, w := range windows {

@@ -554,13 +554,13 @@ func (f *fleet) archived() map[string]*asynq.TaskInfo {
 }
 
 // ledger returns the provider bucket's ledger: the task IDs holding one of
-// its slots and the moment (Redis time) each was granted to go. The ledger
-// holds a slot's start V; the task goes at its quota entries' moment (what
-// its recipient's windows were checked at), which is within the bucket's
-// slack before V; a task with no quota entry is given V less the slack
-// (burst - 1 over the rate), the earliest its slot lets it go. A task whose
-// send failed at the provider (5xx, 429) holds the slot its retry took; the
-// failed attempt's is gone from the ledger.
+// its slots and the earliest moment (the bucket's Redis time) each slot
+// lets its task go: the slot's start V less the slack (burst - 1 over the
+// rate). Slots never overlap, so these moments keep the bucket's bound
+// exactly; a task goes at or after its moment. (Its recipient's windows are
+// checked on its quota entries: quotaMoments.) A task whose send failed at
+// the provider (5xx, 429) holds the slot its retry took; the failed
+// attempt's is gone from the ledger.
 func (f *fleet) ledger() map[string]time.Time {
 	f.t.Helper()
 	ctx := context.Background()
@@ -568,22 +568,17 @@ func (f *fleet) ledger() map[string]time.Time {
 	if err != nil {
 		f.t.Fatalf("ledger: %v", err)
 	}
-	moments := f.quotaMoments()
 	slack := time.Duration(float64(f.cfg.Burst-1) / f.cfg.Rate * float64(time.Second)).Truncate(time.Microsecond)
 	got := map[string]time.Time{}
 	for _, z := range zs {
-		id := z.Member.(string)
-		if m, ok := moments[id]; ok {
-			got[id] = m
-		} else {
-			got[id] = time.UnixMicro(int64(z.Score)).Add(-slack)
-		}
+		got[z.Member.(string)] = time.UnixMicro(int64(z.Score)).Add(-slack)
 	}
 	return got
 }
 
 // quotaMoments returns the moment of every task's quota entry (the fleet's
-// policies' keys, on every node): the moment it was admitted to go.
+// policies' keys, on every node): the moment its recipient's windows were
+// checked at, on the recipient's node.
 func (f *fleet) quotaMoments() map[string]time.Time {
 	ctx := context.Background()
 	got := map[string]time.Time{}
@@ -614,6 +609,14 @@ func (f *fleet) quotaMoments() map[string]time.Time {
 		f.t.Fatalf("quota entries: %v", err)
 	}
 	return got
+}
+
+// entryOr is the task's quota entry moment, or g when it has none.
+func entryOr(entries map[string]time.Time, id string, g time.Time) time.Time {
+	if m, ok := entries[id]; ok {
+		return m
+	}
+	return g
 }
 
 // ledgerKey is the provider bucket's ledger:

@@ -207,7 +207,7 @@ func TestPipeline(t *testing.T) {
 	}
 
 	// The limits, on the granted moments (exact) and on arrivals.
-	ledger := f.ledger()
+	ledger, entries := f.ledger(), f.quotaMoments()
 	grantedBy, arrivedBy := map[string][]time.Time{}, map[string][]time.Time{}
 	var granted, arrived []time.Time
 	var skews []time.Duration
@@ -228,7 +228,7 @@ func TestPipeline(t *testing.T) {
 				g.Format(time.StampMilli), a.At.Format(time.StampMilli), n.sendBy.Format(time.StampMilli))
 		}
 		if a.Status == 200 { // a refused message reached no one: its quota went back
-			grantedBy[n.recipient] = append(grantedBy[n.recipient], g)
+			grantedBy[n.recipient] = append(grantedBy[n.recipient], entryOr(entries, a.Key, g))
 			arrivedBy[n.recipient] = append(arrivedBy[n.recipient], a.At)
 		}
 	}
