@@ -14,6 +14,9 @@ var ErrInvalidRequest = errors.New("invalid request")
 // MaxIDLen is the longest task ID a request may carry, in bytes.
 const MaxIDLen = 256
 
+// MaxWeight is the largest tenant weight.
+const MaxWeight = 1000
+
 // MaxTakes is the most takes a request may have.
 const MaxTakes = 32
 
@@ -74,6 +77,14 @@ type Request struct {
 	// Priority lets a booking request take a bucket's reserve (see
 	// Bucket.WithReserve) and go before the bookings in line on it.
 	Priority bool
+	// Tenant is the fairness key of a booking request: the sender whose
+	// share of a bucket the task uses (a team, a campaign). When several
+	// tenants wait on one bucket, each books at its share of the bucket's
+	// rate (Weight over the weights of the tenants waiting); a tenant alone
+	// uses the whole rate. Empty is a tenant of its own (the default one).
+	Tenant string
+	// Weight is the tenant's weight, at least 1 (zero means 1).
+	Weight int
 	// Deadline, if set, is the latest moment (Redis time) a booking may be
 	// for: a task whose moment would be later is not booked and its
 	// decision is Expired, with At the moment it would have had.
@@ -96,6 +107,12 @@ func (r Request) validate() error {
 	}
 	if r.MaxWait < 0 {
 		return fmt.Errorf("throttle: task %q: max wait must not be negative (got %s): %w", r.ID, r.MaxWait, ErrInvalidRequest)
+	}
+	if r.Weight < 0 || r.Weight > MaxWeight {
+		return fmt.Errorf("throttle: task %q: weight %d: must be 1 to %d: %w", r.ID, r.Weight, MaxWeight, ErrInvalidRequest)
+	}
+	if len(r.Tenant) > MaxIDLen || !utf8.ValidString(r.Tenant) {
+		return fmt.Errorf("throttle: task %q: tenant %q: at most %d bytes of UTF-8: %w", r.ID, r.Tenant, MaxIDLen, ErrInvalidRequest)
 	}
 	buckets := 0
 	for i, t := range r.Takes {
