@@ -75,6 +75,7 @@ func Default() *Config {
 		Policies:  map[string]Policy{},
 		Providers: map[string]Provider{},
 		Defaults:  Defaults{Queue: "default"},
+		Tenants:   Tenants{Weights: map[string]int{}},
 	}
 }
 
@@ -89,8 +90,20 @@ type Config struct {
 	Providers map[string]Provider `yaml:"providers"`
 	Defaults  Defaults            `yaml:"defaults"`  // what a notification that does not say uses
 	Campaigns []Campaign          `yaml:"campaigns"` // scheduled sends to an audience
+	Tenants   Tenants             `yaml:"tenants"`   // the senders sharing the providers
 
 	src *source // where the values came from; nil for a Config built in code
+}
+
+// Tenants are the senders (a notification's tenant, a campaign's) that
+// share a provider fairly: when several wait on one provider, each gets the
+// provider's rate × its weight / the sum of the waiting tenants' weights;
+// a tenant alone uses the whole rate (see throttle.Request.Tenant).
+type Tenants struct {
+	// Weights are tenants' weights by name, each 1 to throttle.MaxWeight.
+	// A tenant not listed (the default tenant of notifications that name
+	// none too) weighs 1. Default none.
+	Weights map[string]int `yaml:"weights"`
 }
 
 // Redis says where Redis is and how to log in to it (see

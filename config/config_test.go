@@ -48,6 +48,7 @@ func TestLoadRootConfig(t *testing.T) {
 			"sms":     {Type: ProviderWebhook, URL: "http://127.0.0.1:8080/send", Timeout: 5 * time.Second, Rate: 100, Burst: 20, PriorityReserve: 4},
 		},
 		Defaults: Defaults{Policy: "marketing", Provider: "console", Queue: "default"},
+		Tenants:  Tenants{Weights: map[string]int{}},
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("config.yaml (-want +got):\n-%+v\n+%+v", want, c)
@@ -88,6 +89,11 @@ func TestParseValid(t *testing.T) {
 			}
 			if !reflect.DeepEqual(c.Policies, want) {
 				t.Errorf("policies = %+v, want %+v", c.Policies, want)
+			}
+		}},
+		{"tenant weights", "tenants:\n  weights: {billing: 2, \"team a\": 1000}\n", func(t *testing.T, c *Config) {
+			if want := map[string]int{"billing": 2, "team a": 1000}; !reflect.DeepEqual(c.Tenants.Weights, want) {
+				t.Errorf("tenants.weights = %v, want %v", c.Tenants.Weights, want)
 			}
 		}},
 		{"a provider in shadow mode", "providers:\n  sms: {type: log, rate: 1, burst: 1, shadow: true}\n", func(t *testing.T, c *Config) {

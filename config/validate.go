@@ -51,6 +51,7 @@ func (c *Config) validate(errs *errorList) {
 	v.providers()
 	v.defaults()
 	v.campaigns()
+	v.tenants()
 	c.rules(errs, v.clean)
 }
 
@@ -430,5 +431,21 @@ func (v *validator) campaignRef(path, kind, name, def string) {
 		v.ref(path, kind, name)
 	case def == "":
 		v.failf(path, "required, as defaults.%s is not set", kind)
+	}
+}
+
+// tenants checks the tenants' weights.
+func (v *validator) tenants() {
+	for _, name := range slices.Sorted(maps.Keys(v.c.Tenants.Weights)) {
+		path, w := join("tenants.weights", name), v.c.Tenants.Weights[name]
+		switch {
+		case name == "":
+			v.failf(path, "a tenant name must not be empty")
+		case len(name) > throttle.MaxIDLen:
+			v.failf(path, "a tenant name is at most %d bytes (got %d)", throttle.MaxIDLen, len(name))
+		}
+		if w < 1 || w > throttle.MaxWeight {
+			v.failf(path, "must be from 1 to %d (got %d)", throttle.MaxWeight, w)
+		}
 	}
 }
