@@ -18,11 +18,15 @@ import (
 	"github.com/notify-throttle/throttler/throttle"
 )
 
-// decoder walks a YAML node tree onto a Config by the structs' yaml tags,
-// once: it checks keys and types, and records every value's line in the
-// source (the path-to-line index validation errors use). It reports problems
-// and carries on, so one pass finds them all; values are range-checked later
-// by Validate.
+// decoder walks a YAML node tree onto a Config once, by the structs' yaml
+// tags: it rejects unknown and duplicate keys and values of the wrong type,
+// and records each value's line in the source, the path-to-line index that
+// later errors use. It reports a problem and carries on, so one pass finds
+// them all; Validate checks the values after.
+//
+// yaml.v3's Decode with KnownFields cannot give these messages: it names Go
+// types instead of settings, takes yes for true and 9464 for a string, and
+// drops a mapping with a duplicate key.
 //
 // A tag is `yaml:"key,option..."`; a field without one is its name in lower
 // case (throttle.Window's limit and per). Options: required; path (a file
@@ -30,33 +34,25 @@ import (
 // secret reference, see Secret); null (no value means ""); alias=old (an
 // old name of the key, still read); oneof=a|b (the strings allowed).
 type decoder struct {
-	src  *source
-	errs *errorList
-	// getenv resolves {env: NAME} references; nil knows no variable.
-	getenv func(string) string
+	src    *source
+	errs   errorList
+	getenv func(string) string // resolves {env: NAME}
 }
 
-// filler is a struct with defaults or required keys that depend on what
-// the file says: Fill is given the keys present, and reports a key missing
-// with required.
+// filler is a struct with defaults or required keys that depend on what the
+// file says: Fill is given the keys present, and reports a missing one with
+// required.
 type filler interface {
 	Fill(has func(key string) bool, required func(key, why string))
 }
 
-// requiredKeys are the required keys of structs of other packages, which
+// requiredKeys are the required keys of other packages' structs, which
 // cannot carry yaml tags.
 var requiredKeys = map[reflect.Type][]string{reflect.TypeFor[throttle.Window](): {"limit", "per"}}
 
-var (
-	durationType = reflect.TypeFor[time.Duration]()
-	rawJSONType  = reflect.TypeFor[json.RawMessage]()
-	secretType   = reflect.TypeFor[Secret]()
-	policyType   = reflect.TypeFor[Policy]()
-)
-
 func (d *decoder) fail(n *yaml.Node, path, format string, args ...any) {
 	d.src.failed[path] = true
-	d.errs.add(&Error{File: d.src.file, Line: n.Line, Path: path, Msg: fmt.Sprintf(format, args...)})
+	d.errs = append(d.errs, &Error{File: d.src.file, Line: n.Line, Path: path, Msg: fmt.Sprintf(format, args...)})
 }
 
 // decode sets v from n, the value at path; keyLine is the line of its key
@@ -68,15 +64,19 @@ func (d *decoder) decode(n *yaml.Node, path string, keyLine int, v reflect.Value
 	switch {
 	case isNull(n) && hasOpt(opts, "null"):
 		v.SetZero()
-	case t == durationType:
-		d.duration(n, path, v)
-	case t == rawJSONType:
+	case t == reflect.TypeFor[time.Duration]():
+		if dur, err := parseDuration(n.Value); err == nil && n.Kind == yaml.ScalarNode && (n.ShortTag() == "!!str" || n.ShortTag() == "!!int") {
+			v.SetInt(int64(dur))
+		} else {
+			d.fail(n, path, "not a duration %s (got %s)", durationSyntax, describe(n))
+		}
+	case t == reflect.TypeFor[json.RawMessage]():
 		v.SetBytes(d.data(n, path))
-	case t == secretType || hasOpt(opts, "secret"):
+	case t == reflect.TypeFor[Secret]() || hasOpt(opts, "secret"):
 		if s, ok := d.secret(n, path); ok {
 			v.SetString(s)
 		}
-	case t == policyType && n.Kind == yaml.SequenceNode:
+	case t == reflect.TypeFor[Policy]() && n.Kind == yaml.SequenceNode:
 		// A policy's short form: its windows alone, at the policy's path.
 		d.decode(n, path, keyLine, v.FieldByName("Windows"), "")
 		v.Addr().Interface().(filler).Fill(func(string) bool { return false }, nil)
@@ -91,40 +91,38 @@ func (d *decoder) decode(n *yaml.Node, path string, keyLine int, v reflect.Value
 		})
 	case t.Kind() == reflect.Slice:
 		v.SetZero()
-		d.list(n, path, func(item *yaml.Node, p string) {
-			e := reflect.New(t.Elem()).Elem()
-			d.decode(item, p, item.Line, e, "")
-			if !d.src.failed[p] || e.Kind() == reflect.Struct { // a list of strings keeps the good ones
-				v.Set(reflect.Append(v, e))
+		if d.kind(n, path, yaml.SequenceNode, "a list") {
+			for i, item := range n.Content {
+				item, p := resolve(item), fmt.Sprintf("%s[%d]", path, i)
+				e := reflect.New(t.Elem()).Elem()
+				d.decode(item, p, item.Line, e, "")
+				if !d.src.failed[p] || e.Kind() == reflect.Struct { // a list of strings keeps the good ones
+					v.Set(reflect.Append(v, e))
+				}
 			}
-		})
+		}
 	default:
 		d.scalar(n, path, v, opts)
 	}
 }
 
-// fields decodes a mapping of known keys onto a struct, rejecting unknown
-// and duplicate ones. A null value is an empty mapping.
+// fields decodes a mapping of known keys onto a struct. A null value is an
+// empty mapping.
 func (d *decoder) fields(n *yaml.Node, path string, keyLine int, v reflect.Value) {
 	type field struct {
 		key, opts string
 		i         int
 	}
-	var fields []field // the keys and aliases, in the file's order
+	var fields []field // the keys and aliases, in the struct's order
+	var known []string
 	for i := range v.NumField() {
 		f := v.Type().Field(i)
-		if !f.IsExported() {
-			continue
-		}
 		key, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-		fields = append(fields, field{cmp.Or(key, strings.ToLower(f.Name)), opts, i})
-		if alias := optValue(opts, "alias"); alias != "" {
-			fields = append(fields, field{alias, opts, i})
+		for _, k := range []string{cmp.Or(key, strings.ToLower(f.Name)), optValue(opts, "alias")} {
+			if f.IsExported() && k != "" {
+				fields, known = append(fields, field{k, opts, i}), append(known, k)
+			}
 		}
-	}
-	known := make([]string, len(fields))
-	for i, f := range fields {
-		known[i] = f.key
 	}
 	present, set := map[string]bool{}, map[int]bool{}
 	d.entries(n, path, func(name string, key, val *yaml.Node, p string) {
@@ -170,15 +168,19 @@ func optValue(opts, name string) string {
 	return ""
 }
 
+// kind reports whether n is a node of kind k (what: "a list"), and reports a
+// problem if it is neither that nor null.
+func (d *decoder) kind(n *yaml.Node, path string, k yaml.Kind, what string) bool {
+	if n.Kind != k && !isNull(n) {
+		d.fail(n, path, "must be %s (got %s)", what, describe(n))
+	}
+	return n.Kind == k
+}
+
 // entries walks a mapping, rejecting duplicate keys. A null value is an
 // empty mapping.
 func (d *decoder) entries(n *yaml.Node, path string, each func(name string, key, val *yaml.Node, path string)) {
-	n = resolve(n)
-	if isNull(n) {
-		return
-	}
-	if n.Kind != yaml.MappingNode {
-		d.fail(n, path, "must be a mapping (got %s)", describe(n))
+	if n = resolve(n); !d.kind(n, path, yaml.MappingNode, "a mapping") {
 		return
 	}
 	seen := map[string]int{}
@@ -191,7 +193,7 @@ func (d *decoder) entries(n *yaml.Node, path string, each func(name string, key,
 		p := join(path, k.Value)
 		if first, dup := seen[k.Value]; dup {
 			// Not marked failed: the first value is still checked.
-			d.errs.add(&Error{File: d.src.file, Line: k.Line, Path: p, Msg: fmt.Sprintf("duplicate key (first at line %d)", first)})
+			d.errs = append(d.errs, &Error{File: d.src.file, Line: k.Line, Path: p, Msg: fmt.Sprintf("duplicate key (first at line %d)", first)})
 			continue
 		}
 		seen[k.Value] = k.Line
@@ -199,48 +201,31 @@ func (d *decoder) entries(n *yaml.Node, path string, each func(name string, key,
 	}
 }
 
-// list walks a sequence; a null value is an empty list.
-func (d *decoder) list(n *yaml.Node, path string, each func(item *yaml.Node, path string)) {
-	n = resolve(n)
-	if isNull(n) {
-		return
-	}
-	if n.Kind != yaml.SequenceNode {
-		d.fail(n, path, "must be a list (got %s)", describe(n))
-		return
-	}
-	for i, item := range n.Content {
-		each(resolve(item), fmt.Sprintf("%s[%d]", path, i))
-	}
-}
-
 // scalar decodes a string, integer, number or boolean.
 func (d *decoder) scalar(n *yaml.Node, path string, v reflect.Value, opts string) {
-	tag := n.ShortTag()
-	ok := n.Kind == yaml.ScalarNode
+	tag, ok := n.ShortTag(), n.Kind == yaml.ScalarNode
 	switch v.Kind() {
 	case reflect.String:
 		oneOf := strings.Split(optValue(opts, "oneof"), "|")
-		if ok = ok && tag == "!!str"; !ok {
+		switch s := n.Value; {
+		case !ok || tag != "!!str":
 			d.fail(n, path, "must be a string (got %s)", describe(n))
-		} else if oneOf[0] != "" && !slices.Contains(oneOf, n.Value) {
-			d.fail(n, path, "must be %s (got %s)", strings.Join(oneOf, " or "), quote(n.Value))
-		} else if s := n.Value; hasOpt(opts, "path") && s != "" && !filepath.IsAbs(s) {
+		case oneOf[0] != "" && !slices.Contains(oneOf, s):
+			d.fail(n, path, "must be %s (got %s)", strings.Join(oneOf, " or "), quote(s))
+		case hasOpt(opts, "path") && s != "" && !filepath.IsAbs(s):
 			v.SetString(filepath.Join(filepath.Dir(d.src.file), s))
-		} else {
+		default:
 			v.SetString(s)
 		}
+		return
 	case reflect.Int:
-		var i int
-		if ok && tag == "!!int" && n.Decode(&i) == nil {
-			v.SetInt(int64(i))
-		} else {
+		if !ok || tag != "!!int" || n.Decode(v.Addr().Interface()) != nil {
 			d.fail(n, path, "must be an integer (got %s)", describe(n))
 		}
 	case reflect.Float64:
 		var f float64
-		switch {
-		case !ok || (tag != "!!int" && tag != "!!float") || n.Decode(&f) != nil:
+		switch err := n.Decode(&f); {
+		case !ok || (tag != "!!int" && tag != "!!float") || err != nil:
 			d.fail(n, path, "must be a number (got %s)", describe(n))
 		case math.IsInf(f, 0) || math.IsNaN(f):
 			d.fail(n, path, "must be a finite number (got %s)", describe(n))
@@ -248,10 +233,7 @@ func (d *decoder) scalar(n *yaml.Node, path string, v reflect.Value, opts string
 			v.SetFloat(f)
 		}
 	case reflect.Bool:
-		var b bool
-		if ok && tag == "!!bool" && n.Decode(&b) == nil {
-			v.SetBool(b)
-		} else {
+		if !ok || tag != "!!bool" || n.Decode(v.Addr().Interface()) != nil {
 			d.fail(n, path, "must be true or false (got %s)", describe(n))
 		}
 	default:
@@ -259,35 +241,18 @@ func (d *decoder) scalar(n *yaml.Node, path string, v reflect.Value, opts string
 	}
 }
 
-func (d *decoder) duration(n *yaml.Node, path string, v reflect.Value) {
-	tag := n.ShortTag()
-	if n.Kind == yaml.ScalarNode && (tag == "!!str" || tag == "!!int") {
-		if dur, err := parseDuration(n.Value); err == nil {
-			v.SetInt(int64(dur))
-			return
-		}
-	}
-	d.fail(n, path, "not a duration %s (got %s)", durationSyntax, describe(n))
-}
-
 // data turns a campaign's template data, any YAML mapping, into JSON.
 func (d *decoder) data(n *yaml.Node, path string) json.RawMessage {
-	if isNull(n) {
-		return nil
-	}
-	if n.Kind != yaml.MappingNode {
-		d.fail(n, path, "must be a mapping (got %s)", describe(n))
-		return nil
-	}
 	var v map[string]any
-	if err := n.Decode(&v); err != nil {
+	if !d.kind(n, path, yaml.MappingNode, "a mapping") {
+		return nil
+	} else if err := n.Decode(&v); err != nil {
 		d.fail(n, path, "not representable as JSON: %s", yamlMessage(err))
 		return nil
 	}
 	b, err := json.Marshal(v)
 	if err != nil {
 		d.fail(n, path, "not representable as JSON: keys must be strings and numbers finite")
-		return nil
 	}
 	return b
 }
@@ -313,26 +278,24 @@ func resolve(n *yaml.Node) *yaml.Node {
 
 func isNull(n *yaml.Node) bool { return n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null" }
 
-// describe shows a node as a message's "got": "5 seconds" quoted when a
-// string, a list, a mapping, or the scalar as written.
+// describe shows a node as a message's "got": a string quoted, "a list",
+// "a mapping", or the scalar as written.
 func describe(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.MappingNode:
+	switch {
+	case n.Kind == yaml.MappingNode:
 		return "a mapping"
-	case yaml.SequenceNode:
+	case n.Kind == yaml.SequenceNode:
 		return "a list"
-	case yaml.ScalarNode:
-		switch {
-		case n.ShortTag() == "!!str":
-			return quote(n.Value)
-		case isNull(n):
-			return "null"
-		case len(n.Value) > maxShown || strings.IndexFunc(n.Value, func(r rune) bool { return !unicode.IsGraphic(r) || r == ' ' }) >= 0:
-			return quote(n.Value)
-		}
-		return n.Value
+	case n.Kind != yaml.ScalarNode:
+		return "nothing"
+	case n.ShortTag() == "!!str":
+		return quote(n.Value)
+	case isNull(n):
+		return "null"
+	case len(n.Value) > maxShown || strings.IndexFunc(n.Value, func(r rune) bool { return !unicode.IsGraphic(r) || r == ' ' }) >= 0:
+		return quote(n.Value)
 	}
-	return "nothing"
+	return n.Value
 }
 
 // suggest names the known key closest to an unknown one, when it is close

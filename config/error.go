@@ -12,36 +12,26 @@ import (
 	"github.com/notify-throttle/throttler/internal/redisconn"
 )
 
-// maxErrors is how many problems one error lists; the rest are counted on a
-// last line, so a badly broken file does not fill the screen.
-const maxErrors = 20
-
-// maxShown is how many bytes of a bad value a message quotes.
-const maxShown = 80
+const (
+	maxErrors = 20 // problems one error lists; a last line counts the rest
+	maxShown  = 80 // bytes of a bad value a message quotes
+)
 
 // Error is one problem with a configuration: where it is and what is wrong.
 // Its text is "file:line: path: message", e.g.
 //
 //	config.yaml:12: policies.marketing[1].per: must be > 0 (got 0s)
 //
-// Load and Parse return an *Error when the file has one problem, and the
-// errors.Join of them (one per line, in file order) when it has several.
+// Load, Parse and Validate return an *Error for one problem, and the
+// errors.Join of them (one per line, in file order) for several.
 type Error struct {
-	// File is the name given to Load or Parse; "" for a Config not read
-	// from a file.
-	File string
-	// Line is the 1-based line of the bad value, or of the key whose value
-	// is missing; 0 when unknown.
-	Line int
-	// Path names the setting, e.g. "providers.sms.url"; an environment
-	// variable (REDIS_URL) when the value came from there; "" for the file
-	// as a whole.
+	File string // the name given to Load or Parse; "" for a Config built in code
+	Line int    // the bad value's line, or that of the key whose value is missing; 0: unknown
+	// Path names the setting ("providers.sms.url"), or the environment
+	// variable the value came from (REDIS_URL); "" for the file as a whole.
 	Path string
-	// Msg says what is wrong, quoting the bad value.
-	Msg string
-	// Err is the cause, if another package reported it (for example
-	// throttle.ErrInvalidRule), for errors.Is.
-	Err error
+	Msg  string // what is wrong, quoting the bad value
+	Err  error  // the cause another package reported (throttle.ErrInvalidRule), for errors.Is
 }
 
 // Error formats e, the one place problems are put into words.
@@ -75,22 +65,20 @@ func oneLine(s string) string {
 }
 
 // errorList collects the problems found in one pass over a configuration.
-type errorList struct{ errs []*Error }
-
-func (l *errorList) add(e *Error) { l.errs = append(l.errs, e) }
+type errorList []*Error
 
 // err returns nil, the one error, or the first maxErrors in line order
 // joined, with a last line counting the rest.
-func (l *errorList) err() error {
-	switch len(l.errs) {
-	case 0:
+func (l errorList) err() error {
+	if len(l) < 2 {
+		if len(l) == 1 {
+			return l[0]
+		}
 		return nil
-	case 1:
-		return l.errs[0]
 	}
-	errs := slices.Clone(l.errs)
+	errs := slices.Clone(l)
 	slices.SortStableFunc(errs, func(a, b *Error) int { return cmp.Compare(a.Line, b.Line) })
-	out := make([]error, 0, maxErrors+1)
+	var out []error
 	for _, e := range errs[:min(len(errs), maxErrors)] {
 		out = append(out, e)
 	}
@@ -103,17 +91,15 @@ func (l *errorList) err() error {
 // quote quotes s for a message, shortened to maxShown bytes.
 func quote(s string) string { return redisconn.Quote(s) }
 
-// source remembers where a parsed Config's values came from: the index of
-// the file by path that the decoder builds in its one walk, so that errors
-// found after parsing (validation, Rules) still name the line.
+// source is where a parsed Config's values came from: the path-to-line
+// index the decoder builds in its one walk, so that errors found later
+// (validation, Rules) still name the line.
 type source struct {
-	file  string
-	lines map[string]int // the line of every value (and list item) by path
-	// failed holds the paths where a problem was reported, so that a
-	// setting is reported once.
-	failed map[string]bool
+	file   string
+	lines  map[string]int    // the line of every value (and list item) by path
+	failed map[string]bool   // paths with a problem reported, so that one is reported once
 	env    map[string]string // paths set from the environment, with the variable
-	// refs holds the paths set by a secret reference, as the file wrote it
+	// refs are the paths set by a secret reference, as the file wrote it
 	// ("{env: SMS_AUTH}"), for messages that must not quote the value.
 	refs map[string]string
 }
@@ -139,8 +125,8 @@ func parent(path string) string {
 	return ""
 }
 
-// failedAt reports whether a problem was reported at path or at one of the
-// settings that contain it.
+// failedAt reports whether a problem was reported at path or at a setting
+// containing it.
 func (s *source) failedAt(path string) bool {
 	for p := path; s != nil && p != ""; p = parent(p) {
 		if s.failed[p] {
@@ -162,23 +148,18 @@ func (s *source) errorAt(path, msg string, alts ...string) *Error {
 	}
 	line := 0
 	for _, p := range append([]string{path}, alts...) {
-		if l, ok := s.lines[p]; ok {
-			line = l
-			break
+		if line == 0 {
+			line = s.lines[p]
 		}
 	}
 	for p := path; line == 0 && p != ""; p = parent(p) {
 		line = s.lines[p]
 	}
-	if line == 0 {
-		line = max(s.lines[""], 1)
-	}
-	return &Error{File: s.file, Line: line, Path: path, Msg: msg}
+	return &Error{File: s.file, Line: cmp.Or(line, s.lines[""], 1), Path: path, Msg: msg}
 }
 
-// shown is how a message quotes the value of the setting at path: u with
-// its password redacted, or, for a value from a secret reference, the
-// reference.
+// shown is how a message quotes the value u of the setting at path: with
+// its password redacted or, when a secret reference set it, the reference.
 func (s *source) shown(path, u string) string {
 	if s != nil && s.refs[path] != "" {
 		return "the value of " + s.refs[path]

@@ -45,24 +45,10 @@ const (
 	EnvRedisPassword = "REDIS_PASSWORD" // redis.password and redis.password_file
 )
 
-// redisFromEnv lets a non-empty REDIS_URL replace URL and Cluster, and a
-// non-empty REDIS_PASSWORD replace Password and PasswordFile, recording in
-// src that errors about them name the variable.
-func redisFromEnv(r *Redis, getenv func(string) string, src *source) {
-	if u := getenv(EnvRedisURL); u != "" {
-		r.URL, r.Cluster = u, nil
-		src.env["redis.url"] = EnvRedisURL
-	}
-	if pw := getenv(EnvRedisPassword); pw != "" {
-		r.Password, r.PasswordFile = pw, ""
-		src.env["redis.password"] = EnvRedisPassword
-	}
-}
-
 // Parse parses and validates a configuration file's contents without
 // looking at the environment. name is the file name errors start with.
 func Parse(name string, data []byte) (*Config, error) {
-	return parse(name, data, nil)
+	return parse(name, data, func(string) string { return "" })
 }
 
 func parse(name string, data []byte, getenv func(string) string) (*Config, error) {
@@ -72,14 +58,18 @@ func parse(name string, data []byte, getenv func(string) string) (*Config, error
 	}
 	c := Default()
 	c.src = newSource(name)
-	var errs errorList
-	d := decoder{src: c.src, errs: &errs, getenv: getenv}
+	d := decoder{src: c.src, getenv: getenv}
 	d.decode(root, "", root.Line, reflect.ValueOf(c).Elem(), "")
-	if getenv != nil {
-		redisFromEnv(&c.Redis, getenv, c.src)
+	if u := getenv(EnvRedisURL); u != "" {
+		c.Redis.URL, c.Redis.Cluster = u, nil
+		c.src.env["redis.url"] = EnvRedisURL // errors about it name the variable
 	}
-	c.validate(&errs)
-	if err := errs.err(); err != nil {
+	if pw := getenv(EnvRedisPassword); pw != "" {
+		c.Redis.Password, c.Redis.PasswordFile = pw, ""
+		c.src.env["redis.password"] = EnvRedisPassword
+	}
+	c.validate(&d.errs)
+	if err := d.errs.err(); err != nil {
 		return nil, err
 	}
 	return c, nil

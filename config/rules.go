@@ -4,6 +4,7 @@ import (
 	"errors"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/notify-throttle/throttler/throttle"
@@ -33,31 +34,28 @@ func (c *Config) rules(errs *errorList, ok func(path string) bool) (map[string]*
 		if !ok(path) {
 			continue
 		}
-		if len(c.Policies[name].Windows) == 0 {
-			c.local(errs, name) // calendar windows alone
-			continue
+		if len(c.Policies[name].Windows) > 0 { // else calendar windows alone
+			q, err := throttle.NewQuota(name, c.Policies[name].Windows...)
+			if err != nil {
+				*errs = append(*errs, c.ruleError(path, err))
+				continue
+			}
+			quotas[name] = q
 		}
-		q, err := throttle.NewQuota(name, c.Policies[name].Windows...)
-		if err != nil {
-			errs.add(c.ruleError(path, err))
-			continue
-		}
-		quotas[name] = q
 		c.local(errs, name)
 	}
 	buckets := map[string]*throttle.Bucket{}
 	for _, name := range slices.Sorted(maps.Keys(c.Providers)) {
-		path := join("providers", name)
+		path, p := join("providers", name), c.Providers[name]
 		if !ok(path) {
 			continue
 		}
-		p := c.Providers[name]
 		b, err := throttle.NewBucket(name, p.Rate, p.Burst)
 		if err == nil {
 			b, err = b.WithReserve(p.PriorityReserve)
 		}
 		if err != nil {
-			errs.add(c.ruleError(path, err))
+			*errs = append(*errs, c.ruleError(path, err))
 			continue
 		}
 		buckets[name] = b
@@ -69,8 +67,7 @@ func (c *Config) rules(errs *errorList, ok func(path string) bool) (map[string]*
 // which names the rule: the message is the throttle.RuleError alone.
 func (c *Config) ruleError(path string, err error) *Error {
 	msg := err.Error()
-	var re *throttle.RuleError
-	if errors.As(err, &re) {
+	if re := (*throttle.RuleError)(nil); errors.As(err, &re) {
 		msg = re.Error()
 	}
 	e := c.src.errorAt(path, msg)
@@ -86,10 +83,6 @@ func (c *Config) Local(policy string) ([]*throttle.Calendar, *throttle.QuietHour
 	cals, quiet, loc := c.local(&errs, policy)
 	return cals, quiet, loc, errs.err()
 }
-
-// weekdays are the week starts a calendar window may name.
-var weekdays = map[string]time.Weekday{"sunday": time.Sunday, "monday": time.Monday, "tuesday": time.Tuesday,
-	"wednesday": time.Wednesday, "thursday": time.Thursday, "friday": time.Friday, "saturday": time.Saturday}
 
 // calendarName names a calendar window's rule after its policy: the
 // policy's name, the period, and a week's start unless Monday
@@ -108,14 +101,20 @@ func (c *Config) local(errs *errorList, policy string) ([]*throttle.Calendar, *t
 	pol, path := c.Policies[policy], join("policies", policy)
 	var cals []*throttle.Calendar
 	for _, cw := range pol.Calendar {
-		start := time.Monday
-		if cw.WeekStart != "" {
-			start = weekdays[cw.WeekStart]
+		start, period := time.Monday, throttle.Period(0)
+		for d := range time.Weekday(7) {
+			if strings.ToLower(d.String()) == cw.WeekStart {
+				start = d
+			}
 		}
-		period := map[string]throttle.Period{"day": throttle.Day, "week": throttle.Week, "month": throttle.Month}[cw.Per]
+		for p := throttle.Day; p <= throttle.Month; p++ {
+			if p.String() == cw.Per {
+				period = p
+			}
+		}
 		cal, err := throttle.NewCalendar(calendarName(policy, cw), cw.Limit, period, start)
 		if err != nil {
-			errs.add(c.ruleError(path+".calendar", err))
+			*errs = append(*errs, c.ruleError(path+".calendar", err))
 			continue
 		}
 		cals = append(cals, cal)
@@ -128,11 +127,10 @@ func (c *Config) local(errs *errorList, policy string) ([]*throttle.Calendar, *t
 				rs = append(rs, r)
 			}
 		}
-		q, err := throttle.NewQuietHours(policy, rs...)
-		if err != nil {
-			errs.add(c.ruleError(path+".quiet", err))
+		var err error
+		if quiet, err = throttle.NewQuietHours(policy, rs...); err != nil {
+			*errs = append(*errs, c.ruleError(path+".quiet", err))
 		}
-		quiet = q
 	}
 	loc := time.UTC
 	if pol.TimeZone != "" {

@@ -42,18 +42,18 @@ func (d *decoder) secret(n *yaml.Node, path string) (string, bool) {
 		Env  string `yaml:"env"`
 		File string `yaml:"file,path"`
 	}
-	problems := len(d.errs.errs)
+	problems := len(d.errs)
 	d.fields(n, path, n.Line, reflect.ValueOf(&ref).Elem())
 	hasEnv, hasFile := d.src.has(path+".env"), d.src.has(path+".file")
 	switch {
-	case len(d.errs.errs) > problems:
+	case len(d.errs) > problems:
 		d.src.failed[path] = true // reported inside: not "required" too
 	case hasEnv == hasFile:
 		d.fail(n, path, "give one of {env: NAME} and {file: PATH}")
 	case hasEnv && ref.Env == "":
 		d.fail(n, path+".env", "must name an environment variable")
 	case hasEnv:
-		if d.getenv != nil && d.getenv(ref.Env) != "" {
+		if d.getenv(ref.Env) != "" {
 			d.src.refs[path] = "{env: " + ref.Env + "}"
 			return d.getenv(ref.Env), true
 		}

@@ -45,7 +45,11 @@ type validator struct {
 
 func (c *Config) validate(errs *errorList) {
 	v := &validator{c: c, errs: errs}
-	c.Redis.Check(v.urlName(), v.failf)
+	urlName := "redis.url" // or the variable that replaced it
+	if c.src != nil && c.src.env[urlName] != "" {
+		urlName = c.src.env[urlName]
+	}
+	c.Redis.Check(urlName, v.failf)
 	v.worker()
 	v.policies()
 	v.providers()
@@ -58,19 +62,18 @@ func (c *Config) validate(errs *errorList) {
 // fail reports a problem with the setting at path; its line is that of the
 // first of path and alts the file sets (see source.errorAt).
 func (v *validator) fail(path string, alts []string, format string, args ...any) {
-	if v.c.src.failedAt(path) {
-		return
+	if !v.c.src.failedAt(path) {
+		*v.errs = append(*v.errs, v.c.src.errorAt(path, fmt.Sprintf(format, args...), alts...))
 	}
-	v.errs.add(v.c.src.errorAt(path, fmt.Sprintf(format, args...), alts...))
 }
 
 func (v *validator) failf(path, format string, args ...any) { v.fail(path, nil, format, args...) }
 
-// clean reports whether no problem was found at path or inside it, in
-// decoding or since.
+// clean reports whether no problem was found at path or inside it.
 func (v *validator) clean(path string) bool {
-	return !slices.ContainsFunc(v.errs.errs, func(e *Error) bool {
-		return e.Path == path || strings.HasPrefix(e.Path, path+".") || strings.HasPrefix(e.Path, path+"[")
+	return !slices.ContainsFunc(*v.errs, func(e *Error) bool {
+		rest, ok := strings.CutPrefix(e.Path, path)
+		return ok && (rest == "" || rest[0] == '.' || rest[0] == '[')
 	})
 }
 
@@ -80,24 +83,17 @@ func (v *validator) positive(path string, n int) {
 	}
 }
 
-func (v *validator) positiveDuration(path string, d time.Duration) {
-	if d <= 0 {
-		v.failf(path, "must be > 0 (got %s)", throttle.FormatDuration(d))
-	}
-}
-
-func (v *validator) notNegative(path string, d time.Duration) {
-	if d < 0 {
+// durationAtLeast checks that d is at least min, "> 0" when min is 1ns.
+func (v *validator) durationAtLeast(path string, d, min time.Duration) {
+	switch {
+	case d >= min:
+	case min == 0:
 		v.failf(path, "must not be negative (got %s)", throttle.FormatDuration(d))
+	case min == 1:
+		v.failf(path, "must be > 0 (got %s)", throttle.FormatDuration(d))
+	default:
+		v.failf(path, "must be at least %s (got %s)", throttle.FormatDuration(min), throttle.FormatDuration(d))
 	}
-}
-
-// urlName names where redis.url came from: the file or REDIS_URL.
-func (v *validator) urlName() string {
-	if v.c.src != nil && v.c.src.env["redis.url"] != "" {
-		return v.c.src.env["redis.url"]
-	}
-	return "redis.url"
 }
 
 func (v *validator) worker() {
@@ -107,26 +103,22 @@ func (v *validator) worker() {
 		v.failf("worker.queues", "needs at least one queue")
 	}
 	for _, name := range slices.Sorted(maps.Keys(w.Queues)) {
-		path := join("worker.queues", name)
 		if !validName.MatchString(name) {
-			v.failf(path, "a queue name must be %s (got %s)", nameRule, quote(name))
+			v.failf(join("worker.queues", name), "a queue name must be %s (got %s)", nameRule, quote(name))
 		}
-		v.positive(path, w.Queues[name])
+		v.positive(join("worker.queues", name), w.Queues[name])
 	}
-	v.positiveDuration("worker.shutdown_timeout", w.ShutdownTimeout)
+	v.durationAtLeast("worker.shutdown_timeout", w.ShutdownTimeout, 1)
 	v.httpAddr()
-	v.notNegative("worker.inline_wait", w.InlineWait)
+	v.durationAtLeast("worker.inline_wait", w.InlineWait, 0)
 	for i, q := range w.PriorityQueues {
 		if _, ok := w.Queues[q]; !ok {
 			v.failf(fmt.Sprintf("worker.priority_queues[%d]", i), "%s is not one of worker.queues", quote(q))
 		}
 	}
-	v.notNegative("worker.jitter", w.Jitter)
-	v.notNegative("worker.sent_marks", w.SentMarks)
-	if w.RememberTakes < throttle.MinRemember {
-		v.failf("worker.remember_takes", "must be at least %s (got %s)",
-			throttle.FormatDuration(throttle.MinRemember), throttle.FormatDuration(w.RememberTakes))
-	}
+	v.durationAtLeast("worker.jitter", w.Jitter, 0)
+	v.durationAtLeast("worker.sent_marks", w.SentMarks, 0)
+	v.durationAtLeast("worker.remember_takes", w.RememberTakes, throttle.MinRemember)
 	if w.DeadAfter != 0 && w.DeadAfter < time.Second {
 		v.failf("worker.dead_after", "must be 0 (off) or at least 1s (got %s)", throttle.FormatDuration(w.DeadAfter))
 	}
@@ -144,16 +136,13 @@ func (v *validator) httpAddr() {
 		return
 	}
 	db := w.Dashboard
-	switch db.Auth {
-	case "", DashboardBasic, DashboardBearer:
-	default:
+	if db.Auth != "" && db.Auth != DashboardBasic && db.Auth != DashboardBearer {
 		v.failf("worker.dashboard.auth", `must be %s or %s, or "" for none (got %s)`, DashboardBasic, DashboardBearer, quote(db.Auth))
 		return
 	}
-	switch {
-	case db.Auth == DashboardBasic && db.Username == "":
+	if basic := db.Auth == DashboardBasic; basic && db.Username == "" {
 		v.failf("worker.dashboard.username", "required for basic auth")
-	case db.Auth != DashboardBasic && db.Username != "":
+	} else if !basic && db.Username != "" {
 		v.failf("worker.dashboard.username", "only for basic auth")
 	}
 	if !envName.MatchString(db.SecretEnv) {
@@ -170,20 +159,21 @@ func (v *validator) policies() {
 	for _, name := range slices.Sorted(maps.Keys(v.c.Policies)) {
 		path := join("policies", name)
 		pol, wpath := v.c.Policies[name], path
-		if v.longForm(path) { // {windows: [...], over_cap: ...}
-			wpath = path + ".windows"
+		for f := range reflect.TypeFor[Policy]().Fields() { // the long form, {windows: [...], ...}
+			if key, _, _ := strings.Cut(f.Tag.Get("yaml"), ","); v.c.src.has(path + "." + key) {
+				wpath = path + ".windows"
+			}
 		}
 		if len(pol.Windows) == 0 && len(pol.Calendar) == 0 {
 			v.failf(wpath, "needs at least one window, e.g. [{limit: 1, per: 24h}]")
 		}
 		v.local(path, pol)
-		v.notNegative(path+".max_delay", pol.MaxDelay)
+		v.durationAtLeast(path+".max_delay", pol.MaxDelay, 0)
 		if pol.MaxDelay != 0 && pol.OverCap != OverCapDefer {
 			v.failf(path+".max_delay", "only with over_cap: %s (got over_cap: %s)", OverCapDefer, pol.OverCap)
 		}
 		for i, other := range pol.CountsToward {
-			p := fmt.Sprintf("%s.counts_toward[%d]", path, i)
-			switch {
+			switch p := fmt.Sprintf("%s.counts_toward[%d]", path, i); {
 			case other == name:
 				v.failf(p, "a policy cannot count toward itself (got %s)", quote(other))
 			case slices.Contains(pol.CountsToward[:i], other):
@@ -198,7 +188,7 @@ func (v *validator) policies() {
 			if w.Per > 0 && w.Per < time.Millisecond {
 				v.failf(p+".per", "must be at least 1ms (got %s)", throttle.FormatDuration(w.Per))
 			}
-			v.positiveDuration(p+".per", w.Per)
+			v.durationAtLeast(p+".per", w.Per, 1)
 		}
 	}
 }
@@ -222,29 +212,19 @@ func (v *validator) local(path string, pol Policy) {
 			v.failf(fmt.Sprintf("%s.quiet[%d]", path, i), "%v", err)
 		}
 	}
-	if pol.TimeZone != "" {
-		if _, err := throttle.LoadZone(pol.TimeZone); err != nil {
-			v.failf(path+".timezone", "%v", err)
-		}
-	}
+	v.zone(path+".timezone", pol.TimeZone)
 }
 
-// longForm reports whether the file gives the policy at path as a mapping
-// of its settings rather than as its list of windows.
-func (v *validator) longForm(path string) bool {
-	for f := range reflect.TypeFor[Policy]().Fields() {
-		key, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-		if v.c.src.has(path + "." + key) {
-			return true
-		}
+// zone checks an IANA time zone's name; "" is UTC.
+func (v *validator) zone(path, name string) {
+	if _, err := throttle.LoadZone(name); err != nil && name != "" {
+		v.failf(path, "%v", err)
 	}
-	return false
 }
 
 func (v *validator) providers() {
 	for _, name := range slices.Sorted(maps.Keys(v.c.Providers)) {
-		path := join("providers", name)
-		pr := v.c.Providers[name]
+		path, pr := join("providers", name), v.c.Providers[name]
 		switch {
 		case math.IsInf(pr.Rate, 0) || math.IsNaN(pr.Rate):
 			v.failf(path+".rate", "must be a finite number (got %v)", pr.Rate)
@@ -255,27 +235,27 @@ func (v *validator) providers() {
 		if pr.Burst > 0 && (pr.PriorityReserve < 0 || pr.PriorityReserve >= pr.Burst) {
 			v.failf(path+".priority_reserve", "must be from 0 to burst - 1 (%d) (got %d)", pr.Burst-1, pr.PriorityReserve)
 		}
-		only := func(key, typ string) { v.failf(path+"."+key, "only for a %s provider", typ) }
+		only := func(set bool, key, typ string) {
+			if set {
+				v.failf(path+"."+key, "only for a %s provider", typ)
+			}
+		}
 		switch pr.Type {
 		case ProviderLog:
 			if pr.Output == "" {
 				v.failf(path+".output", "must not be empty: stdout, stderr or a file path")
 			}
-			if pr.URL != "" {
-				only("url", ProviderWebhook)
-			}
-			if pr.Timeout != 0 {
-				only("timeout", ProviderWebhook)
-			}
-			if pr.Headers != nil {
-				only("headers", ProviderWebhook)
-			}
+			only(pr.URL != "", "url", ProviderWebhook)
+			only(pr.Timeout != 0, "timeout", ProviderWebhook)
+			only(pr.Headers != nil, "headers", ProviderWebhook)
 		case ProviderWebhook:
-			if pr.Output != "" {
-				only("output", ProviderLog)
+			only(pr.Output != "", "output", ProviderLog)
+			if u, err := url.Parse(string(pr.URL)); pr.URL == "" {
+				v.failf(path+".url", "required for a webhook provider")
+			} else if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				v.failf(path+".url", "must be an http:// or https:// URL (got %s)", v.c.src.shown(path+".url", string(pr.URL)))
 			}
-			v.webhookURL(path+".url", string(pr.URL))
-			v.positiveDuration(path+".timeout", pr.Timeout)
+			v.durationAtLeast(path+".timeout", pr.Timeout, 1)
 			for _, h := range slices.Sorted(maps.Keys(pr.Headers)) {
 				if !isToken(h) {
 					v.failf(join(path+".headers", h), "not a valid header name (got %s)", quote(h))
@@ -287,17 +267,6 @@ func (v *validator) providers() {
 		default:
 			v.failf(path+".type", "must be %s or %s (got %s)", ProviderLog, ProviderWebhook, quote(pr.Type))
 		}
-	}
-}
-
-func (v *validator) webhookURL(path, u string) {
-	if u == "" {
-		v.failf(path, "required for a webhook provider")
-		return
-	}
-	p, err := url.Parse(u)
-	if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
-		v.failf(path, "must be an http:// or https:// URL (got %s)", v.c.src.shown(path, u))
 	}
 }
 
@@ -334,11 +303,10 @@ func (v *validator) ref(path, kind, name string) {
 		return
 	}
 	list := "none defined"
+	if slices.Sort(defined); len(defined) > 10 {
+		defined = append(defined[:10], "...")
+	}
 	if len(defined) > 0 {
-		slices.Sort(defined)
-		if len(defined) > 10 {
-			defined = append(defined[:10], "...")
-		}
 		list = "defined: " + strings.Join(defined, ", ")
 	}
 	v.fail(path, []string{definedPath}, "%s %s is not defined (%s)", kind, quote(name), list)
@@ -364,29 +332,30 @@ func (v *validator) campaigns() {
 		if cp.Template == "" {
 			v.failf(path+".template", "must not be empty")
 		}
-		v.schedule(path, cp)
+		if _, err := cp.Location(); err != nil {
+			v.failf(path+".timezone", "%s (got %s)", err, quote(cp.Timezone))
+		} else if _, err := cp.Schedule(); err != nil && cp.Cron != "" {
+			v.failf(path+".cron", "not a cron schedule: %s (got %s)", err, quote(cp.Cron))
+		}
 		v.audience(path+".audience", cp.Audience)
-		v.notNegative(path+".catch_up", cp.CatchUp)
+		v.durationAtLeast(path+".catch_up", cp.CatchUp, 0)
 		v.campaignRef(path+".policy", "policy", cp.Policy, v.c.Defaults.Policy)
 		v.campaignRef(path+".provider", "provider", cp.Provider, v.c.Defaults.Provider)
 		if cp.Queue != "" {
 			v.ref(path+".queue", "queue", cp.Queue)
 		}
-		v.notNegative(path+".send_by_window", cp.SendByWindow)
-		if cp.RecipientTZ != "" {
-			if _, err := throttle.LoadZone(cp.RecipientTZ); err != nil {
-				v.failf(path+".recipient_tz", "%v", err)
-			}
-		}
+		v.durationAtLeast(path+".send_by_window", cp.SendByWindow, 0)
+		v.zone(path+".recipient_tz", cp.RecipientTZ)
 	}
 }
 
-// schedule checks a campaign's time zone and, in it, its schedule.
-func (v *validator) schedule(path string, cp Campaign) {
-	if _, err := cp.Location(); err != nil {
-		v.failf(path+".timezone", "%s (got %s)", err, quote(cp.Timezone))
-	} else if _, err := cp.Schedule(); err != nil && cp.Cron != "" {
-		v.failf(path+".cron", "not a cron schedule: %s (got %s)", err, quote(cp.Cron))
+// campaignRef checks a campaign's policy or provider; when it names none,
+// the default applies, and defaults() checks that one.
+func (v *validator) campaignRef(path, kind, name, def string) {
+	if name != "" {
+		v.ref(path, kind, name)
+	} else if def == "" {
+		v.failf(path, "required, as defaults.%s is not set", kind)
 	}
 }
 
@@ -421,17 +390,6 @@ func readable(path string) error {
 		return err
 	}
 	return nil
-}
-
-// campaignRef checks a campaign's policy or provider; when it names none, the
-// default applies, and defaults() checks that one.
-func (v *validator) campaignRef(path, kind, name, def string) {
-	switch {
-	case name != "":
-		v.ref(path, kind, name)
-	case def == "":
-		v.failf(path, "required, as defaults.%s is not set", kind)
-	}
 }
 
 // tenants checks the tenants' weights.
