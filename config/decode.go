@@ -201,43 +201,35 @@ func (d *decoder) entries(n *yaml.Node, path string, each func(name string, key,
 	}
 }
 
-// scalar decodes a string, integer, number or boolean.
+// scalars are the scalar kinds a field may have: the YAML tags each takes,
+// and what a message says it must be.
+var scalars = map[reflect.Kind]struct{ tags, what string }{
+	reflect.String: {"!!str", "a string"}, reflect.Int: {"!!int", "an integer"},
+	reflect.Float64: {"!!int !!float", "a number"}, reflect.Bool: {"!!bool", "true or false"},
+}
+
+// scalar decodes a string, integer, number or boolean; a value in error
+// leaves v as it was.
 func (d *decoder) scalar(n *yaml.Node, path string, v reflect.Value, opts string) {
-	tag, ok := n.ShortTag(), n.Kind == yaml.ScalarNode
-	switch v.Kind() {
-	case reflect.String:
-		oneOf := strings.Split(optValue(opts, "oneof"), "|")
-		switch s := n.Value; {
-		case !ok || tag != "!!str":
-			d.fail(n, path, "must be a string (got %s)", describe(n))
-		case oneOf[0] != "" && !slices.Contains(oneOf, s):
-			d.fail(n, path, "must be %s (got %s)", strings.Join(oneOf, " or "), quote(s))
-		case hasOpt(opts, "path") && s != "" && !filepath.IsAbs(s):
-			v.SetString(filepath.Join(filepath.Dir(d.src.file), s))
-		default:
-			v.SetString(s)
-		}
-		return
-	case reflect.Int:
-		if !ok || tag != "!!int" || n.Decode(v.Addr().Interface()) != nil {
-			d.fail(n, path, "must be an integer (got %s)", describe(n))
-		}
-	case reflect.Float64:
-		var f float64
-		switch err := n.Decode(&f); {
-		case !ok || (tag != "!!int" && tag != "!!float") || err != nil:
-			d.fail(n, path, "must be a number (got %s)", describe(n))
-		case math.IsInf(f, 0) || math.IsNaN(f):
-			d.fail(n, path, "must be a finite number (got %s)", describe(n))
-		default:
-			v.SetFloat(f)
-		}
-	case reflect.Bool:
-		if !ok || tag != "!!bool" || n.Decode(v.Addr().Interface()) != nil {
-			d.fail(n, path, "must be true or false (got %s)", describe(n))
-		}
-	default:
+	s, ok := scalars[v.Kind()]
+	if !ok {
 		panic(fmt.Sprintf("config: no decoding for %s at %s", v.Type(), path)) // a field type added without one
+	}
+	x := reflect.New(v.Type())
+	if n.Kind != yaml.ScalarNode || !slices.Contains(strings.Fields(s.tags), n.ShortTag()) || n.Decode(x.Interface()) != nil {
+		d.fail(n, path, "must be %s (got %s)", s.what, describe(n))
+		return
+	}
+	oneOf := strings.Split(optValue(opts, "oneof"), "|")
+	switch x := x.Elem(); {
+	case v.Kind() == reflect.Float64 && (math.IsInf(x.Float(), 0) || math.IsNaN(x.Float())):
+		d.fail(n, path, "must be a finite number (got %s)", describe(n))
+	case oneOf[0] != "" && !slices.Contains(oneOf, n.Value):
+		d.fail(n, path, "must be %s (got %s)", strings.Join(oneOf, " or "), quote(n.Value))
+	case hasOpt(opts, "path") && n.Value != "" && !filepath.IsAbs(n.Value):
+		v.SetString(filepath.Join(filepath.Dir(d.src.file), n.Value))
+	default:
+		v.Set(x)
 	}
 }
 
