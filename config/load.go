@@ -77,24 +77,18 @@ func parse(name string, data []byte, getenv func(string) string) (*Config, error
 
 // parseYAML returns the root node of the file's one YAML document.
 func parseYAML(name string, data []byte) (*yaml.Node, error) {
+	var doc, next yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
-	var doc yaml.Node
 	err := dec.Decode(&doc)
-	if errors.Is(err, io.EOF) {
-		return nil, &Error{File: name, Line: 1, Msg: "empty: no settings (see the example config.yaml)"}
+	if err == nil {
+		if err = dec.Decode(&next); err == nil {
+			return nil, &Error{File: name, Line: max(next.Line, 1), Msg: "a second YAML document: put every setting in one"}
+		}
 	}
-	if err != nil {
+	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, syntaxError(name, data, err)
 	}
-	var next yaml.Node
-	switch err := dec.Decode(&next); {
-	case errors.Is(err, io.EOF):
-	case err != nil:
-		return nil, syntaxError(name, data, err)
-	default:
-		return nil, &Error{File: name, Line: max(next.Line, 1), Msg: "a second YAML document: put every setting in one"}
-	}
-	if len(doc.Content) == 0 || isNull(resolve(doc.Content[0])) {
+	if len(doc.Content) == 0 || isNull(resolve(doc.Content[0])) { // no document, or an empty one
 		return nil, &Error{File: name, Line: max(doc.Line, 1), Msg: "empty: no settings (see the example config.yaml)"}
 	}
 	return doc.Content[0], nil
