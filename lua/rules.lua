@@ -404,8 +404,10 @@ local BIG = 3600000000
 
 -- bucket_find returns the earliest start >= s of a free span of len µs, the
 -- start of the span that ends there (nil: none), and the start and end of
--- the span that begins where it ends (nil: none): what bucket_add merges.
--- nil if it stepped over FIND_STEPS spans.
+-- the first span after it (nil, nil: none). That span's start is returned
+-- only when it begins where the free span ends (bucket_add merges the two);
+-- its end alone says the calendar already lives past the free span (see
+-- bucket_add). nil if it stepped over FIND_STEPS spans.
 local function bucket_find(cal, s, len)
   local c, left = s, nil
   for _ = 1, FIND_STEPS do
@@ -414,7 +416,7 @@ local function bucket_find(cal, s, len)
     local a, b = tonum(z[1]), tonum(z[2])
     if a >= c + len then
       if a == c + len then return c, left, a, b end
-      return c, left
+      return c, left, nil, b
     end
     c, left = b, a
   end
@@ -423,15 +425,17 @@ end
 
 -- bucket_add marks the span [c, c + len) busy, merged with the spans that
 -- touch it (left, ra: bucket_find's), and makes the calendar live until it
--- ends.
+-- ends. A calendar lives until its last span ends: so when a span follows
+-- (rb), its life already covers the new one, and when none does, the new
+-- one is the last and sets it. The merged span is written before the span
+-- it absorbs is removed, so that the set is never emptied (and its TTL
+-- lost) on the way.
 local function bucket_add(cal, now, c, len, left, ra, rb)
   local a, b = left or c, c + len
-  if ra then
-    rcall('ZREM', cal, int(ra))
-    b = rb
-  end
+  if ra then b = rb end
   rcall('ZADD', cal, int(b), int(a))
-  extend(cal, ceil_ms(b - now))
+  if ra then rcall('ZREM', cal, int(ra)) end
+  if not rb then rcall('PEXPIRE', cal, int(ceil_ms(b - now))) end
 end
 
 -- bucket_free marks [v, v + len) free again, where a span holds it whole.
@@ -517,11 +521,21 @@ local function bucket_check(t, ledger, cal, id, now, prio, denied)
 end
 
 -- bucket_commit gives the task slot v (found by bucket_check or bucket_find),
--- to go at x.
+-- to go at x. When the slot is the calendar's last (no rb), it is also the
+-- ledger's: every slot in the ledger is busy in the calendar until it ends,
+-- and a released one leaves both. Its end and keep then are all the ledger
+-- has to live for, and one PEXPIRE sets that, where extend may take three.
+-- (A take under a shorter remember than an earlier one's may shorten that
+-- one's keep, never its slot: a take is held only until its slot ends.)
 local function bucket_commit(t, key, ledger, cal, id, now, x, v, left, ra, rb, keep)
   local len = bucket_len(t)
   bucket_add(cal, now, v, len, left, ra, rb)
-  bucket_hold(ledger, id, now, v, len, keep)
+  if rb then
+    bucket_hold(ledger, id, now, v, len, keep)
+  else
+    rcall('ZADD', ledger, int(v), id)
+    rcall('PEXPIRE', ledger, int(ceil_ms(v + len - now + keep)))
+  end
   bucket_sent(key, ledger, cal, now, t, x, keep)
 end
 

@@ -393,7 +393,8 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 		case t.kind != "b": // holds nothing
 		case goNow:
 			if !taken {
-				c.bucketAdd(t, f, length)
+				c.bucketCommitAt(t, f, id, m, remember)
+				break
 			}
 			c.bucketHold(t.ledger, id, f.v, length, remember)
 			c.bucketSent(t, m, remember)

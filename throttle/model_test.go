@@ -382,6 +382,7 @@ type modelFound struct {
 	hasLeft  bool
 	right    modelSpan // the span starting at v + len
 	hasRight bool
+	next     bool // a span follows the slot (right, or one after a gap)
 }
 
 // bucketFind mirrors bucket_find.
@@ -397,7 +398,7 @@ func (c *modelCall) bucketFind(t *modelTake, s, length float64) modelFound {
 			if sp.a == f.v+length {
 				f.right, f.hasRight = sp, true
 			}
-			f.ok = true
+			f.ok, f.next = true, true
 			return f
 		}
 		f.v, f.left, f.hasLeft = sp.b, sp.a, true
@@ -405,22 +406,24 @@ func (c *modelCall) bucketFind(t *modelTake, s, length float64) modelFound {
 	return modelFound{}
 }
 
-// bucketAdd mirrors bucket_add.
+// bucketAdd mirrors bucket_add: the merged span is written before the one
+// it absorbs is removed, and only a last span sets the calendar's life.
 func (c *modelCall) bucketAdd(t *modelTake, f modelFound, length float64) {
 	a, b := f.v, f.v+length
 	if f.hasLeft {
 		a = f.left
 	}
 	if f.hasRight {
-		if e := c.get(t.cal); e != nil {
-			delete(e.z, modelInt(f.right.a))
-			c.dropIfEmpty(t.cal, e)
-		}
 		b = f.right.b
 	}
 	e := c.getOrCreate(t.cal)
 	e.z[modelInt(a)] = b
-	c.extend(t.cal, b-c.now)
+	if f.hasRight {
+		delete(e.z, modelInt(f.right.a))
+	}
+	if !f.next {
+		c.pexpire(t.cal, b-c.now)
+	}
 }
 
 // bucketFree mirrors bucket_free.
@@ -505,9 +508,20 @@ func (c *modelCall) bucketCheck(t *modelTake, id string, denied, prio bool) {
 
 // bucketCommit mirrors bucket_commit: the slot bucketCheck found, to go at x.
 func (c *modelCall) bucketCommit(t *modelTake, id string, x, keep float64) {
+	c.bucketCommitAt(t, t.found, id, x, keep)
+}
+
+// bucketCommitAt mirrors bucket_commit of slot f: a slot that is the
+// calendar's last sets the ledger's life with PEXPIRE, any other extends it.
+func (c *modelCall) bucketCommitAt(t *modelTake, f modelFound, id string, x, keep float64) {
 	length := bucketLen(t)
-	c.bucketAdd(t, t.found, length)
-	c.bucketHold(t.ledger, id, t.found.v, length, keep)
+	c.bucketAdd(t, f, length)
+	if f.next {
+		c.bucketHold(t.ledger, id, f.v, length, keep)
+	} else {
+		c.getOrCreate(t.ledger).z[id] = f.v
+		c.pexpire(t.ledger, f.v+length-c.now+keep)
+	}
 	c.bucketSent(t, x, keep)
 }
 
