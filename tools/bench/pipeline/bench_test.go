@@ -36,7 +36,9 @@
 // Flags (after -args): -e2e.tasks, -e2e.rounds, -e2e.floor, -e2e.servers,
 // -e2e.pool for the throughput benchmark, -pacing.concurrency for pacing,
 // -handover.kills for the hand-over, -backlog.sizes, -backlog.period,
-// -backlog.concurrency for the booking ones.
+// -backlog.concurrency for the booking ones, -burst.monitor (a file to record
+// every command the recipient burst's Redis runs in, for the diagnosis of a
+// broken window).
 package pipeline
 
 import (

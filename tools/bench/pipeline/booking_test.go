@@ -4,6 +4,9 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net"
+	"os"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -25,6 +28,7 @@ var (
 	backlogSizes  = flag.String("backlog.sizes", "1000,10000,100000", "backlogs of BenchmarkBacklog, comma-separated")
 	backlogPeriod = flag.Duration("backlog.period", 30*time.Second, "measuring period of BenchmarkBacklog, after the first pass")
 	backlogConc   = flag.String("backlog.concurrency", "20,100", "worker.concurrency of the 2 workers in BenchmarkBacklog, comma-separated")
+	burstMonitor  = flag.String("burst.monitor", "", "file to record every command of BenchmarkRecipientBurst's Redis in (MONITOR, scripts' commands included)")
 )
 
 const (
@@ -454,7 +458,11 @@ func numbers(b *testing.B, name, list string) []int {
 // task ID, and all of them sorted: its quota entries' moment (what its
 // recipient's windows were checked at), or for a task without one its
 // bucket slot's start less the slack ((burst - 1) / rate: the earliest its
-// slot lets it go). The ledger says which tasks took a slot.
+// slot lets it go). The ledger says which tasks took a slot. A quota set
+// read at the end no longer holds the entries a later write pruned, and
+// the slot's start less the slack is not their moment (see quotaWatch):
+// only a policy that keeps every entry to the end makes these its
+// recipients' moments.
 func grants(ctx context.Context, rdb *redis.Client) (map[string]time.Time, []time.Time, error) {
 	zs, err := rdb.ZRangeWithScores(ctx, bucketHeldKey, 0, -1).Result()
 	if err != nil {
@@ -566,7 +574,8 @@ func windowsAllow(p time.Duration) int {
 // and, per recipient, messages that arrived before one enqueued earlier for
 // the same recipient (out of order). It fails when a message is lost or
 // arrives twice, or a recipient gets more than a window allows by the
-// arrival times (500 ms of delivery jitter allowed).
+// moments its quota entries were granted (recorded while it runs:
+// quotaWatch) or by the arrival times (500 ms of delivery jitter allowed).
 func BenchmarkRecipientBurst(b *testing.B) {
 	const (
 		recipients = 20
@@ -581,11 +590,17 @@ func BenchmarkRecipientBurst(b *testing.B) {
 		b.Fatal(err)
 	}
 	f := newBookFleet(b, buildWorker(b, root))
+	if *burstMonitor != "" {
+		monitorTo(b, f.srv.Addr, *burstMonitor)
+	}
+	rcpts := make([]string, recipients)
+	for r := range rcpts {
+		rcpts[r] = fmt.Sprintf("burst%02d@example.com", r)
+	}
 	rank := map[string]int{}           // task ID -> k
 	recipientOf := map[string]string{} // task ID -> recipient
 	for k := range per {
-		for r := range recipients {
-			rcpt := fmt.Sprintf("burst%02d@example.com", r)
+		for _, rcpt := range rcpts {
 			id, err := enqueueOn(ctx, f.client, benchQueue, rcpt)
 			if err != nil {
 				b.Fatal(err)
@@ -593,6 +608,7 @@ func BenchmarkRecipientBurst(b *testing.B) {
 			rank[id], recipientOf[id] = k, rcpt
 		}
 	}
+	watch := watchQuotas(f.admin, rcpts)
 	done := f.hook.expect(n)
 	f.start(b, bookConcurrency, "[{limit: 1, per: 2s}, {limit: 3, per: 10s}]", 1000, 100)
 	select {
@@ -612,7 +628,11 @@ func BenchmarkRecipientBurst(b *testing.B) {
 	if distinct != n || total != n {
 		b.Fatalf("the webhook got %d messages (%d distinct), want %d once each", total, distinct, n)
 	}
-	granted, _, err := grants(ctx, f.admin)
+	ledger, _, err := grants(ctx, f.admin)
+	if err != nil {
+		b.Fatal(err)
+	}
+	granted, err := watch.moments(ctx)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -620,8 +640,11 @@ func BenchmarkRecipientBurst(b *testing.B) {
 	byRecipient := map[string][]string{} // IDs in the order granted
 	ids := make([]string, 0, n)
 	for id := range arrived {
-		if _, ok := granted[id]; !ok {
+		if _, ok := ledger[id]; !ok {
 			b.Fatalf("task %s arrived without a token of the provider", id)
+		}
+		if _, ok := granted[id]; !ok {
+			b.Fatalf("task %s arrived without a quota entry of its recipient", id)
 		}
 		ids = append(ids, id)
 	}
@@ -687,6 +710,25 @@ func BenchmarkRecipientBurst(b *testing.B) {
 	b.ReportMetric(0, "ns/op")
 	b.ReportMetric(0, "B/op")
 	b.ReportMetric(0, "allocs/op")
+}
+
+// monitorTo records every command the server runs (scripts' included)
+// into path until the benchmark ends: for finding how a window broke.
+func monitorTo(b *testing.B, addr, path string) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	out, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command("redis-cli", "-h", host, "-p", port, "monitor")
+	cmd.Stdout = out
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); _ = out.Close() })
 }
 
 // bucketOver returns the largest excess of times (sorted) over a token
