@@ -20,7 +20,7 @@
 //     catch_up, and logs the others as skipped.
 //
 // Notifications are ordinary notify tasks with a send-by (tick +
-// send_by_window): the throttle middleware defers or expires them like any
+// send_by_window): the throttle (jobs.Throttle) defers or expires them like any
 // other, so a campaign never over-sends a recipient.
 package campaign
 

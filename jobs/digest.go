@@ -317,7 +317,7 @@ func (t *Throttle) fold(ctx context.Context, j job, at time.Time) error {
 // sendDigest runs a digest's task: admitted like any message of its
 // policy and provider (deferred, never folded), then sealed, read and sent
 // as one message, DigestTemplate, whose ID is the task's.
-func (t *Throttle) sendDigest(ctx context.Context, id string, task *asynq.Task, next asynq.Handler) error {
+func (t *Throttle) sendDigest(ctx context.Context, id string, task *asynq.Task) error {
 	var d digestOf
 	if err := json.Unmarshal(task.Payload(), &d); err != nil || t.Digests == nil {
 		t.Metrics.inc(t.Metrics.Archived, "malformed")
@@ -354,7 +354,7 @@ func (t *Throttle) sendDigest(ctx context.Context, id string, task *asynq.Task, 
 	if err := t.holds(ctx, j); err != nil {
 		return err
 	}
-	if err := t.deliver(ctx, j, next, task); err != nil {
+	if err := t.deliver(ctx, j); err != nil {
 		return err
 	}
 	t.Log.Info("digest sent", "task", id, "recipient", Redact(d.Recipient), "policy", d.Policy, "messages", count)

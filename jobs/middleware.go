@@ -16,7 +16,7 @@ import (
 	"github.com/notify-throttle/throttler/throttle"
 )
 
-// Route is a provider as the middleware needs it: its bucket and its sender.
+// Route is a provider as the throttle needs it: its bucket and its sender.
 type Route struct {
 	Bucket   *throttle.Bucket
 	Provider Provider
@@ -25,13 +25,14 @@ type Route struct {
 	Shadow bool
 }
 
-// Throttle is the middleware every notification passes before delivery. It
-// admits the job through its recipient's policy and its provider's bucket in
-// one script call and then either lets it go, sleeps until a reserved
-// provider token is due (short waits), or defers it by exactly the delay the
-// script returned. After the send it gives back what an undelivered message
-// took, and marks a delivered one sent so that a redelivery of it completes
-// without sending. Its fields are set once, before use.
+// Throttle is the asynq handler of notification and digest tasks (see
+// ProcessTask). It admits each job through its recipient's policy and its
+// provider's bucket in one script call and then either sends it, sleeps
+// until a reserved provider token is due (short waits), or defers it by
+// exactly the delay the script returned. After the send it gives back what
+// an undelivered message took, and marks a delivered one sent so that a
+// redelivery of it completes without sending. Its fields are set once,
+// before use.
 type Throttle struct {
 	Limiter   *throttle.Limiter
 	Policies  map[string]*throttle.Quota
@@ -62,7 +63,7 @@ type Throttle struct {
 	Stopping <-chan struct{}
 	// Sent holds the sent markers (NewSentMarks on the limiter's client and
 	// prefix). Nil turns them off, and with them the protection against
-	// sending a redelivered job twice; Middleware warns about it.
+	// sending a redelivered job twice; ProcessTask warns about it.
 	Sent *SentMarks
 	// Digests folds the messages of digest policies (PolicySettings.Digest)
 	// over their cap. Nil defers them.
@@ -132,7 +133,7 @@ type PolicySettings struct {
 	Zone      *time.Location
 }
 
-// job is a decoded, routed notification, handed to Deliver through the context.
+// job is a decoded, routed notification.
 type job struct {
 	id       string
 	n        Notification
@@ -151,8 +152,6 @@ type job struct {
 	tried bool
 }
 
-type jobKey struct{}
-
 // Holder reports whether this worker still holds the task of an asynq
 // handler's context: nil if it does, an error if it does not or cannot
 // tell.
@@ -167,60 +166,69 @@ type Holder interface {
 // short; a minute covers that and a send's timeout.
 const handedOverDelay = time.Minute
 
-// Middleware wraps next (normally Deliver) with the throttle. Tasks of
-// other types pass straight through. A nil Metrics or Log is replaced by a
-// private registry and slog.Default on the first call, before any job runs.
-// asynq's ServeMux calls Middleware again for every task, concurrently.
-func (t *Throttle) Middleware(next asynq.Handler) asynq.Handler {
+// ProcessTask runs a task of the throttle's own types: a notification
+// (TypeNotify), which it decodes, admits, sends through its provider and
+// settles, or a digest (TypeDigest, see Digests). Register it for both:
+//
+//	mux.Handle(jobs.TypeNotify, th)
+//	mux.Handle(jobs.TypeDigest, th)
+//
+// A task of another type is archived. A nil Metrics or Log is replaced by a
+// private registry and slog.Default before the first task runs. Safe for
+// concurrent use, as asynq's workers call it.
+func (t *Throttle) ProcessTask(ctx context.Context, task *asynq.Task) error {
 	t.defaults.Do(t.setDefaults)
-	return asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
-		if task.Type() != TypeNotify && task.Type() != TypeDigest {
-			return next.ProcessTask(ctx, task)
-		}
-		id, ok := asynq.GetTaskID(ctx)
-		if !ok {
-			return errors.New("jobs: no task ID in the context: Throttle runs inside an asynq server")
-		}
-		if task.Type() == TypeDigest {
-			return t.sendDigest(ctx, id, task, next)
-		}
-		n, err := Decode(task.Payload())
-		var j job
-		if err == nil {
-			j, err = t.route(ctx, id, n)
-		}
-		if err != nil {
-			t.Metrics.inc(t.Metrics.Archived, "malformed")
-			t.Log.Warn("archiving malformed notification", "task", id, "err", err)
-			return fmt.Errorf("malformed notification: %v: %w", err, asynq.SkipRetry)
-		}
-		if j.policy.Shadow || j.route.Shadow {
-			t.shadow(ctx, j)
-		}
-		digest := j.policy.Digest && t.Digests != nil
-		if digest {
-			if err := t.foldedBefore(ctx, &j); err != nil {
-				return ignoreDone(err)
-			}
-		}
-		if err := t.admit(ctx, j); err != nil {
-			return ignoreDone(err)
-		}
-		if err := t.holds(ctx, j); err != nil {
-			return err
-		}
-		if digest && !j.tried {
-			// From here the provider may take it: never fold it after.
-			if err := t.Digests.attempt(ctx, j.id); err != nil {
-				t.release(j.request())
-				return &Deferral{Delay: 5 * time.Second, Reason: "digest unavailable: " + err.Error()}
-			}
-		}
-		return t.deliver(ctx, j, next, task)
-	})
+	id, ok := asynq.GetTaskID(ctx)
+	if !ok {
+		return errors.New("jobs: no task ID in the context: Throttle runs inside an asynq server")
+	}
+	switch task.Type() {
+	case TypeNotify:
+		return t.notify(ctx, id, task)
+	case TypeDigest:
+		return t.sendDigest(ctx, id, task)
+	}
+	return fmt.Errorf("jobs: Throttle runs %s and %s tasks, not %q: %w", TypeNotify, TypeDigest, task.Type(), asynq.SkipRetry)
 }
 
-// setDefaults fills in what Middleware documents, once.
+// notify runs a notification task: decode, route, admit, send, settle.
+func (t *Throttle) notify(ctx context.Context, id string, task *asynq.Task) error {
+	n, err := Decode(task.Payload())
+	var j job
+	if err == nil {
+		j, err = t.route(ctx, id, n)
+	}
+	if err != nil {
+		t.Metrics.inc(t.Metrics.Archived, "malformed")
+		t.Log.Warn("archiving malformed notification", "task", id, "err", err)
+		return fmt.Errorf("malformed notification: %v: %w", err, asynq.SkipRetry)
+	}
+	if j.policy.Shadow || j.route.Shadow {
+		t.shadow(ctx, j)
+	}
+	digest := j.policy.Digest && t.Digests != nil
+	if digest {
+		if err := t.foldedBefore(ctx, &j); err != nil {
+			return ignoreDone(err)
+		}
+	}
+	if err := t.admit(ctx, j); err != nil {
+		return ignoreDone(err)
+	}
+	if err := t.holds(ctx, j); err != nil {
+		return err
+	}
+	if digest && !j.tried {
+		// From here the provider may take it: never fold it after.
+		if err := t.Digests.attempt(ctx, j.id); err != nil {
+			t.release(j.request())
+			return &Deferral{Delay: 5 * time.Second, Reason: "digest unavailable: " + err.Error()}
+		}
+	}
+	return t.deliver(ctx, j)
+}
+
+// setDefaults fills in what ProcessTask documents, once.
 func (t *Throttle) setDefaults() {
 	if t.Metrics == nil {
 		t.Metrics = NewMetrics(prometheus.NewRegistry())
@@ -531,9 +539,10 @@ func (t *Throttle) shadowed(j job, d throttle.Decision, err error, drop bool) {
 	t.Log.Info("shadow: would have "+would, "task", j.id, "recipient", Redact(j.n.Recipient), "rule", rule, "for", shortDuration(d.Delay))
 }
 
-// deliver runs next and settles the admission by the outcome of the send.
-func (t *Throttle) deliver(ctx context.Context, j job, next asynq.Handler, task *asynq.Task) error {
-	err := next.ProcessTask(context.WithValue(ctx, jobKey{}, j), task)
+// deliver sends j's message through its provider and settles the
+// admission by the outcome.
+func (t *Throttle) deliver(ctx context.Context, j job) error {
+	err := j.route.Provider.Send(ctx, Message{ID: j.id, Recipient: j.n.Recipient, Template: j.n.Template, Data: j.n.Data})
 	if err == nil {
 		t.Metrics.inc(t.Metrics.Sent, j.n.Provider)
 		t.markSent(ctx, j)
@@ -619,14 +628,4 @@ func (t *Throttle) forget(r throttle.Request) {
 	if _, err := t.Limiter.Forget(ctx, r); err != nil {
 		t.Log.Warn("forgetting the provider token failed", "task", r.ID, "err", err)
 	}
-}
-
-// Deliver is the handler behind the middleware (asynq.HandlerFunc(Deliver)):
-// it sends the job's message through its provider.
-func Deliver(ctx context.Context, _ *asynq.Task) error {
-	j, ok := ctx.Value(jobKey{}).(job)
-	if !ok {
-		return errors.New("jobs: Deliver runs behind Throttle.Middleware")
-	}
-	return j.route.Provider.Send(ctx, Message{ID: j.id, Recipient: j.n.Recipient, Template: j.n.Template, Data: j.n.Data})
 }

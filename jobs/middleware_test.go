@@ -19,7 +19,7 @@ import (
 	"github.com/notify-throttle/throttler/throttle"
 )
 
-// harness runs a real asynq server with the throttle middleware on a
+// harness runs a real asynq server with the throttle as its handler on a
 // redis-server of the test's own, delivering to a recording provider.
 type harness struct {
 	rdb    *redis.Client
@@ -196,9 +196,9 @@ func (h *harness) firstReturn(id string) (time.Time, bool) {
 	return at, ok
 }
 
-// startWorker starts an asynq server on rdb that runs notifications through
-// th and Deliver, as cmd/worker does: IsFailure set, and RetryDelay(0)
-// unless cfg has a RetryDelayFunc. Middlewares in outer run around th's.
+// startWorker starts an asynq server on rdb whose handler of notifications
+// and digests is th, as cmd/worker does: IsFailure set, and RetryDelay(0)
+// unless cfg has a RetryDelayFunc. Middlewares in outer run around th.
 // The caller shuts it down.
 func startWorker(t *testing.T, rdb redis.UniversalClient, th *Throttle, cfg asynq.Config, outer ...asynq.MiddlewareFunc) *asynq.Server {
 	t.Helper()
@@ -209,9 +209,8 @@ func startWorker(t *testing.T, rdb redis.UniversalClient, th *Throttle, cfg asyn
 	srv := asynq.NewServerFromRedisClient(rdb, cfg)
 	mux := asynq.NewServeMux()
 	mux.Use(outer...)
-	mux.Use(th.Middleware)
-	mux.HandleFunc(TypeNotify, Deliver)
-	mux.HandleFunc(TypeDigest, Deliver)
+	mux.Handle(TypeNotify, th)
+	mux.Handle(TypeDigest, th)
 	if err := srv.Start(mux); err != nil {
 		t.Fatal(err)
 	}

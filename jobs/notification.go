@@ -1,5 +1,5 @@
 // Package jobs turns notifications into asynq tasks and delivers them
-// through the throttle: the payload, the task IDs, the throttle middleware
+// through the throttle: the payload, the task IDs, the handler (Throttle)
 // that defers what may not go yet, and the providers that deliver.
 package jobs
 

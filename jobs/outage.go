@@ -11,7 +11,7 @@ import (
 // loses a result it cannot write (its syncer retries with an already
 // cancelled context, hibiken/asynq#926), so the task is redelivered a minute
 // or two later, sent twice if its send had succeeded. While Redis is
-// unreachable the middleware retries its own calls (admission, sent marker)
+// unreachable the handler retries its own calls (admission, sent marker)
 // once a second for as long as the task's context lives, which asynq ends
 // when the lease expires (30s) or at shutdown. A shorter outage costs a
 // pause and nothing else.

@@ -79,7 +79,7 @@ func TestOverCapMaxDelay(t *testing.T) {
 	}
 }
 
-// TestCountsToward checks count-only traffic through the middleware: a
+// TestCountsToward checks count-only traffic through the handler: a
 // reset that counts toward marketing goes though marketing is full, makes
 // marketing wait when it goes first, and gives its count back when the
 // provider refuses it.
@@ -196,7 +196,7 @@ func TestSwap(t *testing.T) {
 	}
 }
 
-// TestDigest checks over_cap: digest through the middleware: of four
+// TestDigest checks over_cap: digest through the handler: of four
 // messages to one recipient under 1 per 5s, the first goes alone and the
 // three over the cap are folded, in order, into one digest sent at the
 // recipient's next allowed moment; none of them goes on its own.

@@ -58,7 +58,7 @@ type skewDecision struct {
 // Their decisions and delays are the same, since the scripts read Redis
 // TIME. What the skew does change is asynq's own scheduling, which runs on
 // each worker's clock:
-//   - a task the middleware defers is given a retry time on the deferring
+//   - a task the handler defers is given a retry time on the deferring
 //     worker's clock, 10 minutes late or early in truth;
 //   - a worker's task leases are set on its clock too, and a correct
 //     worker's recoverer takes a slow worker's leases for long expired: it

@@ -201,9 +201,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if rec != nil {
 		mux.Use(rec.Middleware)
 	}
-	mux.Use(th.Middleware)
-	mux.HandleFunc(jobs.TypeNotify, jobs.Deliver)
-	mux.HandleFunc(jobs.TypeDigest, jobs.Deliver)
+	mux.Handle(jobs.TypeNotify, th)
+	mux.Handle(jobs.TypeDigest, th)
 	mux.Handle(campaign.TypeFanout, campaigns)
 	recoveryCtx, stopRecovery := context.WithCancel(context.WithoutCancel(ctx))
 	recoveryDone := make(chan struct{})
@@ -255,7 +254,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return err // the deferred stopRecovery then leaves the fleet's beats
 }
 
-// newThrottle builds the middleware from the config: rules, providers,
+// newThrottle builds the notification handler from the config: rules, providers,
 // metrics. With counts (the demo's), every provider's accepted sends are
 // counted per recipient; without, providers are used as they are: a count
 // per recipient held for the life of a production worker would grow with

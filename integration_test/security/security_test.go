@@ -185,8 +185,7 @@ func runPipeline(t *testing.T, su setup) {
 	go func() { recDone <- rec.Run(recCtx) }()
 	mux := asynq.NewServeMux()
 	mux.Use(rec.Middleware)
-	mux.Use(th.Middleware)
-	mux.HandleFunc(jobs.TypeNotify, jobs.Deliver)
+	mux.Handle(jobs.TypeNotify, th)
 	if err := srv.Start(mux); err != nil {
 		t.Fatalf("asynq server: %v", err)
 	}

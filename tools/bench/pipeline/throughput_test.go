@@ -89,7 +89,7 @@ func (t e2eTotal) cpu() float64 { return (t.cost.redisCPU + t.cost.clientCPU) / 
 // redis-server, both at concurrency 64 and delivering to the same local
 // webhook:
 //
-//   - throttled: jobs.Throttle middleware + jobs.Deliver through a
+//   - throttled: jobs.Throttle as the handler, through a
 //     jobs.NewWebhookProvider, policy 1/24h + 3/168h, bucket 10⁶/s burst 10⁶;
 //     every job has a recipient of its own, so every job is admitted (a job
 //     deferred would fail the benchmark); with sent markers, as cmd/worker
@@ -268,8 +268,8 @@ func newThrottled(b *testing.B, addr, url string, marks bool) *e2eVariant {
 		v.name = "unmarked"
 	}
 	mux := asynq.NewServeMux()
-	mux.Use(v.watch, th.Middleware)
-	mux.HandleFunc(jobs.TypeNotify, jobs.Deliver)
+	mux.Use(v.watch)
+	mux.Handle(jobs.TypeNotify, th)
 	v.handler = mux
 	return v
 }
