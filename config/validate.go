@@ -83,16 +83,17 @@ func (v *validator) positive(path string, n int) {
 	}
 }
 
-// durationAtLeast checks that d is at least min, "> 0" when min is 1ns.
-func (v *validator) durationAtLeast(path string, d, min time.Duration) {
+// durationAtLeast checks that d is at least least: "must be > 0" when
+// least is time.Nanosecond, "must not be negative" when it is 0.
+func (v *validator) durationAtLeast(path string, d, least time.Duration) {
 	switch {
-	case d >= min:
-	case min == 0:
+	case d >= least:
+	case least == 0:
 		v.failf(path, "must not be negative (got %s)", throttle.FormatDuration(d))
-	case min == 1:
+	case least == time.Nanosecond:
 		v.failf(path, "must be > 0 (got %s)", throttle.FormatDuration(d))
 	default:
-		v.failf(path, "must be at least %s (got %s)", throttle.FormatDuration(min), throttle.FormatDuration(d))
+		v.failf(path, "must be at least %s (got %s)", throttle.FormatDuration(least), throttle.FormatDuration(d))
 	}
 }
 
@@ -108,7 +109,7 @@ func (v *validator) worker() {
 		}
 		v.positive(join("worker.queues", name), w.Queues[name])
 	}
-	v.durationAtLeast("worker.shutdown_timeout", w.ShutdownTimeout, 1)
+	v.durationAtLeast("worker.shutdown_timeout", w.ShutdownTimeout, time.Nanosecond)
 	v.httpAddr()
 	v.durationAtLeast("worker.inline_wait", w.InlineWait, 0)
 	for i, q := range w.PriorityQueues {
@@ -188,7 +189,7 @@ func (v *validator) policies() {
 			if w.Per > 0 && w.Per < time.Millisecond {
 				v.failf(p+".per", "must be at least 1ms (got %s)", throttle.FormatDuration(w.Per))
 			}
-			v.durationAtLeast(p+".per", w.Per, 1)
+			v.durationAtLeast(p+".per", w.Per, time.Nanosecond)
 		}
 	}
 }
@@ -255,7 +256,7 @@ func (v *validator) providers() {
 			} else if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 				v.failf(path+".url", "must be an http:// or https:// URL (got %s)", v.c.src.shown(path+".url", string(pr.URL)))
 			}
-			v.durationAtLeast(path+".timeout", pr.Timeout, 1)
+			v.durationAtLeast(path+".timeout", pr.Timeout, time.Nanosecond)
 			for _, h := range slices.Sorted(maps.Keys(pr.Headers)) {
 				if !isToken(h) {
 					v.failf(join(path+".headers", h), "not a valid header name (got %s)", quote(h))
