@@ -71,6 +71,7 @@ func Default() *Config {
 			HTTPAddr:        "127.0.0.1:9464",
 			Dashboard:       Dashboard{Enabled: true, SecretEnv: "THROTTLER_DASHBOARD_SECRET"},
 			InlineWait:      2500 * time.Millisecond,
+			BookAhead:       5 * time.Second,
 			Jitter:          time.Second,
 			SentMarks:       time.Hour,
 			RememberTakes:   throttle.DefaultRemember,
@@ -134,6 +135,10 @@ type Worker struct {
 	// moment its policy and provider allow (jobs.Throttle.Book). Off unless
 	// the file says; config.yaml turns it on.
 	Book bool `yaml:"book"`
+	// BookAhead is how far ahead a booking may hold a provider's slot (its
+	// horizon); a job further back waits with a place in its tenant's line
+	// and books when its place comes (jobs.Throttle.BookAhead). 0: no limit.
+	BookAhead time.Duration `yaml:"book_ahead"`
 	// PriorityQueues are the queues whose jobs skip the providers' lines
 	// and may take their priority_reserve.
 	PriorityQueues []string `yaml:"priority_queues"`

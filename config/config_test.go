@@ -32,6 +32,7 @@ func TestLoadRootConfig(t *testing.T) {
 			HTTPAddr:        "127.0.0.1:9464",
 			Dashboard:       Dashboard{Enabled: true, SecretEnv: "THROTTLER_DASHBOARD_SECRET"},
 			InlineWait:      2500 * time.Millisecond,
+			BookAhead:       5 * time.Second,
 			Book:            true,
 			PriorityQueues:  []string{"critical"},
 			Jitter:          time.Second,

@@ -112,6 +112,7 @@ func (v *validator) worker() {
 	v.durationAtLeast("worker.shutdown_timeout", w.ShutdownTimeout, time.Nanosecond)
 	v.httpAddr()
 	v.durationAtLeast("worker.inline_wait", w.InlineWait, 0)
+	v.durationAtLeast("worker.book_ahead", w.BookAhead, 0)
 	for i, q := range w.PriorityQueues {
 		if _, ok := w.Queues[q]; !ok {
 			v.failf(fmt.Sprintf("worker.priority_queues[%d]", i), "%s is not one of worker.queues", quote(q))

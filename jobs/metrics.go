@@ -24,7 +24,8 @@ type Metrics struct {
 	// Unmarked counts sends whose sent marker could not be written, by
 	// provider: a redelivery of those would be sent again.
 	Unmarked *prometheus.CounterVec
-	// Bookings counts bookings by event: made, rebooked (a job that lost
+	// Bookings counts bookings by event: made, queued (a place in line past
+	// the provider's horizon, nothing held), rebooked (a job that lost
 	// its moment booked again), claimed (a booked job went).
 	Bookings *prometheus.CounterVec
 	// BookedAhead is, by rule, how far ahead the latest booking it set was,
@@ -61,7 +62,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			"Redelivered notifications already sent, completed without sending again.", "provider"),
 		Unmarked: counter("sent_unmarked_total",
 			"Sends whose sent marker could not be written: a redelivery would send them again.", "provider"),
-		Bookings: counter("bookings_total", "Bookings made, rebooked (the moment was lost) and claimed.", "event"),
+		Bookings: counter("bookings_total", "Bookings made, rebooked (the moment was lost), queued (a place in line past the horizon) and claimed.", "event"),
 		BookedAhead: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "throttler", Name: "booked_ahead_seconds",
 			Help: "How far ahead the latest booking set by a rule was (a provider: how far its line reaches).",

@@ -13,6 +13,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/notify-throttle/throttler/internal/asynqdb"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -52,6 +53,11 @@ type Throttle struct {
 	// order, instead of waking with every other waiting job to find the
 	// next slot taken.
 	Book bool
+	// BookAhead, with Book, is how far ahead a job may hold its provider's
+	// slot (throttle.Request.BookAhead): a job further back is given a place
+	// in its tenant's line, noted in its asynq task hash, and books when it
+	// comes back at that place. Zero books as far ahead as needed.
+	BookAhead time.Duration
 	// PriorityQueues names the queues whose jobs skip the providers' lines
 	// and may take their reserve (throttle.Bucket.WithReserve).
 	PriorityQueues map[string]bool
@@ -135,16 +141,18 @@ type PolicySettings struct {
 
 // job is a decoded, routed notification.
 type job struct {
-	id       string
-	n        Notification
-	quota    *throttle.Quota // nil if the policy has calendar windows only
-	local    []throttle.Take // calendar windows, then quiet hours, in the recipient's zone
-	policy   PolicySettings
-	route    Route
-	sent     string // the key of its sent marker, "" when markers are off
-	book     bool   // it books its moment (Throttle.Book)
-	priority bool   // it came from a priority queue
-	queue    string // the queue it came from
+	id     string
+	n      Notification
+	quota  *throttle.Quota // nil if the policy has calendar windows only
+	local  []throttle.Take // calendar windows, then quiet hours, in the recipient's zone
+	policy PolicySettings
+	route  Route
+	sent   string // the key of its sent marker, "" when markers are off
+	book   bool   // it books its moment (Throttle.Book)
+	// bookAhead is Throttle.BookAhead for a job that books.
+	bookAhead time.Duration
+	priority  bool   // it came from a priority queue
+	queue     string // the queue it came from
 	// tried says a send of it was tried before (it failed, or its worker
 	// died in it): the provider may have taken it, so it is never folded
 	// into a digest, only sent under its own ID (the provider's
@@ -260,7 +268,7 @@ func (t *Throttle) route(ctx context.Context, id string, n Notification) (job, e
 		return job{}, fmt.Errorf("provider %q is not defined: %w", n.Provider, ErrBadPayload)
 	}
 	j.queue, _ = asynq.GetQueueName(ctx)
-	j.book, j.priority = t.Book, t.PriorityQueues[j.queue]
+	j.book, j.priority, j.bookAhead = t.Book, t.PriorityQueues[j.queue], t.BookAhead
 	retried, _ := asynq.GetRetryCount(ctx) // failures only: deferrals do not count
 	j.tried = retried > 0
 	return j, nil
@@ -290,6 +298,9 @@ func (j job) request() throttle.Request {
 	}
 	if j.book {
 		r.Deadline, _ = j.deadline()
+		if j.bookAhead > 0 {
+			r.BookAhead, r.TaskKey = j.bookAhead, asynqdb.TaskKey(j.queue, j.id)
+		}
 	}
 	return r
 }
@@ -447,8 +458,11 @@ const wakeEarly = 1500 * time.Millisecond
 func (t *Throttle) booked(j job, d throttle.Decision) error {
 	rule := t.denier(j, d)
 	t.Metrics.inc(t.Metrics.Deferred, rule)
-	event := "made"
-	if d.Rebooked {
+	event, what := "made", "booked"
+	switch {
+	case d.Queued:
+		event, what = "queued", "in line"
+	case d.Rebooked:
 		event = "rebooked"
 	}
 	t.Metrics.inc(t.Metrics.Bookings, event)
@@ -462,7 +476,7 @@ func (t *Throttle) booked(j job, d throttle.Decision) error {
 		Delay:  d.Delay,
 		Wake:   max(d.Delay-early, 0),
 		Booked: true,
-		Reason: fmt.Sprintf("booked for %s by %s: %d ahead", clockTime(d.At(), d.Now), rule, d.Ahead),
+		Reason: fmt.Sprintf("%s for %s by %s: %d ahead", what, clockTime(d.At(), d.Now), rule, d.Ahead),
 	}
 }
 

@@ -3,7 +3,8 @@
 --
 --   args  -> per task: its ID (never empty, no control characters), its
 --            plan (see rules.lua) and its deadline (µs, Redis time; 0: none,
---            used only by a plan that books)
+--            used only by a plan that books), or for a plan that books
+--            "deadline,floor,weight,tenant" (see when)
 --   keys  -> the takes' keys, task after task, in take order
 --
 -- The tasks are admitted one after another at one Redis time, exactly as if
@@ -41,20 +42,21 @@
 -- held). outcome is 0 (decided: allowed or denied, as code says), 1 booked,
 -- 2 expired (its moment would be after its deadline: nothing held), 3
 -- booked again (it came back too late for its moment, or its moment was
--- taken). extra is, for a booking, how many bookings on the binding rule
--- come before it, and for an allowed claim, the moment it had booked (µs).
+-- taken), 4 in line (beyond its bucket's horizon: nothing held, it comes
+-- back at its place in line). extra is, for a booking, how many bookings on
+-- the binding rule come before it (in line: about how many sends), and for
+-- an allowed claim, the moment it had booked (µs).
 
 -- admit_task admits one task whose keys start at keys[ki] and returns the
 -- index past its last key, then its four values.
-local function admit_task(keys, ki, id, p, now, deadline, floor_)
+local function admit_task(keys, ki, id, p, now, deadline, floor_, weight, tenant)
   local maxwait, n = p.maxwait, p.n
-  if p.done then
-    local marker = keys[ki]
-    ki = ki + 1
-    if rcall('EXISTS', marker) == 1 then
-      for i = 1, n do ki = ki + p[i].nk end
-      return ki, -1, now, 0, 0, 0, 0
-    end
+  local marker, tkey
+  if p.done then marker, ki = keys[ki], ki + 1 end
+  if p.horizon > 0 then tkey, ki = keys[ki], ki + 1 end
+  if marker and rcall('EXISTS', marker) == 1 then
+    for i = 1, n do ki = ki + p[i].nk end
+    return ki, -1, now, 0, 0, 0, 0
   end
   local denied, delay, binding, window, remaining, repeated = false, 0, 0, 0, huge, true
   local span = max(maxwait, p.ahead) -- how far after now a take may be stamped
@@ -70,7 +72,7 @@ local function admit_task(keys, ki, id, p, now, deadline, floor_)
       local reserve
       reserve, u, left, mine, a, b, c, d = bucket_check(t, keys[k + 1], keys[k + 3], id, now, p.book and p.prio, denied)
       if reserve and reserve > maxwait then ok = false end
-      k = k + 4
+      k = k + 6
     elseif kind == 'f' then
       ok, u, left, mine, a, b = fixed_check(t, keys[k], id, now)
       k = k + 1
@@ -107,7 +109,7 @@ local function admit_task(keys, ki, id, p, now, deadline, floor_)
       kb = kb + p[i].nk
     end
     if not go then
-      local kk, a, b, c, d, o, x = book_task(keys, ki, id, p, now, deadline, floor_)
+      local kk, a, b, c, d, o, x = book_task(keys, ki, id, p, now, deadline, floor_, weight, tenant, tkey)
       if kk then return kk, a, b, c, d, o, x end
     end
   end
@@ -149,12 +151,16 @@ local function admit_task(keys, ki, id, p, now, deadline, floor_)
   return k, 1 + (repeated and 2 or 0) + 4 * binding + fresh, now, delay, remaining, 0, 0
 end
 
--- when reads a task's third argument: its deadline, or on a cluster
--- "deadline,floor" (see book_task).
+-- when reads a task's third argument: its deadline, or
+-- "deadline,floor,weight,tenant" (floor: on a cluster, see book_task;
+-- weight and tenant: its fair share, see book.lua; the tenant is the rest).
 local function when(s)
   local c = find(s, ',', 1, true)
-  if c then return tonum(sub(s, 1, c - 1)), tonum(sub(s, c + 1)) end
-  return tonum(s), 0
+  if not c then return tonum(s), 0, 1, '' end
+  local c2 = find(s, ',', c + 1, true)
+  if not c2 then return tonum(sub(s, 1, c - 1)), tonum(sub(s, c + 1)), 1, '' end
+  local c3 = find(s, ',', c2 + 1, true)
+  return tonum(sub(s, 1, c - 1)), tonum(sub(s, c + 1, c2 - 1)), tonum(sub(s, c2 + 1, c3 - 1)), sub(s, c3 + 1)
 end
 
 local function admit(keys, args)
@@ -162,15 +168,15 @@ local function admit(keys, args)
   local now = now_us()
   local na = #args
   if na == 3 then -- one task: its values, without growing a table
-    local dl, fl = when(args[3])
-    local _, a, b, c, d, o, x = admit_task(keys, 1, args[1], plans[args[2]] or plan(args[2]), now, dl, fl)
+    local dl, fl, w, tn = when(args[3])
+    local _, a, b, c, d, o, x = admit_task(keys, 1, args[1], plans[args[2]] or plan(args[2]), now, dl, fl, w, tn)
     return {a, b, c, d, o, x}
   end
   local out, ki, o = {}, 1, 0
   for j = 1, na, 3 do
     local a, b, c, d, e, x
-    local dl, fl = when(args[j + 2])
-    ki, a, b, c, d, e, x = admit_task(keys, ki, args[j], plan(args[j + 1]), now, dl, fl)
+    local dl, fl, w, tn = when(args[j + 2])
+    ki, a, b, c, d, e, x = admit_task(keys, ki, args[j], plan(args[j + 1]), now, dl, fl, w, tn)
     out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = a, b, c, d, e, x
     o = o + 6
   end

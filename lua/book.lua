@@ -47,7 +47,7 @@
 local GRACE = 600000000 -- µs: 10 minutes
 
 -- Outcomes, the fifth value admit returns for a task.
-local DECIDED, BOOKED, EXPIRED, REBOOKED = 0, 1, 2, 3
+local DECIDED, BOOKED, EXPIRED, REBOOKED, QUEUED = 0, 1, 2, 3, 4
 
 -- Scratch per take: the key index of each take, a quota's held entry.
 local KI, QH = {}, {}
@@ -272,11 +272,121 @@ local function bump(bt, book, cal, now, from, before, len)
   return s
 end
 
+-- Fair shares and the horizon.
+--
+-- Several tenants (senders: teams, campaigns) may wait on one bucket. Each
+-- waiting tenant books at its share of the bucket's rate, w / W (W: the
+-- weights of the tenants waiting), by stride scheduling in real time: the
+-- tenant takes no slot before its gate G, and each slot it takes moves G to
+-- that slot's start plus its stride, len * W / w. A tenant alone has a
+-- stride of one slot, so its gate never holds it back. A tenant that starts
+-- waiting starts at now: it gets its share at once, behind only the slots
+-- already booked, which reach at most the horizon ahead. Priority tasks
+-- take no part: they come first (see bump).
+--
+-- With a horizon H (plan 'k:H'), slots are booked at most H ahead. A task
+-- whose slot would be further gets a place in its tenant's line instead,
+-- the moment F, and F moves on by the stride. Nothing is held for it; its
+-- own task hash notes its place (field 'thr'), so that when it comes back
+-- (at its place: inside the horizon by then) it is known to have been in
+-- line and takes a slot, while a task new to a tenant whose line reaches
+-- past the horizon joins the line's end. A booking set by a recipient's
+-- quota (a moment past the horizon that the quota, not the bucket, sets)
+-- is not the bucket's line: it holds its slot as before, and leaves the
+-- tenant's gate and line alone.
+--
+-- Per bucket, the tenants hash holds, for each waiting tenant, "F,G,w,E" (E:
+-- when it stops waiting, as the expiry set has it) and, under '\0W', W. A
+-- tenant waits while E > now; E is max(F, G) plus FAIR_PAD, written at most
+-- once per FAIR_PAD. A tenant that stops waiting leaves W when the expiry
+-- set shows it (read only when W holds more than the tenant's own weight),
+-- and its record goes: memory follows the tenants waiting.
+
+local FAIR_PAD = 1000000 -- µs
+local FAIR_W = '\0W'
+
+-- F holds the tenant being booked: its tenant, weight, record and W.
+local F = {}
+
+-- fair_read loads tenant's state on a bucket (fair: tenants hash, exp: the
+-- expiry set) into F, the tenant waiting from now on.
+local function fair_read(fair, exp, tenant, w, now)
+  local r = rcall('HMGET', fair, tenant, FAIR_W)
+  local W = tonum(r[2]) or 0
+  F.tenant, F.w, F.line, F.gate, F.wo, F.exp = tenant, w, now, now, 0, 0
+  if r[1] then
+    local a, b, c, e = match(r[1], '^(%d+),(%d+),(%d+),(%d+)$')
+    if tonum(e) > now then
+      F.line, F.gate, F.wo, F.exp = tonum(a), tonum(b), tonum(c), tonum(e)
+    end
+  end
+  if W > F.wo then
+    -- Others count in W: leave out those that stopped waiting (this tenant
+    -- too, when its weight is still there from an earlier wait).
+    local z = rcall('ZRANGEBYSCORE', exp, '-inf', int(now), 'LIMIT', '0', '8')
+    for j = 1, #z do
+      local m = z[j]
+      local rec = r[1]
+      if m ~= tenant then rec = rcall('HGET', fair, m) end
+      if rec then W = W - tonum(match(rec, '^%d+,%d+,(%d+),')) end
+      rcall('HDEL', fair, m)
+      rcall('ZREM', exp, m)
+    end
+  end
+  W = W - F.wo + w
+  if W < w then W = w end
+  F.W, F.Wo = W, tonum(r[2]) or 0
+end
+
+-- fair_stride is the µs a slot of len moves the tenant's gate and line.
+local function fair_stride(len)
+  return ceil(len * F.W / F.w)
+end
+
+-- fair_write stores F back when it changed (force: its line or gate did),
+-- or when the tenant's expiry is due to be pushed on.
+local function fair_write(fair, exp, now, force)
+  local e, due = max(F.line, F.gate, now), false
+  if e > F.exp - FAIR_PAD / 2 then F.exp, force, due = e + FAIR_PAD, true, true end
+  if F.W ~= F.Wo then
+    rcall('HSET', fair, F.tenant, fmt('%d,%d,%d,%d', F.line, F.gate, F.w, F.exp), FAIR_W, int(F.W))
+  elseif force then
+    rcall('HSET', fair, F.tenant, fmt('%d,%d,%d,%d', F.line, F.gate, F.w, F.exp))
+  end
+  if due then
+    -- Both keys live as long as the longest wait they hold (W with them).
+    rcall('ZADD', exp, int(F.exp), F.tenant)
+    extend(exp, ceil_ms(F.exp - now))
+    extend(fair, ceil_ms(F.exp - now))
+  end
+end
+
+-- place_state returns 2 if the task's hash notes a place in line, 1 if it
+-- exists without one, 0 if there is no hash: then no place can be noted, and
+-- the task books a slot however far ahead, as without a horizon.
+local function place_state(tkey)
+  if not tkey then return 0 end
+  if rcall('HEXISTS', tkey, 'thr') == 1 then return 2 end
+  return rcall('EXISTS', tkey)
+end
+
+-- in_place gives the task place q in its tenant's line (F loaded): it comes
+-- back then, holding nothing; or, past its deadline, it expires.
+local function in_place(k, bi, fair, fexp, tkey, now, q, len, deadline)
+  if deadline > 0 and q > deadline then
+    return k, 4 * bi, now, q - now, 0, EXPIRED, 0
+  end
+  F.line = q + fair_stride(len)
+  fair_write(fair, fexp, now, true)
+  rcall('HSET', tkey, 'thr', int(q))
+  return k, 4 * bi, now, q - now, 0, QUEUED, floor((q - now) / len)
+end
+
 -- book_task admits a booking task whose keys start at keys[ki]. It returns
 -- false when the task's bucket ledger holds it (a task that claimed and is
 -- admitted again: admit_task's plain path answers that), else the index
 -- past its last key and its six values (see admit.lua).
-local function book_task(keys, ki, id, p, now, deadline, floor_)
+local function book_task(keys, ki, id, p, now, deadline, floor_, weight, tenant, tkey)
   local n, maxwait, prio = p.n, p.maxwait, p.prio
   -- floor: on a cluster, the quotas' call books no earlier than the moment
   -- the bucket's node gave (book_bucket's peek); 0 elsewhere.
@@ -389,6 +499,23 @@ local function book_task(keys, ki, id, p, now, deadline, floor_)
       if q > m then m, binding, window = q, i, w end
     end
   end
+  -- The tenant's share, where the bucket sets the moment (see above).
+  local H, near, gate = p.horizon, false, 0
+  local fair, fexp, ps
+  if bt and not prio then
+    fair, fexp = keys[KI[bi] + 4], keys[KI[bi] + 5]
+    near = H == 0 or m <= now + H
+  end
+  if near then
+    fair_read(fair, fexp, tenant or '', weight or 1, now)
+    if F.W > F.w then gate = F.gate end
+    if H > 0 and F.line > now + H then
+      -- The tenant's line reaches past the horizon: a task new to it joins
+      -- its end.
+      ps = place_state(tkey)
+      if ps == 1 then return in_place(k, bi, fair, fexp, tkey, now, max(m, F.line), len, deadline) end
+    end
+  end
   local v, left, ra, rb, taken
   for _ = 1, 4 do
     for i = 1, n do
@@ -396,7 +523,7 @@ local function book_task(keys, ki, id, p, now, deadline, floor_)
       if e then m, binding, window = e, i, 0 end
     end
     if not bt then break end
-    v, left, ra, rb = bucket_find(bcal, m, len)
+    v, left, ra, rb = bucket_find(bcal, max(m, gate), len)
     if not v then
       -- The calendar is too fragmented to place it: denied, as an hour.
       return k, 4 * bi, now, BIG, 0, DECIDED, 0
@@ -415,6 +542,11 @@ local function book_task(keys, ki, id, p, now, deadline, floor_)
     taken = false
   end
   if bt and binding == 0 then binding = bi end
+  if near and H > 0 and binding == bi and m > now + H then
+    -- Past the horizon: a place in the tenant's line, not a slot.
+    ps = ps or place_state(tkey)
+    if ps > 0 then return in_place(k, bi, fair, fexp, tkey, now, max(m, F.line), len, deadline) end
+  end
   if deadline > 0 and m > deadline then
     return k, 4 * binding + 256 * window, now, m - now, 0, EXPIRED, 0
   end
@@ -442,6 +574,13 @@ local function book_task(keys, ki, id, p, now, deadline, floor_)
       ticket_add(bbook, bcal, member, now, v, len, left, ra, rb)
     end
     bit = bit * 2
+  end
+  if near then
+    -- A tenant alone is not held by its gate: it is kept only while others
+    -- wait (so that a slot given back is the next booking's).
+    local others = F.W > F.w
+    if others then F.gate = max(F.gate, v) + fair_stride(len) end
+    fair_write(fair, fexp, now, others)
   end
   if go then
     -- It may go within max wait after all: admitted.

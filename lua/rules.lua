@@ -35,13 +35,16 @@
 -- traffic, see admit.lua).
 --
 -- Keys follow in take order: 'q' -> sorted set; 'b' -> state hash, ledger
--- sorted set, tickets sorted set, slot calendar sorted set; 'f' -> hash; 'c' -> sorted set; 'h' ->
--- none (t.nk is a take's number of keys). An admission's plan may
--- start its takes with 'd' (done): its first key is then the task's done
--- marker, whose existence means the task needs no admission any more (see
--- admit.lua). Then 'k' (or 'K' for a priority task) asks a task that may not
--- go within maxwait to book its moment (see book.lua). 'n' makes an
--- admission a check only: decided, nothing written (see admit.lua).
+-- sorted set, tickets sorted set, slot calendar sorted set, tenants hash,
+-- tenants' expiry sorted set; 'f' -> hash; 'c' -> sorted set; 'h' -> none
+-- (t.nk is a take's number of keys). An admission's plan may start its
+-- takes with 'd' (done): its first key is then the task's done marker, whose
+-- existence means the task needs no admission any more (see admit.lua).
+-- Then 'k' (or 'K' for a priority task) asks a task that may not go within
+-- maxwait to book its moment (see book.lua); 'k:H' books at most H µs ahead
+-- on its bucket, and the task's next key (after the done marker) is its own
+-- hash, where a task beyond that horizon notes its place in line. 'n' makes
+-- an admission a check only: decided, nothing written (see admit.lua).
 --
 -- Limits travel with every call, never stored in Redis, so a changed limit
 -- applies at once to the history already there.
@@ -69,13 +72,13 @@
 
 -- The globals the library uses, bound at the first call: the code of a
 -- function library runs at FUNCTION LOAD with no globals but redis.
-local rcall, tonum, floor, ceil, max, min, huge, fmt, gmatch, unpack_, find, sub
+local rcall, tonum, floor, ceil, max, min, huge, fmt, gmatch, unpack_, find, sub, match
 
 local function bind()
   rcall, tonum = redis.call, tonumber
   floor, ceil, max, min, huge = math.floor, math.ceil, math.max, math.min, math.huge
   fmt, gmatch, unpack_ = string.format, string.gmatch, unpack
-  find, sub = string.find, string.sub
+  find, sub, match = string.find, string.sub, string.match
 end
 
 local function int(x)
@@ -97,14 +100,15 @@ local MAXPLANS = 512
 -- a take being {kind, cost, and its limits}; a quota's limits are
 -- t[1..nw] and its windows (per_us) t[nw+1..2nw].
 local function parse_plan(s)
-  local p, n = {remember = 0, maxwait = 0, ahead = 0, done = false, n = 0}, -2
+  local p, n = {remember = 0, maxwait = 0, ahead = 0, horizon = 0, done = false, n = 0}, -2
   for part in gmatch(s, '[^;]+') do
     n = n + 1
     if part == 'd' and n == 1 and not p.done then -- only first: its key is the task's first
       p.done, n = true, n - 1
-    elseif (part == 'k' or part == 'K') and n == 1 and not p.book then
-      -- booking (see book.lua); 'K' with priority
-      p.book, p.prio, n = true, part == 'K', n - 1
+    elseif (sub(part, 1, 1) == 'k' or sub(part, 1, 1) == 'K') and n == 1 and not p.book then
+      -- booking (see book.lua); 'K' with priority; ':H' a horizon of H µs
+      p.book, p.prio, n = true, sub(part, 1, 1) == 'K', n - 1
+      if sub(part, 2, 2) == ':' then p.horizon = tonum(sub(part, 3)) end
     elseif part == 'n' and n == 1 and not p.dry then -- a check only (see admit.lua)
       p.dry, n = true, n - 1
     elseif n == -1 then
@@ -150,7 +154,7 @@ local function parse_plan(s)
       t.count = count
       if not t.nk then
         t.nk = 1
-        if kind == 'b' then t.nk = 4 end
+        if kind == 'b' then t.nk = 6 end
       end
       p[n] = t
     end

@@ -3,7 +3,6 @@ package throttle
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"time"
 )
 
@@ -188,7 +187,7 @@ func (l *Limiter) bookGroup(ctx context.Context, r Request, q group, floor int64
 	c, keys, args := newCall(nk, 3)
 	_, plan := l.appendPlan(keys, nil, r, q, r.MaxWait.Microseconds(), "", true)
 	args[0], args[1] = r.ID, string(plan)
-	args[2] = strconv.FormatInt(deadline(r), 10) + "," + strconv.FormatInt(floor, 10)
+	args[2] = taskArg(r, true, floor)
 	res, err := l.eval(ctx, l.admit, []call{c})
 	if err != nil {
 		return groupResult{}, fmt.Errorf("throttle: admit: %w", err)

@@ -41,8 +41,12 @@ type Decision struct {
 	// moment (it came back too late, or the tokens went to priority
 	// traffic): what it held was given back and it booked again.
 	Rebooked bool
+	// Queued, with Booked, says the moment is a place in the tenant's line
+	// past the bucket's horizon (Request.BookAhead): nothing is held; the
+	// task comes back at At and books then.
+	Queued bool
 	// Ahead is, for a booking, how many bookings on the binding rule come
-	// before it.
+	// before it (in line: about how many sends of the bucket).
 	Ahead int
 	// Expired reports a booking request whose moment (At) would be after its
 	// Request.Deadline: nothing is held. Allowed and Booked are false.
@@ -72,7 +76,7 @@ func (d Decision) Err() error {
 // decision: it was admitted or booked. A caller that will not deliver it
 // releases it (Limiter.Release).
 func (d Decision) Holds() bool {
-	return d.Allowed || d.Booked
+	return d.Allowed || d.Booked && !d.Queued
 }
 
 // ErrDone is Decision.Err of a task whose done marker exists.
@@ -89,6 +93,8 @@ func (e *ThrottledError) Error() string {
 	d := e.Decision
 	verb := "denies; retry in"
 	switch {
+	case d.Queued:
+		verb = "is booked beyond its horizon; place in line in"
 	case d.Booked:
 		verb = "is booked; moment in"
 	case d.Expired:

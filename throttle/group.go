@@ -119,6 +119,9 @@ func (l *Limiter) calls(rs []Request, ts []task, admit bool) []call {
 			if admit && l.checksDone(rs[t.req]) {
 				nk++
 			}
+			if admit && horizon(rs[t.req], l.cluster) {
+				nk++
+			}
 			for _, i := range t.g.takes {
 				nk += rs[t.req].Takes[i].Rule.keyCount()
 			}
@@ -150,7 +153,7 @@ func (l *Limiter) calls(rs []Request, ts []task, admit bool) []call {
 			}
 			args[stride*j], args[stride*j+1] = r.ID, string(buf)
 			if admit {
-				args[stride*j+2] = deadline(r)
+				args[stride*j+2] = taskArg(r, l.books(r), 0)
 			}
 		}
 		out = append(out, c)
@@ -161,12 +164,26 @@ func (l *Limiter) calls(rs []Request, ts []task, admit bool) []call {
 // books reports whether r's admission books: on a single node, when asked.
 func (l *Limiter) books(r Request) bool { return r.Book && !l.cluster }
 
+// horizon reports whether r's booking has a horizon (and so a task key):
+// on a single node, when asked.
+func horizon(r Request, cluster bool) bool { return r.Book && r.BookAhead > 0 && !cluster }
+
 // deadline is r's deadline as admit.lua takes it: µs, 0 for none.
 func deadline(r Request) int64 {
 	if r.Deadline.IsZero() {
 		return 0
 	}
 	return max(1, r.Deadline.UnixMicro())
+}
+
+// taskArg is admit.lua's third argument for r: its deadline, and for a
+// request that books, "deadline,floor,weight,tenant" (see admit.lua's when).
+func taskArg(r Request, book bool, floor int64) any {
+	if !book {
+		return deadline(r)
+	}
+	w := max(r.Weight, 1)
+	return strconv.FormatInt(deadline(r), 10) + "," + strconv.FormatInt(floor, 10) + "," + strconv.Itoa(w) + "," + r.Tenant
 }
 
 // checksDone reports whether r's admission script checks its done marker:
@@ -223,6 +240,10 @@ func (l *Limiter) appendPlan(keys []any, buf []byte, r Request, g group, maxWait
 			buf = append(buf, ";K"...)
 		} else {
 			buf = append(buf, ";k"...)
+		}
+		if horizon(r, l.cluster) {
+			keys = append(keys, r.TaskKey)
+			buf = strconv.AppendInt(append(buf, ':'), r.BookAhead.Microseconds(), 10)
 		}
 	}
 	if r.check {
@@ -418,6 +439,7 @@ const (
 	outcomeBooked   = 1
 	outcomeExpired  = 2
 	outcomeRebooked = 3
+	outcomeQueued   = 4
 )
 
 // groupResult is what admit.lua returns for one group.
@@ -482,8 +504,8 @@ func merge(d *Decision, g groupResult, r Request, gr group, phase int) {
 	d.Remaining = min(d.Remaining, int(g.remaining))
 	d.Repeated = d.Repeated && g.repeated
 	switch g.outcome {
-	case outcomeBooked, outcomeRebooked:
-		d.Booked, d.Rebooked, d.Ahead = true, g.outcome == outcomeRebooked, int(g.extra)
+	case outcomeBooked, outcomeRebooked, outcomeQueued:
+		d.Booked, d.Rebooked, d.Queued, d.Ahead = true, g.outcome == outcomeRebooked, g.outcome == outcomeQueued, int(g.extra)
 	case outcomeExpired:
 		d.Expired = true
 	default:

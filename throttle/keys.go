@@ -77,6 +77,8 @@ func bucketKey(tag, rule string) string   { return tag + ":b:" + rule }
 func ledgerKey(tag, rule string) string   { return tag + ":b:" + rule + ":held" }
 func bookKey(tag, rule string) string     { return tag + ":b:" + rule + ":book" }
 func slotsKey(tag, rule string) string    { return tag + ":b:" + rule + ":slots" }
+func fairKey(tag, rule string) string     { return tag + ":b:" + rule + ":fair" }
+func tenantsKey(tag, rule string) string  { return tag + ":b:" + rule + ":tenants" }
 func fixedKey(tag, rule string) string    { return tag + ":f:" + rule }
 func calendarKey(tag, rule string) string { return tag + ":c:" + rule }
 

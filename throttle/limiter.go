@@ -129,13 +129,16 @@ func (l *Limiter) Admit(ctx context.Context, r Request) (Decision, error) {
 	if r.Done != "" {
 		nk++
 	}
+	if horizon(r, false) {
+		nk++
+	}
 	for _, t := range r.Takes {
 		nk += t.Rule.keyCount()
 	}
 	c, keys, args := newCall(nk, 3)
 	var buf [128]byte
 	_, plan := l.appendPlan(keys, buf[:0], r, g, r.MaxWait.Microseconds(), r.Done, r.Book)
-	args[0], args[1], args[2] = r.ID, string(plan), deadline(r)
+	args[0], args[1], args[2] = r.ID, string(plan), taskArg(r, r.Book, 0)
 	res, err := l.eval1(ctx, l.admit, c)
 	if err != nil {
 		return Decision{}, fmt.Errorf("throttle: admit: %w", err)

@@ -3,7 +3,9 @@ package throttle
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -85,6 +87,18 @@ type Request struct {
 	Tenant string
 	// Weight is the tenant's weight, at least 1 (zero means 1).
 	Weight int
+	// BookAhead is how far ahead a booking request may hold a bucket's slot
+	// (its horizon); zero: as far as it needs. A task whose slot would be
+	// further gets a place in its tenant's line instead (Decision.Queued),
+	// which holds nothing, and books when it comes back, inside the horizon
+	// by then. Needs TaskKey. Single node only (a cluster books as far as
+	// it needs).
+	BookAhead time.Duration
+	// TaskKey is the Redis key of a hash the task owns while it waits (its
+	// asynq task hash): a task placed in line notes its place there (field
+	// "thr"), so that when it comes back it is known to have waited its turn.
+	// Written only while the hash exists.
+	TaskKey string
 	// Deadline, if set, is the latest moment (Redis time) a booking may be
 	// for: a task whose moment would be later is not booked and its
 	// decision is Expired, with At the moment it would have had.
@@ -111,8 +125,14 @@ func (r Request) validate() error {
 	if r.Weight < 0 || r.Weight > MaxWeight {
 		return fmt.Errorf("throttle: task %q: weight %d: must be 1 to %d: %w", r.ID, r.Weight, MaxWeight, ErrInvalidRequest)
 	}
-	if len(r.Tenant) > MaxIDLen || !utf8.ValidString(r.Tenant) {
-		return fmt.Errorf("throttle: task %q: tenant %q: at most %d bytes of UTF-8: %w", r.ID, r.Tenant, MaxIDLen, ErrInvalidRequest)
+	if len(r.Tenant) > MaxIDLen || !utf8.ValidString(r.Tenant) || strings.ContainsFunc(r.Tenant, unicode.IsControl) {
+		return fmt.Errorf("throttle: task %q: tenant %q: at most %d bytes of UTF-8 without control characters: %w", r.ID, r.Tenant, MaxIDLen, ErrInvalidRequest)
+	}
+	if r.BookAhead < 0 {
+		return fmt.Errorf("throttle: task %q: book ahead must not be negative (got %s): %w", r.ID, r.BookAhead, ErrInvalidRequest)
+	}
+	if r.BookAhead > 0 && r.TaskKey == "" {
+		return fmt.Errorf("throttle: task %q: book ahead needs a task key: %w", r.ID, ErrInvalidRequest)
 	}
 	buckets := 0
 	for i, t := range r.Takes {

@@ -271,7 +271,7 @@ func newThrottle(cfg *config.Config, rdb redis.UniversalClient, reg prometheus.R
 	return &jobs.Throttle{
 		Limiter: lim, Policies: rules.Policies, Providers: rules.Providers, Settings: rules.Settings, Sent: sentMarks(cfg, rdb),
 		Digests:    jobs.NewDigests(rdb, cfg.Redis.Prefix, asynq.NewClientFromRedisClient(rdb)),
-		InlineWait: cfg.Worker.InlineWait, Book: cfg.Worker.Book, PriorityQueues: priority(cfg),
+		InlineWait: cfg.Worker.InlineWait, Book: cfg.Worker.Book, BookAhead: cfg.Worker.BookAhead, PriorityQueues: priority(cfg),
 		Metrics: jobs.NewMetrics(reg), Log: log,
 	}, built, nil
 }

@@ -1,0 +1,177 @@
+package throttle
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// lineReq is a booking request on bucket b for task id of tenant, with a
+// horizon; its task hash (what asynq's would be) is created first.
+func lineReq(t *testing.T, rdb *redis.Client, id, tenant string, weight int, b *Bucket, ahead time.Duration) Request {
+	t.Helper()
+	tk := "task:" + id
+	if err := rdb.HSet(context.Background(), tk, "state", "active").Err(); err != nil {
+		t.Fatal(err)
+	}
+	r := bookReq(id, nil, "", b, 0)
+	r.Tenant, r.Weight, r.BookAhead, r.TaskKey = tenant, weight, ahead, tk
+	return r
+}
+
+// TestBookAheadHorizon: slots are booked at most the horizon ahead; past it
+// a task gets a place in its tenant's line, one slot apart, holding nothing
+// in the bucket's keys, and its place noted in its own hash.
+func TestBookAheadHorizon(t *testing.T) {
+	l, rdb := newStandalone(t)
+	ctx := context.Background()
+	b := mustBucket(t, "sms", 10, 1) // a slot every 100 ms
+	const ahead = time.Second
+	var booked, queued []Decision
+	var lastBooked string
+	for i := range 40 {
+		d := mustAdmit(t, l, lineReq(t, rdb, fmt.Sprint("t", i), "", 1, b, ahead))
+		switch {
+		case d.Queued:
+			queued = append(queued, d)
+			place, err := rdb.HGet(ctx, "task:"+fmt.Sprint("t", i), "thr").Int64()
+			if err != nil || place != d.At().UnixMicro() {
+				t.Errorf("t%d: place noted %d (%v), want %d", i, place, err, d.At().UnixMicro())
+			}
+		case d.Booked:
+			if len(queued) > 0 {
+				t.Fatalf("t%d booked a slot after t%d was placed in line: %+v", i, i-1, d)
+			}
+			if d.Delay > ahead {
+				t.Errorf("t%d booked %s ahead: past the horizon %s", i, d.Delay, ahead)
+			}
+			booked = append(booked, d)
+			lastBooked = fmt.Sprint("t", i)
+		case !d.Allowed:
+			t.Fatalf("t%d: %+v", i, d)
+		}
+	}
+	if len(queued) < 25 {
+		t.Fatalf("%d of 40 placed in line with a horizon of 1s at 10/s", len(queued))
+	}
+	for i := 1; i < len(queued); i++ {
+		if gap := queued[i].At().Sub(queued[i-1].At()); gap != 100*time.Millisecond {
+			t.Errorf("place %d is %s after the one before: want one slot", i, gap)
+		}
+	}
+	if first, last := queued[0].At(), booked[len(booked)-1].At(); first.Before(last) {
+		t.Errorf("first place in line %s before the last slot booked %s", first, last)
+	}
+	tickets, err := rdb.ZCard(ctx, bookKey(subjectTag(DefaultPrefix, "gw"), "sms")).Result()
+	if err != nil || tickets != int64(len(booked)) {
+		t.Errorf("tickets %d (%v), want %d (one per slot booked, none for places in line)", tickets, err, len(booked))
+	}
+
+	// A task new to the line joins its end; one that was placed (its hash
+	// notes it) does not: it books a slot (none is free within the
+	// horizon here, so it gets a place again, at the line's end too).
+	d := mustAdmit(t, l, lineReq(t, rdb, "late", "", 1, b, ahead))
+	if !d.Queued || d.At().Sub(queued[len(queued)-1].At()) != 100*time.Millisecond {
+		t.Errorf("a new task: %+v; want a place one slot after the last (%s)", d, queued[len(queued)-1].At())
+	}
+
+	// Released: the slot is the next booking's, not held behind the gate of
+	// a tenant alone.
+	first := booked[len(booked)-1]
+	if _, err := l.Release(ctx, lineReq(t, rdb, lastBooked, "", 1, b, ahead)); err != nil {
+		t.Fatal(err)
+	}
+	// A returning task (its hash notes a place): it takes the freed slot.
+	r := lineReq(t, rdb, "t39", "", 1, b, ahead)
+	d = mustAdmit(t, l, r)
+	if !d.Booked || d.Queued || !d.At().Equal(first.At()) {
+		t.Errorf("a task back from its place after a release: %+v; want the released slot at %s", d, first.At())
+	}
+}
+
+// TestFairShareTwoTenants: a tenant that starts waiting behind another's
+// line gets its share at once: its places go every other slot from the
+// first free one, and the first tenant's new places are spaced to leave
+// room for it. Weights set the shares.
+func TestFairShareTwoTenants(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		wBig, wSmall  int
+		bigGap, small time.Duration // spacing of each tenant's places while both wait
+	}{
+		{"equal", 1, 1, 200 * time.Millisecond, 200 * time.Millisecond},
+		{"2:1", 2, 1, 150 * time.Millisecond, 300 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, rdb := newStandalone(t)
+			b := mustBucket(t, "sms", 10, 1)
+			const ahead = time.Second
+			var bigLast time.Time
+			for i := range 60 {
+				d := mustAdmit(t, l, lineReq(t, rdb, fmt.Sprint("big", i), "big", tc.wBig, b, ahead))
+				bigLast = d.At()
+			}
+			if bigLast.Sub(time.Now()) < 5*time.Second {
+				t.Fatalf("big's 60th at %s: want about 6s ahead", bigLast)
+			}
+			var small []time.Time
+			for i := range 10 {
+				d := mustAdmit(t, l, lineReq(t, rdb, fmt.Sprint("small", i), "small", tc.wSmall, b, ahead))
+				if !d.Booked {
+					t.Fatalf("small%d: %+v", i, d)
+				}
+				small = append(small, d.At())
+			}
+			if small[9].After(bigLast) {
+				t.Fatalf("small's 10th at %s, after big's whole line (%s): no share", small[9], bigLast)
+			}
+			if wait := small[0].Sub(time.Now()); wait > ahead+200*time.Millisecond {
+				t.Errorf("small's first in %s: want within the horizon", wait)
+			}
+			for i := 2; i < len(small); i++ {
+				if gap := small[i].Sub(small[i-1]); gap != tc.small {
+					t.Errorf("small's place %d is %s after the one before: want %s", i, gap, tc.small)
+				}
+			}
+			// big's new tasks now join its line at its share's spacing.
+			p1 := mustAdmit(t, l, lineReq(t, rdb, "bigA", "big", tc.wBig, b, ahead))
+			p2 := mustAdmit(t, l, lineReq(t, rdb, "bigB", "big", tc.wBig, b, ahead))
+			if gap := p2.At().Sub(p1.At()); gap != tc.bigGap {
+				t.Errorf("big's places while small waits are %s apart: want %s", gap, tc.bigGap)
+			}
+		})
+	}
+}
+
+// TestFairStateReleased: a tenant's record goes once it has nothing
+// waiting, and the weights of the tenants waiting follow.
+func TestFairStateReleased(t *testing.T) {
+	l, rdb := newStandalone(t)
+	ctx := context.Background()
+	b := mustBucket(t, "sms", 1000, 1)
+	tag := subjectTag(DefaultPrefix, "gw")
+	for i := range 30 {
+		mustAdmit(t, l, lineReq(t, rdb, fmt.Sprint("a", i), "a", 1, b, 5*time.Millisecond))
+	}
+	n, err := rdb.HLen(ctx, fairKey(tag, "sms")).Result()
+	if err != nil || n != 2 {
+		t.Fatalf("tenants hash holds %d fields (%v), want the tenant and W", n, err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		n, err := rdb.Exists(ctx, fairKey(tag, "sms"), tenantsKey(tag, "sms")).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the tenant's state is still there 20s after its last place")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
