@@ -17,6 +17,8 @@ func decodeSeeds() []string {
 		ok,
 		`{"recipient":"a","policy":"p","provider":"x","template":"t","data":{"name":"Al","n":[1,2.5,null,true]},"send_by":"2026-01-02T03:04:05.123456789+02:00","campaign":"spring"}`,
 		`{"recipient":"a","policy":"p","provider":"x","template":"t","data":null}`,
+		`{"recipient":"a","policy":"p","provider":"x","template":"t","tenant":"billing","campaign":"spring"}`,
+		`{"recipient":"a","policy":"p","provider":"x","template":"t","tenant":"\u2028\u007f"}`,
 		`{"recipient":"a","policy":"p","provider":"x","template":"t","data":"<&>"}`,
 		`{"recipient":"a","policy":"p","provider":"x","template":"t","data":{ "spaced" : [ 1 , 2 ] }}`,
 		`{"RECIPIENT":"a","Policy":"p","provider":"x","template":"t"}`,
@@ -63,7 +65,7 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("accepted a payload of %d bytes", len(payload))
 		}
 		if len(n.Recipient) > MaxRecipientLen || len(n.Template) > MaxTemplateLen ||
-			len(n.Policy) > MaxTemplateLen || len(n.Provider) > MaxTemplateLen {
+			len(n.Policy) > MaxTemplateLen || len(n.Provider) > MaxTemplateLen || len(n.Tenant) > MaxTenantLen {
 			t.Fatalf("accepted a field over its limit: %q", payload)
 		}
 		if err := n.Check(); err != nil {

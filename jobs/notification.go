@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
@@ -26,6 +27,7 @@ const TypeNotify = "notify"
 const (
 	MaxRecipientLen = 256      // bytes
 	MaxTemplateLen  = 128      // bytes
+	MaxTenantLen    = 256      // bytes
 	MaxPayloadLen   = 64 << 10 // bytes of the whole JSON payload
 )
 
@@ -75,6 +77,10 @@ type Notification struct {
 	TZ string `json:"tz,omitempty"`
 	// Campaign names the campaign run that created it, if any.
 	Campaign string `json:"campaign,omitempty"`
+	// Tenant is the sender whose fair share of the provider it uses (see
+	// throttle.Request.Tenant): at most MaxTenantLen bytes of UTF-8 without
+	// control characters; "" is the default tenant.
+	Tenant string `json:"tenant,omitempty"`
 	// Queued is when NewTask made its task (the producer's clock), from
 	// which a policy's max delay counts (PolicySettings.MaxDelay).
 	Queued *time.Time `json:"queued_at,omitempty"`
@@ -105,12 +111,33 @@ func (n *Notification) Check() error {
 	if err := field("provider", n.Provider, MaxTemplateLen); err != nil {
 		return err
 	}
+	if err := checkTenant(n.Tenant); err != nil {
+		return err
+	}
 	if len(n.Data) > 0 && !json.Valid(n.Data) {
 		return bad("data", "not JSON")
 	}
 	if n.TZ != "" {
 		if _, err := LoadZone(n.TZ); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// checkTenant accepts "" or up to MaxTenantLen bytes of UTF-8 without
+// control characters: a tenant names a sender in the throttle's state and in
+// log lines.
+func checkTenant(tenant string) error {
+	switch {
+	case len(tenant) > MaxTenantLen:
+		return bad("tenant", "%d bytes, longer than %d", len(tenant), MaxTenantLen)
+	case !utf8.ValidString(tenant):
+		return bad("tenant", "not UTF-8")
+	}
+	for i, r := range tenant {
+		if unicode.IsControl(r) {
+			return bad("tenant", "control character %U (byte %d)", r, i+1)
 		}
 	}
 	return nil
@@ -138,7 +165,7 @@ func Decode(payload []byte) (Notification, error) {
 }
 
 // payloadFields are the JSON names of Notification's fields.
-var payloadFields = [...]string{"recipient", "policy", "provider", "template", "data", "send_by", "tz", "campaign", "queued_at"}
+var payloadFields = [...]string{"recipient", "policy", "provider", "template", "data", "send_by", "tz", "campaign", "tenant", "queued_at"}
 
 // checkFieldNames rejects what encoding/json lets through in an object it
 // has decoded: a field named in another case ("Recipient": it matches

@@ -15,10 +15,14 @@ func TestDecodeRejectsMalformedPayloads(t *testing.T) {
 		{"not JSON", `hello`, "payload is not a notification: invalid character 'h' looking for beginning of value: bad notification"},
 		{"no recipient", `{"policy":"p","provider":"x","template":"t"}`, "recipient: missing: bad notification"},
 		{"unknown field", `{"recipient":"a","policy":"p","provider":"x","template":"t","colour":1}`, `payload is not a notification: json: unknown field "colour": bad notification`},
-		{"field in another case", `{"Recipient":"a","policy":"p","provider":"x","template":"t"}`, `payload field "Recipient": field names are lower case (recipient, policy, provider, template, data, send_by, tz, campaign, queued_at): bad notification`},
+		{"field in another case", `{"Recipient":"a","policy":"p","provider":"x","template":"t"}`, `payload field "Recipient": field names are lower case (recipient, policy, provider, template, data, send_by, tz, campaign, tenant, queued_at): bad notification`},
 		{"field twice", `{"recipient":"a","policy":"p","provider":"x","template":"t","recipient":"b"}`, `payload field "recipient": given twice: bad notification`},
 		{"trailing data", `{"recipient":"a","policy":"p","provider":"x","template":"t"} {}`, "payload has data after the notification: bad notification"},
 		{"long recipient", `{"recipient":"` + strings.Repeat("a", MaxRecipientLen+1) + `","policy":"p","provider":"x","template":"t"}`, "recipient: 257 bytes, longer than 256: bad notification"},
+		{"long tenant", `{"recipient":"a","policy":"p","provider":"x","template":"t","tenant":"` + strings.Repeat("é", 129) + `"}`, "tenant: 258 bytes, longer than 256: bad notification"},
+		{"tenant with a control character", `{"recipient":"a","policy":"p","provider":"x","template":"t","tenant":"team\ta"}`, "tenant: control character U+0009 (byte 5): bad notification"},
+		{"tenant with a C1 control character", `{"recipient":"a","policy":"p","provider":"x","template":"t","tenant":"\u0085"}`, "tenant: control character U+0085 (byte 1): bad notification"},
+		{"tenant not a string", `{"recipient":"a","policy":"p","provider":"x","template":"t","tenant":7}`, "payload is not a notification: json: cannot unmarshal number into Go struct field Notification.tenant of type string: bad notification"},
 		{"too big", `{"recipient":"a","data":"` + strings.Repeat("x", MaxPayloadLen) + `"}`, "payload of 65563 bytes, more than 65536: bad notification"},
 	}
 	for _, tc := range tests {
@@ -32,6 +36,25 @@ func TestDecodeRejectsMalformedPayloads(t *testing.T) {
 				t.Errorf("FieldError %v does not make %q", fe, tc.want)
 			}
 		})
+	}
+}
+
+// TestDecodeTenant: a tenant is optional, and one of MaxTenantLen bytes, any
+// UTF-8 but control characters, round-trips through a task.
+func TestDecodeTenant(t *testing.T) {
+	for _, tenant := range []string{"", "billing", "équipe ☃ 7", strings.Repeat("t", MaxTenantLen)} {
+		n := Notification{Recipient: "a", Policy: "p", Provider: "x", Template: "t", Tenant: tenant}
+		task, err := NewTask(n, "id")
+		if err != nil {
+			t.Fatalf("tenant %q: %v", tenant, err)
+		}
+		if tenant == "" && bytes.Contains(task.Payload(), []byte(`"tenant"`)) {
+			t.Errorf("no tenant, but the payload names one: %s", task.Payload())
+		}
+		back, err := Decode(task.Payload())
+		if err != nil || back.Tenant != tenant {
+			t.Errorf("tenant %q: decoded %q, %v", tenant, back.Tenant, err)
+		}
 	}
 }
 

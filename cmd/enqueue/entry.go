@@ -26,10 +26,11 @@ type entry struct {
 	IdempotencyKey          string
 	SendBy                  *time.Time
 	TZ                      string // the recipient's IANA time zone
+	Tenant                  string // the sender sharing the provider fairly; "": the default tenant
 }
 
 // Fields of a JSONL line.
-var lineFields = []string{"recipient", "template", "policy", "provider", "queue", "data", "idempotency_key", "send_by", "tz"}
+var lineFields = []string{"recipient", "template", "policy", "provider", "queue", "data", "idempotency_key", "send_by", "tz", "tenant"}
 
 // parseLine parses one JSONL line: a JSON object with the fields in
 // lineFields, each at most once. null is the same as leaving a field out.
@@ -87,6 +88,8 @@ func (e *entry) set(key string, raw json.RawMessage) error {
 		return str(&e.IdempotencyKey)
 	case "tz":
 		return str(&e.TZ)
+	case "tenant":
+		return str(&e.Tenant)
 	case "data":
 		if kind != "object" {
 			return fmt.Errorf("data: must be a JSON object (got %s)", kind)
@@ -222,6 +225,7 @@ func (c checker) check(e entry, now time.Time) (job, error) {
 		Data:      e.Data,
 		SendBy:    e.SendBy,
 		TZ:        e.TZ,
+		Tenant:    e.Tenant,
 	}
 	queue := r.Queue
 	if err := n.Check(); err != nil {

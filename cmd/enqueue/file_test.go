@@ -64,6 +64,25 @@ testdata/mixed.jsonl:6: recipient: missing
 	wantPending(t, h, map[string]int{"default": 4, "critical": 1})
 }
 
+// TestFileTenant: a line's tenant is its task's; a line without one has
+// none (the default tenant).
+func TestFileTenant(t *testing.T) {
+	h := newHarness(t)
+	in := `{"recipient":"a@example.com","template":"t","tenant":"billing","idempotency_key":"t1"}
+{"recipient":"b@example.com","template":"t","tenant":null,"idempotency_key":"t2"}
+`
+	out := h.run(invocation{args: []string{"-config", testConfig, "-file", "-"}, stdin: strings.NewReader(in)})
+	if want := "enqueued 2, duplicates 0, rejected 0 (2 lines)\n"; out.code != 0 || out.stderr != want {
+		t.Fatalf("enqueue = %d, stderr %q; want 0, %q", out.code, out.stderr, want)
+	}
+	if got := h.task("default", jobs.TaskID("t1")).Tenant; got != "billing" {
+		t.Errorf("line 1: tenant %q, want billing", got)
+	}
+	if got := h.task("default", jobs.TaskID("t2")).Tenant; got != "" {
+		t.Errorf("line 2: tenant %q, want none", got)
+	}
+}
+
 // TestFileStdin reads stdin: a key given twice is one task and a
 // duplicate, and all enqueued (duplicates included) is exit status 0.
 func TestFileStdin(t *testing.T) {
@@ -116,7 +135,7 @@ func TestBadLines(t *testing.T) {
 		"string.jsonl":             `must be a JSON object (got string)`,
 		"misspelled_field.jsonl":   `unknown field "recipent" (did you mean recipient?)`,
 		"capitalized_field.jsonl":  `unknown field "Recipient" (did you mean recipient?)`,
-		"unknown_field.jsonl":      `unknown field "campaign" (fields: recipient, template, policy, provider, queue, data, idempotency_key, send_by, tz)`,
+		"unknown_field.jsonl":      `unknown field "campaign" (fields: recipient, template, policy, provider, queue, data, idempotency_key, send_by, tz, tenant)`,
 		"duplicate_field.jsonl":    `recipient: given twice`,
 		"recipient_number.jsonl":   `recipient: must be a string (got number)`,
 		"missing_recipient.jsonl":  `recipient: missing`,
@@ -130,6 +149,9 @@ func TestBadLines(t *testing.T) {
 		"send_by_past.jsonl":       `send_by: 2001-09-09T01:46:40Z is in the past`,
 		"unknown_tz.jsonl":         `tz: unknown time zone "America/Nowhere" (an IANA zone such as Europe/Paris)`,
 		"tz_number.jsonl":          `tz: must be a string (got number)`,
+		"tenant_number.jsonl":      `tenant: must be a string (got number)`,
+		"long_tenant.jsonl":        `tenant: 257 bytes, longer than 256`,
+		"tenant_control.jsonl":     `tenant: control character U+0000 (byte 5)`,
 		"undefined_policy.jsonl":   `policy "vip" is not defined in testdata/config.yaml`,
 		"undefined_provider.jsonl": `provider "pigeon" is not defined in testdata/config.yaml`,
 		"undefined_queue.jsonl":    `queue "bulk" is not defined in testdata/config.yaml`,

@@ -8,6 +8,7 @@
 //
 //	enqueue [-config config.yaml] -to RECIPIENT -template NAME [-policy P] [-provider P]
 //	        [-data '{"k":"v"}'] [-queue Q] [-key IDEMPOTENCY_KEY] [-send-by TIME|DURATION] [-tz ZONE]
+//	        [-tenant NAME]
 //	enqueue [-config config.yaml] -file notifications.jsonl   (-file - reads stdin)
 //	enqueue [-config config.yaml] -campaigns
 //	enqueue [-config config.yaml] -trigger CAMPAIGN
@@ -152,7 +153,7 @@ type command struct {
 
 func commands() []command {
 	return []command{
-		{flags: []string{"to", "template", "policy", "provider", "data", "queue", "key", "send-by"}, run: runOne},
+		{flags: []string{"to", "template", "policy", "provider", "data", "queue", "key", "send-by", "tenant"}, run: runOne},
 		{flags: []string{"file"}, run: runFile},
 		{flags: []string{"campaigns"}, run: runCampaigns},
 		{flags: []string{"trigger"}, run: runTrigger},
@@ -187,6 +188,7 @@ func usage(fs *flag.FlagSet) {
 	fmt.Fprint(fs.Output(), `Usage:
   enqueue [-config config.yaml] -to RECIPIENT -template NAME [-policy P] [-provider P]
           [-data '{"k":"v"}'] [-queue Q] [-key IDEMPOTENCY_KEY] [-send-by TIME|DURATION] [-tz ZONE]
+          [-tenant NAME]
   enqueue [-config config.yaml] -file notifications.jsonl   (-file - reads stdin)
   enqueue [-config config.yaml] -campaigns                  (list, with next fire times)
   enqueue [-config config.yaml] -trigger CAMPAIGN           (fire one now)
@@ -213,7 +215,8 @@ Examples:
 One JSONL line (recipient and template required, unknown fields rejected):
   {"recipient":"alice@example.com","template":"welcome","policy":"marketing",
    "provider":"console","queue":"default","data":{"name":"Alice"},
-   "idempotency_key":"welcome-alice","send_by":"2026-11-22T10:00:00Z"}
+   "idempotency_key":"welcome-alice","send_by":"2026-11-22T10:00:00Z",
+   "tenant":"growth"}
 
 Exit status: 0 all enqueued (duplicates count as done), 1 a notification was
 rejected or an error stopped enqueue (it says from which line to resume),

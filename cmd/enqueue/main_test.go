@@ -187,7 +187,7 @@ func TestOneWithEveryFlag(t *testing.T) {
 	h := newHarness(t)
 	before := time.Now()
 	out := h.runArgs("-to", "+15551234567", "-template", "otp", "-policy", "transactional",
-		"-provider", "sms", "-queue", "critical", "-key", "otp-42", "-send-by", "90m", "-tz", "Europe/London")
+		"-provider", "sms", "-queue", "critical", "-key", "otp-42", "-send-by", "90m", "-tz", "Europe/London", "-tenant", "billing")
 	after := time.Now()
 	if out.code != 0 || out.stderr != "" {
 		t.Fatalf("enqueue = %d, stderr %q", out.code, out.stderr)
@@ -197,7 +197,7 @@ func TestOneWithEveryFlag(t *testing.T) {
 		t.Errorf("task ID = %s, want jobs.TaskID(otp-42) = %s", id, jobs.TaskID("otp-42"))
 	}
 	n := h.task("critical", id)
-	if n.Recipient != "+15551234567" || n.Template != "otp" || n.Policy != "transactional" || n.Provider != "sms" || n.Data != nil || n.TZ != "Europe/London" {
+	if n.Recipient != "+15551234567" || n.Template != "otp" || n.Policy != "transactional" || n.Provider != "sms" || n.Data != nil || n.TZ != "Europe/London" || n.Tenant != "billing" {
 		t.Errorf("task payload = %+v", n)
 	}
 	if n.SendBy == nil || n.SendBy.Before(before.Add(90*time.Minute).Truncate(time.Second)) || n.SendBy.After(after.Add(90*time.Minute)) {
@@ -272,6 +272,10 @@ func TestOneRejected(t *testing.T) {
 			`enqueue: send_by: 2001-09-09T01:46:40Z is in the past`},
 		{"unknown zone", []string{"-to", "a@example.com", "-template", "t", "-tz", "EST5EDT/Nowhere"},
 			`enqueue: tz: unknown time zone "EST5EDT/Nowhere" (an IANA zone such as Europe/Paris)`},
+		{"long tenant", []string{"-to", "a@example.com", "-template", "t", "-tenant", strings.Repeat("t", 257)},
+			`enqueue: tenant: 257 bytes, longer than 256`},
+		{"tenant with a line break", []string{"-to", "a@example.com", "-template", "t", "-tenant", "team\na"},
+			`enqueue: tenant: control character U+000A (byte 5)`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -311,6 +315,7 @@ func TestUsageErrors(t *testing.T) {
 		{"only config", []string{"-config", testConfig}, "enqueue: nothing to enqueue: give -to and -template, -file, -campaigns or -trigger NAME"},
 		{"file and to", []string{"-file", "x.jsonl", "-to", "a@example.com"}, "enqueue: -to and -file cannot be used together"},
 		{"file and queue", []string{"-queue", "low", "-file", "x.jsonl"}, "enqueue: -queue and -file cannot be used together"},
+		{"file and tenant", []string{"-file", "x.jsonl", "-tenant", "billing"}, "enqueue: -tenant and -file cannot be used together"},
 		{"no recipient", []string{"-template", "welcome"}, "enqueue: -to RECIPIENT is required to enqueue one notification"},
 		{"no template", []string{"-to", "a@example.com"}, "enqueue: -template NAME is required to enqueue one notification"},
 		{"empty file", []string{"-file", ""}, "enqueue: -file needs a path, or - for stdin"},
@@ -350,10 +355,12 @@ func TestHelp(t *testing.T) {
 			"Examples:\n",
 			"enqueue -to alice@example.com -template welcome -data '{\"name\":\"Alice\"}'\n",
 			"zcat big.jsonl.gz | enqueue -file -\n",
-			`"idempotency_key":"welcome-alice","send_by":"2026-11-22T10:00:00Z"}`,
+			`"idempotency_key":"welcome-alice","send_by":"2026-11-22T10:00:00Z",`,
+			`"tenant":"growth"}`,
 			"Exit status: 0",
 			"REDIS_URL overrides redis.url",
 			"  -send-by time\n", // the flags, from PrintDefaults
+			"  -tenant name\n",
 		} {
 			if !strings.Contains(out.stdout, want) {
 				t.Errorf("enqueue %s: usage lacks %q:\n%s", arg, want, out.stdout)

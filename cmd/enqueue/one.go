@@ -32,6 +32,7 @@ func runOne(ctx context.Context, o *options, p process) error {
 	j, err := c.check(entry{
 		Recipient: o.to, Template: o.template, Policy: o.policy, Provider: o.provider,
 		Queue: o.queue, Data: o.data, IdempotencyKey: o.key, SendBy: o.sendBy.time(now), TZ: o.tz,
+		Tenant: o.tenant,
 	}, now)
 	if err != nil {
 		return err

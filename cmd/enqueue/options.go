@@ -12,9 +12,9 @@ type options struct {
 	config string
 
 	// One notification (runOne).
-	to, template, policy, provider, queue, key, tz string
-	data                                           json.RawMessage
-	sendBy                                         deadline
+	to, template, policy, provider, queue, key, tz, tenant string
+	data                                                   json.RawMessage
+	sendBy                                                 deadline
 
 	// A JSONL file (runFile).
 	file string
@@ -42,6 +42,7 @@ func newOptions(fs *flag.FlagSet) *options {
 	fs.StringVar(&o.queue, "queue", "", "the queue (default: defaults.queue)")
 	fs.StringVar(&o.key, "key", "", "the idempotency `key`: the same key makes the same task ID")
 	fs.StringVar(&o.tz, "tz", "", "the recipient's IANA time `zone` (America/New_York) for its policy's calendar windows and quiet hours (default: the policy's timezone)")
+	fs.StringVar(&o.tenant, "tenant", "", "the tenant `name`: the sender (a team, a product) whose fair share of the provider the notification uses, weighted by tenants.weights; at most 256 bytes, no control characters (default: the tenant shared by notifications that name none)")
 	fs.Var(&o.sendBy, "send-by", "the deadline, an RFC 3339 `time` or a duration from now (90m); later it expires")
 	fs.StringVar(&o.file, "file", "", "a JSONL `file` of notifications, one per line; - reads stdin")
 	fs.BoolVar(&o.campaigns, "campaigns", false, "list the config's campaigns with their next fire times")
