@@ -72,11 +72,14 @@ func NewDigests(rdb redis.UniversalClient, prefix string, q Enqueuer) *Digests {
 }
 
 // digestOf names one digest: its recipient, policy, provider and number.
+// Tenant, not part of its name, is the tenant of the fold that queued its
+// task: the digest goes in that tenant's share of the provider.
 type digestOf struct {
 	Recipient string `json:"recipient"`
 	Policy    string `json:"policy"`
 	Provider  string `json:"provider"`
 	Gen       int64  `json:"gen"`
+	Tenant    string `json:"tenant,omitempty"`
 }
 
 // digestEntry is one folded message.
@@ -99,7 +102,7 @@ func (d digestOf) taskID() string {
 }
 
 func digestFor(n Notification) digestOf {
-	return digestOf{Recipient: n.Recipient, Policy: n.Policy, Provider: n.Provider}
+	return digestOf{Recipient: n.Recipient, Policy: n.Policy, Provider: n.Provider, Tenant: n.Tenant}
 }
 
 // attemptKey is the key of task id's attempt marker: a send of it was
@@ -323,7 +326,7 @@ func (t *Throttle) sendDigest(ctx context.Context, id string, task *asynq.Task) 
 		t.Metrics.inc(t.Metrics.Archived, "malformed")
 		return fmt.Errorf("malformed digest (or digests off): %v: %w", err, asynq.SkipRetry)
 	}
-	j, err := t.route(ctx, id, Notification{Recipient: d.Recipient, Policy: d.Policy, Provider: d.Provider, Template: DigestTemplate})
+	j, err := t.route(ctx, id, Notification{Recipient: d.Recipient, Policy: d.Policy, Provider: d.Provider, Template: DigestTemplate, Tenant: d.Tenant})
 	if err != nil {
 		t.Metrics.inc(t.Metrics.Archived, "malformed")
 		return fmt.Errorf("malformed digest: %v: %w", err, asynq.SkipRetry)

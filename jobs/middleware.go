@@ -41,6 +41,9 @@ type Throttle struct {
 	// Settings are, by policy, what the policy says beyond its windows; a
 	// policy without an entry defers with no max delay.
 	Settings map[string]PolicySettings
+	// Weights are tenants' weights (throttle.Request.Weight) by tenant
+	// (Notification.Tenant); a tenant without an entry weighs 1.
+	Weights map[string]int
 	// InlineWait is the longest wait slept in the worker rather than
 	// deferred. Zero defers every wait. With Book, a booked job is woken
 	// early by up to InlineWait - 1s (at most 1.5s), so that it claims its
@@ -94,6 +97,7 @@ type Rules struct {
 	Policies  map[string]*throttle.Quota
 	Providers map[string]Route
 	Settings  map[string]PolicySettings
+	Weights   map[string]int
 }
 
 // Swap makes r the rules of every job routed from now on (a config
@@ -105,7 +109,7 @@ func (t *Throttle) rules() *Rules {
 	if r := t.swapped.Load(); r != nil {
 		return r
 	}
-	return &Rules{Policies: t.Policies, Providers: t.Providers, Settings: t.Settings}
+	return &Rules{Policies: t.Policies, Providers: t.Providers, Settings: t.Settings, Weights: t.Weights}
 }
 
 // PolicySettings are what a policy says beyond its windows (see
@@ -152,6 +156,7 @@ type job struct {
 	// bookAhead is Throttle.BookAhead for a job that books.
 	bookAhead time.Duration
 	priority  bool   // it came from a priority queue
+	weight    int    // its tenant's weight, at least 1
 	queue     string // the queue it came from
 	// tried says a send of it was tried before (it failed, or its worker
 	// died in it): the provider may have taken it, so it is never folded
@@ -252,7 +257,7 @@ func (t *Throttle) setDefaults() {
 // route finds a notification's policy and provider.
 func (t *Throttle) route(ctx context.Context, id string, n Notification) (job, error) {
 	rs := t.rules()
-	j := job{id: id, n: n, quota: rs.Policies[n.Policy], policy: rs.Settings[n.Policy]}
+	j := job{id: id, n: n, quota: rs.Policies[n.Policy], policy: rs.Settings[n.Policy], weight: max(1, rs.Weights[n.Tenant])}
 	if t.Sent != nil {
 		j.sent = t.Sent.Key(id)
 	}
@@ -275,11 +280,11 @@ func (t *Throttle) route(ctx context.Context, id string, n Notification) (job, e
 }
 
 // request is the job's admission: its recipient's policy and its provider's
-// bucket, unless its sent marker exists (see admit). A rule in shadow mode
-// holds nothing: the policy only counts, the bucket is not taken (see
-// shadow).
+// bucket, in its tenant's share, unless its sent marker exists (see admit).
+// A rule in shadow mode holds nothing: the policy only counts, the bucket
+// is not taken (see shadow).
 func (j job) request() throttle.Request {
-	r := throttle.Request{ID: j.id, Done: j.sent, Book: j.book, Priority: j.priority}
+	r := throttle.Request{ID: j.id, Done: j.sent, Book: j.book, Priority: j.priority, Tenant: j.n.Tenant, Weight: j.weight}
 	if j.quota != nil {
 		r.Takes = append(r.Takes, throttle.Take{Rule: j.quota, Key: j.n.Recipient, CountOnly: j.policy.Shadow})
 	}
@@ -527,7 +532,8 @@ func (t *Throttle) shadow(ctx context.Context, j job) {
 		t.shadowed(j, d, err, j.policy.Drop && j.overCap(d.Take)) // quiet hours never drop
 	}
 	if j.route.Shadow {
-		r := throttle.Request{ID: j.id, MaxWait: t.InlineWait, Takes: []throttle.Take{{Rule: j.route.Bucket, Key: "shadow:" + j.n.Provider}}}
+		r := throttle.Request{ID: j.id, MaxWait: t.InlineWait, Tenant: j.n.Tenant, Weight: j.weight,
+			Takes: []throttle.Take{{Rule: j.route.Bucket, Key: "shadow:" + j.n.Provider}}}
 		d, err := t.Limiter.Admit(ctx, r)
 		t.shadowed(j, d, err, false)
 	}

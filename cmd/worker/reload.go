@@ -30,7 +30,8 @@ func buildRules(cfg *config.Config, stdout io.Writer, counts *sentCounts, keep s
 	if err != nil {
 		return jobs.Rules{}, nil, err
 	}
-	rules := jobs.Rules{Policies: policies, Providers: map[string]jobs.Route{}, Settings: map[string]jobs.PolicySettings{}}
+	rules := jobs.Rules{Policies: policies, Providers: map[string]jobs.Route{}, Settings: map[string]jobs.PolicySettings{},
+		Weights: cfg.Tenants.Weights}
 	built := senders{}
 	for name, p := range cfg.Providers {
 		s, ok := keep[name]

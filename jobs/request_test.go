@@ -1,0 +1,68 @@
+package jobs
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/notify-throttle/throttler/throttle"
+)
+
+// TestRequestCarriesTenantAndWeight: the admission a job makes is in its
+// notification's tenant, weighed by Throttle.Weights (1 when it has no
+// entry, the default tenant's included), and a Swap brings new weights.
+func TestRequestCarriesTenantAndWeight(t *testing.T) {
+	q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 1, Per: time.Hour})
+	b, _ := throttle.NewBucket("gw", 10, 1)
+	th := &Throttle{Policies: map[string]*throttle.Quota{"mkt": q}, Providers: map[string]Route{"gw": {Bucket: b}},
+		Weights: map[string]int{"billing": 3}, Book: true}
+	request := func(tenant string) throttle.Request {
+		t.Helper()
+		j, err := th.route(context.Background(), "id", Notification{Recipient: "a", Policy: "mkt", Provider: "gw", Template: "t", Tenant: tenant})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return j.request()
+	}
+	tests := []struct {
+		tenant string
+		weight int
+	}{{"billing", 3}, {"growth", 1}, {"", 1}}
+	for _, tc := range tests {
+		if r := request(tc.tenant); r.Tenant != tc.tenant || r.Weight != tc.weight || !r.Book {
+			t.Errorf("tenant %q: request in tenant %q of weight %d (book %v), want weight %d", tc.tenant, r.Tenant, r.Weight, r.Book, tc.weight)
+		}
+	}
+	th.Swap(Rules{Policies: th.Policies, Providers: th.Providers, Weights: map[string]int{"growth": 7}})
+	if r := request("growth"); r.Weight != 7 {
+		t.Errorf("after Swap, growth weighs %d, want 7", r.Weight)
+	}
+	if r := request("billing"); r.Weight != 1 {
+		t.Errorf("after Swap, billing weighs %d, want 1 (no entry)", r.Weight)
+	}
+}
+
+// TestDigestCarriesTenant: a digest's task carries the tenant of the fold
+// that queued it, which is no part of the digest's name (its keys and task
+// ID): folds of several tenants share one digest.
+func TestDigestCarriesTenant(t *testing.T) {
+	n := Notification{Recipient: "a", Policy: "mkt", Provider: "gw", Template: "t", Tenant: "billing"}
+	d := digestFor(n)
+	payload, err := json.Marshal(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back digestOf
+	if err := json.Unmarshal(payload, &back); err != nil || back.Tenant != "billing" {
+		t.Fatalf("digest task payload %s: tenant %q, %v", payload, back.Tenant, err)
+	}
+	n.Tenant = ""
+	other := digestFor(n)
+	g := NewDigests(nil, "", nil)
+	gen, ids, list := g.keys(d)
+	gen2, ids2, list2 := g.keys(other)
+	if other.taskID() != d.taskID() || gen != gen2 || ids != ids2 || list != list2 {
+		t.Errorf("the tenant changes the digest's name")
+	}
+}
