@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/notify-throttle/throttler/config"
+	"github.com/notify-throttle/throttler/jobs"
 )
 
 // TestFileReaderResumes reads a file in batches, reopening it at each
@@ -84,6 +85,24 @@ func TestMessageTimeZone(t *testing.T) {
 		}
 		if tc.why == "" && !strings.Contains(string(msg.Payload), `"tz":"`+tc.want+`"`) {
 			t.Errorf("tz %q: payload %s, want tz %s", tc.tz, msg.Payload, tc.want)
+		}
+	}
+}
+
+// TestMessageTenant: a campaign's notifications carry its tenant (a file's
+// campaign defaults it to its name: see config.Campaign.Tenant); none when
+// it is "", the default tenant.
+func TestMessageTenant(t *testing.T) {
+	for _, tenant := range []string{"growth", ""} {
+		b := &batchRun{c: &campaign{Campaign: config.Campaign{Name: "c", Policy: "p", Provider: "x", Template: "t", Queue: "default", Tenant: tenant}},
+			tick: NewTick("c", time.Unix(1_800_000_000, 0))}
+		msg, why := b.message(entry{recipient: "a@x", line: 1}, nil)
+		if why != "" {
+			t.Fatalf("tenant %q: %s", tenant, why)
+		}
+		n, err := jobs.Decode(msg.Payload)
+		if err != nil || n.Tenant != tenant {
+			t.Errorf("tenant %q: payload %s carries %q (%v)", tenant, msg.Payload, n.Tenant, err)
 		}
 	}
 }

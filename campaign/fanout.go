@@ -297,7 +297,8 @@ func (b *batchRun) message(e entry, sendBy *time.Time) (asynqdb.Message, string)
 	c := b.c
 	id := b.tick.NotificationID(e.recipient)
 	n := jobs.Notification{Recipient: e.recipient, Policy: c.Policy, Provider: c.Provider,
-		Template: c.Template, Data: c.Data, SendBy: sendBy, Campaign: b.tick.String(), TZ: cmp.Or(e.tz, c.RecipientTZ)}
+		Template: c.Template, Data: c.Data, SendBy: sendBy, Campaign: b.tick.String(), TZ: cmp.Or(e.tz, c.RecipientTZ),
+		Tenant: c.Tenant}
 	task, err := jobs.NewTask(n, id)
 	var fe *jobs.FieldError
 	switch {

@@ -32,6 +32,7 @@ campaigns:
     cron: "@hourly"
     audience: {redis_set: "pulse:members"}
     catch_up: 0s
+    tenant: growth
 `)
 	c, err := LoadWithEnv(filepath.Join(dir, "config.yaml"), noEnv)
 	if err != nil {
@@ -40,8 +41,8 @@ campaigns:
 	want := []Campaign{
 		{Name: "digest", Template: "digest", Cron: "*/2 * * * * *", Timezone: "America/New_York",
 			Audience:     Audience{File: filepath.Join(dir, "lists", "digest.txt")},
-			SendByWindow: 24 * time.Hour, CatchUp: time.Hour},
-		{Name: "pulse", Template: "pulse", Cron: "@hourly", Audience: Audience{RedisSet: "pulse:members"}},
+			SendByWindow: 24 * time.Hour, CatchUp: time.Hour, Tenant: "digest"},
+		{Name: "pulse", Template: "pulse", Cron: "@hourly", Audience: Audience{RedisSet: "pulse:members"}, Tenant: "growth"},
 	}
 	if !reflect.DeepEqual(c.Campaigns, want) {
 		t.Errorf("campaigns:\n got %+v\nwant %+v", c.Campaigns, want)

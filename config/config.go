@@ -314,12 +314,20 @@ type Campaign struct {
 	// CatchUp is how old a tick missed while no worker ran may be and still
 	// be sent at start (the latest only). Default 1h in a file; 0: off.
 	CatchUp time.Duration `yaml:"catch_up"`
+	// Tenant is the tenant of the campaign's notifications: whose fair
+	// share of the provider they use (see Tenants). At most 256 bytes, no
+	// control characters. Default in a file: the campaign's Name; "" is the
+	// default tenant.
+	Tenant string `yaml:"tenant"`
 }
 
 // Fill gives a campaign read from a file its defaults.
 func (c *Campaign) Fill(has func(key string) bool, _ func(key, why string)) {
 	if !has("catch_up") {
 		c.CatchUp = time.Hour
+	}
+	if !has("tenant") {
+		c.Tenant = c.Name
 	}
 }
 

@@ -181,7 +181,7 @@ campaigns:
 				Name: "weekly-digest", Cron: "0 9 * * MON", Timezone: "Europe/Paris",
 				Audience: Audience{RedisSet: "digest:subscribers"}, Template: "digest",
 				Data: []byte(`{"items":[1,2],"title":"Your week"}`), SendByWindow: 6 * time.Hour,
-				CatchUp: time.Hour,
+				CatchUp: time.Hour, Tenant: "weekly-digest",
 			}}
 			if !reflect.DeepEqual(c.Campaigns, want) {
 				t.Errorf("campaigns:\n got %+v\nwant %+v", c.Campaigns, want)

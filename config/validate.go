@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/notify-throttle/throttler/internal/redisconn"
 	"github.com/notify-throttle/throttler/throttle"
@@ -348,6 +349,18 @@ func (v *validator) campaigns() {
 		}
 		v.durationAtLeast(path+".send_by_window", cp.SendByWindow, 0)
 		v.zone(path+".recipient_tz", cp.RecipientTZ)
+		v.tenant(path+".tenant", cp.Tenant)
+	}
+}
+
+// tenant checks a campaign's tenant as a notification's is checked: at
+// most throttle.MaxIDLen bytes, no control characters ("" is the default
+// tenant).
+func (v *validator) tenant(path, tenant string) {
+	if len(tenant) > throttle.MaxIDLen {
+		v.failf(path, "at most %d bytes (got %d)", throttle.MaxIDLen, len(tenant))
+	} else if strings.IndexFunc(tenant, unicode.IsControl) >= 0 {
+		v.failf(path, "must not contain control characters (got %s)", quote(tenant))
 	}
 }
 
