@@ -49,11 +49,11 @@
 
 -- admit_task admits one task whose keys start at keys[ki] and returns the
 -- index past its last key, then its four values.
-local function admit_task(keys, ki, id, p, now, deadline, floor_, weight, tenant)
+local function admit_task(keys, ki, id, p, now, deadline, floor_, weight, ps, tenant)
   local maxwait, n = p.maxwait, p.n
   local marker, tkey
   if p.done then marker, ki = keys[ki], ki + 1 end
-  if p.horizon > 0 then tkey, ki = keys[ki], ki + 1 end
+  if p.horizon > 0 and not ps then tkey, ki = keys[ki], ki + 1 end
   if marker and rcall('EXISTS', marker) == 1 then
     for i = 1, n do ki = ki + p[i].nk end
     return ki, -1, now, 0, 0, 0, 0
@@ -109,7 +109,7 @@ local function admit_task(keys, ki, id, p, now, deadline, floor_, weight, tenant
       kb = kb + p[i].nk
     end
     if not go then
-      local kk, a, b, c, d, o, x = book_task(keys, ki, id, p, now, deadline, floor_, weight, tenant, tkey)
+      local kk, a, b, c, d, o, x = book_task(keys, ki, id, p, now, deadline, floor_, weight, tenant, tkey, ps)
       if kk then return kk, a, b, c, d, o, x end
     end
   end
@@ -151,16 +151,19 @@ local function admit_task(keys, ki, id, p, now, deadline, floor_, weight, tenant
   return k, 1 + (repeated and 2 or 0) + 4 * binding + fresh, now, delay, remaining, 0, 0
 end
 
--- when reads a task's third argument: its deadline, or
--- "deadline,floor,weight,tenant" (floor: on a cluster, see book_task;
--- weight and tenant: its fair share, see book.lua; the tenant is the rest).
+-- when reads a task's third argument: its deadline, or for a plan that
+-- books "deadline,floor,weight,place,tenant" (floor: on a cluster, see
+-- book_task; weight and tenant: its fair share, the tenant being the rest;
+-- place: on a cluster, what the task's hash says, read by the caller (see
+-- place_state), empty where the hash is one of the task's keys).
 local function when(s)
   local c = find(s, ',', 1, true)
-  if not c then return tonum(s), 0, 1, '' end
+  if not c then return tonum(s), 0, 1, nil, '' end
   local c2 = find(s, ',', c + 1, true)
-  if not c2 then return tonum(sub(s, 1, c - 1)), tonum(sub(s, c + 1)), 1, '' end
   local c3 = find(s, ',', c2 + 1, true)
-  return tonum(sub(s, 1, c - 1)), tonum(sub(s, c + 1, c2 - 1)), tonum(sub(s, c2 + 1, c3 - 1)), sub(s, c3 + 1)
+  local c4 = find(s, ',', c3 + 1, true)
+  return tonum(sub(s, 1, c - 1)), tonum(sub(s, c + 1, c2 - 1)), tonum(sub(s, c2 + 1, c3 - 1)),
+    tonum(sub(s, c3 + 1, c4 - 1)), sub(s, c4 + 1)
 end
 
 local function admit(keys, args)
@@ -168,15 +171,15 @@ local function admit(keys, args)
   local now = now_us()
   local na = #args
   if na == 3 then -- one task: its values, without growing a table
-    local dl, fl, w, tn = when(args[3])
-    local _, a, b, c, d, o, x = admit_task(keys, 1, args[1], plans[args[2]] or plan(args[2]), now, dl, fl, w, tn)
+    local dl, fl, w, ps, tn = when(args[3])
+    local _, a, b, c, d, o, x = admit_task(keys, 1, args[1], plans[args[2]] or plan(args[2]), now, dl, fl, w, ps, tn)
     return {a, b, c, d, o, x}
   end
   local out, ki, o = {}, 1, 0
   for j = 1, na, 3 do
     local a, b, c, d, e, x
-    local dl, fl, w, tn = when(args[j + 2])
-    ki, a, b, c, d, e, x = admit_task(keys, ki, args[j], plan(args[j + 1]), now, dl, fl, w, tn)
+    local dl, fl, w, ps, tn = when(args[j + 2])
+    ki, a, b, c, d, e, x = admit_task(keys, ki, args[j], plan(args[j + 1]), now, dl, fl, w, ps, tn)
     out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = a, b, c, d, e, x
     o = o + 6
   end

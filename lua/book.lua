@@ -378,7 +378,7 @@ local function in_place(k, bi, fair, fexp, tkey, now, q, len, deadline)
   end
   F.line = q + fair_stride(len)
   fair_write(fair, fexp, now, true)
-  rcall('HSET', tkey, 'thr', int(q))
+  if tkey then rcall('HSET', tkey, 'thr', int(q)) end -- else the caller notes it
   return k, 4 * bi, now, q - now, 0, QUEUED, floor((q - now) / len)
 end
 
@@ -386,7 +386,7 @@ end
 -- false when the task's bucket ledger holds it (a task that claimed and is
 -- admitted again: admit_task's plain path answers that), else the index
 -- past its last key and its six values (see admit.lua).
-local function book_task(keys, ki, id, p, now, deadline, floor_, weight, tenant, tkey)
+local function book_task(keys, ki, id, p, now, deadline, floor_, weight, tenant, tkey, ps)
   local n, maxwait, prio = p.n, p.maxwait, p.prio
   -- floor: on a cluster, the quotas' call books no earlier than the moment
   -- the bucket's node gave (book_bucket's peek); 0 elsewhere.
@@ -501,7 +501,7 @@ local function book_task(keys, ki, id, p, now, deadline, floor_, weight, tenant,
   end
   -- The tenant's share, where the bucket sets the moment (see above).
   local H, near, gate = p.horizon, false, 0
-  local fair, fexp, ps
+  local fair, fexp
   if bt and not prio then
     fair, fexp = keys[KI[bi] + 4], keys[KI[bi] + 5]
     near = H == 0 or m <= now + H
@@ -512,7 +512,7 @@ local function book_task(keys, ki, id, p, now, deadline, floor_, weight, tenant,
     if H > 0 and F.line > now + H then
       -- The tenant's line reaches past the horizon: a task new to it joins
       -- its end.
-      ps = place_state(tkey)
+      ps = ps or place_state(tkey)
       if ps == 1 then return in_place(k, bi, fair, fexp, tkey, now, max(m, F.line), len, deadline) end
     end
   end
@@ -607,8 +607,11 @@ end
 -- that floor), then commit here at the moment they took:
 --
 --   args  -> 'peek' or 'commit', the task's ID, a plan of its one bucket
---            take (see rules.lua, with 'k' or 'K'), and for commit the
---            moment (µs)
+--            take (see rules.lua, with 'k' or 'K'), for commit the moment
+--            (µs) (for peek, anything), then the task's weight and tenant
+--            (its fair share: the slot is found from its gate, and a commit
+--            moves the gate; no line: a booking with quotas on a cluster
+--            holds its slot however far ahead)
 --   keys  -> the bucket's keys
 --
 -- peek returns {now, moment, ticket (0: none), 1 if the ledger holds the
@@ -623,6 +626,20 @@ local function book_bucket(keys, args)
   if not rcall then bind() end
   local now = now_us()
   local mode, id, p = args[1], args[2], plan(args[3])
+  local fair, fexp, gate = keys[5], keys[6], 0
+  if not p.prio and args[5] then
+    fair_read(fair, fexp, args[6] or '', tonum(args[5]), now)
+    if F.W > F.w then gate = F.gate end
+  else
+    fair = nil
+  end
+  -- take records a slot v the task took in its tenant's gate.
+  local function take(v)
+    if not fair then return end
+    local others = F.W > F.w
+    if others then F.gate = max(F.gate, v) + fair_stride(bucket_len(p[1])) end
+    fair_write(fair, fexp, now, others)
+  end
   local bt = p[1]
   if p.n ~= 1 or bt.kind ~= 'b' then
     return redis.error_reply('throttle: book_bucket needs one bucket take')
@@ -639,7 +656,7 @@ local function book_bucket(keys, args)
     if ticket then
       pb = max(now, ticket - slack)
     else
-      local v = bucket_find(bcal, now, len)
+      local v = bucket_find(bcal, max(now, gate), len)
       if v then pb = max(now, v - slack) end
     end
     return {now, pb, ticket or 0, held}
@@ -657,9 +674,10 @@ local function book_bucket(keys, args)
     rcall('ZREM', bbook, member)
     bucket_free(bcal, ticket, len)
   end
-  local v, left, ra, rb = bucket_find(bcal, at, len)
+  local v, left, ra, rb = bucket_find(bcal, max(at, gate), len)
   if not v then return {now, 2, now + BIG} end
   if v - slack > at then return {now, 2, v - slack} end
+  take(v)
   if go then
     bucket_commit(bt, keys[1], bledger, bcal, id, now, max(now, at), v, left, ra, rb, p.remember)
     return {now, 0, at}

@@ -66,11 +66,22 @@ func (l *Limiter) bookCluster(ctx context.Context, r Request) (d Decision, ok bo
 		}
 	}
 	if bi < 0 || len(q.takes) == 0 {
-		// One subject, one node: booked by one call, as on a single node.
+		// One subject, one node: booked by one call, as on a single node,
+		// but for the task's hash (where a task past the horizon notes its
+		// place), which lives elsewhere: read before, written after.
 		all := l.single(r)
-		g, err := l.bookGroup(ctx, r, all, 0)
+		place, err := l.placeOf(ctx, r)
 		if err != nil {
 			return Decision{}, false, err
+		}
+		g, err := l.bookGroup(ctx, r, all, 0, place)
+		if err != nil {
+			return Decision{}, false, err
+		}
+		if g.outcome == outcomeQueued {
+			if err := l.rdb.HSet(ctx, r.TaskKey, "thr", g.now+g.delay).Err(); err != nil {
+				return Decision{}, false, fmt.Errorf("throttle: note %q's place in line: %w", r.ID, err)
+			}
 		}
 		merge(&d, g, r, all, 0)
 		return d, true, nil
@@ -91,7 +102,11 @@ func (l *Limiter) bookCluster(ctx context.Context, r Request) (d Decision, ok bo
 		if ticket > 0 {
 			floor = v[1]
 		}
-		g, err := l.bookGroup(ctx, r, q, floor)
+		place := ""
+		if horizon(r) {
+			place = "0" // quotas only: no place in a bucket's line
+		}
+		g, err := l.bookGroup(ctx, r, q, floor, place)
 		if err != nil {
 			return Decision{}, false, err
 		}
@@ -163,9 +178,10 @@ func (l *Limiter) bookCluster(ctx context.Context, r Request) (d Decision, ok bo
 // bookBucket runs book_bucket (mode peek or commit) on r's bucket take bi.
 func (l *Limiter) bookBucket(ctx context.Context, r Request, bi int, mode string, at int64) ([]int64, error) {
 	t := r.Takes[bi]
-	c, keys, args := newCall(t.Rule.keyCount(), 4)
+	c, keys, args := newCall(t.Rule.keyCount(), 6)
 	_, plan := l.appendPlan(keys, nil, r, group{takes: []int{bi}}, r.MaxWait.Microseconds(), "", true)
 	args[0], args[1], args[2], args[3] = mode, r.ID, string(plan), at
+	args[4], args[5] = max(r.Weight, 1), r.Tenant
 	res, err := l.eval(ctx, l.book, []call{c})
 	if err != nil {
 		return nil, fmt.Errorf("throttle: book %q at %s: %w", r.ID, t.Rule.Name(), err)
@@ -179,7 +195,7 @@ func (l *Limiter) bookBucket(ctx context.Context, r Request, bi int, mode string
 
 // bookGroup books r's takes g (all on one node) by admit.lua, no earlier
 // than floor.
-func (l *Limiter) bookGroup(ctx context.Context, r Request, q group, floor int64) (groupResult, error) {
+func (l *Limiter) bookGroup(ctx context.Context, r Request, q group, floor int64, place string) (groupResult, error) {
 	nk := 0
 	for _, i := range q.takes {
 		nk += r.Takes[i].Rule.keyCount()
@@ -187,7 +203,7 @@ func (l *Limiter) bookGroup(ctx context.Context, r Request, q group, floor int64
 	c, keys, args := newCall(nk, 3)
 	_, plan := l.appendPlan(keys, nil, r, q, r.MaxWait.Microseconds(), "", true)
 	args[0], args[1] = r.ID, string(plan)
-	args[2] = taskArg(r, true, floor)
+	args[2] = taskArg(r, true, floor, place)
 	res, err := l.eval(ctx, l.admit, []call{c})
 	if err != nil {
 		return groupResult{}, fmt.Errorf("throttle: admit: %w", err)
@@ -196,4 +212,26 @@ func (l *Limiter) bookGroup(ctx context.Context, r Request, q group, floor int64
 		return groupResult{}, fmt.Errorf("throttle: unexpected script reply %v", res[0])
 	}
 	return parseGroup(res[0]), nil
+}
+
+// placeOf is what a cluster booking's task hash says (see book.lua's
+// place_state): "2" it notes a place in line, "1" it exists without one,
+// "0" there is none; "" for a request without a horizon.
+func (l *Limiter) placeOf(ctx context.Context, r Request) (string, error) {
+	if !horizon(r) {
+		return "", nil
+	}
+	p := l.rdb.Pipeline()
+	has := p.HExists(ctx, r.TaskKey, "thr")
+	exists := p.Exists(ctx, r.TaskKey)
+	if _, err := p.Exec(ctx); err != nil {
+		return "", fmt.Errorf("throttle: read %q's place in line: %w", r.ID, err)
+	}
+	switch {
+	case has.Val():
+		return "2", nil
+	case exists.Val() == 1:
+		return "1", nil
+	}
+	return "0", nil
 }

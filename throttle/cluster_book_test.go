@@ -93,3 +93,43 @@ func TestClusterBooking(t *testing.T) {
 		t.Errorf("Release(a2) = %d, %v; want its quota entry and its ticket", n, err)
 	}
 }
+
+// On a cluster the task's hash (asynq's) is in another slot than the
+// bucket: the horizon and the tenants' shares hold as on one node, the
+// place noted by the caller.
+func TestClusterBookAheadAndShares(t *testing.T) {
+	l, rdb := newCluster(t)
+	ctx := context.Background()
+	b := mustBucket(t, "sms", 10, 1)
+	const ahead = time.Second
+	var queued []Decision
+	for i := range 30 {
+		id := fmt.Sprint("big", i)
+		d := mustAdmit(t, l, lineReq(t, rdb, id, "big", 1, b, ahead))
+		if d.Booked && !d.Queued && d.Delay > ahead {
+			t.Errorf("%s booked %s ahead: past the horizon", id, d.Delay)
+		}
+		if d.Queued {
+			queued = append(queued, d)
+			if place, err := rdb.HGet(ctx, "task:"+id, "thr").Int64(); err != nil || place != d.At().UnixMicro() {
+				t.Errorf("%s: place noted %d (%v), want %d", id, place, err, d.At().UnixMicro())
+			}
+		}
+	}
+	if len(queued) < 15 {
+		t.Fatalf("%d of 30 placed in line", len(queued))
+	}
+	var small []time.Time
+	for i := range 5 {
+		d := mustAdmit(t, l, lineReq(t, rdb, fmt.Sprint("small", i), "small", 1, b, ahead))
+		small = append(small, d.At())
+	}
+	for i := 2; i < len(small); i++ {
+		if gap := small[i].Sub(small[i-1]); gap != 200*time.Millisecond {
+			t.Errorf("small's place %d is %s after the one before: want 2 slots (its half)", i, gap)
+		}
+	}
+	if last := queued[len(queued)-1].At(); !small[4].Before(last) {
+		t.Errorf("small's 5th at %s, not before big's last place %s: no share", small[4], last)
+	}
+}

@@ -11,7 +11,7 @@ import (
 
 // lineReq is a booking request on bucket b for task id of tenant, with a
 // horizon; its task hash (what asynq's would be) is created first.
-func lineReq(t *testing.T, rdb *redis.Client, id, tenant string, weight int, b *Bucket, ahead time.Duration) Request {
+func lineReq(t *testing.T, rdb redis.Cmdable, id, tenant string, weight int, b *Bucket, ahead time.Duration) Request {
 	t.Helper()
 	tk := "task:" + id
 	if err := rdb.HSet(context.Background(), tk, "state", "active").Err(); err != nil {

@@ -119,7 +119,7 @@ func (l *Limiter) calls(rs []Request, ts []task, admit bool) []call {
 			if admit && l.checksDone(rs[t.req]) {
 				nk++
 			}
-			if admit && horizon(rs[t.req], l.cluster) {
+			if admit && horizon(rs[t.req]) && !l.cluster {
 				nk++
 			}
 			for _, i := range t.g.takes {
@@ -153,7 +153,7 @@ func (l *Limiter) calls(rs []Request, ts []task, admit bool) []call {
 			}
 			args[stride*j], args[stride*j+1] = r.ID, string(buf)
 			if admit {
-				args[stride*j+2] = taskArg(r, l.books(r), 0)
+				args[stride*j+2] = taskArg(r, l.books(r), 0, "")
 			}
 		}
 		out = append(out, c)
@@ -164,9 +164,8 @@ func (l *Limiter) calls(rs []Request, ts []task, admit bool) []call {
 // books reports whether r's admission books: on a single node, when asked.
 func (l *Limiter) books(r Request) bool { return r.Book && !l.cluster }
 
-// horizon reports whether r's booking has a horizon (and so a task key):
-// on a single node, when asked.
-func horizon(r Request, cluster bool) bool { return r.Book && r.BookAhead > 0 && !cluster }
+// horizon reports whether r's booking has a horizon (and so a task key).
+func horizon(r Request) bool { return r.Book && r.BookAhead > 0 }
 
 // deadline is r's deadline as admit.lua takes it: µs, 0 for none.
 func deadline(r Request) int64 {
@@ -177,13 +176,14 @@ func deadline(r Request) int64 {
 }
 
 // taskArg is admit.lua's third argument for r: its deadline, and for a
-// request that books, "deadline,floor,weight,tenant" (see admit.lua's when).
-func taskArg(r Request, book bool, floor int64) any {
+// request that books, "deadline,floor,weight,place,tenant" (see admit.lua's
+// when; place "" on a single node, where the task's hash is one of its keys).
+func taskArg(r Request, book bool, floor int64, place string) any {
 	if !book {
 		return deadline(r)
 	}
 	w := max(r.Weight, 1)
-	return strconv.FormatInt(deadline(r), 10) + "," + strconv.FormatInt(floor, 10) + "," + strconv.Itoa(w) + "," + r.Tenant
+	return strconv.FormatInt(deadline(r), 10) + "," + strconv.FormatInt(floor, 10) + "," + strconv.Itoa(w) + "," + place + "," + r.Tenant
 }
 
 // checksDone reports whether r's admission script checks its done marker:
@@ -241,8 +241,12 @@ func (l *Limiter) appendPlan(keys []any, buf []byte, r Request, g group, maxWait
 		} else {
 			buf = append(buf, ";k"...)
 		}
-		if horizon(r, l.cluster) {
-			keys = append(keys, r.TaskKey)
+		if horizon(r) {
+			// On a cluster the task's hash lives elsewhere: the caller
+			// reads and notes its place (see placeOf).
+			if !l.cluster {
+				keys = append(keys, r.TaskKey)
+			}
 			buf = strconv.AppendInt(append(buf, ':'), r.BookAhead.Microseconds(), 10)
 		}
 	}

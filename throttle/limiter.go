@@ -129,7 +129,7 @@ func (l *Limiter) Admit(ctx context.Context, r Request) (Decision, error) {
 	if r.Done != "" {
 		nk++
 	}
-	if horizon(r, false) {
+	if horizon(r) {
 		nk++
 	}
 	for _, t := range r.Takes {
@@ -138,7 +138,7 @@ func (l *Limiter) Admit(ctx context.Context, r Request) (Decision, error) {
 	c, keys, args := newCall(nk, 3)
 	var buf [128]byte
 	_, plan := l.appendPlan(keys, buf[:0], r, g, r.MaxWait.Microseconds(), r.Done, r.Book)
-	args[0], args[1], args[2] = r.ID, string(plan), taskArg(r, r.Book, 0)
+	args[0], args[1], args[2] = r.ID, string(plan), taskArg(r, r.Book, 0, "")
 	res, err := l.eval1(ctx, l.admit, c)
 	if err != nil {
 		return Decision{}, fmt.Errorf("throttle: admit: %w", err)
