@@ -254,6 +254,44 @@ func TestBookLateClaimThatFitsGoes(t *testing.T) {
 	}
 }
 
+// A booking whose slot starts after its quotas' moment (another subject's
+// slot is in the way) may be claimed after that moment and still inside
+// its slot: it goes then only if its recipient's windows allow it there.
+// (BenchmarkRecipientBurst's slots sit a few ms past their moments; a
+// claim that moved its entry into the next one's window would break it.)
+func TestBookLateClaimInsideItsSlotKeepsTheWindow(t *testing.T) {
+	l, rdb := newStandalone(t)
+	ctx := context.Background()
+	q := mustQuota(t, "p", Window{1, time.Second})
+	b := mustBucket(t, "sms", 5, 2) // 200 ms slots, 200 ms of slack
+	const maxWait = 50 * time.Millisecond
+	a := mustAdmit(t, l, bookReq("a", q, "alice", b, maxWait))
+	if !a.Allowed {
+		t.Fatalf("a: %+v", a)
+	}
+	// bob's takes fill the slots from a's to a + 1.2 s, so b's slot starts
+	// 200 ms after its quota moment (a + 1 s); c books a + 2 s.
+	for i := range 5 {
+		mustAdmit(t, l, bookReq(fmt.Sprint("bob", i), nil, "", b, 0))
+	}
+	bd := mustAdmit(t, l, bookReq("b", q, "alice", b, maxWait))
+	cd := mustAdmit(t, l, bookReq("c", q, "alice", b, maxWait))
+	if !bd.Booked || bd.At().Sub(a.At()) != time.Second || !cd.Booked || cd.At().Sub(a.At()) != 2*time.Second {
+		t.Fatalf("b %+v, c %+v; want booked at a + 1s and a + 2s", bd, cd)
+	}
+	untilRedis(t, l, bd.At().Add(100*time.Millisecond))
+	late := mustAdmit(t, l, bookReq("b", q, "alice", b, maxWait))
+	key := quotaKey(subjectTag(DefaultPrefix, "alice"), "p")
+	s, err := rdb.ZScore(ctx, key, "b").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if late.Allowed || !late.Rebooked || time.UnixMicro(int64(s)).Before(cd.At().Add(time.Second)) {
+		t.Errorf("b claimed 100 ms into its slot, c booked 900 ms later: %+v, entry at %s; want booked again after c + 1s (%s)",
+			late, time.UnixMicro(int64(s)), cd.At().Add(time.Second))
+	}
+}
+
 func TestBookPriorityTakesTheReserve(t *testing.T) {
 	l, _ := newStandalone(t)
 	b, err := mustBucket(t, "sms", 2, 4).WithReserve(2)
