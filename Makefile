@@ -42,8 +42,11 @@ test: need-redis need-browser
 
 ## unit: the quick tier a developer runs after every change: no child
 ## processes, no clusters (redistest skips them), under the race detector.
+## Its parallel tests (each on a database of its own) wait on clocks, asynq's
+## and their rules', far more than they compute: UNIT_PARALLEL run at once.
+UNIT_PARALLEL ?= 8
 unit: need-redis
-	$(GO) test -race -count=1 $(PKGS)
+	$(GO) test -race -count=1 -parallel $(UNIT_PARALLEL) $(PKGS)
 	cd tools && $(GO) test -race -count=1 $(TOOLS_PKGS)
 
 ## integration: the tests behind the integration build tag: built binaries

@@ -269,6 +269,7 @@ func state(s asynq.TaskState) func(*asynq.TaskInfo) bool {
 }
 
 func TestMiddlewareSendsAndDefersWithoutUsingRetries(t *testing.T) {
+	t.Parallel()
 	q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 1, Per: time.Hour})
 	b, _ := throttle.NewBucket("gw", 1000, 100)
 	h := newHarness(t, q, b, 0)
@@ -295,6 +296,7 @@ func TestMiddlewareSendsAndDefersWithoutUsingRetries(t *testing.T) {
 }
 
 func TestMiddlewareArchivesWhatCanNeverGo(t *testing.T) {
+	t.Parallel()
 	q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 1, Per: time.Hour})
 	b, _ := throttle.NewBucket("gw", 1000, 100)
 	h := newHarness(t, q, b, 0)
@@ -325,6 +327,7 @@ func TestMiddlewareArchivesWhatCanNeverGo(t *testing.T) {
 }
 
 func TestMiddlewareGivesTheQuotaBackWhenTheSendFails(t *testing.T) {
+	t.Parallel()
 	q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 1, Per: time.Hour})
 	b, _ := throttle.NewBucket("gw", 1000, 100)
 	h := newHarness(t, q, b, 0)
@@ -361,6 +364,7 @@ func (handedOver) Holds(context.Context) error { return errors.New("handed over"
 // longer holds is not sent and is deferred by a minute, not failed, and
 // what its admission took stays for the worker that now runs the task.
 func TestMiddlewareSendsNothingHandedOver(t *testing.T) {
+	t.Parallel()
 	q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 1, Per: time.Hour})
 	b, _ := throttle.NewBucket("gw", 1000, 100)
 	h := newHarnessWith(t, harnessConfig{quota: q, bucket: b, holder: handedOver{}})
@@ -385,6 +389,7 @@ func TestMiddlewareSendsNothingHandedOver(t *testing.T) {
 // the bucket as already admitted (which let retries through unpaced). With
 // one token an hour, the retry waits for the provider.
 func TestMiddlewareRetryTakesAProviderTokenOfItsOwn(t *testing.T) {
+	t.Parallel()
 	q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 5, Per: time.Hour})
 	b, _ := throttle.NewBucket("gw", 1.0/3600, 1)
 	h := newHarnessWith(t, harnessConfig{quota: q, bucket: b, retryDelay: quickBackoff})
@@ -409,6 +414,7 @@ func TestMiddlewareRetryTakesAProviderTokenOfItsOwn(t *testing.T) {
 }
 
 func TestMiddlewarePausesTheProviderOn429(t *testing.T) {
+	t.Parallel()
 	q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 5, Per: time.Hour})
 	b, _ := throttle.NewBucket("gw", 100, 10)
 	h := newHarness(t, q, b, 0)
@@ -431,6 +437,7 @@ func TestMiddlewarePausesTheProviderOn429(t *testing.T) {
 }
 
 func TestMiddlewarePacesShortProviderWaitsInline(t *testing.T) {
+	t.Parallel()
 	q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 5, Per: time.Hour})
 	b, _ := throttle.NewBucket("gw", 5, 1) // one send every 200ms
 	h := newHarness(t, q, b, time.Second)

@@ -21,8 +21,10 @@ import (
 // windows hold back at once, with the reason, counts it, and holds nothing
 // for it; and that a message the provider holds back is deferred as usual.
 func TestOverCapDrop(t *testing.T) {
+	t.Parallel()
 	for _, book := range []bool{false, true} {
 		t.Run(map[bool]string{false: "plain", true: "booking"}[book], func(t *testing.T) {
+			t.Parallel()
 			q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 1, Per: time.Hour})
 			b, _ := throttle.NewBucket("gw", 0.01, 1) // one token, then one per 100s
 			h := newHarnessWith(t, harnessConfig{quota: q, bucket: b, book: book, settings: PolicySettings{Drop: true}})
@@ -53,8 +55,10 @@ func TestOverCapDrop(t *testing.T) {
 // policy's max delay after it was queued expires, saying so, and that one
 // within it waits and goes.
 func TestOverCapMaxDelay(t *testing.T) {
+	t.Parallel()
 	for _, book := range []bool{false, true} {
 		t.Run(map[bool]string{false: "plain", true: "booking"}[book], func(t *testing.T) {
+			t.Parallel()
 			q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 1, Per: 2 * time.Second}, throttle.Window{Limit: 2, Per: time.Hour})
 			b, _ := throttle.NewBucket("gw", 1000, 100)
 			h := newHarnessWith(t, harnessConfig{quota: q, bucket: b, book: book, inlineWait: 2500 * time.Millisecond,
@@ -84,8 +88,10 @@ func TestOverCapMaxDelay(t *testing.T) {
 // marketing wait when it goes first, and gives its count back when the
 // provider refuses it.
 func TestCountsToward(t *testing.T) {
+	t.Parallel()
 	for _, book := range []bool{false, true} {
 		t.Run(map[bool]string{false: "plain", true: "booking"}[book], func(t *testing.T) {
+			t.Parallel()
 			mkt, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 1, Per: time.Hour})
 			reset, _ := throttle.NewQuota("reset", throttle.Window{Limit: 5, Per: time.Hour})
 			b, _ := throttle.NewBucket("gw", 1000, 100)
@@ -129,6 +135,7 @@ func TestCountsToward(t *testing.T) {
 // were absent, a policy's windows still count them, and what the rule
 // would have done is counted by rule.
 func TestShadow(t *testing.T) {
+	t.Parallel()
 	q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 1, Per: time.Hour})
 	slow, _ := throttle.NewBucket("gw", 0.01, 1) // one token, then one per 100s
 	fast, _ := throttle.NewBucket("gw", 1000, 100)
@@ -150,6 +157,7 @@ func TestShadow(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			h := newHarnessWith(t, tc.c)
 			for i, to := range tc.to {
 				id := fmt.Sprintf("%s-%d", to, i)
@@ -173,6 +181,7 @@ func TestShadow(t *testing.T) {
 // next job, to the history already in Redis, and that a job whose policy
 // is gone is archived with the reason.
 func TestSwap(t *testing.T) {
+	t.Parallel()
 	loose, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 5, Per: time.Hour})
 	tight, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 2, Per: time.Hour})
 	b, _ := throttle.NewBucket("gw", 1000, 100)
@@ -197,11 +206,14 @@ func TestSwap(t *testing.T) {
 }
 
 // TestDigest checks over_cap: digest through the handler: of four
-// messages to one recipient under 1 per 5s, the first goes alone and the
+// messages to one recipient under 1 per 10s, the first goes alone and the
 // three over the cap are folded, in order, into one digest sent at the
-// recipient's next allowed moment; none of them goes on its own.
+// recipient's next allowed moment; none of them goes on its own. (The four
+// go one after another, each awaited, within the window: 10s leaves room
+// for a loaded machine.)
 func TestDigest(t *testing.T) {
-	q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 1, Per: 5 * time.Second})
+	t.Parallel()
+	q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 1, Per: 10 * time.Second})
 	b, _ := throttle.NewBucket("gw", 1000, 100)
 	var mu sync.Mutex
 	var got []Message
@@ -218,7 +230,7 @@ func TestDigest(t *testing.T) {
 		h.enqueue(t, id, Notification{Recipient: "alice", Data: json.RawMessage(fmt.Sprintf(`{"n":%d}`, i))})
 		h.await(t, id, "completed", state(asynq.TaskStateCompleted))
 	}
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(20 * time.Second)
 	for {
 		mu.Lock()
 		n := len(got)

@@ -50,9 +50,11 @@ func (h *harness) sendCount(id string) int {
 // a provider token again, and without giving back what it took. Without the
 // markers the same redelivery is sent twice.
 func TestRedeliveredSentJobIsNotSentAgain(t *testing.T) {
+	t.Parallel()
 	for _, marks := range []bool{true, false} {
 		name := map[bool]string{true: "with markers", false: "without markers"}[marks]
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 1, Per: time.Hour})
 			b, _ := throttle.NewBucket("gw", 1000, 100)
 			h := newHarnessWith(t, harnessConfig{quota: q, bucket: b, noMarks: !marks})
@@ -95,6 +97,7 @@ func TestRedeliveredSentJobIsNotSentAgain(t *testing.T) {
 // TestFailedSendLeavesNoMarker: only an acknowledged send is marked, so a
 // job whose send failed is sent when it is retried.
 func TestFailedSendLeavesNoMarker(t *testing.T) {
+	t.Parallel()
 	q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 5, Per: time.Hour})
 	b, _ := throttle.NewBucket("gw", 1000, 100)
 	h := newHarnessWith(t, harnessConfig{quota: q, bucket: b,
@@ -122,6 +125,7 @@ func TestFailedSendLeavesNoMarker(t *testing.T) {
 // blind and not failed. The marker is read by the admission, so this is the
 // admission failing.
 func TestSentMarkerCheckFailureDefers(t *testing.T) {
+	t.Parallel()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -49,8 +49,10 @@ func quietNow(t *testing.T, loc *time.Location, hold time.Duration) (*throttle.Q
 // dropped, for one inside them, until they end in their zone (the end
 // itself is the engine's: throttle's tests wait for it).
 func TestMiddlewareHoldsQuietHoursInTheRecipientsZone(t *testing.T) {
+	t.Parallel()
 	for _, book := range []bool{false, true} {
 		t.Run(map[bool]string{false: "plain", true: "booking"}[book], func(t *testing.T) {
+			t.Parallel()
 			tokyo, _ := time.LoadLocation("Asia/Tokyo")
 			quiet, end := quietNow(t, tokyo, time.Hour)
 			q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 5, Per: time.Hour})
@@ -83,6 +85,7 @@ func TestMiddlewareHoldsQuietHoursInTheRecipientsZone(t *testing.T) {
 // TestMiddlewareCalendarOnlyPolicy: a policy of calendar windows alone
 // counts per local day; over it, a dropping policy drops.
 func TestMiddlewareCalendarOnlyPolicy(t *testing.T) {
+	t.Parallel()
 	cal, _ := throttle.NewCalendar("mkt.day", 1, throttle.Day, time.Monday)
 	b, _ := throttle.NewBucket("gw", 1000, 100)
 	h := newHarnessWith(t, harnessConfig{bucket: b, settings: PolicySettings{Calendars: []*throttle.Calendar{cal}, Drop: true}})
