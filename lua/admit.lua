@@ -64,13 +64,14 @@ local function admit_task(keys, ki, id, p, now, deadline, floor_, weight, ps, te
   for i = 1, n do
     local t = p[i]
     local kind = t.kind
-    local ok, u, w, left, mine, a, b, c, d = true, 0, 0
+    local ok, u, w, left, mine, a, b, c, d, e = true, 0, 0
     if kind == 'q' then
       ok, u, w, left, mine, a, b = quota_check(t, keys[k], id, now)
       k = k + 1
     elseif kind == 'b' then
-      local reserve
-      reserve, u, left, mine, a, b, c, d = bucket_check(t, keys[k + 1], keys[k + 3], id, now, p.book and p.prio, denied)
+      local reserve, last
+      if i == n and not p.book and not p.dry then last = maxwait end
+      reserve, u, left, mine, a, b, c, d, e = bucket_check(t, keys[k + 1], keys[k + 3], id, now, p.book and p.prio, denied, last)
       if reserve and reserve > maxwait then ok = false end
       k = k + 6
     elseif kind == 'f' then
@@ -84,7 +85,7 @@ local function admit_task(keys, ki, id, p, now, deadline, floor_, weight, ps, te
       left, mine = huge, nil
     end
     if t.count then ok, u, w, left = true, 0, 0, huge end -- recorded, never holding
-    HELD[i], A[i], B[i], C[i], D[i] = mine, a, b, c, d
+    HELD[i], A[i], B[i], C[i], D[i], E[i] = mine, a, b, c, d, e
     if not ok then denied = true end
     if u > delay then delay, binding, window = u, i, w end
     if left < remaining then remaining = left end
@@ -137,7 +138,7 @@ local function admit_task(keys, ki, id, p, now, deadline, floor_, weight, ps, te
       if kind == 'q' then
         quota_commit(t, keys[k], id, now, qat, A[i], B[i])
       elseif kind == 'b' then
-        bucket_commit(t, keys[k], keys[k + 1], keys[k + 3], id, now, at, A[i], B[i], C[i], D[i], p.remember)
+        bucket_commit(t, keys[k], keys[k + 1], keys[k + 3], id, now, at, A[i], B[i], C[i], D[i], p.remember, E[i])
       elseif kind == 'f' then
         fixed_commit(t, keys[k], id, now, A[i], B[i])
       elseif kind == 'c' then

@@ -185,7 +185,7 @@ end
 
 -- Scratch, per take of the task being admitted: what its check found that
 -- its commit needs; and a quota's live scores, newest first.
-local HELD, A, B, C, D, SC = {}, {}, {}, {}, {}, {}
+local HELD, A, B, C, D, E, SC = {}, {}, {}, {}, {}, {}, {}
 
 local function ceil_ms(us)
   local ms = ceil(us / 1000)
@@ -501,16 +501,35 @@ end
 -- the task holds its slot), how long until the take would pass (that wait,
 -- or for a held slot the wait until it may go), remaining (how many takes
 -- like it could go now after it), whether the task holds the take, and for
--- bucket_commit the slot and what bucket_find found around it.
+-- bucket_commit the slot, what bucket_find found around it, and whether the
+-- ledger already records the task at the slot.
 --
 -- When an earlier take of the task already denies, nothing will be written:
 -- the ledger is not read, and the take counts as not held. That saves a
 -- command on the most common path of a busy fleet, a recipient's quota
 -- denying.
-local function bucket_check(t, ledger, cal, id, now, prio, denied)
+--
+-- last is the plan's max wait when this take is its last and an admitted
+-- task commits at once (it neither books nor only checks), else nil. Then
+-- whether the task is admitted is known here: nothing before denied, and
+-- after this take nothing can; so when the slot is within last, the ledger
+-- is read by writing it, ZADD NX: 1 records a task it did not hold, saving
+-- the read a new task's admission would make (ZSCORE); 0 means the ledger
+-- has the task, and only then is its slot read. The state is what check
+-- then commit would leave.
+local function bucket_check(t, ledger, cal, id, now, prio, denied, last)
   local len, slack = bucket_len(t), bucket_slack(t, prio)
-  local mine = not denied and bucket_held(ledger, id, now, len)
+  local early = not denied and last
+  local mine = not denied and not early and bucket_held(ledger, id, now, len)
   local v, left, ra, rb = bucket_find(cal, now, len)
+  local wrote = false
+  if early then
+    if v and v - slack - now <= last and rcall('ZADD', ledger, 'NX', int(v), id) == 1 then
+      wrote = true
+    else
+      mine = bucket_held(ledger, id, now, len)
+    end
+  end
   if mine then
     local left_ = 0
     if v then left_ = max(0, floor((now + slack - v) / len) + 1) end
@@ -521,7 +540,7 @@ local function bucket_check(t, ledger, cal, id, now, prio, denied)
   local left_ = floor((now + slack - v) / len)
   if left_ < 0 then left_ = 0 end
   if wait == 0 then wait = false end
-  return wait, wait or 0, left_, false, v, left, ra, rb
+  return wait, wait or 0, left_, false, v, left, ra, rb, wrote
 end
 
 -- bucket_commit gives the task slot v (found by bucket_check or bucket_find),
@@ -531,13 +550,14 @@ end
 -- has to live for, and one PEXPIRE sets that, where extend may take three.
 -- (A take under a shorter remember than an earlier one's may shorten that
 -- one's keep, never its slot: a take is held only until its slot ends.)
-local function bucket_commit(t, key, ledger, cal, id, now, x, v, left, ra, rb, keep)
+-- wrote: bucket_check already recorded the task in the ledger at v.
+local function bucket_commit(t, key, ledger, cal, id, now, x, v, left, ra, rb, keep, wrote)
   local len = bucket_len(t)
   bucket_add(cal, now, v, len, left, ra, rb)
+  if not wrote then rcall('ZADD', ledger, int(v), id) end
   if rb then
-    bucket_hold(ledger, id, now, v, len, keep)
+    extend(ledger, ceil_ms(v + len - now + keep))
   else
-    rcall('ZADD', ledger, int(v), id)
     rcall('PEXPIRE', ledger, int(ceil_ms(v + len - now + keep)))
   end
   bucket_sent(key, ledger, cal, now, t, x, keep)
