@@ -364,6 +364,8 @@ end
 -- length from where it may start (bucket_find): one read per span it steps
 -- over, so a long line of bookings costs one read, not one per booking.
 -- Holes (a slot given back) are taken by the next take that fits them.
+-- Besides the spans it holds marks of its life, '-' .. µs scored 0 (see
+-- bucket_add), which no read from now on sees.
 --
 -- The ledger (the second key) holds the tasks that took a slot to go (member:
 -- task ID, score: V), for idempotent retakes and for giving the slot back;
@@ -427,19 +429,40 @@ local function bucket_find(cal, s, len)
   return nil
 end
 
+-- CAL_LIFE is the step (µs) a calendar's life is extended by: see bucket_add.
+local CAL_LIFE = 100000
+
 -- bucket_add marks the span [c, c + len) busy, merged with the spans that
 -- touch it (left, ra: bucket_find's), and makes the calendar live until it
 -- ends. A calendar lives until its last span ends: so when a span follows
--- (rb), its life already covers the new one, and when none does, the new
--- one is the last and sets it. The merged span is written before the span
--- it absorbs is removed, so that the set is never emptied (and its TTL
--- lost) on the way.
+-- (rb), its life already covers the new one. When none does, the calendar
+-- must live until b, the new span's end, and a mark tells whether it does:
+-- the member '-' .. d, scored 0, where d is the end of b's step of
+-- CAL_LIFE. The take that adds a mark extends the calendar to d; a take
+-- that finds its mark there (ZADD's count of new members, in the ZADD that
+-- adds the span) needs nothing: nothing shortens a calendar's life, and the
+-- mark goes with the calendar. So the calendar is extended once per step,
+-- not per take, and lives at most a step longer than its last span. A mark
+-- scores 0: no read of the spans from now on sees it, the prune of the
+-- ended spans drops it, and it keeps a calendar whose spans were all given
+-- back from being deleted and made again without a TTL. The merged span is
+-- written before the span it absorbs is removed, so that the set is never
+-- emptied (and its TTL lost) on the way.
 local function bucket_add(cal, now, c, len, left, ra, rb)
   local a, b = left or c, c + len
-  if ra then b = rb end
-  rcall('ZADD', cal, int(b), int(a))
-  if ra then rcall('ZREM', cal, int(ra)) end
-  if not rb then rcall('PEXPIRE', cal, int(ceil_ms(b - now))) end
+  if rb then
+    if ra then b = rb end
+    rcall('ZADD', cal, int(b), int(a))
+    if ra then rcall('ZREM', cal, int(ra)) end
+    return
+  end
+  local d = (floor(b / CAL_LIFE) + 1) * CAL_LIFE
+  -- Without left, a is new (a span starting at c would end after c, and
+  -- bucket_find would have stepped over it): 2 new members, or 1 with left,
+  -- say the mark is new.
+  local new = rcall('ZADD', cal, int(b), int(a), '0', '-' .. int(d))
+  if left then new = new + 1 end
+  if new == 2 then extend(cal, ceil_ms(d - now)) end
 end
 
 -- bucket_free marks [v, v + len) free again, where a span holds it whole.

@@ -406,8 +406,13 @@ func (c *modelCall) bucketFind(t *modelTake, s, length float64) modelFound {
 	return modelFound{}
 }
 
+// modelCalLife is rules.lua's CAL_LIFE.
+const modelCalLife = 100000
+
 // bucketAdd mirrors bucket_add: the merged span is written before the one
-// it absorbs is removed, and only a last span sets the calendar's life.
+// it absorbs is removed, and a last span adds the mark of its end's step of
+// modelCalLife; the take that adds the mark extends the calendar to the
+// step's end.
 func (c *modelCall) bucketAdd(t *modelTake, f modelFound, length float64) {
 	a, b := f.v, f.v+length
 	if f.hasLeft {
@@ -421,8 +426,14 @@ func (c *modelCall) bucketAdd(t *modelTake, f modelFound, length float64) {
 	if f.hasRight {
 		delete(e.z, modelInt(f.right.a))
 	}
-	if !f.next {
-		c.pexpire(t.cal, b-c.now)
+	if f.next {
+		return
+	}
+	d := (math.Floor(b/modelCalLife) + 1) * modelCalLife
+	mark := "-" + modelInt(d)
+	if _, ok := e.z[mark]; !ok {
+		e.z[mark] = 0
+		c.extend(t.cal, d-c.now)
 	}
 }
 

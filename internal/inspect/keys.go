@@ -29,7 +29,9 @@ import (
 //	                                    in it; kept 5 minutes
 //	<prefix>{<subject>}:b:<provider>:slots calendar: sorted set, member the
 //	                                    start of a busy span (µs), score its
-//	                                    end: the slots taken or booked
+//	                                    end: the slots taken or booked; and
+//	                                    marks of the key's life, member '-'
+//	                                    and µs, score 0 (read from now: none)
 //	<prefix>{<subject>}:b:<provider>:held  ledger: sorted set, member a task
 //	                                    that took a slot to go, score the
 //	                                    slot's start; until the slot ends
