@@ -442,7 +442,9 @@ local CAL_LIFE = 100000
 -- that finds its mark there (ZADD's count of new members, in the ZADD that
 -- adds the span) needs nothing: nothing shortens a calendar's life, and the
 -- mark goes with the calendar. So the calendar is extended once per step,
--- not per take, and lives at most a step longer than its last span. A mark
+-- not per take, and lives at most a step longer than its last span. The
+-- take that adds a mark drops the one of the step before, which says less:
+-- a busy calendar holds one or two. A mark
 -- scores 0: no read of the spans from now on sees it, the prune of the
 -- ended spans drops it, and it keeps a calendar whose spans were all given
 -- back from being deleted and made again without a TTL. The merged span is
@@ -462,7 +464,10 @@ local function bucket_add(cal, now, c, len, left, ra, rb)
   -- say the mark is new.
   local new = rcall('ZADD', cal, int(b), int(a), '0', '-' .. int(d))
   if left then new = new + 1 end
-  if new == 2 then extend(cal, ceil_ms(d - now)) end
+  if new == 2 then
+    extend(cal, ceil_ms(d - now))
+    rcall('ZREM', cal, '-' .. int(d - CAL_LIFE))
+  end
 end
 
 -- bucket_free marks [v, v + len) free again, where a span holds it whole.

@@ -412,7 +412,7 @@ const modelCalLife = 100000
 // bucketAdd mirrors bucket_add: the merged span is written before the one
 // it absorbs is removed, and a last span adds the mark of its end's step of
 // modelCalLife; the take that adds the mark extends the calendar to the
-// step's end.
+// step's end and drops the mark of the step before.
 func (c *modelCall) bucketAdd(t *modelTake, f modelFound, length float64) {
 	a, b := f.v, f.v+length
 	if f.hasLeft {
@@ -434,6 +434,7 @@ func (c *modelCall) bucketAdd(t *modelTake, f modelFound, length float64) {
 	if _, ok := e.z[mark]; !ok {
 		e.z[mark] = 0
 		c.extend(t.cal, d-c.now)
+		delete(e.z, "-"+modelInt(d-modelCalLife))
 	}
 }
 
