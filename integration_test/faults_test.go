@@ -47,7 +47,7 @@ func (f *fleet) enqueueNotes(tag string, recipients, per, deadlineFrom int, dead
 	f.t.Helper()
 	start := time.Now().Truncate(time.Second)
 	notes := map[string]faultNote{}
-	var b strings.Builder
+	var lines []jsonlLine
 	for k := range per { // recipient-interleaved: every recipient has work from the start
 		for r := range recipients {
 			l := jsonlLine{
@@ -62,13 +62,25 @@ func (f *fleet) enqueueNotes(tag string, recipients, per, deadlineFrom int, dead
 				l.SendBy, n.sendBy = by.UTC().Format(time.RFC3339), &by
 			}
 			notes[n.id] = n
-			js, err := json.Marshal(l)
-			if err != nil {
-				f.t.Fatal(err)
-			}
-			b.Write(js)
-			b.WriteByte('\n')
+			lines = append(lines, l)
 		}
+	}
+	f.enqueueFile(tag, lines)
+	return notes
+}
+
+// enqueueFile writes lines to the JSONL file <tag>.jsonl and puts them on
+// the queue with the enqueue binary, which must enqueue every one.
+func (f *fleet) enqueueFile(tag string, lines []jsonlLine) {
+	f.t.Helper()
+	var b strings.Builder
+	for _, l := range lines {
+		js, err := json.Marshal(l)
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		b.Write(js)
+		b.WriteByte('\n')
 	}
 	file := filepath.Join(f.dir, tag+".jsonl")
 	if err := os.WriteFile(file, []byte(b.String()), 0o600); err != nil {
@@ -76,11 +88,10 @@ func (f *fleet) enqueueNotes(tag string, recipients, per, deadlineFrom int, dead
 	}
 	bin := buildBinary(f.t, "enqueue")
 	_, stderr, code := runCommand(f.t, f.dir, nil, bin, "-config", f.writeConfig("enqueue", ""), "-file", file)
-	want := fmt.Sprintf("enqueued %d, duplicates 0, rejected 0 (%d lines)", len(notes), len(notes))
+	want := fmt.Sprintf("enqueued %d, duplicates 0, rejected 0 (%d lines)", len(lines), len(lines))
 	if code != 0 || strings.TrimRight(stderr, "\n") != want {
 		f.t.Fatalf("enqueue -file: exit %d, stderr:\n%s\nwant exit 0 and only the summary %q", code, stderr, want)
 	}
-	return notes
 }
 
 // waitAllEnded waits until every one of the notes was sent or archived and

@@ -233,6 +233,11 @@ type fleetConfig struct {
 	Rate            float64 // of provider "hook"
 	Burst           int
 	Book            bool // worker.book: a job that may not go books its moment
+	// BookAhead, if set, is worker.book_ahead (else the file's default).
+	BookAhead time.Duration
+	// Tenants, if set, is the config's tenants section (the lines after
+	// "tenants:").
+	Tenants string
 	// Campaigns, if set, is the config's campaigns section (the lines
 	// after "campaigns:"); their audience files are written from Files.
 	Campaigns string
@@ -300,6 +305,10 @@ func (f *fleet) redisSection() string {
 func (f *fleet) writeConfig(name, metricsAddr string) string {
 	f.t.Helper()
 	c := f.cfg
+	bookAhead := ""
+	if c.BookAhead > 0 {
+		bookAhead = fmt.Sprintf("\n  book_ahead: %s", c.BookAhead)
+	}
 	yaml := fmt.Sprintf(`# written by the integration test for %s
 redis:
   %s
@@ -312,7 +321,7 @@ worker:
   inline_wait: %s
   jitter: %s
   remember_takes: %s
-  book: %t
+  book: %t%s
 policies:
   %s: %s%s
 providers:
@@ -325,11 +334,14 @@ providers:
     headers: {X-Worker: %s}%s
 defaults: {policy: %s, provider: %s, queue: %s}
 `, name, f.redisSection(), fleetPrefix, c.Concurrency, fleetQueue, c.ShutdownTimeout, metricsAddr,
-		c.InlineWait, c.Jitter, fleetRemember, c.Book, fleetPolicy, c.Policy, c.MorePolicies, fleetProvider, f.hook.URL(),
+		c.InlineWait, c.Jitter, fleetRemember, c.Book, bookAhead, fleetPolicy, c.Policy, c.MorePolicies, fleetProvider, f.hook.URL(),
 		strconv.FormatFloat(c.Rate, 'f', -1, 64), c.Burst, name, c.ProviderMore,
 		fleetPolicy, fleetProvider, fleetQueue)
 	if c.Campaigns != "" {
 		yaml += "campaigns:" + c.Campaigns
+	}
+	if c.Tenants != "" {
+		yaml += "tenants:" + c.Tenants
 	}
 	for file, content := range c.Files {
 		if err := os.WriteFile(filepath.Join(f.dir, file), []byte(content), 0o600); err != nil {
@@ -707,4 +719,5 @@ type jsonlLine struct {
 	Data           map[string]string `json:"data,omitempty"`
 	IdempotencyKey string            `json:"idempotency_key"`
 	SendBy         string            `json:"send_by,omitempty"`
+	Tenant         string            `json:"tenant,omitempty"`
 }
