@@ -154,6 +154,12 @@ func (w *webhook) has(id string) bool {
 // recipient of its own (prefix + number), from 16 goroutines, and returns
 // their task IDs.
 func enqueueJobs(ctx context.Context, client *asynq.Client, n int, prefix string) ([]string, error) {
+	return enqueueTenantJobs(ctx, client, n, prefix, nil)
+}
+
+// enqueueTenantJobs is enqueueJobs with job i of tenant(i) (nil: the default
+// tenant).
+func enqueueTenantJobs(ctx context.Context, client *asynq.Client, n int, prefix string, tenant func(i int) string) ([]string, error) {
 	ids := make([]string, n)
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -170,6 +176,9 @@ func enqueueJobs(ctx context.Context, client *asynq.Client, n int, prefix string
 					Recipient: fmt.Sprintf("%s%06d@example.com", prefix, i),
 					Policy:    benchPolicy, Provider: benchProvider, Template: benchTemplate,
 					Data: []byte(fmt.Sprintf(`{"n":%d}`, i)),
+				}
+				if tenant != nil {
+					nt.Tenant = tenant(i)
 				}
 				ids[i] = jobs.TaskID("")
 				task, err := jobs.NewTask(nt, ids[i], asynq.Queue(benchQueue))
