@@ -25,6 +25,9 @@
 //	BenchmarkRecipientBurst     20 recipients x 20 messages at 1 per 2 s + 3 per 10 s:
 //	                            admission calls per message, delivered/allowed, order
 //	BenchmarkPriority           critical-queue latency behind a booked bulk backlog
+//	BenchmarkFairShare          a small tenant behind a big one's backlog: its completion
+//	                            time and both rates; admission calls per message with 1
+//	                            and with 1000 tenants
 //
 // Targets are reported, not asserted, because on a shared machine they
 // measure the machine as much as the code. What fails a benchmark is a
@@ -36,9 +39,10 @@
 // Flags (after -args): -e2e.tasks, -e2e.rounds, -e2e.floor, -e2e.servers,
 // -e2e.pool for the throughput benchmark, -pacing.concurrency for pacing,
 // -handover.kills for the hand-over, -backlog.sizes, -backlog.period,
-// -backlog.concurrency for the booking ones, -burst.monitor (a file to record
-// every command the recipient burst's Redis runs in, for the diagnosis of a
-// broken window).
+// -backlog.concurrency for the booking ones, -fair.big, -fair.small,
+// -fair.after, -fair.jobs, -fair.keys for the fair share, -burst.monitor (a
+// file to record every command the recipient burst's Redis runs in, for the
+// diagnosis of a broken window).
 package pipeline
 
 import (
