@@ -6,17 +6,22 @@ import (
 
 // Metrics are the worker's Prometheus metrics.
 type Metrics struct {
-	Admitted  *prometheus.CounterVec // by policy, provider
-	Deferred  *prometheus.CounterVec // by rule and limit ("policy marketing (3 per 168h)")
-	Expired   *prometheus.CounterVec // by policy
-	Dropped   *prometheus.CounterVec // by policy: over the cap of a policy that drops
-	Shadow    *prometheus.CounterVec // by rule in shadow mode and what it would have done
-	Folded    *prometheus.CounterVec // by policy: folded into a digest
-	Archived  *prometheus.CounterVec // by reason (malformed, rejected)
-	Sent      *prometheus.CounterVec // by provider
-	Failed    *prometheus.CounterVec // by provider
-	Paused    *prometheus.CounterVec // by provider
-	Admission prometheus.Histogram   // seconds per admission call
+	Admitted *prometheus.CounterVec // by policy, provider
+	Deferred *prometheus.CounterVec // by rule and limit ("policy marketing (3 per 168h)")
+	Expired  *prometheus.CounterVec // by policy
+	Dropped  *prometheus.CounterVec // by policy: over the cap of a policy that drops
+	Shadow   *prometheus.CounterVec // by rule in shadow mode and what it would have done
+	Folded   *prometheus.CounterVec // by policy: folded into a digest
+	Archived *prometheus.CounterVec // by reason (malformed, rejected)
+	Sent     *prometheus.CounterVec // by provider
+	// TenantSent counts sends by provider and tenant, for the tenants named
+	// in the weights (tenants.weights) only: every other tenant counts as
+	// "other" and the default one as "default", so the series are as many
+	// as the config names, not one per sender.
+	TenantSent *prometheus.CounterVec
+	Failed     *prometheus.CounterVec // by provider
+	Paused     *prometheus.CounterVec // by provider
+	Admission  prometheus.Histogram   // seconds per admission call
 
 	// Duplicates counts redelivered jobs found already sent and completed
 	// without sending again, by provider.
@@ -26,7 +31,8 @@ type Metrics struct {
 	Unmarked *prometheus.CounterVec
 	// Bookings counts bookings by event: made, queued (a place in line past
 	// the provider's horizon, nothing held), rebooked (a job that lost
-	// its moment booked again), claimed (a booked job went).
+	// its moment booked again), claimed (a booked job went), bumped (a
+	// job's claimed slot went to priority traffic while it slept).
 	Bookings *prometheus.CounterVec
 	// BookedAhead is, by rule, how far ahead the latest booking it set was,
 	// in seconds: for a provider, how far ahead its line reaches.
@@ -56,13 +62,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Folded:   counter("folded_total", "Notifications folded into a digest because their policy, which digests, held them back.", "policy"),
 		Archived: counter("archived_total", "Notifications archived without delivery, by reason.", "reason"),
 		Sent:     counter("sent_total", "Notifications a provider accepted.", "provider"),
-		Failed:   counter("failed_total", "Sends that failed and will be retried or archived.", "provider"),
-		Paused:   counter("paused_total", "Times a provider asked every worker to pause (429).", "provider"),
+		TenantSent: counter("tenant_sent_total",
+			"Notifications a provider accepted, by tenant: those named in tenants.weights, \"default\" (no tenant) and \"other\".", "provider", "tenant"),
+		Failed: counter("failed_total", "Sends that failed and will be retried or archived.", "provider"),
+		Paused: counter("paused_total", "Times a provider asked every worker to pause (429).", "provider"),
 		Duplicates: counter("duplicates_skipped_total",
 			"Redelivered notifications already sent, completed without sending again.", "provider"),
 		Unmarked: counter("sent_unmarked_total",
 			"Sends whose sent marker could not be written: a redelivery would send them again.", "provider"),
-		Bookings: counter("bookings_total", "Bookings made, rebooked (the moment was lost), queued (a place in line past the horizon) and claimed.", "event"),
+		Bookings: counter("bookings_total", "Bookings made, rebooked (the moment was lost), queued (a place in line past the horizon), claimed, and bumped (a claimed slot taken by priority traffic).", "event"),
 		BookedAhead: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "throttler", Name: "booked_ahead_seconds",
 			Help: "How far ahead the latest booking set by a rule was (a provider: how far its line reaches).",

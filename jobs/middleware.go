@@ -155,9 +155,12 @@ type job struct {
 	book   bool   // it books its moment (Throttle.Book)
 	// bookAhead is Throttle.BookAhead for a job that books.
 	bookAhead time.Duration
-	priority  bool   // it came from a priority queue
-	weight    int    // its tenant's weight, at least 1
-	queue     string // the queue it came from
+	// bumps counts the slots this run of the job lost to priority traffic
+	// while it slept (see stillHolds).
+	bumps    int
+	priority bool   // it came from a priority queue
+	weight   int    // its tenant's weight, at least 1
+	queue    string // the queue it came from
 	// tried says a send of it was tried before (it failed, or its worker
 	// died in it): the provider may have taken it, so it is never folded
 	// into a digest, only sent under its own ID (the provider's
@@ -439,12 +442,38 @@ func (t *Throttle) admit(ctx context.Context, j job) error {
 	defer timer.Stop()
 	select {
 	case <-timer.C:
-		return nil
+		return t.stillHolds(ctx, j)
 	case <-ctx.Done():
 	case <-t.Stopping:
 	}
 	t.release(j.request())
 	return &Deferral{Delay: d.Delay, Reason: "worker stopped before the provider token was due"}
+}
+
+// maxBumps is how many times a job whose slot went to priority traffic
+// while it slept is admitted again at once before it is deferred instead.
+const maxBumps = 3
+
+// stillHolds, after a job slept until its moment, checks that its provider
+// slot is still its own: a priority job may have taken it (see
+// throttle.Request.Priority). If it was, what the job still holds is given
+// back and it is admitted again (its recipient's windows are checked
+// again at its new moment).
+func (t *Throttle) stillHolds(ctx context.Context, j job) error {
+	held, err := t.Limiter.Holds(ctx, j.request())
+	if err == nil && held {
+		return nil
+	}
+	t.release(j.request())
+	if err != nil {
+		t.Log.Warn("could not check the job's slot before sending", "task", j.id, "err", err)
+		return &Deferral{Delay: 5 * time.Second, Reason: "throttle unavailable: " + err.Error()}
+	}
+	t.Metrics.inc(t.Metrics.Bookings, "bumped")
+	if j.bumps++; j.bumps > maxBumps {
+		return &Deferral{Delay: time.Second, Reason: "its provider slot went to priority traffic " + fmt.Sprint(maxBumps) + " times"}
+	}
+	return t.admit(ctx, j)
 }
 
 // wakeEarly is how much earlier than its moment a booked job asks to be
@@ -565,6 +594,7 @@ func (t *Throttle) deliver(ctx context.Context, j job) error {
 	err := j.route.Provider.Send(ctx, Message{ID: j.id, Recipient: j.n.Recipient, Template: j.n.Template, Data: j.n.Data})
 	if err == nil {
 		t.Metrics.inc(t.Metrics.Sent, j.n.Provider)
+		t.Metrics.inc(t.Metrics.TenantSent, j.n.Provider, t.tenantLabel(j.n.Tenant))
 		t.markSent(ctx, j)
 		return nil
 	}
@@ -648,4 +678,16 @@ func (t *Throttle) forget(r throttle.Request) {
 	if _, err := t.Limiter.Forget(ctx, r); err != nil {
 		t.Log.Warn("forgetting the provider token failed", "task", r.ID, "err", err)
 	}
+}
+
+// tenantLabel is a tenant's label in the metrics: its name if the weights
+// name it, "default" for none, else "other" (a bounded set of series).
+func (t *Throttle) tenantLabel(tenant string) string {
+	if tenant == "" {
+		return "default"
+	}
+	if _, ok := t.rules().Weights[tenant]; ok {
+		return tenant
+	}
+	return "other"
 }

@@ -66,3 +66,28 @@ func TestDigestCarriesTenant(t *testing.T) {
 		t.Errorf("the tenant changes the digest's name")
 	}
 }
+
+// A job that books with a horizon names its asynq task hash, where a place
+// in line is noted; without a horizon it names none.
+func TestRequestBookAheadNamesTaskHash(t *testing.T) {
+	b, _ := throttle.NewBucket("gw", 10, 1)
+	j := job{id: "t1", queue: "low", book: true, bookAhead: 5 * time.Second, route: Route{Bucket: b},
+		n: Notification{Recipient: "a", Provider: "gw"}}
+	if r := j.request(); r.BookAhead != 5*time.Second || r.TaskKey != "asynq:{low}:t:t1" {
+		t.Errorf("book ahead %s, task key %q; want 5s and asynq's hash of task t1 on queue low", r.BookAhead, r.TaskKey)
+	}
+	j.bookAhead = 0
+	if r := j.request(); r.BookAhead != 0 || r.TaskKey != "" {
+		t.Errorf("without a horizon: book ahead %s, task key %q; want none", r.BookAhead, r.TaskKey)
+	}
+}
+
+// Sends are counted by tenant only for the tenants the weights name.
+func TestTenantLabelIsBounded(t *testing.T) {
+	th := &Throttle{Weights: map[string]int{"billing": 2}}
+	for tenant, want := range map[string]string{"billing": "billing", "": "default", "growth": "other", "team-4711": "other"} {
+		if got := th.tenantLabel(tenant); got != want {
+			t.Errorf("tenant %q counted as %q, want %q", tenant, got, want)
+		}
+	}
+}

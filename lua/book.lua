@@ -272,6 +272,43 @@ local function bump(bt, book, cal, now, from, before, len)
   return s
 end
 
+-- BUMP_MARGIN: a claimed slot is taken from its task only while the task
+-- is still asleep for at least this long (it checks its slot before it
+-- sends: throttle.Limiter.Holds).
+local BUMP_MARGIN = 50000 -- µs
+
+-- PRIO_SOON: a priority task that would wait longer than this (or its max
+-- wait, if shorter) takes a booked or claimed slot ahead of its own.
+local PRIO_SOON = 200000 -- µs
+
+-- bump_claimed takes the first claimed slot (in the ledger: its task sleeps
+-- until it) that starts before before and whose task goes no earlier than
+-- BUMP_MARGIN from now whatever its slack, for a priority task of cost 1: the task loses it
+-- (its ledger entry goes) and finds out before it sends; the slot stays busy,
+-- now the priority task's. It returns the slot, or nil.
+local function bump_claimed(bt, ledger, now, from, before)
+  if bt.cost ~= 1 then return nil end
+  -- The most slack a take of cost 1 has (a priority one's): its task
+  -- sleeps at least until its slot's start less that.
+  local lo = max(from, now + BUMP_MARGIN + bucket_slack({cost = 1, burst = bt.burst, rate = bt.rate, reserve = 0}, true))
+  if lo >= before then return nil end
+  local z = rcall('ZRANGEBYSCORE', ledger, int(lo), '(' .. int(before), 'WITHSCORES', 'LIMIT', '0', '1')
+  if #z == 0 then return nil end
+  rcall('ZREM', ledger, z[1])
+  return tonum(z[2])
+end
+
+-- take_ahead takes, for a priority task of slot len, the earliest of: the
+-- slot of the first claimed task that still sleeps (bump_claimed) and that
+-- of the first booking not yet claimed (bump), before slot v. It returns
+-- the slot taken, or nil.
+local function take_ahead(bt, ledger, book, cal, now, from, v, len)
+  local z = rcall('ZRANGEBYSCORE', book, int(from), '(' .. int(v), 'WITHSCORES', 'LIMIT', '0', '1')
+  local c = bump_claimed(bt, ledger, now, from, tonum(z[2]) or v)
+  if c then return c end
+  return bump(bt, book, cal, now, from, v, len)
+end
+
 -- Fair shares and the horizon.
 --
 -- Several tenants (senders: teams, campaigns) may wait on one bucket. Each
@@ -361,13 +398,22 @@ local function fair_write(fair, exp, now, force)
   end
 end
 
--- place_state returns 2 if the task's hash notes a place in line, 1 if it
--- exists without one, 0 if there is no hash: then no place can be noted, and
--- the task books a slot however far ahead, as without a horizon.
-local function place_state(tkey)
-  if not tkey then return 0 end
-  if rcall('HEXISTS', tkey, 'thr') == 1 then return 2 end
-  return rcall('EXISTS', tkey)
+-- A task's place: ps is what the caller read from the task's hash (on a
+-- cluster: 0 no hash, 1 a hash without a place, else the place), or nil
+-- where the hash is tkey. place_of returns the place noted, or nil;
+-- placeable whether a place can be noted (the hash exists: without it the
+-- task books a slot however far ahead, as without a horizon).
+local function place_of(tkey, ps)
+  if ps then
+    if ps > 1 then return ps end
+    return nil
+  end
+  return tonum(rcall('HGET', tkey, 'thr'))
+end
+
+local function placeable(tkey, ps)
+  if ps then return ps > 0 end
+  return rcall('EXISTS', tkey) == 1
 end
 
 -- in_place gives the task place q in its tenant's line (F loaded): it comes
@@ -509,11 +555,21 @@ local function book_task(keys, ki, id, p, now, deadline, floor_, weight, tenant,
   if near then
     fair_read(fair, fexp, tenant or '', weight or 1, now)
     if F.W > F.w then gate = F.gate end
-    if H > 0 and F.line > now + H then
-      -- The tenant's line reaches past the horizon: a task new to it joins
-      -- its end.
-      ps = ps or place_state(tkey)
-      if ps == 1 then return in_place(k, bi, fair, fexp, tkey, now, max(m, F.line), len, deadline) end
+    if H > 0 then
+      local q = place_of(tkey, ps)
+      if q and q > now + H then
+        -- Back long before its place: it stands.
+        return k, 4 * bi, now, q - now, 0, QUEUED, floor((q - now) / len)
+      elseif q then
+        -- Back from its place: its slot is from there on. The free slots
+        -- before it are for the places ahead of it (and for priority
+        -- jobs): a task back early does not take them.
+        if q > gate then gate = q end
+      elseif F.line > now + H and placeable(tkey, ps) then
+        -- The tenant's line reaches past the horizon: a task new to it
+        -- joins its end.
+        return in_place(k, bi, fair, fexp, tkey, now, max(m, F.line), len, deadline)
+      end
     end
   end
   local v, left, ra, rb, taken
@@ -529,8 +585,8 @@ local function book_task(keys, ki, id, p, now, deadline, floor_, weight, tenant,
       return k, 4 * bi, now, BIG, 0, DECIDED, 0
     end
     local x = max(m, v - slack)
-    if prio and x > now + maxwait then
-      local s = bump(bt, bbook, bcal, now, max(now, m), v, len)
+    if prio and x > now + min(maxwait, PRIO_SOON) then
+      local s = take_ahead(bt, bledger, bbook, bcal, now, max(now, m), v, len)
       if s then v, left, ra, rb, taken, x = s, nil, nil, nil, true, max(m, s - slack) end
     end
     if x > m then m, binding, window = x, bi, 0 end
@@ -544,8 +600,7 @@ local function book_task(keys, ki, id, p, now, deadline, floor_, weight, tenant,
   if bt and binding == 0 then binding = bi end
   if near and H > 0 and binding == bi and m > now + H then
     -- Past the horizon: a place in the tenant's line, not a slot.
-    ps = ps or place_state(tkey)
-    if ps > 0 then return in_place(k, bi, fair, fexp, tkey, now, max(m, F.line), len, deadline) end
+    if placeable(tkey, ps) then return in_place(k, bi, fair, fexp, tkey, now, max(m, F.line), len, deadline) end
   end
   if deadline > 0 and m > deadline then
     return k, 4 * binding + 256 * window, now, m - now, 0, EXPIRED, 0

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // On a Redis Cluster a recipient's quotas and a provider's bucket live on
@@ -215,21 +217,21 @@ func (l *Limiter) bookGroup(ctx context.Context, r Request, q group, floor int64
 }
 
 // placeOf is what a cluster booking's task hash says (see book.lua's
-// place_state): "2" it notes a place in line, "1" it exists without one,
-// "0" there is none; "" for a request without a horizon.
+// place_of): the place in line it notes (µs), else "1" if it exists, "0"
+// if not; "" for a request without a horizon.
 func (l *Limiter) placeOf(ctx context.Context, r Request) (string, error) {
 	if !horizon(r) {
 		return "", nil
 	}
 	p := l.rdb.Pipeline()
-	has := p.HExists(ctx, r.TaskKey, "thr")
+	place := p.HGet(ctx, r.TaskKey, "thr")
 	exists := p.Exists(ctx, r.TaskKey)
-	if _, err := p.Exec(ctx); err != nil {
+	if _, err := p.Exec(ctx); err != nil && err != redis.Nil {
 		return "", fmt.Errorf("throttle: read %q's place in line: %w", r.ID, err)
 	}
 	switch {
-	case has.Val():
-		return "2", nil
+	case place.Err() == nil:
+		return place.Val(), nil
 	case exists.Val() == 1:
 		return "1", nil
 	}

@@ -84,11 +84,22 @@ func TestBookAheadHorizon(t *testing.T) {
 	if _, err := l.Release(ctx, lineReq(t, rdb, lastBooked, "", 1, b, ahead)); err != nil {
 		t.Fatal(err)
 	}
-	// A returning task (its hash notes a place): it takes the freed slot.
+	// A task back long before its place: the place stands.
 	r := lineReq(t, rdb, "t39", "", 1, b, ahead)
-	d = mustAdmit(t, l, r)
-	if !d.Booked || d.Queued || !d.At().Equal(first.At()) {
-		t.Errorf("a task back from its place after a release: %+v; want the released slot at %s", d, first.At())
+	if d = mustAdmit(t, l, r); !d.Queued || !d.At().Equal(queued[len(queued)-1].At()) {
+		t.Errorf("a task back long before its place: %+v; want its place %s again", d, queued[len(queued)-1].At())
+	}
+	// A task back at its place (noted as now) takes the first free slot from
+	// there: the released one.
+	now, err := rdb.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.HSet(ctx, "task:t39", "thr", now.UnixMicro()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if d = mustAdmit(t, l, r); !d.Booked || d.Queued || !d.At().Equal(first.At()) {
+		t.Errorf("a task back at its place after a release: %+v; want the released slot at %s", d, first.At())
 	}
 }
 
@@ -173,5 +184,73 @@ func TestFairStateReleased(t *testing.T) {
 			t.Fatalf("the tenant's state is still there 20s after its last place")
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// A task back a little before its place takes its slot from its place, not
+// the free slots before it: those are for the places ahead of it and for
+// priority jobs. (A slot free now is anyone's: the plain path.)
+func TestBookBackEarlyKeepsToItsPlace(t *testing.T) {
+	l, rdb := newStandalone(t)
+	ctx := context.Background()
+	b := mustBucket(t, "sms", 10, 1)
+	if d := mustAdmit(t, l, lineReq(t, rdb, "p0", "", 1, b, time.Second)); !d.Allowed || d.Delay != 0 {
+		t.Fatalf("the first task: %+v; want allowed now", d)
+	}
+	r := lineReq(t, rdb, "p1", "", 1, b, time.Second)
+	now, err := rdb.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	place := now.Add(600 * time.Millisecond)
+	if err := rdb.HSet(ctx, "task:p1", "thr", place.UnixMicro()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	d := mustAdmit(t, l, r)
+	if !d.Booked || d.Queued || !d.At().Equal(time.UnixMicro(place.UnixMicro())) {
+		t.Errorf("back 600ms before its place, the next slot free 100ms ahead: %+v; want its place %s", d, place)
+	}
+	// A task new to the provider takes the free slot before it.
+	if d := mustAdmit(t, l, lineReq(t, rdb, "p2", "", 1, b, time.Second)); !d.Booked || d.At().After(place) {
+		t.Errorf("a new task beside it: %+v; want a slot before %s", d, place)
+	}
+}
+
+// A priority task takes the slot of a task that claimed it and sleeps until
+// it; that task finds out by Holds before it sends.
+func TestPriorityTakesAClaimedSlot(t *testing.T) {
+	l, _ := newStandalone(t)
+	ctx := context.Background()
+	b := mustBucket(t, "sms", 10, 1) // a slot every 100 ms
+	req := func(id string, prio bool) Request {
+		r := bookReq(id, nil, "", b, 2*time.Second)
+		r.Priority = prio
+		return r
+	}
+	var last Decision
+	for i := range 11 {
+		if last = mustAdmit(t, l, req(fmt.Sprint("t", i), false)); !last.Allowed {
+			t.Fatalf("t%d: %+v; want admitted within max wait", i, last)
+		}
+	}
+	d := mustAdmit(t, l, req("otp", true))
+	if !d.Allowed || d.Delay > 300*time.Millisecond {
+		t.Fatalf("priority task: %+v; want a slot within 300ms (the first claimed one more than 50ms ahead), not after t10 (%s)", d, last.Delay)
+	}
+	lost := 0
+	for i := range 11 {
+		held, err := l.Holds(ctx, req(fmt.Sprint("t", i), false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !held {
+			lost++
+		}
+	}
+	if lost != 1 {
+		t.Errorf("%d tasks lost their slot, want 1 (the priority task's)", lost)
+	}
+	if held, err := l.Holds(ctx, req("otp", true)); err != nil || !held {
+		t.Errorf("the priority task does not hold its slot: %v %v", held, err)
 	}
 }

@@ -167,6 +167,28 @@ func (l *Limiter) Reserve(ctx context.Context, r Request, maxWait time.Duration)
 	return l.Admit(ctx, r)
 }
 
+// Holds reports whether r's buckets still hold the slots r.ID was admitted
+// to. A task admitted with a Delay sleeps until its moment; meanwhile a
+// priority request may take its slot (see Request.Priority). Before it
+// sends, the task asks Holds: if not, its slot is gone, and it releases
+// what it still holds and is admitted again.
+func (l *Limiter) Holds(ctx context.Context, r Request) (bool, error) {
+	for _, t := range r.Takes {
+		b, ok := t.Rule.(*Bucket)
+		if !ok {
+			continue
+		}
+		err := l.rdb.ZScore(ctx, ledgerKey(subjectTag(l.prefix, t.Key), b.name), r.ID).Err()
+		if err == redis.Nil {
+			return false, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("throttle: holds %q: %w", r.ID, err)
+		}
+	}
+	return true, nil
+}
+
 // Release gives back what r.ID's admission took from r's takes: quota entries
 // and counts are removed and bucket tokens (reserved or used) are returned.
 // Call it for a task that was admitted but not delivered. Releasing twice, or

