@@ -53,22 +53,11 @@ func TestDifferential(t *testing.T) {
 	// At least 1s (Options' minimum) and short enough that ledgers forget IDs
 	// within a run.
 	remember := time.Second + time.Duration(rng.Int64N(int64(time.Second)))
-	rdb, _ := shared.NewClient(t)
-	l, err := New(rdb, Options{Remember: remember})
-	if err != nil {
-		t.Fatal(err)
+	d := newDiffer(t, rng, seed, remember)
+	for _, tn := range d.tenants {
+		d.weights[tn] = d.rng.IntN(4) // 0: the default, 1
 	}
-	if os.Getenv("THROTTLE_DIFF_SCRIPTS") == "1" {
-		l.noFunctions.Store(true) // the scripts, as servers without functions run them
-		t.Logf("as scripts (EVALSHA)")
-	}
-	d := &differ{
-		t: t, rng: rng, seed: seed, l: l, rdb: rdb, m: newModel(), remember: remember,
-		recipients: []string{"alice", "bob@example.com", "+15550100", "carol{x}", "dave:1", "éva"},
-		providers:  []string{"sms-gw", "mail gw"},
-		last:       map[string]Request{},
-	}
-	d.rules = []Rule{d.newQuota("q1"), d.newQuota("q2"), d.newBucket("b1"), d.newBucket("b2"), d.newFixed("f1"),
+	d.rules = []Rule{d.newQuota("q1"), d.newQuota("q2"), d.newBucket("b1"), d.newBucket("b2"), d.newSlowBucket("b3"), d.newFixed("f1"),
 		d.newCalendar("c1"), d.newQuiet("h1")}
 	for _, r := range d.rules {
 		t.Logf("%s %s: %s", kindName(r), r.Name(), r)
@@ -95,6 +84,8 @@ func TestDifferential(t *testing.T) {
 			retry = nil
 		case p < 0.10 && len(d.ids) > 0:
 			d.release(op, d.last[d.earlierID(0.8)])
+		case p < 0.11 && len(d.ids) > 0:
+			d.toggleTask(op, d.earlierID(0.2))
 		case p < 0.13:
 			d.check(op, d.request())
 		case p < 0.17:
@@ -121,6 +112,13 @@ func TestDifferential(t *testing.T) {
 		t.Errorf("calendar windows or quiet hours never bound a denial and a booking: the run did not test them")
 	}
 	t.Logf("bookings: %d booked (%d again, after a missed moment), %d claimed, %d expired", s.booked, s.rebooked, s.claimed, s.expired)
+	f := d.m.fair
+	t.Logf("fair shares: %d bookings of a tenant held by its gate, %d placed in line; %d new tasks sent to their line's end, %d back from a place and placed again, "+
+		"%d back from a place that went or took a slot (%d of them booking it), %d expired at their place, %d without a task hash beyond the horizon; %d weight changes, %d task hashes made or deleted",
+		f["gated"], s.queued, f["line end"], f["placed again"], s.returned, f["returned"], f["expired in place"], f["no hash"], s.weightChanges, s.taskToggles)
+	if ops >= 1000 && (f["gated"] == 0 || s.queued == 0 || f["line end"] == 0 || s.returned == 0 || f["no hash"] == 0) {
+		t.Errorf("gates, lines, line ends, returners or tasks without a hash never came up: the run did not test them")
+	}
 	if ops >= 1000 && (s.countOnly == 0 || s.checks == 0) {
 		t.Errorf("%d count-only takes, %d checks: the run did not test them", s.countOnly, s.checks)
 	}
@@ -131,6 +129,30 @@ func TestDifferential(t *testing.T) {
 		s.denied, s.releases, s.releasedTakes, s.emptyReleases, s.ruleChanges, s.retries, s.expiryLater, s.expiryDelta)
 	if d.m.lost["q"]+d.m.lost["l"]+d.m.lost["s"] > 0 {
 		t.Errorf("entries lost to a shortened expiry while they still counted: %d quota, %d ledger, %d slot calendar (seed %d)", d.m.lost["q"], d.m.lost["l"], d.m.lost["s"], seed)
+	}
+}
+
+// newDiffer returns a differ on a fresh client of the shared server.
+func newDiffer(t *testing.T, rng *rand.Rand, seed uint64, remember time.Duration) *differ {
+	t.Helper()
+	rdb, _ := shared.NewClient(t)
+	l, err := New(rdb, Options{Remember: remember})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if os.Getenv("THROTTLE_DIFF_SCRIPTS") == "1" {
+		l.noFunctions.Store(true) // the scripts, as servers without functions run them
+		t.Logf("as scripts (EVALSHA)")
+	}
+	return &differ{
+		t: t, rng: rng, seed: seed, l: l, rdb: rdb, m: newModel(), remember: remember,
+		recipients: []string{"alice", "bob@example.com", "+15550100", "carol{x}", "dave:1", "éva"},
+		providers:  []string{"sms-gw", "mail gw"},
+		tenants:    []string{"", "acme", "béta co", "a,b"}, // "" the default; a comma in the name, after the three the argument splits on
+		weights:    map[string]int{},
+		tasks:      map[string]bool{},
+		aheads:     map[string]time.Duration{},
+		last:       map[string]Request{},
 	}
 }
 
@@ -145,11 +167,16 @@ type differ struct {
 	remember time.Duration
 
 	recipients, providers []string
-	rules                 []Rule             // q1 q2 b1 b2 f1 c1 h1, replaced now and then
-	ids                   []string           // task IDs in order of first use
-	admitted              []string           // IDs as they were allowed (with repeats)
-	last                  map[string]Request // each ID's latest request
-	history               []string           // the latest operations, for failure messages
+	tenants               []string
+	weights               map[string]int           // each tenant's weight, changed now and then
+	tasks                 map[string]bool          // task hashes the test made (what asynq's would be), by task key
+	aheads                map[string]time.Duration // horizons, by bucket, subject and limits (see horizonOf)
+	targeted              bool                     // a targeted test's: no random deletion of task hashes
+	rules                 []Rule                   // q1 q2 b1 b2 b3 f1 c1 h1, replaced now and then
+	ids                   []string                 // task IDs in order of first use
+	admitted              []string                 // IDs as they were allowed (with repeats)
+	last                  map[string]Request       // each ID's latest request
+	history               []string                 // the latest operations, for failure messages
 	// claims are booked tasks that will come back, by when (sorted): at
 	// their moment, a little early or late.
 	claims []claim
@@ -163,6 +190,7 @@ type differ struct {
 		byCalendar, byQuiet                                           [2]int // decisions whose moment they set: [0] denied, [1] booked
 		countOnly                                                     int    // count-only takes asked for
 		checks                                                        int    // Limiter.Check calls
+		queued, returned, weightChanges, taskToggles                  int    // the rest of fair shares' counts are model.fair
 	}
 }
 
@@ -173,13 +201,16 @@ type claim struct {
 
 // expect schedules a booked task's return: most come back within their max
 // wait before the moment (as a worker does), some early (told the moment
-// again), some late (they go, or book again); a fifth never come back.
+// again), some late (they go, or book again); a fifth never come back. Most
+// of those placed in line come back at their place.
 func (d *differ) expect(r Request, dec Decision) {
 	if d.rng.IntN(5) == 0 || dec.At().Sub(dec.Now) > 3*time.Second {
 		return
 	}
 	at := dec.At()
 	switch p := d.rng.IntN(10); {
+	case dec.Queued && p < 7: // asynq runs it again at its place
+		at = at.Add(d.between(0, 20*time.Millisecond))
 	case p < 6:
 		at = at.Add(-d.between(0, r.MaxWait))
 	case p < 8:
@@ -241,6 +272,13 @@ func (d *differ) newBucket(name string) *Bucket {
 		}
 	}
 	return b
+}
+
+// newSlowBucket returns a bucket of 2 to 50 slots a second, burst 1 to 3:
+// one that a few bookings fill past a horizon, so that lines form in every
+// run whatever the other buckets' rates.
+func (d *differ) newSlowBucket(name string) *Bucket {
+	return mustBucket(d.t, name, 2+d.rng.Float64()*48, 1+d.rng.IntN(3))
 }
 
 func (d *differ) newFixed(name string) *FixedWindow {
@@ -306,6 +344,9 @@ func (d *differ) changeRule() {
 		d.rules[i] = d.newQuota(r.Name())
 	case *Bucket:
 		d.rules[i] = d.newBucket(r.Name())
+		if r.Name() == "b3" {
+			d.rules[i] = d.newSlowBucket(r.Name())
+		}
 	case *FixedWindow:
 		d.rules[i] = d.newFixed(r.Name())
 	case *CalendarWindow:
@@ -450,7 +491,93 @@ func (d *differ) newBooking(r Request) Request {
 		}
 		r.Takes = append(r.Takes, Take{Rule: rule, Key: key, Cost: cost, CountOnly: d.countOnly(rule)})
 	}
+	d.fairShare(&r)
 	return r
+}
+
+// fairShare gives a booking request its tenant (a few, the default "" among
+// them) and that tenant's weight (changed now and then: a weight changed
+// while the tenant waits), and its bucket's horizon (see horizonOf), with
+// its task's hash: made the first time, as asynq's exists while the task
+// waits, but not for every task (one without a hash books its slot however
+// far ahead).
+func (d *differ) fairShare(r *Request) {
+	tn := d.tenants[d.rng.IntN(len(d.tenants))]
+	if d.rng.IntN(40) == 0 {
+		d.weights[tn] = d.rng.IntN(4)
+		d.stats.weightChanges++
+		d.note(fmt.Sprintf("tenant %q's weight is now %d", tn, d.weights[tn]))
+	}
+	r.Tenant, r.Weight = tn, d.weights[tn]
+	if r.BookAhead = d.horizonOf(*r); r.BookAhead == 0 {
+		return
+	}
+	r.TaskKey = "asynq:{default}:t:" + r.ID
+	if _, seen := d.tasks[r.TaskKey]; !seen {
+		d.setTask(r.TaskKey, d.rng.IntN(8) > 0)
+	}
+}
+
+// horizonOf picks r's horizon. Workers share one: a bucket's tasks mostly
+// ask for the same (a few slots ahead, or none, chosen per bucket and
+// subject and changed with the rule), so that a line forms and its tasks
+// come back to free slots; now and then one asks for another.
+func (d *differ) horizonOf(r Request) time.Duration {
+	for _, t := range r.Takes {
+		b, ok := t.Rule.(*Bucket)
+		if !ok {
+			continue
+		}
+		if d.rng.IntN(10) == 0 {
+			break
+		}
+		k := b.Name() + "@" + t.Key + " " + b.String()
+		if h, ok := d.aheads[k]; ok {
+			return h
+		}
+		h := time.Duration(0)
+		if d.rng.IntN(4) > 0 {
+			slot := time.Duration(float64(time.Second) / b.Rate())
+			h = min(max(time.Millisecond, slot*time.Duration(1+d.rng.IntN(8))), 1500*time.Millisecond).Truncate(time.Microsecond)
+		}
+		d.aheads[k] = h
+		return h
+	}
+	if d.rng.IntN(2) == 0 {
+		return 0
+	}
+	return d.between(time.Millisecond, time.Second)
+}
+
+// setTask makes the task hash k (as asynq does when it enqueues a task) or
+// deletes it (as when the task is done), in Redis and in the model.
+func (d *differ) setTask(k string, exists bool) {
+	d.tasks[k] = exists
+	mk := modelKey{kind: "task", subject: k}
+	ctx := d.t.Context()
+	if !exists {
+		if err := d.rdb.Del(ctx, k).Err(); err != nil {
+			d.t.Fatal(err)
+		}
+		delete(d.m.keys, mk)
+		return
+	}
+	if err := d.rdb.Del(ctx, k).Err(); err != nil {
+		d.t.Fatal(err)
+	}
+	if err := d.rdb.HSet(ctx, k, "state", "pending").Err(); err != nil {
+		d.t.Fatal(err)
+	}
+	d.m.keys[mk] = &modelEntry{z: map[string]float64{}, h: map[string]float64{}, s: map[string]string{"state": "pending"}}
+}
+
+// toggleTask deletes the hash of id's task (done, or deleted by hand) or
+// makes it anew (a task enqueued again under its ID: no place noted).
+func (d *differ) toggleTask(op int, id string) {
+	k := "asynq:{default}:t:" + id
+	d.setTask(k, !d.tasks[k])
+	d.stats.taskToggles++
+	d.note(fmt.Sprintf("op %d: task hash %q exists %v", op, k, d.tasks[k]))
 }
 
 // pause lets time pass: often a little, now and then enough for windows to
@@ -468,6 +595,12 @@ func (d *differ) pause() {
 // and checks every decision against the model's. It returns the last one.
 func (d *differ) admit(op int, rs []Request) Decision {
 	d.t.Helper()
+	placed := make([]bool, len(rs)) // its task's hash notes a place in line
+	for k, r := range rs {
+		if e := d.m.keys[modelTaskKey(r)]; e != nil && horizon(r) {
+			_, placed[k] = e.s["thr"]
+		}
+	}
 	var got []Decision
 	if len(rs) == 1 {
 		dec, err := d.l.Admit(d.t.Context(), rs[0])
@@ -498,6 +631,12 @@ func (d *differ) admit(op int, rs []Request) Decision {
 		}
 		if got[k].Booked {
 			d.expect(r, got[k])
+		}
+		if placed[k] && (got[k].Allowed || got[k].Booked && !got[k].Queued) {
+			d.stats.returned++
+		}
+		if tk := r.TaskKey; !d.targeted && horizon(r) && d.tasks[tk] && (got[k].Allowed || got[k].Expired) && d.rng.IntN(2) == 0 {
+			d.setTask(tk, false) // done, or given up: asynq deletes its hash
 		}
 		d.count(got[k])
 	}
@@ -532,6 +671,8 @@ func (d *differ) count(dec Decision) {
 		d.stats.byQuiet[btoi(dec.Booked)]++
 	}
 	switch {
+	case dec.Queued:
+		d.stats.queued++
 	case dec.Booked:
 		d.stats.booked++
 		if dec.Rebooked {
@@ -612,8 +753,11 @@ func (d *differ) checkState(op int, rs []Request) {
 			}
 			mks, reqs = append(mks, t.key), append(reqs, r)
 			if t.kind == "b" {
-				mks, reqs = append(mks, t.ledger, t.book, t.cal), append(reqs, r, r, r)
+				mks, reqs = append(mks, t.ledger, t.book, t.cal, t.fair, t.tenants), append(reqs, r, r, r, r, r)
 			}
+		}
+		if k := modelTaskKey(r); k.subject != "" {
+			mks, reqs = append(mks, k), append(reqs, r)
 		}
 	}
 	type snap struct {
@@ -648,7 +792,7 @@ func (d *differ) checkState(op int, rs []Request) {
 		r, rk := reqs[i], sn.rkey
 		e := d.m.keys[sn.model]
 		when := sn.when.Val()
-		if when == -1 {
+		if when == -1 && sn.model.kind != "task" { // a task's hash is asynq's: no TTL while it waits
 			d.fail(fmt.Sprintf("op %d: %s has no TTL", op, rk), r, nowT.UnixMicro(), "")
 		}
 		if e != nil && when > 0 && when != e.expMS {
@@ -665,6 +809,16 @@ func (d *differ) checkState(op int, rs []Request) {
 		}
 		if when >= 0 && when-nowMS <= margin {
 			continue // about to expire in Redis
+		}
+		if sn.model.kind == "w" || sn.model.kind == "task" { // fields hold strings
+			var want map[string]string
+			if e != nil {
+				want = e.s
+			}
+			if w, g := fmt.Sprint(modelStrings(want)), fmt.Sprint(modelStrings(sn.hash.Val())); w != g {
+				d.fail(fmt.Sprintf("op %d: state of %s", op, rk), r, nowT.UnixMicro(), fmt.Sprintf("\t-%s\n\t+%s\n", w, g))
+			}
+			continue
 		}
 		var got map[string]float64
 		switch sn.typ.Val() {
@@ -713,6 +867,12 @@ func (d *differ) redisKey(k modelKey) string {
 		return calendarKey(tag, k.rule)
 	case "s":
 		return slotsKey(tag, k.rule)
+	case "w":
+		return fairKey(tag, k.rule)
+	case "t":
+		return tenantsKey(tag, k.rule)
+	case "task":
+		return k.subject
 	}
 	return fixedKey(tag, k.rule)
 }
@@ -734,6 +894,7 @@ func diffDecision(want, got Decision) string {
 	field("Repeated", want.Repeated, got.Repeated, want.Repeated == got.Repeated)
 	field("Booked", want.Booked, got.Booked, want.Booked == got.Booked)
 	field("Rebooked", want.Rebooked, got.Rebooked, want.Rebooked == got.Rebooked)
+	field("Queued", want.Queued, got.Queued, want.Queued == got.Queued)
 	field("Ahead", want.Ahead, got.Ahead, want.Ahead == got.Ahead)
 	field("Expired", want.Expired, got.Expired, want.Expired == got.Expired)
 	field("Claimed", want.Claimed, got.Claimed, want.Claimed.Equal(got.Claimed))
@@ -765,7 +926,8 @@ func (d *differ) redisDump(r Request) string {
 		case *Quota:
 			keys = []string{quotaKey(tag, tk.Rule.Name())}
 		case *Bucket:
-			keys = []string{bucketKey(tag, tk.Rule.Name()), ledgerKey(tag, tk.Rule.Name()), bookKey(tag, tk.Rule.Name())}
+			keys = []string{bucketKey(tag, tk.Rule.Name()), ledgerKey(tag, tk.Rule.Name()), bookKey(tag, tk.Rule.Name()),
+				slotsKey(tag, tk.Rule.Name()), fairKey(tag, tk.Rule.Name()), tenantsKey(tag, tk.Rule.Name())}
 		case *FixedWindow:
 			keys = []string{fixedKey(tag, tk.Rule.Name())}
 		case *CalendarWindow:
@@ -784,6 +946,9 @@ func (d *differ) redisDump(r Request) string {
 			b.WriteString("\n")
 		}
 	}
+	if horizon(r) {
+		fmt.Fprintf(&b, "  %s: h%v\n", r.TaskKey, d.rdb.HGetAll(ctx, r.TaskKey).Val())
+	}
 	return b.String()
 }
 
@@ -798,7 +963,11 @@ func describeRequest(r Request) string {
 	}
 	book := ""
 	if r.Book {
-		book = fmt.Sprintf(", Book (priority %v, deadline %d)", r.Priority, deadline(r))
+		book = fmt.Sprintf(", Book (priority %v, deadline %d, tenant %q weight %d", r.Priority, deadline(r), r.Tenant, r.Weight)
+		if horizon(r) {
+			book += fmt.Sprintf(", ahead %s, task %q", r.BookAhead, r.TaskKey)
+		}
+		book += ")"
 	}
 	return fmt.Sprintf("{ID %q, MaxWait %s%s, Takes [%s]}", r.ID, r.MaxWait, book, strings.Join(parts, "; "))
 }
@@ -809,6 +978,8 @@ func describeDecision(d Decision) string {
 	switch {
 	case d.Allowed:
 		verdict = "allowed"
+	case d.Queued:
+		verdict = fmt.Sprintf("in line (%d ahead)", d.Ahead)
 	case d.Booked:
 		verdict = fmt.Sprintf("booked (again %v, %d ahead)", d.Rebooked, d.Ahead)
 	case d.Expired:

@@ -386,8 +386,30 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 			}
 		}
 	}
+	// The tenant's share, where the bucket sets the moment.
+	H := 0.0
+	if horizon(r) {
+		H = float64(r.BookAhead.Microseconds())
+	}
+	near, gate, ps := false, 0.0, -1 // ps: not read yet
+	var fr *modelFair
+	if bt != nil && !prio {
+		near = H == 0 || m <= now+H
+	}
+	if near {
+		fr = c.fairRead(bt, r.Tenant, float64(max(r.Weight, 1)))
+		if fr.W > fr.w {
+			gate = fr.gate
+		}
+		if H > 0 && fr.line > now+H {
+			if ps = c.placeState(r); ps == 1 {
+				c.m.fair["line end"]++
+				return c.inPlace(r, bt, fr, math.Max(m, fr.line), length, deadline, dec, bi), true
+			}
+		}
+	}
 	var f modelFound
-	taken := false
+	taken, m0 := false, m // m0: the quotas' moment, for the counts
 	for range 4 {
 		for i, t := range takes {
 			if e, quiet := quietEnd(t, m); t.kind == "h" && quiet {
@@ -397,7 +419,7 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 		if bt == nil {
 			break
 		}
-		f = c.bucketFind(bt, m, length)
+		f = c.bucketFind(bt, math.Max(m, gate), length)
 		if !f.ok {
 			return dec(false, bi, 0, modelBig), true
 		}
@@ -425,6 +447,21 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 	}
 	if bt != nil && binding == 0 {
 		binding = bi
+	}
+	if near && H > 0 && binding == bi && m > now+H {
+		// Past the horizon: a place in the tenant's line, not a slot.
+		if ps < 0 {
+			ps = c.placeState(r)
+		}
+		if ps == 0 {
+			c.m.fair["no hash"]++
+		}
+		if ps > 0 {
+			if ps == 2 {
+				c.m.fair["placed again"]++
+			}
+			return c.inPlace(r, bt, fr, math.Max(m, fr.line), length, deadline, dec, bi), true
+		}
 	}
 	if deadline > 0 && m > deadline {
 		d := dec(false, binding, window, m-now)
@@ -456,6 +493,19 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 		default:
 			c.ticketAdd(t, member, f, length)
 		}
+	}
+	if near {
+		if ps == 2 || ps < 0 && c.placeState(r) == 2 {
+			c.m.fair["returned"]++ // booked through here
+		}
+		if ff := c.bucketFind(bt, m0, length); gate > m0 && ff.ok && ff.v < gate {
+			c.m.fair["gated"]++ // a free slot before its gate
+		}
+		others := fr.W > fr.w
+		if others {
+			fr.gate = math.Max(fr.gate, f.v) + fr.stride(length)
+		}
+		c.fairWrite(bt, fr, others)
 	}
 	if goNow {
 		if m == now {

@@ -24,26 +24,33 @@ type model struct {
 	// window, a ledger entry younger than remember) when their key expired:
 	// the scripts' PEXPIRE can shorten a key's life (see TestDifferential).
 	lost map[string]int // by key kind
+	// fair counts the paths of book.lua's fair shares and horizon a run
+	// took (see TestDifferential).
+	fair map[string]int
 }
 
 type modelKey struct {
-	kind    string // "q" quota set, "b" bucket hash, "l" bucket ledger, "k" bucket tickets, "s" bucket slot calendar, "c" calendar quota, "f" fixed-window hash
+	kind    string // "q" quota set, "b" bucket hash, "l" bucket ledger, "k" bucket tickets, "s" bucket slot calendar, "w" bucket tenants hash, "t" bucket tenants' expiry set, "c" calendar quota, "f" fixed-window hash, "task" a task's own hash (subject: its key)
 	rule    string
 	subject string
 }
 
 // modelEntry is one Redis key: a sorted set (z) or a hash (h: every field the
-// scripts write holds a number), and its PEXPIRE deadline.
+// scripts write holds a number; s: the hashes whose fields are strings, a
+// bucket's tenants and a task's own), and its PEXPIRE deadline.
 type modelEntry struct {
 	z     map[string]float64
 	h     map[string]float64
+	s     map[string]string
 	expMS int64 // Unix ms; 0: no expiry
 	// keep is how long (µs) the last commit meant its entries to count: the
 	// quota's longest window, the ledger's remember. Only for model.lost.
 	keep float64
 }
 
-func newModel() *model { return &model{keys: map[modelKey]*modelEntry{}, lost: map[string]int{}} }
+func newModel() *model {
+	return &model{keys: map[modelKey]*modelEntry{}, lost: map[string]int{}, fair: map[string]int{}}
+}
 
 // modelCall is one script run: its µs time from TIME and the ms time key
 // expiry is judged by.
@@ -78,7 +85,7 @@ func (c *modelCall) get(k modelKey) *modelEntry {
 func (c *modelCall) getOrCreate(k modelKey) *modelEntry {
 	e := c.get(k)
 	if e == nil {
-		e = &modelEntry{z: map[string]float64{}, h: map[string]float64{}}
+		e = &modelEntry{z: map[string]float64{}, h: map[string]float64{}, s: map[string]string{}}
 		c.m.keys[k] = e
 	}
 	return e
@@ -86,7 +93,7 @@ func (c *modelCall) getOrCreate(k modelKey) *modelEntry {
 
 // dropIfEmpty mirrors Redis deleting an emptied set or hash (and its TTL).
 func (c *modelCall) dropIfEmpty(k modelKey, e *modelEntry) {
-	if len(e.z) == 0 && len(e.h) == 0 {
+	if len(e.z) == 0 && len(e.h) == 0 && len(e.s) == 0 {
 		delete(c.m.keys, k)
 	}
 }
@@ -177,7 +184,8 @@ type modelTake struct {
 	kind                   string
 	cost                   float64
 	key, ledger, book, cal modelKey
-	kept                   float64 // a bucket's reserve for priority requests
+	fair, tenants          modelKey // a bucket's tenants hash and their expiry set
+	kept                   float64  // a bucket's reserve for priority requests
 
 	limits, pers []float64 // quota
 	longest      float64
@@ -218,6 +226,7 @@ func (m *model) parse(r Request) []*modelTake {
 			t.kind = "b"
 			t.key, t.ledger = modelKey{"b", rule.name, tk.Key}, modelKey{"l", rule.name, tk.Key}
 			t.book, t.cal = modelKey{"k", rule.name, tk.Key}, modelKey{"s", rule.name, tk.Key}
+			t.fair, t.tenants = modelKey{"w", rule.name, tk.Key}, modelKey{"t", rule.name, tk.Key}
 			t.rate, t.burst, t.kept = rule.rate, float64(rule.burst), float64(rule.reserve)
 		case *FixedWindow:
 			t.kind, t.key = "f", modelKey{"f", rule.name, tk.Key}
@@ -772,7 +781,7 @@ func (m *model) dump(r Request, nowUS int64) string {
 		}
 		ks := []modelKey{t.key}
 		if t.kind == "b" {
-			ks = append(ks, t.ledger, t.book, t.cal)
+			ks = append(ks, t.ledger, t.book, t.cal, t.fair, t.tenants)
 		}
 		for _, k := range ks {
 			e := m.keys[k]
@@ -788,16 +797,33 @@ func (m *model) dump(r Request, nowUS int64) string {
 			if len(e.h) > 0 {
 				fmt.Fprintf(&b, "h%v", modelPairs(e.h))
 			}
+			if len(e.s) > 0 {
+				fmt.Fprintf(&b, "h%v", modelStrings(e.s))
+			}
 			b.WriteString("\n")
+		}
+	}
+	if k := modelTaskKey(r); k.subject != "" {
+		fmt.Fprintf(&b, "  task %q: ", k.subject)
+		if e := m.keys[k]; e != nil {
+			fmt.Fprintf(&b, "h%v\n", modelStrings(e.s))
+		} else {
+			b.WriteString("absent\n")
 		}
 	}
 	return b.String()
 }
 
-func modelPairs(m map[string]float64) []string {
+// modelStrings lists a string hash's fields, like modelPairs.
+func modelStrings(m map[string]string) []string { return modelFields(m, "%q=%q") }
+
+func modelPairs(m map[string]float64) []string { return modelFields(m, "%q=%.17g") }
+
+// modelFields lists m's fields and values in format, sorted.
+func modelFields[V any](m map[string]V, format string) []string {
 	var s []string
 	for k, v := range m {
-		s = append(s, fmt.Sprintf("%q=%.17g", k, v))
+		s = append(s, fmt.Sprintf(format, k, v))
 	}
 	slices.Sort(s)
 	return s

@@ -1,0 +1,205 @@
+package throttle
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// The model of book.lua's fair shares and horizon (fair_read, fair_write,
+// place_state, in_place): a bucket's tenants hash (model key "w": each
+// waiting tenant's "F,G,w,E" and, under "\x00W", W), its tenants' expiry set
+// ("t") and the task's own hash ("task", its place under "thr").
+
+// modelFairPad is book.lua's FAIR_PAD.
+const modelFairPad = 1000000
+
+// modelFairW is book.lua's FAIR_W: W's field in the tenants hash.
+const modelFairW = "\x00W"
+
+// modelFair is book.lua's F: the tenant being booked.
+type modelFair struct {
+	tenant                 string
+	w, line, gate, wo, exp float64
+	W, Wo                  float64
+}
+
+// modelTaskKey is the model key of r's task hash: r.TaskKey when its plan
+// has a horizon (only then does the script get the key), else none.
+func modelTaskKey(r Request) modelKey {
+	if !horizon(r) {
+		return modelKey{}
+	}
+	return modelKey{kind: "task", subject: r.TaskKey}
+}
+
+// modelNum is Lua's tonumber of a field the scripts wrote with '%d'.
+func modelNum(s string) float64 {
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		panic(fmt.Sprintf("model: %q: %v", s, err))
+	}
+	return v
+}
+
+// fairRecord splits a tenant's record "F,G,w,E".
+func fairRecord(rec string) (line, gate, w, exp float64) {
+	f := strings.Split(rec, ",")
+	if len(f) != 4 {
+		panic(fmt.Sprintf("model: tenant record %q", rec))
+	}
+	return modelNum(f[0]), modelNum(f[1]), modelNum(f[2]), modelNum(f[3])
+}
+
+// hget mirrors HGET on a string hash.
+func (c *modelCall) hget(k modelKey, field string) (string, bool) {
+	e := c.get(k)
+	if e == nil {
+		return "", false
+	}
+	v, ok := e.s[field]
+	return v, ok
+}
+
+// hdel mirrors HDEL on a string hash.
+func (c *modelCall) hdel(k modelKey, field string) {
+	if e := c.get(k); e != nil {
+		delete(e.s, field)
+		c.dropIfEmpty(k, e)
+	}
+}
+
+// zrem mirrors ZREM.
+func (c *modelCall) zrem(k modelKey, member string) {
+	if e := c.get(k); e != nil {
+		delete(e.z, member)
+		c.dropIfEmpty(k, e)
+	}
+}
+
+// zupTo mirrors ZRANGEBYSCORE k -inf max LIMIT 0 n: members by score, then
+// by member (bytewise, as Go compares strings).
+func (c *modelCall) zupTo(k modelKey, max float64, n int) []string {
+	e := c.get(k)
+	if e == nil {
+		return nil
+	}
+	var ms []string
+	for m, s := range e.z {
+		if s <= max {
+			ms = append(ms, m)
+		}
+	}
+	slices.SortFunc(ms, func(a, b string) int {
+		if e.z[a] != e.z[b] {
+			if e.z[a] < e.z[b] {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a, b)
+	})
+	return ms[:min(n, len(ms))]
+}
+
+// fairRead mirrors fair_read: the tenant's state on bucket t, waiting from
+// now on, with the tenants that stopped waiting (8 at most) pruned from W.
+func (c *modelCall) fairRead(t *modelTake, tenant string, w float64) *modelFair {
+	now := c.now
+	rec, hasRec := c.hget(t.fair, tenant)
+	ws, hasW := c.hget(t.fair, modelFairW)
+	W := 0.0
+	if hasW {
+		W = modelNum(ws)
+	}
+	f := &modelFair{tenant: tenant, w: w, line: now, gate: now}
+	if hasRec {
+		if a, b, wo, e := fairRecord(rec); e > now {
+			f.line, f.gate, f.wo, f.exp = a, b, wo, e
+		}
+	}
+	if W > f.wo {
+		for _, m := range c.zupTo(t.tenants, now, 8) {
+			r, ok := rec, hasRec
+			if m != tenant {
+				r, ok = c.hget(t.fair, m)
+			}
+			if ok {
+				_, _, wm, _ := fairRecord(r)
+				W = W - wm
+			}
+			c.hdel(t.fair, m)
+			c.zrem(t.tenants, m)
+		}
+	}
+	W = W - f.wo + w
+	if W < w {
+		W = w
+	}
+	f.W = W
+	if hasW {
+		f.Wo = modelNum(ws)
+	}
+	return f
+}
+
+// stride mirrors fair_stride: the µs a slot of length moves the tenant's
+// gate and line.
+func (f *modelFair) stride(length float64) float64 { return math.Ceil(length * f.W / f.w) }
+
+// fairWrite mirrors fair_write.
+func (c *modelCall) fairWrite(t *modelTake, f *modelFair, force bool) {
+	now := c.now
+	e, due := math.Max(math.Max(f.line, f.gate), now), false
+	if e > f.exp-modelFairPad/2 {
+		f.exp, force, due = e+modelFairPad, true, true
+	}
+	rec := modelInt(f.line) + "," + modelInt(f.gate) + "," + modelInt(f.w) + "," + modelInt(f.exp)
+	if f.W != f.Wo {
+		h := c.getOrCreate(t.fair)
+		h.s[f.tenant], h.s[modelFairW] = rec, modelInt(f.W)
+	} else if force {
+		c.getOrCreate(t.fair).s[f.tenant] = rec
+	}
+	if due {
+		c.getOrCreate(t.tenants).z[f.tenant] = f.exp
+		c.extend(t.tenants, f.exp-now)
+		c.extend(t.fair, f.exp-now)
+	}
+}
+
+// placeState mirrors place_state: 2 if the task's hash notes a place, 1 if
+// it exists without one, 0 if there is none (or no task key).
+func (c *modelCall) placeState(r Request) int {
+	k := modelTaskKey(r)
+	if k.subject == "" {
+		return 0
+	}
+	e := c.get(k)
+	if e == nil {
+		return 0
+	}
+	if _, ok := e.s["thr"]; ok {
+		return 2
+	}
+	return 1
+}
+
+// inPlace mirrors in_place: place q in the tenant's line, noted in the
+// task's hash; or, past the deadline, expired.
+func (c *modelCall) inPlace(r Request, t *modelTake, f *modelFair, q, length, deadline float64, dec func(bool, int, int, float64) Decision, bi int) Decision {
+	now := c.now
+	d := dec(false, bi, 0, q-now)
+	if deadline > 0 && q > deadline {
+		c.m.fair["expired in place"]++
+		d.Expired = true
+		return d
+	}
+	f.line = q + f.stride(length)
+	c.fairWrite(t, f, true)
+	c.get(modelTaskKey(r)).s["thr"] = modelInt(q)
+	d.Booked, d.Queued, d.Ahead = true, true, int(math.Floor((q-now)/length))
+	return d
+}
