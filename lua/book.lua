@@ -333,11 +333,12 @@ end
 -- tenant's gate and line alone.
 --
 -- Per bucket, the tenants hash holds, for each waiting tenant, "F,G,w,E" (E:
--- when it stops waiting, as the expiry set has it) and, under '\0W', W. A
--- tenant waits while E > now; E is max(F, G) plus FAIR_PAD, written at most
--- once per FAIR_PAD. A tenant that stops waiting leaves W when the expiry
--- set shows it (read only when W holds more than the tenant's own weight),
--- and its record goes: memory follows the tenants waiting.
+-- when it stops waiting, as the expiry set has it) and, under '\0W', W: the
+-- sum of the weights recorded. A tenant waits while E > now; E is max(F, G)
+-- plus FAIR_PAD, written at most once per FAIR_PAD. A tenant that stops
+-- waiting leaves W when the expiry set shows it (read only when W holds
+-- more than the tenant's own weight), or when it comes back, and its
+-- record goes: memory follows the tenants waiting.
 
 local FAIR_PAD = 1000000 -- µs
 local FAIR_W = '\0W'
@@ -350,29 +351,42 @@ local F = {}
 local function fair_read(fair, exp, tenant, w, now)
   local r = rcall('HMGET', fair, tenant, FAIR_W)
   local W = tonum(r[2]) or 0
+  local Wo = W
   F.tenant, F.w, F.line, F.gate, F.wo, F.exp = tenant, w, now, now, 0, 0
   if r[1] then
     local a, b, c, e = match(r[1], '^(%d+),(%d+),(%d+),(%d+)$')
     if tonum(e) > now then
       F.line, F.gate, F.wo, F.exp = tonum(a), tonum(b), tonum(c), tonum(e)
+    else
+      -- Its own weight from an earlier wait leaves W here, not only if the
+      -- prune below reaches it: its record is written anew, out of that
+      -- prune's reach, and the old weight would stay in W for good.
+      W = W - tonum(c)
+      rcall('HDEL', fair, tenant)
+      rcall('ZREM', exp, tenant)
     end
   end
   if W > F.wo then
-    -- Others count in W: leave out those that stopped waiting (this tenant
-    -- too, when its weight is still there from an earlier wait).
+    -- Others count in W: leave out those that stopped waiting.
     local z = rcall('ZRANGEBYSCORE', exp, '-inf', int(now), 'LIMIT', '0', '8')
     for j = 1, #z do
       local m = z[j]
-      local rec = r[1]
-      if m ~= tenant then rec = rcall('HGET', fair, m) end
+      local rec = rcall('HGET', fair, m)
       if rec then W = W - tonum(match(rec, '^%d+,%d+,(%d+),')) end
       rcall('HDEL', fair, m)
       rcall('ZREM', exp, m)
     end
   end
+  if W ~= Wo then
+    -- The records pruned are gone whatever this call does next (it may
+    -- write nothing more: a task expired at its place, say): so is their
+    -- weight.
+    rcall('HSET', fair, FAIR_W, int(W))
+  end
+  F.Wo = W
   W = W - F.wo + w
   if W < w then W = w end
-  F.W, F.Wo = W, tonum(r[2]) or 0
+  F.W = W
 end
 
 -- fair_stride is the µs a slot of len moves the tenant's gate and line.

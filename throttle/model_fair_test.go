@@ -114,19 +114,20 @@ func (c *modelCall) fairRead(t *modelTake, tenant string, w float64) *modelFair 
 	if hasW {
 		W = modelNum(ws)
 	}
+	Wo := W
 	f := &modelFair{tenant: tenant, w: w, line: now, gate: now}
 	if hasRec {
 		if a, b, wo, e := fairRecord(rec); e > now {
 			f.line, f.gate, f.wo, f.exp = a, b, wo, e
+		} else {
+			W = W - wo // its own weight from an earlier wait
+			c.hdel(t.fair, tenant)
+			c.zrem(t.tenants, tenant)
 		}
 	}
 	if W > f.wo {
 		for _, m := range c.zupTo(t.tenants, now, 8) {
-			r, ok := rec, hasRec
-			if m != tenant {
-				r, ok = c.hget(t.fair, m)
-			}
-			if ok {
+			if r, ok := c.hget(t.fair, m); ok {
 				_, _, wm, _ := fairRecord(r)
 				W = W - wm
 			}
@@ -134,14 +135,15 @@ func (c *modelCall) fairRead(t *modelTake, tenant string, w float64) *modelFair 
 			c.zrem(t.tenants, m)
 		}
 	}
+	if W != Wo {
+		c.get(t.fair).s[modelFairW] = modelInt(W)
+	}
+	f.Wo = W
 	W = W - f.wo + w
 	if W < w {
 		W = w
 	}
 	f.W = W
-	if hasW {
-		f.Wo = modelNum(ws)
-	}
 	return f
 }
 

@@ -1,0 +1,229 @@
+package throttle
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// Targeted tests of book.lua's fair shares and horizon, for the rules the
+// random differential test seldom reaches. Each runs its operations on Redis
+// and on the model in lockstep (differ.admit): decisions and every key
+// (tenants hash, expiry set, task hash) must agree at each step, and W must
+// be the weight of the tenants recorded (fairWeights).
+
+// newFairDiffer returns a differ for a targeted test.
+func newFairDiffer(t *testing.T) *differ {
+	t.Helper()
+	d := newDiffer(t, rand.New(rand.NewPCG(1, 2)), 0, time.Second)
+	d.targeted = true
+	return d
+}
+
+// lineOf is task id's booking request on bucket b at "gw" for tenant, with
+// horizon ahead and its task hash, made the first time.
+func (d *differ) lineOf(id, tenant string, w int, b *Bucket, ahead time.Duration) Request {
+	r := Request{ID: id, Book: true, Tenant: tenant, Weight: w, BookAhead: ahead,
+		TaskKey: "asynq:{default}:t:" + id, Takes: []Take{{Rule: b, Key: "gw"}}}
+	if _, ok := d.tasks[r.TaskKey]; !ok {
+		d.setTask(r.TaskKey, true)
+	}
+	return r
+}
+
+// step admits r on both sides and returns the decision.
+func (d *differ) step(r Request) Decision {
+	d.t.Helper()
+	d.last[r.ID] = r
+	return d.admit(d.stats.admits, []Request{r})
+}
+
+// fairHash returns bucket b's tenants hash at "gw", as Redis holds it.
+func (d *differ) fairHash(b *Bucket) map[string]string {
+	d.t.Helper()
+	h, err := d.rdb.HGetAll(context.Background(), fairKey(subjectTag(DefaultPrefix, "gw"), b.Name())).Result()
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	return h
+}
+
+// stale returns when tenant's record in h stops counting (its E), and
+// fails the test if there is none.
+func (d *differ) stale(h map[string]string, tenant string) time.Time {
+	d.t.Helper()
+	rec, ok := h[tenant]
+	if !ok {
+		d.t.Fatalf("no record of tenant %q: %v", tenant, h)
+	}
+	_, _, _, e := fairRecord(rec)
+	return time.UnixMicro(int64(e) + 1000)
+}
+
+// takeSlots lets n priority tasks (which take no part in fair shares) take
+// or book bucket b's first free slots, so that for some n slots from now a
+// task books rather than goes, and finds no slot (however slow the machine
+// running the test).
+func (d *differ) takeSlots(b *Bucket, n int) {
+	d.t.Helper()
+	for range n {
+		r := Request{ID: fmt.Sprint("prio-", d.stats.admits), Book: true, Priority: true, Takes: []Take{{Rule: b, Key: "gw"}}}
+		if dec := d.step(r); !dec.Allowed && !dec.Booked {
+			d.t.Fatalf("a priority task: %s, want to go or a slot", describeDecision(dec))
+		}
+	}
+}
+
+// queue admits n tasks of tenant and returns the last decision.
+func (d *differ) queue(prefix, tenant string, w, n int, b *Bucket, ahead time.Duration) Decision {
+	d.t.Helper()
+	var dec Decision
+	for i := range n {
+		dec = d.step(d.lineOf(fmt.Sprint(prefix, i), tenant, w, b, ahead))
+	}
+	return dec
+}
+
+// TestFairPrunedTenant: a tenant that stops waiting leaves W (its record is
+// pruned by the next booking of another tenant), and the others' shares
+// grow at once: here the one left is alone again, its places one slot
+// apart. The booking that prunes is one that expires at its place, which
+// writes nothing else: W must follow all the same.
+func TestFairPrunedTenant(t *testing.T) {
+	d := newFairDiffer(t)
+	b := mustBucket(t, "sms", 10, 1) // a slot every 100 ms
+	const ahead = 300 * time.Millisecond
+	d.queue("b", "b", 1, 30, b, ahead) // b's line reaches ~3s ahead
+	if a := d.step(d.lineOf("a0", "a", 2, b, ahead)); !a.Booked {
+		t.Fatalf("a0: %s, want a slot or a place in line", describeDecision(a))
+	}
+	h := d.fairHash(b)
+	if h[modelFairW] != "3" {
+		t.Fatalf("W = %q with b (1) and a (2) waiting: %v", h[modelFairW], h)
+	}
+	untilRedis(t, d.l, d.stale(h, "a"))
+
+	d.takeSlots(b, 5)
+	r := d.lineOf("b-late", "b", 1, b, ahead)
+	r.Deadline = time.Now().Add(ahead)
+	if dec := d.step(r); !dec.Expired {
+		t.Fatalf("b-late: %s, want expired at its place", describeDecision(dec))
+	}
+	h = d.fairHash(b)
+	if _, ok := h["a"]; ok || h[modelFairW] != "1" {
+		t.Errorf("after a stopped waiting: %v; want no record of a and W = 1", modelStrings(h))
+	}
+	p1 := d.step(d.lineOf("b-next1", "b", 1, b, ahead))
+	p2 := d.step(d.lineOf("b-next2", "b", 1, b, ahead))
+	if gap := p2.At().Sub(p1.At()); !p1.Queued || !p2.Queued || gap != 100*time.Millisecond {
+		t.Errorf("b alone again: places %s apart (%s, %s), want one slot", gap, describeDecision(p1), describeDecision(p2))
+	}
+}
+
+// TestFairWeightChange: a tenant whose weight changes while it waits moves
+// W by the difference, and its stride and the others' follow from its next
+// booking on.
+func TestFairWeightChange(t *testing.T) {
+	d := newFairDiffer(t)
+	b := mustBucket(t, "sms", 10, 1)
+	const ahead = 300 * time.Millisecond
+	d.queue("b", "b", 1, 20, b, ahead)
+	d.queue("a", "a", 1, 2, b, ahead)
+	if h := d.fairHash(b); h[modelFairW] != "2" {
+		t.Fatalf("W = %q with a and b waiting, weight 1 each", h[modelFairW])
+	}
+	a1 := d.step(d.lineOf("a-heavy1", "a", 3, b, ahead))
+	a2 := d.step(d.lineOf("a-heavy2", "a", 3, b, ahead))
+	h := d.fairHash(b)
+	if line, gate, w, _ := fairRecord(h["a"]); h[modelFairW] != "4" || w != 3 {
+		t.Errorf("after a's weight went to 3: %v (line %v gate %v); want W = 4 and a's weight 3", modelStrings(h), line, gate)
+	}
+	if gap := a2.At().Sub(a1.At()); gap != 133334*time.Microsecond {
+		t.Errorf("a's places %s apart at weight 3 of 4; want 133.334ms (100ms * 4/3, rounded up)", gap)
+	}
+	b1 := d.step(d.lineOf("b-after1", "b", 1, b, ahead))
+	b2 := d.step(d.lineOf("b-after2", "b", 1, b, ahead))
+	if gap := b2.At().Sub(b1.At()); gap != 400*time.Millisecond {
+		t.Errorf("b's places %s apart at weight 1 of 4; want 400ms", gap)
+	}
+}
+
+// TestFairReturner: a task back from its place in line early, while every
+// slot within the horizon is busy, is spilled past the horizon and goes to
+// its line's end (not its old place), noted in its hash; one back when a
+// slot within the horizon is free takes it; and a task whose place would be
+// past its deadline expires, placed nowhere.
+func TestFairReturner(t *testing.T) {
+	d := newFairDiffer(t)
+	b := mustBucket(t, "sms", 10, 1)
+	const ahead = 300 * time.Millisecond
+	var ds []Decision
+	for i := range 12 {
+		ds = append(ds, d.step(d.lineOf(fmt.Sprint("t", i), "", 1, b, ahead)))
+	}
+	if !ds[11].Queued {
+		t.Fatalf("t11: %s, want a place in line", describeDecision(ds[11]))
+	}
+
+	d.takeSlots(b, 6)
+	back := d.step(d.last["t6"]) // early: its place is ~0.6s on
+	end := ds[11].At().Add(100 * time.Millisecond)
+	if !back.Queued || !back.At().Equal(end) {
+		t.Errorf("t6 back early: %s at %s; want a place at its line's end, %s", describeDecision(back), back.At(), end)
+	}
+	thr, err := d.rdb.HGet(context.Background(), d.last["t6"].TaskKey, "thr").Result()
+	if err != nil || thr != strconv.FormatInt(back.At().UnixMicro(), 10) {
+		t.Errorf("t6's hash notes %q (%v), want its new place %d", thr, err, back.At().UnixMicro())
+	}
+
+	before := d.fairHash(b)
+	r := d.lineOf("late", "", 1, b, ahead)
+	r.Deadline = time.Now().Add(ahead)
+	if dec := d.step(r); !dec.Expired {
+		t.Errorf("a task whose place is past its deadline: %s, want expired", describeDecision(dec))
+	}
+	if n, err := d.rdb.HExists(context.Background(), r.TaskKey, "thr").Result(); err != nil || n {
+		t.Errorf("the expired task's hash notes a place (%v)", err)
+	}
+	if after := d.fairHash(b); fmt.Sprint(modelStrings(after)) != fmt.Sprint(modelStrings(before)) {
+		t.Errorf("an expired task moved its tenant's line: %v, was %v", modelStrings(after), modelStrings(before))
+	}
+
+	// Every slot booked is given back: t7, back early, finds one within the
+	// horizon.
+	for _, id := range []string{"t1", "t2", "t3"} {
+		d.release(d.stats.admits, d.last[id])
+	}
+	for i := range 6 {
+		d.release(d.stats.admits, d.last[fmt.Sprint("prio-", 12+i)])
+	}
+	if dec := d.step(d.last["t7"]); !dec.Allowed && (!dec.Booked || dec.Queued || dec.Delay > ahead) {
+		t.Errorf("t7 back with slots free: %s, want a slot within the horizon", describeDecision(dec))
+	}
+}
+
+// TestFairStaleRecordPastPruneLimit: a booking prunes at most 8 tenants
+// that stopped waiting; a tenant that comes back while its own stale record
+// is not among them must not count twice in W.
+func TestFairStaleRecordPastPruneLimit(t *testing.T) {
+	d := newFairDiffer(t)
+	b := mustBucket(t, "sms", 10, 1)
+	const ahead = 100 * time.Millisecond
+	d.queue("z", "z", 1, 40, b, ahead) // z waits ~5s: the hash lives on
+	for i := 1; i <= 9; i++ {
+		d.step(d.lineOf(fmt.Sprint("t", i, "-0"), fmt.Sprint("t", i), 1, b, ahead))
+	}
+	h := d.fairHash(b)
+	if h[modelFairW] != "10" {
+		t.Fatalf("W = %q with ten tenants waiting: %v", h[modelFairW], modelStrings(h))
+	}
+	untilRedis(t, d.l, d.stale(h, "t9")) // t9's record is the last to go stale
+	d.takeSlots(b, 5)
+	d.step(d.lineOf("t9-1", "t9", 1, b, ahead))
+	if h := d.fairHash(b); h[modelFairW] != "2" {
+		t.Errorf("after t1..t9 stopped waiting and t9 came back: %v; want W = 2 (z and t9)", modelStrings(h))
+	}
+}
