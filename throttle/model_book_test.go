@@ -113,6 +113,9 @@ func (c *modelCall) quotaMove(t *modelTake, id string, x float64) {
 	for _, mem := range modelMembers(id, t.cost) {
 		if _, ok := e.z[mem]; ok {
 			e.z[mem] = x
+			if e.keeps != nil {
+				e.keeps[mem] = t.longest // its life is now the mover's rule's
+			}
 		}
 	}
 	c.extend(t.key, x-c.now+t.longest)

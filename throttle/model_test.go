@@ -44,8 +44,13 @@ type modelEntry struct {
 	s     map[string]string
 	expMS int64 // Unix ms; 0: no expiry
 	// keep is how long (µs) the last commit meant its entries to count: the
-	// quota's longest window, the ledger's remember. Only for model.lost.
-	keep float64
+	// quota's longest window, the ledger's remember; keeps, a quota
+	// member's own, by the rule that wrote it (a rule whose windows grew
+	// since counts the entries booked ahead under the old one longer than
+	// their key was made to live: that loss is the rule change's). Only for
+	// model.lost.
+	keep  float64
+	keeps map[string]float64
 }
 
 func newModel() *model {
@@ -105,8 +110,12 @@ func (c *modelCall) noteLost(k modelKey) {
 	if e == nil || e.expMS == 0 || c.nowMS <= e.expMS {
 		return
 	}
-	for _, s := range e.z {
-		if s > c.now-e.keep {
+	for m, s := range e.z {
+		keep, ok := e.keeps[m]
+		if !ok {
+			keep = e.keep
+		}
+		if s > c.now-keep {
 			c.m.lost[k.kind]++
 		}
 	}
@@ -302,8 +311,11 @@ func (c *modelCall) quotaCheck(t *modelTake, id string) {
 func (c *modelCall) quotaCommit(t *modelTake, id string, at float64) {
 	c.zremrangebyscore(t.key, c.now-t.longest)
 	e := c.getOrCreate(t.key)
+	if e.keeps == nil {
+		e.keeps = map[string]float64{}
+	}
 	for _, mem := range modelMembers(id, t.cost) {
-		e.z[mem] = at
+		e.z[mem], e.keeps[mem] = at, t.longest
 	}
 	e.keep = t.longest
 	c.extend(t.key, at-c.now+t.longest)
@@ -326,7 +338,7 @@ func (c *modelCall) quotaUndo(t *modelTake, id string) bool {
 			last = math.Max(last, sc)
 		}
 		c.pexpire(t.key, last-c.now+t.longest)
-		e.keep = t.longest
+		e.keep, e.keeps = t.longest, nil // every entry's life is now this rule's
 	}
 	c.dropIfEmpty(t.key, e)
 	return true
