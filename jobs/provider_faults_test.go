@@ -96,7 +96,10 @@ func TestWebhookFlappingProvider(t *testing.T) {
 		}
 		return 0
 	}
-	p := &flakyProvider{failures: fails, slow: 300 * time.Millisecond,
+	// The worker gives up on an answer after 250 ms; a slow one takes 750
+	// ms. (At 100 and 300 ms, an answer in time was taken for a timeout now
+	// and then on a loaded machine, a retry more than the test counts.)
+	p := &flakyProvider{failures: fails, slow: 750 * time.Millisecond,
 		attempts: map[string]int{}, acks: map[string]int{}, late: map[string]int{}}
 	endpoint := httptest.NewServer(p)
 	defer endpoint.Close()
@@ -106,7 +109,7 @@ func TestWebhookFlappingProvider(t *testing.T) {
 	const rate, burst = 10, 2
 	b, _ := throttle.NewBucket("gw", rate, burst)
 	h := newHarnessWith(t, harnessConfig{quota: q, bucket: b, retryDelay: quickBackoff, inlineWait: time.Second,
-		provider: NewWebhookProvider("gw", endpoint.URL, 100*time.Millisecond, nil)})
+		provider: NewWebhookProvider("gw", endpoint.URL, 250*time.Millisecond, nil)})
 
 	// One recipient, one slot: "first" fails once and gives the slot back,
 	// so "second" takes it while "first" waits to retry; "first" then
