@@ -15,7 +15,7 @@ import (
 // moment, and goes then, in the order it booked, at the provider's pace.
 // Not parallel: the pace is measured at the provider, and sends granted
 // apart arrive bunched when the package's other tests keep the CPU busy.
-func TestMiddlewareBooksABacklog(t *testing.T) {
+func TestHandlerBooksABacklog(t *testing.T) {
 	q, err := throttle.NewQuota("mkt", throttle.Window{Limit: 100, Per: time.Hour})
 	if err != nil {
 		t.Fatal(err)

@@ -268,7 +268,7 @@ func state(s asynq.TaskState) func(*asynq.TaskInfo) bool {
 	return func(i *asynq.TaskInfo) bool { return i.State == s }
 }
 
-func TestMiddlewareSendsAndDefersWithoutUsingRetries(t *testing.T) {
+func TestHandlerSendsAndDefersWithoutUsingRetries(t *testing.T) {
 	t.Parallel()
 	q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 1, Per: time.Hour})
 	b, _ := throttle.NewBucket("gw", 1000, 100)
@@ -295,7 +295,7 @@ func TestMiddlewareSendsAndDefersWithoutUsingRetries(t *testing.T) {
 	}
 }
 
-func TestMiddlewareArchivesWhatCanNeverGo(t *testing.T) {
+func TestHandlerArchivesWhatCanNeverGo(t *testing.T) {
 	t.Parallel()
 	q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 1, Per: time.Hour})
 	b, _ := throttle.NewBucket("gw", 1000, 100)
@@ -326,7 +326,7 @@ func TestMiddlewareArchivesWhatCanNeverGo(t *testing.T) {
 	}
 }
 
-func TestMiddlewareGivesTheQuotaBackWhenTheSendFails(t *testing.T) {
+func TestHandlerGivesTheQuotaBackWhenTheSendFails(t *testing.T) {
 	t.Parallel()
 	q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 1, Per: time.Hour})
 	b, _ := throttle.NewBucket("gw", 1000, 100)
@@ -360,10 +360,10 @@ type handedOver struct{}
 
 func (handedOver) Holds(context.Context) error { return errors.New("handed over") }
 
-// TestMiddlewareSendsNothingHandedOver: a job whose task this worker no
+// TestHandlerSendsNothingHandedOver: a job whose task this worker no
 // longer holds is not sent and is deferred by a minute, not failed, and
 // what its admission took stays for the worker that now runs the task.
-func TestMiddlewareSendsNothingHandedOver(t *testing.T) {
+func TestHandlerSendsNothingHandedOver(t *testing.T) {
 	t.Parallel()
 	q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 1, Per: time.Hour})
 	b, _ := throttle.NewBucket("gw", 1000, 100)
@@ -384,11 +384,11 @@ func TestMiddlewareSendsNothingHandedOver(t *testing.T) {
 	}
 }
 
-// TestMiddlewareRetryTakesAProviderTokenOfItsOwn: a send the provider
+// TestHandlerRetryTakesAProviderTokenOfItsOwn: a send the provider
 // answered 503 spent its token; the retry takes another rather than passing
 // the bucket as already admitted (which let retries through unpaced). With
 // one token an hour, the retry waits for the provider.
-func TestMiddlewareRetryTakesAProviderTokenOfItsOwn(t *testing.T) {
+func TestHandlerRetryTakesAProviderTokenOfItsOwn(t *testing.T) {
 	t.Parallel()
 	q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 5, Per: time.Hour})
 	b, _ := throttle.NewBucket("gw", 1.0/3600, 1)
@@ -413,7 +413,7 @@ func TestMiddlewareRetryTakesAProviderTokenOfItsOwn(t *testing.T) {
 	}
 }
 
-func TestMiddlewarePausesTheProviderOn429(t *testing.T) {
+func TestHandlerPausesTheProviderOn429(t *testing.T) {
 	t.Parallel()
 	q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 5, Per: time.Hour})
 	b, _ := throttle.NewBucket("gw", 100, 10)
@@ -436,7 +436,7 @@ func TestMiddlewarePausesTheProviderOn429(t *testing.T) {
 	}
 }
 
-func TestMiddlewarePacesShortProviderWaitsInline(t *testing.T) {
+func TestHandlerPacesShortProviderWaitsInline(t *testing.T) {
 	t.Parallel()
 	q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 5, Per: time.Hour})
 	b, _ := throttle.NewBucket("gw", 5, 1) // one send every 200ms

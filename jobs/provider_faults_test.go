@@ -83,7 +83,7 @@ func quickBackoff(n int, err error, task *asynq.Task) time.Duration {
 // is acknowledged once. Each failure gives the recipient's quota back, so
 // a failing job does not hold a recipient's only slot: another job for
 // them goes first, and the failed one then waits for the quota. Not
-// parallel, for the same reason as TestMiddlewareBooksABacklog: arrivals at
+// parallel, for the same reason as TestHandlerBooksABacklog: arrivals at
 // the provider are its measure of pacing.
 func TestWebhookFlappingProvider(t *testing.T) {
 	fails := func(key string) int {

@@ -44,11 +44,11 @@ func quietNow(t *testing.T, loc *time.Location, hold time.Duration) (*throttle.Q
 	return q, to
 }
 
-// TestMiddlewareHoldsQuietHoursInTheRecipientsZone: the same message goes
+// TestHandlerHoldsQuietHoursInTheRecipientsZone: the same message goes
 // to a recipient whose zone is outside quiet hours and is held, not
 // dropped, for one inside them, until they end in their zone (the end
 // itself is the engine's: throttle's tests wait for it).
-func TestMiddlewareHoldsQuietHoursInTheRecipientsZone(t *testing.T) {
+func TestHandlerHoldsQuietHoursInTheRecipientsZone(t *testing.T) {
 	t.Parallel()
 	for _, book := range []bool{false, true} {
 		t.Run(map[bool]string{false: "plain", true: "booking"}[book], func(t *testing.T) {
@@ -82,9 +82,9 @@ func TestMiddlewareHoldsQuietHoursInTheRecipientsZone(t *testing.T) {
 	}
 }
 
-// TestMiddlewareCalendarOnlyPolicy: a policy of calendar windows alone
+// TestHandlerCalendarOnlyPolicy: a policy of calendar windows alone
 // counts per local day; over it, a dropping policy drops.
-func TestMiddlewareCalendarOnlyPolicy(t *testing.T) {
+func TestHandlerCalendarOnlyPolicy(t *testing.T) {
 	t.Parallel()
 	cal, _ := throttle.NewCalendar("mkt.day", 1, throttle.Day, time.Monday)
 	b, _ := throttle.NewBucket("gw", 1000, 100)
