@@ -114,8 +114,8 @@ func TestDifferential(t *testing.T) {
 	t.Logf("bookings: %d booked (%d again, after a missed moment), %d claimed, %d expired", s.booked, s.rebooked, s.claimed, s.expired)
 	f := d.m.fair
 	t.Logf("fair shares: %d bookings of a tenant held by its gate, %d placed in line; %d new tasks sent to their line's end, %d back from a place and placed again, "+
-		"%d back from a place that went or took a slot (%d of them booking it), %d expired at their place, %d without a task hash beyond the horizon; %d weight changes, %d task hashes made or deleted",
-		f["gated"], s.queued, f["line end"], f["placed again"], s.returned, f["returned"], f["expired in place"], f["no hash"], s.weightChanges, s.taskToggles)
+		"%d back early whose place stood, %d back from a place that went or took a slot (%d of them booking it), %d expired at their place, %d without a task hash beyond the horizon; %d weight changes, %d task hashes made or deleted",
+		f["gated"], s.queued, f["line end"], f["placed again"], f["stands"], s.returned, f["returned"], f["expired in place"], f["no hash"], s.weightChanges, s.taskToggles)
 	if ops >= 1000 && (f["gated"] == 0 || s.queued+f["expired in place"] == 0) {
 		// (Line ends, returners and tasks without a hash come up in most
 		// runs, not all: the tests in fair_model_test.go cover them whatever

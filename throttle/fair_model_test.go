@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -151,10 +153,11 @@ func TestFairWeightChange(t *testing.T) {
 	}
 }
 
-// TestFairReturner: a task back from its place in line early, while every
-// slot within the horizon is busy, is spilled past the horizon and goes to
-// its line's end (not its old place), noted in its hash; one back when a
-// slot within the horizon is free takes it; and a task whose place would be
+// TestFairReturner: a task back from its place in line long before it
+// (further than the horizon) keeps its place; back within the horizon of
+// it, while every slot from its place to the horizon is busy, it is
+// spilled past the horizon and goes to its line's end, noted in its hash;
+// back with its slot free, it takes it; and a task whose place would be
 // past its deadline expires, placed nowhere.
 func TestFairReturner(t *testing.T) {
 	d := newFairDiffer(t)
@@ -164,19 +167,31 @@ func TestFairReturner(t *testing.T) {
 	for i := range 12 {
 		ds = append(ds, d.step(d.lineOf(fmt.Sprint("t", i), "", 1, b, ahead)))
 	}
-	if !ds[11].Queued {
-		t.Fatalf("t11: %s, want a place in line", describeDecision(ds[11]))
+	if !ds[6].Queued || !ds[11].Queued {
+		t.Fatalf("t6 %s, t11 %s: want places in line", describeDecision(ds[6]), describeDecision(ds[11]))
+	}
+	thr := func(id string) string {
+		t.Helper()
+		v, err := d.rdb.HGet(context.Background(), d.last[id].TaskKey, "thr").Result()
+		if err != nil {
+			t.Fatalf("%s's place: %v", id, err)
+		}
+		return v
 	}
 
-	d.takeSlots(b, 6)
-	back := d.step(d.last["t6"]) // early: its place is ~0.6s on
-	end := ds[11].At().Add(100 * time.Millisecond)
-	if !back.Queued || !back.At().Equal(end) {
-		t.Errorf("t6 back early: %s at %s; want a place at its line's end, %s", describeDecision(back), back.At(), end)
+	if back := d.step(d.last["t6"]); !back.Queued || !back.At().Equal(ds[6].At()) {
+		t.Errorf("t6 back long before its place: %s at %s; want its place, %s", describeDecision(back), back.At(), ds[6].At())
 	}
-	thr, err := d.rdb.HGet(context.Background(), d.last["t6"].TaskKey, "thr").Result()
-	if err != nil || thr != strconv.FormatInt(back.At().UnixMicro(), 10) {
-		t.Errorf("t6's hash notes %q (%v), want its new place %d", thr, err, back.At().UnixMicro())
+
+	untilRedis(t, d.l, ds[6].At().Add(-ahead/2))
+	d.takeSlots(b, 5) // every slot from now to past the horizon
+	back := d.step(d.last["t6"])
+	end := ds[11].At().Add(100 * time.Millisecond)
+	if !back.Queued || back.At().Before(end) {
+		t.Errorf("t6 back near its place, no slot free: %s at %s; want a place at its line's end, %s (or its first free slot, if later)", describeDecision(back), back.At(), end)
+	}
+	if got, want := thr("t6"), strconv.FormatInt(back.At().UnixMicro(), 10); got != want {
+		t.Errorf("t6's hash notes %s, want its new place %s", got, want)
 	}
 
 	before := d.fairHash(b)
@@ -192,16 +207,21 @@ func TestFairReturner(t *testing.T) {
 		t.Errorf("an expired task moved its tenant's line: %v, was %v", modelStrings(after), modelStrings(before))
 	}
 
-	// Every slot booked is given back: t7, back early, finds one within the
-	// horizon.
-	for _, id := range []string{"t1", "t2", "t3"} {
+	// The slots taken are given back: t8, back within the horizon of its
+	// place, takes its slot (or goes, if it is now).
+	var prio []string
+	for id := range d.last {
+		if strings.HasPrefix(id, "prio-") {
+			prio = append(prio, id)
+		}
+	}
+	slices.Sort(prio)
+	for _, id := range prio {
 		d.release(d.stats.admits, d.last[id])
 	}
-	for i := range 6 {
-		d.release(d.stats.admits, d.last[fmt.Sprint("prio-", 12+i)])
-	}
-	if dec := d.step(d.last["t7"]); !dec.Allowed && (!dec.Booked || dec.Queued || dec.Delay > ahead) {
-		t.Errorf("t7 back with slots free: %s, want a slot within the horizon", describeDecision(dec))
+	untilRedis(t, d.l, ds[8].At().Add(-ahead/2))
+	if dec := d.step(d.last["t8"]); !dec.Allowed && (!dec.Booked || dec.Queued || dec.Delay > ahead) {
+		t.Errorf("t8 back with its slot free: %s, want a slot within the horizon", describeDecision(dec))
 	}
 }
 

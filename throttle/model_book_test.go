@@ -394,7 +394,7 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 	if horizon(r) {
 		H = float64(r.BookAhead.Microseconds())
 	}
-	near, gate, ps := false, 0.0, -1 // ps: not read yet
+	near, gate, placed := false, 0.0, false // placed: back from a place in line
 	var fr *modelFair
 	if bt != nil && !prio {
 		near = H == 0 || m <= now+H
@@ -404,8 +404,17 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 		if fr.W > fr.w {
 			gate = fr.gate
 		}
-		if H > 0 && fr.line > now+H {
-			if ps = c.placeState(r); ps == 1 {
+		if H > 0 {
+			q, ok := c.placeOf(r)
+			switch {
+			case ok && q > now+H: // back long before its place: it stands
+				c.m.fair["stands"]++
+				d := dec(false, bi, 0, q-now)
+				d.Booked, d.Queued, d.Ahead = true, true, int(math.Floor((q-now)/length))
+				return d, true
+			case ok: // its slot is from its place on
+				placed, gate = true, math.Max(gate, q)
+			case fr.line > now+H && c.placeable(r):
 				c.m.fair["line end"]++
 				return c.inPlace(r, bt, fr, math.Max(m, fr.line), length, deadline, dec, bi), true
 			}
@@ -453,14 +462,10 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 	}
 	if near && H > 0 && binding == bi && m > now+H {
 		// Past the horizon: a place in the tenant's line, not a slot.
-		if ps < 0 {
-			ps = c.placeState(r)
-		}
-		if ps == 0 {
+		if !c.placeable(r) {
 			c.m.fair["no hash"]++
-		}
-		if ps > 0 {
-			if ps == 2 {
+		} else {
+			if placed {
 				c.m.fair["placed again"]++
 			}
 			return c.inPlace(r, bt, fr, math.Max(m, fr.line), length, deadline, dec, bi), true
@@ -498,7 +503,7 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 		}
 	}
 	if near {
-		if ps == 2 || ps < 0 && c.placeState(r) == 2 {
+		if placed {
 			c.m.fair["returned"]++ // booked through here
 		}
 		if ff := c.bucketFind(bt, m0, length); gate > m0 && ff.ok && ff.v < gate {

@@ -172,22 +172,23 @@ func (c *modelCall) fairWrite(t *modelTake, f *modelFair, force bool) {
 	}
 }
 
-// placeState mirrors place_state: 2 if the task's hash notes a place, 1 if
-// it exists without one, 0 if there is none (or no task key).
-func (c *modelCall) placeState(r Request) int {
-	k := modelTaskKey(r)
-	if k.subject == "" {
-		return 0
-	}
-	e := c.get(k)
+// placeOf mirrors place_of on a single node: the place the task's hash
+// notes (HGET thr), if any.
+func (c *modelCall) placeOf(r Request) (float64, bool) {
+	e := c.get(modelTaskKey(r))
 	if e == nil {
-		return 0
+		return 0, false
 	}
-	if _, ok := e.s["thr"]; ok {
-		return 2
+	q, ok := e.s["thr"]
+	if !ok {
+		return 0, false
 	}
-	return 1
+	return modelNum(q), true
 }
+
+// placeable mirrors placeable on a single node: whether the task's hash
+// exists, so that a place can be noted in it.
+func (c *modelCall) placeable(r Request) bool { return c.get(modelTaskKey(r)) != nil }
 
 // inPlace mirrors in_place: place q in the tenant's line, noted in the
 // task's hash; or, past the deadline, expired.
