@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -258,6 +259,9 @@ type fleet struct {
 	// lets known bugs add in an interval (extraWhy names them).
 	bucketExtra func(from, to time.Time) float64
 	extraWhy    string
+	// seen is every task's quota entry as last read by watchQuotas.
+	seenMu sync.Mutex
+	seen   map[string]time.Time
 }
 
 // Names in the configs the fleet writes.
@@ -275,6 +279,7 @@ func newFleet(t testing.TB, cfg fleetConfig, answer func(a arrival, seq int) hoo
 	f.rdb = f.redis.Client(t)
 	f.insp = asynq.NewInspectorFromRedisClient(f.rdb)
 	f.hook = newHookServer(t, answer)
+	f.watchQuotas()
 	return f
 }
 
@@ -288,6 +293,7 @@ func newClusterFleet(t *testing.T, masters, replicas int, cfg fleetConfig, answe
 	f.rdb = f.cluster.Client(t)
 	f.insp = asynq.NewInspectorFromRedisClient(f.rdb)
 	f.hook = newHookServer(t, answer)
+	f.watchQuotas()
 	return f
 }
 
@@ -588,11 +594,57 @@ func (f *fleet) ledger() map[string]time.Time {
 	return got
 }
 
+// quotaPoll is how often watchQuotas reads the quota sets.
+const quotaPoll = 300 * time.Millisecond
+
+// watchQuotas reads every quota set each quotaPoll until the test ends, so
+// that quotaMoments has the entries that a later write pruned (a set keeps
+// an entry only while some window counts it: read at the end, it no longer
+// holds the early ones, and the ledger's slot is not their moment). An
+// entry stays in its set at least the longest window after its moment, far
+// longer than quotaPoll. Read errors (a Redis the test restarts) are
+// skipped: the final read in quotaMoments must succeed.
+func (f *fleet) watchQuotas() {
+	f.seen = map[string]time.Time{}
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(quotaPoll)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				if got, err := f.readQuotas(context.Background()); err == nil {
+					f.seenMu.Lock()
+					maps.Copy(f.seen, got)
+					f.seenMu.Unlock()
+				}
+			}
+		}
+	}()
+	f.t.Cleanup(func() { close(stop); <-done })
+}
+
 // quotaMoments returns the moment of every task's quota entry (the fleet's
 // policies' keys, on every node): the moment its recipient's windows were
-// checked at, on the recipient's node.
+// checked at, on the recipient's node; for an entry pruned since, the
+// moment watchQuotas last read.
 func (f *fleet) quotaMoments() map[string]time.Time {
-	ctx := context.Background()
+	got, err := f.readQuotas(context.Background())
+	if err != nil {
+		f.t.Fatalf("quota entries: %v", err)
+	}
+	f.seenMu.Lock()
+	defer f.seenMu.Unlock()
+	all := maps.Clone(f.seen)
+	maps.Copy(all, got)
+	return all
+}
+
+// readQuotas reads every task's quota entry once.
+func (f *fleet) readQuotas(ctx context.Context) (map[string]time.Time, error) {
 	got := map[string]time.Time{}
 	var mu sync.Mutex
 	scan := func(ctx context.Context, c *redis.Client) error {
@@ -617,10 +669,7 @@ func (f *fleet) quotaMoments() map[string]time.Time {
 	} else {
 		err = scan(ctx, f.rdb.(*redis.Client))
 	}
-	if err != nil {
-		f.t.Fatalf("quota entries: %v", err)
-	}
-	return got
+	return got, err
 }
 
 // entryOr is the task's quota entry moment, or g when it has none.
