@@ -85,17 +85,17 @@ func Default() *Config {
 }
 
 // Config is the whole configuration: the file's sections, in its order.
+//
+// config.yaml documents every setting of this and the types below; a
+// field's comment names its setting's default and what code must know.
 type Config struct {
-	Redis  Redis  `yaml:"redis"`  // where the job queue and the throttle state live
-	Worker Worker `yaml:"worker"` // tunes the worker process
-	// Policies are the recipient policies by name, each windows that all
-	// must allow a message. Default none.
-	Policies map[string]Policy `yaml:"policies"`
-	// Providers deliver messages, by name, each with its token bucket.
-	Providers map[string]Provider `yaml:"providers"`
-	Defaults  Defaults            `yaml:"defaults"`  // what a notification that does not say uses
-	Campaigns []Campaign          `yaml:"campaigns"` // scheduled sends to an audience
-	Tenants   Tenants             `yaml:"tenants"`   // the senders sharing the providers
+	Redis     Redis               `yaml:"redis"`
+	Worker    Worker              `yaml:"worker"`
+	Policies  map[string]Policy   `yaml:"policies"`  // by name; default none
+	Providers map[string]Provider `yaml:"providers"` // by name; default none
+	Defaults  Defaults            `yaml:"defaults"`
+	Campaigns []Campaign          `yaml:"campaigns"`
+	Tenants   Tenants             `yaml:"tenants"`
 
 	src *source // where the values came from; nil for a Config built in code
 }
@@ -104,9 +104,7 @@ type Config struct {
 // share a provider fairly: when several wait on one, each gets its rate ×
 // weight / the sum of the waiting weights (see throttle.Request.Tenant).
 type Tenants struct {
-	// Weights are tenants' weights by name, each 1 to throttle.MaxWeight;
-	// a tenant not listed (the default tenant too) weighs 1. Default none.
-	Weights map[string]int `yaml:"weights"`
+	Weights map[string]int `yaml:"weights"` // by tenant; one not listed weighs 1
 }
 
 // Redis says where Redis is and how to log in (see redisconn.Config).
@@ -115,103 +113,59 @@ type Redis = redisconn.Config
 // TLS says how to connect to Redis over TLS (see redisconn.TLS).
 type TLS = redisconn.TLS
 
-// Worker tunes the worker process.
+// Worker tunes the worker process; Default gives each field's default.
 type Worker struct {
-	Concurrency int            `yaml:"concurrency"` // jobs one worker handles at once
-	Queues      map[string]int `yaml:"queues"`      // each queue's priority (higher: served more often)
-	// ShutdownTimeout is how long in-flight sends may finish after
-	// SIGINT/SIGTERM.
-	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
-	// HTTPAddr is the host:port of /healthz, /metrics and the dashboard; ""
-	// (or no value) turns them off. metrics_addr, its old name, still
-	// works, and Warnings says so.
-	HTTPAddr  string    `yaml:"http_addr,null,alias=metrics_addr"`
-	Dashboard Dashboard `yaml:"dashboard"` // who may open the dashboard and what it may do
-	// InlineWait is the longest a job sleeps in the worker for its moment
-	// instead of being deferred; 0 always defers. A booked job wakes up to
-	// InlineWait - 1s (at most 1.5s) early to claim its moment.
-	InlineWait time.Duration `yaml:"inline_wait"`
-	// Book makes a job that may not go within InlineWait book the earliest
-	// moment its policy and provider allow (jobs.Throttle.Book). Off unless
-	// the file says; config.yaml turns it on.
-	Book bool `yaml:"book"`
-	// BookAhead is how far ahead a booking may hold a provider's slot (its
-	// horizon); a job further back waits with a place in its tenant's line
-	// and books when its place comes (jobs.Throttle.BookAhead). 0: no limit.
-	BookAhead time.Duration `yaml:"book_ahead"`
-	// PriorityQueues are the queues whose jobs skip the providers' lines
-	// and may take their priority_reserve.
-	PriorityQueues []string `yaml:"priority_queues"`
-	// Jitter is the most a deferred job's wake-up is randomly delayed, so
-	// that many do not wake at once; 0 for none.
-	Jitter time.Duration `yaml:"jitter"`
-	// SentMarks is how long a worker remembers that a provider accepted a
-	// task's message, so a redelivery is not sent again; 0 turns it off.
-	SentMarks time.Duration `yaml:"sent_marks"`
-	// RememberTakes is how long a provider's bucket keeps a take after its
-	// slot ended (about 140 bytes of Redis each). At least 1s.
-	RememberTakes time.Duration `yaml:"remember_takes"`
-	// DeadAfter is how long a worker may show no sign of life before the
-	// others hand its tasks over (recovery.Options.DeadAfter); 0 leaves
-	// them to asynq's own recovery (a minute or two). 0 or at least 1s.
-	DeadAfter time.Duration `yaml:"dead_after"`
+	Concurrency     int            `yaml:"concurrency"`      // jobs one worker handles at once
+	Queues          map[string]int `yaml:"queues"`           // each queue's priority
+	ShutdownTimeout time.Duration  `yaml:"shutdown_timeout"` // for in-flight sends after SIGTERM
+	// HTTPAddr serves /healthz, /metrics and the dashboard; "" turns them
+	// off. metrics_addr, its old name, still works, and Warnings says so.
+	HTTPAddr       string        `yaml:"http_addr,null,alias=metrics_addr"`
+	Dashboard      Dashboard     `yaml:"dashboard"`
+	InlineWait     time.Duration `yaml:"inline_wait"`     // 0 always defers
+	Book           bool          `yaml:"book"`            // off unless the file says (config.yaml: on)
+	BookAhead      time.Duration `yaml:"book_ahead"`      // a booking's horizon; 0: no limit
+	PriorityQueues []string      `yaml:"priority_queues"` // default none
+	Jitter         time.Duration `yaml:"jitter"`          // 0: none
+	SentMarks      time.Duration `yaml:"sent_marks"`      // 0: off
+	RememberTakes  time.Duration `yaml:"remember_takes"`  // at least 1s
+	DeadAfter      time.Duration `yaml:"dead_after"`      // 0: asynq's own recovery, else at least 1s
 }
 
 // Dashboard says who may open the dashboard (/throttle and asynq's
 // /monitoring/ on Worker.HTTPAddr) and what it may do. /healthz and
 // /metrics stay open whatever it says.
 type Dashboard struct {
-	Enabled bool `yaml:"enabled"` // serves the dashboard
-	// Actions lets the asynq dashboard run, delete and archive tasks and
-	// pause queues; without it, it only shows them.
-	Actions bool `yaml:"actions"`
-	// Auth is "" (none), DashboardBasic or DashboardBearer. Without auth the
-	// address must be a loopback one, unless InsecureNoAuth.
-	Auth     string `yaml:"auth"`
-	Username string `yaml:"username"` // the basic-auth user name
+	Enabled bool   `yaml:"enabled"` // default true
+	Actions bool   `yaml:"actions"` // run, delete, archive tasks; default false: view only
+	Auth    string `yaml:"auth"`    // "" (none), DashboardBasic or DashboardBearer
+	// Username is the basic-auth user name.
+	Username string `yaml:"username"`
 	// SecretEnv names the environment variable holding the password or
-	// token: never the file.
-	SecretEnv string `yaml:"secret_env"`
-	// InsecureNoAuth serves the dashboard without auth off loopback.
-	// Warnings says so.
-	InsecureNoAuth bool `yaml:"insecure_no_auth"`
+	// token, so that it is never in the file.
+	SecretEnv      string `yaml:"secret_env"`
+	InsecureNoAuth bool   `yaml:"insecure_no_auth"` // no auth off loopback; Warnings says so
 }
 
 // Policy is a recipient policy: a message passes only if every window allows
 // it. In the file, a list of windows ({limit: 1, per: 24h}), or a mapping
 // of them and the settings below ({windows: [...], over_cap: drop}).
 type Policy struct {
-	Windows []throttle.Window `yaml:"windows"`
-	// OverCap is what happens to a message the windows hold back: defer
-	// (the default) waits for its moment, drop archives it at once, digest
-	// folds it into the recipient's next digest.
-	OverCap string `yaml:"over_cap,oneof=defer|drop|digest"`
-	// MaxDelay is, with defer, the longest a message may wait after it was
-	// enqueued; one whose moment is later expires. Default 0: none.
-	MaxDelay time.Duration `yaml:"max_delay"`
-	// CountsToward names policies that each message of this one counts
-	// toward, without being held back by them. Default none.
-	CountsToward []string `yaml:"counts_toward"`
-	// Shadow counts every message but holds none back, logging and
-	// counting what the windows would have done. Default false.
-	Shadow bool `yaml:"shadow"`
-	// Calendar are windows of the recipient's calendar, checked with
-	// Windows: {limit: 1, per: day}. Default none.
-	Calendar []Calendar `yaml:"calendar"`
-	// Quiet are quiet hours, "21:00-08:00" or with days first ("mon-fri
-	// 18:00-09:00"): a message due inside them waits until they end.
-	Quiet []string `yaml:"quiet"`
-	// TimeZone is the IANA zone of calendar windows and quiet hours for a
-	// notification that names none. Default UTC.
-	TimeZone string `yaml:"timezone"`
+	Windows      []throttle.Window `yaml:"windows"`
+	OverCap      string            `yaml:"over_cap,oneof=defer|drop|digest"` // default defer
+	MaxDelay     time.Duration     `yaml:"max_delay"`                        // with defer only; 0: none
+	CountsToward []string          `yaml:"counts_toward"`                    // default none
+	Shadow       bool              `yaml:"shadow"`                           // default false
+	Calendar     []Calendar        `yaml:"calendar"`                         // default none
+	Quiet        []string          `yaml:"quiet"`                            // "mon-fri 18:00-09:00"; default none
+	TimeZone     string            `yaml:"timezone"`                         // of Calendar and Quiet; default UTC
 }
 
 // Calendar is a calendar window of a policy, in the recipient's zone.
 type Calendar struct {
-	Limit int    `yaml:"limit,required"`
-	Per   string `yaml:"per,required,oneof=day|week|month"`
-	// WeekStart is the first day of a week. Default monday.
-	WeekStart string `yaml:"week_start,oneof=monday|tuesday|wednesday|thursday|friday|saturday|sunday"`
+	Limit     int    `yaml:"limit,required"`
+	Per       string `yaml:"per,required,oneof=day|week|month"`
+	WeekStart string `yaml:"week_start,oneof=monday|tuesday|wednesday|thursday|friday|saturday|sunday"` // default monday
 }
 
 // Fill gives a policy read from a file its defaults.
@@ -223,25 +177,15 @@ func (p *Policy) Fill(has func(key string) bool, _ func(key, why string)) {
 
 // Provider delivers messages and limits them with a token bucket.
 type Provider struct {
-	Type  string  `yaml:"type,required,oneof=log|webhook"` // ProviderLog or ProviderWebhook
-	Rate  float64 `yaml:"rate,required"`                   // the bucket's refill per second, fractions allowed
-	Burst int     `yaml:"burst,required"`                  // the bucket's size
-	// Shadow holds no message back, logging and counting what the bucket
-	// would have done. Default false.
-	Shadow bool `yaml:"shadow"`
-	// PriorityReserve is how much of Burst only the priority queues' jobs
-	// may take, 0 to Burst - 1. Default Burst/5.
-	PriorityReserve int `yaml:"priority_reserve"`
-	// Output is where a log provider writes: stdout (the default), stderr
-	// or a file path.
-	Output string `yaml:"output"`
-	// URL is where a webhook provider POSTs, http:// or https://, with
-	// credentials if the provider takes them there. Required for webhook.
-	URL Secret `yaml:"url"`
-	// Timeout bounds one webhook POST. Default 5s for webhook.
-	Timeout time.Duration `yaml:"timeout"`
-	// Headers are added to every webhook POST, an API key for instance.
-	Headers map[string]Secret `yaml:"headers"`
+	Type            string            `yaml:"type,required,oneof=log|webhook"` // ProviderLog or ProviderWebhook
+	Rate            float64           `yaml:"rate,required"`                   // per second, fractions allowed
+	Burst           int               `yaml:"burst,required"`
+	Shadow          bool              `yaml:"shadow"`           // default false
+	PriorityReserve int               `yaml:"priority_reserve"` // default Burst/5
+	Output          string            `yaml:"output"`           // log only; default stdout
+	URL             Secret            `yaml:"url"`              // webhook only; required
+	Timeout         time.Duration     `yaml:"timeout"`          // webhook only; default 5s
+	Headers         map[string]Secret `yaml:"headers"`          // webhook only; default none
 }
 
 // Fill gives a provider read from a file the defaults of its type.
@@ -291,34 +235,20 @@ func (c *Config) Queues() map[string]int { return maps.Clone(c.Worker.Queues) }
 // Campaign is a scheduled send to an audience: at every tick of Cron, one
 // notification per recipient (see package campaign).
 type Campaign struct {
-	Name string `yaml:"name,required"` // 1-64 of A-Z a-z 0-9 _ . -
-	// Cron is the schedule: 5 fields, 6 with leading seconds, or a
-	// descriptor such as @daily or @every 10m.
-	Cron     string `yaml:"cron,required"`
-	Timezone string `yaml:"timezone"` // the IANA zone Cron is read in; "": UTC
-	// RecipientTZ is the zone of recipients whose audience entry names none
-	// (a second, tab-separated column). "": the policy's.
-	RecipientTZ string   `yaml:"recipient_tz"`
+	Name        string   `yaml:"name,required"` // 1-64 of A-Z a-z 0-9 _ . -
+	Cron        string   `yaml:"cron,required"` // see schedule.Parse
+	Timezone    string   `yaml:"timezone"`      // Cron's zone; default UTC
+	RecipientTZ string   `yaml:"recipient_tz"`  // default: the policy's
 	Audience    Audience `yaml:"audience,required"`
-	// Policy, Provider and Queue are the campaign's route; "" takes the
-	// default (see Route).
-	Policy   string `yaml:"policy"`
-	Provider string `yaml:"provider"`
-	Template string `yaml:"template,required"` // the message template's name
+	Policy      string   `yaml:"policy"`   // "": the default (see Route)
+	Provider    string   `yaml:"provider"` // "": the default
+	Template    string   `yaml:"template,required"`
 	// Data fills the template, as a JSON object; in the file, any mapping.
-	Data  json.RawMessage `yaml:"data"`
-	Queue string          `yaml:"queue"`
-	// SendByWindow is how long after its tick a message may still go; later
-	// it expires. Default 0: no deadline.
-	SendByWindow time.Duration `yaml:"send_by_window"`
-	// CatchUp is how old a tick missed while no worker ran may be and still
-	// be sent at start (the latest only). Default 1h in a file; 0: off.
-	CatchUp time.Duration `yaml:"catch_up"`
-	// Tenant is the tenant of the campaign's notifications: whose fair
-	// share of the provider they use (see Tenants). At most 256 bytes, no
-	// control characters. Default in a file: the campaign's Name; "" is the
-	// default tenant.
-	Tenant string `yaml:"tenant"`
+	Data         json.RawMessage `yaml:"data"`
+	Queue        string          `yaml:"queue"`          // "": the default
+	SendByWindow time.Duration   `yaml:"send_by_window"` // 0: no deadline
+	CatchUp      time.Duration   `yaml:"catch_up"`       // default 1h in a file; 0: off
+	Tenant       string          `yaml:"tenant"`         // default in a file: Name; "": the default tenant
 }
 
 // Fill gives a campaign read from a file its defaults.
