@@ -3,14 +3,10 @@
 // default), checks every key and value, and builds the throttle rules and
 // queues from it. Connecting to Redis is package internal/redisconn's.
 //
-// A file is read in three steps. One walk of its YAML node tree decodes it
-// onto Default() by the structs' yaml tags (decode.go), rejecting unknown
-// keys and values of the wrong type, and indexes each value's line by its
-// path. Validate then checks the values. Every problem is reported at once,
-// one per line in file order (up to 20), as an *Error naming the file, the
-// line, the setting's path and the bad value:
-//
-//	config.yaml:12: policies.marketing[1].per: must be > 0 (got 0s)
+// One walk of a file's YAML node tree decodes it onto Default() by the
+// structs' yaml tags (decode.go) and indexes each value's line by its path;
+// Validate then checks the values. Every problem is reported at once, up to
+// 20, each an *Error naming the file, line, setting and bad value.
 //
 // A key the file leaves out keeps its default; a key it sets replaces it (a
 // map such as worker.queues as a whole). Durations are Go durations ("90s",
