@@ -24,9 +24,16 @@ func (c *Config) Warnings() []string {
 	if c.src.has("worker.metrics_addr") {
 		w = append(w, c.src.errorAt("worker.metrics_addr", "deprecated: it serves more than metrics now; rename it to http_addr (same meaning)").Error())
 	}
-	if d := c.Worker.Dashboard; d.Enabled && d.Auth == "" && c.Worker.HTTPAddr != "" && !redisconn.Loopback(c.Worker.HTTPAddr) {
+	if c.Worker.openDashboard() { // only with insecure_no_auth, else Validate fails
 		w = append(w, "worker.dashboard.insecure_no_auth is true: the dashboard on "+c.Worker.HTTPAddr+
 			" shows recipients and queues to anyone who reaches it; set worker.dashboard.auth instead")
 	}
 	return w
+}
+
+// openDashboard reports whether the dashboard is served without auth on an
+// address off loopback.
+func (w Worker) openDashboard() bool {
+	d := w.Dashboard
+	return d.Enabled && d.Auth == "" && w.HTTPAddr != "" && !redisconn.Loopback(w.HTTPAddr)
 }

@@ -151,7 +151,7 @@ func (v *validator) httpAddr() {
 	if !envName.MatchString(db.SecretEnv) {
 		v.failf("worker.dashboard.secret_env", "must be an environment variable's name (got %s)", quote(db.SecretEnv))
 	}
-	if db.Enabled && db.Auth == "" && !db.InsecureNoAuth && w.HTTPAddr != "" && !redisconn.Loopback(w.HTTPAddr) {
+	if !db.InsecureNoAuth && w.openDashboard() {
 		v.fail(key, []string{"worker.dashboard"}, "%s is not a loopback address, and the dashboard there would have no auth: "+
 			"set worker.dashboard.auth (basic or bearer), or worker.dashboard.enabled: false, "+
 			"or worker.dashboard.insecure_no_auth: true to serve it to anyone who reaches it", quote(w.HTTPAddr))
