@@ -394,6 +394,28 @@ local function fair_stride(len)
   return ceil(len * F.W / F.w)
 end
 
+-- fair_start is where a tenant held by its gate looks for a slot: the gate,
+-- or the end of the busy span just before it when that is less than a slot
+-- before the gate (a slot at the gate would leave a gap no slot fits: with
+-- a stride of 1.5 slots, every other one).
+local function fair_start(cal, m, gate, len)
+  local s = max(m, gate)
+  if gate <= m then return s end
+  local z = rcall('ZREVRANGEBYSCORE', cal, int(s), '-inf', 'WITHSCORES', 'LIMIT', '0', '1')
+  local e = tonum(z[2])
+  if e and e > s - len and e >= m then s = e end
+  return s
+end
+
+-- fair_take moves the tenant's gate past slot v by its stride: from where
+-- the gate was, so that strides of fractions of a slot add up, unless the
+-- slot is more than a slot past it (the tenant waited for others, or was
+-- idle): then from a slot before the slot, so that the tenant keeps at
+-- most one slot of credit.
+local function fair_take(v, len)
+  F.gate = max(F.gate, v - len) + fair_stride(len)
+end
+
 -- fair_write stores F back when it changed (force: its line or gate did),
 -- or when the tenant's expiry is due to be pushed on.
 local function fair_write(fair, exp, now, force)
@@ -593,7 +615,7 @@ local function book_task(keys, ki, id, p, now, deadline, floor_, weight, tenant,
       if e then m, binding, window = e, i, 0 end
     end
     if not bt then break end
-    v, left, ra, rb = bucket_find(bcal, max(m, gate), len)
+    v, left, ra, rb = bucket_find(bcal, fair_start(bcal, m, gate, len), len)
     if not v then
       -- The calendar is too fragmented to place it: denied, as an hour.
       return k, 4 * bi, now, BIG, 0, DECIDED, 0
@@ -648,7 +670,7 @@ local function book_task(keys, ki, id, p, now, deadline, floor_, weight, tenant,
     -- A tenant alone is not held by its gate: it is kept only while others
     -- wait (so that a slot given back is the next booking's).
     local others = F.W > F.w
-    if others then F.gate = max(F.gate, v) + fair_stride(len) end
+    if others then fair_take(v, len) end
     fair_write(fair, fexp, now, others)
   end
   if go then
@@ -706,7 +728,7 @@ local function book_bucket(keys, args)
   local function take(v)
     if not fair then return end
     local others = F.W > F.w
-    if others then F.gate = max(F.gate, v) + fair_stride(bucket_len(p[1])) end
+    if others then fair_take(v, bucket_len(p[1])) end
     fair_write(fair, fexp, now, others)
   end
   local bt = p[1]
@@ -725,7 +747,7 @@ local function book_bucket(keys, args)
     if ticket then
       pb = max(now, ticket - slack)
     else
-      local v = bucket_find(bcal, max(now, gate), len)
+      local v = bucket_find(bcal, fair_start(bcal, now, gate, len), len)
       if v then pb = max(now, v - slack) end
     end
     return {now, pb, ticket or 0, held}
@@ -743,7 +765,7 @@ local function book_bucket(keys, args)
     rcall('ZREM', bbook, member)
     bucket_free(bcal, ticket, len)
   end
-  local v, left, ra, rb = bucket_find(bcal, max(at, gate), len)
+  local v, left, ra, rb = bucket_find(bcal, fair_start(bcal, at, gate, len), len)
   if not v then return {now, 2, now + BIG} end
   if v - slack > at then return {now, 2, v - slack} end
   take(v)

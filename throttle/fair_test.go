@@ -3,6 +3,7 @@ package throttle
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -252,5 +253,44 @@ func TestPriorityTakesAClaimedSlot(t *testing.T) {
 	}
 	if held, err := l.Holds(ctx, req("otp", true)); err != nil || !held {
 		t.Errorf("the priority task does not hold its slot: %v %v", held, err)
+	}
+}
+
+// Weights of 2:1 give 2:1 slots while both tenants wait, and the slots
+// stay one after another: a stride of 1.5 slots leaves no gap that no slot
+// fits.
+func TestFairShareWeightedSlots(t *testing.T) {
+	l, _ := newStandalone(t)
+	b := mustBucket(t, "sms", 10, 1) // a slot every 100 ms
+	type slot struct {
+		at     time.Time
+		tenant string
+	}
+	var slots []slot
+	for i := range 40 {
+		for _, tn := range []struct {
+			name string
+			w    int
+		}{{"big", 2}, {"small", 1}} {
+			r := bookReq(fmt.Sprint(tn.name, i), nil, "", b, 0)
+			r.Tenant, r.Weight = tn.name, tn.w
+			d := mustAdmit(t, l, r)
+			slots = append(slots, slot{d.At(), tn.name})
+		}
+	}
+	slices.SortFunc(slots, func(a, b slot) int { return a.at.Compare(b.at) })
+	big := 0
+	for i, s := range slots[:30] {
+		if s.tenant == "big" {
+			big++
+		}
+		if i > 0 {
+			if gap := s.at.Sub(slots[i-1].at); gap != 100*time.Millisecond {
+				t.Errorf("slot %d is %s after the one before: want the next slot (100ms)", i, gap)
+			}
+		}
+	}
+	if big < 19 || big > 21 {
+		t.Errorf("big has %d of the first 30 slots with weights 2:1: want 20", big)
 	}
 }

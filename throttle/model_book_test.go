@@ -431,7 +431,7 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 		if bt == nil {
 			break
 		}
-		f = c.bucketFind(bt, math.Max(m, gate), length)
+		f = c.bucketFind(bt, c.fairStart(bt, m, gate, length), length)
 		if !f.ok {
 			return dec(false, bi, 0, modelBig), true
 		}
@@ -511,7 +511,7 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 		}
 		others := fr.W > fr.w
 		if others {
-			fr.gate = math.Max(fr.gate, f.v) + fr.stride(length)
+			fr.gate = math.Max(fr.gate, f.v-length) + fr.stride(length)
 		}
 		c.fairWrite(bt, fr, others)
 	}
@@ -534,4 +534,25 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 	d := dec(false, binding, window, m-now)
 	d.Booked, d.Rebooked, d.Ahead = true, rebooked, ahead
 	return d, true
+}
+
+// fairStart mirrors book.lua's fair_start: the gate, or the end of the busy
+// span just before it when that is less than a slot before it.
+func (c *modelCall) fairStart(t *modelTake, m, gate, length float64) float64 {
+	s := math.Max(m, gate)
+	if gate <= m {
+		return s
+	}
+	e, found := 0.0, false
+	if en := c.get(t.cal); en != nil {
+		for _, end := range en.z {
+			if end <= s && (!found || end > e) {
+				e, found = end, true
+			}
+		}
+	}
+	if found && e > s-length && e >= m {
+		s = e
+	}
+	return s
 }
