@@ -126,7 +126,7 @@ func TestFairShareTwoTenants(t *testing.T) {
 				d := mustAdmit(t, l, lineReq(t, rdb, fmt.Sprint("big", i), "big", tc.wBig, b, ahead))
 				bigLast = d.At()
 			}
-			if bigLast.Sub(time.Now()) < 5*time.Second {
+			if time.Until(bigLast) < 5*time.Second {
 				t.Fatalf("big's 60th at %s: want about 6s ahead", bigLast)
 			}
 			var small []time.Time
@@ -140,7 +140,7 @@ func TestFairShareTwoTenants(t *testing.T) {
 			if small[9].After(bigLast) {
 				t.Fatalf("small's 10th at %s, after big's whole line (%s): no share", small[9], bigLast)
 			}
-			if wait := small[0].Sub(time.Now()); wait > ahead+200*time.Millisecond {
+			if wait := time.Until(small[0]); wait > ahead+200*time.Millisecond {
 				t.Errorf("small's first in %s: want within the horizon", wait)
 			}
 			for i := 2; i < len(small); i++ {
