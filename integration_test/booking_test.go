@@ -32,6 +32,10 @@ var bookingConfig = fleetConfig{
 	Rate:            4,
 	Burst:           2,
 	Book:            true,
+	// Every job books its slot (tickets), as these tests of kill -9 and a
+	// Redis restart were written for; places in line past a horizon are
+	// the fair-share tests' (fair_test.go).
+	BookAhead: time.Hour,
 }
 
 // bookingsOf returns the workers' bookings made, claimed and rebooked.
@@ -107,9 +111,12 @@ func TestBookingKill9(t *testing.T) {
 	}
 	notes := f.enqueueNotes("bkill", 45, 1, 0, 0)
 	w1 := f.startWorker("w1")
+	// Booked: a slot (within book_ahead, 5 s: about 20 at 4/s) or, further
+	// back, a place in line; both wait for w1's kill.
 	waitFor(t, "w1 to book 20 jobs", func() bool {
-		made, _, _ := bookingsOf(f.metricsOf(w1))
-		return made >= 20
+		m := f.metricsOf(w1)
+		made, _, _ := bookingsOf(m)
+		return made+m[`throttler_bookings_total{event="queued"}`] >= 20
 	})
 	w2 := f.startWorker("w2")
 	waitFor(t, "w2 to send", func() bool {
@@ -183,6 +190,7 @@ func TestBookingRedisRestart(t *testing.T) {
 	f.rdb = f.redis.Client(t)
 	f.insp = asynq.NewInspectorFromRedisClient(f.rdb)
 	f.hook = newHookServer(t, nil)
+	f.watchQuotas()
 	notes := f.enqueueNotes("brestart", 16, 3, 0, 0)
 	ws := f.startWorkers("w1", "w2")
 	total := func() int { return len(f.hook.delivered()) }

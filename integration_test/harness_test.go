@@ -638,7 +638,8 @@ func (f *fleet) quotaMoments() map[string]time.Time {
 	}
 	f.seenMu.Lock()
 	defer f.seenMu.Unlock()
-	all := maps.Clone(f.seen)
+	all := map[string]time.Time{}
+	maps.Copy(all, f.seen)
 	maps.Copy(all, got)
 	return all
 }

@@ -53,6 +53,7 @@ func TestRedisRestartMidRun(t *testing.T) {
 	f.rdb = f.redis.Client(t)
 	f.insp = asynq.NewInspectorFromRedisClient(f.rdb)
 	f.hook = newHookServer(t, nil)
+	f.watchQuotas()
 
 	notes := f.enqueueNotes("restart", 50, 3, 0, 0)
 	ws := f.startWorkers("w1", "w2")
