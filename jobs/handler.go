@@ -453,8 +453,8 @@ func (t *Throttle) admit(ctx context.Context, j job) error {
 // holdsWithin bounds the check of a job's slot before it sends.
 const holdsWithin = 100 * time.Millisecond
 
-// maxBumps is how many times a job whose slot went to priority traffic
-// while it slept is admitted again at once before it is deferred instead.
+// maxBumps is how many times a job that lost its slot while it slept is
+// admitted again at once before it is deferred instead.
 const maxBumps = 3
 
 // stillHolds, after a job slept until its moment, checks that its provider
@@ -479,7 +479,7 @@ func (t *Throttle) stillHolds(ctx context.Context, j job) error {
 		t.Metrics.inc(t.Metrics.Bookings, "bumped")
 	}
 	if j.bumps++; j.bumps > maxBumps {
-		return &Deferral{Delay: time.Second, Reason: "its provider slot went to priority traffic " + fmt.Sprint(maxBumps) + " times"}
+		return &Deferral{Delay: time.Second, Reason: "its provider slot was lost " + fmt.Sprint(maxBumps) + " times before it sent (to priority traffic, or a check that did not answer in time)"}
 	}
 	return t.admit(ctx, j)
 }

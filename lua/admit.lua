@@ -156,7 +156,7 @@ end
 -- books "deadline,floor,weight,place,tenant" (floor: on a cluster, see
 -- book_task; weight and tenant: its fair share, the tenant being the rest;
 -- place: on a cluster, what the task's hash says, read by the caller (see
--- place_state), empty where the hash is one of the task's keys).
+-- place_of), empty where the hash is one of the task's keys).
 local function when(s)
   local c = find(s, ',', 1, true)
   if not c then return tonum(s), 0, 1, nil, '' end

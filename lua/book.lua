@@ -255,14 +255,10 @@ local function ticket_claim(t, key, ledger, book, cal, member, id, now, v, x, ke
   bucket_sent(key, ledger, cal, now, t, x, keep)
 end
 
--- bump moves the first ticket not yet claimed whose slot starts at or after
--- from and before before (a priority task takes its slot, of len µs) to the
--- first free slot after it. It returns the slot taken, or nil: none, or one
--- shorter than len.
-local function bump(bt, book, cal, now, from, before, len)
-  local z = rcall('ZRANGEBYSCORE', book, int(from), '(' .. int(before), 'WITHSCORES', 'LIMIT', '0', '1')
-  if #z == 0 then return nil end
-  local member, s = z[1], tonum(z[2])
+-- bump moves ticket member, whose slot starts at s (a priority task takes
+-- that slot, of len µs), to the first free slot after it. It returns s, or
+-- nil: the slot is shorter than len, or nothing is free.
+local function bump(bt, book, cal, now, member, s, len)
   local vlen = ceil(ticket_cost(member) * 1e6 / bt.rate)
   if vlen < len then return nil end
   local v, left, ra, rb = bucket_find(cal, s, vlen)
@@ -283,14 +279,14 @@ local PRIO_SOON = 200000 -- µs
 
 -- bump_claimed takes the first claimed slot (in the ledger: its task sleeps
 -- until it) that starts before before and whose task goes no earlier than
--- BUMP_MARGIN from now whatever its slack, for a priority task of cost 1: the task loses it
--- (its ledger entry goes) and finds out before it sends; the slot stays busy,
--- now the priority task's. It returns the slot, or nil.
+-- BUMP_MARGIN from now whatever its slack, for a priority task of cost 1:
+-- the task loses it (its ledger entry goes) and finds out before it sends;
+-- the slot stays busy, now the priority task's. It returns the slot, or nil.
 local function bump_claimed(bt, ledger, now, from, before)
   if bt.cost ~= 1 then return nil end
   -- The most slack a take of cost 1 has (a priority one's): its task
   -- sleeps at least until its slot's start less that.
-  local lo = max(from, now + BUMP_MARGIN + bucket_slack({cost = 1, burst = bt.burst, rate = bt.rate, reserve = 0}, true))
+  local lo = max(from, now + BUMP_MARGIN + max(0, floor((bt.burst - 1) * 1e6 / bt.rate)))
   if lo >= before then return nil end
   local z = rcall('ZRANGEBYSCORE', ledger, int(lo), '(' .. int(before), 'WITHSCORES', 'LIMIT', '0', '1')
   if #z == 0 then return nil end
@@ -305,8 +301,8 @@ end
 local function take_ahead(bt, ledger, book, cal, now, from, v, len)
   local z = rcall('ZRANGEBYSCORE', book, int(from), '(' .. int(v), 'WITHSCORES', 'LIMIT', '0', '1')
   local c = bump_claimed(bt, ledger, now, from, tonum(z[2]) or v)
-  if c then return c end
-  return bump(bt, book, cal, now, from, v, len)
+  if c or #z == 0 then return c end
+  return bump(bt, book, cal, now, z[1], tonum(z[2]), len)
 end
 
 -- Fair shares and the horizon.

@@ -9,7 +9,7 @@ import (
 )
 
 // The model of book.lua's fair shares and horizon (fair_read, fair_write,
-// place_state, in_place): a bucket's tenants hash (model key "w": each
+// place_of, placeable, in_place): a bucket's tenants hash (model key "w": each
 // waiting tenant's "F,G,w,E" and, under "\x00W", W), its tenants' expiry set
 // ("t") and the task's own hash ("task", its place under "thr").
 
