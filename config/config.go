@@ -176,12 +176,12 @@ type Provider struct {
 	Type            string            `yaml:"type,required,oneof=log|webhook"` // ProviderLog or ProviderWebhook
 	Rate            float64           `yaml:"rate,required"`                   // per second, fractions allowed
 	Burst           int               `yaml:"burst,required"`
-	Shadow          bool              `yaml:"shadow"`           // default false
-	PriorityReserve int               `yaml:"priority_reserve"` // default Burst/5
-	Output          string            `yaml:"output"`           // log only; default stdout
-	URL             Secret            `yaml:"url"`              // webhook only; required
-	Timeout         time.Duration     `yaml:"timeout"`          // webhook only; default 5s
-	Headers         map[string]Secret `yaml:"headers"`          // webhook only; default none
+	Shadow          bool              `yaml:"shadow"`                      // default false
+	PriorityReserve int               `yaml:"priority_reserve"`            // default Burst/5
+	Output          string            `yaml:"output"`                      // log only; default stdout
+	URL             Secret            `yaml:"url,secret=URL"`              // webhook only; required
+	Timeout         time.Duration     `yaml:"timeout"`                     // webhook only; default 5s
+	Headers         map[string]Secret `yaml:"headers,secret=header value"` // webhook only; default none
 }
 
 // Fill gives a provider read from a file the defaults of its type.

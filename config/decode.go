@@ -29,10 +29,11 @@ import (
 // drops a mapping with a duplicate key.
 //
 // A tag is `yaml:"key,option..."`; a field without one is its name in lower
-// case (throttle.Window's limit and per). Options: required; path (a file
-// path, relative to the config file's directory); secret (a string or a
-// secret reference, see Secret); null (no value means ""); alias=old (an
-// old name of the key, still read); oneof=a|b (the strings allowed).
+// case (throttle.Window's limit and per); a map's options apply to its
+// values. Options: required; path (a file path, relative to the config
+// file's directory); secret=what (a string or a secret reference, see
+// Secret; what names it in messages); null (no value means ""); alias=old
+// (an old name of the key, still read); oneof=a|b (the strings allowed).
 type decoder struct {
 	src    *source
 	errs   errorList
@@ -72,8 +73,8 @@ func (d *decoder) decode(n *yaml.Node, path string, keyLine int, v reflect.Value
 		}
 	case t == reflect.TypeFor[json.RawMessage]():
 		v.SetBytes(d.data(n, path))
-	case t == reflect.TypeFor[Secret]() || hasOpt(opts, "secret"):
-		if s, ok := d.secret(n, path); ok {
+	case optValue(opts, "secret") != "" && t.Kind() == reflect.String:
+		if s, ok := d.secret(n, path, optValue(opts, "secret")); ok {
 			v.SetString(s)
 		}
 	case t == reflect.TypeFor[Policy]() && n.Kind == yaml.SequenceNode:
@@ -86,7 +87,7 @@ func (d *decoder) decode(n *yaml.Node, path string, keyLine int, v reflect.Value
 		v.Set(reflect.MakeMap(t))
 		d.entries(n, path, func(name string, key, val *yaml.Node, p string) {
 			e := reflect.New(t.Elem()).Elem()
-			d.decode(val, p, key.Line, e, "")
+			d.decode(val, p, key.Line, e, opts)
 			v.SetMapIndex(reflect.ValueOf(name), e)
 		})
 	case t.Kind() == reflect.Slice:
@@ -280,11 +281,9 @@ func describe(n *yaml.Node) string {
 		return "a list"
 	case n.Kind != yaml.ScalarNode:
 		return "nothing"
-	case n.ShortTag() == "!!str":
-		return quote(n.Value)
 	case isNull(n):
 		return "null"
-	case len(n.Value) > maxShown || strings.IndexFunc(n.Value, func(r rune) bool { return !unicode.IsGraphic(r) || r == ' ' }) >= 0:
+	case n.ShortTag() == "!!str" || len(n.Value) > maxShown || strings.IndexFunc(n.Value, func(r rune) bool { return !unicode.IsGraphic(r) || r == ' ' }) >= 0:
 		return quote(n.Value)
 	}
 	return n.Value

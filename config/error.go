@@ -70,22 +70,20 @@ type errorList []*Error
 // err returns nil, the one error, or the first maxErrors in line order
 // joined, with a last line counting the rest.
 func (l errorList) err() error {
-	if len(l) < 2 {
-		if len(l) == 1 {
-			return l[0]
-		}
-		return nil
+	if len(l) == 1 {
+		return l[0]
 	}
 	errs := slices.Clone(l)
 	slices.SortStableFunc(errs, func(a, b *Error) int { return cmp.Compare(a.Line, b.Line) })
 	var out []error
-	for _, e := range errs[:min(len(errs), maxErrors)] {
+	for i, e := range errs {
+		if i == maxErrors {
+			out = append(out, &Error{File: e.File, Line: e.Line, Msg: fmt.Sprintf("and %d more problems", len(errs)-i)})
+			break
+		}
 		out = append(out, e)
 	}
-	if rest := errs[min(len(errs), maxErrors):]; len(rest) > 0 {
-		out = append(out, &Error{File: rest[0].File, Line: rest[0].Line, Msg: fmt.Sprintf("and %d more problems", len(rest))})
-	}
-	return errors.Join(out...)
+	return errors.Join(out...) // nil when l is empty
 }
 
 // quote quotes s for a message, shortened to maxShown bytes.
@@ -109,13 +107,7 @@ func newSource(file string) *source {
 }
 
 // has reports whether the file sets path.
-func (s *source) has(path string) bool {
-	if s == nil {
-		return false
-	}
-	_, ok := s.lines[path]
-	return ok
-}
+func (s *source) has(path string) bool { return s != nil && s.lines[path] > 0 }
 
 // parent returns path without its last element: "a.b[1]" -> "a.b" -> "a" -> "".
 func parent(path string) string {
@@ -148,9 +140,7 @@ func (s *source) errorAt(path, msg string, alts ...string) *Error {
 	}
 	line := 0
 	for _, p := range append([]string{path}, alts...) {
-		if line == 0 {
-			line = s.lines[p]
-		}
+		line = cmp.Or(line, s.lines[p])
 	}
 	for p := path; line == 0 && p != ""; p = parent(p) {
 		line = s.lines[p]

@@ -100,13 +100,11 @@ var yamlLine = regexp.MustCompile(`^yaml: line ([0-9]+): (.*)$`)
 // yaml leaves the line out for problems on line 1 and for bytes it cannot
 // read at all; for those, the line is that of the first unreadable byte.
 func syntaxError(name string, data []byte, err error) error {
-	msg := yamlMessage(err)
 	if m := yamlLine.FindStringSubmatch(err.Error()); m != nil {
-		if line, err := strconv.Atoi(m[1]); err == nil {
-			return &Error{File: name, Line: line, Msg: m[2]}
-		}
+		line, _ := strconv.Atoi(m[1])
+		return &Error{File: name, Line: line, Msg: m[2]}
 	}
-	return &Error{File: name, Line: unreadableLine(data), Msg: msg}
+	return &Error{File: name, Line: unreadableLine(data), Msg: yamlMessage(err)}
 }
 
 // yamlMessage is a yaml error on one line without its "yaml: " prefix.

@@ -2,7 +2,6 @@ package config
 
 import (
 	"reflect"
-	"strings"
 
 	"gopkg.in/yaml.v3"
 
@@ -31,8 +30,8 @@ func (Secret) GoString() string { return `"` + redisconn.Redacted + `"` }
 
 // secret decodes a string or an {env: NAME} / {file: PATH} reference and
 // returns the value. A reference that cannot be resolved is an error naming
-// the variable or the file, never a value.
-func (d *decoder) secret(n *yaml.Node, path string) (string, bool) {
+// the variable or the file, never a value; what names the secret in it.
+func (d *decoder) secret(n *yaml.Node, path, what string) (string, bool) {
 	if n.Kind != yaml.MappingNode {
 		var s string
 		d.scalar(n, path, reflect.ValueOf(&s).Elem(), "")
@@ -61,7 +60,7 @@ func (d *decoder) secret(n *yaml.Node, path string) (string, bool) {
 	case ref.File == "":
 		d.fail(n, path+".file", "must name a file")
 	default:
-		v, msg := redisconn.ReadSecretFile(ref.File, secretWhat(path))
+		v, msg := redisconn.ReadSecretFile(ref.File, what)
 		if msg == "" {
 			d.src.refs[path] = "{file: " + ref.File + "}"
 			return v, true
@@ -69,15 +68,4 @@ func (d *decoder) secret(n *yaml.Node, path string) (string, bool) {
 		d.fail(n, path, "%s", msg)
 	}
 	return "", false
-}
-
-// secretWhat names the secret at path for a message about its file.
-func secretWhat(path string) string {
-	switch {
-	case strings.HasSuffix(path, ".password"):
-		return "password"
-	case strings.HasSuffix(path, ".url"):
-		return "URL"
-	}
-	return "header value"
 }

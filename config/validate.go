@@ -46,11 +46,7 @@ type validator struct {
 
 func (c *Config) validate(errs *errorList) {
 	v := &validator{c: c, errs: errs}
-	urlName := "redis.url" // or the variable that replaced it
-	if c.src != nil && c.src.env[urlName] != "" {
-		urlName = c.src.env[urlName]
-	}
-	c.Redis.Check(urlName, v.failf)
+	c.Redis.Check(c.src.errorAt("redis.url", "").Path, v.failf) // redis.url, or the variable that replaced it
 	v.worker()
 	v.policies()
 	v.providers()
@@ -396,15 +392,13 @@ func readable(path string) error {
 		return err
 	}
 	defer f.Close()
-	if fi, err := f.Stat(); err != nil {
-		return err
-	} else if fi.IsDir() {
+	if fi, err := f.Stat(); err == nil && fi.IsDir() {
 		return fmt.Errorf("%s is a directory", path)
 	}
-	if _, err = f.Read(make([]byte, 1)); err != nil && !errors.Is(err, io.EOF) {
-		return err
+	if _, err = f.Read(make([]byte, 1)); errors.Is(err, io.EOF) {
+		return nil
 	}
-	return nil
+	return err
 }
 
 // tenants checks the tenants' weights.

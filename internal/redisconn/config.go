@@ -20,7 +20,7 @@ import (
 type Config struct {
 	// URL is Embedded or a redis://, rediss:// (TLS) or unix:// URL, with an
 	// optional user and password. Default Embedded, or "" with Cluster.
-	URL string `yaml:"url,secret"`
+	URL string `yaml:"url,secret=URL"`
 	// Cluster lists the host:port of some Redis Cluster nodes, instead of URL.
 	Cluster []string `yaml:"cluster"`
 	// Username is the ACL user to log in as, for a cluster, or for a URL
@@ -32,7 +32,7 @@ type Config struct {
 	PasswordFile string `yaml:"password_file,path"`
 	// Password is the password, for a cluster or a URL that holds none.
 	// Prefer REDIS_PASSWORD, PasswordFile or a reference to writing it.
-	Password string `yaml:"password,secret"`
+	Password string `yaml:"password,secret=password"`
 	// TLS configures TLS, which a rediss:// URL or, for a cluster,
 	// TLS.Enabled turns on. Default: off, and the system's CAs.
 	TLS TLS `yaml:"tls"`
