@@ -36,19 +36,17 @@ type Error struct {
 
 // Error formats e, the one place problems are put into words.
 func (e *Error) Error() string {
-	var b strings.Builder
-	if e.File != "" {
-		b.WriteString(e.File)
-		if e.Line > 0 {
-			b.WriteString(":" + strconv.Itoa(e.Line))
-		}
-		b.WriteString(": ")
-	}
+	s := oneLine(e.Msg)
 	if e.Path != "" {
-		b.WriteString(oneLine(e.Path) + ": ")
+		s = oneLine(e.Path) + ": " + s
 	}
-	b.WriteString(oneLine(e.Msg))
-	return b.String()
+	switch {
+	case e.File != "" && e.Line > 0:
+		s = e.File + ":" + strconv.Itoa(e.Line) + ": " + s
+	case e.File != "":
+		s = e.File + ": " + s
+	}
+	return s
 }
 
 // Unwrap returns the cause, if any.

@@ -82,3 +82,21 @@ func writeFile(t *testing.T, path, data string) {
 		t.Fatal(err)
 	}
 }
+
+// TestErrorText checks Error's format with and without each part.
+func TestErrorText(t *testing.T) {
+	for _, tt := range []struct {
+		e    Error
+		want string
+	}{
+		{Error{File: "c.yaml", Line: 3, Path: "worker.jitter", Msg: "bad"}, "c.yaml:3: worker.jitter: bad"},
+		{Error{File: "c.yaml", Path: "worker.jitter", Msg: "bad"}, "c.yaml: worker.jitter: bad"},
+		{Error{File: "c.yaml", Line: 1, Msg: "empty"}, "c.yaml:1: empty"},
+		{Error{Path: "REDIS_URL", Msg: "bad"}, "REDIS_URL: bad"},
+		{Error{Path: "a\nb", Msg: "x\ty"}, `a\nb: x\ty`},
+	} {
+		if got := tt.e.Error(); got != tt.want {
+			t.Errorf("%+v: %q, want %q", tt.e, got, tt.want)
+		}
+	}
+}
