@@ -11,7 +11,6 @@ import (
 	"reflect"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -66,6 +65,13 @@ func (v *validator) fail(path string, alts []string, format string, args ...any)
 
 func (v *validator) failf(path, format string, args ...any) { v.fail(path, nil, format, args...) }
 
+// check reports the problem at path unless ok.
+func (v *validator) check(ok bool, path, format string, args ...any) {
+	if !ok {
+		v.failf(path, format, args...)
+	}
+}
+
 // clean reports whether no problem was found at path or inside it.
 func (v *validator) clean(path string) bool {
 	return !slices.ContainsFunc(*v.errs, func(e *Error) bool {
@@ -74,11 +80,7 @@ func (v *validator) clean(path string) bool {
 	})
 }
 
-func (v *validator) positive(path string, n int) {
-	if n <= 0 {
-		v.failf(path, "must be > 0 (got %d)", n)
-	}
-}
+func (v *validator) positive(path string, n int) { v.check(n > 0, path, "must be > 0 (got %d)", n) }
 
 // durationAtLeast checks that d is at least least: "must be > 0" when
 // least is time.Nanosecond, "must not be negative" when it is 0.
@@ -97,13 +99,9 @@ func (v *validator) durationAtLeast(path string, d, least time.Duration) {
 func (v *validator) worker() {
 	w := v.c.Worker
 	v.positive("worker.concurrency", w.Concurrency)
-	if len(w.Queues) == 0 {
-		v.failf("worker.queues", "needs at least one queue")
-	}
+	v.check(len(w.Queues) > 0, "worker.queues", "needs at least one queue")
 	for _, name := range slices.Sorted(maps.Keys(w.Queues)) {
-		if !validName.MatchString(name) {
-			v.failf(join("worker.queues", name), "a queue name must be %s (got %s)", nameRule, quote(name))
-		}
+		v.check(validName.MatchString(name), join("worker.queues", name), "a queue name must be %s (got %s)", nameRule, quote(name))
 		v.positive(join("worker.queues", name), w.Queues[name])
 	}
 	v.durationAtLeast("worker.shutdown_timeout", w.ShutdownTimeout, time.Nanosecond)
@@ -111,16 +109,14 @@ func (v *validator) worker() {
 	v.durationAtLeast("worker.inline_wait", w.InlineWait, 0)
 	v.durationAtLeast("worker.book_ahead", w.BookAhead, 0)
 	for i, q := range w.PriorityQueues {
-		if _, ok := w.Queues[q]; !ok {
-			v.failf(fmt.Sprintf("worker.priority_queues[%d]", i), "%s is not one of worker.queues", quote(q))
-		}
+		_, ok := w.Queues[q]
+		v.check(ok, fmt.Sprintf("worker.priority_queues[%d]", i), "%s is not one of worker.queues", quote(q))
 	}
 	v.durationAtLeast("worker.jitter", w.Jitter, 0)
 	v.durationAtLeast("worker.sent_marks", w.SentMarks, 0)
 	v.durationAtLeast("worker.remember_takes", w.RememberTakes, throttle.MinRemember)
-	if w.DeadAfter != 0 && w.DeadAfter < time.Second {
-		v.failf("worker.dead_after", "must be 0 (off) or at least 1s (got %s)", throttle.FormatDuration(w.DeadAfter))
-	}
+	v.check(w.DeadAfter == 0 || w.DeadAfter >= time.Second, "worker.dead_after",
+		"must be 0 (off) or at least 1s (got %s)", throttle.FormatDuration(w.DeadAfter))
 }
 
 // httpAddr checks worker.http_addr (under the name the file gave it) and
@@ -144,9 +140,8 @@ func (v *validator) httpAddr() {
 	} else if !basic && db.Username != "" {
 		v.failf("worker.dashboard.username", "only for basic auth")
 	}
-	if !envName.MatchString(db.SecretEnv) {
-		v.failf("worker.dashboard.secret_env", "must be an environment variable's name (got %s)", quote(db.SecretEnv))
-	}
+	v.check(envName.MatchString(db.SecretEnv), "worker.dashboard.secret_env",
+		"must be an environment variable's name (got %s)", quote(db.SecretEnv))
 	if !db.InsecureNoAuth && w.openDashboard() {
 		v.fail(key, []string{"worker.dashboard"}, "%s is not a loopback address, and the dashboard there would have no auth: "+
 			"set worker.dashboard.auth (basic or bearer), or worker.dashboard.enabled: false, "+
@@ -163,14 +158,11 @@ func (v *validator) policies() {
 				wpath = path + ".windows"
 			}
 		}
-		if len(pol.Windows) == 0 && len(pol.Calendar) == 0 {
-			v.failf(wpath, "needs at least one window, e.g. [{limit: 1, per: 24h}]")
-		}
+		v.check(len(pol.Windows)+len(pol.Calendar) > 0, wpath, "needs at least one window, e.g. [{limit: 1, per: 24h}]")
 		v.local(path, pol)
 		v.durationAtLeast(path+".max_delay", pol.MaxDelay, 0)
-		if pol.MaxDelay != 0 && pol.OverCap != OverCapDefer {
-			v.failf(path+".max_delay", "only with over_cap: %s (got over_cap: %s)", OverCapDefer, pol.OverCap)
-		}
+		v.check(pol.MaxDelay == 0 || pol.OverCap == OverCapDefer, path+".max_delay",
+			"only with over_cap: %s (got over_cap: %s)", OverCapDefer, pol.OverCap)
 		for i, other := range pol.CountsToward {
 			switch p := fmt.Sprintf("%s.counts_toward[%d]", path, i); {
 			case other == name:
@@ -184,9 +176,7 @@ func (v *validator) policies() {
 		for i, w := range pol.Windows {
 			p := fmt.Sprintf("%s[%d]", wpath, i)
 			v.positive(p+".limit", w.Limit)
-			if w.Per > 0 && w.Per < time.Millisecond {
-				v.failf(p+".per", "must be at least 1ms (got %s)", throttle.FormatDuration(w.Per))
-			}
+			v.check(w.Per <= 0 || w.Per >= time.Millisecond, p+".per", "must be at least 1ms (got %s)", throttle.FormatDuration(w.Per))
 			v.durationAtLeast(p+".per", w.Per, time.Nanosecond)
 		}
 	}
@@ -198,27 +188,22 @@ func (v *validator) local(path string, pol Policy) {
 	for i, c := range pol.Calendar {
 		p := fmt.Sprintf("%s.calendar[%d]", path, i)
 		v.positive(p+".limit", c.Limit)
-		if c.WeekStart != "" && c.Per != "week" {
-			v.failf(p+".week_start", "only with per: week (got per: %s)", c.Per)
-		}
-		if j, dup := seen[calendarName("", c)]; dup {
-			v.failf(p, "the same calendar window as calendar[%d]: give one limit per window", j)
-		}
+		v.check(c.WeekStart == "" || c.Per == "week", p+".week_start", "only with per: week (got per: %s)", c.Per)
+		j, dup := seen[calendarName("", c)]
+		v.check(!dup, p, "the same calendar window as calendar[%d]: give one limit per window", j)
 		seen[calendarName("", c)] = i
 	}
 	for i, q := range pol.Quiet {
-		if _, err := throttle.ParseQuietRange(q); err != nil {
-			v.failf(fmt.Sprintf("%s.quiet[%d]", path, i), "%v", err)
-		}
+		_, err := throttle.ParseQuietRange(q)
+		v.check(err == nil, fmt.Sprintf("%s.quiet[%d]", path, i), "%v", err)
 	}
 	v.zone(path+".timezone", pol.TimeZone)
 }
 
 // zone checks an IANA time zone's name; "" is UTC.
 func (v *validator) zone(path, name string) {
-	if _, err := throttle.LoadZone(name); err != nil && name != "" {
-		v.failf(path, "%v", err)
-	}
+	_, err := throttle.LoadZone(name)
+	v.check(err == nil || name == "", path, "%v", err)
 }
 
 func (v *validator) providers() {
@@ -228,22 +213,15 @@ func (v *validator) providers() {
 		case math.IsInf(pr.Rate, 0) || math.IsNaN(pr.Rate):
 			v.failf(path+".rate", "must be a finite number (got %v)", pr.Rate)
 		case pr.Rate <= 0:
-			v.failf(path+".rate", "must be > 0 (got %s)", strconv.FormatFloat(pr.Rate, 'g', -1, 64))
+			v.failf(path+".rate", "must be > 0 (got %v)", pr.Rate)
 		}
 		v.positive(path+".burst", pr.Burst)
-		if pr.Burst > 0 && (pr.PriorityReserve < 0 || pr.PriorityReserve >= pr.Burst) {
-			v.failf(path+".priority_reserve", "must be from 0 to burst - 1 (%d) (got %d)", pr.Burst-1, pr.PriorityReserve)
-		}
-		only := func(set bool, key, typ string) {
-			if set {
-				v.failf(path+"."+key, "only for a %s provider", typ)
-			}
-		}
+		v.check(pr.Burst <= 0 || pr.PriorityReserve >= 0 && pr.PriorityReserve < pr.Burst, path+".priority_reserve",
+			"must be from 0 to burst - 1 (%d) (got %d)", pr.Burst-1, pr.PriorityReserve)
+		only := func(set bool, key, typ string) { v.check(!set, path+"."+key, "only for a %s provider", typ) }
 		switch pr.Type {
 		case ProviderLog:
-			if pr.Output == "" {
-				v.failf(path+".output", "must not be empty: stdout, stderr or a file path")
-			}
+			v.check(pr.Output != "", path+".output", "must not be empty: stdout, stderr or a file path")
 			only(pr.URL != "", "url", ProviderWebhook)
 			only(pr.Timeout != 0, "timeout", ProviderWebhook)
 			only(pr.Headers != nil, "headers", ProviderWebhook)
@@ -256,12 +234,8 @@ func (v *validator) providers() {
 			}
 			v.durationAtLeast(path+".timeout", pr.Timeout, time.Nanosecond)
 			for _, h := range slices.Sorted(maps.Keys(pr.Headers)) {
-				if !isToken(h) {
-					v.failf(join(path+".headers", h), "not a valid header name (got %s)", quote(h))
-				}
-				if strings.ContainsAny(string(pr.Headers[h]), "\r\n\x00") {
-					v.failf(join(path+".headers", h), "must not contain a line break or NUL")
-				}
+				v.check(isToken(h), join(path+".headers", h), "not a valid header name (got %s)", quote(h))
+				v.check(!strings.ContainsAny(string(pr.Headers[h]), "\r\n\x00"), join(path+".headers", h), "must not contain a line break or NUL")
 			}
 		default:
 			v.failf(path+".type", "must be %s or %s (got %s)", ProviderLog, ProviderWebhook, quote(pr.Type))
@@ -325,12 +299,8 @@ func (v *validator) campaigns() {
 		default:
 			first[cp.Name] = path
 		}
-		if cp.Cron == "" {
-			v.failf(path+".cron", "must not be empty")
-		}
-		if cp.Template == "" {
-			v.failf(path+".template", "must not be empty")
-		}
+		v.check(cp.Cron != "", path+".cron", "must not be empty")
+		v.check(cp.Template != "", path+".template", "must not be empty")
 		if _, err := cp.Location(); err != nil {
 			v.failf(path+".timezone", "%s (got %s)", err, quote(cp.Timezone))
 		} else if _, err := cp.Schedule(); err != nil && cp.Cron != "" {
@@ -379,9 +349,8 @@ func (v *validator) audience(path string, a Audience) {
 	case a.File != "" && a.RedisSet != "":
 		v.failf(path, "give one of file and redis_set")
 	case a.File != "":
-		if err := readable(a.File); err != nil {
-			v.failf(path+".file", "cannot read: %s", err)
-		}
+		err := readable(a.File)
+		v.check(err == nil, path+".file", "cannot read: %s", err)
 	}
 }
 
@@ -411,8 +380,6 @@ func (v *validator) tenants() {
 		case len(name) > throttle.MaxIDLen:
 			v.failf(path, "a tenant name is at most %d bytes (got %d)", throttle.MaxIDLen, len(name))
 		}
-		if w < 1 || w > throttle.MaxWeight {
-			v.failf(path, "must be from 1 to %d (got %d)", throttle.MaxWeight, w)
-		}
+		v.check(w >= 1 && w <= throttle.MaxWeight, path, "must be from 1 to %d (got %d)", throttle.MaxWeight, w)
 	}
 }
