@@ -36,8 +36,7 @@ func (c *Config) rules(errs *errorList, ok func(path string) bool) (map[string]*
 		}
 		if len(c.Policies[name].Windows) > 0 { // else calendar windows alone
 			q, err := throttle.NewQuota(name, c.Policies[name].Windows...)
-			if err != nil {
-				*errs = append(*errs, c.ruleError(path, err))
+			if !c.ruleOK(errs, path, err) {
 				continue
 			}
 			quotas[name] = q
@@ -54,25 +53,28 @@ func (c *Config) rules(errs *errorList, ok func(path string) bool) (map[string]*
 		if err == nil {
 			b, err = b.WithReserve(p.PriorityReserve)
 		}
-		if err != nil {
-			*errs = append(*errs, c.ruleError(path, err))
-			continue
+		if c.ruleOK(errs, path, err) {
+			buckets[name] = b
 		}
-		buckets[name] = b
 	}
 	return quotas, buckets
 }
 
-// ruleError places a throttle constructor's error at the policy or provider,
-// which names the rule: the message is the throttle.RuleError alone.
-func (c *Config) ruleError(path string, err error) *Error {
+// ruleOK reports whether a throttle constructor's err is nil, and else adds
+// it as a problem at the policy or provider (path), which names the rule:
+// the message is the throttle.RuleError alone.
+func (c *Config) ruleOK(errs *errorList, path string, err error) bool {
+	if err == nil {
+		return true
+	}
 	msg := err.Error()
 	if re := (*throttle.RuleError)(nil); errors.As(err, &re) {
 		msg = re.Error()
 	}
 	e := c.src.errorAt(path, msg)
 	e.Err = err
-	return e
+	*errs = append(*errs, e)
+	return false
 }
 
 // Local returns a policy's calendar windows, quiet hours (nil: none) and
@@ -112,12 +114,9 @@ func (c *Config) local(errs *errorList, policy string) ([]*throttle.Calendar, *t
 				period = p
 			}
 		}
-		cal, err := throttle.NewCalendar(calendarName(policy, cw), cw.Limit, period, start)
-		if err != nil {
-			*errs = append(*errs, c.ruleError(path+".calendar", err))
-			continue
+		if cal, err := throttle.NewCalendar(calendarName(policy, cw), cw.Limit, period, start); c.ruleOK(errs, path+".calendar", err) {
+			cals = append(cals, cal)
 		}
-		cals = append(cals, cal)
 	}
 	var quiet *throttle.QuietHours
 	if len(pol.Quiet) > 0 {
@@ -128,9 +127,8 @@ func (c *Config) local(errs *errorList, policy string) ([]*throttle.Calendar, *t
 			}
 		}
 		var err error
-		if quiet, err = throttle.NewQuietHours(policy, rs...); err != nil {
-			*errs = append(*errs, c.ruleError(path+".quiet", err))
-		}
+		quiet, err = throttle.NewQuietHours(policy, rs...)
+		c.ruleOK(errs, path+".quiet", err)
 	}
 	loc := time.UTC
 	if pol.TimeZone != "" {

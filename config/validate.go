@@ -135,11 +135,9 @@ func (v *validator) httpAddr() {
 		v.failf("worker.dashboard.auth", `must be %s or %s, or "" for none (got %s)`, DashboardBasic, DashboardBearer, quote(db.Auth))
 		return
 	}
-	if basic := db.Auth == DashboardBasic; basic && db.Username == "" {
-		v.failf("worker.dashboard.username", "required for basic auth")
-	} else if !basic && db.Username != "" {
-		v.failf("worker.dashboard.username", "only for basic auth")
-	}
+	basic := db.Auth == DashboardBasic
+	v.check(!basic || db.Username != "", "worker.dashboard.username", "required for basic auth")
+	v.check(basic || db.Username == "", "worker.dashboard.username", "only for basic auth")
 	v.check(envName.MatchString(db.SecretEnv), "worker.dashboard.secret_env",
 		"must be an environment variable's name (got %s)", quote(db.SecretEnv))
 	if !db.InsecureNoAuth && w.openDashboard() {
@@ -209,12 +207,9 @@ func (v *validator) zone(path, name string) {
 func (v *validator) providers() {
 	for _, name := range slices.Sorted(maps.Keys(v.c.Providers)) {
 		path, pr := join("providers", name), v.c.Providers[name]
-		switch {
-		case math.IsInf(pr.Rate, 0) || math.IsNaN(pr.Rate):
-			v.failf(path+".rate", "must be a finite number (got %v)", pr.Rate)
-		case pr.Rate <= 0:
-			v.failf(path+".rate", "must be > 0 (got %v)", pr.Rate)
-		}
+		finite := !math.IsInf(pr.Rate, 0) && !math.IsNaN(pr.Rate)
+		v.check(finite, path+".rate", "must be a finite number (got %v)", pr.Rate)
+		v.check(!finite || pr.Rate > 0, path+".rate", "must be > 0 (got %v)", pr.Rate)
 		v.positive(path+".burst", pr.Burst)
 		v.check(pr.Burst <= 0 || pr.PriorityReserve >= 0 && pr.PriorityReserve < pr.Burst, path+".priority_reserve",
 			"must be from 0 to burst - 1 (%d) (got %d)", pr.Burst-1, pr.PriorityReserve)
@@ -374,12 +369,8 @@ func readable(path string) error {
 func (v *validator) tenants() {
 	for _, name := range slices.Sorted(maps.Keys(v.c.Tenants.Weights)) {
 		path, w := join("tenants.weights", name), v.c.Tenants.Weights[name]
-		switch {
-		case name == "":
-			v.failf(path, "a tenant name must not be empty")
-		case len(name) > throttle.MaxIDLen:
-			v.failf(path, "a tenant name is at most %d bytes (got %d)", throttle.MaxIDLen, len(name))
-		}
+		v.check(name != "", path, "a tenant name must not be empty")
+		v.check(len(name) <= throttle.MaxIDLen, path, "a tenant name is at most %d bytes (got %d)", throttle.MaxIDLen, len(name))
 		v.check(w >= 1 && w <= throttle.MaxWeight, path, "must be from 1 to %d (got %d)", throttle.MaxWeight, w)
 	}
 }
