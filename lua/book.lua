@@ -318,9 +318,19 @@ end
 -- take no part: they come first (see bump).
 --
 -- With a horizon H (plan 'k:H'), slots are booked at most H ahead. A task
--- whose slot would be further gets a place in its tenant's line instead,
--- the moment F, and F moves on by the stride. Nothing is held for it; its
--- own task hash notes its place (field 'thr'), so that when it comes back
+-- whose slot would be further gets a place in its tenant's line instead:
+-- one stride after the tenant's last place F, the stride taken with W as it
+-- is when the place is given (a tenant placed while few others had shown
+-- up yet is not spaced for the few: its next place counts all of them).
+-- A tenant that starts a line (none of its places lies past the horizon)
+-- takes its first place no earlier than the join cursor J, which each first
+-- place moves on by a slot: tenants that start together take turns, one
+-- slot each, instead of coming back as one crowd at the calendar's end, as
+-- weighted fair queueing serves equal finish tags one after another. J
+-- only moves for first places, so a tenant that starts alone, or behind a
+-- line of another's, still starts at the calendar's end. Nothing is held
+-- for a task in line; its own task hash notes its place (field 'thr'), so
+-- that when it comes back
 -- (at its place: inside the horizon by then) it is known to have been in
 -- line and takes a slot, while a task new to a tenant whose line reaches
 -- past the horizon joins the line's end. A booking set by a recipient's
@@ -328,31 +338,34 @@ end
 -- is not the bucket's line: it holds its slot as before, and leaves the
 -- tenant's gate and line alone.
 --
--- Per bucket, the tenants hash holds, for each waiting tenant, "F,G,w,E" (E:
--- when it stops waiting, as the expiry set has it) and, under '\0W', W: the
--- sum of the weights recorded. A tenant waits while E > now; E is max(F, G)
--- plus FAIR_PAD, written at most once per FAIR_PAD. A tenant that stops
+-- Per bucket, the tenants hash holds, for each waiting tenant, "F,G,w,E" (F:
+-- its last place, 0 for none; E: when it stops waiting, as the expiry set
+-- has it), under '\0W' W, the sum of the weights recorded, and under '\0J'
+-- the join cursor. A tenant waits while E > now; E is the later of its gate
+-- and its line's end, plus FAIR_PAD, written at most once per FAIR_PAD. A tenant that stops
 -- waiting leaves W when the expiry set shows it (read only when W holds
 -- more than the tenant's own weight), or when it comes back, and its
 -- record goes: memory follows the tenants waiting.
 
 local FAIR_PAD = 1000000 -- µs
-local FAIR_W = '\0W'
+local FAIR_W, FAIR_J = '\0W', '\0J'
 
 -- F holds the tenant being booked: its tenant, weight, record and W.
 local F = {}
 
 -- fair_read loads tenant's state on a bucket (fair: tenants hash, exp: the
--- expiry set) into F, the tenant waiting from now on.
-local function fair_read(fair, exp, tenant, w, now)
-  local r = rcall('HMGET', fair, tenant, FAIR_W)
+-- expiry set; len: the bucket's slot) into F, the tenant waiting from now on.
+local function fair_read(fair, exp, tenant, w, now, len)
+  local r = rcall('HMGET', fair, tenant, FAIR_W, FAIR_J)
   local W = tonum(r[2]) or 0
   local Wo = W
-  F.tenant, F.w, F.line, F.gate, F.wo, F.exp = tenant, w, now, now, 0, 0
+  F.tenant, F.w, F.last, F.gate, F.wo, F.exp, F.len = tenant, w, 0, now, 0, 0, len
+  F.J = tonum(r[3]) or 0
+  F.Jo = F.J
   if r[1] then
     local a, b, c, e = match(r[1], '^(%d+),(%d+),(%d+),(%d+)$')
     if tonum(e) > now then
-      F.line, F.gate, F.wo, F.exp = tonum(a), tonum(b), tonum(c), tonum(e)
+      F.last, F.gate, F.wo, F.exp = tonum(a), tonum(b), tonum(c), tonum(e)
     else
       -- Its own weight from an earlier wait leaves W here, not only if the
       -- prune below reaches it: its record is written anew, out of that
@@ -390,6 +403,13 @@ local function fair_stride(len)
   return ceil(len * F.W / F.w)
 end
 
+-- fair_line is where the tenant's next place would be: a stride after its
+-- last one (0: it has none).
+local function fair_line()
+  if F.last == 0 then return 0 end
+  return F.last + fair_stride(F.len)
+end
+
 -- fair_start is where a tenant held by its gate looks for a slot: the gate,
 -- or the end of the busy span just before it when that is less than a slot
 -- before the gate (a slot at the gate would leave a gap no slot fits: with
@@ -415,12 +435,15 @@ end
 -- fair_write stores F back when it changed (force: its line or gate did),
 -- or when the tenant's expiry is due to be pushed on.
 local function fair_write(fair, exp, now, force)
-  local e, due = max(F.line, F.gate, now), false
+  local e, due = max(fair_line(), F.gate, now), false
   if e > F.exp - FAIR_PAD / 2 then F.exp, force, due = e + FAIR_PAD, true, true end
-  if F.W ~= F.Wo then
-    rcall('HSET', fair, F.tenant, fmt('%d,%d,%d,%d', F.line, F.gate, F.w, F.exp), FAIR_W, int(F.W))
+  local rec = fmt('%d,%d,%d,%d', F.last, F.gate, F.w, F.exp)
+  if F.J ~= F.Jo then
+    rcall('HSET', fair, F.tenant, rec, FAIR_W, int(F.W), FAIR_J, int(F.J))
+  elseif F.W ~= F.Wo then
+    rcall('HSET', fair, F.tenant, rec, FAIR_W, int(F.W))
   elseif force then
-    rcall('HSET', fair, F.tenant, fmt('%d,%d,%d,%d', F.line, F.gate, F.w, F.exp))
+    rcall('HSET', fair, F.tenant, rec)
   end
   if due then
     -- Both keys live as long as the longest wait they hold (W with them).
@@ -448,13 +471,16 @@ local function placeable(tkey, ps)
   return rcall('EXISTS', tkey) == 1
 end
 
--- in_place gives the task place q in its tenant's line (F loaded): it comes
--- back then, holding nothing; or, past its deadline, it expires.
-local function in_place(k, bi, fair, fexp, tkey, now, q, len, deadline)
+-- in_place gives the task place q in its tenant's line (F loaded), or, if
+-- it starts the line (join), the join cursor's place when that is later: it
+-- comes back then, holding nothing; or, past its deadline, it expires.
+local function in_place(k, bi, fair, fexp, tkey, now, q, len, deadline, join)
+  if join then q = max(q, F.J) end
   if deadline > 0 and q > deadline then
     return k, 4 * bi, now, q - now, 0, EXPIRED, 0
   end
-  F.line = q + fair_stride(len)
+  if join then F.J = q + len end
+  F.last = q
   fair_write(fair, fexp, now, true)
   if tkey then rcall('HSET', tkey, 'thr', int(q)) end -- else the caller notes it
   return k, 4 * bi, now, q - now, 0, QUEUED, floor((q - now) / len)
@@ -585,7 +611,7 @@ local function book_task(keys, ki, id, p, now, deadline, floor_, weight, tenant,
     near = H == 0 or m <= now + H
   end
   if near then
-    fair_read(fair, fexp, tenant or '', weight or 1, now)
+    fair_read(fair, fexp, tenant or '', weight or 1, now, len)
     if F.W > F.w then gate = F.gate end
     if H > 0 then
       local q = place_of(tkey, ps)
@@ -597,10 +623,10 @@ local function book_task(keys, ki, id, p, now, deadline, floor_, weight, tenant,
         -- before it are for the places ahead of it (and for priority
         -- jobs): a task back early does not take them.
         if q > gate then gate = q end
-      elseif F.line > now + H and placeable(tkey, ps) then
+      elseif fair_line() > now + H and placeable(tkey, ps) then
         -- The tenant's line reaches past the horizon: a task new to it
         -- joins its end.
-        return in_place(k, bi, fair, fexp, tkey, now, max(m, F.line), len, deadline)
+        return in_place(k, bi, fair, fexp, tkey, now, max(m, fair_line()), len, deadline, false)
       end
     end
   end
@@ -631,8 +657,12 @@ local function book_task(keys, ki, id, p, now, deadline, floor_, weight, tenant,
   end
   if bt and binding == 0 then binding = bi end
   if near and H > 0 and binding == bi and m > now + H then
-    -- Past the horizon: a place in the tenant's line, not a slot.
-    if placeable(tkey, ps) then return in_place(k, bi, fair, fexp, tkey, now, max(m, F.line), len, deadline) end
+    -- Past the horizon: a place in the tenant's line, not a slot; the first
+    -- of a line no earlier than the join cursor.
+    if placeable(tkey, ps) then
+      local line = fair_line()
+      return in_place(k, bi, fair, fexp, tkey, now, max(m, line), len, deadline, line <= now + H)
+    end
   end
   if deadline > 0 and m > deadline then
     return k, 4 * binding + 256 * window, now, m - now, 0, EXPIRED, 0
@@ -713,9 +743,13 @@ local function book_bucket(keys, args)
   if not rcall then bind() end
   local now = now_us()
   local mode, id, p = args[1], args[2], plan(args[3])
+  local bt = p[1]
+  if p.n ~= 1 or bt.kind ~= 'b' then
+    return redis.error_reply('throttle: book_bucket needs one bucket take')
+  end
   local fair, fexp, gate = keys[5], keys[6], 0
   if not p.prio and args[5] then
-    fair_read(fair, fexp, args[6] or '', tonum(args[5]), now)
+    fair_read(fair, fexp, args[6] or '', tonum(args[5]), now, bucket_len(bt))
     if F.W > F.w then gate = F.gate end
   else
     fair = nil
@@ -726,10 +760,6 @@ local function book_bucket(keys, args)
     local others = F.W > F.w
     if others then fair_take(v, bucket_len(p[1])) end
     fair_write(fair, fexp, now, others)
-  end
-  local bt = p[1]
-  if p.n ~= 1 or bt.kind ~= 'b' then
-    return redis.error_reply('throttle: book_bucket needs one bucket take')
   end
   local bledger, bbook, bcal = keys[2], keys[3], keys[4]
   local len, slack = bucket_len(bt), bucket_slack(bt, p.prio)

@@ -247,3 +247,46 @@ func TestFairStaleRecordPastPruneLimit(t *testing.T) {
 		t.Errorf("after t1..t9 stopped waiting and t9 came back: %v; want W = 2 (z and t9)", modelStrings(h))
 	}
 }
+
+// TestFairJoinCursor: tenants that start waiting together, past the
+// horizon, take turns: their first places are one slot apart (the join
+// cursor), not one crowd at the calendar's end; and a tenant's next place
+// is a stride after its last with W as it is then, so that second places
+// come after every first one, one slot apart: every place is a slot of its
+// own.
+func TestFairJoinCursor(t *testing.T) {
+	d := newFairDiffer(t)
+	b := mustBucket(t, "sms", 10, 1) // a slot every 100 ms
+	const ahead, tenants = 300 * time.Millisecond, 10
+	slot := 100 * time.Millisecond
+	var firsts, all []time.Time
+	for round := range 2 {
+		for k := range tenants {
+			dec := d.step(d.lineOf(fmt.Sprint("t", k, "-", round), fmt.Sprint("t", k), 1, b, ahead))
+			if !dec.Queued {
+				continue
+			}
+			if round == 0 {
+				firsts = append(firsts, dec.At())
+			}
+			all = append(all, dec.At())
+		}
+	}
+	if len(firsts) < tenants/2 {
+		t.Fatalf("%d of %d first tasks got a place in line; want most (the horizon holds 3 slots)", len(firsts), tenants)
+	}
+	for i := 1; i < len(firsts); i++ {
+		if gap := firsts[i].Sub(firsts[i-1]); gap != slot {
+			t.Errorf("first place %d is %s after the one before: want one slot (%s)", i, gap, slot)
+		}
+	}
+	slices.SortFunc(all, time.Time.Compare)
+	for i := 1; i < len(all); i++ {
+		if gap := all[i].Sub(all[i-1]); gap < slot {
+			t.Errorf("places %d and %d are %s apart: two tasks would come back for one slot", i-1, i, gap)
+		}
+	}
+	if last, want := all[len(all)-1].Sub(all[0]), time.Duration(len(all)-1)*slot; last > want+slot {
+		t.Errorf("%d places span %s: want about %s (one slot each)", len(all), last, want)
+	}
+}

@@ -400,7 +400,7 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 		near = H == 0 || m <= now+H
 	}
 	if near {
-		fr = c.fairRead(bt, r.Tenant, float64(max(r.Weight, 1)))
+		fr = c.fairRead(bt, r.Tenant, float64(max(r.Weight, 1)), length)
 		if fr.W > fr.w {
 			gate = fr.gate
 		}
@@ -414,9 +414,9 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 				return d, true
 			case ok: // its slot is from its place on
 				placed, gate = true, math.Max(gate, q)
-			case fr.line > now+H && c.placeable(r):
+			case fr.line() > now+H && c.placeable(r):
 				c.m.fair["line end"]++
-				return c.inPlace(r, bt, fr, math.Max(m, fr.line), length, deadline, dec, bi), true
+				return c.inPlace(r, bt, fr, math.Max(m, fr.line()), length, deadline, false, dec, bi), true
 			}
 		}
 	}
@@ -468,7 +468,11 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 			if placed {
 				c.m.fair["placed again"]++
 			}
-			return c.inPlace(r, bt, fr, math.Max(m, fr.line), length, deadline, dec, bi), true
+			join := fr.line() <= now+H
+			if join {
+				c.m.fair["join"]++
+			}
+			return c.inPlace(r, bt, fr, math.Max(m, fr.line()), length, deadline, join, dec, bi), true
 		}
 	}
 	if deadline > 0 && m > deadline {

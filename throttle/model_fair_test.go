@@ -16,14 +16,18 @@ import (
 // modelFairPad is book.lua's FAIR_PAD.
 const modelFairPad = 1000000
 
-// modelFairW is book.lua's FAIR_W: W's field in the tenants hash.
-const modelFairW = "\x00W"
+// modelFairW and modelFairJ are book.lua's FAIR_W and FAIR_J: W's and the
+// join cursor's fields in the tenants hash.
+const (
+	modelFairW = "\x00W"
+	modelFairJ = "\x00J"
+)
 
 // modelFair is book.lua's F: the tenant being booked.
 type modelFair struct {
-	tenant                 string
-	w, line, gate, wo, exp float64
-	W, Wo                  float64
+	tenant                      string
+	w, last, gate, wo, exp, len float64
+	W, Wo, J, Jo                float64
 }
 
 // modelTaskKey is the model key of r's task hash: r.TaskKey when its plan
@@ -45,7 +49,7 @@ func modelNum(s string) float64 {
 }
 
 // fairRecord splits a tenant's record "F,G,w,E".
-func fairRecord(rec string) (line, gate, w, exp float64) {
+func fairRecord(rec string) (last, gate, w, exp float64) {
 	f := strings.Split(rec, ",")
 	if len(f) != 4 {
 		panic(fmt.Sprintf("model: tenant record %q", rec))
@@ -106,7 +110,7 @@ func (c *modelCall) zupTo(k modelKey, max float64, n int) []string {
 
 // fairRead mirrors fair_read: the tenant's state on bucket t, waiting from
 // now on, with the tenants that stopped waiting (8 at most) pruned from W.
-func (c *modelCall) fairRead(t *modelTake, tenant string, w float64) *modelFair {
+func (c *modelCall) fairRead(t *modelTake, tenant string, w, length float64) *modelFair {
 	now := c.now
 	rec, hasRec := c.hget(t.fair, tenant)
 	ws, hasW := c.hget(t.fair, modelFairW)
@@ -115,10 +119,14 @@ func (c *modelCall) fairRead(t *modelTake, tenant string, w float64) *modelFair 
 		W = modelNum(ws)
 	}
 	Wo := W
-	f := &modelFair{tenant: tenant, w: w, line: now, gate: now}
+	f := &modelFair{tenant: tenant, w: w, gate: now, len: length}
+	if js, ok := c.hget(t.fair, modelFairJ); ok {
+		f.J = modelNum(js)
+	}
+	f.Jo = f.J
 	if hasRec {
 		if a, b, wo, e := fairRecord(rec); e > now {
-			f.line, f.gate, f.wo, f.exp = a, b, wo, e
+			f.last, f.gate, f.wo, f.exp = a, b, wo, e
 		} else {
 			W = W - wo // its own weight from an earlier wait
 			c.hdel(t.fair, tenant)
@@ -151,18 +159,31 @@ func (c *modelCall) fairRead(t *modelTake, tenant string, w float64) *modelFair 
 // gate and line.
 func (f *modelFair) stride(length float64) float64 { return math.Ceil(length * f.W / f.w) }
 
+// line mirrors fair_line: the tenant's next place, a stride after its last
+// (0: it has none).
+func (f *modelFair) line() float64 {
+	if f.last == 0 {
+		return 0
+	}
+	return f.last + f.stride(f.len)
+}
+
 // fairWrite mirrors fair_write.
 func (c *modelCall) fairWrite(t *modelTake, f *modelFair, force bool) {
 	now := c.now
-	e, due := math.Max(math.Max(f.line, f.gate), now), false
+	e, due := math.Max(math.Max(f.line(), f.gate), now), false
 	if e > f.exp-modelFairPad/2 {
 		f.exp, force, due = e+modelFairPad, true, true
 	}
-	rec := modelInt(f.line) + "," + modelInt(f.gate) + "," + modelInt(f.w) + "," + modelInt(f.exp)
-	if f.W != f.Wo {
+	rec := modelInt(f.last) + "," + modelInt(f.gate) + "," + modelInt(f.w) + "," + modelInt(f.exp)
+	switch {
+	case f.J != f.Jo:
+		h := c.getOrCreate(t.fair)
+		h.s[f.tenant], h.s[modelFairW], h.s[modelFairJ] = rec, modelInt(f.W), modelInt(f.J)
+	case f.W != f.Wo:
 		h := c.getOrCreate(t.fair)
 		h.s[f.tenant], h.s[modelFairW] = rec, modelInt(f.W)
-	} else if force {
+	case force:
 		c.getOrCreate(t.fair).s[f.tenant] = rec
 	}
 	if due {
@@ -190,17 +211,24 @@ func (c *modelCall) placeOf(r Request) (float64, bool) {
 // exists, so that a place can be noted in it.
 func (c *modelCall) placeable(r Request) bool { return c.get(modelTaskKey(r)) != nil }
 
-// inPlace mirrors in_place: place q in the tenant's line, noted in the
-// task's hash; or, past the deadline, expired.
-func (c *modelCall) inPlace(r Request, t *modelTake, f *modelFair, q, length, deadline float64, dec func(bool, int, int, float64) Decision, bi int) Decision {
+// inPlace mirrors in_place: place q in the tenant's line (if it starts the
+// line, join, no earlier than the join cursor), noted in the task's hash;
+// or, past the deadline, expired.
+func (c *modelCall) inPlace(r Request, t *modelTake, f *modelFair, q, length, deadline float64, join bool, dec func(bool, int, int, float64) Decision, bi int) Decision {
 	now := c.now
+	if join {
+		q = math.Max(q, f.J)
+	}
 	d := dec(false, bi, 0, q-now)
 	if deadline > 0 && q > deadline {
 		c.m.fair["expired in place"]++
 		d.Expired = true
 		return d
 	}
-	f.line = q + f.stride(length)
+	if join {
+		f.J = q + length
+	}
+	f.last = q
 	c.fairWrite(t, f, true)
 	c.get(modelTaskKey(r)).s["thr"] = modelInt(q)
 	d.Booked, d.Queued, d.Ahead = true, true, int(math.Floor((q-now)/length))
