@@ -138,7 +138,12 @@ type shareRun struct {
 // "small", and runs until every one was sent. It checks checkRun's
 // invariants and that the tenants' records go once nothing waits.
 func runShare(t *testing.T, cfg fleetConfig, nBig, nSmall int) shareRun {
-	f := newFleet(t, cfg, nil)
+	return runShareOn(t, newFleet(t, cfg, nil), nBig, nSmall)
+}
+
+// runShareOn is runShare on fleet f (a cluster fleet, say).
+func runShareOn(t *testing.T, f *fleet, nBig, nSmall int) shareRun {
+	cfg := f.cfg
 	notes, tenantOf := f.enqueueTenants("big", []string{"big"}, nBig)
 	ws := f.startWorkers("w1", "w2")
 	waitFor(t, "big's backlog placed in line and 2 s of it sent", func() bool {
@@ -220,6 +225,30 @@ func TestFairShareSmallBehindBig(t *testing.T) {
 		if s.rate < 0.35*cfg.Rate || s.rate > 0.65*cfg.Rate {
 			t.Errorf("%s sent %.2f/s while both waited, want about half of %g/s (0.35 to 0.65 of it)", s.who, s.rate, cfg.Rate)
 		}
+	}
+}
+
+// TestFairShareCluster is TestFairShareSmallBehindBig on a Redis Cluster
+// of 3 masters, where each recipient's quota and the provider's bucket are
+// on different nodes (the three-call path): small still gets its share at
+// once.
+func TestFairShareCluster(t *testing.T) {
+	const nBig, nSmall = 600, 50
+	cfg := fairConfig
+	r := runShareOn(t, newClusterFleet(t, 3, 0, cfg, nil), nBig, nSmall)
+	share := cfg.Rate / 2
+	fair := time.Duration(float64(nSmall)/share*float64(time.Second)) + cfg.BookAhead + fairSlack
+	done := r.overlapTo.Sub(r.smallAt)
+	t.Logf("small's last message %s after its enqueue: its share allows %s", done.Round(time.Millisecond), fair)
+	if done > fair {
+		t.Errorf("small's last message arrived %s after its enqueue, want at most %s (%d at half of %g/s, + book_ahead %s + %s)",
+			done.Round(time.Millisecond), fair, nSmall, cfg.Rate, cfg.BookAhead, fairSlack)
+	}
+	if r.smallRate < 0.35*cfg.Rate || r.bigRate < 0.35*cfg.Rate {
+		t.Errorf("small %.2f/s and big %.2f/s while both waited, want about half of %g/s each", r.smallRate, r.bigRate, cfg.Rate)
+	}
+	if q := r.metrics[`throttler_bookings_total{event="queued"}`]; q < nBig/2 {
+		t.Errorf("%g bookings placed in line of %d queued first: the horizon did not hold on the cluster", q, nBig)
 	}
 }
 

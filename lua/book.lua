@@ -471,17 +471,28 @@ local function placeable(tkey, ps)
   return rcall('EXISTS', tkey) == 1
 end
 
--- in_place gives the task place q in its tenant's line (F loaded), or, if
--- it starts the line (join), the join cursor's place when that is later: it
--- comes back then, holding nothing; or, past its deadline, it expires.
-local function in_place(k, bi, fair, fexp, tkey, now, q, len, deadline, join)
+-- line_place gives a task place q in its tenant's line (F loaded), or, if
+-- it starts the line (join), the join cursor's place when that is later. It
+-- returns the place, and false if that is past the deadline (µs, 0: none):
+-- then nothing is written.
+--
+-- in_place gives the task that place: it comes back then, holding nothing;
+-- or, past its deadline, it expires.
+local function line_place(fair, fexp, now, q, len, deadline, join)
   if join then q = max(q, F.J) end
-  if deadline > 0 and q > deadline then
-    return k, 4 * bi, now, q - now, 0, EXPIRED, 0
-  end
+  if deadline > 0 and q > deadline then return q, false end
   if join then F.J = q + len end
   F.last = q
   fair_write(fair, fexp, now, true)
+  return q, true
+end
+
+local function in_place(k, bi, fair, fexp, tkey, now, q, len, deadline, join)
+  local placed
+  q, placed = line_place(fair, fexp, now, q, len, deadline, join)
+  if not placed then
+    return k, 4 * bi, now, q - now, 0, EXPIRED, 0
+  end
   if tkey then rcall('HSET', tkey, 'thr', int(q)) end -- else the caller notes it
   return k, 4 * bi, now, q - now, 0, QUEUED, floor((q - now) / len)
 end
@@ -724,15 +735,26 @@ end
 -- that floor), then commit here at the moment they took:
 --
 --   args  -> 'peek' or 'commit', the task's ID, a plan of its one bucket
---            take (see rules.lua, with 'k' or 'K'), for commit the moment
---            (µs) (for peek, anything), then the task's weight and tenant
---            (its fair share: the slot is found from its gate, and a commit
---            moves the gate; no line: a booking with quotas on a cluster
---            holds its slot however far ahead)
+--            take (see rules.lua, with 'k' or 'K', and ':H' for a
+--            horizon), for commit the moment (µs) (for peek, anything),
+--            the task's weight and tenant (its fair share: the slot is
+--            found from its gate, and a commit moves the gate), and, with
+--            a horizon, what the caller read of the task's hash (see
+--            place_of) and its deadline (µs, 0: none); then how far
+--            ahead (µs) a peek's moment is at the earliest
 --   keys  -> the bucket's keys
 --
 -- peek returns {now, moment, ticket (0: none), 1 if the ledger holds the
--- task (it claimed before: the plain path answers)}. commit returns
+-- task (it claimed before: the plain path answers), line, ahead}; a slot it
+-- finds is held as the task's ticket (the caller gives it back if the task
+-- goes no further: Release), ahead the tickets before it. line is
+-- 0 when the moment is a slot's; else the task goes no further this time
+-- (its quotas are not asked): 1 it has a new place in line at the moment
+-- (the caller notes it in the task's hash), 2 its place stands, 3 its place
+-- would be past its deadline. As on one node, the line is the bucket's
+-- alone: a moment the quotas set past the horizon holds its slot, and a
+-- task back from its place whose quotas set a later moment books there.
+-- commit returns
 -- {now, 0, moment} when the task goes at that moment (its slot is in the
 -- ledger), {now, 1, ahead} when it is booked, and {now, 2, moment} when no
 -- slot allows that moment any more (taken since the peek): the caller gives
@@ -767,16 +789,44 @@ local function book_bucket(keys, args)
   local ticket = tonum(rcall('ZSCORE', bbook, member))
   if ticket and ticket + len <= now then ticket = nil end
   if mode == 'peek' then
-    local held = 0
-    if bucket_held(bledger, id, now, len) then held = 1 end
-    local pb = now + BIG
-    if ticket then
-      pb = max(now, ticket - slack)
-    else
-      local v = bucket_find(bcal, fair_start(bcal, now, gate, len), len)
-      if v then pb = max(now, v - slack) end
+    if bucket_held(bledger, id, now, len) then return {now, now, 0, 1, 0, 0} end
+    if ticket then return {now, max(now, ticket - slack), ticket, 0, 0, 0} end
+    local H, ps = p.horizon, tonum(args[7])
+    -- line returns the answer for a task placed at q (how: see above).
+    local function line(q, how)
+      return {now, q, 0, 0, how, floor((q - now) / len)}
     end
-    return {now, pb, ticket or 0, held}
+    local function place(q, join)
+      local placed
+      q, placed = line_place(fair, fexp, now, q, len, tonum(args[8]) or 0, join)
+      if placed then return line(q, 1) end
+      return line(q, 3)
+    end
+    if fair and H > 0 and ps then
+      local q = place_of(nil, ps)
+      if q and q > now + H then return line(q, 2) end
+      if q then
+        if q > gate then gate = q end
+      elseif fair_line() > now + H and placeable(nil, ps) then
+        return place(fair_line(), false)
+      end
+    end
+    -- No earlier than the margin: the round trip to the commit.
+    local from = now + (tonum(args[9]) or 0)
+    local v, left, ra, rb = bucket_find(bcal, fair_start(bcal, from, gate, len), len)
+    if not v then return {now, now + BIG, 0, 0, 0, 0} end
+    local pb = max(from, v - slack)
+    if fair and H > 0 and ps and pb > now + H and placeable(nil, ps) then
+      local ln = fair_line()
+      return place(max(pb, ln), ln <= now + H)
+    end
+    -- The slot is held for the task (a ticket) until the commit: tasks
+    -- peeking at the same time find different slots, instead of one
+    -- committing and the others starting again. If the task goes no
+    -- further (its worker dies) the ticket costs its slot, as any.
+    ticket_add(bbook, bcal, member, now, v, len, left, ra, rb)
+    take(v)
+    return {now, pb, v, 0, 0, rcall('ZCOUNT', bbook, '-inf', '(' .. int(v))}
   end
   local at = tonum(args[4])
   local go = at <= now + p.maxwait

@@ -13,13 +13,15 @@ import (
 // decided in three calls (lua/book.lua, book_bucket):
 //
 //  1. peek at the bucket: the moment it would give the task (a claimer's
-//     ticket, or the first free slot in its calendar);
+//     ticket, or the first free slot in its calendar, held as its ticket
+//     from then on), or a place in line past the horizon (then it stops);
 //  2. book the quotas on their node no earlier than that moment: they
 //     commit at the earliest moment that both allow, or claim there;
-//  3. commit that moment at the bucket: take a slot that allows it (it
-//     goes) or book it (a ticket).
+//  3. commit that moment at the bucket: claim the ticket (it goes) or keep
+//     it (booked), or, if the quotas' moment is later than the ticket,
+//     take a slot that allows it.
 //
-// Step 3 can find the slot gone since step 1 (another task took it):
+// Step 3 can find no slot for a later moment free (another task took it):
 // the quotas are given back and it starts again, up to clusterBookTries
 // times. In between, the quota entries of step 2 may deny a competing
 // message to the same recipient a moment early; they never let more
@@ -32,8 +34,8 @@ const clusterBookTries = 3
 // clusterBookMargin is how far after the bucket's peek a cluster booking's
 // moment is at the earliest: the quotas' entries must not be stamped before
 // the moment the message goes, and the bucket's commit, which sets it, is
-// a round trip after the peek. A commit later than that fails and the
-// booking starts again.
+// a round trip after the peek. The peek holds that slot (a ticket) until the
+// commit.
 const clusterBookMargin = 50 * time.Millisecond
 
 // clusterBooks reports whether r books on a cluster: it asks to, its quotas,
@@ -88,13 +90,23 @@ func (l *Limiter) bookCluster(ctx context.Context, r Request) (d Decision, ok bo
 		merge(&d, g, r, all, 0)
 		return d, true, nil
 	}
+	// Its place in the bucket's line, if it has a horizon: the peek may
+	// answer with a place (then the quotas are not asked).
+	place, err := l.placeOf(ctx, r)
+	if err != nil {
+		return Decision{}, false, err
+	}
 	for try := 0; ; try++ {
-		v, err := l.bookBucket(ctx, r, bi, "peek", 0)
+		v, err := l.bookBucket(ctx, r, bi, "peek", 0, place)
 		if err != nil {
 			return Decision{}, false, err
 		}
 		if v[3] == 1 {
 			return Decision{}, false, nil
+		}
+		if v[4] != peekSlot {
+			d, err := l.inLine(ctx, r, bi, v)
+			return d, err == nil, err
 		}
 		// The quotas' moment is the send's: never before the commit at the
 		// bucket, which comes a round trip later. A ticket's slot is the
@@ -104,12 +116,13 @@ func (l *Limiter) bookCluster(ctx context.Context, r Request) (d Decision, ok bo
 		if ticket > 0 {
 			floor = v[1]
 		}
-		place := ""
+		quotasPlace := ""
 		if horizon(r) {
-			place = "0" // quotas only: no place in a bucket's line
+			quotasPlace = "0" // quotas only: no place in a bucket's line
 		}
-		g, err := l.bookGroup(ctx, r, q, floor, place)
+		g, err := l.bookGroup(ctx, r, q, floor, quotasPlace)
 		if err != nil {
+			l.dropTicket(ctx, r, bi, ticket)
 			return Decision{}, false, err
 		}
 		d = Decision{Now: time.UnixMicro(g.now), Take: -1, Delay: time.Duration(g.delay) * time.Microsecond}
@@ -127,14 +140,17 @@ func (l *Limiter) bookCluster(ctx context.Context, r Request) (d Decision, ok bo
 		if g.outcome == outcomeExpired {
 			d.Expired = true
 			bind()
+			l.dropTicket(ctx, r, bi, ticket)
 			return d, true, nil
 		}
 		if g.outcome == outcomeBooked && !g.allowed && ticket > 0 && at == ticket {
-			// Early: the moment stands, nothing changed.
-			d.Booked = true
+			// Early, or booked at the slot the peek held: the moment
+			// stands, nothing changed.
+			d.Booked, d.Ahead = true, int(v[5])
+			bind()
 			return d, true, nil
 		}
-		c, err := l.bookBucket(ctx, r, bi, "commit", at)
+		c, err := l.bookBucket(ctx, r, bi, "commit", at, place)
 		if err != nil {
 			return Decision{}, false, err
 		}
@@ -177,19 +193,61 @@ func (l *Limiter) bookCluster(ctx context.Context, r Request) (d Decision, ok bo
 	}
 }
 
-// bookBucket runs book_bucket (mode peek or commit) on r's bucket take bi.
-func (l *Limiter) bookBucket(ctx context.Context, r Request, bi int, mode string, at int64) ([]int64, error) {
+// What a peek at the bucket says of the task's moment (book_bucket's line).
+const (
+	peekSlot    = 0 // a slot's: the quotas are asked next
+	peekPlaced  = 1 // a new place in line: the caller notes it
+	peekStands  = 2 // its place in line stands
+	peekExpired = 3 // its place would be past its deadline
+)
+
+// inLine is the decision for a task the bucket's peek v put in line (or
+// kept there, or found its place past its deadline), its quotas not asked.
+func (l *Limiter) inLine(ctx context.Context, r Request, bi int, v []int64) (Decision, error) {
+	now, at := v[0], v[1]
 	t := r.Takes[bi]
-	c, keys, args := newCall(t.Rule.keyCount(), 6)
+	d := Decision{Now: time.UnixMicro(now), Take: bi, Rule: t.Rule, Key: t.Key, Limit: t.Rule.bindingLimit(0),
+		Delay: time.Duration(at-now) * time.Microsecond}
+	if v[4] == peekExpired {
+		d.Expired = true
+		return d, nil
+	}
+	if v[4] == peekPlaced {
+		if err := l.rdb.HSet(ctx, r.TaskKey, "thr", at).Err(); err != nil {
+			return Decision{}, fmt.Errorf("throttle: note %q's place in line: %w", r.ID, err)
+		}
+	}
+	d.Booked, d.Queued, d.Ahead = true, true, int(v[5])
+	return d, nil
+}
+
+// dropTicket gives back the ticket (slot) a peek held for r on its bucket
+// take bi, when r goes no further: best effort, since a ticket nobody
+// claims costs its slot and no more.
+func (l *Limiter) dropTicket(ctx context.Context, r Request, bi int, ticket int64) {
+	if ticket == 0 {
+		return
+	}
+	rb := r
+	rb.Takes = []Take{r.Takes[bi]}
+	_, _ = l.Release(context.WithoutCancel(ctx), rb)
+}
+
+// bookBucket runs book_bucket (mode peek or commit) on r's bucket take bi;
+// place is what placeOf read of the task's hash.
+func (l *Limiter) bookBucket(ctx context.Context, r Request, bi int, mode string, at int64, place string) ([]int64, error) {
+	t := r.Takes[bi]
+	c, keys, args := newCall(t.Rule.keyCount(), 9)
 	_, plan := l.appendPlan(keys, nil, r, group{takes: []int{bi}}, r.MaxWait.Microseconds(), "", true)
 	args[0], args[1], args[2], args[3] = mode, r.ID, string(plan), at
-	args[4], args[5] = max(r.Weight, 1), r.Tenant
+	args[4], args[5], args[6], args[7] = max(r.Weight, 1), r.Tenant, place, deadline(r)
+	args[8] = clusterBookMargin.Microseconds()
 	res, err := l.eval(ctx, l.book, []call{c})
 	if err != nil {
 		return nil, fmt.Errorf("throttle: book %q at %s: %w", r.ID, t.Rule.Name(), err)
 	}
 	v := res[0]
-	if len(v) < 3 || mode == "peek" && len(v) != 4 {
+	if len(v) < 3 || mode == "peek" && len(v) != 6 {
 		return nil, fmt.Errorf("throttle: unexpected script reply %v", v)
 	}
 	return v, nil

@@ -133,3 +133,73 @@ func TestClusterBookAheadAndShares(t *testing.T) {
 		t.Errorf("small's 5th at %s, not before big's last place %s: no share", small[4], last)
 	}
 }
+
+// TestClusterLineWithQuotas: bookings whose recipients' quotas live on
+// other nodes than the bucket (the three-call path) keep to the horizon and
+// the tenants' shares as on one node: past the horizon the bucket's peek
+// gives a place in line (noted in the task's hash by the caller, nothing
+// taken from the quotas), a task back long before its place keeps it, and a
+// tenant that starts waiting behind another's line gets its share at once.
+func TestClusterLineWithQuotas(t *testing.T) {
+	l, rdb := newCluster(t)
+	ctx := context.Background()
+	q := mustQuota(t, "p", Window{5, time.Second})
+	b := mustBucket(t, "sms", 10, 1)
+	const ahead = time.Second
+	req := func(id, tenant string) Request {
+		r := lineReq(t, rdb, id, tenant, 1, b, ahead)
+		r.Takes = append([]Take{{Rule: q, Key: "rcpt-" + id}}, r.Takes...)
+		return r
+	}
+	if s1, s2 := keySlot(t, rdb, quotaKey(subjectTag(DefaultPrefix, "rcpt-big0"), "p")), keySlot(t, rdb, bucketKey(subjectTag(DefaultPrefix, "gw"), "sms")); s1 == s2 {
+		t.Fatalf("the quota and the bucket share slot %d: the test needs them apart", s1)
+	}
+	var queued []Decision
+	for i := range 30 {
+		id := fmt.Sprint("big", i)
+		d := mustAdmit(t, l, req(id, "big"))
+		if d.Booked && !d.Queued && d.Delay > ahead+100*time.Millisecond {
+			t.Errorf("%s booked %s ahead: past the horizon", id, d.Delay)
+		}
+		if !d.Queued {
+			continue
+		}
+		queued = append(queued, d)
+		if place, err := rdb.HGet(ctx, "task:"+id, "thr").Int64(); err != nil || place != d.At().UnixMicro() {
+			t.Errorf("%s: place noted %d (%v), want %d", id, place, err, d.At().UnixMicro())
+		}
+		if n, err := rdb.Exists(ctx, quotaKey(subjectTag(DefaultPrefix, "rcpt-"+id), "p")).Result(); err != nil || n != 0 {
+			t.Errorf("%s is in line but its recipient's quota holds an entry (%d, %v)", id, n, err)
+		}
+		if _, ok := d.Rule.(*Bucket); !ok {
+			t.Errorf("%s in line, bound by %v: want the bucket", id, d.Rule)
+		}
+	}
+	if len(queued) < 15 {
+		t.Fatalf("%d of 30 placed in line", len(queued))
+	}
+	for i := 1; i < len(queued); i++ {
+		if gap := queued[i].At().Sub(queued[i-1].At()); gap != 100*time.Millisecond {
+			t.Errorf("place %d is %s after the one before: want one slot (100ms)", i, gap)
+		}
+	}
+	// Back long before its place: it stands, the same place.
+	last := queued[len(queued)-1]
+	id := fmt.Sprint("big", 29)
+	if d := mustAdmit(t, l, req(id, "big")); !d.Queued || !d.At().Equal(last.At()) {
+		t.Errorf("%s back early: %s, want its place %s to stand", id, describeDecision(d), last.At().Format(time.StampMicro))
+	}
+	var small []time.Time
+	for i := range 5 {
+		d := mustAdmit(t, l, req(fmt.Sprint("small", i), "small"))
+		small = append(small, d.At())
+	}
+	for i := 2; i < len(small); i++ {
+		if gap := small[i].Sub(small[i-1]); gap != 200*time.Millisecond {
+			t.Errorf("small's place %d is %s after the one before: want 2 slots (its half)", i, gap)
+		}
+	}
+	if !small[4].Before(last.At()) {
+		t.Errorf("small's 5th at %s, not before big's last place %s: no share", small[4], last.At())
+	}
+}
