@@ -1,10 +1,15 @@
--- admit.lua (after rules.lua): admits tasks, each through every one of its
--- takes or none.
+-- admit.lua (after rules.lua and book.lua): two entry points.
+--
+--   admit    admits tasks, each through every one of its takes or none
+--   restamp  (cluster only) moves quota entries stamped ahead to the moment
+--            the task's provider token was reserved for (see below)
+--
+-- admit:
 --
 --   args  -> per task: its ID (never empty, no control characters), its
 --            plan (see rules.lua) and its deadline (µs, Redis time; 0: none,
 --            used only by a plan that books), or for a plan that books
---            "deadline,floor,weight,tenant" (see when)
+--            "deadline,floor,weight,place,tenant" (see when)
 --   keys  -> the takes' keys, task after task, in take order
 --
 -- The tasks are admitted one after another at one Redis time, exactly as if
@@ -24,31 +29,41 @@
 -- that books (see book.lua) is booked a moment instead of denied.
 --
 -- A task whose plan has a done marker (see rules.lua) whose key exists is
--- done: nothing is checked or consumed, and its code is -1 (its other
--- values 0 but now_us).
+-- done: nothing is checked or consumed, its outcome is 5 (done), and its
+-- other values are 0 but now_us.
 --
--- Returns, for each task in turn, six values:
---   code, now_us, delay_us, remaining, outcome, extra
--- where code = allowed (1/0) + 2 * repeated (1/0) + 4 * binding take
--- (1-based, 0: none) + 256 * binding window of a quota (1-based, 0: none)
--- + 65536 * fresh (a request has at most 32 takes, a quota 32 windows);
--- delay_us is, if allowed, the wait until the reserved moment (0: now), if
--- booked (or expired) the wait until the booked moment (or the one it would
--- have had), and if denied, the wait until every take would pass; the
--- binding take is the one that sets that wait; remaining is the least
--- capacity left over the takes; repeated says every take already held this
--- task; fresh says which takes this call consumed, bit i-1 for take i (so a
--- caller undoing this call undoes only those, never what the task already
--- held). outcome is 0 (decided: allowed or denied, as code says), 1 booked,
--- 2 expired (its moment would be after its deadline: nothing held), 3
--- booked again (it came back too late for its moment, or its moment was
--- taken), 4 in line (beyond its bucket's horizon: nothing held, it comes
--- back at its place in line). extra is, for a booking, how many bookings on
--- the binding rule come before it (in line: about how many sends), and for
--- an allowed claim, the moment it had booked (µs).
+-- Returns, for each task in turn, ten integers, one value each (throttle's
+-- parseGroup reads them in this order):
+--
+--    1 allowed    1 if the task may go (now, or after delay_us), else 0
+--    2 repeated   1 if every take already held this task, else 0
+--    3 binding    the take that sets delay_us (1-based within the task's
+--                 takes; 0: none)
+--    4 window     the binding quota's window that sets it (1-based; 0:
+--                 none, or the binding take is not a quota)
+--    5 fresh      the takes this call consumed, bit i-1 for take i (a
+--                 request has at most 32 takes), so that a caller undoing
+--                 this call undoes only those, never what the task already
+--                 held
+--    6 now_us     Redis time of the call
+--    7 delay_us   if allowed, the wait until the reserved moment (0: now);
+--                 if booked (or expired), the wait until the booked moment
+--                 (or the one it would have had); if denied, the wait until
+--                 every take would pass
+--    8 remaining  the least capacity left over the takes
+--    9 outcome    0 decided (allowed or denied, as allowed says), 1 booked,
+--                 2 expired (its moment would be after its deadline: nothing
+--                 held), 3 booked again (it came back too late for its
+--                 moment, or its moment was taken), 4 in line (beyond its
+--                 bucket's horizon: nothing held, it comes back at its place
+--                 in line), 5 done (its done marker exists)
+--   10 extra      for a booking, how many bookings on the binding rule come
+--                 before it (in line: about how many sends); for an allowed
+--                 claim, the moment it had booked (µs); else 0
 
--- admit_task admits one task whose keys start at keys[ki] and returns the
--- index past its last key, then its four values.
+-- admit_task admits one task whose keys start at keys[ki], appends its
+-- values to the reply (see reply in book.lua) and returns the index past its
+-- last key.
 local function admit_task(keys, ki, id, p, now, deadline, floor_, weight, ps, tenant)
   local maxwait, n = p.maxwait, p.n
   local marker, tkey
@@ -56,7 +71,7 @@ local function admit_task(keys, ki, id, p, now, deadline, floor_, weight, ps, te
   if p.horizon > 0 and not ps then tkey, ki = keys[ki], ki + 1 end
   if marker and rcall('EXISTS', marker) == 1 then
     for i = 1, n do ki = ki + p[i].nk end
-    return ki, -1, now, 0, 0, 0, 0
+    return reply(ki, false, false, 0, 0, 0, now, 0, 0, DONE, 0)
   end
   local denied, delay, binding, window, remaining, repeated = false, 0, 0, 0, huge, true
   local span = max(maxwait, p.ahead) -- how far after now a take may be stamped
@@ -110,17 +125,17 @@ local function admit_task(keys, ki, id, p, now, deadline, floor_, weight, ps, te
       kb = kb + p[i].nk
     end
     if not go then
-      local kk, a, b, c, d, o, x = book_task(keys, ki, id, p, now, deadline, floor_, weight, tenant, tkey, ps)
-      if kk then return kk, a, b, c, d, o, x end
+      local kk = book_task(keys, ki, id, p, now, deadline, floor_, weight, tenant, tkey, ps)
+      if kk then return kk end
     end
   end
 
   if denied then
-    return k, 4 * binding + 256 * window, now, delay, remaining, 0, 0
+    return reply(k, false, false, binding, window, 0, now, delay, remaining, DECIDED, 0)
   end
   if p.dry then -- a check only (shadow mode's): the decision, nothing written
     if delay == 0 then binding = 0 end
-    return k, 1 + (repeated and 2 or 0) + 4 * binding, now, delay, remaining, 0, 0
+    return reply(k, true, repeated, binding, window, 0, now, delay, remaining, DECIDED, 0)
   end
 
   local at = now + delay
@@ -128,7 +143,7 @@ local function admit_task(keys, ki, id, p, now, deadline, floor_, weight, ps, te
   -- quota group whose request reserves a provider token in a later call).
   local qat = at
   if p.ahead > 0 and qat < now + p.ahead then qat = now + p.ahead end
-  local fresh, bit = 0, 65536
+  local fresh, bit = 0, 1
   k = ki
   for i = 1, n do
     local t = p[i]
@@ -149,7 +164,7 @@ local function admit_task(keys, ki, id, p, now, deadline, floor_, weight, ps, te
     bit = bit * 2
   end
   if delay == 0 then binding = 0 end
-  return k, 1 + (repeated and 2 or 0) + 4 * binding + fresh, now, delay, remaining, 0, 0
+  return reply(k, true, repeated, binding, window, fresh, now, delay, remaining, DECIDED, 0)
 end
 
 -- when reads a task's third argument: its deadline, or for a plan that
@@ -170,26 +185,18 @@ end
 local function admit(keys, args)
   if not rcall then bind() end
   local now = now_us()
-  local na = #args
-  if na == 3 then -- one task: its values, without growing a table
-    local dl, fl, w, ps, tn = when(args[3])
-    local _, a, b, c, d, o, x = admit_task(keys, 1, args[1], plans[args[2]] or plan(args[2]), now, dl, fl, w, ps, tn)
-    return {a, b, c, d, o, x}
-  end
-  local out, ki, o = {}, 1, 0
-  for j = 1, na, 3 do
-    local a, b, c, d, e, x
+  OUT, NOUT = {}, 0
+  local ki = 1
+  for j = 1, #args, 3 do
     local dl, fl, w, ps, tn = when(args[j + 2])
-    ki, a, b, c, d, e, x = admit_task(keys, ki, args[j], plan(args[j + 1]), now, dl, fl, w, ps, tn)
-    out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = a, b, c, d, e, x
-    o = o + 6
+    ki = admit_task(keys, ki, args[j], plan(args[j + 1]), now, dl, fl, w, ps, tn)
   end
-  return out
+  return OUT
 end
 
--- restamp (cluster only) moves quota (and calendar) entries a call stamped provisionally
--- (at now + ahead, see the plan) to the moment the request's provider token
--- was reserved for: now + delay, by this node's TIME, never later than the
+-- restamp (cluster only) moves quota (and calendar) entries a call stamped
+-- provisionally (at now + ahead: see the plan's maxwait:ahead in rules.lua)
+-- to the moment the request's provider token was reserved for: now + delay, by this node's TIME, never later than the
 -- provisional stamp. Only entries the task still holds move (ZADD XX), and
 -- the key lives at least until the moved entries leave the longest window.
 --

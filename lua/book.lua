@@ -1,5 +1,7 @@
 -- book.lua (after rules.lua, before admit.lua): booking, for a task whose
--- plan says 'k' (or 'K': priority). A task that may not go within its max
+-- plan says 'k' (or 'K': priority). admit (admit.lua) books on one node
+-- through book_task; this file's entry point, book_bucket (at its end), is
+-- the bucket's part of a booking on a Redis Cluster. A task that may not go within its max
 -- wait is given the earliest moment every one of its rules allows, counting
 -- every moment already booked on the same recipient and provider, and holds
 -- it under its ID until it comes back to claim it.
@@ -46,8 +48,24 @@
 
 local GRACE = 600000000 -- µs: 10 minutes
 
--- Outcomes, the fifth value admit returns for a task.
-local DECIDED, BOOKED, EXPIRED, REBOOKED, QUEUED = 0, 1, 2, 3, 4
+-- Outcomes, a task's ninth value in admit's reply (see admit.lua).
+local DECIDED, BOOKED, EXPIRED, REBOOKED, QUEUED, DONE = 0, 1, 2, 3, 4, 5
+
+-- OUT is admit's reply being built, NOUT how many values it holds; admit
+-- starts a new one per call. reply appends one task's values in the order
+-- admit.lua's header gives (allowed and repeated as booleans) and returns
+-- k, the index past the task's last key.
+local OUT, NOUT = {}, 0
+
+local function reply(k, allowed, repeated, binding, window, fresh, now, delay, remaining, outcome, extra)
+  local o = NOUT
+  OUT[o + 1], OUT[o + 2] = allowed and 1 or 0, repeated and 1 or 0
+  OUT[o + 3], OUT[o + 4], OUT[o + 5] = binding, window, fresh
+  OUT[o + 6], OUT[o + 7], OUT[o + 8] = now, delay, remaining
+  OUT[o + 9], OUT[o + 10] = outcome, extra
+  NOUT = o + 10
+  return k
+end
 
 -- Scratch per take: the key index of each take, a quota's held entry.
 local KI, QH = {}, {}
@@ -491,16 +509,16 @@ local function in_place(k, bi, fair, fexp, tkey, now, q, len, deadline, join)
   local placed
   q, placed = line_place(fair, fexp, now, q, len, deadline, join)
   if not placed then
-    return k, 4 * bi, now, q - now, 0, EXPIRED, 0
+    return reply(k, false, false, bi, 0, 0, now, q - now, 0, EXPIRED, 0)
   end
   if tkey then rcall('HSET', tkey, 'thr', int(q)) end -- else the caller notes it
-  return k, 4 * bi, now, q - now, 0, QUEUED, floor((q - now) / len)
+  return reply(k, false, false, bi, 0, 0, now, q - now, 0, QUEUED, floor((q - now) / len))
 end
 
 -- book_task admits a booking task whose keys start at keys[ki]. It returns
 -- false when the task's bucket ledger holds it (a task that claimed and is
--- admitted again: admit_task's plain path answers that), else the index
--- past its last key and its six values (see admit.lua).
+-- admitted again: admit_task's plain path answers that), else, its values
+-- appended to the reply (see reply), the index past its last key.
 local function book_task(keys, ki, id, p, now, deadline, floor_, weight, tenant, tkey, ps)
   local n, maxwait, prio = p.n, p.maxwait, p.prio
   -- floor: on a cluster, the quotas' call books no earlier than the moment
@@ -547,7 +565,7 @@ local function book_task(keys, ki, id, p, now, deadline, floor_, weight, tenant,
     end
     if not late and x > now + maxwait then
       -- Early: the moment stands.
-      return k, 0, now, x - now, 0, BOOKED, 0
+      return reply(k, false, false, 0, 0, 0, now, x - now, 0, BOOKED, 0)
     end
     local fits = not late
     for i = 1, n do
@@ -566,7 +584,7 @@ local function book_task(keys, ki, id, p, now, deadline, floor_, weight, tenant,
       end
     end
     if fits then
-      local fresh, bit = 0, 65536
+      local fresh, bit = 0, 1
       for i = 1, n do
         local t = p[i]
         if t.kind == 'q' or t.kind == 'c' then
@@ -584,7 +602,7 @@ local function book_task(keys, ki, id, p, now, deadline, floor_, weight, tenant,
         end
         bit = bit * 2
       end
-      return k, 1 + fresh, now, x - now, 0, DECIDED, booked
+      return reply(k, true, false, 0, 0, fresh, now, x - now, 0, DECIDED, booked)
     end
     -- Late, or its entries no longer fit: give it all back, book again.
     for i = 1, n do
@@ -628,7 +646,7 @@ local function book_task(keys, ki, id, p, now, deadline, floor_, weight, tenant,
       local q = place_of(tkey, ps)
       if q and q > now + H then
         -- Back long before its place: it stands.
-        return k, 4 * bi, now, q - now, 0, QUEUED, floor((q - now) / len)
+        return reply(k, false, false, bi, 0, 0, now, q - now, 0, QUEUED, floor((q - now) / len))
       elseif q then
         -- Back from its place: its slot is from there on. The free slots
         -- before it are for the places ahead of it (and for priority
@@ -651,7 +669,7 @@ local function book_task(keys, ki, id, p, now, deadline, floor_, weight, tenant,
     v, left, ra, rb = bucket_find(bcal, fair_start(bcal, m, gate, len), len)
     if not v then
       -- The calendar is too fragmented to place it: denied, as an hour.
-      return k, 4 * bi, now, BIG, 0, DECIDED, 0
+      return reply(k, false, false, bi, 0, 0, now, BIG, 0, DECIDED, 0)
     end
     local x = max(m, v - slack)
     if prio and x > now + min(maxwait, PRIO_SOON) then
@@ -676,15 +694,15 @@ local function book_task(keys, ki, id, p, now, deadline, floor_, weight, tenant,
     end
   end
   if deadline > 0 and m > deadline then
-    return k, 4 * binding + 256 * window, now, m - now, 0, EXPIRED, 0
+    return reply(k, false, false, binding, window, 0, now, m - now, 0, EXPIRED, 0)
   end
   local far = beyond(p, m)
   if far then
     if binding == 0 then binding = far end
-    return k, 4 * binding + 256 * window, now, m - now, 0, DECIDED, 0
+    return reply(k, false, false, binding, window, 0, now, m - now, 0, DECIDED, 0)
   end
   local go = m <= now + maxwait
-  local fresh, bit = 0, 65536
+  local fresh, bit = 0, 1
   for i = 1, n do
     local t = p[i]
     fresh = fresh + bit
@@ -713,7 +731,7 @@ local function book_task(keys, ki, id, p, now, deadline, floor_, weight, tenant,
   if go then
     -- It may go within max wait after all: admitted.
     if m == now then binding, window = 0, 0 end
-    return k, 1 + 4 * binding + 256 * window + fresh, now, m - now, 0, DECIDED, 0
+    return reply(k, true, false, binding, window, fresh, now, m - now, 0, DECIDED, 0)
   end
   local ahead = 0
   if bt then
@@ -725,7 +743,7 @@ local function book_task(keys, ki, id, p, now, deadline, floor_, weight, tenant,
       end
     end
   end
-  return k, 4 * binding + 256 * window, now, m - now, 0, outcome, ahead
+  return reply(k, false, false, binding, window, 0, now, m - now, 0, outcome, ahead)
 end
 
 -- book_bucket (Redis Cluster): the bucket's part of a booking, whose quotas

@@ -434,8 +434,29 @@ func (l *Limiter) loadFunctions(ctx context.Context) error {
 	return err
 }
 
-// replyLen is how many values admit.lua returns per task.
-const replyLen = 6
+// The reply admit.lua gives per task: replyLen integers, one value each,
+// in this order (admit.lua's header says what each means):
+//
+//	allowed, repeated, binding, window, fresh, now, delay, remaining, outcome, extra
+//
+// allowed and repeated are 1 or 0; binding and window are 1-based (0:
+// none); fresh has bit i-1 set for take i consumed by this call; now and
+// delay are µs; outcome is one of the outcomes below, outcomeDone when the
+// task's done marker exists (then every value but now is 0); extra is
+// ahead (booked) or the claimed moment (allowed).
+const (
+	replyAllowed = iota
+	replyRepeated
+	replyBinding
+	replyWindow
+	replyFresh
+	replyNow
+	replyDelay
+	replyRemaining
+	replyOutcome
+	replyExtra
+	replyLen
+)
 
 // The outcomes admit.lua returns (see admit.lua).
 const (
@@ -444,6 +465,7 @@ const (
 	outcomeExpired  = 2
 	outcomeRebooked = 3
 	outcomeQueued   = 4
+	outcomeDone     = 5
 )
 
 // groupResult is what admit.lua returns for one group.
@@ -461,14 +483,18 @@ type groupResult struct {
 
 // parseGroup reads the replyLen values admit.lua returns for one task.
 func parseGroup(n []int64) groupResult {
-	code := n[0]
-	if code == -1 {
-		return groupResult{done: true, now: n[1]}
-	}
 	return groupResult{
-		allowed: code&1 == 1, repeated: code&2 == 2,
-		binding: int(code >> 2 & 63), window: int(code >> 8 & 255), fresh: uint32(code >> 16),
-		now: n[1], delay: n[2], remaining: n[3], outcome: int(n[4]), extra: n[5],
+		allowed:   n[replyAllowed] == 1,
+		repeated:  n[replyRepeated] == 1,
+		done:      n[replyOutcome] == outcomeDone,
+		now:       n[replyNow],
+		delay:     n[replyDelay],
+		binding:   int(n[replyBinding]),
+		window:    int(n[replyWindow]),
+		remaining: n[replyRemaining],
+		fresh:     uint32(n[replyFresh]),
+		outcome:   int(n[replyOutcome]),
+		extra:     n[replyExtra],
 	}
 }
 
