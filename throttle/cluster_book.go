@@ -238,7 +238,7 @@ func (l *Limiter) dropTicket(ctx context.Context, r Request, bi int, ticket int6
 func (l *Limiter) bookBucket(ctx context.Context, r Request, bi int, mode string, at int64, place string) ([]int64, error) {
 	t := r.Takes[bi]
 	c, keys, args := newCall(t.Rule.keyCount(), 9)
-	_, plan := l.appendPlan(keys, nil, r, group{takes: []int{bi}}, r.MaxWait.Microseconds(), "", true)
+	_, plan := l.appendPlan(keys, nil, r, group{takes: []int{bi}}, planHead{maxWait: r.MaxWait.Microseconds(), book: true})
 	args[0], args[1], args[2], args[3] = mode, r.ID, string(plan), at
 	args[4], args[5], args[6], args[7] = max(r.Weight, 1), r.Tenant, place, deadline(r)
 	args[8] = clusterBookMargin.Microseconds()
@@ -261,7 +261,7 @@ func (l *Limiter) bookGroup(ctx context.Context, r Request, q group, floor int64
 		nk += r.Takes[i].Rule.keyCount()
 	}
 	c, keys, args := newCall(nk, 3)
-	_, plan := l.appendPlan(keys, nil, r, q, r.MaxWait.Microseconds(), "", true)
+	_, plan := l.appendPlan(keys, nil, r, q, planHead{maxWait: r.MaxWait.Microseconds(), book: true})
 	args[0], args[1] = r.ID, string(plan)
 	args[2] = taskArg(r, true, floor, place)
 	res, err := l.eval(ctx, l.admit, []call{c})

@@ -138,19 +138,19 @@ func (l *Limiter) calls(rs []Request, ts []task, admit bool) []call {
 			if admit {
 				maxWait = r.MaxWait.Microseconds()
 			}
-			done := ""
+			h := planHead{maxWait: maxWait, book: admit && l.books(r)}
 			if admit && l.checksDone(r) {
-				done = r.Done
+				h.done = r.Done
 			}
-			keys, buf = l.appendPlan(keys, buf[:0], r, t.g, maxWait, done, admit && l.books(r))
 			if admit && l.stampsAhead(r) && !groupHasBucket(r, t.g) {
 				// A quota group admitted before the request's bucket group
 				// reserves a token up to MaxWait ahead: its entries are
 				// stamped at now + MaxWait, later than any moment the
 				// bucket can reserve, and restamped once that moment is
-				// known (restampQuotas). The plan's maxwait:ahead.
-				buf = insertAhead(buf, len(l.remember)+1, maxWait)
+				// known (restampQuotas).
+				h.ahead = maxWait
 			}
+			keys, buf = l.appendPlan(keys, buf[:0], r, t.g, h)
 			args[stride*j], args[stride*j+1] = r.ID, string(buf)
 			if admit {
 				args[stride*j+2] = taskArg(r, l.books(r), 0, "")
@@ -214,28 +214,28 @@ func groupHasBucket(r Request, g group) bool {
 	return false
 }
 
-// insertAhead turns the plan's maxwait field, which ends before the ';' at
-// or after buf[from], into "maxwait:ahead".
-func insertAhead(buf []byte, from int, ahead int64) []byte {
-	end := from
-	for end < len(buf) && buf[end] != ';' {
-		end++
-	}
-	tail := append([]byte(nil), buf[end:]...)
-	buf = strconv.AppendInt(append(buf[:end], ':'), ahead, 10)
-	return append(buf, tail...)
+// planHead is what a plan says before its takes (see lua/rules.lua).
+type planHead struct {
+	maxWait int64  // µs a bucket may reserve ahead (0: none)
+	ahead   int64  // µs after now quota entries are stamped at the earliest (0: not set)
+	done    string // the done marker's key, checked first ("": none)
+	book    bool   // a task that may not go within maxWait books its moment
 }
 
 // appendPlan appends the keys of g's takes of r to keys and their plan (see
-// lua/rules.lua) to buf; with done set, the done marker's key first.
-func (l *Limiter) appendPlan(keys []any, buf []byte, r Request, g group, maxWait int64, done string, book bool) ([]any, []byte) {
+// lua/rules.lua), headed by h, to buf; with h.done set, the done marker's
+// key first.
+func (l *Limiter) appendPlan(keys []any, buf []byte, r Request, g group, h planHead) ([]any, []byte) {
 	buf = append(buf, l.remember...)
-	buf = strconv.AppendInt(append(buf, ';'), maxWait, 10)
-	if done != "" {
-		keys = append(keys, done)
+	buf = strconv.AppendInt(append(buf, ';'), h.maxWait, 10)
+	if h.ahead > 0 {
+		buf = strconv.AppendInt(append(buf, ':'), h.ahead, 10)
+	}
+	if h.done != "" {
+		keys = append(keys, h.done)
 		buf = append(buf, ";d"...)
 	}
-	if book {
+	if h.book {
 		if r.Priority {
 			buf = append(buf, ";K"...)
 		} else {

@@ -137,7 +137,7 @@ func (l *Limiter) Admit(ctx context.Context, r Request) (Decision, error) {
 	}
 	c, keys, args := newCall(nk, 3)
 	var buf [128]byte
-	_, plan := l.appendPlan(keys, buf[:0], r, g, r.MaxWait.Microseconds(), r.Done, r.Book)
+	_, plan := l.appendPlan(keys, buf[:0], r, g, planHead{maxWait: r.MaxWait.Microseconds(), done: r.Done, book: r.Book})
 	args[0], args[1], args[2] = r.ID, string(plan), taskArg(r, r.Book, 0, "")
 	res, err := l.eval1(ctx, l.admit, c)
 	if err != nil {
@@ -400,7 +400,7 @@ func (l *Limiter) restampQuotas(ctx context.Context, rs []Request, ds []Decision
 			}
 			nk := len(q.takes)
 			c, keys, args := newCall(nk, 3)
-			_, plan := l.appendPlan(keys, nil, r, q, 0, "", false)
+			_, plan := l.appendPlan(keys, nil, r, q, planHead{})
 			args[0], args[1], args[2] = ds[i].Delay.Microseconds(), r.ID, string(plan)
 			calls = append(calls, c)
 		}
@@ -445,7 +445,7 @@ func (l *Limiter) Pause(ctx context.Context, b *Bucket, key string, d time.Durat
 		return 0, fmt.Errorf("throttle: pause %s for %q: must be positive (got %s): %w", b.Name(), key, d, ErrInvalidRequest)
 	}
 	c, keys, args := newCall(b.keyCount(), 2)
-	_, plan := l.appendPlan(keys, nil, r, group{takes: []int{0}}, 0, "", false)
+	_, plan := l.appendPlan(keys, nil, r, group{takes: []int{0}}, planHead{})
 	args[0], args[1] = d.Microseconds(), string(plan)
 	res, err := l.eval(ctx, l.pause, []call{c})
 	if err != nil {
