@@ -1,11 +1,13 @@
 // Package lua holds the project's Redis Lua code. rules.lua holds the rule
-// kinds and book.lua booking; admit.lua, release.lua and pause.lua each define one entry point on
-// top of them. Together they make one library, which runs two ways:
+// kinds and book.lua booking; the six entry points are admit and restamp
+// (admit.lua), book_bucket (book.lua), release and forget (release.lua) and
+// pause (pause.lua), listed in rules.lua's header. Together they make one
+// library, which runs two ways:
 //
 //   - as a Redis Function library (Redis >= 7): loaded once per server with
 //     FUNCTION LOAD and called with FCALL, so the library's local functions
 //     are built once rather than on every call;
-//   - as three scripts for EVAL/EVALSHA, for servers without FUNCTION (older
+//   - as six scripts for EVAL/EVALSHA, for servers without FUNCTION (older
 //     Redis, miniredis): the library with a last line that calls one entry
 //     point on KEYS and ARGV.
 //

@@ -1,5 +1,6 @@
--- pause.lua (after rules.lua): pauses a token bucket for every caller, for a
--- provider that answered "429 Too Many Requests, Retry-After: d".
+-- pause.lua (after rules.lua and book.lua): one entry point, pause, that
+-- pauses a token bucket for every caller, for a provider that answered "429
+-- Too Many Requests, Retry-After: d".
 --
 --   args  -> the pause in µs, then a plan (see rules.lua) of one bucket take
 --   keys  -> the bucket's keys

@@ -1,5 +1,5 @@
--- release.lua (after rules.lua and book.lua): gives back what tasks'
--- admissions took.
+-- release.lua (after rules.lua and book.lua): two entry points, release and
+-- forget, that give back what tasks' admissions took.
 --
 --   args  -> per task: its ID and its plan (see rules.lua; the max wait is
 --            not used)

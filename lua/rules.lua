@@ -1,11 +1,18 @@
--- rules.lua: the rule kinds, shared by admit.lua, release.lua and pause.lua.
+-- rules.lua: the rule kinds, shared by book.lua, admit.lua, release.lua
+-- and pause.lua.
 --
--- The four files make one library (see lua.go): loaded once with FUNCTION
+-- The five files make one library (see lua.go): loaded once with FUNCTION
 -- LOAD where the server has Redis Functions (>= 7), so this code is compiled
 -- and its local functions built once, not on every call; otherwise run whole
 -- by EVALSHA, with a last line that calls an entry point on KEYS and ARGV.
--- Either way the entry points (admit, release, pause) get keys and args as
--- parameters.
+-- Either way the entry points get keys and args as parameters. They are six:
+--
+--   admit        admit.lua: admits (or books) tasks
+--   restamp      admit.lua: moves a cluster's provisional quota stamps
+--   book_bucket  book.lua: a booking's bucket part, on a cluster
+--   release      release.lua: gives back what admissions took
+--   forget       release.lua: drops bucket holdings, their slots kept taken
+--   pause        pause.lua: pauses a bucket (a provider's Retry-After)
 --
 -- A task's takes travel as one argument, its plan:
 --
@@ -15,8 +22,8 @@
 -- a provider bucket may reserve ahead (0: none), ahead (optional, cluster
 -- only) the µs ahead of now at which the quota entries a call adds are
 -- stamped at the earliest (the group's request will reserve a provider
--- token up to that far ahead in a later call: see restamp), and a take is its kind, its
--- cost, then the kind's limits:
+-- token up to that far ahead in a later call: see restamp), and a take is
+-- its kind, its cost, then the kind's limits:
 --
 --   q,cost,limit,per_us[,limit,per_us...]  sliding-window quota, per window
 --   b,cost,rate,burst[,reserve]            token bucket (rate in tokens/s,
