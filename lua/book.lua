@@ -489,13 +489,22 @@ local function placeable(tkey, ps)
   return rcall('EXISTS', tkey) == 1
 end
 
+-- behind reports whether a task back from its place q (false: none), whose
+-- first free slot lets it go at m, finds the calendar behind the line: its
+-- slot more than a slot past its place, and not one it can go to now (within
+-- maxwait; with none, every booking is a ticket and nothing is saved). Tasks
+-- back late (after a long first pass), or priority ones, took the slots of
+-- the places. A ticket would cost the task a second call and keep the
+-- calendar behind for every task after it; a new place, at its line's end,
+-- costs one, once, and the tasks after it find their slots free.
+local function behind(q, m, now, maxwait, len)
+  return q and maxwait > 0 and m > now + maxwait and m > q + len
+end
+
 -- line_place gives a task place q in its tenant's line (F loaded), or, if
 -- it starts the line (join), the join cursor's place when that is later. It
 -- returns the place, and false if that is past the deadline (µs, 0: none):
 -- then nothing is written.
---
--- in_place gives the task that place: it comes back then, holding nothing;
--- or, past its deadline, it expires.
 local function line_place(fair, fexp, now, q, len, deadline, join)
   if join then q = max(q, F.J) end
   if deadline > 0 and q > deadline then return q, false end
@@ -505,6 +514,8 @@ local function line_place(fair, fexp, now, q, len, deadline, join)
   return q, true
 end
 
+-- in_place gives the task that place: it comes back then, holding nothing;
+-- or, past its deadline, it expires.
 local function in_place(k, bi, fair, fexp, tkey, now, q, len, deadline, join)
   local placed
   q, placed = line_place(fair, fexp, now, q, len, deadline, join)
@@ -633,7 +644,7 @@ local function book_task(keys, ki, id, p, now, deadline, floor_, weight, tenant,
     end
   end
   -- The tenant's share, where the bucket sets the moment (see above).
-  local H, near, gate = p.horizon, false, 0
+  local H, near, gate, back = p.horizon, false, 0, false
   local fair, fexp
   if bt and not prio then
     fair, fexp = keys[KI[bi] + 4], keys[KI[bi] + 5]
@@ -651,6 +662,7 @@ local function book_task(keys, ki, id, p, now, deadline, floor_, weight, tenant,
         -- Back from its place: its slot is from there on. The free slots
         -- before it are for the places ahead of it (and for priority
         -- jobs): a task back early does not take them.
+        back = q
         if q > gate then gate = q end
       elseif fair_line() > now + H and placeable(tkey, ps) then
         -- The tenant's line reaches past the horizon: a task new to it
@@ -685,9 +697,10 @@ local function book_task(keys, ki, id, p, now, deadline, floor_, weight, tenant,
     taken = false
   end
   if bt and binding == 0 then binding = bi end
-  if near and H > 0 and binding == bi and m > now + H then
+  if near and H > 0 and binding == bi and (m > now + H or behind(back, m, now, maxwait, len)) then
     -- Past the horizon: a place in the tenant's line, not a slot; the first
-    -- of a line no earlier than the join cursor.
+    -- of a line no earlier than the join cursor; so too for a task back from
+    -- its place that finds the calendar behind its line (see behind).
     if placeable(tkey, ps) then
       local line = fair_line()
       return in_place(k, bi, fair, fexp, tkey, now, max(m, line), len, deadline, line <= now + H)
@@ -820,10 +833,12 @@ local function book_bucket(keys, args)
       if placed then return line(q, 1) end
       return line(q, 3)
     end
+    local back = false
     if fair and H > 0 and ps then
       local q = place_of(nil, ps)
       if q and q > now + H then return line(q, 2) end
       if q then
+        back = q
         if q > gate then gate = q end
       elseif fair_line() > now + H and placeable(nil, ps) then
         return place(fair_line(), false)
@@ -834,7 +849,7 @@ local function book_bucket(keys, args)
     local v, left, ra, rb = bucket_find(bcal, fair_start(bcal, from, gate, len), len)
     if not v then return {now, now + BIG, 0, 0, 0, 0} end
     local pb = max(from, v - slack)
-    if fair and H > 0 and ps and pb > now + H and placeable(nil, ps) then
+    if fair and H > 0 and ps and (pb > now + H or behind(back, pb, now, p.maxwait, len)) and placeable(nil, ps) then
       local ln = fair_line()
       return place(max(pb, ln), ln <= now + H)
     end

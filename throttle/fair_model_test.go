@@ -290,3 +290,56 @@ func TestFairJoinCursor(t *testing.T) {
 		t.Errorf("%d places span %s: want about %s (one slot each)", len(all), last, want)
 	}
 }
+
+// TestFairBehindCalendar: a task back from its place that finds the
+// calendar behind its line (its first free slot more than a slot past its
+// place, and not one it can go to within its max wait: priority tasks took
+// the slots) takes a new place at its line's end instead of a ticket, so
+// that the tasks after it find their slots free; one whose slot is at its
+// place books it as before.
+func TestFairBehindCalendar(t *testing.T) {
+	d := newFairDiffer(t)
+	b := mustBucket(t, "sms", 10, 1) // a slot every 100 ms
+	const ahead, maxWait = time.Second, 200 * time.Millisecond
+	req := func(id string) Request {
+		r := d.lineOf(id, "a", 1, b, ahead)
+		r.MaxWait = maxWait
+		return r
+	}
+	var places []Decision
+	for i := range 16 {
+		if dec := d.step(req(fmt.Sprint("a", i))); dec.Queued {
+			places = append(places, dec)
+		}
+	}
+	if len(places) < 4 {
+		t.Fatalf("%d of 16 placed in line; want the ones past the 1 s horizon", len(places))
+	}
+	first, second := places[0], places[1]
+	firstID, secondID := "", ""
+	for i := range 16 { // which tasks hold those places
+		id := fmt.Sprint("a", i)
+		switch place, _ := d.rdb.HGet(context.Background(), "asynq:{default}:t:"+id, "thr").Int64(); place {
+		case first.At().UnixMicro():
+			firstID = id
+		case second.At().UnixMicro():
+			secondID = id
+		}
+	}
+	if firstID == "" || secondID == "" {
+		t.Fatalf("no task notes the first two places (%s, %s)", first.At(), second.At())
+	}
+	untilRedis(t, d.l, first.At().Add(-300*time.Millisecond)) // its place well within the horizon
+	// The first is back with its slot free: it books it (at its place).
+	if dec := d.step(req(firstID)); dec.Queued || !dec.Booked && !dec.Allowed {
+		t.Fatalf("%s back with its slot free: %s, want its slot", firstID, describeDecision(dec))
+	}
+	d.takeSlots(b, 3) // priority tasks take the slots from there on
+	dec := d.step(req(secondID))
+	if !dec.Queued || dec.At().Before(places[len(places)-1].At()) {
+		t.Fatalf("%s back with the calendar behind its line: %s, want a new place at its line's end", secondID, describeDecision(dec))
+	}
+	if last := places[len(places)-1].At(); !dec.At().After(last) {
+		t.Errorf("%s's new place %s is not after the line's last (%s)", secondID, dec.At().Format(time.StampMicro), last.Format(time.StampMicro))
+	}
+}

@@ -355,8 +355,14 @@ func backlogRun(b *testing.B, bin string, c, n int, plainCmds, plainCPU float64)
 		time.Sleep(bookSettle) // the passage of time is the thing here: see bookSettle
 	}
 	s0 := f.snap(b)
-	time.Sleep(*backlogPeriod) // the measuring period
-	s1 := f.snap(b)
+	// The measuring period, in thirds: each third's admission calls per
+	// message delivered in it show whether the period is steady.
+	thirds := []bookSnap{s0}
+	for range 3 {
+		time.Sleep(*backlogPeriod / 3) // the passage of time is the thing here
+		thirds = append(thirds, f.snap(b))
+	}
+	s1 := thirds[3]
 
 	mem := map[string][2]int64{}
 	for _, k := range []string{bucketStateKey, bucketHeldKey, bucketBookKey, bucketSlotsKey} {
@@ -405,6 +411,13 @@ func backlogRun(b *testing.B, bin string, c, n int, plainCmds, plainCPU float64)
 	b.Logf("backlog %d, per delivered message in the period (%d delivered): admission calls %.3f (target <= 2.2: %s), FCALL %.3f, Redis commands %.1f = %.2fx the unthrottled pipeline's %.1f (target <= 2.5x: %s), Redis CPU %.0f µs (unthrottled %.0f µs); Redis CPU %.1f%% of the period",
 		n, delivered, adm, verdict(adm <= 2.2), fc, cmds, cmds/plainCmds, plainCmds, verdict(cmds <= 2.5*plainCmds),
 		1e6*cost.redisCPU/d, 1e6*plainCPU, 100*cost.redisCPU/period.Seconds())
+	var steady []string
+	for i := 1; i < len(thirds); i++ {
+		got := inPeriod(times, thirds[i-1].at, thirds[i].at)
+		calls := thirds[i].sum("throttler_admission_seconds_count") - thirds[i-1].sum("throttler_admission_seconds_count")
+		steady = append(steady, fmt.Sprintf("%.2f (%d delivered)", calls/float64(max(got, 1)), got))
+	}
+	b.Logf("backlog %d: admission calls per delivered message in each third of the period: %s", n, strings.Join(steady, ", "))
 	b.Logf("backlog %d: delivered %.2f/s = %.3f of the provider's %d/s (target >= 0.98: %s); bookings made %.0f, claimed %.0f, rebooked %.0f; granted (ledger): most in 1 s %d (<= %d), excess over burst + rate·T %.3f (<= 0)",
 		n, rate, rate/bookRate, bookRate, verdict(rate/bookRate >= 0.98), made, claimed, rebooked, most, bookRate+bookBurst, over)
 	b.Logf("backlog %d: booking lateness over %.0f claims: p50 %.3f s, p99 %.3f s (target <= 1.5 s: %s), %.1f%% within 1.5 s",
