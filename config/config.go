@@ -64,6 +64,7 @@ func Default() *Config {
 			Concurrency:     20,
 			Queues:          map[string]int{"default": 1},
 			ShutdownTimeout: 10 * time.Second,
+			PollInterval:    100 * time.Millisecond,
 			HTTPAddr:        "127.0.0.1:9464",
 			Dashboard:       Dashboard{Enabled: true, SecretEnv: "THROTTLER_DASHBOARD_SECRET"},
 			InlineWait:      2500 * time.Millisecond,
@@ -114,6 +115,7 @@ type Worker struct {
 	Concurrency     int            `yaml:"concurrency"`      // jobs one worker handles at once
 	Queues          map[string]int `yaml:"queues"`           // each queue's priority
 	ShutdownTimeout time.Duration  `yaml:"shutdown_timeout"` // for in-flight sends after SIGTERM
+	PollInterval    time.Duration  `yaml:"poll_interval"`    // how often an idle worker looks for jobs
 	// HTTPAddr serves /healthz, /metrics and the dashboard; "" turns them
 	// off. metrics_addr, its old name, still works, and Warnings says so.
 	HTTPAddr       string        `yaml:"http_addr,null,alias=metrics_addr"`

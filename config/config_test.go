@@ -29,6 +29,7 @@ func TestLoadRootConfig(t *testing.T) {
 			Concurrency:     20,
 			Queues:          map[string]int{"critical": 6, "default": 3, "low": 1},
 			ShutdownTimeout: 10 * time.Second,
+			PollInterval:    100 * time.Millisecond,
 			HTTPAddr:        "127.0.0.1:9464",
 			Dashboard:       Dashboard{Enabled: true, SecretEnv: "THROTTLER_DASHBOARD_SECRET"},
 			InlineWait:      2500 * time.Millisecond,

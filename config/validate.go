@@ -105,6 +105,7 @@ func (v *validator) worker() {
 		v.positive(join("worker.queues", name), w.Queues[name])
 	}
 	v.durationAtLeast("worker.shutdown_timeout", w.ShutdownTimeout, time.Nanosecond)
+	v.durationAtLeast("worker.poll_interval", w.PollInterval, time.Millisecond)
 	v.httpAddr()
 	v.durationAtLeast("worker.inline_wait", w.InlineWait, 0)
 	v.durationAtLeast("worker.book_ahead", w.BookAhead, 0)

@@ -173,6 +173,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Concurrency:              cfg.Worker.Concurrency,
 		Queues:                   cfg.Queues(),
 		ShutdownTimeout:          cfg.Worker.ShutdownTimeout,
+		TaskCheckInterval:        cfg.Worker.PollInterval,
 		IsFailure:                jobs.IsFailure,
 		RetryDelayFunc:           jobs.RetryDelay(cfg.Worker.Jitter),
 		DelayedTaskCheckInterval: time.Second,
