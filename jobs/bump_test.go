@@ -62,6 +62,9 @@ func TestSleepingJobLosesItsSlotToPriority(t *testing.T) {
 	if n := counterValue(t, th.Metrics.Bookings, "bumped"); n != 1 {
 		t.Errorf("bumped %v times, want 1", n)
 	}
+	if n := counterValue(t, th.Metrics.Bookings, "released"); n != 1 {
+		t.Errorf("released %v times, want 1 (the victim gave back its quota entry)", n)
+	}
 	r := victim.request()
 	if held, err := lim.Holds(ctx, r); err != nil || !held {
 		t.Errorf("the victim holds no slot after its second admission: %v %v", held, err)

@@ -671,8 +671,12 @@ func (t *Throttle) markSent(ctx context.Context, j job) {
 func (t *Throttle) release(r throttle.Request) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := t.Limiter.Release(ctx, r); err != nil {
+	n, err := t.Limiter.Release(ctx, r)
+	if err != nil {
 		t.Log.Warn("release failed", "task", r.ID, "err", err)
+	}
+	if n > 0 {
+		t.Metrics.inc(t.Metrics.Bookings, "released")
 	}
 }
 
