@@ -22,10 +22,21 @@ import (
 // exactly, Delay included: a 1ms slack would hide µs slips such as a floor
 // for a ceil in a reservation or an off-by-one window end (both tried).
 //
+// The operations are split among walks that run side by side (3 of 1000
+// operations each by default), each on a database of its own with rules,
+// a Remember and a seed of its own. A walk's clock is real time (pause and
+// the retries' sleeps), so three walks side by side make the checks of one
+// walk three times as long in a third of the time. Each still lasts about
+// ten seconds, many times the longest window and Remember, and its rules
+// change several times. The checks that the run tested calendar windows,
+// quiet hours, gates and places in line count the walks together.
+//
 // The seed is logged; THROTTLE_DIFF_SEED=<seed> replays the same operations
 // and sleeps (Redis's clock, and so the outcomes, still differ from run to
-// run), THROTTLE_DIFF_OPS=<n> sets how many operations, and
-// THROTTLE_DIFF_SCRIPTS=1 runs the Lua as scripts rather than functions.
+// run): walk i's seed is seed+i, so THROTTLE_DIFF_SEED=<seed+i>
+// THROTTLE_DIFF_WALKS=1 replays walk i alone. THROTTLE_DIFF_OPS=<n> sets
+// how many operations a walk makes, THROTTLE_DIFF_WALKS=<n> how many walks,
+// and THROTTLE_DIFF_SCRIPTS=1 runs the Lua as scripts rather than functions.
 //
 // Expiry boundary: Redis drops a key once its ms clock is past the PEXPIRE
 // deadline (now > when, db.c keyIsExpired), not at it; the model does the
@@ -41,14 +52,60 @@ import (
 // admission set the quota's PEXPIRE from its own moment and cut short an
 // entry reserved further ahead; rules.lua's extend now only lengthens.)
 func TestDifferential(t *testing.T) {
+	t.Parallel()
 	seed := diffEnv(t, "THROTTLE_DIFF_SEED", rand.Uint64())
-	ops := 3000
+	walks := int(diffEnv(t, "THROTTLE_DIFF_WALKS", 3))
+	ops := 1000
 	if testing.Short() {
-		ops = 500
+		ops = 170
 	}
 	ops = int(diffEnv(t, "THROTTLE_DIFF_OPS", uint64(ops)))
-	t.Logf("seed %d (rerun with THROTTLE_DIFF_SEED=%d), %d ops", seed, seed, ops)
+	t.Logf("seed %d (rerun with THROTTLE_DIFF_SEED=%d), %d walks of %d ops", seed, seed, walks, ops)
 
+	ds := make([]*differ, walks)
+	t.Run("walks", func(t *testing.T) {
+		for i := range walks {
+			t.Run(strconv.Itoa(i), func(t *testing.T) {
+				t.Parallel()
+				ds[i] = diffWalk(t, seed+uint64(i), ops)
+			})
+		}
+	})
+	if t.Failed() {
+		return
+	}
+	var byCalendar, byQuiet [2]int
+	var gated, placed, countOnly, checks int
+	for _, d := range ds {
+		for k := range 2 {
+			byCalendar[k] += d.stats.byCalendar[k]
+			byQuiet[k] += d.stats.byQuiet[k]
+		}
+		gated += d.m.fair["gated"]
+		placed += d.stats.queued + d.m.fair["expired in place"]
+		countOnly += d.stats.countOnly
+		checks += d.stats.checks
+	}
+	if total := walks * ops; total >= 1000 {
+		if byCalendar[0] == 0 || byCalendar[1] == 0 || byQuiet[0] == 0 || byQuiet[1] == 0 {
+			t.Errorf("calendar windows or quiet hours never bound a denial and a booking: the run did not test them")
+		}
+		if gated == 0 || placed == 0 {
+			// (Line ends, returners and tasks without a hash come up in most
+			// runs, not all: the tests in fair_model_test.go cover them whatever
+			// the seed.)
+			t.Errorf("gates or places in line never came up: the run did not test them")
+		}
+		if countOnly == 0 || checks == 0 {
+			t.Errorf("%d count-only takes, %d checks: the run did not test them", countOnly, checks)
+		}
+	}
+}
+
+// diffWalk makes one walk of ops random operations from seed, comparing
+// each outcome with the model's, and logs what it did.
+func diffWalk(t *testing.T, seed uint64, ops int) *differ {
+	t.Logf("seed %d (rerun this walk alone with THROTTLE_DIFF_SEED=%d THROTTLE_DIFF_WALKS=1)", seed, seed)
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	// At least 1s (Options' minimum) and short enough that ledgers forget IDs
 	// within a run.
@@ -108,23 +165,11 @@ func TestDifferential(t *testing.T) {
 
 	s := d.stats
 	t.Logf("calendar windows set %d delays and %d booked moments, quiet hours %d and %d", s.byCalendar[0], s.byCalendar[1], s.byQuiet[0], s.byQuiet[1])
-	if ops >= 1000 && (s.byCalendar[0] == 0 || s.byCalendar[1] == 0 || s.byQuiet[0] == 0 || s.byQuiet[1] == 0) {
-		t.Errorf("calendar windows or quiet hours never bound a denial and a booking: the run did not test them")
-	}
 	t.Logf("bookings: %d booked (%d again, after a missed moment), %d claimed, %d expired", s.booked, s.rebooked, s.claimed, s.expired)
 	f := d.m.fair
 	t.Logf("fair shares: %d bookings of a tenant held by its gate, %d placed in line; %d new tasks sent to their line's end, %d back from a place and placed again, "+
 		"%d back early whose place stood, %d back from a place that went or took a slot (%d of them booking it), %d expired at their place, %d without a task hash beyond the horizon; %d weight changes, %d task hashes made or deleted",
 		f["gated"], s.queued, f["line end"], f["placed again"], f["stands"], s.returned, f["returned"], f["expired in place"], f["no hash"], s.weightChanges, s.taskToggles)
-	if ops >= 1000 && (f["gated"] == 0 || s.queued+f["expired in place"] == 0) {
-		// (Line ends, returners and tasks without a hash come up in most
-		// runs, not all: the tests in fair_model_test.go cover them whatever
-		// the seed.)
-		t.Errorf("gates or places in line never came up: the run did not test them")
-	}
-	if ops >= 1000 && (s.countOnly == 0 || s.checks == 0) {
-		t.Errorf("%d count-only takes, %d checks: the run did not test them", s.countOnly, s.checks)
-	}
 	t.Logf("%d ops in %s: %d admissions (%d in %d batches), %d allowed (%d reserved ahead, %d repeated), %d denied; "+
 		"%d releases undid %d takes (%d undid nothing); %d rule changes, %d retries at the delay; "+
 		"%d key deadlines later in Redis than in the model (by up to %dms)",
@@ -133,6 +178,7 @@ func TestDifferential(t *testing.T) {
 	if d.m.lost["q"]+d.m.lost["l"]+d.m.lost["s"] > 0 {
 		t.Errorf("entries lost to a shortened expiry while they still counted: %d quota, %d ledger, %d slot calendar (seed %d)", d.m.lost["q"], d.m.lost["l"], d.m.lost["s"], seed)
 	}
+	return d
 }
 
 // newDiffer returns a differ on a fresh client of the shared server.
@@ -940,7 +986,7 @@ func (d *differ) note(s string) {
 
 func (d *differ) fail(what string, r Request, nowUS int64, diff string) {
 	d.t.Helper()
-	d.t.Fatalf("%s at %d µs: mismatch (-want model +got redis):\n%s\nmodel after it:\n%sredis after it:\n%slatest operations before it:\n  %s\nseed %d: rerun with THROTTLE_DIFF_SEED=%d",
+	d.t.Fatalf("%s at %d µs: mismatch (-want model +got redis):\n%s\nmodel after it:\n%sredis after it:\n%slatest operations before it:\n  %s\nseed %d: rerun with THROTTLE_DIFF_SEED=%d THROTTLE_DIFF_WALKS=1",
 		what, nowUS, diff, d.m.dump(r, nowUS), d.redisDump(r), strings.Join(d.history, "\n  "), d.seed, d.seed)
 }
 
