@@ -107,6 +107,7 @@ func waitUntil(t *testing.T, what string, timeout time.Duration, cond func() boo
 // could. A, back, learns from Holds that the tasks were handed over, and
 // what its asynq server then does with them changes nothing.
 func TestDeadWorkersTasksRunAgainAtOnce(t *testing.T) {
+	t.Parallel()
 	rdb, _ := shared.NewClient(t)
 	const deadAfter = time.Second
 	release := make(chan struct{})
@@ -149,6 +150,7 @@ func TestDeadWorkersTasksRunAgainAtOnce(t *testing.T) {
 // TestLiveWorkerKeepsItsTasks: a worker whose tasks run for several times
 // DeadAfter, showing signs of life, keeps them while another reaps.
 func TestLiveWorkerKeepsItsTasks(t *testing.T) {
+	t.Parallel()
 	rdb, _ := shared.NewClient(t)
 	const deadAfter = 2 * time.Second
 	release := make(chan struct{})
@@ -183,6 +185,7 @@ func TestLiveWorkerKeepsItsTasks(t *testing.T) {
 // rather than deleting it, so whatever B's run does, the task is not lost:
 // it runs once more, where the sent marker stops a second send.
 func TestComebackWhileTheTaskRunsElsewhere(t *testing.T) {
+	t.Parallel()
 	rdb, _ := shared.NewClient(t)
 	const deadAfter = time.Second
 	releaseA, releaseB := make(chan struct{}), make(chan struct{})
@@ -227,6 +230,7 @@ func TestComebackWhileTheTaskRunsElsewhere(t *testing.T) {
 // shows signs of life again before its handlers ask whether they may send:
 // a fresh sign after the silence does not make A the holder again.
 func TestBackFromSilence(t *testing.T) {
+	t.Parallel()
 	rdb, _ := shared.NewClient(t)
 	const deadAfter = time.Second
 	release := make(chan struct{})
@@ -259,6 +263,7 @@ func TestBackFromSilence(t *testing.T) {
 // them again for DeadAfter, so that the others, as silent as it was, are
 // not taken for dead before they could show theirs.
 func TestReaperBackFromSilenceWaits(t *testing.T) {
+	t.Parallel()
 	rdb, _ := shared.NewClient(t)
 	ctx := context.Background()
 	const deadAfter = time.Second

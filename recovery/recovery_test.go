@@ -77,6 +77,7 @@ const throttleDefaultPrefix = "throttle:"
 // that showed a sign of life within DeadAfter, not a dead worker's task
 // that ended meanwhile, and not twice.
 func TestReapHandsOverOnlyTheDeadWorkersTasks(t *testing.T) {
+	t.Parallel()
 	rdb, _ := shared.NewClient(t)
 	ctx := context.Background()
 	const q = "default"
@@ -154,6 +155,7 @@ func TestReapHandsOverOnlyTheDeadWorkersTasks(t *testing.T) {
 // workers) reap the same queue at the same time; every task of the dead
 // workers is moved exactly once.
 func TestReapersAtOnceMoveEachTaskOnce(t *testing.T) {
+	t.Parallel()
 	rdb, _ := shared.NewClient(t)
 	ctx := context.Background()
 	const q, workers, each, reapers = "default", 3, 100, 4
@@ -251,6 +253,7 @@ func observations(t *testing.T, h prometheus.Histogram) uint64 {
 // TestScriptsRunOnEmbeddedRedis: the embedded demo mode's server
 // (miniredis, a different Lua) runs both scripts.
 func TestScriptsRunOnEmbeddedRedis(t *testing.T) {
+	t.Parallel()
 	mr := miniredis.RunT(t)
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer rdb.Close()
