@@ -63,12 +63,15 @@ func TestHandlerBooksABacklog(t *testing.T) {
 		t.Errorf("%d handler runs for %d jobs: the backlog did not book (this test is about booking)", runs, n)
 	}
 	slices.SortFunc(sent, func(a, b time.Time) int { return a.Compare(b) })
+	least := time.Hour
 	for i := 1; i < len(sent); i++ {
 		// 2/s burst 1: 500 ms apart at the provider, less the time a send
 		// can spend between its moment and the provider on a busy machine.
-		if gap := sent[i].Sub(sent[i-1]); gap < 500*time.Millisecond-150*time.Millisecond {
+		gap := sent[i].Sub(sent[i-1])
+		if gap < 500*time.Millisecond-150*time.Millisecond {
 			t.Errorf("sends %d and %d arrived %s apart at a 2/s provider", i-1, i, gap)
 		}
+		least = min(least, gap)
 	}
-	t.Logf("%d jobs, %d handler runs, first to last send %s", n, runs, sent[n-1].Sub(sent[0]))
+	t.Logf("%d jobs, %d handler runs, first to last send %s, sends at least %s apart", n, runs, sent[n-1].Sub(sent[0]), least.Round(time.Millisecond))
 }

@@ -15,7 +15,8 @@ import (
 
 // A job that slept until its moment and lost its slot to a priority job
 // meanwhile is admitted again before it sends: it never goes on a slot that
-// is not its own.
+// is not its own. Not parallel: the priority job must come within the
+// 100 ms before the victim's slot.
 func TestSleepingJobLosesItsSlotToPriority(t *testing.T) {
 	rdb := shared.Server.ClientOn(t, shared.DB(t))
 	lim, err := throttle.New(rdb, throttle.Options{})

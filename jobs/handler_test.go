@@ -135,10 +135,15 @@ func newHarnessWith(t *testing.T, c harnessConfig) *harness {
 	if retryDelay == nil {
 		retryDelay = RetryDelay(0)
 	}
+	// asynq looks for new tasks every 0.5 to 1.5 s by default (while its
+	// queues are empty), and due retries were moved every second: the
+	// scenarios mostly waited on those. At 100 ms a task runs about when
+	// it is due.
 	srv := startWorker(t, workerRDB, h.th, asynq.Config{
 		Concurrency:              8,
 		RetryDelayFunc:           retryDelay,
-		DelayedTaskCheckInterval: time.Second,
+		TaskCheckInterval:        100 * time.Millisecond,
+		DelayedTaskCheckInterval: 100 * time.Millisecond,
 		LogLevel:                 asynq.ErrorLevel,
 	}, h.recordReturns)
 	t.Cleanup(srv.Shutdown)
