@@ -18,6 +18,12 @@ import (
 // each test has a database of its own (newStandalone), and the examples (which
 // get no *testing.T) run on database 0, like the examples of a database
 // driver. Tests of what is server-wide start their own (newOwnServer).
+//
+// Most tests run one at a time (no t.Parallel): they sequence operations
+// within slots and windows of tens to hundreds of milliseconds, and side by
+// side on a machine with two busy cores the stalls broke several of them.
+// TestDifferential's walks and TestLedgerFollowsSlotsInFlight, whose
+// outcomes do not depend on how fast they go, run in parallel after them.
 var shared *redistest.Shared
 
 func TestMain(m *testing.M) { os.Exit(redistest.RunShared(m, &shared)) }
