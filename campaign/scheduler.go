@@ -61,7 +61,12 @@ func (r *Runner) fire(ctx context.Context, c *campaign, tick Tick) bool {
 			if first {
 				r.log.Info("campaign tick fired", "campaign", c.Name, "tick", tick.Time(), "task", tick.TaskID())
 			}
-			if err := r.rdb.ZAddGT(ctx, firedKey(r.prefix), redis.Z{Score: float64(tick.Unix), Member: c.Name}).Err(); err != nil {
+			// Recorded even when the Runner stops just after the enqueue:
+			// the tick has fired.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			err := r.rdb.ZAddGT(rctx, firedKey(r.prefix), redis.Z{Score: float64(tick.Unix), Member: c.Name}).Err()
+			cancel()
+			if err != nil {
 				r.log.Warn("campaign: recording the last tick failed", "campaign", c.Name, "err", err)
 			}
 			return true
