@@ -44,9 +44,14 @@ test: need-redis need-browser
 ## processes, no clusters (redistest skips them), under the race detector.
 ## Its parallel tests (each on a database of its own) wait on clocks, asynq's
 ## and their rules', far more than they compute: UNIT_PARALLEL run at once.
+## So do its packages: UNIT_P test binaries run at once, more than the cores,
+## and the three that wait longest (UNIT_FIRST) start first, so that the
+## others run beside them rather than after them.
 UNIT_PARALLEL ?= 8
+UNIT_P        ?= 4
+UNIT_FIRST    ?= ./jobs ./throttle ./recovery
 unit: need-redis
-	$(GO) test -race -count=1 -parallel $(UNIT_PARALLEL) $(PKGS)
+	$(GO) test -race -count=1 -p $(UNIT_P) -parallel $(UNIT_PARALLEL) $(if $(filter ./...,$(PKGS)),$(UNIT_FIRST)) $(PKGS)
 	cd tools && $(GO) test -race -count=1 $(TOOLS_PKGS)
 
 ## integration: the tests behind the integration build tag: built binaries
