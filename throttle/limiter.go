@@ -66,17 +66,6 @@ type Limiter struct {
 	loading     sync.Mutex // one FUNCTION LOAD at a time
 }
 
-// entry is one entry point of the Lua library: a function for FCALL, and the
-// same code as a script for servers without functions. Each name is held as
-// an any, ready to be a command argument.
-type entry struct {
-	fn  any // function name
-	sha any // the script's SHA-1
-	src any // the script
-}
-
-func newEntry(fn, src string) entry { return entry{fn, redis.NewScript(src).Hash(), src} }
-
 // New returns a Limiter on rdb (a *redis.Client, *redis.ClusterClient or
 // failover client).
 func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
@@ -338,98 +327,6 @@ func (l *Limiter) AdmitBatch(ctx context.Context, rs []Request) ([]Decision, err
 	undo(func(i int) bool { return !ds[i].Allowed })
 	l.restampQuotas(ctx, rs, ds, consumed)
 	return ds, nil
-}
-
-// checkDone (cluster only) marks Done the decisions of the requests whose
-// done marker exists, in one round trip.
-func (l *Limiter) checkDone(ctx context.Context, rs []Request, ds []Decision) error {
-	var idx []int
-	for i, r := range rs {
-		if r.Done != "" {
-			idx = append(idx, i)
-		}
-	}
-	if len(idx) == 0 {
-		return nil
-	}
-	cmds := make([]*redis.IntCmd, len(idx))
-	_, err := l.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for k, i := range idx {
-			cmds[k] = p.Exists(ctx, rs[i].Done)
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("throttle: check done markers: %w", err)
-	}
-	for k, i := range idx {
-		if cmds[k].Val() == 1 {
-			ds[i] = Decision{Done: true, Take: -1}
-		}
-	}
-	return nil
-}
-
-// restampQuotas (cluster only) moves the quota entries that a request's
-// quota groups stamped provisionally at now + MaxWait (see calls) to the
-// moment its provider token was reserved for, measured on the quota's own
-// node: now' + Delay, never later than the provisional stamp. Each node's
-// now' is at least the real moment of the call, so the new stamp is never
-// earlier than the send, and the quota never admits more than it allows.
-// It is best effort: entries left at the provisional stamp only count
-// longer (conservative).
-func (l *Limiter) restampQuotas(ctx context.Context, rs []Request, ds []Decision, consumed [][]group) {
-	if !l.cluster {
-		return
-	}
-	var calls []call
-	for i, r := range rs {
-		if !ds[i].Allowed || !l.stampsAhead(r) {
-			continue
-		}
-		for _, g := range consumed[i] {
-			var q group
-			for _, k := range g.takes {
-				switch r.Takes[k].Rule.(type) {
-				case *Quota, *CalendarWindow:
-					q.takes = append(q.takes, k)
-				}
-			}
-			if len(q.takes) == 0 {
-				continue
-			}
-			nk := len(q.takes)
-			c, keys, args := newCall(nk, 3)
-			_, plan := l.appendPlan(keys, nil, r, q, planHead{})
-			args[0], args[1], args[2] = ds[i].Delay.Microseconds(), r.ID, string(plan)
-			calls = append(calls, c)
-		}
-	}
-	if len(calls) > 0 {
-		_, _ = l.eval(context.WithoutCancel(ctx), l.restamp, calls)
-	}
-}
-
-// compensate releases what this call consumed for the requests that match,
-// so that a request denied (or failed) part way leaves nothing behind, and
-// what a task held before (a redelivery) stays held. It is best effort: if
-// it fails, the entries stay until the task is admitted again (which finds
-// them its own) or they expire.
-func (l *Limiter) compensate(ctx context.Context, rs []Request, consumed [][]group, match func(int) bool) {
-	var ts []task
-	for i := range rs {
-		if !match(i) {
-			continue
-		}
-		for _, g := range consumed[i] {
-			if len(g.takes) > 0 {
-				ts = append(ts, task{i, g})
-			}
-		}
-	}
-	if len(ts) > 0 {
-		_, _ = l.eval(context.WithoutCancel(ctx), l.release, l.calls(rs, ts, false))
-	}
 }
 
 // Pause drains bucket b's tokens for subject key so that its next token is

@@ -1,0 +1,185 @@
+package throttle
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// entry is one entry point of the Lua library: a function for FCALL, and the
+// same code as a script for servers without functions. Each name is held as
+// an any, ready to be a command argument.
+type entry struct {
+	fn  any // function name
+	sha any // the script's SHA-1
+	src any // the script
+}
+
+func newEntry(fn, src string) entry { return entry{fn, redis.NewScript(src).Hash(), src} }
+
+// eval runs entry point e for each call, in one round trip (a pipeline) when
+// there are several, and returns each call's reply (every entry point
+// replies with an array of integers); a call that failed has a nil reply,
+// and the first error is returned.
+//
+// It calls the library's function (FCALL). A node that does not have the
+// library (a restarted server, FUNCTION FLUSH, a new or failed-over cluster
+// node) gets it loaded (every master of a cluster does) and those calls are
+// sent again, and only those, since the others have run. A server without
+// functions (Redis < 7, miniredis, an ACL that forbids them) gets the same
+// code as a script (EVALSHA, then EVAL where the script is not cached) from
+// then on.
+func (l *Limiter) eval(ctx context.Context, e entry, calls []call) ([][]int64, error) {
+	vals := make([][]int64, len(calls))
+	errs := make([]error, len(calls))
+	todo := make([]int, len(calls))
+	for i := range todo {
+		todo[i] = i
+	}
+	if !l.noFunctions.Load() {
+		l.send(ctx, calls, todo, vals, errs, "fcall", e.fn)
+		if again := failing(todo, errs, functionMissing); len(again) > 0 {
+			loadErr := l.loadFunctions(ctx)
+			if loadErr != nil && noFunctions(loadErr) {
+				// Functions are not allowed here after all: scripts, below.
+				for _, i := range again {
+					errs[i] = loadErr
+				}
+			} else {
+				// Sent again even if a node could not take the library (a
+				// cluster master that is down): theirs may have.
+				l.send(ctx, calls, again, vals, errs, "fcall", e.fn)
+				if loadErr != nil {
+					for _, i := range failing(again, errs, functionMissing) {
+						errs[i] = loadErr
+					}
+				}
+			}
+		}
+		todo = failing(todo, errs, noFunctions)
+		if len(todo) > 0 {
+			l.noFunctions.Store(true)
+		}
+	}
+	if len(todo) > 0 {
+		l.send(ctx, calls, todo, vals, errs, "evalsha", e.sha)
+		if again := failing(todo, errs, func(err error) bool { return redis.HasErrorPrefix(err, "NOSCRIPT") }); len(again) > 0 {
+			l.send(ctx, calls, again, vals, errs, "eval", e.src)
+		}
+	}
+	for _, err := range errs {
+		if err != nil {
+			return vals, err
+		}
+	}
+	return vals, nil
+}
+
+// eval1 is eval for one call, with the common case (the library is loaded)
+// taking nothing but the command and its reply.
+func (l *Limiter) eval1(ctx context.Context, e entry, c call) ([]int64, error) {
+	if !l.noFunctions.Load() {
+		c.cmd[0], c.cmd[1] = "fcall", e.fn
+		v, err := l.run1(ctx, c.cmd)
+		if err == nil || !functionMissing(err) && !noFunctions(err) {
+			return v, err
+		}
+	}
+	// The library must be loaded, or scripts used: eval knows how. The
+	// FCALL above failed, so nothing ran.
+	res, err := l.eval(ctx, e, []call{c})
+	return res[0], err
+}
+
+// send runs calls[idx] as command name on target (function, SHA-1 or
+// source), in one round trip, and records each one's reply and error.
+func (l *Limiter) send(ctx context.Context, calls []call, idx []int, vals [][]int64, errs []error, name string, target any) {
+	for _, i := range idx {
+		calls[i].cmd[0], calls[i].cmd[1] = name, target
+	}
+	if len(idx) == 1 {
+		i := idx[0]
+		vals[i], errs[i] = l.run1(ctx, calls[i].cmd)
+		return
+	}
+	cmds := make([]*redis.IntSliceCmd, len(idx))
+	_, _ = l.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for k, i := range idx {
+			cmds[k] = redis.NewIntSliceCmd(ctx, calls[i].cmd...)
+			_ = p.Process(ctx, cmds[k])
+		}
+		return nil
+	})
+	for k, i := range idx {
+		vals[i], errs[i] = cmds[k].Result()
+	}
+}
+
+// run1 runs one command that replies with an array of integers.
+func (l *Limiter) run1(ctx context.Context, cmd []any) ([]int64, error) {
+	c := redis.NewIntSliceCmd(ctx, cmd...)
+	_ = l.rdb.Process(ctx, c)
+	return c.Result()
+}
+
+// failing returns the indices in idx whose error matches.
+func failing(idx []int, errs []error, match func(error) bool) []int {
+	var out []int
+	for _, i := range idx {
+		if errs[i] != nil && match(errs[i]) {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// functionMissing reports a node without the library's functions.
+func functionMissing(err error) bool { return redis.HasErrorPrefix(err, "Function not found") }
+
+// noFunctions reports a server that cannot run functions: FCALL or FUNCTION
+// unknown, or not permitted to this user.
+func noFunctions(err error) bool {
+	if redis.HasErrorPrefix(err, "unknown command") {
+		return true
+	}
+	if redis.HasErrorPrefix(err, "NOPERM") {
+		msg := strings.ToLower(err.Error())
+		return strings.Contains(msg, "'fcall'") || strings.Contains(msg, "'function")
+	}
+	return false
+}
+
+// loadFunctions loads the library on the server, or on every master of a
+// cluster (or every shard of a ring). A library of that name is this very
+// code (the name carries its hash), so "already exists" is success.
+func (l *Limiter) loadFunctions(ctx context.Context) error {
+	l.loading.Lock()
+	defer l.loading.Unlock()
+	load := func(ctx context.Context, c *redis.Client) error {
+		err := c.FunctionLoad(ctx, l.lib.Source).Err()
+		if err != nil && redis.HasErrorPrefix(err, "Library '"+l.lib.Name+"' already exists") {
+			return nil
+		}
+		return err
+	}
+	var err error
+	switch c := l.rdb.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, load)
+	case *redis.Ring:
+		err = c.ForEachShard(ctx, load)
+	case *redis.Client:
+		err = load(ctx, c)
+	default:
+		err = l.rdb.FunctionLoad(ctx, l.lib.Source).Err()
+		if err != nil && redis.HasErrorPrefix(err, "Library '"+l.lib.Name+"' already exists") {
+			err = nil
+		}
+	}
+	if err != nil && !noFunctions(err) {
+		err = fmt.Errorf("load the Lua library: %w", err)
+	}
+	return err
+}
