@@ -157,7 +157,7 @@ func TestGracefulShutdownReleasesReservations(t *testing.T) {
 		t.Fatal(err)
 	}
 	probe := throttle.Request{ID: "probe", Takes: []throttle.Take{{Rule: bucket, Key: fleetProvider}}}
-	d, err := lim.Reserve(ctx, probe, time.Minute)
+	d, err := lim.Admit(ctx, withWait(probe, time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,7 +253,7 @@ func TestShutdownReleaseKeepsProviderBucket(t *testing.T) {
 	other := func(i int) throttle.Decision {
 		t.Helper()
 		r := throttle.Request{ID: fmt.Sprintf("other-%d", i), Takes: []throttle.Take{{Rule: bucket, Key: fleetProvider}}}
-		d, err := lim.Reserve(ctx, r, time.Minute)
+		d, err := lim.Admit(ctx, withWait(r, time.Minute))
 		if err != nil || !d.Allowed {
 			t.Fatalf("reserve %s: %+v, %v", r.ID, d, err)
 		}
@@ -279,4 +279,11 @@ func TestShutdownReleaseKeepsProviderBucket(t *testing.T) {
 		t.Logf("granted %d: %s", i, g.Format("15:04:05.000000"))
 	}
 	checkBucket(t, "granted moments", granted, rate, burst, grantResolution, nil)
+}
+
+// withWait returns r with MaxWait w: a bucket short of tokens for at most w
+// reserves ahead.
+func withWait(r throttle.Request, w time.Duration) throttle.Request {
+	r.MaxWait = w
+	return r
 }

@@ -329,10 +329,10 @@ func TestSkewChild(t *testing.T) {
 	steps := []func() (throttle.Decision, error){
 		func() (throttle.Decision, error) { return lim.Admit(ctx, quota("a")) },
 		func() (throttle.Decision, error) { return lim.Admit(ctx, quota("b")) },
-		func() (throttle.Decision, error) { return lim.Admit(ctx, quota("c")) },                    // denied for ~1h
-		func() (throttle.Decision, error) { return lim.Admit(ctx, bucket("x")) },                   // the burst
-		func() (throttle.Decision, error) { return lim.Reserve(ctx, bucket("y"), 10*time.Second) }, // reserved ~5s ahead
-		func() (throttle.Decision, error) { return lim.Admit(ctx, bucket("z")) },                   // denied for ~10s
+		func() (throttle.Decision, error) { return lim.Admit(ctx, quota("c")) },                            // denied for ~1h
+		func() (throttle.Decision, error) { return lim.Admit(ctx, bucket("x")) },                           // the burst
+		func() (throttle.Decision, error) { return lim.Admit(ctx, withWait(bucket("y"), 10*time.Second)) }, // reserved ~5s ahead
+		func() (throttle.Decision, error) { return lim.Admit(ctx, bucket("z")) },                           // denied for ~10s
 	}
 	for _, step := range steps {
 		d, err := step()
@@ -400,4 +400,11 @@ func TestSkewChild(t *testing.T) {
 	}
 	line, _ := json.Marshal(report)
 	fmt.Printf("SKEW %s\n", line)
+}
+
+// withWait returns r with MaxWait w: a bucket short of tokens for at most w
+// reserves ahead.
+func withWait(r throttle.Request, w time.Duration) throttle.Request {
+	r.MaxWait = w
+	return r
 }

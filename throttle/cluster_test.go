@@ -348,7 +348,7 @@ func TestClusterPath(t *testing.T) {
 		time.Sleep(600 * time.Millisecond) // time under test: job-1's slot ends, the ledger holds it no more
 		// Others take the bucket's next slots, 1.5s of them.
 		for i := range 3 {
-			if d, err := l.Reserve(bg, Request{ID: fmt.Sprint("drain", i), Takes: []Take{{Rule: sms, Key: gw}}}, 2*time.Second); err != nil || !d.Allowed {
+			if d, err := l.Admit(bg, Request{ID: fmt.Sprint("drain", i), Takes: []Take{{Rule: sms, Key: gw}}, MaxWait: 2 * time.Second}); err != nil || !d.Allowed {
 				t.Fatalf("drain %d: %+v, %v", i, d, err)
 			}
 		}
@@ -629,7 +629,7 @@ func TestClusterReservedSendKeepsQuota(t *testing.T) {
 	send := func(id string) {
 		t.Helper()
 		for try := 0; ; try++ {
-			d, err := l.Reserve(ctx, job(id), maxWait)
+			d, err := l.Admit(ctx, withWait(job(id), maxWait))
 			if err != nil {
 				t.Fatalf("reserve %s: %v", id, err)
 			}
@@ -655,7 +655,7 @@ func TestClusterReservedSendKeepsQuota(t *testing.T) {
 	}
 	send("job-1")
 	for _, id := range []string{"x1", "x2"} {
-		if d, err := l.Reserve(ctx, Request{ID: id, Takes: []Take{{Rule: b, Key: "gw"}}}, maxWait); err != nil || !d.Allowed {
+		if d, err := l.Admit(ctx, withWait(Request{ID: id, Takes: []Take{{Rule: b, Key: "gw"}}}, maxWait)); err != nil || !d.Allowed {
 			t.Fatalf("reserve %s: %+v, %v", id, d, err)
 		}
 	}
@@ -672,10 +672,10 @@ func TestClusterReservedSendKeepsQuota(t *testing.T) {
 	}
 	// A request the bucket denies leaves no provisional quota entry.
 	for _, id := range []string{"y1", "y2", "y3", "y4", "y5", "y6"} {
-		_, _ = l.Reserve(ctx, Request{ID: id, Takes: []Take{{Rule: b, Key: "gw"}}}, maxWait)
+		_, _ = l.Admit(ctx, withWait(Request{ID: id, Takes: []Take{{Rule: b, Key: "gw"}}}, maxWait))
 	}
 	bob := Request{ID: "bob-1", Takes: []Take{{Rule: q, Key: "bob"}, {Rule: b, Key: "gw"}}}
-	if d, err := l.Reserve(ctx, bob, maxWait); err != nil || d.Allowed || d.Take != 1 {
+	if d, err := l.Admit(ctx, withWait(bob, maxWait)); err != nil || d.Allowed || d.Take != 1 {
 		t.Fatalf("bob-1 with the bucket reserved past max wait: %+v, %v; want denied by the bucket", d, err)
 	}
 	if n, _ := rdb.Exists(ctx, quotaKey(subjectTag(DefaultPrefix, "bob"), "mkt")).Result(); n != 0 {
@@ -692,10 +692,10 @@ func TestClusterReservedSendKeepsCalendar(t *testing.T) {
 	c := mustCalendarWindow(t, 5, now.Add(-time.Hour), now.Add(time.Hour))
 	b := mustBucket(t, "sms", 4, 1)
 	const maxWait = time.Second
-	if d, err := l.Reserve(ctx, Request{ID: "x", Takes: []Take{{Rule: b, Key: "gw"}}}, maxWait); err != nil || !d.Allowed {
+	if d, err := l.Admit(ctx, withWait(Request{ID: "x", Takes: []Take{{Rule: b, Key: "gw"}}}, maxWait)); err != nil || !d.Allowed {
 		t.Fatalf("reserve x: %+v, %v", d, err)
 	}
-	d, err := l.Reserve(ctx, Request{ID: "job", Takes: []Take{{Rule: c, Key: "alice"}, {Rule: b, Key: "gw"}}}, maxWait)
+	d, err := l.Admit(ctx, withWait(Request{ID: "job", Takes: []Take{{Rule: c, Key: "alice"}, {Rule: b, Key: "gw"}}}, maxWait))
 	if err != nil || !d.Allowed || d.Delay <= 0 {
 		t.Fatalf("reserve job: %+v, %v; want allowed a token ahead", d, err)
 	}

@@ -62,17 +62,17 @@ func ExampleLimiter_Admit() {
 	// retry sms in about 1s
 }
 
-// Reserve paces a provider: instead of being denied, a task that only waits
-// for the bucket learns the moment its token is due.
-func ExampleLimiter_Reserve() {
+// A request with MaxWait paces a provider: instead of being denied, a task
+// that only waits for the bucket learns the moment its token is due.
+func ExampleRequest_maxWait() {
 	ctx := context.Background()
 	l, _ := throttle.New(throttle.NewExampleClient(), throttle.Options{})
 	gw, _ := throttle.NewBucket("gateway", 10, 1) // a token every 100ms
 
 	var first time.Time
 	for _, id := range []string{"a", "b", "c"} {
-		r := throttle.Request{ID: id, Takes: []throttle.Take{{Rule: gw, Key: "gw"}}}
-		d, _ := l.Reserve(ctx, r, time.Second)
+		r := throttle.Request{ID: id, Takes: []throttle.Take{{Rule: gw, Key: "gw"}}, MaxWait: time.Second}
+		d, _ := l.Admit(ctx, r)
 		if id == "a" {
 			first = d.At()
 		}

@@ -151,11 +151,11 @@ func TestEmbeddedServer(t *testing.T) {
 	b := mustBucket(t, "push", 10, 1)
 	r := func(id string) Request { return Request{ID: id, Takes: []Take{{Rule: b, Key: "gw"}}} }
 	mustAdmit(t, l, r("p1"))
-	d, err := l.Reserve(ctx, r("p2"), time.Second)
+	d, err := l.Admit(ctx, withWait(r("p2"), time.Second))
 	if err != nil || !d.Allowed || d.Delay <= 0 || d.Delay > 100*time.Millisecond {
 		t.Fatalf("reserve p2: %+v, %v; want allowed within 100ms", d, err)
 	}
-	again, err := l.Reserve(ctx, r("p2"), time.Second)
+	again, err := l.Admit(ctx, withWait(r("p2"), time.Second))
 	if err != nil || !again.Repeated || !again.At().Equal(d.At()) {
 		t.Errorf("reserve p2 again: %+v, %v; want repeated at %s", again, err, d.At())
 	}

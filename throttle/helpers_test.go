@@ -117,3 +117,10 @@ func snapshot(t testing.TB, rdb redis.UniversalClient) map[string]string {
 	}
 	return out
 }
+
+// withWait returns r with MaxWait w: a bucket short of tokens for at most w
+// reserves ahead.
+func withWait(r Request, w time.Duration) Request {
+	r.MaxWait = w
+	return r
+}

@@ -148,14 +148,6 @@ func (l *Limiter) Check(ctx context.Context, r Request) (Decision, error) {
 	return l.Admit(ctx, r)
 }
 
-// Reserve is Admit with r.MaxWait set to maxWait: a bucket short of tokens
-// for at most maxWait is reserved ahead, and the decision's Delay says how
-// long to wait before using it. Release cancels a reservation.
-func (l *Limiter) Reserve(ctx context.Context, r Request, maxWait time.Duration) (Decision, error) {
-	r.MaxWait = maxWait
-	return l.Admit(ctx, r)
-}
-
 // Holds reports whether r's buckets still hold the slots r.ID was admitted
 // to. A task admitted with a Delay sleeps until its moment; meanwhile a
 // priority request may take its slot (see Request.Priority). Before it

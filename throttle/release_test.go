@@ -36,7 +36,7 @@ func TestReleaseFreesItsSlot(t *testing.T) {
 	held := map[string]time.Time{}
 	reserve := func(id string) Decision {
 		t.Helper()
-		d, err := l.Reserve(ctx, req(id), 2*time.Second)
+		d, err := l.Admit(ctx, withWait(req(id), 2*time.Second))
 		if err != nil || !d.Allowed {
 			t.Fatalf("reserve %s: %+v, %v", id, d, err)
 		}
@@ -130,7 +130,7 @@ func TestReleaseAfterItsSlotGivesNothing(t *testing.T) {
 	if n, err := l.Release(ctx, req("A")); n != 0 || err != nil {
 		t.Fatalf("release A after its slot: %d, %v; want 0", n, err)
 	}
-	d, err := l.Reserve(ctx, req("D"), time.Second)
+	d, err := l.Admit(ctx, withWait(req("D"), time.Second))
 	if err != nil || !d.Allowed {
 		t.Fatalf("reserve D: %+v, %v", d, err)
 	}
@@ -150,7 +150,7 @@ func TestForgottenTakeStillBlocksRefund(t *testing.T) {
 	req := func(id string) Request { return Request{ID: id, Takes: []Take{{Rule: b, Key: "gw"}}} }
 	reserve := func(id string) Decision {
 		t.Helper()
-		d, err := l.Reserve(ctx, req(id), 2*time.Second)
+		d, err := l.Admit(ctx, withWait(req(id), 2*time.Second))
 		if err != nil || !d.Allowed {
 			t.Fatalf("reserve %s: %+v, %v", id, d, err)
 		}
@@ -183,7 +183,7 @@ func TestPauseBlocksRefund(t *testing.T) {
 	if n, err := l.Release(ctx, req("A")); n != 1 || err != nil {
 		t.Fatalf("release A: %d, %v", n, err)
 	}
-	d, err := l.Reserve(ctx, req("C"), 10*time.Second)
+	d, err := l.Admit(ctx, withWait(req("C"), 10*time.Second))
 	if err != nil || !d.Allowed {
 		t.Fatalf("reserve C: %+v, %v", d, err)
 	}

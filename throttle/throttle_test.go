@@ -222,7 +222,7 @@ func TestReservationPacesABucket(t *testing.T) {
 	}
 	var ds []Decision
 	for _, id := range []string{"a", "b", "c"} {
-		d, err := l.Reserve(ctx, take(id), 250*time.Millisecond)
+		d, err := l.Admit(ctx, withWait(take(id), 250*time.Millisecond))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -243,19 +243,19 @@ func TestReservationPacesABucket(t *testing.T) {
 	if gap := ds[2].At().Sub(ds[1].At()); gap < 100*time.Millisecond-time.Microsecond || gap > 100*time.Millisecond+time.Microsecond {
 		t.Errorf("reserved moments %s apart, want 100ms (±1µs of rounding)", gap)
 	}
-	again, _ := l.Reserve(ctx, take("c"), 250*time.Millisecond)
+	again, _ := l.Admit(ctx, withWait(take("c"), 250*time.Millisecond))
 	if !again.Repeated || !again.At().Equal(ds[2].At()) {
 		t.Errorf("reserving c again: %+v, want the same moment %s", again, ds[2].At())
 	}
 	// Too far ahead for the max wait: denied, nothing reserved.
-	if d, _ := l.Reserve(ctx, take("d"), 250*time.Millisecond); d.Allowed {
+	if d, _ := l.Admit(ctx, withWait(take("d"), 250*time.Millisecond)); d.Allowed {
 		t.Errorf("d: %+v, want denied (a 300ms wait)", d)
 	}
 	// Cancelling c gives its token back, so d fits again.
 	if n, _ := l.Release(ctx, take("c")); n != 2 {
 		t.Errorf("cancel c released %d takes, want 2", n)
 	}
-	if d, _ := l.Reserve(ctx, take("d"), 250*time.Millisecond); !d.Allowed {
+	if d, _ := l.Admit(ctx, withWait(take("d"), 250*time.Millisecond)); !d.Allowed {
 		t.Errorf("d after c was cancelled: %+v, want allowed", d)
 	}
 }

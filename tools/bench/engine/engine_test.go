@@ -752,7 +752,7 @@ func BenchmarkBucket(b *testing.B) {
 		var delayed atomic.Int64
 		benchParallel(b, benchWorkers, func(ctx context.Context) (int64, int64, error) {
 			n := e.next.Add(1)
-			d, err := e.lim.Reserve(ctx, throttle.Request{ID: benchID(n), Takes: []throttle.Take{{Rule: tight, Key: benchProvider}}}, time.Second)
+			d, err := e.lim.Admit(ctx, withWait(throttle.Request{ID: benchID(n), Takes: []throttle.Take{{Rule: tight, Key: benchProvider}}}, time.Second))
 			if d.Allowed && d.Delay > 0 {
 				delayed.Add(1)
 			}
@@ -760,4 +760,11 @@ func BenchmarkBucket(b *testing.B) {
 		})
 		b.ReportMetric(100*float64(delayed.Load())/math.Max(1, float64(b.N)), "%delayed")
 	})
+}
+
+// withWait returns r with MaxWait w: a bucket short of tokens for at most w
+// reserves ahead.
+func withWait(r throttle.Request, w time.Duration) throttle.Request {
+	r.MaxWait = w
+	return r
 }

@@ -101,7 +101,7 @@ func (t e2eTotal) cpu() float64 { return (t.cost.redisCPU + t.cost.clientCPU) / 
 //   - plain+script, with -e2e.floor: plain plus one trivial script call per
 //     job, the floor of any admission that costs one round trip;
 //   - plain+admit, with -e2e.floor: plain plus one bare admission per job
-//     (throttle.Limiter.Reserve of the throttled variant's recipient quota
+//     (throttle.Limiter.Admit with MaxWait, of the throttled variant's recipient quota
 //     and provider bucket, without the middleware and without a marker):
 //     what the admission's script costs, apart from everything else the
 //     middleware does.
@@ -307,7 +307,7 @@ const (
 // POST. With plainScript, each job first runs a trivial script (Redis TIME
 // and ZCARD of a key named like the recipient's quota, as throttle's
 // benchmarks do): the floor of any admission that costs one script call per
-// job. With plainAdmit, each job is first admitted by Limiter.Reserve
+// job. With plainAdmit, each job is first admitted by Limiter.Admit with MaxWait
 // through the throttled variant's rules, as the middleware's admission of it
 // would be, but with nothing else of the middleware: no marker, no metrics,
 // no logs; a job not allowed at once fails the drain.
@@ -327,8 +327,8 @@ func newPlain(b *testing.B, addr, url string, kind plainKind) *e2eVariant {
 		v.name = "plain+admit"
 		lim, quota, bucket := benchRules(b, v.rdb)
 		admit = func(ctx context.Context, id, recipient string) error {
-			d, err := lim.Reserve(ctx, throttle.Request{ID: id, Takes: []throttle.Take{
-				{Rule: quota, Key: recipient}, {Rule: bucket, Key: benchProvider}}}, time.Second)
+			d, err := lim.Admit(ctx, throttle.Request{ID: id, Takes: []throttle.Take{
+				{Rule: quota, Key: recipient}, {Rule: bucket, Key: benchProvider}}, MaxWait: time.Second})
 			if err == nil && (!d.Allowed || d.Delay > 0) {
 				err = fmt.Errorf("task %s not admitted at once: %+v", id, d)
 			}
