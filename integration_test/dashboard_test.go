@@ -75,7 +75,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	booked := 0
 	for i := 0; i < 15; i++ {
 		d, err := lim.Admit(context.Background(), throttle.Request{ID: fmt.Sprintf("booked-%d", i), Book: true,
-			Takes: []throttle.Take{{Rule: bucket, Key: fleetProvider}}})
+			Takes: []throttle.Take{{Rule: bucket, Subject: fleetProvider}}})
 		if err != nil || !d.Holds() {
 			t.Fatalf("booking %d: %+v, %v", i, d, err)
 		}

@@ -156,7 +156,7 @@ func TestGracefulShutdownReleasesReservations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	probe := throttle.Request{ID: "probe", Takes: []throttle.Take{{Rule: bucket, Key: fleetProvider}}}
+	probe := throttle.Request{ID: "probe", Takes: []throttle.Take{{Rule: bucket, Subject: fleetProvider}}}
 	d, err := lim.Admit(ctx, withWait(probe, time.Minute))
 	if err != nil {
 		t.Fatal(err)
@@ -252,7 +252,7 @@ func TestShutdownReleaseKeepsProviderBucket(t *testing.T) {
 	}
 	other := func(i int) throttle.Decision {
 		t.Helper()
-		r := throttle.Request{ID: fmt.Sprintf("other-%d", i), Takes: []throttle.Take{{Rule: bucket, Key: fleetProvider}}}
+		r := throttle.Request{ID: fmt.Sprintf("other-%d", i), Takes: []throttle.Take{{Rule: bucket, Subject: fleetProvider}}}
 		d, err := lim.Admit(ctx, withWait(r, time.Minute))
 		if err != nil || !d.Allowed {
 			t.Fatalf("reserve %s: %+v, %v", r.ID, d, err)

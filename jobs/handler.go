@@ -289,7 +289,7 @@ func (t *Throttle) route(ctx context.Context, id string, n Notification) (job, e
 func (j job) request() throttle.Request {
 	r := throttle.Request{ID: j.id, Done: j.sent, Book: j.book, Priority: j.priority, Tenant: j.n.Tenant, Weight: j.weight}
 	if j.quota != nil {
-		r.Takes = append(r.Takes, throttle.Take{Rule: j.quota, Key: j.n.Recipient, CountOnly: j.policy.Shadow})
+		r.Takes = append(r.Takes, throttle.Take{Rule: j.quota, Subject: j.n.Recipient, CountOnly: j.policy.Shadow})
 	}
 	for _, t := range j.local {
 		if _, quiet := t.Rule.(*throttle.Quiet); quiet && j.policy.Shadow {
@@ -299,10 +299,10 @@ func (j job) request() throttle.Request {
 		r.Takes = append(r.Takes, t)
 	}
 	if !j.route.Shadow {
-		r.Takes = append(r.Takes, throttle.Take{Rule: j.route.Bucket, Key: j.n.Provider})
+		r.Takes = append(r.Takes, throttle.Take{Rule: j.route.Bucket, Subject: j.n.Provider})
 	}
 	for _, q := range j.policy.CountsToward {
-		r.Takes = append(r.Takes, throttle.Take{Rule: q, Key: j.n.Recipient, CountOnly: true})
+		r.Takes = append(r.Takes, throttle.Take{Rule: q, Subject: j.n.Recipient, CountOnly: true})
 	}
 	if j.book {
 		r.Deadline, _ = j.deadline()
@@ -400,13 +400,13 @@ func (t *Throttle) admit(ctx context.Context, j job) error {
 		t.Log.Info("already sent: completing without sending again", "task", j.id, "recipient", Redact(j.n.Recipient))
 		return errSentBefore
 	}
-	if j.policy.Digest && t.Digests != nil && !j.tried && !d.Allowed && j.overCap(d.Take) {
+	if j.policy.Digest && t.Digests != nil && !j.tried && !d.Allowed && j.overCap(d.TakeIndex) {
 		if d.Holds() {
 			t.release(j.request())
 		}
 		return t.fold(ctx, j, d.At())
 	}
-	if j.policy.Drop && !d.Allowed && j.overCap(d.Take) {
+	if j.policy.Drop && !d.Allowed && j.overCap(d.TakeIndex) {
 		if d.Holds() {
 			t.release(j.request())
 		}
@@ -563,14 +563,14 @@ func (t *Throttle) shadow(ctx context.Context, j job) {
 	if j.policy.Shadow {
 		r := throttle.Request{ID: j.id, Takes: j.local}
 		if j.quota != nil {
-			r.Takes = append([]throttle.Take{{Rule: j.quota, Key: j.n.Recipient}}, j.local...)
+			r.Takes = append([]throttle.Take{{Rule: j.quota, Subject: j.n.Recipient}}, j.local...)
 		}
 		d, err := t.Limiter.Check(ctx, r)
-		t.shadowed(j, d, err, j.policy.Drop && j.overCap(d.Take)) // quiet hours never drop
+		t.shadowed(j, d, err, j.policy.Drop && j.overCap(d.TakeIndex)) // quiet hours never drop
 	}
 	if j.route.Shadow {
 		r := throttle.Request{ID: j.id, MaxWait: t.InlineWait, Tenant: j.n.Tenant, Weight: j.weight,
-			Takes: []throttle.Take{{Rule: j.route.Bucket, Key: "shadow:" + j.n.Provider}}}
+			Takes: []throttle.Take{{Rule: j.route.Bucket, Subject: "shadow:" + j.n.Provider}}}
 		d, err := t.Limiter.Admit(ctx, r)
 		t.shadowed(j, d, err, false)
 	}

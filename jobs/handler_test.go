@@ -435,7 +435,7 @@ func TestHandlerPausesTheProviderOn429(t *testing.T) {
 		t.Errorf("429: %+v", info)
 	}
 	// Any other job for the provider now waits out the pause.
-	d, err := h.lim.Admit(context.Background(), throttle.Request{ID: "probe", Takes: []throttle.Take{{Rule: b, Key: "gw"}}})
+	d, err := h.lim.Admit(context.Background(), throttle.Request{ID: "probe", Takes: []throttle.Take{{Rule: b, Subject: "gw"}}})
 	if err != nil || d.Allowed || d.Delay < 25*time.Second {
 		t.Errorf("admission during the pause: %+v, %v", d, err)
 	}

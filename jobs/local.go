@@ -79,7 +79,7 @@ func (z *zones) takes(p PolicySettings, policy, zone, recipient string, now time
 	}
 	ts := make([]throttle.Take, len(e.rules))
 	for i, r := range e.rules {
-		ts[i] = throttle.Take{Rule: r, Key: recipient}
+		ts[i] = throttle.Take{Rule: r, Subject: recipient}
 	}
 	return ts, nil
 }

@@ -317,14 +317,14 @@ func TestSkewChild(t *testing.T) {
 	q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 2, Per: time.Hour})
 	b, _ := throttle.NewBucket("gw", 0.2, 1) // a token every 5s: far more than a busy machine's pause between steps
 	quota := func(id string) throttle.Request {
-		return throttle.Request{ID: id, Takes: []throttle.Take{{Rule: q, Key: "alice"}}}
+		return throttle.Request{ID: id, Takes: []throttle.Take{{Rule: q, Subject: "alice"}}}
 	}
 	// The script's bucket is not the worker's provider below (also "gw"):
 	// left drained and reserved ahead, it would deny the worker's first
 	// send for the 2ms its 1000/s refill takes, and the second task would
 	// then go first.
 	bucket := func(id string) throttle.Request {
-		return throttle.Request{ID: id, Takes: []throttle.Take{{Rule: b, Key: "script-gw"}}}
+		return throttle.Request{ID: id, Takes: []throttle.Take{{Rule: b, Subject: "script-gw"}}}
 	}
 	steps := []func() (throttle.Decision, error){
 		func() (throttle.Decision, error) { return lim.Admit(ctx, quota("a")) },

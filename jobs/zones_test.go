@@ -115,7 +115,7 @@ func TestZonesFollowAReload(t *testing.T) {
 		}
 		var s []string
 		for _, tk := range ts {
-			s = append(s, tk.Rule.Name()+" "+tk.Key)
+			s = append(s, tk.Rule.Name()+" "+tk.Subject)
 		}
 		return s
 	}

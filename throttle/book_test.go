@@ -14,10 +14,10 @@ import (
 func bookReq(id string, q *Quota, rcpt string, b *Bucket, maxWait time.Duration) Request {
 	r := Request{ID: id, Book: true, MaxWait: maxWait}
 	if q != nil {
-		r.Takes = append(r.Takes, Take{Rule: q, Key: rcpt})
+		r.Takes = append(r.Takes, Take{Rule: q, Subject: rcpt})
 	}
 	if b != nil {
-		r.Takes = append(r.Takes, Take{Rule: b, Key: "gw"})
+		r.Takes = append(r.Takes, Take{Rule: b, Subject: "gw"})
 	}
 	return r
 }
@@ -62,8 +62,8 @@ func TestBookProviderBacklogInOrder(t *testing.T) {
 		if booked[i].Ahead != booked[i-1].Ahead+1 {
 			t.Errorf("booking %d has %d ahead, the one before %d", i, booked[i].Ahead, booked[i-1].Ahead)
 		}
-		if booked[i].Take != 0 || booked[i].Rule != b {
-			t.Errorf("booking %d is bound by take %d (%v), want the bucket", i, booked[i].Take, booked[i].Rule)
+		if booked[i].TakeIndex != 0 || booked[i].Rule != b {
+			t.Errorf("booking %d is bound by take %d (%v), want the bucket", i, booked[i].TakeIndex, booked[i].Rule)
 		}
 	}
 
@@ -333,8 +333,8 @@ func TestBookValidation(t *testing.T) {
 	b1, b2 := mustBucket(t, "sms", 1, 1), mustBucket(t, "push", 1, 1)
 	f := mustFixed(t, "daily", 1, time.Hour)
 	for _, r := range []Request{
-		{ID: "x", Book: true, Takes: []Take{{Rule: b1, Key: "a"}, {Rule: b2, Key: "a"}}},
-		{ID: "x", Book: true, Takes: []Take{{Rule: f, Key: "a"}}},
+		{ID: "x", Book: true, Takes: []Take{{Rule: b1, Subject: "a"}, {Rule: b2, Subject: "a"}}},
+		{ID: "x", Book: true, Takes: []Take{{Rule: f, Subject: "a"}}},
 	} {
 		if _, err := l.Admit(context.Background(), r); !errors.Is(err, ErrInvalidRequest) {
 			t.Errorf("Admit(%v) = %v, want ErrInvalidRequest", r.Takes, err)

@@ -31,7 +31,7 @@ func (l *Limiter) checkDone(ctx context.Context, rs []Request, ds []Decision) er
 	}
 	for k, i := range idx {
 		if cmds[k].Val() == 1 {
-			ds[i] = Decision{Done: true, Take: -1}
+			ds[i] = Decision{Done: true, TakeIndex: -1}
 		}
 	}
 	return nil
@@ -127,10 +127,10 @@ func (l *Limiter) plan(r Request) []group {
 	var gs []group
 	var hasBucket []bool
 	for i, t := range r.Takes {
-		k, ok := bySubject[t.Key]
+		k, ok := bySubject[t.Subject]
 		if !ok {
 			k = len(gs)
-			bySubject[t.Key] = k
+			bySubject[t.Subject] = k
 			gs = append(gs, group{})
 			hasBucket = append(hasBucket, false)
 		}

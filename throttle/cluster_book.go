@@ -48,10 +48,10 @@ func clusterBooks(r Request) bool {
 	subject := ""
 	for _, t := range r.Takes {
 		if _, ok := t.Rule.(*Bucket); !ok { // a quota, calendar or quiet hours
-			if subject != "" && t.Key != subject {
+			if subject != "" && t.Subject != subject {
 				return false
 			}
-			subject = t.Key
+			subject = t.Subject
 		}
 	}
 	return true
@@ -125,7 +125,7 @@ func (l *Limiter) bookCluster(ctx context.Context, r Request) (d Decision, ok bo
 			l.dropTicket(ctx, r, bi, ticket)
 			return Decision{}, false, err
 		}
-		d = Decision{Now: time.UnixMicro(g.now), Take: -1, Delay: time.Duration(g.delay) * time.Microsecond}
+		d = Decision{Now: time.UnixMicro(g.now), TakeIndex: -1, Delay: time.Duration(g.delay) * time.Microsecond}
 		at := g.now + g.delay
 		// The rule that set the moment: a quota when it is later than the
 		// bucket's floor, else the bucket.
@@ -135,7 +135,7 @@ func (l *Limiter) bookCluster(ctx context.Context, r Request) (d Decision, ok bo
 				take, window = q.takes[g.binding-1], g.window
 			}
 			t := r.Takes[take]
-			d.Take, d.Rule, d.Key, d.Limit = take, t.Rule, t.Key, t.Rule.bindingLimit(window)
+			d.TakeIndex, d.Rule, d.Subject, d.Limit = take, t.Rule, t.Subject, t.Rule.bindingLimit(window)
 		}
 		if g.outcome == outcomeExpired {
 			d.Expired = true
@@ -169,7 +169,7 @@ func (l *Limiter) bookCluster(ctx context.Context, r Request) (d Decision, ok bo
 		case 1:
 			d.Booked, d.Rebooked, d.Ahead = true, g.outcome == outcomeRebooked, int(c[2])
 			bind()
-			if d.Take != bi {
+			if d.TakeIndex != bi {
 				d.Ahead = int(g.extra)
 			}
 			return d, true, nil
@@ -185,9 +185,9 @@ func (l *Limiter) bookCluster(ctx context.Context, r Request) (d Decision, ok bo
 		}
 		if try+1 == clusterBookTries {
 			now := c[0]
-			d = Decision{Now: time.UnixMicro(now), Take: -1, Delay: time.Duration(c[2]-now) * time.Microsecond}
+			d = Decision{Now: time.UnixMicro(now), TakeIndex: -1, Delay: time.Duration(c[2]-now) * time.Microsecond}
 			t := r.Takes[bi]
-			d.Take, d.Rule, d.Key, d.Limit = bi, t.Rule, t.Key, t.Rule.bindingLimit(0)
+			d.TakeIndex, d.Rule, d.Subject, d.Limit = bi, t.Rule, t.Subject, t.Rule.bindingLimit(0)
 			return d, true, nil
 		}
 	}
@@ -206,7 +206,7 @@ const (
 func (l *Limiter) inLine(ctx context.Context, r Request, bi int, v []int64) (Decision, error) {
 	now, at := v[0], v[1]
 	t := r.Takes[bi]
-	d := Decision{Now: time.UnixMicro(now), Take: bi, Rule: t.Rule, Key: t.Key, Limit: t.Rule.bindingLimit(0),
+	d := Decision{Now: time.UnixMicro(now), TakeIndex: bi, Rule: t.Rule, Subject: t.Subject, Limit: t.Rule.bindingLimit(0),
 		Delay: time.Duration(at-now) * time.Microsecond}
 	if v[4] == peekExpired {
 		d.Expired = true

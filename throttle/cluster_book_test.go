@@ -148,7 +148,7 @@ func TestClusterLineWithQuotas(t *testing.T) {
 	const ahead = time.Second
 	req := func(id, tenant string) Request {
 		r := lineReq(t, rdb, id, tenant, 1, b, ahead)
-		r.Takes = append([]Take{{Rule: q, Key: "rcpt-" + id}}, r.Takes...)
+		r.Takes = append([]Take{{Rule: q, Subject: "rcpt-" + id}}, r.Takes...)
 		return r
 	}
 	if s1, s2 := keySlot(t, rdb, quotaKey(subjectTag(DefaultPrefix, "rcpt-big0"), "p")), keySlot(t, rdb, bucketKey(subjectTag(DefaultPrefix, "gw"), "sms")); s1 == s2 {

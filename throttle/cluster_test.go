@@ -55,7 +55,7 @@ func TestClusterPath(t *testing.T) {
 			t.Errorf("slot of %s = %d, want %d, the slot of its hash tag", bk, bs, s)
 		}
 
-		d := mustAdmit(t, l, Request{ID: "m1", Takes: []Take{{Rule: weekly, Key: alice}, {Rule: sms, Key: gw}}})
+		d := mustAdmit(t, l, Request{ID: "m1", Takes: []Take{{Rule: weekly, Subject: alice}, {Rule: sms, Subject: gw}}})
 		if !d.Allowed || d.Repeated || d.Remaining != 2 {
 			t.Fatalf("%+v, want allowed with 2 remaining (the quota's)", d)
 		}
@@ -84,14 +84,14 @@ func TestClusterPath(t *testing.T) {
 		flushCluster(t, rdb)
 		weekly := mustQuota(t, "weekly", Window{3, 168 * time.Hour})
 		sms := mustBucket(t, "sms", 1.0/3600, 1)
-		mustAdmit(t, l, Request{ID: "drain", Takes: []Take{{Rule: sms, Key: gw}}})
+		mustAdmit(t, l, Request{ID: "drain", Takes: []Take{{Rule: sms, Subject: gw}}})
 		// bob already has an entry, so his set outlives the denied admission.
-		mustAdmit(t, l, Request{ID: "b0", Takes: []Take{{Rule: weekly, Key: bob}}})
+		mustAdmit(t, l, Request{ID: "b0", Takes: []Take{{Rule: weekly, Subject: bob}}})
 
 		for _, who := range []string{alice, bob} {
 			before := snapshot(t, rdb)
-			d := mustAdmit(t, l, Request{ID: "x-" + who, Takes: []Take{{Rule: weekly, Key: who}, {Rule: sms, Key: gw}}})
-			if d.Allowed || d.Take != 1 || d.Rule != Rule(sms) || d.Key != gw {
+			d := mustAdmit(t, l, Request{ID: "x-" + who, Takes: []Take{{Rule: weekly, Subject: who}, {Rule: sms, Subject: gw}}})
+			if d.Allowed || d.TakeIndex != 1 || d.Rule != Rule(sms) || d.Subject != gw {
 				t.Fatalf("%s: %+v, want denied by the bucket (take 1)", who, d)
 			}
 			if d.Delay < 59*time.Minute || d.Delay > time.Hour {
@@ -113,11 +113,11 @@ func TestClusterPath(t *testing.T) {
 		flushCluster(t, rdb)
 		weekly := mustQuota(t, "weekly", Window{3, 168 * time.Hour})
 		sms := mustBucket(t, "sms", 1.0/3600, 1)
-		mustAdmit(t, l, Request{ID: "drain", Takes: []Take{{Rule: sms, Key: gw}}})
-		mustAdmit(t, l, Request{ID: "b0", Takes: []Take{{Rule: weekly, Key: bob}}})
+		mustAdmit(t, l, Request{ID: "drain", Takes: []Take{{Rule: sms, Subject: gw}}})
+		mustAdmit(t, l, Request{ID: "b0", Takes: []Take{{Rule: weekly, Subject: bob}}})
 		time.Sleep(50 * time.Millisecond) // time under test: bob's set now expires 50ms before a fresh write's would
 		beforeTTL := pttls(t, rdb)
-		if d := mustAdmit(t, l, Request{ID: "x", Takes: []Take{{Rule: weekly, Key: bob}, {Rule: sms, Key: gw}}}); d.Allowed {
+		if d := mustAdmit(t, l, Request{ID: "x", Takes: []Take{{Rule: weekly, Subject: bob}, {Rule: sms, Subject: gw}}}); d.Allowed {
 			t.Fatalf("%+v, want denied by the bucket", d)
 		}
 		assertTTLsNotExtended(t, beforeTTL, pttls(t, rdb))
@@ -129,12 +129,12 @@ func TestClusterPath(t *testing.T) {
 		sms := mustBucket(t, "sms", 1.0/3600, 3)
 		gw2 := subjectOnOtherMaster(t, rdb, "gw2", gw)
 		push := mustBucket(t, "push", 1.0/3600, 1)
-		mustAdmit(t, l, Request{ID: "drain", Takes: []Take{{Rule: push, Key: gw2}}})
+		mustAdmit(t, l, Request{ID: "drain", Takes: []Take{{Rule: push, Subject: gw2}}})
 		before, beforeTTL := snapshot(t, rdb), pttls(t, rdb)
 		// alice's counter (first group) and the full sms bucket (second)
 		// pass, the drained push bucket (third) denies.
-		d := mustAdmit(t, l, Request{ID: "x", Takes: []Take{{Rule: daily, Key: alice}, {Rule: sms, Key: gw}, {Rule: push, Key: gw2}}})
-		if d.Allowed || d.Take != 2 {
+		d := mustAdmit(t, l, Request{ID: "x", Takes: []Take{{Rule: daily, Subject: alice}, {Rule: sms, Subject: gw}, {Rule: push, Subject: gw2}}})
+		if d.Allowed || d.TakeIndex != 2 {
 			t.Fatalf("%+v, want denied by push (take 2)", d)
 		}
 		after := snapshot(t, rdb)
@@ -156,7 +156,7 @@ func TestClusterPath(t *testing.T) {
 		daily := mustQuota(t, "daily", Window{1, 24 * time.Hour})
 		sms := mustBucket(t, "sms", 1.0/3600, 5)
 		r := func(id string) Request {
-			return Request{ID: id, Takes: []Take{{Rule: sms, Key: gw}, {Rule: daily, Key: alice}}}
+			return Request{ID: id, Takes: []Take{{Rule: sms, Subject: gw}, {Rule: daily, Subject: alice}}}
 		}
 		if d := mustAdmit(t, l, r("a1")); !d.Allowed {
 			t.Fatalf("a1: %+v", d)
@@ -167,7 +167,7 @@ func TestClusterPath(t *testing.T) {
 		bucketEvals, quotaEvals := evalCalls(t, bucketNode), evalCalls(t, quotaNode)
 
 		d := mustAdmit(t, l, r("a2"))
-		if d.Allowed || d.Take != 1 || d.Limit != "1 per 24h" || d.Key != alice {
+		if d.Allowed || d.TakeIndex != 1 || d.Limit != "1 per 24h" || d.Subject != alice {
 			t.Fatalf("a2: %+v, want denied by the quota (take 1, 1 per 24h)", d)
 		}
 		if n := evalCalls(t, bucketNode) - bucketEvals; n != 0 {
@@ -187,7 +187,7 @@ func TestClusterPath(t *testing.T) {
 		weekly := mustQuota(t, "weekly", Window{3, 168 * time.Hour})
 		sms := mustBucket(t, "sms", 1.0/3600, 5)
 		fixed := mustFixed(t, "daily", 2, 24*time.Hour)
-		r := Request{ID: "job-1", Takes: []Take{{Rule: weekly, Key: alice}, {Rule: sms, Key: gw, Cost: 2}, {Rule: fixed, Key: alice}}}
+		r := Request{ID: "job-1", Takes: []Take{{Rule: weekly, Subject: alice}, {Rule: sms, Subject: gw, Cost: 2}, {Rule: fixed, Subject: alice}}}
 		first := mustAdmit(t, l, r)
 		if !first.Allowed || first.Repeated {
 			t.Fatalf("first: %+v", first)
@@ -216,7 +216,7 @@ func TestClusterPath(t *testing.T) {
 		flushCluster(t, rdb)
 		weekly := mustQuota(t, "weekly", Window{1, 168 * time.Hour})
 		sms := mustBucket(t, "sms", 1.0/3600, 2)
-		r := Request{ID: "job-1", Takes: []Take{{Rule: weekly, Key: alice}, {Rule: sms, Key: gw, Cost: 2}}}
+		r := Request{ID: "job-1", Takes: []Take{{Rule: weekly, Subject: alice}, {Rule: sms, Subject: gw, Cost: 2}}}
 		mustAdmit(t, l, r)
 		if d := mustAdmit(t, l, Request{ID: "job-2", Takes: r.Takes}); d.Allowed {
 			t.Fatalf("job-2 admitted while job-1 holds both takes")
@@ -247,10 +247,10 @@ func TestClusterPath(t *testing.T) {
 		// A second provider, drained below, with a bucket on its own master.
 		gw2 := subjectOnOtherMaster(t, rdb, "gw2", gw)
 		push := mustBucket(t, "push", 1.0/3600, 1)
-		mustAdmit(t, l, Request{ID: "drain", Takes: []Take{{Rule: push, Key: gw2}}})
+		mustAdmit(t, l, Request{ID: "drain", Takes: []Take{{Rule: push, Subject: gw2}}})
 		carol, dave, erin := "carol", "dave", "erin"
 		req := func(id, who string, extra ...Take) Request {
-			return Request{ID: id, Takes: append([]Take{{Rule: weekly, Key: who}, {Rule: sms, Key: gw}}, extra...)}
+			return Request{ID: id, Takes: append([]Take{{Rule: weekly, Subject: who}, {Rule: sms, Subject: gw}}, extra...)}
 		}
 		// The cluster admits phase by phase (quotas, then sms, then push),
 		// each phase's calls in the batch's order.
@@ -259,8 +259,8 @@ func TestClusterPath(t *testing.T) {
 			req("r2-denied", alice), // by alice's quota (r1 has it)
 			req("r3", bob),
 			req("r4", carol),
-			req("r6-denied", erin, Take{Rule: push, Key: gw2}), // by the drained push bucket, after taking sms
-			req("r5-denied", dave),                             // by sms: r1, r3, r4 and (for now) r6 hold its 4 tokens
+			req("r6-denied", erin, Take{Rule: push, Subject: gw2}), // by the drained push bucket, after taking sms
+			req("r5-denied", dave),                                 // by sms: r1, r3, r4 and (for now) r6 hold its 4 tokens
 		}
 		want := []bool{true, false, true, true, false, false}
 		before := snapshot(t, rdb)
@@ -317,12 +317,12 @@ func TestClusterPath(t *testing.T) {
 		weekly := mustQuota(t, "weekly", Window{1, 168 * time.Hour})
 		sms := mustBucket(t, "sms", 1.0/3600, 1)
 		// job-1 was admitted and delivered with alice's quota alone.
-		mustAdmit(t, l, Request{ID: "job-1", Takes: []Take{{Rule: weekly, Key: alice}}})
-		mustAdmit(t, l, Request{ID: "drain", Takes: []Take{{Rule: sms, Key: gw}}})
+		mustAdmit(t, l, Request{ID: "job-1", Takes: []Take{{Rule: weekly, Subject: alice}}})
+		mustAdmit(t, l, Request{ID: "drain", Takes: []Take{{Rule: sms, Subject: gw}}})
 		before := snapshot(t, rdb)
 		// The same task again, now also through an empty bucket: the quota
 		// take already holds it (repeated), the bucket denies.
-		d := mustAdmit(t, l, Request{ID: "job-1", Takes: []Take{{Rule: weekly, Key: alice}, {Rule: sms, Key: gw}}})
+		d := mustAdmit(t, l, Request{ID: "job-1", Takes: []Take{{Rule: weekly, Subject: alice}, {Rule: sms, Subject: gw}}})
 		if d.Allowed {
 			t.Fatalf("%+v, want denied by the bucket", d)
 		}
@@ -332,7 +332,7 @@ func TestClusterPath(t *testing.T) {
 		if ids := zmembers(t, rdb, quotaKey(tag(alice), "weekly")); !slices.Equal(ids, []string{"job-1"}) {
 			t.Errorf("alice's quota holds %q, want [job-1]: the denial undid job-1's earlier admission", ids)
 		}
-		if d := mustAdmit(t, l, Request{ID: "job-2", Takes: []Take{{Rule: weekly, Key: alice}}}); d.Allowed {
+		if d := mustAdmit(t, l, Request{ID: "job-2", Takes: []Take{{Rule: weekly, Subject: alice}}}); d.Allowed {
 			t.Errorf("job-2 allowed: alice got 2 messages under a quota of 1 per 168h")
 		}
 	})
@@ -341,14 +341,14 @@ func TestClusterPath(t *testing.T) {
 		flushCluster(t, rdb)
 		weekly := mustQuota(t, "weekly", Window{1, 168 * time.Hour})
 		sms := mustBucket(t, "sms", 2, 1) // slots of 500ms
-		r := Request{ID: "job-1", Takes: []Take{{Rule: weekly, Key: alice}, {Rule: sms, Key: gw}}}
+		r := Request{ID: "job-1", Takes: []Take{{Rule: weekly, Subject: alice}, {Rule: sms, Subject: gw}}}
 		if d := mustAdmit(t, l, r); !d.Allowed {
 			t.Fatalf("%+v", d)
 		}
 		time.Sleep(600 * time.Millisecond) // time under test: job-1's slot ends, the ledger holds it no more
 		// Others take the bucket's next slots, 1.5s of them.
 		for i := range 3 {
-			if d, err := l.Admit(bg, Request{ID: fmt.Sprint("drain", i), Takes: []Take{{Rule: sms, Key: gw}}, MaxWait: 2 * time.Second}); err != nil || !d.Allowed {
+			if d, err := l.Admit(bg, Request{ID: fmt.Sprint("drain", i), Takes: []Take{{Rule: sms, Subject: gw}}, MaxWait: 2 * time.Second}); err != nil || !d.Allowed {
 				t.Fatalf("drain %d: %+v, %v", i, d, err)
 			}
 		}
@@ -370,7 +370,7 @@ func TestClusterPath(t *testing.T) {
 		for i, s := range nastySubjects() {
 			// Three rules of one subject: one group, one script call, which
 			// fails with CROSSSLOT unless the keys share a slot.
-			d, err := l.Admit(bg, Request{ID: fmt.Sprint("n", i), Takes: []Take{{Rule: q, Key: s}, {Rule: b, Key: s}, {Rule: f, Key: s}}})
+			d, err := l.Admit(bg, Request{ID: fmt.Sprint("n", i), Takes: []Take{{Rule: q, Subject: s}, {Rule: b, Subject: s}, {Rule: f, Subject: s}}})
 			if err != nil || !d.Allowed {
 				t.Errorf("subject %q: %+v, %v", s, d, err)
 				continue
@@ -392,15 +392,15 @@ func TestClusterPath(t *testing.T) {
 		// but for the one quota the task already held, which stays.
 		takes := make([]Take, 0, MaxTakes)
 		for i := range MaxTakes - 1 {
-			takes = append(takes, Take{Rule: mustQuota(t, fmt.Sprint("q", i), Window{1, 168 * time.Hour}), Key: alice})
+			takes = append(takes, Take{Rule: mustQuota(t, fmt.Sprint("q", i), Window{1, 168 * time.Hour}), Subject: alice})
 		}
 		sms := mustBucket(t, "sms", 1.0/3600, 1)
-		mustAdmit(t, l, Request{ID: "drain", Takes: []Take{{Rule: sms, Key: gw}}})
+		mustAdmit(t, l, Request{ID: "drain", Takes: []Take{{Rule: sms, Subject: gw}}})
 		held := MaxTakes - 2 // the last quota: the highest bit of the group's fresh takes
 		mustAdmit(t, l, Request{ID: "job-1", Takes: takes[held : held+1]})
 		before := snapshot(t, rdb)
-		d := mustAdmit(t, l, Request{ID: "job-1", Takes: append(takes, Take{Rule: sms, Key: gw})})
-		if d.Allowed || d.Take != MaxTakes-1 {
+		d := mustAdmit(t, l, Request{ID: "job-1", Takes: append(takes, Take{Rule: sms, Subject: gw})})
+		if d.Allowed || d.TakeIndex != MaxTakes-1 {
 			t.Fatalf("%+v, want denied by the bucket (take %d)", d, MaxTakes-1)
 		}
 		if diff := diffMaps(before, snapshot(t, rdb)); diff != "" {
@@ -418,8 +418,8 @@ func TestClusterPath(t *testing.T) {
 		b := mustBucket(t, "sms", 1.0/3600, 4)
 		b2 := mustBucket(t, "push", 1.0/3600, 2)
 		f := mustFixed(t, "api", 2, 168*time.Hour)
-		qt := func(who string) Take { return Take{Rule: q, Key: who} }
-		bt := Take{Rule: b, Key: gw}
+		qt := func(who string) Take { return Take{Rule: q, Subject: who} }
+		bt := Take{Rule: b, Subject: gw}
 		type step struct {
 			id      string
 			takes   []Take
@@ -433,28 +433,28 @@ func TestClusterPath(t *testing.T) {
 			{id: "a2", takes: []Take{qt(alice), bt}, allowed: true},
 			{id: "a3", takes: []Take{qt(alice), bt}, allowed: false}, // 2 per 24h
 			{id: "a1", takes: []Take{qt(alice), bt}, allowed: true, repeated: true},
-			{id: "b1", takes: []Take{qt(bob), {Rule: b, Key: gw, Cost: 2}}, allowed: true}, // the bucket is now empty
+			{id: "b1", takes: []Take{qt(bob), {Rule: b, Subject: gw, Cost: 2}}, allowed: true}, // the bucket is now empty
 			{id: "c1", takes: []Take{qt("carol"), bt}, allowed: false},
 			// a2 gives back its quota entry and its slot: c1 takes the slot.
 			{id: "a2", takes: []Take{qt(alice), bt}, release: true},
 			{id: "c1", takes: []Take{qt("carol"), bt}, allowed: true},
 			// b1 gives back its two slots: c2 and a3 take them.
-			{id: "b1", takes: []Take{qt(bob), {Rule: b, Key: gw, Cost: 2}}, release: true},
+			{id: "b1", takes: []Take{qt(bob), {Rule: b, Subject: gw, Cost: 2}}, release: true},
 			{id: "c1", takes: []Take{qt("carol"), bt}, allowed: true, repeated: true},
 			{id: "c2", takes: []Take{qt("carl"), bt}, allowed: true},
 			{id: "a3", takes: []Take{qt(alice), bt}, allowed: true}, // a2's quota entry, b1's slot
 			{id: "a3", takes: []Take{qt(alice)}, allowed: true, repeated: true},
 			{id: "a4", takes: []Take{qt(alice)}, allowed: false},
-			{id: "d1", takes: []Take{{Rule: f, Key: alice}, qt("dave"), {Rule: b2, Key: bob}}, allowed: true},
-			{id: "d2", takes: []Take{{Rule: f, Key: alice}, qt("dave"), {Rule: b2, Key: bob}}, allowed: true},
-			{id: "d3", takes: []Take{{Rule: f, Key: alice}, qt("erin")}, allowed: false}, // fixed window full
-			{id: "d3", takes: []Take{qt("erin"), {Rule: b2, Key: bob}}, allowed: false},  // push bucket empty
-			{id: "d2", takes: []Take{{Rule: f, Key: alice}, qt("dave"), {Rule: b2, Key: bob}}, release: true},
-			{id: "d3", takes: []Take{qt("erin"), {Rule: b2, Key: bob}}, allowed: true},
+			{id: "d1", takes: []Take{{Rule: f, Subject: alice}, qt("dave"), {Rule: b2, Subject: bob}}, allowed: true},
+			{id: "d2", takes: []Take{{Rule: f, Subject: alice}, qt("dave"), {Rule: b2, Subject: bob}}, allowed: true},
+			{id: "d3", takes: []Take{{Rule: f, Subject: alice}, qt("erin")}, allowed: false}, // fixed window full
+			{id: "d3", takes: []Take{qt("erin"), {Rule: b2, Subject: bob}}, allowed: false},  // push bucket empty
+			{id: "d2", takes: []Take{{Rule: f, Subject: alice}, qt("dave"), {Rule: b2, Subject: bob}}, release: true},
+			{id: "d3", takes: []Take{qt("erin"), {Rule: b2, Subject: bob}}, allowed: true},
 			// A task admitted through its quota alone, then again with an
 			// empty bucket: denied, and its quota entry must stay.
 			{id: "e1", takes: []Take{qt("frank")}, allowed: true},
-			{id: "e1", takes: []Take{qt("frank"), {Rule: b2, Key: bob}}, allowed: false},
+			{id: "e1", takes: []Take{qt("frank"), {Rule: b2, Subject: bob}}, allowed: false},
 			{id: "e2", takes: []Take{qt("frank")}, allowed: true},
 			{id: "e3", takes: []Take{qt("frank")}, allowed: false}, // e1 and e2: 2 per 24h
 		}
@@ -622,7 +622,7 @@ func TestClusterReservedSendKeepsQuota(t *testing.T) {
 	b := mustBucket(t, "sms", 4, 1)
 	const maxWait = time.Second
 	job := func(id string) Request {
-		return Request{ID: id, Takes: []Take{{Rule: q, Key: "alice"}, {Rule: b, Key: "gw"}}}
+		return Request{ID: id, Takes: []Take{{Rule: q, Subject: "alice"}, {Rule: b, Subject: "gw"}}}
 	}
 	qkey := quotaKey(subjectTag(DefaultPrefix, "alice"), "mkt")
 	var sends []time.Time
@@ -655,7 +655,7 @@ func TestClusterReservedSendKeepsQuota(t *testing.T) {
 	}
 	send("job-1")
 	for _, id := range []string{"x1", "x2"} {
-		if d, err := l.Admit(ctx, withWait(Request{ID: id, Takes: []Take{{Rule: b, Key: "gw"}}}, maxWait)); err != nil || !d.Allowed {
+		if d, err := l.Admit(ctx, withWait(Request{ID: id, Takes: []Take{{Rule: b, Subject: "gw"}}}, maxWait)); err != nil || !d.Allowed {
 			t.Fatalf("reserve %s: %+v, %v", id, d, err)
 		}
 	}
@@ -672,10 +672,10 @@ func TestClusterReservedSendKeepsQuota(t *testing.T) {
 	}
 	// A request the bucket denies leaves no provisional quota entry.
 	for _, id := range []string{"y1", "y2", "y3", "y4", "y5", "y6"} {
-		_, _ = l.Admit(ctx, withWait(Request{ID: id, Takes: []Take{{Rule: b, Key: "gw"}}}, maxWait))
+		_, _ = l.Admit(ctx, withWait(Request{ID: id, Takes: []Take{{Rule: b, Subject: "gw"}}}, maxWait))
 	}
-	bob := Request{ID: "bob-1", Takes: []Take{{Rule: q, Key: "bob"}, {Rule: b, Key: "gw"}}}
-	if d, err := l.Admit(ctx, withWait(bob, maxWait)); err != nil || d.Allowed || d.Take != 1 {
+	bob := Request{ID: "bob-1", Takes: []Take{{Rule: q, Subject: "bob"}, {Rule: b, Subject: "gw"}}}
+	if d, err := l.Admit(ctx, withWait(bob, maxWait)); err != nil || d.Allowed || d.TakeIndex != 1 {
 		t.Fatalf("bob-1 with the bucket reserved past max wait: %+v, %v; want denied by the bucket", d, err)
 	}
 	if n, _ := rdb.Exists(ctx, quotaKey(subjectTag(DefaultPrefix, "bob"), "mkt")).Result(); n != 0 {
@@ -692,10 +692,10 @@ func TestClusterReservedSendKeepsCalendar(t *testing.T) {
 	c := mustCalendarWindow(t, 5, now.Add(-time.Hour), now.Add(time.Hour))
 	b := mustBucket(t, "sms", 4, 1)
 	const maxWait = time.Second
-	if d, err := l.Admit(ctx, withWait(Request{ID: "x", Takes: []Take{{Rule: b, Key: "gw"}}}, maxWait)); err != nil || !d.Allowed {
+	if d, err := l.Admit(ctx, withWait(Request{ID: "x", Takes: []Take{{Rule: b, Subject: "gw"}}}, maxWait)); err != nil || !d.Allowed {
 		t.Fatalf("reserve x: %+v, %v", d, err)
 	}
-	d, err := l.Admit(ctx, withWait(Request{ID: "job", Takes: []Take{{Rule: c, Key: "alice"}, {Rule: b, Key: "gw"}}}, maxWait))
+	d, err := l.Admit(ctx, withWait(Request{ID: "job", Takes: []Take{{Rule: c, Subject: "alice"}, {Rule: b, Subject: "gw"}}}, maxWait))
 	if err != nil || !d.Allowed || d.Delay <= 0 {
 		t.Fatalf("reserve job: %+v, %v; want allowed a token ahead", d, err)
 	}

@@ -192,8 +192,8 @@ func TestConcurrencyChild(t *testing.T) {
 		wg.Go(func() {
 			id := concID(run, proc, g)
 			r := Request{ID: id, Takes: []Take{
-				{Rule: q, Key: concRecipient(sc, run, proc, g)},
-				{Rule: b, Key: concProvider(run)},
+				{Rule: q, Subject: concRecipient(sc, run, proc, g)},
+				{Rule: b, Subject: concProvider(run)},
 			}}
 			<-start
 			if g >= concPerProc/2 {

@@ -29,14 +29,14 @@ func TestCountOnly(t *testing.T) {
 			b := mustBucket(t, "sms", 100, 10)
 			resetReq := func(id string) Request {
 				return Request{ID: id, Book: book, MaxWait: time.Second, Takes: []Take{
-					{Rule: reset, Key: "alice"}, {Rule: b, Key: "sms"}, {Rule: mkt, Key: "alice", CountOnly: true}}}
+					{Rule: reset, Subject: "alice"}, {Rule: b, Subject: "sms"}, {Rule: mkt, Subject: "alice", CountOnly: true}}}
 			}
-			mktReq := Request{ID: "promo", Book: book, MaxWait: time.Second, Takes: []Take{{Rule: mkt, Key: "alice"}, {Rule: b, Key: "sms"}}}
+			mktReq := Request{ID: "promo", Book: book, MaxWait: time.Second, Takes: []Take{{Rule: mkt, Subject: "alice"}, {Rule: b, Subject: "sms"}}}
 			if d := mustAdmit(t, l, resetReq("reset-1")); !d.Allowed {
 				t.Fatalf("first reset: %+v, want allowed", d)
 			}
 			// Marketing is now full for alice: the reset counted.
-			if d := mustAdmit(t, l, mktReq); d.Allowed || d.Take != 0 || d.Delay < 59*time.Minute {
+			if d := mustAdmit(t, l, mktReq); d.Allowed || d.TakeIndex != 0 || d.Delay < 59*time.Minute {
 				t.Fatalf("marketing after a reset: %+v, want held back an hour by marketing", d)
 			}
 			if book {
@@ -46,7 +46,7 @@ func TestCountOnly(t *testing.T) {
 			}
 			// A second reset goes though marketing is full.
 			d := mustAdmit(t, l, resetReq("reset-2"))
-			if !d.Allowed || d.Take == 2 {
+			if !d.Allowed || d.TakeIndex == 2 {
 				t.Fatalf("second reset with marketing full: %+v, want allowed, marketing binding nothing", d)
 			}
 			// Given back, the two resets leave marketing free.
@@ -65,7 +65,7 @@ func TestCountOnly(t *testing.T) {
 func TestCountOnlyOnlyForQuotas(t *testing.T) {
 	l, _ := newStandalone(t)
 	b := mustBucket(t, "sms", 100, 10)
-	_, err := l.Admit(context.Background(), Request{ID: "x", Takes: []Take{{Rule: b, Key: "sms", CountOnly: true}}})
+	_, err := l.Admit(context.Background(), Request{ID: "x", Takes: []Take{{Rule: b, Subject: "sms", CountOnly: true}}})
 	if !errors.Is(err, ErrInvalidRequest) {
 		t.Fatalf("a count-only bucket take: %v, want ErrInvalidRequest", err)
 	}

@@ -16,12 +16,15 @@ type Decision struct {
 	Delay time.Duration
 	// Now is the Redis time the decision was made at.
 	Now time.Time
-	// Take is the index in Request.Takes of the take that set Delay, or -1.
-	Take int
-	// Rule and Key are that take's rule and subject (nil and "" when Take is -1).
-	Rule Rule
-	Key  string
-	// Limit describes the binding limit, e.g. "3 per 168h" ("" when Take is -1).
+	// TakeIndex is the index in Request.Takes of the take that set Delay,
+	// or -1.
+	TakeIndex int
+	// Rule and Subject are that take's rule and subject (nil and "" when
+	// TakeIndex is -1).
+	Rule    Rule
+	Subject string
+	// Limit describes the binding limit, e.g. "3 per 168h" ("" when
+	// TakeIndex is -1).
 	Limit string
 	// Remaining is the least capacity any take has left after this decision.
 	Remaining int
@@ -29,12 +32,12 @@ type Decision struct {
 	// admission consumed nothing (a redelivered task).
 	Repeated bool
 	// Done reports that the request's done marker (Request.Done) exists:
-	// nothing was checked or consumed. Allowed is false, Take -1, and Now
+	// nothing was checked or consumed. Allowed is false, TakeIndex -1, and Now
 	// is the Redis time on a single node (zero on a cluster).
 	Done bool
 	// Booked reports a request with Request.Book that may not go within
 	// its MaxWait: it holds the moment At (Delay from Now) under its ID, and
-	// comes back to claim it. Allowed is false; Take is the take that set
+	// comes back to claim it. Allowed is false; TakeIndex is the take that set
 	// the moment.
 	Booked bool
 	// Rebooked, with Booked, says the task had booked before and lost that
@@ -100,11 +103,11 @@ func (e *ThrottledError) Error() string {
 	case d.Expired:
 		verb = "leaves no moment before the deadline; earliest in"
 	}
-	if d.Take < 0 {
+	if d.TakeIndex < 0 {
 		return fmt.Sprintf("throttle: denied; retry in %s", d.Delay)
 	}
 	return fmt.Sprintf("throttle: %s %s (%s) for %q %s %s",
-		kindName(d.Rule), d.Rule.Name(), d.Limit, d.Key, verb, roundDelay(d.Delay))
+		kindName(d.Rule), d.Rule.Name(), d.Limit, d.Subject, verb, roundDelay(d.Delay))
 }
 
 // kindName returns "quota", "bucket" or "fixed window".

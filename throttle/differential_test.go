@@ -486,7 +486,7 @@ func (d *differ) newRequest(id string) Request {
 		if d.rng.IntN(5) < 2 {
 			cost = 1 + d.rng.IntN(d.maxCost(rule))
 		}
-		r.Takes = append(r.Takes, Take{Rule: rule, Key: key, Cost: cost, CountOnly: d.countOnly(rule)})
+		r.Takes = append(r.Takes, Take{Rule: rule, Subject: key, Cost: cost, CountOnly: d.countOnly(rule)})
 	}
 	return r
 }
@@ -538,7 +538,7 @@ func (d *differ) newBooking(r Request) Request {
 		if d.rng.IntN(5) < 2 {
 			cost = 1 + d.rng.IntN(d.maxCost(rule))
 		}
-		r.Takes = append(r.Takes, Take{Rule: rule, Key: key, Cost: cost, CountOnly: d.countOnly(rule)})
+		r.Takes = append(r.Takes, Take{Rule: rule, Subject: key, Cost: cost, CountOnly: d.countOnly(rule)})
 	}
 	d.fairShare(&r)
 	return r
@@ -580,7 +580,7 @@ func (d *differ) horizonOf(r Request) time.Duration {
 		if d.rng.IntN(10) == 0 {
 			break
 		}
-		k := b.Name() + "@" + t.Key + " " + b.String()
+		k := b.Name() + "@" + t.Subject + " " + b.String()
 		if h, ok := d.aheads[k]; ok {
 			return h
 		}
@@ -962,8 +962,8 @@ func diffDecision(want, got Decision) string {
 	}
 	field("Allowed", want.Allowed, got.Allowed, want.Allowed == got.Allowed)
 	field("Delay", want.Delay, got.Delay, want.Delay == got.Delay)
-	field("Take", want.Take, got.Take, want.Take == got.Take)
-	field("Key", want.Key, got.Key, want.Key == got.Key)
+	field("Take", want.TakeIndex, got.TakeIndex, want.TakeIndex == got.TakeIndex)
+	field("Key", want.Subject, got.Subject, want.Subject == got.Subject)
 	field("Limit", want.Limit, got.Limit, want.Limit == got.Limit)
 	field("Remaining", want.Remaining, got.Remaining, want.Remaining == got.Remaining)
 	field("Repeated", want.Repeated, got.Repeated, want.Repeated == got.Repeated)
@@ -995,7 +995,7 @@ func (d *differ) redisDump(r Request) string {
 	ctx := context.WithoutCancel(d.t.Context())
 	var b strings.Builder
 	for _, tk := range r.Takes {
-		tag := subjectTag(DefaultPrefix, tk.Key)
+		tag := subjectTag(DefaultPrefix, tk.Subject)
 		var keys []string
 		switch tk.Rule.(type) {
 		case *Quota:
@@ -1031,7 +1031,7 @@ func (d *differ) redisDump(r Request) string {
 func describeRequest(r Request) string {
 	parts := make([]string, len(r.Takes))
 	for i, t := range r.Takes {
-		parts[i] = fmt.Sprintf("%s %s (%s) @%q ×%d", kindName(t.Rule), t.Rule.Name(), t.Rule, t.Key, t.cost())
+		parts[i] = fmt.Sprintf("%s %s (%s) @%q ×%d", kindName(t.Rule), t.Rule.Name(), t.Rule, t.Subject, t.cost())
 		if t.CountOnly {
 			parts[i] += " count-only"
 		}
@@ -1061,5 +1061,5 @@ func describeDecision(d Decision) string {
 		verdict = "expired"
 	}
 	return fmt.Sprintf("%s delay=%s take=%d limit=%q remaining=%d repeated=%v now=%d",
-		verdict, d.Delay, d.Take, d.Limit, d.Remaining, d.Repeated, d.Now.UnixMicro())
+		verdict, d.Delay, d.TakeIndex, d.Limit, d.Remaining, d.Repeated, d.Now.UnixMicro())
 }

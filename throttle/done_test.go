@@ -22,7 +22,7 @@ func doneDance(t *testing.T, l *Limiter, rdb redis.UniversalClient, snap bool) {
 	b := mustBucket(t, "sms", 0.001, 2)
 	marker := func(id string) string { return "test:done:{" + id + "}" }
 	req := func(id, recipient string) Request {
-		return Request{ID: id, Done: marker(id), Takes: []Take{{Rule: q, Key: recipient}, {Rule: b, Key: "gw"}}}
+		return Request{ID: id, Done: marker(id), Takes: []Take{{Rule: q, Subject: recipient}, {Rule: b, Subject: "gw"}}}
 	}
 	if d := mustAdmit(t, l, req("a", "alice")); !d.Allowed || d.Done {
 		t.Fatalf("a, no marker: %+v, want admitted", d)
@@ -40,7 +40,7 @@ func doneDance(t *testing.T, l *Limiter, rdb redis.UniversalClient, snap bool) {
 	// "a" holds its takes; "x" would be denied by alice's quota.
 	for _, r := range []Request{req("a", "alice"), req("x", "alice")} {
 		d := mustAdmit(t, l, r)
-		if !d.Done || d.Allowed || d.Take != -1 || !errors.Is(d.Err(), ErrDone) {
+		if !d.Done || d.Allowed || d.TakeIndex != -1 || !errors.Is(d.Err(), ErrDone) {
 			t.Errorf("%s, marker set: %+v (err %v), want done", r.ID, d, d.Err())
 		}
 	}
@@ -61,8 +61,8 @@ func doneDance(t *testing.T, l *Limiter, rdb redis.UniversalClient, snap bool) {
 		}
 	}
 	// c was denied by the bucket (b took its second token), y by alice's quota.
-	if ds[3].Take != 1 || ds[4].Take != 0 {
-		t.Errorf("batch denials by take %d and %d, want the bucket (1) and the quota (0)", ds[3].Take, ds[4].Take)
+	if ds[3].TakeIndex != 1 || ds[4].TakeIndex != 0 {
+		t.Errorf("batch denials by take %d and %d, want the bucket (1) and the quota (0)", ds[3].TakeIndex, ds[4].TakeIndex)
 	}
 	// Release ignores the marker: a's takes are given back.
 	if n, err := l.Release(ctx, req("a", "alice")); n != 2 || err != nil {

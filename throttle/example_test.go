@@ -17,7 +17,7 @@ func ExampleQuota() {
 		throttle.Window{Limit: 3, Per: 7 * 24 * time.Hour})
 
 	for _, id := range []string{"msg-1", "msg-2"} {
-		d, _ := l.Admit(ctx, throttle.Request{ID: id, Takes: []throttle.Take{{Rule: marketing, Key: "alice@example.com"}}})
+		d, _ := l.Admit(ctx, throttle.Request{ID: id, Takes: []throttle.Take{{Rule: marketing, Subject: "alice@example.com"}}})
 		if d.Allowed {
 			fmt.Println(id, "allowed;", d.Remaining, "left")
 			continue
@@ -41,8 +41,8 @@ func ExampleLimiter_Admit() {
 		r := throttle.Request{
 			ID: fmt.Sprintf("msg-%d", i),
 			Takes: []throttle.Take{
-				{Rule: weekly, Key: fmt.Sprintf("user-%d", i)},
-				{Rule: sms, Key: "twilio"},
+				{Rule: weekly, Subject: fmt.Sprintf("user-%d", i)},
+				{Rule: sms, Subject: "twilio"},
 			},
 		}
 		d, err := l.Admit(ctx, r)
@@ -71,7 +71,7 @@ func ExampleRequest_maxWait() {
 
 	var first time.Time
 	for _, id := range []string{"a", "b", "c"} {
-		r := throttle.Request{ID: id, Takes: []throttle.Take{{Rule: gw, Key: "gw"}}, MaxWait: time.Second}
+		r := throttle.Request{ID: id, Takes: []throttle.Take{{Rule: gw, Subject: "gw"}}, MaxWait: time.Second}
 		d, _ := l.Admit(ctx, r)
 		if id == "a" {
 			first = d.At()
@@ -89,7 +89,7 @@ func ExampleLimiter_Release() {
 	ctx := context.Background()
 	l, _ := throttle.New(throttle.NewExampleClient(), throttle.Options{})
 	daily, _ := throttle.NewQuota("daily", throttle.Window{Limit: 1, Per: 24 * time.Hour})
-	r := throttle.Request{ID: "msg-1", Takes: []throttle.Take{{Rule: daily, Key: "bob"}}}
+	r := throttle.Request{ID: "msg-1", Takes: []throttle.Take{{Rule: daily, Subject: "bob"}}}
 
 	d, _ := l.Admit(ctx, r)
 	fmt.Println("admitted:", d.Allowed)
@@ -111,7 +111,7 @@ func ExampleRequest_done() {
 	rdb := throttle.NewExampleClient()
 	l, _ := throttle.New(rdb, throttle.Options{})
 	daily, _ := throttle.NewQuota("daily", throttle.Window{Limit: 1, Per: 24 * time.Hour})
-	r := throttle.Request{ID: "msg-7", Done: "sent:{msg-7}", Takes: []throttle.Take{{Rule: daily, Key: "carol"}}}
+	r := throttle.Request{ID: "msg-7", Done: "sent:{msg-7}", Takes: []throttle.Take{{Rule: daily, Subject: "carol"}}}
 
 	d, _ := l.Admit(ctx, r)
 	fmt.Println("first delivery admitted:", d.Allowed)

@@ -29,7 +29,7 @@ func newFairDiffer(t *testing.T) *differ {
 // horizon ahead and its task hash, made the first time.
 func (d *differ) lineOf(id, tenant string, w int, b *Bucket, ahead time.Duration) Request {
 	r := Request{ID: id, Book: true, Tenant: tenant, Weight: w, BookAhead: ahead,
-		TaskKey: "asynq:{default}:t:" + id, Takes: []Take{{Rule: b, Key: "gw"}}}
+		TaskKey: "asynq:{default}:t:" + id, Takes: []Take{{Rule: b, Subject: "gw"}}}
 	if _, ok := d.tasks[r.TaskKey]; !ok {
 		d.setTask(r.TaskKey, true)
 	}
@@ -72,7 +72,7 @@ func (d *differ) stale(h map[string]string, tenant string) time.Time {
 func (d *differ) takeSlots(b *Bucket, n int) {
 	d.t.Helper()
 	for range n {
-		r := Request{ID: fmt.Sprint("prio-", d.stats.admits), Book: true, Priority: true, Takes: []Take{{Rule: b, Key: "gw"}}}
+		r := Request{ID: fmt.Sprint("prio-", d.stats.admits), Book: true, Priority: true, Takes: []Take{{Rule: b, Subject: "gw"}}}
 		if dec := d.step(r); !dec.Allowed && !dec.Booked {
 			d.t.Fatalf("a priority task: %s, want to go or a slot", describeDecision(dec))
 		}

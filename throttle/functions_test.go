@@ -27,7 +27,7 @@ func quotaDance(t *testing.T, l *Limiter, who string) {
 	q := mustQuota(t, "mkt", Window{1, time.Hour})
 	b := mustBucket(t, "sms", 1, 5)
 	r := func(id string) Request {
-		return Request{ID: id, Takes: []Take{{Rule: q, Key: who}, {Rule: b, Key: "gw-" + who}}}
+		return Request{ID: id, Takes: []Take{{Rule: q, Subject: who}, {Rule: b, Subject: "gw-" + who}}}
 	}
 	if d := mustAdmit(t, l, r(who+"-a")); !d.Allowed || d.Repeated || d.Remaining != 0 {
 		t.Fatalf("%s-a: %+v, want allowed, 0 remaining", who, d)
@@ -36,7 +36,7 @@ func quotaDance(t *testing.T, l *Limiter, who string) {
 		t.Fatalf("%s-a again: %+v, want allowed, repeated", who, d)
 	}
 	d := mustAdmit(t, l, r(who+"-b"))
-	if d.Allowed || d.Take != 0 || d.Limit != "1 per 1h" || d.Delay <= 59*time.Minute || d.Delay > time.Hour {
+	if d.Allowed || d.TakeIndex != 0 || d.Limit != "1 per 1h" || d.Delay <= 59*time.Minute || d.Delay > time.Hour {
 		t.Fatalf("%s-b: %+v, want denied by 1 per 1h for about an hour", who, d)
 	}
 	if n, err := l.Release(ctx, r(who+"-a")); n != 2 || err != nil {
@@ -94,7 +94,7 @@ func TestFunctionsComeBack(t *testing.T) {
 	q := mustQuota(t, "daily", Window{1, 24 * time.Hour})
 	rs := make([]Request, 250) // three calls of up to maxCallTasks
 	for i := range rs {
-		rs[i] = Request{ID: fmt.Sprint("t", i), Takes: []Take{{Rule: q, Key: fmt.Sprint("r", i%125)}}}
+		rs[i] = Request{ID: fmt.Sprint("t", i), Takes: []Take{{Rule: q, Subject: fmt.Sprint("r", i%125)}}}
 	}
 	ds, err := l.AdmitBatch(ctx, rs)
 	if err != nil {
@@ -149,7 +149,7 @@ func TestEmbeddedServer(t *testing.T) {
 	quotaDance(t, l, "alice")
 	// A reservation and the repeat that returns the same moment.
 	b := mustBucket(t, "push", 10, 1)
-	r := func(id string) Request { return Request{ID: id, Takes: []Take{{Rule: b, Key: "gw"}}} }
+	r := func(id string) Request { return Request{ID: id, Takes: []Take{{Rule: b, Subject: "gw"}}} }
 	mustAdmit(t, l, r("p1"))
 	d, err := l.Admit(ctx, withWait(r("p2"), time.Second))
 	if err != nil || !d.Allowed || d.Delay <= 0 || d.Delay > 100*time.Millisecond {
@@ -181,7 +181,7 @@ func TestClusterFunctionsComeBack(t *testing.T) {
 		n++
 		q := mustQuota(t, fmt.Sprint("daily", n), Window{1, 24 * time.Hour})
 		for _, w := range who {
-			r := Request{ID: fmt.Sprint(step, "-", w), Takes: []Take{{Rule: q, Key: w}}}
+			r := Request{ID: fmt.Sprint(step, "-", w), Takes: []Take{{Rule: q, Subject: w}}}
 			d, err := l.Admit(ctx, r)
 			if err != nil || !d.Allowed {
 				t.Fatalf("%s: %s: %+v, %v; want allowed", step, w, d, err)

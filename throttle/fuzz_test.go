@@ -247,7 +247,7 @@ func FuzzRuleValidation(f *testing.F) {
 			t.Errorf("Name() = %q, want %q", r.Name(), name)
 		}
 
-		req := Request{ID: "fuzz", Takes: []Take{{Rule: r, Key: "k", Cost: cost}}}
+		req := Request{ID: "fuzz", Takes: []Take{{Rule: r, Subject: "k", Cost: cost}}}
 		err = req.validate()
 		effective := max(cost, 1)
 		switch {
@@ -265,7 +265,7 @@ func FuzzRuleValidation(f *testing.F) {
 			}
 		}
 		if m := r.MaxCost(); m < math.MaxInt {
-			over := Request{ID: "fuzz", Takes: []Take{{Rule: r, Key: "k", Cost: m + 1}}}
+			over := Request{ID: "fuzz", Takes: []Take{{Rule: r, Subject: "k", Cost: m + 1}}}
 			if err := over.validate(); !errors.Is(err, ErrInvalidRule) {
 				t.Errorf("cost MaxCost+1 = %d: %v, want ErrInvalidRule", m+1, err)
 			}
@@ -274,7 +274,7 @@ func FuzzRuleValidation(f *testing.F) {
 				t.Errorf("Admit with cost MaxCost+1: %v, want ErrInvalidRule", err)
 			}
 		}
-		at := Request{ID: "fuzz", Takes: []Take{{Rule: r, Key: "k", Cost: r.MaxCost()}}}
+		at := Request{ID: "fuzz", Takes: []Take{{Rule: r, Subject: "k", Cost: r.MaxCost()}}}
 		if err := at.validate(); err != nil {
 			t.Errorf("cost MaxCost = %d: %v", r.MaxCost(), err)
 		}
@@ -292,7 +292,7 @@ func TestNastySubjectsGetDistinctKeys(t *testing.T) {
 	subjects := nastySubjects()
 	owner := map[string]string{} // key -> subject
 	for i, s := range subjects {
-		d, err := l.Admit(ctx, Request{ID: fmt.Sprint("n", i), Takes: []Take{{Rule: q, Key: s}, {Rule: b, Key: s}, {Rule: f, Key: s}}})
+		d, err := l.Admit(ctx, Request{ID: fmt.Sprint("n", i), Takes: []Take{{Rule: q, Subject: s}, {Rule: b, Subject: s}, {Rule: f, Subject: s}}})
 		if err != nil || !d.Allowed || d.Repeated {
 			t.Errorf("subject %q: %+v, %v; want allowed", s, d, err)
 			continue
@@ -347,7 +347,7 @@ func TestNastyIDs(t *testing.T) {
 	q := mustQuota(t, "weekly", Window{1000, 168 * time.Hour})
 	b := mustBucket(t, "sms", 1.0/3600, 1000)
 	f := mustFixed(t, "daily", 1000, 24*time.Hour)
-	takes := []Take{{Rule: q, Key: "alice"}, {Rule: b, Key: "gw"}, {Rule: f, Key: "alice"}}
+	takes := []Take{{Rule: q, Subject: "alice"}, {Rule: b, Subject: "gw"}, {Rule: f, Subject: "alice"}}
 	var ids []string
 	for _, id := range nastySubjects() {
 		r := Request{ID: id, Takes: takes}
@@ -426,7 +426,7 @@ func TestNastyRuleExtremes(t *testing.T) {
 		func() error { _, err := NewBucket("b", MinRate, MaxLimit); return err }(), // would take 31.7 million years to fill
 		func() error { _, err := NewFixedWindow("f", MaxLimit+1, time.Hour); return err }(),
 		func() error { _, err := NewFixedWindow("f", 1, MaxPer+1); return err }(),
-		Request{ID: "x", Takes: []Take{{Rule: mk(NewQuota("q", Window{10000, time.Hour})), Key: "k", Cost: MaxQuotaCost + 1}}}.validate(),
+		Request{ID: "x", Takes: []Take{{Rule: mk(NewQuota("q", Window{10000, time.Hour})), Subject: "k", Cost: MaxQuotaCost + 1}}}.validate(),
 	} {
 		if !errors.Is(err, ErrInvalidRule) {
 			t.Errorf("past the bounds: %v, want ErrInvalidRule", err)
@@ -455,7 +455,7 @@ func TestNastyRuleExtremes(t *testing.T) {
 	}
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			r := Request{ID: fmt.Sprint("x", i), Takes: []Take{{Rule: tc.rule, Key: fmt.Sprint("k", i), Cost: tc.cost}}}
+			r := Request{ID: fmt.Sprint("x", i), Takes: []Take{{Rule: tc.rule, Subject: fmt.Sprint("k", i), Cost: tc.cost}}}
 			if err := r.validate(); err != nil {
 				t.Fatalf("validate: %v", err)
 			}

@@ -159,7 +159,7 @@ func (l *Limiter) Holds(ctx context.Context, r Request) (bool, error) {
 		if !ok {
 			continue
 		}
-		err := l.rdb.ZScore(ctx, ledgerKey(subjectTag(l.prefix, t.Key), b.name), r.ID).Err()
+		err := l.rdb.ZScore(ctx, ledgerKey(subjectTag(l.prefix, t.Subject), b.name), r.ID).Err()
 		if err == redis.Nil {
 			return false, nil
 		}
@@ -321,27 +321,27 @@ func (l *Limiter) AdmitBatch(ctx context.Context, rs []Request) ([]Decision, err
 	return ds, nil
 }
 
-// Pause drains bucket b's tokens for subject key so that its next token is
+// Pause drains bucket b's tokens for subject so that its next token is
 // due in d, for every Limiter on this Redis: the way to honour a provider's
 // Retry-After across a fleet. Reservations already made are kept. It returns
 // the time until the bucket's next token.
-func (l *Limiter) Pause(ctx context.Context, b *Bucket, key string, d time.Duration) (time.Duration, error) {
-	r := Request{ID: "pause", Takes: []Take{{Rule: b, Key: key}}, MaxWait: d}
+func (l *Limiter) Pause(ctx context.Context, b *Bucket, subject string, d time.Duration) (time.Duration, error) {
+	r := Request{ID: "pause", Takes: []Take{{Rule: b, Subject: subject}}, MaxWait: d}
 	if err := r.validate(); err != nil {
 		return 0, err
 	}
 	if d <= 0 {
-		return 0, fmt.Errorf("throttle: pause %s for %q: must be positive (got %s): %w", b.Name(), key, d, ErrInvalidRequest)
+		return 0, fmt.Errorf("throttle: pause %s for %q: must be positive (got %s): %w", b.Name(), subject, d, ErrInvalidRequest)
 	}
 	c, keys, args := newCall(b.keyCount(), 2)
 	_, plan := l.appendPlan(keys, nil, r, group{takes: []int{0}}, planHead{})
 	args[0], args[1] = d.Microseconds(), string(plan)
 	res, err := l.eval(ctx, l.pause, []call{c})
 	if err != nil {
-		return 0, fmt.Errorf("throttle: pause %s for %q: %w", b.Name(), key, err)
+		return 0, fmt.Errorf("throttle: pause %s for %q: %w", b.Name(), subject, err)
 	}
 	if len(res[0]) != 1 {
-		return 0, fmt.Errorf("throttle: pause %s for %q: unexpected script reply %v", b.Name(), key, res[0])
+		return 0, fmt.Errorf("throttle: pause %s for %q: unexpected script reply %v", b.Name(), subject, res[0])
 	}
 	return time.Duration(res[0][0]) * time.Microsecond, nil
 }

@@ -285,11 +285,11 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 		}
 	}
 	dec := func(allowed bool, binding, window int, delay float64) Decision {
-		d := Decision{Allowed: allowed, Now: time.UnixMicro(int64(now)), Take: -1}
+		d := Decision{Allowed: allowed, Now: time.UnixMicro(int64(now)), TakeIndex: -1}
 		d.Delay = time.Duration(int64(delay)) * time.Microsecond
 		if binding > 0 {
 			tk := r.Takes[binding-1]
-			d.Take, d.Rule, d.Key, d.Limit = binding-1, tk.Rule, tk.Key, tk.Rule.String()
+			d.TakeIndex, d.Rule, d.Subject, d.Limit = binding-1, tk.Rule, tk.Subject, tk.Rule.String()
 			if q, ok := tk.Rule.(*Quota); ok && window > 0 {
 				d.Limit = q.windows[window-1].String()
 			}

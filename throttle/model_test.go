@@ -223,7 +223,7 @@ func (m *model) parse(r Request) []*modelTake {
 		t := &modelTake{cost: float64(tk.cost()), countOnly: tk.CountOnly}
 		switch rule := tk.Rule.(type) {
 		case *Quota:
-			t.kind, t.key = "q", modelKey{"q", rule.name, tk.Key}
+			t.kind, t.key = "q", modelKey{"q", rule.name, tk.Subject}
 			for _, w := range rule.windows {
 				t.limits = append(t.limits, float64(w.Limit))
 				t.pers = append(t.pers, float64(w.Per.Microseconds()))
@@ -233,15 +233,15 @@ func (m *model) parse(r Request) []*modelTake {
 			}
 		case *Bucket:
 			t.kind = "b"
-			t.key, t.ledger = modelKey{"b", rule.name, tk.Key}, modelKey{"l", rule.name, tk.Key}
-			t.book, t.cal = modelKey{"k", rule.name, tk.Key}, modelKey{"s", rule.name, tk.Key}
-			t.fair, t.tenants = modelKey{"w", rule.name, tk.Key}, modelKey{"t", rule.name, tk.Key}
+			t.key, t.ledger = modelKey{"b", rule.name, tk.Subject}, modelKey{"l", rule.name, tk.Subject}
+			t.book, t.cal = modelKey{"k", rule.name, tk.Subject}, modelKey{"s", rule.name, tk.Subject}
+			t.fair, t.tenants = modelKey{"w", rule.name, tk.Subject}, modelKey{"t", rule.name, tk.Subject}
 			t.rate, t.burst, t.kept = rule.rate, float64(rule.burst), float64(rule.reserve)
 		case *FixedWindow:
-			t.kind, t.key = "f", modelKey{"f", rule.name, tk.Key}
+			t.kind, t.key = "f", modelKey{"f", rule.name, tk.Subject}
 			t.limit, t.per = float64(rule.limit), float64(rule.per.Microseconds())
 		case *CalendarWindow:
-			t.kind, t.key = "c", modelKey{"c", rule.name, tk.Key}
+			t.kind, t.key = "c", modelKey{"c", rule.name, tk.Subject}
 			t.limit = float64(rule.limit)
 			for _, b := range rule.bounds {
 				t.bounds = append(t.bounds, float64(b.UnixMicro()))
@@ -735,12 +735,12 @@ func (m *model) admit(r Request, nowUS, rememberUS int64) Decision {
 	}
 
 	// Redis turns Lua numbers into integer replies by truncation.
-	d := Decision{Allowed: !denied, Now: time.UnixMicro(nowUS), Take: -1, Remaining: int(int64(remaining)), Repeated: repeated}
+	d := Decision{Allowed: !denied, Now: time.UnixMicro(nowUS), TakeIndex: -1, Remaining: int(int64(remaining)), Repeated: repeated}
 	if denied || delay > 0 {
 		d.Delay = time.Duration(int64(delay)) * time.Microsecond
 		if binding > 0 {
 			tk := r.Takes[binding-1]
-			d.Take, d.Rule, d.Key, d.Limit = binding-1, tk.Rule, tk.Key, tk.Rule.String()
+			d.TakeIndex, d.Rule, d.Subject, d.Limit = binding-1, tk.Rule, tk.Subject, tk.Rule.String()
 			if q, ok := tk.Rule.(*Quota); ok && window > 0 {
 				d.Limit = q.windows[window-1].String()
 			}

@@ -32,7 +32,7 @@ func TestReleaseFreesItsSlot(t *testing.T) {
 	l, _ := newStandalone(t)
 	const rate, burst = 10, 1
 	b := mustBucket(t, "sms", rate, burst)
-	req := func(id string) Request { return Request{ID: id, Takes: []Take{{Rule: b, Key: "gw"}}} }
+	req := func(id string) Request { return Request{ID: id, Takes: []Take{{Rule: b, Subject: "gw"}}} }
 	held := map[string]time.Time{}
 	reserve := func(id string) Decision {
 		t.Helper()
@@ -82,7 +82,7 @@ func TestForgetTakesAnotherTokenOnRetry(t *testing.T) {
 	l, _ := newStandalone(t)
 	b := mustBucket(t, "sms", 0.001, 2)
 	q := mustQuota(t, "mkt", Window{5, time.Hour})
-	r := Request{ID: "job-1", Takes: []Take{{Rule: q, Key: "alice"}, {Rule: b, Key: "gw"}}}
+	r := Request{ID: "job-1", Takes: []Take{{Rule: q, Subject: "alice"}, {Rule: b, Subject: "gw"}}}
 	mustAdmit(t, l, r)
 	n, err := l.Forget(ctx, r)
 	if err != nil || n != 1 {
@@ -97,7 +97,7 @@ func TestForgetTakesAnotherTokenOnRetry(t *testing.T) {
 		t.Fatalf("retry after forget: %+v, want allowed, not repeated, the bucket's last token taken", d)
 	}
 	// Both tokens are gone: forget refunded nothing.
-	if d := mustAdmit(t, l, Request{ID: "job-2", Takes: []Take{{Rule: b, Key: "gw"}}}); d.Allowed {
+	if d := mustAdmit(t, l, Request{ID: "job-2", Takes: []Take{{Rule: b, Subject: "gw"}}}); d.Allowed {
 		t.Errorf("job-2 admitted by a bucket of burst 2 after two sends: forget refunded a token")
 	}
 	// The quota entry was not forgotten: release gives it back (and the token).
@@ -114,7 +114,7 @@ func TestReleaseAfterItsSlotGivesNothing(t *testing.T) {
 	l, _ := newStandalone(t)
 	const rate, burst = 20, 2
 	b := mustBucket(t, "sms", rate, burst)
-	req := func(id string) Request { return Request{ID: id, Takes: []Take{{Rule: b, Key: "gw"}}} }
+	req := func(id string) Request { return Request{ID: id, Takes: []Take{{Rule: b, Subject: "gw"}}} }
 	if d := mustAdmit(t, l, req("A")); !d.Allowed || d.Delay != 0 {
 		t.Fatalf("A: %+v, want allowed now", d)
 	}
@@ -147,7 +147,7 @@ func TestForgottenTakeStillBlocksRefund(t *testing.T) {
 	l, _ := newStandalone(t)
 	const rate, burst = 10, 1
 	b := mustBucket(t, "sms", rate, burst)
-	req := func(id string) Request { return Request{ID: id, Takes: []Take{{Rule: b, Key: "gw"}}} }
+	req := func(id string) Request { return Request{ID: id, Takes: []Take{{Rule: b, Subject: "gw"}}} }
 	reserve := func(id string) Decision {
 		t.Helper()
 		d, err := l.Admit(ctx, withWait(req(id), 2*time.Second))
@@ -174,7 +174,7 @@ func TestForgottenTakeStillBlocksRefund(t *testing.T) {
 func TestPauseBlocksRefund(t *testing.T) {
 	l, _ := newStandalone(t)
 	b := mustBucket(t, "sms", 10, 1)
-	req := func(id string) Request { return Request{ID: id, Takes: []Take{{Rule: b, Key: "gw"}}} }
+	req := func(id string) Request { return Request{ID: id, Takes: []Take{{Rule: b, Subject: "gw"}}} }
 	mustAdmit(t, l, req("A"))
 	const pause = 2 * time.Second
 	if _, err := l.Pause(ctx, b, "gw", pause); err != nil {

@@ -26,9 +26,10 @@ const MaxTakes = 32
 type Take struct {
 	// Rule is the limit to check.
 	Rule Rule
-	// Key is the subject the rule is counted for: a recipient, a provider.
-	// Any non-empty string; it is encoded before it becomes part of a key.
-	Key string
+	// Subject is what the rule is counted for: a recipient, a provider.
+	// Any non-empty string; it is encoded before it becomes part of a Redis
+	// key.
+	Subject string
 	// Cost is what the take consumes: tokens of a bucket, entries of a quota,
 	// counts of a fixed window. Zero means 1.
 	Cost int
@@ -144,7 +145,7 @@ func (r Request) validate() error {
 		switch {
 		case t.Rule == nil:
 			return fmt.Errorf("%s: no rule: %w", where(), ErrInvalidRequest)
-		case t.Key == "":
+		case t.Subject == "":
 			return fmt.Errorf("%s (%s): empty key: %w", where(), t.Rule.Name(), ErrInvalidRequest)
 		case t.Cost < 0:
 			return fmt.Errorf("%s (%s): cost must be at least 1 (got %d): %w", where(), t.Rule.Name(), t.Cost, ErrInvalidRequest)
@@ -167,8 +168,8 @@ func (r Request) validate() error {
 			}
 		}
 		for _, u := range r.Takes[:i] {
-			if u.Key == t.Key && u.Rule.kind() == t.Rule.kind() && u.Rule.Name() == t.Rule.Name() {
-				return fmt.Errorf("%s: %s for %q is taken twice: %w", where(), t.Rule.Name(), t.Key, ErrInvalidRequest)
+			if u.Subject == t.Subject && u.Rule.kind() == t.Rule.kind() && u.Rule.Name() == t.Rule.Name() {
+				return fmt.Errorf("%s: %s for %q is taken twice: %w", where(), t.Rule.Name(), t.Subject, ErrInvalidRequest)
 			}
 		}
 	}

@@ -16,7 +16,7 @@ var ctx = context.Background()
 func TestQuotaDelayIsUntilTheBlockingEntryLeaves(t *testing.T) {
 	l, _ := newStandalone(t)
 	q := mustQuota(t, "mkt", Window{1, 400 * time.Millisecond}, Window{2, 2 * time.Second})
-	take := []Take{{Rule: q, Key: "alice"}}
+	take := []Take{{Rule: q, Subject: "alice"}}
 
 	a := mustAdmit(t, l, Request{ID: "a", Takes: take})
 	if !a.Allowed || a.Remaining != 0 {
@@ -24,7 +24,7 @@ func TestQuotaDelayIsUntilTheBlockingEntryLeaves(t *testing.T) {
 	}
 	// Denied by the short window: it frees when a's entry is 400ms old.
 	b := mustAdmit(t, l, Request{ID: "b", Takes: take})
-	if b.Allowed || b.Take != 0 || b.Limit != "1 per 400ms" {
+	if b.Allowed || b.TakeIndex != 0 || b.Limit != "1 per 400ms" {
 		t.Fatalf("second admission: %+v, want denied by 1 per 400ms", b)
 	}
 	if want := a.Now.Add(400 * time.Millisecond).Sub(b.Now); b.Delay != want {
@@ -61,7 +61,9 @@ func TestBucketDelayIsUntilTheTokensAreThere(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			l, _ := newStandalone(t)
 			b := mustBucket(t, "sms", tc.rate, tc.burst)
-			r := func(id string) Request { return Request{ID: id, Takes: []Take{{Rule: b, Key: "gw", Cost: tc.cost}}} }
+			r := func(id string) Request {
+				return Request{ID: id, Takes: []Take{{Rule: b, Subject: "gw", Cost: tc.cost}}}
+			}
 			// The bucket's level, replayed from the decisions' Redis times: it
 			// refills between takes (up to its burst: on a busy machine a
 			// fast bucket can fill again between two takes).
@@ -95,7 +97,7 @@ func TestBucketDelayIsUntilTheTokensAreThere(t *testing.T) {
 func TestFixedWindowDeniesUntilTheWindowEnds(t *testing.T) {
 	l, _ := newStandalone(t)
 	f := mustFixed(t, "api", 2, time.Second)
-	take := []Take{{Rule: f, Key: "k"}}
+	take := []Take{{Rule: f, Subject: "k"}}
 	var d Decision
 	for i := 0; i < 3; i++ {
 		d = mustAdmit(t, l, Request{ID: string(rune('a' + i)), Takes: take})
@@ -115,11 +117,11 @@ func TestAdmissionIsAllOrNothing(t *testing.T) {
 	l, rdb := newStandalone(t)
 	q := mustQuota(t, "mkt", Window{3, time.Hour})
 	b := mustBucket(t, "sms", 0.001, 1)
-	mustAdmit(t, l, Request{ID: "x", Takes: []Take{{Rule: b, Key: "gw"}}})
+	mustAdmit(t, l, Request{ID: "x", Takes: []Take{{Rule: b, Subject: "gw"}}})
 
 	before := snapshot(t, rdb)
-	d := mustAdmit(t, l, Request{ID: "y", Takes: []Take{{Rule: q, Key: "alice"}, {Rule: b, Key: "gw"}}})
-	if d.Allowed || d.Take != 1 {
+	d := mustAdmit(t, l, Request{ID: "y", Takes: []Take{{Rule: q, Subject: "alice"}, {Rule: b, Subject: "gw"}}})
+	if d.Allowed || d.TakeIndex != 1 {
 		t.Fatalf("%+v, want denied by the bucket", d)
 	}
 	if after := snapshot(t, rdb); !equalMaps(before, after) {
@@ -137,7 +139,7 @@ func TestDeniedByQuotaDoesNotReadTheLedger(t *testing.T) {
 	q := mustQuota(t, "mkt", Window{3, time.Hour})
 	b := mustBucket(t, "sms", 0.001, 3)
 	both := func(id string) Request {
-		return Request{ID: id, Takes: []Take{{Rule: q, Key: "alice", Cost: 3}, {Rule: b, Key: "gw"}}}
+		return Request{ID: id, Takes: []Take{{Rule: q, Subject: "alice", Cost: 3}, {Rule: b, Subject: "gw"}}}
 	}
 	// "a" holds all 3 of the quota and a token; then it gives the quota
 	// back (a release of that take alone) and "b" takes 1 of it.
@@ -145,7 +147,7 @@ func TestDeniedByQuotaDoesNotReadTheLedger(t *testing.T) {
 	if n, err := l.Release(ctx, Request{ID: "a", Takes: both("a").Takes[:1]}); n != 1 || err != nil {
 		t.Fatalf("release a's quota entry: %d, %v", n, err)
 	}
-	if d := mustAdmit(t, l, Request{ID: "b", Takes: []Take{{Rule: q, Key: "alice"}}}); !d.Allowed {
+	if d := mustAdmit(t, l, Request{ID: "b", Takes: []Take{{Rule: q, Subject: "alice"}}}); !d.Allowed {
 		t.Fatalf("b: %+v", d)
 	}
 	before := commandCalls(t, rdb)["zscore"]
@@ -153,7 +155,7 @@ func TestDeniedByQuotaDoesNotReadTheLedger(t *testing.T) {
 	// "a" holds one more.
 	for _, id := range []string{"a", "c"} {
 		d := mustAdmit(t, l, both(id))
-		if d.Allowed || d.Take != 0 {
+		if d.Allowed || d.TakeIndex != 0 {
 			t.Fatalf("%s: %+v, want denied by the quota", id, d)
 		}
 		if d.Remaining != 1 {
@@ -169,7 +171,7 @@ func TestAdmissionIsIdempotentByTaskID(t *testing.T) {
 	l, rdb := newStandalone(t)
 	q := mustQuota(t, "mkt", Window{1, time.Hour})
 	b := mustBucket(t, "sms", 0.001, 5)
-	r := Request{ID: "job-1", Takes: []Take{{Rule: q, Key: "alice"}, {Rule: b, Key: "gw", Cost: 2}}}
+	r := Request{ID: "job-1", Takes: []Take{{Rule: q, Subject: "alice"}, {Rule: b, Subject: "gw", Cost: 2}}}
 	first := mustAdmit(t, l, r)
 	before := snapshot(t, rdb)
 	again := mustAdmit(t, l, r)
@@ -189,7 +191,7 @@ func TestReleaseGivesBackOnce(t *testing.T) {
 	q := mustQuota(t, "mkt", Window{1, time.Hour})
 	b := mustBucket(t, "sms", 0.001, 1)
 	f := mustFixed(t, "daily", 1, time.Hour)
-	r := Request{ID: "job-1", Takes: []Take{{Rule: q, Key: "alice"}, {Rule: b, Key: "gw"}, {Rule: f, Key: "alice"}}}
+	r := Request{ID: "job-1", Takes: []Take{{Rule: q, Subject: "alice"}, {Rule: b, Subject: "gw"}, {Rule: f, Subject: "alice"}}}
 	mustAdmit(t, l, r)
 	if d := mustAdmit(t, l, Request{ID: "job-2", Takes: r.Takes}); d.Allowed {
 		t.Fatalf("job-2 admitted while job-1 holds every take")
@@ -218,7 +220,7 @@ func TestReservationPacesABucket(t *testing.T) {
 	b := mustBucket(t, "sms", 10, 1) // one token every 100ms
 	q := mustQuota(t, "mkt", Window{5, time.Hour})
 	take := func(id string) Request {
-		return Request{ID: id, Takes: []Take{{Rule: q, Key: id}, {Rule: b, Key: "gw"}}}
+		return Request{ID: id, Takes: []Take{{Rule: q, Subject: id}, {Rule: b, Subject: "gw"}}}
 	}
 	var ds []Decision
 	for _, id := range []string{"a", "b", "c"} {
@@ -233,7 +235,7 @@ func TestReservationPacesABucket(t *testing.T) {
 		t.Fatalf("a: %+v, want allowed now", ds[0])
 	}
 	for i, d := range ds[1:] {
-		if !d.Allowed || d.Take != 1 {
+		if !d.Allowed || d.TakeIndex != 1 {
 			t.Fatalf("reservation %d: %+v, want allowed with a wait set by the bucket", i+2, d)
 		}
 	}
@@ -264,11 +266,11 @@ func TestChangedLimitsApplyAtOnceAndKeepHistory(t *testing.T) {
 	l, _ := newStandalone(t)
 	one := mustQuota(t, "mkt", Window{1, time.Hour})
 	three := mustQuota(t, "mkt", Window{3, time.Hour})
-	mustAdmit(t, l, Request{ID: "a", Takes: []Take{{Rule: one, Key: "alice"}}})
-	if d := mustAdmit(t, l, Request{ID: "b", Takes: []Take{{Rule: one, Key: "alice"}}}); d.Allowed {
+	mustAdmit(t, l, Request{ID: "a", Takes: []Take{{Rule: one, Subject: "alice"}}})
+	if d := mustAdmit(t, l, Request{ID: "b", Takes: []Take{{Rule: one, Subject: "alice"}}}); d.Allowed {
 		t.Fatal("b admitted under 1 per hour")
 	}
-	d := mustAdmit(t, l, Request{ID: "b", Takes: []Take{{Rule: three, Key: "alice"}}})
+	d := mustAdmit(t, l, Request{ID: "b", Takes: []Take{{Rule: three, Subject: "alice"}}})
 	if !d.Allowed || d.Remaining != 1 {
 		t.Errorf("b under 3 per hour: %+v, want allowed with 1 remaining (a still counts)", d)
 	}
@@ -279,7 +281,7 @@ func TestEveryKeyExpires(t *testing.T) {
 	q := mustQuota(t, "mkt", Window{1, time.Hour}, Window{3, 7 * 24 * time.Hour})
 	b := mustBucket(t, "sms", 0.5, 10)
 	f := mustFixed(t, "daily", 5, 24*time.Hour)
-	mustAdmit(t, l, Request{ID: "a", Takes: []Take{{Rule: q, Key: "alice"}, {Rule: b, Key: "gw", Cost: 4}, {Rule: f, Key: "alice"}}})
+	mustAdmit(t, l, Request{ID: "a", Takes: []Take{{Rule: q, Subject: "alice"}, {Rule: b, Subject: "gw", Cost: 4}, {Rule: f, Subject: "alice"}}})
 	longest := map[string]time.Duration{
 		":q:mkt":       7 * 24 * time.Hour,
 		":b:sms":       6 * time.Minute,                      // the sends of 30 bins of 10 s, and 6 more
@@ -333,7 +335,7 @@ func TestImpossibleRulesAreRejectedWhenBuilt(t *testing.T) {
 			"throttle: bucket sms: burst 1000 at 1e-06/s takes longer than 87600h to fill: invalid rule"},
 		{"cost above burst", func() error {
 			b, _ := NewBucket("sms", 100, 20)
-			return Request{ID: "a", Takes: []Take{{Rule: b, Key: "gw", Cost: 21}}}.validate()
+			return Request{ID: "a", Takes: []Take{{Rule: b, Subject: "gw", Cost: 21}}}.validate()
 		}, `throttle: task "a": take 1: cost 21 exceeds what bucket sms (100/s burst 20) can ever admit (20): invalid rule`},
 	}
 	for _, tc := range tests {
@@ -363,14 +365,14 @@ func TestBadRequestsNeverReachRedis(t *testing.T) {
 		r    Request
 		want string
 	}{
-		{"empty ID", Request{Takes: []Take{{Rule: b, Key: "gw"}}}, "throttle: empty task ID: invalid request"},
-		{"control character", Request{ID: "a\nb", Takes: []Take{{Rule: b, Key: "gw"}}}, `throttle: task ID "a\nb": control character U+000A: invalid request`},
+		{"empty ID", Request{Takes: []Take{{Rule: b, Subject: "gw"}}}, "throttle: empty task ID: invalid request"},
+		{"control character", Request{ID: "a\nb", Takes: []Take{{Rule: b, Subject: "gw"}}}, `throttle: task ID "a\nb": control character U+000A: invalid request`},
 		{"no takes", Request{ID: "a"}, `throttle: task "a": no takes: invalid request`},
 		{"too many takes", Request{ID: "a", Takes: make([]Take, MaxTakes+1)}, `throttle: task "a": 33 takes: at most 32: invalid request`},
 		{"empty key", Request{ID: "a", Takes: []Take{{Rule: b}}}, `throttle: task "a": take 1 (sms): empty key: invalid request`},
-		{"twice", Request{ID: "a", Takes: []Take{{Rule: b, Key: "gw"}, {Rule: b, Key: "gw"}}}, `throttle: task "a": take 2: sms for "gw" is taken twice: invalid request`},
-		{"negative cost", Request{ID: "a", Takes: []Take{{Rule: b, Key: "gw", Cost: -1}}}, `throttle: task "a": take 1 (sms): cost must be at least 1 (got -1): invalid request`},
-		{"long ID", Request{ID: strings.Repeat("x", MaxIDLen+1), Takes: []Take{{Rule: b, Key: "gw"}}}, "throttle: task ID of 257 bytes: longer than 256: invalid request"},
+		{"twice", Request{ID: "a", Takes: []Take{{Rule: b, Subject: "gw"}, {Rule: b, Subject: "gw"}}}, `throttle: task "a": take 2: sms for "gw" is taken twice: invalid request`},
+		{"negative cost", Request{ID: "a", Takes: []Take{{Rule: b, Subject: "gw", Cost: -1}}}, `throttle: task "a": take 1 (sms): cost must be at least 1 (got -1): invalid request`},
+		{"long ID", Request{ID: strings.Repeat("x", MaxIDLen+1), Takes: []Take{{Rule: b, Subject: "gw"}}}, "throttle: task ID of 257 bytes: longer than 256: invalid request"},
 	}
 	l := &Limiter{} // no Redis at all: validation must come first
 	for _, tc := range tests {
@@ -406,7 +408,7 @@ func TestPauseDrainsABucketForEveryone(t *testing.T) {
 	if until < 1990*time.Millisecond || until > 2*time.Second {
 		t.Errorf("next token in %s, want 2s", until)
 	}
-	d := mustAdmit(t, other, Request{ID: "a", Takes: []Take{{Rule: b, Key: "gw"}}})
+	d := mustAdmit(t, other, Request{ID: "a", Takes: []Take{{Rule: b, Subject: "gw"}}})
 	if d.Allowed || d.Delay < 1900*time.Millisecond || d.Delay > 2*time.Second {
 		t.Errorf("admission during the pause: %+v, want denied for about 2s", d)
 	}
@@ -427,7 +429,7 @@ func TestLedgerFollowsSlotsInFlight(t *testing.T) {
 	b := mustBucket(t, "sms", 1000, 100)
 	take := func(id string) Decision {
 		t.Helper()
-		d := mustAdmit(t, l, Request{ID: id, Takes: []Take{{Rule: b, Key: "gw"}}})
+		d := mustAdmit(t, l, Request{ID: id, Takes: []Take{{Rule: b, Subject: "gw"}}})
 		if !d.Allowed {
 			t.Fatalf("%s: %+v", id, d)
 		}
@@ -452,7 +454,7 @@ func TestLedgerFollowsSlotsInFlight(t *testing.T) {
 	// b takes the whole burst: its slot, and with it the calendar (which
 	// lives until its last span ends), lasts 100 ms rather than 1 ms, long
 	// enough to be read after the take on a busy machine.
-	if d := mustAdmit(t, l, Request{ID: "b", Takes: []Take{{Rule: b, Key: "gw", Cost: 100}}}); !d.Allowed {
+	if d := mustAdmit(t, l, Request{ID: "b", Takes: []Take{{Rule: b, Subject: "gw", Cost: 100}}}); !d.Allowed {
 		t.Fatalf("b: %+v", d)
 	}
 	// Both keys end on their own soon after (the ledger Remember after b's

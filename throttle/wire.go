@@ -165,8 +165,8 @@ func (l *Limiter) appendPlan(keys []any, buf []byte, r Request, g group, h planH
 	last, tag := "", ""
 	for _, i := range g.takes {
 		t := r.Takes[i]
-		if t.Key != last || tag == "" {
-			last, tag = t.Key, subjectTag(l.prefix, t.Key)
+		if t.Subject != last || tag == "" {
+			last, tag = t.Subject, subjectTag(l.prefix, t.Subject)
 		}
 		keys = t.Rule.appendKeys(keys, tag)
 		buf = append(buf, ';')
@@ -258,20 +258,20 @@ func (g groupResult) freshTakes(gr group) group {
 // remaining capacity, or deny.
 func merge(d *Decision, g groupResult, r Request, gr group, phase int) {
 	if g.done {
-		*d = Decision{Done: true, Now: time.UnixMicro(g.now), Take: -1}
+		*d = Decision{Done: true, Now: time.UnixMicro(g.now), TakeIndex: -1}
 		return
 	}
 	if phase == 0 {
-		*d = Decision{Allowed: true, Now: time.UnixMicro(g.now), Take: -1, Remaining: int(g.remaining), Repeated: true}
+		*d = Decision{Allowed: true, Now: time.UnixMicro(g.now), TakeIndex: -1, Remaining: int(g.remaining), Repeated: true}
 	}
 	delay := time.Duration(g.delay) * time.Microsecond
 	if !g.allowed || delay > d.Delay {
 		d.Delay = delay
-		d.Take, d.Rule, d.Key, d.Limit = -1, nil, "", ""
+		d.TakeIndex, d.Rule, d.Subject, d.Limit = -1, nil, "", ""
 		if g.binding > 0 {
 			i := gr.takes[g.binding-1]
 			t := r.Takes[i]
-			d.Take, d.Rule, d.Key, d.Limit = i, t.Rule, t.Key, t.Rule.bindingLimit(g.window)
+			d.TakeIndex, d.Rule, d.Subject, d.Limit = i, t.Rule, t.Subject, t.Rule.bindingLimit(g.window)
 		}
 	}
 	d.Allowed = d.Allowed && g.allowed

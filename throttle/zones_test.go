@@ -42,7 +42,7 @@ func TestQuietDeniesUntilTheSpanEnds(t *testing.T) {
 	end := now.Add(400 * time.Millisecond)
 	q := mustQuiet(t, now.Add(-time.Hour), now.Add(time.Hour), Span{now.Add(-time.Minute), end})
 	quota := mustQuota(t, "m", Window{5, time.Hour})
-	r := Request{ID: "a", Takes: []Take{{Rule: quota, Key: "alice"}, {Rule: q, Key: "alice"}}}
+	r := Request{ID: "a", Takes: []Take{{Rule: quota, Subject: "alice"}, {Rule: q, Subject: "alice"}}}
 	d := mustAdmit(t, l, r)
 	if d.Allowed || d.Rule != Rule(q) || d.Limit != "quiet hours" || !d.At().Equal(end) {
 		t.Fatalf("inside quiet hours: %+v; want denied by the quiet hours until %s", d, end)
@@ -61,7 +61,7 @@ func TestQuietMeetsTheMaxWait(t *testing.T) {
 	now := redisNow(t, l)
 	start, end := now.Add(time.Second), now.Add(2*time.Second)
 	q := mustQuiet(t, now.Add(-time.Hour), now.Add(time.Hour), Span{start, end})
-	r := Request{ID: "a", Takes: []Take{{Rule: q, Key: "alice"}}}
+	r := Request{ID: "a", Takes: []Take{{Rule: q, Subject: "alice"}}}
 	if d := mustAdmit(t, l, r); !d.Allowed {
 		t.Fatalf("a second before quiet hours, no wait: %+v", d)
 	}
@@ -75,7 +75,7 @@ func TestQuietOutsideItsCoverFails(t *testing.T) {
 	l, _ := newStandalone(t)
 	now := redisNow(t, l)
 	q := mustQuiet(t, now.Add(time.Hour), now.Add(2*time.Hour))
-	_, err := l.Admit(context.Background(), Request{ID: "a", Takes: []Take{{Rule: q, Key: "alice"}}})
+	_, err := l.Admit(context.Background(), Request{ID: "a", Takes: []Take{{Rule: q, Subject: "alice"}}})
 	if err == nil || !strings.Contains(err.Error(), "quiet hours do not cover Redis time") {
 		t.Fatalf("got %v; want an error saying the cover does not hold Redis time", err)
 	}
@@ -86,7 +86,7 @@ func TestCalendarWindowCounts(t *testing.T) {
 	now := redisNow(t, l)
 	next := now.Add(400 * time.Millisecond)
 	c := mustCalendarWindow(t, 2, now.Add(-time.Hour), next, now.Add(time.Hour))
-	req := func(id string) Request { return Request{ID: id, Takes: []Take{{Rule: c, Key: "alice"}}} }
+	req := func(id string) Request { return Request{ID: id, Takes: []Take{{Rule: c, Subject: "alice"}}} }
 	for _, id := range []string{"a", "b"} {
 		if d := mustAdmit(t, l, req(id)); !d.Allowed {
 			t.Fatalf("%s: %+v", id, d)
@@ -128,7 +128,7 @@ func TestBookQuietMorningInOrder(t *testing.T) {
 	for i := range 8 {
 		rcpt := fmt.Sprint("r", i)
 		r := Request{ID: fmt.Sprint("t", i), Book: true, MaxWait: 150 * time.Millisecond, Takes: []Take{
-			{Rule: quota, Key: rcpt}, {Rule: q, Key: rcpt}, {Rule: b, Key: "gw"}}}
+			{Rule: quota, Subject: rcpt}, {Rule: q, Subject: rcpt}, {Rule: b, Subject: "gw"}}}
 		d := mustAdmit(t, l, r)
 		want, by := end, Rule(q)
 		if i >= 5 { // past the burst: a slot each
@@ -141,7 +141,7 @@ func TestBookQuietMorningInOrder(t *testing.T) {
 	// The claims: each goes at its moment.
 	for i := range 8 {
 		r := Request{ID: fmt.Sprint("t", i), Book: true, MaxWait: 150 * time.Millisecond, Takes: []Take{
-			{Rule: quota, Key: fmt.Sprint("r", i)}, {Rule: q, Key: fmt.Sprint("r", i)}, {Rule: b, Key: "gw"}}}
+			{Rule: quota, Subject: fmt.Sprint("r", i)}, {Rule: q, Subject: fmt.Sprint("r", i)}, {Rule: b, Subject: "gw"}}}
 		untilRedis(t, l, end.Add(time.Duration(i)*100*time.Millisecond-100*time.Millisecond))
 		d := mustAdmit(t, l, r)
 		slot := end.Add(time.Duration(i) * 100 * time.Millisecond) // its slot's start
@@ -165,7 +165,7 @@ func TestBookCalendarNextWindow(t *testing.T) {
 	c := mustCalendarWindow(t, 1, now.Add(-time.Hour), next, last)
 	b := mustBucket(t, "sms", 10, 5)
 	req := func(id string) Request {
-		return Request{ID: id, Book: true, MaxWait: 100 * time.Millisecond, Takes: []Take{{Rule: c, Key: "alice"}, {Rule: b, Key: "gw"}}}
+		return Request{ID: id, Book: true, MaxWait: 100 * time.Millisecond, Takes: []Take{{Rule: c, Subject: "alice"}, {Rule: b, Subject: "gw"}}}
 	}
 	if d := mustAdmit(t, l, req("a")); !d.Allowed {
 		t.Fatalf("a: %+v", d)

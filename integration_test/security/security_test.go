@@ -302,7 +302,7 @@ func checkFunctionsUsed(ctx context.Context, t *testing.T, admin redis.Universal
 func checkEngine(ctx context.Context, t *testing.T, lim *throttle.Limiter, q *throttle.Quota, b *throttle.Bucket) {
 	t.Helper()
 	req := func(id string) throttle.Request {
-		return throttle.Request{ID: id, Takes: []throttle.Take{{Rule: q, Key: "engine"}, {Rule: b, Key: "gw"}}}
+		return throttle.Request{ID: id, Takes: []throttle.Take{{Rule: q, Subject: "engine"}, {Rule: b, Subject: "gw"}}}
 	}
 	if d, err := lim.Admit(ctx, req("e1")); err != nil || !d.Allowed {
 		t.Fatalf("Admit e1: %+v, %v; want allowed", d, err)

@@ -18,7 +18,7 @@ func (e *env) populate(t testing.TB, n int) {
 		var rs []throttle.Request
 		for j := i; j < min(n, i+100); j++ {
 			rs = append(rs, throttle.Request{ID: fmt.Sprintf("h%d", j),
-				Takes: []throttle.Take{{Rule: e.rules.quotas["marketing"], Key: fmt.Sprintf("user%d@example.com", j)}}})
+				Takes: []throttle.Take{{Rule: e.rules.quotas["marketing"], Subject: fmt.Sprintf("user%d@example.com", j)}}})
 		}
 		if _, err := e.lim.AdmitBatch(ctx, rs); err != nil {
 			t.Fatal(err)

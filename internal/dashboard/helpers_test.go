@@ -87,7 +87,7 @@ func newEnv(t testing.TB, workerYAML string, rdb redis.UniversalClient, opts ...
 func (e *env) admit(t testing.TB, id, recipient, policy, provider string) throttle.Decision {
 	t.Helper()
 	d, err := e.lim.Admit(context.Background(), throttle.Request{ID: id, Takes: []throttle.Take{
-		{Rule: e.rules.quotas[policy], Key: recipient}, {Rule: e.rules.buckets[provider], Key: provider}}})
+		{Rule: e.rules.quotas[policy], Subject: recipient}, {Rule: e.rules.buckets[provider], Subject: provider}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -46,7 +46,7 @@ func newFixture(t *testing.T, rdb redis.UniversalClient) *fixture {
 func (f *fixture) admit(t *testing.T, id, recipient string, maxWait time.Duration) throttle.Decision {
 	t.Helper()
 	d, err := f.lim.Admit(context.Background(), throttle.Request{ID: id, MaxWait: maxWait, Takes: []throttle.Take{
-		{Rule: f.marketing, Key: recipient}, {Rule: f.sms, Key: "sms"}}})
+		{Rule: f.marketing, Subject: recipient}, {Rule: f.sms, Subject: "sms"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +143,7 @@ func TestRecipientEntriesPaginate(t *testing.T) {
 	q, _ := throttle.NewQuota("transactional", throttle.Window{Limit: 20, Per: time.Hour})
 	ctx := context.Background()
 	for i := 0; i < 7; i++ {
-		if d, err := lim.Admit(ctx, throttle.Request{ID: fmt.Sprintf("t%d", i), Takes: []throttle.Take{{Rule: q, Key: "bob"}}}); err != nil || !d.Allowed {
+		if d, err := lim.Admit(ctx, throttle.Request{ID: fmt.Sprintf("t%d", i), Takes: []throttle.Take{{Rule: q, Subject: "bob"}}}); err != nil || !d.Allowed {
 			t.Fatalf("admit %d: %+v, %v", i, d, err)
 		}
 	}
@@ -244,7 +244,7 @@ func TestBookings(t *testing.T) {
 	book := func(id, recipient string) throttle.Decision {
 		t.Helper()
 		d, err := f.lim.Admit(ctx, throttle.Request{ID: id, Book: true, Takes: []throttle.Take{
-			{Rule: f.marketing, Key: recipient}, {Rule: f.sms, Key: "sms"}}})
+			{Rule: f.marketing, Subject: recipient}, {Rule: f.sms, Subject: "sms"}}})
 		if err != nil {
 			t.Fatal(err)
 		}

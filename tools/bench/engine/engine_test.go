@@ -157,8 +157,8 @@ func benchID(n uint64) string {
 // job is the notification job of one task to one recipient.
 func (e *benchEnv) job(n uint64, recipient string) throttle.Request {
 	return throttle.Request{ID: benchID(n), Takes: []throttle.Take{
-		{Rule: e.quota, Key: recipient},
-		{Rule: e.bucket, Key: benchProvider},
+		{Rule: e.quota, Subject: recipient},
+		{Rule: e.bucket, Subject: benchProvider},
 	}}
 }
 
@@ -510,7 +510,7 @@ func BenchmarkAdmitZoned(b *testing.B) {
 		return func(ctx context.Context) (int64, int64, error) {
 			n := e.next.Add(1)
 			j := e.job(n, recipient(n))
-			j.Takes = append(j.Takes, throttle.Take{Rule: day, Key: j.Takes[0].Key}, throttle.Take{Rule: hours, Key: j.Takes[0].Key})
+			j.Takes = append(j.Takes, throttle.Take{Rule: day, Subject: j.Takes[0].Subject}, throttle.Take{Rule: hours, Subject: j.Takes[0].Subject})
 			d, err := e.lim.Admit(ctx, j)
 			if err != nil {
 				return 0, 0, err
@@ -624,8 +624,8 @@ func BenchmarkQuotaMemory(b *testing.B) {
 					return
 				}
 				d, err := lim.Admit(ctx, e.job(e.next.Add(1), e.recipients[i]))
-				if err == nil && (d.Allowed || d.Take != 0 || d.Limit != "3 per 168h") {
-					err = fmt.Errorf("%s: allowed %v, take %d, limit %q, want denied by 3 per 168h", e.recipients[i], d.Allowed, d.Take, d.Limit)
+				if err == nil && (d.Allowed || d.TakeIndex != 0 || d.Limit != "3 per 168h") {
+					err = fmt.Errorf("%s: allowed %v, take %d, limit %q, want denied by 3 per 168h", e.recipients[i], d.Allowed, d.TakeIndex, d.Limit)
 				}
 				if err != nil {
 					mu.Lock()
@@ -744,7 +744,7 @@ func BenchmarkBucket(b *testing.B) {
 	b.Run("admit", func(b *testing.B) {
 		benchParallel(b, benchWorkers, func(ctx context.Context) (int64, int64, error) {
 			n := e.next.Add(1)
-			d, err := e.lim.Admit(ctx, throttle.Request{ID: benchID(n), Takes: []throttle.Take{{Rule: e.bucket, Key: benchProvider}}})
+			d, err := e.lim.Admit(ctx, throttle.Request{ID: benchID(n), Takes: []throttle.Take{{Rule: e.bucket, Subject: benchProvider}}})
 			return 1, benchB2I(d.Allowed), err
 		})
 	})
@@ -752,7 +752,7 @@ func BenchmarkBucket(b *testing.B) {
 		var delayed atomic.Int64
 		benchParallel(b, benchWorkers, func(ctx context.Context) (int64, int64, error) {
 			n := e.next.Add(1)
-			d, err := e.lim.Admit(ctx, withWait(throttle.Request{ID: benchID(n), Takes: []throttle.Take{{Rule: tight, Key: benchProvider}}}, time.Second))
+			d, err := e.lim.Admit(ctx, withWait(throttle.Request{ID: benchID(n), Takes: []throttle.Take{{Rule: tight, Subject: benchProvider}}}, time.Second))
 			if d.Allowed && d.Delay > 0 {
 				delayed.Add(1)
 			}
