@@ -217,66 +217,50 @@ local function extend(key, ms)
   end
 end
 
--- Sliding-window quota. An entry with score s counts in a window of length P
--- at time t while s > t - P. Entries older than the longest window are
--- stale: they count for nothing, not even as the task's own (a check treats
--- them as absent), and are pruned when the key is next written.
--- A denied take waits until enough of the entries in its window have left:
--- the need-th oldest one leaves at s + P.
---
--- quota_check returns ok, how long until the take would pass (the delay,
--- or for a take the task holds, the wait until its entry's moment), the
--- window that set the delay (0: none), remaining, whether the task holds the
--- take, and for the commit: the number of stale entries and of live ones
--- (both nil when it counted rather than read).
-local function quota_check(t, key, id, now)
+-- quota_read is quota_check for a set read whole: z is its ZRANGE WITHSCORES
+-- (n values, oldest first), lo the moment before which entries are stale.
+local function quota_read(t, id, now, lo, z, n)
   local cost, nw = t.cost, t.nw
-  local lo = now - t.longest
-  local z, n
-  if t.most <= QREAD then
-    -- The whole set, oldest first: stale entries, then the live ones.
-    z = rcall('ZRANGE', key, '0', QREAD_S, 'WITHSCORES')
-    n = #z
-    if n == 0 then return true, 0, 0, t.least - cost, false, 0, 0 end
-    if n > 2 * QREAD then z = nil end
-  end
   local ok, delay, window, remaining, mine = true, 0, 0, huge, nil
-  if z then
-    -- SC[1..m]: the live scores, newest first.
-    local m = 0
-    for j = n, 2, -2 do
-      local s = tonum(z[j])
-      if s <= lo then break end
-      m = m + 1
-      SC[m] = s
-      if z[j - 1] == id then mine = s end
-    end
-    if mine then
-      for w = 1, nw do
-        local from, c = now - t[nw + w], 0
-        while c < m and SC[c + 1] > from do c = c + 1 end
-        if t[w] - c < remaining then remaining = t[w] - c end
-      end
-      return true, max(0, mine - now), 0, remaining, true, n / 2 - m, m
-    end
-    for w = 1, nw do
-      local limit, per = t[w], t[nw + w]
-      local from, c = now - per, 0
-      while c < m and SC[c + 1] > from do c = c + 1 end
-      local left, need = limit - c, c + cost - limit
-      if need > 0 then
-        -- The need-th oldest of the c in the window leaves first.
-        local d = SC[c - need + 1] + per - now
-        ok = false
-        if d > delay then delay, window = d, w end
-      else
-        left = left - cost
-      end
-      if left < remaining then remaining = left end
-    end
-    return ok, delay, window, remaining, false, n / 2 - m, m
+  -- SC[1..m]: the live scores, newest first.
+  local m = 0
+  for j = n, 2, -2 do
+    local s = tonum(z[j])
+    if s <= lo then break end
+    m = m + 1
+    SC[m] = s
+    if z[j - 1] == id then mine = s end
   end
-  -- A large quota: counted, not read.
+  if mine then
+    for w = 1, nw do
+      local from, c = now - t[nw + w], 0
+      while c < m and SC[c + 1] > from do c = c + 1 end
+      if t[w] - c < remaining then remaining = t[w] - c end
+    end
+    return true, max(0, mine - now), 0, remaining, true, n / 2 - m, m
+  end
+  for w = 1, nw do
+    local limit, per = t[w], t[nw + w]
+    local from, c = now - per, 0
+    while c < m and SC[c + 1] > from do c = c + 1 end
+    local left, need = limit - c, c + cost - limit
+    if need > 0 then
+      -- The need-th oldest of the c in the window leaves first.
+      local d = SC[c - need + 1] + per - now
+      ok = false
+      if d > delay then delay, window = d, w end
+    else
+      left = left - cost
+    end
+    if left < remaining then remaining = left end
+  end
+  return ok, delay, window, remaining, false, n / 2 - m, m
+end
+
+-- quota_count is quota_check for a large quota: counted, not read.
+local function quota_count(t, key, id, now, lo)
+  local cost, nw = t.cost, t.nw
+  local ok, delay, window, remaining, mine = true, 0, 0, huge, nil
   local s = rcall('ZSCORE', key, id) -- false when absent
   if s then
     s = tonum(s)
@@ -302,6 +286,30 @@ local function quota_check(t, key, id, now)
   end
   if mine then return true, max(0, mine - now), 0, remaining, true, nil, nil end
   return ok, delay, window, remaining, false, nil, nil
+end
+
+-- Sliding-window quota. An entry with score s counts in a window of length P
+-- at time t while s > t - P. Entries older than the longest window are
+-- stale: they count for nothing, not even as the task's own (a check treats
+-- them as absent), and are pruned when the key is next written.
+-- A denied take waits until enough of the entries in its window have left:
+-- the need-th oldest one leaves at s + P.
+--
+-- quota_check returns ok, how long until the take would pass (the delay,
+-- or for a take the task holds, the wait until its entry's moment), the
+-- window that set the delay (0: none), remaining, whether the task holds the
+-- take, and for the commit: the number of stale entries and of live ones
+-- (both nil when it counted rather than read).
+local function quota_check(t, key, id, now)
+  local lo = now - t.longest
+  if t.most <= QREAD then
+    -- The whole set, oldest first: stale entries, then the live ones.
+    local z = rcall('ZRANGE', key, '0', QREAD_S, 'WITHSCORES')
+    local n = #z
+    if n == 0 then return true, 0, 0, t.least - t.cost, false, 0, 0 end
+    if n <= 2 * QREAD then return quota_read(t, id, now, lo, z, n) end
+  end
+  return quota_count(t, key, id, now, lo)
 end
 
 -- members lists the sorted-set members a quota take of this cost occupies:
