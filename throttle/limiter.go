@@ -114,20 +114,9 @@ func (l *Limiter) Admit(ctx context.Context, r Request) (Decision, error) {
 		return Decision{}, err
 	}
 	g := l.single(r)
-	nk := 0
-	if r.Done != "" {
-		nk++
-	}
-	if horizon(r) {
-		nk++
-	}
-	for _, t := range r.Takes {
-		nk += t.Rule.keyCount()
-	}
-	c, keys, args := newCall(nk, 3)
+	c, keys, args := newCall(l.taskKeyCount(r, g, true), taskArgs(true))
 	var buf [128]byte
-	_, plan := l.appendPlan(keys, buf[:0], r, g, planHead{maxWait: r.MaxWait.Microseconds(), done: r.Done, book: r.Book})
-	args[0], args[1], args[2] = r.ID, string(plan), taskArg(r, r.Book, 0, "")
+	l.appendTask(keys, buf[:0], args, r, g, true)
 	res, err := l.eval1(ctx, l.admit, c)
 	if err != nil {
 		return Decision{}, fmt.Errorf("throttle: admit: %w", err)

@@ -48,49 +48,68 @@ func (l *Limiter) calls(rs []Request, ts []task, admit bool) []call {
 		chunk := ts[lo:min(lo+per, len(ts))]
 		nk := 0
 		for _, t := range chunk {
-			if admit && l.checksDone(rs[t.req]) {
-				nk++
-			}
-			if admit && horizon(rs[t.req]) && !l.cluster {
-				nk++
-			}
-			for _, i := range t.g.takes {
-				nk += rs[t.req].Takes[i].Rule.keyCount()
-			}
+			nk += l.taskKeyCount(rs[t.req], t.g, admit)
 		}
-		stride := 2
-		if admit {
-			stride = 3
-		}
+		stride := taskArgs(admit)
 		c, keys, args := newCall(nk, stride*len(chunk))
 		c.tasks = chunk
 		for j, t := range chunk {
-			r := rs[t.req]
-			var maxWait int64
-			if admit {
-				maxWait = r.MaxWait.Microseconds()
-			}
-			h := planHead{maxWait: maxWait, book: admit && l.books(r)}
-			if admit && l.checksDone(r) {
-				h.done = r.Done
-			}
-			if admit && l.stampsAhead(r) && !groupHasBucket(r, t.g) {
-				// A quota group admitted before the request's bucket group
-				// reserves a token up to MaxWait ahead: its entries are
-				// stamped at now + MaxWait, later than any moment the
-				// bucket can reserve, and restamped once that moment is
-				// known (restampQuotas).
-				h.ahead = maxWait
-			}
-			keys, buf = l.appendPlan(keys, buf[:0], r, t.g, h)
-			args[stride*j], args[stride*j+1] = r.ID, string(buf)
-			if admit {
-				args[stride*j+2] = taskArg(r, l.books(r), 0, "")
-			}
+			keys, buf = l.appendTask(keys, buf[:0], args[stride*j:stride*j+stride], rs[t.req], t.g, admit)
 		}
 		out = append(out, c)
 	}
 	return out
+}
+
+// taskArgs is how many arguments a task takes in admit.lua's calling
+// convention (admit) or release.lua's.
+func taskArgs(admit bool) int {
+	if admit {
+		return 3
+	}
+	return 2
+}
+
+// taskKeyCount is how many keys the task of r's group g brings to a call.
+func (l *Limiter) taskKeyCount(r Request, g group, admit bool) int {
+	nk := 0
+	if admit && l.checksDone(r) {
+		nk++
+	}
+	if admit && horizon(r) && !l.cluster {
+		nk++
+	}
+	for _, i := range g.takes {
+		nk += r.Takes[i].Rule.keyCount()
+	}
+	return nk
+}
+
+// appendTask appends the keys of the task of r's group g to keys, and sets
+// its arguments (taskArgs(admit) of them) in args; its plan is built in buf.
+func (l *Limiter) appendTask(keys []any, buf []byte, args []any, r Request, g group, admit bool) ([]any, []byte) {
+	var maxWait int64
+	if admit {
+		maxWait = r.MaxWait.Microseconds()
+	}
+	h := planHead{maxWait: maxWait, book: admit && l.books(r)}
+	if admit && l.checksDone(r) {
+		h.done = r.Done
+	}
+	if admit && l.stampsAhead(r) && !groupHasBucket(r, g) {
+		// A quota group admitted before the request's bucket group
+		// reserves a token up to MaxWait ahead: its entries are
+		// stamped at now + MaxWait, later than any moment the
+		// bucket can reserve, and restamped once that moment is
+		// known (restampQuotas).
+		h.ahead = maxWait
+	}
+	keys, buf = l.appendPlan(keys, buf, r, g, h)
+	args[0], args[1] = r.ID, string(buf)
+	if admit {
+		args[2] = taskArg(r, l.books(r), 0, "")
+	}
+	return keys, buf
 }
 
 // books reports whether r's admission books: on a single node, when asked.
