@@ -358,15 +358,16 @@ end
 --
 -- Per bucket, the tenants hash holds, for each waiting tenant, "F,G,w,E" (F:
 -- its last place, 0 for none; E: when it stops waiting, as the expiry set
--- has it), under '\0W' W, the sum of the weights recorded, and under '\0J'
--- the join cursor. A tenant waits while E > now; E is the later of its gate
--- and its line's end, plus FAIR_PAD, written at most once per FAIR_PAD. A tenant that stops
+-- has it), under '\0W' W, the sum of the weights recorded, under '\0J'
+-- the join cursor, and under '\0P' the end of the places handed out. A
+-- tenant waits while E > now; E is the later of its gate and its line's
+-- end, plus FAIR_PAD, written at most once per FAIR_PAD. A tenant that stops
 -- waiting leaves W when the expiry set shows it (read only when W holds
 -- more than the tenant's own weight), or when it comes back, and its
 -- record goes: memory follows the tenants waiting.
 
 local FAIR_PAD = 1000000 -- µs
-local FAIR_W, FAIR_J = '\0W', '\0J'
+local FAIR_W, FAIR_J, FAIR_P = '\0W', '\0J', '\0P'
 
 -- F holds the tenant being booked: its tenant, weight, record and W.
 local F = {}
@@ -374,12 +375,12 @@ local F = {}
 -- fair_read loads tenant's state on a bucket (fair: tenants hash, exp: the
 -- expiry set; len: the bucket's slot) into F, the tenant waiting from now on.
 local function fair_read(fair, exp, tenant, w, now, len)
-  local r = rcall('HMGET', fair, tenant, FAIR_W, FAIR_J)
+  local r = rcall('HMGET', fair, tenant, FAIR_W, FAIR_J, FAIR_P)
   local W = tonum(r[2]) or 0
   local Wo = W
   F.tenant, F.w, F.last, F.gate, F.wo, F.exp, F.len = tenant, w, 0, now, 0, 0, len
-  F.J = tonum(r[3]) or 0
-  F.Jo = F.J
+  F.J, F.P = tonum(r[3]) or 0, tonum(r[4]) or 0
+  F.Jo, F.Po = F.J, F.P
   if r[1] then
     local a, b, c, e = match(r[1], '^(%d+),(%d+),(%d+),(%d+)$')
     if tonum(e) > now then
@@ -455,14 +456,11 @@ end
 local function fair_write(fair, exp, now, force)
   local e, due = max(fair_line(), F.gate, now), false
   if e > F.exp - FAIR_PAD / 2 then F.exp, force, due = e + FAIR_PAD, true, true end
-  local rec = fmt('%d,%d,%d,%d', F.last, F.gate, F.w, F.exp)
-  if F.J ~= F.Jo then
-    rcall('HSET', fair, F.tenant, rec, FAIR_W, int(F.W), FAIR_J, int(F.J))
-  elseif F.W ~= F.Wo then
-    rcall('HSET', fair, F.tenant, rec, FAIR_W, int(F.W))
-  elseif force then
-    rcall('HSET', fair, F.tenant, rec)
-  end
+  local set = {fair, F.tenant, fmt('%d,%d,%d,%d', F.last, F.gate, F.w, F.exp)}
+  if F.W ~= F.Wo then set[#set + 1], set[#set + 2] = FAIR_W, int(F.W) end
+  if F.J ~= F.Jo then set[#set + 1], set[#set + 2] = FAIR_J, int(F.J) end
+  if F.P ~= F.Po then set[#set + 1], set[#set + 2] = FAIR_P, int(F.P) end
+  if force or #set > 3 then rcall('HSET', unpack_(set)) end
   if due then
     -- Both keys live as long as the longest wait they hold (W with them).
     rcall('ZADD', exp, int(F.exp), F.tenant)
@@ -501,6 +499,17 @@ local function behind(q, m, now, maxwait, len)
   return q and maxwait > 0 and m > now + maxwait and m > q + len
 end
 
+-- again is where a task back from its place q (false: none) is placed
+-- again in its tenant's line, line: no further back than the end of every
+-- place handed out (P). A tenant's line runs on at its share (with 10,000
+-- tenants waiting, a stride is 10,000 slots), but a task placed again needs
+-- only a place behind those handed out, whoever's: there the calendar has
+-- room.
+local function again(q, line)
+  if q and F.P > 0 and F.P < line then return F.P end
+  return line
+end
+
 -- line_place gives a task place q in its tenant's line (F loaded), or, if
 -- it starts the line (join), the join cursor's place when that is later. It
 -- returns the place, and false if that is past the deadline (µs, 0: none):
@@ -510,6 +519,7 @@ local function line_place(fair, fexp, now, q, len, deadline, join)
   if deadline > 0 and q > deadline then return q, false end
   if join then F.J = q + len end
   F.last = q
+  if q + len > F.P then F.P = q + len end
   fair_write(fair, fexp, now, true)
   return q, true
 end
@@ -703,7 +713,7 @@ local function book_task(keys, ki, id, p, now, deadline, floor_, weight, tenant,
     -- its place that finds the calendar behind its line (see behind).
     if placeable(tkey, ps) then
       local line = fair_line()
-      return in_place(k, bi, fair, fexp, tkey, now, max(m, line), len, deadline, line <= now + H)
+      return in_place(k, bi, fair, fexp, tkey, now, max(m, again(back, line)), len, deadline, line <= now + H)
     end
   end
   if deadline > 0 and m > deadline then
@@ -851,7 +861,7 @@ local function book_bucket(keys, args)
     local pb = max(from, v - slack)
     if fair and H > 0 and ps and (pb > now + H or behind(back, pb, now, p.maxwait, len)) and placeable(nil, ps) then
       local ln = fair_line()
-      return place(max(pb, ln), ln <= now + H)
+      return place(max(pb, again(back, ln)), ln <= now + H)
     end
     -- The slot is held for the task (a ticket) until the commit: tasks
     -- peeking at the same time find different slots, instead of one

@@ -915,7 +915,7 @@ func (d *differ) checkState(op int, rs []Request) {
 func fairWeights(h map[string]string) string {
 	sum := 0.0
 	for tn, rec := range h {
-		if tn != modelFairW && tn != modelFairJ {
+		if tn != modelFairW && tn != modelFairJ && tn != modelFairP {
 			_, _, w, _ := fairRecord(rec)
 			sum += w
 		}

@@ -169,8 +169,8 @@ func TestFairStateReleased(t *testing.T) {
 		mustAdmit(t, l, lineReq(t, rdb, fmt.Sprint("a", i), "a", 1, b, 5*time.Millisecond))
 	}
 	n, err := rdb.HLen(ctx, fairKey(tag, "sms")).Result()
-	if err != nil || n != 3 {
-		t.Fatalf("tenants hash holds %d fields (%v), want the tenant, W and the join cursor", n, err)
+	if err != nil || n != 4 {
+		t.Fatalf("tenants hash holds %d fields (%v), want the tenant, W, the join cursor and the places' end", n, err)
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {

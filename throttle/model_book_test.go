@@ -475,7 +475,7 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 			if join {
 				c.m.fair["join"]++
 			}
-			return c.inPlace(r, bt, fr, math.Max(m, fr.line()), length, deadline, join, dec, bi), true
+			return c.inPlace(r, bt, fr, math.Max(m, fr.again(placed, fr.line())), length, deadline, join, dec, bi), true
 		}
 	}
 	if deadline > 0 && m > deadline {

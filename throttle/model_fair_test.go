@@ -21,13 +21,14 @@ const modelFairPad = 1000000
 const (
 	modelFairW = "\x00W"
 	modelFairJ = "\x00J"
+	modelFairP = "\x00P" // book.lua's FAIR_P: the end of the places handed out
 )
 
 // modelFair is book.lua's F: the tenant being booked.
 type modelFair struct {
 	tenant                      string
 	w, last, gate, wo, exp, len float64
-	W, Wo, J, Jo                float64
+	W, Wo, J, Jo, P, Po         float64
 }
 
 // modelTaskKey is the model key of r's task hash: r.TaskKey when its plan
@@ -123,7 +124,10 @@ func (c *modelCall) fairRead(t *modelTake, tenant string, w, length float64) *mo
 	if js, ok := c.hget(t.fair, modelFairJ); ok {
 		f.J = modelNum(js)
 	}
-	f.Jo = f.J
+	if ps, ok := c.hget(t.fair, modelFairP); ok {
+		f.P = modelNum(ps)
+	}
+	f.Jo, f.Po = f.J, f.P
 	if hasRec {
 		if a, b, wo, e := fairRecord(rec); e > now {
 			f.last, f.gate, f.wo, f.exp = a, b, wo, e
@@ -159,6 +163,15 @@ func (c *modelCall) fairRead(t *modelTake, tenant string, w, length float64) *mo
 // gate and line.
 func (f *modelFair) stride(length float64) float64 { return math.Ceil(length * f.W / f.w) }
 
+// again mirrors again: where a task back from its place (placed) is placed
+// again, no further back than the end of every place handed out.
+func (f *modelFair) again(placed bool, line float64) float64 {
+	if placed && f.P > 0 && f.P < line {
+		return f.P
+	}
+	return line
+}
+
 // line mirrors fair_line: the tenant's next place, a stride after its last
 // (0: it has none).
 func (f *modelFair) line() float64 {
@@ -176,15 +189,18 @@ func (c *modelCall) fairWrite(t *modelTake, f *modelFair, force bool) {
 		f.exp, force, due = e+modelFairPad, true, true
 	}
 	rec := modelInt(f.last) + "," + modelInt(f.gate) + "," + modelInt(f.w) + "," + modelInt(f.exp)
-	switch {
-	case f.J != f.Jo:
+	if force || f.W != f.Wo || f.J != f.Jo || f.P != f.Po {
 		h := c.getOrCreate(t.fair)
-		h.s[f.tenant], h.s[modelFairW], h.s[modelFairJ] = rec, modelInt(f.W), modelInt(f.J)
-	case f.W != f.Wo:
-		h := c.getOrCreate(t.fair)
-		h.s[f.tenant], h.s[modelFairW] = rec, modelInt(f.W)
-	case force:
-		c.getOrCreate(t.fair).s[f.tenant] = rec
+		h.s[f.tenant] = rec
+		if f.W != f.Wo {
+			h.s[modelFairW] = modelInt(f.W)
+		}
+		if f.J != f.Jo {
+			h.s[modelFairJ] = modelInt(f.J)
+		}
+		if f.P != f.Po {
+			h.s[modelFairP] = modelInt(f.P)
+		}
 	}
 	if due {
 		c.getOrCreate(t.tenants).z[f.tenant] = f.exp
@@ -229,6 +245,7 @@ func (c *modelCall) inPlace(r Request, t *modelTake, f *modelFair, q, length, de
 		f.J = q + length
 	}
 	f.last = q
+	f.P = math.Max(f.P, q+length)
 	c.fairWrite(t, f, true)
 	c.get(modelTaskKey(r)).s["thr"] = modelInt(q)
 	d.Booked, d.Queued, d.Ahead = true, true, int(math.Floor((q-now)/length))
