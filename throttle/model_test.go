@@ -27,7 +27,17 @@ type model struct {
 	// fair counts the paths of book.lua's fair shares and horizon a run
 	// took (see TestDifferential).
 	fair map[string]int
+	// ambiguous holds the keys the model let expire within modelExpiryMS
+	// of their deadline: Redis judges a key's expiry by its script's start
+	// (a few µs to ms before the TIME the model runs at), so it may have
+	// kept them (see checkState).
+	ambiguous map[modelKey]bool
 }
+
+// modelExpiryMS is how far past its deadline a key's expiry may be judged
+// differently by the model and by Redis (a script preempted between its
+// start and its TIME).
+const modelExpiryMS = 20
 
 type modelKey struct {
 	kind    string // "q" quota set, "b" bucket hash, "l" bucket ledger, "k" bucket tickets, "s" bucket slot calendar, "w" bucket tenants hash, "t" bucket tenants' expiry set, "c" calendar quota, "f" fixed-window hash, "task" a task's own hash (subject: its key)
@@ -54,7 +64,7 @@ type modelEntry struct {
 }
 
 func newModel() *model {
-	return &model{keys: map[modelKey]*modelEntry{}, lost: map[string]int{}, fair: map[string]int{}}
+	return &model{keys: map[modelKey]*modelEntry{}, lost: map[string]int{}, fair: map[string]int{}, ambiguous: map[modelKey]bool{}}
 }
 
 // modelCall is one script run: its µs time from TIME and the ms time key
@@ -81,6 +91,9 @@ func (m *model) at(nowUS int64) *modelCall {
 func (c *modelCall) get(k modelKey) *modelEntry {
 	e := c.m.keys[k]
 	if e != nil && e.expMS != 0 && c.nowMS > e.expMS {
+		if c.nowMS-e.expMS <= modelExpiryMS {
+			c.m.ambiguous[k] = true
+		}
 		delete(c.m.keys, k)
 		return nil
 	}
