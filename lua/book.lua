@@ -360,8 +360,10 @@ end
 -- its last place, 0 for none; E: when it stops waiting, as the expiry set
 -- has it), under '\0W' W, the sum of the weights recorded, under '\0J'
 -- the join cursor, and under '\0P' the end of the places handed out. A
--- tenant waits while E > now; E is the later of its gate and its line's
--- end, plus FAIR_PAD, written at most once per FAIR_PAD. A tenant that stops
+-- tenant waits while E > now; E is the later of its gate and its last
+-- place, plus FAIR_PAD, written at most once per FAIR_PAD (not its line's
+-- next place: with many tenants that is many slots on, and a tenant with
+-- nothing more in line would weigh in W, and keep its record, that long). A tenant that stops
 -- waiting leaves W when the expiry set shows it (read only when W holds
 -- more than the tenant's own weight), or when it comes back, and its
 -- record goes: memory follows the tenants waiting.
@@ -454,7 +456,7 @@ end
 -- fair_write stores F back when it changed (force: its line or gate did),
 -- or when the tenant's expiry is due to be pushed on.
 local function fair_write(fair, exp, now, force)
-  local e, due = max(fair_line(), F.gate, now), false
+  local e, due = max(F.last, F.gate, now), false
   if e > F.exp - FAIR_PAD / 2 then F.exp, force, due = e + FAIR_PAD, true, true end
   local set = {fair, F.tenant, fmt('%d,%d,%d,%d', F.last, F.gate, F.w, F.exp)}
   if F.W ~= F.Wo then set[#set + 1], set[#set + 2] = FAIR_W, int(F.W) end

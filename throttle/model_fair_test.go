@@ -184,7 +184,7 @@ func (f *modelFair) line() float64 {
 // fairWrite mirrors fair_write.
 func (c *modelCall) fairWrite(t *modelTake, f *modelFair, force bool) {
 	now := c.now
-	e, due := math.Max(math.Max(f.line(), f.gate), now), false
+	e, due := math.Max(math.Max(f.last, f.gate), now), false
 	if e > f.exp-modelFairPad/2 {
 		f.exp, force, due = e+modelFairPad, true, true
 	}
