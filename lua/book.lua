@@ -489,9 +489,11 @@ local function placeable(tkey, ps)
   return rcall('EXISTS', tkey) == 1
 end
 
--- behind reports whether a task back from its place q (false: none), whose
--- first free slot lets it go at m, finds the calendar behind the line: its
--- slot more than a slot past its place, and not one it can go to now (within
+-- behind reports whether a task back from its place (q: the later of its
+-- place and its tenant's gate; false: not back from a place), whose first
+-- free slot lets it go at m, finds the calendar behind the line: its slot
+-- more than a slot past q (a gate ahead of its place is its share, not the
+-- calendar: it books there), and not one it can go to now (within
 -- maxwait; with none, every booking is a ticket and nothing is saved). Tasks
 -- back late (after a long first pass), or priority ones, took the slots of
 -- the places. A ticket would cost the task a second call and keep the
@@ -709,7 +711,7 @@ local function book_task(keys, ki, id, p, now, deadline, floor_, weight, tenant,
     taken = false
   end
   if bt and binding == 0 then binding = bi end
-  if near and H > 0 and binding == bi and (m > now + H or behind(back, m, now, maxwait, len)) then
+  if near and H > 0 and binding == bi and (m > now + H or behind(back and gate, m, now, maxwait, len)) then
     -- Past the horizon: a place in the tenant's line, not a slot; the first
     -- of a line no earlier than the join cursor; so too for a task back from
     -- its place that finds the calendar behind its line (see behind).
@@ -861,7 +863,7 @@ local function book_bucket(keys, args)
     local v, left, ra, rb = bucket_find(bcal, fair_start(bcal, from, gate, len), len)
     if not v then return {now, now + BIG, 0, 0, 0, 0} end
     local pb = max(from, v - slack)
-    if fair and H > 0 and ps and (pb > now + H or behind(back, pb, now, p.maxwait, len)) and placeable(nil, ps) then
+    if fair and H > 0 and ps and (pb > now + H or behind(back and gate, pb, now, p.maxwait, len)) and placeable(nil, ps) then
       local ln = fair_line()
       return place(max(pb, again(back, ln)), ln <= now + H)
     end

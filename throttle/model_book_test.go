@@ -394,7 +394,7 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 	if horizon(r) {
 		H = float64(r.BookAhead.Microseconds())
 	}
-	near, gate, placed, backAt := false, 0.0, false, 0.0 // placed: back from a place in line, backAt
+	near, gate, placed := false, 0.0, false // placed: back from a place in line
 	var fr *modelFair
 	if bt != nil && !prio {
 		near = H == 0 || m <= now+H
@@ -413,7 +413,7 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 				d.Booked, d.Queued, d.Ahead = true, true, int(math.Floor((q-now)/length))
 				return d, true
 			case ok: // its slot is from its place on
-				placed, backAt, gate = true, q, math.Max(gate, q)
+				placed, gate = true, math.Max(gate, q)
 			case fr.line() > now+H && c.placeable(r):
 				c.m.fair["line end"]++
 				return c.inPlace(r, bt, fr, math.Max(m, fr.line()), length, deadline, false, dec, bi), true
@@ -460,7 +460,7 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 	if bt != nil && binding == 0 {
 		binding = bi
 	}
-	if near && H > 0 && binding == bi && (m > now+H || placed && maxwait > 0 && m > now+maxwait && m > backAt+length) {
+	if near && H > 0 && binding == bi && (m > now+H || placed && maxwait > 0 && m > now+maxwait && m > gate+length) {
 		// Past the horizon: a place in the tenant's line, not a slot.
 		if !c.placeable(r) {
 			c.m.fair["no hash"]++
