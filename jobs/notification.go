@@ -53,6 +53,20 @@ func (e *FieldError) Error() string {
 }
 
 // bad returns a *FieldError wrapped with ErrBadPayload.
+// clipped is err's text cut to 300 bytes (at a rune): a JSON error may quote
+// a value of the payload whole (a time that does not parse, say).
+func clipped(err error) string {
+	s := err.Error()
+	if len(s) <= 300 {
+		return s
+	}
+	i := 300
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + "…"
+}
+
 func bad(field, format string, args ...any) error {
 	return fmt.Errorf("%w: %w", &FieldError{Field: field, Problem: fmt.Sprintf(format, args...)}, ErrBadPayload)
 }
@@ -153,7 +167,7 @@ func Decode(payload []byte) (Notification, error) {
 	dec := json.NewDecoder(bytes.NewReader(payload))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&n); err != nil {
-		return n, bad("", "payload is not a notification: %v", err)
+		return n, bad("", "payload is not a notification: %s", clipped(err))
 	}
 	if dec.More() {
 		return n, bad("", "payload has data after the notification")
@@ -228,7 +242,7 @@ func Members(obj []byte, f func(name, value []byte) error) error {
 				if bytes.IndexByte(name, '\\') >= 0 || !utf8.Valid(name) { // as encoding/json reads it
 					var s string
 					if err := json.Unmarshal(obj[i:end+1], &s); err != nil {
-						return bad("", "payload is not a notification: %v", err)
+						return bad("", "payload is not a notification: %s", clipped(err))
 					}
 					name = []byte(s)
 				}
