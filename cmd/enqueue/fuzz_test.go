@@ -71,6 +71,8 @@ func checkRoundTrip(t *testing.T, c checker, e entry, j job) {
 		Policy:    cmp.Or(e.Policy, c.cfg.Defaults.Policy),
 		Provider:  cmp.Or(e.Provider, c.cfg.Defaults.Provider),
 		Template:  e.Template,
+		TZ:        e.TZ,
+		Tenant:    e.Tenant,
 	}
 	got := n
 	if got.Queued == nil {
