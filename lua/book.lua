@@ -363,8 +363,8 @@ end
 -- tenant waits while E > now; E is the later of its gate and its last
 -- place, plus FAIR_PAD, written at most once per FAIR_PAD (not its line's
 -- next place: with many tenants that is many slots on, and a tenant with
--- nothing more in line would weigh in W, and keep its record, that long). A tenant that stops
--- waiting leaves W when the expiry set shows it (read only when W holds
+-- nothing more in line would weigh in W, and keep its record, that long).
+-- A tenant that stops waiting leaves W when the expiry set shows it (read only when W holds
 -- more than the tenant's own weight), or when it comes back, and its
 -- record goes: memory follows the tenants waiting.
 
@@ -512,6 +512,33 @@ end
 local function again(q, line)
   if q and F.P > 0 and F.P < line then return F.P end
   return line
+end
+
+-- line_enter is what a task's line says before a slot is sought (F loaded,
+-- a horizon H; tkey and ps as place_of takes them): 'stands' and its place
+-- when it is back long before it; 'end' and the line's end for a task new to
+-- a tenant whose line reaches past the horizon; else nil and the place it
+-- is back from (false: none), from which its slot is sought. The free slots
+-- before that place are for the places ahead of it (and for priority
+-- tasks): a task back early does not take them.
+local function line_enter(tkey, ps, now, H)
+  local q = place_of(tkey, ps)
+  if q and q > now + H then return 'stands', q end
+  if q then return nil, q end
+  if fair_line() > now + H and placeable(tkey, ps) then return 'end', fair_line() end
+  return nil, false
+end
+
+-- line_exit is, after a slot that lets the task go at m was found (gate: its
+-- tenant's gate, its place included), the place it takes instead, and
+-- whether that starts its line (join), or nil: it takes the slot. It takes a
+-- place when m is past the horizon or, back from its place, it finds the
+-- calendar behind the line (see behind), and its task hash can note it.
+local function line_exit(back, gate, m, now, H, maxwait, len, tkey, ps)
+  if m <= now + H and not behind(back and gate, m, now, maxwait, len) then return nil end
+  if not placeable(tkey, ps) then return nil end
+  local line = fair_line()
+  return max(m, again(back, line)), line <= now + H
 end
 
 -- line_place gives a task place q in its tenant's line (F loaded), or, if
@@ -668,20 +695,14 @@ local function book_task(keys, ki, id, p, now, deadline, floor_, weight, tenant,
     fair_read(fair, fexp, tenant or '', weight or 1, now, len)
     if F.W > F.w then gate = F.gate end
     if H > 0 then
-      local q = place_of(tkey, ps)
-      if q and q > now + H then
-        -- Back long before its place: it stands.
+      local how, q = line_enter(tkey, ps, now, H)
+      if how == 'stands' then
         return reply(k, false, false, bi, 0, 0, now, q - now, 0, QUEUED, floor((q - now) / len))
+      elseif how == 'end' then
+        return in_place(k, bi, fair, fexp, tkey, now, max(m, q), len, deadline, false)
       elseif q then
-        -- Back from its place: its slot is from there on. The free slots
-        -- before it are for the places ahead of it (and for priority
-        -- jobs): a task back early does not take them.
         back = q
         if q > gate then gate = q end
-      elseif fair_line() > now + H and placeable(tkey, ps) then
-        -- The tenant's line reaches past the horizon: a task new to it
-        -- joins its end.
-        return in_place(k, bi, fair, fexp, tkey, now, max(m, fair_line()), len, deadline, false)
       end
     end
   end
@@ -711,14 +732,11 @@ local function book_task(keys, ki, id, p, now, deadline, floor_, weight, tenant,
     taken = false
   end
   if bt and binding == 0 then binding = bi end
-  if near and H > 0 and binding == bi and (m > now + H or behind(back and gate, m, now, maxwait, len)) then
-    -- Past the horizon: a place in the tenant's line, not a slot; the first
-    -- of a line no earlier than the join cursor; so too for a task back from
-    -- its place that finds the calendar behind its line (see behind).
-    if placeable(tkey, ps) then
-      local line = fair_line()
-      return in_place(k, bi, fair, fexp, tkey, now, max(m, again(back, line)), len, deadline, line <= now + H)
-    end
+  if near and H > 0 and binding == bi then
+    -- Past the horizon (or the calendar behind the line): a place in the
+    -- tenant's line, not a slot.
+    local q, join = line_exit(back, gate, m, now, H, maxwait, len, tkey, ps)
+    if q then return in_place(k, bi, fair, fexp, tkey, now, q, len, deadline, join) end
   end
   if deadline > 0 and m > deadline then
     return reply(k, false, false, binding, window, 0, now, m - now, 0, EXPIRED, 0)
@@ -847,25 +865,22 @@ local function book_bucket(keys, args)
       if placed then return line(q, 1) end
       return line(q, 3)
     end
-    local back = false
-    if fair and H > 0 and ps then
-      local q = place_of(nil, ps)
-      if q and q > now + H then return line(q, 2) end
-      if q then
-        back = q
-        if q > gate then gate = q end
-      elseif fair_line() > now + H and placeable(nil, ps) then
-        return place(fair_line(), false)
-      end
+    local lined, back = fair and H > 0 and ps, false
+    if lined then
+      local how, q = line_enter(nil, ps, now, H)
+      if how == 'stands' then return line(q, 2) end
+      if how == 'end' then return place(q, false) end
+      back = q
+      if q and q > gate then gate = q end
     end
     -- No earlier than the margin: the round trip to the commit.
     local from = now + (tonum(args[9]) or 0)
     local v, left, ra, rb = bucket_find(bcal, fair_start(bcal, from, gate, len), len)
     if not v then return {now, now + BIG, 0, 0, 0, 0} end
     local pb = max(from, v - slack)
-    if fair and H > 0 and ps and (pb > now + H or behind(back and gate, pb, now, p.maxwait, len)) and placeable(nil, ps) then
-      local ln = fair_line()
-      return place(max(pb, again(back, ln)), ln <= now + H)
+    if lined then
+      local q, join = line_exit(back, gate, pb, now, H, p.maxwait, len, nil, ps)
+      if q then return place(q, join) end
     end
     -- The slot is held for the task (a ticket) until the commit: tasks
     -- peeking at the same time find different slots, instead of one
