@@ -6,10 +6,13 @@
 --
 -- admit:
 --
---   args  -> per task: its ID (never empty, no control characters), its
---            plan (see rules.lua) and its deadline (µs, Redis time; 0: none,
---            used only by a plan that books), or for a plan that books
---            "deadline,floor,weight,place,tenant" (see when)
+--   args  -> per task, seven: its ID (never empty, no control characters),
+--            its plan (see rules.lua), and for a plan that books (the others
+--            ignore them): its deadline (µs, Redis time; 0: none), floor
+--            (µs; on a cluster, see book_task; 0: none), weight and tenant
+--            (its fair share), and place (on a cluster, what the task's hash
+--            says, read by the caller: see place_of; empty where the hash is
+--            one of the task's keys)
 --   keys  -> the takes' keys, task after task, in take order
 --
 -- The tasks are admitted one after another at one Redis time, exactly as if
@@ -167,29 +170,19 @@ local function admit_task(keys, ki, id, p, now, deadline, floor_, weight, ps, te
   return reply(k, true, repeated, binding, window, fresh, now, delay, remaining, DECIDED, 0)
 end
 
--- when reads a task's third argument: its deadline, or for a plan that
--- books "deadline,floor,weight,place,tenant" (floor: on a cluster, see
--- book_task; weight and tenant: its fair share, the tenant being the rest;
--- place: on a cluster, what the task's hash says, read by the caller (see
--- place_of), empty where the hash is one of the task's keys).
-local function when(s)
-  local c = find(s, ',', 1, true)
-  if not c then return tonum(s), 0, 1, nil, '' end
-  local c2 = find(s, ',', c + 1, true)
-  local c3 = find(s, ',', c2 + 1, true)
-  local c4 = find(s, ',', c3 + 1, true)
-  return tonum(sub(s, 1, c - 1)), tonum(sub(s, c + 1, c2 - 1)), tonum(sub(s, c2 + 1, c3 - 1)),
-    tonum(sub(s, c3 + 1, c4 - 1)), sub(s, c4 + 1)
-end
-
 local function admit(keys, args)
   if not rcall then bind() end
   local now = now_us()
   OUT, NOUT = {}, 0
   local ki = 1
-  for j = 1, #args, 3 do
-    local dl, fl, w, ps, tn = when(args[j + 2])
-    ki = admit_task(keys, ki, args[j], plan(args[j + 1]), now, dl, fl, w, ps, tn)
+  for j = 1, #args, 7 do
+    local p = plan(args[j + 1])
+    if p.book then
+      ki = admit_task(keys, ki, args[j], p, now, tonum(args[j + 2]), tonum(args[j + 3]),
+        tonum(args[j + 4]), tonum(args[j + 5]), args[j + 6])
+    else
+      ki = admit_task(keys, ki, args[j], p, now, 0, 0, 1, nil, '')
+    end
   end
   return OUT
 end

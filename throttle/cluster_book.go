@@ -260,10 +260,9 @@ func (l *Limiter) bookGroup(ctx context.Context, r Request, q group, floor int64
 	for _, i := range q.takes {
 		nk += r.Takes[i].Rule.keyCount()
 	}
-	c, keys, args := newCall(nk, 3)
+	c, keys, args := newCall(nk, taskArgs(true))
 	_, plan := l.appendPlan(keys, nil, r, q, planHead{maxWait: r.MaxWait.Microseconds(), book: true})
-	args[0], args[1] = r.ID, string(plan)
-	args[2] = taskArg(r, true, floor, place)
+	setTaskArgs(args, r, string(plan), floor, place)
 	res, err := l.eval(ctx, l.admit, []call{c})
 	if err != nil {
 		return groupResult{}, fmt.Errorf("throttle: admit: %w", err)

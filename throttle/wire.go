@@ -62,10 +62,10 @@ func (l *Limiter) calls(rs []Request, ts []task, admit bool) []call {
 }
 
 // taskArgs is how many arguments a task takes in admit.lua's calling
-// convention (admit) or release.lua's.
+// convention (admit: see setTaskArgs) or release.lua's (its ID and plan).
 func taskArgs(admit bool) int {
 	if admit {
-		return 3
+		return 7
 	}
 	return 2
 }
@@ -105,9 +105,10 @@ func (l *Limiter) appendTask(keys []any, buf []byte, args []any, r Request, g gr
 		h.ahead = maxWait
 	}
 	keys, buf = l.appendPlan(keys, buf, r, g, h)
-	args[0], args[1] = r.ID, string(buf)
 	if admit {
-		args[2] = taskArg(r, l.books(r), 0, "")
+		setTaskArgs(args, r, string(buf), 0, "")
+	} else {
+		args[0], args[1] = r.ID, string(buf)
 	}
 	return keys, buf
 }
@@ -126,15 +127,14 @@ func deadline(r Request) int64 {
 	return max(1, r.Deadline.UnixMicro())
 }
 
-// taskArg is admit.lua's third argument for r: its deadline, and for a
-// request that books, "deadline,floor,weight,place,tenant" (see admit.lua's
-// when; place "" on a single node, where the task's hash is one of its keys).
-func taskArg(r Request, book bool, floor int64, place string) any {
-	if !book {
-		return deadline(r)
-	}
-	w := max(r.Weight, 1)
-	return strconv.FormatInt(deadline(r), 10) + "," + strconv.FormatInt(floor, 10) + "," + strconv.Itoa(w) + "," + place + "," + r.Tenant
+// setTaskArgs sets r's arguments in admit.lua's calling convention, one
+// value each: its ID, plan, deadline (µs, 0: none), floor (µs: a cluster's
+// booking goes no earlier, 0: none), weight and place in line (on a
+// cluster, what placeOf read; "" where the task's hash is one of its keys)
+// and tenant. Only a plan that books reads the last five.
+func setTaskArgs(args []any, r Request, plan string, floor int64, place string) {
+	args[0], args[1], args[2], args[3] = r.ID, plan, deadline(r), floor
+	args[4], args[5], args[6] = max(r.Weight, 1), place, r.Tenant
 }
 
 // checksDone reports whether r's admission script checks its done marker:
