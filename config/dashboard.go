@@ -2,9 +2,8 @@ package config
 
 import "github.com/notify-throttle/throttler/internal/redisconn"
 
-// Secret returns the dashboard's password or token from the environment
-// (getenv: os.Getenv), or "" when it needs none. A missing or empty
-// variable is an error naming it.
+// Secret returns the dashboard's password or token from getenv, or "" when
+// it needs none; a variable missing or empty is an error naming it.
 func (d Dashboard) Secret(getenv func(string) string) (string, error) {
 	if d.Auth == "" || !d.Enabled {
 		return "", nil
@@ -31,8 +30,7 @@ func (c *Config) Warnings() []string {
 	return w
 }
 
-// openDashboard reports whether the dashboard is served without auth on an
-// address off loopback.
+// openDashboard reports whether the dashboard is served without auth off loopback.
 func (w Worker) openDashboard() bool {
 	d := w.Dashboard
 	return d.Enabled && d.Auth == "" && w.HTTPAddr != "" && !redisconn.Loopback(w.HTTPAddr)

@@ -13,7 +13,7 @@ const durationSyntax = "such as 500ms, 90s, 1h30m or 7d"
 
 var errDuration = errors.New("not a duration")
 
-// dayPrefix splits a duration that starts with days: sign, days, the rest.
+// dayPrefix splits a duration starting with days: sign, days, the rest.
 var dayPrefix = regexp.MustCompile(`^([-+]?)([0-9]+(?:\.[0-9]*)?|\.[0-9]+)d(.*)$`)
 
 // parseDuration parses a Go duration ("500ms", "1h30m") that may start with

@@ -17,8 +17,7 @@ const (
 	maxShown  = 80 // bytes of a bad value a message quotes
 )
 
-// Error is one problem with a configuration: where it is and what is wrong.
-// Its text is "file:line: path: message", e.g.
+// Error is one problem with a configuration, as "file:line: path: message":
 //
 //	config.yaml:12: policies.marketing[1].per: must be > 0 (got 0s)
 //
@@ -27,9 +26,7 @@ const (
 type Error struct {
 	File string // the name given to Load or Parse; "" for a Config built in code
 	Line int    // the bad value's line, or that of the key whose value is missing; 0: unknown
-	// Path names the setting ("providers.sms.url"), or the environment
-	// variable the value came from (REDIS_URL); "" for the file as a whole.
-	Path string
+	Path string // the setting ("providers.sms.url") or the variable that set it (REDIS_URL); "": the file
 	Msg  string // what is wrong, quoting the bad value
 	Err  error  // the cause another package reported (throttle.ErrInvalidRule), for errors.Is
 }
@@ -52,8 +49,8 @@ func (e *Error) Error() string {
 // Unwrap returns the cause, if any.
 func (e *Error) Unwrap() error { return e.Err }
 
-// oneLine escapes line breaks and other invisible characters that another
-// package's message may have echoed, so each problem stays on one line.
+// oneLine escapes the invisible characters another package's message may
+// echo, so that each problem stays on one line.
 func oneLine(s string) string {
 	if strings.IndexFunc(s, func(r rune) bool { return !unicode.IsGraphic(r) }) < 0 {
 		return s
@@ -71,12 +68,11 @@ func (l errorList) err() error {
 	if len(l) == 1 {
 		return l[0]
 	}
-	errs := slices.Clone(l)
-	slices.SortStableFunc(errs, func(a, b *Error) int { return cmp.Compare(a.Line, b.Line) })
+	slices.SortStableFunc(l, func(a, b *Error) int { return cmp.Compare(a.Line, b.Line) })
 	var out []error
-	for i, e := range errs {
+	for i, e := range l {
 		if i == maxErrors {
-			out = append(out, &Error{File: e.File, Line: e.Line, Msg: fmt.Sprintf("and %d more problems", len(errs)-i)})
+			out = append(out, &Error{File: e.File, Line: e.Line, Msg: fmt.Sprintf("and %d more problems", len(l)-i)})
 			break
 		}
 		out = append(out, e)
@@ -87,17 +83,14 @@ func (l errorList) err() error {
 // quote quotes s for a message, shortened to maxShown bytes.
 func quote(s string) string { return redisconn.Quote(s) }
 
-// source is where a parsed Config's values came from: the path-to-line
-// index the decoder builds in its one walk, so that errors found later
-// (validation, Rules) still name the line.
+// source is where a parsed Config's values came from, indexed by path in
+// the decoder's one walk, so that errors found later still name the line.
 type source struct {
 	file   string
-	lines  map[string]int    // the line of every value (and list item) by path
+	lines  map[string]int    // the line of every value (and list item)
 	failed map[string]bool   // paths with a problem reported, so that one is reported once
 	env    map[string]string // paths set from the environment, with the variable
-	// refs are the paths set by a secret reference, as the file wrote it
-	// ("{env: SMS_AUTH}"), for messages that must not quote the value.
-	refs map[string]string
+	refs   map[string]string // paths set by a secret reference, as written: "{env: SMS_AUTH}"
 }
 
 func newSource(file string) *source {
@@ -126,9 +119,8 @@ func (s *source) failedAt(path string) bool {
 	return false
 }
 
-// errorAt returns an error about path. Its line is that of the first of
-// path and alts that the file sets, else of the nearest setting containing
-// path, else of the file's first value.
+// errorAt returns an error about path, on the line of the first of path and
+// alts the file sets, else of the nearest setting containing path.
 func (s *source) errorAt(path, msg string, alts ...string) *Error {
 	if s == nil {
 		return &Error{Path: path, Msg: msg}
@@ -146,8 +138,8 @@ func (s *source) errorAt(path, msg string, alts ...string) *Error {
 	return &Error{File: s.file, Line: cmp.Or(line, s.lines[""], 1), Path: path, Msg: msg}
 }
 
-// shown is how a message quotes the value u of the setting at path: with
-// its password redacted or, when a secret reference set it, the reference.
+// shown quotes the value u of the setting at path for a message: its
+// password redacted, or the secret reference that set it.
 func (s *source) shown(path, u string) string {
 	if s != nil && s.refs[path] != "" {
 		return "the value of " + s.refs[path]

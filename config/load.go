@@ -15,22 +15,16 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// Load reads the configuration file at path, lets REDIS_URL and
-// REDIS_PASSWORD from the environment replace redis.url and redis.password,
-// and validates the result. See LoadWithEnv.
+// Load is LoadWithEnv reading the environment with os.Getenv.
 func Load(path string) (*Config, error) {
 	return LoadWithEnv(path, os.Getenv)
 }
 
-// LoadWithEnv is Load reading the environment through getenv (os.Getenv,
-// or a map lookup in tests). A non-empty REDIS_URL replaces redis.url and
-// redis.cluster, and a non-empty REDIS_PASSWORD replaces redis.password and
-// redis.password_file: the environment wins over the file, which suits a
-// container image shipping config.yaml. An error about such a value names
-// the variable instead of a line.
-//
-// The error is an *Error or several joined (see Error); one that says the
-// file could not be read wraps the os error.
+// LoadWithEnv reads and validates the configuration file at path. A
+// non-empty REDIS_URL or REDIS_PASSWORD from getenv replaces the file's
+// Redis address or password, so that a container image can ship
+// config.yaml; an error about such a value names the variable, not a line.
+// The error is an *Error or several joined, or wraps the os error reading.
 func LoadWithEnv(path string, getenv func(string) string) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -39,14 +33,13 @@ func LoadWithEnv(path string, getenv func(string) string) (*Config, error) {
 	return parse(path, data, getenv)
 }
 
-// Environment variables that replace settings (see LoadWithEnv).
+// Environment variables that replace settings.
 const (
 	EnvRedisURL      = "REDIS_URL"      // redis.url and redis.cluster
 	EnvRedisPassword = "REDIS_PASSWORD" // redis.password and redis.password_file
 )
 
-// Parse parses and validates a configuration file's contents without
-// looking at the environment. name is the file name errors start with.
+// Parse is LoadWithEnv of a file's contents, named name, with no environment.
 func Parse(name string, data []byte) (*Config, error) {
 	return parse(name, data, func(string) string { return "" })
 }
@@ -96,9 +89,8 @@ func parseYAML(name string, data []byte) (*yaml.Node, error) {
 
 var yamlLine = regexp.MustCompile(`^yaml: line ([0-9]+): (.*)$`)
 
-// syntaxError turns a YAML parser error into an *Error on yaml's own line.
-// yaml leaves the line out for problems on line 1 and for bytes it cannot
-// read at all; for those, the line is that of the first unreadable byte.
+// syntaxError turns a YAML parser error into an *Error on yaml's line;
+// yaml gives none on line 1 or for unreadable bytes, so we find the first.
 func syntaxError(name string, data []byte, err error) error {
 	if m := yamlLine.FindStringSubmatch(err.Error()); m != nil {
 		line, _ := strconv.Atoi(m[1])
@@ -117,25 +109,16 @@ func yamlMessage(err error) string {
 }
 
 // unreadableLine returns the line of the first byte that is not UTF-8 or is
-// a character YAML does not allow, or 1.
+// a character YAML 1.2 does not allow (a BOM only first), or 1.
 func unreadableLine(data []byte) int {
 	for i := 0; i < len(data); {
 		r, size := utf8.DecodeRune(data[i:])
-		if (r == utf8.RuneError && size == 1) || !yamlPrintable(r) && !(i == 0 && r == '\uFEFF') {
+		ok := r == '\t' || r == '\n' || r == '\r' || r == 0x85 || r >= 0x20 && r <= 0x7E || r >= 0xA0 && r <= 0xD7FF ||
+			r >= 0xE000 && r <= 0xFFFD && (r != '\uFEFF' || i == 0) || r >= 0x10000 && r <= 0x10FFFF
+		if !ok || r == utf8.RuneError && size == 1 {
 			return 1 + bytes.Count(data[:i], []byte("\n"))
 		}
 		i += size
 	}
 	return 1
-}
-
-// yamlPrintable reports whether YAML 1.2 allows r in a stream.
-func yamlPrintable(r rune) bool {
-	switch {
-	case r == '\t', r == '\n', r == '\r', r == 0x85:
-		return true
-	case r >= 0x20 && r <= 0x7E, r >= 0xA0 && r <= 0xD7FF, r >= 0xE000 && r <= 0xFFFD, r >= 0x10000 && r <= 0x10FFFF:
-		return r != '\uFEFF'
-	}
-	return false
 }

@@ -8,18 +8,11 @@ import (
 	"github.com/notify-throttle/throttler/internal/redisconn"
 )
 
-// Secret is a setting's value that must not leave the process: a webhook
-// header or URL. fmt shows it as Redacted with every verb, so a Config
-// printed in a log or a test failure hides it.
-//
-// In the file a secret is a string, or a reference that keeps it out of the
-// file, resolved when the file is loaded:
-//
-//	{env: NAME}   the value of the environment variable NAME
-//	{file: PATH}  what the file holds, without a final line break (a
-//	              relative PATH is relative to the config file's directory)
-//
-// redis.password and redis.url take the same references.
+// Secret is a value that must not leave the process (a webhook's URL or
+// header): fmt shows it as Redacted, so a Config in a log hides it. In the
+// file it is a string, or a reference resolved on loading (as are
+// redis.password's and redis.url's): {env: NAME}, the variable's value, or
+// {file: PATH}, the file's one line (PATH relative to the config file).
 type Secret string
 
 // String returns Redacted.
@@ -28,9 +21,8 @@ func (Secret) String() string { return redisconn.Redacted }
 // GoString returns Redacted, quoted.
 func (Secret) GoString() string { return `"` + redisconn.Redacted + `"` }
 
-// secret decodes a string or an {env: NAME} / {file: PATH} reference and
-// returns the value. A reference that cannot be resolved is an error naming
-// the variable or the file, never a value; what names the secret in it.
+// secret decodes a string or a reference and returns the value. An error
+// names the variable or file, never a value; what names the secret.
 func (d *decoder) secret(n *yaml.Node, path, what string) (string, bool) {
 	if n.Kind != yaml.MappingNode {
 		var s string
