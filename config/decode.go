@@ -19,36 +19,30 @@ import (
 )
 
 // decoder walks a YAML node tree onto a Config once, by the structs' yaml
-// tags: it rejects unknown and duplicate keys and values of the wrong type,
-// and records each value's line in the source, the path-to-line index that
-// later errors use. It reports a problem and carries on, so one pass finds
-// them all; Validate checks the values after.
+// tags, rejecting unknown and duplicate keys and mistyped values, and
+// indexes each value's line for later errors. It reports a problem and
+// carries on, so one pass finds them all. yaml.v3's KnownFields cannot: it
+// names Go types, not settings, takes yes for true and 9464 for a string,
+// and drops a mapping with a duplicate key.
 //
-// yaml.v3's Decode with KnownFields cannot give these messages: it names Go
-// types instead of settings, takes yes for true and 9464 for a string, and
-// drops a mapping with a duplicate key.
-//
-// A tag is `yaml:"key,option..."`; a field without one is its name in lower
-// case (throttle.Window's limit and per); a map's options apply to its
-// values. Options: required; path (a file path, relative to the config
-// file's directory); secret=what (a string or a secret reference, see
-// Secret; what names it in messages); null (no value means ""); alias=old
-// (an old name of the key, still read); oneof=a|b (the strings allowed).
+// A tag is `yaml:"key,option..."` (none: the field's name in lower case); a
+// map's options apply to its values. Options: required; path (relative to
+// the config file's directory); secret=what (see Secret; what names it in
+// messages); null (no value means ""); alias=old (an old name, still read);
+// oneof=a|b (the strings allowed).
 type decoder struct {
 	src    *source
 	errs   errorList
 	getenv func(string) string // resolves {env: NAME}
 }
 
-// filler is a struct with defaults or required keys that depend on what the
-// file says: Fill is given the keys present, and reports a missing one with
-// required.
+// filler is a struct whose defaults or required keys depend on the keys
+// the file sets (has); Fill reports a missing one with required.
 type filler interface {
 	Fill(has func(key string) bool, required func(key, why string))
 }
 
-// requiredKeys are the required keys of other packages' structs, which
-// cannot carry yaml tags.
+// requiredKeys are those of structs from packages without yaml tags.
 var requiredKeys = map[reflect.Type][]string{reflect.TypeFor[throttle.Window](): {"limit", "per"}}
 
 func (d *decoder) fail(n *yaml.Node, path, format string, args ...any) {
@@ -56,8 +50,8 @@ func (d *decoder) fail(n *yaml.Node, path, format string, args ...any) {
 	d.errs = append(d.errs, &Error{File: d.src.file, Line: n.Line, Path: path, Msg: fmt.Sprintf(format, args...)})
 }
 
-// decode sets v from n, the value at path; keyLine is the line of its key
-// (or list item), where a key missing inside it is reported.
+// decode sets v from n, the value at path; a key missing inside it is
+// reported on keyLine, that of its key or list item.
 func (d *decoder) decode(n *yaml.Node, path string, keyLine int, v reflect.Value, opts string) {
 	n = resolve(n)
 	d.src.lines[path] = n.Line
@@ -107,8 +101,7 @@ func (d *decoder) decode(n *yaml.Node, path string, keyLine int, v reflect.Value
 	}
 }
 
-// fields decodes a mapping of known keys onto a struct. A null value is an
-// empty mapping.
+// fields decodes a mapping of known keys onto a struct; null is empty.
 func (d *decoder) fields(n *yaml.Node, path string, keyLine int, v reflect.Value) {
 	type field struct {
 		key, opts string
@@ -169,8 +162,8 @@ func optValue(opts, name string) string {
 	return ""
 }
 
-// kind reports whether n is a node of kind k (what: "a list"), and reports a
-// problem if it is neither that nor null.
+// kind reports whether n is of kind k (what: "a list"), and a problem
+// unless it is that or null.
 func (d *decoder) kind(n *yaml.Node, path string, k yaml.Kind, what string) bool {
 	if n.Kind != k && !isNull(n) {
 		d.fail(n, path, "must be %s (got %s)", what, describe(n))
@@ -178,8 +171,7 @@ func (d *decoder) kind(n *yaml.Node, path string, k yaml.Kind, what string) bool
 	return n.Kind == k
 }
 
-// entries walks a mapping, rejecting duplicate keys. A null value is an
-// empty mapping.
+// entries walks a mapping, rejecting duplicate keys; null is empty.
 func (d *decoder) entries(n *yaml.Node, path string, each func(name string, key, val *yaml.Node, path string)) {
 	if n = resolve(n); !d.kind(n, path, yaml.MappingNode, "a mapping") {
 		return
@@ -202,15 +194,13 @@ func (d *decoder) entries(n *yaml.Node, path string, each func(name string, key,
 	}
 }
 
-// scalars are the scalar kinds a field may have: the YAML tags each takes,
-// and what a message says it must be.
+// scalars are the YAML tags each scalar kind takes, and its name in messages.
 var scalars = map[reflect.Kind]struct{ tags, what string }{
 	reflect.String: {"!!str", "a string"}, reflect.Int: {"!!int", "an integer"},
 	reflect.Float64: {"!!int !!float", "a number"}, reflect.Bool: {"!!bool", "true or false"},
 }
 
-// scalar decodes a string, integer, number or boolean; a value in error
-// leaves v as it was.
+// scalar decodes a string, integer, number or boolean; on error v keeps its value.
 func (d *decoder) scalar(n *yaml.Node, path string, v reflect.Value, opts string) {
 	s, ok := scalars[v.Kind()]
 	if !ok {
@@ -271,8 +261,7 @@ func resolve(n *yaml.Node) *yaml.Node {
 
 func isNull(n *yaml.Node) bool { return n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null" }
 
-// describe shows a node as a message's "got": a string quoted, "a list",
-// "a mapping", or the scalar as written.
+// describe shows a node as a message's "got".
 func describe(n *yaml.Node) string {
 	switch {
 	case n.Kind == yaml.MappingNode:
@@ -289,8 +278,8 @@ func describe(n *yaml.Node) string {
 	return n.Value
 }
 
-// suggest names the known key closest to an unknown one, when it is close
-// enough to be a typo, or lists the known keys.
+// suggest names the known key closest to an unknown one if it may be a
+// typo, else lists them.
 func suggest(key string, known []string) string {
 	best, bestDist := "", math.MaxInt
 	for _, k := range known {
