@@ -1,21 +1,19 @@
 // Package config reads the configuration file of the worker and enqueue
-// (config.yaml at the repository root is the commented example and the
-// default), checks every key and value, and builds the throttle rules and
-// queues from it. Connecting to Redis is package internal/redisconn's.
+// (config.yaml at the repository root is the commented example), checks
+// every key and value, and builds the throttle rules and queues from it.
+// Connecting to Redis is package internal/redisconn's.
 //
-// One walk of a file's YAML node tree decodes it onto Default() by the
-// structs' yaml tags (decode.go) and indexes each value's line by its path;
+// One walk of the YAML node tree decodes a file onto Default() by the
+// structs' yaml tags (decode.go), indexing each value's line by its path;
 // Validate then checks the values. Every problem is reported at once, up to
-// 20, each an *Error naming the file, line, setting and bad value.
+// 20, each an *Error naming the file, line, setting and bad value. A key
+// left out keeps its default; a key set replaces it (a map as a whole).
+// Durations are Go's ("90s", "1h30m") and may start with days ("7d", "1.5d").
 //
-// A key the file leaves out keeps its default; a key it sets replaces it (a
-// map such as worker.queues as a whole). Durations are Go durations ("90s",
-// "1h30m") that may start with days: "7d", "1d12h", "1.5d".
-//
-// A new setting is a field with its yaml tag, its default in Default (in an
-// entry of a map or a list, in its type's Fill), and its check in
-// validate.go. A Config holds the values in effect, so an explicit 0s or ""
-// keeps its meaning ("off"); build one by hand from Default().
+// A new setting is a field with its yaml tag, its default in Default (in a
+// map's or list's entry, in its type's Fill) and its check in validate.go.
+// A Config holds the values in effect, so an explicit 0s or "" keeps its
+// meaning ("off"); build one by hand from Default().
 package config
 
 import (
@@ -36,27 +34,19 @@ import (
 // (miniredis) instead of connecting to Redis.
 const Embedded = redisconn.Embedded
 
-// Provider types.
+// Provider types, dashboard auth kinds and over-cap actions.
 const (
 	ProviderLog     = "log"     // writes one JSON line per message
 	ProviderWebhook = "webhook" // POSTs each message as JSON to a URL
+	DashboardBasic  = "basic"   // a user name and password (HTTP basic auth)
+	DashboardBearer = "bearer"  // "Authorization: Bearer <token>"
+	OverCapDefer    = "defer"
+	OverCapDrop     = "drop"
+	OverCapDigest   = "digest"
 )
 
-// Dashboard auth kinds.
-const (
-	DashboardBasic  = "basic"  // a user name and password (HTTP basic auth)
-	DashboardBearer = "bearer" // "Authorization: Bearer <token>"
-)
-
-// Over-cap actions (Policy.OverCap).
-const (
-	OverCapDefer  = "defer"
-	OverCapDrop   = "drop"
-	OverCapDigest = "digest"
-)
-
-// Default returns the default configuration: embedded Redis, the default
-// worker settings, no policies, providers or campaigns.
+// Default returns the default configuration: embedded Redis, no policies,
+// providers or campaigns.
 func Default() *Config {
 	return &Config{
 		Redis: Redis{URL: Embedded, EmbeddedAddr: redisconn.DefaultEmbeddedAddr, Prefix: throttle.DefaultPrefix},
@@ -82,9 +72,7 @@ func Default() *Config {
 }
 
 // Config is the whole configuration: the file's sections, in its order.
-//
-// config.yaml documents every setting of this and the types below; a
-// field's comment names its setting's default and what code must know.
+// config.yaml documents every setting; a field's comment gives its default.
 type Config struct {
 	Redis     Redis               `yaml:"redis"`
 	Worker    Worker              `yaml:"worker"`
@@ -97,9 +85,8 @@ type Config struct {
 	src *source // where the values came from; nil for a Config built in code
 }
 
-// Tenants are the senders (a notification's tenant, a campaign's) that
-// share a provider fairly: when several wait on one, each gets its rate ×
-// weight / the sum of the waiting weights (see throttle.Request.Tenant).
+// Tenants share a provider fairly: each waiting gets its rate × weight /
+// the sum of the waiting weights (see throttle.Request.Tenant).
 type Tenants struct {
 	Weights map[string]int `yaml:"weights"` // by tenant; one not listed weighs 1
 }
@@ -112,42 +99,35 @@ type TLS = redisconn.TLS
 
 // Worker tunes the worker process; Default gives each field's default.
 type Worker struct {
-	Concurrency     int            `yaml:"concurrency"`      // jobs one worker handles at once
-	Queues          map[string]int `yaml:"queues"`           // each queue's priority
-	ShutdownTimeout time.Duration  `yaml:"shutdown_timeout"` // for in-flight sends after SIGTERM
-	PollInterval    time.Duration  `yaml:"poll_interval"`    // how often an idle worker looks for jobs
-	// HTTPAddr serves /healthz, /metrics and the dashboard; "" turns them
-	// off. metrics_addr, its old name, still works, and Warnings says so.
-	HTTPAddr       string        `yaml:"http_addr,null,alias=metrics_addr"`
-	Dashboard      Dashboard     `yaml:"dashboard"`
-	InlineWait     time.Duration `yaml:"inline_wait"`     // 0 always defers
-	Book           bool          `yaml:"book"`            // off unless the file says (config.yaml: on)
-	BookAhead      time.Duration `yaml:"book_ahead"`      // a booking's horizon; 0: no limit
-	PriorityQueues []string      `yaml:"priority_queues"` // default none
-	Jitter         time.Duration `yaml:"jitter"`          // 0: none
-	SentMarks      time.Duration `yaml:"sent_marks"`      // 0: off
-	RememberTakes  time.Duration `yaml:"remember_takes"`  // at least 1s
-	DeadAfter      time.Duration `yaml:"dead_after"`      // 0: asynq's own recovery, else at least 1s
+	Concurrency     int            `yaml:"concurrency"`                       // jobs one worker handles at once
+	Queues          map[string]int `yaml:"queues"`                            // each queue's priority
+	ShutdownTimeout time.Duration  `yaml:"shutdown_timeout"`                  // for in-flight sends after SIGTERM
+	PollInterval    time.Duration  `yaml:"poll_interval"`                     // how often an idle worker looks for jobs
+	HTTPAddr        string         `yaml:"http_addr,null,alias=metrics_addr"` // /healthz, /metrics, the dashboard; "": off
+	Dashboard       Dashboard      `yaml:"dashboard"`
+	InlineWait      time.Duration  `yaml:"inline_wait"`     // 0 always defers
+	Book            bool           `yaml:"book"`            // off unless the file says (config.yaml: on)
+	BookAhead       time.Duration  `yaml:"book_ahead"`      // a booking's horizon; 0: no limit
+	PriorityQueues  []string       `yaml:"priority_queues"` // default none
+	Jitter          time.Duration  `yaml:"jitter"`          // 0: none
+	SentMarks       time.Duration  `yaml:"sent_marks"`      // 0: off
+	RememberTakes   time.Duration  `yaml:"remember_takes"`  // at least 1s
+	DeadAfter       time.Duration  `yaml:"dead_after"`      // 0: asynq's own recovery, else at least 1s
 }
 
 // Dashboard says who may open the dashboard (/throttle and asynq's
-// /monitoring/ on Worker.HTTPAddr) and what it may do. /healthz and
-// /metrics stay open whatever it says.
+// /monitoring/) and what it may do; /healthz and /metrics stay open.
 type Dashboard struct {
-	Enabled bool   `yaml:"enabled"` // default true
-	Actions bool   `yaml:"actions"` // run, delete, archive tasks; default false: view only
-	Auth    string `yaml:"auth"`    // "" (none), DashboardBasic or DashboardBearer
-	// Username is the basic-auth user name.
-	Username string `yaml:"username"`
-	// SecretEnv names the environment variable holding the password or
-	// token, so that it is never in the file.
-	SecretEnv      string `yaml:"secret_env"`
+	Enabled        bool   `yaml:"enabled"`          // default true
+	Actions        bool   `yaml:"actions"`          // run, delete, archive tasks; default false: view only
+	Auth           string `yaml:"auth"`             // "" (none), DashboardBasic or DashboardBearer
+	Username       string `yaml:"username"`         // for basic auth
+	SecretEnv      string `yaml:"secret_env"`       // the variable of the password or token, never in the file
 	InsecureNoAuth bool   `yaml:"insecure_no_auth"` // no auth off loopback; Warnings says so
 }
 
 // Policy is a recipient policy: a message passes only if every window allows
-// it. In the file, a list of windows ({limit: 1, per: 24h}), or a mapping
-// of them and the settings below ({windows: [...], over_cap: drop}).
+// it. In the file, a list of windows, or a mapping: {windows: [...], ...}.
 type Policy struct {
 	Windows      []throttle.Window `yaml:"windows"`
 	OverCap      string            `yaml:"over_cap,oneof=defer|drop|digest"` // default defer
@@ -216,8 +196,8 @@ type Route struct {
 	Policy, Provider, Queue string
 }
 
-// Route returns r with what it leaves empty taken from c's defaults: the
-// one place they apply, to a notification enqueued, a campaign's, the demo's.
+// Route returns r with what it leaves empty taken from c's defaults, the
+// one place they apply.
 func (c *Config) Route(r Route) Route {
 	return Route{
 		Policy:   cmp.Or(r.Policy, c.Defaults.Policy),
@@ -230,19 +210,18 @@ func (c *Config) Route(r Route) Route {
 // asynq.Config.Queues takes them.
 func (c *Config) Queues() map[string]int { return maps.Clone(c.Worker.Queues) }
 
-// Campaign is a scheduled send to an audience: at every tick of Cron, one
-// notification per recipient (see package campaign).
+// Campaign sends one notification per recipient of its audience at every
+// tick of Cron (see package campaign).
 type Campaign struct {
-	Name        string   `yaml:"name,required"` // 1-64 of A-Z a-z 0-9 _ . -
-	Cron        string   `yaml:"cron,required"` // see schedule.Parse
-	Timezone    string   `yaml:"timezone"`      // Cron's zone; default UTC
-	RecipientTZ string   `yaml:"recipient_tz"`  // default: the policy's
-	Audience    Audience `yaml:"audience,required"`
-	Policy      string   `yaml:"policy"`   // "": the default (see Route)
-	Provider    string   `yaml:"provider"` // "": the default
-	Template    string   `yaml:"template,required"`
-	// Data fills the template, as a JSON object; in the file, any mapping.
-	Data         json.RawMessage `yaml:"data"`
+	Name         string          `yaml:"name,required"` // 1-64 of A-Z a-z 0-9 _ . -
+	Cron         string          `yaml:"cron,required"` // see schedule.Parse
+	Timezone     string          `yaml:"timezone"`      // Cron's zone; default UTC
+	RecipientTZ  string          `yaml:"recipient_tz"`  // default: the policy's
+	Audience     Audience        `yaml:"audience,required"`
+	Policy       string          `yaml:"policy"`   // "": the default (see Route)
+	Provider     string          `yaml:"provider"` // "": the default
+	Template     string          `yaml:"template,required"`
+	Data         json.RawMessage `yaml:"data"`           // the template's, a JSON object; in the file, any mapping
 	Queue        string          `yaml:"queue"`          // "": the default
 	SendByWindow time.Duration   `yaml:"send_by_window"` // 0: no deadline
 	CatchUp      time.Duration   `yaml:"catch_up"`       // default 1h in a file; 0: off
@@ -268,8 +247,7 @@ func (c Campaign) Schedule() (cron.Schedule, error) {
 	return schedule.Parse(c.Cron, loc)
 }
 
-// Location returns the time zone c's schedule is read in: UTC when
-// Timezone is empty (see schedule.Zone).
+// Location returns the time zone of c's schedule (see schedule.Zone).
 func (c Campaign) Location() (*time.Location, error) { return schedule.Zone(c.Timezone) }
 
 // Route is the campaign's policy, provider and queue, defaults applied.
@@ -277,16 +255,13 @@ func (c Campaign) Route(cfg *Config) Route {
 	return cfg.Route(Route{Policy: c.Policy, Provider: c.Provider, Queue: c.Queue})
 }
 
-// Audience is where a campaign's recipients come from: exactly one of a
-// File of one recipient per line, read at every tick (relative to the
-// config file's directory), and the key of a Redis set in redis.url's Redis.
+// Audience is where a campaign's recipients come from, one of the two.
 type Audience struct {
-	File     string `yaml:"file,path"`
-	RedisSet string `yaml:"redis_set"`
+	File     string `yaml:"file,path"` // one recipient per line, read at every tick
+	RedisSet string `yaml:"redis_set"` // a set's key in redis.url's Redis
 }
 
-// String describes a, for logs: "file audiences/digest.txt" or "redis set
-// digest:subscribers".
+// String describes a for logs: "file digest.txt" or "redis set subscribers".
 func (a Audience) String() string {
 	if a.RedisSet != "" {
 		return "redis set " + a.RedisSet
