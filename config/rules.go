@@ -10,12 +10,9 @@ import (
 	"github.com/notify-throttle/throttler/throttle"
 )
 
-// Rules builds the throttle rules of the configuration: a quota per policy
-// and a bucket per provider, each named like its policy or provider. The
-// names and limits are checked by throttle's constructors; an error says
-// which policy or provider (and, for a loaded Config, the file and line) and
-// wraps throttle.ErrInvalidRule. A Config from Load or Parse has passed
-// these checks already.
+// Rules builds a quota per policy and a bucket per provider, each named
+// like it. An error names the policy or provider (and the file and line)
+// and wraps throttle.ErrInvalidRule; a Config from Load or Parse has none.
 func (c *Config) Rules() (policies map[string]*throttle.Quota, buckets map[string]*throttle.Bucket, err error) {
 	var errs errorList
 	policies, buckets = c.rules(&errs, func(string) bool { return true })
@@ -60,9 +57,8 @@ func (c *Config) rules(errs *errorList, ok func(path string) bool) (map[string]*
 	return quotas, buckets
 }
 
-// ruleOK reports whether a throttle constructor's err is nil, and else adds
-// it as a problem at the policy or provider (path), which names the rule:
-// the message is the throttle.RuleError alone.
+// ruleOK reports whether a throttle constructor's err is nil, else adds it
+// at path, which names the rule, so the message is the RuleError alone.
 func (c *Config) ruleOK(errs *errorList, path string, err error) bool {
 	if err == nil {
 		return true
@@ -77,18 +73,17 @@ func (c *Config) ruleOK(errs *errorList, path string, err error) bool {
 	return false
 }
 
-// Local returns a policy's calendar windows, quiet hours (nil: none) and
-// zone (UTC unless it names one), the parts kept in the recipient's zone.
-// A Config from Load or Parse has passed these checks already.
+// Local returns a policy's parts kept in the recipient's zone: calendar
+// windows, quiet hours (nil: none) and the zone (default UTC). A Config
+// from Load or Parse has passed these checks already.
 func (c *Config) Local(policy string) ([]*throttle.Calendar, *throttle.QuietHours, *time.Location, error) {
 	var errs errorList
 	cals, quiet, loc := c.local(&errs, policy)
 	return cals, quiet, loc, errs.err()
 }
 
-// calendarName names a calendar window's rule after its policy: the
-// policy's name, the period, and a week's start unless Monday
-// ("marketing.day", "marketing.week.sunday").
+// calendarName names a calendar window's rule: "marketing.day", and a
+// week's start unless Monday, "marketing.week.sunday".
 func calendarName(policy string, cw Calendar) string {
 	name := policy + "." + cw.Per
 	if cw.Per == "week" && cw.WeekStart != "" && cw.WeekStart != "monday" {
@@ -98,7 +93,7 @@ func calendarName(policy string, cw Calendar) string {
 }
 
 // local builds a policy's calendar windows and quiet hours, reporting what
-// throttle rejects (values the validator checked already are skipped).
+// throttle rejects (quiet ranges Validate rejects are skipped).
 func (c *Config) local(errs *errorList, policy string) ([]*throttle.Calendar, *throttle.QuietHours, *time.Location) {
 	pol, path := c.Policies[policy], join("policies", policy)
 	var cals []*throttle.Calendar

@@ -19,25 +19,23 @@ import (
 	"github.com/notify-throttle/throttler/throttle"
 )
 
-// validName is what throttle accepts as a rule name; queues and campaigns
-// follow it too, as their names end up in Redis keys and task IDs.
+// validName is throttle's rule name, for queues and campaigns too, as their
+// names end up in Redis keys and task IDs.
 var validName = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
 
 const nameRule = "1-64 of A-Z a-z 0-9 _ . -"
 
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
-// Validate checks every value of c and that every policy, provider and queue
-// referenced is defined, and returns all the problems found as Load does.
-// Load and Parse validate already; Validate is for a Config built in code.
+// Validate checks every value of a Config built in code, and that what it
+// references is defined, reporting as Load does (which validates already).
 func (c *Config) Validate() error {
 	var errs errorList
 	c.validate(&errs)
 	return errs.err()
 }
 
-// validator checks a decoded Config. It skips settings whose decoding
-// already failed, so a problem is reported once.
+// validator checks a decoded Config, skipping settings whose decoding failed.
 type validator struct {
 	c    *Config
 	errs *errorList
@@ -55,8 +53,7 @@ func (c *Config) validate(errs *errorList) {
 	c.rules(errs, v.clean)
 }
 
-// fail reports a problem with the setting at path; its line is that of the
-// first of path and alts the file sets (see source.errorAt).
+// fail reports a problem at path, on a line as source.errorAt chooses.
 func (v *validator) fail(path string, alts []string, format string, args ...any) {
 	if !v.c.src.failedAt(path) {
 		*v.errs = append(*v.errs, v.c.src.errorAt(path, fmt.Sprintf(format, args...), alts...))
@@ -82,8 +79,7 @@ func (v *validator) clean(path string) bool {
 
 func (v *validator) positive(path string, n int) { v.check(n > 0, path, "must be > 0 (got %d)", n) }
 
-// durationAtLeast checks that d is at least least: "must be > 0" when
-// least is time.Nanosecond, "must not be negative" when it is 0.
+// durationAtLeast checks d >= least, saying "> 0" for 1ns, "not negative" for 0.
 func (v *validator) durationAtLeast(path string, d, least time.Duration) {
 	switch {
 	case d >= least:
@@ -120,7 +116,7 @@ func (v *validator) worker() {
 		"must be 0 (off) or at least 1s (got %s)", throttle.FormatDuration(w.DeadAfter))
 }
 
-// httpAddr checks worker.http_addr (under the name the file gave it) and
+// httpAddr checks worker.http_addr, under the name the file gave it, and
 // that a dashboard off loopback has auth or says it needs none.
 func (v *validator) httpAddr() {
 	w, key, what := v.c.Worker, "worker.http_addr", "the HTTP server"
@@ -257,9 +253,9 @@ func (v *validator) defaults() {
 	v.ref("defaults.queue", "queue", df.Queue)
 }
 
-// ref checks that name is a policy, provider or queue (kind) the config
-// defines. Its line is that of path or, when the file leaves path to its
-// default, of the setting defining them, which then lacks the default.
+// ref checks that the config defines name, a policy, provider or queue
+// (kind). If path is a default the file leaves out, the line is that of the
+// setting that lacks name.
 func (v *validator) ref(path, kind, name string) {
 	definedPath, defined := "worker.queues", slices.Collect(maps.Keys(v.c.Worker.Queues))
 	switch kind {
@@ -315,9 +311,7 @@ func (v *validator) campaigns() {
 	}
 }
 
-// tenant checks a campaign's tenant as a notification's is checked: at
-// most throttle.MaxIDLen bytes, no control characters ("" is the default
-// tenant).
+// tenant checks a campaign's tenant as a notification's is checked.
 func (v *validator) tenant(path, tenant string) {
 	if len(tenant) > throttle.MaxIDLen {
 		v.failf(path, "at most %d bytes (got %d)", throttle.MaxIDLen, len(tenant))
@@ -326,8 +320,7 @@ func (v *validator) tenant(path, tenant string) {
 	}
 }
 
-// campaignRef checks a campaign's policy or provider; when it names none,
-// the default applies, and defaults() checks that one.
+// campaignRef checks a campaign's policy or provider, or that a default applies.
 func (v *validator) campaignRef(path, kind, name, def string) {
 	if name != "" {
 		v.ref(path, kind, name)
@@ -336,8 +329,7 @@ func (v *validator) campaignRef(path, kind, name, def string) {
 	}
 }
 
-// audience checks that a campaign's audience is one of a file it can read
-// and a Redis set.
+// audience checks that a campaign's audience is a file it can read or a set.
 func (v *validator) audience(path string, a Audience) {
 	switch {
 	case a.File == "" && a.RedisSet == "":
