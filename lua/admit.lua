@@ -173,7 +173,7 @@ end
 local function admit(keys, args)
   if not rcall then bind() end
   local now = now_us()
-  OUT, NOUT = {}, 0
+  NOUT = 0
   local ki = 1
   for j = 1, #args, 7 do
     local p = plan(args[j + 1])
@@ -184,6 +184,7 @@ local function admit(keys, args)
       ki = admit_task(keys, ki, args[j], p, now, 0, 0, 1, nil, '')
     end
   end
+  OUT[NOUT + 1] = nil -- the reply ends here: OUT is reused, call after call
   return OUT
 end
 

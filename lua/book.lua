@@ -52,7 +52,7 @@ local GRACE = 600000000 -- µs: 10 minutes
 local DECIDED, BOOKED, EXPIRED, REBOOKED, QUEUED, DONE = 0, 1, 2, 3, 4, 5
 
 -- OUT is admit's reply being built, NOUT how many values it holds; admit
--- starts a new one per call. reply appends one task's values in the order
+-- reuses it (one table, not one per call) and ends it with a nil. reply appends one task's values in the order
 -- admit.lua's header gives (allowed and repeated as booleans) and returns
 -- k, the index past the task's last key.
 local OUT, NOUT = {}, 0
@@ -662,7 +662,7 @@ local function book_task(keys, ki, id, p, now, deadline, floor_, weight, tenant,
     end
     if ticket then
       rcall('ZREM', bbook, member)
-      if ticket + len > now then bucket_free(bcal, ticket, len) end
+      if ticket + len > now then bucket_free(bcal, ticket, len, now) end
     end
     outcome = REBOOKED
   end
@@ -901,7 +901,7 @@ local function book_bucket(keys, args)
   end
   if ticket then
     rcall('ZREM', bbook, member)
-    bucket_free(bcal, ticket, len)
+    bucket_free(bcal, ticket, len, now)
   end
   local v, left, ra, rb = bucket_find(bcal, fair_start(bcal, at, gate, len), len)
   if not v then return {now, 2, now + BIG} end

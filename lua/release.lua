@@ -40,7 +40,7 @@ local function undo_tasks(keys, args, refund)
         if s then
           rcall('ZREM', keys[ki + 2], member)
           local len = bucket_len(t)
-          if s + len > now then bucket_free(keys[ki + 3], s, len) end
+          if s + len > now then bucket_free(keys[ki + 3], s, len, now) end
           done = true
         end
       elseif t.kind == 'f' then

@@ -67,8 +67,10 @@
 -- deadline, weight...) travels positionally (see admit.lua). Likewise what a check finds for the commit is kept in scratch
 -- tables reused by every call rather than in tables built per take. Neither
 -- outlives what it describes: a plan's meaning is its text, and the scratch
--- is written by a task's check before its commit reads it, in one call. No
--- data is kept across calls: Redis alone holds the state.
+-- is written by a task's check before its commit reads it, in one call. The
+-- text of the last number, mark and bin written is kept too (see int,
+-- bucket_add, bucket_sent), and the reply's table is reused. No data is kept
+-- across calls: Redis alone holds the state.
 --
 -- A check only reads. Stale entries (a quota's older than its longest
 -- window, a ledger's older than remember) count for nothing, not even as the
@@ -92,8 +94,14 @@ local function bind()
   find, sub, match = string.find, string.sub, string.match
 end
 
+-- int writes a whole number for Redis. A take writes the same one more than
+-- once (now, as a slot's start and a quota entry's score), so the last one
+-- written is kept: formatting costs about a third of a command.
+local int_x, int_s
+
 local function int(x)
-  return fmt('%d', x)
+  if x ~= int_x then int_x, int_s = x, fmt('%d', x) end
+  return int_s
 end
 
 -- A quota whose largest limit is at most QREAD is checked by reading its
@@ -150,7 +158,7 @@ local function parse_plan(s)
           if l < t.least then t.least = l end
         end
       elseif kind == 'b' and (nf == 4 or nf == 5) then
-        t = {kind = 'b', cost = f[2], rate = f[3], burst = f[4], reserve = f[5] or 0}
+        t = {kind = 'b', cost = f[2], rate = f[3], burst = f[4], reserve = f[5] or 0, cost_s = int(f[2])}
       elseif kind == 'f' and nf == 4 then
         t = {kind = 'f', cost = f[2], limit = f[3], per = f[4]}
       elseif kind == 'c' and nf >= 5 then
@@ -386,6 +394,14 @@ end
 -- Besides the spans it holds marks of its life, '-' .. µs scored 0 (see
 -- bucket_add), which no read from now on sees.
 --
+-- PAST: a span that a take starts at the moment it is made is written with
+-- start 0, not its moment. Only what is busy from now on matters, and
+-- such a span holds now; so the next one that starts at its moment finds it
+-- ended and overwrites it, and a bucket that is never short holds one span
+-- rather than one per take since the last prune (which made every write and
+-- read of the calendar slower as the set grew). A start of 0 only ever
+-- hides free time in the past.
+--
 -- The ledger (the second key) holds the tasks that took a slot to go (member:
 -- task ID, score: V), for idempotent retakes and for giving the slot back;
 -- booked slots not yet claimed are tickets (the third key, book.lua). A
@@ -469,8 +485,13 @@ local CAL_LIFE = 100000
 -- back from being deleted and made again without a TTL. The merged span is
 -- written before the span it absorbs is removed, so that the set is never
 -- emptied (and its TTL lost) on the way.
+-- The last mark written, its end and the one of the step before: a mark is
+-- the same for every take in a step, so its text is made once per step.
+local mark_d, mark, mark_before
+
 local function bucket_add(cal, now, c, len, left, ra, rb)
   local a, b = left or c, c + len
+  if not left and c <= now then a = 0 end -- a span that starts now: see PAST
   if rb then
     if ra then b = rb end
     rcall('ZADD', cal, int(b), int(a))
@@ -478,19 +499,19 @@ local function bucket_add(cal, now, c, len, left, ra, rb)
     return
   end
   local d = (floor(b / CAL_LIFE) + 1) * CAL_LIFE
-  -- Without left, a is new (a span starting at c would end after c, and
-  -- bucket_find would have stepped over it): 2 new members, or 1 with left,
-  -- say the mark is new.
-  local new = rcall('ZADD', cal, int(b), int(a), '0', '-' .. int(d))
-  if left then new = new + 1 end
+  if d ~= mark_d then mark_d, mark, mark_before = d, '-' .. int(d), '-' .. int(d - CAL_LIFE) end
+  -- The span's member always changes (it is new, or its end moves on), so
+  -- 2 changed members say the mark is new.
+  local new = rcall('ZADD', cal, 'CH', int(b), int(a), '0', mark)
   if new == 2 then
     extend(cal, ceil_ms(d - now))
-    rcall('ZREM', cal, '-' .. int(d - CAL_LIFE))
+    rcall('ZREM', cal, mark_before)
   end
 end
 
--- bucket_free marks [v, v + len) free again, where a span holds it whole.
-local function bucket_free(cal, v, len)
+-- bucket_free marks [v, v + len) free again, where a span holds it whole;
+-- the span's part before v is kept only while it is ahead of now.
+local function bucket_free(cal, v, len, now)
   local z = rcall('ZRANGEBYSCORE', cal, '(' .. int(v), '+inf', 'WITHSCORES', 'LIMIT', '0', '1')
   if #z == 0 then return end
   local a, b = tonum(z[1]), tonum(z[2])
@@ -498,7 +519,7 @@ local function bucket_free(cal, v, len)
   -- The part after first, so that the set is never emptied (and its TTL
   -- lost) while a part remains.
   if b > v + len then rcall('ZADD', cal, int(b), int(v + len)) end
-  if a < v then
+  if a < v and v > now then
     rcall('ZADD', cal, int(v), int(a))
   else
     rcall('ZREM', cal, int(a))
@@ -516,6 +537,9 @@ end
 -- many are kept.
 local SENT_BIN, SENT_BINS = 10000000, 30 -- µs
 
+-- The last bin counted in, and its field's name.
+local sent_bin, sent_bin_s
+
 -- bucket_sent counts a take that goes at moment x, in x's bin. The first
 -- take of a bin drops the bins SENT_BINS to SENT_BINS + 9 older (a gap of
 -- more than that is one the hash outlives by nothing: it lives SENT_BINS +
@@ -523,7 +547,8 @@ local SENT_BIN, SENT_BINS = 10000000, 30 -- µs
 -- the ledger's entries older than keep.
 local function bucket_sent(key, ledger, cal, now, t, x, keep)
   local bin = floor(x / SENT_BIN)
-  if rcall('HINCRBY', key, int(bin), int(t.cost)) == t.cost then
+  if bin ~= sent_bin then sent_bin, sent_bin_s = bin, int(bin) end
+  if rcall('HINCRBY', key, sent_bin_s, t.cost_s) == t.cost then
     local old = {}
     for i = 1, 10 do old[i] = int(bin - SENT_BINS - i + 1) end
     rcall('HDEL', key, unpack_(old))
@@ -621,7 +646,7 @@ local function bucket_undo(t, key, ledger, cal, id, now, refund)
   rcall('ZREM', ledger, id)
   if refund and s + len > now then
     local p = tonum(rcall('HGET', key, 'p'))
-    if not p or p <= s then bucket_free(cal, s, len) end
+    if not p or p <= s then bucket_free(cal, s, len, now) end
   end
   return true
 end

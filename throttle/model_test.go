@@ -443,7 +443,8 @@ func (c *modelCall) bucketFind(t *modelTake, s, length float64) modelFound {
 // modelCalLife is rules.lua's CAL_LIFE.
 const modelCalLife = 100000
 
-// bucketAdd mirrors bucket_add: the merged span is written before the one
+// bucketAdd mirrors bucket_add: a span that starts now starts at 0, the
+// merged span is written before the one
 // it absorbs is removed, and a last span adds the mark of its end's step of
 // modelCalLife; the take that adds the mark extends the calendar to the
 // step's end and drops the mark of the step before.
@@ -451,6 +452,8 @@ func (c *modelCall) bucketAdd(t *modelTake, f modelFound, length float64) {
 	a, b := f.v, f.v+length
 	if f.hasLeft {
 		a = f.left
+	} else if f.v <= c.now {
+		a = 0 // a span that starts now is written from 0 (rules.lua's PAST)
 	}
 	if f.hasRight {
 		b = f.right.b
@@ -472,7 +475,7 @@ func (c *modelCall) bucketAdd(t *modelTake, f modelFound, length float64) {
 	}
 }
 
-// bucketFree mirrors bucket_free.
+// bucketFree mirrors bucket_free: the part before v is kept while ahead.
 func (c *modelCall) bucketFree(t *modelTake, v, length float64) {
 	sp, ok := c.spanAfter(t.cal, v)
 	if !ok || sp.a > v || sp.b < v+length {
@@ -482,7 +485,7 @@ func (c *modelCall) bucketFree(t *modelTake, v, length float64) {
 	if sp.b > v+length {
 		e.z[modelInt(v+length)] = sp.b
 	}
-	if sp.a < v {
+	if sp.a < v && v > c.now {
 		e.z[modelInt(sp.a)] = v
 	} else {
 		delete(e.z, modelInt(sp.a))

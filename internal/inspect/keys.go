@@ -28,8 +28,10 @@ import (
 //	                                    number, µs / 10^7), the tokens taken
 //	                                    in it; kept 5 minutes
 //	<prefix>{<subject>}:b:<provider>:slots calendar: sorted set, member the
-//	                                    start of a busy span (µs), score its
-//	                                    end: the slots taken or booked; and
+//	                                    start of a busy span (µs; 0 for one
+//	                                    that started when it was written),
+//	                                    score its end: the slots taken or
+//	                                    booked; and
 //	                                    marks of the key's life, member '-'
 //	                                    and µs, score 0 (read from now: none)
 //	<prefix>{<subject>}:b:<provider>:held  ledger: sorted set, member a task
