@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
@@ -398,4 +399,23 @@ func asynqState(t *testing.T, rdb redis.UniversalClient) map[string]string {
 		}
 	}
 	return out
+}
+
+// A member cut for a log line is cut at a rune, so the line stays UTF-8.
+func TestTruncateKeepsRunes(t *testing.T) {
+	for _, c := range []struct {
+		s    string
+		n    int
+		want string
+	}{
+		{"alice@example.com", 80, "alice@example.com"},
+		{"abcdef", 3, "abc..."},
+		{"aéb", 2, "a..."}, // é is 2 bytes: byte 2 is inside it
+		{"éé", 1, "..."},
+	} {
+		got := truncate(c.s, c.n)
+		if got != c.want || !utf8.ValidString(got) {
+			t.Errorf("truncate(%q, %d) = %q, want %q", c.s, c.n, got, c.want)
+		}
+	}
 }

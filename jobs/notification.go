@@ -52,7 +52,6 @@ func (e *FieldError) Error() string {
 	return e.Field + ": " + e.Problem
 }
 
-// bad returns a *FieldError wrapped with ErrBadPayload.
 // clipped is err's text cut to 300 bytes (at a rune): a JSON error may quote
 // a value of the payload whole (a time that does not parse, say).
 func clipped(err error) string {
@@ -67,6 +66,7 @@ func clipped(err error) string {
 	return s[:i] + "…"
 }
 
+// bad returns a *FieldError wrapped with ErrBadPayload.
 func bad(field, format string, args ...any) error {
 	return fmt.Errorf("%w: %w", &FieldError{Field: field, Problem: fmt.Sprintf(format, args...)}, ErrBadPayload)
 }
