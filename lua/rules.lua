@@ -448,13 +448,21 @@ local BIG = 3600000000
 -- the first span after it (nil, nil: none). That span's start is returned
 -- only when it begins where the free span ends (bucket_add merges the two);
 -- its end alone says the calendar already lives past the free span (see
--- bucket_add). nil if it stepped over FIND_STEPS spans.
+-- bucket_add). nil if it stepped over FIND_STEPS spans. It reads two spans
+-- at a time: a take that is not the first of its moment (a batch's) steps
+-- over the span the ones before it took, and finds nothing after it.
 local function bucket_find(cal, s, len)
   local c, left = s, nil
+  local z, j, n = nil, 1, 0
   for _ = 1, FIND_STEPS do
-    local z = rcall('ZRANGEBYSCORE', cal, '(' .. int(c), '+inf', 'WITHSCORES', 'LIMIT', '0', '1')
-    if #z == 0 then return c, left end
-    local a, b = tonum(z[1]), tonum(z[2])
+    if j > n then
+      if n == 2 then return c, left end -- the last read found one span: none after it
+      z = rcall('ZRANGEBYSCORE', cal, fmt('(%d', c), '+inf', 'WITHSCORES', 'LIMIT', '0', '2')
+      n, j = #z, 1
+      if n == 0 then return c, left end
+    end
+    local a, b = tonum(z[j]), tonum(z[j + 1])
+    j = j + 2
     if a >= c + len then
       if a == c + len then return c, left, a, b end
       return c, left, nil, b
