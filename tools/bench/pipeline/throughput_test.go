@@ -32,6 +32,7 @@ var (
 	e2eFloor   = flag.Bool("e2e.floor", false, "also run plain+script and plain+admit in BenchmarkThroughputVsPlain: plain plus one trivial script call, or one bare admission, per job")
 	e2eServers = flag.Int("e2e.servers", 1, "asynq servers per variant in BenchmarkThroughputVsPlain, sharing its concurrency of 64 (1: as cmd/worker)")
 	e2ePool    = flag.Int("e2e.pool", 0, "go-redis PoolSize of each variant's client in BenchmarkThroughputVsPlain (0: go-redis's default, as cmd/worker)")
+	e2eBook    = flag.Bool("e2e.book", false, "also run \"booking\" in BenchmarkThroughputVsPlain: the throttled pipeline with worker.book and book_ahead 5s, as config.yaml sets them")
 )
 
 const (
@@ -137,9 +138,12 @@ func BenchmarkThroughputVsPlain(b *testing.B) {
 	client := asynq.NewClientFromRedisClient(enq)
 	insp := asynq.NewInspectorFromRedisClient(enq)
 
-	th, pl := newThrottled(b, srv.Addr, hook.URL(), true), newPlain(b, srv.Addr, hook.URL(), plainOnly)
-	nm := newThrottled(b, srv.Addr, hook.URL(), false)
+	th, pl := newThrottled(b, srv.Addr, hook.URL(), true, false), newPlain(b, srv.Addr, hook.URL(), plainOnly)
+	nm := newThrottled(b, srv.Addr, hook.URL(), false, false)
 	vs := []*e2eVariant{th, pl, nm}
+	if *e2eBook {
+		vs = append(vs, newThrottled(b, srv.Addr, hook.URL(), true, true))
+	}
 	var floor, bare *e2eVariant
 	if *e2eFloor {
 		floor, bare = newPlain(b, srv.Addr, hook.URL(), plainScript), newPlain(b, srv.Addr, hook.URL(), plainAdmit)
@@ -248,8 +252,10 @@ func median(xs []float64) float64 {
 }
 
 // newThrottled is the worker's pipeline as cmd/worker builds it, with sent
-// markers (cmd/worker's default) or without (worker.sent_marks: 0).
-func newThrottled(b *testing.B, addr, url string, marks bool) *e2eVariant {
+// markers (cmd/worker's default) or without (worker.sent_marks: 0), and
+// with booking (config.yaml's worker.book and book_ahead) or without (the
+// default where a file does not say).
+func newThrottled(b *testing.B, addr, url string, marks, book bool) *e2eVariant {
 	b.Helper()
 	rdb := newWorkerClient(b, addr)
 	lim, quota, bucket := benchRules(b, rdb)
@@ -262,6 +268,9 @@ func newThrottled(b *testing.B, addr, url string, marks bool) *e2eVariant {
 		Log:        slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 	v := &e2eVariant{name: "throttled", rdb: rdb}
+	if book {
+		th.Book, th.BookAhead, v.name = true, 5*time.Second, "booking"
+	}
 	if marks {
 		th.Sent = jobs.NewSentMarks(rdb, "")
 	} else {
