@@ -78,6 +78,10 @@ local function admit_task(keys, ki, id, p, now, deadline, floor_, weight, ps, te
   end
   local denied, delay, binding, window, remaining, repeated = false, 0, 0, 0, huge, true
   local span = max(maxwait, p.ahead) -- how far after now a take may be stamped
+  -- A task that books may still go the plain way (below) only now, from
+  -- no floor, before its deadline, holding nothing.
+  local plain = not p.book or (floor_ or 0) <= now and (deadline == 0 or now <= deadline)
+  local held = false -- a take before holds the task
   local k = ki
   for i = 1, n do
     local t = p[i]
@@ -88,7 +92,13 @@ local function admit_task(keys, ki, id, p, now, deadline, floor_, weight, ps, te
       k = k + 1
     elseif kind == 'b' then
       local reserve, last
-      if i == n and not p.book and not p.dry then last = maxwait end
+      if i == n and not p.dry and plain then
+        if not p.book then
+          last = maxwait
+        elseif not denied and delay == 0 and not held then
+          last = 0 -- it goes now unless it holds a ticket (undone below)
+        end
+      end
       reserve, u, left, mine, a, b, c, d, e = bucket_check(t, keys[k + 1], keys[k + 3], id, now, p.book and p.prio, denied, last)
       if reserve and reserve > maxwait then ok = false end
       k = k + 6
@@ -104,6 +114,7 @@ local function admit_task(keys, ki, id, p, now, deadline, floor_, weight, ps, te
     end
     if t.count then ok, u, w, left = true, 0, 0, huge end -- recorded, never holding
     HELD[i], A[i], B[i], C[i], D[i], E[i] = mine, a, b, c, d, e
+    if mine then held = true end
     if not ok then denied = true end
     if u > delay then delay, binding, window = u, i, w end
     if left < remaining then remaining = left end
@@ -122,8 +133,11 @@ local function admit_task(keys, ki, id, p, now, deadline, floor_, weight, ps, te
       if not go then break end
       if HELD[i] then go = false end
       if p[i].kind == 'b' then
-        -- A ticket: it claims.
-        if rcall('ZSCORE', keys[kb + 2], ticket_member(id, p[i].cost)) then go = false end
+        -- A ticket: it claims, and the ledger entry its check wrote goes.
+        if rcall('ZSCORE', keys[kb + 2], ticket_member(id, p[i].cost)) then
+          go = false
+          if E[i] then rcall('ZREM', keys[kb + 1], id) end
+        end
       end
       kb = kb + p[i].nk
     end

@@ -387,3 +387,36 @@ func TestBookSlotIsTheTasks(t *testing.T) {
 		t.Errorf("b after its slot: %+v; want booked again after d's %s", b, dd.At())
 	}
 }
+
+// A booked task that comes back while a slot is free now (the two before it
+// were given back) holds a ticket: it does not go the plain way. Its check
+// records it in the ledger on the way (a plain admission's ZADD NX), and
+// finding the ticket undoes that: the return changes nothing in Redis.
+func TestBookEarlyReturnWithTicketLeavesNoTrace(t *testing.T) {
+	l, rdb := newStandalone(t)
+	ctx := context.Background()
+	b := mustBucket(t, "sms", 1, 1) // a slot a second, no slack
+	if d := mustAdmit(t, l, bookReq("m0", nil, "", b, 0)); !d.Allowed {
+		t.Fatalf("m0: %+v, want allowed", d)
+	}
+	if d := mustAdmit(t, l, bookReq("m1", nil, "", b, 0)); !d.Booked {
+		t.Fatalf("m1: %+v, want booked", d)
+	}
+	d := mustAdmit(t, l, bookReq("m2", nil, "", b, 0))
+	if !d.Booked || d.Delay < 1500*time.Millisecond {
+		t.Fatalf("m2: %+v, want booked about 2 s ahead", d)
+	}
+	for _, id := range []string{"m0", "m1"} {
+		if n, err := l.Release(ctx, bookReq(id, nil, "", b, 0)); err != nil || n != 1 {
+			t.Fatalf("Release(%s) = %d, %v", id, n, err)
+		}
+	}
+	before := snapshot(t, rdb)
+	again := mustAdmit(t, l, bookReq("m2", nil, "", b, 0))
+	if !again.Booked || !again.At().Equal(d.At()) {
+		t.Fatalf("m2 back early: %+v, want booked for %s", again, d.At())
+	}
+	if after := snapshot(t, rdb); !equalMaps(before, after) {
+		t.Errorf("m2's early return changed Redis")
+	}
+}
