@@ -32,10 +32,30 @@ var bookingConfig = fleetConfig{
 	Rate:            4,
 	Burst:           2,
 	Book:            true,
-	// Every job books its slot (tickets), as these tests of kill -9 and a
-	// Redis restart were written for; places in line past a horizon are
-	// the fair-share tests' (fair_test.go).
+	// Every job books its slot (a ticket); the kill -9 and Redis restart
+	// tests run again with placesAhead, where most jobs wait in line.
 	BookAhead: time.Hour,
+}
+
+// placesAhead is a horizon (worker.book_ahead) past which jobs take a place
+// in line rather than a ticket; longer than inline_wait (2.5 s), so that
+// the jobs that come back from their places inside it still book tickets.
+const placesAhead = 6 * time.Second
+
+// withHorizons runs test once with bookingConfig's hour of tickets and once
+// with placesAhead, where most jobs wait in line: their places are noted in
+// their asynq task hashes, not in the provider's keys.
+func withHorizons(t *testing.T, test func(t *testing.T, cfg fleetConfig)) {
+	for _, h := range []struct {
+		name  string
+		ahead time.Duration
+	}{{"tickets", bookingConfig.BookAhead}, {"places", placesAhead}} {
+		t.Run(h.name, func(t *testing.T) {
+			cfg := bookingConfig
+			cfg.BookAhead = h.ahead
+			test(t, cfg)
+		})
+	}
 }
 
 // bookingsOf returns the workers' bookings made, claimed and rebooked.
@@ -89,8 +109,9 @@ func TestBookingInvariants(t *testing.T) {
 // moment finds its token in the ledger and goes without taking another.
 // Every notification is sent, once unless w1 died in the second after it
 // sent one; the windows and the bucket hold (checkRun).
-func TestBookingKill9(t *testing.T) {
-	cfg := bookingConfig
+func TestBookingKill9(t *testing.T) { withHorizons(t, testBookingKill9) }
+
+func testBookingKill9(t *testing.T, cfg fleetConfig) {
 	cfg.Concurrency, cfg.Rate, cfg.Burst = 10, 3, 1
 	cfg.Policy = "[{limit: 1, per: 1s}]"
 	windows := []quotaWindow{{1, time.Second}}
@@ -129,7 +150,30 @@ func TestBookingKill9(t *testing.T) {
 	})
 	claimedBy := func() float64 { _, c, _ := bookingsOf(f.metricsOf(w1)); return c }
 	before := claimedBy()
-	waitFor(t, "w1 to claim a booked moment", func() bool { return claimedBy() > before })
+	if cfg.BookAhead < bookingConfig.BookAhead {
+		// Few jobs hold tickets here (most wait in line, and w2 claims half
+		// of the rest): w1 holds a slot as well when it sleeps until one it
+		// was admitted for (admitted, not yet sent).
+		inFlight := func() bool {
+			var admitted, sent float64
+			for k, v := range f.metricsOf(w1) {
+				switch {
+				case strings.HasPrefix(k, "throttler_admitted_total"):
+					admitted += v
+				case strings.HasPrefix(k, "throttler_sent_total"):
+					sent += v
+				}
+			}
+			return admitted > sent
+		}
+		waitFor(t, "w1 to claim a booked moment or sleep until its slot", func() bool { return claimedBy() > before || inFlight() })
+	} else {
+		waitFor(t, "w1 to claim a booked moment", func() bool { return claimedBy() > before })
+	}
+	queued := f.metricsOf(w1)[`throttler_bookings_total{event="queued"}`]
+	if cfg.BookAhead < bookingConfig.BookAhead && queued == 0 {
+		t.Errorf("w1 placed no job in line: this run did not test places")
+	}
 	if err := w1.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -181,8 +225,9 @@ func TestBookingKill9(t *testing.T) {
 // the windows and the bucket hold (checkRun). A job whose completion Redis
 // refused while down may be sent again (see TestRedisRestartMidRun): those
 // are counted, and must be at most the jobs in flight.
-func TestBookingRedisRestart(t *testing.T) {
-	cfg := bookingConfig
+func TestBookingRedisRestart(t *testing.T) { withHorizons(t, testBookingRedisRestart) }
+
+func testBookingRedisRestart(t *testing.T, cfg fleetConfig) {
 	cfg.Policy = "[{limit: 1, per: 2s}, {limit: 2, per: 6s}]"
 	windows := []quotaWindow{{1, 2 * time.Second}, {2, 6 * time.Second}}
 	f := &fleet{t: t, dir: t.TempDir(), cfg: cfg}
@@ -199,14 +244,22 @@ func TestBookingRedisRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	placed := 0
+	if ts, err := f.insp.ListRetryTasks(fleetQueue, asynq.PageSize(1000)); err == nil {
+		for _, ti := range ts {
+			if strings.HasPrefix(ti.LastErr, "in line for") {
+				placed++
+			}
+		}
+	}
 	f.redis.Kill()
 	killed, atKill := time.Now(), total()
 	time.Sleep(time.Second) // the outage's length is what is under test
 	f.redis.Restart(t)
-	t.Logf("redis-server killed with %d delivered and %d jobs booked on the provider, back after %s",
-		atKill, booked, time.Since(killed).Round(10*time.Millisecond))
-	if booked == 0 {
-		t.Errorf("no booking held at the kill: the restart did not test bookings")
+	t.Logf("redis-server killed with %d delivered, %d jobs booked on the provider and %d in line, back after %s",
+		atKill, booked, placed, time.Since(killed).Round(10*time.Millisecond))
+	if booked+int64(placed) == 0 {
+		t.Errorf("no booking or place held at the kill: the restart did not test bookings")
 	}
 	runRetries := func() {
 		ts, err := f.insp.ListRetryTasks(fleetQueue, asynq.PageSize(1000))
@@ -214,7 +267,8 @@ func TestBookingRedisRestart(t *testing.T) {
 			return
 		}
 		for _, ti := range ts {
-			if !strings.HasPrefix(ti.LastErr, "booked for") && !strings.HasPrefix(ti.LastErr, "throttled by") {
+			if !strings.HasPrefix(ti.LastErr, "booked for") && !strings.HasPrefix(ti.LastErr, "in line for") &&
+				!strings.HasPrefix(ti.LastErr, "throttled by") {
 				_ = f.insp.RunTask(fleetQueue, ti.ID)
 			}
 		}
