@@ -58,6 +58,17 @@ func withHorizons(t *testing.T, test func(t *testing.T, cfg fleetConfig)) {
 	}
 }
 
+// sumOf is the sum of metric name's series (every label set) in m.
+func sumOf(m map[string]float64, name string) float64 {
+	sum := 0.0
+	for k, v := range m {
+		if k == name || strings.HasPrefix(k, name+"{") {
+			sum += v
+		}
+	}
+	return sum
+}
+
 // bookingsOf returns the workers' bookings made, claimed and rebooked.
 func bookingsOf(m map[string]float64) (made, claimed, rebooked float64) {
 	return m[`throttler_bookings_total{event="made"}`], m[`throttler_bookings_total{event="claimed"}`],
@@ -150,28 +161,21 @@ func testBookingKill9(t *testing.T, cfg fleetConfig) {
 	})
 	claimedBy := func() float64 { _, c, _ := bookingsOf(f.metricsOf(w1)); return c }
 	before := claimedBy()
-	if cfg.BookAhead < bookingConfig.BookAhead {
+	places := cfg.BookAhead < bookingConfig.BookAhead
+	if places {
 		// Few jobs hold tickets here (most wait in line, and w2 claims half
 		// of the rest): w1 holds a slot as well when it sleeps until one it
 		// was admitted for (admitted, not yet sent).
 		inFlight := func() bool {
-			var admitted, sent float64
-			for k, v := range f.metricsOf(w1) {
-				switch {
-				case strings.HasPrefix(k, "throttler_admitted_total"):
-					admitted += v
-				case strings.HasPrefix(k, "throttler_sent_total"):
-					sent += v
-				}
-			}
-			return admitted > sent
+			m := f.metricsOf(w1)
+			return sumOf(m, "throttler_admitted_total") > sumOf(m, "throttler_sent_total")
 		}
 		waitFor(t, "w1 to claim a booked moment or sleep until its slot", func() bool { return claimedBy() > before || inFlight() })
 	} else {
 		waitFor(t, "w1 to claim a booked moment", func() bool { return claimedBy() > before })
 	}
 	queued := f.metricsOf(w1)[`throttler_bookings_total{event="queued"}`]
-	if cfg.BookAhead < bookingConfig.BookAhead && queued == 0 {
+	if places && queued == 0 {
 		t.Errorf("w1 placed no job in line: this run did not test places")
 	}
 	if err := w1.cmd.Process.Signal(syscall.SIGKILL); err != nil {
@@ -195,12 +199,7 @@ func testBookingKill9(t *testing.T, cfg fleetConfig) {
 	f.waitAllEnded(60*time.Second, notes)
 	m := f.metricsOf(w2)
 	f.stop(w2)
-	handed := 0.0
-	for k, v := range m {
-		if strings.HasPrefix(k, "throttler_recovered_tasks_total") {
-			handed += v
-		}
-	}
+	handed := sumOf(m, "throttler_recovered_tasks_total")
 	t.Logf("settled %s after the kill; w2 took over %g of w1's tasks", time.Since(killed).Round(100*time.Millisecond), handed)
 	c := checkRun(t, f, notes, windows, true)
 	t.Logf("%s; sent more than a second after the granted moment: %g", c, late(killed.Add(-time.Hour), time.Now()))

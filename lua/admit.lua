@@ -127,7 +127,7 @@ local function admit_task(keys, ki, id, p, now, deadline, floor_, weight, ps, te
   -- floor (a cluster's). That costs what a plain admission costs; anything
   -- else is booking's (see book.lua).
   if p.book then
-    local go = not denied and delay == 0 and (floor_ or 0) <= now and (deadline == 0 or now <= deadline)
+    local go = plain and not denied and delay == 0
     local kb = ki
     for i = 1, n do
       if not go then break end

@@ -52,9 +52,10 @@ local GRACE = 600000000 -- µs: 10 minutes
 local DECIDED, BOOKED, EXPIRED, REBOOKED, QUEUED, DONE = 0, 1, 2, 3, 4, 5
 
 -- OUT is admit's reply being built, NOUT how many values it holds; admit
--- reuses it (one table, not one per call) and ends it with a nil. reply appends one task's values in the order
--- admit.lua's header gives (allowed and repeated as booleans) and returns
--- k, the index past the task's last key.
+-- reuses it (one table, not one per call) and ends it with a nil. reply
+-- appends one task's values in the order admit.lua's header gives (allowed
+-- and repeated as booleans) and returns k, the index past the task's last
+-- key.
 local OUT, NOUT = {}, 0
 
 local function reply(k, allowed, repeated, binding, window, fresh, now, delay, remaining, outcome, extra)
@@ -364,9 +365,9 @@ end
 -- place, plus FAIR_PAD, written at most once per FAIR_PAD (not its line's
 -- next place: with many tenants that is many slots on, and a tenant with
 -- nothing more in line would weigh in W, and keep its record, that long).
--- A tenant that stops waiting leaves W when the expiry set shows it (read only when W holds
--- more than the tenant's own weight), or when it comes back, and its
--- record goes: memory follows the tenants waiting.
+-- A tenant that stops waiting leaves W when the expiry set shows it (read
+-- only when W holds more than the tenant's own weight), or when it comes
+-- back, and its record goes: memory follows the tenants waiting.
 
 local FAIR_PAD = 1000000 -- µs
 local FAIR_W, FAIR_J, FAIR_P = '\0W', '\0J', '\0P'

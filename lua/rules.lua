@@ -64,8 +64,9 @@
 -- positional numbers, which would be read on every call: reading the plan on
 -- every call costs 6 µs more Redis CPU per decision (24 µs against 18 µs,
 -- BenchmarkAdmitVsBaselines). What differs from task to task (its ID,
--- deadline, weight...) travels positionally (see admit.lua). Likewise what a check finds for the commit is kept in scratch
--- tables reused by every call rather than in tables built per take. Neither
+-- deadline, weight...) travels positionally (see admit.lua). Likewise what a
+-- check finds for the commit is kept in scratch tables reused by every call
+-- rather than in tables built per take. Neither
 -- outlives what it describes: a plan's meaning is its text, and the scratch
 -- is written by a task's check before its commit reads it, in one call. The
 -- text of the last number, mark and bin written is kept too (see int,
@@ -475,6 +476,10 @@ end
 -- CAL_LIFE is the step (µs) a calendar's life is extended by: see bucket_add.
 local CAL_LIFE = 100000
 
+-- The last mark written, its end and the one of the step before: a mark is
+-- the same for every take in a step, so its text is made once per step.
+local mark_d, mark, mark_before
+
 -- bucket_add marks the span [c, c + len) busy, merged with the spans that
 -- touch it (left, ra: bucket_find's), and makes the calendar live until it
 -- ends. A calendar lives until its last span ends: so when a span follows
@@ -482,21 +487,17 @@ local CAL_LIFE = 100000
 -- must live until b, the new span's end, and a mark tells whether it does:
 -- the member '-' .. d, scored 0, where d is the end of b's step of
 -- CAL_LIFE. The take that adds a mark extends the calendar to d; a take
--- that finds its mark there (ZADD's count of new members, in the ZADD that
--- adds the span) needs nothing: nothing shortens a calendar's life, and the
--- mark goes with the calendar. So the calendar is extended once per step,
--- not per take, and lives at most a step longer than its last span. The
--- take that adds a mark drops the one of the step before, which says less:
--- a busy calendar holds one or two. A mark
+-- that finds its mark there (ZADD CH's count of changed members, in the
+-- ZADD that adds the span) needs nothing: nothing shortens a calendar's
+-- life, and the mark goes with the calendar. So the calendar is extended
+-- once per step, not per take, and lives at most a step longer than its
+-- last span. The take that adds a mark drops the one of the step before,
+-- which says less: a busy calendar holds one or two. A mark
 -- scores 0: no read of the spans from now on sees it, the prune of the
 -- ended spans drops it, and it keeps a calendar whose spans were all given
 -- back from being deleted and made again without a TTL. The merged span is
 -- written before the span it absorbs is removed, so that the set is never
 -- emptied (and its TTL lost) on the way.
--- The last mark written, its end and the one of the step before: a mark is
--- the same for every take in a step, so its text is made once per step.
-local mark_d, mark, mark_before
-
 local function bucket_add(cal, now, c, len, left, ra, rb)
   local a, b = left or c, c + len
   if not left and c <= now then a = 0 end -- a span that starts now: see PAST

@@ -444,10 +444,10 @@ func (c *modelCall) bucketFind(t *modelTake, s, length float64) modelFound {
 const modelCalLife = 100000
 
 // bucketAdd mirrors bucket_add: a span that starts now starts at 0, the
-// merged span is written before the one
-// it absorbs is removed, and a last span adds the mark of its end's step of
-// modelCalLife; the take that adds the mark extends the calendar to the
-// step's end and drops the mark of the step before.
+// merged span is written before the one it absorbs is removed, and a last
+// span adds the mark of its end's step of modelCalLife; the take that adds
+// the mark extends the calendar to the step's end and drops the mark of the
+// step before.
 func (c *modelCall) bucketAdd(t *modelTake, f modelFound, length float64) {
 	a, b := f.v, f.v+length
 	if f.hasLeft {
