@@ -119,7 +119,9 @@ func TestBookingInvariants(t *testing.T) {
 // fleet's hand-over (worker.dead_after, 5 s): a job that had claimed its
 // moment finds its token in the ledger and goes without taking another.
 // Every notification is sent, once unless w1 died in the second after it
-// sent one; the windows and the bucket hold (checkRun).
+// sent one; the windows and the bucket hold (checkRun). With places (a
+// short horizon) the jobs w1 left in line are sent by w2, none before its
+// place: a place, too, belongs to the task.
 func TestBookingKill9(t *testing.T) { withHorizons(t, testBookingKill9) }
 
 func testBookingKill9(t *testing.T, cfg fleetConfig) {
@@ -174,12 +176,12 @@ func testBookingKill9(t *testing.T, cfg fleetConfig) {
 	} else {
 		waitFor(t, "w1 to claim a booked moment", func() bool { return claimedBy() > before })
 	}
-	queued := f.metricsOf(w1)[`throttler_bookings_total{event="queued"}`]
-	if places && queued == 0 {
-		t.Errorf("w1 placed no job in line: this run did not test places")
-	}
 	if err := w1.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
+	}
+	inLine := f.placesInLine()
+	if places && len(inLine) == 0 {
+		t.Errorf("no job waited in line when w1 was killed: this run did not test places")
 	}
 	if !w1.wait(10 * time.Second) {
 		t.Fatal("w1 still running 10 s after SIGKILL")
@@ -208,10 +210,57 @@ func testBookingKill9(t *testing.T, cfg fleetConfig) {
 			t.Errorf("task %s was sent twice, and w1 had not sent it in the second before it died", id)
 		}
 	}
-	// w1 booked (above); w2 claimed what it had booked.
-	if _, claimed, _ := bookingsOf(m); claimed == 0 {
-		t.Errorf("w2 claimed no booked moment")
+	if !places {
+		// w1 booked (above); w2 claimed what it had booked.
+		if _, claimed, _ := bookingsOf(m); claimed == 0 {
+			t.Errorf("w2 claimed no booked moment")
+		}
+		return
 	}
+	// Here w1's tickets may all have been claimed before it died (a job back
+	// from its place takes a slot within inline_wait: no ticket). What it
+	// left in line keeps its place: w2 sends each no earlier than its place
+	// less the bucket's slack (burst - 1 over the rate).
+	slack := time.Duration(float64(cfg.Burst-1)/cfg.Rate*float64(time.Second)) + 20*time.Millisecond
+	sent := map[string]arrival{}
+	for _, a := range f.hook.snapshot() {
+		sent[a.Key] = a
+	}
+	for id, place := range inLine {
+		a, ok := sent[id]
+		switch {
+		case !ok:
+			t.Errorf("task %s, in line for %s when w1 died, was not sent", id, place.Format("15:04:05.000"))
+		case a.Worker != "w2":
+			t.Errorf("task %s, in line when w1 died, was sent by %s", id, a.Worker)
+		case a.At.Before(place.Add(-slack)):
+			t.Errorf("task %s, in line for %s when w1 died, was sent %s before its place", id, place.Format("15:04:05.000"), place.Sub(a.At))
+		}
+	}
+	t.Logf("%d jobs in line when w1 died went from their places", len(inLine))
+}
+
+// placesInLine returns the tasks waiting in asynq's retry set for their
+// place in line (past the horizon) and each one's place, noted in its task
+// hash.
+func (f *fleet) placesInLine() map[string]time.Time {
+	f.t.Helper()
+	ts, err := f.insp.ListRetryTasks(fleetQueue, asynq.PageSize(1000))
+	if err != nil {
+		f.t.Fatalf("list retry: %v", err)
+	}
+	got := map[string]time.Time{}
+	for _, ti := range ts {
+		if !strings.HasPrefix(ti.LastErr, "in line for") {
+			continue
+		}
+		place, err := f.rdb.HGet(context.Background(), "asynq:{"+fleetQueue+"}:t:"+ti.ID, "thr").Int64()
+		if err != nil {
+			f.t.Fatalf("place of %s: %v", ti.ID, err)
+		}
+		got[ti.ID] = time.UnixMicro(place)
+	}
+	return got
 }
 
 // TestBookingRedisRestart: 2 workers book a backlog of 48 notifications (16
