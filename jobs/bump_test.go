@@ -57,7 +57,7 @@ func TestSleepingJobLosesItsSlotToPriority(t *testing.T) {
 	if d := admit(otp); !d.At().Equal(before.At()) {
 		t.Fatalf("the priority job: %+v; want the victim's slot at %s", d, before.At())
 	}
-	if err := th.stillHolds(ctx, victim); err != nil {
+	if err := th.stillHolds(ctx, &victim); err != nil {
 		t.Fatalf("the victim, admitted again: %v", err)
 	}
 	if n := counterValue(t, th.Metrics.Bookings, "bumped"); n != 1 {

@@ -339,7 +339,7 @@ func (t *Throttle) sendDigest(ctx context.Context, id string, task *asynq.Task) 
 	} else if n == 0 {
 		return nil // sent already, and a folded task queued it again
 	}
-	if err := t.admit(ctx, j); err != nil {
+	if err := t.admit(ctx, &j); err != nil {
 		if errors.Is(err, errSentBefore) {
 			_ = t.Digests.drop(ctx, d)
 		}
@@ -354,10 +354,10 @@ func (t *Throttle) sendDigest(ctx context.Context, id string, task *asynq.Task) 
 		t.release(j.request())
 		return &Deferral{Delay: 5 * time.Second, Reason: "digest unavailable: " + err.Error()}
 	}
-	if err := t.holds(ctx, j); err != nil {
+	if err := t.holds(ctx, &j); err != nil {
 		return err
 	}
-	if err := t.deliver(ctx, j); err != nil {
+	if err := t.deliver(ctx, &j); err != nil {
 		return err
 	}
 	t.Log.Info("digest sent", "task", id, "recipient", Redact(d.Recipient), "policy", d.Policy, "messages", count)

@@ -152,7 +152,7 @@ func TestSentMarkerCheckFailureDefers(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
 	defer cancel()
-	err = th.admit(ctx, j)
+	err = th.admit(ctx, &j)
 	var d *Deferral
 	if !errors.As(err, &d) || IsFailure(err) {
 		t.Errorf("failed check gave %v; want a deferral", err)
