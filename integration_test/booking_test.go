@@ -95,8 +95,24 @@ func requireBooked(t *testing.T, m map[string]float64) {
 func TestBookingInvariants(t *testing.T) {
 	cfg := bookingConfig
 	cfg.Policy = "[{limit: 1, per: 2s}, {limit: 2, per: 6s}]"
+	bookingInvariants(t, newFleet(t, cfg, nil))
+}
+
+// TestBookingCluster is TestBookingInvariants on a Redis Cluster of 3
+// masters, where most recipients' quotas live on another node than the
+// provider's bucket: a job books on the three-call path (the bucket's
+// peek, the quotas from that moment, the bucket's commit), and the same
+// invariants hold on what arrived.
+func TestBookingCluster(t *testing.T) {
+	cfg := bookingConfig
+	cfg.Policy = "[{limit: 1, per: 2s}, {limit: 2, per: 6s}]"
+	bookingInvariants(t, newClusterFleet(t, 3, 0, cfg, nil))
+}
+
+// bookingInvariants runs TestBookingInvariants's backlog on fleet f, whose
+// policy is 1 per 2 s and 2 per 6 s.
+func bookingInvariants(t *testing.T, f *fleet) {
 	windows := []quotaWindow{{1, 2 * time.Second}, {2, 6 * time.Second}}
-	f := newFleet(t, cfg, nil)
 	notes := f.enqueueNotes("book", 16, 3, 0, 0)
 	ws := f.startWorkers("w1", "w2")
 	start := time.Now()
