@@ -414,13 +414,15 @@ end
 -- and how many tokens went in each 10 s of the last 5 minutes (field: the
 -- 10 s bin's number, for the operator's view): bucket_sent.
 --
--- The spans that ended, and the ledger's entries whose slots ended longer
+-- The spans that ended, and the ledger's entries whose slots started longer
 -- than remember ago (the plan's, worker.remember_takes: kept for the
 -- inspection of what went when, a couple of seconds by default), are pruned
--- by the first take of each 10 s bin (bucket_sent); both keys live while a
--- slot in them is ahead. So the ledger holds the slots of the last remember
--- and 10 s, and the calendar a few spans: memory follows the tasks in
--- flight and booked.
+-- by the first take of each 10 s bin (bucket_sent), and the ledger's also
+-- by a plain take at each new step of the calendar's life (bucket_commit),
+-- a step's worth at a time; both keys live while a slot in them is ahead.
+-- So the ledger holds the slots of about the last remember (and of up to
+-- 10 s more where only booked slots are claimed), and the calendar a few
+-- spans: memory follows the tasks in flight and booked.
 
 -- bucket_len is the µs a take's slot lasts.
 local function bucket_len(t)
@@ -492,7 +494,8 @@ local mark_d, mark, mark_before
 -- life, and the mark goes with the calendar. So the calendar is extended
 -- once per step, not per take, and lives at most a step longer than its
 -- last span. The take that adds a mark drops the one of the step before,
--- which says less: a busy calendar holds one or two. A mark
+-- which says less: a busy calendar holds one or two. It returns whether
+-- the mark is new (a new step). A mark
 -- scores 0: no read of the spans from now on sees it, the prune of the
 -- ended spans drops it, and it keeps a calendar whose spans were all given
 -- back from being deleted and made again without a TTL. The merged span is
@@ -505,17 +508,16 @@ local function bucket_add(cal, now, c, len, left, ra, rb)
     if ra then b = rb end
     rcall('ZADD', cal, int(b), int(a))
     if ra then rcall('ZREM', cal, int(ra)) end
-    return
+    return false
   end
   local d = (floor(b / CAL_LIFE) + 1) * CAL_LIFE
   if d ~= mark_d then mark_d, mark, mark_before = d, '-' .. int(d), '-' .. int(d - CAL_LIFE) end
   -- The span's member always changes (it is new, or its end moves on), so
   -- 2 changed members say the mark is new.
-  local new = rcall('ZADD', cal, 'CH', int(b), int(a), '0', mark)
-  if new == 2 then
-    extend(cal, ceil_ms(d - now))
-    rcall('ZREM', cal, mark_before)
-  end
+  if rcall('ZADD', cal, 'CH', int(b), int(a), '0', mark) ~= 2 then return false end
+  extend(cal, ceil_ms(d - now))
+  rcall('ZREM', cal, mark_before)
+  return true
 end
 
 -- bucket_free marks [v, v + len) free again, where a span holds it whole;
@@ -634,7 +636,13 @@ end
 -- wrote: bucket_check already recorded the task in the ledger at v.
 local function bucket_commit(t, key, ledger, cal, id, now, x, v, left, ra, rb, keep, wrote)
   local len = bucket_len(t)
-  bucket_add(cal, now, v, len, left, ra, rb)
+  if bucket_add(cal, now, v, len, left, ra, rb) then
+    -- A new step of the calendar's life: the ledger's entries older than
+    -- keep go, a step's worth at a time, rather than a whole 10 s bin's in
+    -- one call (bucket_sent), which stalled Redis for 130-210 ms at 60,000
+    -- takes a second. (This take's own entry is ahead of now.)
+    rcall('ZREMRANGEBYSCORE', ledger, '-inf', int(now - keep))
+  end
   if not wrote then rcall('ZADD', ledger, int(v), id) end
   if rb then
     extend(ledger, ceil_ms(v + len - now + keep))

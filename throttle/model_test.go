@@ -447,8 +447,8 @@ const modelCalLife = 100000
 // merged span is written before the one it absorbs is removed, and a last
 // span adds the mark of its end's step of modelCalLife; the take that adds
 // the mark extends the calendar to the step's end and drops the mark of the
-// step before.
-func (c *modelCall) bucketAdd(t *modelTake, f modelFound, length float64) {
+// step before. It returns whether it added the mark (a new step).
+func (c *modelCall) bucketAdd(t *modelTake, f modelFound, length float64) bool {
 	a, b := f.v, f.v+length
 	if f.hasLeft {
 		a = f.left
@@ -464,15 +464,17 @@ func (c *modelCall) bucketAdd(t *modelTake, f modelFound, length float64) {
 		delete(e.z, modelInt(f.right.a))
 	}
 	if f.next {
-		return
+		return false
 	}
 	d := (math.Floor(b/modelCalLife) + 1) * modelCalLife
 	mark := "-" + modelInt(d)
-	if _, ok := e.z[mark]; !ok {
-		e.z[mark] = 0
-		c.extend(t.cal, d-c.now)
-		delete(e.z, "-"+modelInt(d-modelCalLife))
+	if _, ok := e.z[mark]; ok {
+		return false
 	}
+	e.z[mark] = 0
+	c.extend(t.cal, d-c.now)
+	delete(e.z, "-"+modelInt(d-modelCalLife))
+	return true
 }
 
 // bucketFree mirrors bucket_free: the part before v is kept while ahead.
@@ -560,11 +562,14 @@ func (c *modelCall) bucketCommit(t *modelTake, id string, x, keep float64) {
 	c.bucketCommitAt(t, t.found, id, x, keep)
 }
 
-// bucketCommitAt mirrors bucket_commit of slot f: a slot that is the
-// calendar's last sets the ledger's life with PEXPIRE, any other extends it.
+// bucketCommitAt mirrors bucket_commit of slot f: a new step of the
+// calendar's life prunes the ledger; a slot that is the calendar's last sets
+// the ledger's life with PEXPIRE, any other extends it.
 func (c *modelCall) bucketCommitAt(t *modelTake, f modelFound, id string, x, keep float64) {
 	length := bucketLen(t)
-	c.bucketAdd(t, f, length)
+	if c.bucketAdd(t, f, length) {
+		c.zremrangebyscore(t.ledger, c.now-keep) // a new step prunes the ledger
+	}
 	if f.next {
 		c.bucketHold(t.ledger, id, f.v, length, keep)
 	} else {

@@ -414,6 +414,69 @@ func TestPauseDrainsABucketForEveryone(t *testing.T) {
 	}
 }
 
+// TestLedgerPrunedAStepAtATime: a plain take that starts a new 100 ms step
+// of the calendar's life drops the ledger's entries older than Remember,
+// rather than leaving them all to the first take of the next 10 s bin, whose
+// one call stalled Redis for 130-210 ms at 60,000 takes a second. Everything
+// happens inside one 10 s bin, so that the bin's prune plays no part. (It
+// waits for Redis's clock between takes: the passage of time under test.)
+func TestLedgerPrunedAStepAtATime(t *testing.T) {
+	t.Parallel()
+	rdb, _ := shared.NewClient(t)
+	l, err := New(rdb, Options{Remember: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := mustBucket(t, "sms", 1000, 1000)
+	ledger := ledgerKey(subjectTag(DefaultPrefix, "gw"), "sms")
+	take := func(id string) Decision {
+		t.Helper()
+		d := mustAdmit(t, l, Request{ID: id, Takes: []Take{{Rule: b, Subject: "gw"}}})
+		if !d.Allowed {
+			t.Fatalf("%s: %+v", id, d)
+		}
+		return d
+	}
+	const bin = 10 * time.Second
+	for try := 1; ; try++ {
+		// Start early in a bin: the run takes about 1.6 s.
+		if now, err := rdb.Time(ctx).Result(); err != nil {
+			t.Fatal(err)
+		} else if now.Sub(now.Truncate(bin)) > 6*time.Second {
+			untilRedis(t, l, now.Truncate(bin).Add(bin+10*time.Millisecond))
+		}
+		first := take(fmt.Sprint("a0-", try))
+		for i := 1; i < 20; i++ {
+			take(fmt.Sprintf("a%d-%d", i, try))
+		}
+		// Takes 400 ms apart keep the ledger alive (each extends it to its
+		// slot's end and Remember), each the first of its step.
+		var last Decision
+		for i := 1; i <= 4; i++ {
+			untilRedis(t, l, first.At().Add(time.Duration(i)*400*time.Millisecond))
+			last = take(fmt.Sprintf("c%d-%d", i, try))
+		}
+		if last.At().Truncate(bin) != first.At().Truncate(bin) {
+			if try == 3 {
+				t.Fatalf("three runs crossed a 10 s bin (a busy machine?): the step's prune went unchecked")
+			}
+			t.Logf("run %d crossed a 10 s bin: again", try)
+			continue
+		}
+		got := zmembers(t, rdb, ledger)
+		for _, m := range got {
+			if strings.HasPrefix(m, "a") {
+				t.Errorf("ledger holds %q, %s after its take, want it pruned (Remember 1s): %q", m, last.At().Sub(first.At()).Round(time.Millisecond), got)
+				break
+			}
+		}
+		if !slices.Contains(got, fmt.Sprint("c4-", try)) {
+			t.Errorf("ledger %q lacks the last take", got)
+		}
+		return
+	}
+}
+
 // TestLedgerFollowsSlotsInFlight: a bucket's ledger holds the tasks whose
 // slots have not ended (and Remember more), not every take of the last
 // minutes: the first take of each 10 s bin prunes the rest, and the ledger
