@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 var ctx = context.Background()
@@ -414,6 +416,26 @@ func TestPauseDrainsABucketForEveryone(t *testing.T) {
 	}
 }
 
+// rememberASecond returns a limiter that keeps takes a second
+// (MinRemember), on a database of its own, and take, which admits a task on
+// bucket b for subject "gw" and fails the test unless it is allowed.
+func rememberASecond(t *testing.T, b *Bucket) (*Limiter, *redis.Client, func(id string) Decision) {
+	t.Helper()
+	rdb, _ := shared.NewClient(t)
+	l, err := New(rdb, Options{Remember: MinRemember})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, rdb, func(id string) Decision {
+		t.Helper()
+		d := mustAdmit(t, l, Request{ID: id, Takes: []Take{{Rule: b, Subject: "gw"}}})
+		if !d.Allowed {
+			t.Fatalf("%s: %+v", id, d)
+		}
+		return d
+	}
+}
+
 // TestLedgerPrunedAStepAtATime: a plain take that starts a new 100 ms step
 // of the calendar's life drops the ledger's entries older than Remember,
 // rather than leaving them all to the first take of the next 10 s bin, whose
@@ -422,21 +444,8 @@ func TestPauseDrainsABucketForEveryone(t *testing.T) {
 // waits for Redis's clock between takes: the passage of time under test.)
 func TestLedgerPrunedAStepAtATime(t *testing.T) {
 	t.Parallel()
-	rdb, _ := shared.NewClient(t)
-	l, err := New(rdb, Options{Remember: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := mustBucket(t, "sms", 1000, 1000)
+	l, rdb, take := rememberASecond(t, mustBucket(t, "sms", 1000, 1000))
 	ledger := ledgerKey(subjectTag(DefaultPrefix, "gw"), "sms")
-	take := func(id string) Decision {
-		t.Helper()
-		d := mustAdmit(t, l, Request{ID: id, Takes: []Take{{Rule: b, Subject: "gw"}}})
-		if !d.Allowed {
-			t.Fatalf("%s: %+v", id, d)
-		}
-		return d
-	}
 	const bin = 10 * time.Second
 	for try := 1; ; try++ {
 		// Start early in a bin: the run takes about 1.6 s.
@@ -484,20 +493,8 @@ func TestLedgerPrunedAStepAtATime(t *testing.T) {
 // Redis's clock to enter the next bin: the passage of time under test.)
 func TestLedgerFollowsSlotsInFlight(t *testing.T) {
 	t.Parallel()
-	rdb, _ := shared.NewClient(t)
-	l, err := New(rdb, Options{Remember: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
 	b := mustBucket(t, "sms", 1000, 100)
-	take := func(id string) Decision {
-		t.Helper()
-		d := mustAdmit(t, l, Request{ID: id, Takes: []Take{{Rule: b, Subject: "gw"}}})
-		if !d.Allowed {
-			t.Fatalf("%s: %+v", id, d)
-		}
-		return d
-	}
+	l, rdb, take := rememberASecond(t, b)
 	tag := subjectTag(DefaultPrefix, "gw")
 	ledger := ledgerKey(tag, "sms")
 	var last Decision
