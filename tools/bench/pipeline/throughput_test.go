@@ -103,9 +103,9 @@ func (t e2eTotal) cpu() float64 { return (t.cost.redisCPU + t.cost.clientCPU) / 
 //     job, the floor of any admission that costs one round trip;
 //   - plain+admit, with -e2e.floor: plain plus one bare admission per job
 //     (throttle.Limiter.Admit with MaxWait, of the throttled variant's recipient quota
-//     and provider bucket, without the middleware and without a marker):
-//     what the admission's script costs, apart from everything else the
-//     middleware does.
+//     and provider bucket, without the rest of the handler and without a
+//     marker): what the admission's script costs, apart from everything
+//     else the handler does.
 //
 // A drain pre-enqueues -e2e.tasks jobs, starts a fresh asynq server and
 // times from its start until the webhook has every message and the queue is
@@ -317,8 +317,8 @@ const (
 // and ZCARD of a key named like the recipient's quota, as throttle's
 // benchmarks do): the floor of any admission that costs one script call per
 // job. With plainAdmit, each job is first admitted by Limiter.Admit with MaxWait
-// through the throttled variant's rules, as the middleware's admission of it
-// would be, but with nothing else of the middleware: no marker, no metrics,
+// through the throttled variant's rules, as the handler's admission of it
+// would be, but with nothing else of the handler: no marker, no metrics,
 // no logs; a job not allowed at once fails the drain.
 func newPlain(b *testing.B, addr, url string, kind plainKind) *e2eVariant {
 	b.Helper()
