@@ -177,12 +177,14 @@ func TestCampaignKill9MidFanout(t *testing.T) {
 // TestCampaignRespectsCaps: recipients already at their weekly cap get a
 // campaign's message deferred, or expired when the campaign has a send-by
 // window, and never a message over the cap. The campaigns are triggered
-// with campaign.Trigger, as enqueue does.
+// with campaign.Trigger, as enqueue does. The workers log in as the ACL
+// user config.yaml recommends, and one audience is a Redis set.
 func TestCampaignRespectsCaps(t *testing.T) {
-	f := newCampaignFleet(t, "")
-	f.files = map[string]string{
-		"expiring.txt": campaignRecipients("e", 10),
-		"deferred.txt": campaignRecipients("d", 10),
+	// As config.yaml's ACL user, one audience a Redis set (SSCAN).
+	f := newCampaignFleetAs(t, "", true)
+	f.files = map[string]string{"expiring.txt": campaignRecipients("e", 10)}
+	if err := f.rdb.SAdd(context.Background(), "throttle:lists:deferred", strings.Fields(campaignRecipients("d", 10))).Err(); err != nil {
+		t.Fatal(err)
 	}
 	f.campaigns = `
   - name: expiring
@@ -195,7 +197,7 @@ func TestCampaignRespectsCaps(t *testing.T) {
     cron: "0 0 1 1 *"
     template: news
     policy: weekly
-    audience: {file: deferred.txt}
+    audience: {redis_set: "throttle:lists:deferred"}
 `
 	// e0-e4 and d0-d4 have had their one message of the week.
 	capped := map[string]bool{}
@@ -285,6 +287,7 @@ type campaignFleet struct {
 	rate      string            // of provider console
 	burst     int
 	runner    *campaign.Runner // reads progress; not run
+	acl       bool             // the workers log in as config.yaml's ACL user
 }
 
 type campaignWorker struct {
@@ -297,11 +300,17 @@ type campaignWorker struct {
 // newCampaignFleet builds the worker first, so that the ticks the test
 // then schedules a few seconds ahead are not past when the workers start.
 func newCampaignFleet(t *testing.T, audience string) *campaignFleet {
+	return newCampaignFleetAs(t, audience, false)
+}
+
+// newCampaignFleetAs is newCampaignFleet whose workers log in as
+// config.yaml's ACL user when acl is set.
+func newCampaignFleetAs(t *testing.T, audience string, acl bool) *campaignFleet {
 	t.Helper()
 	buildBinary(t, "worker")
 	f := &campaignFleet{t: t, dir: t.TempDir(), rate: "20000", burst: 1000,
-		files: map[string]string{"audience.txt": audience}}
-	f.redis = redistest.Start(t)
+		files: map[string]string{"audience.txt": audience}, acl: acl}
+	f.redis = startRedis(t, acl)
 	f.rdb = f.redis.Client(t)
 	return f
 }
@@ -315,7 +324,7 @@ func (f *campaignFleet) configPath(name string) string {
 			f.t.Fatal(err)
 		}
 	}
-	yaml := fmt.Sprintf(`redis: {url: "redis://%s/0", prefix: %q}
+	yaml := fmt.Sprintf(`redis: {url: %q, prefix: %q}
 worker:
   concurrency: 20
   queues: {default: 1}
@@ -328,7 +337,7 @@ policies:
 providers:
   console: {type: log, output: %q, rate: %s, burst: %d}
 defaults: {policy: generous, provider: console}
-campaigns:%s`, f.redis.Addr, campaignPrefix, f.sentFile(name), f.rate, f.burst, f.campaigns)
+campaigns:%s`, redisURL(f.redis, f.acl), campaignPrefix, f.sentFile(name), f.rate, f.burst, f.campaigns)
 	path := filepath.Join(f.dir, name+".yaml")
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 		f.t.Fatal(err)

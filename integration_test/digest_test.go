@@ -40,6 +40,7 @@ func digestKill9(t *testing.T, hold func(a arrival, fromW1 int) bool) {
 		Concurrency: 4, ShutdownTimeout: 5 * time.Second, InlineWait: time.Second, Jitter: 200 * time.Millisecond,
 		Policy: "{windows: [{limit: 1, per: 3s}], over_cap: digest}",
 		Rate:   50, Burst: 10, Book: true,
+		ACL: true, // digests' WATCH/MULTI/EXEC and list reads, as config.yaml's user
 	}
 	release := make(chan struct{})
 	fromW1 := 0

@@ -205,6 +205,7 @@ func inWindow(times []time.Time, from, to time.Time) int {
 func TestFairShareSmallBehindBig(t *testing.T) {
 	const nBig, nSmall = 600, 50
 	cfg := fairConfig
+	cfg.ACL = true // tenants' gates and lines, as config.yaml's user
 	r := runShare(t, cfg, nBig, nSmall)
 	share := cfg.Rate / 2
 	fair := time.Duration(float64(nSmall)/share*float64(time.Second)) + cfg.BookAhead + fairSlack

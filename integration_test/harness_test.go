@@ -243,6 +243,34 @@ type fleetConfig struct {
 	// after "campaigns:"); their audience files are written from Files.
 	Campaigns string
 	Files     map[string]string // file name in the fleet's dir -> content
+	// ACL, if set, runs the workers and enqueue as the least-privilege user
+	// config.yaml recommends (the test's own reads stay the admin's).
+	ACL bool
+}
+
+// The ACL user the fleets log in as when fleetConfig.ACL is set.
+const (
+	aclUser     = "throttler"
+	aclPassword = "acl-test-password"
+)
+
+// startRedis starts the fleet's standalone redis-server: with the
+// recommended ACL user when acl is set.
+func startRedis(t testing.TB, acl bool) *redistest.Server {
+	t.Helper()
+	if !acl {
+		return redistest.Start(t)
+	}
+	return redistest.StartWith(t, redistest.Options{Users: []string{redistest.RecommendedACL(t, "../config.yaml", aclUser, aclPassword)}})
+}
+
+// redisURL is the URL the fleet's processes connect with: as the ACL user
+// when acl is set.
+func redisURL(s *redistest.Server, acl bool) string {
+	if acl {
+		return s.URL(aclUser, aclPassword) + "/0"
+	}
+	return fmt.Sprintf("redis://%s/0", s.Addr)
 }
 
 type fleet struct {
@@ -275,7 +303,7 @@ const (
 func newFleet(t testing.TB, cfg fleetConfig, answer func(a arrival, seq int) hookAnswer) *fleet {
 	t.Helper()
 	f := &fleet{t: t, dir: t.TempDir(), cfg: cfg}
-	f.redis = redistest.Start(t)
+	f.redis = startRedis(t, cfg.ACL)
 	f.rdb = f.redis.Client(t)
 	f.insp = asynq.NewInspectorFromRedisClient(f.rdb)
 	f.hook = newHookServer(t, answer)
@@ -303,7 +331,7 @@ func (f *fleet) redisSection() string {
 	if f.cluster != nil {
 		return fmt.Sprintf("cluster: [%s]", strings.Join(f.cluster.Addrs(), ", "))
 	}
-	return fmt.Sprintf("url: redis://%s/0", f.redis.Addr)
+	return "url: " + redisURL(f.redis, f.cfg.ACL)
 }
 
 // writeConfig writes the config of one worker (or of enqueue) and returns

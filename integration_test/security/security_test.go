@@ -8,13 +8,11 @@
 package security_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -42,28 +40,7 @@ const (
 // joined onto one line, with the test's password for CHANGE-ME.
 func recommendedACL(t *testing.T) string {
 	t.Helper()
-	f, err := os.Open("../../config.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var parts []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		switch {
-		case strings.HasPrefix(line, "#   user "+aclUser+" "):
-			parts = append(parts, strings.TrimPrefix(line, "#   user "))
-		case len(parts) > 0 && strings.HasPrefix(line, "#     +"):
-			parts = append(parts, strings.TrimPrefix(line, "#     "))
-		case len(parts) > 0 && strings.HasPrefix(line, "#     "):
-			parts = append(parts, strings.TrimPrefix(line, "#     "))
-		case len(parts) > 0:
-			return strings.Replace(strings.Join(parts, " "), ">CHANGE-ME", ">"+aclPassword, 1)
-		}
-	}
-	t.Fatalf("config.yaml has no line starting with %q", "#   user "+aclUser+" ")
-	return ""
+	return redistest.RecommendedACL(t, "../../config.yaml", aclUser, aclPassword)
 }
 
 // setup is one way of reaching Redis: the server(s), an admin client that
