@@ -414,15 +414,19 @@ end
 -- and how many tokens went in each 10 s of the last 5 minutes (field: the
 -- 10 s bin's number, for the operator's view): bucket_sent.
 --
--- The spans that ended, and the ledger's entries whose slots started longer
+-- The spans that ended, and the ledger's entries whose slots ended longer
 -- than remember ago (the plan's, worker.remember_takes: kept for the
 -- inspection of what went when, a couple of seconds by default), are pruned
--- by the first take of each 10 s bin (bucket_sent), and the ledger's also
--- by a plain take at each new step of the calendar's life (bucket_commit),
--- a step's worth at a time; both keys live while a slot in them is ahead.
+-- by the first take of each 10 s bin (bucket_sent), and on a fast bucket
+-- the ledger's also by a plain take at each new step of the calendar's life
+-- (bucket_commit), a step's worth at a time; both keys live while a slot in them is ahead.
 -- So the ledger holds the slots of about the last remember (and of up to
 -- 10 s more where only booked slots are claimed), and the calendar a few
--- spans: memory follows the tasks in flight and booked.
+-- spans: memory follows the tasks in flight and booked. An entry's slot is
+-- taken to end one slot of the pruning take's cost after it starts (the
+-- ledger keeps starts only): a take of a larger cost on the same bucket may
+-- lose its entry before its slot ends plus remember, never before it ends
+-- less that difference.
 
 -- bucket_len is the µs a take's slot lasts.
 local function bucket_len(t)
@@ -555,7 +559,7 @@ local sent_bin, sent_bin_s
 -- take of a bin drops the bins SENT_BINS to SENT_BINS + 9 older (a gap of
 -- more than that is one the hash outlives by nothing: it lives SENT_BINS +
 -- 6 bins after its last take), and prunes the calendar's ended spans and
--- the ledger's entries older than keep.
+-- the ledger's entries whose slots ended keep ago.
 local function bucket_sent(key, ledger, cal, now, t, x, keep)
   local bin = floor(x / SENT_BIN)
   if bin ~= sent_bin then sent_bin, sent_bin_s = bin, int(bin) end
@@ -565,7 +569,7 @@ local function bucket_sent(key, ledger, cal, now, t, x, keep)
     rcall('HDEL', key, unpack_(old))
     extend(key, ceil_ms((bin + SENT_BINS + 6) * SENT_BIN - now))
     rcall('ZREMRANGEBYSCORE', cal, '-inf', int(now))
-    rcall('ZREMRANGEBYSCORE', ledger, '-inf', int(now - keep))
+    rcall('ZREMRANGEBYSCORE', ledger, '-inf', int(now - keep - bucket_len(t)))
   end
 end
 
@@ -626,6 +630,14 @@ local function bucket_check(t, ledger, cal, id, now, prio, denied, last)
   return wait, wait or 0, left_, false, v, left, ra, rb, wrote
 end
 
+-- STEP_PRUNE_RATE (takes a second): a bucket faster than this has its ledger
+-- pruned at each step of its calendar's life (bucket_commit), at most ten
+-- times a second, so at most 0.1 command per take more. A slower one leaves
+-- it to the bin's first take: at most 1,000 entries of 10 s, under a
+-- millisecond, and no command per take more (at 20/s the step's prune
+-- would cost one every other take).
+local STEP_PRUNE_RATE = 100
+
 -- bucket_commit gives the task slot v (found by bucket_check or bucket_find),
 -- to go at x. When the slot is the calendar's last (no rb), it is also the
 -- ledger's: every slot in the ledger is busy in the calendar until it ends,
@@ -636,12 +648,14 @@ end
 -- wrote: bucket_check already recorded the task in the ledger at v.
 local function bucket_commit(t, key, ledger, cal, id, now, x, v, left, ra, rb, keep, wrote)
   local len = bucket_len(t)
-  if bucket_add(cal, now, v, len, left, ra, rb) then
-    -- A new step of the calendar's life: the ledger's entries older than
-    -- keep go, a step's worth at a time, rather than a whole 10 s bin's in
-    -- one call (bucket_sent), which stalled Redis for 130-210 ms at 60,000
-    -- takes a second. (This take's own entry is ahead of now.)
-    rcall('ZREMRANGEBYSCORE', ledger, '-inf', int(now - keep))
+  local step = bucket_add(cal, now, v, len, left, ra, rb)
+  if step and t.rate > STEP_PRUNE_RATE then
+    -- A new step of the calendar's life on a fast bucket: the ledger's
+    -- entries whose slots ended keep ago go, a step's worth at a time,
+    -- rather than a whole 10 s bin's in one call (bucket_sent), which
+    -- stalled Redis for 130-210 ms at 60,000 takes a second. (This take's
+    -- own entry is ahead of now.)
+    rcall('ZREMRANGEBYSCORE', ledger, '-inf', int(now - keep - len))
   end
   if not wrote then rcall('ZADD', ledger, int(v), id) end
   if rb then

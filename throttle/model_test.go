@@ -440,8 +440,12 @@ func (c *modelCall) bucketFind(t *modelTake, s, length float64) modelFound {
 	return modelFound{}
 }
 
-// modelCalLife is rules.lua's CAL_LIFE.
-const modelCalLife = 100000
+// modelCalLife is rules.lua's CAL_LIFE; modelStepPruneRate its
+// STEP_PRUNE_RATE.
+const (
+	modelCalLife       = 100000
+	modelStepPruneRate = 100
+)
 
 // bucketAdd mirrors bucket_add: a span that starts now starts at 0, the
 // merged span is written before the one it absorbs is removed, and a last
@@ -513,7 +517,7 @@ func (c *modelCall) bucketSent(t *modelTake, x, keep float64) {
 		}
 		c.extend(t.key, (b+bins+6)*bin-c.now)
 		c.zremrangebyscore(t.cal, c.now)
-		c.zremrangebyscore(t.ledger, c.now-keep)
+		c.zremrangebyscore(t.ledger, c.now-keep-bucketLen(t))
 	}
 }
 
@@ -562,13 +566,13 @@ func (c *modelCall) bucketCommit(t *modelTake, id string, x, keep float64) {
 	c.bucketCommitAt(t, t.found, id, x, keep)
 }
 
-// bucketCommitAt mirrors bucket_commit of slot f: a new step of the
-// calendar's life prunes the ledger; a slot that is the calendar's last sets
+// bucketCommitAt mirrors bucket_commit of slot f: a new step of a
+// fast bucket's calendar prunes the ledger; a slot that is the calendar's last sets
 // the ledger's life with PEXPIRE, any other extends it.
 func (c *modelCall) bucketCommitAt(t *modelTake, f modelFound, id string, x, keep float64) {
 	length := bucketLen(t)
-	if c.bucketAdd(t, f, length) {
-		c.zremrangebyscore(t.ledger, c.now-keep) // a new step prunes the ledger
+	if c.bucketAdd(t, f, length) && t.rate > modelStepPruneRate {
+		c.zremrangebyscore(t.ledger, c.now-keep-length) // a new step prunes a fast bucket's ledger
 	}
 	if f.next {
 		c.bucketHold(t.ledger, id, f.v, length, keep)

@@ -436,15 +436,33 @@ func rememberASecond(t *testing.T, b *Bucket) (*Limiter, *redis.Client, func(id 
 	}
 }
 
-// TestLedgerPrunedAStepAtATime: a plain take that starts a new 100 ms step
-// of the calendar's life drops the ledger's entries older than Remember,
-// rather than leaving them all to the first take of the next 10 s bin, whose
-// one call stalled Redis for 130-210 ms at 60,000 takes a second. Everything
-// happens inside one 10 s bin, so that the bin's prune plays no part. (It
-// waits for Redis's clock between takes: the passage of time under test.)
+// TestLedgerPrunedAStepAtATime: on a bucket faster than STEP_PRUNE_RATE
+// (100/s), a plain take that starts a new 100 ms step of the calendar's life
+// drops the ledger's entries whose slots ended Remember ago, rather than
+// leaving them all to the first take of the next 10 s bin, whose one call
+// stalled Redis for 130-210 ms at 60,000 takes a second. A slower bucket
+// leaves them to the bin's take (a step's prune would cost it a command
+// every other take at 20/s). Everything happens inside one 10 s bin, so
+// that the bin's prune plays no part. (It waits for Redis's clock between
+// takes: the passage of time under test.)
 func TestLedgerPrunedAStepAtATime(t *testing.T) {
 	t.Parallel()
-	l, rdb, take := rememberASecond(t, mustBucket(t, "sms", 1000, 1000))
+	for _, tc := range []struct {
+		rate   float64
+		pruned bool
+	}{{1000, true}, {50, false}} {
+		t.Run(fmt.Sprintf("%g/s", tc.rate), func(t *testing.T) {
+			t.Parallel()
+			ledgerStepPrune(t, tc.rate, tc.pruned)
+		})
+	}
+}
+
+// ledgerStepPrune runs TestLedgerPrunedAStepAtATime on a bucket of rate
+// (burst 1000): 20 takes, then one every 400 ms; pruned says whether the
+// first 20 must be gone from the ledger after 1.6 s, or all still there.
+func ledgerStepPrune(t *testing.T, rate float64, pruned bool) {
+	l, rdb, take := rememberASecond(t, mustBucket(t, "sms", rate, 1000))
 	ledger := ledgerKey(subjectTag(DefaultPrefix, "gw"), "sms")
 	const bin = 10 * time.Second
 	for try := 1; ; try++ {
@@ -473,16 +491,51 @@ func TestLedgerPrunedAStepAtATime(t *testing.T) {
 			continue
 		}
 		got := zmembers(t, rdb, ledger)
+		kept := 0
 		for _, m := range got {
 			if strings.HasPrefix(m, "a") {
-				t.Errorf("ledger holds %q, %s after its take, want it pruned (Remember 1s): %q", m, last.At().Sub(first.At()).Round(time.Millisecond), got)
-				break
+				kept++
 			}
+		}
+		after := last.At().Sub(first.At()).Round(time.Millisecond)
+		switch {
+		case pruned && kept > 0:
+			t.Errorf("ledger holds %d of the first 20 takes %s after them, want them pruned (Remember 1s): %q", kept, after, got)
+		case !pruned && kept != 20:
+			t.Errorf("ledger holds %d of the first 20 takes %s after them, want all 20 until the bin's prune: %q", kept, after, got)
 		}
 		if !slices.Contains(got, fmt.Sprint("c4-", try)) {
 			t.Errorf("ledger %q lacks the last take", got)
 		}
 		return
+	}
+}
+
+// TestLedgerKeepsSlotsUntilTheyEnd: the ledger's pruning drops an entry
+// Remember after its slot ended, not after it started: takes of 800 tokens
+// at 200/s hold slots of 4 s (Remember 1 s), and a task whose slot is
+// still running when a later take prunes still holds it, so its retake
+// takes nothing more. (It waits 2 s of Redis's clock: the passage of time
+// under test.)
+func TestLedgerKeepsSlotsUntilTheyEnd(t *testing.T) {
+	t.Parallel()
+	b := mustBucket(t, "sms", 200, 1000) // over STEP_PRUNE_RATE: each step prunes
+	l, _, _ := rememberASecond(t, b)
+	req := func(id string, maxWait time.Duration) Request {
+		return Request{ID: id, MaxWait: maxWait, Takes: []Take{{Rule: b, Subject: "gw", Cost: 800}}}
+	}
+	a := mustAdmit(t, l, req("a", 0))
+	if !a.Allowed {
+		t.Fatalf("a: %+v", a)
+	}
+	untilRedis(t, l, a.At().Add(2*time.Second))
+	// b's slot follows a's: its take starts a new step of the calendar's
+	// life, which prunes the ledger.
+	if d := mustAdmit(t, l, req("b", 3*time.Second)); !d.Allowed || d.Delay <= 0 {
+		t.Fatalf("b: %+v, want a reservation after a's slot", d)
+	}
+	if d := mustAdmit(t, l, req("a", 0)); !d.Allowed || !d.Repeated {
+		t.Errorf("a again, 2 s into its 4 s slot: %+v; want allowed and repeated (the ledger still holds it)", d)
 	}
 }
 
