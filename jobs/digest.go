@@ -334,6 +334,7 @@ func (t *Throttle) sendDigest(ctx context.Context, id string, task *asynq.Task) 
 	// A digest waits for its moment like any message: it is never folded,
 	// dropped or expired, which would lose what it carries.
 	j.policy.Digest, j.policy.Drop, j.policy.MaxDelay = false, false, 0
+	j.book = t.Book
 	if n, err := t.Digests.size(ctx, d); err != nil {
 		return &Deferral{Delay: 5 * time.Second, Reason: "digest unavailable: " + err.Error()}
 	} else if n == 0 {

@@ -291,7 +291,12 @@ func (t *Throttle) route(ctx context.Context, id string, n Notification) (job, e
 		return job{}, fmt.Errorf("provider %q is not defined: %w", n.Provider, ErrBadPayload)
 	}
 	j.queue, _ = asynq.GetQueueName(ctx)
-	j.book, j.priority, j.bookAhead = t.Book, t.PriorityQueues[j.queue], t.BookAhead
+	// A message that may fold into a digest does not book: a booking it
+	// made would stand while it folds, and the next fold would find the
+	// recipient's moment taken and put the digest a window later. Denied
+	// without booking, it leaves no trace and every fold sees one moment.
+	j.book = t.Book && !(j.policy.Digest && t.Digests != nil)
+	j.priority, j.bookAhead = t.PriorityQueues[j.queue], t.BookAhead
 	retried, _ := asynq.GetRetryCount(ctx) // failures only: deferrals do not count
 	j.tried = retried > 0
 	return j, nil

@@ -270,6 +270,47 @@ func TestDigest(t *testing.T) {
 	}
 }
 
+// TestDigestFoldsTakenAtOnceAgree checks that messages folded at the same
+// time, by several of a worker's goroutines, all put their digest at the
+// first moment the policy allows after the message that was sent: none
+// books a moment of its own that the next fold would find taken (which put
+// the digest a window, or several, later).
+func TestDigestFoldsTakenAtOnceAgree(t *testing.T) {
+	t.Parallel()
+	const per = 10 * time.Second
+	q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 1, Per: per})
+	b, _ := throttle.NewBucket("gw", 1000, 100)
+	h := newHarnessWith(t, harnessConfig{quota: q, bucket: b, book: true, digests: true,
+		inlineWait: time.Second, settings: PolicySettings{Digest: true}})
+	h.enqueue(t, "m0", Notification{Recipient: "alice"})
+	h.await(t, "m0", "completed", state(asynq.TaskStateCompleted))
+	first, _ := h.sentAt("m0")
+	var ids []string
+	for i := 1; i <= 8; i++ {
+		ids = append(ids, fmt.Sprintf("m%d", i))
+		h.enqueue(t, ids[i-1], Notification{Recipient: "alice"})
+	}
+	for _, id := range ids {
+		h.await(t, id, "completed", state(asynq.TaskStateCompleted))
+	}
+	if n := counterValue(t, h.th.Metrics.Folded, "mkt"); n != 8 {
+		t.Fatalf("folded_total{policy=mkt} = %v, want 8", n)
+	}
+	digests, err := h.insp.ListScheduledTasks("default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(digests) != 1 {
+		t.Fatalf("%d scheduled tasks, want the one digest: %+v", len(digests), digests)
+	}
+	// asynq keeps whole seconds: the digest may run up to a second after
+	// the moment asked for.
+	if at, latest := digests[0].NextProcessAt, first.Add(per+time.Second); at.After(latest) {
+		t.Errorf("the digest runs at %s, %s after the sent message; want within %s",
+			at.Format("15:04:05.000"), at.Sub(first).Round(time.Millisecond), per+time.Second)
+	}
+}
+
 // TestDigestFoldIsIdempotent checks the fold's state: a task folded again
 // stays once in its digest, a sealed digest takes no more, a folded task is
 // found folded and a tried one tried.
