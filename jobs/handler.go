@@ -45,10 +45,8 @@ type Throttle struct {
 	// (Notification.Tenant); a tenant without an entry weighs 1.
 	Weights map[string]int
 	// InlineWait is the longest wait slept in the worker rather than
-	// deferred. Zero defers every wait. With Book, a booked job is woken
-	// early by up to InlineWait - 1s (at most 1.5s), so that it claims its
-	// moment before it comes and sleeps the rest: asynq wakes a task up to
-	// a second either side of the moment asked for. 2.5s or more lets it.
+	// deferred. Zero defers every wait. A booked job is woken wakeEarly
+	// before its moment whatever InlineWait says, and claims it then.
 	InlineWait time.Duration
 	// Book makes a job that may not go within InlineWait book the earliest
 	// moment its recipient's policy and its provider allow (see
@@ -514,15 +512,16 @@ func (t *Throttle) stillHolds(ctx context.Context, j *job) error {
 }
 
 // wakeEarly is how much earlier than its moment a booked job asks to be
-// woken (when InlineWait allows): asynq wakes a task between a second before
-// and a second after the moment asked for (whole-second scores, a forwarder
-// that looks every second), so the job wakes 2.5 s to 0.5 s before its
-// moment, claims it, and sleeps the rest.
+// woken: asynq wakes a task between a second before and a second after the
+// moment asked for (whole-second scores, a forwarder that looks every
+// second), so the job wakes 2.5 s to 0.5 s before its moment, claims it,
+// and sleeps the rest. The engine lets a booked job claim from 2.5 s before
+// its moment whatever its max wait (CLAIM in lua/book.lua), so every
+// inline_wait works, 0 included.
 const wakeEarly = 1500 * time.Millisecond
 
-// booked defers a job to the moment it booked, woken early (wakeEarly, at
-// most InlineWait - 1s) so that its claim, within InlineWait of the moment,
-// finds the moment not yet come. A claim that comes late still goes (or
+// booked defers a job to the moment it booked, woken wakeEarly before it
+// so that its claim finds the moment not yet come. A claim that comes late still goes (or
 // books again where going late would break a rule), but a job held back by
 // its recipient's windows is booked right behind the one before it, and
 // going late would put the two in one window.
@@ -542,10 +541,9 @@ func (t *Throttle) booked(j *job, d *throttle.Decision) error {
 	if t.OnBooked != nil {
 		t.OnBooked(j.n, *d)
 	}
-	early := min(max(t.InlineWait-time.Second, 0), wakeEarly)
 	return &Deferral{
 		Delay:  d.Delay,
-		Wake:   max(d.Delay-early, 0),
+		Wake:   max(d.Delay-wakeEarly, 0),
 		Booked: true,
 		Reason: fmt.Sprintf("%s for %s by %s: %d ahead", what, clockTime(d.At(), d.Now), rule, d.Ahead),
 	}

@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -68,6 +69,9 @@ type harnessConfig struct {
 	shadowBucket bool
 	// digests turns Throttle.Digests on.
 	digests bool
+	// forwardEvery, if set, is asynq's DelayedTaskCheckInterval instead of
+	// 100 ms: the worker's own is a second.
+	forwardEvery time.Duration
 }
 
 func newHarness(t *testing.T, quota *throttle.Quota, bucket *throttle.Bucket, inlineWait time.Duration) *harness {
@@ -143,7 +147,7 @@ func newHarnessWith(t *testing.T, c harnessConfig) *harness {
 		Concurrency:              8,
 		RetryDelayFunc:           retryDelay,
 		TaskCheckInterval:        100 * time.Millisecond,
-		DelayedTaskCheckInterval: 100 * time.Millisecond,
+		DelayedTaskCheckInterval: cmp.Or(c.forwardEvery, 100*time.Millisecond),
 		LogLevel:                 asynq.ErrorLevel,
 	}, h.recordReturns)
 	t.Cleanup(srv.Shutdown)

@@ -48,6 +48,14 @@
 
 local GRACE = 600000000 -- µs: 10 minutes
 
+-- CLAIM is how far ahead of its moment a booked task may claim it, whatever
+-- its max wait: asynq wakes a deferred task up to a second either side of
+-- the moment asked for, so a booked task asks to be woken 1.5 s early
+-- (jobs.wakeEarly) and must be let claim from 2.5 s before its moment. A
+-- claim window tied to max wait made a max wait under 2 s wake half the
+-- booked tasks after their slot, each then booking again at the line's end.
+local CLAIM = 2500000 -- µs
+
 -- Outcomes, a task's ninth value in admit's reply (see admit.lua).
 local DECIDED, BOOKED, EXPIRED, REBOOKED, QUEUED, DONE = 0, 1, 2, 3, 4, 5
 
@@ -616,7 +624,7 @@ local function book_task(keys, ki, id, p, now, deadline, floor_, weight, tenant,
       if pz and pz > x then x = pz end
       if x > ticket then late = true end
     end
-    if not late and x > now + maxwait then
+    if not late and x > now + max(maxwait, CLAIM) then
       -- Early: the moment stands.
       return reply(k, false, false, 0, 0, 0, now, x - now, 0, BOOKED, 0)
     end
@@ -894,7 +902,7 @@ local function book_bucket(keys, args)
   local at = tonum(args[4])
   local go = at <= now + p.maxwait
   if ticket and at <= ticket and now <= ticket then
-    if go then
+    if at <= now + max(p.maxwait, CLAIM) then
       ticket_claim(bt, keys[1], bledger, bbook, bcal, member, id, now, ticket, max(now, at), p.remember)
       return {now, 0, at}
     end

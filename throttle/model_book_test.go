@@ -150,7 +150,7 @@ func (c *modelCall) ticketAdd(t *modelTake, member string, f modelFound, length 
 }
 
 // modelBumpMargin and modelPrioSoon are book.lua's BUMP_MARGIN and PRIO_SOON.
-const modelBumpMargin, modelPrioSoon = 50000, 200000
+const modelBumpMargin, modelPrioSoon, modelClaim = 50000, 200000, 2500000
 
 // bumpClaimed mirrors book.lua's bump_claimed.
 func (c *modelCall) bumpClaimed(t *modelTake, from, before float64) (float64, bool) {
@@ -313,7 +313,7 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 				late = true
 			}
 		}
-		if !late && x > now+maxwait {
+		if !late && x > now+math.Max(maxwait, modelClaim) {
 			d := dec(false, 0, 0, x-now)
 			d.Booked = true
 			return d, true
