@@ -58,6 +58,7 @@ func Default() *Config {
 			HTTPAddr:        "127.0.0.1:9464",
 			Dashboard:       Dashboard{Enabled: true, SecretEnv: "THROTTLER_DASHBOARD_SECRET"},
 			InlineWait:      2500 * time.Millisecond,
+			Book:            true,
 			BookAhead:       5 * time.Second,
 			Jitter:          time.Second,
 			SentMarks:       time.Hour,
@@ -106,7 +107,7 @@ type Worker struct {
 	HTTPAddr        string         `yaml:"http_addr,null,alias=metrics_addr"` // /healthz, /metrics, the dashboard; "": off
 	Dashboard       Dashboard      `yaml:"dashboard"`
 	InlineWait      time.Duration  `yaml:"inline_wait"`     // 0 always defers
-	Book            bool           `yaml:"book"`            // off unless the file says (config.yaml: on)
+	Book            bool           `yaml:"book"`            // default true
 	BookAhead       time.Duration  `yaml:"book_ahead"`      // a booking's horizon; 0: no limit
 	PriorityQueues  []string       `yaml:"priority_queues"` // default none
 	Jitter          time.Duration  `yaml:"jitter"`          // 0: none

@@ -133,6 +133,16 @@ func TestParseValid(t *testing.T) {
 				t.Errorf("metrics_addr = %q, want off", c.Worker.HTTPAddr)
 			}
 		}},
+		{"a file without book books, as config.yaml recommends", "worker:\n  concurrency: 5\n", func(t *testing.T, c *Config) {
+			if !c.Worker.Book {
+				t.Errorf("book = false, want the recommended default, true")
+			}
+		}},
+		{"book: false turns booking off", "worker:\n  book: false\n", func(t *testing.T, c *Config) {
+			if c.Worker.Book {
+				t.Errorf("book = true, want false as the file says")
+			}
+		}},
 		{"zero inline_wait and jitter stay zero", "worker:\n  inline_wait: 0s\n  jitter: 0\n", func(t *testing.T, c *Config) {
 			if c.Worker.InlineWait != 0 || c.Worker.Jitter != 0 {
 				t.Errorf("inline_wait, jitter = %v, %v, want 0, 0", c.Worker.InlineWait, c.Worker.Jitter)
