@@ -39,6 +39,7 @@ func TestLoadRootConfig(t *testing.T) {
 			Jitter:          time.Second,
 			SentMarks:       time.Hour,
 			RememberTakes:   2 * time.Second,
+			WindowMargin:    250 * time.Millisecond,
 			DeadAfter:       5 * time.Second,
 		},
 		Policies: map[string]Policy{

@@ -33,6 +33,9 @@ func (c *Config) rules(errs *errorList, ok func(path string) bool) (map[string]*
 		}
 		if len(c.Policies[name].Windows) > 0 { // else calendar windows alone
 			q, err := throttle.NewQuota(name, c.Policies[name].Windows...)
+			if err == nil {
+				q, err = q.WithMargin(c.Worker.WindowMargin)
+			}
 			if !c.ruleOK(errs, path, err) {
 				continue
 			}

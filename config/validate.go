@@ -112,6 +112,8 @@ func (v *validator) worker() {
 	v.durationAtLeast("worker.jitter", w.Jitter, 0)
 	v.durationAtLeast("worker.sent_marks", w.SentMarks, 0)
 	v.durationAtLeast("worker.remember_takes", w.RememberTakes, throttle.MinRemember)
+	v.check(w.WindowMargin >= 0 && w.WindowMargin <= time.Minute, "worker.window_margin",
+		"must be from 0 to 1m (got %s)", throttle.FormatDuration(w.WindowMargin))
 	v.check(w.DeadAfter == 0 || w.DeadAfter >= time.Second, "worker.dead_after",
 		"must be 0 (off) or at least 1s (got %s)", throttle.FormatDuration(w.DeadAfter))
 }

@@ -147,6 +147,23 @@ func NewQuota(name string, windows ...Window) (*Quota, error) {
 	return q, nil
 }
 
+// WithMargin returns a copy of q that holds each window d longer than it
+// says: two messages admitted a window apart are then still a window apart
+// at the provider when the earlier one's send took up to d longer to get
+// there than the later one's. Its String and the limits it reports are q's.
+// d must be from 0 to a minute.
+func (q *Quota) WithMargin(d time.Duration) (*Quota, error) {
+	if d < 0 || d > time.Minute {
+		return nil, invalidRule("quota "+q.name, "margin must be from 0 to 1m (got %s)", d)
+	}
+	c := *q
+	c.plan = ""
+	for _, w := range q.windows {
+		c.plan += "," + strconv.Itoa(w.Limit) + "," + strconv.FormatInt((w.Per+d).Microseconds(), 10)
+	}
+	return &c, nil
+}
+
 // Name returns the quota's name.
 func (q *Quota) Name() string { return q.name }
 

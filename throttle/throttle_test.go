@@ -48,6 +48,42 @@ func TestQuotaDelayIsUntilTheBlockingEntryLeaves(t *testing.T) {
 	}
 }
 
+// TestQuotaMarginHoldsEachWindowLonger checks WithMargin: each window is
+// held the margin longer, for a plain admission and for a booking, while the
+// limits it reports are the windows as written.
+func TestQuotaMarginHoldsEachWindowLonger(t *testing.T) {
+	l, _ := newStandalone(t)
+	const margin = 300 * time.Millisecond
+	q, err := mustQuota(t, "mkt", Window{1, time.Second}, Window{2, 10 * time.Second}).WithMargin(margin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	take := []Take{{Rule: q, Subject: "alice"}}
+	a := mustAdmit(t, l, Request{ID: "a", Takes: take})
+	if !a.Allowed {
+		t.Fatalf("first admission: %+v, want allowed", a)
+	}
+	b := mustAdmit(t, l, Request{ID: "b", Takes: take})
+	if b.Allowed || b.Limit != "1 per 1s" {
+		t.Fatalf("second admission: %+v, want denied by 1 per 1s", b)
+	}
+	if want := a.Now.Add(time.Second + margin).Sub(b.Now); b.Delay != want {
+		t.Errorf("delay = %s, want %s (a window and the margin after a)", b.Delay, want)
+	}
+	c := mustAdmit(t, l, Request{ID: "c", Takes: take, Book: true})
+	if !c.Booked || !c.At().Equal(a.Now.Add(time.Second+margin)) {
+		t.Errorf("booking: %+v, want booked a window and the margin after a (%s)", c, a.Now.Add(time.Second+margin))
+	}
+	if q.String() != "1 per 1s, 2 per 10s" {
+		t.Errorf("String() = %q, want the windows as written", q.String())
+	}
+	for _, bad := range []time.Duration{-time.Millisecond, time.Minute + 1} {
+		if _, err := q.WithMargin(bad); !errors.Is(err, ErrInvalidRule) {
+			t.Errorf("WithMargin(%s) = %v, want ErrInvalidRule", bad, err)
+		}
+	}
+}
+
 func TestBucketDelayIsUntilTheTokensAreThere(t *testing.T) {
 	tests := []struct {
 		name  string
