@@ -194,38 +194,58 @@ func inWindow(times []time.Time, from, to time.Time) int {
 	return j - i
 }
 
-// TestFairShareSmallBehindBig is the scenario scaled down: 600
-// notifications of tenant big are queued first (30 s of the provider's
-// 20/s); once the workers have placed big's backlog in line and sent 2 s of
-// it, 50 of tenant small are enqueued. Small gets half the rate at once:
-// its last message arrives within its share's time (50 at 10/s: 5 s) plus
-// the horizon (3 s: big's slots already booked) and fairSlack, where
-// booking in arrival order would have sent it after big's remaining
-// backlog (about 27 s). While both wait, each gets about half the rate.
+// TestFairShareSmallBehindBig: 600 notifications of tenant big are queued
+// first (30 s of the provider's 20/s); once the workers have placed big's
+// backlog in line and sent 2 s of it, nSmall of tenant small are enqueued.
+// Small gets half the rate at once: its last message arrives within its
+// share's time plus the horizon (big's slots already booked) and
+// fairSlack, where arrival order would have sent it after big's remaining
+// backlog. While both wait, each gets about half the rate.
+//
+// At config.yaml's concurrency (2 workers of 20, fewer than rate x
+// inline_wait = 50) every job of big's backlog found a slot within
+// inline_wait and slept for it: nothing was placed in line, small's went
+// after all of big's (144 s behind 3,000). Now a job that cannot go at once
+// while work waits unseen in the queue takes a place (jobs.Backlog).
 func TestFairShareSmallBehindBig(t *testing.T) {
-	const nBig, nSmall = 600, 50
-	cfg := fairConfig
-	cfg.ACL = true // tenants' gates and lines, as config.yaml's user
-	r := runShare(t, cfg, nBig, nSmall)
-	share := cfg.Rate / 2
-	fair := time.Duration(float64(nSmall)/share*float64(time.Second)) + cfg.BookAhead + fairSlack
-	fifo := time.Duration(float64(r.bigLeft+nSmall-cfg.Burst) / cfg.Rate * float64(time.Second))
-	if fair > fifo*3/4 {
-		t.Fatalf("the test cannot tell a share from arrival order: small's bound %s is near what arrival order gives (%s)", fair, fifo)
-	}
-	done := r.overlapTo.Sub(r.smallAt)
-	t.Logf("small's last message %s after its enqueue: its share allows %s, arrival order would give %s", done.Round(time.Millisecond), fair, fifo.Round(time.Millisecond))
-	if done > fair {
-		t.Errorf("small's last message arrived %s after its enqueue, want at most %s (%d at half of %g/s, + book_ahead %s + %s); arrival order would give %s",
-			done.Round(time.Millisecond), fair, nSmall, cfg.Rate, cfg.BookAhead, fairSlack, fifo.Round(time.Millisecond))
-	}
-	for _, s := range []struct {
-		who  string
-		rate float64
-	}{{"small", r.smallRate}, {"big", r.bigRate}} {
-		if s.rate < 0.35*cfg.Rate || s.rate > 0.65*cfg.Rate {
-			t.Errorf("%s sent %.2f/s while both waited, want about half of %g/s (0.35 to 0.65 of it)", s.who, s.rate, cfg.Rate)
-		}
+	const nBig = 600
+	for _, c := range []struct {
+		name        string
+		concurrency int
+		burst       int
+		bookAhead   time.Duration
+		nSmall      int
+	}{
+		{"concurrency 20 burst 20 (config.yaml)", 20, 20, 5 * time.Second, 100},
+		{"concurrency 20 burst 2", 20, 2, 5 * time.Second, 100},
+		{"concurrency 40 burst 2", 40, 2, 3 * time.Second, 50},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := fairConfig
+			cfg.ACL = true // tenants' gates and lines, as config.yaml's user
+			cfg.Concurrency, cfg.Burst, cfg.BookAhead = c.concurrency, c.burst, c.bookAhead
+			r := runShare(t, cfg, nBig, c.nSmall)
+			share := cfg.Rate / 2
+			fair := time.Duration(float64(c.nSmall)/share*float64(time.Second)) + cfg.BookAhead + fairSlack
+			fifo := time.Duration(float64(r.bigLeft+c.nSmall-cfg.Burst) / cfg.Rate * float64(time.Second))
+			if fair > fifo*3/4 {
+				t.Fatalf("the test cannot tell a share from arrival order: small's bound %s is near what arrival order gives (%s)", fair, fifo)
+			}
+			done := r.overlapTo.Sub(r.smallAt)
+			t.Logf("small's last message %s after its enqueue: its share allows %s, arrival order would give %s", done.Round(time.Millisecond), fair, fifo.Round(time.Millisecond))
+			if done > fair {
+				t.Errorf("small's last message arrived %s after its enqueue, want at most %s (%d at half of %g/s, + book_ahead %s + %s); arrival order would give %s",
+					done.Round(time.Millisecond), fair, c.nSmall, cfg.Rate, cfg.BookAhead, fairSlack, fifo.Round(time.Millisecond))
+			}
+			for _, s := range []struct {
+				who  string
+				rate float64
+			}{{"small", r.smallRate}, {"big", r.bigRate}} {
+				if s.rate < 0.35*cfg.Rate || s.rate > 0.65*cfg.Rate {
+					t.Errorf("%s sent %.2f/s while both waited, want about half of %g/s (0.35 to 0.65 of it)", s.who, s.rate, cfg.Rate)
+				}
+			}
+		})
 	}
 }
 

@@ -59,6 +59,10 @@ type Throttle struct {
 	// in its tenant's line, noted in its asynq task hash, and books when it
 	// comes back at that place. Zero books as far ahead as needed.
 	BookAhead time.Duration
+	// Backlog, if set (and running), tells whether jobs wait in the queues
+	// unseen: a job that books then takes a place in its tenant's line
+	// rather than a slot it would sleep for (see Backlog). Nil: never.
+	Backlog *Backlog
 	// PriorityQueues names the queues whose jobs skip the providers' lines
 	// and may take their reserve (throttle.Bucket.WithReserve).
 	PriorityQueues map[string]bool
@@ -413,6 +417,7 @@ func (t *Throttle) decide(ctx context.Context, j *job, d *throttle.Decision) err
 	start := time.Now()
 	r := j.request()
 	r.MaxWait = t.InlineWait
+	r.Backlog = j.book && t.Backlog.Waiting()
 	var err error
 	*d, err = t.Limiter.Admit(ctx, r)
 	t.Metrics.observe(time.Since(start).Seconds())

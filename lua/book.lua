@@ -524,18 +524,30 @@ local function again(q, line)
 end
 
 -- line_enter is what a task's line says before a slot is sought (F loaded,
--- a horizon H; tkey and ps as place_of takes them): 'stands' and its place
+-- a horizon H, and fresh the horizon of a task not back from a place: see
+-- fresh_horizon; tkey and ps as place_of takes them): 'stands' and its place
 -- when it is back long before it; 'end' and the line's end for a task new to
--- a tenant whose line reaches past the horizon; else nil and the place it
+-- a tenant whose line reaches past its horizon; else nil and the place it
 -- is back from (false: none), from which its slot is sought. The free slots
 -- before that place are for the places ahead of it (and for priority
 -- tasks): a task back early does not take them.
-local function line_enter(tkey, ps, now, H)
+local function line_enter(tkey, ps, now, H, fresh)
   local q = place_of(tkey, ps)
   if q and q > now + H then return 'stands', q end
   if q then return nil, q end
-  if fair_line() > now + H and placeable(tkey, ps) then return 'end', fair_line() end
+  if fair_line() > now + fresh and placeable(tkey, ps) then return 'end', fair_line() end
   return nil, false
+end
+
+-- fresh_horizon is the horizon of a task not back from a place: H, or, when
+-- work its caller has not seen waits behind it (the plan's 'u'), soon (how
+-- far ahead it may go at once: 0, or a cluster's margin). A task that cannot
+-- go then takes a place in line instead of a slot it would wait for in the
+-- worker: the worker moves on to the work behind it, so a tenant queued
+-- after another's backlog is seen, and served its share, at once.
+local function fresh_horizon(p, soon)
+  if p.unseen then return soon end
+  return p.horizon
 end
 
 -- line_exit is, after a slot that lets the task go at m was found (gate: its
@@ -704,7 +716,7 @@ local function book_task(keys, ki, id, p, now, deadline, floor_, weight, tenant,
     fair_read(fair, fexp, tenant or '', weight or 1, now, len)
     if F.W > F.w then gate = F.gate end
     if H > 0 then
-      local how, q = line_enter(tkey, ps, now, H)
+      local how, q = line_enter(tkey, ps, now, H, fresh_horizon(p, 0))
       if how == 'stands' then
         return reply(k, false, false, bi, 0, 0, now, q - now, 0, QUEUED, floor((q - now) / len))
       elseif how == 'end' then
@@ -744,7 +756,7 @@ local function book_task(keys, ki, id, p, now, deadline, floor_, weight, tenant,
   if near and H > 0 and binding == bi then
     -- Past the horizon (or the calendar behind the line): a place in the
     -- tenant's line, not a slot.
-    local q, join = line_exit(back, gate, m, now, H, maxwait, len, tkey, ps)
+    local q, join = line_exit(back, gate, m, now, back and H or fresh_horizon(p, 0), maxwait, len, tkey, ps)
     if q then return in_place(k, bi, fair, fexp, tkey, now, q, len, deadline, join) end
   end
   if deadline > 0 and m > deadline then
@@ -875,20 +887,21 @@ local function book_bucket(keys, args)
       return line(q, 3)
     end
     local lined, back = fair and H > 0 and ps, false
+    -- No earlier than the margin: the round trip to the commit.
+    local margin = tonum(args[9]) or 0
+    local from = now + margin
     if lined then
-      local how, q = line_enter(nil, ps, now, H)
+      local how, q = line_enter(nil, ps, now, H, fresh_horizon(p, margin))
       if how == 'stands' then return line(q, 2) end
       if how == 'end' then return place(q, false) end
       back = q
       if q and q > gate then gate = q end
     end
-    -- No earlier than the margin: the round trip to the commit.
-    local from = now + (tonum(args[9]) or 0)
     local v, left, ra, rb = bucket_find(bcal, fair_start(bcal, from, gate, len), len)
     if not v then return {now, now + BIG, 0, 0, 0, 0} end
     local pb = max(from, v - slack)
     if lined then
-      local q, join = line_exit(back, gate, pb, now, H, p.maxwait, len, nil, ps)
+      local q, join = line_exit(back, gate, pb, now, back and H or fresh_horizon(p, margin), p.maxwait, len, nil, ps)
       if q then return place(q, join) end
     end
     -- The slot is held for the task (a ticket) until the commit: tasks

@@ -16,7 +16,7 @@
 --
 -- A task's takes travel as one argument, its plan:
 --
---   remember;maxwait[:ahead][;d][;k|;K][;n];take;take;...  fields of a take separated by ','
+--   remember;maxwait[:ahead][;d][;k|;K][;u][;n];take;take;...  fields of a take separated by ','
 --
 -- where remember is how long buckets remember a task ID (µs), maxwait the µs
 -- a provider bucket may reserve ahead (0: none), ahead (optional, cluster
@@ -50,7 +50,9 @@
 -- Then 'k' (or 'K' for a priority task) asks a task that may not go within
 -- maxwait to book its moment (see book.lua); 'k:H' books at most H µs ahead
 -- on its bucket, and the task's next key (after the done marker) is its own
--- hash, where a task beyond that horizon notes its place in line. 'n' makes
+-- hash, where a task beyond that horizon notes its place in line; 'u' after
+-- it says work the caller has not seen waits behind the task (a fresh task
+-- that cannot go now takes a place in line: see book.lua). 'n' makes
 -- an admission a check only: decided, nothing written (see admit.lua).
 --
 -- Limits travel with every call, never stored in Redis, so a changed limit
@@ -129,6 +131,8 @@ local function parse_plan(s)
       -- booking (see book.lua); 'K' with priority; ':H' a horizon of H µs
       p.book, p.prio, n = true, sub(part, 1, 1) == 'K', n - 1
       if sub(part, 2, 2) == ':' then p.horizon = tonum(sub(part, 3)) end
+    elseif part == 'u' and n == 1 and p.book and not p.unseen then -- unseen work behind it
+      p.unseen, n = true, n - 1
     elseif part == 'n' and n == 1 and not p.dry then -- a check only (see admit.lua)
       p.dry, n = true, n - 1
     elseif n == -1 then

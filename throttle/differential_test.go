@@ -563,6 +563,9 @@ func (d *differ) fairShare(r *Request) {
 		return
 	}
 	r.TaskKey = "asynq:{default}:t:" + r.ID
+	// A third of the time, work waits behind it unseen: as a worker whose
+	// queue is not empty says of every task it picks up.
+	r.Backlog = d.rng.IntN(3) == 0
 	if _, seen := d.tasks[r.TaskKey]; !seen {
 		d.setTask(r.TaskKey, d.rng.IntN(8) > 0)
 	}
@@ -1075,7 +1078,7 @@ func describeRequest(r Request) string {
 	if r.Book {
 		book = fmt.Sprintf(", Book (priority %v, deadline %d, tenant %q weight %d", r.Priority, deadline(r), r.Tenant, r.Weight)
 		if horizon(r) {
-			book += fmt.Sprintf(", ahead %s, task %q", r.BookAhead, r.TaskKey)
+			book += fmt.Sprintf(", ahead %s, task %q, backlog %v", r.BookAhead, r.TaskKey, r.Backlog)
 		}
 		book += ")"
 	}

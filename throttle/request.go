@@ -98,6 +98,15 @@ type Request struct {
 	// by then. Needs TaskKey. Single node only (a cluster books as far as
 	// it needs).
 	BookAhead time.Duration
+	// Backlog says that work the caller has not picked up yet waits behind
+	// this task (its queue is not empty). A booking task with a horizon
+	// that cannot go now then takes a place in its tenant's line rather
+	// than a slot within MaxWait or the horizon: the caller moves on to the
+	// work behind it, and a tenant whose work is further back in the queue
+	// gets its share at once, instead of after every task ahead of it went
+	// in the order it was queued. A task back from its place is not
+	// affected: it waited its turn.
+	Backlog bool
 	// TaskKey is the Redis key of a hash the task owns while it waits (its
 	// asynq task hash): a task placed in line notes its place there (field
 	// "thr"), so that when it comes back it is known to have waited its turn.

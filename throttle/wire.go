@@ -176,6 +176,9 @@ func (l *Limiter) appendPlan(keys []any, buf []byte, r Request, g group, h planH
 				keys = append(keys, r.TaskKey)
 			}
 			buf = strconv.AppendInt(append(buf, ':'), r.BookAhead.Microseconds(), 10)
+			if r.Backlog {
+				buf = append(buf, ";u"...)
+			}
 		}
 	}
 	if r.check {

@@ -158,6 +158,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	stopping := make(chan struct{})
 	th.Stopping = stopping
+	if cfg.Worker.Book {
+		// Whether jobs wait unseen in the queues: a job that books then
+		// takes a place in line rather than sleeping for its slot.
+		th.Backlog = jobs.NewBacklog(rdb, slices.Sorted(maps.Keys(cfg.Queues())), 0)
+		go th.Backlog.Run(ctx)
+	}
 	// Recovery: this worker's signs of life, the tasks it holds, and the
 	// reaper that hands a dead worker's tasks to the fleet. It runs until
 	// the asynq server has shut down: a worker whose handlers still run
