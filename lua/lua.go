@@ -1,13 +1,13 @@
 // Package lua holds the project's Redis Lua code. rules.lua holds the rule
-// kinds and book.lua booking; the six entry points are admit and restamp
-// (admit.lua), book_bucket (book.lua), release and forget (release.lua) and
-// pause (pause.lua), listed in rules.lua's header. Together they make one
+// kinds and book.lua booking; the seven entry points are admit and restamp
+// (admit.lua), book_bucket (book.lua), release and forget (release.lua),
+// pause (pause.lua) and repace (repace.lua), listed in rules.lua's header. Together they make one
 // library, which runs two ways:
 //
 //   - as a Redis Function library (Redis >= 7): loaded once per server with
 //     FUNCTION LOAD and called with FCALL, so the library's local functions
 //     are built once rather than on every call;
-//   - as six scripts for EVAL/EVALSHA, for servers without FUNCTION (older
+//   - as seven scripts for EVAL/EVALSHA, for servers without FUNCTION (older
 //     Redis, miniredis): the library with a last line that calls one entry
 //     point on KEYS and ARGV.
 //
@@ -35,8 +35,11 @@ var release string
 //go:embed pause.lua
 var pause string
 
+//go:embed repace.lua
+var repace string
+
 // body is the library's code, without a header or registrations.
-var body = rules + book + admit + release + pause
+var body = rules + book + admit + release + pause + repace
 
 // version names this code: the first 12 hex digits of its SHA-1.
 var version = func() string {
@@ -57,6 +60,7 @@ type Library struct {
 	Forget  string
 	Restamp string
 	Book    string
+	Repace  string
 }
 
 // Functions returns the library for FUNCTION LOAD.
@@ -69,6 +73,7 @@ func Functions() Library {
 		Forget:  "throttle_forget_" + version,
 		Restamp: "throttle_restamp_" + version,
 		Book:    "throttle_book_" + version,
+		Repace:  "throttle_repace_" + version,
 	}
 	l.Source = "#!lua name=" + l.Name + "\n" + body +
 		"redis.register_function('" + l.Admit + "', admit)\n" +
@@ -76,7 +81,8 @@ func Functions() Library {
 		"redis.register_function('" + l.Pause + "', pause)\n" +
 		"redis.register_function('" + l.Forget + "', forget)\n" +
 		"redis.register_function('" + l.Restamp + "', restamp)\n" +
-		"redis.register_function('" + l.Book + "', book_bucket)\n"
+		"redis.register_function('" + l.Book + "', book_bucket)\n" +
+		"redis.register_function('" + l.Repace + "', repace)\n"
 	return l
 }
 
@@ -98,6 +104,10 @@ func Book() string { return script("book_bucket") }
 
 // Pause returns the bucket pause script for EVAL (see pause.lua).
 func Pause() string { return script("pause") }
+
+// Repace returns the script that moves a bucket's waiting work to a changed
+// rate, for EVAL (see repace.lua).
+func Repace() string { return script("repace") }
 
 // script is the library run as a script that calls entry point on KEYS and
 // ARGV. It marks itself scripted: it may run on a server older than Redis 7.

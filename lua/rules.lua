@@ -1,11 +1,11 @@
 -- rules.lua: the rule kinds, shared by book.lua, admit.lua, release.lua
 -- and pause.lua.
 --
--- The five files make one library (see lua.go): loaded once with FUNCTION
+-- The six files make one library (see lua.go): loaded once with FUNCTION
 -- LOAD where the server has Redis Functions (>= 7), so this code is compiled
 -- and its local functions built once, not on every call; otherwise run whole
 -- by EVALSHA, with a last line that calls an entry point on KEYS and ARGV.
--- Either way the entry points get keys and args as parameters. They are six:
+-- Either way the entry points get keys and args as parameters. They are seven:
 --
 --   admit        admit.lua: admits (or books) tasks
 --   restamp      admit.lua: moves a cluster's provisional quota stamps
@@ -13,6 +13,7 @@
 --   release      release.lua: gives back what admissions took
 --   forget       release.lua: drops bucket holdings, their slots kept taken
 --   pause        pause.lua: pauses a bucket (a provider's Retry-After)
+--   repace       repace.lua: moves a bucket's waiting work to a changed rate
 --
 -- A task's takes travel as one argument, its plan:
 --

@@ -3,6 +3,7 @@ package throttle
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -55,6 +56,7 @@ type Limiter struct {
 	admit    entry
 	release  entry
 	pause    entry
+	repace   entry
 	forget   entry
 	restamp  entry
 	book     entry // the bucket's part of a booking on a cluster
@@ -92,6 +94,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 		admit:    newEntry(lib.Admit, lua.Admit()),
 		release:  newEntry(lib.Release, lua.Release()),
 		pause:    newEntry(lib.Pause, lua.Pause()),
+		repace:   newEntry(lib.Repace, lua.Repace()),
 		forget:   newEntry(lib.Forget, lua.Forget()),
 		restamp:  newEntry(lib.Restamp, lua.Restamp()),
 		book:     newEntry(lib.Book, lua.Book()),
@@ -333,4 +336,41 @@ func (l *Limiter) Pause(ctx context.Context, b *Bucket, subject string, d time.D
 		return 0, fmt.Errorf("throttle: pause %s for %q: unexpected script reply %v", b.Name(), subject, res[0])
 	}
 	return time.Duration(res[0][0]) * time.Microsecond, nil
+}
+
+// Repace moves the work waiting on bucket b for subject to b's rate, when
+// the rate its slots were laid at differs (a rate changed in the config):
+// every moment ahead that the bucket holds (booked slots, tenants' gates and
+// lines) is scaled around now by k = old rate / new rate, and the tasks that
+// claimed a slot still ahead lose it (they find out by Holds and are admitted
+// again). It returns k and the Redis time it scaled around; k is 0 when
+// nothing was scaled: the rate is the one recorded (another worker repaced
+// first, or nothing changed) or none was (the bucket is new to this call).
+// Call it for each bucket at start and after a reload; moments the caller
+// keeps (a task's place in line, its wake-up) scale by Scale(t, now, k).
+func (l *Limiter) Repace(ctx context.Context, b *Bucket, subject string) (k float64, now time.Time, err error) {
+	r := Request{ID: "repace", Takes: []Take{{Rule: b, Subject: subject}}}
+	if err := r.validate(); err != nil {
+		return 0, time.Time{}, err
+	}
+	c, keys, args := newCall(b.keyCount(), 1)
+	_, plan := l.appendPlan(keys, nil, r, group{takes: []int{0}}, planHead{})
+	args[0] = string(plan)
+	res, err := l.eval(ctx, l.repace, []call{c})
+	if err != nil {
+		return 0, time.Time{}, fmt.Errorf("throttle: repace %s for %q: %w", b.Name(), subject, err)
+	}
+	if len(res[0]) != 2 {
+		return 0, time.Time{}, fmt.Errorf("throttle: repace %s for %q: unexpected script reply %v", b.Name(), subject, res[0])
+	}
+	return float64(res[0][1]) / 1e6, time.UnixMicro(res[0][0]), nil
+}
+
+// Scale is a moment t scaled around now by k, as Repace scales the moments
+// it holds: moments up to now stay.
+func Scale(t, now time.Time, k float64) time.Time {
+	if !t.After(now) {
+		return t
+	}
+	return now.Add(time.Duration(math.Ceil(float64(t.Sub(now)) * k)))
 }

@@ -220,6 +220,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}()
 	defer func() { stopRecovery(); <-recoveryDone }()
+	// A provider whose rate differs from the one its waiting work was laid
+	// at (the config changed while no worker ran it) is re-paced first.
+	repace(ctx, th, rdb, cfg, log)
 	if err := srv.Start(mux); err != nil {
 		return fmt.Errorf("start: %w", err)
 	}
@@ -244,7 +247,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		defer close(campaignsDone)
 		_ = campaigns.Run(campaignCtx)
 	}()
-	rl := &reloader{path: *path, running: cfg, senders: built, th: th, stdout: stdout, stderr: stderr, log: log, counts: counts}
+	rl := &reloader{path: *path, running: cfg, senders: built, th: th, stdout: stdout, stderr: stderr, log: log, counts: counts, rdb: rdb}
 	go rl.run(ctx, hup)
 	log.Info("worker started", "concurrency", cfg.Worker.Concurrency, "queues", cfg.Queues(), "campaigns", len(cfg.Campaigns))
 

@@ -5,8 +5,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"reflect"
+	"slices"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/notify-throttle/throttler/config"
 	"github.com/notify-throttle/throttler/jobs"
@@ -98,6 +102,7 @@ type reloader struct {
 	stderr  io.Writer
 	log     *slog.Logger
 	counts  *sentCounts // the demo's, else nil
+	rdb     redis.UniversalClient
 }
 
 // run reloads at every signal on hup until ctx ends.
@@ -107,7 +112,7 @@ func (r *reloader) run(ctx context.Context, hup <-chan os.Signal) {
 		case <-ctx.Done():
 			return
 		case <-hup:
-			r.reload()
+			r.reload(ctx)
 		}
 	}
 }
@@ -120,7 +125,7 @@ func (r *reloader) run(ctx context.Context, hup <-chan os.Signal) {
 // message, and the running config stays. Other sections (redis, worker,
 // campaigns, defaults) take effect at the next start, and a change to them
 // is logged as such.
-func (r *reloader) reload() {
+func (r *reloader) reload(ctx context.Context) {
 	r.log.Info("SIGHUP: reloading the config", "file", r.path)
 	cfg, err := config.Load(r.path)
 	if err == nil && r.counts != nil {
@@ -147,4 +152,14 @@ func (r *reloader) reload() {
 	r.th.Swap(rules)
 	r.running, r.senders = cfg, built
 	r.log.Info("config reloaded", "file", r.path, "policies", len(cfg.Policies), "providers", len(cfg.Providers))
+	repace(ctx, r.th, r.rdb, cfg, r.log)
+}
+
+// repace moves the work waiting on each provider whose rate changed to its
+// new rate (jobs.Throttle.Repace). A failure is logged: the waiting work
+// then goes at its old pace, each task once, and new work at the new one.
+func repace(ctx context.Context, th *jobs.Throttle, rdb redis.UniversalClient, cfg *config.Config, log *slog.Logger) {
+	if _, err := th.Repace(ctx, rdb, slices.Sorted(maps.Keys(cfg.Queues()))); err != nil {
+		log.Warn("re-pacing the work waiting on a changed provider failed: it goes at its old pace", "err", err)
+	}
 }

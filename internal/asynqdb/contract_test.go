@@ -4,6 +4,7 @@ package asynqdb_test
 
 import (
 	"context"
+	"errors"
 	"os/exec"
 	"slices"
 	"strconv"
@@ -14,6 +15,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/notify-throttle/throttler/internal/asynqdb"
 	"github.com/notify-throttle/throttler/internal/redistest"
+	"github.com/redis/go-redis/v9"
 )
 
 // TestContract checks each item of the package's contract against the
@@ -110,6 +112,66 @@ func TestContract(t *testing.T) {
 			t.Errorf("active task hash: state %q, pending_since %q; want %q and none", h["state"], h["pending_since"], asynqdb.StateActive)
 		}
 	})
+}
+
+// TestContractRetry checks item 6: a task its handler defers waits in the
+// retry set, scored by the Unix second it is due; a field of the worker's
+// own in its hash stays there while it waits and when it runs again; and
+// Payload reads back what the Client wrote.
+func TestContractRetry(t *testing.T) {
+	rdb := redistest.Start(t).Client(t)
+	ctx := context.Background()
+	const q = "contract"
+	client := asynq.NewClientFromRedisClient(rdb)
+	defer client.Close()
+	payload := []byte(`{"provider":"sms"}`)
+	if _, err := client.Enqueue(asynq.NewTask("notify", payload), asynq.TaskID("a"), asynq.Queue(q)); err != nil {
+		t.Fatal(err)
+	}
+	runs := make(chan int, 4)
+	n := 0
+	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{Concurrency: 1, Queues: map[string]int{q: 1}, LogLevel: asynq.FatalLevel,
+		RetryDelayFunc: func(int, error, *asynq.Task) time.Duration { return time.Hour }})
+	err := srv.Start(asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
+		n++
+		runs <- n
+		if n == 1 {
+			return errors.New("not yet")
+		}
+		return nil
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	<-runs
+	key := asynqdb.TaskKey(q, "a")
+	deadline := time.Now().Add(10 * time.Second)
+	for rdb.HGet(ctx, key, "state").Val() != "retry" {
+		if time.Now().After(deadline) {
+			t.Fatalf("task never in retry: %v", rdb.HGetAll(ctx, key).Val())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	score, err := rdb.ZScore(ctx, asynqdb.RetryKey(q), "a").Result()
+	if due := time.Until(time.Unix(int64(score), 0)); err != nil || score != float64(int64(score)) || due < 59*time.Minute || due > time.Hour {
+		t.Errorf("%s score of a: %v (%v from now), %v; want a whole Unix second an hour ahead", asynqdb.RetryKey(q), score, due, err)
+	}
+	typ, got, err := asynqdb.Payload([]byte(rdb.HGet(ctx, key, "msg").Val()))
+	if err != nil || typ != "notify" || string(got) != string(payload) {
+		t.Errorf("Payload = %q, %q, %v; want notify, %q", typ, got, err, payload)
+	}
+	rdb.HSet(ctx, key, asynqdb.PlaceField, "123")
+	// Due now: the forwarder moves it to pending and it runs again.
+	rdb.ZAdd(ctx, asynqdb.RetryKey(q), redis.Z{Score: float64(time.Now().Unix() - 1), Member: "a"})
+	select {
+	case <-runs:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the task did not run again once due")
+	}
+	if v := rdb.HGet(ctx, key, asynqdb.PlaceField).Val(); v != "123" {
+		t.Errorf("%s after the retry: %q, want 123 kept", asynqdb.PlaceField, v)
+	}
 }
 
 func keysOf(m map[string]string) []string {

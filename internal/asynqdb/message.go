@@ -1,6 +1,7 @@
 package asynqdb
 
 import (
+	"fmt"
 	"time"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -69,4 +70,35 @@ func (m Message) AppendTo(b []byte) []byte {
 	b = varint(b, fieldTimeout, int64(timeout/time.Second))
 	b = varint(b, fieldRetention, int64(m.Retention/time.Second))
 	return b
+}
+
+// Payload returns the payload of an encoded task message (the task hash's
+// msg field) and its type, or an error if msg is not a TaskMessage.
+func Payload(msg []byte) (typ string, payload []byte, err error) {
+	for len(msg) > 0 {
+		num, wt, n := protowire.ConsumeTag(msg)
+		if n < 0 {
+			return "", nil, fmt.Errorf("asynqdb: task message: %w", protowire.ParseError(n))
+		}
+		msg = msg[n:]
+		if wt == protowire.BytesType && (num == fieldType || num == fieldPayload) {
+			v, n := protowire.ConsumeBytes(msg)
+			if n < 0 {
+				return "", nil, fmt.Errorf("asynqdb: task message: %w", protowire.ParseError(n))
+			}
+			if num == fieldType {
+				typ = string(v)
+			} else {
+				payload = v
+			}
+			msg = msg[n:]
+			continue
+		}
+		n = protowire.ConsumeFieldValue(num, wt, msg)
+		if n < 0 {
+			return "", nil, fmt.Errorf("asynqdb: task message: %w", protowire.ParseError(n))
+		}
+		msg = msg[n:]
+	}
+	return typ, payload, nil
 }

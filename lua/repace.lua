@@ -1,0 +1,109 @@
+-- repace.lua (after rules.lua and book.lua): one entry point, repace, that
+-- moves a token bucket's waiting work to a changed rate.
+--
+--   args  -> a plan (see rules.lua) of one bucket take, at the new rate
+--   keys  -> the bucket's keys
+--
+-- Slots are laid at the rate of the call that takes them, so a rate changed
+-- in the config leaves the work already waiting on its old pace: booked
+-- slots, tenants' gates and lines, the join cursor. repace scales all of it
+-- around now by k = old rate / new rate, the factor by which a slot's length
+-- changes: a moment t after now becomes now + (t - now) k. Scaling keeps the
+-- order of the waiting work and leaves no two slots overlapping, so the
+-- bucket's bound holds on the new rate from now on; a raised rate drains
+-- what waits at once at the new pace, a lowered one spreads it out.
+--
+-- Claimed slots still ahead (a task sleeping in its worker until its slot)
+-- are taken from their tasks, as a priority task's bump does (see book.lua):
+-- each task finds out by Holds before it sends and is admitted again.
+-- Sending at its old moment would not match its scaled slot.
+--
+-- The state hash's field r keeps the rate the bucket's calendar is laid at.
+-- A bucket without one (first seen) records the rate and changes nothing;
+-- a call at the rate recorded changes nothing: every worker of a fleet may
+-- call it after a reload, and only the first one scales.
+--
+-- Returns {now, k (x 1e6; 0: nothing scaled)}. The caller scales the
+-- moments it keeps the same way: the places of the tasks in line and their
+-- wake-ups (jobs.Repace). A task holding a ticket keeps its wake-up: it
+-- comes back early (lowered: told its new moment, one more call) or late
+-- (raised: it books again), once; tickets reach book_ahead at most.
+
+-- scale_at returns the moment t scaled around now by k (µs, whole): moments
+-- up to now stay. One rounding for every moment, so spans that touched
+-- still touch and spans that did not still do not.
+local function scale_at(t, now, k)
+  if t <= now then return t end
+  return now + ceil((t - now) * k)
+end
+
+-- scale_calendar scales the spans that end after now.
+local function scale_calendar(cal, now, k)
+  local z = rcall('ZRANGEBYSCORE', cal, '(' .. int(now), '+inf', 'WITHSCORES')
+  if #z == 0 then return end
+  for j = 1, #z, 2 do rcall('ZREM', cal, z[j]) end
+  local last = now
+  for j = 1, #z, 2 do
+    local e = scale_at(tonum(z[j + 1]), now, k)
+    rcall('ZADD', cal, int(e), int(scale_at(tonum(z[j]), now, k)))
+    if e > last then last = e end
+  end
+  extend(cal, ceil_ms(last - now + CAL_LIFE))
+end
+
+-- scale_set scales the scores after now of a set of moments (tickets, the
+-- tenants' expiries).
+local function scale_set(set, now, k)
+  local z = rcall('ZRANGEBYSCORE', set, '(' .. int(now), '+inf', 'WITHSCORES')
+  local last = now
+  for j = 1, #z, 2 do
+    local v = scale_at(tonum(z[j + 1]), now, k)
+    rcall('ZADD', set, int(v), z[j])
+    if v > last then last = v end
+  end
+  if #z > 0 then extend(set, ceil_ms(last - now + GRACE)) end
+end
+
+-- scale_tenants scales each waiting tenant's record (its last place, gate
+-- and expiry: see fair_read), and the join cursor and end of places.
+local function scale_tenants(fair, exp, now, k)
+  local h = rcall('HGETALL', fair)
+  local set = {fair}
+  for j = 1, #h, 2 do
+    local f, v = h[j], h[j + 1]
+    if f == FAIR_J or f == FAIR_P then
+      set[#set + 1], set[#set + 2] = f, int(scale_at(tonum(v), now, k))
+    elseif f ~= FAIR_W then
+      local a, b, c, e = match(v, '^(%d+),(%d+),(%d+),(%d+)$')
+      if a then
+        set[#set + 1], set[#set + 2] = f, fmt('%d,%d,%s,%d', scale_at(tonum(a), now, k),
+          scale_at(tonum(b), now, k), c, scale_at(tonum(e), now, k))
+      end
+    end
+  end
+  if #set > 1 then rcall('HSET', unpack_(set)) end
+  scale_set(exp, now, k)
+end
+
+local function repace(keys, args)
+  if not rcall then bind() end
+  local now = now_us()
+  local p = plan(args[1])
+  local t = p[1]
+  if p.n ~= 1 or t.kind ~= 'b' then
+    return redis.error_reply('throttle: repace needs one bucket take')
+  end
+  local key, ledger, book, cal = keys[1], keys[2], keys[3], keys[4]
+  local rate = fmt('%.17g', t.rate)
+  local old = rcall('HGET', key, 'r')
+  rcall('HSET', key, 'r', rate)
+  if not old or old == rate then return {now, 0} end
+  local k = tonum(old) / t.rate
+  -- Claimed slots still ahead: their tasks are admitted again (see above).
+  local claimed = rcall('ZRANGEBYSCORE', ledger, '(' .. int(now), '+inf')
+  for j = 1, #claimed do rcall('ZREM', ledger, claimed[j]) end
+  scale_calendar(cal, now, k)
+  scale_set(book, now, k)
+  scale_tenants(keys[5], keys[6], now, k)
+  return {now, ceil(k * 1e6)}
+end

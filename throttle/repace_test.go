@@ -1,0 +1,93 @@
+package throttle
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// TestRepaceMovesWaitingWorkToANewRate books a line on a slow bucket, then
+// raises its rate: the line is scaled to the new pace (a task that booked
+// the last slot claims it at once, a new task books right behind the
+// scaled line), a second call changes nothing, and lowering it again takes
+// from a task that claimed a slot ahead its slot. The calendar's spans
+// never overlap.
+func TestRepaceMovesWaitingWorkToANewRate(t *testing.T) {
+	l, rdb := newStandalone(t)
+	ctx := context.Background()
+	slow, fast := mustBucket(t, "sms", 2, 1), mustBucket(t, "sms", 20, 1)
+	if k, _, err := l.Repace(ctx, slow, "gw"); err != nil || k != 0 {
+		t.Fatalf("first Repace = %v, %v; want 0 (the rate recorded, nothing scaled)", k, err)
+	}
+	var last Decision
+	for i := range 10 {
+		last = mustAdmit(t, l, bookReq("m"+strconv.Itoa(i), nil, "", slow, 0))
+	}
+	if !last.Booked || last.Delay < 4*time.Second {
+		t.Fatalf("m9 on a 2/s bucket: %+v, want booked about 4.5 s ahead", last)
+	}
+	k, now, err := l.Repace(ctx, fast, "gw")
+	if err != nil || k != 0.1 {
+		t.Fatalf("Repace to 20/s = %v, %v; want k 0.1", k, err)
+	}
+	checkSpans(t, l, rdb, fast)
+	want := Scale(last.At(), now, k)
+	back := mustAdmit(t, l, bookReq("m9", nil, "", fast, 0))
+	if !back.Allowed || back.At().Sub(want).Abs() > time.Millisecond {
+		t.Fatalf("m9 back after the raise: %+v, want allowed at its scaled moment %s (was %s)", back, want, last.At())
+	}
+	next := mustAdmit(t, l, bookReq("m10", nil, "", fast, 0))
+	if !next.Booked || next.At().After(now.Add(time.Second)) {
+		t.Errorf("m10 after the raise: %+v, want booked behind the scaled line, within a second", next)
+	}
+	if k, _, err := l.Repace(ctx, fast, "gw"); err != nil || k != 0 {
+		t.Errorf("Repace at the same rate again = %v, %v; want 0", k, err)
+	}
+	// m9 claimed a slot ahead and sleeps until it: lowering the rate takes
+	// it, and m9 finds out before it sends.
+	if held, err := l.Holds(ctx, bookReq("m9", nil, "", fast, 0)); err != nil || !held {
+		t.Fatalf("Holds(m9) before lowering = %v, %v; want true", held, err)
+	}
+	if k, _, err := l.Repace(ctx, slow, "gw"); err != nil || k != 10 {
+		t.Fatalf("Repace to 2/s = %v, %v; want k 10", k, err)
+	}
+	checkSpans(t, l, rdb, slow)
+	if held, err := l.Holds(ctx, bookReq("m9", nil, "", slow, 0)); err != nil || held {
+		t.Errorf("Holds(m9) after lowering = %v, %v; want false: its slot ahead was taken", held, err)
+	}
+}
+
+// checkSpans fails if two of b's calendar spans (for subject "gw")
+// overlap.
+func checkSpans(t *testing.T, l *Limiter, rdb *redis.Client, b *Bucket) {
+	t.Helper()
+	z, err := rdb.ZRangeWithScores(context.Background(), slotsKey(subjectTag(l.prefix, "gw"), b.Name()), 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	type span struct{ from, to int64 }
+	var spans []span
+	for _, e := range z {
+		m := e.Member.(string)
+		if strings.HasPrefix(m, "-") {
+			continue // a mark of the calendar's life (rules.lua)
+		}
+		from, err := strconv.ParseInt(m, 10, 64)
+		if err != nil {
+			t.Fatalf("span %q: %v", m, err)
+		}
+		spans = append(spans, span{from, int64(e.Score)})
+	}
+	slices.SortFunc(spans, func(a, b span) int { return cmp.Compare(a.from, b.from) })
+	for i := 1; i < len(spans); i++ {
+		if spans[i].from < spans[i-1].to {
+			t.Errorf("spans %v and %v overlap", spans[i-1], spans[i])
+		}
+	}
+}
