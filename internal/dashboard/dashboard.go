@@ -59,7 +59,7 @@ func New(opts Options) *Dashboard {
 	cfg := opts.Config
 	var pols []inspect.Policy
 	for name, p := range cfg.Policies {
-		ip := inspect.Policy{Name: name}
+		ip := inspect.Policy{Name: name, Margin: cfg.Worker.WindowMargin}
 		for _, w := range p.Windows {
 			ip.Windows = append(ip.Windows, inspect.Window{Limit: w.Limit, Per: w.Per})
 		}

@@ -32,6 +32,9 @@ const (
 type Policy struct {
 	Name    string
 	Windows []Window
+	// Margin is how much longer than it says the engine holds each window
+	// (worker.window_margin: throttle.Quota.WithMargin).
+	Margin time.Duration
 }
 
 // Window is one of a policy's sliding windows.
@@ -208,7 +211,7 @@ func (in *Inspector) Recipient(ctx context.Context, recipient string, offset, li
 	_, err = c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, pol := range in.policies {
 			for _, w := range pol.Windows {
-				wins[i] = append(wins[i], window{limit: w.Limit, per: w.Per.Microseconds()})
+				wins[i] = append(wins[i], window{limit: w.Limit, per: (w.Per + pol.Margin).Microseconds()})
 			}
 			reads[i] = readEntries(p, ctx, quotaKey(in.prefix, recipient, pol.Name), now, wins[i], offset, limit)
 			books[i] = readRecipientBookings(p, ctx, in.prefix, recipient, pol.Name, now, bookings)
