@@ -1,4 +1,10 @@
-package main
+// Package intake reads notifications as producers hand them in: a JSON
+// object of the fields of a JSONL line of enqueue or of the HTTP API's
+// POST /v1/notifications, decoded strictly (ParseLine), checked against the
+// config with its defaults applied, and made an asynq task (Checker). Both
+// producers use it, so a notification is accepted or refused the same way,
+// with the same message naming the field, whichever way it came.
+package intake
 
 import (
 	"bytes"
@@ -10,16 +16,41 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/hibiken/asynq"
-
-	"github.com/notify-throttle/throttler/config"
 	"github.com/notify-throttle/throttler/internal/textdist"
 	"github.com/notify-throttle/throttler/jobs"
 )
 
-// entry is one notification as a JSONL line or the flags give it, before
-// the config's defaults apply. An empty string is a field left out.
-type entry struct {
+// Error is what is wrong with a notification: Field names the field at
+// fault (one of Fields, or another name for an unknown field), or is "" for
+// the object as a whole. Its text is "<Field>: <Msg>", or Msg alone where
+// the message names the field itself (an unknown field) or there is none.
+type Error struct {
+	Field string
+	Msg   string
+	bare  bool // Msg names the field: the text is Msg alone
+}
+
+func (e *Error) Error() string {
+	if e.Field == "" || e.bare {
+		return e.Msg
+	}
+	return e.Field + ": " + e.Msg
+}
+
+// fieldErr returns an *Error about field.
+func fieldErr(field, format string, args ...any) error {
+	return &Error{Field: field, Msg: fmt.Sprintf(format, args...)}
+}
+
+// wholeErr returns an *Error about the object as a whole.
+func wholeErr(format string, args ...any) error {
+	return &Error{Msg: fmt.Sprintf(format, args...)}
+}
+
+// Entry is one notification as a producer gives it (a JSONL line, enqueue's
+// flags, an API request), before the config's defaults apply. An empty
+// string is a field left out.
+type Entry struct {
 	Recipient, Template     string
 	Policy, Provider, Queue string
 	Data                    json.RawMessage // a JSON object, or nil
@@ -29,38 +60,38 @@ type entry struct {
 	Tenant                  string // the sender sharing the provider fairly; "": the default tenant
 }
 
-// Fields of a JSONL line.
-var lineFields = []string{"recipient", "template", "policy", "provider", "queue", "data", "idempotency_key", "send_by", "tz", "tenant"}
+// Fields are the fields of a notification's JSON object.
+var Fields = []string{"recipient", "template", "policy", "provider", "queue", "data", "idempotency_key", "send_by", "tz", "tenant"}
 
-// parseLine parses one JSONL line: a JSON object with the fields in
-// lineFields, each at most once. null is the same as leaving a field out.
-// The error says what is wrong in one line, naming the field.
-func parseLine(line []byte) (entry, error) {
-	var e entry
+// ParseLine parses one notification: a JSON object with the fields in
+// Fields, each at most once. null is the same as leaving a field out.
+// The error, an *Error, says what is wrong in one line, naming the field.
+func ParseLine(line []byte) (Entry, error) {
+	var e Entry
 	if !utf8.Valid(line) {
-		return e, fmt.Errorf("not UTF-8 (byte %d)", invalidUTF8(line)+1)
+		return e, wholeErr("not UTF-8 (byte %d)", invalidUTF8(line)+1)
 	}
 	if !json.Valid(line) {
 		return e, syntaxError(line)
 	}
-	if kind := jsonKind(line); kind != "object" {
-		return e, fmt.Errorf("must be a JSON object (got %s)", kind)
+	if kind := JSONKind(line); kind != "object" {
+		return e, wholeErr("must be a JSON object (got %s)", kind)
 	}
 	seen := map[string]bool{}
 	err := jobs.Members(line, func(name, raw []byte) error {
 		key := string(name)
 		if seen[key] {
-			return fmt.Errorf("%s: given twice", key) // a known field: unknown ones fail at once
+			return fieldErr(key, "given twice") // a known field: unknown ones fail at once
 		}
 		seen[key] = true
 		return e.set(key, raw)
 	})
-	return e, err
+	return e, reason(err)
 }
 
 // set sets the field key of e from its JSON value.
-func (e *entry) set(key string, raw json.RawMessage) error {
-	kind := jsonKind(raw)
+func (e *Entry) set(key string, raw json.RawMessage) error {
+	kind := JSONKind(raw)
 	if kind == "null" {
 		if !isField(key) {
 			return unknownField(key)
@@ -69,9 +100,12 @@ func (e *entry) set(key string, raw json.RawMessage) error {
 	}
 	str := func(dst *string) error {
 		if kind != "string" {
-			return fmt.Errorf("%s: must be a string (got %s)", key, kind)
+			return fieldErr(key, "must be a string (got %s)", kind)
 		}
-		return json.Unmarshal(raw, dst)
+		if err := json.Unmarshal(raw, dst); err != nil {
+			return fieldErr(key, "%v", err)
+		}
+		return nil
 	}
 	switch key {
 	case "recipient":
@@ -92,7 +126,7 @@ func (e *entry) set(key string, raw json.RawMessage) error {
 		return str(&e.Tenant)
 	case "data":
 		if kind != "object" {
-			return fmt.Errorf("data: must be a JSON object (got %s)", kind)
+			return fieldErr("data", "must be a JSON object (got %s)", kind)
 		}
 		e.Data = raw
 		return nil
@@ -103,7 +137,7 @@ func (e *entry) set(key string, raw json.RawMessage) error {
 		}
 		t, err := time.Parse(time.RFC3339, s)
 		if err != nil {
-			return fmt.Errorf("send_by: must be an RFC 3339 time such as 2026-11-22T10:00:00Z (got %s)", quote(s))
+			return fieldErr("send_by", "must be an RFC 3339 time such as 2026-11-22T10:00:00Z (got %s)", Quote(s))
 		}
 		e.SendBy = &t
 		return nil
@@ -112,7 +146,7 @@ func (e *entry) set(key string, raw json.RawMessage) error {
 }
 
 func isField(key string) bool {
-	for _, f := range lineFields {
+	for _, f := range Fields {
 		if f == key {
 			return true
 		}
@@ -123,15 +157,15 @@ func isField(key string) bool {
 // unknownField says key is not a field, suggesting the one it may be a typo of.
 func unknownField(key string) error {
 	best, dist := "", 3
-	for _, f := range lineFields {
+	for _, f := range Fields {
 		if d := textdist.Distance(strings.ToLower(key), f); d < dist {
 			best, dist = f, d
 		}
 	}
 	if best != "" && len(key) > dist+1 {
-		return fmt.Errorf("unknown field %s (did you mean %s?)", quote(key), best)
+		return &Error{Field: key, Msg: fmt.Sprintf("unknown field %s (did you mean %s?)", Quote(key), best), bare: true}
 	}
-	return fmt.Errorf("unknown field %s (fields: %s)", quote(key), strings.Join(lineFields, ", "))
+	return &Error{Field: key, Msg: fmt.Sprintf("unknown field %s (fields: %s)", Quote(key), strings.Join(Fields, ", ")), bare: true}
 }
 
 // syntaxError describes why line is not one JSON value.
@@ -140,18 +174,18 @@ func syntaxError(line []byte) error {
 	var se *json.SyntaxError
 	switch {
 	case errors.As(err, &se) && strings.HasPrefix(se.Error(), "unexpected end"):
-		return errors.New("not JSON: the line ends inside a value")
+		return wholeErr("not JSON: the line ends inside a value")
 	case errors.As(err, &se) && se.Offset > 0:
 		// Offset counts the bytes read up to and with the bad one.
-		return fmt.Errorf("not JSON: %s (column %d)", se.Error(), se.Offset)
+		return wholeErr("not JSON: %s (column %d)", se.Error(), se.Offset)
 	case err != nil:
-		return fmt.Errorf("not JSON: %v", err)
+		return wholeErr("not JSON: %v", err)
 	}
-	return errors.New("not JSON") // unreachable: line is valid JSON
+	return wholeErr("not JSON") // unreachable: line is valid JSON
 }
 
-// jsonKind names the kind of the JSON value that data starts with.
-func jsonKind(data []byte) string {
+// JSONKind names the kind of the JSON value that data starts with.
+func JSONKind(data []byte) string {
 	data = bytes.TrimLeft(data, " \t\r\n")
 	if len(data) == 0 {
 		return "nothing"
@@ -186,8 +220,8 @@ func invalidUTF8(s []byte) int {
 // maxQuoted is how many bytes of a bad value a message shows.
 const maxQuoted = 64
 
-// quote quotes s for a message on one line, shortened to maxQuoted bytes.
-func quote(s string) string {
+// Quote quotes s for a message on one line, shortened to maxQuoted bytes.
+func Quote(s string) string {
 	if len(s) <= maxQuoted {
 		return strconv.Quote(s)
 	}
@@ -196,83 +230,4 @@ func quote(s string) string {
 		cut--
 	}
 	return strconv.Quote(s[:cut]) + "..."
-}
-
-// job is a checked notification, ready to enqueue.
-type job struct {
-	id    string // the task ID
-	queue string
-	task  *asynq.Task
-	keyed bool // the ID comes from an idempotency key: enqueueing it again is a duplicate
-}
-
-// checker checks entries against a config and makes them jobs.
-type checker struct {
-	cfg  *config.Config
-	name string // the config file, as messages name it
-}
-
-// check applies the config's defaults to e, checks the result as the
-// worker will and returns its job. The error says what is wrong in one line.
-// A deadline before now is an error: the worker would only expire it.
-func (c checker) check(e entry, now time.Time) (job, error) {
-	r := c.cfg.Route(config.Route{Policy: e.Policy, Provider: e.Provider, Queue: e.Queue})
-	n := jobs.Notification{
-		Recipient: e.Recipient,
-		Policy:    r.Policy,
-		Provider:  r.Provider,
-		Template:  e.Template,
-		Data:      e.Data,
-		SendBy:    e.SendBy,
-		TZ:        e.TZ,
-		Tenant:    e.Tenant,
-	}
-	queue := r.Queue
-	if err := n.Check(); err != nil {
-		return job{}, reason(err)
-	}
-	if _, ok := c.cfg.Policies[n.Policy]; !ok {
-		return job{}, c.undefined("policy", n.Policy)
-	}
-	if _, ok := c.cfg.Providers[n.Provider]; !ok {
-		return job{}, c.undefined("provider", n.Provider)
-	}
-	if _, ok := c.cfg.Worker.Queues[queue]; !ok {
-		return job{}, c.undefined("queue", queue)
-	}
-	if n.SendBy != nil && !n.SendBy.After(now) {
-		return job{}, fmt.Errorf("send_by: %s is in the past", n.SendBy.Format(time.RFC3339Nano))
-	}
-	id := jobs.TaskID(e.IdempotencyKey)
-	opts := []asynq.Option{asynq.Queue(queue)}
-	if e.IdempotencyKey != "" {
-		// asynq forgets a completed task at once, and with it the ID's
-		// conflict: keep keyed tasks so that the key dedupes after delivery.
-		opts = append(opts, asynq.Retention(KeyRetention))
-	}
-	task, err := jobs.NewTask(n, id, opts...)
-	if err != nil {
-		return job{}, reason(err)
-	}
-	return job{id: id, queue: queue, task: task, keyed: e.IdempotencyKey != ""}, nil
-}
-
-// KeyRetention is how long a notification enqueued with an idempotency key
-// is kept after it completed, so that enqueueing the same key again within
-// it is a duplicate rather than a second message. The cost is the completed
-// task's hash in Redis (about its payload's size) for that long.
-const KeyRetention = 24 * time.Hour
-
-func (c checker) undefined(kind, name string) error {
-	return fmt.Errorf("%s %s is not defined in %s", kind, quote(name), c.name)
-}
-
-// reason is what is wrong with a notification, without the "bad
-// notification" jobs wraps it with: the line says where it came from.
-func reason(err error) error {
-	var fe *jobs.FieldError
-	if errors.As(err, &fe) {
-		return fe
-	}
-	return err
 }
