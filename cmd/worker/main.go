@@ -8,6 +8,7 @@
 //
 //	worker [-config config.yaml] [-demo 20s]
 //	worker -check [-connect] [-config config.yaml]
+//	worker -api-only [-config config.yaml]
 //
 // With the default config (redis.url: embedded) it runs on an in-process
 // Redis for trying things out; -demo also enqueues a burst of notifications
@@ -17,6 +18,9 @@
 // audience file and schedule), connects to nothing, and exits 0 after a
 // one-line summary or 1 after listing every mistake; -check -connect also
 // logs in to Redis and says what answered. Deploy pipelines run it first.
+//
+// With api.addr set, a worker also serves the HTTP API (package api) there;
+// -api-only serves the API alone, without the providers' secrets.
 package main
 
 import (
@@ -75,9 +79,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	demo := fs.Duration("demo", 0, "enqueue a demo burst, run this long, print a summary per recipient and exit")
 	checkOnly := fs.Bool("check", false, "check the config as a start would, connect to nothing, and exit: 0 and a summary, or 1 and every mistake")
 	connect := fs.Bool("connect", false, "with -check: also connect to Redis (login, TLS, cluster) and say what answered")
+	apiOnly := fs.Bool("api-only", false, "serve the HTTP API on api.addr (and /healthz, /metrics on worker.http_addr) and deliver nothing; the providers' secrets are not needed")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: worker [-config config.yaml] [-demo 20s]\n"+
-			"       worker -check [-connect] [-config config.yaml]\n\n"+
+			"       worker -check [-connect] [-config config.yaml]\n"+
+			"       worker -api-only [-config config.yaml]\n\n"+
 			"Delivers notification jobs through the recipient policies and provider buckets in the config.\n"+
 			"REDIS_URL overrides redis.url and REDIS_PASSWORD redis.password; a secret in the config (a\n"+
 			"webhook header or URL, the Redis password or URL) may be {env: NAME} or {file: PATH} instead\n"+
@@ -104,6 +110,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if *checkOnly {
 		return check(ctx, *path, *connect, stdout, stderr)
+	}
+	if *apiOnly {
+		return runAPIOnly(ctx, *path, stderr)
 	}
 	// SIGHUP reloads the config (see reloader); caught from here on, so
 	// that one sent while the worker starts does not end it.
@@ -148,6 +157,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *demo > 0 {
 		counts = newSentCounts()
 		demoRules(cfg)
+		demoAPI(cfg)
 	}
 	th, built, err := newThrottle(cfg, rdb, reg, log, stdout, counts)
 	if err != nil {
@@ -214,6 +224,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}()
 	defer func() { stopRecovery(); <-recoveryDone }()
+	apiURL, err := startAPI(ctx, cfg, rdb, reg, log)
+	if err != nil {
+		return err
+	}
 	if err := srv.Start(mux); err != nil {
 		return fmt.Errorf("start: %w", err)
 	}
@@ -243,7 +257,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	log.Info("worker started", "concurrency", cfg.Worker.Concurrency, "queues", cfg.Queues(), "campaigns", len(cfg.Campaigns))
 
 	if *demo > 0 {
-		err = runDemo(ctx, cfg, rdb, *demo, counts, stdout)
+		err = runDemo(ctx, cfg, rdb, *demo, counts, stdout, apiURL)
 	} else {
 		<-ctx.Done()
 	}
