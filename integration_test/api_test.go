@@ -1,0 +1,221 @@
+//go:build integration
+
+package integration_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The API keys of the tests' configs.
+const (
+	apiKeyBilling = "billing-key-0123456789abcdef"
+	apiKeyGrowth  = "growth-key-0123456789abcdef"
+)
+
+// apiFleet starts a worker whose config serves the API on a free port,
+// with keys billing (anything) and growth (policy pace only), and returns
+// the API's base URL.
+func apiFleet(t *testing.T, policy string) (*fleet, string) {
+	t.Helper()
+	addr := freeAddr(t)
+	f := newFleet(t, fleetConfig{
+		Concurrency: 4, ShutdownTimeout: 5 * time.Second, InlineWait: 0, Jitter: 0,
+		Policy: policy, MorePolicies: "\n  other: [{limit: 5, per: 1h}]", Rate: 50, Burst: 10,
+		API: fmt.Sprintf(`
+  addr: %s
+  keys:
+    billing: {key: %s, tenant: billing}
+    growth: {key: %s, tenant: growth, policies: [pace]}
+`, addr, apiKeyBilling, apiKeyGrowth),
+	}, nil)
+	f.startWorker("w1")
+	return f, "http://" + addr
+}
+
+// apiAnswer is an API response: its status and JSON body.
+type apiAnswer struct {
+	status int
+	body   map[string]any
+}
+
+func (a apiAnswer) errorField() (code, field string) {
+	e, _ := a.body["error"].(map[string]any)
+	code, _ = e["code"].(string)
+	field, _ = e["field"].(string)
+	return code, field
+}
+
+// call sends one request to the API with a real HTTP client.
+func call(t *testing.T, method, url, key, body string, headers ...string) apiAnswer {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	res, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	data, _ := io.ReadAll(res.Body)
+	a := apiAnswer{status: res.StatusCode}
+	if err := json.Unmarshal(data, &a.body); err != nil {
+		t.Fatalf("%s %s: %d %q: not JSON: %v", method, url, res.StatusCode, data, err)
+	}
+	return a
+}
+
+// waitDelivered waits until the webhook accepted each of ids.
+func waitDelivered(t *testing.T, f *fleet, ids ...string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		got := f.hook.delivered()
+		missing := 0
+		for _, id := range ids {
+			if got[id] == 0 {
+				missing++
+			}
+		}
+		if missing == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d notifications not delivered after 20s; delivered: %v", missing, len(ids), got)
+		}
+		select {
+		case <-f.hook.arrived:
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// TestAPIEnqueue: through the worker's API, with a real HTTP client, single
+// and batch notifications reach the provider; a repeated idempotency key
+// answers the first notification, a changed body with it 409; a wrong key
+// is 401, a policy the key may not use 403, a malformed or oversized body
+// 400 or 413 naming the field; canceling one that was sent says so.
+func TestAPIEnqueue(t *testing.T) {
+	f, base := apiFleet(t, "[{limit: 100, per: 1h}]")
+	url := base + "/v1/notifications"
+	one := `{"recipient":"alice@example.com","template":"welcome","data":{"name":"Alice"}}`
+	first := call(t, "POST", url, apiKeyBilling, one, "Idempotency-Key", "welcome-alice")
+	if first.status != 202 || first.body["state"] != "queued" {
+		t.Fatalf("POST = %d %v, want 202 queued", first.status, first.body)
+	}
+	id := first.body["id"].(string)
+	if again := call(t, "POST", url, apiKeyBilling, one, "Idempotency-Key", "welcome-alice"); again.status != 200 || again.body["id"] != id {
+		t.Errorf("the same key again = %d %v, want 200 and %s", again.status, again.body, id)
+	}
+	changed := call(t, "POST", url, apiKeyBilling, `{"recipient":"alice@example.com","template":"goodbye"}`, "Idempotency-Key", "welcome-alice")
+	if code, field := changed.errorField(); changed.status != 409 || code != "idempotency_conflict" || field != "/idempotency_key" {
+		t.Errorf("the key with another body = %d %v, want 409 idempotency_conflict", changed.status, changed.body)
+	}
+	if r := call(t, "POST", url, "not-a-key-of-this-config", one); r.status != 401 {
+		t.Errorf("a wrong key = %d %v, want 401", r.status, r.body)
+	}
+	forbidden := call(t, "POST", url, apiKeyGrowth, `{"recipient":"a@example.com","template":"t","policy":"other"}`)
+	if code, field := forbidden.errorField(); forbidden.status != 403 || code != "forbidden" || field != "/policy" {
+		t.Errorf("a forbidden policy = %d %v, want 403 forbidden /policy", forbidden.status, forbidden.body)
+	}
+	malformed := call(t, "POST", url, apiKeyBilling, `{"recipient":"a@example.com","template":"t","send_by":"tomorrow"}`)
+	if code, field := malformed.errorField(); malformed.status != 400 || code != "invalid" || field != "/send_by" {
+		t.Errorf("a malformed send_by = %d %v, want 400 invalid /send_by", malformed.status, malformed.body)
+	}
+	big := `{"recipient":"a@example.com","template":"t","data":{"x":"` + strings.Repeat("x", 70_000) + `"}}`
+	if r := call(t, "POST", url, apiKeyBilling, big); r.status != 413 {
+		t.Errorf("a body over 64 KiB = %d %v, want 413", r.status, r.body)
+	}
+	batch := call(t, "POST", url+"/batch", apiKeyBilling, `{"notifications":[
+		{"recipient":"bob@example.com","template":"t"},
+		{"recipient":"carol@example.com","template":"t","idempotency_key":"carol-1"},
+		{"recipient":"dave@example.com","template":"t","bogus":1}]}`)
+	results, _ := batch.body["results"].([]any)
+	if batch.status != 200 || len(results) != 3 {
+		t.Fatalf("batch = %d %v", batch.status, batch.body)
+	}
+	ids := []string{id}
+	for i, want := range []float64{202, 202, 400} {
+		r := results[i].(map[string]any)
+		if r["status"] != want {
+			t.Errorf("batch result %d: %v, want status %v", i, r, want)
+		}
+		if n, ok := r["notification"].(map[string]any); ok {
+			ids = append(ids, n["id"].(string))
+		}
+	}
+	if e, _ := results[2].(map[string]any)["error"].(map[string]any); e["field"] != "/notifications/2/bogus" {
+		t.Errorf("batch result 2: %v, want the field /notifications/2/bogus", e)
+	}
+	waitDelivered(t, f, ids...)
+	if got := f.hook.delivered(); len(got) != 3 || got[id] != 1 {
+		t.Errorf("delivered %v, want each of %v once", got, ids)
+	}
+	var state apiAnswer
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if state = call(t, "GET", url+"/welcome-alice", apiKeyBilling, ""); state.body["state"] == "sent" {
+			break
+		}
+	}
+	if state.body["state"] != "sent" || state.body["id"] != id || state.body["tenant"] != "billing" {
+		t.Errorf("GET by key after the send = %d %v, want sent", state.status, state.body)
+	}
+	late := call(t, "DELETE", url+"/"+id, apiKeyBilling, "")
+	if code, _ := late.errorField(); late.status != 409 || code != "already_sent" {
+		t.Errorf("DELETE after the send = %d %v, want 409 already_sent", late.status, late.body)
+	}
+}
+
+// TestAPICancel: a notification the recipient's policy holds back waits,
+// and says until when and why; canceled, it is never sent, while the one
+// enqueued after it for the same recipient is.
+func TestAPICancel(t *testing.T) {
+	f, base := apiFleet(t, "[{limit: 1, per: 2s}]")
+	url := base + "/v1/notifications"
+	post := func(template string) string {
+		t.Helper()
+		r := call(t, "POST", url, apiKeyBilling, `{"recipient":"alice@example.com","template":"`+template+`"}`)
+		if r.status != 202 {
+			t.Fatalf("POST %s = %d %v", template, r.status, r.body)
+		}
+		return r.body["id"].(string)
+	}
+	first := post("first")
+	waitDelivered(t, f, first)
+	held := post("held")
+	var state apiAnswer
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if state = call(t, "GET", url+"/"+held, apiKeyBilling, ""); state.body["state"] != "queued" && state.body["state"] != "sending" {
+			break
+		}
+	}
+	reason, _ := state.body["reason"].(string)
+	if state.body["state"] != "waiting" || state.body["until"] == nil || !strings.Contains(reason, "policy pace") {
+		t.Fatalf("GET of the held one = %v, want waiting, until, for policy pace", state.body)
+	}
+	canceled := call(t, "DELETE", url+"/"+held, apiKeyBilling, "")
+	if canceled.status != 200 || canceled.body["state"] != "canceled" {
+		t.Fatalf("DELETE = %d %v, want 200 canceled", canceled.status, canceled.body)
+	}
+	after := post("after")
+	waitDelivered(t, f, after)
+	if n := f.hook.delivered()[held]; n != 0 {
+		t.Errorf("the canceled notification was delivered %d times", n)
+	}
+	if r := call(t, "GET", url+"/"+held, apiKeyBilling, ""); r.body["state"] != "canceled" {
+		t.Errorf("GET after the cancel = %v, want canceled", r.body)
+	}
+}
