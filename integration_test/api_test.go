@@ -7,7 +7,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"os/exec"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -217,5 +221,61 @@ func TestAPICancel(t *testing.T) {
 	}
 	if r := call(t, "GET", url+"/"+held, apiKeyBilling, ""); r.body["state"] != "canceled" {
 		t.Errorf("GET after the cancel = %v, want canceled", r.body)
+	}
+}
+
+// TestAPIOnlyNeedsNoProviderSecrets: worker -api-only serves the API from a
+// config whose webhook header is {env: HOOK_TOKEN}, unset on its host, and
+// enqueues; a worker on that host stops at start, naming the variable.
+func TestAPIOnlyNeedsNoProviderSecrets(t *testing.T) {
+	addr, health := freeAddr(t), freeAddr(t)
+	f := newFleet(t, fleetConfig{Concurrency: 1, ShutdownTimeout: time.Second, Policy: "[{limit: 100, per: 1h}]", Rate: 10, Burst: 10,
+		API: fmt.Sprintf("\n  addr: %s\n  keys:\n    billing: {key: %s, tenant: billing}\n", addr, apiKeyBilling)}, nil)
+	path := f.writeConfig("api", health)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data = []byte(strings.Replace(string(data), "headers: {X-Worker: api}", "headers: {X-Worker: api, Authorization: {env: HOOK_TOKEN}}", 1))
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bin := buildBinary(t, "worker")
+	_, stderr, code := runCommand(t, f.dir, nil, bin, "-config", path)
+	if want := "providers.hook.headers.Authorization: environment variable HOOK_TOKEN is not set or empty"; code != 1 || !strings.Contains(stderr, want) {
+		t.Errorf("a worker without HOOK_TOKEN: status %d, stderr %q; want 1 and %q", code, stderr, want)
+	}
+	cmd := exec.Command(bin, "-api-only", "-config", path)
+	cmd.Env = slices.DeleteFunc(childEnv(), func(kv string) bool { return strings.HasPrefix(kv, "HOOK_TOKEN=") })
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM) // our own child, by its handle
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("--- worker -api-only output ---\n%s", out.String())
+		}
+	})
+	var r apiAnswer
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if res, err := http.Get("http://" + health + "/healthz"); err == nil {
+			res.Body.Close()
+			if res.StatusCode == 200 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("worker -api-only not healthy after 20s:\n%s", out.String())
+		}
+	}
+	r = call(t, "POST", "http://"+addr+"/v1/notifications", apiKeyBilling, `{"recipient":"alice@example.com","template":"welcome"}`)
+	if r.status != 202 {
+		t.Fatalf("POST to worker -api-only = %d %v, want 202", r.status, r.body)
+	}
+	if info, err := f.insp.GetTaskInfo(fleetQueue, r.body["id"].(string)); err != nil || info.State.String() != "pending" {
+		t.Errorf("the task: %v %v, want pending: -api-only delivers nothing", info, err)
 	}
 }
