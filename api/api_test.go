@@ -31,7 +31,7 @@ const (
 
 // fixture is an API server on a database of its own, and an HTTP client.
 type fixture struct {
-	t    *testing.T
+	t    testing.TB
 	rdb  *redis.Client
 	srv  *httptest.Server
 	insp *asynq.Inspector
@@ -54,10 +54,14 @@ func testConfig() *config.Config {
 	return cfg
 }
 
-func newFixture(t *testing.T) *fixture {
+// newFixture serves the tests' config, changed by each of change.
+func newFixture(t testing.TB, change ...func(*config.Config)) *fixture {
 	t.Helper()
 	rdb, _ := shared.NewClient(t)
 	cfg := testConfig()
+	for _, c := range change {
+		c(cfg)
+	}
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +139,7 @@ func (f *fixture) do(method, path, key, body string, headers ...string) response
 
 // checkListed fails the test if a route answered with a status its Route
 // (and so openapi.yaml) does not list.
-func checkListed(t *testing.T, method, path string, status int) {
+func checkListed(t testing.TB, method, path string, status int) {
 	t.Helper()
 	mux := http.NewServeMux()
 	var listed []int
