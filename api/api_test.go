@@ -162,8 +162,8 @@ const welcome = `{"recipient":"alice@example.com","template":"welcome","data":{"
 func TestEnqueueOne(t *testing.T) {
 	f := newFixture(t)
 	r := f.post(billingKey, welcome)
-	if r.status != http.StatusAccepted || r.body["state"] != "queued" {
-		t.Fatalf("POST = %d %v, want 202 and state queued", r.status, r.body)
+	if r.status != http.StatusAccepted || r.body["state"] != "queued" || r.body["queued_at"] == nil {
+		t.Fatalf("POST = %d %v, want 202, state queued and queued_at", r.status, r.body)
 	}
 	id := r.body["id"].(string)
 	info, err := f.insp.GetTaskInfo("default", id)

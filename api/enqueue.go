@@ -187,6 +187,9 @@ func (s *Server) submit(ctx context.Context, c *client, e intake.Entry, base str
 		}
 		return result{err: unavailable(err)}
 	}
+	if stamped, err := jobs.Decode(j.Task.Payload()); err == nil {
+		n.Queued = stamped.Queued // the time NewTask stamped on the task
+	}
 	return result{status: http.StatusAccepted, view: newView(j.ID, j.Queue, n, stateQueued)}
 }
 
