@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -89,10 +90,41 @@ func New(opts Options) (*Server, error) {
 	for _, rt := range Routes() {
 		s.mux.Handle(rt.Method+" "+rt.Path, s.wrap(rt, s.handler(rt.Name)))
 	}
-	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, &Error{Status: http.StatusNotFound, Code: CodeNotFound, Message: "no such route: see openapi.yaml"})
-	})
+	s.mux.HandleFunc("/", notRouted)
 	return s, nil
+}
+
+// notRouted answers a request no route takes: 405 with the methods the
+// path has, or 404.
+func notRouted(w http.ResponseWriter, r *http.Request) {
+	var allow []string
+	for _, rt := range Routes() {
+		if matches(rt.Path, r.URL.Path) {
+			allow = append(allow, rt.Method)
+		}
+	}
+	if len(allow) == 0 {
+		writeError(w, &Error{Status: http.StatusNotFound, Code: CodeNotFound, Message: "no such route: see openapi.yaml"})
+		return
+	}
+	w.Header().Set("Allow", strings.Join(allow, ", "))
+	writeError(w, &Error{Status: http.StatusMethodNotAllowed, Code: CodeMethodNotAllowed,
+		Message: r.Method + " is not a method of " + r.URL.Path + ": " + strings.Join(allow, ", ") + " are"})
+}
+
+// matches reports whether a path matches a route's pattern, in which
+// "{name}" stands for one segment.
+func matches(pattern, path string) bool {
+	ps, segs := strings.Split(pattern, "/"), strings.Split(path, "/")
+	if len(ps) != len(segs) {
+		return false
+	}
+	for i, p := range ps {
+		if p != segs[i] && !(strings.HasPrefix(p, "{") && segs[i] != "") {
+			return false
+		}
+	}
+	return true
 }
 
 // ServeHTTP serves the API's routes.

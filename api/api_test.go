@@ -266,6 +266,32 @@ func TestAuth(t *testing.T) {
 	}
 }
 
+func TestUnknownRoutes(t *testing.T) {
+	f := newFixture(t)
+	for _, c := range []struct {
+		method, path string
+		status       int
+		allow        string
+	}{
+		{"PUT", "/v1/notifications", 405, "POST"},
+		{"GET", "/v1/notifications", 405, "POST"},
+		{"PATCH", "/v1/notifications/abc", 405, "GET, DELETE"},
+		{"GET", "/v1/notifications/batch", 200, ""}, // an ID like any other: not found
+		{"GET", "/v2/notifications", 404, ""},
+	} {
+		r := f.do(c.method, c.path, billingKey, "")
+		if c.status == 200 {
+			if r.status != 404 {
+				t.Errorf("%s %s = %d, want the 404 of an unknown ID", c.method, c.path, r.status)
+			}
+			continue
+		}
+		if code, _ := r.errorOf(t); r.status != c.status || r.header.Get("Allow") != c.allow || code == "" {
+			t.Errorf("%s %s = %d %s Allow %q, want %d Allow %q", c.method, c.path, r.status, code, r.header.Get("Allow"), c.status, c.allow)
+		}
+	}
+}
+
 func TestForbidden(t *testing.T) {
 	f := newFixture(t)
 	cases := []struct {

@@ -23,6 +23,8 @@ const (
 	CodeNotPending   = "not_cancelable"       // 409: being sent now, or already archived
 	CodeRateLimited  = "rate_limited"         // 429: the key's rate limit; see Retry-After
 	CodeUnavailable  = "unavailable"          // 503: Redis did not answer
+	// CodeMethodNotAllowed is the 405 of a method a path does not have.
+	CodeMethodNotAllowed = "method_not_allowed"
 )
 
 // Error is an API error: the response's status and its JSON body

@@ -152,7 +152,7 @@ func TestOpenAPIMatchesShapes(t *testing.T) {
 		codes = append(codes, c.(string))
 	}
 	want := []string{CodeUnauthorized, CodeForbidden, CodeInvalid, CodeTooLarge, CodeNotFound, CodeConflict,
-		CodeAlreadySent, CodeNotPending, CodeRateLimited, CodeUnavailable}
+		CodeAlreadySent, CodeNotPending, CodeRateLimited, CodeUnavailable, CodeMethodNotAllowed}
 	if !slices.Equal(codes, want) {
 		t.Errorf("error codes %v, the code's %v", codes, want)
 	}
