@@ -3,6 +3,7 @@ package api
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -176,14 +177,10 @@ func (s *Server) submit(ctx context.Context, c *client, e intake.Entry, base str
 	_, err = s.client.EnqueueContext(ctx, j.Task)
 	switch {
 	case errors.Is(err, asynq.ErrTaskIDConflict):
-		v, err := s.view(ctx, j.ID, c)
-		if err != nil {
-			return result{err: asError(err)}
-		}
-		return result{status: http.StatusOK, view: v}
+		return s.replay(ctx, c, j, key, base)
 	case err != nil:
-		if key != "" {
-			s.rdb.Del(context.WithoutCancel(ctx), bodyKey(s.cfg.Redis.Prefix, j.ID)) // so that a retry is not a 409
+		if key != "" { // so that a retry is not a 409
+			s.rdb.Del(context.WithoutCancel(ctx), keyRecord(s.cfg.Redis.Prefix, j.ID))
 		}
 		return result{err: unavailable(err)}
 	}
@@ -205,17 +202,15 @@ func forbidden(field, kind, name string, c *client) *Error {
 // keeps tenant and key apart.
 func scopedKey(tenant, key string) string { return tenant + "\x00" + key }
 
-// claimKey records which notification an idempotency key was first used
-// with (a hash of it, as the config's defaults fill it), or returns the
-// 409 of a key used before with another one. The record lasts
-// intake.KeyRetention from the first use.
+// claimKey records the first use of an idempotency key: a hash of its
+// notification (bodyHash), for intake.KeyRetention. A later use with
+// another notification is a 409 at once. asynq keeps a task ID unique
+// within a queue only; the record, set atomically, keeps it unique across
+// queues, and two first uses at once apart.
 func (s *Server) claimKey(ctx context.Context, j intake.Job, key, base string) *Error {
-	sum, err := bodyHash(j)
-	if err != nil {
-		return unavailable(err)
-	}
-	k := bodyKey(s.cfg.Redis.Prefix, j.ID)
-	set, err := s.rdb.SetNX(ctx, k, sum, intake.KeyRetention).Result()
+	sum := bodyHash(j.Notification, j.Queue)
+	k := keyRecord(s.cfg.Redis.Prefix, j.ID)
+	set, err := s.rdb.SetNX(ctx, k, sum[:], intake.KeyRetention).Result()
 	if err != nil {
 		return unavailable(err)
 	}
@@ -226,32 +221,56 @@ func (s *Server) claimKey(ctx context.Context, j intake.Job, key, base string) *
 	if err != nil {
 		return unavailable(err)
 	}
-	if first != sum {
-		return &Error{Status: http.StatusConflict, Code: CodeConflict, Field: base + "/idempotency_key",
-			Message: fmt.Sprintf("idempotency key %s was used with another notification (%s): use a new key for a new one", intake.Quote(key), j.ID)}
+	if first != string(sum[:]) {
+		return reused(key, j.ID, base)
 	}
 	return nil
 }
 
-// bodyHash is a hash of what a job sends (its notification without the
-// time it was queued, and its queue), whatever the order and spacing of
-// the JSON that gave it.
-func bodyHash(j intake.Job) (string, error) {
-	n := j.Notification
+// reused is the 409 of an idempotency key used with another notification.
+func reused(key, id, base string) *Error {
+	return &Error{Status: http.StatusConflict, Code: CodeConflict, Field: base + "/idempotency_key",
+		Message: fmt.Sprintf("idempotency key %s was used with another notification (%s): use a new key for a new one", intake.Quote(key), id)}
+}
+
+// replay answers a notification whose idempotency key's task exists: 200
+// and the original when it is the same notification (compared as the
+// config's defaults fill both in, without the time each was queued), else
+// 409: the task is checked too, as the key's record may have expired while
+// it waited. A keyed task is kept intake.KeyRetention after it is done.
+func (s *Server) replay(ctx context.Context, c *client, j intake.Job, key, base string) result {
+	info, err := s.task(j.ID)
+	if err != nil {
+		return result{err: asError(err)}
+	}
+	if info == nil { // gone since the conflict (a moment's race with its deletion)
+		return result{err: unavailable(nil)}
+	}
+	first, err := jobs.Decode(info.Payload)
+	if err != nil {
+		return result{err: unavailable(err)}
+	}
+	if bodyHash(first, info.Queue) != bodyHash(j.Notification, j.Queue) {
+		return result{err: reused(key, j.ID, base)}
+	}
+	v, err := s.view(ctx, j.ID, c)
+	if err != nil {
+		return result{err: asError(err)}
+	}
+	return result{status: http.StatusOK, view: v}
+}
+
+// bodyHash is a hash of what a task sends (its notification without the
+// time it was queued, and its queue), whatever the spacing of its data.
+func bodyHash(n jobs.Notification, queue string) [sha256.Size]byte {
 	n.Queued = nil
-	if len(n.Data) > 0 {
-		var data bytes.Buffer
-		if err := json.Compact(&data, n.Data); err != nil {
-			return "", err
-		}
+	var data bytes.Buffer
+	if json.Compact(&data, n.Data) == nil {
 		n.Data = data.Bytes()
 	}
-	b, err := json.Marshal(struct {
+	b, _ := json.Marshal(struct {
 		N     jobs.Notification
 		Queue string
-	}{n, j.Queue})
-	if err != nil {
-		return "", err
-	}
-	return fmt.Sprintf("%x", sha256Sum(b)), nil
+	}{n, queue}) // of strings, times and valid JSON: cannot fail
+	return sha256.Sum256(b)
 }
