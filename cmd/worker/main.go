@@ -90,7 +90,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			"of the value. SIGINT/SIGTERM stop it gracefully; SIGHUP reloads the policies and providers.\n\n"+
 			"worker.http_addr (default 127.0.0.1:9464) serves /healthz, /metrics and the dashboard:\n"+
 			"/throttle (providers, policies, a recipient's windows, campaigns; JSON under /throttle/api/)\n"+
-			"and /monitoring/ (asynq's queues and tasks), behind worker.dashboard's auth.\n\n"+
+			"and /monitoring/ (asynq's queues and tasks), behind worker.dashboard's auth.\n"+
+			"api.addr (default off) serves the HTTP API for producers, with api.keys; -api-only serves it\n"+
+			"alone, delivering nothing and needing none of the providers' secrets.\n\n"+
 			"-check validates everything a start does (settings, secret references, audience files,\n"+
 			"schedules) without connecting, prints \"FILE: ok: ...\" and exits 0, or prints every mistake\n"+
 			"as FILE:LINE: PATH: MESSAGE and exits 1. -check -connect also logs in to Redis.\n\nExamples:\n"+
