@@ -125,7 +125,7 @@ func (s *Server) view(ctx context.Context, id string, c *client) (*View, error) 
 			return nil, unavailable(err)
 		}
 		if canceled > 0 {
-			v.State, v.Reason = stateCanceled, "canceled through the API"
+			v.State, v.Reason = stateCanceled, canceledReason
 		}
 	default:
 		v.State = info.State.String()
@@ -172,8 +172,9 @@ func notFound(id string) *Error {
 }
 
 // cancel serves DELETE /v1/notifications/{id}: a notification not yet sent
-// is archived, never to be sent (200, state canceled); one sent already,
-// being sent, or archived is a 409 that says which.
+// is archived, never to be sent (200, state canceled; again, the same
+// answer); one sent already, being sent, or archived is a 409 that says
+// which.
 func (s *Server) cancel(w http.ResponseWriter, r *http.Request, c *client) (int, logged) {
 	if err := s.limit(r, c, 1); err != nil {
 		return writeError(w, err), logged{}
@@ -184,29 +185,39 @@ func (s *Server) cancel(w http.ResponseWriter, r *http.Request, c *client) (int,
 		return writeError(w, err), logged{}
 	}
 	what := logged{id: v.ID}
-	switch v.State {
-	case stateQueued, stateWaiting:
-		err = s.insp.ArchiveTask(v.Queue, v.ID)
-		if err != nil {
-			// Taken by a worker meanwhile: say where it stands now.
-			if now, err2 := s.view(ctx, v.ID, c); err2 == nil {
-				v = now
-			}
-			break
+	if v.State == stateQueued || v.State == stateWaiting {
+		if v, err = s.archive(ctx, v, c); err != nil {
+			return writeError(w, err), what
 		}
-		// Marked after the archive: a failed archive leaves no mark.
-		if err := s.rdb.Set(ctx, canceledKey(s.cfg.Redis.Prefix, v.ID), 1, intake.KeyRetention).Err(); err != nil {
-			return writeError(w, unavailable(err)), what
-		}
-		v.State, v.Reason, v.Until = stateCanceled, "canceled through the API", nil
-		writeJSON(w, http.StatusOK, v)
-		return http.StatusOK, what
-	case stateCanceled:
-		writeJSON(w, http.StatusOK, v) // canceled before: the same answer
-		return http.StatusOK, what
 	}
-	return writeError(w, notCancelable(v)), what
+	if v.State != stateCanceled {
+		return writeError(w, notCancelable(v)), what
+	}
+	writeJSON(w, http.StatusOK, v)
+	return http.StatusOK, what
 }
+
+// archive archives a queued or waiting notification and marks it
+// canceled, and returns where it stands then: canceled, or taken by a
+// worker meanwhile.
+func (s *Server) archive(ctx context.Context, v *View, c *client) (*View, error) {
+	if err := s.insp.ArchiveTask(v.Queue, v.ID); err != nil {
+		now, err2 := s.view(ctx, v.ID, c)
+		if err2 != nil || now.State == stateQueued || now.State == stateWaiting {
+			return nil, unavailable(err) // not taken: the archive failed for another reason
+		}
+		return now, nil
+	}
+	// Marked after the archive: a failed archive leaves no mark.
+	if err := s.rdb.Set(ctx, canceledKey(s.cfg.Redis.Prefix, v.ID), 1, intake.KeyRetention).Err(); err != nil {
+		return nil, unavailable(err)
+	}
+	v.State, v.Reason, v.Until = stateCanceled, canceledReason, nil
+	return v, nil
+}
+
+// canceledReason is a canceled notification's reason.
+const canceledReason = "canceled through the API"
 
 // notCancelable is the 409 of a notification past being canceled.
 func notCancelable(v *View) *Error {
