@@ -27,8 +27,18 @@ const (
 // the API's base URL.
 func apiFleet(t *testing.T, policy string) (*fleet, string) {
 	t.Helper()
+	return apiFleetOn(t, policy, false)
+}
+
+// apiFleetOn is apiFleet, on a Redis Cluster of 3 masters if cluster.
+func apiFleetOn(t *testing.T, policy string, cluster bool) (*fleet, string) {
+	t.Helper()
 	addr := freeAddr(t)
-	f := newFleet(t, fleetConfig{
+	start := func(cfg fleetConfig) *fleet { return newFleet(t, cfg, nil) }
+	if cluster {
+		start = func(cfg fleetConfig) *fleet { return newClusterFleet(t, 3, 0, cfg, nil) }
+	}
+	f := start(fleetConfig{
 		Concurrency: 4, ShutdownTimeout: 5 * time.Second, InlineWait: 0, Jitter: 0,
 		Policy: policy, MorePolicies: "\n  other: [{limit: 5, per: 1h}]", Rate: 50, Burst: 10,
 		API: fmt.Sprintf(`
@@ -37,7 +47,7 @@ func apiFleet(t *testing.T, policy string) (*fleet, string) {
     billing: {key: %s, tenant: billing}
     growth: {key: %s, tenant: growth, policies: [pace]}
 `, addr, apiKeyBilling, apiKeyGrowth),
-	}, nil)
+	})
 	f.startWorker("w1")
 	return f, "http://" + addr
 }
@@ -277,5 +287,40 @@ func TestAPIOnlyNeedsNoProviderSecrets(t *testing.T) {
 	}
 	if info, err := f.insp.GetTaskInfo(fleetQueue, r.body["id"].(string)); err != nil || info.State.String() != "pending" {
 		t.Errorf("the task: %v %v, want pending: -api-only delivers nothing", info, err)
+	}
+}
+
+// TestAPIOnCluster: on a Redis Cluster, a keyed notification is enqueued
+// once, reaches the webhook, and is then found sent by its key; a held one
+// is canceled and never sent. Every request passes the key's rate limit,
+// the throttle's bucket on the cluster.
+func TestAPIOnCluster(t *testing.T) {
+	f, base := apiFleetOn(t, "[{limit: 1, per: 2s}]", true)
+	url := base + "/v1/notifications"
+	one := `{"recipient":"alice@example.com","template":"welcome"}`
+	first := call(t, "POST", url, apiKeyBilling, one, "Idempotency-Key", "c1")
+	again := call(t, "POST", url, apiKeyBilling, one, "Idempotency-Key", "c1")
+	if first.status != 202 || again.status != 200 || again.body["id"] != first.body["id"] {
+		t.Fatalf("POST, POST again = %d %v, %d %v; want 202, then 200 and the same id", first.status, first.body, again.status, again.body)
+	}
+	id := first.body["id"].(string)
+	waitDelivered(t, f, id)
+	held := call(t, "POST", url, apiKeyBilling, `{"recipient":"alice@example.com","template":"later"}`)
+	if r := call(t, "DELETE", url+"/"+held.body["id"].(string), apiKeyBilling, ""); r.status != 200 || r.body["state"] != "canceled" {
+		t.Errorf("DELETE of the held one = %d %v, want 200 canceled", r.status, r.body)
+	}
+	var state apiAnswer
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if state = call(t, "GET", url+"/c1", apiKeyBilling, ""); state.body["state"] == "sent" {
+			break
+		}
+	}
+	if state.body["state"] != "sent" {
+		t.Errorf("GET by key = %v, want sent", state.body)
+	}
+	after := call(t, "POST", url, apiKeyBilling, `{"recipient":"alice@example.com","template":"after"}`)
+	waitDelivered(t, f, after.body["id"].(string))
+	if got := f.hook.delivered(); len(got) != 2 {
+		t.Errorf("delivered %v, want the first and the one after the canceled one", got)
 	}
 }
