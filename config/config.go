@@ -90,6 +90,7 @@ type Config struct {
 	Defaults  Defaults            `yaml:"defaults"`
 	Campaigns []Campaign          `yaml:"campaigns"`
 	Tenants   Tenants             `yaml:"tenants"`
+	API       API                 `yaml:"api"`
 
 	src *source // where the values came from; nil for a Config built in code
 }

@@ -91,14 +91,20 @@ type source struct {
 	failed map[string]bool   // paths with a problem reported, so that one is reported once
 	env    map[string]string // paths set from the environment, with the variable
 	refs   map[string]string // paths set by a secret reference, as written: "{env: SMS_AUTH}"
+	// unresolved are the secrets a producer leaves unresolved (LoadProducer):
+	// their values are empty and not checked.
+	unresolved map[string]bool
 }
 
 func newSource(file string) *source {
-	return &source{file: file, lines: map[string]int{}, failed: map[string]bool{}, env: map[string]string{}, refs: map[string]string{}}
+	return &source{file: file, lines: map[string]int{}, failed: map[string]bool{}, env: map[string]string{}, refs: map[string]string{}, unresolved: map[string]bool{}}
 }
 
 // has reports whether the file sets path.
 func (s *source) has(path string) bool { return s != nil && s.lines[path] > 0 }
+
+// isUnresolved reports whether path is a secret a producer left unresolved.
+func (s *source) isUnresolved(path string) bool { return s != nil && s.unresolved[path] }
 
 // parent returns path without its last element: "a.b[1]" -> "a.b" -> "a" -> "".
 func parent(path string) string {

@@ -26,11 +26,32 @@ func Load(path string) (*Config, error) {
 // config.yaml; an error about such a value names the variable, not a line.
 // The error is an *Error or several joined, or wraps the os error reading.
 func LoadWithEnv(path string, getenv func(string) string) (*Config, error) {
+	return load(path, getenv, nil)
+}
+
+// LoadProducer is LoadWithEnv for enqueue, which enqueues and never
+// delivers: every setting is checked as a worker checks it, but the secret
+// references ({env: NAME}, {file: PATH}) of the providers (a webhook's url
+// and headers) and of the API's keys are checked for their form only, not
+// resolved, so a producer's host needs none of those secrets; their values
+// are empty in the Config it returns. Redis's password is resolved.
+func LoadProducer(path string, getenv func(string) string) (*Config, error) {
+	return load(path, getenv, []string{"providers.", "api.keys."})
+}
+
+// LoadAPI is LoadProducer for a process that serves the HTTP API only
+// (worker -api-only): the API's keys are resolved, the providers' secrets
+// are not.
+func LoadAPI(path string, getenv func(string) string) (*Config, error) {
+	return load(path, getenv, []string{"providers."})
+}
+
+func load(path string, getenv func(string) string, unresolved []string) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	return parse(path, data, getenv)
+	return parse(path, data, getenv, unresolved)
 }
 
 // Environment variables that replace settings.
@@ -41,17 +62,19 @@ const (
 
 // Parse is LoadWithEnv of a file's contents, named name, with no environment.
 func Parse(name string, data []byte) (*Config, error) {
-	return parse(name, data, func(string) string { return "" })
+	return parse(name, data, func(string) string { return "" }, nil)
 }
 
-func parse(name string, data []byte, getenv func(string) string) (*Config, error) {
+// parse decodes and validates a file, leaving the secret references under
+// the paths that start with an unresolved prefix unresolved (LoadProducer).
+func parse(name string, data []byte, getenv func(string) string, unresolved []string) (*Config, error) {
 	root, err := parseYAML(name, data)
 	if err != nil {
 		return nil, err
 	}
 	c := Default()
 	c.src = newSource(name)
-	d := decoder{src: c.src, getenv: getenv}
+	d := decoder{src: c.src, getenv: getenv, unresolved: unresolved}
 	d.decode(root, "", root.Line, reflect.ValueOf(c).Elem(), "")
 	if u := getenv(EnvRedisURL); u != "" {
 		c.Redis.URL, c.Redis.Cluster = u, nil

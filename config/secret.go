@@ -2,6 +2,8 @@ package config
 
 import (
 	"reflect"
+	"slices"
+	"strings"
 
 	"gopkg.in/yaml.v3"
 
@@ -43,14 +45,18 @@ func (d *decoder) secret(n *yaml.Node, path, what string) (string, bool) {
 		d.fail(n, path, "give one of {env: NAME} and {file: PATH}")
 	case hasEnv && ref.Env == "":
 		d.fail(n, path+".env", "must name an environment variable")
+	case hasFile && ref.File == "":
+		d.fail(n, path+".file", "must name a file")
+	case slices.ContainsFunc(d.unresolved, func(p string) bool { return strings.HasPrefix(path, p) }):
+		// A producer never delivers: the reference stays unresolved, and
+		// the checks of its value are skipped (see source.unresolved).
+		d.src.unresolved[path] = true
 	case hasEnv:
 		if d.getenv(ref.Env) != "" {
 			d.src.refs[path] = "{env: " + ref.Env + "}"
 			return d.getenv(ref.Env), true
 		}
 		d.fail(n, path, "environment variable %s is not set or empty", ref.Env)
-	case ref.File == "":
-		d.fail(n, path+".file", "must name a file")
 	default:
 		v, msg := redisconn.ReadSecretFile(ref.File, what)
 		if msg == "" {

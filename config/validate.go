@@ -50,6 +50,7 @@ func (c *Config) validate(errs *errorList) {
 	v.defaults()
 	v.campaigns()
 	v.tenants()
+	v.api()
 	c.rules(errs, v.clean)
 }
 
@@ -221,7 +222,9 @@ func (v *validator) providers() {
 			only(pr.Headers != nil, "headers", ProviderWebhook)
 		case ProviderWebhook:
 			only(pr.Output != "", "output", ProviderLog)
-			if u, err := url.Parse(string(pr.URL)); pr.URL == "" {
+			if u, err := url.Parse(string(pr.URL)); v.c.src.isUnresolved(path + ".url") {
+				// a producer's: checked where it is resolved, on the workers
+			} else if pr.URL == "" {
 				v.failf(path+".url", "required for a webhook provider")
 			} else if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 				v.failf(path+".url", "must be an http:// or https:// URL (got %s)", v.c.src.shown(path+".url", string(pr.URL)))

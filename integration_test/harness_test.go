@@ -243,6 +243,8 @@ type fleetConfig struct {
 	// after "campaigns:"); their audience files are written from Files.
 	Campaigns string
 	Files     map[string]string // file name in the fleet's dir -> content
+	// API, if set, is the config's api section (the lines after "api:").
+	API string
 	// ACL, if set, runs the workers and enqueue as the least-privilege user
 	// config.yaml recommends (the test's own reads stay the admin's).
 	ACL bool
@@ -376,6 +378,9 @@ defaults: {policy: %s, provider: %s, queue: %s}
 	}
 	if c.Tenants != "" {
 		yaml += "tenants:" + c.Tenants
+	}
+	if c.API != "" {
+		yaml += "api:" + c.API
 	}
 	for file, content := range c.Files {
 		if err := os.WriteFile(filepath.Join(f.dir, file), []byte(content), 0o600); err != nil {

@@ -23,7 +23,7 @@ func runCampaigns(_ context.Context, o *options, p process) error {
 	if err != nil {
 		return err
 	}
-	entries, err := campaign.List(c.cfg, time.Now(), listedTicks)
+	entries, err := campaign.List(c.Config, time.Now(), listedTicks)
 	if err != nil {
 		return err
 	}
@@ -60,13 +60,13 @@ func runTrigger(ctx context.Context, o *options, p process) error {
 	if err != nil {
 		return err
 	}
-	rdb, closeRedis, err := connect(ctx, c.cfg)
+	rdb, closeRedis, err := connect(ctx, c.Config)
 	if err != nil {
 		return err
 	}
 	defer closeRedis()
 	client := asynq.NewClientFromRedisClient(rdb)
-	tick, err := campaign.Trigger(ctx, client, c.cfg, o.trigger, time.Now())
+	tick, err := campaign.Trigger(ctx, client, c.Config, o.trigger, time.Now())
 	switch {
 	case errors.Is(err, campaign.ErrUnknown):
 		return fmt.Errorf("campaign %q is not defined in %s (enqueue -campaigns lists them)", o.trigger, o.config)

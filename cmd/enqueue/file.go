@@ -16,6 +16,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/notify-throttle/throttler/intake"
 	"github.com/notify-throttle/throttler/jobs"
 )
 
@@ -45,7 +46,7 @@ func runFile(ctx context.Context, o *options, p process) error {
 		return err
 	}
 	defer in.close()
-	rdb, closeRedis, err := connect(ctx, c.cfg)
+	rdb, closeRedis, err := connect(ctx, c.Config)
 	if err != nil {
 		return err
 	}
@@ -104,7 +105,7 @@ func openInput(path string, stdin io.Reader) (input, error) {
 
 // batch enqueues the lines of one input.
 type batch struct {
-	check  checker
+	check  intake.Checker
 	client *asynq.Client
 	name   string
 	// resume returns a command that resumes from a line, or "".
@@ -129,7 +130,7 @@ type item struct {
 	line  int   // line number; for the end, the lines read
 	off   int64 // bytes read up to the end of the line
 	state state
-	job   job
+	job   intake.Job
 	err   error // why it was rejected or failed
 }
 
@@ -225,12 +226,12 @@ func (b *batch) read(in io.Reader, work chan<- item, slots chan<- struct{}, stop
 }
 
 // parse checks one line and returns its job.
-func (b *batch) parse(line []byte) (job, error) {
-	e, err := parseLine(line)
+func (b *batch) parse(line []byte) (intake.Job, error) {
+	e, err := intake.ParseLine(line)
 	if err != nil {
-		return job{}, err
+		return intake.Job{}, err
 	}
-	return b.check.check(e, time.Now())
+	return b.check.Check(e, time.Now())
 }
 
 // send enqueues the ready items of work and passes every item on to results,
@@ -253,15 +254,15 @@ func (b *batch) send(ctx context.Context, work <-chan item, results chan<- item,
 			}
 			if it.state == stateReady {
 				it.state, it.err = b.enqueue(ctx, it.job)
-				it.job.task = nil // done with: not kept while waiting to be reported
+				it.job.Task = nil // done with: not kept while waiting to be reported
 			}
 			results <- it
 		}
 	}
 }
 
-func (b *batch) enqueue(ctx context.Context, j job) (state, error) {
-	_, err := b.client.EnqueueContext(ctx, j.task)
+func (b *batch) enqueue(ctx context.Context, j intake.Job) (state, error) {
+	_, err := b.client.EnqueueContext(ctx, j.Task)
 	switch {
 	case err == nil:
 		return stateEnqueued, nil
@@ -323,10 +324,10 @@ func (r *report) add(it item) {
 }
 
 // late takes an item done past the point where reporting stopped. Resuming
-// will enqueue it again: a second job, unless an idempotency key makes it
+// will enqueue it again: a second intake.Job, unless an idempotency key makes it
 // a duplicate.
 func (r *report) late(it item) {
-	if it.state == stateEnqueued && !it.job.keyed {
+	if it.state == stateEnqueued && !it.job.Keyed {
 		r.after = append(r.after, it.line)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/notify-throttle/throttler/config"
+	"github.com/notify-throttle/throttler/intake"
 	"github.com/notify-throttle/throttler/jobs"
 )
 
@@ -40,14 +41,14 @@ func FuzzParseLine(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	c := checker{cfg: cfg, name: "config.yaml"}
+	c := intake.Checker{Config: cfg, Name: "config.yaml"}
 	now := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
 
 	f.Fuzz(func(t *testing.T, line []byte) {
-		e, err := parseLine(line)
+		e, err := intake.ParseLine(line)
 		if err == nil {
-			var j job
-			if j, err = c.check(e, now); err == nil {
+			var j intake.Job
+			if j, err = c.Check(e, now); err == nil {
 				checkRoundTrip(t, c, e, j)
 				return
 			}
@@ -59,17 +60,17 @@ func FuzzParseLine(f *testing.F) {
 }
 
 // checkRoundTrip checks that j's task is e as the worker will read it.
-func checkRoundTrip(t *testing.T, c checker, e entry, j job) {
+func checkRoundTrip(t *testing.T, c intake.Checker, e intake.Entry, j intake.Job) {
 	t.Helper()
-	payload := j.task.Payload()
+	payload := j.Task.Payload()
 	n, err := jobs.Decode(payload)
 	if err != nil {
 		t.Fatalf("accepted %+v, but its payload %s does not decode: %v", e, payload, err)
 	}
 	want := jobs.Notification{
 		Recipient: e.Recipient,
-		Policy:    cmp.Or(e.Policy, c.cfg.Defaults.Policy),
-		Provider:  cmp.Or(e.Provider, c.cfg.Defaults.Provider),
+		Policy:    cmp.Or(e.Policy, c.Config.Defaults.Policy),
+		Provider:  cmp.Or(e.Provider, c.Config.Defaults.Provider),
 		Template:  e.Template,
 		TZ:        e.TZ,
 		Tenant:    e.Tenant,
@@ -88,11 +89,11 @@ func checkRoundTrip(t *testing.T, c checker, e entry, j job) {
 	if (n.SendBy == nil) != (e.SendBy == nil) || n.SendBy != nil && !n.SendBy.Equal(*e.SendBy) {
 		t.Errorf("payload send_by %v, want %v", n.SendBy, e.SendBy)
 	}
-	if q := cmp.Or(e.Queue, c.cfg.Defaults.Queue); j.queue != q {
-		t.Errorf("queue %q, want %q", j.queue, q)
+	if q := cmp.Or(e.Queue, c.Config.Defaults.Queue); j.Queue != q {
+		t.Errorf("queue %q, want %q", j.Queue, q)
 	}
-	if e.IdempotencyKey != "" && j.id != jobs.TaskID(e.IdempotencyKey) {
-		t.Errorf("task ID %s, want the one of key %q", j.id, e.IdempotencyKey)
+	if e.IdempotencyKey != "" && j.ID != jobs.TaskID(e.IdempotencyKey) {
+		t.Errorf("task ID %s, want the one of key %q", j.ID, e.IdempotencyKey)
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/notify-throttle/throttler/intake"
 	"github.com/notify-throttle/throttler/internal/redistest"
 	"github.com/notify-throttle/throttler/jobs"
 )
@@ -237,8 +238,8 @@ func TestOneDuplicate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.Retention != KeyRetention {
-		t.Errorf("retention of a keyed task %v, want %v", info.Retention, KeyRetention)
+	if info.Retention != intake.KeyRetention {
+		t.Errorf("retention of a keyed task %v, want %v", info.Retention, intake.KeyRetention)
 	}
 	// A task without a key needs no retention: its ID is never reused.
 	other := h.runArgs("-to", "bob@example.com", "-template", "welcome")

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/notify-throttle/throttler/config"
+	"github.com/notify-throttle/throttler/intake"
 	"github.com/notify-throttle/throttler/internal/redisconn"
 )
 
@@ -29,7 +30,7 @@ func runOne(ctx context.Context, o *options, p process) error {
 		return err
 	}
 	now := time.Now()
-	j, err := c.check(entry{
+	j, err := c.Check(intake.Entry{
 		Recipient: o.to, Template: o.template, Policy: o.policy, Provider: o.provider,
 		Queue: o.queue, Data: o.data, IdempotencyKey: o.key, SendBy: o.sendBy.time(now), TZ: o.tz,
 		Tenant: o.tenant,
@@ -37,32 +38,32 @@ func runOne(ctx context.Context, o *options, p process) error {
 	if err != nil {
 		return err
 	}
-	rdb, closeRedis, err := connect(ctx, c.cfg)
+	rdb, closeRedis, err := connect(ctx, c.Config)
 	if err != nil {
 		return err
 	}
 	defer closeRedis()
-	_, err = asynq.NewClientFromRedisClient(rdb).EnqueueContext(ctx, j.task)
+	_, err = asynq.NewClientFromRedisClient(rdb).EnqueueContext(ctx, j.Task)
 	if errors.Is(err, asynq.ErrTaskIDConflict) {
-		fmt.Fprintln(p.stdout, j.id)
+		fmt.Fprintln(p.stdout, j.ID)
 		fmt.Fprintf(p.stderr, "enqueue: duplicate: task %s (idempotency key %s) is already in queue %s; not enqueued again\n",
-			j.id, quote(o.key), j.queue)
+			j.ID, intake.Quote(o.key), j.Queue)
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("task %s not enqueued: %w", j.id, err)
+		return fmt.Errorf("task %s not enqueued: %w", j.ID, err)
 	}
-	fmt.Fprintln(p.stdout, j.id)
+	fmt.Fprintln(p.stdout, j.ID)
 	return nil
 }
 
 // loadChecker loads the config -config names, REDIS_URL applied.
-func loadChecker(o *options, p process) (checker, error) {
-	cfg, err := config.LoadWithEnv(o.config, p.getenv)
+func loadChecker(o *options, p process) (intake.Checker, error) {
+	cfg, err := config.LoadProducer(o.config, p.getenv)
 	if err != nil {
-		return checker{}, err
+		return intake.Checker{}, err
 	}
-	return checker{cfg: cfg, name: o.config}, nil
+	return intake.Checker{Config: cfg, Name: o.config}, nil
 }
 
 // connect connects to the config's Redis.

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"flag"
 	"time"
+
+	"github.com/notify-throttle/throttler/intake"
 )
 
 // options holds the flags of every command.
@@ -33,7 +35,7 @@ func newOptions(fs *flag.FlagSet) *options {
 	fs.StringVar(&o.policy, "policy", "", "the recipient policy (default: defaults.policy)")
 	fs.StringVar(&o.provider, "provider", "", "the provider (default: defaults.provider)")
 	fs.Func("data", "the template data, a JSON `object`", func(s string) error {
-		if !json.Valid([]byte(s)) || jsonKind([]byte(s)) != "object" {
+		if !json.Valid([]byte(s)) || intake.JSONKind([]byte(s)) != "object" {
 			return errors.New("must be a JSON object")
 		}
 		o.data = json.RawMessage(s)

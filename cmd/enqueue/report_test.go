@@ -5,6 +5,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/notify-throttle/throttler/intake"
 )
 
 // TestReportOrder feeds a report items out of order, as the senders finish
@@ -33,7 +35,7 @@ func TestReportOrder(t *testing.T) {
 			{seq: 0, line: 1, state: stateEnqueued},
 			{seq: 2, line: 3, state: stateFailed, err: errors.New("connection refused")},
 			{seq: 5, line: 6, state: stateEnqueued},
-			{seq: 6, line: 7, state: stateEnqueued, job: job{keyed: true}}, // a duplicate when resumed
+			{seq: 6, line: 7, state: stateEnqueued, job: intake.Job{Keyed: true}}, // a duplicate when resumed
 			{seq: 1, line: 2, state: stateRejected, err: errors.New("recipient: missing")},
 		},
 		want: "in.jsonl:2: recipient: missing\n" +

@@ -38,8 +38,12 @@ func check(ctx context.Context, path string, connect bool, stdout, stderr io.Wri
 	for _, w := range append(cfg.Warnings(), cfg.Redis.Warnings()...) {
 		fmt.Fprintln(stderr, "warning:", w)
 	}
-	fmt.Fprintf(stdout, "%s: ok: %s, %s, %s\n", path, count(len(cfg.Policies), "policy", "policies"),
-		count(len(cfg.Providers), "provider", "providers"), count(len(cfg.Campaigns), "campaign", "campaigns"))
+	api := ""
+	if cfg.API.Addr != "" {
+		api = fmt.Sprintf(", the API on %s with %s", cfg.API.Addr, count(len(cfg.API.Keys), "key", "keys"))
+	}
+	fmt.Fprintf(stdout, "%s: ok: %s, %s, %s%s\n", path, count(len(cfg.Policies), "policy", "policies"),
+		count(len(cfg.Providers), "provider", "providers"), count(len(cfg.Campaigns), "campaign", "campaigns"), api)
 	if !connect {
 		return nil
 	}

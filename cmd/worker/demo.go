@@ -107,7 +107,7 @@ func (c *sentCounts) booked(n jobs.Notification, d throttle.Decision) {
 // runDemo enqueues demoEach notifications for each demo recipient, lets the
 // worker run for d, printing bookings and sends, then prints each
 // recipient's timeline.
-func runDemo(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient, d time.Duration, counts *sentCounts, out io.Writer) error {
+func runDemo(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient, d time.Duration, counts *sentCounts, out io.Writer, apiURL string) error {
 	client := asynq.NewClientFromRedisClient(rdb)
 	route := cfg.Route(config.Route{Policy: demoPolicy, Provider: demoProvider})
 	fmt.Fprintf(out, "demo: %d notifications for each of %d recipients, enqueued at once; policy %s: %s per recipient; provider %s: 2/s burst 2; running %s\n\n",
@@ -126,6 +126,11 @@ func runDemo(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient,
 			if _, err := client.EnqueueContext(ctx, task); err != nil {
 				return fmt.Errorf("demo: enqueue: %w", err)
 			}
+		}
+	}
+	if apiURL != "" {
+		if err := demoCurl(ctx, apiURL, out); err != nil {
+			return err
 		}
 	}
 	select {

@@ -8,6 +8,7 @@
 //
 //	worker [-config config.yaml] [-demo 20s]
 //	worker -check [-connect] [-config config.yaml]
+//	worker -api-only [-config config.yaml]
 //
 // With the default config (redis.url: embedded) it runs on an in-process
 // Redis for trying things out; -demo also enqueues a burst of notifications
@@ -17,6 +18,9 @@
 // audience file and schedule), connects to nothing, and exits 0 after a
 // one-line summary or 1 after listing every mistake; -check -connect also
 // logs in to Redis and says what answered. Deploy pipelines run it first.
+//
+// With api.addr set, a worker also serves the HTTP API (package api) there;
+// -api-only serves the API alone, without the providers' secrets.
 package main
 
 import (
@@ -75,16 +79,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	demo := fs.Duration("demo", 0, "enqueue a demo burst, run this long, print a summary per recipient and exit")
 	checkOnly := fs.Bool("check", false, "check the config as a start would, connect to nothing, and exit: 0 and a summary, or 1 and every mistake")
 	connect := fs.Bool("connect", false, "with -check: also connect to Redis (login, TLS, cluster) and say what answered")
+	apiOnly := fs.Bool("api-only", false, "serve the HTTP API on api.addr (and /healthz, /metrics on worker.http_addr) and deliver nothing; the providers' secrets are not needed")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: worker [-config config.yaml] [-demo 20s]\n"+
-			"       worker -check [-connect] [-config config.yaml]\n\n"+
+			"       worker -check [-connect] [-config config.yaml]\n"+
+			"       worker -api-only [-config config.yaml]\n\n"+
 			"Delivers notification jobs through the recipient policies and provider buckets in the config.\n"+
 			"REDIS_URL overrides redis.url and REDIS_PASSWORD redis.password; a secret in the config (a\n"+
 			"webhook header or URL, the Redis password or URL) may be {env: NAME} or {file: PATH} instead\n"+
 			"of the value. SIGINT/SIGTERM stop it gracefully; SIGHUP reloads the policies and providers.\n\n"+
 			"worker.http_addr (default 127.0.0.1:9464) serves /healthz, /metrics and the dashboard:\n"+
 			"/throttle (providers, policies, a recipient's windows, campaigns; JSON under /throttle/api/)\n"+
-			"and /monitoring/ (asynq's queues and tasks), behind worker.dashboard's auth.\n\n"+
+			"and /monitoring/ (asynq's queues and tasks), behind worker.dashboard's auth.\n"+
+			"api.addr (default off) serves the HTTP API for producers, with api.keys; -api-only serves it\n"+
+			"alone, delivering nothing and needing none of the providers' secrets.\n\n"+
 			"-check validates everything a start does (settings, secret references, audience files,\n"+
 			"schedules) without connecting, prints \"FILE: ok: ...\" and exits 0, or prints every mistake\n"+
 			"as FILE:LINE: PATH: MESSAGE and exits 1. -check -connect also logs in to Redis.\n\nExamples:\n"+
@@ -104,6 +112,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if *checkOnly {
 		return check(ctx, *path, *connect, stdout, stderr)
+	}
+	if *apiOnly {
+		return runAPIOnly(ctx, *path, stderr)
 	}
 	// SIGHUP reloads the config (see reloader); caught from here on, so
 	// that one sent while the worker starts does not end it.
@@ -148,6 +159,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *demo > 0 {
 		counts = newSentCounts()
 		demoRules(cfg)
+		demoAPI(cfg)
 	}
 	th, built, err := newThrottle(cfg, rdb, reg, log, stdout, counts)
 	if err != nil {
@@ -223,6 +235,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// A provider whose rate differs from the one its waiting work was laid
 	// at (the config changed while no worker ran it) is re-paced first.
 	repace(ctx, th, rdb, cfg, log)
+	apiURL, err := startAPI(ctx, cfg, rdb, reg, log)
+	if err != nil {
+		return err
+	}
 	if err := srv.Start(mux); err != nil {
 		return fmt.Errorf("start: %w", err)
 	}
@@ -252,7 +268,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	log.Info("worker started", "concurrency", cfg.Worker.Concurrency, "queues", cfg.Queues(), "campaigns", len(cfg.Campaigns))
 
 	if *demo > 0 {
-		err = runDemo(ctx, cfg, rdb, *demo, counts, stdout)
+		err = runDemo(ctx, cfg, rdb, *demo, counts, stdout, apiURL)
 	} else {
 		<-ctx.Done()
 	}

@@ -123,13 +123,14 @@ func (r *reloader) run(ctx context.Context, hup <-chan os.Signal) {
 // provider is gone is archived with the reason. An invalid one is refused:
 // its problems are printed as a start prints them, file:line: path:
 // message, and the running config stays. Other sections (redis, worker,
-// campaigns, defaults) take effect at the next start, and a change to them
-// is logged as such.
+// campaigns, defaults, api) take effect at the next start, and a change to
+// them is logged as such.
 func (r *reloader) reload(ctx context.Context) {
 	r.log.Info("SIGHUP: reloading the config", "file", r.path)
 	cfg, err := config.Load(r.path)
 	if err == nil && r.counts != nil {
 		demoRules(cfg)
+		demoAPI(cfg)
 	}
 	var rules jobs.Rules
 	var built senders
@@ -146,8 +147,8 @@ func (r *reloader) reload(ctx context.Context) {
 	}
 	old := r.running
 	if !reflect.DeepEqual(cfg.Redis, old.Redis) || !reflect.DeepEqual(cfg.Worker, old.Worker) ||
-		!reflect.DeepEqual(cfg.Campaigns, old.Campaigns) || cfg.Defaults != old.Defaults {
-		r.log.Warn("config reload: changes to redis, worker, campaigns or defaults take effect at the next start")
+		!reflect.DeepEqual(cfg.Campaigns, old.Campaigns) || cfg.Defaults != old.Defaults || !reflect.DeepEqual(cfg.API, old.API) {
+		r.log.Warn("config reload: changes to redis, worker, campaigns, defaults or api take effect at the next start")
 	}
 	r.th.Swap(rules)
 	r.running, r.senders = cfg, built

@@ -1,0 +1,88 @@
+package api
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"fmt"
+	"maps"
+	"net/http"
+	"slices"
+	"strings"
+
+	"github.com/google/uuid"
+
+	"github.com/notify-throttle/throttler/config"
+	"github.com/notify-throttle/throttler/throttle"
+)
+
+// client is an API key's holder: what it may do and its rate limit.
+type client struct {
+	name   string
+	sum    [sha256.Size]byte // of the key: compared in constant time
+	key    config.APIKey
+	bucket *throttle.Bucket // notifications per second, per key
+}
+
+// clients returns the config's API keys, by name.
+func clients(cfg *config.Config) ([]client, error) {
+	var out []client
+	for _, name := range slices.Sorted(maps.Keys(cfg.API.Keys)) {
+		k := cfg.API.Keys[name]
+		b, err := throttle.NewBucket(bucketName, k.Rate, k.Burst)
+		if err != nil {
+			return nil, fmt.Errorf("api: key %s: %w", name, err)
+		}
+		out = append(out, client{name: name, sum: sha256.Sum256([]byte(k.Key)), key: k, bucket: b})
+	}
+	return out, nil
+}
+
+// bucketName names the keys' rate limits among the throttle's rules; the
+// subject of each is "api-key:" and the key's name.
+const bucketName = "api"
+
+// authenticate returns the client whose key the request carries as
+// "Authorization: Bearer <key>". Every key is compared, in constant time,
+// so the time taken says nothing about which came close.
+func (s *Server) authenticate(r *http.Request) (*client, error) {
+	h := r.Header.Get("Authorization")
+	scheme, key, _ := strings.Cut(h, " ")
+	if h == "" || !strings.EqualFold(scheme, "Bearer") || key == "" {
+		return nil, &Error{Status: http.StatusUnauthorized, Code: CodeUnauthorized,
+			Message: "no API key: send it as Authorization: Bearer <key>", Field: "Authorization"}
+	}
+	sum := sha256.Sum256([]byte(strings.TrimSpace(key)))
+	var found *client
+	for i := range s.keys {
+		if subtle.ConstantTimeCompare(sum[:], s.keys[i].sum[:]) == 1 {
+			found = &s.keys[i]
+		}
+	}
+	if found == nil {
+		return nil, &Error{Status: http.StatusUnauthorized, Code: CodeUnauthorized, Message: "unknown API key", Field: "Authorization"}
+	}
+	return found, nil
+}
+
+// limit takes n tokens of c's bucket, or returns the 429 that says when
+// they will be there. The bucket is the throttle's, in Redis: every worker
+// serving the API shares it, on Redis's clock.
+func (s *Server) limit(r *http.Request, c *client, n int) error {
+	if s.limiter == nil {
+		return nil
+	}
+	if n > c.key.Burst {
+		return &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Field: "/notifications",
+			Message: fmt.Sprintf("%d notifications, more than this key's burst of %d: send fewer at once", n, c.key.Burst)}
+	}
+	d, err := s.limiter.Admit(r.Context(), throttle.Request{ID: uuid.NewString(),
+		Takes: []throttle.Take{{Rule: c.bucket, Subject: "api-key:" + c.name, Cost: n}}})
+	if err != nil {
+		return unavailable(err)
+	}
+	if !d.Allowed {
+		return &Error{Status: http.StatusTooManyRequests, Code: CodeRateLimited, RetryAfter: d.Delay,
+			Message: fmt.Sprintf("over this key's rate limit (%v/s, burst %d): retry after %s", c.key.Rate, c.key.Burst, throttle.FormatDuration(d.Delay))}
+	}
+	return nil
+}

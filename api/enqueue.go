@@ -1,0 +1,276 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/notify-throttle/throttler/intake"
+	"github.com/notify-throttle/throttler/jobs"
+)
+
+// IdempotencyHeader carries a notification's idempotency key; the body's
+// idempotency_key is the same.
+const IdempotencyHeader = "Idempotency-Key"
+
+// enqueueOne serves POST /v1/notifications: 202 and the notification when
+// it is new, 200 and the original when its idempotency key was used with
+// the same notification, 409 when with another.
+func (s *Server) enqueueOne(w http.ResponseWriter, r *http.Request, c *client) (int, logged) {
+	body, err := readBody(w, r, MaxBody)
+	if err != nil {
+		return writeError(w, err), logged{}
+	}
+	e, err := intake.ParseLine(body)
+	if err != nil {
+		return writeError(w, invalid(err, "")), logged{}
+	}
+	if h := r.Header.Get(IdempotencyHeader); h != "" {
+		if e.IdempotencyKey != "" && e.IdempotencyKey != h {
+			return writeError(w, &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Field: "/idempotency_key",
+				Message: "differs from the " + IdempotencyHeader + " header: give one, or the same in both"}), logged{}
+		}
+		e.IdempotencyKey = h
+	}
+	if err := s.limit(r, c, 1); err != nil {
+		return writeError(w, err), logged{}
+	}
+	res := s.submit(r.Context(), c, e, "")
+	if res.err != nil {
+		return writeError(w, res.err), logged{recipient: e.Recipient}
+	}
+	writeJSON(w, res.status, res.view)
+	return res.status, logged{id: res.view.ID, recipient: e.Recipient}
+}
+
+// batchRequest is the body of POST /v1/notifications/batch.
+type batchRequest struct {
+	Notifications []json.RawMessage `json:"notifications"`
+}
+
+// batchResult is one notification's outcome in a batch's response: the
+// status and body it would have had alone.
+type batchResult struct {
+	Status       int    `json:"status"`
+	Notification *View  `json:"notification,omitempty"`
+	Error        *Error `json:"error,omitempty"`
+}
+
+// enqueueBatch serves POST /v1/notifications/batch: up to MaxBatch
+// notifications, each enqueued or refused on its own, each result in its
+// place. The batch as a whole is 200 once it was read.
+func (s *Server) enqueueBatch(w http.ResponseWriter, r *http.Request, c *client) (int, logged) {
+	body, err := readBody(w, r, MaxBatchBody)
+	if err != nil {
+		return writeError(w, err), logged{}
+	}
+	if r.Header.Get(IdempotencyHeader) != "" {
+		return writeError(w, &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Field: IdempotencyHeader,
+			Message: "not for a batch: give each notification its idempotency_key"}), logged{}
+	}
+	var req batchRequest
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil || dec.More() {
+		return writeError(w, &Error{Status: http.StatusBadRequest, Code: CodeInvalid,
+			Message: `must be {"notifications": [...]}, one JSON object: ` + describeJSONError(err)}), logged{}
+	}
+	switch n := len(req.Notifications); {
+	case n == 0:
+		return writeError(w, &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Field: "/notifications", Message: "no notifications"}), logged{}
+	case n > MaxBatch:
+		return writeError(w, &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Field: "/notifications",
+			Message: fmt.Sprintf("%d notifications, more than %d in one batch", n, MaxBatch)}), logged{}
+	}
+	if err := s.limit(r, c, len(req.Notifications)); err != nil {
+		return writeError(w, err), logged{}
+	}
+	results := make([]batchResult, len(req.Notifications))
+	for i, raw := range req.Notifications {
+		base := fmt.Sprintf("/notifications/%d", i)
+		e, err := intake.ParseLine(raw)
+		var res result
+		if err != nil {
+			res = result{err: invalid(err, base)}
+		} else {
+			res = s.submit(r.Context(), c, e, base)
+		}
+		if res.err != nil {
+			results[i] = batchResult{Status: res.err.Status, Error: res.err}
+		} else {
+			results[i] = batchResult{Status: res.status, Notification: res.view}
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"results": results})
+	return http.StatusOK, logged{count: len(results)}
+}
+
+// describeJSONError says why a batch's body did not decode.
+func describeJSONError(err error) string {
+	if err == nil {
+		return "data after it"
+	}
+	return err.Error()
+}
+
+// readBody reads a request's body up to limit bytes: more is a 413.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		return nil, &Error{Status: http.StatusRequestEntityTooLarge, Code: CodeTooLarge,
+			Message: fmt.Sprintf("the body is over %d bytes", limit)}
+	case err != nil:
+		return nil, &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Message: "reading the body: " + err.Error()}
+	}
+	return body, nil
+}
+
+// result is the outcome of submitting one notification.
+type result struct {
+	status int // 202 new, 200 the original of its idempotency key
+	view   *View
+	err    *Error
+}
+
+// submit checks e as enqueue does, with the key's tenant and what it may
+// use, and enqueues it unless its idempotency key was used already. base
+// is the JSON pointer of e in the request body.
+func (s *Server) submit(ctx context.Context, c *client, e intake.Entry, base string) result {
+	switch {
+	case e.Tenant == "":
+		e.Tenant = c.key.Tenant
+	case e.Tenant != c.key.Tenant:
+		return result{err: &Error{Status: http.StatusForbidden, Code: CodeForbidden, Field: base + "/tenant",
+			Message: fmt.Sprintf("this key sends as tenant %s, not %s", intake.Quote(c.key.Tenant), intake.Quote(e.Tenant))}}
+	}
+	key := e.IdempotencyKey
+	if key != "" {
+		e.IdempotencyKey = scopedKey(c.key.Tenant, key)
+	}
+	j, err := s.check.Check(e, time.Now())
+	if err != nil {
+		return result{err: invalid(err, base)}
+	}
+	n := j.Notification
+	policyOK, providerOK := c.key.Allows(n.Policy, n.Provider)
+	switch {
+	case !policyOK:
+		return result{err: forbidden(base+"/policy", "policy", n.Policy, c)}
+	case !providerOK:
+		return result{err: forbidden(base+"/provider", "provider", n.Provider, c)}
+	}
+	if key != "" {
+		if err := s.claimKey(ctx, j, key, base); err != nil {
+			return result{err: err}
+		}
+	}
+	_, err = s.client.EnqueueContext(ctx, j.Task)
+	switch {
+	case errors.Is(err, asynq.ErrTaskIDConflict):
+		return s.replay(ctx, c, j, key, base)
+	case err != nil:
+		if key != "" { // so that a retry is not a 409
+			s.rdb.Del(context.WithoutCancel(ctx), keyRecord(s.cfg.Redis.Prefix, j.ID))
+		}
+		return result{err: unavailable(err)}
+	}
+	if stamped, err := jobs.Decode(j.Task.Payload()); err == nil {
+		n.Queued = stamped.Queued // the time NewTask stamped on the task
+	}
+	return result{status: http.StatusAccepted, view: newView(j.ID, j.Queue, n, stateQueued)}
+}
+
+// forbidden is the 403 of a policy or provider the key may not use.
+func forbidden(field, kind, name string, c *client) *Error {
+	return &Error{Status: http.StatusForbidden, Code: CodeForbidden, Field: field,
+		Message: fmt.Sprintf("API key %s may not use %s %s", c.name, kind, intake.Quote(name))}
+}
+
+// scopedKey is the idempotency key of a tenant's notification as the
+// task ID is derived from it (jobs.TaskID): the same key from two tenants
+// is two notifications. A tenant has no control characters, so the NUL
+// keeps tenant and key apart.
+func scopedKey(tenant, key string) string { return tenant + "\x00" + key }
+
+// claimKey records the first use of an idempotency key: a hash of its
+// notification (bodyHash), for intake.KeyRetention. A later use with
+// another notification is a 409 at once. asynq keeps a task ID unique
+// within a queue only; the record, set atomically, keeps it unique across
+// queues, and two first uses at once apart.
+func (s *Server) claimKey(ctx context.Context, j intake.Job, key, base string) *Error {
+	sum := bodyHash(j.Notification, j.Queue)
+	k := keyRecord(s.cfg.Redis.Prefix, j.ID)
+	set, err := s.rdb.SetNX(ctx, k, sum[:], intake.KeyRetention).Result()
+	if err != nil {
+		return unavailable(err)
+	}
+	if set {
+		return nil
+	}
+	first, err := s.rdb.Get(ctx, k).Result()
+	if err != nil {
+		return unavailable(err)
+	}
+	if first != string(sum[:]) {
+		return reused(key, j.ID, base)
+	}
+	return nil
+}
+
+// reused is the 409 of an idempotency key used with another notification.
+func reused(key, id, base string) *Error {
+	return &Error{Status: http.StatusConflict, Code: CodeConflict, Field: base + "/idempotency_key",
+		Message: fmt.Sprintf("idempotency key %s was used with another notification (%s): use a new key for a new one", intake.Quote(key), id)}
+}
+
+// replay answers a notification whose idempotency key's task exists: 200
+// and the original when it is the same notification (compared as the
+// config's defaults fill both in, without the time each was queued), else
+// 409: the task is checked too, as the key's record may have expired while
+// it waited. A keyed task is kept intake.KeyRetention after it is done.
+func (s *Server) replay(ctx context.Context, c *client, j intake.Job, key, base string) result {
+	info, err := s.task(j.ID)
+	if err != nil {
+		return result{err: asError(err)}
+	}
+	if info == nil { // gone since the conflict (a moment's race with its deletion)
+		return result{err: unavailable(nil)}
+	}
+	first, err := jobs.Decode(info.Payload)
+	if err != nil {
+		return result{err: unavailable(err)}
+	}
+	if bodyHash(first, info.Queue) != bodyHash(j.Notification, j.Queue) {
+		return result{err: reused(key, j.ID, base)}
+	}
+	v, err := s.view(ctx, j.ID, c)
+	if err != nil {
+		return result{err: asError(err)}
+	}
+	return result{status: http.StatusOK, view: v}
+}
+
+// bodyHash is a hash of what a task sends (its notification without the
+// time it was queued, and its queue), whatever the spacing of its data.
+func bodyHash(n jobs.Notification, queue string) [sha256.Size]byte {
+	n.Queued = nil
+	var data bytes.Buffer
+	if json.Compact(&data, n.Data) == nil {
+		n.Data = data.Bytes()
+	}
+	b, _ := json.Marshal(struct {
+		N     jobs.Notification
+		Queue string
+	}{n, queue}) // of strings, times and valid JSON: cannot fail
+	return sha256.Sum256(b)
+}

@@ -1,0 +1,100 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/notify-throttle/throttler/intake"
+)
+
+// Error codes: what a client branches on (the message is for people).
+const (
+	CodeUnauthorized = "unauthorized"         // 401: no API key, or an unknown one
+	CodeForbidden    = "forbidden"            // 403: the key may not use this policy, provider or tenant
+	CodeInvalid      = "invalid"              // 400: the body is not a notification the config accepts
+	CodeTooLarge     = "too_large"            // 413: the body is over the route's limit
+	CodeNotFound     = "not_found"            // 404
+	CodeConflict     = "idempotency_conflict" // 409: the key was used with another body
+	CodeAlreadySent  = "already_sent"         // 409: too late to cancel
+	CodeNotPending   = "not_cancelable"       // 409: being sent now, or already archived
+	CodeRateLimited  = "rate_limited"         // 429: the key's rate limit; see Retry-After
+	CodeUnavailable  = "unavailable"          // 503: Redis did not answer
+	// CodeMethodNotAllowed is the 405 of a method a path does not have.
+	CodeMethodNotAllowed = "method_not_allowed"
+)
+
+// Error is an API error: the response's status and its JSON body
+// {"error": {"code", "message", "field"}}.
+type Error struct {
+	Status  int    `json:"-"`
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	// Field is a JSON pointer (RFC 6901) to the part of the request body
+	// at fault ("/recipient", "/notifications/3/data"), or the header
+	// ("Idempotency-Key"); "" for the request as a whole.
+	Field string `json:"field,omitempty"`
+	// RetryAfter, with a 429, is when to try again.
+	RetryAfter time.Duration `json:"-"`
+}
+
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
+
+// errorBody is an error's response body.
+type errorBody struct {
+	Error *Error `json:"error"`
+}
+
+// asError returns err if it is an *Error, else the 503 of a Redis failure.
+func asError(err error) *Error {
+	var e *Error
+	if !errors.As(err, &e) {
+		e = unavailable(err)
+	}
+	return e
+}
+
+// writeError writes err (an *Error, else a 503) and returns its status.
+func writeError(w http.ResponseWriter, err error) int {
+	e := asError(err)
+	if e.RetryAfter > 0 {
+		secs := (e.RetryAfter + time.Second - 1) / time.Second
+		w.Header().Set("Retry-After", strconv.FormatInt(int64(secs), 10))
+	}
+	writeJSON(w, e.Status, errorBody{e})
+	return e.Status
+}
+
+// unavailable is the error of a request Redis did not answer; the cause
+// is not shown (it may name hosts).
+func unavailable(error) *Error {
+	return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "the queue did not answer: try again"}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+}
+
+// invalid turns an intake error about a notification at pointer base ("" or
+// "/notifications/3") into a 400 pointing at its field; an undefined
+// policy or provider is also a 400.
+func invalid(err error, base string) *Error {
+	e := &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Message: err.Error(), Field: base}
+	var ie *intake.Error
+	if errors.As(err, &ie) && ie.Field != "" {
+		e.Field = base + "/" + pointerToken(ie.Field)
+	}
+	return e
+}
+
+// pointerToken escapes a member name for a JSON pointer (RFC 6901).
+func pointerToken(name string) string {
+	return strings.NewReplacer("~", "~0", "/", "~1").Replace(name)
+}

@@ -1,0 +1,240 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/notify-throttle/throttler/intake"
+	"github.com/notify-throttle/throttler/jobs"
+)
+
+// A notification's states, as GET tells them.
+const (
+	stateQueued    = "queued"    // waiting for a worker
+	stateWaiting   = "waiting"   // deferred until Until, for Reason (a rule, a booking, a retry)
+	stateSending   = "sending"   // a worker has it now
+	stateSent      = "sent"      // its provider accepted it
+	stateCompleted = "completed" // done without a send of its own (folded into a digest)
+	stateArchived  = "archived"  // never to be sent, for Reason (expired, dropped, rejected)
+	stateCanceled  = "canceled"  // archived by DELETE
+)
+
+// View is a notification as the API shows it.
+type View struct {
+	ID        string     `json:"id"`
+	State     string     `json:"state"`
+	Until     *time.Time `json:"until,omitempty"`  // waiting: when it is tried next
+	Reason    string     `json:"reason,omitempty"` // waiting, archived: why
+	SentAt    *time.Time `json:"sent_at,omitempty"`
+	Recipient string     `json:"recipient,omitempty"`
+	Template  string     `json:"template,omitempty"`
+	Policy    string     `json:"policy,omitempty"`
+	Provider  string     `json:"provider,omitempty"`
+	Queue     string     `json:"queue,omitempty"`
+	Tenant    string     `json:"tenant,omitempty"`
+	QueuedAt  *time.Time `json:"queued_at,omitempty"`
+}
+
+func newView(id, queue string, n jobs.Notification, state string) *View {
+	return &View{ID: id, State: state, Recipient: n.Recipient, Template: n.Template, Policy: n.Policy,
+		Provider: n.Provider, Queue: queue, Tenant: n.Tenant, QueuedAt: n.Queued}
+}
+
+// get serves GET /v1/notifications/{id}: id is the task ID, or the
+// idempotency key it was enqueued with.
+func (s *Server) get(w http.ResponseWriter, r *http.Request, c *client) (int, logged) {
+	if err := s.limit(r, c, 1); err != nil {
+		return writeError(w, err), logged{}
+	}
+	v, err := s.find(r.Context(), r.PathValue("id"), c)
+	if err != nil {
+		return writeError(w, err), logged{}
+	}
+	writeJSON(w, http.StatusOK, v)
+	return http.StatusOK, logged{id: v.ID}
+}
+
+// find returns the view of the notification id names: a task ID, else an
+// idempotency key of c's tenant.
+func (s *Server) find(ctx context.Context, id string, c *client) (*View, error) {
+	v, err := s.view(ctx, id, c)
+	if isNotFound(err) {
+		v, err = s.view(ctx, jobs.TaskID(scopedKey(c.key.Tenant, id)), c)
+	}
+	return v, err
+}
+
+func isNotFound(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Status == http.StatusNotFound
+}
+
+// view returns where task id stands, from asynq's task and the worker's
+// sent marker. Another tenant's notification is not found.
+func (s *Server) view(ctx context.Context, id string, c *client) (*View, error) {
+	info, err := s.task(id)
+	if err != nil {
+		return nil, err
+	}
+	sentAt, err := s.sentAt(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if info == nil {
+		if sentAt == nil { // never, or forgotten: a task without a key is dropped once done
+			return nil, notFound(id)
+		}
+		return &View{ID: id, State: stateSent, SentAt: sentAt}, nil
+	}
+	n, err := jobs.Decode(info.Payload)
+	if err != nil || n.Tenant != c.key.Tenant {
+		return nil, notFound(id) // not a notification this key may see
+	}
+	v := newView(id, info.Queue, n, "")
+	switch info.State {
+	case asynq.TaskStatePending:
+		v.State = stateQueued
+	case asynq.TaskStateScheduled, asynq.TaskStateRetry:
+		v.State, v.Reason = stateWaiting, info.LastErr
+		if info.State == asynq.TaskStateScheduled {
+			v.Reason = "scheduled"
+		}
+		if !info.NextProcessAt.IsZero() {
+			at := info.NextProcessAt.UTC()
+			v.Until = &at
+		}
+	case asynq.TaskStateActive:
+		v.State = stateSending
+	case asynq.TaskStateCompleted:
+		v.State = stateCompleted
+		if sentAt != nil {
+			v.State, v.SentAt = stateSent, sentAt
+		}
+	case asynq.TaskStateArchived:
+		v.State, v.Reason = stateArchived, info.LastErr
+		canceled, err := s.rdb.Exists(ctx, canceledKey(s.cfg.Redis.Prefix, id)).Result()
+		if err != nil {
+			return nil, unavailable(err)
+		}
+		if canceled > 0 {
+			v.State, v.Reason = stateCanceled, canceledReason
+		}
+	default:
+		v.State = info.State.String()
+	}
+	return v, nil
+}
+
+// task returns asynq's task id from whichever of the config's queues holds
+// it, or nil.
+func (s *Server) task(id string) (*asynq.TaskInfo, error) {
+	for _, q := range slices.Sorted(maps.Keys(s.cfg.Worker.Queues)) {
+		info, err := s.insp.GetTaskInfo(q, id)
+		switch {
+		case err == nil:
+			return info, nil
+		case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
+		default:
+			return nil, unavailable(err)
+		}
+	}
+	return nil, nil
+}
+
+// sentAt returns when the worker's sent marker says task id was sent
+// (the worker's clock), or nil.
+func (s *Server) sentAt(ctx context.Context, id string) (*time.Time, error) {
+	ms, err := s.rdb.Get(ctx, s.sent.Key(id)).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	} else if err != nil {
+		return nil, unavailable(err)
+	}
+	n, err := strconv.ParseInt(ms, 10, 64)
+	if err != nil {
+		return nil, nil
+	}
+	at := time.UnixMilli(n).UTC()
+	return &at, nil
+}
+
+func notFound(id string) *Error {
+	return &Error{Status: http.StatusNotFound, Code: CodeNotFound,
+		Message: "no notification " + intake.Quote(id) + " (by ID or idempotency key) for this key's tenant; a sent one is kept for worker.sent_marks, one with an idempotency key for 24h"}
+}
+
+// cancel serves DELETE /v1/notifications/{id}: a notification not yet sent
+// is archived, never to be sent (200, state canceled; again, the same
+// answer); one sent already, being sent, or archived is a 409 that says
+// which.
+func (s *Server) cancel(w http.ResponseWriter, r *http.Request, c *client) (int, logged) {
+	if err := s.limit(r, c, 1); err != nil {
+		return writeError(w, err), logged{}
+	}
+	ctx := r.Context()
+	v, err := s.find(ctx, r.PathValue("id"), c)
+	if err != nil {
+		return writeError(w, err), logged{}
+	}
+	what := logged{id: v.ID}
+	if v.State == stateQueued || v.State == stateWaiting {
+		if v, err = s.archive(ctx, v, c); err != nil {
+			return writeError(w, err), what
+		}
+	}
+	if v.State != stateCanceled {
+		return writeError(w, notCancelable(v)), what
+	}
+	writeJSON(w, http.StatusOK, v)
+	return http.StatusOK, what
+}
+
+// archive archives a queued or waiting notification and marks it
+// canceled, and returns where it stands then: canceled, or taken by a
+// worker meanwhile.
+func (s *Server) archive(ctx context.Context, v *View, c *client) (*View, error) {
+	if err := s.insp.ArchiveTask(v.Queue, v.ID); err != nil {
+		now, err2 := s.view(ctx, v.ID, c)
+		if err2 != nil || now.State == stateQueued || now.State == stateWaiting {
+			return nil, unavailable(err) // not taken: the archive failed for another reason
+		}
+		return now, nil
+	}
+	// Marked after the archive: a failed archive leaves no mark.
+	if err := s.rdb.Set(ctx, canceledKey(s.cfg.Redis.Prefix, v.ID), 1, intake.KeyRetention).Err(); err != nil {
+		return nil, unavailable(err)
+	}
+	v.State, v.Reason, v.Until = stateCanceled, canceledReason, nil
+	return v, nil
+}
+
+// canceledReason is a canceled notification's reason.
+const canceledReason = "canceled through the API"
+
+// notCancelable is the 409 of a notification past being canceled.
+func notCancelable(v *View) *Error {
+	e := &Error{Status: http.StatusConflict, Code: CodeNotPending}
+	switch v.State {
+	case stateSent:
+		e.Code, e.Message = CodeAlreadySent, "already sent"
+		if v.SentAt != nil {
+			e.Message += " at " + v.SentAt.Format(time.RFC3339Nano)
+		}
+	case stateSending:
+		e.Message = "a worker is sending it now: ask for its state to see whether it went"
+	default:
+		e.Message = "it is " + v.State
+		if v.Reason != "" {
+			e.Message += ": " + v.Reason
+		}
+	}
+	return e
+}

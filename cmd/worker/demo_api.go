@@ -1,0 +1,65 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/notify-throttle/throttler/api"
+	"github.com/notify-throttle/throttler/config"
+)
+
+// The demo's API key: a throwaway, valid only in the demo's process, on a
+// loopback port, so printing it shows nothing worth hiding.
+const (
+	demoAPIKey       = "demo-key-only-for-make-demo"
+	demoAPIRecipient = "erin@example.com"
+)
+
+// demoAPI has the demo serve the HTTP API, on a free loopback port unless
+// the config names an address, with a key of its own.
+func demoAPI(cfg *config.Config) {
+	if cfg.API.Addr == "" {
+		cfg.API.Addr = "127.0.0.1:0"
+	}
+	keys := map[string]config.APIKey{}
+	for name, k := range cfg.API.Keys {
+		keys[name] = k
+	}
+	keys["demo"] = config.APIKey{Key: demoAPIKey, Rate: config.DefaultAPIRate, Burst: config.DefaultAPIBurst}
+	cfg.API.Keys = keys
+}
+
+// demoCurl enqueues one notification through the API at base, printing the
+// curl command that does the same and what the API answered.
+func demoCurl(ctx context.Context, base string, out io.Writer) error {
+	body := fmt.Sprintf(`{"recipient":%q,"template":"welcome","policy":%q,"provider":%q,"data":{"n":1}}`,
+		demoAPIRecipient, demoPolicy, demoProvider)
+	fmt.Fprintf(out, "One more through the HTTP API, as this curl command does:\n"+
+		"  curl -X POST %s/v1/notifications -H 'Authorization: Bearer %s' \\\n"+
+		"       -H 'Idempotency-Key: demo-erin-welcome' -d '%s'\n", base, demoAPIKey, body)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/notifications", bytes.NewReader([]byte(body)))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+demoAPIKey)
+	req.Header.Set(api.IdempotencyHeader, "demo-erin-welcome")
+	req.Header.Set("Content-Type", "application/json")
+	c := &http.Client{Timeout: 10 * time.Second}
+	res, err := c.Do(req)
+	if err != nil {
+		return fmt.Errorf("demo: the API: %w", err)
+	}
+	defer res.Body.Close()
+	var v api.View
+	if err := json.NewDecoder(res.Body).Decode(&v); err != nil {
+		return fmt.Errorf("demo: the API's answer: %w", err)
+	}
+	fmt.Fprintf(out, "  -> %s: id %s, %s (GET %s/v1/notifications/%s tells where it stands)\n\n",
+		res.Status, v.ID, v.State, base, v.ID)
+	return nil
+}

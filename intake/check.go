@@ -1,0 +1,97 @@
+package intake
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/notify-throttle/throttler/config"
+	"github.com/notify-throttle/throttler/jobs"
+)
+
+// Job is a checked notification, ready to enqueue.
+type Job struct {
+	ID    string // the task ID
+	Queue string
+	Task  *asynq.Task
+	Keyed bool // the ID comes from an idempotency key: enqueueing it again is a duplicate
+	// Notification is the task's payload, the config's defaults applied.
+	Notification jobs.Notification
+}
+
+// Checker checks entries against a config and makes them jobs.
+type Checker struct {
+	Config *config.Config
+	Name   string // the config file, as messages name it
+}
+
+// Check applies the config's defaults to e, checks the result as the
+// worker will and returns its job. The error, an *Error, says what is
+// wrong in one line. A deadline before now is an error: the worker would
+// only expire it.
+func (c Checker) Check(e Entry, now time.Time) (Job, error) {
+	r := c.Config.Route(config.Route{Policy: e.Policy, Provider: e.Provider, Queue: e.Queue})
+	n := jobs.Notification{
+		Recipient: e.Recipient,
+		Policy:    r.Policy,
+		Provider:  r.Provider,
+		Template:  e.Template,
+		Data:      e.Data,
+		SendBy:    e.SendBy,
+		TZ:        e.TZ,
+		Tenant:    e.Tenant,
+	}
+	queue := r.Queue
+	if err := n.Check(); err != nil {
+		return Job{}, reason(err)
+	}
+	if _, ok := c.Config.Policies[n.Policy]; !ok {
+		return Job{}, c.undefined("policy", n.Policy)
+	}
+	if _, ok := c.Config.Providers[n.Provider]; !ok {
+		return Job{}, c.undefined("provider", n.Provider)
+	}
+	if _, ok := c.Config.Worker.Queues[queue]; !ok {
+		return Job{}, c.undefined("queue", queue)
+	}
+	if n.SendBy != nil && !n.SendBy.After(now) {
+		return Job{}, fieldErr("send_by", "%s is in the past", n.SendBy.Format(time.RFC3339Nano))
+	}
+	id := jobs.TaskID(e.IdempotencyKey)
+	opts := []asynq.Option{asynq.Queue(queue)}
+	if e.IdempotencyKey != "" {
+		// asynq forgets a completed task at once, and with it the ID's
+		// conflict: keep keyed tasks so that the key dedupes after delivery.
+		opts = append(opts, asynq.Retention(KeyRetention))
+	}
+	task, err := jobs.NewTask(n, id, opts...)
+	if err != nil {
+		return Job{}, reason(err)
+	}
+	return Job{ID: id, Queue: queue, Task: task, Keyed: e.IdempotencyKey != "", Notification: n}, nil
+}
+
+// KeyRetention is how long a notification enqueued with an idempotency key
+// is kept after it completed, so that enqueueing the same key again within
+// it is a duplicate rather than a second message. The cost is the completed
+// task's hash in Redis (about its payload's size) for that long.
+const KeyRetention = 24 * time.Hour
+
+func (c Checker) undefined(kind, name string) error {
+	return &Error{Field: kind, Msg: fmt.Sprintf("%s %s is not defined in %s", kind, Quote(name), c.Name), bare: true}
+}
+
+// reason is what is wrong with a notification as an *Error, without the
+// "bad notification" jobs wraps it with: the caller says where it came from.
+func reason(err error) error {
+	var fe *jobs.FieldError
+	if errors.As(err, &fe) {
+		if fe.Field == "task ID" { // not a field of the object
+			return wholeErr("%s", fe.Error())
+		}
+		return &Error{Field: fe.Field, Msg: fe.Problem}
+	}
+	return err
+}

@@ -1,0 +1,233 @@
+// Package intake reads notifications as producers hand them in: a JSON
+// object of the fields of a JSONL line of enqueue or of the HTTP API's
+// POST /v1/notifications, decoded strictly (ParseLine), checked against the
+// config with its defaults applied, and made an asynq task (Checker). Both
+// producers use it, so a notification is accepted or refused the same way,
+// with the same message naming the field, whichever way it came.
+package intake
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/notify-throttle/throttler/internal/textdist"
+	"github.com/notify-throttle/throttler/jobs"
+)
+
+// Error is what is wrong with a notification: Field names the field at
+// fault (one of Fields, or another name for an unknown field), or is "" for
+// the object as a whole. Its text is "<Field>: <Msg>", or Msg alone where
+// the message names the field itself (an unknown field) or there is none.
+type Error struct {
+	Field string
+	Msg   string
+	bare  bool // Msg names the field: the text is Msg alone
+}
+
+func (e *Error) Error() string {
+	if e.Field == "" || e.bare {
+		return e.Msg
+	}
+	return e.Field + ": " + e.Msg
+}
+
+// fieldErr returns an *Error about field.
+func fieldErr(field, format string, args ...any) error {
+	return &Error{Field: field, Msg: fmt.Sprintf(format, args...)}
+}
+
+// wholeErr returns an *Error about the object as a whole.
+func wholeErr(format string, args ...any) error {
+	return &Error{Msg: fmt.Sprintf(format, args...)}
+}
+
+// Entry is one notification as a producer gives it (a JSONL line, enqueue's
+// flags, an API request), before the config's defaults apply. An empty
+// string is a field left out.
+type Entry struct {
+	Recipient, Template     string
+	Policy, Provider, Queue string
+	Data                    json.RawMessage // a JSON object, or nil
+	IdempotencyKey          string
+	SendBy                  *time.Time
+	TZ                      string // the recipient's IANA time zone
+	Tenant                  string // the sender sharing the provider fairly; "": the default tenant
+}
+
+// Fields are the fields of a notification's JSON object.
+var Fields = []string{"recipient", "template", "policy", "provider", "queue", "data", "idempotency_key", "send_by", "tz", "tenant"}
+
+// ParseLine parses one notification: a JSON object with the fields in
+// Fields, each at most once. null is the same as leaving a field out.
+// The error, an *Error, says what is wrong in one line, naming the field.
+func ParseLine(line []byte) (Entry, error) {
+	var e Entry
+	if !utf8.Valid(line) {
+		return e, wholeErr("not UTF-8 (byte %d)", invalidUTF8(line)+1)
+	}
+	if !json.Valid(line) {
+		return e, syntaxError(line)
+	}
+	if kind := JSONKind(line); kind != "object" {
+		return e, wholeErr("must be a JSON object (got %s)", kind)
+	}
+	seen := map[string]bool{}
+	err := jobs.Members(line, func(name, raw []byte) error {
+		key := string(name)
+		if seen[key] {
+			return fieldErr(key, "given twice") // a known field: unknown ones fail at once
+		}
+		seen[key] = true
+		return e.set(key, raw)
+	})
+	return e, reason(err)
+}
+
+// set sets the field key of e from its JSON value.
+func (e *Entry) set(key string, raw json.RawMessage) error {
+	kind := JSONKind(raw)
+	if kind == "null" {
+		if !isField(key) {
+			return unknownField(key)
+		}
+		return nil
+	}
+	str := func(dst *string) error {
+		if kind != "string" {
+			return fieldErr(key, "must be a string (got %s)", kind)
+		}
+		if err := json.Unmarshal(raw, dst); err != nil {
+			return fieldErr(key, "%v", err)
+		}
+		return nil
+	}
+	switch key {
+	case "recipient":
+		return str(&e.Recipient)
+	case "template":
+		return str(&e.Template)
+	case "policy":
+		return str(&e.Policy)
+	case "provider":
+		return str(&e.Provider)
+	case "queue":
+		return str(&e.Queue)
+	case "idempotency_key":
+		return str(&e.IdempotencyKey)
+	case "tz":
+		return str(&e.TZ)
+	case "tenant":
+		return str(&e.Tenant)
+	case "data":
+		if kind != "object" {
+			return fieldErr("data", "must be a JSON object (got %s)", kind)
+		}
+		e.Data = raw
+		return nil
+	case "send_by":
+		var s string
+		if err := str(&s); err != nil {
+			return err
+		}
+		t, err := time.Parse(time.RFC3339, s)
+		if err != nil {
+			return fieldErr("send_by", "must be an RFC 3339 time such as 2026-11-22T10:00:00Z (got %s)", Quote(s))
+		}
+		e.SendBy = &t
+		return nil
+	}
+	return unknownField(key)
+}
+
+func isField(key string) bool {
+	for _, f := range Fields {
+		if f == key {
+			return true
+		}
+	}
+	return false
+}
+
+// unknownField says key is not a field, suggesting the one it may be a typo of.
+func unknownField(key string) error {
+	best, dist := "", 3
+	for _, f := range Fields {
+		if d := textdist.Distance(strings.ToLower(key), f); d < dist {
+			best, dist = f, d
+		}
+	}
+	if best != "" && len(key) > dist+1 {
+		return &Error{Field: key, Msg: fmt.Sprintf("unknown field %s (did you mean %s?)", Quote(key), best), bare: true}
+	}
+	return &Error{Field: key, Msg: fmt.Sprintf("unknown field %s (fields: %s)", Quote(key), strings.Join(Fields, ", ")), bare: true}
+}
+
+// syntaxError describes why line is not one JSON value.
+func syntaxError(line []byte) error {
+	err := json.Unmarshal(line, new(json.RawMessage))
+	var se *json.SyntaxError
+	switch {
+	case errors.As(err, &se) && strings.HasPrefix(se.Error(), "unexpected end"):
+		return wholeErr("not JSON: the line ends inside a value")
+	case errors.As(err, &se) && se.Offset > 0:
+		// Offset counts the bytes read up to and with the bad one.
+		return wholeErr("not JSON: %s (column %d)", se.Error(), se.Offset)
+	case err != nil:
+		return wholeErr("not JSON: %v", err)
+	}
+	return wholeErr("not JSON") // unreachable: line is valid JSON
+}
+
+// JSONKind names the kind of the JSON value that data starts with.
+func JSONKind(data []byte) string {
+	data = bytes.TrimLeft(data, " \t\r\n")
+	if len(data) == 0 {
+		return "nothing"
+	}
+	switch data[0] {
+	case '{':
+		return "object"
+	case '[':
+		return "array"
+	case '"':
+		return "string"
+	case 't', 'f':
+		return "boolean"
+	case 'n':
+		return "null"
+	}
+	return "number"
+}
+
+// invalidUTF8 returns the index of the first byte of s that is not UTF-8.
+func invalidUTF8(s []byte) int {
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRune(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			return i
+		}
+		i += size
+	}
+	return len(s)
+}
+
+// maxQuoted is how many bytes of a bad value a message shows.
+const maxQuoted = 64
+
+// Quote quotes s for a message on one line, shortened to maxQuoted bytes.
+func Quote(s string) string {
+	if len(s) <= maxQuoted {
+		return strconv.Quote(s)
+	}
+	cut := maxQuoted
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return strconv.Quote(s[:cut]) + "..."
+}
