@@ -37,6 +37,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"sync/atomic"
 	"syscall"
 	"time"
 	_ "time/tzdata" // time zones also on hosts without zoneinfo files
@@ -199,6 +200,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 
 	reg := prometheus.NewRegistry()
+	processMetrics(reg)
 	var counts *sentCounts
 	if *demo > 0 {
 		counts = newSentCounts()
@@ -272,8 +274,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := srv.Start(mux); err != nil {
 		return fmt.Errorf("start: %w", err)
 	}
+	// running is the config in effect, replaced by every reload.
+	running := &atomic.Pointer[config.Config]{}
+	running.Store(cfg)
 	if ln != nil {
-		dash := newDashboard(cfg, secret, rdb, reg, campaigns)
+		dash := newDashboard(running, secret, rdb, reg, campaigns)
 		base := "http://" + ln.Addr().String()
 		if dash != nil {
 			log.Info("dashboard", "throttle", base+"/throttle", "queues", base+"/monitoring/", "auth", cmp.Or(cfg.Worker.Dashboard.Auth, "none"))
@@ -292,7 +297,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		defer close(campaignsDone)
 		_ = campaigns.Run(campaignCtx)
 	}()
-	rl := &reloader{path: *path, running: cfg, senders: built, th: th, stdout: stdout, stderr: stderr, log: log, counts: counts}
+	rl := &reloader{path: *path, running: running, senders: built, th: th, stdout: stdout, stderr: stderr, log: log, counts: counts,
+		reloads: newReloads(reg)}
 	go rl.run(ctx, hup)
 	log.Info("worker started", "concurrency", cfg.Worker.Concurrency, "queues", cfg.Queues(), "campaigns", len(cfg.Campaigns))
 
@@ -402,9 +408,10 @@ func listen(addr string) (net.Listener, error) {
 
 // newDashboard builds the dashboard the config asks for, with its secret;
 // nil when worker.dashboard turns it off.
-func newDashboard(cfg *config.Config, secret string, rdb redis.UniversalClient, reg *prometheus.Registry, campaigns *campaign.Runner) http.Handler {
+func newDashboard(running *atomic.Pointer[config.Config], secret string, rdb redis.UniversalClient, reg *prometheus.Registry, campaigns *campaign.Runner) http.Handler {
+	cfg := running.Load()
 	if !cfg.Worker.Dashboard.Enabled {
 		return nil
 	}
-	return dashboard.New(dashboard.Options{Redis: rdb, Config: cfg, Secret: secret, Campaigns: campaigns, Metrics: reg})
+	return dashboard.New(dashboard.Options{Redis: rdb, Config: cfg, Current: running.Load, Secret: secret, Campaigns: campaigns, Metrics: reg})
 }

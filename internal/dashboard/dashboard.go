@@ -31,6 +31,12 @@ type Options struct {
 	// Config gives the policies, providers, campaigns, key prefix and the
 	// dashboard's settings (worker.dashboard).
 	Config *config.Config
+	// Current, if set, returns the config in effect, read at every request:
+	// a reload (SIGHUP) replaces the policies and providers, and the views
+	// show the new ones at once. Nil: Config, always. Config still gives
+	// the campaigns, the key prefix and the dashboard's own settings, which
+	// a reload does not change.
+	Current func() *config.Config
 	// Secret is the password (basic auth) or token (bearer) the config's
 	// dashboard.auth asks for; "" when it asks for none.
 	Secret string
