@@ -84,7 +84,7 @@ func TestEnqueueRejectsBadLines(t *testing.T) {
 	want := `lines.jsonl:2: unknown field "recipent" (did you mean recipient?)
 lines.jsonl:3: recipient: missing
 lines.jsonl:4: not JSON: invalid character 'o' in literal null (expecting 'u') (column 2)
-lines.jsonl:5: policy "vip" is not defined in enqueue.yaml
+lines.jsonl:5: policy "vip" is not defined in enqueue.yaml (defined: pace)
 lines.jsonl:6: send_by: must be an RFC 3339 time such as 2026-11-22T10:00:00Z (got "tomorrow")
 lines.jsonl:7: send_by: 2020-01-01T00:00:00Z is in the past
 lines.jsonl:8: must be a JSON object (got array)

@@ -232,13 +232,13 @@ func (c checker) check(e entry, now time.Time) (job, error) {
 		return job{}, reason(err)
 	}
 	if _, ok := c.cfg.Policies[n.Policy]; !ok {
-		return job{}, c.undefined("policy", n.Policy)
+		return job{}, c.undefined("policy", n.Policy, suggestion(n.Policy, c.cfg.Policies))
 	}
 	if _, ok := c.cfg.Providers[n.Provider]; !ok {
-		return job{}, c.undefined("provider", n.Provider)
+		return job{}, c.undefined("provider", n.Provider, suggestion(n.Provider, c.cfg.Providers))
 	}
 	if _, ok := c.cfg.Worker.Queues[queue]; !ok {
-		return job{}, c.undefined("queue", queue)
+		return job{}, c.undefined("queue", queue, suggestion(queue, c.cfg.Worker.Queues))
 	}
 	if n.SendBy != nil && !n.SendBy.After(now) {
 		return job{}, fmt.Errorf("send_by: %s is in the past", n.SendBy.Format(time.RFC3339Nano))
@@ -263,8 +263,8 @@ func (c checker) check(e entry, now time.Time) (job, error) {
 // task's hash in Redis (about its payload's size) for that long.
 const KeyRetention = 24 * time.Hour
 
-func (c checker) undefined(kind, name string) error {
-	return fmt.Errorf("%s %s is not defined in %s", kind, quote(name), c.name)
+func (c checker) undefined(kind, name, hint string) error {
+	return fmt.Errorf("%s %s is not defined in %s%s", kind, quote(name), c.name, hint)
 }
 
 // reason is what is wrong with a notification, without the "bad
