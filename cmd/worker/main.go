@@ -176,7 +176,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if ln != nil {
 		defer ln.Close()
 	}
-	log := slog.New(slog.NewTextHandler(stderr, nil))
+	log := newLogger(cfg.Log, stderr)
 	for _, w := range append(cfg.Warnings(), cfg.Redis.Warnings()...) {
 		log.Warn(w)
 	}
@@ -226,31 +226,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		th.Holder = rec
 	}
 
-	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{
-		Concurrency:              cfg.Worker.Concurrency,
-		Queues:                   cfg.Queues(),
-		ShutdownTimeout:          cfg.Worker.ShutdownTimeout,
-		TaskCheckInterval:        cfg.Worker.PollInterval,
-		IsFailure:                jobs.IsFailure,
-		RetryDelayFunc:           jobs.RetryDelay(cfg.Worker.Jitter),
-		DelayedTaskCheckInterval: time.Second,
-		LogLevel:                 asynq.WarnLevel,
-		Logger:                   guard.AsynqLogger(),
-		ErrorHandler: asynq.ErrorHandlerFunc(func(ctx context.Context, t *asynq.Task, err error) {
-			id, _ := asynq.GetTaskID(ctx)
-			var d *jobs.Deferral
-			if errors.As(err, &d) {
-				// A booking is summed up per rule by the throttle's log: a
-				// backlog books thousands a second. A deferral without
-				// booking (book off, a cluster) is logged with its reason.
-				if !d.Booked {
-					log.Info("deferred", "task", id, "reason", d.Error())
-				}
-				return
-			}
-			log.Warn("job failed", "task", id, "err", err)
-		}),
-	})
+	srv := newServer(cfg, rdb, newOutcomes(log), guard.AsynqLogger())
 	campaigns, err := campaign.New(cfg, rdb, campaign.Options{Log: log})
 	if err != nil {
 		return err
@@ -313,6 +289,23 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	<-campaignsDone
 	srv.Shutdown()
 	return err // the deferred stopRecovery then leaves the fleet's beats
+}
+
+// newServer returns the asynq server of the worker's handlers: outs logs
+// the outcomes the handlers do not, and filters asynq's lines in base.
+func newServer(cfg *config.Config, rdb redis.UniversalClient, outs *outcomes, base asynq.Logger) *asynq.Server {
+	return asynq.NewServerFromRedisClient(rdb, asynq.Config{
+		Concurrency:              cfg.Worker.Concurrency,
+		Queues:                   cfg.Queues(),
+		ShutdownTimeout:          cfg.Worker.ShutdownTimeout,
+		TaskCheckInterval:        cfg.Worker.PollInterval,
+		IsFailure:                jobs.IsFailure,
+		RetryDelayFunc:           jobs.RetryDelay(cfg.Worker.Jitter),
+		DelayedTaskCheckInterval: time.Second,
+		LogLevel:                 asynq.WarnLevel,
+		Logger:                   outs.asynqLogger(base),
+		ErrorHandler:             asynq.ErrorHandlerFunc(outs.handleError),
+	})
 }
 
 // newThrottle builds the notification handler from the config: rules, providers,

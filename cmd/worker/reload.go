@@ -149,8 +149,8 @@ func (r *reloader) reload() {
 	}
 	old := r.running.Load()
 	if !reflect.DeepEqual(cfg.Redis, old.Redis) || !reflect.DeepEqual(cfg.Worker, old.Worker) ||
-		!reflect.DeepEqual(cfg.Campaigns, old.Campaigns) || cfg.Defaults != old.Defaults {
-		r.log.Warn("config reload: changes to redis, worker, campaigns or defaults take effect at the next start")
+		!reflect.DeepEqual(cfg.Campaigns, old.Campaigns) || cfg.Defaults != old.Defaults || cfg.Log != old.Log {
+		r.log.Warn("config reload: changes to redis, worker, campaigns, defaults or log take effect at the next start")
 	}
 	r.th.Swap(rules)
 	r.running.Store(cfg)
