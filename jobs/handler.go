@@ -65,7 +65,7 @@ type Throttle struct {
 	// and may take their reserve (throttle.Bucket.WithReserve).
 	PriorityQueues map[string]bool
 	// OnBooked, if set, is called with every booking a job makes (the demo
-	// prints them); the log has one line per rule every 10s.
+	// prints them); the log has a line per booking (jobs/outcome.go).
 	OnBooked func(Notification, throttle.Decision)
 	// Stopping is closed when the worker starts to shut down: jobs still
 	// waiting for their moment give their admission back and are deferred.
