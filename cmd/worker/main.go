@@ -173,9 +173,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if ln != nil {
-		defer ln.Close()
-	}
+	serving := false // from then on the HTTP server closes ln when ctx ends
+	defer func() {
+		if ln != nil && !serving {
+			ln.Close()
+		}
+	}()
 	log := newLogger(cfg.Log, stderr)
 	for _, w := range append(cfg.Warnings(), cfg.Redis.Warnings()...) {
 		log.Warn(w)
@@ -262,6 +265,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				fmt.Fprintf(stdout, "demo: dashboard at %s/throttle (a recipient: %s/throttle?recipient=alice@example.com) and %s/monitoring/ while the demo runs\n", base, base, base)
 			}
 		}
+		serving = true
 		go serveHTTP(ctx, ln, dash, rdb, reg, log)
 	}
 	go jobs.WatchClock(ctx, rdb, th.Metrics, log)
