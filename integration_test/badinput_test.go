@@ -89,8 +89,8 @@ lines.jsonl:6: send_by: must be an RFC 3339 time such as 2026-11-22T10:00:00Z (g
 lines.jsonl:7: send_by: 2020-01-01T00:00:00Z is in the past
 lines.jsonl:8: must be a JSON object (got array)
 lines.jsonl:10: data: must be a JSON object (got string)
-lines.jsonl:13: provider "sms" is not defined in enqueue.yaml
-lines.jsonl:14: queue "bulk" is not defined in enqueue.yaml
+lines.jsonl:13: provider "sms" is not defined in enqueue.yaml (defined: hook)
+lines.jsonl:14: queue "bulk" is not defined in enqueue.yaml (defined: default)
 lines.jsonl:15: template: missing
 lines.jsonl:16: idempotency_key: must be a string (got number)
 enqueued 2, duplicates 1, rejected 12 (16 lines)
