@@ -60,6 +60,15 @@ func TestAPIShapes(t *testing.T) {
 			t.Errorf("%s: item keys (-want +got)\n-%v\n+%v", tt.path, tt.item, k)
 		}
 	}
+	// The values are the config's, not placeholders (over_cap was "defer"
+	// for every policy); TestPoliciesShowTheRunningConfig checks each.
+	var pols page[policyView]
+	e.getJSON(t, "/throttle/api/policies", &pols)
+	for _, p := range pols.Items {
+		if want := e.cfg.Policies[p.Name].OverCap; p.OverCap != want || want == "" {
+			t.Errorf("policy %s: over_cap %q, want the config's %q", p.Name, p.OverCap, want)
+		}
+	}
 	var r map[string]any
 	e.getJSON(t, "/throttle/api/recipients/alice@example.com", &r)
 	want := []string{"booked_ahead_seconds", "bookings", "bookings_held", "now", "policies", "recipient", "zone"}

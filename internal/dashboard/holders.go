@@ -57,6 +57,9 @@ type ruleView struct {
 	// when it lets one go now (or, a suppression, until it is lifted).
 	Holds bool       `json:"holds"`
 	Until *time.Time `json:"until"`
+	// Shadow says the rule is in shadow mode: Holds and Until say what it
+	// would do, but it holds nothing, and is never the one that does.
+	Shadow bool `json:"shadow,omitempty"`
 }
 
 // checkID is the task ID the dashboard's checks ask with: none holds
@@ -97,22 +100,24 @@ func (d *Dashboard) holders(ctx context.Context, l *live, q lookup, p inspect.Po
 			rp.Rules = append(rp.Rules, v)
 		}
 	}
-	// takes[i] is asked for rules[kinds[i]]; the policy's sliding windows
-	// are one take, whose denial names its window.
+	// takes[i] is asked for rules[index[i]]; the policy's sliding windows
+	// are one take, whose denial names its window. A rule in shadow mode
+	// is asked alone, never with the others: it holds nothing.
 	var takes []throttle.Take
 	var index []int
-	if quota := l.quotas[p.Name]; quota != nil {
+	shadow := l.cfg.Policies[p.Name].Shadow
+	if quota := l.quotas[p.Name]; quota != nil && !shadow {
 		takes, index = append(takes, throttle.Take{Rule: quota, Subject: q.id}), append(index, len(rp.Rules))
 	}
 	for i, w := range p.Windows {
-		v := ruleView{Kind: "window", Rule: throttle.Window{Limit: w.Limit, Per: w.Per}.String()}
+		v := ruleView{Kind: "window", Rule: throttle.Window{Limit: w.Limit, Per: w.Per}.String(), Shadow: shadow}
 		if !p.Frees[i].IsZero() {
 			v.Holds, v.Until = true, shown(p.Frees[i])
 		}
 		rp.Rules = append(rp.Rules, v)
 	}
-	add := func(kind, name string, t throttle.Take) error {
-		v := ruleView{Kind: kind, Rule: name}
+	add := func(kind, name string, shadow bool, t throttle.Take) error {
+		v := ruleView{Kind: kind, Rule: name, Shadow: shadow}
 		if d.lim != nil {
 			dec, err := d.lim.Check(ctx, throttle.Request{ID: checkID, Takes: []throttle.Take{t}})
 			if err != nil {
@@ -122,23 +127,25 @@ func (d *Dashboard) holders(ctx context.Context, l *live, q lookup, p inspect.Po
 				v.Holds, v.Until = true, shown(dec.At())
 			}
 		}
-		takes, index = append(takes, t), append(index, len(rp.Rules))
+		if !shadow {
+			takes, index = append(takes, t), append(index, len(rp.Rules))
+		}
 		rp.Rules = append(rp.Rules, v)
 		return nil
 	}
 	for _, c := range cals {
-		if err := add("calendar", c.String(), throttle.Take{Rule: c.In(loc, now), Subject: q.id}); err != nil {
+		if err := add("calendar", c.String(), shadow, throttle.Take{Rule: c.In(loc, now), Subject: q.id}); err != nil {
 			return err
 		}
 	}
 	if quiet != nil {
-		if err := add("quiet", quiet.String(), throttle.Take{Rule: quiet.In(loc, now), Subject: q.id}); err != nil {
+		if err := add("quiet", quiet.String(), shadow, throttle.Take{Rule: quiet.In(loc, now), Subject: q.id}); err != nil {
 			return err
 		}
 	}
 	if b := l.buckets[q.provider]; b != nil {
 		name := fmt.Sprintf("provider %s (%s)", q.provider, b)
-		if err := add("provider", name, throttle.Take{Rule: b, Subject: q.provider}); err != nil {
+		if err := add("provider", name, l.cfg.Providers[q.provider].Shadow, throttle.Take{Rule: b, Subject: q.provider}); err != nil {
 			return err
 		}
 	}

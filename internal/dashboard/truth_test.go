@@ -275,3 +275,28 @@ func TestControlCharactersRefused(t *testing.T) {
 		t.Errorf("an unknown provider: %d %s", code, body)
 	}
 }
+
+// TestShadowRulesHoldNothing: a policy in shadow mode shows what its
+// windows would do, and they are never the rule that holds a message.
+func TestShadowRulesHoldNothing(t *testing.T) {
+	quiet, _ := quietNow(t)
+	e := newEnvYAML(t, fmt.Sprintf(truthYAML, quiet), nil)
+	for i := range 5 { // reset: 5 per 1h, full
+		if d := e.admit(t, fmt.Sprintf("reset-%d", i), "erin", "reset", "push"); !d.Allowed {
+			t.Fatalf("admission %d denied: %+v", i, d)
+		}
+	}
+	var r recipientView
+	e.getJSON(t, "/throttle/api/recipients/erin?provider=push", &r)
+	reset := policyOf(t, r, "reset")
+	if reset.HeldBy != nil || reset.DecidedBy != "" {
+		t.Errorf("reset (shadow) held by %+v", reset.HeldBy)
+	}
+	if w := reset.Rules[0]; w.Kind != "window" || !w.Holds || !w.Shadow || w.Until == nil {
+		t.Errorf("reset's full window: %+v, want it shown as holding, in shadow mode", w)
+	}
+	code, body := e.get(t, "/throttle?recipient=erin&provider=push")
+	if code != http.StatusOK || !strings.Contains(body, "(shadow: holds nothing)") {
+		t.Errorf("the page does not say reset's window is in shadow mode: %d", code)
+	}
+}
