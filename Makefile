@@ -20,7 +20,7 @@ INTEGRATION_PKGS  := $(sort $(patsubst %/,%,$(dir $(INTEGRATION_FILES))))
 INTEGRATION_RUN   := ^($(shell grep -ho '^func Test[A-Za-z0-9_]*' $(INTEGRATION_FILES) | cut -c6- | grep -vx TestMain | sort -u | paste -sd'|' -))$$
 INTEGRATION_TIMEOUT ?= 30m
 
-.PHONY: all build demo test unit integration bench fuzz lint need-redis need-browser clean
+.PHONY: all build demo test unit integration bench fuzz lint release screenshots need-redis need-browser clean
 
 all: build test
 
@@ -120,5 +120,36 @@ need-browser:
 	    echo "chromium not found in PATH: the dashboard's browser test will fail; install it (Debian/Ubuntu: sudo apt-get install chromium)" >&2; \
 	  fi; }
 
+## release: static binaries (no cgo, no libc: they run in an empty
+## container) for each RELEASE_PLATFORMS, named for what they are
+## (throttler-worker-linux-amd64, throttler-enqueue-linux-arm64), stamped
+## with VERSION and COMMIT (-version prints them), with SHA256SUMS and the
+## example config.yaml, in DIST. The Dockerfile copies from there:
+## `make release && docker build -t throttler .`
+MODULE            := github.com/notify-throttle/throttler
+VERSION           ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT            ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+RELEASE_PLATFORMS ?= linux/amd64 linux/arm64
+DIST              ?= dist
+RELEASE_LDFLAGS   := -s -w -X $(MODULE)/internal/buildinfo.version=$(VERSION) -X $(MODULE)/internal/buildinfo.commit=$(COMMIT)
+release:
+	@rm -rf $(DIST) && mkdir -p $(DIST)
+	@set -e; for p in $(RELEASE_PLATFORMS); do \
+	  os=$${p%/*}; arch=$${p#*/}; \
+	  for c in worker enqueue; do \
+	    echo "build $(DIST)/throttler-$$c-$$os-$$arch ($(VERSION), $(COMMIT))"; \
+	    CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -buildvcs=false \
+	      -ldflags '$(RELEASE_LDFLAGS)' -o $(DIST)/throttler-$$c-$$os-$$arch ./cmd/$$c; \
+	  done; \
+	done
+	cp config.yaml $(DIST)/config.yaml
+	cd $(DIST) && sha256sum throttler-* config.yaml > SHA256SUMS
+
+## screenshots: the dashboard's browser test, saving its screenshots into
+## docs/ (the README's and docs/operations.md's).
+screenshots: need-redis need-browser
+	$(GO) test -count=1 -tags integration -run '^TestDashboardInBrowser$$' ./integration_test/ -args -screenshots $(CURDIR)/docs
+
 clean:
 	$(GO) clean -testcache
+	rm -rf $(DIST)

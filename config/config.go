@@ -70,6 +70,7 @@ func Default() *Config {
 		Providers: map[string]Provider{},
 		Defaults:  Defaults{Queue: "default"},
 		Tenants:   Tenants{Weights: map[string]int{}},
+		Log:       Log{Format: LogText, Level: "info"},
 	}
 }
 
@@ -91,6 +92,7 @@ type Config struct {
 	Campaigns []Campaign          `yaml:"campaigns"`
 	Tenants   Tenants             `yaml:"tenants"`
 	API       API                 `yaml:"api"`
+	Log       Log                 `yaml:"log"`
 
 	src *source // where the values came from; nil for a Config built in code
 }
@@ -100,6 +102,18 @@ type Config struct {
 type Tenants struct {
 	Weights map[string]int `yaml:"weights"` // by tenant; one not listed weighs 1
 }
+
+// Log says how the worker writes its log (to stderr).
+type Log struct {
+	Format string `yaml:"format,oneof=text|json"`            // LogText or LogJSON; default text
+	Level  string `yaml:"level,oneof=debug|info|warn|error"` // the lowest level written; default info
+}
+
+// Log formats.
+const (
+	LogText = "text" // slog's key=value lines
+	LogJSON = "json" // one JSON object per line
+)
 
 // Redis says where Redis is and how to log in (see redisconn.Config).
 type Redis = redisconn.Config

@@ -52,6 +52,7 @@ func TestLoadRootConfig(t *testing.T) {
 		},
 		Defaults: Defaults{Policy: "marketing", Provider: "console", Queue: "default"},
 		Tenants:  Tenants{Weights: map[string]int{}},
+		Log:      Log{Format: LogText, Level: "info"},
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("config.yaml (-want +got):\n-%+v\n+%+v", want, c)

@@ -117,9 +117,28 @@ var yamlLine = regexp.MustCompile(`^yaml: line ([0-9]+): (.*)$`)
 func syntaxError(name string, data []byte, err error) error {
 	if m := yamlLine.FindStringSubmatch(err.Error()); m != nil {
 		line, _ := strconv.Atoi(m[1])
+		if tab := tabIndented(data, line); tab > 0 {
+			return &Error{File: name, Line: tab, Msg: "tabs are not allowed for indentation in YAML; use spaces (" + m[2] + ")"}
+		}
 		return &Error{File: name, Line: line, Msg: m[2]}
 	}
 	return &Error{File: name, Line: unreadableLine(data), Msg: yamlMessage(err)}
+}
+
+// tabIndented returns the first line up to line whose indentation holds a
+// tab, or 0: YAML's parser, meeting one, says only "found character that
+// cannot start any token", on that line or a later one.
+func tabIndented(data []byte, line int) int {
+	for i, l := range bytes.SplitN(data, []byte("\n"), line+1) {
+		if i >= line {
+			break
+		}
+		indent := l[:len(l)-len(bytes.TrimLeft(l, " \t"))]
+		if bytes.IndexByte(indent, '\t') >= 0 && len(bytes.TrimSpace(l)) > 0 && l[len(indent)] != '#' {
+			return i + 1
+		}
+	}
+	return 0
 }
 
 // yamlMessage is a yaml error on one line without its "yaml: " prefix.

@@ -48,13 +48,13 @@ func (c Checker) Check(e Entry, now time.Time) (Job, error) {
 		return Job{}, reason(err)
 	}
 	if _, ok := c.Config.Policies[n.Policy]; !ok {
-		return Job{}, c.undefined("policy", n.Policy)
+		return Job{}, c.undefined("policy", n.Policy, suggestion(n.Policy, c.Config.Policies))
 	}
 	if _, ok := c.Config.Providers[n.Provider]; !ok {
-		return Job{}, c.undefined("provider", n.Provider)
+		return Job{}, c.undefined("provider", n.Provider, suggestion(n.Provider, c.Config.Providers))
 	}
 	if _, ok := c.Config.Worker.Queues[queue]; !ok {
-		return Job{}, c.undefined("queue", queue)
+		return Job{}, c.undefined("queue", queue, suggestion(queue, c.Config.Worker.Queues))
 	}
 	if n.SendBy != nil && !n.SendBy.After(now) {
 		return Job{}, fieldErr("send_by", "%s is in the past", n.SendBy.Format(time.RFC3339Nano))
@@ -79,8 +79,8 @@ func (c Checker) Check(e Entry, now time.Time) (Job, error) {
 // task's hash in Redis (about its payload's size) for that long.
 const KeyRetention = 24 * time.Hour
 
-func (c Checker) undefined(kind, name string) error {
-	return &Error{Field: kind, Msg: fmt.Sprintf("%s %s is not defined in %s", kind, Quote(name), c.Name), bare: true}
+func (c Checker) undefined(kind, name, hint string) error {
+	return &Error{Field: kind, Msg: fmt.Sprintf("%s %s is not defined in %s%s", kind, Quote(name), c.Name, hint), bare: true}
 }
 
 // reason is what is wrong with a notification as an *Error, without the

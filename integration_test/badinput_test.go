@@ -84,13 +84,13 @@ func TestEnqueueRejectsBadLines(t *testing.T) {
 	want := `lines.jsonl:2: unknown field "recipent" (did you mean recipient?)
 lines.jsonl:3: recipient: missing
 lines.jsonl:4: not JSON: invalid character 'o' in literal null (expecting 'u') (column 2)
-lines.jsonl:5: policy "vip" is not defined in enqueue.yaml
+lines.jsonl:5: policy "vip" is not defined in enqueue.yaml (defined: pace)
 lines.jsonl:6: send_by: must be an RFC 3339 time such as 2026-11-22T10:00:00Z (got "tomorrow")
 lines.jsonl:7: send_by: 2020-01-01T00:00:00Z is in the past
 lines.jsonl:8: must be a JSON object (got array)
 lines.jsonl:10: data: must be a JSON object (got string)
-lines.jsonl:13: provider "sms" is not defined in enqueue.yaml
-lines.jsonl:14: queue "bulk" is not defined in enqueue.yaml
+lines.jsonl:13: provider "sms" is not defined in enqueue.yaml (defined: hook)
+lines.jsonl:14: queue "bulk" is not defined in enqueue.yaml (defined: default)
 lines.jsonl:15: template: missing
 lines.jsonl:16: idempotency_key: must be a string (got number)
 enqueued 2, duplicates 1, rejected 12 (16 lines)

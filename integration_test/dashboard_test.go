@@ -43,11 +43,19 @@ func chromium(t *testing.T) string {
 // TestDashboardInBrowser runs a worker process with a throttled recipient
 // and a provider booked ahead, opens /throttle and /monitoring/ in headless
 // Chromium, checks what an operator looks for is on the page, and saves a
-// screenshot of each (the test's artifacts; -screenshots DIR too).
+// screenshot of each (the test's artifacts; -screenshots DIR too, as
+// `make screenshots` does for docs/).
 func TestDashboardInBrowser(t *testing.T) {
 	browser := chromium(t)
+	// Quiet hours in London that hold now and end in two hours.
+	london, _ := time.LoadLocation("Europe/London")
+	now := time.Now().In(london)
+	quietEnd := now.Add(2 * time.Hour).Truncate(time.Minute)
+	quiet := now.Add(-time.Hour).Truncate(time.Minute).Format("15:04") + "-" + quietEnd.Format("15:04")
 	f := newFleet(t, fleetConfig{Concurrency: 4, ShutdownTimeout: 5 * time.Second, Jitter: 0,
 		Policy: "[{limit: 1, per: 1h}, {limit: 3, per: 24h}]", Rate: 0.5, Burst: 1,
+		MorePolicies: fmt.Sprintf("\n  news: {calendar: [{limit: 1, per: day}], quiet: [%q], timezone: Europe/London}"+
+			"\n  promo: {windows: [{limit: 1, per: 24h}], over_cap: drop}", quiet),
 		Campaigns: "\n  - {name: weekly-digest, cron: \"0 9 * * MON\", timezone: Europe/Paris, audience: {file: audience.txt}, template: digest}\n",
 		Files:     map[string]string{"audience.txt": "bob@example.com\n"}}, nil)
 	w := f.startWorker("w1")
@@ -98,7 +106,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	defer cancel()
 
 	base := "http://" + w.metrics
-	var bookedAhead, held, next, decided, deferrals, nextTick string
+	var bookedAhead, held, next, decided, deferrals, nextTick, overCap, newsHeld, newsUntil string
 	var throttlePNG []byte
 	err = chromedp.Run(ctx,
 		chromedp.Navigate(base+"/throttle?recipient=alice@example.com&tz=Europe/Paris"),
@@ -109,6 +117,9 @@ func TestDashboardInBrowser(t *testing.T) {
 		chromedp.Text(`p[data-policy="pace"] span[data-field="decided-by"]`, &decided, chromedp.ByQuery),
 		chromedp.Text(`tr[data-policy="pace"] td[data-field="deferred"]`, &deferrals, chromedp.ByQuery),
 		chromedp.Text(`tr[data-campaign="weekly-digest"] td[data-field="next-tick"]`, &nextTick, chromedp.ByQuery),
+		chromedp.Text(`tr[data-policy="promo"] td[data-field="over-cap"]`, &overCap, chromedp.ByQuery),
+		chromedp.Text(`p[data-policy="news"] span[data-field="decided-by"]`, &newsHeld, chromedp.ByQuery),
+		chromedp.Text(`table[data-policy="news"] tr[data-kind="quiet"] td[data-field="until"]`, &newsUntil, chromedp.ByQuery),
 		chromedp.FullScreenshot(&throttlePNG, 100),
 	)
 	if err != nil {
@@ -132,6 +143,17 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	if !strings.Contains(nextTick, " 09:00:00 CE") {
 		t.Errorf("campaign weekly-digest: next tick %q, want a Monday 09:00 in Paris time", nextTick)
+	}
+	if overCap != "drop" {
+		t.Errorf("policy promo: over the cap %q, want drop", overCap)
+	}
+	// Alice's news is held by the quiet hours until they end, in her zone:
+	// the page was asked for Europe/Paris, where they end at the same
+	// wall-clock time as in the policy's London.
+	paris := mustZone(t, "Europe/Paris")
+	end := time.Date(quietEnd.Year(), quietEnd.Month(), quietEnd.Day(), quietEnd.Hour(), quietEnd.Minute(), 0, 0, paris)
+	if wantUntil := end.Format("2006-01-02 15:04:05 MST"); newsHeld != "quiet "+quiet || newsUntil != wantUntil {
+		t.Errorf("alice's news: held by %q until %q; want quiet %s until %s", newsHeld, newsUntil, quiet, wantUntil)
 	}
 	if deferrals != "1" {
 		t.Errorf("policy pace: deferred by this worker %q, want 1", deferrals)
@@ -158,6 +180,16 @@ func TestDashboardInBrowser(t *testing.T) {
 	if strings.Contains(taskText, "alice@example.com") {
 		t.Errorf("the task's page shows the recipient unredacted")
 	}
+}
+
+// mustZone loads an IANA time zone or fails the test.
+func mustZone(t *testing.T, name string) *time.Location {
+	t.Helper()
+	loc, err := time.LoadLocation(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return loc
 }
 
 // save writes a screenshot into dir and, with -screenshots, there too.

@@ -3,9 +3,7 @@ package jobs
 import (
 	"errors"
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
-	"sync"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -93,49 +91,4 @@ func shortDuration(d time.Duration) string {
 		d = d.Round(time.Millisecond)
 	}
 	return throttle.FormatDuration(d)
-}
-
-// bookingLog sums bookings up in one log line per rule every
-// bookingLogEvery instead of a line per job: a backlog books thousands a
-// second.
-type bookingLog struct {
-	mu    sync.Mutex
-	rules map[string]*bookingSum
-}
-
-type bookingSum struct {
-	since    time.Time
-	n        int
-	furthest time.Time
-}
-
-const bookingLogEvery = 10 * time.Second
-
-// note counts a booking by rule. It logs a rule's first at once, then the
-// sum of those that follow once bookingLogEvery has passed.
-func (b *bookingLog) note(log *slog.Logger, rule string, d throttle.Decision) {
-	now := time.Now()
-	b.mu.Lock()
-	if b.rules == nil {
-		b.rules = map[string]*bookingSum{}
-	}
-	s := b.rules[rule]
-	first := s == nil
-	if first {
-		s = &bookingSum{since: now}
-		b.rules[rule] = s
-	}
-	s.n++
-	if d.At().After(s.furthest) {
-		s.furthest = d.At()
-	}
-	if !first && now.Sub(s.since) < bookingLogEvery {
-		b.mu.Unlock()
-		return
-	}
-	n, furthest, since := s.n, s.furthest, s.since
-	s.n, s.since, s.furthest = 0, now, time.Time{}
-	b.mu.Unlock()
-	log.Info("booked", "rule", rule, "jobs", n, "over", now.Sub(since).Round(time.Millisecond),
-		"furthest", clockTime(furthest, d.Now), "ahead", furthest.Sub(d.Now).Round(time.Millisecond))
 }

@@ -312,8 +312,7 @@ func (t *Throttle) fold(ctx context.Context, j job, at time.Time) error {
 		return &Deferral{Delay: 5 * time.Second, Reason: "digest unavailable: " + err.Error()}
 	}
 	t.Metrics.inc(t.Metrics.Folded, j.n.Policy)
-	t.Log.Info("folded into a digest", "task", j.id, "recipient", Redact(j.n.Recipient), "policy", j.n.Policy,
-		"digest", d.taskID(), "at", clockTime(at, time.Now()))
+	t.logFolded(&j, d.taskID(), at)
 	return errFolded
 }
 
@@ -324,12 +323,12 @@ func (t *Throttle) sendDigest(ctx context.Context, id string, task *asynq.Task) 
 	var d digestOf
 	if err := json.Unmarshal(task.Payload(), &d); err != nil || t.Digests == nil {
 		t.Metrics.inc(t.Metrics.Archived, "malformed")
-		return fmt.Errorf("malformed digest (or digests off): %v: %w", err, asynq.SkipRetry)
+		return t.logArchived(id, "malformed", fmt.Errorf("malformed digest (or digests off): %v: %w", err, asynq.SkipRetry))
 	}
 	j, err := t.route(ctx, id, Notification{Recipient: d.Recipient, Policy: d.Policy, Provider: d.Provider, Template: DigestTemplate, Tenant: d.Tenant})
 	if err != nil {
 		t.Metrics.inc(t.Metrics.Archived, "malformed")
-		return fmt.Errorf("malformed digest: %v: %w", err, asynq.SkipRetry)
+		return t.logArchived(id, "malformed", fmt.Errorf("malformed digest: %v: %w", err, asynq.SkipRetry))
 	}
 	// A digest waits for its moment like any message: it is never folded,
 	// dropped or expired, which would lose what it carries.
@@ -361,7 +360,7 @@ func (t *Throttle) sendDigest(ctx context.Context, id string, task *asynq.Task) 
 	if err := t.deliver(ctx, &j); err != nil {
 		return err
 	}
-	t.Log.Info("digest sent", "task", id, "recipient", Redact(d.Recipient), "policy", d.Policy, "messages", count)
+	t.Log.Debug("digest sent", "task", id, "recipient", Redact(d.Recipient), "policy", d.Policy, "messages", count)
 	if err := t.Digests.drop(ctx, d); err != nil {
 		t.Log.Warn("sent digest not deleted: it expires", "task", id, "err", err)
 	}

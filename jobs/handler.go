@@ -67,7 +67,7 @@ type Throttle struct {
 	// and may take their reserve (throttle.Bucket.WithReserve).
 	PriorityQueues map[string]bool
 	// OnBooked, if set, is called with every booking a job makes (the demo
-	// prints them); the log has one line per rule every 10s.
+	// prints them); the log has a line per booking (jobs/outcome.go).
 	OnBooked func(Notification, throttle.Decision)
 	// Stopping is closed when the worker starts to shut down: jobs still
 	// waiting for their moment give their admission back and are deferred.
@@ -88,7 +88,6 @@ type Throttle struct {
 	Log     *slog.Logger
 
 	defaults sync.Once
-	bookings bookingLog
 	swapped  atomic.Pointer[Rules] // set by Swap
 	zones    zones
 }
@@ -206,7 +205,7 @@ func (t *Throttle) ProcessTask(ctx context.Context, task *asynq.Task) error {
 	case TypeDigest:
 		return t.sendDigest(ctx, id, task)
 	}
-	return fmt.Errorf("jobs: Throttle runs %s and %s tasks, not %q: %w", TypeNotify, TypeDigest, task.Type(), asynq.SkipRetry)
+	return t.logArchived(id, "unknown task type", fmt.Errorf("jobs: Throttle runs %s and %s tasks, not %q: %w", TypeNotify, TypeDigest, task.Type(), asynq.SkipRetry))
 }
 
 // notify runs a notification task: decode, route, admit, send, settle.
@@ -214,8 +213,7 @@ func (t *Throttle) notify(ctx context.Context, id string, task *asynq.Task) erro
 	j, err := t.load(ctx, id, task)
 	if err != nil {
 		t.Metrics.inc(t.Metrics.Archived, "malformed")
-		t.Log.Warn("archiving malformed notification", "task", id, "err", err)
-		return fmt.Errorf("malformed notification: %v: %w", err, asynq.SkipRetry)
+		return t.logArchived(id, "malformed", fmt.Errorf("malformed notification: %v: %w", err, asynq.SkipRetry))
 	}
 	if j.policy.Shadow || j.route.Shadow {
 		t.shadow(ctx, j)
@@ -443,24 +441,22 @@ func (t *Throttle) decided(ctx context.Context, j *job, d *throttle.Decision) er
 			t.release(j.request())
 		}
 		t.Metrics.inc(t.Metrics.Dropped, j.n.Policy)
-		t.Log.Info("dropped", "task", j.id, "recipient", Redact(j.n.Recipient), "policy", j.n.Policy, "earliest", d.At())
-		return fmt.Errorf("dropped: over %s: %w", t.denier(j, d), asynq.SkipRetry)
+		return t.logDropped(j, d, t.denier(j, d), fmt.Errorf("dropped: over %s: %w", t.denier(j, d), asynq.SkipRetry))
 	}
 	if dl, what := j.deadline(); d.Expired || !dl.IsZero() && d.At().After(dl) {
 		if d.Holds() {
 			t.release(j.request())
 		}
 		t.Metrics.inc(t.Metrics.Expired, j.n.Policy)
-		t.Log.Info("expired", "task", j.id, "recipient", Redact(j.n.Recipient), "deadline", what, "earliest", d.At())
-		return fmt.Errorf("expired: %s passed before %s would allow it (earliest %s): %w",
-			what, t.denier(j, d), d.At().UTC().Format(time.RFC3339), asynq.SkipRetry)
+		return t.logExpired(j, d, what, fmt.Errorf("expired: %s passed before %s would allow it (earliest %s): %w",
+			what, t.denier(j, d), d.At().UTC().Format(time.RFC3339), asynq.SkipRetry))
 	}
 	if d.Booked {
 		return t.booked(j, d)
 	}
 	if !d.Allowed {
 		t.Metrics.inc(t.Metrics.Deferred, t.denier(j, d))
-		return &Deferral{Delay: d.Delay, Reason: "throttled by " + t.denier(j, d)}
+		return t.logDeferred(j, d, t.denier(j, d), &Deferral{Delay: d.Delay, Reason: "throttled by " + t.denier(j, d)})
 	}
 	t.Metrics.inc(t.Metrics.Admitted, j.n.Policy, j.n.Provider)
 	if !d.Claimed.IsZero() {
@@ -542,16 +538,15 @@ func (t *Throttle) booked(j *job, d *throttle.Decision) error {
 	}
 	t.Metrics.inc(t.Metrics.Bookings, event)
 	t.Metrics.BookedAhead.WithLabelValues(rule).Set(d.Delay.Seconds())
-	t.bookings.note(t.Log, rule, *d)
 	if t.OnBooked != nil {
 		t.OnBooked(j.n, *d)
 	}
-	return &Deferral{
+	return t.logBooked(j, d, rule, what, &Deferral{
 		Delay:  d.Delay,
 		Wake:   max(d.Delay-wakeEarly, 0),
 		Booked: true,
 		Reason: fmt.Sprintf("%s for %s by %s: %d ahead", what, clockTime(d.At(), d.Now), rule, d.Ahead),
-	}
+	})
 }
 
 // holds returns nil if j may be sent here, and otherwise the deferral that
@@ -636,6 +631,7 @@ func (t *Throttle) deliver(ctx context.Context, j *job) error {
 		t.Metrics.inc(t.Metrics.Sent, j.n.Provider)
 		t.Metrics.inc(t.Metrics.TenantSent, j.n.Provider, t.tenantLabel(j.n.Tenant))
 		t.markSent(ctx, j)
+		t.logSent(j)
 		return nil
 	}
 	t.Metrics.inc(t.Metrics.Failed, j.n.Provider)
@@ -659,8 +655,7 @@ func (t *Throttle) deliver(ctx context.Context, j *job) error {
 		return &Deferral{Delay: after, Reason: fmt.Sprintf("provider %s paused: %v", j.n.Provider, err)}
 	case Reject:
 		t.Metrics.inc(t.Metrics.Archived, "rejected")
-		t.Log.Warn("provider rejected notification", "task", j.id, "err", err)
-		return fmt.Errorf("rejected: %v: %w", err, asynq.SkipRetry)
+		return t.logArchived(j.id, "rejected by the provider", fmt.Errorf("rejected: %v: %w", err, asynq.SkipRetry))
 	default:
 		t.Log.Warn("send failed; will retry", "task", j.id, "err", err)
 		return err

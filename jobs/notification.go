@@ -116,6 +116,9 @@ func (n *Notification) Check() error {
 	if err := field("recipient", n.Recipient, MaxRecipientLen); err != nil {
 		return err
 	}
+	if err := noControl("recipient", n.Recipient); err != nil {
+		return err
+	}
 	if err := field("template", n.Template, MaxTemplateLen); err != nil {
 		return err
 	}
@@ -149,12 +152,27 @@ func checkTenant(tenant string) error {
 	case !utf8.ValidString(tenant):
 		return bad("tenant", "not UTF-8")
 	}
-	for i, r := range tenant {
+	return noControl("tenant", tenant)
+}
+
+// noControl refuses a control character in field's value v: a recipient
+// or tenant names keys in Redis and appears in log lines and the dashboard,
+// where a NUL or a newline would pass for something else.
+func noControl(field, v string) error {
+	for i, r := range v {
 		if unicode.IsControl(r) {
-			return bad("tenant", "control character %U (byte %d)", r, i+1)
+			return bad(field, "control character %U (byte %d)", r, i+1)
 		}
 	}
 	return nil
+}
+
+// CheckRecipient reports what is wrong with a recipient, as Check words it
+// ("recipient: control character U+0000 (byte 2)"), for the views that
+// take one outside a notification (the dashboard's lookups).
+func CheckRecipient(recipient string) error {
+	n := Notification{Recipient: recipient, Template: "-", Policy: "-", Provider: "-"}
+	return n.Check()
 }
 
 // Decode parses and checks a task payload strictly: unknown fields, a

@@ -22,7 +22,7 @@ import (
 // idempotency key are duplicates.
 func TestFileMixed(t *testing.T) {
 	h := newHarness(t)
-	const wantRejects = `testdata/mixed.jsonl:3: policy "vip" is not defined in testdata/config.yaml
+	const wantRejects = `testdata/mixed.jsonl:3: policy "vip" is not defined in testdata/config.yaml (defined: marketing, transactional)
 testdata/mixed.jsonl:6: recipient: missing
 `
 	out := h.runArgs("-file", "testdata/mixed.jsonl")
@@ -152,9 +152,11 @@ func TestBadLines(t *testing.T) {
 		"tenant_number.jsonl":      `tenant: must be a string (got number)`,
 		"long_tenant.jsonl":        `tenant: 257 bytes, longer than 256`,
 		"tenant_control.jsonl":     `tenant: control character U+0000 (byte 5)`,
-		"undefined_policy.jsonl":   `policy "vip" is not defined in testdata/config.yaml`,
-		"undefined_provider.jsonl": `provider "pigeon" is not defined in testdata/config.yaml`,
-		"undefined_queue.jsonl":    `queue "bulk" is not defined in testdata/config.yaml`,
+		"recipient_control.jsonl":  `recipient: control character U+0000 (byte 2)`,
+		"misspelled_policy.jsonl":  `policy "marketng" is not defined in testdata/config.yaml (did you mean marketing?)`,
+		"undefined_policy.jsonl":   `policy "vip" is not defined in testdata/config.yaml (defined: marketing, transactional)`,
+		"undefined_provider.jsonl": `provider "pigeon" is not defined in testdata/config.yaml (defined: console, sms)`,
+		"undefined_queue.jsonl":    `queue "bulk" is not defined in testdata/config.yaml (defined: critical, default, low)`,
 		"key_number.jsonl":         `idempotency_key: must be a string (got number)`,
 		"not_utf8.jsonl":           `not UTF-8 (byte 16)`,
 	}
@@ -264,7 +266,7 @@ enqueued 2, duplicates 0, rejected 1 (4 lines)
 // TestProgress checks that the progress bar is drawn on a terminal only,
 // and that it leaves the reports and the summary whole.
 func TestProgress(t *testing.T) {
-	const want = `testdata/mixed.jsonl:3: policy "vip" is not defined in testdata/config.yaml
+	const want = `testdata/mixed.jsonl:3: policy "vip" is not defined in testdata/config.yaml (defined: marketing, transactional)
 testdata/mixed.jsonl:6: recipient: missing
 enqueued 4, duplicates 0, rejected 2 (8 lines)
 `

@@ -4,7 +4,8 @@
 // there; the config's defaults fill what it leaves out) before anything is
 // enqueued.
 //
-// Usage:
+// Usage (make release names the binary throttler-enqueue; go build and go
+// install name it after this directory, enqueue):
 //
 //	enqueue [-config config.yaml] -to RECIPIENT -template NAME [-policy P] [-provider P]
 //	        [-data '{"k":"v"}'] [-queue Q] [-key IDEMPOTENCY_KEY] [-send-by TIME|DURATION] [-tz ZONE]
@@ -32,7 +33,12 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/notify-throttle/throttler/config"
+	"github.com/notify-throttle/throttler/internal/buildinfo"
 )
+
+// name is the release binary's name, for -version. Messages say "enqueue:",
+// the name the command goes by.
+const name = "throttler-enqueue"
 
 func main() {
 	// go-redis logs failed dials to stderr on its own; enqueue reports
@@ -131,6 +137,10 @@ func enqueue(ctx context.Context, args []string, p process) error {
 	}
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q: flags come first, values need their flag", fs.Arg(0))
+	}
+	if o.version {
+		fmt.Fprintln(p.stdout, name, buildinfo.Read())
+		return nil
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })

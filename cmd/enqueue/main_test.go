@@ -262,11 +262,11 @@ func TestOneRejected(t *testing.T) {
 		want string
 	}{
 		{"undefined policy", []string{"-to", "a@example.com", "-template", "t", "-policy", "vip"},
-			`enqueue: policy "vip" is not defined in testdata/config.yaml`},
+			`enqueue: policy "vip" is not defined in testdata/config.yaml (defined: marketing, transactional)`},
 		{"undefined provider", []string{"-to", "a@example.com", "-template", "t", "-provider", "pigeon"},
-			`enqueue: provider "pigeon" is not defined in testdata/config.yaml`},
+			`enqueue: provider "pigeon" is not defined in testdata/config.yaml (defined: console, sms)`},
 		{"undefined queue", []string{"-to", "a@example.com", "-template", "t", "-queue", "bulk"},
-			`enqueue: queue "bulk" is not defined in testdata/config.yaml`},
+			`enqueue: queue "bulk" is not defined in testdata/config.yaml (defined: critical, default, low)`},
 		{"long recipient", []string{"-to", strings.Repeat("a", 257), "-template", "t"},
 			`enqueue: recipient: 257 bytes, longer than 256`},
 		{"past deadline", []string{"-to", "a@example.com", "-template", "t", "-send-by", "2001-09-09T01:46:40Z"},
@@ -277,6 +277,10 @@ func TestOneRejected(t *testing.T) {
 			`enqueue: tenant: 257 bytes, longer than 256`},
 		{"tenant with a line break", []string{"-to", "a@example.com", "-template", "t", "-tenant", "team\na"},
 			`enqueue: tenant: control character U+000A (byte 5)`},
+		{"recipient with a NUL", []string{"-to", "a\x00b@example.com", "-template", "t"},
+			`enqueue: recipient: control character U+0000 (byte 2)`},
+		{"misspelled provider", []string{"-to", "a@example.com", "-template", "t", "-provider", "sns"},
+			`enqueue: provider "sns" is not defined in testdata/config.yaml (did you mean sms?)`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

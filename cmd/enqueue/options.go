@@ -24,6 +24,8 @@ type options struct {
 	// Campaigns: list them (runCampaigns), fire one now (runTrigger).
 	campaigns bool
 	trigger   string
+
+	version bool // print the version and exit
 }
 
 // newOptions defines the flags on fs.
@@ -49,6 +51,7 @@ func newOptions(fs *flag.FlagSet) *options {
 	fs.StringVar(&o.file, "file", "", "a JSONL `file` of notifications, one per line; - reads stdin")
 	fs.BoolVar(&o.campaigns, "campaigns", false, "list the config's campaigns with their next fire times")
 	fs.StringVar(&o.trigger, "trigger", "", "fire the campaign `name`d now: its audience is fanned out by the workers")
+	fs.BoolVar(&o.version, "version", false, "print the version and the commit it was built from, and exit")
 	return o
 }
 

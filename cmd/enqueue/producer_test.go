@@ -40,7 +40,7 @@ defaults: {policy: marketing, provider: hook}
 	wantPending(t, h, map[string]int{"default": 2})
 	// A name is still checked.
 	bad := h.run(invocation{args: []string{"-config", path, "-to", "alice@example.com", "-template", "welcome", "-provider", "sms"}})
-	want := `provider "sms" is not defined in ` + path + "\n"
+	want := `provider "sms" is not defined in ` + path + " (defined: hook)\n"
 	if bad.code != 1 || !strings.HasSuffix(bad.stderr, want) {
 		t.Errorf("enqueue -provider sms = %d, stderr %q; want 1 and %q", bad.code, bad.stderr, want)
 	}

@@ -6,9 +6,13 @@
 //
 // Usage:
 //
-//	worker [-config config.yaml] [-demo 20s]
-//	worker -check [-connect] [-config config.yaml]
-//	worker -api-only [-config config.yaml]
+//	throttler-worker [-config config.yaml] [-demo 20s]
+//	throttler-worker -check [-connect] [-config config.yaml]
+//	throttler-worker -api-only [-config config.yaml]
+//	throttler-worker -version
+//
+// (make release names the binary throttler-worker; go build and go install
+// name it after this directory, worker.)
 //
 // With the default config (redis.url: embedded) it runs on an in-process
 // Redis for trying things out; -demo also enqueues a burst of notifications
@@ -37,6 +41,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"sync/atomic"
 	"syscall"
 	"time"
 	_ "time/tzdata" // time zones also on hosts without zoneinfo files
@@ -48,6 +53,7 @@ import (
 
 	"github.com/notify-throttle/throttler/campaign"
 	"github.com/notify-throttle/throttler/config"
+	"github.com/notify-throttle/throttler/internal/buildinfo"
 	"github.com/notify-throttle/throttler/internal/dashboard"
 	"github.com/notify-throttle/throttler/internal/redisconn"
 	"github.com/notify-throttle/throttler/internal/redisguard"
@@ -56,34 +62,61 @@ import (
 	"github.com/notify-throttle/throttler/throttle"
 )
 
+// name is the release binary's name, for -version and -h. Messages say
+// "worker:", the name the command goes by.
+const name = "throttler-worker"
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return // -h: the usage was the answer
+	stop()
+	os.Exit(exitStatus(err, os.Stderr))
+}
+
+// Exit statuses: 0 done (or -h, -version), 1 an error stopped the worker
+// (or -check found mistakes), 2 a mistake on the command line.
+const (
+	exitOK    = 0
+	exitError = 1
+	exitUsage = 2
+)
+
+// usageError is a mistake on the command line.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+// exitStatus writes err to stderr once, unless it was reported already, and
+// returns the exit status it calls for.
+func exitStatus(err error, stderr io.Writer) int {
+	var usage *usageError
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return exitOK
+	case errors.As(err, &usage):
+		fmt.Fprintf(stderr, "worker: %s\nRun 'worker -h' for usage.\n", usage.msg)
+		return exitUsage
+	case errors.Is(err, errReported):
+	default:
+		fmt.Fprintln(stderr, "worker:", err)
 	}
-	if errors.Is(err, errReported) {
-		os.Exit(1)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "worker:", err)
-		os.Exit(1)
-	}
+	return exitError
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // errors are reported once by exitStatus, -h on stdout
 	path := fs.String("config", "config.yaml", "the config file")
 	demo := fs.Duration("demo", 0, "enqueue a demo burst, run this long, print a summary per recipient and exit")
 	checkOnly := fs.Bool("check", false, "check the config as a start would, connect to nothing, and exit: 0 and a summary, or 1 and every mistake")
 	connect := fs.Bool("connect", false, "with -check: also connect to Redis (login, TLS, cluster) and say what answered")
 	apiOnly := fs.Bool("api-only", false, "serve the HTTP API on api.addr (and /healthz, /metrics on worker.http_addr) and deliver nothing; the providers' secrets are not needed")
+	showVersion := fs.Bool("version", false, "print the version and the commit it was built from, and exit")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: worker [-config config.yaml] [-demo 20s]\n"+
 			"       worker -check [-connect] [-config config.yaml]\n"+
-			"       worker -api-only [-config config.yaml]\n\n"+
+			"       worker -api-only [-config config.yaml]\n"+
+			"       worker -version\n\n"+
 			"Delivers notification jobs through the recipient policies and provider buckets in the config.\n"+
 			"REDIS_URL overrides redis.url and REDIS_PASSWORD redis.password; a secret in the config (a\n"+
 			"webhook header or URL, the Redis password or URL) may be {env: NAME} or {file: PATH} instead\n"+
@@ -100,15 +133,28 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			"  REDIS_URL=redis://127.0.0.1:6379/0 worker -config prod.yaml\n"+
 			"  worker -check -config prod.yaml           # in CI, before a deploy\n"+
 			"  worker -check -connect -config prod.yaml  # on the host, with its secrets\n"+
-			"  worker -demo 20s             # what `make demo` runs\n\nFlags:\n")
+			"  worker -demo 20s             # what `make demo` runs\n\n"+
+			"Exit status: 0 done, 1 an error stopped it (or -check found mistakes), 2 a mistake on the\n"+
+			"command line.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
-		return err
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(stdout)
+			fs.Usage()
+			return err
+		}
+		return &usageError{msg: err.Error()}
+	}
+	if fs.NArg() > 0 {
+		return &usageError{msg: fmt.Sprintf("unexpected argument %q: flags come first, values need their flag", fs.Arg(0))}
+	}
+	if *showVersion {
+		fmt.Fprintln(stdout, name, buildinfo.Read())
+		return nil
 	}
 	if *connect && !*checkOnly {
-		fmt.Fprintln(stderr, "worker: -connect goes with -check")
-		return errReported
+		return &usageError{msg: "-connect goes with -check"}
 	}
 	if *checkOnly {
 		return check(ctx, *path, *connect, stdout, stderr)
@@ -131,7 +177,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	log := slog.New(slog.NewTextHandler(stderr, nil))
+	// The HTTP address is opened before anything connects: a worker that
+	// cannot serve /healthz and /metrics stops at once, saying why, rather
+	// than run where its health check fails for the wrong reason.
+	ln, err := listen(cfg.Worker.HTTPAddr)
+	if err != nil {
+		return err
+	}
+	serving := false // from then on the HTTP server closes ln when ctx ends
+	defer func() {
+		if ln != nil && !serving {
+			ln.Close()
+		}
+	}()
+	log := newLogger(cfg.Log, stderr)
 	for _, w := range append(cfg.Warnings(), cfg.Redis.Warnings()...) {
 		log.Warn(w)
 	}
@@ -155,6 +214,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 
 	reg := prometheus.NewRegistry()
+	processMetrics(reg)
 	var counts *sentCounts
 	if *demo > 0 {
 		counts = newSentCounts()
@@ -187,31 +247,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		th.Holder = rec
 	}
 
-	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{
-		Concurrency:              cfg.Worker.Concurrency,
-		Queues:                   cfg.Queues(),
-		ShutdownTimeout:          cfg.Worker.ShutdownTimeout,
-		TaskCheckInterval:        cfg.Worker.PollInterval,
-		IsFailure:                jobs.IsFailure,
-		RetryDelayFunc:           jobs.RetryDelay(cfg.Worker.Jitter),
-		DelayedTaskCheckInterval: time.Second,
-		LogLevel:                 asynq.WarnLevel,
-		Logger:                   guard.AsynqLogger(),
-		ErrorHandler: asynq.ErrorHandlerFunc(func(ctx context.Context, t *asynq.Task, err error) {
-			id, _ := asynq.GetTaskID(ctx)
-			var d *jobs.Deferral
-			if errors.As(err, &d) {
-				// A booking is summed up per rule by the throttle's log: a
-				// backlog books thousands a second. A deferral without
-				// booking (book off, a cluster) is logged with its reason.
-				if !d.Booked {
-					log.Info("deferred", "task", id, "reason", d.Error())
-				}
-				return
-			}
-			log.Warn("job failed", "task", id, "err", err)
-		}),
-	})
+	srv := newServer(cfg, rdb, newOutcomes(log), guard.AsynqLogger())
 	campaigns, err := campaign.New(cfg, rdb, campaign.Options{Log: log})
 	if err != nil {
 		return err
@@ -242,17 +278,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := srv.Start(mux); err != nil {
 		return fmt.Errorf("start: %w", err)
 	}
-	if cfg.Worker.HTTPAddr != "" {
-		if ln, dash := listenHTTP(cfg, secret, rdb, reg, campaigns, log); ln != nil {
-			base := "http://" + ln.Addr().String()
-			if dash != nil {
-				log.Info("dashboard", "throttle", base+"/throttle", "queues", base+"/monitoring/", "auth", cmp.Or(cfg.Worker.Dashboard.Auth, "none"))
-				if *demo > 0 {
-					fmt.Fprintf(stdout, "demo: dashboard at %s/throttle (a recipient: %s/throttle?recipient=alice@example.com) and %s/monitoring/ while the demo runs\n", base, base, base)
-				}
+	// running is the config in effect, replaced by every reload.
+	running := &atomic.Pointer[config.Config]{}
+	running.Store(cfg)
+	if ln != nil {
+		dash := newDashboard(running, secret, rdb, reg, campaigns)
+		base := "http://" + ln.Addr().String()
+		if dash != nil {
+			log.Info("dashboard", "throttle", base+"/throttle", "queues", base+"/monitoring/", "auth", cmp.Or(cfg.Worker.Dashboard.Auth, "none"))
+			if *demo > 0 {
+				fmt.Fprintf(stdout, "demo: dashboard at %s/throttle (a recipient: %s/throttle?recipient=alice@example.com) and %s/monitoring/ while the demo runs\n", base, base, base)
 			}
-			go serveHTTP(ctx, ln, dash, rdb, reg, log)
 		}
+		serving = true
+		go serveHTTP(ctx, ln, dash, rdb, reg, log)
 	}
 	go jobs.WatchClock(ctx, rdb, th.Metrics, log)
 	// Every worker runs the campaign schedules: the fan-out task IDs make
@@ -263,7 +302,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		defer close(campaignsDone)
 		_ = campaigns.Run(campaignCtx)
 	}()
-	rl := &reloader{path: *path, running: cfg, senders: built, th: th, stdout: stdout, stderr: stderr, log: log, counts: counts, rdb: rdb}
+	rl := &reloader{path: *path, running: running, senders: built, th: th, stdout: stdout, stderr: stderr, log: log, counts: counts,
+		reloads: newReloads(reg), rdb: rdb}
 	go rl.run(ctx, hup)
 	log.Info("worker started", "concurrency", cfg.Worker.Concurrency, "queues", cfg.Queues(), "campaigns", len(cfg.Campaigns))
 
@@ -278,6 +318,23 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	<-campaignsDone
 	srv.Shutdown()
 	return err // the deferred stopRecovery then leaves the fleet's beats
+}
+
+// newServer returns the asynq server of the worker's handlers: outs logs
+// the outcomes the handlers do not, and filters asynq's lines in base.
+func newServer(cfg *config.Config, rdb redis.UniversalClient, outs *outcomes, base asynq.Logger) *asynq.Server {
+	return asynq.NewServerFromRedisClient(rdb, asynq.Config{
+		Concurrency:              cfg.Worker.Concurrency,
+		Queues:                   cfg.Queues(),
+		ShutdownTimeout:          cfg.Worker.ShutdownTimeout,
+		TaskCheckInterval:        cfg.Worker.PollInterval,
+		IsFailure:                jobs.IsFailure,
+		RetryDelayFunc:           jobs.RetryDelay(cfg.Worker.Jitter),
+		DelayedTaskCheckInterval: time.Second,
+		LogLevel:                 asynq.WarnLevel,
+		Logger:                   outs.asynqLogger(base),
+		ErrorHandler:             asynq.ErrorHandlerFunc(outs.handleError),
+	})
 }
 
 // newThrottle builds the notification handler from the config: rules, providers,
@@ -357,18 +414,26 @@ func serveHTTP(ctx context.Context, ln net.Listener, dash http.Handler, rdb redi
 	}
 }
 
-// listenHTTP opens the worker's HTTP address and builds the dashboard the
-// config asks for, with its secret. An address that cannot be listened on
-// is logged, and the worker runs without it, as it always has.
-func listenHTTP(cfg *config.Config, secret string, rdb redis.UniversalClient, reg *prometheus.Registry, campaigns *campaign.Runner, log *slog.Logger) (net.Listener, http.Handler) {
-	var dash http.Handler
-	if cfg.Worker.Dashboard.Enabled {
-		dash = dashboard.New(dashboard.Options{Redis: rdb, Config: cfg, Secret: secret, Campaigns: campaigns, Metrics: reg})
-	}
-	ln, err := net.Listen("tcp", cfg.Worker.HTTPAddr)
-	if err != nil {
-		log.Warn("http server: not serving /healthz, /metrics or the dashboard", "addr", cfg.Worker.HTTPAddr, "err", err)
+// listen opens the worker's HTTP address (worker.http_addr); none when it
+// is empty. An address that cannot be listened on is an error: the worker
+// does not start without /healthz and /metrics.
+func listen(addr string) (net.Listener, error) {
+	if addr == "" {
 		return nil, nil
 	}
-	return ln, dash
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("worker.http_addr: cannot serve /healthz, /metrics and the dashboard on %s: %w", addr, err)
+	}
+	return ln, nil
+}
+
+// newDashboard builds the dashboard the config asks for, with its secret;
+// nil when worker.dashboard turns it off.
+func newDashboard(running *atomic.Pointer[config.Config], secret string, rdb redis.UniversalClient, reg *prometheus.Registry, campaigns *campaign.Runner) http.Handler {
+	cfg := running.Load()
+	if !cfg.Worker.Dashboard.Enabled {
+		return nil
+	}
+	return dashboard.New(dashboard.Options{Redis: rdb, Config: cfg, Current: running.Load, Secret: secret, Campaigns: campaigns, Metrics: reg})
 }

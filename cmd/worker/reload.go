@@ -9,7 +9,9 @@ import (
 	"os"
 	"reflect"
 	"slices"
+	"sync/atomic"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/notify-throttle/throttler/config"
@@ -94,14 +96,18 @@ func newSender(name string, p config.Provider, stdout io.Writer) (jobs.Provider,
 
 // reloader re-reads the config file on SIGHUP (see reload).
 type reloader struct {
-	path    string
-	running *config.Config
+	path string
+	// running is the config in effect: the dashboard reads it at every
+	// request, so that it shows what a reload applied.
+	running *atomic.Pointer[config.Config]
 	senders senders
 	th      *jobs.Throttle
 	stdout  io.Writer
 	stderr  io.Writer
 	log     *slog.Logger
 	counts  *sentCounts // the demo's, else nil
+	// reloads counts the reloads by result (newReloads); nil counts none.
+	reloads *prometheus.CounterVec
 	rdb     redis.UniversalClient
 }
 
@@ -140,20 +146,31 @@ func (r *reloader) reload(ctx context.Context) {
 	if err != nil {
 		fmt.Fprintln(r.stderr, err)
 		r.log.Error("config reload refused: the running config stays", "file", r.path)
+		r.count(reloadRefused)
 		return
 	}
 	for _, w := range append(cfg.Warnings(), cfg.Redis.Warnings()...) {
 		r.log.Warn(w)
 	}
-	old := r.running
+	old := r.running.Load()
 	if !reflect.DeepEqual(cfg.Redis, old.Redis) || !reflect.DeepEqual(cfg.Worker, old.Worker) ||
-		!reflect.DeepEqual(cfg.Campaigns, old.Campaigns) || cfg.Defaults != old.Defaults || !reflect.DeepEqual(cfg.API, old.API) {
-		r.log.Warn("config reload: changes to redis, worker, campaigns, defaults or api take effect at the next start")
+		!reflect.DeepEqual(cfg.Campaigns, old.Campaigns) || cfg.Defaults != old.Defaults || !reflect.DeepEqual(cfg.API, old.API) ||
+		cfg.Log != old.Log {
+		r.log.Warn("config reload: changes to redis, worker, campaigns, defaults, api or log take effect at the next start")
 	}
 	r.th.Swap(rules)
-	r.running, r.senders = cfg, built
+	r.running.Store(cfg)
+	r.senders = built
 	r.log.Info("config reloaded", "file", r.path, "policies", len(cfg.Policies), "providers", len(cfg.Providers))
+	r.count(reloadSuccess)
 	repace(ctx, r.th, r.rdb, cfg, r.log)
+}
+
+// count counts a reload's result.
+func (r *reloader) count(result string) {
+	if r.reloads != nil {
+		r.reloads.WithLabelValues(result).Inc()
+	}
 }
 
 // repace moves the work waiting on each provider whose rate changed to its

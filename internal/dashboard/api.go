@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,9 +12,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/notify-throttle/throttler/campaign"
+	"github.com/notify-throttle/throttler/config"
 	"github.com/notify-throttle/throttler/internal/inspect"
 	"github.com/notify-throttle/throttler/jobs"
 	"github.com/notify-throttle/throttler/throttle"
@@ -54,9 +55,14 @@ func newPage[T any](items []T, r *http.Request, offset, limit int, total int64) 
 
 // providerView is a provider's bucket as /throttle/api/providers shows it.
 type providerView struct {
-	Name        string        `json:"name"`
-	Rate        float64       `json:"rate"`
-	Burst       int           `json:"burst"`
+	Name  string  `json:"name"`
+	Type  string  `json:"type"`
+	Rate  float64 `json:"rate"`
+	Burst int     `json:"burst"`
+	// PriorityReserve is the burst kept for priority queues' jobs.
+	PriorityReserve int `json:"priority_reserve"`
+	// Shadow: the bucket is not taken; what it would do is only logged.
+	Shadow      bool          `json:"shadow"`
 	Tokens      float64       `json:"tokens"`
 	BookedAhead float64       `json:"booked_ahead_seconds"`
 	Bookings    int64         `json:"bookings_held"`
@@ -84,13 +90,15 @@ func bookingViews(b []inspect.Booking, loc *time.Location) []bookingView {
 }
 
 func (d *Dashboard) providers(ctx context.Context, r *http.Request, offset, limit int) (page[providerView], error) {
-	st, err := d.in.Providers(ctx, offset, limit, bookingsShown)
+	l := d.current()
+	st, err := l.in.Providers(ctx, offset, limit, bookingsShown)
 	if err != nil {
 		return page[providerView]{}, err
 	}
 	var out []providerView
 	for _, p := range st {
-		v := providerView{Name: p.Name, Rate: p.Rate, Burst: p.Burst, Tokens: math.Round(p.Tokens*1000) / 1000,
+		c := l.cfg.Providers[p.Name]
+		v := providerView{Name: p.Name, Type: c.Type, Rate: p.Rate, Burst: p.Burst, PriorityReserve: c.PriorityReserve, Shadow: c.Shadow, Tokens: math.Round(p.Tokens*1000) / 1000,
 			BookedAhead: float64(p.Bookings.Ahead) / 1e6, Bookings: p.Bookings.Held, Booked: bookingViews(p.Bookings.Tasks, time.UTC),
 			BinSeconds: inspect.SendBin.Seconds(), Now: p.Now}
 		if !p.PausedUntil.IsZero() {
@@ -101,15 +109,24 @@ func (d *Dashboard) providers(ctx context.Context, r *http.Request, offset, limi
 		}
 		out = append(out, v)
 	}
-	return newPage(out, r, offset, limit, int64(d.in.ProviderCount())), nil
+	return newPage(out, r, offset, limit, int64(l.in.ProviderCount())), nil
 }
 
 // policyView is a policy as /throttle/api/policies shows it.
 type policyView struct {
 	Name    string       `json:"name"`
 	Windows []windowView `json:"windows"`
-	// OverCap is what happens to a message over the policy's windows.
-	OverCap string `json:"over_cap"`
+	// Calendar are its calendar windows ("1 per day") and Quiet its quiet
+	// hours, in Timezone unless a notification names its recipient's.
+	Calendar []string `json:"calendar"`
+	Quiet    []string `json:"quiet"`
+	Timezone string   `json:"timezone"`
+	// OverCap is what happens to a message over the policy's windows:
+	// defer, drop or digest; MaxDelay, with defer, how long at most.
+	OverCap      string   `json:"over_cap"`
+	MaxDelay     string   `json:"max_delay"`
+	CountsToward []string `json:"counts_toward"`
+	Shadow       bool     `json:"shadow"`
 	// Deferred counts this worker's deferrals by the policy since it
 	// started (the throttler_deferred_total metric); null without metrics.
 	Deferred *float64 `json:"deferred_by_this_worker"`
@@ -130,11 +147,21 @@ func windowViews(ws []inspect.Window) []windowView {
 }
 
 func (d *Dashboard) policies(r *http.Request, offset, limit int) page[policyView] {
-	all := d.in.Policies()
+	l := d.current()
+	all := l.in.Policies()
 	deferred := d.deferred()
 	var out []policyView
 	for _, p := range all[min(offset, len(all)):min(len(all), offset+limit)] {
-		v := policyView{Name: p.Name, Windows: windowViews(p.Windows), OverCap: "defer"}
+		c := l.cfg.Policies[p.Name]
+		v := policyView{Name: p.Name, Windows: windowViews(p.Windows), OverCap: cmp.Or(c.OverCap, config.OverCapDefer),
+			Calendar: []string{}, Quiet: append([]string{}, c.Quiet...), Timezone: cmp.Or(c.TimeZone, "UTC"),
+			CountsToward: append([]string{}, c.CountsToward...), Shadow: c.Shadow}
+		if c.MaxDelay > 0 {
+			v.MaxDelay = throttle.FormatDuration(c.MaxDelay)
+		}
+		for _, cw := range c.Calendar {
+			v.Calendar = append(v.Calendar, calendarText(cw))
+		}
 		if deferred != nil {
 			n := deferred[p.Name]
 			v.Deferred = &n
@@ -190,11 +217,22 @@ type recipientPolicy struct {
 	Next time.Time `json:"next"`
 	// NextIn is how long until then, in seconds; 0 when it may go now.
 	NextIn float64 `json:"next_in_seconds"`
-	// DecidedBy names the window that sets Next ("1 per 24h"), or says
-	// the recipient's earlier bookings do; "" when nothing holds a message
-	// back.
-	DecidedBy string          `json:"decided_by"`
-	Entries   page[entryView] `json:"entries"`
+	// DecidedBy names the rule that sets Next ("1 per 24h", "quiet
+	// 21:00-08:00", "provider sms (2/s burst 1)"), or says the recipient's
+	// earlier bookings do; "" when nothing holds a message back.
+	DecidedBy string `json:"decided_by"`
+	// Zone is the recipient's time zone the calendar windows and quiet
+	// hours are placed in: the lookup's tz, else the policy's timezone.
+	Zone string `json:"zone"`
+	// Provider is the provider whose bucket is among Rules: the lookup's,
+	// else defaults.provider ("" when neither names one).
+	Provider string `json:"provider"`
+	// Rules are every rule that can hold a message of the recipient under
+	// the policy, each with when it next lets one go; HeldBy is the one
+	// that holds it now (null when none does), as Next and DecidedBy say.
+	Rules   []ruleView      `json:"rules"`
+	HeldBy  *ruleView       `json:"held_by"`
+	Entries page[entryView] `json:"entries"`
 }
 
 type recipientWindow struct {
@@ -217,8 +255,9 @@ type entryView struct {
 	Frees []*time.Time `json:"frees"`
 }
 
-func (d *Dashboard) recipient(ctx context.Context, r *http.Request, id string, loc *time.Location, offset, limit int) (recipientView, error) {
-	st, err := d.in.Recipient(ctx, id, offset, limit, bookingsShown)
+func (d *Dashboard) recipient(ctx context.Context, r *http.Request, q lookup, offset, limit int) (recipientView, error) {
+	l, id, loc := d.current(), q.id, q.show
+	st, err := l.in.Recipient(ctx, id, offset, limit, bookingsShown)
 	if err != nil {
 		return recipientView{}, err
 	}
@@ -253,6 +292,9 @@ func (d *Dashboard) recipient(ctx context.Context, r *http.Request, id string, l
 			entries = append(entries, ev)
 		}
 		rp.Entries = newPage(entries, r, offset, limit, p.Total)
+		if err := d.holders(ctx, l, q, p, st.Now, &rp); err != nil {
+			return recipientView{}, err
+		}
 		v.Policies = append(v.Policies, rp)
 	}
 	return v, nil
@@ -340,15 +382,14 @@ func zone(q url.Values) (*time.Location, error) {
 }
 
 // checkRecipient says what is wrong with a recipient id, as the worker's
-// payload check would.
+// payload check does (jobs.CheckRecipient): missing, too long, not UTF-8,
+// a control character.
 func checkRecipient(id string) error {
-	switch {
-	case id == "":
-		return badRequest{"recipient: missing"}
-	case len(id) > jobs.MaxRecipientLen:
-		return badRequest{fmt.Sprintf("recipient: %d bytes, longer than %d", len(id), jobs.MaxRecipientLen)}
-	case !utf8.ValidString(id):
-		return badRequest{"recipient: not UTF-8"}
+	var fe *jobs.FieldError
+	if err := jobs.CheckRecipient(id); errors.As(err, &fe) {
+		return badRequest{fe.Error()}
+	} else if err != nil {
+		return badRequest{err.Error()}
 	}
 	return nil
 }
@@ -367,15 +408,11 @@ func (d *Dashboard) apiCampaigns(w http.ResponseWriter, r *http.Request) {
 
 func (d *Dashboard) apiRecipient(w http.ResponseWriter, r *http.Request) {
 	d.serveJSON(w, r, func(ctx context.Context, offset, limit int) (any, error) {
-		id := r.PathValue("id")
-		if err := checkRecipient(id); err != nil {
-			return nil, err
-		}
-		loc, err := zone(r.URL.Query())
+		q, err := d.parseLookup(r.PathValue("id"), r.URL.Query())
 		if err != nil {
 			return nil, err
 		}
-		return d.recipient(ctx, r, id, loc, offset, limit)
+		return d.recipient(ctx, r, q, offset, limit)
 	})
 }
 

@@ -14,6 +14,7 @@ import (
 	"crypto/subtle"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,6 +23,7 @@ import (
 	"github.com/notify-throttle/throttler/campaign"
 	"github.com/notify-throttle/throttler/config"
 	"github.com/notify-throttle/throttler/internal/inspect"
+	"github.com/notify-throttle/throttler/throttle"
 )
 
 // Options configure a dashboard.
@@ -31,6 +33,12 @@ type Options struct {
 	// Config gives the policies, providers, campaigns, key prefix and the
 	// dashboard's settings (worker.dashboard).
 	Config *config.Config
+	// Current, if set, returns the config in effect, read at every request:
+	// a reload (SIGHUP) replaces the policies and providers, and the views
+	// show the new ones at once. Nil: Config, always. Config still gives
+	// the campaigns, the key prefix and the dashboard's own settings, which
+	// a reload does not change.
+	Current func() *config.Config
 	// Secret is the password (basic auth) or token (bearer) the config's
 	// dashboard.auth asks for; "" when it asks for none.
 	Secret string
@@ -39,6 +47,25 @@ type Options struct {
 	// Metrics is the worker's registry, for its deferral counts; nil
 	// shows none.
 	Metrics prometheus.Gatherer
+	// Suppressions says whether a recipient is suppressed; nil shows no
+	// suppression among the rules that hold a recipient.
+	Suppressions Suppressions
+}
+
+// Suppressions is what the dashboard asks of a suppression list (a
+// recipient who unsubscribed or bounced gets nothing): whether recipient
+// is suppressed now, why, and until when. A suppression, where one exists,
+// is shown first among the rules that hold the recipient's messages.
+type Suppressions interface {
+	Suppressed(ctx context.Context, recipient string) (Suppression, bool, error)
+}
+
+// Suppression is one recipient's suppression.
+type Suppression struct {
+	// Reason says why ("unsubscribed", "hard bounce").
+	Reason string
+	// Until is when it ends; zero: until it is lifted.
+	Until time.Time
 }
 
 // Campaigns reports each campaign's last fan-out (campaign.Runner does).
@@ -50,13 +77,57 @@ type Campaigns interface {
 // /monitoring/.
 type Dashboard struct {
 	opts Options
-	in   *inspect.Inspector
+	lim  *throttle.Limiter // asks the rules what holds a recipient (Check writes nothing)
 	mux  *http.ServeMux
+	live atomic.Pointer[live]
+}
+
+// live is what the views read of the config in effect (Options.Current):
+// made again when a reload replaces it.
+type live struct {
+	cfg     *config.Config
+	in      *inspect.Inspector
+	quotas  map[string]*throttle.Quota
+	buckets map[string]*throttle.Bucket
 }
 
 // New returns the dashboard of opts.
 func New(opts Options) *Dashboard {
 	cfg := opts.Config
+	d := &Dashboard{opts: opts, mux: http.NewServeMux()}
+	// The prefix is valid (the config checked it) and the remembered takes
+	// are only read by Check: neither can fail here.
+	d.lim, _ = throttle.New(opts.Redis, throttle.Options{Prefix: cfg.Redis.Prefix, Remember: cfg.Worker.RememberTakes})
+	d.mux.HandleFunc("GET /throttle", d.page)
+	d.mux.HandleFunc("GET /throttle/{$}", d.page)
+	d.mux.HandleFunc("GET /throttle/api/{$}", d.apiIndex)
+	d.mux.HandleFunc("GET /throttle/api", d.apiIndex)
+	d.mux.HandleFunc("GET /throttle/api/providers", d.apiProviders)
+	d.mux.HandleFunc("GET /throttle/api/policies", d.apiPolicies)
+	d.mux.HandleFunc("GET /throttle/api/recipients/{id}", d.apiRecipient)
+	d.mux.HandleFunc("GET /throttle/api/campaigns", d.apiCampaigns)
+	d.mux.Handle("/monitoring/", monitoring(opts.Redis, cfg.Worker.Dashboard.Actions))
+	d.mux.Handle("GET /monitoring", http.RedirectHandler("/monitoring/", http.StatusMovedPermanently))
+	return d
+}
+
+// current returns the views' state of the config in effect.
+func (d *Dashboard) current() *live {
+	cfg := d.opts.Config
+	if d.opts.Current != nil {
+		if c := d.opts.Current(); c != nil {
+			cfg = c
+		}
+	}
+	if l := d.live.Load(); l != nil && l.cfg == cfg {
+		return l
+	}
+	l := newLive(d.opts.Redis, cfg)
+	d.live.Store(l)
+	return l
+}
+
+func newLive(rdb redis.UniversalClient, cfg *config.Config) *live {
 	var pols []inspect.Policy
 	for name, p := range cfg.Policies {
 		ip := inspect.Policy{Name: name, Margin: cfg.Worker.WindowMargin}
@@ -69,16 +140,9 @@ func New(opts Options) *Dashboard {
 	for name, p := range cfg.Providers {
 		provs = append(provs, inspect.Provider{Name: name, Rate: p.Rate, Burst: p.Burst})
 	}
-	d := &Dashboard{opts: opts, in: inspect.New(opts.Redis, cfg.Redis.Prefix, pols, provs), mux: http.NewServeMux()}
-	d.mux.HandleFunc("GET /throttle", d.page)
-	d.mux.HandleFunc("GET /throttle/{$}", d.page)
-	d.mux.HandleFunc("GET /throttle/api/providers", d.apiProviders)
-	d.mux.HandleFunc("GET /throttle/api/policies", d.apiPolicies)
-	d.mux.HandleFunc("GET /throttle/api/recipients/{id}", d.apiRecipient)
-	d.mux.HandleFunc("GET /throttle/api/campaigns", d.apiCampaigns)
-	d.mux.Handle("/monitoring/", monitoring(opts.Redis, cfg.Worker.Dashboard.Actions))
-	d.mux.Handle("GET /monitoring", http.RedirectHandler("/monitoring/", http.StatusMovedPermanently))
-	return d
+	l := &live{cfg: cfg, in: inspect.New(rdb, cfg.Redis.Prefix, pols, provs)}
+	l.quotas, l.buckets, _ = cfg.Rules() // a loaded config's rules build
+	return l
 }
 
 // ServeHTTP checks access, then serves the request.

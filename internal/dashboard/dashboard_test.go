@@ -38,8 +38,9 @@ func TestAPIShapes(t *testing.T) {
 		item []string // the keys of the first item
 	}{
 		{"/throttle/api/providers", []string{"bin_seconds", "booked_ahead_seconds", "bookings", "bookings_held", "burst", "name", "now",
-			"paused", "paused_until", "rate", "sends_per_second", "tokens"}},
-		{"/throttle/api/policies", []string{"deferred_by_this_worker", "name", "over_cap", "windows"}},
+			"paused", "paused_until", "priority_reserve", "rate", "sends_per_second", "shadow", "tokens", "type"}},
+		{"/throttle/api/policies", []string{"calendar", "counts_toward", "deferred_by_this_worker", "max_delay", "name", "over_cap",
+			"quiet", "shadow", "timezone", "windows"}},
 		{"/throttle/api/campaigns", []string{"cron", "fanout_done", "fanout_enqueued", "fanout_existing", "fanout_invalid", "fanout_read",
 			"last_tick", "name", "next_tick", "timezone"}},
 	}
@@ -59,6 +60,15 @@ func TestAPIShapes(t *testing.T) {
 			t.Errorf("%s: item keys (-want +got)\n-%v\n+%v", tt.path, tt.item, k)
 		}
 	}
+	// The values are the config's, not placeholders (over_cap was "defer"
+	// for every policy); TestPoliciesShowTheRunningConfig checks each.
+	var pols page[policyView]
+	e.getJSON(t, "/throttle/api/policies", &pols)
+	for _, p := range pols.Items {
+		if want := e.cfg.Policies[p.Name].OverCap; p.OverCap != want || want == "" {
+			t.Errorf("policy %s: over_cap %q, want the config's %q", p.Name, p.OverCap, want)
+		}
+	}
 	var r map[string]any
 	e.getJSON(t, "/throttle/api/recipients/alice@example.com", &r)
 	want := []string{"booked_ahead_seconds", "bookings", "bookings_held", "now", "policies", "recipient", "zone"}
@@ -66,7 +76,7 @@ func TestAPIShapes(t *testing.T) {
 		t.Errorf("recipient keys (-want +got)\n-%v\n+%v", want, k)
 	}
 	pol := r["policies"].([]any)[0].(map[string]any)
-	want = []string{"decided_by", "entries", "next", "next_in_seconds", "policy", "windows"}
+	want = []string{"decided_by", "entries", "held_by", "next", "next_in_seconds", "policy", "provider", "rules", "windows", "zone"}
 	if k := keys(pol); !reflect.DeepEqual(k, want) {
 		t.Errorf("recipient policy keys (-want +got)\n-%v\n+%v", want, k)
 	}

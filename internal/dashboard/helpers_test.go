@@ -55,7 +55,13 @@ type dashOpt func(*Options)
 
 func newEnv(t testing.TB, workerYAML string, rdb redis.UniversalClient, opts ...dashOpt) *env {
 	t.Helper()
-	cfg, err := config.Parse("test.yaml", []byte(fmt.Sprintf(testYAML, workerYAML)))
+	return newEnvYAML(t, fmt.Sprintf(testYAML, workerYAML), rdb, opts...)
+}
+
+// newEnvYAML is newEnv with a config of the test's own.
+func newEnvYAML(t testing.TB, yaml string, rdb redis.UniversalClient, opts ...dashOpt) *env {
+	t.Helper()
+	cfg, err := config.Parse("test.yaml", []byte(yaml))
 	if err != nil {
 		t.Fatal(err)
 	}

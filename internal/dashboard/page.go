@@ -37,6 +37,7 @@ type pageData struct {
 	// Recipient is the one looked up, if any.
 	Query     string
 	Zone      string
+	Provider  string
 	Recipient *recipientView
 	Error     string // what was wrong with the lookup
 }
@@ -48,7 +49,7 @@ func (d *Dashboard) page(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
 	defer cancel()
 	q := r.URL.Query()
-	data := pageData{Now: time.Now().UTC(), Query: q.Get("recipient"), Zone: q.Get("tz"),
+	data := pageData{Now: time.Now().UTC(), Query: q.Get("recipient"), Zone: q.Get("tz"), Provider: q.Get("provider"),
 		ChartSpan: throttle.FormatDuration(inspect.SendBin * inspect.SendBins)}
 	var err error
 	if data.Providers, err = d.providers(ctx, r, 0, defaultLimit); err != nil {
@@ -86,11 +87,7 @@ func (d *Dashboard) page(w http.ResponseWriter, r *http.Request) {
 
 func (d *Dashboard) lookup(ctx context.Context, r *http.Request) (recipientView, error) {
 	q := r.URL.Query()
-	id := q.Get("recipient")
-	if err := checkRecipient(id); err != nil {
-		return recipientView{}, err
-	}
-	loc, err := zone(q)
+	lq, err := d.parseLookup(q.Get("recipient"), q)
 	if err != nil {
 		return recipientView{}, err
 	}
@@ -98,7 +95,7 @@ func (d *Dashboard) lookup(ctx context.Context, r *http.Request) (recipientView,
 	if err != nil {
 		return recipientView{}, err
 	}
-	return d.recipient(ctx, r, id, loc, offset, limit)
+	return d.recipient(ctx, r, lq, offset, limit)
 }
 
 // when shows a moment to the second with its zone's offset.

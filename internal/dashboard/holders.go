@@ -1,0 +1,237 @@
+package dashboard
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/notify-throttle/throttler/config"
+	"github.com/notify-throttle/throttler/internal/inspect"
+	"github.com/notify-throttle/throttler/throttle"
+)
+
+// lookup is a recipient lookup: who, the zone its times are shown in, the
+// zone its rules are placed in when it names one (tz), and the provider.
+type lookup struct {
+	id       string
+	show     *time.Location // the times shown: tz, else UTC
+	tz       *time.Location // nil: each policy's timezone
+	provider string         // "": none
+}
+
+// parseLookup reads a lookup of recipient id: ?tz= and ?provider=
+// (default: defaults.provider).
+func (d *Dashboard) parseLookup(id string, q url.Values) (lookup, error) {
+	if err := checkRecipient(id); err != nil {
+		return lookup{}, err
+	}
+	loc, err := zone(q)
+	if err != nil {
+		return lookup{}, err
+	}
+	lq := lookup{id: id, show: loc, provider: q.Get("provider")}
+	if q.Get("tz") != "" {
+		lq.tz = loc
+	}
+	cfg := d.current().cfg
+	if lq.provider == "" {
+		lq.provider = cfg.Defaults.Provider
+	} else if _, ok := cfg.Providers[lq.provider]; !ok {
+		return lookup{}, badRequest{fmt.Sprintf("provider: %q is not defined in the config", lq.provider)}
+	}
+	return lq, nil
+}
+
+// ruleView is one rule that can hold a recipient's message.
+type ruleView struct {
+	// Kind is window (sliding), calendar, quiet, provider, bookings (the
+	// recipient's earlier bookings go first) or suppression.
+	Kind string `json:"kind"`
+	// Rule says which, as the worker's logs and deferrals do: "1 per 24h",
+	// "1 per calendar day", "quiet 21:00-08:00", "provider sms (2/s burst
+	// 1)".
+	Rule string `json:"rule"`
+	// Holds says the rule would hold a message now, Until until when; null
+	// when it lets one go now (or, a suppression, until it is lifted).
+	Holds bool       `json:"holds"`
+	Until *time.Time `json:"until"`
+	// Shadow says the rule is in shadow mode: Holds and Until say what it
+	// would do, but it holds nothing, and is never the one that does.
+	Shadow bool `json:"shadow,omitempty"`
+}
+
+// checkID is the task ID the dashboard's checks ask with: none holds
+// anything, and Check writes nothing.
+const checkID = "dashboard:check"
+
+// holders fills in rp's rules: every rule that can hold a message of q's
+// recipient under policy p, with when each next lets one go, and the one
+// that holds it now. Each rule is asked as the worker asks it (one
+// Limiter.Check, which writes nothing), then all together, as an
+// admission would be.
+func (d *Dashboard) holders(ctx context.Context, l *live, q lookup, p inspect.PolicyState, now time.Time, rp *recipientPolicy) error {
+	shown := func(t time.Time) *time.Time {
+		t = t.In(q.show)
+		return &t
+	}
+	cals, quiet, loc, _ := l.cfg.Local(p.Name)
+	if q.tz != nil {
+		loc = q.tz
+	}
+	if loc == nil {
+		loc = time.UTC
+	}
+	rp.Zone, rp.Rules = loc.String(), []ruleView{}
+	if l.buckets[q.provider] != nil {
+		rp.Provider = q.provider
+	}
+	if d.opts.Suppressions != nil {
+		s, ok, err := d.opts.Suppressions.Suppressed(ctx, q.id)
+		if err != nil {
+			return err
+		}
+		if ok {
+			v := ruleView{Kind: "suppression", Rule: "suppressed: " + s.Reason, Holds: true}
+			if !s.Until.IsZero() {
+				v.Until = shown(s.Until)
+			}
+			rp.Rules = append(rp.Rules, v)
+		}
+	}
+	// takes[i] is asked for rules[index[i]]; the policy's sliding windows
+	// are one take, whose denial names its window. A rule in shadow mode
+	// is asked alone, never with the others: it holds nothing.
+	var takes []throttle.Take
+	var index []int
+	shadow := l.cfg.Policies[p.Name].Shadow
+	if quota := l.quotas[p.Name]; quota != nil && !shadow {
+		takes, index = append(takes, throttle.Take{Rule: quota, Subject: q.id}), append(index, len(rp.Rules))
+	}
+	for i, w := range p.Windows {
+		v := ruleView{Kind: "window", Rule: throttle.Window{Limit: w.Limit, Per: w.Per}.String(), Shadow: shadow}
+		if !p.Frees[i].IsZero() {
+			v.Holds, v.Until = true, shown(p.Frees[i])
+		}
+		rp.Rules = append(rp.Rules, v)
+	}
+	add := func(kind, name string, shadow bool, t throttle.Take) error {
+		v := ruleView{Kind: kind, Rule: name, Shadow: shadow}
+		if d.lim != nil {
+			dec, err := d.lim.Check(ctx, throttle.Request{ID: checkID, Takes: []throttle.Take{t}})
+			if err != nil {
+				return err
+			}
+			if !dec.Allowed {
+				v.Holds, v.Until = true, shown(dec.At())
+			}
+		}
+		if !shadow {
+			takes, index = append(takes, t), append(index, len(rp.Rules))
+		}
+		rp.Rules = append(rp.Rules, v)
+		return nil
+	}
+	for _, c := range cals {
+		if err := add("calendar", c.String(), shadow, throttle.Take{Rule: c.In(loc, now), Subject: q.id}); err != nil {
+			return err
+		}
+	}
+	if quiet != nil {
+		if err := add("quiet", quiet.String(), shadow, throttle.Take{Rule: quiet.In(loc, now), Subject: q.id}); err != nil {
+			return err
+		}
+	}
+	if b := l.buckets[q.provider]; b != nil {
+		name := fmt.Sprintf("provider %s (%s)", q.provider, b)
+		if err := add("provider", name, l.cfg.Providers[q.provider].Shadow, throttle.Take{Rule: b, Subject: q.provider}); err != nil {
+			return err
+		}
+	}
+	if p.DecidedBy == inspect.Booked {
+		rp.Rules = append(rp.Rules, ruleView{Kind: "bookings", Rule: "the bookings made before it (they go in order)",
+			Holds: true, Until: shown(p.Next)})
+	}
+	held, err := d.heldBy(ctx, takes, index, rp.Rules)
+	if err != nil {
+		return err
+	}
+	rp.HeldBy, rp.Next, rp.NextIn, rp.DecidedBy = held, now.In(q.show), 0, ""
+	if held != nil {
+		rp.DecidedBy = held.Rule
+		if held.Until != nil {
+			held.Until = shown(*held.Until)
+			rp.Next, rp.NextIn = *held.Until, max(0, held.Until.Sub(now).Seconds())
+		}
+	}
+	return nil
+}
+
+// heldBy returns the rule that holds a message now, with its moment: a
+// suppression first, else what the takes asked together answer (the
+// latest moment every rule allows), or the recipient's earlier bookings
+// when they end later; nil when nothing holds it.
+func (d *Dashboard) heldBy(ctx context.Context, takes []throttle.Take, index []int, rules []ruleView) (*ruleView, error) {
+	var held *ruleView
+	for i := range rules {
+		switch {
+		case rules[i].Kind == "suppression":
+			return &rules[i], nil
+		case rules[i].Kind == "bookings":
+			held = &rules[i]
+		}
+	}
+	if len(takes) == 0 || d.lim == nil {
+		return held, nil
+	}
+	dec, err := d.lim.Check(ctx, throttle.Request{ID: checkID, Takes: takes})
+	if err != nil || dec.Allowed || dec.TakeIndex < 0 {
+		return held, err
+	}
+	at := dec.At()
+	if held != nil && held.Until.After(at) {
+		return held, nil
+	}
+	v := rules[index[dec.TakeIndex]]
+	if v.Kind == "window" { // the quota's take: the window its denial names
+		for _, r := range rules {
+			if r.Kind == "window" && r.Rule == dec.Limit {
+				v = r
+			}
+		}
+	}
+	v.Holds, v.Until = true, &at
+	return &v, nil
+}
+
+// calendarText is a calendar window as the config says it: "1 per day",
+// "2 per week from sunday".
+func calendarText(c config.Calendar) string {
+	s := fmt.Sprintf("%d per %s", c.Limit, c.Per)
+	if c.Per == "week" && c.WeekStart != "" && c.WeekStart != "monday" {
+		s += " from " + c.WeekStart
+	}
+	return s
+}
+
+// endpoint is one entry of /throttle/api/.
+type endpoint struct {
+	Path  string `json:"path"`
+	About string `json:"about"`
+}
+
+// endpoints are the API's, as /throttle/api/ lists them.
+var endpoints = []endpoint{
+	{"/throttle/api/providers", "each provider's bucket: rate, burst, tokens now, bookings, pause, sends per second (?offset=, ?limit=)"},
+	{"/throttle/api/policies", "each policy as the running config has it: windows, calendar, quiet hours, over_cap, max_delay, this worker's deferrals"},
+	{"/throttle/api/recipients/{id}", "a recipient's entries per policy and every rule that can hold its next message, with the one that does (?tz=, ?provider=, ?offset=, ?limit=)"},
+	{"/throttle/api/campaigns", "each campaign's schedule, next tick and last fan-out"},
+}
+
+// apiIndex lists the API's endpoints.
+func (d *Dashboard) apiIndex(w http.ResponseWriter, r *http.Request) {
+	d.serveJSON(w, r, func(context.Context, int, int) (any, error) {
+		return map[string]any{"endpoints": endpoints}, nil
+	})
+}

@@ -1,0 +1,109 @@
+package jobs
+
+import (
+	"errors"
+	"time"
+
+	"github.com/notify-throttle/throttler/throttle"
+)
+
+// Each task's outcome is one log line with its task ID, written here: at
+// INFO for what the rules chose (sent, booked, deferred, dropped, expired,
+// folded), at WARN for what went wrong (archived: malformed, rejected by
+// the provider). The recipient is redacted (Redact); moments are Redis's,
+// in UTC. The error a logged outcome returns is marked (Logged), so that
+// the worker's asynq error handler does not log it again.
+
+// Outcome messages: the msg of each outcome's line.
+const (
+	OutcomeSent     = "sent"
+	OutcomeBooked   = "booked"
+	OutcomeDeferred = "deferred"
+	OutcomeDropped  = "dropped"
+	OutcomeExpired  = "expired"
+	OutcomeFolded   = "folded"
+	OutcomeArchived = "archived"
+)
+
+// loggedError is an error whose outcome was logged (see Logged).
+type loggedError struct{ err error }
+
+func (e *loggedError) Error() string { return e.err.Error() }
+func (e *loggedError) Unwrap() error { return e.err }
+
+// Logged reports whether err is the result of a task whose outcome the
+// throttle has logged already: an asynq ErrorHandler logs nothing more
+// for it.
+func Logged(err error) bool {
+	var l *loggedError
+	return errors.As(err, &l)
+}
+
+// logged marks err as logged; nil stays nil.
+func logged(err error) error {
+	if err == nil || Logged(err) {
+		return err
+	}
+	return &loggedError{err}
+}
+
+// who returns the attributes that say which message j is.
+func (j *job) who() []any {
+	a := []any{"task", j.id, "recipient", Redact(j.n.Recipient), "policy", j.n.Policy, "provider", j.n.Provider}
+	if j.n.Tenant != "" {
+		a = append(a, "tenant", j.n.Tenant)
+	}
+	return a
+}
+
+// utc is a moment for a log line: Redis's, in UTC, to the millisecond.
+func utc(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z07:00") }
+
+// logSent logs a message its provider accepted.
+func (t *Throttle) logSent(j *job) {
+	t.Log.Info(OutcomeSent, append(j.who(), "queue", j.queue)...)
+}
+
+// logBooked logs a job deferred to the moment it booked (or to its place
+// in line, what says which) and returns err marked as logged.
+func (t *Throttle) logBooked(j *job, d *throttle.Decision, rule, what string, err error) error {
+	t.Log.Info(OutcomeBooked, append(j.who(), "at", utc(d.At()), "rule", rule, "as", what, "ahead", d.Ahead)...)
+	return logged(err)
+}
+
+// logDeferred logs a job deferred by a rule without booking (the reason
+// first, as the worker has always worded it) and returns err marked as
+// logged.
+func (t *Throttle) logDeferred(j *job, d *throttle.Decision, rule string, err error) error {
+	t.Log.Info(OutcomeDeferred, append([]any{"task", j.id, "reason", err.Error(), "until", utc(d.At()), "rule", rule}, j.who()[2:]...)...)
+	return logged(err)
+}
+
+// logDropped logs a job its policy's over_cap: drop dropped and returns
+// err marked as logged.
+func (t *Throttle) logDropped(j *job, d *throttle.Decision, rule string, err error) error {
+	t.Log.Info(OutcomeDropped, append(j.who(), "rule", rule, "earliest", utc(d.At()))...)
+	return logged(err)
+}
+
+// logExpired logs a job whose deadline (its send-by, or its policy's
+// max_delay) comes before the rules would let it go, and returns err
+// marked as logged.
+func (t *Throttle) logExpired(j *job, d *throttle.Decision, deadline string, err error) error {
+	t.Log.Info(OutcomeExpired, append(j.who(), "deadline", deadline, "rule", t.denier(j, d), "earliest", utc(d.At()))...)
+	return logged(err)
+}
+
+// logFolded logs a job folded into its recipient's digest, which goes at
+// at.
+func (t *Throttle) logFolded(j *job, digest string, at time.Time) {
+	t.Log.Info(OutcomeFolded, append(j.who(), "digest", digest, "at", utc(at))...)
+}
+
+// logArchived logs a task archived for a fault (a malformed payload, a
+// provider's rejection): a WARN, since no rule chose it. It returns err
+// marked as logged.
+func (t *Throttle) logArchived(id, reason string, err error) error {
+	t.Log.Warn(OutcomeArchived, "task", id, "reason", reason, "err", err)
+	return logged(err)
+}
