@@ -380,22 +380,24 @@ end
 local FAIR_PAD = 1000000 -- µs
 local FAIR_W, FAIR_J, FAIR_P = '\0W', '\0J', '\0P'
 
--- F holds the tenant being booked: its tenant, weight, record and W.
-local F = {}
-
 -- fair_read loads tenant's state on a bucket (fair: tenants hash, exp: the
--- expiry set; len: the bucket's slot) into F, the tenant waiting from now on.
+-- expiry set; w its weight, len the bucket's slot) and returns it, the
+-- tenant waiting from now on: a table the line and gate steps below read
+-- and move, and fair_write stores. Its fields: tenant, w, len; last (its
+-- last place, 0: none), gate, wo (the weight its record holds), exp (its
+-- record's expiry); W (the weights waiting, its own included) and Wo (as
+-- read); J and P (the join cursor and the end of places), Jo and Po as read.
 local function fair_read(fair, exp, tenant, w, now, len)
   local r = rcall('HMGET', fair, tenant, FAIR_W, FAIR_J, FAIR_P)
   local W = tonum(r[2]) or 0
   local Wo = W
-  F.tenant, F.w, F.last, F.gate, F.wo, F.exp, F.len = tenant, w, 0, now, 0, 0, len
-  F.J, F.P = tonum(r[3]) or 0, tonum(r[4]) or 0
-  F.Jo, F.Po = F.J, F.P
+  local f = {tenant = tenant, w = w, last = 0, gate = now, wo = 0, exp = 0, len = len}
+  f.J, f.P = tonum(r[3]) or 0, tonum(r[4]) or 0
+  f.Jo, f.Po = f.J, f.P
   if r[1] then
     local a, b, c, e = match(r[1], '^(%d+),(%d+),(%d+),(%d+)$')
     if tonum(e) > now then
-      F.last, F.gate, F.wo, F.exp = tonum(a), tonum(b), tonum(c), tonum(e)
+      f.last, f.gate, f.wo, f.exp = tonum(a), tonum(b), tonum(c), tonum(e)
     else
       -- Its own weight from an earlier wait leaves W here, not only if the
       -- prune below reaches it: its record is written anew, out of that
@@ -405,7 +407,7 @@ local function fair_read(fair, exp, tenant, w, now, len)
       rcall('ZREM', exp, tenant)
     end
   end
-  if W > F.wo then
+  if W > f.wo then
     -- Others count in W: leave out those that stopped waiting.
     local z = rcall('ZRANGEBYSCORE', exp, '-inf', int(now), 'LIMIT', '0', '8')
     for j = 1, #z do
@@ -422,22 +424,29 @@ local function fair_read(fair, exp, tenant, w, now, len)
     -- weight.
     rcall('HSET', fair, FAIR_W, int(W))
   end
-  F.Wo = W
-  W = W - F.wo + w
+  f.Wo = W
+  W = W - f.wo + w
   if W < w then W = w end
-  F.W = W
+  f.W = W
+  return f
+end
+
+-- fair_others reports whether tenants other than f's wait: only then does
+-- its gate hold it back.
+local function fair_others(f)
+  return f.W > f.w
 end
 
 -- fair_stride is the µs a slot of len moves the tenant's gate and line.
-local function fair_stride(len)
-  return ceil(len * F.W / F.w)
+local function fair_stride(f, len)
+  return ceil(len * f.W / f.w)
 end
 
 -- fair_line is where the tenant's next place would be: a stride after its
 -- last one (0: it has none).
-local function fair_line()
-  if F.last == 0 then return 0 end
-  return F.last + fair_stride(F.len)
+local function fair_line(f)
+  if f.last == 0 then return 0 end
+  return f.last + fair_stride(f, f.len)
 end
 
 -- fair_start is where a tenant held by its gate looks for a slot: the gate,
@@ -458,26 +467,35 @@ end
 -- slot is more than a slot past it (the tenant waited for others, or was
 -- idle): then from a slot before the slot, so that the tenant keeps at
 -- most one slot of credit.
-local function fair_take(v, len)
-  F.gate = max(F.gate, v - len) + fair_stride(len)
+local function fair_take(f, v, len)
+  f.gate = max(f.gate, v - len) + fair_stride(f, len)
 end
 
--- fair_write stores F back when it changed (force: its line or gate did),
+-- fair_write stores f back when it changed (force: its line or gate did),
 -- or when the tenant's expiry is due to be pushed on.
-local function fair_write(fair, exp, now, force)
-  local e, due = max(F.last, F.gate, now), false
-  if e > F.exp - FAIR_PAD / 2 then F.exp, force, due = e + FAIR_PAD, true, true end
-  local set = {fair, F.tenant, fmt('%d,%d,%d,%d', F.last, F.gate, F.w, F.exp)}
-  if F.W ~= F.Wo then set[#set + 1], set[#set + 2] = FAIR_W, int(F.W) end
-  if F.J ~= F.Jo then set[#set + 1], set[#set + 2] = FAIR_J, int(F.J) end
-  if F.P ~= F.Po then set[#set + 1], set[#set + 2] = FAIR_P, int(F.P) end
+local function fair_write(f, fair, exp, now, force)
+  local e, due = max(f.last, f.gate, now), false
+  if e > f.exp - FAIR_PAD / 2 then f.exp, force, due = e + FAIR_PAD, true, true end
+  local set = {fair, f.tenant, fmt('%d,%d,%d,%d', f.last, f.gate, f.w, f.exp)}
+  if f.W ~= f.Wo then set[#set + 1], set[#set + 2] = FAIR_W, int(f.W) end
+  if f.J ~= f.Jo then set[#set + 1], set[#set + 2] = FAIR_J, int(f.J) end
+  if f.P ~= f.Po then set[#set + 1], set[#set + 2] = FAIR_P, int(f.P) end
   if force or #set > 3 then rcall('HSET', unpack_(set)) end
   if due then
     -- Both keys live as long as the longest wait they hold (W with them).
-    rcall('ZADD', exp, int(F.exp), F.tenant)
-    extend(exp, ceil_ms(F.exp - now))
-    extend(fair, ceil_ms(F.exp - now))
+    rcall('ZADD', exp, int(f.exp), f.tenant)
+    extend(exp, ceil_ms(f.exp - now))
+    extend(fair, ceil_ms(f.exp - now))
   end
+end
+
+-- fair_took records that the tenant took slot v: a tenant alone is not
+-- held by its gate, which is kept only while others wait (so that a slot
+-- given back is the next booking's, whoever's).
+local function fair_took(f, fair, exp, now, v, len)
+  local others = fair_others(f)
+  if others then fair_take(f, v, len) end
+  fair_write(f, fair, exp, now, others)
 end
 
 -- A task's place: ps is what the caller read from the task's hash (on a
@@ -518,24 +536,24 @@ end
 -- tenants waiting, a stride is 10,000 slots), but a task placed again needs
 -- only a place behind those handed out, whoever's: there the calendar has
 -- room.
-local function again(q, line)
-  if q and F.P > 0 and F.P < line then return F.P end
+local function again(f, q, line)
+  if q and f.P > 0 and f.P < line then return f.P end
   return line
 end
 
--- line_enter is what a task's line says before a slot is sought (F loaded,
--- a horizon H, and fresh the horizon of a task not back from a place: see
--- fresh_horizon; tkey and ps as place_of takes them): 'stands' and its place
--- when it is back long before it; 'end' and the line's end for a task new to
--- a tenant whose line reaches past its horizon; else nil and the place it
--- is back from (false: none), from which its slot is sought. The free slots
--- before that place are for the places ahead of it (and for priority
--- tasks): a task back early does not take them.
-local function line_enter(tkey, ps, now, H, fresh)
+-- line_enter is what a task's line says before a slot is sought (f its
+-- tenant, a horizon H, and fresh the horizon of a task not back from a
+-- place: see fresh_horizon; tkey and ps as place_of takes them): 'stands'
+-- and its place when it is back long before it; 'end' and the line's end
+-- for a task new to a tenant whose line reaches past its horizon; else nil
+-- and the place it is back from (false: none), from which its slot is
+-- sought. The free slots before that place are for the places ahead of it
+-- (and for priority tasks): a task back early does not take them.
+local function line_enter(f, tkey, ps, now, H, fresh)
   local q = place_of(tkey, ps)
   if q and q > now + H then return 'stands', q end
   if q then return nil, q end
-  if fair_line() > now + fresh and placeable(tkey, ps) then return 'end', fair_line() end
+  if fair_line(f) > now + fresh and placeable(tkey, ps) then return 'end', fair_line(f) end
   return nil, false
 end
 
@@ -551,41 +569,343 @@ local function fresh_horizon(p, soon)
 end
 
 -- line_exit is, after a slot that lets the task go at m was found (gate: its
--- tenant's gate, its place included), the place it takes instead, and
--- whether that starts its line (join), or nil: it takes the slot. It takes a
--- place when m is past the horizon or, back from its place, it finds the
--- calendar behind the line (see behind), and its task hash can note it.
-local function line_exit(back, gate, m, now, H, maxwait, len, tkey, ps)
+-- tenant's gate, its place included; H the task's horizon), the place it
+-- takes instead, and whether that starts its line (join), or nil: it takes
+-- the slot. It takes a place when m is past the horizon or, back from its
+-- place, it finds the calendar behind the line (see behind), and its task
+-- hash can note it.
+local function line_exit(f, back, gate, m, now, H, maxwait, len, tkey, ps)
   if m <= now + H and not behind(back and gate, m, now, maxwait, len) then return nil end
   if not placeable(tkey, ps) then return nil end
-  local line = fair_line()
-  return max(m, again(back, line)), line <= now + H
+  local line = fair_line(f)
+  return max(m, again(f, back, line)), line <= now + H
 end
 
--- line_place gives a task place q in its tenant's line (F loaded), or, if
--- it starts the line (join), the join cursor's place when that is later. It
--- returns the place, and false if that is past the deadline (µs, 0: none):
--- then nothing is written.
-local function line_place(fair, fexp, now, q, len, deadline, join)
-  if join then q = max(q, F.J) end
+-- line_place gives a task place q in its tenant's line, or, if it starts
+-- the line (join), the join cursor's place when that is later. It returns
+-- the place, and false if that is past the deadline (µs, 0: none): then
+-- nothing is written.
+local function line_place(f, fair, fexp, now, q, len, deadline, join)
+  if join then q = max(q, f.J) end
   if deadline > 0 and q > deadline then return q, false end
-  if join then F.J = q + len end
-  F.last = q
-  if q + len > F.P then F.P = q + len end
-  fair_write(fair, fexp, now, true)
+  if join then f.J = q + len end
+  f.last = q
+  if q + len > f.P then f.P = q + len end
+  fair_write(f, fair, fexp, now, true)
   return q, true
 end
 
--- in_place gives the task that place: it comes back then, holding nothing;
--- or, past its deadline, it expires.
-local function in_place(k, bi, fair, fexp, tkey, now, q, len, deadline, join)
-  local placed
-  q, placed = line_place(fair, fexp, now, q, len, deadline, join)
-  if not placed then
-    return reply(k, false, false, bi, 0, 0, now, q - now, 0, EXPIRED, 0)
+-- A booking (book_task) is decided in steps, each a function below, on a
+-- table b of what it knows of the task (booking_of): its plan p, ID, now,
+-- deadline, weight, tenant, task hash (tkey, ps); for each take i its first
+-- key's index at[i] and the moment of the entry it holds held[i] (false:
+-- none); and, for its bucket take (bi, bt), the bucket's keys (state,
+-- ledger, book, cal, fair, fexp), the slot's length len, the task's slack
+-- and its ticket's member. k is the index past the task's last key, which
+-- every reply returns.
+
+-- booking_of reads the task's keys (see above).
+local function booking_of(keys, ki, id, p, now, deadline, floor_, weight, tenant, tkey, ps)
+  -- floor: on a cluster, the quotas' call books no earlier than the moment
+  -- the bucket's node gave (book_bucket's peek); 0 elsewhere.
+  local b = {keys = keys, id = id, p = p, now = now, base = max(now, floor_ or 0), deadline = deadline,
+    weight = weight or 1, tenant = tenant or '', tkey = tkey, ps = ps, at = {}, held = {}}
+  local k = ki
+  for i = 1, p.n do
+    b.at[i] = k
+    if p[i].kind == 'b' then
+      b.bi, b.bt = i, p[i]
+      b.state, b.ledger, b.book, b.cal = keys[k], keys[k + 1], keys[k + 2], keys[k + 3]
+      b.fair, b.fexp = keys[k + 4], keys[k + 5]
+    end
+    k = k + p[i].nk
   end
-  if tkey then rcall('HSET', tkey, 'thr', int(q)) end -- else the caller notes it
-  return reply(k, false, false, bi, 0, 0, now, q - now, 0, QUEUED, floor((q - now) / len))
+  b.k = k
+  if b.bt then
+    b.len, b.slack, b.member = bucket_len(b.bt), bucket_slack(b.bt, p.prio), ticket_member(id, b.bt.cost)
+  end
+  return b
+end
+
+-- key is the first key of the task's take i.
+local function key(b, i) return b.keys[b.at[i]] end
+
+-- holdings reads what the task holds: its ticket's slot (nil: none), and
+-- each quota or calendar entry (into b.held); it returns the ticket and the
+-- latest entry's moment (0: none).
+local function holdings(b)
+  local ticket, latest = nil, 0
+  if b.bt then ticket = tonum(rcall('ZSCORE', b.book, b.member)) end
+  for i = 1, b.p.n do
+    local s = entry_held(b.p[i], key(b, i), b.id, b.now)
+    b.held[i] = s or false
+    if s and s > latest then latest = s end
+  end
+  return ticket, latest
+end
+
+-- claim_moment is the moment x a task that holds a booking goes at: its
+-- entries' moment or, if later, its slot's start less the slack, and not
+-- before a pause ends; booked is the moment it had booked, and late says
+-- its slot cannot be used any more (it ended, or x is past it).
+local function claim_moment(b, ticket, latest)
+  local x, booked = max(b.base, latest), latest
+  local late = b.bt and not ticket -- its slot was claimed and has ended
+  if ticket then
+    booked = max(latest, ticket - b.slack)
+    x = max(x, booked)
+    local pz = tonum(rcall('HGET', b.state, 'p'))
+    if pz and pz > x then x = pz end
+    if x > ticket then late = true end
+  end
+  return x, booked, late
+end
+
+-- claim_fits reports whether every take of the task allows it at x: its
+-- entries held fit there (or a fresh one would), and no quiet hours hold x.
+local function claim_fits(b, x)
+  for i = 1, b.p.n do
+    local t = b.p[i]
+    if t.count then -- it goes wherever the others let it
+    elseif t.kind == 'q' or t.kind == 'c' then
+      local s = b.held[i]
+      if s then
+        if s ~= x and not fits_at(t, key(b, i), b.id, x) then return false end
+      elseif earliest(t, key(b, i), b.now) > x then
+        return false
+      end
+    elseif t.kind == 'h' and quiet_end(t, x) then
+      return false
+    end
+  end
+  return true
+end
+
+-- claim_commit makes the task's holdings go at x: its entries move there
+-- (or are made), its ticket moves to the ledger. It returns the takes it
+-- consumed (admit.lua's fresh).
+local function claim_commit(b, x, ticket)
+  local fresh, bit = 0, 1
+  for i = 1, b.p.n do
+    local t = b.p[i]
+    if t.kind == 'q' or t.kind == 'c' then
+      if not b.held[i] then
+        fresh = fresh + bit
+        entry_commit(t, key(b, i), b.id, b.now, x)
+      elseif b.held[i] ~= x then
+        entry_move(t, key(b, i), b.id, b.now, x)
+      end
+    elseif t.kind == 'h' then
+      fresh = fresh + bit
+    else
+      fresh = fresh + bit
+      ticket_claim(t, b.state, b.ledger, b.book, b.cal, b.member, b.id, b.now, ticket, x, b.p.remember)
+    end
+    bit = bit * 2
+  end
+  return fresh
+end
+
+-- give_back gives back what the task holds (its entries, its ticket and
+-- the ticket's slot if ahead): it books again.
+local function give_back(b, ticket)
+  for i = 1, b.p.n do
+    if b.held[i] then entry_undo(b.p[i], key(b, i), b.id, b.now) end
+  end
+  if ticket then
+    rcall('ZREM', b.book, b.member)
+    if ticket + b.len > b.now then bucket_free(b.cal, ticket, b.len, b.now) end
+  end
+end
+
+-- claim answers a task that holds a booking: early (more than CLAIM and its
+-- max wait before its moment), it is told the moment again; in time and
+-- still fitting, it goes. It returns the reply's index, or nil when the
+-- task is late or no longer fits: it gave back what it held, and books
+-- again.
+local function claim(b, ticket, latest)
+  local now, x, booked, late = b.now, claim_moment(b, ticket, latest)
+  if not late and x > now + max(b.p.maxwait, CLAIM) then
+    return reply(b.k, false, false, 0, 0, 0, now, x - now, 0, BOOKED, 0)
+  end
+  if not late and claim_fits(b, x) then
+    local fresh = claim_commit(b, x, ticket)
+    return reply(b.k, true, false, 0, 0, fresh, now, x - now, 0, DECIDED, booked)
+  end
+  give_back(b, ticket)
+  return nil
+end
+
+-- quotas_moment is the earliest moment every quota and calendar take
+-- allows a new entry, not before base, the take that sets it (0: none) and
+-- the quota's window that does (0: none).
+local function quotas_moment(b)
+  local m, binding, window = b.base, 0, 0
+  for i = 1, b.p.n do
+    local t = b.p[i]
+    if t.count then -- it sets no moment
+    elseif t.kind == 'q' then
+      local q, w = quota_earliest(t, key(b, i), b.now)
+      if q > m then m, binding, window = q, i, w end
+    elseif t.kind == 'c' then
+      local q = cal_earliest(t, key(b, i), b.now)
+      if q > m then m, binding, window = q, i, 0 end
+    end
+  end
+  return m, binding, window
+end
+
+-- quiet_until is where the task's quiet hours (if any) move moment m: the
+-- end of the quiet span m is in, and the take that says so; else nil.
+local function quiet_until(b, m)
+  local by
+  for i = 1, b.p.n do
+    local e = b.p[i].kind == 'h' and quiet_end(b.p[i], m)
+    if e then m, by = e, i end
+  end
+  if by then return m, by end
+  return nil
+end
+
+-- in_place gives the task place q in its tenant's line: it comes back
+-- then, holding nothing, its place noted in its hash (on a cluster, by the
+-- caller); or, past its deadline, it expires.
+local function in_place(b, f, q, join)
+  local placed
+  q, placed = line_place(f, b.fair, b.fexp, b.now, q, b.len, b.deadline, join)
+  if not placed then
+    return reply(b.k, false, false, b.bi, 0, 0, b.now, q - b.now, 0, EXPIRED, 0)
+  end
+  if b.tkey then rcall('HSET', b.tkey, 'thr', int(q)) end
+  return reply(b.k, false, false, b.bi, 0, 0, b.now, q - b.now, 0, QUEUED, floor((q - b.now) / b.len))
+end
+
+-- share reads the task's tenant on its bucket, where the bucket sets the
+-- task's moment (m within the horizon, or none: the tenant's share), and
+-- what its line says (line_enter). It returns f (nil: no share: a priority
+-- task, no bucket, or a moment the quotas set past the horizon), the gate
+-- the slot is sought from, the place the task is back from (false: none),
+-- and a reply's index when the line answers it (its place stands, or it
+-- joins the line's end).
+local function share(b, m)
+  local H = b.p.horizon
+  if not b.bt or b.p.prio or H > 0 and m > b.now + H then return nil, 0, false end
+  local f = fair_read(b.fair, b.fexp, b.tenant, b.weight, b.now, b.len)
+  local gate = fair_others(f) and f.gate or 0
+  if H == 0 then return f, gate, false end
+  local how, q = line_enter(f, b.tkey, b.ps, b.now, H, fresh_horizon(b.p, 0))
+  if how == 'stands' then
+    return f, gate, false, reply(b.k, false, false, b.bi, 0, 0, b.now, q - b.now, 0, QUEUED, floor((q - b.now) / b.len))
+  elseif how == 'end' then
+    return f, gate, false, in_place(b, f, max(m, q), false)
+  end
+  if q and q > gate then gate = q end
+  return f, gate, q
+end
+
+-- find_slot is the earliest moment, from m, at which the quotas' moment,
+-- quiet hours and a free slot of the bucket from the gate on all allow the
+-- task, and that slot: {v, left, ra, rb} as bucket_find gives them, taken
+-- (a priority task's, taken from a booking: see take_ahead) or nil: no
+-- bucket, or the calendar is too fragmented (false). binding and window
+-- name what set the moment.
+local function find_slot(b, m, gate, binding, window)
+  local slot
+  for _ = 1, 4 do
+    local e, i = quiet_until(b, m)
+    if e then m, binding, window = e, i, 0 end
+    if not b.bt then return m, binding, window, nil end
+    local v, left, ra, rb = bucket_find(b.cal, fair_start(b.cal, m, gate, b.len), b.len)
+    if not v then return m, binding, window, false end
+    slot = {v = v, left = left, ra = ra, rb = rb}
+    local x = max(m, v - b.slack)
+    if b.p.prio and x > b.now + min(b.p.maxwait, PRIO_SOON) then
+      local s = take_ahead(b.bt, b.ledger, b.book, b.cal, b.now, max(b.now, m), v, b.len)
+      if s then slot, x = {v = s, taken = true}, max(m, s - b.slack) end
+    end
+    if x > m then m, binding, window = x, b.bi, 0 end
+    if not quiet_until(b, m) then break end
+  end
+  return m, binding, window, slot
+end
+
+-- commit_booking writes the task's holdings at m: its entries, and on its
+-- bucket the slot (go: in the ledger, it goes; else a ticket). It returns
+-- the takes it consumed.
+local function commit_booking(b, m, slot, go)
+  local fresh, bit, now, remember = 0, 1, b.now, b.p.remember
+  for i = 1, b.p.n do
+    local t = b.p[i]
+    fresh = fresh + bit
+    if t.kind == 'q' or t.kind == 'c' then
+      entry_commit(t, key(b, i), b.id, now, m)
+    elseif t.kind ~= 'b' then -- holds nothing
+    elseif go and not slot.taken then
+      bucket_commit(t, b.state, b.ledger, b.cal, b.id, now, m, slot.v, slot.left, slot.ra, slot.rb, remember)
+    elseif go then -- a slot taken from a booking: busy already
+      bucket_hold(b.ledger, b.id, now, slot.v, b.len, remember)
+      bucket_sent(b.state, b.ledger, b.cal, now, t, m, remember)
+    elseif slot.taken then
+      bucket_hold(b.book, b.member, now, slot.v, 0, GRACE)
+    else
+      ticket_add(b.book, b.cal, b.member, now, slot.v, b.len, slot.left, slot.ra, slot.rb)
+    end
+    bit = bit * 2
+  end
+  return fresh
+end
+
+-- ahead_of counts the bookings before the task's moment m on the rule that
+-- set it (binding): the tickets before its slot, or the quota's entries.
+local function ahead_of(b, m, slot, binding)
+  if b.bt then return rcall('ZCOUNT', b.book, '-inf', '(' .. int(slot.v)) end
+  local t = b.p[binding]
+  if t and (t.kind == 'q' or t.kind == 'c') then
+    return rcall('ZCOUNT', key(b, binding), '(' .. int(b.now), '(' .. int(m))
+  end
+  return 0
+end
+
+-- book_new books the task anew (outcome: BOOKED, or REBOOKED after a
+-- claim that could not go): the earliest moment every rule allows, counting
+-- every booking before it; a place in its tenant's line instead of a slot
+-- past the horizon; nothing past its deadline, or past what its calendar
+-- and quiet plans reach.
+local function book_new(b, outcome)
+  local now = b.now
+  local m, binding, window = quotas_moment(b)
+  local f, gate, back, done = share(b, m)
+  if done then return done end
+  local slot
+  m, binding, window, slot = find_slot(b, m, gate, binding, window)
+  if slot == false then -- the calendar is too fragmented to place it: denied, as an hour
+    return reply(b.k, false, false, b.bi, 0, 0, now, BIG, 0, DECIDED, 0)
+  end
+  if b.bt and binding == 0 then binding = b.bi end
+  local H = b.p.horizon
+  if f and H > 0 and binding == b.bi then
+    -- Past the horizon (or the calendar behind the line): a place in the
+    -- tenant's line, not a slot.
+    local q, join = line_exit(f, back, gate, m, now, back and H or fresh_horizon(b.p, 0), b.p.maxwait, b.len, b.tkey, b.ps)
+    if q then return in_place(b, f, q, join) end
+  end
+  if b.deadline > 0 and m > b.deadline then
+    return reply(b.k, false, false, binding, window, 0, now, m - now, 0, EXPIRED, 0)
+  end
+  local far = beyond(b.p, m)
+  if far then
+    if binding == 0 then binding = far end
+    return reply(b.k, false, false, binding, window, 0, now, m - now, 0, DECIDED, 0)
+  end
+  local go = m <= now + b.p.maxwait
+  local fresh = commit_booking(b, m, slot, go)
+  if f then fair_took(f, b.fair, b.fexp, now, slot.v, b.len) end
+  if go then
+    -- It may go within max wait after all: admitted.
+    if m == now then binding, window = 0, 0 end
+    return reply(b.k, true, false, binding, window, fresh, now, m - now, 0, DECIDED, 0)
+  end
+  return reply(b.k, false, false, binding, window, 0, now, m - now, 0, outcome, ahead_of(b, m, slot, binding))
 end
 
 -- book_task admits a booking task whose keys start at keys[ki]. It returns
@@ -593,223 +913,16 @@ end
 -- admitted again: admit_task's plain path answers that), else, its values
 -- appended to the reply (see reply), the index past its last key.
 local function book_task(keys, ki, id, p, now, deadline, floor_, weight, tenant, tkey, ps)
-  local n, maxwait, prio = p.n, p.maxwait, p.prio
-  -- floor: on a cluster, the quotas' call books no earlier than the moment
-  -- the bucket's node gave (book_bucket's peek); 0 elsewhere.
-  local base = max(now, floor_ or 0)
-  local bt, bi, bkey, bledger, bbook, bcal
-  local k = ki
-  for i = 1, n do
-    KI[i] = k
-    if p[i].kind == 'b' then
-      bt, bi = p[i], i
-      bkey, bledger, bbook, bcal = keys[k], keys[k + 1], keys[k + 2], keys[k + 3]
-    end
-    k = k + p[i].nk
-  end
-  local len, slack, member = 0, 0, nil
-  if bt then
-    len, slack, member = bucket_len(bt), bucket_slack(bt, prio), ticket_member(id, bt.cost)
-    if bucket_held(bledger, id, now, len) then return false end
-  end
-
-  -- What the task holds: a ticket, booked quota entries.
-  local ticket, held = nil, 0
-  if bt then ticket = tonum(rcall('ZSCORE', bbook, member)) end
-  for i = 1, n do
-    local s = entry_held(p[i], keys[KI[i]], id, now)
-    QH[i] = s or false
-    if s and s > held then held = s end
-  end
-
+  local b = booking_of(keys, ki, id, p, now, deadline, floor_, weight, tenant, tkey, ps)
+  if b.bt and bucket_held(b.ledger, id, now, b.len) then return false end
+  local ticket, latest = holdings(b)
   local outcome = BOOKED
-  if ticket or held > 0 then
-    -- A claim: it goes at x, its quotas' moment or, if later, its slot's
-    -- start less the slack; not before a pause ends.
-    local x = max(base, held)
-    local late = bt and not ticket -- its slot was claimed and has ended
-    local booked = held
-    if ticket then
-      booked = max(held, ticket - slack)
-      x = max(x, booked)
-      local pz = tonum(rcall('HGET', bkey, 'p'))
-      if pz and pz > x then x = pz end
-      if x > ticket then late = true end
-    end
-    if not late and x > now + max(maxwait, CLAIM) then
-      -- Early: the moment stands.
-      return reply(k, false, false, 0, 0, 0, now, x - now, 0, BOOKED, 0)
-    end
-    local fits = not late
-    for i = 1, n do
-      if not fits then break end
-      local t = p[i]
-      if t.count then -- it goes wherever the others let it
-      elseif t.kind == 'q' or t.kind == 'c' then
-        local s = QH[i]
-        if s then
-          if s ~= x and not fits_at(t, keys[KI[i]], id, x) then fits = false end
-        elseif earliest(t, keys[KI[i]], now) > x then
-          fits = false
-        end
-      elseif t.kind == 'h' and quiet_end(t, x) then
-        fits = false
-      end
-    end
-    if fits then
-      local fresh, bit = 0, 1
-      for i = 1, n do
-        local t = p[i]
-        if t.kind == 'q' or t.kind == 'c' then
-          if not QH[i] then
-            fresh = fresh + bit
-            entry_commit(t, keys[KI[i]], id, now, x)
-          elseif QH[i] ~= x then
-            entry_move(t, keys[KI[i]], id, now, x)
-          end
-        elseif t.kind == 'h' then
-          fresh = fresh + bit
-        else
-          fresh = fresh + bit
-          ticket_claim(t, bkey, bledger, bbook, bcal, member, id, now, ticket, x, p.remember)
-        end
-        bit = bit * 2
-      end
-      return reply(k, true, false, 0, 0, fresh, now, x - now, 0, DECIDED, booked)
-    end
-    -- Late, or its entries no longer fit: give it all back, book again.
-    for i = 1, n do
-      if QH[i] then entry_undo(p[i], keys[KI[i]], id, now) end
-    end
-    if ticket then
-      rcall('ZREM', bbook, member)
-      if ticket + len > now then bucket_free(bcal, ticket, len, now) end
-    end
+  if ticket or latest > 0 then
+    local done = claim(b, ticket, latest)
+    if done then return done end
     outcome = REBOOKED
   end
-
-  -- A new booking: the earliest moment every rule allows. The quotas'
-  -- first, then out of quiet hours, then the provider's first free slot
-  -- from there; a slot whose moment falls in quiet hours moves it on.
-  local m, binding, window = base, 0, 0
-  for i = 1, n do
-    local t = p[i]
-    if t.count then -- it sets no moment
-    elseif t.kind == 'q' or t.kind == 'c' then
-      local q, w = nil, 0
-      if t.kind == 'q' then
-        q, w = quota_earliest(t, keys[KI[i]], now)
-      else
-        q = cal_earliest(t, keys[KI[i]], now)
-      end
-      if q > m then m, binding, window = q, i, w end
-    end
-  end
-  -- The tenant's share, where the bucket sets the moment (see above).
-  local H, near, gate, back = p.horizon, false, 0, false
-  local fair, fexp
-  if bt and not prio then
-    fair, fexp = keys[KI[bi] + 4], keys[KI[bi] + 5]
-    near = H == 0 or m <= now + H
-  end
-  if near then
-    fair_read(fair, fexp, tenant or '', weight or 1, now, len)
-    if F.W > F.w then gate = F.gate end
-    if H > 0 then
-      local how, q = line_enter(tkey, ps, now, H, fresh_horizon(p, 0))
-      if how == 'stands' then
-        return reply(k, false, false, bi, 0, 0, now, q - now, 0, QUEUED, floor((q - now) / len))
-      elseif how == 'end' then
-        return in_place(k, bi, fair, fexp, tkey, now, max(m, q), len, deadline, false)
-      elseif q then
-        back = q
-        if q > gate then gate = q end
-      end
-    end
-  end
-  local v, left, ra, rb, taken
-  for _ = 1, 4 do
-    for i = 1, n do
-      local e = p[i].kind == 'h' and quiet_end(p[i], m)
-      if e then m, binding, window = e, i, 0 end
-    end
-    if not bt then break end
-    v, left, ra, rb = bucket_find(bcal, fair_start(bcal, m, gate, len), len)
-    if not v then
-      -- The calendar is too fragmented to place it: denied, as an hour.
-      return reply(k, false, false, bi, 0, 0, now, BIG, 0, DECIDED, 0)
-    end
-    local x = max(m, v - slack)
-    if prio and x > now + min(maxwait, PRIO_SOON) then
-      local s = take_ahead(bt, bledger, bbook, bcal, now, max(now, m), v, len)
-      if s then v, left, ra, rb, taken, x = s, nil, nil, nil, true, max(m, s - slack) end
-    end
-    if x > m then m, binding, window = x, bi, 0 end
-    local quiet = false
-    for i = 1, n do
-      if p[i].kind == 'h' and quiet_end(p[i], m) then quiet = true end
-    end
-    if not quiet then break end
-    taken = false
-  end
-  if bt and binding == 0 then binding = bi end
-  if near and H > 0 and binding == bi then
-    -- Past the horizon (or the calendar behind the line): a place in the
-    -- tenant's line, not a slot.
-    local q, join = line_exit(back, gate, m, now, back and H or fresh_horizon(p, 0), maxwait, len, tkey, ps)
-    if q then return in_place(k, bi, fair, fexp, tkey, now, q, len, deadline, join) end
-  end
-  if deadline > 0 and m > deadline then
-    return reply(k, false, false, binding, window, 0, now, m - now, 0, EXPIRED, 0)
-  end
-  local far = beyond(p, m)
-  if far then
-    if binding == 0 then binding = far end
-    return reply(k, false, false, binding, window, 0, now, m - now, 0, DECIDED, 0)
-  end
-  local go = m <= now + maxwait
-  local fresh, bit = 0, 1
-  for i = 1, n do
-    local t = p[i]
-    fresh = fresh + bit
-    if t.kind == 'q' or t.kind == 'c' then
-      entry_commit(t, keys[KI[i]], id, now, m)
-    elseif t.kind ~= 'b' then -- holds nothing
-    elseif go and not taken then
-      bucket_commit(t, bkey, bledger, bcal, id, now, m, v, left, ra, rb, p.remember)
-    elseif go then -- a slot taken from a booking: busy already
-      bucket_hold(bledger, id, now, v, len, p.remember)
-      bucket_sent(bkey, bledger, bcal, now, t, m, p.remember)
-    elseif taken then
-      bucket_hold(bbook, member, now, v, 0, GRACE)
-    else
-      ticket_add(bbook, bcal, member, now, v, len, left, ra, rb)
-    end
-    bit = bit * 2
-  end
-  if near then
-    -- A tenant alone is not held by its gate: it is kept only while others
-    -- wait (so that a slot given back is the next booking's).
-    local others = F.W > F.w
-    if others then fair_take(v, len) end
-    fair_write(fair, fexp, now, others)
-  end
-  if go then
-    -- It may go within max wait after all: admitted.
-    if m == now then binding, window = 0, 0 end
-    return reply(k, true, false, binding, window, fresh, now, m - now, 0, DECIDED, 0)
-  end
-  local ahead = 0
-  if bt then
-    ahead = rcall('ZCOUNT', bbook, '-inf', '(' .. int(v))
-  else
-    for i = 1, n do
-      if i == binding and (p[i].kind == 'q' or p[i].kind == 'c') then
-        ahead = rcall('ZCOUNT', keys[KI[i]], '(' .. int(now), '(' .. int(m))
-      end
-    end
-  end
-  return reply(k, false, false, binding, window, 0, now, m - now, 0, outcome, ahead)
+  return book_new(b, outcome)
 end
 
 -- book_bucket (Redis Cluster): the bucket's part of a booking, whose quotas
@@ -845,94 +958,91 @@ end
 -- the quotas back and starts again from the moment returned. A ticket
 -- whose slot the moment is past is given back and a new slot found.
 -- Priority tasks do not move bookings here (they take the first free slot).
+
+-- cluster_peek is book_bucket's peek (see above) for a task of booking b
+-- (its ticket, if any) and tenant f (nil: none), its gate from f.
+local function cluster_peek(b, f, ticket, args)
+  local now, p, len = b.now, b.p, b.len
+  if bucket_held(b.ledger, b.id, now, len) then return {now, now, 0, 1, 0, 0} end
+  if ticket then return {now, max(now, ticket - b.slack), ticket, 0, 0, 0} end
+  local H, gate = p.horizon, f and fair_others(f) and f.gate or 0
+  -- line returns the answer for a task placed at q (how: see above).
+  local function line(q, how)
+    return {now, q, 0, 0, how, floor((q - now) / len)}
+  end
+  local function place(q, join)
+    local placed
+    q, placed = line_place(f, b.fair, b.fexp, now, q, len, tonum(args[8]) or 0, join)
+    if placed then return line(q, 1) end
+    return line(q, 3)
+  end
+  local lined, back = f and H > 0 and b.ps, false
+  -- No earlier than the margin: the round trip to the commit.
+  local margin = tonum(args[9]) or 0
+  local from = now + margin
+  if lined then
+    local how, q = line_enter(f, nil, b.ps, now, H, fresh_horizon(p, margin))
+    if how == 'stands' then return line(q, 2) end
+    if how == 'end' then return place(q, false) end
+    back = q
+    if q and q > gate then gate = q end
+  end
+  local v, left, ra, rb = bucket_find(b.cal, fair_start(b.cal, from, gate, len), len)
+  if not v then return {now, now + BIG, 0, 0, 0, 0} end
+  local pb = max(from, v - b.slack)
+  if lined then
+    local q, join = line_exit(f, back, gate, pb, now, back and H or fresh_horizon(p, margin), p.maxwait, len, nil, b.ps)
+    if q then return place(q, join) end
+  end
+  -- The slot is held for the task (a ticket) until the commit: tasks
+  -- peeking at the same time find different slots, instead of one
+  -- committing and the others starting again. If the task goes no
+  -- further (its worker dies) the ticket costs its slot, as any.
+  ticket_add(b.book, b.cal, b.member, now, v, len, left, ra, rb)
+  if f then fair_took(f, b.fair, b.fexp, now, v, len) end
+  return {now, pb, v, 0, 0, rcall('ZCOUNT', b.book, '-inf', '(' .. int(v))}
+end
+
+-- cluster_commit is book_bucket's commit (see above) of moment at.
+local function cluster_commit(b, f, ticket, at)
+  local now, p, len, bt = b.now, b.p, b.len, b.bt
+  local go = at <= now + p.maxwait
+  if ticket and at <= ticket and now <= ticket then
+    if at <= now + max(p.maxwait, CLAIM) then
+      ticket_claim(bt, b.state, b.ledger, b.book, b.cal, b.member, b.id, now, ticket, max(now, at), p.remember)
+      return {now, 0, at}
+    end
+    return {now, 1, rcall('ZCOUNT', b.book, '-inf', '(' .. int(ticket))}
+  end
+  if ticket then
+    rcall('ZREM', b.book, b.member)
+    bucket_free(b.cal, ticket, len, now)
+  end
+  local gate = f and fair_others(f) and f.gate or 0
+  local v, left, ra, rb = bucket_find(b.cal, fair_start(b.cal, at, gate, len), len)
+  if not v then return {now, 2, now + BIG} end
+  if v - b.slack > at then return {now, 2, v - b.slack} end
+  if f then fair_took(f, b.fair, b.fexp, now, v, len) end
+  if go then
+    bucket_commit(bt, b.state, b.ledger, b.cal, b.id, now, max(now, at), v, left, ra, rb, p.remember)
+    return {now, 0, at}
+  end
+  ticket_add(b.book, b.cal, b.member, now, v, len, left, ra, rb)
+  return {now, 1, rcall('ZCOUNT', b.book, '-inf', '(' .. int(v))}
+end
+
 local function book_bucket(keys, args)
   if not rcall then bind() end
   local now = now_us()
   local mode, id, p = args[1], args[2], plan(args[3])
-  local bt = p[1]
-  if p.n ~= 1 or bt.kind ~= 'b' then
+  if p.n ~= 1 or p[1].kind ~= 'b' then
     return redis.error_reply('throttle: book_bucket needs one bucket take')
   end
-  local fair, fexp, gate = keys[5], keys[6], 0
-  if not p.prio and args[5] then
-    fair_read(fair, fexp, args[6] or '', tonum(args[5]), now, bucket_len(bt))
-    if F.W > F.w then gate = F.gate end
-  else
-    fair = nil
-  end
-  -- take records a slot v the task took in its tenant's gate.
-  local function take(v)
-    if not fair then return end
-    local others = F.W > F.w
-    if others then fair_take(v, bucket_len(p[1])) end
-    fair_write(fair, fexp, now, others)
-  end
-  local bledger, bbook, bcal = keys[2], keys[3], keys[4]
-  local len, slack = bucket_len(bt), bucket_slack(bt, p.prio)
-  local member = ticket_member(id, bt.cost)
-  local ticket = tonum(rcall('ZSCORE', bbook, member))
-  if ticket and ticket + len <= now then ticket = nil end
-  if mode == 'peek' then
-    if bucket_held(bledger, id, now, len) then return {now, now, 0, 1, 0, 0} end
-    if ticket then return {now, max(now, ticket - slack), ticket, 0, 0, 0} end
-    local H, ps = p.horizon, tonum(args[7])
-    -- line returns the answer for a task placed at q (how: see above).
-    local function line(q, how)
-      return {now, q, 0, 0, how, floor((q - now) / len)}
-    end
-    local function place(q, join)
-      local placed
-      q, placed = line_place(fair, fexp, now, q, len, tonum(args[8]) or 0, join)
-      if placed then return line(q, 1) end
-      return line(q, 3)
-    end
-    local lined, back = fair and H > 0 and ps, false
-    -- No earlier than the margin: the round trip to the commit.
-    local margin = tonum(args[9]) or 0
-    local from = now + margin
-    if lined then
-      local how, q = line_enter(nil, ps, now, H, fresh_horizon(p, margin))
-      if how == 'stands' then return line(q, 2) end
-      if how == 'end' then return place(q, false) end
-      back = q
-      if q and q > gate then gate = q end
-    end
-    local v, left, ra, rb = bucket_find(bcal, fair_start(bcal, from, gate, len), len)
-    if not v then return {now, now + BIG, 0, 0, 0, 0} end
-    local pb = max(from, v - slack)
-    if lined then
-      local q, join = line_exit(back, gate, pb, now, back and H or fresh_horizon(p, margin), p.maxwait, len, nil, ps)
-      if q then return place(q, join) end
-    end
-    -- The slot is held for the task (a ticket) until the commit: tasks
-    -- peeking at the same time find different slots, instead of one
-    -- committing and the others starting again. If the task goes no
-    -- further (its worker dies) the ticket costs its slot, as any.
-    ticket_add(bbook, bcal, member, now, v, len, left, ra, rb)
-    take(v)
-    return {now, pb, v, 0, 0, rcall('ZCOUNT', bbook, '-inf', '(' .. int(v))}
-  end
-  local at = tonum(args[4])
-  local go = at <= now + p.maxwait
-  if ticket and at <= ticket and now <= ticket then
-    if at <= now + max(p.maxwait, CLAIM) then
-      ticket_claim(bt, keys[1], bledger, bbook, bcal, member, id, now, ticket, max(now, at), p.remember)
-      return {now, 0, at}
-    end
-    return {now, 1, rcall('ZCOUNT', bbook, '-inf', '(' .. int(ticket))}
-  end
-  if ticket then
-    rcall('ZREM', bbook, member)
-    bucket_free(bcal, ticket, len, now)
-  end
-  local v, left, ra, rb = bucket_find(bcal, fair_start(bcal, at, gate, len), len)
-  if not v then return {now, 2, now + BIG} end
-  if v - slack > at then return {now, 2, v - slack} end
-  take(v)
-  if go then
-    bucket_commit(bt, keys[1], bledger, bcal, id, now, max(now, at), v, left, ra, rb, p.remember)
-    return {now, 0, at}
-  end
-  ticket_add(bbook, bcal, member, now, v, len, left, ra, rb)
-  return {now, 1, rcall('ZCOUNT', bbook, '-inf', '(' .. int(v))}
+  local b = booking_of(keys, 1, id, p, now, 0, 0, tonum(args[5]), args[6], nil, tonum(args[7]))
+  local f
+  if not p.prio and args[5] then f = fair_read(b.fair, b.fexp, b.tenant, b.weight, now, b.len) end
+  local ticket = tonum(rcall('ZSCORE', b.book, b.member))
+  if ticket and ticket + b.len <= now then ticket = nil end
+  if mode == 'peek' then return cluster_peek(b, f, ticket, args) end
+  return cluster_commit(b, f, ticket, tonum(args[4]))
 end
