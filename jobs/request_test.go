@@ -73,11 +73,11 @@ func TestRequestBookAheadNamesTaskHash(t *testing.T) {
 	b, _ := throttle.NewBucket("gw", 10, 1)
 	j := job{id: "t1", queue: "low", book: true, bookAhead: 5 * time.Second, route: Route{Bucket: b},
 		n: Notification{Recipient: "a", Provider: "gw"}}
-	if r := j.request(); r.BookAhead != 5*time.Second || r.TaskKey != "asynq:{low}:t:t1" {
+	if r := j.build(); r.BookAhead != 5*time.Second || r.TaskKey != "asynq:{low}:t:t1" {
 		t.Errorf("book ahead %s, task key %q; want 5s and asynq's hash of task t1 on queue low", r.BookAhead, r.TaskKey)
 	}
 	j.bookAhead = 0
-	if r := j.request(); r.BookAhead != 0 || r.TaskKey != "" {
+	if r := j.build(); r.BookAhead != 0 || r.TaskKey != "" {
 		t.Errorf("without a horizon: book ahead %s, task key %q; want none", r.BookAhead, r.TaskKey)
 	}
 }

@@ -1,0 +1,158 @@
+package jobs
+
+// A job is a decoded notification routed to its rules: its policy's quota
+// and settings, its provider's bucket and sender, and the request that
+// admits it through all of them.
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/notify-throttle/throttler/internal/asynqdb"
+	"github.com/notify-throttle/throttler/throttle"
+)
+
+// job is a decoded, routed notification.
+type job struct {
+	id     string
+	n      Notification
+	quota  *throttle.Quota // nil if the policy has calendar windows only
+	local  []throttle.Take // calendar windows, then quiet hours, in the recipient's zone
+	policy PolicySettings
+	route  Route
+	sent   string // the key of its sent marker, "" when markers are off
+	book   bool   // it books its moment (Throttle.Book)
+	// bookAhead is Throttle.BookAhead for a job that books.
+	bookAhead time.Duration
+	// bumps counts the slots this run of the job lost to priority traffic
+	// while it slept (see stillHolds).
+	bumps    int
+	priority bool   // it came from a priority queue
+	weight   int    // its tenant's weight, at least 1
+	queue    string // the queue it came from
+	// tried says a send of it was tried before (it failed, or its worker
+	// died in it): the provider may have taken it, so it is never folded
+	// into a digest, only sent under its own ID (the provider's
+	// Idempotency-Key).
+	tried bool
+	// req is its request, built once by request.
+	req *throttle.Request
+}
+
+// route finds a notification's policy and provider.
+func (t *Throttle) route(ctx context.Context, id string, n Notification) (job, error) {
+	rs := t.rules()
+	j := job{id: id, n: n, quota: rs.Policies[n.Policy], policy: rs.Settings[n.Policy], weight: max(1, rs.Weights[n.Tenant])}
+	if t.Sent != nil {
+		j.sent = t.Sent.Key(id)
+	}
+	if j.quota == nil && len(j.policy.Calendars) == 0 {
+		return job{}, fmt.Errorf("policy %q is not defined: %w", n.Policy, ErrBadPayload)
+	}
+	var err error
+	if j.local, err = t.zones.takes(j.policy, n.Policy, n.TZ, n.Recipient, time.Now()); err != nil {
+		return job{}, err
+	}
+	var ok bool
+	if j.route, ok = rs.Providers[n.Provider]; !ok {
+		return job{}, fmt.Errorf("provider %q is not defined: %w", n.Provider, ErrBadPayload)
+	}
+	j.queue, _ = asynq.GetQueueName(ctx)
+	// A message that may fold into a digest does not book: a booking it
+	// made would stand while it folds, and the next fold would find the
+	// recipient's moment taken and put the digest a window later. Denied
+	// without booking, it leaves no trace and every fold sees one moment.
+	j.book = t.Book && !(j.policy.Digest && t.Digests != nil)
+	j.priority, j.bookAhead = t.PriorityQueues[j.queue], t.BookAhead
+	retried, _ := asynq.GetRetryCount(ctx) // failures only: deferrals do not count
+	j.tried = retried > 0
+	return j, nil
+}
+
+// request is the job's admission: its recipient's policy and its provider's
+// bucket, in its tenant's share, unless its sent marker exists (see admit).
+// A rule in shadow mode holds nothing: the policy only counts, the bucket
+// is not taken (see shadow). It is built at the first call, once the job is
+// routed; each call returns a copy whose takes the caller must not change
+// in place.
+func (j *job) request() throttle.Request {
+	if j.req == nil {
+		r := j.build()
+		j.req = &r
+	}
+	return *j.req
+}
+
+// build makes the job's request (see request).
+func (j *job) build() throttle.Request {
+	r := throttle.Request{ID: j.id, Done: j.sent, Book: j.book, Priority: j.priority, Tenant: j.n.Tenant, Weight: j.weight}
+	if j.quota != nil {
+		r.Takes = append(r.Takes, throttle.Take{Rule: j.quota, Subject: j.n.Recipient, CountOnly: j.policy.Shadow})
+	}
+	for _, t := range j.local {
+		if _, quiet := t.Rule.(*throttle.Quiet); quiet && j.policy.Shadow {
+			continue // holds, and counts nothing: in shadow mode, only reported
+		}
+		t.CountOnly = j.policy.Shadow
+		r.Takes = append(r.Takes, t)
+	}
+	if !j.route.Shadow {
+		r.Takes = append(r.Takes, throttle.Take{Rule: j.route.Bucket, Subject: j.n.Provider})
+	}
+	for _, q := range j.policy.CountsToward {
+		r.Takes = append(r.Takes, throttle.Take{Rule: q, Subject: j.n.Recipient, CountOnly: true})
+	}
+	if j.book {
+		r.Deadline, _ = j.deadline()
+		if j.bookAhead > 0 {
+			r.BookAhead, r.TaskKey = j.bookAhead, asynqdb.TaskKey(j.queue, j.id)
+		}
+	}
+	return r
+}
+
+// deadline returns the latest moment j may go, if it has one (else the
+// zero time), and what sets it: its send-by, or its policy's max delay
+// after it was queued, whichever comes first.
+func (j *job) deadline() (time.Time, string) {
+	var at time.Time
+	var what string
+	if j.n.SendBy != nil {
+		at, what = *j.n.SendBy, "send-by "+j.n.SendBy.UTC().Format(time.RFC3339)
+	}
+	if j.policy.MaxDelay > 0 && j.n.Queued != nil {
+		if m := j.n.Queued.Add(j.policy.MaxDelay); at.IsZero() || m.Before(at) {
+			at, what = m, fmt.Sprintf("max_delay %s of policy %s (until %s)",
+				throttle.FormatDuration(j.policy.MaxDelay), j.n.Policy, m.UTC().Format(time.RFC3339))
+		}
+	}
+	return at, what
+}
+
+// recipientOnly is the part of the request to give back when the provider
+// was reached: the recipient got nothing, but the provider did the work.
+func (j *job) recipientOnly() throttle.Request {
+	r := j.request()
+	r.Takes = slices.DeleteFunc(slices.Clone(r.Takes), func(t throttle.Take) bool { return t.Rule == throttle.Rule(j.route.Bucket) })
+	return r
+}
+
+// overCap reports whether take i of j's request is one of its policy's
+// windows (rolling or calendar): quiet hours and the provider hold a
+// message, but are no cap to be over.
+func (j *job) overCap(i int) bool {
+	if i < 0 {
+		return false
+	}
+	if j.quota != nil {
+		if i == 0 {
+			return true
+		}
+		i--
+	}
+	return i < len(j.policy.Calendars)
+}
