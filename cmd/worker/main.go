@@ -104,83 +104,99 @@ func exitStatus(err error, stderr io.Writer) int {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f, err := parseFlags(args, stdout)
+	if err != nil {
+		return err
+	}
+	switch {
+	case f.version:
+		fmt.Fprintln(stdout, name, buildinfo.Read())
+		return nil
+	case f.check:
+		return check(ctx, f.path, f.connect, stdout, stderr)
+	case f.apiOnly:
+		return runAPIOnly(ctx, f.path, stderr)
+	}
+	return work(ctx, f, stdout, stderr)
+}
+
+// flags are the worker's command line.
+type flags struct {
+	path                            string
+	demo                            time.Duration
+	check, connect, apiOnly, version bool
+}
+
+// parseFlags reads the command line: -h prints the usage on stdout and
+// returns flag.ErrHelp, a mistake is a *usageError.
+func parseFlags(args []string, stdout io.Writer) (*flags, error) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // errors are reported once by exitStatus, -h on stdout
-	path := fs.String("config", "config.yaml", "the config file")
-	demo := fs.Duration("demo", 0, "enqueue a demo burst, run this long, print a summary per recipient and exit")
-	checkOnly := fs.Bool("check", false, "check the config as a start would, connect to nothing, and exit: 0 and a summary, or 1 and every mistake")
-	connect := fs.Bool("connect", false, "with -check: also connect to Redis (login, TLS, cluster) and say what answered")
-	apiOnly := fs.Bool("api-only", false, "serve the HTTP API on api.addr (and /healthz, /metrics on worker.http_addr) and deliver nothing; the providers' secrets are not needed")
-	showVersion := fs.Bool("version", false, "print the version and the commit it was built from, and exit")
+	f := &flags{}
+	fs.StringVar(&f.path, "config", "config.yaml", "the config file")
+	fs.DurationVar(&f.demo, "demo", 0, "enqueue a demo burst, run this long, print a summary per recipient and exit")
+	fs.BoolVar(&f.check, "check", false, "check the config as a start would, connect to nothing, and exit: 0 and a summary, or 1 and every mistake")
+	fs.BoolVar(&f.connect, "connect", false, "with -check: also connect to Redis (login, TLS, cluster) and say what answered")
+	fs.BoolVar(&f.apiOnly, "api-only", false, "serve the HTTP API on api.addr (and /healthz, /metrics on worker.http_addr) and deliver nothing; the providers' secrets are not needed")
+	fs.BoolVar(&f.version, "version", false, "print the version and the commit it was built from, and exit")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: worker [-config config.yaml] [-demo 20s]\n"+
-			"       worker -check [-connect] [-config config.yaml]\n"+
-			"       worker -api-only [-config config.yaml]\n"+
-			"       worker -version\n\n"+
-			"Delivers notification jobs through the recipient policies and provider buckets in the config.\n"+
-			"REDIS_URL overrides redis.url and REDIS_PASSWORD redis.password; a secret in the config (a\n"+
-			"webhook header or URL, the Redis password or URL) may be {env: NAME} or {file: PATH} instead\n"+
-			"of the value. SIGINT/SIGTERM stop it gracefully; SIGHUP reloads the policies and providers.\n\n"+
-			"worker.http_addr (default 127.0.0.1:9464) serves /healthz, /metrics and the dashboard:\n"+
-			"/throttle (providers, policies, a recipient's windows, campaigns; JSON under /throttle/api/)\n"+
-			"and /monitoring/ (asynq's queues and tasks), behind worker.dashboard's auth.\n"+
-			"api.addr (default off) serves the HTTP API for producers, with api.keys; -api-only serves it\n"+
-			"alone, delivering nothing and needing none of the providers' secrets.\n\n"+
-			"-check validates everything a start does (settings, secret references, audience files,\n"+
-			"schedules) without connecting, prints \"FILE: ok: ...\" and exits 0, or prints every mistake\n"+
-			"as FILE:LINE: PATH: MESSAGE and exits 1. -check -connect also logs in to Redis.\n\nExamples:\n"+
-			"  worker                       # config.yaml (embedded Redis: for trying things out)\n"+
-			"  REDIS_URL=redis://127.0.0.1:6379/0 worker -config prod.yaml\n"+
-			"  worker -check -config prod.yaml           # in CI, before a deploy\n"+
-			"  worker -check -connect -config prod.yaml  # on the host, with its secrets\n"+
-			"  worker -demo 20s             # what `make demo` runs\n\n"+
-			"Exit status: 0 done, 1 an error stopped it (or -check found mistakes), 2 a mistake on the\n"+
-			"command line.\n\nFlags:\n")
+		fmt.Fprint(fs.Output(), usage)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(stdout)
 			fs.Usage()
-			return err
+			return nil, err
 		}
-		return &usageError{msg: err.Error()}
+		return nil, &usageError{msg: err.Error()}
 	}
 	if fs.NArg() > 0 {
-		return &usageError{msg: fmt.Sprintf("unexpected argument %q: flags come first, values need their flag", fs.Arg(0))}
+		return nil, &usageError{msg: fmt.Sprintf("unexpected argument %q: flags come first, values need their flag", fs.Arg(0))}
 	}
-	if *showVersion {
-		fmt.Fprintln(stdout, name, buildinfo.Read())
-		return nil
+	if f.connect && !f.check {
+		return nil, &usageError{msg: "-connect goes with -check"}
 	}
-	if *connect && !*checkOnly {
-		return &usageError{msg: "-connect goes with -check"}
-	}
-	if *checkOnly {
-		return check(ctx, *path, *connect, stdout, stderr)
-	}
-	if *apiOnly {
-		return runAPIOnly(ctx, *path, stderr)
-	}
+	return f, nil
+}
+
+// usage is what -h prints before the flags.
+const usage = "Usage: worker [-config config.yaml] [-demo 20s]\n" +
+	"       worker -check [-connect] [-config config.yaml]\n" +
+	"       worker -api-only [-config config.yaml]\n" +
+	"       worker -version\n\n" +
+	"Delivers notification jobs through the recipient policies and provider buckets in the config.\n" +
+	"REDIS_URL overrides redis.url and REDIS_PASSWORD redis.password; a secret in the config (a\n" +
+	"webhook header or URL, the Redis password or URL) may be {env: NAME} or {file: PATH} instead\n" +
+	"of the value. SIGINT/SIGTERM stop it gracefully; SIGHUP reloads the policies and providers.\n\n" +
+	"worker.http_addr (default 127.0.0.1:9464) serves /healthz, /metrics and the dashboard:\n" +
+	"/throttle (providers, policies, a recipient's windows, campaigns; JSON under /throttle/api/)\n" +
+	"and /monitoring/ (asynq's queues and tasks), behind worker.dashboard's auth.\n" +
+	"api.addr (default off) serves the HTTP API for producers, with api.keys; -api-only serves it\n" +
+	"alone, delivering nothing and needing none of the providers' secrets.\n\n" +
+	"-check validates everything a start does (settings, secret references, audience files,\n" +
+	"schedules) without connecting, prints \"FILE: ok: ...\" and exits 0, or prints every mistake\n" +
+	"as FILE:LINE: PATH: MESSAGE and exits 1. -check -connect also logs in to Redis.\n\nExamples:\n" +
+	"  worker                       # config.yaml (embedded Redis: for trying things out)\n" +
+	"  REDIS_URL=redis://127.0.0.1:6379/0 worker -config prod.yaml\n" +
+	"  worker -check -config prod.yaml           # in CI, before a deploy\n" +
+	"  worker -check -connect -config prod.yaml  # on the host, with its secrets\n" +
+	"  worker -demo 20s             # what `make demo` runs\n\n" +
+	"Exit status: 0 done, 1 an error stopped it (or -check found mistakes), 2 a mistake on the\n" +
+	"command line.\n\nFlags:\n"
+
+// work runs the worker until ctx ends (or, with -demo, the demo does).
+func work(ctx context.Context, f *flags, stdout, stderr io.Writer) error {
 	// SIGHUP reloads the config (see reloader); caught from here on, so
 	// that one sent while the worker starts does not end it.
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	cfg, err := config.Load(*path)
+	cfg, err := config.Load(f.path)
 	if err != nil {
 		return err
 	}
-	// The dashboard's secret is read before anything starts: a worker
-	// missing it stops at once, naming the variable.
-	secret, err := cfg.Worker.Dashboard.Secret(os.Getenv)
-	if err != nil {
-		return err
-	}
-	// The HTTP address is opened before anything connects: a worker that
-	// cannot serve /healthz and /metrics stops at once, saying why, rather
-	// than run where its health check fails for the wrong reason.
-	ln, err := listen(cfg.Worker.HTTPAddr)
+	ln, secret, err := openHTTP(cfg)
 	if err != nil {
 		return err
 	}
@@ -191,83 +207,29 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}()
 	log := newLogger(cfg.Log, stderr)
-	for _, w := range append(cfg.Warnings(), cfg.Redis.Warnings()...) {
-		log.Warn(w)
-	}
-	// The guard makes calls that find Redis unreachable back off (asynq's
-	// dequeue loop would otherwise spin), logs an outage at a bounded rate,
-	// and waits for Redis at start-up instead of exiting.
-	guard := redisguard.New(log, redisguard.Options{})
-	redis.SetLogger(guard.RedisLogger())
-	rdb, closeRedis, err := guard.Connect(ctx, func(ctx context.Context) (redis.UniversalClient, func() error, error) {
-		return redisconn.Serve(ctx, cfg.Redis)
-	})
+	rdb, guard, closeRedis, err := connect(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
 	defer closeRedis()
-	if cfg.Redis.IsEmbedded() {
-		log.Warn("EMBEDDED REDIS: an in-process server for trying things out; nothing persists and other workers cannot share it",
-			"addr", cfg.Redis.EmbeddedAddr)
-	} else {
-		log.Info("redis", "at", cfg.Redis.String())
-	}
 
 	reg := prometheus.NewRegistry()
 	processMetrics(reg)
-	var counts *sentCounts
-	if *demo > 0 {
-		counts = newSentCounts()
-		demoRules(cfg)
-		demoAPI(cfg)
-	}
-	th, built, err := newThrottle(cfg, rdb, reg, log, stdout, counts)
+	counts := demoSetup(cfg, f.demo)
+	th, built, rec, err := handlers(ctx, cfg, rdb, reg, log, stdout, counts)
 	if err != nil {
 		return err
 	}
-	if counts != nil {
-		th.OnBooked = counts.booked
-	}
 	stopping := make(chan struct{})
 	th.Stopping = stopping
-	if cfg.Worker.Book {
-		// Whether jobs wait unseen in the queues: a job that books then
-		// takes a place in line rather than sleeping for its slot.
-		th.Backlog = jobs.NewBacklog(rdb, slices.Sorted(maps.Keys(cfg.Queues())), 0)
-		go th.Backlog.Run(ctx)
-	}
-	// Recovery: this worker's signs of life, the tasks it holds, and the
-	// reaper that hands a dead worker's tasks to the fleet. It runs until
-	// the asynq server has shut down: a worker whose handlers still run
-	// must not be taken for dead.
-	var rec *recovery.Recovery
-	if cfg.Worker.DeadAfter > 0 {
-		rec = recovery.New(rdb, slices.Sorted(maps.Keys(cfg.Queues())), recovery.Options{
-			DeadAfter: cfg.Worker.DeadAfter, Prefix: cfg.Redis.Prefix, Log: log, Metrics: recovery.NewMetrics(reg)})
-		th.Holder = rec
-	}
-
 	srv := newServer(cfg, rdb, newOutcomes(log), guard.AsynqLogger())
 	campaigns, err := campaign.New(cfg, rdb, campaign.Options{Log: log})
 	if err != nil {
 		return err
 	}
-	mux := asynq.NewServeMux()
-	if rec != nil {
-		mux.Use(rec.Middleware)
-	}
-	mux.Handle(jobs.TypeNotify, th)
-	mux.Handle(jobs.TypeDigest, th)
-	mux.Handle(campaign.TypeFanout, campaigns)
-	recoveryCtx, stopRecovery := context.WithCancel(context.WithoutCancel(ctx))
-	recoveryDone := make(chan struct{})
-	go func() {
-		defer close(recoveryDone)
-		if rec != nil {
-			_ = rec.Run(recoveryCtx)
-		}
-	}()
-	defer func() { stopRecovery(); <-recoveryDone }()
+	mux := newMux(rec, th, campaigns)
+	stopRecovery := runRecovery(ctx, rec)
+	defer stopRecovery()
 	// A provider whose rate differs from the one its waiting work was laid
 	// at (the config changed while no worker ran it) is re-paced first.
 	repace(ctx, th, rdb, cfg, log)
@@ -282,42 +244,159 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	running := &atomic.Pointer[config.Config]{}
 	running.Store(cfg)
 	if ln != nil {
-		dash := newDashboard(running, secret, rdb, reg, campaigns)
-		base := "http://" + ln.Addr().String()
-		if dash != nil {
-			log.Info("dashboard", "throttle", base+"/throttle", "queues", base+"/monitoring/", "auth", cmp.Or(cfg.Worker.Dashboard.Auth, "none"))
-			if *demo > 0 {
-				fmt.Fprintf(stdout, "demo: dashboard at %s/throttle (a recipient: %s/throttle?recipient=alice@example.com) and %s/monitoring/ while the demo runs\n", base, base, base)
-			}
-		}
 		serving = true
-		go serveHTTP(ctx, ln, dash, rdb, reg, log)
+		startHTTP(ctx, ln, newDashboard(running, secret, rdb, reg, campaigns), cfg, f.demo > 0, rdb, reg, log, stdout)
 	}
 	go jobs.WatchClock(ctx, rdb, th.Metrics, log)
-	// Every worker runs the campaign schedules: the fan-out task IDs make
-	// one fan-out per tick for the fleet.
-	campaignCtx, stopCampaigns := context.WithCancel(ctx)
-	campaignsDone := make(chan struct{})
-	go func() {
-		defer close(campaignsDone)
-		_ = campaigns.Run(campaignCtx)
-	}()
-	rl := &reloader{path: *path, running: running, senders: built, th: th, stdout: stdout, stderr: stderr, log: log, counts: counts,
+	stopCampaigns := runCampaigns(ctx, campaigns)
+	rl := &reloader{path: f.path, running: running, senders: built, th: th, stdout: stdout, stderr: stderr, log: log, counts: counts,
 		reloads: newReloads(reg), rdb: rdb}
 	go rl.run(ctx, hup)
 	log.Info("worker started", "concurrency", cfg.Worker.Concurrency, "queues", cfg.Queues(), "campaigns", len(cfg.Campaigns))
 
-	if *demo > 0 {
-		err = runDemo(ctx, cfg, rdb, *demo, counts, stdout, apiURL)
+	if f.demo > 0 {
+		err = runDemo(ctx, cfg, rdb, f.demo, counts, stdout, apiURL)
 	} else {
 		<-ctx.Done()
 	}
 	log.Info("shutting down", "timeout", cfg.Worker.ShutdownTimeout)
 	close(stopping)
-	stopCampaigns() // fan-outs stop after their batch and hand their lease over
-	<-campaignsDone
+	stopCampaigns()
 	srv.Shutdown()
 	return err // the deferred stopRecovery then leaves the fleet's beats
+}
+
+// openHTTP reads the dashboard's secret and opens the HTTP address (nil if
+// none), before anything connects: a worker missing the secret stops at
+// once, naming the variable, and one that cannot serve /healthz and
+// /metrics stops saying why, rather than run where its health check fails
+// for the wrong reason.
+func openHTTP(cfg *config.Config) (net.Listener, string, error) {
+	secret, err := cfg.Worker.Dashboard.Secret(os.Getenv)
+	if err != nil {
+		return nil, "", err
+	}
+	ln, err := listen(cfg.Worker.HTTPAddr)
+	return ln, secret, err
+}
+
+// demoSetup makes cfg the demo's, with -demo (d > 0), and returns the
+// demo's count of sends; nil without.
+func demoSetup(cfg *config.Config, d time.Duration) *sentCounts {
+	if d <= 0 {
+		return nil
+	}
+	demoRules(cfg)
+	demoAPI(cfg)
+	return newSentCounts()
+}
+
+// connect connects to Redis through a guard, which makes calls that find
+// Redis unreachable back off (asynq's dequeue loop would otherwise spin),
+// logs an outage at a bounded rate, and waits for Redis at start-up
+// instead of exiting.
+func connect(ctx context.Context, cfg *config.Config, log *slog.Logger) (redis.UniversalClient, *redisguard.Guard, func() error, error) {
+	for _, w := range append(cfg.Warnings(), cfg.Redis.Warnings()...) {
+		log.Warn(w)
+	}
+	guard := redisguard.New(log, redisguard.Options{})
+	redis.SetLogger(guard.RedisLogger())
+	rdb, closeRedis, err := guard.Connect(ctx, func(ctx context.Context) (redis.UniversalClient, func() error, error) {
+		return redisconn.Serve(ctx, cfg.Redis)
+	})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if cfg.Redis.IsEmbedded() {
+		log.Warn("EMBEDDED REDIS: an in-process server for trying things out; nothing persists and other workers cannot share it",
+			"addr", cfg.Redis.EmbeddedAddr)
+	} else {
+		log.Info("redis", "at", cfg.Redis.String())
+	}
+	return rdb, guard, closeRedis, nil
+}
+
+// handlers builds the notification handler and, unless worker.dead_after
+// is 0, the recovery of dead workers' tasks (this worker's signs of life,
+// the tasks it holds, the reaper that hands a dead worker's tasks to the
+// fleet), and starts the handler's watch of its queues.
+func handlers(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient, reg *prometheus.Registry, log *slog.Logger,
+	stdout io.Writer, counts *sentCounts) (*jobs.Throttle, senders, *recovery.Recovery, error) {
+	th, built, err := newThrottle(cfg, rdb, reg, log, stdout, counts)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if counts != nil {
+		th.OnBooked = counts.booked
+	}
+	if cfg.Worker.Book {
+		// Whether jobs wait unseen in the queues: a job that books then
+		// takes a place in line rather than sleeping for its slot.
+		th.Backlog = jobs.NewBacklog(rdb, slices.Sorted(maps.Keys(cfg.Queues())), 0)
+		go th.Backlog.Run(ctx)
+	}
+	var rec *recovery.Recovery
+	if cfg.Worker.DeadAfter > 0 {
+		rec = recovery.New(rdb, slices.Sorted(maps.Keys(cfg.Queues())), recovery.Options{
+			DeadAfter: cfg.Worker.DeadAfter, Prefix: cfg.Redis.Prefix, Log: log, Metrics: recovery.NewMetrics(reg)})
+		th.Holder = rec
+	}
+	return th, built, rec, nil
+}
+
+// newMux routes the worker's task types to their handlers, each task held
+// by rec (if any) while it runs.
+func newMux(rec *recovery.Recovery, th *jobs.Throttle, campaigns *campaign.Runner) *asynq.ServeMux {
+	mux := asynq.NewServeMux()
+	if rec != nil {
+		mux.Use(rec.Middleware)
+	}
+	mux.Handle(jobs.TypeNotify, th)
+	mux.Handle(jobs.TypeDigest, th)
+	mux.Handle(campaign.TypeFanout, campaigns)
+	return mux
+}
+
+// runCampaigns runs the campaign schedules until stop is called: every
+// worker runs them, and the fan-out task IDs make one fan-out per tick for
+// the fleet. A fan-out stops after its batch and hands its lease over.
+func runCampaigns(ctx context.Context, campaigns *campaign.Runner) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = campaigns.Run(ctx)
+	}()
+	return func() { cancel(); <-done }
+}
+
+// runRecovery runs rec (if any) until the returned stop is called: after
+// the asynq server has shut down, since a worker whose handlers still run
+// must not be taken for dead.
+func runRecovery(ctx context.Context, rec *recovery.Recovery) (stop func()) {
+	recoveryCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if rec != nil {
+			_ = rec.Run(recoveryCtx)
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// startHTTP serves /healthz, /metrics and the dashboard (dash, nil if off)
+// on ln until ctx ends, and says where.
+func startHTTP(ctx context.Context, ln net.Listener, dash http.Handler, cfg *config.Config, demo bool,
+	rdb redis.UniversalClient, reg *prometheus.Registry, log *slog.Logger, stdout io.Writer) {
+	base := "http://" + ln.Addr().String()
+	if dash != nil {
+		log.Info("dashboard", "throttle", base+"/throttle", "queues", base+"/monitoring/", "auth", cmp.Or(cfg.Worker.Dashboard.Auth, "none"))
+		if demo {
+			fmt.Fprintf(stdout, "demo: dashboard at %s/throttle (a recipient: %s/throttle?recipient=alice@example.com) and %s/monitoring/ while the demo runs\n", base, base, base)
+		}
+	}
+	go serveHTTP(ctx, ln, dash, rdb, reg, log)
 }
 
 // newServer returns the asynq server of the worker's handlers: outs logs
