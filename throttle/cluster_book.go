@@ -59,7 +59,7 @@ func clusterBooks(r Request) bool {
 
 // bookCluster books r on a cluster. ok is false when r's bucket ledger
 // already holds it (admitted before): the plain path answers that.
-func (l *Limiter) bookCluster(ctx context.Context, r Request) (d Decision, ok bool, err error) {
+func (l *Limiter) bookCluster(ctx context.Context, r Request) (Decision, bool, error) {
 	var q group
 	bi := -1
 	for i, t := range r.Takes {
@@ -70,25 +70,7 @@ func (l *Limiter) bookCluster(ctx context.Context, r Request) (d Decision, ok bo
 		}
 	}
 	if bi < 0 || len(q.takes) == 0 {
-		// One subject, one node: booked by one call, as on a single node,
-		// but for the task's hash (where a task past the horizon notes its
-		// place), which lives elsewhere: read before, written after.
-		all := l.single(r)
-		place, err := l.placeOf(ctx, r)
-		if err != nil {
-			return Decision{}, false, err
-		}
-		g, err := l.bookGroup(ctx, r, all, 0, place)
-		if err != nil {
-			return Decision{}, false, err
-		}
-		if g.outcome == outcomeQueued {
-			if err := l.rdb.HSet(ctx, r.TaskKey, "thr", g.now+g.delay).Err(); err != nil {
-				return Decision{}, false, fmt.Errorf("throttle: note %q's place in line: %w", r.ID, err)
-			}
-		}
-		merge(&d, g, r, all, 0)
-		return d, true, nil
+		return l.bookOneNode(ctx, r)
 	}
 	// Its place in the bucket's line, if it has a horizon: the peek may
 	// answer with a place (then the quotas are not asked).
@@ -96,101 +78,163 @@ func (l *Limiter) bookCluster(ctx context.Context, r Request) (d Decision, ok bo
 	if err != nil {
 		return Decision{}, false, err
 	}
-	for try := 0; ; try++ {
-		v, err := l.bookBucket(ctx, r, bi, "peek", 0, place)
-		if err != nil {
-			return Decision{}, false, err
-		}
-		if v[3] == 1 {
-			return Decision{}, false, nil
-		}
-		if v[4] != peekSlot {
-			d, err := l.inLine(ctx, r, bi, v)
-			return d, err == nil, err
-		}
-		// The quotas' moment is the send's: never before the commit at the
-		// bucket, which comes a round trip later. A ticket's slot is the
-		// task's own: its moment stands (the commit checks the slot has
-		// not passed).
-		floor, ticket := max(v[1], v[0]+clusterBookMargin.Microseconds()), v[2]
-		if ticket > 0 {
-			floor = v[1]
-		}
-		quotasPlace := ""
-		if horizon(r) {
-			quotasPlace = "0" // quotas only: no place in a bucket's line
-		}
-		g, err := l.bookGroup(ctx, r, q, floor, quotasPlace)
-		if err != nil {
-			l.dropTicket(ctx, r, bi, ticket)
-			return Decision{}, false, err
-		}
-		d = Decision{Now: time.UnixMicro(g.now), TakeIndex: -1, Delay: time.Duration(g.delay) * time.Microsecond}
-		at := g.now + g.delay
-		// The rule that set the moment: a quota when it is later than the
-		// bucket's floor, else the bucket.
-		bind := func() {
-			take, window := bi, 0
-			if g.binding > 0 && at > floor {
-				take, window = q.takes[g.binding-1], g.window
-			}
-			t := r.Takes[take]
-			d.TakeIndex, d.Rule, d.Subject, d.Limit = take, t.Rule, t.Subject, t.Rule.bindingLimit(window)
-		}
-		if g.outcome == outcomeExpired {
-			d.Expired = true
-			bind()
-			l.dropTicket(ctx, r, bi, ticket)
-			return d, true, nil
-		}
-		if g.outcome == outcomeBooked && !g.allowed && ticket > 0 && at == ticket {
-			// Early, or booked at the slot the peek held: the moment
-			// stands, nothing changed.
-			d.Booked, d.Ahead = true, int(v[5])
-			bind()
-			return d, true, nil
-		}
-		c, err := l.bookBucket(ctx, r, bi, "commit", at, place)
-		if err != nil {
-			return Decision{}, false, err
-		}
-		switch c[1] {
-		case 0:
-			d.Allowed = true
-			if d.Delay > 0 {
-				bind()
-			}
-			if ticket > 0 {
-				d.Claimed = time.UnixMicro(ticket)
-			} else if g.allowed && g.extra > 0 {
-				d.Claimed = time.UnixMicro(g.extra)
-			}
-			return d, true, nil
-		case 1:
-			d.Booked, d.Rebooked, d.Ahead = true, g.outcome == outcomeRebooked, int(c[2])
-			bind()
-			if d.TakeIndex != bi {
-				d.Ahead = int(g.extra)
-			}
-			return d, true, nil
-		}
-		// The slot went since the peek: give the quotas back, again.
-		rq := r
-		rq.Takes = nil
-		for _, i := range q.takes {
-			rq.Takes = append(rq.Takes, r.Takes[i])
-		}
-		if _, err := l.Release(context.WithoutCancel(ctx), rq); err != nil {
-			return Decision{}, false, err
-		}
-		if try+1 == clusterBookTries {
-			now := c[0]
-			d = Decision{Now: time.UnixMicro(now), TakeIndex: -1, Delay: time.Duration(c[2]-now) * time.Microsecond}
-			t := r.Takes[bi]
-			d.TakeIndex, d.Rule, d.Subject, d.Limit = bi, t.Rule, t.Subject, t.Rule.bindingLimit(0)
-			return d, true, nil
+	for try := 1; ; try++ {
+		d, ok, settled, err := l.bookTry(ctx, r, q, bi, place, try == clusterBookTries)
+		if err != nil || settled {
+			return d, ok, err
 		}
 	}
+}
+
+// bookOneNode books r, whose takes are on one subject (one node), by one
+// call, as on a single node, but for the task's hash (where a task past
+// the horizon notes its place), which lives elsewhere: read before,
+// written after.
+func (l *Limiter) bookOneNode(ctx context.Context, r Request) (Decision, bool, error) {
+	all := l.single(r)
+	place, err := l.placeOf(ctx, r)
+	if err != nil {
+		return Decision{}, false, err
+	}
+	g, err := l.bookGroup(ctx, r, all, 0, place)
+	if err != nil {
+		return Decision{}, false, err
+	}
+	if g.outcome == outcomeQueued {
+		if err := l.rdb.HSet(ctx, r.TaskKey, "thr", g.now+g.delay).Err(); err != nil {
+			return Decision{}, false, fmt.Errorf("throttle: note %q's place in line: %w", r.ID, err)
+		}
+	}
+	var d Decision
+	merge(&d, g, r, all, 0)
+	return d, true, nil
+}
+
+// bookTry is one attempt at booking r on a cluster: a peek at its bucket
+// (take bi), its quotas (group q) booked no earlier, a commit at the
+// bucket. settled is false when the slot went since the peek: the quotas
+// were given back and it starts again, unless last, when it is denied at
+// the bucket's next moment.
+func (l *Limiter) bookTry(ctx context.Context, r Request, q group, bi int, place string, last bool) (d Decision, ok, settled bool, err error) {
+	v, err := l.bookBucket(ctx, r, bi, "peek", 0, place)
+	if err != nil {
+		return Decision{}, false, true, err
+	}
+	if v[3] == 1 {
+		return Decision{}, false, true, nil
+	}
+	if v[4] != peekSlot {
+		d, err := l.inLine(ctx, r, bi, v)
+		return d, err == nil, true, err
+	}
+	// The quotas' moment is the send's: never before the commit at the
+	// bucket, which comes a round trip later. A ticket's slot is the
+	// task's own: its moment stands (the commit checks the slot has not
+	// passed).
+	floor, ticket := max(v[1], v[0]+clusterBookMargin.Microseconds()), v[2]
+	if ticket > 0 {
+		floor = v[1]
+	}
+	quotasPlace := ""
+	if horizon(r) {
+		quotasPlace = "0" // quotas only: no place in a bucket's line
+	}
+	g, err := l.bookGroup(ctx, r, q, floor, quotasPlace)
+	if err != nil {
+		l.dropTicket(ctx, r, bi, ticket)
+		return Decision{}, false, true, err
+	}
+	b := clusterBooking{r: r, q: q, bi: bi, g: g, floor: floor, ticket: ticket}
+	d = b.decision()
+	if g.outcome == outcomeExpired {
+		d.Expired = true
+		b.bind(&d)
+		l.dropTicket(ctx, r, bi, ticket)
+		return d, true, true, nil
+	}
+	if g.outcome == outcomeBooked && !g.allowed && ticket > 0 && b.at() == ticket {
+		// Early, or booked at the slot the peek held: the moment stands,
+		// nothing changed.
+		d.Booked, d.Ahead = true, int(v[5])
+		b.bind(&d)
+		return d, true, true, nil
+	}
+	c, err := l.bookBucket(ctx, r, bi, "commit", b.at(), place)
+	if err != nil {
+		return Decision{}, false, true, err
+	}
+	if c[1] != 2 {
+		return b.committed(d, c), true, true, nil
+	}
+	// The slot went since the peek: give the quotas back, again.
+	rq := r
+	rq.Takes = nil
+	for _, i := range q.takes {
+		rq.Takes = append(rq.Takes, r.Takes[i])
+	}
+	if _, err := l.Release(context.WithoutCancel(ctx), rq); err != nil {
+		return Decision{}, false, true, err
+	}
+	if !last {
+		return Decision{}, false, false, nil
+	}
+	now := c[0]
+	d = Decision{Now: time.UnixMicro(now), TakeIndex: -1, Delay: time.Duration(c[2]-now) * time.Microsecond}
+	t := r.Takes[bi]
+	d.TakeIndex, d.Rule, d.Subject, d.Limit = bi, t.Rule, t.Subject, t.Rule.bindingLimit(0)
+	return d, true, true, nil
+}
+
+// clusterBooking is what a cluster booking's quotas answered (g), at the
+// floor the bucket's peek set, with the ticket the peek held (0: none).
+type clusterBooking struct {
+	r             Request
+	q             group
+	bi            int
+	g             groupResult
+	floor, ticket int64
+}
+
+// at is the moment the quotas booked (µs).
+func (b clusterBooking) at() int64 { return b.g.now + b.g.delay }
+
+// decision is the decision's time and delay.
+func (b clusterBooking) decision() Decision {
+	return Decision{Now: time.UnixMicro(b.g.now), TakeIndex: -1, Delay: time.Duration(b.g.delay) * time.Microsecond}
+}
+
+// bind names in d the rule that set the moment: a quota when it is later
+// than the bucket's floor, else the bucket.
+func (b clusterBooking) bind(d *Decision) {
+	take, window := b.bi, 0
+	if b.g.binding > 0 && b.at() > b.floor {
+		take, window = b.q.takes[b.g.binding-1], b.g.window
+	}
+	t := b.r.Takes[take]
+	d.TakeIndex, d.Rule, d.Subject, d.Limit = take, t.Rule, t.Subject, t.Rule.bindingLimit(window)
+}
+
+// committed is d once the bucket's commit answered c: the task goes
+// (c[1] 0) or is booked (1).
+func (b clusterBooking) committed(d Decision, c []int64) Decision {
+	if c[1] == 0 {
+		d.Allowed = true
+		if d.Delay > 0 {
+			b.bind(&d)
+		}
+		if b.ticket > 0 {
+			d.Claimed = time.UnixMicro(b.ticket)
+		} else if b.g.allowed && b.g.extra > 0 {
+			d.Claimed = time.UnixMicro(b.g.extra)
+		}
+		return d
+	}
+	d.Booked, d.Rebooked, d.Ahead = true, b.g.outcome == outcomeRebooked, int(c[2])
+	b.bind(&d)
+	if d.TakeIndex != b.bi {
+		d.Ahead = int(b.g.extra)
+	}
+	return d
 }
 
 // What a peek at the bucket says of the task's moment (book_bucket's line).
