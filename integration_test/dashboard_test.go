@@ -84,7 +84,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	for i := 0; i < 15; i++ {
 		d, err := lim.Admit(context.Background(), throttle.Request{ID: fmt.Sprintf("booked-%d", i), Book: true,
 			Takes: []throttle.Take{{Rule: bucket, Subject: fleetProvider}}})
-		if err != nil || !d.Holds() {
+		if err != nil || !d.Reserved() {
 			t.Fatalf("booking %d: %+v, %v", i, d, err)
 		}
 		if d.Booked {

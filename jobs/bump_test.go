@@ -67,7 +67,7 @@ func TestSleepingJobLosesItsSlotToPriority(t *testing.T) {
 		t.Errorf("released %v times, want 1 (the victim gave back its quota entry)", n)
 	}
 	r := victim.request()
-	if held, err := lim.Holds(ctx, r); err != nil || !held {
+	if held, err := lim.HasSlot(ctx, r); err != nil || !held {
 		t.Errorf("the victim holds no slot after its second admission: %v %v", held, err)
 	}
 }

@@ -55,7 +55,7 @@ func (t *Throttle) decided(ctx context.Context, j *job, d *throttle.Decision) er
 	}
 	if end := t.ending(j, d); end != goesOn {
 		// Its admission may hold a booking: what it took goes back.
-		if d.Holds() {
+		if d.Reserved() {
 			t.release(j.request())
 		}
 		return t.end(ctx, j, d, end)
@@ -145,7 +145,7 @@ func (t *Throttle) stillHolds(ctx context.Context, j *job) error {
 	// after the moments of the jobs behind it: past holdsWithin, the job
 	// gives its slot back and is admitted again, from now.
 	hctx, cancel := context.WithTimeout(ctx, holdsWithin)
-	held, err := t.Limiter.Holds(hctx, j.request())
+	held, err := t.Limiter.HasSlot(hctx, j.request())
 	cancel()
 	if err == nil && held {
 		return nil

@@ -9,10 +9,10 @@
 --   args  -> per task, seven: its ID (never empty, no control characters),
 --            its plan (see rules.lua), and for a plan that books (the others
 --            ignore them): its deadline (µs, Redis time; 0: none), floor
---            (µs; on a cluster, see book_task; 0: none), weight and tenant
---            (its fair share), and place (on a cluster, what the task's hash
---            says, read by the caller: see place_of; empty where the hash is
---            one of the task's keys)
+--            (µs; on a cluster, see book_task; 0: none), weight (its fair
+--            share), place (on a cluster, what the task's hash says, read by
+--            the caller: see place_of; empty where the hash is one of the
+--            task's keys) and tenant
 --   keys  -> the takes' keys, task after task, in take order
 --
 -- The tasks are admitted one after another at one Redis time, exactly as if

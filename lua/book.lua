@@ -297,7 +297,7 @@ end
 
 -- BUMP_MARGIN: a claimed slot is taken from its task only while the task
 -- is still asleep for at least this long (it checks its slot before it
--- sends: throttle.Limiter.Holds).
+-- sends: throttle.Limiter.HasSlot).
 local BUMP_MARGIN = 50000 -- µs
 
 -- PRIO_SOON: a priority task that would wait longer than this (or its max

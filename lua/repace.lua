@@ -15,7 +15,7 @@
 --
 -- Claimed slots still ahead (a task sleeping in its worker until its slot)
 -- are taken from their tasks, as a priority task's bump does (see book.lua):
--- each task finds out by Holds before it sends and is admitted again.
+-- each task finds out by HasSlot before it sends and is admitted again.
 -- Sending at its old moment would not match its scaled slot.
 --
 -- The state hash's field r keeps the rate the bucket's calendar is laid at.

@@ -77,10 +77,10 @@
 -- across calls: Redis alone holds the state.
 --
 -- A check only reads. Stale entries (a quota's older than its longest
--- window, a ledger's older than remember) count for nothing, not even as the
+-- window, a ledger's whose slot ended) count for nothing, not even as the
 -- task's own, and are pruned by a later commit (a quota's by the next one
--- that writes the key, a ledger's by the next that extends it); so a denied
--- task writes nothing at all.
+-- that writes the key, a ledger's by the bucket's prunes: see the token
+-- bucket below); so a denied task writes nothing at all.
 --
 -- All times are µs from Redis TIME: doubles hold them exactly (< 2^53).
 -- Numbers go to Redis either as Lua numbers, which Redis writes with %.17g

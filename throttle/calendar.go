@@ -72,12 +72,6 @@ func NewCalendar(name string, limit int, period Period, weekStart time.Weekday) 
 // Name returns the calendar quota's name.
 func (c *Calendar) Name() string { return c.name }
 
-// Limit returns the most messages per period.
-func (c *Calendar) Limit() int { return c.limit }
-
-// Period returns the window's length.
-func (c *Calendar) Period() Period { return c.period }
-
 // String returns e.g. "1 per calendar day" or "3 per calendar week from Sunday".
 func (c *Calendar) String() string { return c.str }
 

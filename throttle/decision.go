@@ -75,10 +75,10 @@ func (d Decision) Err() error {
 	return &ThrottledError{Decision: d}
 }
 
-// Holds reports whether the task holds something under its ID after this
-// decision: it was admitted or booked. A caller that will not deliver it
-// releases it (Limiter.Release).
-func (d Decision) Holds() bool {
+// Reserved reports whether this decision left something reserved under the
+// task's ID: it was admitted, or booked a slot. A caller that will not deliver
+// it releases that (Limiter.Release).
+func (d Decision) Reserved() bool {
 	return d.Allowed || d.Booked && !d.Queued
 }
 

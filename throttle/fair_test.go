@@ -218,7 +218,7 @@ func TestBookBackEarlyKeepsToItsPlace(t *testing.T) {
 }
 
 // A priority task takes the slot of a task that claimed it and sleeps until
-// it; that task finds out by Holds before it sends.
+// it; that task finds out by HasSlot before it sends.
 func TestPriorityTakesAClaimedSlot(t *testing.T) {
 	l, _ := newStandalone(t)
 	ctx := context.Background()
@@ -240,7 +240,7 @@ func TestPriorityTakesAClaimedSlot(t *testing.T) {
 	}
 	lost := 0
 	for i := range 11 {
-		held, err := l.Holds(ctx, req(fmt.Sprint("t", i), false))
+		held, err := l.HasSlot(ctx, req(fmt.Sprint("t", i), false))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -251,7 +251,7 @@ func TestPriorityTakesAClaimedSlot(t *testing.T) {
 	if lost != 1 {
 		t.Errorf("%d tasks lost their slot, want 1 (the priority task's)", lost)
 	}
-	if held, err := l.Holds(ctx, req("otp", true)); err != nil || !held {
+	if held, err := l.HasSlot(ctx, req("otp", true)); err != nil || !held {
 		t.Errorf("the priority task does not hold its slot: %v %v", held, err)
 	}
 }

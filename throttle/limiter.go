@@ -29,9 +29,10 @@ type Options struct {
 	// Prefix starts every key. Default DefaultPrefix. No '{' or '}'.
 	Prefix string
 	// Remember is how long a bucket's ledger keeps a take (task ID and
-	// slot) after its slot ended; pruned every 10 s, so a bucket taking R
-	// tokens a second holds about R·(Remember + 10s) entries of ~140 bytes
-	// (with 36-byte IDs) besides its slots ahead. Default DefaultRemember.
+	// slot) after its slot ended, for inspecting what went when: about
+	// R·Remember entries of ~140 bytes (36-byte IDs) on a bucket taking R
+	// tokens a second, besides its slots ahead. How the ledger is pruned:
+	// lua/rules.lua, the token bucket. Default DefaultRemember.
 	Remember time.Duration
 }
 
@@ -140,12 +141,12 @@ func (l *Limiter) Check(ctx context.Context, r Request) (Decision, error) {
 	return l.Admit(ctx, r)
 }
 
-// Holds reports whether r's buckets still hold the slots r.ID was admitted
+// HasSlot reports whether r's buckets still give r.ID the slots it was admitted
 // to. A task admitted with a Delay sleeps until its moment; meanwhile a
 // priority request may take its slot (see Request.Priority). Before it
-// sends, the task asks Holds: if not, its slot is gone, and it releases
+// sends, the task asks HasSlot: if not, its slot is gone, and it releases
 // what it still holds and is admitted again.
-func (l *Limiter) Holds(ctx context.Context, r Request) (bool, error) {
+func (l *Limiter) HasSlot(ctx context.Context, r Request) (bool, error) {
 	for _, t := range r.Takes {
 		b, ok := t.Rule.(*Bucket)
 		if !ok {
@@ -342,7 +343,7 @@ func (l *Limiter) Pause(ctx context.Context, b *Bucket, subject string, d time.D
 // the rate its slots were laid at differs (a rate changed in the config):
 // every moment ahead that the bucket holds (booked slots, tenants' gates and
 // lines) is scaled around now by k = old rate / new rate, and the tasks that
-// claimed a slot still ahead lose it (they find out by Holds and are admitted
+// claimed a slot still ahead lose it (they find out by HasSlot and are admitted
 // again). It returns k and the Redis time it scaled around; k is 0 when
 // nothing was scaled: the rate is the one recorded (another worker repaced
 // first, or nothing changed) or none was (the bucket is new to this call).

@@ -51,15 +51,15 @@ func TestRepaceMovesWaitingWorkToANewRate(t *testing.T) {
 	}
 	// m9 claimed a slot ahead and sleeps until it: lowering the rate takes
 	// it, and m9 finds out before it sends.
-	if held, err := l.Holds(ctx, bookReq("m9", nil, "", fast, 0)); err != nil || !held {
-		t.Fatalf("Holds(m9) before lowering = %v, %v; want true", held, err)
+	if held, err := l.HasSlot(ctx, bookReq("m9", nil, "", fast, 0)); err != nil || !held {
+		t.Fatalf("HasSlot(m9) before lowering = %v, %v; want true", held, err)
 	}
 	if k, _, err := l.Repace(ctx, slow, "gw"); err != nil || k != 10 {
 		t.Fatalf("Repace to 2/s = %v, %v; want k 10", k, err)
 	}
 	checkSpans(t, l, rdb, slow)
-	if held, err := l.Holds(ctx, bookReq("m9", nil, "", slow, 0)); err != nil || held {
-		t.Errorf("Holds(m9) after lowering = %v, %v; want false: its slot ahead was taken", held, err)
+	if held, err := l.HasSlot(ctx, bookReq("m9", nil, "", slow, 0)); err != nil || held {
+		t.Errorf("HasSlot(m9) after lowering = %v, %v; want false: its slot ahead was taken", held, err)
 	}
 }
 

@@ -80,7 +80,7 @@ type Request struct {
 	// Priority lets a booking request take a bucket's reserve (see
 	// Bucket.WithReserve) and go before the bookings in line on it: it takes
 	// the slot of the first booking not yet claimed, or of a task that
-	// claimed its slot and sleeps until it (that task finds out by Holds
+	// claimed its slot and sleeps until it (that task finds out by HasSlot
 	// before it sends).
 	Priority bool
 	// Tenant is the fairness key of a booking request: the sender whose

@@ -167,9 +167,6 @@ func (q *Quota) WithMargin(d time.Duration) (*Quota, error) {
 // Name returns the quota's name.
 func (q *Quota) Name() string { return q.name }
 
-// Windows returns a copy of the quota's windows.
-func (q *Quota) Windows() []Window { return append([]Window(nil), q.windows...) }
-
 // MaxCost returns the smallest window limit, or MaxQuotaCost if that is less.
 func (q *Quota) MaxCost() int {
 	m := MaxQuotaCost
@@ -247,9 +244,6 @@ func (b *Bucket) Burst() int { return b.burst }
 // MaxCost returns the burst less the reserve: the most one request without
 // priority can take.
 func (b *Bucket) MaxCost() int { return b.burst - b.reserve }
-
-// Reserve returns the tokens kept for priority requests (see WithReserve).
-func (b *Bucket) Reserve() int { return b.reserve }
 
 // WithReserve returns a copy of b that keeps n of its burst for requests
 // with Request.Priority: a request without priority takes tokens only while

@@ -122,8 +122,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 // flags are the worker's command line.
 type flags struct {
-	path                            string
-	demo                            time.Duration
+	path                             string
+	demo                             time.Duration
 	check, connect, apiOnly, version bool
 }
 
