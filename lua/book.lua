@@ -542,34 +542,33 @@ local function again(f, q, line)
 end
 
 -- line_enter is what a task's line says before a slot is sought (f its
--- tenant, a horizon H, and fresh the horizon of a task not back from a
--- place: see fresh_horizon; tkey and ps as place_of takes them): 'stands'
--- and its place when it is back long before it; 'end' and the line's end
--- for a task new to a tenant whose line reaches past its horizon; else nil
--- and the place it is back from (false: none), from which its slot is
--- sought. The free slots before that place are for the places ahead of it
--- (and for priority tasks): a task back early does not take them.
-local function line_enter(f, tkey, ps, now, H, fresh)
+-- tenant, a horizon H; tkey and ps as place_of takes them): 'stands' and its
+-- place when it is back long before it; 'end' and the line's end for a task
+-- new to a tenant whose line reaches past the horizon; else nil and the
+-- place it is back from (false: none), from which its slot is sought. The
+-- free slots before that place are for the places ahead of it (and for
+-- priority tasks): a task back early does not take them.
+local function line_enter(f, tkey, ps, now, H)
   local q = place_of(tkey, ps)
   if q and q > now + H then return 'stands', q end
   if q then return nil, q end
-  if fair_line(f) > now + fresh and placeable(tkey, ps) then return 'end', fair_line(f) end
+  if fair_line(f) > now + H and placeable(tkey, ps) then return 'end', fair_line(f) end
   return nil, false
 end
 
--- fresh_horizon is the horizon of a task not back from a place: H, or, when
--- work its caller has not seen waits behind it (the plan's 'u'), soon (how
--- far ahead it may go at once: 0, or a cluster's margin). A task that cannot
--- go then takes a place in line instead of a slot it would wait for in the
--- worker: the worker moves on to the work behind it, so a tenant queued
--- after another's backlog is seen, and served its share, at once.
-local function fresh_horizon(p, soon)
-  if p.unseen then return soon end
-  return p.horizon
+-- sleep_limit is how long before its moment a task may go and sleep in its
+-- worker for it: its max wait; or, when work its caller has not seen waits
+-- behind it (the plan's 'u') and it is not back from a place, not at all:
+-- it books its moment (a ticket, or a place past the horizon) and the
+-- worker moves on to the work behind it, so that a tenant queued after
+-- another's backlog is seen, and served its share, at once.
+local function sleep_limit(p, back)
+  if p.unseen and not back then return 0 end
+  return p.maxwait
 end
 
 -- line_exit is, after a slot that lets the task go at m was found (gate: its
--- tenant's gate, its place included; H the task's horizon), the place it
+-- tenant's gate, its place included; H the horizon), the place it
 -- takes instead, and whether that starts its line (join), or nil: it takes
 -- the slot. It takes a place when m is past the horizon or, back from its
 -- place, it finds the calendar behind the line (see behind), and its task
@@ -793,7 +792,7 @@ local function share(b, m)
   local f = fair_read(b.fair, b.fexp, b.tenant, b.weight, b.now, b.len)
   local gate = fair_others(f) and f.gate or 0
   if H == 0 then return f, gate, false end
-  local how, q = line_enter(f, b.tkey, b.ps, b.now, H, fresh_horizon(b.p, 0))
+  local how, q = line_enter(f, b.tkey, b.ps, b.now, H)
   if how == 'stands' then
     return f, gate, false, reply(b.k, false, false, b.bi, 0, 0, b.now, q - b.now, 0, QUEUED, floor((q - b.now) / b.len))
   elseif how == 'end' then
@@ -886,7 +885,7 @@ local function book_new(b, outcome)
   if f and H > 0 and binding == b.bi then
     -- Past the horizon (or the calendar behind the line): a place in the
     -- tenant's line, not a slot.
-    local q, join = line_exit(f, back, gate, m, now, back and H or fresh_horizon(b.p, 0), b.p.maxwait, b.len, b.tkey, b.ps)
+    local q, join = line_exit(f, back, gate, m, now, H, b.p.maxwait, b.len, b.tkey, b.ps)
     if q then return in_place(b, f, q, join) end
   end
   if b.deadline > 0 and m > b.deadline then
@@ -897,7 +896,7 @@ local function book_new(b, outcome)
     if binding == 0 then binding = far end
     return reply(b.k, false, false, binding, window, 0, now, m - now, 0, DECIDED, 0)
   end
-  local go = m <= now + b.p.maxwait
+  local go = m <= now + sleep_limit(b.p, back)
   local fresh = commit_booking(b, m, slot, go)
   if f then fair_took(f, b.fair, b.fexp, now, slot.v, b.len) end
   if go then
@@ -978,10 +977,9 @@ local function cluster_peek(b, f, ticket, args)
   end
   local lined, back = f and H > 0 and b.ps, false
   -- No earlier than the margin: the round trip to the commit.
-  local margin = tonum(args[9]) or 0
-  local from = now + margin
+  local from = now + (tonum(args[9]) or 0)
   if lined then
-    local how, q = line_enter(f, nil, b.ps, now, H, fresh_horizon(p, margin))
+    local how, q = line_enter(f, nil, b.ps, now, H)
     if how == 'stands' then return line(q, 2) end
     if how == 'end' then return place(q, false) end
     back = q
@@ -991,7 +989,7 @@ local function cluster_peek(b, f, ticket, args)
   if not v then return {now, now + BIG, 0, 0, 0, 0} end
   local pb = max(from, v - b.slack)
   if lined then
-    local q, join = line_exit(f, back, gate, pb, now, back and H or fresh_horizon(p, margin), p.maxwait, len, nil, b.ps)
+    local q, join = line_exit(f, back, gate, pb, now, H, p.maxwait, len, nil, b.ps)
     if q then return place(q, join) end
   end
   -- The slot is held for the task (a ticket) until the commit: tasks

@@ -100,6 +100,8 @@ local function repace(keys, args)
   if not old or old == rate then return {now, 0} end
   local k = tonum(old) / t.rate
   -- Claimed slots still ahead: their tasks are admitted again (see above).
+  -- Their slots stay busy, scaled: lowered, the provider idles through them
+  -- while those tasks book again (docs/booking.md, Not yet).
   local claimed = rcall('ZRANGEBYSCORE', ledger, '(' .. int(now), '+inf')
   for j = 1, #claimed do rcall('ZREM', ledger, claimed[j]) end
   scale_calendar(cal, now, k)

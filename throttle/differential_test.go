@@ -140,7 +140,7 @@ func diffWalk(t *testing.T, seed uint64, ops int) *differ {
 			d.admit(op, []Request{*retry})
 			retry = nil
 		case p < 0.10 && len(d.ids) > 0:
-			d.release(op, d.last[d.earlierID(0.8)])
+			d.release(op, d.releasable(d.earlierID(0.8)))
 		case p < 0.11 && len(d.ids) > 0:
 			d.toggleTask(op, d.earlierID(0.2))
 		case p < 0.13:
@@ -202,6 +202,7 @@ func newDiffer(t *testing.T, rng *rand.Rand, seed uint64, remember time.Duration
 		tasks:      map[string]bool{},
 		aheads:     map[string]time.Duration{},
 		last:       map[string]Request{},
+		took:       map[string]Request{},
 	}
 }
 
@@ -225,7 +226,9 @@ type differ struct {
 	ids                   []string                 // task IDs in order of first use
 	admitted              []string                 // IDs as they were allowed (with repeats)
 	last                  map[string]Request       // each ID's latest request
+	took                  map[string]Request       // each ID's latest request that took something
 	history               []string                 // the latest operations, for failure messages
+	inv                   invariantState           // see invariants
 	// claims are booked tasks that will come back, by when (sorted): at
 	// their moment, a little early or late.
 	claims []claim
@@ -405,6 +408,8 @@ func (d *differ) changeRule() {
 		d.rules[i] = d.newQuiet(r.Name())
 	}
 	d.stats.ruleChanges++
+	d.inv.init()
+	d.inv.changed[d.rules[i].Name()] = true
 	d.note(fmt.Sprintf("rule %s is now %s", d.rules[i].Name(), d.rules[i]))
 }
 
@@ -440,6 +445,16 @@ func (d *differ) maxWait() time.Duration {
 		return 0
 	}
 	return d.between(time.Microsecond, 300*time.Millisecond) // ns: the engine sends whole µs
+}
+
+// releasable is what a caller gives back for task id: the request that
+// took what it holds (Release's contract: a bucket's slot is given back by
+// its length at the request's cost), else its latest.
+func (d *differ) releasable(id string) Request {
+	if r, ok := d.took[id]; ok {
+		return r
+	}
+	return d.last[id]
 }
 
 // request returns a new task, the same task again (a redelivery), or an
@@ -682,6 +697,10 @@ func (d *differ) admit(op int, rs []Request) Decision {
 		if got[k].Allowed {
 			d.admitted = append(d.admitted, r.ID)
 		}
+		if got[k].Reserved() {
+			d.took[r.ID] = r
+			d.inv.took(r, d.m, d.redisKey)
+		}
 		if got[k].Booked {
 			d.expect(r, got[k])
 		}
@@ -694,6 +713,7 @@ func (d *differ) admit(op int, rs []Request) Decision {
 		d.count(got[k])
 	}
 	d.checkState(op, rs)
+	d.invariants(op, rs)
 	return got[len(got)-1]
 }
 

@@ -165,9 +165,10 @@ func (l *Limiter) HasSlot(ctx context.Context, r Request) (bool, error) {
 
 // Release gives back what r.ID's admission took from r's takes: quota entries
 // and counts are removed and bucket tokens (reserved or used) are returned.
-// Call it for a task that was admitted but not delivered. Releasing twice, or
-// releasing a task never admitted, does nothing. It returns how many takes it
-// gave back.
+// Call it for a task that was admitted but not delivered, with the takes and
+// costs it was admitted with: a bucket's slot is given back by its length
+// at r's cost. Releasing twice, or releasing a task never admitted, does
+// nothing. It returns how many takes it gave back.
 func (l *Limiter) Release(ctx context.Context, r Request) (int, error) {
 	n, _, err := l.release1(ctx, r)
 	return n, err

@@ -394,10 +394,6 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 	if horizon(r) {
 		H = float64(r.BookAhead.Microseconds())
 	}
-	freshH := H // a fresh task's horizon: none while unseen work waits behind it
-	if r.Backlog {
-		freshH = 0
-	}
 	near, gate, placed := false, 0.0, false // placed: back from a place in line
 	var fr *modelFair
 	if bt != nil && !prio {
@@ -418,7 +414,7 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 				return d, true
 			case ok: // its slot is from its place on
 				placed, gate = true, math.Max(gate, q)
-			case fr.line() > now+freshH && c.placeable(r):
+			case fr.line() > now+H && c.placeable(r):
 				c.m.fair["line end"]++
 				return c.inPlace(r, bt, fr, math.Max(m, fr.line()), length, deadline, false, dec, bi), true
 			}
@@ -464,11 +460,7 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 	if bt != nil && binding == 0 {
 		binding = bi
 	}
-	exitH := freshH
-	if placed {
-		exitH = H
-	}
-	if near && H > 0 && binding == bi && (m > now+exitH || placed && maxwait > 0 && m > now+maxwait && m > gate+length) {
+	if near && H > 0 && binding == bi && (m > now+H || placed && maxwait > 0 && m > now+maxwait && m > gate+length) {
 		// Past the horizon: a place in the tenant's line, not a slot.
 		if !c.placeable(r) {
 			c.m.fair["no hash"]++
@@ -479,7 +471,7 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 					c.m.fair["behind"]++
 				}
 			}
-			join := fr.line() <= now+exitH
+			join := fr.line() <= now+H
 			if join {
 				c.m.fair["join"]++
 			}
@@ -497,7 +489,11 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 		}
 		return dec(false, binding, window, m-now), true
 	}
-	goNow := m <= now+maxwait
+	sleep := maxwait // none for a fresh task while unseen work waits behind it
+	if r.Backlog && horizon(r) && !placed {
+		sleep = 0
+	}
+	goNow := m <= now+sleep
 	for _, t := range takes {
 		switch {
 		case t.kind == "q" || t.kind == "c":

@@ -100,12 +100,13 @@ type Request struct {
 	BookAhead time.Duration
 	// Backlog says that work the caller has not picked up yet waits behind
 	// this task (its queue is not empty). A booking task with a horizon
-	// that cannot go now then takes a place in its tenant's line rather
-	// than a slot within MaxWait or the horizon: the caller moves on to the
-	// work behind it, and a tenant whose work is further back in the queue
-	// gets its share at once, instead of after every task ahead of it went
-	// in the order it was queued. A task back from its place is not
-	// affected: it waited its turn.
+	// then never goes to sleep for its moment within MaxWait: it books it
+	// (a slot within the horizon, a place in its tenant's line past it) and
+	// the caller moves on to the work behind it, so that a tenant whose
+	// work is further back in the queue is seen, and gets its share, at
+	// once, instead of after every task ahead of it went in the order it was
+	// queued. A task back from its place is not affected: it waited its
+	// turn. Single node only.
 	Backlog bool
 	// TaskKey is the Redis key of a hash the task owns while it waits (its
 	// asynq task hash): a task placed in line notes its place there (field

@@ -1,0 +1,200 @@
+package throttle
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The differential run compares every operation with the model, which says
+// the same steps as the Lua in Go: a mistake in the algorithm would be in
+// both. invariants checks, after every admission of the run, what the
+// rules promise, read from Redis alone:
+//
+//   - a bucket's busy spans never overlap, and every slot a task holds
+//     ahead (in the ledger or as a ticket) lies in one: so no two takes
+//     share time, which is what bounds a bucket's grants by rate·T + burst;
+//   - slots held ahead start at least a slot of cost 1 apart;
+//   - a quota's entries fit each of its windows: no window of length P
+//     holds more than its limit of entries, bookings ahead included.
+//
+// Rules changed during the walk (a limit applies at once to the history
+// laid under the old one) and quotas that count-only takes wrote to (they
+// count and never deny) are not held to their windows. A bucket on which a
+// task was admitted again at another cost is not checked for slots in
+// busy spans: its release gives back a slot of its request's cost
+// (Release's contract), which may free a neighbour's.
+
+// invariantState is what the invariants need to know of the walk so far.
+type invariantState struct {
+	changed   map[string]bool // rule names replaced during the walk
+	countOnly map[string]bool // quota keys a count-only take wrote to
+	costs     map[string]int  // each task's cost on a bucket, by bucket key and ID
+	mixed     map[string]bool // bucket keys a task took at two costs
+}
+
+// init makes the state's maps.
+func (s *invariantState) init() {
+	if s.changed == nil {
+		*s = invariantState{changed: map[string]bool{}, countOnly: map[string]bool{}, costs: map[string]int{}, mixed: map[string]bool{}}
+	}
+}
+
+// took records what an admission of r that reserved something took.
+func (s *invariantState) took(r Request, m *model, key func(modelKey) string) {
+	s.init()
+	for i, t := range m.parse(r) {
+		if t.kind != "b" {
+			continue
+		}
+		k, c := key(t.cal), r.Takes[i].cost()
+		if was, ok := s.costs[k+" "+r.ID]; ok && was != c {
+			s.mixed[k] = true
+		}
+		s.costs[k+" "+r.ID] = c
+	}
+}
+
+// invariants checks the rules of rs after op (see above).
+func (d *differ) invariants(op int, rs []Request) {
+	d.t.Helper()
+	d.inv.init()
+	ctx := context.WithoutCancel(d.t.Context())
+	now, err := d.rdb.Time(ctx).Result()
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	nowUS := float64(now.UnixMicro())
+	// A batch's requests were all admitted before any is checked.
+	for _, r := range rs {
+		for i, t := range d.m.parse(r) {
+			if t.kind == "q" && r.Takes[i].CountOnly {
+				d.inv.countOnly[d.redisKey(t.key)] = true
+			}
+		}
+	}
+	for _, r := range rs {
+		for _, t := range d.m.parse(r) {
+			switch t.kind {
+			case "b":
+				d.checkBucket(ctx, op, r, t, nowUS)
+			case "q":
+				key := d.redisKey(t.key)
+				if !d.inv.countOnly[key] && !d.inv.changed[t.key.rule] {
+					d.checkWindows(ctx, op, r, t, key)
+				}
+			}
+		}
+	}
+}
+
+// checkBucket checks a bucket's spans and the slots held ahead on it.
+func (d *differ) checkBucket(ctx context.Context, op int, r Request, t *modelTake, now float64) {
+	spans := d.spans(ctx, d.redisKey(t.cal))
+	// Only time from now on is busy or free: a span written from 0 (see
+	// PAST in rules.lua) hides free time in the past, and the past spans it
+	// covers wait for the prune.
+	var ahead [][2]float64
+	for _, sp := range spans {
+		if sp[1] > now {
+			ahead = append(ahead, [2]float64{max(sp[0], now), sp[1]})
+		}
+	}
+	spans = ahead
+	slices.SortFunc(spans, func(a, b [2]float64) int { return cmp.Compare(a[0], b[0]) })
+	for i := 1; i < len(spans); i++ {
+		if spans[i][0] < spans[i-1][1] {
+			d.fail(fmt.Sprintf("op %d: invariant: busy spans %v and %v of %s overlap", op, spans[i-1], spans[i], t.cal.rule), r, int64(now), "")
+		}
+	}
+	if d.inv.changed[t.cal.rule] || d.inv.mixed[d.redisKey(t.cal)] {
+		return
+	}
+	len1 := math.Ceil(1e6 / t.rate)
+	var held []float64
+	for _, k := range []modelKey{t.ledger, t.book} {
+		z, err := d.rdb.ZRangeByScoreWithScores(ctx, d.redisKey(k), &redis.ZRangeBy{Min: strconv.FormatFloat(now, 'f', 0, 64), Max: "+inf"}).Result()
+		if err != nil {
+			d.t.Fatal(err)
+		}
+		for _, e := range z {
+			held = append(held, e.Score)
+			if !inSpan(spans, e.Score) {
+				d.fail(fmt.Sprintf("op %d: invariant: %v's slot at %.0f on %s is in no busy span %v", op, e.Member, e.Score, t.cal.rule, spans), r, int64(now), "")
+			}
+		}
+	}
+	slices.Sort(held)
+	for i := 1; i < len(held); i++ {
+		if held[i]-held[i-1] < len1-1 {
+			d.fail(fmt.Sprintf("op %d: invariant: slots held at %.0f and %.0f on %s, less than a slot (%.0f µs) apart", op, held[i-1], held[i], t.cal.rule, len1), r, int64(now), "")
+		}
+	}
+}
+
+// spans reads a calendar's busy spans, [start, end) in µs.
+func (d *differ) spans(ctx context.Context, key string) [][2]float64 {
+	z, err := d.rdb.ZRangeWithScores(ctx, key, 0, -1).Result()
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	var out [][2]float64
+	for _, e := range z {
+		m := e.Member.(string)
+		if strings.HasPrefix(m, "-") {
+			continue // a mark of the calendar's life
+		}
+		start, err := strconv.ParseFloat(m, 64)
+		if err != nil {
+			d.t.Fatalf("calendar %s: span %q: %v", key, m, err)
+		}
+		out = append(out, [2]float64{start, e.Score})
+	}
+	return out
+}
+
+// inSpan reports whether moment v lies in one of spans.
+func inSpan(spans [][2]float64, v float64) bool {
+	for _, s := range spans {
+		if s[0] <= v && v < s[1] {
+			return true
+		}
+	}
+	return false
+}
+
+// checkWindows checks that a quota's entries fit each of its windows.
+func (d *differ) checkWindows(ctx context.Context, op int, r Request, t *modelTake, key string) {
+	z, err := d.rdb.ZRangeWithScores(ctx, key, 0, -1).Result()
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	at := make([]float64, len(z))
+	for i, e := range z {
+		at[i] = e.Score
+	}
+	slices.Sort(at)
+	for w := range t.limits {
+		limit, per := int(t.limits[w]), t.pers[w]
+		for j := range at {
+			// The window (at[j] - per, at[j]] ends at an entry: the most
+			// a window of length per holds is found at one of them.
+			lo, _ := slices.BinarySearchFunc(at, at[j]-per, func(a, b float64) int {
+				if a <= b {
+					return -1
+				}
+				return 1
+			})
+			if n := j - lo + 1; n > limit {
+				d.fail(fmt.Sprintf("op %d: invariant: %s holds %d entries within %.0f µs up to %.0f, over its window %d per %.0f µs",
+					op, key, n, per, at[j], limit, per), r, 0, "")
+			}
+		}
+	}
+}
