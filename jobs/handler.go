@@ -81,7 +81,11 @@ type Throttle struct {
 	// still holds the task (recovery.Recovery.Holds): one taken for dead
 	// after a long silence has had its tasks handed to another worker,
 	// which sends them. Nil sends without asking.
-	Holder  Holder
+	Holder Holder
+	// Screen keeps scoped pauses and suppressed addresses for the providers
+	// that are Scopers (see settle.go). Nil: a scoped pause defers only the
+	// job that met it, and nothing is suppressed.
+	Screen  *Screen
 	Metrics *Metrics
 	Log     *slog.Logger
 
@@ -228,6 +232,9 @@ func (t *Throttle) notify(ctx context.Context, id string, task *asynq.Task) erro
 		return ignoreDone(err)
 	}
 	if err := t.holds(ctx, j); err != nil {
+		return err
+	}
+	if err := t.screen(ctx, j); err != nil {
 		return err
 	}
 	if digest && !j.tried {
@@ -640,6 +647,9 @@ func (t *Throttle) deliver(ctx context.Context, j *job) error {
 		// retries are paced like any other send rather than passing the
 		// bucket as already admitted.
 		t.forget(j.request())
+	}
+	if err, ok := t.settle(ctx, j, err); ok {
+		return err
 	}
 	switch o {
 	case Pause:

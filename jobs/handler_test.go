@@ -68,6 +68,8 @@ type harnessConfig struct {
 	shadowBucket bool
 	// digests turns Throttle.Digests on.
 	digests bool
+	// screen turns Throttle.Screen on.
+	screen bool
 }
 
 func newHarness(t *testing.T, quota *throttle.Quota, bucket *throttle.Bucket, inlineWait time.Duration) *harness {
@@ -124,6 +126,9 @@ func newHarnessWith(t *testing.T, c harnessConfig) *harness {
 	}
 	if !c.noMarks {
 		h.th.Sent = NewSentMarks(workerRDB, "")
+	}
+	if c.screen {
+		h.th.Screen = NewScreen(workerRDB, "")
 	}
 	if c.digests {
 		h.th.Digests = NewDigests(workerRDB, "", asynq.NewClientFromRedisClient(workerRDB))
