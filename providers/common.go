@@ -30,6 +30,9 @@ type Settings struct {
 	// BaseURL replaces the service's address (tests, a regional endpoint,
 	// a proxy); default the service's own.
 	BaseURL string
+	// Transport, if set, carries the requests (tests: a loopback TLS
+	// server's); default a clone of http.DefaultTransport (HTTP/2 over TLS).
+	Transport http.RoundTripper
 }
 
 func (s Settings) timeout() time.Duration {
@@ -57,6 +60,9 @@ func (s Settings) base(def string) string {
 // httpClient is a client bounded by the settings' timeout, which follows no
 // redirects (an API that redirects is misconfigured).
 func (s Settings) httpClient(tr http.RoundTripper) *http.Client {
+	if s.Transport != nil {
+		tr = s.Transport
+	}
 	return &http.Client{Timeout: s.timeout(), Transport: tr,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 }
