@@ -96,7 +96,7 @@ func (p *SES) classify(err error) error {
 	what := fmt.Sprintf("ses %s: %s: %s", p.Name, code, msg)
 	switch {
 	case strings.Contains(msg, "Daily message quota exceeded"):
-		return pause(0, p.nextReset(), "", "%s", what)
+		return pause(0, nextReset(p.now(), p.QuotaReset), "", "%s", what)
 	case strings.Contains(msg, "Maximum sending rate exceeded") || code == "TooManyRequestsException" ||
 		code == "LimitExceededException" || code == "Throttling" || code == "ThrottlingException":
 		return pause(time.Second, time.Time{}, "", "%s", what)
@@ -110,10 +110,10 @@ func (p *SES) classify(err error) error {
 	return reject("%s", what) // MessageRejected, NotFoundException, BadRequestException
 }
 
-// nextReset is the next QuotaReset after now.
-func (p *SES) nextReset() time.Time {
-	now := p.now().UTC()
-	at := now.Truncate(24 * time.Hour).Add(p.QuotaReset)
+// nextReset is the first moment after now that is reset past 00:00 UTC.
+func nextReset(now time.Time, reset time.Duration) time.Time {
+	now = now.UTC()
+	at := now.Truncate(24 * time.Hour).Add(reset)
 	if !at.After(now) {
 		at = at.Add(24 * time.Hour)
 	}
