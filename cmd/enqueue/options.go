@@ -22,6 +22,10 @@ type options struct {
 	// Campaigns: list them (runCampaigns), fire one now (runTrigger).
 	campaigns bool
 	trigger   string
+
+	// Suppressed addresses: list a provider's, lift one.
+	suppressions string
+	unsuppress   string
 }
 
 // newOptions defines the flags on fs.
@@ -47,6 +51,8 @@ func newOptions(fs *flag.FlagSet) *options {
 	fs.StringVar(&o.file, "file", "", "a JSONL `file` of notifications, one per line; - reads stdin")
 	fs.BoolVar(&o.campaigns, "campaigns", false, "list the config's campaigns with their next fire times")
 	fs.StringVar(&o.trigger, "trigger", "", "fire the campaign `name`d now: its audience is fanned out by the workers")
+	fs.StringVar(&o.suppressions, "suppressions", "", "list the `provider`'s suppressed addresses (its service said they are dead)")
+	fs.StringVar(&o.unsuppress, "unsuppress", "", "lift one suppression: `PROVIDER:ADDRESS`")
 	return o
 }
 
