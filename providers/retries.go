@@ -22,6 +22,9 @@ type Retries struct {
 	// Backoff is the wait after the first failure, doubled after each
 	// one (at most a day); 0 leaves it to asynq's default.
 	Backoff time.Duration
+	// retried returns how many times the task failed before: asynq's count
+	// (tests replace it).
+	retried func(context.Context) int
 }
 
 // WithRetries returns p with its own retry settings, or p if both are zero.
@@ -29,7 +32,10 @@ func WithRetries(p jobs.Scoper, max int, backoff time.Duration) jobs.Scoper {
 	if max == 0 && backoff == 0 {
 		return p
 	}
-	return &Retries{Scoper: p, Max: max, Backoff: backoff}
+	return &Retries{Scoper: p, Max: max, Backoff: backoff, retried: func(ctx context.Context) int {
+		n, _ := asynq.GetRetryCount(ctx)
+		return n
+	}}
 }
 
 // Send sends m and applies the settings to a temporary failure.
@@ -39,7 +45,7 @@ func (r *Retries) Send(ctx context.Context, m jobs.Message) error {
 	if err == nil || errors.As(err, &se) {
 		return err
 	}
-	retried, _ := asynq.GetRetryCount(ctx)
+	retried := r.retried(ctx)
 	if r.Max > 0 && retried >= r.Max {
 		return &jobs.SendError{Outcome: jobs.Reject, Err: fmt.Errorf("gave up after %d retries: %w", retried, err)}
 	}
