@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 
 	"github.com/notify-throttle/throttler/config"
 	"github.com/notify-throttle/throttler/jobs"
@@ -52,7 +54,18 @@ func newService(name string, p config.Provider) (jobs.Provider, bool, error) {
 		return nil, false, nil
 	}
 	if err != nil {
-		return nil, true, fmt.Errorf("provider %s: %w", name, err)
+		return nil, true, err // it names the type and the provider
 	}
 	return providers.WithRetries(sc, p.MaxRetries, p.Backoff), true, nil
+}
+
+// checkServices builds every service provider as a start would, without
+// sending: a key file that cannot be read or parsed is found by -check.
+func checkServices(cfg *config.Config) error {
+	for _, name := range slices.Sorted(maps.Keys(cfg.Providers)) {
+		if _, _, err := newService(name, cfg.Providers[name]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
