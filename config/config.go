@@ -173,7 +173,7 @@ type Provider struct {
 	Timeout         time.Duration     `yaml:"timeout"`                     // not log; default 5s webhook, 10s the services
 	Headers         map[string]Secret `yaml:"headers,secret=header value"` // webhook only; default none
 
-	ScopePause time.Duration `yaml:"scope_pause"` // twilio, apns: a scoped throttle naming no moment; default 1m
+	ScopePause time.Duration `yaml:"scope_pause"` // twilio (a sender's overflow), apns (a device's 429): a scoped pause naming no moment; default 1m
 	MaxRetries int           `yaml:"max_retries"` // the services: tries after a temporary failure; default the task's
 	Backoff    time.Duration `yaml:"backoff"`     // the services: first wait after one, doubled each time; default asynq's
 	BaseURL    string        `yaml:"base_url"`    // ses, twilio, fcm, apns, sendgrid: default the service's own

@@ -217,7 +217,9 @@ func TestFCMUnregisteredSuppressesTheToken(t *testing.T) {
 // paused fleet-wide: the next message waits too.
 func TestSESDailyQuotaDefersToTheReset(t *testing.T) {
 	fake := newServiceFake(t, func(r *http.Request) string {
-		var in struct{ Destination struct{ ToAddresses []string } }
+		var in struct {
+			Destination struct{ ToAddresses []string }
+		}
 		_ = json.NewDecoder(r.Body).Decode(&in)
 		if !strings.HasPrefix(r.Header.Get("Authorization"), "AWS4-HMAC-SHA256 Credential=AKIDTEST/") || len(in.Destination.ToAddresses) != 1 {
 			t.Errorf("ses request auth %q", r.Header.Get("Authorization"))

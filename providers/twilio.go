@@ -12,6 +12,12 @@ import (
 	"github.com/notify-throttle/throttler/jobs"
 )
 
+// twilioPairPause is how long Twilio fails a pair's messages after 14107
+// ("more than 30 replies between two numbers within 30 seconds": then 30
+// seconds of failures, per its error reference), when it sends no
+// Retry-After.
+const twilioPairPause = 30 * time.Second
+
 // Twilio sends SMS through Twilio's Messages API: POST
 // /2010-04-01/Accounts/{AccountSID}/Messages.json, basic auth, form fields
 // To, From (or MessagingServiceSid) and Body (the data's body).
@@ -97,7 +103,7 @@ func (p *Twilio) classify(status int, h http.Header, te twilioError, to string, 
 	case 20429: // too many concurrent requests: never processed, safe to retry
 		return retryAt(after, at, "%s", what)
 	case 14107: // too many messages between this pair of numbers
-		after, at = retryAfter(h.Get("Retry-After"), p.scopePause())
+		after, at = retryAfter(h.Get("Retry-After"), twilioPairPause)
 		return pause(after, at, jobs.PairScope(p.sender(), to), "%s", what)
 	case 21611, 30001: // the sender's queue overflowed
 		after, at = retryAfter(h.Get("Retry-After"), p.scopePause())

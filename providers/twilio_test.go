@@ -31,6 +31,7 @@ func TestTwilioClassifiesEveryAnswer(t *testing.T) {
 		"+15550000010": twilioErr(400, 21602, ""),
 		"+15550000011": {status: 503, body: "down"},
 		"+15550000012": twilioErr(429, 30001, "1"),
+		"+15550000013": twilioErr(429, 14107, ""),
 	}
 	f := newFake(t, answer{status: 201, body: `{"sid":"SM1","status":"queued"}`}, answers, func(t *testing.T, r *http.Request) string {
 		user, pass, ok := r.BasicAuth()
@@ -50,6 +51,7 @@ func TestTwilioClassifiesEveryAnswer(t *testing.T) {
 		"+15550000002": {outcome: jobs.Pause, scope: jobs.PairScope(from, "+15550000002"), after: 7 * time.Second},
 		"+15550000003": {outcome: jobs.Pause, scope: jobs.SenderScope(from), after: 30 * time.Second},
 		"+15550000012": {outcome: jobs.Pause, scope: jobs.SenderScope(from), after: time.Second},
+		"+15550000013": {outcome: jobs.Pause, scope: jobs.PairScope(from, "+15550000013"), after: 30 * time.Second},
 		"+15550000004": {outcome: jobs.Pause, after: 3 * time.Second},
 		"+15550000005": {outcome: jobs.Dead, text: "error 21211"},
 		"+15550000006": {outcome: jobs.Dead},
