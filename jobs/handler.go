@@ -648,7 +648,7 @@ func (t *Throttle) deliver(ctx context.Context, j *job) error {
 		// bucket as already admitted.
 		t.forget(j.request())
 	}
-	if err, ok := t.settle(ctx, j, err); ok {
+	if handled, err := t.settle(ctx, j, err); handled {
 		return err
 	}
 	switch o {

@@ -50,33 +50,33 @@ func (j *job) message() Message {
 }
 
 // settle acts on a failed send's outcome where deliver's own switch does
-// not: it returns the task's error and true, or false to leave err to
-// deliver. The recipient's quota was given back and the provider token
-// spent already.
-func (t *Throttle) settle(ctx context.Context, j *job, err error) (error, bool) {
+// not: it reports whether it did, with the task's error, or false to leave
+// err to deliver. The recipient's quota was given back and the provider
+// token spent already.
+func (t *Throttle) settle(ctx context.Context, j *job, err error) (bool, error) {
 	var se *SendError
 	if !errors.As(err, &se) {
-		return nil, false
+		return false, nil
 	}
 	ctx = context.WithoutCancel(ctx)
 	switch {
 	case se.Outcome == Pause && se.Scope != "":
-		return t.holdScope(ctx, j, se), true
+		return true, t.holdScope(ctx, j, se)
 	case se.Outcome == Pause && !se.RetryAt.IsZero():
-		return t.pauseProvider(ctx, j, se, se.RetryAfter), true
+		return true, t.pauseProvider(ctx, j, se, se.RetryAfter)
 	case se.Outcome == Retry && (se.RetryAfter > 0 || !se.RetryAt.IsZero()):
 		after := t.wait(ctx, se)
 		t.Log.Info("provider said when to retry", "task", j.id, "provider", j.n.Provider, "in", after)
-		return &Deferral{Delay: after, Reason: fmt.Sprintf("provider %s: %v", j.n.Provider, err)}, true
+		return true, &Deferral{Delay: after, Reason: fmt.Sprintf("provider %s: %v", j.n.Provider, err)}
 	case se.Outcome == Dead:
-		return t.suppress(ctx, j, se), true
+		return true, t.suppress(ctx, j, se)
 	case se.Outcome == Broken:
 		t.Metrics.inc(t.Metrics.Broken, j.n.Provider)
 		t.Log.Error("provider credentials or account broken: pausing it fleet-wide; fix its configuration",
 			"provider", j.n.Provider, "task", j.id, "err", err)
-		return t.pauseProvider(ctx, j, se, BrokenPause), true
+		return true, t.pauseProvider(ctx, j, se, BrokenPause)
 	}
-	return nil, false
+	return false, nil
 }
 
 // wait is how long se asks to wait: until RetryAt by Redis's clock, else
