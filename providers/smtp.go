@@ -2,6 +2,7 @@ package providers
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net/textproto"
@@ -36,7 +37,10 @@ type SMTP struct {
 	// QuotaReset is as SES.QuotaReset, for "Daily message quota exceeded"
 	// from SES's SMTP endpoint.
 	QuotaReset time.Duration
-	now        func() time.Time
+	// TLSConfig, if set, replaces the default TLS settings (a private CA's
+	// roots, a test server's certificate); its ServerName defaults to Host.
+	TLSConfig *tls.Config
+	now       func() time.Time
 }
 
 // NewSMTP returns an SMTP provider.
@@ -59,6 +63,13 @@ func (p *SMTP) client() (*mail.Client, error) {
 		opts = append(opts, mail.WithTLSPolicy(mail.NoTLS))
 	default:
 		opts = append(opts, mail.WithTLSPolicy(mail.TLSMandatory))
+	}
+	if p.TLSConfig != nil {
+		cfg := p.TLSConfig.Clone()
+		if cfg.ServerName == "" {
+			cfg.ServerName = p.Host
+		}
+		opts = append(opts, mail.WithTLSConfig(cfg))
 	}
 	if p.Username != "" {
 		opts = append(opts, mail.WithSMTPAuth(mail.SMTPAuthPlain), mail.WithUsername(p.Username), mail.WithPassword(p.Password))
@@ -116,7 +127,11 @@ func (p *SMTP) classify(err error) error {
 	}
 	what := fmt.Sprintf("smtp %s: %v", p.Name, err)
 	text := err.Error()
+	var cert *tls.CertificateVerificationError
 	switch {
+	case errors.As(err, &cert) || strings.Contains(text, "does not support STARTTLS"):
+		// The server cannot be reached safely as configured: no retry helps.
+		return broken("%s", what)
 	case strings.Contains(text, "Daily message quota exceeded"):
 		return pause(0, nextReset(p.now(), p.QuotaReset), "", "%s", what)
 	case code == 454 && strings.Contains(strings.ToLower(text), "throttl"), code == 421 && strings.Contains(text, "rate"):

@@ -1,7 +1,14 @@
 package providers
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"io"
+	"math/big"
 	"net"
 	"net/mail"
 	"strconv"
@@ -138,4 +145,60 @@ func TestSMTPClassifiesEveryAnswer(t *testing.T) {
 	checkOutcome(t, "wrong password", wrong.Send(ctx(t), jobs.Message{ID: "t2", Recipient: "ok@example.com", Data: data}), want{outcome: jobs.Broken})
 	down := NewSMTP(Settings{Name: "mail", Timeout: time.Second}, "127.0.0.1", 1, SMTPNoTLS, "", "", "noreply@example.com")
 	checkOutcome(t, "no server", down.Send(ctx(t), jobs.Message{ID: "t3", Recipient: "ok@example.com", Data: data}), want{retry: true})
+}
+
+// selfSigned returns a certificate for localhost and a pool that trusts it.
+func selfSigned(t *testing.T) (tls.Certificate, *x509.CertPool) {
+	t.Helper()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "localhost"},
+		DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, _ := x509.ParseCertificate(der)
+	pool := x509.NewCertPool()
+	pool.AddCert(leaf)
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, pool
+}
+
+// TestSMTPStartTLS sends through the default mode, STARTTLS required, to a
+// server that offers it; a server that does not, or whose certificate is
+// not trusted, is refused before the password is sent: broken, since no
+// retry helps.
+func TestSMTPStartTLS(t *testing.T) {
+	t.Parallel()
+	cert, pool := selfSigned(t)
+	be := &smtpBackend{t: t}
+	srv := smtp.NewServer(be)
+	srv.Domain, srv.TLSConfig = "localhost", &tls.Config{Certificates: []tls.Certificate{cert}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	port := ln.Addr().(*net.TCPAddr).Port
+	p := NewSMTP(Settings{Name: "mail"}, "localhost", port, "", "mailer", "s3cret", "noreply@example.com")
+	p.TLSConfig = &tls.Config{RootCAs: pool}
+	data := []byte(`{"subject":"Welcome","body":"Hello"}`)
+	if err := p.Send(ctx(t), jobs.Message{ID: "t1", Recipient: "ok@example.com", Data: data}); err != nil {
+		t.Fatalf("over STARTTLS: %v", err)
+	}
+	be.mu.Lock()
+	n := len(be.accepted)
+	be.mu.Unlock()
+	if n != 1 {
+		t.Fatalf("the server accepted %d messages, want 1", n)
+	}
+
+	_, plainPort := startSMTP(t) // offers no STARTTLS
+	plain := NewSMTP(Settings{Name: "mail"}, "localhost", plainPort, "", "mailer", "s3cret", "noreply@example.com")
+	err = plain.Send(ctx(t), jobs.Message{ID: "t2", Recipient: "ok@example.com", Data: data})
+	checkOutcome(t, "no STARTTLS offered", err, want{outcome: jobs.Broken})
+	untrusted := NewSMTP(Settings{Name: "mail"}, "localhost", port, "", "mailer", "s3cret", "noreply@example.com")
+	checkOutcome(t, "untrusted certificate", untrusted.Send(ctx(t), jobs.Message{ID: "t3", Recipient: "ok@example.com", Data: data}), want{outcome: jobs.Broken})
 }
