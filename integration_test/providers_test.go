@@ -108,7 +108,7 @@ func TestTwilioPairPauseHoldsOnlyThatPair(t *testing.T) {
     from: "+15559999999"
     rate: 100
     burst: 10`, fake.srv.URL))
-	f.startWorkers("w1")
+	f.startWorkers("w1", "w2") // the pair is held for both: the pause is in Redis
 	client := asynq.NewClientFromRedisClient(f.rdb)
 	defer client.Close()
 	sms := func(key, to string) string {
