@@ -36,13 +36,19 @@ const Embedded = redisconn.Embedded
 
 // Provider types, dashboard auth kinds and over-cap actions.
 const (
-	ProviderLog     = "log"     // writes one JSON line per message
-	ProviderWebhook = "webhook" // POSTs each message as JSON to a URL
-	DashboardBasic  = "basic"   // a user name and password (HTTP basic auth)
-	DashboardBearer = "bearer"  // "Authorization: Bearer <token>"
-	OverCapDefer    = "defer"
-	OverCapDrop     = "drop"
-	OverCapDigest   = "digest"
+	ProviderLog      = "log"      // writes one JSON line per message
+	ProviderWebhook  = "webhook"  // POSTs each message as JSON to a URL
+	ProviderSMTP     = "smtp"     // an SMTP server
+	ProviderSES      = "ses"      // Amazon SES v2
+	ProviderTwilio   = "twilio"   // Twilio's Messages API (SMS)
+	ProviderFCM      = "fcm"      // Firebase Cloud Messaging HTTP v1
+	ProviderAPNs     = "apns"     // Apple Push Notification service
+	ProviderSendGrid = "sendgrid" // SendGrid's v3 Mail Send API
+	DashboardBasic   = "basic"    // a user name and password (HTTP basic auth)
+	DashboardBearer  = "bearer"   // "Authorization: Bearer <token>"
+	OverCapDefer     = "defer"
+	OverCapDrop      = "drop"
+	OverCapDigest    = "digest"
 )
 
 // Default returns the default configuration: embedded Redis, no policies,
@@ -178,17 +184,51 @@ func (p *Policy) Fill(has func(key string) bool, _ func(key, why string)) {
 	}
 }
 
-// Provider delivers messages and limits them with a token bucket.
+// Provider delivers messages and limits them with a token bucket. The
+// keys after Headers are those of the services' types (docs/providers.md
+// says which type takes which); each is refused on a type that does not.
 type Provider struct {
-	Type            string            `yaml:"type,required,oneof=log|webhook"` // ProviderLog or ProviderWebhook
-	Rate            float64           `yaml:"rate,required"`                   // per second, fractions allowed
+	Type            string            `yaml:"type,required,oneof=log|webhook|smtp|ses|twilio|fcm|apns|sendgrid"`
+	Rate            float64           `yaml:"rate,required"` // per second, fractions allowed
 	Burst           int               `yaml:"burst,required"`
 	Shadow          bool              `yaml:"shadow"`                      // default false
 	PriorityReserve int               `yaml:"priority_reserve"`            // default Burst/5
 	Output          string            `yaml:"output"`                      // log only; default stdout
 	URL             Secret            `yaml:"url,secret=URL"`              // webhook only; required
-	Timeout         time.Duration     `yaml:"timeout"`                     // webhook only; default 5s
+	Timeout         time.Duration     `yaml:"timeout"`                     // not log; default 5s webhook, 10s the services
 	Headers         map[string]Secret `yaml:"headers,secret=header value"` // webhook only; default none
+
+	ScopePause time.Duration `yaml:"scope_pause"` // twilio (a sender's overflow), apns (a device's 429): a scoped pause naming no moment; default 1m
+	MaxRetries int           `yaml:"max_retries"` // the services: tries after a temporary failure; default the task's
+	Backoff    time.Duration `yaml:"backoff"`     // the services: first wait after one, doubled each time; default asynq's
+	BaseURL    string        `yaml:"base_url"`    // ses, twilio, fcm, apns, sendgrid: default the service's own
+
+	From                string `yaml:"from"`                                      // smtp, ses, sendgrid: an address; twilio: a number
+	FromName            string `yaml:"from_name"`                                 // sendgrid
+	MessagingServiceSID string `yaml:"messaging_service_sid"`                     // twilio: instead of from
+	AccountSID          string `yaml:"account_sid"`                               // twilio
+	Username            Secret `yaml:"username,secret=username"`                  // smtp; twilio: an API key SID (default account_sid)
+	Password            Secret `yaml:"password,secret=password"`                  // smtp; twilio: the auth token or API key secret
+	APIKey              Secret `yaml:"api_key,secret=API key"`                    // sendgrid
+	Host                string `yaml:"host"`                                      // smtp
+	Port                int    `yaml:"port"`                                      // smtp; default 587 (465 with tls: tls)
+	TLS                 string `yaml:"tls,oneof=starttls|tls|opportunistic|none"` // smtp; default starttls
+
+	Region           string        `yaml:"region"`                                     // ses
+	AccessKeyID      Secret        `yaml:"access_key_id,secret=access key ID"`         // ses
+	SecretAccessKey  Secret        `yaml:"secret_access_key,secret=secret access key"` // ses
+	ConfigurationSet string        `yaml:"configuration_set"`                          // ses; default none
+	QuotaReset       time.Duration `yaml:"quota_reset"`                                // ses, smtp: after 00:00 UTC; default 0
+
+	ProjectID       string `yaml:"project_id"`            // fcm
+	CredentialsFile string `yaml:"credentials_file,path"` // fcm: a service account's JSON key; or
+	Token           Secret `yaml:"token,secret=token"`    // fcm: a static OAuth2 access token
+	TokenURL        string `yaml:"token_url"`             // fcm; default the key's token_uri
+
+	TeamID  string `yaml:"team_id"`       // apns
+	KeyID   string `yaml:"key_id"`        // apns
+	KeyFile string `yaml:"key_file,path"` // apns: the .p8 signing key
+	Topic   string `yaml:"topic"`         // apns: the app's bundle ID
 }
 
 // Fill gives a provider read from a file the defaults of its type.
@@ -206,6 +246,8 @@ func (p *Provider) Fill(has func(key string) bool, required func(key, why string
 		if !has("timeout") {
 			p.Timeout = 5 * time.Second
 		}
+	case serviceTypes[p.Type] != nil:
+		p.fillService(has, required)
 	}
 }
 

@@ -214,6 +214,7 @@ func (v *validator) providers() {
 		v.check(pr.Burst <= 0 || pr.PriorityReserve >= 0 && pr.PriorityReserve < pr.Burst, path+".priority_reserve",
 			"must be from 0 to burst - 1 (%d) (got %d)", pr.Burst-1, pr.PriorityReserve)
 		only := func(set bool, key, typ string) { v.check(!set, path+"."+key, "only for a %s provider", typ) }
+		v.serviceKeysOnly(path, pr)
 		switch pr.Type {
 		case ProviderLog:
 			v.check(pr.Output != "", path+".output", "must not be empty: stdout, stderr or a file path")
@@ -234,8 +235,13 @@ func (v *validator) providers() {
 				v.check(isToken(h), join(path+".headers", h), "not a valid header name (got %s)", quote(h))
 				v.check(!strings.ContainsAny(string(pr.Headers[h]), "\r\n\x00"), join(path+".headers", h), "must not contain a line break or NUL")
 			}
+		case ProviderSMTP, ProviderSES, ProviderTwilio, ProviderFCM, ProviderAPNs, ProviderSendGrid:
+			only(pr.Output != "", "output", ProviderLog)
+			only(pr.URL != "", "url", ProviderWebhook)
+			only(pr.Headers != nil, "headers", ProviderWebhook)
+			v.service(path, pr)
 		default:
-			v.failf(path+".type", "must be %s or %s (got %s)", ProviderLog, ProviderWebhook, quote(pr.Type))
+			v.failf(path+".type", "must be one of log, webhook, smtp, ses, twilio, fcm, apns, sendgrid (got %s)", quote(pr.Type))
 		}
 	}
 }

@@ -52,6 +52,9 @@ func IsFailure(err error) bool {
 func RetryDelay(jitter time.Duration) asynq.RetryDelayFunc {
 	return func(n int, err error, t *asynq.Task) time.Duration {
 		var d *Deferral
+		if delay, ok := backoffDelay(err); ok {
+			return delay
+		}
 		if !errors.As(err, &d) {
 			return asynq.DefaultRetryDelayFunc(n, err, t)
 		}

@@ -53,6 +53,9 @@ func (t *Throttle) deliver(ctx context.Context, j *job) error {
 		// bucket as already admitted.
 		t.forget(j.request())
 	}
+	if handled, err := t.settle(ctx, j, err); handled {
+		return err
+	}
 	switch o {
 	case Pause:
 		t.Metrics.inc(t.Metrics.Paused, j.n.Provider)

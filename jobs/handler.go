@@ -81,7 +81,11 @@ type Throttle struct {
 	// still holds the task (recovery.Recovery.Holds): one taken for dead
 	// after a long silence has had its tasks handed to another worker,
 	// which sends them. Nil sends without asking.
-	Holder  Holder
+	Holder Holder
+	// Screen keeps scoped pauses and suppressed addresses for the providers
+	// that are Scopers (see settle.go). Nil: a scoped pause defers only the
+	// job that met it, and nothing is suppressed.
+	Screen  *Screen
 	Metrics *Metrics
 	Log     *slog.Logger
 
@@ -201,6 +205,9 @@ func (t *Throttle) notify(ctx context.Context, id string, task *asynq.Task) erro
 		return ignoreDone(err)
 	}
 	if err := t.holds(ctx, j); err != nil {
+		return err
+	}
+	if err := t.screen(ctx, j); err != nil {
 		return err
 	}
 	if digest && !j.tried {

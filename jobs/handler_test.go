@@ -72,6 +72,8 @@ type harnessConfig struct {
 	// forwardEvery, if set, is asynq's DelayedTaskCheckInterval instead of
 	// 100 ms: the worker's own is a second.
 	forwardEvery time.Duration
+	// screen turns Throttle.Screen on.
+	screen bool
 }
 
 func newHarness(t *testing.T, quota *throttle.Quota, bucket *throttle.Bucket, inlineWait time.Duration) *harness {
@@ -128,6 +130,9 @@ func newHarnessWith(t *testing.T, c harnessConfig) *harness {
 	}
 	if !c.noMarks {
 		h.th.Sent = NewSentMarks(workerRDB, "")
+	}
+	if c.screen {
+		h.th.Screen = NewScreen(workerRDB, "")
 	}
 	if c.digests {
 		h.th.Digests = NewDigests(workerRDB, "", asynq.NewClientFromRedisClient(workerRDB))

@@ -21,7 +21,13 @@ type Metrics struct {
 	TenantSent *prometheus.CounterVec
 	Failed     *prometheus.CounterVec // by provider
 	Paused     *prometheus.CounterVec // by provider
-	Admission  prometheus.Histogram   // seconds per admission call
+	// Broken counts sends whose provider answered that its credentials or
+	// account are broken (Outcome Broken), by provider: alert on it.
+	Broken *prometheus.CounterVec
+	// Held counts scoped pauses (a device, a number pair, a sender) set, by
+	// provider and scope kind.
+	Held      *prometheus.CounterVec
+	Admission prometheus.Histogram // seconds per admission call
 
 	// Duplicates counts redelivered jobs found already sent and completed
 	// without sending again, by provider.
@@ -68,6 +74,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			"Notifications a provider accepted, by tenant: those named in tenants.weights, \"default\" (no tenant) and \"other\".", "provider", "tenant"),
 		Failed: counter("failed_total", "Sends that failed and will be retried or archived.", "provider"),
 		Paused: counter("paused_total", "Times a provider asked every worker to pause (429).", "provider"),
+		Broken: counter("provider_broken_total", "Sends a provider refused for broken credentials or account: the provider is paused fleet-wide.", "provider"),
+		Held:   counter("scope_held_total", "Scoped pauses set (one device, number pair or sender), by provider and scope kind.", "provider", "scope"),
 		Duplicates: counter("duplicates_skipped_total",
 			"Redelivered notifications already sent, completed without sending again.", "provider"),
 		Unmarked: counter("sent_unmarked_total",

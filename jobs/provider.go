@@ -24,24 +24,48 @@ type Provider interface {
 	Send(ctx context.Context, m Message) error
 }
 
-// Outcome classifies a failed send.
+// Outcome classifies a failed send. Every provider maps its answers into
+// these; docs/providers.md lists each vendor's.
 type Outcome int
 
 const (
-	// Retry: the send may work later (5xx, timeout, network): retried with backoff.
+	// Retry: the send may work later (5xx, timeout, network): retried with
+	// backoff, or at RetryAt / after RetryAfter when the provider says when
+	// (then deferred, not failed).
 	Retry Outcome = iota
-	// Pause: the provider asks for a pause (429): every worker holds off for
-	// RetryAfter and the job is deferred, not failed.
+	// Pause: the provider asks for a pause (429). With no Scope every worker
+	// holds the whole provider off until RetryAt or for RetryAfter; with a
+	// Scope only that scope's messages are held (see Screen). The job is
+	// deferred, not failed.
 	Pause
 	// Reject: the provider refuses this message for good (4xx): archived.
 	Reject
+	// Dead: the recipient's address is dead (an unregistered device, an
+	// invalid or unsubscribed number): archived, and the address is
+	// suppressed so that later messages to it are archived without a send.
+	Dead
+	// Broken: the provider's credentials or account are broken: the whole
+	// provider is paused fleet-wide (RetryAfter, else BrokenPause), logged
+	// as an error and counted (Metrics.Broken); the job is deferred.
+	Broken
 )
+
+// BrokenPause is how long a Broken outcome pauses its provider when the
+// error does not say.
+const BrokenPause = time.Minute
 
 // SendError is a failed send with what to do about it.
 type SendError struct {
-	Outcome    Outcome
-	RetryAfter time.Duration // for Pause
-	Err        error
+	Outcome Outcome
+	// RetryAfter is how long to wait (Pause, Broken, Retry); RetryAt, if
+	// set, is the moment instead (an epoch from the provider: a rate-limit
+	// or quota reset), turned into a wait by Redis's clock.
+	RetryAfter time.Duration
+	RetryAt    time.Time
+	// Scope, for Pause, is what the pause holds ("" the whole provider; see
+	// SenderScope, PairScope, DeviceScope).
+	Scope string
+	Err   error
 }
 
 func (e *SendError) Error() string { return e.Err.Error() }

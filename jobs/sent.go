@@ -45,7 +45,7 @@ func NewSentMarks(rdb redis.UniversalClient, prefix string) *SentMarks {
 // Key returns the marker's key, "<prefix>sent:{<task id>}". The task ID is
 // the hash tag, so on a cluster each marker lives in its task's slot; the
 // engine's keys always have '{' right after the prefix, so they cannot meet.
-func (s *SentMarks) Key(id string) string { return s.prefix + "sent:{" + id + "}" }
+func (s *SentMarks) Key(id string) string { return sentKey(s.prefix, id) }
 
 // Mark records that task id was sent at (the worker's clock, for people).
 func (s *SentMarks) Mark(ctx context.Context, id string, at time.Time) error {

@@ -167,6 +167,8 @@ func commands() []command {
 		{flags: []string{"file"}, run: runFile},
 		{flags: []string{"campaigns"}, run: runCampaigns},
 		{flags: []string{"trigger"}, run: runTrigger},
+		{flags: []string{"suppressions"}, run: runSuppressions},
+		{flags: []string{"unsuppress"}, run: runUnsuppress},
 	}
 }
 
@@ -186,7 +188,7 @@ func choose(set map[string]bool) (command, error) {
 	}
 	switch len(chosen) {
 	case 0:
-		return command{}, usagef("nothing to enqueue: give -to and -template, -file, -campaigns or -trigger NAME")
+		return command{}, usagef("nothing to enqueue: give -to and -template, -file, -campaigns, -trigger NAME, -suppressions PROVIDER or -unsuppress PROVIDER:ADDRESS")
 	case 1:
 		return chosen[0], nil
 	}
@@ -202,6 +204,8 @@ func usage(fs *flag.FlagSet) {
   enqueue [-config config.yaml] -file notifications.jsonl   (-file - reads stdin)
   enqueue [-config config.yaml] -campaigns                  (list, with next fire times)
   enqueue [-config config.yaml] -trigger CAMPAIGN           (fire one now)
+  enqueue [-config config.yaml] -suppressions PROVIDER      (list its dead addresses)
+  enqueue [-config config.yaml] -unsuppress PROVIDER:ADDRESS (lift one)
 
 Enqueues notification jobs for the workers: one from flags, printing its task ID
 on stdout, or one per line of a JSONL file, with a summary on stderr. Each
@@ -221,6 +225,12 @@ Examples:
   REDIS_URL=redis://127.0.0.1:6379/0 enqueue -file notifications.jsonl
   enqueue -campaigns
   enqueue -trigger weekly-digest    # prints the tick, e.g. weekly-digest@2026-11-21T09:00:00Z
+  enqueue -suppressions push        # ADDRESS SINCE REASON, one line each
+  enqueue -unsuppress push:dXyz:APA91b...   # the next message to it is sent
+
+A suppressed address is one a provider's service said is dead (an unregistered
+device, an invalid or unsubscribed number): the workers archive messages to it
+without sending, with the reason. See docs/providers.md.
 
 One JSONL line (recipient and template required, unknown fields rejected):
   {"recipient":"alice@example.com","template":"welcome","policy":"marketing",

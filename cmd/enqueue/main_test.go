@@ -316,8 +316,8 @@ func TestUsageErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"nothing", nil, "enqueue: nothing to enqueue: give -to and -template, -file, -campaigns or -trigger NAME"},
-		{"only config", []string{"-config", testConfig}, "enqueue: nothing to enqueue: give -to and -template, -file, -campaigns or -trigger NAME"},
+		{"nothing", nil, "enqueue: nothing to enqueue: give -to and -template, -file, -campaigns, -trigger NAME, -suppressions PROVIDER or -unsuppress PROVIDER:ADDRESS"},
+		{"only config", []string{"-config", testConfig}, "enqueue: nothing to enqueue: give -to and -template, -file, -campaigns, -trigger NAME, -suppressions PROVIDER or -unsuppress PROVIDER:ADDRESS"},
 		{"file and to", []string{"-file", "x.jsonl", "-to", "a@example.com"}, "enqueue: -to and -file cannot be used together"},
 		{"file and queue", []string{"-queue", "low", "-file", "x.jsonl"}, "enqueue: -queue and -file cannot be used together"},
 		{"file and tenant", []string{"-file", "x.jsonl", "-tenant", "billing"}, "enqueue: -tenant and -file cannot be used together"},

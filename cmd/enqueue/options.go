@@ -26,6 +26,9 @@ type options struct {
 	trigger   string
 
 	version bool // print the version and exit
+	// Suppressed addresses: list a provider's, lift one.
+	suppressions string
+	unsuppress   string
 }
 
 // newOptions defines the flags on fs.
@@ -52,6 +55,8 @@ func newOptions(fs *flag.FlagSet) *options {
 	fs.BoolVar(&o.campaigns, "campaigns", false, "list the config's campaigns with their next fire times")
 	fs.StringVar(&o.trigger, "trigger", "", "fire the campaign `name`d now: its audience is fanned out by the workers")
 	fs.BoolVar(&o.version, "version", false, "print the version and the commit it was built from, and exit")
+	fs.StringVar(&o.suppressions, "suppressions", "", "list the `provider`'s suppressed addresses (its service said they are dead)")
+	fs.StringVar(&o.unsuppress, "unsuppress", "", "lift one suppression: `PROVIDER:ADDRESS`")
 	return o
 }
 

@@ -31,6 +31,9 @@ func check(ctx context.Context, path string, connect bool, stdout, stderr io.Wri
 	if err == nil {
 		_, err = cfg.Worker.Dashboard.Secret(os.Getenv)
 	}
+	if err == nil {
+		err = checkServices(cfg)
+	}
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return errReported

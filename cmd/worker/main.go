@@ -432,7 +432,7 @@ func newThrottle(cfg *config.Config, rdb redis.UniversalClient, reg prometheus.R
 	}
 	return &jobs.Throttle{
 		Limiter: lim, Policies: rules.Policies, Providers: rules.Providers, Settings: rules.Settings,
-		Weights: rules.Weights, Sent: sentMarks(cfg, rdb),
+		Weights: rules.Weights, Sent: sentMarks(cfg, rdb), Screen: jobs.NewScreen(rdb, cfg.Redis.Prefix),
 		Digests:    jobs.NewDigests(rdb, cfg.Redis.Prefix, asynq.NewClientFromRedisClient(rdb)),
 		InlineWait: cfg.Worker.InlineWait, Book: cfg.Worker.Book, BookAhead: cfg.Worker.BookAhead, PriorityQueues: priority(cfg),
 		Metrics: jobs.NewMetrics(reg), Log: log,
@@ -514,5 +514,27 @@ func newDashboard(running *atomic.Pointer[config.Config], secret string, rdb red
 	if !cfg.Worker.Dashboard.Enabled {
 		return nil
 	}
-	return dashboard.New(dashboard.Options{Redis: rdb, Config: cfg, Current: running.Load, Secret: secret, Campaigns: campaigns, Metrics: reg})
+	return dashboard.New(dashboard.Options{Redis: rdb, Config: cfg, Current: running.Load, Secret: secret, Campaigns: campaigns, Metrics: reg,
+		Suppressions: suppressions{screen: jobs.NewScreen(rdb, cfg.Redis.Prefix), running: running}})
+}
+
+// suppressions answers the dashboard from the providers' lists of dead
+// addresses (jobs.Screen): a recipient suppressed by any provider of the
+// running config.
+type suppressions struct {
+	screen  *jobs.Screen
+	running *atomic.Pointer[config.Config]
+}
+
+func (s suppressions) Suppressed(ctx context.Context, recipient string) (dashboard.Suppression, bool, error) {
+	for _, name := range slices.Sorted(maps.Keys(s.running.Load().Providers)) {
+		sup, _, err := s.screen.Check(ctx, name, recipient, nil)
+		if err != nil {
+			return dashboard.Suppression{}, false, err
+		}
+		if sup != nil {
+			return dashboard.Suppression{Reason: "provider " + name + ": " + sup.Reason}, true, nil
+		}
+	}
+	return dashboard.Suppression{}, false, nil
 }

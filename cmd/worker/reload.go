@@ -80,6 +80,9 @@ func sameSender(a, b config.Provider) bool {
 
 // newSender returns what delivers provider p's messages.
 func newSender(name string, p config.Provider, stdout io.Writer) (jobs.Provider, error) {
+	if s, ok, err := newService(name, p); ok {
+		return s, err
+	}
 	if p.Type == config.ProviderWebhook {
 		headers := make(map[string]string, len(p.Headers))
 		for k, v := range p.Headers {

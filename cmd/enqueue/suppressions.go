@@ -1,0 +1,72 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/notify-throttle/throttler/jobs"
+)
+
+// runSuppressions lists a provider's suppressed addresses: those its
+// service said are dead, to which the workers archive messages unsent.
+func runSuppressions(ctx context.Context, o *options, p process) error {
+	c, err := loadChecker(o, p)
+	if err != nil {
+		return err
+	}
+	if _, ok := c.Config.Providers[o.suppressions]; !ok {
+		return usagef("-suppressions: provider %q is not defined in %s", o.suppressions, o.config)
+	}
+	rdb, closeRedis, err := connect(ctx, c.Config)
+	if err != nil {
+		return err
+	}
+	defer closeRedis()
+	sups, err := jobs.NewScreen(rdb, c.Config.Redis.Prefix).Suppressions(ctx, o.suppressions)
+	if err != nil {
+		return err
+	}
+	if len(sups) == 0 {
+		fmt.Fprintf(p.stderr, "enqueue: provider %s has no suppressed addresses\n", o.suppressions)
+		return nil
+	}
+	w := tabwriter.NewWriter(p.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "ADDRESS\tSINCE\tREASON")
+	for _, s := range sups {
+		fmt.Fprintf(w, "%s\t%s\t%s\n", s.Address, s.At.Format(time.RFC3339), s.Reason)
+	}
+	return w.Flush()
+}
+
+// runUnsuppress lifts the suppression of one address: -unsuppress
+// PROVIDER:ADDRESS (the address may hold colons, as FCM tokens do).
+func runUnsuppress(ctx context.Context, o *options, p process) error {
+	provider, address, ok := strings.Cut(o.unsuppress, ":")
+	if !ok || provider == "" || address == "" {
+		return usagef("-unsuppress takes PROVIDER:ADDRESS (got %q)", o.unsuppress)
+	}
+	c, err := loadChecker(o, p)
+	if err != nil {
+		return err
+	}
+	if _, ok := c.Config.Providers[provider]; !ok {
+		return usagef("-unsuppress: provider %q is not defined in %s", provider, o.config)
+	}
+	rdb, closeRedis, err := connect(ctx, c.Config)
+	if err != nil {
+		return err
+	}
+	defer closeRedis()
+	lifted, err := jobs.NewScreen(rdb, c.Config.Redis.Prefix).Unsuppress(ctx, provider, address)
+	if err != nil {
+		return err
+	}
+	if !lifted {
+		return fmt.Errorf("provider %s had no suppression of that address", provider)
+	}
+	fmt.Fprintf(p.stderr, "enqueue: lifted the suppression for provider %s\n", provider)
+	return nil
+}

@@ -1,0 +1,71 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"os"
+	"slices"
+
+	"github.com/notify-throttle/throttler/config"
+	"github.com/notify-throttle/throttler/jobs"
+	"github.com/notify-throttle/throttler/providers"
+)
+
+// newService returns the adapter of a service provider (smtp, ses, twilio,
+// fcm, apns, sendgrid) with its retry settings, and false for log and
+// webhook. Errors name the provider and a file, never a secret.
+func newService(name string, p config.Provider) (jobs.Provider, bool, error) {
+	s := providers.Settings{Name: name, Timeout: p.Timeout, ScopePause: p.ScopePause, BaseURL: p.BaseURL}
+	var sc jobs.Scoper
+	var err error
+	switch p.Type {
+	case config.ProviderSMTP:
+		m := providers.NewSMTP(s, p.Host, p.Port, p.TLS, string(p.Username), string(p.Password), p.From)
+		m.QuotaReset = p.QuotaReset
+		sc = m
+	case config.ProviderSES:
+		m := providers.NewSES(s, p.Region, string(p.AccessKeyID), string(p.SecretAccessKey), p.From)
+		m.QuotaReset, m.ConfigurationSet = p.QuotaReset, p.ConfigurationSet
+		sc = m
+	case config.ProviderTwilio:
+		user := string(p.Username)
+		if user == "" {
+			user = p.AccountSID
+		}
+		sc = providers.NewTwilio(s, p.AccountSID, user, string(p.Password), p.From, p.MessagingServiceSID)
+	case config.ProviderSendGrid:
+		sc = providers.NewSendGrid(s, string(p.APIKey), p.From, p.FromName)
+	case config.ProviderFCM:
+		var key []byte
+		if p.CredentialsFile != "" {
+			if key, err = os.ReadFile(p.CredentialsFile); err != nil {
+				return nil, true, fmt.Errorf("provider %s: credentials_file: %w", name, err)
+			}
+		}
+		sc, err = providers.NewFCM(context.Background(), s, p.ProjectID, string(key), p.TokenURL, string(p.Token))
+	case config.ProviderAPNs:
+		var key []byte
+		if key, err = os.ReadFile(p.KeyFile); err != nil {
+			return nil, true, fmt.Errorf("provider %s: key_file: %w", name, err)
+		}
+		sc, err = providers.NewAPNs(s, p.TeamID, p.KeyID, p.Topic, string(key))
+	default:
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, true, err // it names the type and the provider
+	}
+	return providers.WithRetries(sc, p.MaxRetries, p.Backoff), true, nil
+}
+
+// checkServices builds every service provider as a start would, without
+// sending: a key file that cannot be read or parsed is found by -check.
+func checkServices(cfg *config.Config) error {
+	for _, name := range slices.Sorted(maps.Keys(cfg.Providers)) {
+		if _, _, err := newService(name, cfg.Providers[name]); err != nil {
+			return err
+		}
+	}
+	return nil
+}

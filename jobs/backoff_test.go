@@ -1,0 +1,20 @@
+package jobs
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+)
+
+func TestRetryDelayTakesABackoffsDelayAndCountsItAFailure(t *testing.T) {
+	err := fmt.Errorf("wrapped: %w", &Backoff{Delay: 7 * time.Second, Err: errors.New("503")})
+	if got := RetryDelay(time.Second)(3, err, asynq.NewTask(TypeNotify, nil)); got != 7*time.Second {
+		t.Errorf("RetryDelay = %s, want the backoff's 7s exactly", got)
+	}
+	if !IsFailure(err) {
+		t.Error("a backoff is not counted as a failure: a provider's max_retries would never be reached")
+	}
+}

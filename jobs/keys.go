@@ -1,0 +1,30 @@
+package jobs
+
+import "strings"
+
+// The keys jobs writes beside the throttle engine's (throttle/keys.go), all
+// under the engine's prefix and built here. The part in braces is the Redis
+// Cluster hash tag; user data in it is escaped by keyPart.
+
+// sentKey is a task's sent marker: "<prefix>sent:{<task id>}".
+func sentKey(prefix, id string) string { return prefix + "sent:{" + id + "}" }
+
+// holdKey is a scoped pause of one provider: "<prefix>hold:{<provider>|<scope>}",
+// a string that expires when the pause ends (see Screen).
+func holdKey(prefix, provider, scope string) string {
+	return prefix + "hold:{" + keyPart(provider) + "|" + keyPart(scope) + "}"
+}
+
+// suppressedKey is a provider's suppressed addresses:
+// "<prefix>suppressed:{<provider>}", a hash of address -> suppression JSON.
+func suppressedKey(prefix, provider string) string {
+	return prefix + "suppressed:{" + keyPart(provider) + "}"
+}
+
+// keyPart escapes s for a key's hash tag: '%', '{' and '}' become %XX, so
+// no value can close the tag or meet another's escaped form.
+func keyPart(s string) string {
+	return keyEscaper.Replace(s)
+}
+
+var keyEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")

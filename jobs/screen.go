@@ -1,0 +1,144 @@
+package jobs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/notify-throttle/throttler/throttle"
+)
+
+// Scoper is a provider whose pauses may hold less than all of it (one
+// device, one number pair, one sender). Scopes returns the scopes m falls
+// in, checked just before its send. Throttle screens the messages of a
+// Scoper provider (see Screen): the adapters of real services are
+// Scopers; log and webhook are not, and cost no extra round trip.
+type Scoper interface {
+	Provider
+	Scopes(m Message) []string
+}
+
+// Scope names: a scope's kind, a colon, and what it holds.
+func SenderScope(from string) string   { return "sender:" + from }
+func PairScope(from, to string) string { return "pair:" + from + ">" + to }
+func DeviceScope(token string) string  { return "device:" + token }
+func scopeKind(scope string) string    { kind, _, _ := strings.Cut(scope, ":"); return kind }
+
+// Screen keeps, per provider, the scoped pauses and the suppressed
+// addresses. A scoped pause is one key that expires when the pause ends
+// (Redis's clock decides); a suppression is a field of the provider's hash
+// and lasts until an operator lifts it. Safe for concurrent use.
+type Screen struct {
+	rdb    redis.UniversalClient
+	prefix string
+}
+
+// NewScreen returns the screen on rdb under the throttle's key prefix (""
+// means throttle.DefaultPrefix).
+func NewScreen(rdb redis.UniversalClient, prefix string) *Screen {
+	if prefix == "" {
+		prefix = throttle.DefaultPrefix
+	}
+	return &Screen{rdb: rdb, prefix: prefix}
+}
+
+// Suppression is a dead address of a provider.
+type Suppression struct {
+	Address string    `json:"-"`
+	Reason  string    `json:"reason"`
+	At      time.Time `json:"at"` // the worker's clock, for people
+}
+
+// Check returns, in one round trip, the suppression of recipient (nil if
+// none) and the longest time left on the holds of scopes (0 if none).
+func (s *Screen) Check(ctx context.Context, provider, recipient string, scopes []string) (*Suppression, time.Duration, error) {
+	pipe := s.rdb.Pipeline()
+	sup := pipe.HGet(ctx, suppressedKey(s.prefix, provider), recipient)
+	ttls := make([]*redis.DurationCmd, len(scopes))
+	for i, sc := range scopes {
+		ttls[i] = pipe.PTTL(ctx, holdKey(s.prefix, provider, sc))
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, 0, fmt.Errorf("jobs: screen %s: %w", provider, err)
+	}
+	var hold time.Duration
+	for _, c := range ttls {
+		hold = max(hold, c.Val()) // -1 and -2 (no expiry, no key) count as none
+	}
+	if sup.Err() != nil {
+		return nil, hold, nil
+	}
+	var su Suppression
+	if err := json.Unmarshal([]byte(sup.Val()), &su); err != nil {
+		su.Reason = sup.Val()
+	}
+	su.Address = recipient
+	return &su, hold, nil
+}
+
+// Hold pauses one scope of a provider until at, by Redis's clock, or if at
+// is zero for d.
+func (s *Screen) Hold(ctx context.Context, provider, scope string, d time.Duration, at time.Time) error {
+	args := redis.SetArgs{TTL: max(d, time.Millisecond)}
+	if !at.IsZero() {
+		args = redis.SetArgs{ExpireAt: at}
+	}
+	if err := s.rdb.SetArgs(ctx, holdKey(s.prefix, provider, scope), 1, args).Err(); err != nil {
+		return fmt.Errorf("jobs: hold %s %s: %w", provider, scope, err)
+	}
+	return nil
+}
+
+// Until returns how long from now, by Redis's clock, until at (at least a
+// millisecond).
+func (s *Screen) Until(ctx context.Context, at time.Time) (time.Duration, error) {
+	now, err := s.rdb.Time(ctx).Result()
+	if err != nil {
+		return 0, fmt.Errorf("jobs: redis time: %w", err)
+	}
+	return max(at.Sub(now), time.Millisecond), nil
+}
+
+// Suppress records address as dead for provider, with the reason.
+func (s *Screen) Suppress(ctx context.Context, provider, address, reason string, at time.Time) error {
+	v, _ := json.Marshal(Suppression{Reason: reason, At: at.UTC().Truncate(time.Second)})
+	if err := s.rdb.HSet(ctx, suppressedKey(s.prefix, provider), address, v).Err(); err != nil {
+		return fmt.Errorf("jobs: suppress for %s: %w", provider, err)
+	}
+	return nil
+}
+
+// Suppressions returns provider's suppressed addresses, sorted.
+func (s *Screen) Suppressions(ctx context.Context, provider string) ([]Suppression, error) {
+	all, err := s.rdb.HGetAll(ctx, suppressedKey(s.prefix, provider)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("jobs: suppressions of %s: %w", provider, err)
+	}
+	out := make([]Suppression, 0, len(all))
+	for addr, v := range all {
+		var su Suppression
+		if json.Unmarshal([]byte(v), &su) != nil {
+			su.Reason = v
+		}
+		su.Address = addr
+		out = append(out, su)
+	}
+	slices.SortFunc(out, func(a, b Suppression) int { return strings.Compare(a.Address, b.Address) })
+	return out, nil
+}
+
+// Unsuppress lifts the suppression of address for provider and reports
+// whether there was one.
+func (s *Screen) Unsuppress(ctx context.Context, provider, address string) (bool, error) {
+	n, err := s.rdb.HDel(ctx, suppressedKey(s.prefix, provider), address).Result()
+	if err != nil {
+		return false, fmt.Errorf("jobs: unsuppress for %s: %w", provider, err)
+	}
+	return n > 0, nil
+}

@@ -1,0 +1,181 @@
+package jobs
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/notify-throttle/throttler/throttle"
+)
+
+// scopedFake is a Scoper provider whose scopes are its sender and the
+// (sender, recipient) pair, answering as answer says and counting sends.
+type scopedFake struct {
+	mu     sync.Mutex
+	calls  map[string]int // by recipient
+	sent   map[string]time.Time
+	answer func(Message) error
+}
+
+func newScopedFake(answer func(Message) error) *scopedFake {
+	return &scopedFake{calls: map[string]int{}, sent: map[string]time.Time{}, answer: answer}
+}
+
+func (f *scopedFake) Scopes(m Message) []string {
+	return []string{SenderScope("+1000"), PairScope("+1000", m.Recipient)}
+}
+
+func (f *scopedFake) Send(_ context.Context, m Message) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls[m.Recipient]++
+	if err := f.answer(m); err != nil {
+		return err
+	}
+	f.sent[m.ID] = time.Now()
+	return nil
+}
+
+func (f *scopedFake) callsTo(r string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls[r]
+}
+
+func (f *scopedFake) sentAt(id string) (time.Time, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	at, ok := f.sent[id]
+	return at, ok
+}
+
+func newScopedHarness(t *testing.T, f *scopedFake) *harness {
+	t.Helper()
+	q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 100, Per: time.Hour})
+	b, _ := throttle.NewBucket("gw", 1000, 100)
+	return newHarnessWith(t, harnessConfig{quota: q, bucket: b, provider: f, screen: true})
+}
+
+func TestScopedPauseHoldsOnlyItsPair(t *testing.T) {
+	t.Parallel()
+	var once sync.Once
+	f := newScopedFake(func(m Message) error {
+		var err error
+		if m.Recipient == "+2000" {
+			once.Do(func() {
+				err = &SendError{Outcome: Pause, RetryAfter: 3 * time.Second, Scope: PairScope("+1000", "+2000"), Err: errString("14107")}
+			})
+		}
+		return err
+	})
+	h := newScopedHarness(t, f)
+	h.enqueue(t, "pair-1", Notification{Recipient: "+2000"})
+	h.await(t, "pair-1", "deferred", state(asynq.TaskStateRetry))
+	paused := time.Now()
+	h.enqueue(t, "pair-2", Notification{Recipient: "+2000"})
+	h.enqueue(t, "other", Notification{Recipient: "+3000"})
+	h.await(t, "other", "completed", state(asynq.TaskStateCompleted))
+	if since := time.Since(paused); since > 2*time.Second {
+		t.Errorf("another pair waited %s: the pause held more than its pair", since)
+	}
+	info := h.await(t, "pair-2", "deferred", state(asynq.TaskStateRetry))
+	if !strings.Contains(info.LastErr, "holds a scope") || info.Retried != 0 {
+		t.Errorf("pair-2 during the pause: %q (retried %d)", info.LastErr, info.Retried)
+	}
+	if n := f.callsTo("+2000"); n != 1 {
+		t.Errorf("the held pair was tried %d times during its pause, want 1", n)
+	}
+	for _, id := range []string{"pair-1", "pair-2"} {
+		h.await(t, id, "completed", state(asynq.TaskStateCompleted))
+		if at, _ := f.sentAt(id); at.Sub(paused) < 2900*time.Millisecond {
+			t.Errorf("%s sent %s after the 3s pause began", id, at.Sub(paused))
+		}
+	}
+}
+
+func TestDeadAddressIsSuppressed(t *testing.T) {
+	t.Parallel()
+	f := newScopedFake(func(m Message) error {
+		if m.Recipient == "dead-token" {
+			return &SendError{Outcome: Dead, Err: errString("404 UNREGISTERED")}
+		}
+		return nil
+	})
+	h := newScopedHarness(t, f)
+	h.enqueue(t, "d1", Notification{Recipient: "dead-token"})
+	info := h.await(t, "d1", "archived", state(asynq.TaskStateArchived))
+	if !strings.HasPrefix(info.LastErr, "dead address: 404 UNREGISTERED") {
+		t.Errorf("d1 archived with %q", info.LastErr)
+	}
+	h.enqueue(t, "d2", Notification{Recipient: "dead-token"})
+	info = h.await(t, "d2", "archived", state(asynq.TaskStateArchived))
+	if !strings.HasPrefix(info.LastErr, "suppressed by provider gw since ") || !strings.Contains(info.LastErr, ": 404 UNREGISTERED") {
+		t.Errorf("d2 archived with %q", info.LastErr)
+	}
+	if n := f.callsTo("dead-token"); n != 1 {
+		t.Errorf("the dead token was sent to %d times, want 1", n)
+	}
+	screen := NewScreen(h.rdb, "")
+	sups, err := screen.Suppressions(context.Background(), "gw")
+	if err != nil || len(sups) != 1 || sups[0].Address != "dead-token" || sups[0].Reason != "404 UNREGISTERED" {
+		t.Fatalf("suppressions: %+v, %v", sups, err)
+	}
+	if lifted, err := screen.Unsuppress(context.Background(), "gw", "dead-token"); !lifted || err != nil {
+		t.Fatalf("unsuppress: %v, %v", lifted, err)
+	}
+	f.mu.Lock()
+	f.answer = func(Message) error { return nil }
+	f.mu.Unlock()
+	h.enqueue(t, "d3", Notification{Recipient: "dead-token"})
+	h.await(t, "d3", "completed", state(asynq.TaskStateCompleted))
+}
+
+func TestRetryAtTheMomentTheProviderNames(t *testing.T) {
+	t.Parallel()
+	var reset time.Time
+	var once sync.Once
+	f := newScopedFake(func(m Message) error {
+		var err error
+		once.Do(func() {
+			reset = time.Now().Add(3 * time.Second).Truncate(time.Second)
+			err = &SendError{Outcome: Pause, RetryAt: reset, Err: errString("Daily message quota exceeded")}
+		})
+		return err
+	})
+	h := newScopedHarness(t, f)
+	h.enqueue(t, "q", Notification{Recipient: "a@example.com"})
+	info := h.await(t, "q", "deferred", state(asynq.TaskStateRetry))
+	if info.Retried != 0 || !strings.Contains(info.LastErr, "Daily message quota exceeded") {
+		t.Errorf("deferral: %+v", info)
+	}
+	h.await(t, "q", "completed", state(asynq.TaskStateCompleted))
+	if at, _ := f.sentAt("q"); at.Before(reset) {
+		t.Errorf("sent %s before the reset", reset.Sub(at))
+	}
+}
+
+func TestBrokenCredentialsPauseTheProvider(t *testing.T) {
+	t.Parallel()
+	f := newScopedFake(func(m Message) error {
+		return &SendError{Outcome: Broken, RetryAfter: time.Minute, Err: errString("401 Unauthorized")}
+	})
+	h := newScopedHarness(t, f)
+	h.enqueue(t, "b", Notification{Recipient: "x"})
+	info := h.await(t, "b", "deferred", state(asynq.TaskStateRetry))
+	if info.Retried != 0 || !strings.HasPrefix(info.LastErr, "provider gw paused: 401 Unauthorized") {
+		t.Errorf("deferral: %+v", info)
+	}
+	b, _ := throttle.NewBucket("gw", 1000, 100)
+	d, err := h.lim.Admit(context.Background(), throttle.Request{ID: "probe", Takes: []throttle.Take{{Rule: b, Subject: "gw"}}})
+	if err != nil || d.Allowed || d.Delay < 50*time.Second {
+		t.Errorf("admission during the pause: %+v, %v", d, err)
+	}
+}
+
+type errString string
+
+func (e errString) Error() string { return string(e) }

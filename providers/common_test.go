@@ -1,0 +1,106 @@
+package providers
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/notify-throttle/throttler/jobs"
+)
+
+// answer is what a fake service says to one request.
+type answer struct {
+	status  int
+	headers map[string]string
+	body    string
+}
+
+// fake is a loopback HTTP server of a vendor's API: check inspects each
+// request (failing the test on a wrong shape) and returns the key that
+// picks its answer from answers ("" or an unknown key: 200 with ok).
+type fake struct {
+	*httptest.Server
+	mu       sync.Mutex
+	requests int
+}
+
+func newFake(t *testing.T, ok answer, answers map[string]answer, check func(t *testing.T, r *http.Request) string) *fake {
+	t.Helper()
+	f := &fake{}
+	f.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		f.mu.Lock()
+		f.requests++
+		f.mu.Unlock()
+		a, found := answers[check(t, r)]
+		if !found {
+			a = ok
+		}
+		for k, v := range a.headers {
+			w.Header().Set(k, v)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(a.status)
+		_, _ = w.Write([]byte(a.body))
+	}))
+	t.Cleanup(f.Close)
+	return f
+}
+
+// want is the classification a case expects.
+type want struct {
+	outcome jobs.Outcome
+	sent    bool
+	scope   string        // for Pause
+	after   time.Duration // RetryAfter, when set
+	at      time.Time     // RetryAt, when set
+	retry   bool          // a plain error (retried with backoff)
+	text    string        // the error contains it
+}
+
+// checkOutcome compares Send's error with w.
+func checkOutcome(t *testing.T, name string, err error, w want) {
+	t.Helper()
+	if w.sent {
+		if err != nil {
+			t.Errorf("%s: %v, want sent", name, err)
+		}
+		return
+	}
+	if err == nil {
+		t.Errorf("%s: sent, want an error", name)
+		return
+	}
+	if w.text != "" && !strings.Contains(err.Error(), w.text) {
+		t.Errorf("%s: error %q does not contain %q", name, err, w.text)
+	}
+	var se *jobs.SendError
+	if !errors.As(err, &se) {
+		if !w.retry {
+			t.Errorf("%s: plain error %v, want outcome %d", name, err, w.outcome)
+		}
+		return
+	}
+	if w.retry {
+		t.Errorf("%s: %+v, want a plain error", name, se)
+		return
+	}
+	if se.Outcome != w.outcome || se.Scope != w.scope || (w.after != 0 && se.RetryAfter != w.after) || !se.RetryAt.Equal(w.at) {
+		t.Errorf("%s: got outcome %d scope %q after %s at %s, want %d %q %s %s", name,
+			se.Outcome, se.Scope, se.RetryAfter, se.RetryAt, w.outcome, w.scope, w.after, w.at)
+	}
+}
+
+func ctx(t *testing.T) context.Context {
+	t.Helper()
+	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }

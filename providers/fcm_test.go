@@ -1,0 +1,105 @@
+package providers
+
+import (
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/notify-throttle/throttler/jobs"
+)
+
+// serviceAccount returns a service account JSON key, its private key made
+// for the test, whose token endpoint is tokenURL.
+func serviceAccount(t *testing.T, tokenURL string) string {
+	t.Helper()
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, _ := x509.MarshalPKCS8PrivateKey(key)
+	js, _ := json.Marshal(map[string]string{
+		"type": "service_account", "project_id": "demo-app", "private_key_id": "k1",
+		"private_key":  string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})),
+		"client_email": "sender@demo-app.iam.gserviceaccount.com", "token_uri": tokenURL,
+	})
+	return string(js)
+}
+
+func fcmErr(status int, grpc, code string, extra string) answer {
+	details := `{"@type":"type.googleapis.com/google.firebase.fcm.v1.FcmError","errorCode":"` + code + `"}`
+	if extra != "" {
+		details += "," + extra
+	}
+	return answer{status: status, body: `{"error":{"code":` + itoa(status) + `,"message":"documented","status":"` + grpc + `","details":[` + details + `]}}`}
+}
+
+func TestFCMClassifiesEveryAnswer(t *testing.T) {
+	t.Parallel()
+	var tokens atomic.Int32
+	tokenSrv := newFake(t, answer{status: 200, body: `{"access_token":"ya29.test","expires_in":3600,"token_type":"Bearer"}`}, nil, func(t *testing.T, r *http.Request) string {
+		tokens.Add(1)
+		if err := r.ParseForm(); err != nil || r.PostForm.Get("grant_type") != "urn:ietf:params:oauth:grant-type:jwt-bearer" || r.PostForm.Get("assertion") == "" {
+			t.Errorf("token request %v, %v", r.PostForm, err)
+		}
+		return ""
+	})
+	deviceQuota := `{"@type":"type.googleapis.com/google.rpc.QuotaFailure","violations":[{"subject":"device","description":"device message rate exceeded"}]}`
+	answers := map[string]answer{
+		"tok-unregistered": fcmErr(404, "NOT_FOUND", "UNREGISTERED", ""),
+		"tok-invalid":      fcmErr(400, "INVALID_ARGUMENT", "INVALID_ARGUMENT", ""),
+		"tok-auth":         fcmErr(401, "UNAUTHENTICATED", "THIRD_PARTY_AUTH_ERROR", ""),
+		"tok-mismatch":     fcmErr(403, "PERMISSION_DENIED", "SENDER_ID_MISMATCH", ""),
+		"tok-device":       withHeader(fcmErr(429, "RESOURCE_EXHAUSTED", "QUOTA_EXCEEDED", deviceQuota), "Retry-After", "9"),
+		"tok-project":      withHeader(fcmErr(429, "RESOURCE_EXHAUSTED", "QUOTA_EXCEEDED", ""), "Retry-After", "60"),
+		"tok-unavailable":  withHeader(fcmErr(503, "UNAVAILABLE", "UNAVAILABLE", ""), "Retry-After", "4"),
+		"tok-internal":     fcmErr(500, "INTERNAL", "INTERNAL", ""),
+	}
+	f := newFake(t, answer{status: 200, body: `{"name":"projects/demo-app/messages/1"}`}, answers, func(t *testing.T, r *http.Request) string {
+		if r.Method != http.MethodPost || r.URL.Path != "/v1/projects/demo-app/messages:send" || r.Header.Get("Authorization") != "Bearer ya29.test" {
+			t.Errorf("request %s %s auth %q", r.Method, r.URL.Path, r.Header.Get("Authorization"))
+		}
+		var m fcmMessage
+		if err := json.NewDecoder(r.Body).Decode(&m); err != nil || m.Message.Notification == nil ||
+			*m.Message.Notification != (fcmNotification{"Order shipped", "It left the warehouse"}) || m.Message.Data["order"] != "42" {
+			t.Errorf("message %+v, %v", m, err)
+		}
+		return m.Message.Token
+	})
+	p, err := NewFCM(ctx(t), Settings{Name: "push", BaseURL: f.URL}, "demo-app", serviceAccount(t, tokenSrv.URL), "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := map[string]want{
+		"tok-ok":           {sent: true},
+		"tok-unregistered": {outcome: jobs.Dead, text: "UNREGISTERED"},
+		"tok-invalid":      {outcome: jobs.Reject},
+		"tok-auth":         {outcome: jobs.Broken},
+		"tok-mismatch":     {outcome: jobs.Broken},
+		"tok-device":       {outcome: jobs.Pause, scope: jobs.DeviceScope("tok-device"), after: 9 * time.Second},
+		"tok-project":      {outcome: jobs.Pause, after: time.Minute},
+		"tok-unavailable":  {outcome: jobs.Retry, after: 4 * time.Second},
+		"tok-internal":     {retry: true},
+	}
+	for to, w := range cases {
+		err := p.Send(ctx(t), jobs.Message{ID: "t1", Recipient: to, Data: []byte(`{"title":"Order shipped","body":"It left the warehouse","data":{"order":"42"}}`)})
+		checkOutcome(t, to, err, w)
+	}
+	if n := tokens.Load(); n != 1 {
+		t.Errorf("%d token requests for %d sends, want 1 (the token is reused)", n, len(cases))
+	}
+	if _, err := NewFCM(ctx(t), Settings{Name: "push"}, "demo-app", `not a key SECRET-VALUE`, "", ""); err == nil || strings.Contains(err.Error(), "SECRET") {
+		t.Errorf("a broken key: %v", err)
+	}
+}
+
+func withHeader(a answer, k, v string) answer {
+	a.headers = map[string]string{k: v}
+	return a
+}

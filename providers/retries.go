@@ -1,0 +1,56 @@
+package providers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/notify-throttle/throttler/jobs"
+)
+
+// Retries is a provider with its own retry settings for temporary failures
+// (a 5xx, a timeout, a lost connection: errors that are no jobs.SendError).
+// It is a jobs.Scoper when the provider it wraps is.
+type Retries struct {
+	jobs.Scoper
+	// Max is how many retries a temporary failure gets before the message is
+	// archived; 0 leaves the limit to the task's own (asynq's MaxRetry).
+	Max int
+	// Backoff is the wait after the first failure, doubled after each
+	// one (at most a day); 0 leaves it to asynq's default.
+	Backoff time.Duration
+	// retried returns how many times the task failed before: asynq's count
+	// (tests replace it).
+	retried func(context.Context) int
+}
+
+// WithRetries returns p with its own retry settings, or p if both are zero.
+func WithRetries(p jobs.Scoper, max int, backoff time.Duration) jobs.Scoper {
+	if max == 0 && backoff == 0 {
+		return p
+	}
+	return &Retries{Scoper: p, Max: max, Backoff: backoff, retried: func(ctx context.Context) int {
+		n, _ := asynq.GetRetryCount(ctx)
+		return n
+	}}
+}
+
+// Send sends m and applies the settings to a temporary failure.
+func (r *Retries) Send(ctx context.Context, m jobs.Message) error {
+	err := r.Scoper.Send(ctx, m)
+	var se *jobs.SendError
+	if err == nil || errors.As(err, &se) {
+		return err
+	}
+	retried := r.retried(ctx)
+	if r.Max > 0 && retried >= r.Max {
+		return &jobs.SendError{Outcome: jobs.Reject, Err: fmt.Errorf("gave up after %d retries: %w", retried, err)}
+	}
+	if r.Backoff > 0 {
+		return &jobs.Backoff{Delay: min(r.Backoff<<min(retried, 20), 24*time.Hour), Err: err}
+	}
+	return err
+}

@@ -1,0 +1,53 @@
+package providers
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/notify-throttle/throttler/jobs"
+)
+
+// scoperFunc is a Scoper answering with err.
+type scoperFunc struct{ err error }
+
+func (s scoperFunc) Send(context.Context, jobs.Message) error { return s.err }
+func (scoperFunc) Scopes(jobs.Message) []string               { return []string{"device:x"} }
+
+func TestRetriesApplyToTemporaryFailuresOnly(t *testing.T) {
+	t.Parallel()
+	temp := errors.New("503 Service Unavailable")
+	classified := &jobs.SendError{Outcome: jobs.Dead, Err: errors.New("410")}
+	for name, c := range map[string]struct {
+		err     error
+		retried int
+		check   func(error) bool
+	}{
+		"sent":               {nil, 0, func(err error) bool { return err == nil }},
+		"classified as is":   {classified, 0, func(err error) bool { return err == classified }},
+		"first backoff":      {temp, 0, func(err error) bool { d, ok := backoffOf(err); return ok && d == 2*time.Second }},
+		"doubled":            {temp, 2, func(err error) bool { d, ok := backoffOf(err); return ok && d == 8*time.Second }},
+		"gave up at the max": {temp, 3, func(err error) bool { var se *jobs.SendError; return errors.As(err, &se) && se.Outcome == jobs.Reject }},
+	} {
+		r := WithRetries(scoperFunc{c.err}, 3, 2*time.Second).(*Retries)
+		r.retried = func(context.Context) int { return c.retried }
+		if err := r.Send(context.Background(), jobs.Message{}); !c.check(err) {
+			t.Errorf("%s: %v", name, err)
+		}
+		if got := r.Scopes(jobs.Message{}); len(got) != 1 {
+			t.Errorf("%s: the wrapper lost the scopes: %v", name, got)
+		}
+	}
+	if p := WithRetries(scoperFunc{}, 0, 0); p != (scoperFunc{}) {
+		t.Errorf("no settings: %T, want the provider itself", p)
+	}
+}
+
+func backoffOf(err error) (time.Duration, bool) {
+	var b *jobs.Backoff
+	if errors.As(err, &b) {
+		return b.Delay, true
+	}
+	return 0, false
+}

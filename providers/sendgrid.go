@@ -1,0 +1,114 @@
+package providers
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/notify-throttle/throttler/jobs"
+)
+
+// SendGrid sends email through SendGrid's v3 Mail Send API: POST
+// /v3/mail/send with "Authorization: Bearer <API key>", the data's subject
+// and body (text/plain) and html (text/html).
+type SendGrid struct {
+	Settings
+	APIKey   string
+	From     string // the sender's address
+	FromName string // optional
+	client   *http.Client
+}
+
+// NewSendGrid returns a SendGrid provider.
+func NewSendGrid(s Settings, apiKey, from, fromName string) *SendGrid {
+	return &SendGrid{Settings: s, APIKey: apiKey, From: from, FromName: fromName,
+		client: s.httpClient(http.DefaultTransport.(*http.Transport).Clone())}
+}
+
+// Scopes returns none: SendGrid limits the whole account.
+func (p *SendGrid) Scopes(jobs.Message) []string { return nil }
+
+type sgAddress struct {
+	Email string `json:"email"`
+	Name  string `json:"name,omitempty"`
+}
+
+type sgContent struct {
+	Type  string `json:"type"`
+	Value string `json:"value"`
+}
+
+type sgMail struct {
+	Personalizations []struct {
+		To []sgAddress `json:"to"`
+	} `json:"personalizations"`
+	From    sgAddress   `json:"from"`
+	Subject string      `json:"subject"`
+	Content []sgContent `json:"content"`
+	// CustomArgs carry the task ID into SendGrid's event webhook.
+	CustomArgs map[string]string `json:"custom_args,omitempty"`
+}
+
+// Send posts m and classifies the answer (docs/providers.md#sendgrid).
+func (p *SendGrid) Send(ctx context.Context, m jobs.Message) error {
+	c, err := content("sendgrid "+p.Name, m)
+	if err != nil {
+		return err
+	}
+	if err := emailContent("sendgrid "+p.Name, c); err != nil {
+		return err
+	}
+	mail := sgMail{From: sgAddress{Email: p.From, Name: p.FromName}, Subject: c.Subject,
+		CustomArgs: map[string]string{"task_id": m.ID}}
+	mail.Personalizations = make([]struct {
+		To []sgAddress `json:"to"`
+	}, 1)
+	mail.Personalizations[0].To = []sgAddress{{Email: m.Recipient}}
+	if c.Body != "" {
+		mail.Content = append(mail.Content, sgContent{"text/plain", c.Body})
+	}
+	if c.HTML != "" {
+		mail.Content = append(mail.Content, sgContent{"text/html", c.HTML})
+	}
+	body, _ := json.Marshal(mail)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.base("https://api.sendgrid.com")+"/v3/mail/send", bytes.NewReader(body))
+	if err != nil {
+		return reject("sendgrid %s: %v", p.Name, err)
+	}
+	req.Header.Set("Authorization", "Bearer "+p.APIKey)
+	req.Header.Set("Content-Type", "application/json")
+	status, h, resp, err := do(p.client, req)
+	if err != nil {
+		return fmt.Errorf("sendgrid %s: %w", p.Name, err)
+	}
+	what := fmt.Sprintf("sendgrid %s: %d: %s", p.Name, status, snippet(resp))
+	switch {
+	case status >= 200 && status < 300:
+		return nil
+	case status == http.StatusTooManyRequests:
+		if at, ok := epoch(h.Get("X-RateLimit-Reset")); ok {
+			return pause(0, at, "", "%s", what)
+		}
+		after, at := retryAfter(h.Get("Retry-After"), time.Second)
+		return pause(after, at, "", "%s", what)
+	case status == http.StatusUnauthorized || status == http.StatusForbidden:
+		return broken("%s", what)
+	case status >= 500:
+		return fmt.Errorf("%s", what)
+	}
+	return reject("%s", what)
+}
+
+// emailContent checks that c makes an email: a subject and a body or html.
+func emailContent(provider string, c Content) error {
+	if c.Subject == "" {
+		return reject("%s: data.subject is empty: an email needs a subject", provider)
+	}
+	if c.Body == "" && c.HTML == "" {
+		return reject("%s: data.body and data.html are empty: an email needs one", provider)
+	}
+	return nil
+}

@@ -1,0 +1,127 @@
+package providers
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/notify-throttle/throttler/jobs"
+)
+
+// twilioPairPause is how long Twilio fails a pair's messages after 14107
+// ("more than 30 replies between two numbers within 30 seconds": then 30
+// seconds of failures, per its error reference), when it sends no
+// Retry-After.
+const twilioPairPause = 30 * time.Second
+
+// Twilio sends SMS through Twilio's Messages API: POST
+// /2010-04-01/Accounts/{AccountSID}/Messages.json, basic auth, form fields
+// To, From (or MessagingServiceSid) and Body (the data's body).
+type Twilio struct {
+	Settings
+	AccountSID string
+	// Username and Password authenticate: the account SID and auth token,
+	// or an API key's SID and secret.
+	Username, Password string
+	From               string // a sender number; or
+	ServiceSID         string // a messaging service
+	client             *http.Client
+}
+
+// NewTwilio returns a Twilio provider.
+func NewTwilio(s Settings, accountSID, username, password, from, serviceSID string) *Twilio {
+	return &Twilio{Settings: s, AccountSID: accountSID, Username: username, Password: password,
+		From: from, ServiceSID: serviceSID, client: s.httpClient(http.DefaultTransport.(*http.Transport).Clone())}
+}
+
+// sender is the sender identity scopes are keyed by.
+func (p *Twilio) sender() string {
+	if p.From != "" {
+		return p.From
+	}
+	return p.ServiceSID
+}
+
+// Scopes returns the sender and the (sender, recipient) pair.
+func (p *Twilio) Scopes(m jobs.Message) []string {
+	return []string{jobs.SenderScope(p.sender()), jobs.PairScope(p.sender(), m.Recipient)}
+}
+
+// twilioError is Twilio's error body.
+type twilioError struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+	Status  int    `json:"status"`
+}
+
+// Send posts m and classifies the answer (docs/providers.md#twilio).
+func (p *Twilio) Send(ctx context.Context, m jobs.Message) error {
+	c, err := content("twilio "+p.Name, m)
+	if err != nil {
+		return err
+	}
+	if c.Body == "" {
+		return reject("twilio %s: data.body is empty: an SMS needs a body", p.Name)
+	}
+	form := url.Values{"To": {m.Recipient}, "Body": {c.Body}}
+	if p.ServiceSID != "" {
+		form.Set("MessagingServiceSid", p.ServiceSID)
+	} else {
+		form.Set("From", p.From)
+	}
+	u := p.base("https://api.twilio.com") + "/2010-04-01/Accounts/" + url.PathEscape(p.AccountSID) + "/Messages.json"
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, strings.NewReader(form.Encode()))
+	if err != nil {
+		return reject("twilio %s: %v", p.Name, err)
+	}
+	req.SetBasicAuth(p.Username, p.Password)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	status, h, body, err := do(p.client, req)
+	if err != nil {
+		return fmt.Errorf("twilio %s: %w", p.Name, err)
+	}
+	if status >= 200 && status < 300 {
+		return nil
+	}
+	var te twilioError
+	_ = json.Unmarshal(body, &te)
+	return p.classify(status, h, te, m.Recipient, body)
+}
+
+// classify maps a Twilio error to its outcome.
+func (p *Twilio) classify(status int, h http.Header, te twilioError, to string, body []byte) error {
+	what := fmt.Sprintf("twilio %s: %d error %d: %s", p.Name, status, te.Code, te.Message)
+	if te.Code == 0 {
+		what = fmt.Sprintf("twilio %s: %d: %s", p.Name, status, snippet(body))
+	}
+	after, at := retryAfter(h.Get("Retry-After"), time.Second)
+	switch te.Code {
+	case 20429: // too many concurrent requests: never processed, safe to retry
+		return retryAt(after, at, "%s", what)
+	case 14107: // too many messages between this pair of numbers
+		after, at = retryAfter(h.Get("Retry-After"), twilioPairPause)
+		return pause(after, at, jobs.PairScope(p.sender(), to), "%s", what)
+	case 21611, 30001: // the sender's queue overflowed
+		after, at = retryAfter(h.Get("Retry-After"), p.scopePause())
+		return pause(after, at, jobs.SenderScope(p.sender()), "%s", what)
+	case 63017: // the account's rate
+		return pause(after, at, "", "%s", what)
+	case 21211, 21610, 21614, 21635: // invalid, unsubscribed, not mobile, landline
+		return dead("%s", what)
+	case 20003, 20005, 20008: // authentication, account suspended, test credentials
+		return broken("%s", what)
+	}
+	switch {
+	case status == http.StatusUnauthorized || status == http.StatusForbidden:
+		return broken("%s", what)
+	case status == http.StatusTooManyRequests:
+		return pause(after, at, "", "%s", what)
+	case status >= 500:
+		return fmt.Errorf("%s", what)
+	}
+	return reject("%s", what)
+}

@@ -1,0 +1,71 @@
+package providers
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/notify-throttle/throttler/jobs"
+)
+
+func twilioErr(status, code int, retryAfter string) answer {
+	a := answer{status: status, body: `{"code":` + itoa(code) + `,"message":"documented","more_info":"https://www.twilio.com/docs/errors/` + itoa(code) + `","status":` + itoa(status) + `}`}
+	if retryAfter != "" {
+		a.headers = map[string]string{"Retry-After": retryAfter}
+	}
+	return a
+}
+
+func TestTwilioClassifiesEveryAnswer(t *testing.T) {
+	t.Parallel()
+	answers := map[string]answer{
+		"+15550000001": twilioErr(429, 20429, "2"),
+		"+15550000002": twilioErr(429, 14107, "7"),
+		"+15550000003": twilioErr(429, 21611, ""),
+		"+15550000004": twilioErr(429, 63017, "3"),
+		"+15550000005": twilioErr(400, 21211, ""),
+		"+15550000006": twilioErr(400, 21610, ""),
+		"+15550000007": twilioErr(400, 21614, ""),
+		"+15550000008": twilioErr(400, 21635, ""),
+		"+15550000009": twilioErr(401, 20003, ""),
+		"+15550000010": twilioErr(400, 21602, ""),
+		"+15550000011": {status: 503, body: "down"},
+		"+15550000012": twilioErr(429, 30001, "1"),
+		"+15550000013": twilioErr(429, 14107, ""),
+	}
+	f := newFake(t, answer{status: 201, body: `{"sid":"SM1","status":"queued"}`}, answers, func(t *testing.T, r *http.Request) string {
+		user, pass, ok := r.BasicAuth()
+		if r.Method != http.MethodPost || r.URL.Path != "/2010-04-01/Accounts/AC123/Messages.json" || !ok || user != "AC123" || pass != "secret-token" {
+			t.Errorf("request %s %s auth %q:%q", r.Method, r.URL.Path, user, pass)
+		}
+		if err := r.ParseForm(); err != nil || r.PostForm.Get("From") != "+15559999999" || r.PostForm.Get("Body") != "Your code is 1234" {
+			t.Errorf("form %v, %v", r.PostForm, err)
+		}
+		return r.PostForm.Get("To")
+	})
+	p := NewTwilio(Settings{Name: "sms", BaseURL: f.URL, ScopePause: 30 * time.Second}, "AC123", "AC123", "secret-token", "+15559999999", "")
+	from := "+15559999999"
+	cases := map[string]want{
+		"+15550000000": {sent: true},
+		"+15550000001": {outcome: jobs.Retry, after: 2 * time.Second, text: "error 20429"},
+		"+15550000002": {outcome: jobs.Pause, scope: jobs.PairScope(from, "+15550000002"), after: 7 * time.Second},
+		"+15550000003": {outcome: jobs.Pause, scope: jobs.SenderScope(from), after: 30 * time.Second},
+		"+15550000012": {outcome: jobs.Pause, scope: jobs.SenderScope(from), after: time.Second},
+		"+15550000013": {outcome: jobs.Pause, scope: jobs.PairScope(from, "+15550000013"), after: 30 * time.Second},
+		"+15550000004": {outcome: jobs.Pause, after: 3 * time.Second},
+		"+15550000005": {outcome: jobs.Dead, text: "error 21211"},
+		"+15550000006": {outcome: jobs.Dead},
+		"+15550000007": {outcome: jobs.Dead},
+		"+15550000008": {outcome: jobs.Dead},
+		"+15550000009": {outcome: jobs.Broken},
+		"+15550000010": {outcome: jobs.Reject},
+		"+15550000011": {retry: true, text: "503"},
+	}
+	for to, w := range cases {
+		err := p.Send(ctx(t), jobs.Message{ID: "t1", Recipient: to, Template: "otp", Data: []byte(`{"body":"Your code is 1234"}`)})
+		checkOutcome(t, to, err, w)
+	}
+	if err := p.Send(ctx(t), jobs.Message{ID: "t2", Recipient: "+15550000000"}); err == nil {
+		t.Error("a message without a body was sent")
+	}
+}
