@@ -121,19 +121,21 @@ func rateChangeRun(b *testing.B, bin string, n int, rate float64, burst, sent in
 	paced := float64(len(after)-1) / after[len(after)-1].Sub(after[0]).Seconds()
 	b.Logf("%d queued for %g/s burst %d, %d delivered when the rate changed to %g/s (a worker logged the re-pacing %s after the reload: %s)",
 		n, rate, burst, len(before), to, logged.Sub(at).Round(time.Millisecond), line)
-	b.Logf("%d left: the last arrived %s after the reload; at the new rate ~%s, at the old ~%s; admission calls per message sent after it %.2f (placed in line %.0f, bookings made %.0f, claimed %.0f, rebooked %.0f since)",
+	since := func(event string) float64 {
+		name := `throttler_bookings_total{event="` + event + `"}`
+		return s1.sum(name) - s0.sum(name)
+	}
+	b.Logf("%d left: the last arrived %s after the reload; at the new rate ~%s, at the old ~%s; admission calls per message sent after it %.2f (placed in line %.0f, bookings made %.0f, claimed %.0f, rebooked %.0f, claimed slots taken back %.0f since)",
 		left, last.Round(time.Millisecond), atNew.Round(100*time.Millisecond), atOld.Round(100*time.Millisecond), calls,
-		s1.sum(`throttler_bookings_total{event="queued"}`)-s0.sum(`throttler_bookings_total{event="queued"}`),
-		s1.sum(`throttler_bookings_total{event="made"}`)-s0.sum(`throttler_bookings_total{event="made"}`),
-		s1.sum(`throttler_bookings_total{event="claimed"}`)-s0.sum(`throttler_bookings_total{event="claimed"}`),
-		s1.sum(`throttler_bookings_total{event="rebooked"}`)-s0.sum(`throttler_bookings_total{event="rebooked"}`))
-	b.Logf("arrivals after the change: %.2f/s from the first to the last, the longest gap %s; over the new bucket (%g/s burst %d): excess %.2f from the reload, %.2f from 300 ms after it",
-		paced, gap.Round(time.Millisecond), to, f.burst, max(over, 0), max(overLater, 0))
+		since("queued"), since("made"), since("claimed"), since("rebooked"), since("bumped"))
+	b.Logf("arrivals after the change: the first %s after the reload, %.2f/s from the first to the last, the longest gap %s; over the new bucket (%g/s burst %d): excess %.2f from the reload, %.2f from 300 ms after it",
+		after[0].Sub(at).Round(time.Millisecond), paced, gap.Round(time.Millisecond), to, f.burst, max(over, 0), max(overLater, 0))
 	b.ReportMetric(last.Seconds(), "drain_s")
 	b.ReportMetric(atNew.Seconds(), "left/new_rate_s")
 	b.ReportMetric(atOld.Seconds(), "left/old_rate_s")
 	b.ReportMetric(calls, "admissions/msg")
 	b.ReportMetric(paced, "after/s")
+	b.ReportMetric(after[0].Sub(at).Seconds(), "first_s")
 	b.ReportMetric(max(over, 0), "excess")
 	b.ReportMetric(max(overLater, 0), "excess_after_300ms")
 	b.ReportMetric(0, "ns/op")
