@@ -22,12 +22,17 @@
 //	BenchmarkBacklog            booking under backlogs of 1k, 10k, 100k on a 20/s provider:
 //	                            admission calls and Redis commands per delivered message,
 //	                            delivered/rate, booking lateness, MEMORY USAGE of its keys
-//	BenchmarkRecipientBurst     20 recipients x 20 messages at 1 per 2 s + 3 per 10 s:
-//	                            admission calls per message, delivered/allowed, order
+//	BenchmarkRecipientBurst     20 recipients x 20 messages at 1 per 2 s + 3 per 10 s, at
+//	                            inline_wait 0, 1 s and 2.5 s: admission calls per message,
+//	                            delivered/allowed, order
 //	BenchmarkPriority           critical-queue latency behind a booked bulk backlog
-//	BenchmarkFairShare          a small tenant behind a big one's backlog: its completion
-//	                            time and both rates; admission calls per message with 1
-//	                            and with 1000 tenants
+//	BenchmarkFairShare          a small tenant behind a big one's backlog at concurrency
+//	                            20 and 40, burst 20 and 2: its completion time and both
+//	                            rates; admission calls per message with 1 and with 1000
+//	                            tenants
+//	BenchmarkRateChange         a provider's rate changed by SIGHUP with work waiting:
+//	                            raised 2/s -> 20/s, the drain time; lowered 20/s -> 5/s,
+//	                            the excess over the new bucket, admission calls per message
 //
 // Targets are reported, not asserted, because on a shared machine they
 // measure the machine as much as the code. What fails a benchmark is a
@@ -40,9 +45,10 @@
 // -e2e.pool for the throughput benchmark, -pacing.concurrency for pacing,
 // -handover.kills for the hand-over, -backlog.sizes, -backlog.period,
 // -backlog.concurrency for the booking ones, -fair.big, -fair.small,
-// -fair.after, -fair.jobs, -fair.keys for the fair share, -burst.monitor (a
-// file to record every command the recipient burst's Redis runs in, for the
-// diagnosis of a broken window).
+// -fair.sent, -fair.concurrency, -fair.burst, -fair.jobs, -fair.keys for the
+// fair share, -repace.raised, -repace.lowered for the rate change,
+// -burst.inline_wait and -burst.monitor (a file to record every command the
+// recipient burst's Redis runs in, for the diagnosis of a broken window).
 package pipeline
 
 import (

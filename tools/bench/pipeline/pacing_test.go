@@ -275,6 +275,7 @@ type workerProc struct {
 	n       int
 	cmd     *exec.Cmd
 	metrics string // host:port of /metrics and /healthz
+	conf    string // its config file
 	log     string // its stdout and stderr
 	exited  chan struct{}
 	err     error // of Wait, once exited is closed
@@ -321,7 +322,7 @@ func startWorkerWith(b *testing.B, bin string, n int, config func(metrics string
 	if err := os.WriteFile(conf, []byte(config(addr)), 0o644); err != nil {
 		b.Fatal(err)
 	}
-	w := &workerProc{n: n, metrics: addr, log: filepath.Join(dir, "worker.log"), exited: make(chan struct{})}
+	w := &workerProc{n: n, metrics: addr, conf: conf, log: filepath.Join(dir, "worker.log"), exited: make(chan struct{})}
 	out, err := os.Create(w.log)
 	if err != nil {
 		b.Fatal(err)
