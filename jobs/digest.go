@@ -357,6 +357,10 @@ func (t *Throttle) sendDigest(ctx context.Context, id string, task *asynq.Task) 
 	if err := t.holds(ctx, &j); err != nil {
 		return err
 	}
+	// A dead address gets no digest either; a held scope holds it too.
+	if err := t.screen(ctx, &j); err != nil {
+		return err
+	}
 	if err := t.deliver(ctx, &j); err != nil {
 		return err
 	}

@@ -248,7 +248,13 @@ func (h *harness) enqueue(t *testing.T, id string, n Notification) {
 // await polls the task until cond holds.
 func (h *harness) await(t *testing.T, id string, what string, cond func(*asynq.TaskInfo) bool) *asynq.TaskInfo {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	return h.awaitFor(t, id, what, 10*time.Second, cond)
+}
+
+// awaitFor is await with a deadline of its own.
+func (h *harness) awaitFor(t *testing.T, id string, what string, within time.Duration, cond func(*asynq.TaskInfo) bool) *asynq.TaskInfo {
+	t.Helper()
+	deadline := time.Now().Add(within)
 	for {
 		info, err := h.insp.GetTaskInfo("default", id)
 		if err == nil && cond(info) {

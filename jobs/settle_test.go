@@ -179,3 +179,32 @@ func TestBrokenCredentialsPauseTheProvider(t *testing.T) {
 type errString string
 
 func (e errString) Error() string { return string(e) }
+
+// A digest to an address suppressed after its messages folded is archived
+// without a send, as a message to it would be.
+func TestDigestToASuppressedAddressIsNotSent(t *testing.T) {
+	t.Parallel()
+	f := newScopedFake(func(Message) error { return nil })
+	q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 1, Per: 2 * time.Second})
+	b, _ := throttle.NewBucket("gw", 1000, 100)
+	h := newHarnessWith(t, harnessConfig{quota: q, bucket: b, provider: f, screen: true, digests: true,
+		book: true, inlineWait: time.Second, settings: PolicySettings{Digest: true}})
+	h.enqueue(t, "m0", Notification{Recipient: "soon-dead"})
+	h.await(t, "m0", "completed", state(asynq.TaskStateCompleted))
+	h.enqueue(t, "m1", Notification{Recipient: "soon-dead"})
+	h.await(t, "m1", "completed (folded)", state(asynq.TaskStateCompleted))
+	scheduled, err := h.insp.ListScheduledTasks("default")
+	if err != nil || len(scheduled) != 1 {
+		t.Fatalf("scheduled: %d tasks, %v; want the digest", len(scheduled), err)
+	}
+	if err := NewScreen(h.rdb, "").Suppress(context.Background(), "gw", "soon-dead", "410 Unregistered", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	info := h.awaitFor(t, scheduled[0].ID, "archived", 15*time.Second, state(asynq.TaskStateArchived))
+	if !strings.HasPrefix(info.LastErr, "suppressed by provider gw") {
+		t.Errorf("the digest archived with %q, want its suppression", info.LastErr)
+	}
+	if n := f.callsTo("soon-dead"); n != 1 {
+		t.Errorf("the suppressed address was sent to %d times, want once (before it was suppressed)", n)
+	}
+}
