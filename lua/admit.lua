@@ -64,6 +64,56 @@
 --                 before it (in line: about how many sends); for an allowed
 --                 claim, the moment it had booked (µs); else 0
 
+-- goes_plain reports whether a booking task whose check passed now (go)
+-- goes the plain way: it holds nothing, no ticket on its bucket among
+-- them (a ticket it claims: the ledger entry its check wrote goes). That
+-- costs what a plain admission costs; anything else is booking's (see
+-- book.lua). keys[ki] is the task's first take's key.
+local function goes_plain(keys, ki, id, p, go)
+  local kb = ki
+  for i = 1, p.n do
+    if not go then return false end
+    if p[i].kind == 'b' and rcall('ZSCORE', keys[kb + 2], ticket_member(id, p[i].cost)) then
+      if E[i] then rcall('ZREM', keys[kb + 1], id) end
+      return false
+    end
+    if HELD[i] then return false end
+    kb = kb + p[i].nk
+  end
+  return go
+end
+
+-- commit_takes writes every take the task does not hold yet, as its check
+-- found it (the scratch columns), for it to go delay µs from now: quota
+-- entries no earlier than the plan's ahead (a cluster's quota group whose
+-- request reserves a provider token in a later call). It returns the index
+-- past the task's last key and the takes it consumed (fresh).
+local function commit_takes(keys, ki, id, p, now, delay)
+  local at = now + delay
+  local qat = at
+  if p.ahead > 0 and qat < now + p.ahead then qat = now + p.ahead end
+  local fresh, bit, k = 0, 1, ki
+  for i = 1, p.n do
+    local t = p[i]
+    local kind = t.kind
+    if not HELD[i] then
+      fresh = fresh + bit
+      if kind == 'q' then
+        quota_commit(t, keys[k], id, now, qat, A[i], B[i])
+      elseif kind == 'b' then
+        bucket_commit(t, keys[k], keys[k + 1], keys[k + 3], id, now, at, A[i], B[i], C[i], D[i], p.remember, E[i])
+      elseif kind == 'f' then
+        fixed_commit(t, keys[k], id, now, A[i], B[i])
+      elseif kind == 'c' then
+        cal_commit(t, keys[k], id, now, qat)
+      end
+    end
+    k = k + t.nk
+    bit = bit * 2
+  end
+  return k, fresh
+end
+
 -- admit_task admits one task whose keys start at keys[ki], appends its
 -- values to the reply (see reply in book.lua) and returns the index past its
 -- last key.
@@ -122,29 +172,9 @@ local function admit_task(keys, ki, id, p, now, deadline, floor_, weight, ps, te
   end
   if remaining < 0 or remaining == huge then remaining = 0 end
 
-  -- A task that books goes the plain way when it may go now and holds
-  -- nothing: no line ahead on its bucket, no ticket, no deadline passed, no
-  -- floor (a cluster's). That costs what a plain admission costs; anything
-  -- else is booking's (see book.lua).
-  if p.book then
-    local go = plain and not denied and delay == 0
-    local kb = ki
-    for i = 1, n do
-      if not go then break end
-      if HELD[i] then go = false end
-      if p[i].kind == 'b' then
-        -- A ticket: it claims, and the ledger entry its check wrote goes.
-        if rcall('ZSCORE', keys[kb + 2], ticket_member(id, p[i].cost)) then
-          go = false
-          if E[i] then rcall('ZREM', keys[kb + 1], id) end
-        end
-      end
-      kb = kb + p[i].nk
-    end
-    if not go then
-      local kk = book_task(keys, ki, id, p, now, deadline, floor_, weight, tenant, tkey, ps)
-      if kk then return kk end
-    end
+  if p.book and not goes_plain(keys, ki, id, p, plain and not denied and delay == 0) then
+    local kk = book_task(keys, ki, id, p, now, deadline, floor_, weight, tenant, tkey, ps)
+    if kk then return kk end
   end
 
   if denied then
@@ -155,31 +185,8 @@ local function admit_task(keys, ki, id, p, now, deadline, floor_, weight, ps, te
     return reply(k, true, repeated, binding, window, 0, now, delay, remaining, DECIDED, 0)
   end
 
-  local at = now + delay
-  -- Quota entries are stamped no earlier than the plan's ahead (a cluster's
-  -- quota group whose request reserves a provider token in a later call).
-  local qat = at
-  if p.ahead > 0 and qat < now + p.ahead then qat = now + p.ahead end
-  local fresh, bit = 0, 1
-  k = ki
-  for i = 1, n do
-    local t = p[i]
-    local kind = t.kind
-    if not HELD[i] then
-      fresh = fresh + bit
-      if kind == 'q' then
-        quota_commit(t, keys[k], id, now, qat, A[i], B[i])
-      elseif kind == 'b' then
-        bucket_commit(t, keys[k], keys[k + 1], keys[k + 3], id, now, at, A[i], B[i], C[i], D[i], p.remember, E[i])
-      elseif kind == 'f' then
-        fixed_commit(t, keys[k], id, now, A[i], B[i])
-      elseif kind == 'c' then
-        cal_commit(t, keys[k], id, now, qat)
-      end
-    end
-    k = k + t.nk
-    bit = bit * 2
-  end
+  local fresh
+  k, fresh = commit_takes(keys, ki, id, p, now, delay)
   if delay == 0 then binding = 0 end
   return reply(k, true, repeated, binding, window, fresh, now, delay, remaining, DECIDED, 0)
 end

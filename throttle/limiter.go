@@ -237,28 +237,8 @@ func (l *Limiter) AdmitBatch(ctx context.Context, rs []Request) ([]Decision, err
 	}
 	ds := make([]Decision, len(rs))
 	if l.cluster {
-		// Done markers first, each in its own slot: a done request has no
-		// groups to admit.
-		if err := l.checkDone(ctx, rs, ds); err != nil {
+		if err := l.clusterFirst(ctx, rs, ds, plans); err != nil {
 			return nil, err
-		}
-		for i := range rs {
-			if ds[i].Done {
-				plans[i] = nil
-			}
-		}
-		// Bookings, one request at a time (see bookCluster).
-		for i, r := range rs {
-			if ds[i].Done || !clusterBooks(r) {
-				continue
-			}
-			d, ok, err := l.bookCluster(ctx, r)
-			if err != nil {
-				return nil, err
-			}
-			if ok {
-				ds[i], plans[i] = d, nil
-			}
 		}
 	}
 	admitted := make([]int, len(rs))     // groups of rs[i] admitted so far
@@ -313,6 +293,33 @@ func (l *Limiter) AdmitBatch(ctx context.Context, rs []Request) ([]Decision, err
 	undo(func(i int) bool { return !ds[i].Allowed })
 	l.restampQuotas(ctx, rs, ds, consumed)
 	return ds, nil
+}
+
+// clusterFirst decides, on a cluster, what the admission's groups do not:
+// done markers first, each in its own slot (a done request has no groups to
+// admit), then bookings, one request at a time (see bookCluster). A request
+// decided here has its plan emptied.
+func (l *Limiter) clusterFirst(ctx context.Context, rs []Request, ds []Decision, plans [][]group) error {
+	if err := l.checkDone(ctx, rs, ds); err != nil {
+		return err
+	}
+	for i, r := range rs {
+		if ds[i].Done {
+			plans[i] = nil
+			continue
+		}
+		if !clusterBooks(r) {
+			continue
+		}
+		d, ok, err := l.bookCluster(ctx, r)
+		if err != nil {
+			return err
+		}
+		if ok {
+			ds[i], plans[i] = d, nil
+		}
+	}
+	return nil
 }
 
 // Pause drains bucket b's tokens for subject so that its next token is

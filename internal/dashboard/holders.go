@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
@@ -77,28 +78,15 @@ func (d *Dashboard) holders(ctx context.Context, l *live, q lookup, p inspect.Po
 		return &t
 	}
 	cals, quiet, loc, _ := l.cfg.Local(p.Name)
-	if q.tz != nil {
-		loc = q.tz
-	}
-	if loc == nil {
-		loc = time.UTC
-	}
+	loc = cmp.Or(q.tz, loc, time.UTC)
 	rp.Zone, rp.Rules = loc.String(), []ruleView{}
 	if l.buckets[q.provider] != nil {
 		rp.Provider = q.provider
 	}
-	if d.opts.Suppressions != nil {
-		s, ok, err := d.opts.Suppressions.Suppressed(ctx, q.id)
-		if err != nil {
-			return err
-		}
-		if ok {
-			v := ruleView{Kind: "suppression", Rule: "suppressed: " + s.Reason, Holds: true}
-			if !s.Until.IsZero() {
-				v.Until = shown(s.Until)
-			}
-			rp.Rules = append(rp.Rules, v)
-		}
+	if v, err := d.suppression(ctx, q.id, shown); err != nil {
+		return err
+	} else if v != nil {
+		rp.Rules = append(rp.Rules, *v)
 	}
 	// takes[i] is asked for rules[index[i]]; the policy's sliding windows
 	// are one take, whose denial names its window. A rule in shadow mode
@@ -157,7 +145,14 @@ func (d *Dashboard) holders(ctx context.Context, l *live, q lookup, p inspect.Po
 	if err != nil {
 		return err
 	}
-	rp.HeldBy, rp.Next, rp.NextIn, rp.DecidedBy = held, now.In(q.show), 0, ""
+	setHeld(rp, held, now, shown)
+	return nil
+}
+
+// setHeld says in rp what holds the recipient's next message (held, nil:
+// nothing) and until when, in the zone shown shows it.
+func setHeld(rp *recipientPolicy, held *ruleView, now time.Time, shown func(time.Time) *time.Time) {
+	rp.HeldBy, rp.Next, rp.NextIn, rp.DecidedBy = held, *shown(now), 0, ""
 	if held != nil {
 		rp.DecidedBy = held.Rule
 		if held.Until != nil {
@@ -165,7 +160,23 @@ func (d *Dashboard) holders(ctx context.Context, l *live, q lookup, p inspect.Po
 			rp.Next, rp.NextIn = *held.Until, max(0, held.Until.Sub(now).Seconds())
 		}
 	}
-	return nil
+}
+
+// suppression is the rule view of recipient's suppression, nil if none
+// (or no suppression list).
+func (d *Dashboard) suppression(ctx context.Context, recipient string, shown func(time.Time) *time.Time) (*ruleView, error) {
+	if d.opts.Suppressions == nil {
+		return nil, nil
+	}
+	s, ok, err := d.opts.Suppressions.Suppressed(ctx, recipient)
+	if err != nil || !ok {
+		return nil, err
+	}
+	v := ruleView{Kind: "suppression", Rule: "suppressed: " + s.Reason, Holds: true}
+	if !s.Until.IsZero() {
+		v.Until = shown(s.Until)
+	}
+	return &v, nil
 }
 
 // heldBy returns the rule that holds a message now, with its moment: a
