@@ -212,10 +212,15 @@ end
 -- its commit needs; and a quota's live scores, newest first.
 local HELD, A, B, C, D, E, SC = {}, {}, {}, {}, {}, {}, {}
 
+-- ceil_ms is a TTL in whole ms for a key that must live us µs from now.
+-- Redis counts a TTL from now's whole ms, which may be up to a ms before
+-- now: one ms more, so that a key never expires before its last entry
+-- leaves (seen: a quota entry lost a ms before its window ended, in 1 of
+-- 4 differential runs).
 local function ceil_ms(us)
   local ms = ceil(us / 1000)
   if ms < 1 then ms = 1 end
-  return ms
+  return ms + 1
 end
 
 -- scripted is set by the script form of the library (lua.go), which may run

@@ -140,7 +140,7 @@ func modelCeilMS(us float64) float64 {
 	if ms < 1 {
 		ms = 1
 	}
-	return ms
+	return ms + 1
 }
 
 // pexpire mirrors PEXPIRE key ceil_ms(us) on an existing key.
