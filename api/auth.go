@@ -80,7 +80,7 @@ func (s *Server) limit(r *http.Request, c *client, n int) error {
 	if err != nil {
 		return unavailable(err)
 	}
-	if !d.Allowed {
+	if !d.Allowed() {
 		return &Error{Status: http.StatusTooManyRequests, Code: CodeRateLimited, RetryAfter: d.Delay,
 			Message: fmt.Sprintf("over this key's rate limit (%v/s, burst %d): retry after %s", c.key.Rate, c.key.Burst, throttle.FormatDuration(d.Delay))}
 	}

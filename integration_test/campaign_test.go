@@ -208,7 +208,7 @@ func TestCampaignRespectsCaps(t *testing.T) {
 	weekly, _ := throttle.NewQuota("weekly", throttle.Window{Limit: 1, Per: 168 * time.Hour})
 	for _, r := range append(strings.Fields(campaignRecipients("e", 5)), strings.Fields(campaignRecipients("d", 5))...) {
 		d, err := lim.Admit(context.Background(), throttle.Request{ID: "earlier-" + r, Takes: []throttle.Take{{Rule: weekly, Subject: r}}})
-		if err != nil || !d.Allowed {
+		if err != nil || !d.Allowed() {
 			t.Fatalf("admitting %s: %+v %v", r, d, err)
 		}
 		capped[r] = true

@@ -87,7 +87,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		if err != nil || !d.Reserved() {
 			t.Fatalf("booking %d: %+v, %v", i, d, err)
 		}
-		if d.Booked {
+		if d.Booked() {
 			booked++
 		}
 	}

@@ -162,9 +162,9 @@ func TestGracefulShutdownReleasesReservations(t *testing.T) {
 		t.Fatal(err)
 	}
 	perToken := time.Duration(float64(time.Second) / rate)
-	if limit := time.Until(last) + perToken/2; !d.Allowed || d.Delay > limit {
+	if limit := time.Until(last) + perToken/2; !d.Allowed() || d.Delay > limit {
 		t.Errorf("probe after shutdown: allowed %v, next token in %s; want at most %s (by the last reserved moment, %s after SIGTERM, not a token after it)",
-			d.Allowed, d.Delay, limit, last.Sub(sigterm))
+			d.Allowed(), d.Delay, limit, last.Sub(sigterm))
 	}
 	t.Logf("probe after shutdown: next token in %s", d.Delay)
 	if _, err := lim.Release(ctx, probe); err != nil {
@@ -254,7 +254,7 @@ func TestShutdownReleaseKeepsProviderBucket(t *testing.T) {
 		t.Helper()
 		r := throttle.Request{ID: fmt.Sprintf("other-%d", i), Takes: []throttle.Take{{Rule: bucket, Subject: fleetProvider}}}
 		d, err := lim.Admit(ctx, withWait(r, time.Minute))
-		if err != nil || !d.Allowed {
+		if err != nil || !d.Allowed() {
 			t.Fatalf("reserve %s: %+v, %v", r.ID, d, err)
 		}
 		return d

@@ -41,7 +41,7 @@ func TestSleepingJobLosesItsSlotToPriority(t *testing.T) {
 		r := j.request()
 		r.MaxWait = th.InlineWait
 		d, err := lim.Admit(ctx, r)
-		if err != nil || !d.Allowed {
+		if err != nil || !d.Allowed() {
 			t.Fatalf("%s: %+v, %v", j.id, d, err)
 		}
 		return d

@@ -48,7 +48,7 @@ func (t *Throttle) decide(ctx context.Context, j *job, d *throttle.Decision) err
 // decided acts on j's decision d: send (after a wait within InlineWait),
 // defer, book, fold, drop or expire.
 func (t *Throttle) decided(ctx context.Context, j *job, d *throttle.Decision) error {
-	if d.Done {
+	if d.Outcome == throttle.Done {
 		t.Metrics.inc(t.Metrics.Duplicates, j.n.Provider)
 		t.Log.Info("already sent: completing without sending again", "task", j.id, "recipient", Redact(j.n.Recipient))
 		return errSentBefore
@@ -60,10 +60,10 @@ func (t *Throttle) decided(ctx context.Context, j *job, d *throttle.Decision) er
 		}
 		return t.end(ctx, j, d, end)
 	}
-	if d.Booked {
+	if d.Booked() {
 		return t.booked(j, d)
 	}
-	if !d.Allowed {
+	if !d.Allowed() {
 		t.Metrics.inc(t.Metrics.Deferred, t.denier(j, d))
 		return t.logDeferred(j, d, t.denier(j, d), &Deferral{Delay: d.Delay, Reason: "throttled by " + t.denier(j, d)})
 	}
@@ -100,14 +100,14 @@ const (
 // ending returns how d ends j without a send: over its policy's cap, the
 // policy's over_cap says; past its deadline, it expires.
 func (t *Throttle) ending(j *job, d *throttle.Decision) ending {
-	over := !d.Allowed && j.overCap(d.TakeIndex)
+	over := !d.Allowed() && j.overCap(d.TakeIndex)
 	dl, _ := j.deadline()
 	switch {
 	case over && j.policy.Digest && t.Digests != nil && !j.tried:
 		return folds
 	case over && j.policy.Drop:
 		return drops
-	case d.Expired || !dl.IsZero() && d.At().After(dl):
+	case d.Outcome == throttle.Expired || !dl.IsZero() && d.At().After(dl):
 		return expires
 	}
 	return goesOn
@@ -180,10 +180,10 @@ func (t *Throttle) booked(j *job, d *throttle.Decision) error {
 	rule := t.denier(j, d)
 	t.Metrics.inc(t.Metrics.Deferred, rule)
 	event, what := "made", "booked"
-	switch {
-	case d.Queued:
+	switch d.Outcome {
+	case throttle.Placed:
 		event, what = "queued", "in line"
-	case d.Rebooked:
+	case throttle.Rebooked:
 		event = "rebooked"
 	}
 	t.Metrics.inc(t.Metrics.Bookings, event)

@@ -451,7 +451,7 @@ func TestHandlerPausesTheProviderOn429(t *testing.T) {
 	}
 	// Any other job for the provider now waits out the pause.
 	d, err := h.lim.Admit(context.Background(), throttle.Request{ID: "probe", Takes: []throttle.Take{{Rule: b, Subject: "gw"}}})
-	if err != nil || d.Allowed || d.Delay < 25*time.Second {
+	if err != nil || d.Allowed() || d.Delay < 25*time.Second {
 		t.Errorf("admission during the pause: %+v, %v", d, err)
 	}
 }

@@ -171,7 +171,7 @@ func TestBrokenCredentialsPauseTheProvider(t *testing.T) {
 	}
 	b, _ := throttle.NewBucket("gw", 1000, 100)
 	d, err := h.lim.Admit(context.Background(), throttle.Request{ID: "probe", Takes: []throttle.Take{{Rule: b, Subject: "gw"}}})
-	if err != nil || d.Allowed || d.Delay < 50*time.Second {
+	if err != nil || d.Allowed() || d.Delay < 50*time.Second {
 		t.Errorf("admission during the pause: %+v, %v", d, err)
 	}
 }

@@ -38,7 +38,7 @@ func (t *Throttle) shadowed(j *job, d *throttle.Decision, err error, drop bool) 
 		t.Log.Warn("shadow check failed", "task", j.id, "err", err)
 		return
 	}
-	if d.Allowed {
+	if d.Allowed() {
 		return
 	}
 	would := "deferred"

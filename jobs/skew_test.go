@@ -142,7 +142,7 @@ func TestWorkerClockSkew(t *testing.T) {
 			r := ref.Decisions[i]
 			// Delays count down from slightly different moments of each
 			// run; a worker's clock would put them 600s off.
-			if d.Allowed != r.Allowed || abs(d.DelayMS-r.DelayMS) > 2000 {
+			if d.Allowed() != r.Allowed() || abs(d.DelayMS-r.DelayMS) > 2000 {
 				t.Errorf("skew %+ds, decision %d: %+v, unskewed %+v", skew, i, d, r)
 			}
 		}
@@ -339,7 +339,7 @@ func TestSkewChild(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		report.Decisions = append(report.Decisions, skewDecision{Allowed: d.Allowed, DelayMS: d.Delay.Milliseconds()})
+		report.Decisions = append(report.Decisions, skewDecision{Allowed: d.Allowed(), DelayMS: d.Delay.Milliseconds()})
 	}
 
 	one, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 1, Per: time.Hour})

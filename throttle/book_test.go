@@ -41,11 +41,11 @@ func TestBookProviderBacklogInOrder(t *testing.T) {
 	for i := range 40 {
 		d := mustAdmit(t, l, bookReq(fmt.Sprint("t", i), nil, "", b, maxWait))
 		switch {
-		case d.Allowed:
+		case d.Allowed():
 			if len(booked) > 0 {
 				t.Fatalf("t%d allowed after t%d was booked: %+v", i, i-len(booked), d)
 			}
-		case d.Booked:
+		case d.Booked():
 			booked = append(booked, d)
 		default:
 			t.Fatalf("t%d: neither allowed nor booked: %+v", i, d)
@@ -72,7 +72,7 @@ func TestBookProviderBacklogInOrder(t *testing.T) {
 	id := fmt.Sprint("t", 40-len(booked)+first)
 	before := snapshot(t, rdb)
 	again := mustAdmit(t, l, bookReq(id, nil, "", b, maxWait))
-	if !again.Booked || !again.At().Equal(booked[first].At()) {
+	if !again.Booked() || !again.At().Equal(booked[first].At()) {
 		t.Fatalf("early return of %s: %+v, want booked for %s", id, again, booked[first].At())
 	}
 	if after := snapshot(t, rdb); !maps.Equal(before, after) {
@@ -85,14 +85,14 @@ func TestBookProviderBacklogInOrder(t *testing.T) {
 	c := mustAdmit(t, l, bookReq(id0, nil, "", b, maxWait))
 	// It goes when the bucket has its tokens: at its moment, or a µs
 	// before it (moments are whole µs, the refill is not).
-	if !c.Allowed || !c.Claimed.Equal(booked[0].At()) || booked[0].At().Sub(c.At()) > time.Microsecond {
+	if !c.Allowed() || !c.Claimed.Equal(booked[0].At()) || booked[0].At().Sub(c.At()) > time.Microsecond {
 		t.Fatalf("claim of %s at its moment: %+v, want allowed at %s", id0, c, booked[0].At())
 	}
 	if n, _ := rdb.ZCard(context.Background(), bookKey(subjectTag(DefaultPrefix, "gw"), "sms")).Result(); n != int64(len(booked)-1) {
 		t.Errorf("%d tickets left after one claim of %d", n, len(booked))
 	}
 	// A claim is idempotent like any admission.
-	if r := mustAdmit(t, l, bookReq(id0, nil, "", b, maxWait)); !r.Allowed || !r.Repeated || !r.At().Equal(c.At()) {
+	if r := mustAdmit(t, l, bookReq(id0, nil, "", b, maxWait)); !r.Allowed() || r.Outcome != Repeated || !r.At().Equal(c.At()) {
 		t.Errorf("claim again: %+v, want the same admission repeated", r)
 	}
 }
@@ -104,14 +104,14 @@ func TestBookRecipientWindowsFIFO(t *testing.T) {
 	for i := range 5 {
 		ds = append(ds, mustAdmit(t, l, bookReq(fmt.Sprint("m", i), q, "alice", nil, 0)))
 	}
-	if !ds[0].Allowed {
+	if !ds[0].Allowed() {
 		t.Fatalf("first message: %+v", ds[0])
 	}
 	t0 := ds[0].At()
 	// 1 per 1s and 2 per 10s: t0, t0+1s, then the 10 s window rules.
 	want := []time.Duration{0, time.Second, 10 * time.Second, 11 * time.Second, 20 * time.Second}
 	for i, d := range ds[1:] {
-		if !d.Booked {
+		if !d.Booked() {
 			t.Fatalf("message %d: %+v, want booked", i+1, d)
 		}
 		if got := d.At().Sub(t0); got != want[i+1] {
@@ -135,7 +135,7 @@ func TestBookCommonMoment(t *testing.T) {
 	d0 := mustAdmit(t, l, bookReq("b0", q, "bob", b, 0))
 	d1 := mustAdmit(t, l, bookReq("a0", q, "alice", b, 0))
 	d2 := mustAdmit(t, l, bookReq("a1", q, "alice", b, 0))
-	if !d0.Allowed || !d1.Booked || !d2.Booked {
+	if !d0.Allowed() || !d1.Booked() || !d2.Booked() {
 		t.Fatalf("decisions %+v / %+v / %+v", d0, d1, d2)
 	}
 	if got := d1.At().Sub(d0.At()); got < time.Second-2*time.Microsecond || got > time.Second+2*time.Microsecond {
@@ -161,7 +161,7 @@ func TestBookDeadlineExpiresWithoutTrace(t *testing.T) {
 	r := bookReq("m1", q, "alice", nil, 0)
 	r.Deadline = now.Add(10 * time.Minute)
 	d := mustAdmit(t, l, r)
-	if !d.Expired || d.Booked || d.Allowed {
+	if d.Outcome != Expired || d.Booked() || d.Allowed() {
 		t.Fatalf("booking past the deadline: %+v, want expired", d)
 	}
 	if w := d.At().Sub(now); w < 59*time.Minute {
@@ -183,7 +183,7 @@ func TestBookReleaseGivesBack(t *testing.T) {
 	b := mustBucket(t, "sms", 1, 1)
 	mustAdmit(t, l, bookReq("m0", q, "alice", b, 0))
 	d := mustAdmit(t, l, bookReq("m1", q, "alice", b, 0))
-	if !d.Booked {
+	if !d.Booked() {
 		t.Fatalf("%+v", d)
 	}
 	n, err := l.Release(ctx, bookReq("m1", q, "alice", b, 0))
@@ -199,7 +199,7 @@ func TestBookReleaseGivesBack(t *testing.T) {
 	}
 	// The next message books where the released one was.
 	d2 := mustAdmit(t, l, bookReq("m2", q, "alice", b, 0))
-	if !d2.Booked || !d2.At().Equal(d.At()) {
+	if !d2.Booked() || !d2.At().Equal(d.At()) {
 		t.Errorf("after a release, the next booking: %+v; want the released moment %s", d2, d.At())
 	}
 }
@@ -212,17 +212,17 @@ func TestBookLateClaimBooksAgain(t *testing.T) {
 	a := mustAdmit(t, l, bookReq("a", q, "alice", nil, maxWait))
 	bd := mustAdmit(t, l, bookReq("b", q, "alice", nil, maxWait))
 	cd := mustAdmit(t, l, bookReq("c", q, "alice", nil, maxWait))
-	if !a.Allowed || !bd.Booked || !cd.Booked {
+	if !a.Allowed() || !bd.Booked() || !cd.Booked() {
 		t.Fatalf("%+v / %+v / %+v", a, bd, cd)
 	}
 	// c claims on time; b comes back after c's moment: moving its entry
 	// there would put two in one window, so it books again, after c.
 	untilRedis(t, l, cd.At().Add(-maxWait/2))
-	if c := mustAdmit(t, l, bookReq("c", q, "alice", nil, maxWait)); !c.Allowed {
+	if c := mustAdmit(t, l, bookReq("c", q, "alice", nil, maxWait)); !c.Allowed() {
 		t.Fatalf("c at its moment: %+v", c)
 	}
 	late := mustAdmit(t, l, bookReq("b", q, "alice", nil, maxWait))
-	if !late.Booked || !late.Rebooked {
+	if !late.Booked() || late.Outcome != Rebooked {
 		t.Fatalf("b, late: %+v; want booked again", late)
 	}
 	if late.At().Before(cd.At().Add(300 * time.Millisecond)) {
@@ -245,7 +245,7 @@ func TestBookLateClaimThatFitsGoes(t *testing.T) {
 	// to the moment it goes.
 	untilRedis(t, l, bd.At().Add(300*time.Millisecond))
 	d := mustAdmit(t, l, bookReq("b", q, "alice", nil, maxWait))
-	if !d.Allowed || d.At().Before(bd.At().Add(300*time.Millisecond)) {
+	if !d.Allowed() || d.At().Before(bd.At().Add(300*time.Millisecond)) {
 		t.Fatalf("late b: %+v", d)
 	}
 	s, _ := rdb.ZScore(ctx, quotaKey(subjectTag(DefaultPrefix, "alice"), "p"), "b").Result()
@@ -266,7 +266,7 @@ func TestBookLateClaimInsideItsSlotKeepsTheWindow(t *testing.T) {
 	b := mustBucket(t, "sms", 5, 2) // 200 ms slots, 200 ms of slack
 	const maxWait = 50 * time.Millisecond
 	a := mustAdmit(t, l, bookReq("a", q, "alice", b, maxWait))
-	if !a.Allowed {
+	if !a.Allowed() {
 		t.Fatalf("a: %+v", a)
 	}
 	// bob's takes fill the slots from a's to a + 1.2 s, so b's slot starts
@@ -276,7 +276,7 @@ func TestBookLateClaimInsideItsSlotKeepsTheWindow(t *testing.T) {
 	}
 	bd := mustAdmit(t, l, bookReq("b", q, "alice", b, maxWait))
 	cd := mustAdmit(t, l, bookReq("c", q, "alice", b, maxWait))
-	if !bd.Booked || bd.At().Sub(a.At()) != time.Second || !cd.Booked || cd.At().Sub(a.At()) != 2*time.Second {
+	if !bd.Booked() || bd.At().Sub(a.At()) != time.Second || !cd.Booked() || cd.At().Sub(a.At()) != 2*time.Second {
 		t.Fatalf("b %+v, c %+v; want booked at a + 1s and a + 2s", bd, cd)
 	}
 	untilRedis(t, l, bd.At().Add(100*time.Millisecond))
@@ -286,7 +286,7 @@ func TestBookLateClaimInsideItsSlotKeepsTheWindow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if late.Allowed || !late.Rebooked || time.UnixMicro(int64(s)).Before(cd.At().Add(time.Second)) {
+	if late.Allowed() || late.Outcome != Rebooked || time.UnixMicro(int64(s)).Before(cd.At().Add(time.Second)) {
 		t.Errorf("b claimed 100 ms into its slot, c booked 900 ms later: %+v, entry at %s; want booked again after c + 1s (%s)",
 			late, time.UnixMicro(int64(s)), cd.At().Add(time.Second))
 	}
@@ -304,7 +304,7 @@ func TestBookPriorityTakesTheReserve(t *testing.T) {
 	}
 	allowed := 0
 	for _, d := range bulk {
-		if d.Allowed {
+		if d.Allowed() {
 			allowed++
 		}
 	}
@@ -316,7 +316,7 @@ func TestBookPriorityTakesTheReserve(t *testing.T) {
 		r := bookReq(fmt.Sprint("otp", i), nil, "", b, 0)
 		r.Priority = true
 		d := mustAdmit(t, l, r)
-		if !d.Allowed || d.Delay != 0 {
+		if !d.Allowed() || d.Delay != 0 {
 			t.Fatalf("priority %d behind 8 bookings: %+v; want allowed now", i, d)
 		}
 	}
@@ -357,7 +357,7 @@ func TestBookSlotIsTheTasks(t *testing.T) {
 	bd := mustAdmit(t, l, bookReq("b", nil, "", b1, 0))
 	cd := mustAdmit(t, l, bookReq("c", nil, "", b1, 0))
 	dd := mustAdmit(t, l, bookReq("d", nil, "", b1, 0))
-	if !a.Allowed || !bd.Booked || !cd.Booked || !dd.Booked {
+	if !a.Allowed() || !bd.Booked() || !cd.Booked() || !dd.Booked() {
 		t.Fatalf("%+v / %+v / %+v / %+v", a, bd, cd, dd)
 	}
 	for i, d := range []Decision{a, bd, cd, dd} {
@@ -371,19 +371,19 @@ func TestBookSlotIsTheTasks(t *testing.T) {
 		t.Fatalf("release c: %d, %v", n, err)
 	}
 	e := mustAdmit(t, l, bookReq("e", nil, "", b1, 0))
-	if !e.Booked || e.At().Sub(cd.At()).Abs() > time.Microsecond {
+	if !e.Booked() || e.At().Sub(cd.At()).Abs() > time.Microsecond {
 		t.Fatalf("e after c was released: %+v; want booked at c's moment %s", e, cd.At())
 	}
 
 	// b misses its slot; d comes back in time and goes at its own moment.
 	untilRedis(t, l, dd.At().Add(-maxWait+50*time.Millisecond))
 	d := mustAdmit(t, l, bookReq("d", nil, "", b1, maxWait))
-	if !d.Allowed || d.At().Sub(dd.At()).Abs() > time.Microsecond || !d.Claimed.Equal(dd.At()) {
+	if !d.Allowed() || d.At().Sub(dd.At()).Abs() > time.Microsecond || !d.Claimed.Equal(dd.At()) {
 		t.Errorf("d claims: %+v; want allowed at its moment %s", d, dd.At())
 	}
 	// b comes back after its slot: it books again, after the line.
 	b := mustAdmit(t, l, bookReq("b", nil, "", b1, maxWait))
-	if !b.Booked || !b.Rebooked || !b.At().After(dd.At()) {
+	if !b.Booked() || b.Outcome != Rebooked || !b.At().After(dd.At()) {
 		t.Errorf("b after its slot: %+v; want booked again after d's %s", b, dd.At())
 	}
 }
@@ -398,14 +398,14 @@ func TestBookEarlyReturnWithTicketLeavesNoTrace(t *testing.T) {
 	// A slot every 2 s, no slack: m2's is 4 s ahead, further than a booked
 	// task may claim its moment (2.5 s, CLAIM in lua/book.lua).
 	b := mustBucket(t, "sms", 0.5, 1)
-	if d := mustAdmit(t, l, bookReq("m0", nil, "", b, 0)); !d.Allowed {
+	if d := mustAdmit(t, l, bookReq("m0", nil, "", b, 0)); !d.Allowed() {
 		t.Fatalf("m0: %+v, want allowed", d)
 	}
-	if d := mustAdmit(t, l, bookReq("m1", nil, "", b, 0)); !d.Booked {
+	if d := mustAdmit(t, l, bookReq("m1", nil, "", b, 0)); !d.Booked() {
 		t.Fatalf("m1: %+v, want booked", d)
 	}
 	d := mustAdmit(t, l, bookReq("m2", nil, "", b, 0))
-	if !d.Booked || d.Delay < 3500*time.Millisecond {
+	if !d.Booked() || d.Delay < 3500*time.Millisecond {
 		t.Fatalf("m2: %+v, want booked about 4 s ahead", d)
 	}
 	for _, id := range []string{"m0", "m1"} {
@@ -415,7 +415,7 @@ func TestBookEarlyReturnWithTicketLeavesNoTrace(t *testing.T) {
 	}
 	before := snapshot(t, rdb)
 	again := mustAdmit(t, l, bookReq("m2", nil, "", b, 0))
-	if !again.Booked || !again.At().Equal(d.At()) {
+	if !again.Booked() || !again.At().Equal(d.At()) {
 		t.Fatalf("m2 back early: %+v, want booked for %s", again, d.At())
 	}
 	if after := snapshot(t, rdb); !equalMaps(before, after) {

@@ -24,7 +24,7 @@ func TestBookLaterMomentKeepsTheBucket(t *testing.T) {
 	// 1.5 s (within max wait) while the bucket still holds a token.
 	p0 := mustAdmit(t, l, bookReq("p0", q, "alice", b, maxWait))
 	a := mustAdmit(t, l, bookReq("a", q, "alice", b, maxWait))
-	if !p0.Allowed || !a.Allowed || a.Delay < time.Second {
+	if !p0.Allowed() || !a.Allowed() || a.Delay < time.Second {
 		t.Fatalf("p0 %+v, a %+v: want p0 now and a admitted 1.5 s later", p0, a)
 	}
 	// At a's moment two others, to other recipients, ask for the provider.

@@ -31,7 +31,7 @@ func (l *Limiter) checkDone(ctx context.Context, rs []Request, ds []Decision) er
 	}
 	for k, i := range idx {
 		if cmds[k].Val() == 1 {
-			ds[i] = Decision{Done: true, TakeIndex: -1}
+			ds[i] = Decision{Outcome: Done, TakeIndex: -1}
 		}
 	}
 	return nil
@@ -51,7 +51,7 @@ func (l *Limiter) restampQuotas(ctx context.Context, rs []Request, ds []Decision
 	}
 	var calls []call
 	for i, r := range rs {
-		if !ds[i].Allowed || !l.stampsAhead(r) {
+		if !ds[i].Allowed() || !l.stampsAhead(r) {
 			continue
 		}
 		for _, g := range consumed[i] {

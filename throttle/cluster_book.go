@@ -147,7 +147,7 @@ func (l *Limiter) bookTry(ctx context.Context, r Request, q group, bi int, place
 	b := clusterBooking{r: r, q: q, bi: bi, g: g, floor: floor, ticket: ticket}
 	d = b.decision()
 	if g.outcome == outcomeExpired {
-		d.Expired = true
+		d.Outcome = Expired
 		b.bind(&d)
 		l.dropTicket(ctx, r, bi, ticket)
 		return d, true, true, nil
@@ -155,7 +155,7 @@ func (l *Limiter) bookTry(ctx context.Context, r Request, q group, bi int, place
 	if g.outcome == outcomeBooked && !g.allowed && ticket > 0 && b.at() == ticket {
 		// Early, or booked at the slot the peek held: the moment stands,
 		// nothing changed.
-		d.Booked, d.Ahead = true, int(v[5])
+		d.Outcome, d.Ahead = Booked, int(v[5])
 		b.bind(&d)
 		return d, true, true, nil
 	}
@@ -218,7 +218,7 @@ func (b clusterBooking) bind(d *Decision) {
 // (c[1] 0) or is booked (1).
 func (b clusterBooking) committed(d Decision, c []int64) Decision {
 	if c[1] == 0 {
-		d.Allowed = true
+		d.Outcome = Admitted
 		if d.Delay > 0 {
 			b.bind(&d)
 		}
@@ -229,7 +229,10 @@ func (b clusterBooking) committed(d Decision, c []int64) Decision {
 		}
 		return d
 	}
-	d.Booked, d.Rebooked, d.Ahead = true, b.g.outcome == outcomeRebooked, int(c[2])
+	d.Outcome, d.Ahead = Booked, int(c[2])
+	if b.g.outcome == outcomeRebooked {
+		d.Outcome = Rebooked
+	}
 	b.bind(&d)
 	if d.TakeIndex != b.bi {
 		d.Ahead = int(b.g.extra)
@@ -253,7 +256,7 @@ func (l *Limiter) inLine(ctx context.Context, r Request, bi int, v []int64) (Dec
 	d := Decision{Now: time.UnixMicro(now), TakeIndex: bi, Rule: t.Rule, Subject: t.Subject, Limit: t.Rule.bindingLimit(0),
 		Delay: time.Duration(at-now) * time.Microsecond}
 	if v[4] == peekExpired {
-		d.Expired = true
+		d.Outcome = Expired
 		return d, nil
 	}
 	if v[4] == peekPlaced {
@@ -261,7 +264,7 @@ func (l *Limiter) inLine(ctx context.Context, r Request, bi int, v []int64) (Dec
 			return Decision{}, fmt.Errorf("throttle: note %q's place in line: %w", r.ID, err)
 		}
 	}
-	d.Booked, d.Queued, d.Ahead = true, true, int(v[5])
+	d.Outcome, d.Ahead = Placed, int(v[5])
 	return d, nil
 }
 

@@ -25,9 +25,9 @@ func TestClusterBooking(t *testing.T) {
 	var booked []Decision
 	for i := range 8 {
 		d := mustAdmit(t, l, bookReq(fmt.Sprint("p", i), q, fmt.Sprint("r", i), b, maxWait))
-		if d.Booked {
+		if d.Booked() {
 			booked = append(booked, d)
-		} else if !d.Allowed {
+		} else if !d.Allowed() {
 			t.Fatalf("p%d: %+v", i, d)
 		}
 	}
@@ -48,7 +48,7 @@ func TestClusterBooking(t *testing.T) {
 	a0 := mustAdmit(t, l, bookReq("a0", q, "alice", b, maxWait))
 	a1 := mustAdmit(t, l, bookReq("a1", q, "alice", b, maxWait))
 	a2 := mustAdmit(t, l, bookReq("a2", q, "alice", b, maxWait))
-	if !a1.Booked || !a2.Booked {
+	if !a1.Booked() || !a2.Booked() {
 		t.Fatalf("alice: %+v / %+v / %+v", a0, a1, a2)
 	}
 	if _, ok := a2.Rule.(*Quota); !ok || a2.Limit != "2 per 10s" {
@@ -61,7 +61,7 @@ func TestClusterBooking(t *testing.T) {
 	// Coming back early (further ahead than a booked task may claim: 2.5 s)
 	// changes nothing; at the moment, the claim goes.
 	before := snapshot(t, rdb)
-	if e := mustAdmit(t, l, bookReq("a2", q, "alice", b, maxWait)); !e.Booked || !e.At().Equal(a2.At()) {
+	if e := mustAdmit(t, l, bookReq("a2", q, "alice", b, maxWait)); !e.Booked() || !e.At().Equal(a2.At()) {
 		t.Errorf("early return: %+v, want the same moment %s", e, a2.At())
 	}
 	if after := snapshot(t, rdb); len(before) != len(after) {
@@ -71,7 +71,7 @@ func TestClusterBooking(t *testing.T) {
 	id := fmt.Sprint("p", 8-len(booked))
 	untilRedis(t, l, first.At().Add(-maxWait/2))
 	c := mustAdmit(t, l, bookReq(id, q, fmt.Sprint("r", 8-len(booked)), b, maxWait))
-	if !c.Allowed || c.At().Before(first.At()) || c.Claimed.IsZero() {
+	if !c.Allowed() || c.At().Before(first.At()) || c.Claimed.IsZero() {
 		t.Fatalf("claim of %s at its moment: %+v", id, c)
 	}
 	if _, err := rdb.ZScore(ctx, bookKey(subjectTag(DefaultPrefix, "gw"), "sms"), id).Result(); err == nil {
@@ -82,7 +82,7 @@ func TestClusterBooking(t *testing.T) {
 	before = snapshot(t, rdb)
 	r := bookReq("late", q, "alice", b, maxWait)
 	r.Deadline = time.Now().Add(time.Second)
-	if d := mustAdmit(t, l, r); !d.Expired {
+	if d := mustAdmit(t, l, r); d.Outcome != Expired {
 		t.Errorf("a booking past its deadline: %+v", d)
 	}
 	if after := snapshot(t, rdb); len(before) != len(after) {
@@ -107,10 +107,10 @@ func TestClusterBookAheadAndShares(t *testing.T) {
 	for i := range 30 {
 		id := fmt.Sprint("big", i)
 		d := mustAdmit(t, l, lineReq(t, rdb, id, "big", 1, b, ahead))
-		if d.Booked && !d.Queued && d.Delay > ahead {
+		if d.Booked() && d.Outcome != Placed && d.Delay > ahead {
 			t.Errorf("%s booked %s ahead: past the horizon", id, d.Delay)
 		}
-		if d.Queued {
+		if d.Outcome == Placed {
 			queued = append(queued, d)
 			if place, err := rdb.HGet(ctx, "task:"+id, "thr").Int64(); err != nil || place != d.At().UnixMicro() {
 				t.Errorf("%s: place noted %d (%v), want %d", id, place, err, d.At().UnixMicro())
@@ -159,10 +159,10 @@ func TestClusterLineWithQuotas(t *testing.T) {
 	for i := range 30 {
 		id := fmt.Sprint("big", i)
 		d := mustAdmit(t, l, req(id, "big"))
-		if d.Booked && !d.Queued && d.Delay > ahead+100*time.Millisecond {
+		if d.Booked() && d.Outcome != Placed && d.Delay > ahead+100*time.Millisecond {
 			t.Errorf("%s booked %s ahead: past the horizon", id, d.Delay)
 		}
-		if !d.Queued {
+		if d.Outcome != Placed {
 			continue
 		}
 		queued = append(queued, d)
@@ -187,7 +187,7 @@ func TestClusterLineWithQuotas(t *testing.T) {
 	// Back long before its place: it stands, the same place.
 	last := queued[len(queued)-1]
 	id := fmt.Sprint("big", 29)
-	if d := mustAdmit(t, l, req(id, "big")); !d.Queued || !d.At().Equal(last.At()) {
+	if d := mustAdmit(t, l, req(id, "big")); d.Outcome != Placed || !d.At().Equal(last.At()) {
 		t.Errorf("%s back early: %s, want its place %s to stand", id, describeDecision(d), last.At().Format(time.StampMicro))
 	}
 	var small []time.Time

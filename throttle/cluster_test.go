@@ -56,7 +56,7 @@ func TestClusterPath(t *testing.T) {
 		}
 
 		d := mustAdmit(t, l, Request{ID: "m1", Takes: []Take{{Rule: weekly, Subject: alice}, {Rule: sms, Subject: gw}}})
-		if !d.Allowed || d.Repeated || d.Remaining != 2 {
+		if !d.Allowed() || d.Outcome == Repeated || d.Remaining != 2 {
 			t.Fatalf("%+v, want allowed with 2 remaining (the quota's)", d)
 		}
 		// Each key was written on its own master.
@@ -91,7 +91,7 @@ func TestClusterPath(t *testing.T) {
 		for _, who := range []string{alice, bob} {
 			before := snapshot(t, rdb)
 			d := mustAdmit(t, l, Request{ID: "x-" + who, Takes: []Take{{Rule: weekly, Subject: who}, {Rule: sms, Subject: gw}}})
-			if d.Allowed || d.TakeIndex != 1 || d.Rule != Rule(sms) || d.Subject != gw {
+			if d.Allowed() || d.TakeIndex != 1 || d.Rule != Rule(sms) || d.Subject != gw {
 				t.Fatalf("%s: %+v, want denied by the bucket (take 1)", who, d)
 			}
 			if d.Delay < 59*time.Minute || d.Delay > time.Hour {
@@ -117,7 +117,7 @@ func TestClusterPath(t *testing.T) {
 		mustAdmit(t, l, Request{ID: "b0", Takes: []Take{{Rule: weekly, Subject: bob}}})
 		time.Sleep(50 * time.Millisecond) // time under test: bob's set now expires 50ms before a fresh write's would
 		beforeTTL := pttls(t, rdb)
-		if d := mustAdmit(t, l, Request{ID: "x", Takes: []Take{{Rule: weekly, Subject: bob}, {Rule: sms, Subject: gw}}}); d.Allowed {
+		if d := mustAdmit(t, l, Request{ID: "x", Takes: []Take{{Rule: weekly, Subject: bob}, {Rule: sms, Subject: gw}}}); d.Allowed() {
 			t.Fatalf("%+v, want denied by the bucket", d)
 		}
 		assertTTLsNotExtended(t, beforeTTL, pttls(t, rdb))
@@ -134,7 +134,7 @@ func TestClusterPath(t *testing.T) {
 		// alice's counter (first group) and the full sms bucket (second)
 		// pass, the drained push bucket (third) denies.
 		d := mustAdmit(t, l, Request{ID: "x", Takes: []Take{{Rule: daily, Subject: alice}, {Rule: sms, Subject: gw}, {Rule: push, Subject: gw2}}})
-		if d.Allowed || d.TakeIndex != 2 {
+		if d.Allowed() || d.TakeIndex != 2 {
 			t.Fatalf("%+v, want denied by push (take 2)", d)
 		}
 		after := snapshot(t, rdb)
@@ -158,7 +158,7 @@ func TestClusterPath(t *testing.T) {
 		r := func(id string) Request {
 			return Request{ID: id, Takes: []Take{{Rule: sms, Subject: gw}, {Rule: daily, Subject: alice}}}
 		}
-		if d := mustAdmit(t, l, r("a1")); !d.Allowed {
+		if d := mustAdmit(t, l, r("a1")); !d.Allowed() {
 			t.Fatalf("a1: %+v", d)
 		}
 		bucketNode := masterFor(t, rdb, bucketKey(tag(gw), "sms"))
@@ -167,7 +167,7 @@ func TestClusterPath(t *testing.T) {
 		bucketEvals, quotaEvals := evalCalls(t, bucketNode), evalCalls(t, quotaNode)
 
 		d := mustAdmit(t, l, r("a2"))
-		if d.Allowed || d.TakeIndex != 1 || d.Limit != "1 per 24h" || d.Subject != alice {
+		if d.Allowed() || d.TakeIndex != 1 || d.Limit != "1 per 24h" || d.Subject != alice {
 			t.Fatalf("a2: %+v, want denied by the quota (take 1, 1 per 24h)", d)
 		}
 		if n := evalCalls(t, bucketNode) - bucketEvals; n != 0 {
@@ -189,13 +189,13 @@ func TestClusterPath(t *testing.T) {
 		fixed := mustFixed(t, "daily", 2, 24*time.Hour)
 		r := Request{ID: "job-1", Takes: []Take{{Rule: weekly, Subject: alice}, {Rule: sms, Subject: gw, Cost: 2}, {Rule: fixed, Subject: alice}}}
 		first := mustAdmit(t, l, r)
-		if !first.Allowed || first.Repeated {
+		if !first.Allowed() || first.Outcome == Repeated {
 			t.Fatalf("first: %+v", first)
 		}
 		before, beforeTTL := snapshot(t, rdb), pttls(t, rdb)
 		for i := range 2 {
 			again := mustAdmit(t, l, r)
-			if !again.Allowed || !again.Repeated || again.Delay != 0 || again.Remaining != first.Remaining {
+			if !again.Allowed() || again.Outcome != Repeated || again.Delay != 0 || again.Remaining != first.Remaining {
 				t.Errorf("again %d: %+v, want allowed, repeated, no delay, remaining %d", i+1, again, first.Remaining)
 			}
 		}
@@ -207,7 +207,7 @@ func TestClusterPath(t *testing.T) {
 			t.Errorf("bucket tokens %v, want 3: the repeats must not take again", tok)
 		}
 		// Another ID is a new task.
-		if d := mustAdmit(t, l, Request{ID: "job-2", Takes: r.Takes}); !d.Allowed || d.Repeated {
+		if d := mustAdmit(t, l, Request{ID: "job-2", Takes: r.Takes}); !d.Allowed() || d.Outcome == Repeated {
 			t.Errorf("job-2: %+v, want allowed, not repeated", d)
 		}
 	})
@@ -218,7 +218,7 @@ func TestClusterPath(t *testing.T) {
 		sms := mustBucket(t, "sms", 1.0/3600, 2)
 		r := Request{ID: "job-1", Takes: []Take{{Rule: weekly, Subject: alice}, {Rule: sms, Subject: gw, Cost: 2}}}
 		mustAdmit(t, l, r)
-		if d := mustAdmit(t, l, Request{ID: "job-2", Takes: r.Takes}); d.Allowed {
+		if d := mustAdmit(t, l, Request{ID: "job-2", Takes: r.Takes}); d.Allowed() {
 			t.Fatalf("job-2 admitted while job-1 holds both takes")
 		}
 		for i, want := range []int{2, 0} {
@@ -235,7 +235,7 @@ func TestClusterPath(t *testing.T) {
 		if tok := tokens(t, rdb, bucketKey(tag(gw), "sms"), 1.0/3600, 2); tok != 2 {
 			t.Errorf("bucket tokens %v after release, want its burst of 2", tok)
 		}
-		if d := mustAdmit(t, l, Request{ID: "job-2", Takes: r.Takes}); !d.Allowed || d.Repeated {
+		if d := mustAdmit(t, l, Request{ID: "job-2", Takes: r.Takes}); !d.Allowed() || d.Outcome == Repeated {
 			t.Errorf("job-2 after job-1 was released: %+v, want allowed", d)
 		}
 	})
@@ -269,8 +269,8 @@ func TestClusterPath(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i, d := range ds {
-			if d.Allowed != want[i] {
-				t.Errorf("%s: allowed %v, want %v (%+v)", rs[i].ID, d.Allowed, want[i], d)
+			if d.Allowed() != want[i] {
+				t.Errorf("%s: allowed %v, want %v (%+v)", rs[i].ID, d.Allowed(), want[i], d)
 			}
 		}
 		after := snapshot(t, rdb)
@@ -323,7 +323,7 @@ func TestClusterPath(t *testing.T) {
 		// The same task again, now also through an empty bucket: the quota
 		// take already holds it (repeated), the bucket denies.
 		d := mustAdmit(t, l, Request{ID: "job-1", Takes: []Take{{Rule: weekly, Subject: alice}, {Rule: sms, Subject: gw}}})
-		if d.Allowed {
+		if d.Allowed() {
 			t.Fatalf("%+v, want denied by the bucket", d)
 		}
 		if diff := diffMaps(before, snapshot(t, rdb)); diff != "" {
@@ -332,7 +332,7 @@ func TestClusterPath(t *testing.T) {
 		if ids := zmembers(t, rdb, quotaKey(tag(alice), "weekly")); !slices.Equal(ids, []string{"job-1"}) {
 			t.Errorf("alice's quota holds %q, want [job-1]: the denial undid job-1's earlier admission", ids)
 		}
-		if d := mustAdmit(t, l, Request{ID: "job-2", Takes: []Take{{Rule: weekly, Subject: alice}}}); d.Allowed {
+		if d := mustAdmit(t, l, Request{ID: "job-2", Takes: []Take{{Rule: weekly, Subject: alice}}}); d.Allowed() {
 			t.Errorf("job-2 allowed: alice got 2 messages under a quota of 1 per 168h")
 		}
 	})
@@ -342,19 +342,19 @@ func TestClusterPath(t *testing.T) {
 		weekly := mustQuota(t, "weekly", Window{1, 168 * time.Hour})
 		sms := mustBucket(t, "sms", 2, 1) // slots of 500ms
 		r := Request{ID: "job-1", Takes: []Take{{Rule: weekly, Subject: alice}, {Rule: sms, Subject: gw}}}
-		if d := mustAdmit(t, l, r); !d.Allowed {
+		if d := mustAdmit(t, l, r); !d.Allowed() {
 			t.Fatalf("%+v", d)
 		}
 		time.Sleep(600 * time.Millisecond) // time under test: job-1's slot ends, the ledger holds it no more
 		// Others take the bucket's next slots, 1.5s of them.
 		for i := range 3 {
-			if d, err := l.Admit(bg, Request{ID: fmt.Sprint("drain", i), Takes: []Take{{Rule: sms, Subject: gw}}, MaxWait: 2 * time.Second}); err != nil || !d.Allowed {
+			if d, err := l.Admit(bg, Request{ID: fmt.Sprint("drain", i), Takes: []Take{{Rule: sms, Subject: gw}}, MaxWait: 2 * time.Second}); err != nil || !d.Allowed() {
 				t.Fatalf("drain %d: %+v, %v", i, d, err)
 			}
 		}
 		// Redelivered: the quota still holds job-1, the bucket no longer
 		// holds it and its next slot is a second or more away: denied.
-		if d := mustAdmit(t, l, r); d.Allowed {
+		if d := mustAdmit(t, l, r); d.Allowed() {
 			t.Fatalf("redelivery: %+v, want denied by the empty bucket", d)
 		}
 		if ids := zmembers(t, rdb, quotaKey(tag(alice), "weekly")); !slices.Equal(ids, []string{"job-1"}) {
@@ -371,7 +371,7 @@ func TestClusterPath(t *testing.T) {
 			// Three rules of one subject: one group, one script call, which
 			// fails with CROSSSLOT unless the keys share a slot.
 			d, err := l.Admit(bg, Request{ID: fmt.Sprint("n", i), Takes: []Take{{Rule: q, Subject: s}, {Rule: b, Subject: s}, {Rule: f, Subject: s}}})
-			if err != nil || !d.Allowed {
+			if err != nil || !d.Allowed() {
 				t.Errorf("subject %q: %+v, %v", s, d, err)
 				continue
 			}
@@ -400,7 +400,7 @@ func TestClusterPath(t *testing.T) {
 		mustAdmit(t, l, Request{ID: "job-1", Takes: takes[held : held+1]})
 		before := snapshot(t, rdb)
 		d := mustAdmit(t, l, Request{ID: "job-1", Takes: append(takes, Take{Rule: sms, Subject: gw})})
-		if d.Allowed || d.TakeIndex != MaxTakes-1 {
+		if d.Allowed() || d.TakeIndex != MaxTakes-1 {
 			t.Fatalf("%+v, want denied by the bucket (take %d)", d, MaxTakes-1)
 		}
 		if diff := diffMaps(before, snapshot(t, rdb)); diff != "" {
@@ -472,9 +472,9 @@ func TestClusterPath(t *testing.T) {
 					continue
 				}
 				d := mustAdmit(t, backend.l, r)
-				if d.Allowed != s.allowed || (d.Allowed && d.Repeated != s.repeated) {
+				if d.Allowed() != s.allowed || (d.Allowed() && (d.Outcome == Repeated) != s.repeated) {
 					got = append(got, fmt.Sprintf("step %d (%s): allowed %v repeated %v, want allowed %v repeated %v",
-						i+1, s.id, d.Allowed, d.Repeated, s.allowed, s.repeated))
+						i+1, s.id, d.Allowed(), d.Outcome == Repeated, s.allowed, s.repeated))
 				}
 			}
 			if len(got) > 0 {
@@ -633,7 +633,7 @@ func TestClusterReservedSendKeepsQuota(t *testing.T) {
 			if err != nil {
 				t.Fatalf("reserve %s: %v", id, err)
 			}
-			if d.Allowed {
+			if d.Allowed() {
 				sends = append(sends, d.At())
 				// The entry counts from no earlier than the send, and no
 				// later than the provisional stamp.
@@ -655,7 +655,7 @@ func TestClusterReservedSendKeepsQuota(t *testing.T) {
 	}
 	send("job-1")
 	for _, id := range []string{"x1", "x2"} {
-		if d, err := l.Admit(ctx, withWait(Request{ID: id, Takes: []Take{{Rule: b, Subject: "gw"}}}, maxWait)); err != nil || !d.Allowed {
+		if d, err := l.Admit(ctx, withWait(Request{ID: id, Takes: []Take{{Rule: b, Subject: "gw"}}}, maxWait)); err != nil || !d.Allowed() {
 			t.Fatalf("reserve %s: %+v, %v", id, d, err)
 		}
 	}
@@ -675,7 +675,7 @@ func TestClusterReservedSendKeepsQuota(t *testing.T) {
 		_, _ = l.Admit(ctx, withWait(Request{ID: id, Takes: []Take{{Rule: b, Subject: "gw"}}}, maxWait))
 	}
 	bob := Request{ID: "bob-1", Takes: []Take{{Rule: q, Subject: "bob"}, {Rule: b, Subject: "gw"}}}
-	if d, err := l.Admit(ctx, withWait(bob, maxWait)); err != nil || d.Allowed || d.TakeIndex != 1 {
+	if d, err := l.Admit(ctx, withWait(bob, maxWait)); err != nil || d.Allowed() || d.TakeIndex != 1 {
 		t.Fatalf("bob-1 with the bucket reserved past max wait: %+v, %v; want denied by the bucket", d, err)
 	}
 	if n, _ := rdb.Exists(ctx, quotaKey(subjectTag(DefaultPrefix, "bob"), "mkt")).Result(); n != 0 {
@@ -692,11 +692,11 @@ func TestClusterReservedSendKeepsCalendar(t *testing.T) {
 	c := mustCalendarWindow(t, 5, now.Add(-time.Hour), now.Add(time.Hour))
 	b := mustBucket(t, "sms", 4, 1)
 	const maxWait = time.Second
-	if d, err := l.Admit(ctx, withWait(Request{ID: "x", Takes: []Take{{Rule: b, Subject: "gw"}}}, maxWait)); err != nil || !d.Allowed {
+	if d, err := l.Admit(ctx, withWait(Request{ID: "x", Takes: []Take{{Rule: b, Subject: "gw"}}}, maxWait)); err != nil || !d.Allowed() {
 		t.Fatalf("reserve x: %+v, %v", d, err)
 	}
 	d, err := l.Admit(ctx, withWait(Request{ID: "job", Takes: []Take{{Rule: c, Subject: "alice"}, {Rule: b, Subject: "gw"}}}, maxWait))
-	if err != nil || !d.Allowed || d.Delay <= 0 {
+	if err != nil || !d.Allowed() || d.Delay <= 0 {
 		t.Fatalf("reserve job: %+v, %v; want allowed a token ahead", d, err)
 	}
 	s, err := rdb.ZScore(ctx, calendarKey(subjectTag(DefaultPrefix, "alice"), "cal"), "job").Result()

@@ -32,11 +32,11 @@ func TestCountOnly(t *testing.T) {
 					{Rule: reset, Subject: "alice"}, {Rule: b, Subject: "sms"}, {Rule: mkt, Subject: "alice", CountOnly: true}}}
 			}
 			mktReq := Request{ID: "promo", Book: book, MaxWait: time.Second, Takes: []Take{{Rule: mkt, Subject: "alice"}, {Rule: b, Subject: "sms"}}}
-			if d := mustAdmit(t, l, resetReq("reset-1")); !d.Allowed {
+			if d := mustAdmit(t, l, resetReq("reset-1")); !d.Allowed() {
 				t.Fatalf("first reset: %+v, want allowed", d)
 			}
 			// Marketing is now full for alice: the reset counted.
-			if d := mustAdmit(t, l, mktReq); d.Allowed || d.TakeIndex != 0 || d.Delay < 59*time.Minute {
+			if d := mustAdmit(t, l, mktReq); d.Allowed() || d.TakeIndex != 0 || d.Delay < 59*time.Minute {
 				t.Fatalf("marketing after a reset: %+v, want held back an hour by marketing", d)
 			}
 			if book {
@@ -46,7 +46,7 @@ func TestCountOnly(t *testing.T) {
 			}
 			// A second reset goes though marketing is full.
 			d := mustAdmit(t, l, resetReq("reset-2"))
-			if !d.Allowed || d.TakeIndex == 2 {
+			if !d.Allowed() || d.TakeIndex == 2 {
 				t.Fatalf("second reset with marketing full: %+v, want allowed, marketing binding nothing", d)
 			}
 			// Given back, the two resets leave marketing free.
@@ -55,7 +55,7 @@ func TestCountOnly(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if d := mustAdmit(t, l, mktReq); !d.Allowed {
+			if d := mustAdmit(t, l, mktReq); !d.Allowed() {
 				t.Fatalf("marketing after the resets were given back: %+v, want allowed", d)
 			}
 		})

@@ -6,13 +6,57 @@ import (
 	"time"
 )
 
-// Decision is the outcome of one admission.
+// Outcome is what an admission decided for a task.
+type Outcome uint8
+
+const (
+	// Denied: the task may not go. Delay is until every take would pass,
+	// as far as the script can know; never shorter than needed. Nothing
+	// was consumed.
+	Denied Outcome = iota
+	// Admitted: every take consumed; the task goes at At (Delay 0: now;
+	// longer: a bucket token reserved ahead, within Request.MaxWait).
+	Admitted
+	// Repeated: every take already held the task's ID (a redelivered
+	// task): admitted again without consuming anything.
+	Repeated
+	// Booked: a Request.Book task that may not go within its MaxWait holds
+	// the moment At under its ID, and comes back then to claim it.
+	Booked
+	// Rebooked is Booked for a task that had booked before and lost that
+	// moment (it came back too late, or the tokens went to priority
+	// traffic): what it held was given back and it booked again.
+	Rebooked
+	// Placed: a Request.Book task whose moment is past its bucket's horizon
+	// (Request.BookAhead) has a place in its tenant's line at At: nothing
+	// is held; it comes back then and books.
+	Placed
+	// Expired: a Request.Book task whose moment (At) would be after its
+	// Request.Deadline: nothing is held.
+	Expired
+	// Done: the request's done marker (Request.Done) exists: nothing was
+	// checked or consumed. TakeIndex is -1, and Now the Redis time on a
+	// single node (zero on a cluster).
+	Done
+)
+
+var outcomeNames = [...]string{"denied", "admitted", "repeated", "booked", "rebooked", "placed", "expired", "done"}
+
+// String returns the outcome's name: "denied", "admitted", ...
+func (o Outcome) String() string {
+	if int(o) < len(outcomeNames) {
+		return outcomeNames[o]
+	}
+	return fmt.Sprintf("Outcome(%d)", o)
+}
+
+// Decision is the outcome of one admission, with what set it.
 type Decision struct {
-	// Allowed reports whether the task was admitted (every take consumed).
-	Allowed bool
-	// Delay is how long the caller must wait. Allowed: until the moment a
-	// reserved bucket token may be used (0: go now). Denied: until every take
-	// would pass, as far as the script can know; never shorter than needed.
+	// Outcome is what was decided.
+	Outcome Outcome
+	// Delay is how long the caller must wait: until the moment it may go
+	// (Admitted, Repeated), until its booked moment or place (Booked,
+	// Rebooked, Placed), or until every take would pass (Denied, Expired).
 	Delay time.Duration
 	// Now is the Redis time the decision was made at.
 	Now time.Time
@@ -28,36 +72,22 @@ type Decision struct {
 	Limit string
 	// Remaining is the least capacity any take has left after this decision.
 	Remaining int
-	// Repeated reports whether every take already held this task ID, so this
-	// admission consumed nothing (a redelivered task).
-	Repeated bool
-	// Done reports that the request's done marker (Request.Done) exists:
-	// nothing was checked or consumed. Allowed is false, TakeIndex -1, and Now
-	// is the Redis time on a single node (zero on a cluster).
-	Done bool
-	// Booked reports a request with Request.Book that may not go within
-	// its MaxWait: it holds the moment At (Delay from Now) under its ID, and
-	// comes back to claim it. Allowed is false; TakeIndex is the take that set
-	// the moment.
-	Booked bool
-	// Rebooked, with Booked, says the task had booked before and lost that
-	// moment (it came back too late, or the tokens went to priority
-	// traffic): what it held was given back and it booked again.
-	Rebooked bool
-	// Queued, with Booked, says the moment is a place in the tenant's line
-	// past the bucket's horizon (Request.BookAhead): nothing is held; the
-	// task comes back at At and books then.
-	Queued bool
-	// Ahead is, for a booking, how many bookings on the binding rule come
-	// before it (in line: about how many sends of the bucket).
+	// Ahead is, for a booking or a place, how many bookings on the binding
+	// rule come before it (in line: about how many sends of the bucket).
 	Ahead int
-	// Expired reports a booking request whose moment (At) would be after its
-	// Request.Deadline: nothing is held. Allowed and Booked are false.
-	Expired bool
-	// Claimed is, for an allowed request that claimed a booking, the moment
-	// it had booked (its lateness is At() - Claimed when At is later);
-	// zero otherwise.
+	// Claimed is, for an admitted request that claimed a booking, the
+	// moment it had booked (its lateness is At() - Claimed when At is
+	// later); zero otherwise.
 	Claimed time.Time
+}
+
+// Allowed reports whether the task may go (at At): Admitted or Repeated.
+func (d Decision) Allowed() bool { return d.Outcome == Admitted || d.Outcome == Repeated }
+
+// Booked reports whether the task has a moment to come back at: Booked,
+// Rebooked or Placed.
+func (d Decision) Booked() bool {
+	return d.Outcome == Booked || d.Outcome == Rebooked || d.Outcome == Placed
 }
 
 // At returns the Redis time at which the caller may go (allowed) or retry (denied).
@@ -66,10 +96,10 @@ func (d Decision) At() time.Time { return d.Now.Add(d.Delay) }
 // Err returns nil for an allowed decision, ErrDone for a done one and a
 // *ThrottledError otherwise.
 func (d Decision) Err() error {
-	if d.Allowed {
+	switch d.Outcome {
+	case Admitted, Repeated:
 		return nil
-	}
-	if d.Done {
+	case Done:
 		return ErrDone
 	}
 	return &ThrottledError{Decision: d}
@@ -79,7 +109,11 @@ func (d Decision) Err() error {
 // task's ID: it was admitted, or booked a slot. A caller that will not deliver
 // it releases that (Limiter.Release).
 func (d Decision) Reserved() bool {
-	return d.Allowed || d.Booked && !d.Queued
+	switch d.Outcome {
+	case Admitted, Repeated, Booked, Rebooked:
+		return true
+	}
+	return false
 }
 
 // ErrDone is Decision.Err of a task whose done marker exists.
@@ -95,12 +129,12 @@ type ThrottledError struct {
 func (e *ThrottledError) Error() string {
 	d := e.Decision
 	verb := "denies; retry in"
-	switch {
-	case d.Queued:
+	switch d.Outcome {
+	case Placed:
 		verb = "is booked beyond its horizon; place in line in"
-	case d.Booked:
+	case Booked, Rebooked:
 		verb = "is booked; moment in"
-	case d.Expired:
+	case Expired:
 		verb = "leaves no moment before the deadline; earliest in"
 	}
 	if d.TakeIndex < 0 {

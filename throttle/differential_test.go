@@ -153,7 +153,7 @@ func diffWalk(t *testing.T, seed uint64, ops int) *differ {
 			d.admit(op, rs)
 		default:
 			r := d.request()
-			if dec := d.admit(op, []Request{r}); !dec.Allowed && dec.Delay <= 150*time.Millisecond && d.rng.IntN(10) == 0 {
+			if dec := d.admit(op, []Request{r}); !dec.Allowed() && dec.Delay <= 150*time.Millisecond && d.rng.IntN(10) == 0 {
 				d.stats.retries++
 				time.Sleep(dec.Delay) // time under test: a retry after the delay the engine gave
 				retry = &r
@@ -262,7 +262,7 @@ func (d *differ) expect(r Request, dec Decision) {
 	}
 	at := dec.At()
 	switch p := d.rng.IntN(10); {
-	case dec.Queued && p < 7: // asynq runs it again at its place
+	case dec.Outcome == Placed && p < 7: // asynq runs it again at its place
 		at = at.Add(d.between(0, 20*time.Millisecond))
 	case p < 6:
 		at = at.Add(-d.between(0, r.MaxWait))
@@ -694,20 +694,20 @@ func (d *differ) admit(op int, rs []Request) Decision {
 			d.fail(what, r, got[k].Now.UnixMicro(), diff)
 		}
 		d.note(fmt.Sprintf("%s -> %s", what, describeDecision(got[k])))
-		if got[k].Allowed {
+		if got[k].Allowed() {
 			d.admitted = append(d.admitted, r.ID)
 		}
 		if got[k].Reserved() {
 			d.took[r.ID] = r
 			d.inv.took(r, d.m, d.redisKey)
 		}
-		if got[k].Booked {
+		if got[k].Booked() {
 			d.expect(r, got[k])
 		}
-		if placed[k] && (got[k].Allowed || got[k].Booked && !got[k].Queued) {
+		if placed[k] && (got[k].Allowed() || got[k].Booked() && got[k].Outcome != Placed) {
 			d.stats.returned++
 		}
-		if tk := r.TaskKey; !d.targeted && horizon(r) && d.tasks[tk] && (got[k].Allowed || got[k].Expired) && d.rng.IntN(2) == 0 {
+		if tk := r.TaskKey; !d.targeted && horizon(r) && d.tasks[tk] && (got[k].Allowed() || got[k].Outcome == Expired) && d.rng.IntN(2) == 0 {
 			d.setTask(tk, false) // done, or given up: asynq deletes its hash
 		}
 		d.count(got[k])
@@ -739,27 +739,27 @@ func (d *differ) count(dec Decision) {
 	d.stats.admits++
 	switch dec.Rule.(type) {
 	case *CalendarWindow:
-		d.stats.byCalendar[btoi(dec.Booked)]++
+		d.stats.byCalendar[btoi(dec.Booked())]++
 	case *Quiet:
-		d.stats.byQuiet[btoi(dec.Booked)]++
+		d.stats.byQuiet[btoi(dec.Booked())]++
 	}
 	switch {
-	case dec.Queued:
+	case dec.Outcome == Placed:
 		d.stats.queued++
-	case dec.Booked:
+	case dec.Booked():
 		d.stats.booked++
-		if dec.Rebooked {
+		if dec.Outcome == Rebooked {
 			d.stats.rebooked++
 		}
-	case dec.Expired:
+	case dec.Outcome == Expired:
 		d.stats.expired++
 	case !dec.Claimed.IsZero():
 		d.stats.claimed++
 	}
 	switch {
-	case !dec.Allowed:
+	case !dec.Allowed():
 		d.stats.denied++
-	case dec.Repeated:
+	case dec.Outcome == Repeated:
 		d.stats.allowed++
 		d.stats.repeated++
 	default:
@@ -1018,18 +1018,13 @@ func diffDecision(want, got Decision) string {
 			fmt.Fprintf(&b, "\t-%s: %v\n\t+%s: %v\n", name, w, name, g)
 		}
 	}
-	field("Allowed", want.Allowed, got.Allowed, want.Allowed == got.Allowed)
+	field("Outcome", want.Outcome, got.Outcome, want.Outcome == got.Outcome)
 	field("Delay", want.Delay, got.Delay, want.Delay == got.Delay)
 	field("Take", want.TakeIndex, got.TakeIndex, want.TakeIndex == got.TakeIndex)
 	field("Key", want.Subject, got.Subject, want.Subject == got.Subject)
 	field("Limit", want.Limit, got.Limit, want.Limit == got.Limit)
 	field("Remaining", want.Remaining, got.Remaining, want.Remaining == got.Remaining)
-	field("Repeated", want.Repeated, got.Repeated, want.Repeated == got.Repeated)
-	field("Booked", want.Booked, got.Booked, want.Booked == got.Booked)
-	field("Rebooked", want.Rebooked, got.Rebooked, want.Rebooked == got.Rebooked)
-	field("Queued", want.Queued, got.Queued, want.Queued == got.Queued)
 	field("Ahead", want.Ahead, got.Ahead, want.Ahead == got.Ahead)
-	field("Expired", want.Expired, got.Expired, want.Expired == got.Expired)
 	field("Claimed", want.Claimed, got.Claimed, want.Claimed.Equal(got.Claimed))
 	return b.String()
 }
@@ -1107,17 +1102,6 @@ func describeRequest(r Request) string {
 
 // describeDecision shows a decision in the operation log.
 func describeDecision(d Decision) string {
-	verdict := "denied"
-	switch {
-	case d.Allowed:
-		verdict = "allowed"
-	case d.Queued:
-		verdict = fmt.Sprintf("in line (%d ahead)", d.Ahead)
-	case d.Booked:
-		verdict = fmt.Sprintf("booked (again %v, %d ahead)", d.Rebooked, d.Ahead)
-	case d.Expired:
-		verdict = "expired"
-	}
-	return fmt.Sprintf("%s delay=%s take=%d limit=%q remaining=%d repeated=%v now=%d",
-		verdict, d.Delay, d.TakeIndex, d.Limit, d.Remaining, d.Repeated, d.Now.UnixMicro())
+	return fmt.Sprintf("%s delay=%s take=%d limit=%q remaining=%d ahead=%d now=%d",
+		d.Outcome, d.Delay, d.TakeIndex, d.Limit, d.Remaining, d.Ahead, d.Now.UnixMicro())
 }

@@ -24,7 +24,7 @@ func doneDance(t *testing.T, l *Limiter, rdb redis.UniversalClient, snap bool) {
 	req := func(id, recipient string) Request {
 		return Request{ID: id, Done: marker(id), Takes: []Take{{Rule: q, Subject: recipient}, {Rule: b, Subject: "gw"}}}
 	}
-	if d := mustAdmit(t, l, req("a", "alice")); !d.Allowed || d.Done {
+	if d := mustAdmit(t, l, req("a", "alice")); !d.Allowed() || d.Outcome == Done {
 		t.Fatalf("a, no marker: %+v, want admitted", d)
 	}
 	if err := rdb.Set(ctx, marker("a"), "1", time.Minute).Err(); err != nil {
@@ -40,7 +40,7 @@ func doneDance(t *testing.T, l *Limiter, rdb redis.UniversalClient, snap bool) {
 	// "a" holds its takes; "x" would be denied by alice's quota.
 	for _, r := range []Request{req("a", "alice"), req("x", "alice")} {
 		d := mustAdmit(t, l, r)
-		if !d.Done || d.Allowed || d.TakeIndex != -1 || !errors.Is(d.Err(), ErrDone) {
+		if d.Outcome != Done || d.Allowed() || d.TakeIndex != -1 || !errors.Is(d.Err(), ErrDone) {
 			t.Errorf("%s, marker set: %+v (err %v), want done", r.ID, d, d.Err())
 		}
 	}
@@ -56,7 +56,7 @@ func doneDance(t *testing.T, l *Limiter, rdb redis.UniversalClient, snap bool) {
 	}
 	want := []struct{ done, allowed bool }{{true, false}, {false, true}, {true, false}, {false, false}, {false, false}}
 	for i, w := range want {
-		if ds[i].Done != w.done || ds[i].Allowed != w.allowed {
+		if (ds[i].Outcome == Done) != w.done || ds[i].Allowed() != w.allowed {
 			t.Errorf("batch[%d]: %+v, want done %t, allowed %t", i, ds[i], w.done, w.allowed)
 		}
 	}

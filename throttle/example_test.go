@@ -18,7 +18,7 @@ func ExampleQuota() {
 
 	for _, id := range []string{"msg-1", "msg-2"} {
 		d, _ := l.Admit(ctx, throttle.Request{ID: id, Takes: []throttle.Take{{Rule: marketing, Subject: "alice@example.com"}}})
-		if d.Allowed {
+		if d.Allowed() {
 			fmt.Println(id, "allowed;", d.Remaining, "left")
 			continue
 		}
@@ -50,8 +50,8 @@ func ExampleLimiter_Admit() {
 			fmt.Println(err)
 			return
 		}
-		fmt.Println(r.ID, d.Allowed, d.Err() != nil)
-		if !d.Allowed {
+		fmt.Println(r.ID, d.Allowed(), d.Err() != nil)
+		if !d.Allowed() {
 			fmt.Printf("retry %s in about %s\n", d.Rule.Name(), d.Delay.Round(time.Second))
 		}
 	}
@@ -92,11 +92,11 @@ func ExampleLimiter_Release() {
 	r := throttle.Request{ID: "msg-1", Takes: []throttle.Take{{Rule: daily, Subject: "bob"}}}
 
 	d, _ := l.Admit(ctx, r)
-	fmt.Println("admitted:", d.Allowed)
+	fmt.Println("admitted:", d.Allowed())
 	n, _ := l.Release(ctx, r) // the send failed
 	fmt.Println("released takes:", n)
 	d, _ = l.Admit(ctx, throttle.Request{ID: "msg-2", Takes: r.Takes})
-	fmt.Println("msg-2 admitted:", d.Allowed)
+	fmt.Println("msg-2 admitted:", d.Allowed())
 	// Output:
 	// admitted: true
 	// released takes: 1
@@ -114,10 +114,10 @@ func ExampleRequest_done() {
 	r := throttle.Request{ID: "msg-7", Done: "sent:{msg-7}", Takes: []throttle.Take{{Rule: daily, Subject: "carol"}}}
 
 	d, _ := l.Admit(ctx, r)
-	fmt.Println("first delivery admitted:", d.Allowed)
+	fmt.Println("first delivery admitted:", d.Allowed())
 	rdb.Set(ctx, r.Done, "1", time.Hour) // the provider accepted it
 	d, _ = l.Admit(ctx, r)
-	fmt.Println("redelivery admitted:", d.Allowed, "done:", d.Done)
+	fmt.Println("redelivery admitted:", d.Allowed(), "done:", d.Outcome == throttle.Done)
 	// Output:
 	// first delivery admitted: true
 	// redelivery admitted: false done: true

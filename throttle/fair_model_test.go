@@ -73,7 +73,7 @@ func (d *differ) takeSlots(b *Bucket, n int) {
 	d.t.Helper()
 	for range n {
 		r := Request{ID: fmt.Sprint("prio-", d.stats.admits), Book: true, Priority: true, Takes: []Take{{Rule: b, Subject: "gw"}}}
-		if dec := d.step(r); !dec.Allowed && !dec.Booked {
+		if dec := d.step(r); !dec.Allowed() && !dec.Booked() {
 			d.t.Fatalf("a priority task: %s, want to go or a slot", describeDecision(dec))
 		}
 	}
@@ -99,7 +99,7 @@ func TestFairPrunedTenant(t *testing.T) {
 	b := mustBucket(t, "sms", 10, 1) // a slot every 100 ms
 	const ahead = 300 * time.Millisecond
 	d.queue("b", "b", 1, 30, b, ahead) // b's line reaches ~3s ahead
-	if a := d.step(d.lineOf("a0", "a", 2, b, ahead)); !a.Booked {
+	if a := d.step(d.lineOf("a0", "a", 2, b, ahead)); !a.Booked() {
 		t.Fatalf("a0: %s, want a slot or a place in line", describeDecision(a))
 	}
 	h := d.fairHash(b)
@@ -111,7 +111,7 @@ func TestFairPrunedTenant(t *testing.T) {
 	d.takeSlots(b, 5)
 	r := d.lineOf("b-late", "b", 1, b, ahead)
 	r.Deadline = time.Now().Add(ahead)
-	if dec := d.step(r); !dec.Expired {
+	if dec := d.step(r); dec.Outcome != Expired {
 		t.Fatalf("b-late: %s, want expired at its place", describeDecision(dec))
 	}
 	h = d.fairHash(b)
@@ -120,7 +120,7 @@ func TestFairPrunedTenant(t *testing.T) {
 	}
 	p1 := d.step(d.lineOf("b-next1", "b", 1, b, ahead))
 	p2 := d.step(d.lineOf("b-next2", "b", 1, b, ahead))
-	if gap := p2.At().Sub(p1.At()); !p1.Queued || !p2.Queued || gap != 100*time.Millisecond {
+	if gap := p2.At().Sub(p1.At()); p1.Outcome != Placed || p2.Outcome != Placed || gap != 100*time.Millisecond {
 		t.Errorf("b alone again: places %s apart (%s, %s), want one slot", gap, describeDecision(p1), describeDecision(p2))
 	}
 }
@@ -167,7 +167,7 @@ func TestFairReturner(t *testing.T) {
 	for i := range 12 {
 		ds = append(ds, d.step(d.lineOf(fmt.Sprint("t", i), "", 1, b, ahead)))
 	}
-	if !ds[6].Queued || !ds[11].Queued {
+	if ds[6].Outcome != Placed || ds[11].Outcome != Placed {
 		t.Fatalf("t6 %s, t11 %s: want places in line", describeDecision(ds[6]), describeDecision(ds[11]))
 	}
 	thr := func(id string) string {
@@ -179,7 +179,7 @@ func TestFairReturner(t *testing.T) {
 		return v
 	}
 
-	if back := d.step(d.last["t6"]); !back.Queued || !back.At().Equal(ds[6].At()) {
+	if back := d.step(d.last["t6"]); back.Outcome != Placed || !back.At().Equal(ds[6].At()) {
 		t.Errorf("t6 back long before its place: %s at %s; want its place, %s", describeDecision(back), back.At(), ds[6].At())
 	}
 
@@ -187,7 +187,7 @@ func TestFairReturner(t *testing.T) {
 	d.takeSlots(b, 5) // every slot from now to past the horizon
 	back := d.step(d.last["t6"])
 	end := ds[11].At().Add(100 * time.Millisecond)
-	if !back.Queued || back.At().Before(end) {
+	if back.Outcome != Placed || back.At().Before(end) {
 		t.Errorf("t6 back near its place, no slot free: %s at %s; want a place at its line's end, %s (or its first free slot, if later)", describeDecision(back), back.At(), end)
 	}
 	if got, want := thr("t6"), strconv.FormatInt(back.At().UnixMicro(), 10); got != want {
@@ -197,7 +197,7 @@ func TestFairReturner(t *testing.T) {
 	before := d.fairHash(b)
 	r := d.lineOf("late", "", 1, b, ahead)
 	r.Deadline = time.Now().Add(ahead)
-	if dec := d.step(r); !dec.Expired {
+	if dec := d.step(r); dec.Outcome != Expired {
 		t.Errorf("a task whose place is past its deadline: %s, want expired", describeDecision(dec))
 	}
 	if n, err := d.rdb.HExists(context.Background(), r.TaskKey, "thr").Result(); err != nil || n {
@@ -220,7 +220,7 @@ func TestFairReturner(t *testing.T) {
 		d.release(d.stats.admits, d.last[id])
 	}
 	untilRedis(t, d.l, ds[8].At().Add(-ahead/2))
-	if dec := d.step(d.last["t8"]); !dec.Allowed && (!dec.Booked || dec.Queued || dec.Delay > ahead) {
+	if dec := d.step(d.last["t8"]); !dec.Allowed() && (!dec.Booked() || dec.Outcome == Placed || dec.Delay > ahead) {
 		t.Errorf("t8 back with its slot free: %s, want a slot within the horizon", describeDecision(dec))
 	}
 }
@@ -263,7 +263,7 @@ func TestFairJoinCursor(t *testing.T) {
 	for round := range 2 {
 		for k := range tenants {
 			dec := d.step(d.lineOf(fmt.Sprint("t", k, "-", round), fmt.Sprint("t", k), 1, b, ahead))
-			if !dec.Queued {
+			if dec.Outcome != Placed {
 				continue
 			}
 			if round == 0 {
@@ -308,7 +308,7 @@ func TestFairBehindCalendar(t *testing.T) {
 	}
 	var places []Decision
 	for i := range 16 {
-		if dec := d.step(req(fmt.Sprint("a", i))); dec.Queued {
+		if dec := d.step(req(fmt.Sprint("a", i))); dec.Outcome == Placed {
 			places = append(places, dec)
 		}
 	}
@@ -331,12 +331,12 @@ func TestFairBehindCalendar(t *testing.T) {
 	}
 	untilRedis(t, d.l, first.At().Add(-300*time.Millisecond)) // its place well within the horizon
 	// The first is back with its slot free: it books it (at its place).
-	if dec := d.step(req(firstID)); dec.Queued || !dec.Booked && !dec.Allowed {
+	if dec := d.step(req(firstID)); dec.Outcome == Placed || !dec.Booked() && !dec.Allowed() {
 		t.Fatalf("%s back with its slot free: %s, want its slot", firstID, describeDecision(dec))
 	}
 	d.takeSlots(b, 3) // priority tasks take the slots from there on
 	dec := d.step(req(secondID))
-	if !dec.Queued || dec.At().Before(places[len(places)-1].At()) {
+	if dec.Outcome != Placed || dec.At().Before(places[len(places)-1].At()) {
 		t.Fatalf("%s back with the calendar behind its line: %s, want a new place at its line's end", secondID, describeDecision(dec))
 	}
 	if last := places[len(places)-1].At(); !dec.At().After(last) {

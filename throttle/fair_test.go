@@ -36,13 +36,13 @@ func TestBookAheadHorizon(t *testing.T) {
 	for i := range 40 {
 		d := mustAdmit(t, l, lineReq(t, rdb, fmt.Sprint("t", i), "", 1, b, ahead))
 		switch {
-		case d.Queued:
+		case d.Outcome == Placed:
 			queued = append(queued, d)
 			place, err := rdb.HGet(ctx, "task:"+fmt.Sprint("t", i), "thr").Int64()
 			if err != nil || place != d.At().UnixMicro() {
 				t.Errorf("t%d: place noted %d (%v), want %d", i, place, err, d.At().UnixMicro())
 			}
-		case d.Booked:
+		case d.Booked():
 			if len(queued) > 0 {
 				t.Fatalf("t%d booked a slot after t%d was placed in line: %+v", i, i-1, d)
 			}
@@ -51,7 +51,7 @@ func TestBookAheadHorizon(t *testing.T) {
 			}
 			booked = append(booked, d)
 			lastBooked = fmt.Sprint("t", i)
-		case !d.Allowed:
+		case !d.Allowed():
 			t.Fatalf("t%d: %+v", i, d)
 		}
 	}
@@ -75,7 +75,7 @@ func TestBookAheadHorizon(t *testing.T) {
 	// notes it) does not: it books a slot (none is free within the
 	// horizon here, so it gets a place again, at the line's end too).
 	d := mustAdmit(t, l, lineReq(t, rdb, "late", "", 1, b, ahead))
-	if !d.Queued || d.At().Sub(queued[len(queued)-1].At()) != 100*time.Millisecond {
+	if d.Outcome != Placed || d.At().Sub(queued[len(queued)-1].At()) != 100*time.Millisecond {
 		t.Errorf("a new task: %+v; want a place one slot after the last (%s)", d, queued[len(queued)-1].At())
 	}
 
@@ -87,7 +87,7 @@ func TestBookAheadHorizon(t *testing.T) {
 	}
 	// A task back long before its place: the place stands.
 	r := lineReq(t, rdb, "t39", "", 1, b, ahead)
-	if d = mustAdmit(t, l, r); !d.Queued || !d.At().Equal(queued[len(queued)-1].At()) {
+	if d = mustAdmit(t, l, r); d.Outcome != Placed || !d.At().Equal(queued[len(queued)-1].At()) {
 		t.Errorf("a task back long before its place: %+v; want its place %s again", d, queued[len(queued)-1].At())
 	}
 	// A task back at its place (noted as now) takes the first free slot from
@@ -99,7 +99,7 @@ func TestBookAheadHorizon(t *testing.T) {
 	if err := rdb.HSet(ctx, "task:t39", "thr", now.UnixMicro()).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if d = mustAdmit(t, l, r); !d.Booked || d.Queued || !d.At().Equal(first.At()) {
+	if d = mustAdmit(t, l, r); !d.Booked() || d.Outcome == Placed || !d.At().Equal(first.At()) {
 		t.Errorf("a task back at its place after a release: %+v; want the released slot at %s", d, first.At())
 	}
 }
@@ -132,7 +132,7 @@ func TestFairShareTwoTenants(t *testing.T) {
 			var small []time.Time
 			for i := range 10 {
 				d := mustAdmit(t, l, lineReq(t, rdb, fmt.Sprint("small", i), "small", tc.wSmall, b, ahead))
-				if !d.Booked {
+				if !d.Booked() {
 					t.Fatalf("small%d: %+v", i, d)
 				}
 				small = append(small, d.At())
@@ -195,7 +195,7 @@ func TestBookBackEarlyKeepsToItsPlace(t *testing.T) {
 	l, rdb := newStandalone(t)
 	ctx := context.Background()
 	b := mustBucket(t, "sms", 10, 1)
-	if d := mustAdmit(t, l, lineReq(t, rdb, "p0", "", 1, b, time.Second)); !d.Allowed || d.Delay != 0 {
+	if d := mustAdmit(t, l, lineReq(t, rdb, "p0", "", 1, b, time.Second)); !d.Allowed() || d.Delay != 0 {
 		t.Fatalf("the first task: %+v; want allowed now", d)
 	}
 	r := lineReq(t, rdb, "p1", "", 1, b, time.Second)
@@ -208,11 +208,11 @@ func TestBookBackEarlyKeepsToItsPlace(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := mustAdmit(t, l, r)
-	if !d.Booked || d.Queued || !d.At().Equal(time.UnixMicro(place.UnixMicro())) {
+	if !d.Booked() || d.Outcome == Placed || !d.At().Equal(time.UnixMicro(place.UnixMicro())) {
 		t.Errorf("back 600ms before its place, the next slot free 100ms ahead: %+v; want its place %s", d, place)
 	}
 	// A task new to the provider takes the free slot before it.
-	if d := mustAdmit(t, l, lineReq(t, rdb, "p2", "", 1, b, time.Second)); !d.Booked || d.At().After(place) {
+	if d := mustAdmit(t, l, lineReq(t, rdb, "p2", "", 1, b, time.Second)); !d.Booked() || d.At().After(place) {
 		t.Errorf("a new task beside it: %+v; want a slot before %s", d, place)
 	}
 }
@@ -230,12 +230,12 @@ func TestPriorityTakesAClaimedSlot(t *testing.T) {
 	}
 	var last Decision
 	for i := range 11 {
-		if last = mustAdmit(t, l, req(fmt.Sprint("t", i), false)); !last.Allowed {
+		if last = mustAdmit(t, l, req(fmt.Sprint("t", i), false)); !last.Allowed() {
 			t.Fatalf("t%d: %+v; want admitted within max wait", i, last)
 		}
 	}
 	d := mustAdmit(t, l, req("otp", true))
-	if !d.Allowed || d.Delay > 300*time.Millisecond {
+	if !d.Allowed() || d.Delay > 300*time.Millisecond {
 		t.Fatalf("priority task: %+v; want a slot within 300ms (the first claimed one more than 50ms ahead), not after t10 (%s)", d, last.Delay)
 	}
 	lost := 0

@@ -29,20 +29,20 @@ func quotaDance(t *testing.T, l *Limiter, who string) {
 	r := func(id string) Request {
 		return Request{ID: id, Takes: []Take{{Rule: q, Subject: who}, {Rule: b, Subject: "gw-" + who}}}
 	}
-	if d := mustAdmit(t, l, r(who+"-a")); !d.Allowed || d.Repeated || d.Remaining != 0 {
+	if d := mustAdmit(t, l, r(who+"-a")); !d.Allowed() || d.Outcome == Repeated || d.Remaining != 0 {
 		t.Fatalf("%s-a: %+v, want allowed, 0 remaining", who, d)
 	}
-	if d := mustAdmit(t, l, r(who+"-a")); !d.Allowed || !d.Repeated {
+	if d := mustAdmit(t, l, r(who+"-a")); !d.Allowed() || d.Outcome != Repeated {
 		t.Fatalf("%s-a again: %+v, want allowed, repeated", who, d)
 	}
 	d := mustAdmit(t, l, r(who+"-b"))
-	if d.Allowed || d.TakeIndex != 0 || d.Limit != "1 per 1h" || d.Delay <= 59*time.Minute || d.Delay > time.Hour {
+	if d.Allowed() || d.TakeIndex != 0 || d.Limit != "1 per 1h" || d.Delay <= 59*time.Minute || d.Delay > time.Hour {
 		t.Fatalf("%s-b: %+v, want denied by 1 per 1h for about an hour", who, d)
 	}
 	if n, err := l.Release(ctx, r(who+"-a")); n != 2 || err != nil {
 		t.Fatalf("release %s-a: %d, %v; want 2", who, n, err)
 	}
-	if d := mustAdmit(t, l, r(who+"-b")); !d.Allowed || d.Repeated {
+	if d := mustAdmit(t, l, r(who+"-b")); !d.Allowed() || d.Outcome == Repeated {
 		t.Fatalf("%s-b after the release: %+v, want allowed", who, d)
 	}
 	if d, err := l.Pause(ctx, b, "gw-"+who, time.Second); err != nil || d < 999*time.Millisecond || d > time.Second {
@@ -101,8 +101,8 @@ func TestFunctionsComeBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, d := range ds {
-		if want := i < 125; d.Allowed != want {
-			t.Errorf("request %d: allowed %v, want %v (one per recipient)", i, d.Allowed, want)
+		if want := i < 125; d.Allowed() != want {
+			t.Errorf("request %d: allowed %v, want %v (one per recipient)", i, d.Allowed(), want)
 		}
 	}
 	if calls := commandCalls(t, rdb); calls["eval"]+calls["evalsha"] != 0 {
@@ -152,11 +152,11 @@ func TestEmbeddedServer(t *testing.T) {
 	r := func(id string) Request { return Request{ID: id, Takes: []Take{{Rule: b, Subject: "gw"}}} }
 	mustAdmit(t, l, r("p1"))
 	d, err := l.Admit(ctx, withWait(r("p2"), time.Second))
-	if err != nil || !d.Allowed || d.Delay <= 0 || d.Delay > 100*time.Millisecond {
+	if err != nil || !d.Allowed() || d.Delay <= 0 || d.Delay > 100*time.Millisecond {
 		t.Fatalf("reserve p2: %+v, %v; want allowed within 100ms", d, err)
 	}
 	again, err := l.Admit(ctx, withWait(r("p2"), time.Second))
-	if err != nil || !again.Repeated || !again.At().Equal(d.At()) {
+	if err != nil || again.Outcome != Repeated || !again.At().Equal(d.At()) {
 		t.Errorf("reserve p2 again: %+v, %v; want repeated at %s", again, err, d.At())
 	}
 	if !l.noFunctions.Load() {
@@ -183,12 +183,12 @@ func TestClusterFunctionsComeBack(t *testing.T) {
 		for _, w := range who {
 			r := Request{ID: fmt.Sprint(step, "-", w), Takes: []Take{{Rule: q, Subject: w}}}
 			d, err := l.Admit(ctx, r)
-			if err != nil || !d.Allowed {
+			if err != nil || !d.Allowed() {
 				t.Fatalf("%s: %s: %+v, %v; want allowed", step, w, d, err)
 			}
 			// And a second task, denied: the decisions are the engine's.
 			r.ID += "-again"
-			if d, err := l.Admit(ctx, r); err != nil || d.Allowed {
+			if d, err := l.Admit(ctx, r); err != nil || d.Allowed() {
 				t.Fatalf("%s: %s again: %+v, %v; want denied", step, w, d, err)
 			}
 		}

@@ -293,7 +293,7 @@ func TestNastySubjectsGetDistinctKeys(t *testing.T) {
 	owner := map[string]string{} // key -> subject
 	for i, s := range subjects {
 		d, err := l.Admit(ctx, Request{ID: fmt.Sprint("n", i), Takes: []Take{{Rule: q, Subject: s}, {Rule: b, Subject: s}, {Rule: f, Subject: s}}})
-		if err != nil || !d.Allowed || d.Repeated {
+		if err != nil || !d.Allowed() || d.Outcome == Repeated {
 			t.Errorf("subject %q: %+v, %v; want allowed", s, d, err)
 			continue
 		}
@@ -362,12 +362,12 @@ func TestNastyIDs(t *testing.T) {
 			continue
 		}
 		ids = append(ids, id)
-		if d, err := l.Admit(ctx, r); err != nil || !d.Allowed || d.Repeated {
+		if d, err := l.Admit(ctx, r); err != nil || !d.Allowed() || d.Outcome == Repeated {
 			t.Errorf("ID %q: %+v, %v; want allowed, new", id, d, err)
 		}
 	}
 	for _, id := range ids {
-		if d, err := l.Admit(ctx, Request{ID: id, Takes: takes}); err != nil || !d.Allowed || !d.Repeated {
+		if d, err := l.Admit(ctx, Request{ID: id, Takes: takes}); err != nil || !d.Allowed() || d.Outcome != Repeated {
 			t.Errorf("ID %q again: %+v, %v; want allowed, repeated", id, d, err)
 		}
 	}
@@ -398,7 +398,7 @@ func TestNastyIDs(t *testing.T) {
 	if n, err := l.Release(ctx, Request{ID: "%41", Takes: takes}); n != 3 || err != nil {
 		t.Errorf("release %%41: %d, %v; want 3", n, err)
 	}
-	if d := mustAdmit(t, l, Request{ID: "A", Takes: takes}); !d.Allowed || !d.Repeated {
+	if d := mustAdmit(t, l, Request{ID: "A", Takes: takes}); !d.Allowed() || d.Outcome != Repeated {
 		t.Errorf("A after %%41 was released: %+v, want still held (repeated)", d)
 	}
 }
@@ -463,7 +463,7 @@ func TestNastyRuleExtremes(t *testing.T) {
 			if err != nil {
 				t.Fatalf("a request validation accepts failed in Redis: %v", err)
 			}
-			if !d.Allowed || d.Remaining < 0 {
+			if !d.Allowed() || d.Remaining < 0 {
 				t.Errorf("%+v, want allowed with a remaining capacity >= 0", d)
 			}
 			if n, err := l.Release(ctx, r); err != nil || (n != 1 && !tc.gone) {

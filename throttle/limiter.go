@@ -290,7 +290,7 @@ func (l *Limiter) AdmitBatch(ctx context.Context, rs []Request) ([]Decision, err
 			return nil, bad
 		}
 	}
-	undo(func(i int) bool { return !ds[i].Allowed })
+	undo(func(i int) bool { return !ds[i].Allowed() })
 	l.restampQuotas(ctx, rs, ds, consumed)
 	return ds, nil
 }
@@ -304,7 +304,7 @@ func (l *Limiter) clusterFirst(ctx context.Context, rs []Request, ds []Decision,
 		return err
 	}
 	for i, r := range rs {
-		if ds[i].Done {
+		if ds[i].Outcome == Done {
 			plans[i] = nil
 			continue
 		}

@@ -285,7 +285,10 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 		}
 	}
 	dec := func(allowed bool, binding, window int, delay float64) Decision {
-		d := Decision{Allowed: allowed, Now: time.UnixMicro(int64(now)), TakeIndex: -1}
+		d := Decision{Now: time.UnixMicro(int64(now)), TakeIndex: -1}
+		if allowed {
+			d.Outcome = Admitted
+		}
 		d.Delay = time.Duration(int64(delay)) * time.Microsecond
 		if binding > 0 {
 			tk := r.Takes[binding-1]
@@ -315,7 +318,7 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 		}
 		if !late && x > now+math.Max(maxwait, modelClaim) {
 			d := dec(false, 0, 0, x-now)
-			d.Booked = true
+			d.Outcome = Booked
 			return d, true
 		}
 		fits := !late
@@ -410,7 +413,7 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 			case ok && q > now+H: // back long before its place: it stands
 				c.m.fair["stands"]++
 				d := dec(false, bi, 0, q-now)
-				d.Booked, d.Queued, d.Ahead = true, true, int(math.Floor((q-now)/length))
+				d.Outcome, d.Ahead = Placed, int(math.Floor((q-now)/length))
 				return d, true
 			case ok: // its slot is from its place on
 				placed, gate = true, math.Max(gate, q)
@@ -480,7 +483,7 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 	}
 	if deadline > 0 && m > deadline {
 		d := dec(false, binding, window, m-now)
-		d.Expired = true
+		d.Outcome = Expired
 		return d, true
 	}
 	if far := beyond(takes, m); far > 0 {
@@ -543,7 +546,10 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 		}
 	}
 	d := dec(false, binding, window, m-now)
-	d.Booked, d.Rebooked, d.Ahead = true, rebooked, ahead
+	d.Outcome, d.Ahead = Booked, ahead
+	if rebooked {
+		d.Outcome = Rebooked
+	}
 	return d, true
 }
 

@@ -238,7 +238,7 @@ func (c *modelCall) inPlace(r Request, t *modelTake, f *modelFair, q, length, de
 	d := dec(false, bi, 0, q-now)
 	if deadline > 0 && q > deadline {
 		c.m.fair["expired in place"]++
-		d.Expired = true
+		d.Outcome = Expired
 		return d
 	}
 	if join {
@@ -248,6 +248,6 @@ func (c *modelCall) inPlace(r Request, t *modelTake, f *modelFair, q, length, de
 	f.P = math.Max(f.P, q+length)
 	c.fairWrite(t, f, true)
 	c.get(modelTaskKey(r)).s["thr"] = modelInt(q)
-	d.Booked, d.Queued, d.Ahead = true, true, int(math.Floor((q-now)/length))
+	d.Outcome, d.Ahead = Placed, int(math.Floor((q-now)/length))
 	return d
 }

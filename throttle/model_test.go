@@ -760,7 +760,13 @@ func (m *model) admit(r Request, nowUS, rememberUS int64) Decision {
 	}
 
 	// Redis turns Lua numbers into integer replies by truncation.
-	d := Decision{Allowed: !denied, Now: time.UnixMicro(nowUS), TakeIndex: -1, Remaining: int(int64(remaining)), Repeated: repeated}
+	d := Decision{Outcome: Admitted, Now: time.UnixMicro(nowUS), TakeIndex: -1, Remaining: int(int64(remaining))}
+	switch {
+	case denied:
+		d.Outcome = Denied
+	case repeated:
+		d.Outcome = Repeated
+	}
 	if denied || delay > 0 {
 		d.Delay = time.Duration(int64(delay)) * time.Microsecond
 		if binding > 0 {

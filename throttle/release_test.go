@@ -37,7 +37,7 @@ func TestReleaseFreesItsSlot(t *testing.T) {
 	reserve := func(id string) Decision {
 		t.Helper()
 		d, err := l.Admit(ctx, withWait(req(id), 2*time.Second))
-		if err != nil || !d.Allowed {
+		if err != nil || !d.Allowed() {
 			t.Fatalf("reserve %s: %+v, %v", id, d, err)
 		}
 		held[id] = d.At()
@@ -93,11 +93,11 @@ func TestForgetTakesAnotherTokenOnRetry(t *testing.T) {
 	}
 	// The retry: the quota entry is still the task's, the bucket takes anew.
 	d := mustAdmit(t, l, r)
-	if !d.Allowed || d.Repeated || d.Remaining != 0 {
+	if !d.Allowed() || d.Outcome == Repeated || d.Remaining != 0 {
 		t.Fatalf("retry after forget: %+v, want allowed, not repeated, the bucket's last token taken", d)
 	}
 	// Both tokens are gone: forget refunded nothing.
-	if d := mustAdmit(t, l, Request{ID: "job-2", Takes: []Take{{Rule: b, Subject: "gw"}}}); d.Allowed {
+	if d := mustAdmit(t, l, Request{ID: "job-2", Takes: []Take{{Rule: b, Subject: "gw"}}}); d.Allowed() {
 		t.Errorf("job-2 admitted by a bucket of burst 2 after two sends: forget refunded a token")
 	}
 	// The quota entry was not forgotten: release gives it back (and the token).
@@ -115,14 +115,14 @@ func TestReleaseAfterItsSlotGivesNothing(t *testing.T) {
 	const rate, burst = 20, 2
 	b := mustBucket(t, "sms", rate, burst)
 	req := func(id string) Request { return Request{ID: id, Takes: []Take{{Rule: b, Subject: "gw"}}} }
-	if d := mustAdmit(t, l, req("A")); !d.Allowed || d.Delay != 0 {
+	if d := mustAdmit(t, l, req("A")); !d.Allowed() || d.Delay != 0 {
 		t.Fatalf("A: %+v, want allowed now", d)
 	}
 	time.Sleep(3 * time.Second / rate) // time under test: A's slot ends
 	var moments []time.Time
 	for _, id := range []string{"B", "C"} {
 		d := mustAdmit(t, l, req(id))
-		if !d.Allowed || d.Delay != 0 {
+		if !d.Allowed() || d.Delay != 0 {
 			t.Fatalf("%s: %+v, want allowed now", id, d)
 		}
 		moments = append(moments, d.At())
@@ -131,7 +131,7 @@ func TestReleaseAfterItsSlotGivesNothing(t *testing.T) {
 		t.Fatalf("release A after its slot: %d, %v; want 0", n, err)
 	}
 	d, err := l.Admit(ctx, withWait(req("D"), time.Second))
-	if err != nil || !d.Allowed {
+	if err != nil || !d.Allowed() {
 		t.Fatalf("reserve D: %+v, %v", d, err)
 	}
 	if d.Delay == 0 {
@@ -151,7 +151,7 @@ func TestForgottenTakeStillBlocksRefund(t *testing.T) {
 	reserve := func(id string) Decision {
 		t.Helper()
 		d, err := l.Admit(ctx, withWait(req(id), 2*time.Second))
-		if err != nil || !d.Allowed {
+		if err != nil || !d.Allowed() {
 			t.Fatalf("reserve %s: %+v, %v", id, d, err)
 		}
 		return d
@@ -184,7 +184,7 @@ func TestPauseBlocksRefund(t *testing.T) {
 		t.Fatalf("release A: %d, %v", n, err)
 	}
 	d, err := l.Admit(ctx, withWait(req("C"), 10*time.Second))
-	if err != nil || !d.Allowed {
+	if err != nil || !d.Allowed() {
 		t.Fatalf("reserve C: %+v, %v", d, err)
 	}
 	if d.Delay < pause-100*time.Millisecond {

@@ -29,7 +29,7 @@ func TestRepaceMovesWaitingWorkToANewRate(t *testing.T) {
 	for i := range 10 {
 		last = mustAdmit(t, l, bookReq("m"+strconv.Itoa(i), nil, "", slow, 0))
 	}
-	if !last.Booked || last.Delay < 4*time.Second {
+	if !last.Booked() || last.Delay < 4*time.Second {
 		t.Fatalf("m9 on a 2/s bucket: %+v, want booked about 4.5 s ahead", last)
 	}
 	k, now, err := l.Repace(ctx, fast, "gw")
@@ -39,11 +39,11 @@ func TestRepaceMovesWaitingWorkToANewRate(t *testing.T) {
 	checkSpans(t, l, rdb, fast)
 	want := Scale(last.At(), now, k)
 	back := mustAdmit(t, l, bookReq("m9", nil, "", fast, 0))
-	if !back.Allowed || back.At().Sub(want).Abs() > time.Millisecond {
+	if !back.Allowed() || back.At().Sub(want).Abs() > time.Millisecond {
 		t.Fatalf("m9 back after the raise: %+v, want allowed at its scaled moment %s (was %s)", back, want, last.At())
 	}
 	next := mustAdmit(t, l, bookReq("m10", nil, "", fast, 0))
-	if !next.Booked || next.At().After(now.Add(time.Second)) {
+	if !next.Booked() || next.At().After(now.Add(time.Second)) {
 		t.Errorf("m10 after the raise: %+v, want booked behind the scaled line, within a second", next)
 	}
 	if k, _, err := l.Repace(ctx, fast, "gw"); err != nil || k != 0 {

@@ -62,7 +62,7 @@ type Request struct {
 	// Done, if set, is the Redis key of the task's done marker, which the
 	// caller writes once the task needs no admission any more (a sent
 	// notification; see jobs.SentMarks). If the key exists, the admission
-	// checks and consumes nothing and reports Decision.Done. On a single
+	// checks and consumes nothing and its outcome is Done. On a single
 	// node the check is part of the admission's script call; on a cluster,
 	// where the key may live in another slot, it is a call before it.
 	// Release, Forget and Pause ignore it.
@@ -93,7 +93,7 @@ type Request struct {
 	Weight int
 	// BookAhead is how far ahead a booking request may hold a bucket's slot
 	// (its horizon); zero: as far as it needs. A task whose slot would be
-	// further gets a place in its tenant's line instead (Decision.Queued),
+	// further gets a place in its tenant's line instead (outcome Placed),
 	// which holds nothing, and books when it comes back, inside the horizon
 	// by then. Needs TaskKey. Single node only (a cluster books as far as
 	// it needs).

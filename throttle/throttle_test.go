@@ -21,12 +21,12 @@ func TestQuotaDelayIsUntilTheBlockingEntryLeaves(t *testing.T) {
 	take := []Take{{Rule: q, Subject: "alice"}}
 
 	a := mustAdmit(t, l, Request{ID: "a", Takes: take})
-	if !a.Allowed || a.Remaining != 0 {
+	if !a.Allowed() || a.Remaining != 0 {
 		t.Fatalf("first admission: %+v, want allowed with 0 remaining", a)
 	}
 	// Denied by the short window: it frees when a's entry is 400ms old.
 	b := mustAdmit(t, l, Request{ID: "b", Takes: take})
-	if b.Allowed || b.TakeIndex != 0 || b.Limit != "1 per 400ms" {
+	if b.Allowed() || b.TakeIndex != 0 || b.Limit != "1 per 400ms" {
 		t.Fatalf("second admission: %+v, want denied by 1 per 400ms", b)
 	}
 	if want := a.Now.Add(400 * time.Millisecond).Sub(b.Now); b.Delay != want {
@@ -35,12 +35,12 @@ func TestQuotaDelayIsUntilTheBlockingEntryLeaves(t *testing.T) {
 
 	time.Sleep(b.Delay) // the passage of time is under test: the delay is enough
 	c := mustAdmit(t, l, Request{ID: "c", Takes: take})
-	if !c.Allowed {
+	if !c.Allowed() {
 		t.Fatalf("after the delay: %+v, want allowed", c)
 	}
 	// Now the long window binds: it frees when a's entry is 2s old.
 	d := mustAdmit(t, l, Request{ID: "d", Takes: take})
-	if d.Allowed || d.Limit != "2 per 2s" {
+	if d.Allowed() || d.Limit != "2 per 2s" {
 		t.Fatalf("third admission: %+v, want denied by 2 per 2s", d)
 	}
 	if want := a.Now.Add(2 * time.Second).Sub(d.Now); d.Delay != want {
@@ -60,18 +60,18 @@ func TestQuotaMarginHoldsEachWindowLonger(t *testing.T) {
 	}
 	take := []Take{{Rule: q, Subject: "alice"}}
 	a := mustAdmit(t, l, Request{ID: "a", Takes: take})
-	if !a.Allowed {
+	if !a.Allowed() {
 		t.Fatalf("first admission: %+v, want allowed", a)
 	}
 	b := mustAdmit(t, l, Request{ID: "b", Takes: take})
-	if b.Allowed || b.Limit != "1 per 1s" {
+	if b.Allowed() || b.Limit != "1 per 1s" {
 		t.Fatalf("second admission: %+v, want denied by 1 per 1s", b)
 	}
 	if want := a.Now.Add(time.Second + margin).Sub(b.Now); b.Delay != want {
 		t.Errorf("delay = %s, want %s (a window and the margin after a)", b.Delay, want)
 	}
 	c := mustAdmit(t, l, Request{ID: "c", Takes: take, Book: true})
-	if !c.Booked || !c.At().Equal(a.Now.Add(time.Second+margin)) {
+	if !c.Booked() || !c.At().Equal(a.Now.Add(time.Second+margin)) {
 		t.Errorf("booking: %+v, want booked a window and the margin after a (%s)", c, a.Now.Add(time.Second+margin))
 	}
 	if q.String() != "1 per 1s, 2 per 10s" {
@@ -113,10 +113,10 @@ func TestBucketDelayIsUntilTheTokensAreThere(t *testing.T) {
 					level = math.Min(float64(tc.burst), level+float64(d.Now.Sub(last).Microseconds())*tc.rate/1e6)
 				}
 				last = d.Now
-				if d.Allowed {
+				if d.Allowed() {
 					level -= float64(tc.cost)
 				}
-				if !d.Allowed {
+				if !d.Allowed() {
 					tokens := level
 					want := time.Duration(math.Ceil((float64(tc.cost)-tokens)*1e6/tc.rate)) * time.Microsecond
 					if diff := d.Delay - want; diff < -time.Microsecond || diff > time.Microsecond {
@@ -139,7 +139,7 @@ func TestFixedWindowDeniesUntilTheWindowEnds(t *testing.T) {
 	var d Decision
 	for i := 0; i < 3; i++ {
 		d = mustAdmit(t, l, Request{ID: string(rune('a' + i)), Takes: take})
-		if d.Allowed {
+		if d.Allowed() {
 			continue
 		}
 		end := d.Now.Truncate(time.Second).Add(time.Second)
@@ -159,7 +159,7 @@ func TestAdmissionIsAllOrNothing(t *testing.T) {
 
 	before := snapshot(t, rdb)
 	d := mustAdmit(t, l, Request{ID: "y", Takes: []Take{{Rule: q, Subject: "alice"}, {Rule: b, Subject: "gw"}}})
-	if d.Allowed || d.TakeIndex != 1 {
+	if d.Allowed() || d.TakeIndex != 1 {
 		t.Fatalf("%+v, want denied by the bucket", d)
 	}
 	if after := snapshot(t, rdb); !equalMaps(before, after) {
@@ -185,7 +185,7 @@ func TestDeniedByQuotaDoesNotReadTheLedger(t *testing.T) {
 	if n, err := l.Release(ctx, Request{ID: "a", Takes: both("a").Takes[:1]}); n != 1 || err != nil {
 		t.Fatalf("release a's quota entry: %d, %v", n, err)
 	}
-	if d := mustAdmit(t, l, Request{ID: "b", Takes: []Take{{Rule: q, Subject: "alice"}}}); !d.Allowed {
+	if d := mustAdmit(t, l, Request{ID: "b", Takes: []Take{{Rule: q, Subject: "alice"}}}); !d.Allowed() {
 		t.Fatalf("b: %+v", d)
 	}
 	before := commandCalls(t, rdb)["zscore"]
@@ -193,7 +193,7 @@ func TestDeniedByQuotaDoesNotReadTheLedger(t *testing.T) {
 	// "a" holds one more.
 	for _, id := range []string{"a", "c"} {
 		d := mustAdmit(t, l, both(id))
-		if d.Allowed || d.TakeIndex != 0 {
+		if d.Allowed() || d.TakeIndex != 0 {
 			t.Fatalf("%s: %+v, want denied by the quota", id, d)
 		}
 		if d.Remaining != 1 {
@@ -213,7 +213,7 @@ func TestAdmissionIsIdempotentByTaskID(t *testing.T) {
 	first := mustAdmit(t, l, r)
 	before := snapshot(t, rdb)
 	again := mustAdmit(t, l, r)
-	if !first.Allowed || first.Repeated || !again.Allowed || !again.Repeated {
+	if !first.Allowed() || first.Outcome == Repeated || !again.Allowed() || again.Outcome != Repeated {
 		t.Fatalf("first %+v, again %+v: want allowed, then allowed and repeated", first, again)
 	}
 	if after := snapshot(t, rdb); !equalMaps(before, after) {
@@ -231,7 +231,7 @@ func TestReleaseGivesBackOnce(t *testing.T) {
 	f := mustFixed(t, "daily", 1, time.Hour)
 	r := Request{ID: "job-1", Takes: []Take{{Rule: q, Subject: "alice"}, {Rule: b, Subject: "gw"}, {Rule: f, Subject: "alice"}}}
 	mustAdmit(t, l, r)
-	if d := mustAdmit(t, l, Request{ID: "job-2", Takes: r.Takes}); d.Allowed {
+	if d := mustAdmit(t, l, Request{ID: "job-2", Takes: r.Takes}); d.Allowed() {
 		t.Fatalf("job-2 admitted while job-1 holds every take")
 	}
 	for i, want := range []int{3, 0} {
@@ -245,7 +245,7 @@ func TestReleaseGivesBackOnce(t *testing.T) {
 	if spans := rdb.ZCount(ctx, slotsKey(subjectTag(DefaultPrefix, "gw"), "sms"), "(0", "+inf").Val(); spans != 0 {
 		t.Errorf("bucket calendar holds %d spans after its only slot came back", spans)
 	}
-	if d := mustAdmit(t, l, Request{ID: "job-2", Takes: r.Takes}); !d.Allowed {
+	if d := mustAdmit(t, l, Request{ID: "job-2", Takes: r.Takes}); !d.Allowed() {
 		t.Errorf("job-2 after job-1 was released: %+v, want allowed", d)
 	}
 	if n, err := l.Release(ctx, Request{ID: "never", Takes: r.Takes}); n != 0 || err != nil {
@@ -269,11 +269,11 @@ func TestReservationPacesABucket(t *testing.T) {
 		ds = append(ds, d)
 	}
 	// a goes now, b and c get the next two tokens, 100ms apart.
-	if !ds[0].Allowed || ds[0].Delay != 0 {
+	if !ds[0].Allowed() || ds[0].Delay != 0 {
 		t.Fatalf("a: %+v, want allowed now", ds[0])
 	}
 	for i, d := range ds[1:] {
-		if !d.Allowed || d.TakeIndex != 1 {
+		if !d.Allowed() || d.TakeIndex != 1 {
 			t.Fatalf("reservation %d: %+v, want allowed with a wait set by the bucket", i+2, d)
 		}
 	}
@@ -284,18 +284,18 @@ func TestReservationPacesABucket(t *testing.T) {
 		t.Errorf("reserved moments %s apart, want 100ms (±1µs of rounding)", gap)
 	}
 	again, _ := l.Admit(ctx, withWait(take("c"), 250*time.Millisecond))
-	if !again.Repeated || !again.At().Equal(ds[2].At()) {
+	if again.Outcome != Repeated || !again.At().Equal(ds[2].At()) {
 		t.Errorf("reserving c again: %+v, want the same moment %s", again, ds[2].At())
 	}
 	// Too far ahead for the max wait: denied, nothing reserved.
-	if d, _ := l.Admit(ctx, withWait(take("d"), 250*time.Millisecond)); d.Allowed {
+	if d, _ := l.Admit(ctx, withWait(take("d"), 250*time.Millisecond)); d.Allowed() {
 		t.Errorf("d: %+v, want denied (a 300ms wait)", d)
 	}
 	// Cancelling c gives its token back, so d fits again.
 	if n, _ := l.Release(ctx, take("c")); n != 2 {
 		t.Errorf("cancel c released %d takes, want 2", n)
 	}
-	if d, _ := l.Admit(ctx, withWait(take("d"), 250*time.Millisecond)); !d.Allowed {
+	if d, _ := l.Admit(ctx, withWait(take("d"), 250*time.Millisecond)); !d.Allowed() {
 		t.Errorf("d after c was cancelled: %+v, want allowed", d)
 	}
 }
@@ -305,11 +305,11 @@ func TestChangedLimitsApplyAtOnceAndKeepHistory(t *testing.T) {
 	one := mustQuota(t, "mkt", Window{1, time.Hour})
 	three := mustQuota(t, "mkt", Window{3, time.Hour})
 	mustAdmit(t, l, Request{ID: "a", Takes: []Take{{Rule: one, Subject: "alice"}}})
-	if d := mustAdmit(t, l, Request{ID: "b", Takes: []Take{{Rule: one, Subject: "alice"}}}); d.Allowed {
+	if d := mustAdmit(t, l, Request{ID: "b", Takes: []Take{{Rule: one, Subject: "alice"}}}); d.Allowed() {
 		t.Fatal("b admitted under 1 per hour")
 	}
 	d := mustAdmit(t, l, Request{ID: "b", Takes: []Take{{Rule: three, Subject: "alice"}}})
-	if !d.Allowed || d.Remaining != 1 {
+	if !d.Allowed() || d.Remaining != 1 {
 		t.Errorf("b under 3 per hour: %+v, want allowed with 1 remaining (a still counts)", d)
 	}
 }
@@ -447,7 +447,7 @@ func TestPauseDrainsABucketForEveryone(t *testing.T) {
 		t.Errorf("next token in %s, want 2s", until)
 	}
 	d := mustAdmit(t, other, Request{ID: "a", Takes: []Take{{Rule: b, Subject: "gw"}}})
-	if d.Allowed || d.Delay < 1900*time.Millisecond || d.Delay > 2*time.Second {
+	if d.Allowed() || d.Delay < 1900*time.Millisecond || d.Delay > 2*time.Second {
 		t.Errorf("admission during the pause: %+v, want denied for about 2s", d)
 	}
 }
@@ -465,7 +465,7 @@ func rememberASecond(t *testing.T, b *Bucket) (*Limiter, *redis.Client, func(id 
 	return l, rdb, func(id string) Decision {
 		t.Helper()
 		d := mustAdmit(t, l, Request{ID: id, Takes: []Take{{Rule: b, Subject: "gw"}}})
-		if !d.Allowed {
+		if !d.Allowed() {
 			t.Fatalf("%s: %+v", id, d)
 		}
 		return d
@@ -561,16 +561,16 @@ func TestLedgerKeepsSlotsUntilTheyEnd(t *testing.T) {
 		return Request{ID: id, MaxWait: maxWait, Takes: []Take{{Rule: b, Subject: "gw", Cost: 800}}}
 	}
 	a := mustAdmit(t, l, req("a", 0))
-	if !a.Allowed {
+	if !a.Allowed() {
 		t.Fatalf("a: %+v", a)
 	}
 	untilRedis(t, l, a.At().Add(2*time.Second))
 	// b's slot follows a's: its take starts a new step of the calendar's
 	// life, which prunes the ledger.
-	if d := mustAdmit(t, l, req("b", 3*time.Second)); !d.Allowed || d.Delay <= 0 {
+	if d := mustAdmit(t, l, req("b", 3*time.Second)); !d.Allowed() || d.Delay <= 0 {
 		t.Fatalf("b: %+v, want a reservation after a's slot", d)
 	}
-	if d := mustAdmit(t, l, req("a", 0)); !d.Allowed || !d.Repeated {
+	if d := mustAdmit(t, l, req("a", 0)); !d.Allowed() || d.Outcome != Repeated {
 		t.Errorf("a again, 2 s into its 4 s slot: %+v; want allowed and repeated (the ledger still holds it)", d)
 	}
 }
@@ -603,7 +603,7 @@ func TestLedgerFollowsSlotsInFlight(t *testing.T) {
 	// b takes the whole burst: its slot, and with it the calendar (which
 	// lives until its last span ends), lasts 100 ms rather than 1 ms, long
 	// enough to be read after the take on a busy machine.
-	if d := mustAdmit(t, l, Request{ID: "b", Takes: []Take{{Rule: b, Subject: "gw", Cost: 100}}}); !d.Allowed {
+	if d := mustAdmit(t, l, Request{ID: "b", Takes: []Take{{Rule: b, Subject: "gw", Cost: 100}}}); !d.Allowed() {
 		t.Fatalf("b: %+v", d)
 	}
 	// Both keys end on their own soon after (the ledger Remember after b's

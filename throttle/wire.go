@@ -280,11 +280,11 @@ func (g groupResult) freshTakes(gr group) group {
 // remaining capacity, or deny.
 func merge(d *Decision, g groupResult, r Request, gr group, phase int) {
 	if g.done {
-		*d = Decision{Done: true, Now: time.UnixMicro(g.now), TakeIndex: -1}
+		*d = Decision{Outcome: Done, Now: time.UnixMicro(g.now), TakeIndex: -1}
 		return
 	}
 	if phase == 0 {
-		*d = Decision{Allowed: true, Now: time.UnixMicro(g.now), TakeIndex: -1, Remaining: int(g.remaining), Repeated: true}
+		*d = Decision{Outcome: Repeated, Now: time.UnixMicro(g.now), TakeIndex: -1, Remaining: int(g.remaining)}
 	}
 	delay := time.Duration(g.delay) * time.Microsecond
 	if !g.allowed || delay > d.Delay {
@@ -296,17 +296,24 @@ func merge(d *Decision, g groupResult, r Request, gr group, phase int) {
 			d.TakeIndex, d.Rule, d.Subject, d.Limit = i, t.Rule, t.Subject, t.Rule.bindingLimit(g.window)
 		}
 	}
-	d.Allowed = d.Allowed && g.allowed
 	d.Remaining = min(d.Remaining, int(g.remaining))
-	d.Repeated = d.Repeated && g.repeated
 	switch g.outcome {
 	case outcomeBooked, outcomeRebooked, outcomeQueued:
-		d.Booked, d.Rebooked, d.Queued, d.Ahead = true, g.outcome == outcomeRebooked, g.outcome == outcomeQueued, int(g.extra)
+		d.Outcome, d.Ahead = bookedOutcome[g.outcome], int(g.extra)
 	case outcomeExpired:
-		d.Expired = true
+		d.Outcome = Expired
 	default:
+		switch {
+		case !g.allowed:
+			d.Outcome = Denied
+		case !g.repeated && d.Outcome == Repeated:
+			d.Outcome = Admitted // a group consumed: the request is not a repeat
+		}
 		if g.allowed && g.extra > 0 {
 			d.Claimed = time.UnixMicro(g.extra)
 		}
 	}
 }
+
+// bookedOutcome is the Outcome of admit.lua's booking outcomes.
+var bookedOutcome = map[int]Outcome{outcomeBooked: Booked, outcomeRebooked: Rebooked, outcomeQueued: Placed}

@@ -44,14 +44,14 @@ func TestQuietDeniesUntilTheSpanEnds(t *testing.T) {
 	quota := mustQuota(t, "m", Window{5, time.Hour})
 	r := Request{ID: "a", Takes: []Take{{Rule: quota, Subject: "alice"}, {Rule: q, Subject: "alice"}}}
 	d := mustAdmit(t, l, r)
-	if d.Allowed || d.Rule != Rule(q) || d.Limit != "quiet hours" || !d.At().Equal(end) {
+	if d.Allowed() || d.Rule != Rule(q) || d.Limit != "quiet hours" || !d.At().Equal(end) {
 		t.Fatalf("inside quiet hours: %+v; want denied by the quiet hours until %s", d, end)
 	}
 	untilRedis(t, l, end)
-	if d := mustAdmit(t, l, r); !d.Allowed {
+	if d := mustAdmit(t, l, r); !d.Allowed() {
 		t.Fatalf("after the span: %+v", d)
 	}
-	if d := mustAdmit(t, l, r); !d.Allowed || !d.Repeated {
+	if d := mustAdmit(t, l, r); !d.Allowed() || d.Outcome != Repeated {
 		t.Fatalf("again: %+v; want allowed, repeated (quiet hours hold nothing)", d)
 	}
 }
@@ -62,11 +62,11 @@ func TestQuietMeetsTheMaxWait(t *testing.T) {
 	start, end := now.Add(time.Second), now.Add(2*time.Second)
 	q := mustQuiet(t, now.Add(-time.Hour), now.Add(time.Hour), Span{start, end})
 	r := Request{ID: "a", Takes: []Take{{Rule: q, Subject: "alice"}}}
-	if d := mustAdmit(t, l, r); !d.Allowed {
+	if d := mustAdmit(t, l, r); !d.Allowed() {
 		t.Fatalf("a second before quiet hours, no wait: %+v", d)
 	}
 	r.ID, r.MaxWait = "b", 1500*time.Millisecond // could be stamped inside
-	if d := mustAdmit(t, l, r); d.Allowed || !d.At().Equal(end) {
+	if d := mustAdmit(t, l, r); d.Allowed() || !d.At().Equal(end) {
 		t.Fatalf("with a max wait reaching into quiet hours: %+v; want denied until %s", d, end)
 	}
 }
@@ -88,23 +88,23 @@ func TestCalendarWindowCounts(t *testing.T) {
 	c := mustCalendarWindow(t, 2, now.Add(-time.Hour), next, now.Add(time.Hour))
 	req := func(id string) Request { return Request{ID: id, Takes: []Take{{Rule: c, Subject: "alice"}}} }
 	for _, id := range []string{"a", "b"} {
-		if d := mustAdmit(t, l, req(id)); !d.Allowed {
+		if d := mustAdmit(t, l, req(id)); !d.Allowed() {
 			t.Fatalf("%s: %+v", id, d)
 		}
 	}
-	if d := mustAdmit(t, l, req("a")); !d.Allowed || !d.Repeated {
+	if d := mustAdmit(t, l, req("a")); !d.Allowed() || d.Outcome != Repeated {
 		t.Fatalf("a again: %+v; want repeated", d)
 	}
 	before := snapshot(t, rdb)
 	d := mustAdmit(t, l, req("c"))
-	if d.Allowed || !d.At().Equal(next) || d.Rule != Rule(c) {
+	if d.Allowed() || !d.At().Equal(next) || d.Rule != Rule(c) {
 		t.Fatalf("third in the window: %+v; want denied until the next window (%s)", d, next)
 	}
 	if after := snapshot(t, rdb); fmt.Sprint(after) != fmt.Sprint(before) {
 		t.Fatalf("a denial wrote: %v -> %v", before, after)
 	}
 	untilRedis(t, l, next)
-	if d := mustAdmit(t, l, req("c")); !d.Allowed {
+	if d := mustAdmit(t, l, req("c")); !d.Allowed() {
 		t.Fatalf("in the next window: %+v", d)
 	}
 	if n, err := l.Release(context.Background(), req("c")); err != nil || n != 1 {
@@ -134,7 +134,7 @@ func TestBookQuietMorningInOrder(t *testing.T) {
 		if i >= 5 { // past the burst: a slot each
 			want, by = end.Add(time.Duration(i-4)*100*time.Millisecond), b
 		}
-		if !d.Booked || !d.At().Equal(want) || d.Rule != by {
+		if !d.Booked() || !d.At().Equal(want) || d.Rule != by {
 			t.Fatalf("t%d: %+v; want booked by %s at %s", i, d, by, want)
 		}
 	}
@@ -150,7 +150,7 @@ func TestBookQuietMorningInOrder(t *testing.T) {
 			// its own), and the order of the others still holds.
 			continue
 		}
-		if !d.Allowed || d.At().Before(end) || d.At().After(slot) {
+		if !d.Allowed() || d.At().Before(end) || d.At().After(slot) {
 			t.Fatalf("claim t%d: %+v; want allowed from %s, by its slot %s", i, d, end, slot)
 		}
 	}
@@ -167,16 +167,16 @@ func TestBookCalendarNextWindow(t *testing.T) {
 	req := func(id string) Request {
 		return Request{ID: id, Book: true, MaxWait: 100 * time.Millisecond, Takes: []Take{{Rule: c, Subject: "alice"}, {Rule: b, Subject: "gw"}}}
 	}
-	if d := mustAdmit(t, l, req("a")); !d.Allowed {
+	if d := mustAdmit(t, l, req("a")); !d.Allowed() {
 		t.Fatalf("a: %+v", d)
 	}
-	if d := mustAdmit(t, l, req("b")); !d.Booked || !d.At().Equal(next) || d.Rule != Rule(c) {
+	if d := mustAdmit(t, l, req("b")); !d.Booked() || !d.At().Equal(next) || d.Rule != Rule(c) {
 		t.Fatalf("b: %+v; want booked at the next window's start %s", d, next)
 	}
-	if d := mustAdmit(t, l, req("b")); !d.Booked || !d.At().Equal(next) {
+	if d := mustAdmit(t, l, req("b")); !d.Booked() || !d.At().Equal(next) {
 		t.Fatalf("b again: %+v; want its moment", d)
 	}
-	if d := mustAdmit(t, l, req("c")); d.Booked || d.Allowed || !d.At().Equal(last) {
+	if d := mustAdmit(t, l, req("c")); d.Booked() || d.Allowed() || !d.At().Equal(last) {
 		t.Fatalf("c: %+v; want not booked, asked back at the end of the bounds %s", d, last)
 	}
 }

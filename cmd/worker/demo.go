@@ -97,7 +97,7 @@ func (c *sentCounts) booked(n jobs.Notification, d throttle.Decision) {
 		rule = fmt.Sprintf("policy %s (%s)", n.Policy, d.Limit)
 	}
 	again := ""
-	if d.Rebooked {
+	if d.Outcome == throttle.Rebooked {
 		again = " again"
 	}
 	fmt.Fprintf(c.out, "%7.2fs  booked%s %-18s #%d for %6.2fs by %s, %d ahead\n",

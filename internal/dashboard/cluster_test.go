@@ -16,7 +16,7 @@ func TestOnCluster(t *testing.T) {
 	e := newEnv(t, "", redistest.StartCluster(t, 3, 0).Client(t))
 	e.admit(t, "first", "alice@example.com", "marketing", "sms")
 	d := e.admit(t, "second", "alice@example.com", "marketing", "sms")
-	if d.Allowed {
+	if d.Allowed() {
 		t.Fatal("second admission allowed")
 	}
 	for _, p := range []string{"/throttle?recipient=alice@example.com", "/throttle/api/providers", "/throttle/api/policies",

@@ -93,7 +93,7 @@ func TestRecipientThrottled(t *testing.T) {
 	e := newEnv(t, "", nil)
 	e.admit(t, "first", "alice@example.com", "marketing", "sms")
 	d := e.admit(t, "second", "alice@example.com", "marketing", "push")
-	if d.Allowed {
+	if d.Allowed() {
 		t.Fatal("second admission allowed")
 	}
 	var r recipientView
@@ -180,7 +180,7 @@ func TestBadRequests(t *testing.T) {
 func TestPagination(t *testing.T) {
 	e := newEnv(t, "", nil)
 	for i := 0; i < 7; i++ {
-		if d := e.admit(t, fmt.Sprintf("t%d", i), "bob", "transactional", "push"); !d.Allowed {
+		if d := e.admit(t, fmt.Sprintf("t%d", i), "bob", "transactional", "push"); !d.Allowed() {
 			t.Fatalf("admission %d denied", i)
 		}
 	}

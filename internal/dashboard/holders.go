@@ -111,7 +111,7 @@ func (d *Dashboard) holders(ctx context.Context, l *live, q lookup, p inspect.Po
 			if err != nil {
 				return err
 			}
-			if !dec.Allowed {
+			if !dec.Allowed() {
 				v.Holds, v.Until = true, shown(dec.At())
 			}
 		}
@@ -197,7 +197,7 @@ func (d *Dashboard) heldBy(ctx context.Context, takes []throttle.Take, index []i
 		return held, nil
 	}
 	dec, err := d.lim.Check(ctx, throttle.Request{ID: checkID, Takes: takes})
-	if err != nil || dec.Allowed || dec.TakeIndex < 0 {
+	if err != nil || dec.Allowed() || dec.TakeIndex < 0 {
 		return held, err
 	}
 	at := dec.At()

@@ -190,7 +190,7 @@ func TestRecipientHeldByCalendarWindow(t *testing.T) {
 	}
 	d, err := e.lim.Admit(context.Background(), throttle.Request{ID: "day-1", Takes: []throttle.Take{
 		{Rule: cals[0].In(loc, time.Now()), Subject: "bob"}}})
-	if err != nil || !d.Allowed {
+	if err != nil || !d.Allowed() {
 		t.Fatalf("first admission: %+v, %v", d, err)
 	}
 	var r recipientView
@@ -282,7 +282,7 @@ func TestShadowRulesHoldNothing(t *testing.T) {
 	quiet, _ := quietNow(t)
 	e := newEnvYAML(t, fmt.Sprintf(truthYAML, quiet), nil)
 	for i := range 5 { // reset: 5 per 1h, full
-		if d := e.admit(t, fmt.Sprintf("reset-%d", i), "erin", "reset", "push"); !d.Allowed {
+		if d := e.admit(t, fmt.Sprintf("reset-%d", i), "erin", "reset", "push"); !d.Allowed() {
 			t.Fatalf("admission %d denied: %+v", i, d)
 		}
 	}

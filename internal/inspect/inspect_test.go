@@ -81,11 +81,11 @@ func TestRecipientAgreesWithEngine(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t, tc.rdb(t))
 			ctx := context.Background()
-			if d := f.admit(t, "first", "alice", 0); !d.Allowed {
+			if d := f.admit(t, "first", "alice", 0); !d.Allowed() {
 				t.Fatalf("first admission denied: %+v", d)
 			}
 			denied := f.admit(t, "second", "alice", 0)
-			if denied.Allowed {
+			if denied.Allowed() {
 				t.Fatal("second admission allowed: want the 1/24h window to deny it")
 			}
 			st, err := f.in.Recipient(ctx, "alice", 0, 10, 10)
@@ -143,7 +143,7 @@ func TestRecipientEntriesPaginate(t *testing.T) {
 	q, _ := throttle.NewQuota("transactional", throttle.Window{Limit: 20, Per: time.Hour})
 	ctx := context.Background()
 	for i := 0; i < 7; i++ {
-		if d, err := lim.Admit(ctx, throttle.Request{ID: fmt.Sprintf("t%d", i), Takes: []throttle.Take{{Rule: q, Subject: "bob"}}}); err != nil || !d.Allowed {
+		if d, err := lim.Admit(ctx, throttle.Request{ID: fmt.Sprintf("t%d", i), Takes: []throttle.Take{{Rule: q, Subject: "bob"}}}); err != nil || !d.Allowed() {
 			t.Fatalf("admit %d: %+v, %v", i, d, err)
 		}
 	}
@@ -201,7 +201,7 @@ func TestProviderState(t *testing.T) {
 	// A take that waits for its token reserves it ahead: that is what the
 	// keys hold ahead of now today.
 	d := f.admit(t, "ahead", "r-ahead", time.Second)
-	if !d.Allowed || d.Delay <= 0 {
+	if !d.Allowed() || d.Delay <= 0 {
 		t.Fatalf("a reservation: %+v, want allowed with a wait", d)
 	}
 	st, _ = f.in.Providers(ctx, 0, 10, 10)
@@ -252,13 +252,13 @@ func TestBookings(t *testing.T) {
 	}
 	// The bucket's burst of 5 goes to five recipients; the next three book.
 	for i := 0; i < 5; i++ {
-		if d := book(fmt.Sprintf("now-%d", i), fmt.Sprintf("r%d", i)); !d.Allowed {
+		if d := book(fmt.Sprintf("now-%d", i), fmt.Sprintf("r%d", i)); !d.Allowed() {
 			t.Fatalf("admission %d: %+v", i, d)
 		}
 	}
 	var last throttle.Decision
 	for i := 0; i < 3; i++ {
-		if last = book(fmt.Sprintf("booked-%d", i), fmt.Sprintf("b%d", i)); !last.Booked {
+		if last = book(fmt.Sprintf("booked-%d", i), fmt.Sprintf("b%d", i)); !last.Booked() {
 			t.Fatalf("booking %d: %+v, want booked", i, last)
 		}
 	}
@@ -276,7 +276,7 @@ func TestBookings(t *testing.T) {
 
 	// A recipient at its cap books its next message a day on.
 	d := book("b0-again", "b0")
-	if !d.Booked {
+	if !d.Booked() {
 		t.Fatalf("b0's second message: %+v, want booked", d)
 	}
 	rs, err := f.in.Recipient(ctx, "b0", 0, 10, 10)

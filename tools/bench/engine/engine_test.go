@@ -177,7 +177,7 @@ func (e *benchEnv) admitOp(recipient func(uint64) string) benchOp {
 		if err != nil {
 			return 0, 0, err
 		}
-		return 1, benchB2I(d.Allowed), nil
+		return 1, benchB2I(d.Allowed()), nil
 	}
 }
 
@@ -194,7 +194,7 @@ func (e *benchEnv) batchOp(recipient func(uint64) string) benchOp {
 		}
 		var a int64
 		for _, d := range ds {
-			a += benchB2I(d.Allowed)
+			a += benchB2I(d.Allowed())
 		}
 		return int64(len(ds)), a, nil
 	}
@@ -515,7 +515,7 @@ func BenchmarkAdmitZoned(b *testing.B) {
 			if err != nil {
 				return 0, 0, err
 			}
-			return 1, benchB2I(d.Allowed), nil
+			return 1, benchB2I(d.Allowed()), nil
 		}
 	}
 	total := benchSideBySide(b, e, []benchVariant{
@@ -624,8 +624,8 @@ func BenchmarkQuotaMemory(b *testing.B) {
 					return
 				}
 				d, err := lim.Admit(ctx, e.job(e.next.Add(1), e.recipients[i]))
-				if err == nil && (d.Allowed || d.TakeIndex != 0 || d.Limit != "3 per 168h") {
-					err = fmt.Errorf("%s: allowed %v, take %d, limit %q, want denied by 3 per 168h", e.recipients[i], d.Allowed, d.TakeIndex, d.Limit)
+				if err == nil && (d.Allowed() || d.TakeIndex != 0 || d.Limit != "3 per 168h") {
+					err = fmt.Errorf("%s: allowed %v, take %d, limit %q, want denied by 3 per 168h", e.recipients[i], d.Allowed(), d.TakeIndex, d.Limit)
 				}
 				if err != nil {
 					mu.Lock()
@@ -673,7 +673,7 @@ func BenchmarkQuotaMemory(b *testing.B) {
 		benchParallel(b, benchWorkers, func(ctx context.Context) (int64, int64, error) {
 			k := e.next.Add(1)
 			d, err := e.lim.Admit(ctx, e.job(k, e.cycling(k)))
-			if err == nil && d.Allowed {
+			if err == nil && d.Allowed() {
 				err = errors.New("a steady-state recipient was admitted")
 			}
 			return 1, 0, err
@@ -745,7 +745,7 @@ func BenchmarkBucket(b *testing.B) {
 		benchParallel(b, benchWorkers, func(ctx context.Context) (int64, int64, error) {
 			n := e.next.Add(1)
 			d, err := e.lim.Admit(ctx, throttle.Request{ID: benchID(n), Takes: []throttle.Take{{Rule: e.bucket, Subject: benchProvider}}})
-			return 1, benchB2I(d.Allowed), err
+			return 1, benchB2I(d.Allowed()), err
 		})
 	})
 	b.Run("reserve", func(b *testing.B) {
@@ -753,10 +753,10 @@ func BenchmarkBucket(b *testing.B) {
 		benchParallel(b, benchWorkers, func(ctx context.Context) (int64, int64, error) {
 			n := e.next.Add(1)
 			d, err := e.lim.Admit(ctx, withWait(throttle.Request{ID: benchID(n), Takes: []throttle.Take{{Rule: tight, Subject: benchProvider}}}, time.Second))
-			if d.Allowed && d.Delay > 0 {
+			if d.Allowed() && d.Delay > 0 {
 				delayed.Add(1)
 			}
-			return 1, benchB2I(d.Allowed), err
+			return 1, benchB2I(d.Allowed()), err
 		})
 		b.ReportMetric(100*float64(delayed.Load())/math.Max(1, float64(b.N)), "%delayed")
 	})

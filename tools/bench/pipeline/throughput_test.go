@@ -338,7 +338,7 @@ func newPlain(b *testing.B, addr, url string, kind plainKind) *e2eVariant {
 		admit = func(ctx context.Context, id, recipient string) error {
 			d, err := lim.Admit(ctx, throttle.Request{ID: id, Takes: []throttle.Take{
 				{Rule: quota, Subject: recipient}, {Rule: bucket, Subject: benchProvider}}, MaxWait: time.Second})
-			if err == nil && (!d.Allowed || d.Delay > 0) {
+			if err == nil && (!d.Allowed() || d.Delay > 0) {
 				err = fmt.Errorf("task %s not admitted at once: %+v", id, d)
 			}
 			return err
