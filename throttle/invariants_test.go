@@ -66,11 +66,6 @@ func (d *differ) invariants(op int, rs []Request) {
 	d.t.Helper()
 	d.inv.init()
 	ctx := context.WithoutCancel(d.t.Context())
-	now, err := d.rdb.Time(ctx).Result()
-	if err != nil {
-		d.t.Fatal(err)
-	}
-	nowUS := float64(now.UnixMicro())
 	// A batch's requests were all admitted before any is checked.
 	for _, r := range rs {
 		for i, t := range d.m.parse(r) {
@@ -83,7 +78,7 @@ func (d *differ) invariants(op int, rs []Request) {
 		for _, t := range d.m.parse(r) {
 			switch t.kind {
 			case "b":
-				d.checkBucket(ctx, op, r, t, nowUS)
+				d.checkBucket(ctx, op, r, t)
 			case "q":
 				key := d.redisKey(t.key)
 				if !d.inv.countOnly[key] && !d.inv.changed[t.key.rule] {
@@ -95,8 +90,24 @@ func (d *differ) invariants(op int, rs []Request) {
 }
 
 // checkBucket checks a bucket's spans and the slots held ahead on it.
-func (d *differ) checkBucket(ctx context.Context, op int, r Request, t *modelTake, now float64) {
-	spans := d.spans(ctx, d.redisKey(t.cal))
+func (d *differ) checkBucket(ctx context.Context, op int, r Request, t *modelTake) {
+	// One snapshot, at one Redis time: on a busy machine a key read a
+	// moment after the time was taken may have expired with the slots that
+	// ended in between.
+	var tm *redis.TimeCmd
+	var cal, ledger, book *redis.ZSliceCmd
+	_, err := d.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		tm = p.Time(ctx)
+		cal = p.ZRangeWithScores(ctx, d.redisKey(t.cal), 0, -1)
+		ledger = p.ZRangeWithScores(ctx, d.redisKey(t.ledger), 0, -1)
+		book = p.ZRangeWithScores(ctx, d.redisKey(t.book), 0, -1)
+		return nil
+	})
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	now := float64(tm.Val().UnixMicro())
+	spans := d.spans(d.redisKey(t.cal), cal.Val())
 	// Only time from now on is busy or free: a span written from 0 (see
 	// PAST in rules.lua) hides free time in the past, and the past spans it
 	// covers wait for the prune.
@@ -118,12 +129,11 @@ func (d *differ) checkBucket(ctx context.Context, op int, r Request, t *modelTak
 	}
 	len1 := math.Ceil(1e6 / t.rate)
 	var held []float64
-	for _, k := range []modelKey{t.ledger, t.book} {
-		z, err := d.rdb.ZRangeByScoreWithScores(ctx, d.redisKey(k), &redis.ZRangeBy{Min: strconv.FormatFloat(now, 'f', 0, 64), Max: "+inf"}).Result()
-		if err != nil {
-			d.t.Fatal(err)
-		}
+	for _, z := range [][]redis.Z{ledger.Val(), book.Val()} {
 		for _, e := range z {
+			if e.Score < now {
+				continue
+			}
 			held = append(held, e.Score)
 			if !inSpan(spans, e.Score) {
 				d.fail(fmt.Sprintf("op %d: invariant: %v's slot at %.0f on %s is in no busy span %v", op, e.Member, e.Score, t.cal.rule, spans), r, int64(now), "")
@@ -138,12 +148,8 @@ func (d *differ) checkBucket(ctx context.Context, op int, r Request, t *modelTak
 	}
 }
 
-// spans reads a calendar's busy spans, [start, end) in µs.
-func (d *differ) spans(ctx context.Context, key string) [][2]float64 {
-	z, err := d.rdb.ZRangeWithScores(ctx, key, 0, -1).Result()
-	if err != nil {
-		d.t.Fatal(err)
-	}
+// spans are the busy spans of calendar key, read as z: [start, end) in µs.
+func (d *differ) spans(key string, z []redis.Z) [][2]float64 {
 	var out [][2]float64
 	for _, e := range z {
 		m := e.Member.(string)
