@@ -68,27 +68,28 @@
 -- goes the plain way: it holds nothing, no ticket on its bucket among
 -- them (a ticket it claims: the ledger entry its check wrote goes). That
 -- costs what a plain admission costs; anything else is booking's (see
--- book.lua). keys[ki] is the task's first take's key.
-local function goes_plain(keys, ki, id, p, go)
+-- book.lua). keys[ki] is the task's first take's key; found[i] what the
+-- check found of take i.
+local function goes_plain(keys, ki, id, p, go, found)
   local kb = ki
   for i = 1, p.n do
     if not go then return false end
     if p[i].kind == 'b' and rcall('ZSCORE', keys[kb + 2], ticket_member(id, p[i].cost)) then
-      if E[i] then rcall('ZREM', keys[kb + 1], id) end
+      if found[i][5] then rcall('ZREM', keys[kb + 1], id) end
       return false
     end
-    if HELD[i] then return false end
+    if found[i].held then return false end
     kb = kb + p[i].nk
   end
   return go
 end
 
 -- commit_takes writes every take the task does not hold yet, as its check
--- found it (the scratch columns), for it to go delay µs from now: quota
--- entries no earlier than the plan's ahead (a cluster's quota group whose
--- request reserves a provider token in a later call). It returns the index
--- past the task's last key and the takes it consumed (fresh).
-local function commit_takes(keys, ki, id, p, now, delay)
+-- found it (found[i]: see check_take), for it to go delay µs from now:
+-- quota entries no earlier than the plan's ahead (a cluster's quota group
+-- whose request reserves a provider token in a later call). It returns the
+-- index past the task's last key and the takes it consumed (fresh).
+local function commit_takes(keys, ki, id, p, now, delay, found)
   local at = now + delay
   local qat = at
   if p.ahead > 0 and qat < now + p.ahead then qat = now + p.ahead end
@@ -96,14 +97,15 @@ local function commit_takes(keys, ki, id, p, now, delay)
   for i = 1, p.n do
     local t = p[i]
     local kind = t.kind
-    if not HELD[i] then
+    local f = found[i]
+    if not f.held then
       fresh = fresh + bit
       if kind == 'q' then
-        quota_commit(t, keys[k], id, now, qat, A[i], B[i])
+        quota_commit(t, keys[k], id, now, qat, f[1], f[2])
       elseif kind == 'b' then
-        bucket_commit(t, keys[k], keys[k + 1], keys[k + 3], id, now, at, A[i], B[i], C[i], D[i], p.remember, E[i])
+        bucket_commit(t, keys[k], keys[k + 1], keys[k + 3], id, now, at, f[1], f[2], f[3], f[4], p.remember, f[5])
       elseif kind == 'f' then
-        fixed_commit(t, keys[k], id, now, A[i], B[i])
+        fixed_commit(t, keys[k], id, now, f[1], f[2])
       elseif kind == 'c' then
         cal_commit(t, keys[k], id, now, qat)
       end
@@ -112,6 +114,33 @@ local function commit_takes(keys, ki, id, p, now, delay)
     bit = bit * 2
   end
   return k, fresh
+end
+
+-- check_take checks take t of a task whose keys start at keys[k] (see
+-- bucket_check for last). It returns ok, the take's delay, the window that
+-- set it (0: none), its remaining capacity, what it found (a table: held,
+-- whether the task holds the take; [1..5], what its commit needs, by kind)
+-- and the index past its keys. A count-only take is recorded, never holds
+-- the task back.
+local function check_take(t, keys, k, id, now, p, span, denied, last)
+  local kind = t.kind
+  local ok, u, w, left, mine, a, b, c, d, e = true, 0, 0
+  if kind == 'q' then
+    ok, u, w, left, mine, a, b = quota_check(t, keys[k], id, now)
+  elseif kind == 'b' then
+    local reserve
+    reserve, u, left, mine, a, b, c, d, e = bucket_check(t, keys[k + 1], keys[k + 3], id, now, p.book and p.prio, denied, last)
+    if reserve and reserve > p.maxwait then ok = false end
+  elseif kind == 'f' then
+    ok, u, left, mine, a, b = fixed_check(t, keys[k], id, now)
+  elseif kind == 'c' then
+    ok, u, left, mine = cal_check(t, keys[k], id, now, span)
+  else -- 'h': holds nothing, so it never makes a task new
+    ok, u = quiet_check(t, now, span)
+    left, mine = huge, nil
+  end
+  if t.count then ok, u, w, left = true, 0, 0, huge end -- recorded, never holding
+  return ok, u, w, left, {held = mine, a, b, c, d, e}, k + t.nk
 end
 
 -- admit_task admits one task whose keys start at keys[ki], appends its
@@ -132,47 +161,29 @@ local function admit_task(keys, ki, id, p, now, deadline, floor_, weight, ps, te
   -- no floor, before its deadline, holding nothing.
   local plain = not p.book or (floor_ or 0) <= now and (deadline == 0 or now <= deadline)
   local held = false -- a take before holds the task
-  local k = ki
+  local found, k = {}, ki
   for i = 1, n do
     local t = p[i]
-    local kind = t.kind
-    local ok, u, w, left, mine, a, b, c, d, e = true, 0, 0
-    if kind == 'q' then
-      ok, u, w, left, mine, a, b = quota_check(t, keys[k], id, now)
-      k = k + 1
-    elseif kind == 'b' then
-      local reserve, last
-      if i == n and not p.dry and plain then
-        if not p.book then
-          last = maxwait
-        elseif not denied and delay == 0 and not held then
-          last = 0 -- it goes now unless it holds a ticket (undone below)
-        end
+    local last -- a bucket's reach when it is the last take and the task commits at once
+    if t.kind == 'b' and i == n and not p.dry and plain then
+      if not p.book then
+        last = maxwait
+      elseif not denied and delay == 0 and not held then
+        last = 0 -- it goes now unless it holds a ticket (undone below)
       end
-      reserve, u, left, mine, a, b, c, d, e = bucket_check(t, keys[k + 1], keys[k + 3], id, now, p.book and p.prio, denied, last)
-      if reserve and reserve > maxwait then ok = false end
-      k = k + 6
-    elseif kind == 'f' then
-      ok, u, left, mine, a, b = fixed_check(t, keys[k], id, now)
-      k = k + 1
-    elseif kind == 'c' then
-      ok, u, left, mine = cal_check(t, keys[k], id, now, span)
-      k = k + 1
-    else -- 'h': holds nothing, so it never makes a task new
-      ok, u = quiet_check(t, now, span)
-      left, mine = huge, nil
     end
-    if t.count then ok, u, w, left = true, 0, 0, huge end -- recorded, never holding
-    HELD[i], A[i], B[i], C[i], D[i], E[i] = mine, a, b, c, d, e
-    if mine then held = true end
+    local ok, u, w, left, f
+    ok, u, w, left, f, k = check_take(t, keys, k, id, now, p, span, denied, last)
+    found[i] = f
+    if f.held then held = true end
     if not ok then denied = true end
     if u > delay then delay, binding, window = u, i, w end
     if left < remaining then remaining = left end
-    if not mine and kind ~= 'h' then repeated = false end
+    if not f.held and t.kind ~= 'h' then repeated = false end
   end
   if remaining < 0 or remaining == huge then remaining = 0 end
 
-  if p.book and not goes_plain(keys, ki, id, p, plain and not denied and delay == 0) then
+  if p.book and not goes_plain(keys, ki, id, p, plain and not denied and delay == 0, found) then
     local kk = book_task(keys, ki, id, p, now, deadline, floor_, weight, tenant, tkey, ps)
     if kk then return kk end
   end
@@ -186,7 +197,7 @@ local function admit_task(keys, ki, id, p, now, deadline, floor_, weight, ps, te
   end
 
   local fresh
-  k, fresh = commit_takes(keys, ki, id, p, now, delay)
+  k, fresh = commit_takes(keys, ki, id, p, now, delay, found)
   if delay == 0 then binding = 0 end
   return reply(k, true, repeated, binding, window, fresh, now, delay, remaining, DECIDED, 0)
 end

@@ -143,11 +143,11 @@ local function quota_fits(t, key, id, x)
   local lo, hi = fmt('(%.17g', x - t.longest), fmt('(%.17g', x + t.longest)
   local z = rcall('ZRANGEBYSCORE', key, lo, hi, 'WITHSCORES', 'LIMIT', '0', int(4 * QREAD))
   if #z >= 8 * QREAD then return false end
-  local n = 0
+  local sc, n = {}, 0 -- the other tasks' scores
   for j = 1, #z, 2 do
     if not mine(z[j], id) then
       n = n + 1
-      SC[n] = tonum(z[j + 1])
+      sc[n] = tonum(z[j + 1])
     end
   end
   local nw = t.nw
@@ -155,11 +155,11 @@ local function quota_fits(t, key, id, x)
     local room, per = t[w] - t.cost, t[nw + w]
     for j = 0, n do
       local s = x
-      if j > 0 then s = SC[j] end
+      if j > 0 then s = sc[j] end
       if s >= x and s < x + per then
         local c = 0
         for i = 1, n do
-          if SC[i] > s - per and SC[i] <= s then c = c + 1 end
+          if sc[i] > s - per and sc[i] <= s then c = c + 1 end
         end
         if c > room then return false end
       end

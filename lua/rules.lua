@@ -208,10 +208,6 @@ local function now_us()
   return last_sv * 1000000 + tonum(t[2])
 end
 
--- Scratch, per take of the task being admitted: what its check found that
--- its commit needs; and a quota's live scores, newest first.
-local HELD, A, B, C, D, E, SC = {}, {}, {}, {}, {}, {}, {}
-
 -- ceil_ms is a TTL in whole ms for a key that must live us µs from now.
 -- Redis counts a TTL from now's whole ms, which may be up to a ms before
 -- now: one ms more, so that a key never expires before its last entry
@@ -245,19 +241,19 @@ end
 local function quota_read(t, id, now, lo, z, n)
   local cost, nw = t.cost, t.nw
   local ok, delay, window, remaining, mine = true, 0, 0, huge, nil
-  -- SC[1..m]: the live scores, newest first.
-  local m = 0
+  local sc, m = {}, 0 -- sc[1..m]: the live scores, newest first
+
   for j = n, 2, -2 do
     local s = tonum(z[j])
     if s <= lo then break end
     m = m + 1
-    SC[m] = s
+    sc[m] = s
     if z[j - 1] == id then mine = s end
   end
   if mine then
     for w = 1, nw do
       local from, c = now - t[nw + w], 0
-      while c < m and SC[c + 1] > from do c = c + 1 end
+      while c < m and sc[c + 1] > from do c = c + 1 end
       if t[w] - c < remaining then remaining = t[w] - c end
     end
     return true, max(0, mine - now), 0, remaining, true, n / 2 - m, m
@@ -265,11 +261,11 @@ local function quota_read(t, id, now, lo, z, n)
   for w = 1, nw do
     local limit, per = t[w], t[nw + w]
     local from, c = now - per, 0
-    while c < m and SC[c + 1] > from do c = c + 1 end
+    while c < m and sc[c + 1] > from do c = c + 1 end
     local left, need = limit - c, c + cost - limit
     if need > 0 then
       -- The need-th oldest of the c in the window leaves first.
-      local d = SC[c - need + 1] + per - now
+      local d = sc[c - need + 1] + per - now
       ok = false
       if d > delay then delay, window = d, w end
     else
