@@ -59,7 +59,7 @@ func clusterBooks(r Request) bool {
 
 // bookCluster books r on a cluster. ok is false when r's bucket ledger
 // already holds it (admitted before): the plain path answers that.
-func (l *Limiter) bookCluster(ctx context.Context, r Request) (Decision, bool, error) {
+func (s sharded) bookCluster(ctx context.Context, r Request) (Decision, bool, error) {
 	var q group
 	bi := -1
 	for i, t := range r.Takes {
@@ -70,16 +70,16 @@ func (l *Limiter) bookCluster(ctx context.Context, r Request) (Decision, bool, e
 		}
 	}
 	if bi < 0 || len(q.takes) == 0 {
-		return l.bookOneNode(ctx, r)
+		return s.bookOneNode(ctx, r)
 	}
 	// Its place in the bucket's line, if it has a horizon: the peek may
 	// answer with a place (then the quotas are not asked).
-	place, err := l.placeOf(ctx, r)
+	place, err := s.placeOf(ctx, r)
 	if err != nil {
 		return Decision{}, false, err
 	}
 	for try := 1; ; try++ {
-		d, ok, settled, err := l.bookTry(ctx, r, q, bi, place, try == clusterBookTries)
+		d, ok, settled, err := s.bookTry(ctx, r, q, bi, place, try == clusterBookTries)
 		if err != nil || settled {
 			return d, ok, err
 		}
@@ -90,18 +90,18 @@ func (l *Limiter) bookCluster(ctx context.Context, r Request) (Decision, bool, e
 // call, as on a single node, but for the task's hash (where a task past
 // the horizon notes its place), which lives elsewhere: read before,
 // written after.
-func (l *Limiter) bookOneNode(ctx context.Context, r Request) (Decision, bool, error) {
-	all := l.single(r)
-	place, err := l.placeOf(ctx, r)
+func (s sharded) bookOneNode(ctx context.Context, r Request) (Decision, bool, error) {
+	all := single(r)
+	place, err := s.placeOf(ctx, r)
 	if err != nil {
 		return Decision{}, false, err
 	}
-	g, err := l.bookGroup(ctx, r, all, 0, place)
+	g, err := s.bookGroup(ctx, r, all, 0, place)
 	if err != nil {
 		return Decision{}, false, err
 	}
 	if g.outcome == outcomeQueued {
-		if err := l.rdb.HSet(ctx, r.TaskKey, "thr", g.now+g.delay).Err(); err != nil {
+		if err := s.rdb.HSet(ctx, r.TaskKey, "thr", g.now+g.delay).Err(); err != nil {
 			return Decision{}, false, fmt.Errorf("throttle: note %q's place in line: %w", r.ID, err)
 		}
 	}
@@ -115,8 +115,8 @@ func (l *Limiter) bookOneNode(ctx context.Context, r Request) (Decision, bool, e
 // bucket. settled is false when the slot went since the peek: the quotas
 // were given back and it starts again, unless last, when it is denied at
 // the bucket's next moment.
-func (l *Limiter) bookTry(ctx context.Context, r Request, q group, bi int, place string, last bool) (d Decision, ok, settled bool, err error) {
-	v, err := l.bookBucket(ctx, r, bi, "peek", 0, place)
+func (s sharded) bookTry(ctx context.Context, r Request, q group, bi int, place string, last bool) (d Decision, ok, settled bool, err error) {
+	v, err := s.bookBucket(ctx, r, bi, "peek", 0, place)
 	if err != nil {
 		return Decision{}, false, true, err
 	}
@@ -124,7 +124,7 @@ func (l *Limiter) bookTry(ctx context.Context, r Request, q group, bi int, place
 		return Decision{}, false, true, nil
 	}
 	if v[4] != peekSlot {
-		d, err := l.inLine(ctx, r, bi, v)
+		d, err := s.inLine(ctx, r, bi, v)
 		return d, err == nil, true, err
 	}
 	// The quotas' moment is the send's: never before the commit at the
@@ -139,9 +139,9 @@ func (l *Limiter) bookTry(ctx context.Context, r Request, q group, bi int, place
 	if horizon(r) {
 		quotasPlace = "0" // quotas only: no place in a bucket's line
 	}
-	g, err := l.bookGroup(ctx, r, q, floor, quotasPlace)
+	g, err := s.bookGroup(ctx, r, q, floor, quotasPlace)
 	if err != nil {
-		l.dropTicket(ctx, r, bi, ticket)
+		s.dropTicket(ctx, r, bi, ticket)
 		return Decision{}, false, true, err
 	}
 	b := clusterBooking{r: r, q: q, bi: bi, g: g, floor: floor, ticket: ticket}
@@ -149,7 +149,7 @@ func (l *Limiter) bookTry(ctx context.Context, r Request, q group, bi int, place
 	if g.outcome == outcomeExpired {
 		d.Outcome = Expired
 		b.bind(&d)
-		l.dropTicket(ctx, r, bi, ticket)
+		s.dropTicket(ctx, r, bi, ticket)
 		return d, true, true, nil
 	}
 	if g.outcome == outcomeBooked && !g.allowed && ticket > 0 && b.at() == ticket {
@@ -159,7 +159,7 @@ func (l *Limiter) bookTry(ctx context.Context, r Request, q group, bi int, place
 		b.bind(&d)
 		return d, true, true, nil
 	}
-	c, err := l.bookBucket(ctx, r, bi, "commit", b.at(), place)
+	c, err := s.bookBucket(ctx, r, bi, "commit", b.at(), place)
 	if err != nil {
 		return Decision{}, false, true, err
 	}
@@ -172,7 +172,7 @@ func (l *Limiter) bookTry(ctx context.Context, r Request, q group, bi int, place
 	for _, i := range q.takes {
 		rq.Takes = append(rq.Takes, r.Takes[i])
 	}
-	if _, err := l.Release(context.WithoutCancel(ctx), rq); err != nil {
+	if _, err := s.Release(context.WithoutCancel(ctx), rq); err != nil {
 		return Decision{}, false, true, err
 	}
 	if !last {
@@ -250,7 +250,7 @@ const (
 
 // inLine is the decision for a task the bucket's peek v put in line (or
 // kept there, or found its place past its deadline), its quotas not asked.
-func (l *Limiter) inLine(ctx context.Context, r Request, bi int, v []int64) (Decision, error) {
+func (s sharded) inLine(ctx context.Context, r Request, bi int, v []int64) (Decision, error) {
 	now, at := v[0], v[1]
 	t := r.Takes[bi]
 	d := Decision{Now: time.UnixMicro(now), TakeIndex: bi, Rule: t.Rule, Subject: t.Subject, Limit: t.Rule.bindingLimit(0),
@@ -260,7 +260,7 @@ func (l *Limiter) inLine(ctx context.Context, r Request, bi int, v []int64) (Dec
 		return d, nil
 	}
 	if v[4] == peekPlaced {
-		if err := l.rdb.HSet(ctx, r.TaskKey, "thr", at).Err(); err != nil {
+		if err := s.rdb.HSet(ctx, r.TaskKey, "thr", at).Err(); err != nil {
 			return Decision{}, fmt.Errorf("throttle: note %q's place in line: %w", r.ID, err)
 		}
 	}
@@ -271,25 +271,25 @@ func (l *Limiter) inLine(ctx context.Context, r Request, bi int, v []int64) (Dec
 // dropTicket gives back the ticket (slot) a peek held for r on its bucket
 // take bi, when r goes no further: best effort, since a ticket nobody
 // claims costs its slot and no more.
-func (l *Limiter) dropTicket(ctx context.Context, r Request, bi int, ticket int64) {
+func (s sharded) dropTicket(ctx context.Context, r Request, bi int, ticket int64) {
 	if ticket == 0 {
 		return
 	}
 	rb := r
 	rb.Takes = []Take{r.Takes[bi]}
-	_, _ = l.Release(context.WithoutCancel(ctx), rb)
+	_, _ = s.Release(context.WithoutCancel(ctx), rb)
 }
 
 // bookBucket runs book_bucket (mode peek or commit) on r's bucket take bi;
 // place is what placeOf read of the task's hash.
-func (l *Limiter) bookBucket(ctx context.Context, r Request, bi int, mode string, at int64, place string) ([]int64, error) {
+func (s sharded) bookBucket(ctx context.Context, r Request, bi int, mode string, at int64, place string) ([]int64, error) {
 	t := r.Takes[bi]
 	c, keys, args := newCall(t.Rule.keyCount(), 9)
-	_, plan := l.appendPlan(keys, nil, r, group{takes: []int{bi}}, planHead{maxWait: r.MaxWait.Microseconds(), book: true})
+	_, plan := s.appendPlan(keys, nil, r, group{takes: []int{bi}}, planHead{maxWait: r.MaxWait.Microseconds(), book: true})
 	args[0], args[1], args[2], args[3] = mode, r.ID, string(plan), at
 	args[4], args[5], args[6], args[7] = max(r.Weight, 1), r.Tenant, place, deadline(r)
 	args[8] = clusterBookMargin.Microseconds()
-	res, err := l.eval(ctx, l.book, []call{c})
+	res, err := s.eval(ctx, s.book, []call{c})
 	if err != nil {
 		return nil, fmt.Errorf("throttle: book %q at %s: %w", r.ID, t.Rule.Name(), err)
 	}
@@ -302,15 +302,15 @@ func (l *Limiter) bookBucket(ctx context.Context, r Request, bi int, mode string
 
 // bookGroup books r's takes g (all on one node) by admit.lua, no earlier
 // than floor.
-func (l *Limiter) bookGroup(ctx context.Context, r Request, q group, floor int64, place string) (groupResult, error) {
+func (s sharded) bookGroup(ctx context.Context, r Request, q group, floor int64, place string) (groupResult, error) {
 	nk := 0
 	for _, i := range q.takes {
 		nk += r.Takes[i].Rule.keyCount()
 	}
 	c, keys, args := newCall(nk, taskArgs(true))
-	_, plan := l.appendPlan(keys, nil, r, q, planHead{maxWait: r.MaxWait.Microseconds(), book: true})
+	_, plan := s.appendPlan(keys, nil, r, q, planHead{maxWait: r.MaxWait.Microseconds(), book: true})
 	setTaskArgs(args, r, string(plan), floor, place)
-	res, err := l.eval(ctx, l.admit, []call{c})
+	res, err := s.eval(ctx, s.admit, []call{c})
 	if err != nil {
 		return groupResult{}, fmt.Errorf("throttle: admit: %w", err)
 	}
@@ -323,11 +323,11 @@ func (l *Limiter) bookGroup(ctx context.Context, r Request, q group, floor int64
 // placeOf is what a cluster booking's task hash says (see book.lua's
 // place_of): the place in line it notes (µs), else "1" if it exists, "0"
 // if not; "" for a request without a horizon.
-func (l *Limiter) placeOf(ctx context.Context, r Request) (string, error) {
+func (s sharded) placeOf(ctx context.Context, r Request) (string, error) {
 	if !horizon(r) {
 		return "", nil
 	}
-	p := l.rdb.Pipeline()
+	p := s.rdb.Pipeline()
 	place := p.HGet(ctx, r.TaskKey, "thr")
 	exists := p.Exists(ctx, r.TaskKey)
 	if _, err := p.Exec(ctx); err != nil && err != redis.Nil {

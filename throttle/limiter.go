@@ -52,7 +52,7 @@ type Limiter struct {
 	rdb      redis.UniversalClient
 	prefix   string
 	remember string // µs, as plans carry it
-	cluster  bool
+	eng      engine // node or sharded, chosen in New
 	lib      lua.Library
 	admit    entry
 	release  entry
@@ -84,13 +84,11 @@ func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 	if opts.Remember < MinRemember {
 		return nil, fmt.Errorf("throttle: remember must be at least %s (got %s)", MinRemember, opts.Remember)
 	}
-	_, cluster := rdb.(*redis.ClusterClient)
 	lib := lua.Functions()
-	return &Limiter{
+	l := &Limiter{
 		rdb:      rdb,
 		prefix:   opts.Prefix,
 		remember: fmt.Sprint(opts.Remember.Microseconds()),
-		cluster:  cluster,
 		lib:      lib,
 		admit:    newEntry(lib.Admit, lua.Admit()),
 		release:  newEntry(lib.Release, lua.Release()),
@@ -99,38 +97,21 @@ func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 		forget:   newEntry(lib.Forget, lua.Forget()),
 		restamp:  newEntry(lib.Restamp, lua.Restamp()),
 		book:     newEntry(lib.Book, lua.Book()),
-	}, nil
+	}
+	l.eng = node{l}
+	if _, ok := rdb.(*redis.ClusterClient); ok {
+		l.eng = sharded{l}
+	}
+	return l, nil
 }
 
 // Admit checks every take of r and, only if all pass, consumes them together.
 // A denied decision is not an error; Decision.Err turns it into one.
 func (l *Limiter) Admit(ctx context.Context, r Request) (Decision, error) {
-	if l.cluster {
-		ds, err := l.AdmitBatch(ctx, []Request{r})
-		if err != nil {
-			return Decision{}, err
-		}
-		return ds[0], nil
-	}
-	// A single node: what AdmitBatch does for one request, which is one
-	// group, one call and nothing to compensate, without its bookkeeping.
 	if err := r.validate(); err != nil {
 		return Decision{}, err
 	}
-	g := l.single(r)
-	c, keys, args := newCall(l.taskKeyCount(r, g, true), taskArgs(true))
-	var buf [128]byte
-	l.appendTask(keys, buf[:0], args, r, g, true)
-	res, err := l.eval1(ctx, l.admit, c)
-	if err != nil {
-		return Decision{}, fmt.Errorf("throttle: admit: %w", err)
-	}
-	if len(res) != replyLen {
-		return Decision{}, fmt.Errorf("throttle: unexpected script reply %v", res)
-	}
-	var d Decision
-	merge(&d, parseGroup(res), r, g, 0)
-	return d, nil
+	return l.eng.admitOne(ctx, r)
 }
 
 // Check decides r as Admit would without booking (r.Book and r.Done are
@@ -195,7 +176,7 @@ func (l *Limiter) undo(ctx context.Context, r Request, e entry, what string) (in
 	if err := r.validate(); err != nil {
 		return 0, time.Time{}, err
 	}
-	gs := l.plan(r)
+	gs := l.eng.groups(r)
 	ts := make([]task, len(gs))
 	for i, g := range gs {
 		ts[i] = task{0, g}
@@ -228,24 +209,22 @@ func (l *Limiter) undo(ctx context.Context, r Request, e entry, what string) (in
 // is safe, since admission is idempotent by ID) and partial admissions are
 // released.
 func (l *Limiter) AdmitBatch(ctx context.Context, rs []Request) ([]Decision, error) {
-	plans := make([][]group, len(rs))
-	for i, r := range rs {
+	for _, r := range rs {
 		if err := r.validate(); err != nil {
 			return nil, err
 		}
-		plans[i] = l.plan(r)
 	}
-	ds := make([]Decision, len(rs))
-	if l.cluster {
-		if err := l.clusterFirst(ctx, rs, ds, plans); err != nil {
-			return nil, err
-		}
-	}
+	return l.eng.admitBatch(ctx, rs)
+}
+
+// admitGroups admits the groups of plans[i] of each rs[i] not yet decided
+// in ds, in phases (the first group of each request, then the second of
+// those whose first was admitted...), and releases what it consumed for
+// the requests it did not admit, so that a request denied (or failed) part
+// way leaves nothing behind. It returns what it consumed of each request.
+func (l *Limiter) admitGroups(ctx context.Context, rs []Request, ds []Decision, plans [][]group) ([][]group, error) {
 	admitted := make([]int, len(rs))     // groups of rs[i] admitted so far
 	consumed := make([][]group, len(rs)) // what this call consumed in them
-	undo := func(match func(int) bool) {
-		l.compensate(ctx, rs, consumed, match)
-	}
 	partial := func(i int) bool { return admitted[i] < len(plans[i]) }
 	ts := make([]task, 0, len(rs))
 	for phase := 0; ; phase++ {
@@ -262,64 +241,43 @@ func (l *Limiter) AdmitBatch(ctx context.Context, rs []Request) ([]Decision, err
 		res, err := l.eval(ctx, l.admit, calls)
 		// Calls that ran count even if another failed: what they consumed
 		// is known and can be undone.
-		var bad error
-		for k, c := range calls {
-			rows := res[k]
-			if rows == nil {
-				continue
-			}
-			if len(rows) != replyLen*len(c.tasks) {
-				bad = fmt.Errorf("throttle: unexpected script reply %v", rows)
-				continue
-			}
-			for j, t := range c.tasks {
-				g := parseGroup(rows[replyLen*j : replyLen*j+replyLen])
-				merge(&ds[t.req], g, rs[t.req], t.g, phase)
-				if g.allowed {
-					admitted[t.req]++
-					consumed[t.req] = append(consumed[t.req], g.freshTakes(t.g))
-				}
-			}
+		bad := l.mergeCalls(rs, ds, calls, res, phase, admitted, consumed)
+		if err == nil {
+			err = bad
 		}
 		if err != nil {
-			undo(partial)
+			l.compensate(ctx, rs, consumed, partial)
 			return nil, fmt.Errorf("throttle: admit: %w", err)
 		}
-		if bad != nil {
-			undo(partial)
-			return nil, bad
-		}
 	}
-	undo(func(i int) bool { return !ds[i].Allowed() })
-	l.restampQuotas(ctx, rs, ds, consumed)
-	return ds, nil
+	l.compensate(ctx, rs, consumed, func(i int) bool { return !ds[i].Allowed() })
+	return consumed, nil
 }
 
-// clusterFirst decides, on a cluster, what the admission's groups do not:
-// done markers first, each in its own slot (a done request has no groups to
-// admit), then bookings, one request at a time (see bookCluster). A request
-// decided here has its plan emptied.
-func (l *Limiter) clusterFirst(ctx context.Context, rs []Request, ds []Decision, plans [][]group) error {
-	if err := l.checkDone(ctx, rs, ds); err != nil {
-		return err
-	}
-	for i, r := range rs {
-		if ds[i].Outcome == Done {
-			plans[i] = nil
+// mergeCalls merges into ds what the calls of one phase answered (res[k]
+// for calls[k]; nil for a call that failed), and counts the groups they
+// admitted. It returns an error if a reply is malformed.
+func (l *Limiter) mergeCalls(rs []Request, ds []Decision, calls []call, res [][]int64, phase int, admitted []int, consumed [][]group) error {
+	var bad error
+	for k, c := range calls {
+		rows := res[k]
+		if rows == nil {
 			continue
 		}
-		if !clusterBooks(r) {
+		if len(rows) != replyLen*len(c.tasks) {
+			bad = fmt.Errorf("unexpected script reply %v", rows)
 			continue
 		}
-		d, ok, err := l.bookCluster(ctx, r)
-		if err != nil {
-			return err
-		}
-		if ok {
-			ds[i], plans[i] = d, nil
+		for j, t := range c.tasks {
+			g := parseGroup(rows[replyLen*j : replyLen*j+replyLen])
+			merge(&ds[t.req], g, rs[t.req], t.g, phase)
+			if g.allowed {
+				admitted[t.req]++
+				consumed[t.req] = append(consumed[t.req], g.freshTakes(t.g))
+			}
 		}
 	}
-	return nil
+	return bad
 }
 
 // Pause drains bucket b's tokens for subject so that its next token is

@@ -34,27 +34,27 @@ func newCall(nk, na int) (c call, keys, args []any) {
 }
 
 // calls builds the script calls (admit.lua's or release.lua's calling
-// convention) for tasks of rs. On a single node a call carries up to
-// maxCallTasks tasks; on a cluster each task is a call of its own, since
-// tasks of different subjects live in different slots.
+// convention) for tasks of rs, up to the engine's perCall tasks a call.
 func (l *Limiter) calls(rs []Request, ts []task, admit bool) []call {
-	per := maxCallTasks
-	if l.cluster {
-		per = 1
-	}
+	per := l.eng.perCall()
 	out := make([]call, 0, (len(ts)+per-1)/per)
 	var buf []byte
+	hs := make([]planHead, min(per, len(ts)))
 	for lo := 0; lo < len(ts); lo += per {
 		chunk := ts[lo:min(lo+per, len(ts))]
 		nk := 0
-		for _, t := range chunk {
-			nk += l.taskKeyCount(rs[t.req], t.g, admit)
+		for j, t := range chunk {
+			hs[j] = planHead{}
+			if admit {
+				hs[j] = l.eng.head(rs[t.req], t.g)
+			}
+			nk += taskKeyCount(rs[t.req], t.g, hs[j])
 		}
 		stride := taskArgs(admit)
 		c, keys, args := newCall(nk, stride*len(chunk))
 		c.tasks = chunk
 		for j, t := range chunk {
-			keys, buf = l.appendTask(keys, buf[:0], args[stride*j:stride*j+stride], rs[t.req], t.g, admit)
+			keys, buf = l.appendTask(keys, buf[:0], args[stride*j:stride*j+stride], rs[t.req], t.g, hs[j], admit)
 		}
 		out = append(out, c)
 	}
@@ -70,13 +70,14 @@ func taskArgs(admit bool) int {
 	return 2
 }
 
-// taskKeyCount is how many keys the task of r's group g brings to a call.
-func (l *Limiter) taskKeyCount(r Request, g group, admit bool) int {
+// taskKeyCount is how many keys the task of r's group g, headed by h,
+// brings to a call.
+func taskKeyCount(r Request, g group, h planHead) int {
 	nk := 0
-	if admit && l.checksDone(r) {
+	if h.done != "" {
 		nk++
 	}
-	if admit && horizon(r) && !l.cluster {
+	if h.taskKey != "" {
 		nk++
 	}
 	for _, i := range g.takes {
@@ -85,25 +86,10 @@ func (l *Limiter) taskKeyCount(r Request, g group, admit bool) int {
 	return nk
 }
 
-// appendTask appends the keys of the task of r's group g to keys, and sets
-// its arguments (taskArgs(admit) of them) in args; its plan is built in buf.
-func (l *Limiter) appendTask(keys []any, buf []byte, args []any, r Request, g group, admit bool) ([]any, []byte) {
-	var maxWait int64
-	if admit {
-		maxWait = r.MaxWait.Microseconds()
-	}
-	h := planHead{maxWait: maxWait, book: admit && l.books(r)}
-	if admit && l.checksDone(r) {
-		h.done = r.Done
-	}
-	if admit && l.stampsAhead(r) && !groupHasBucket(r, g) {
-		// A quota group admitted before the request's bucket group
-		// reserves a token up to MaxWait ahead: its entries are
-		// stamped at now + MaxWait, later than any moment the
-		// bucket can reserve, and restamped once that moment is
-		// known (restampQuotas).
-		h.ahead = maxWait
-	}
+// appendTask appends the keys of the task of r's group g, headed by h, to
+// keys, and sets its arguments (taskArgs(admit) of them) in args; its plan
+// is built in buf.
+func (l *Limiter) appendTask(keys []any, buf []byte, args []any, r Request, g group, h planHead, admit bool) ([]any, []byte) {
 	keys, buf = l.appendPlan(keys, buf, r, g, h)
 	if admit {
 		setTaskArgs(args, r, string(buf), 0, "")
@@ -112,9 +98,6 @@ func (l *Limiter) appendTask(keys []any, buf []byte, args []any, r Request, g gr
 	}
 	return keys, buf
 }
-
-// books reports whether r's admission books: on a single node, when asked.
-func (l *Limiter) books(r Request) bool { return r.Book && !l.cluster }
 
 // horizon reports whether r's booking has a horizon (and so a task key).
 func horizon(r Request) bool { return r.Book && r.BookAhead > 0 }
@@ -137,17 +120,13 @@ func setTaskArgs(args []any, r Request, plan string, floor int64, place string) 
 	args[4], args[5], args[6] = max(r.Weight, 1), place, r.Tenant
 }
 
-// checksDone reports whether r's admission script checks its done marker:
-// on a single node. A cluster checks it with a call of its own (see
-// AdmitBatch).
-func (l *Limiter) checksDone(r Request) bool { return r.Done != "" && !l.cluster }
-
 // planHead is what a plan says before its takes (see lua/rules.lua).
 type planHead struct {
 	maxWait int64  // µs a bucket may reserve ahead (0: none)
 	ahead   int64  // µs after now quota entries are stamped at the earliest (0: not set)
 	done    string // the done marker's key, checked first ("": none)
 	book    bool   // a task that may not go within maxWait books its moment
+	taskKey string // the task's hash, where a place in line is noted ("": none)
 }
 
 // appendPlan appends the keys of g's takes of r to keys and their plan (see
@@ -172,8 +151,8 @@ func (l *Limiter) appendPlan(keys []any, buf []byte, r Request, g group, h planH
 		if horizon(r) {
 			// On a cluster the task's hash lives elsewhere: the caller
 			// reads and notes its place (see placeOf).
-			if !l.cluster {
-				keys = append(keys, r.TaskKey)
+			if h.taskKey != "" {
+				keys = append(keys, h.taskKey)
 			}
 			buf = strconv.AppendInt(append(buf, ':'), r.BookAhead.Microseconds(), 10)
 			if r.Backlog {
