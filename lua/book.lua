@@ -76,9 +76,6 @@ local function reply(k, allowed, repeated, binding, window, fresh, now, delay, r
   return k
 end
 
--- Scratch per take: the key index of each take, a quota's held entry.
-local KI, QH = {}, {}
-
 -- ticket_member is the task's member in a bucket's tickets.
 local function ticket_member(id, cost)
   if cost == 1 then return id end
