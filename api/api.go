@@ -12,6 +12,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -45,7 +46,7 @@ type Options struct {
 	Config *config.Config // api.keys, the names a notification may use, the prefix
 	Redis  redis.UniversalClient
 	// Limiter holds the keys' rate limits (a bucket per key, under the
-	// config's prefix).
+	// config's prefix) and the workers' sent markers. Required.
 	Limiter *throttle.Limiter
 	// Metrics registers the API's metrics; nil registers none.
 	Metrics prometheus.Registerer
@@ -70,6 +71,9 @@ type Server struct {
 
 // New returns the API's server for the keys and names of opts.Config.
 func New(opts Options) (*Server, error) {
+	if opts.Limiter == nil {
+		return nil, errors.New("api: Options.Limiter is required")
+	}
 	keys, err := clients(opts.Config)
 	if err != nil {
 		return nil, err
@@ -82,7 +86,7 @@ func New(opts Options) (*Server, error) {
 		check:   intake.Checker{Config: opts.Config, Name: "the config"},
 		keys:    keys,
 		limiter: opts.Limiter,
-		sent:    jobs.NewSentMarks(opts.Redis, opts.Config.Redis.Prefix),
+		sent:    jobs.NewSentMarks(opts.Limiter),
 		metrics: newMetrics(opts.Metrics),
 		log:     opts.Log,
 		mux:     http.NewServeMux(),

@@ -36,6 +36,7 @@ type fixture struct {
 	srv  *httptest.Server
 	insp *asynq.Inspector
 	reg  *prometheus.Registry
+	lim  *throttle.Limiter
 }
 
 func testConfig() *config.Config {
@@ -76,7 +77,7 @@ func newFixture(t testing.TB, change ...func(*config.Config)) *fixture {
 	}
 	srv := httptest.NewServer(s)
 	t.Cleanup(srv.Close)
-	return &fixture{t: t, rdb: rdb, srv: srv, insp: asynq.NewInspectorFromRedisClient(rdb), reg: reg}
+	return &fixture{t: t, rdb: rdb, srv: srv, insp: asynq.NewInspectorFromRedisClient(rdb), reg: reg, lim: lim}
 }
 
 // response is an API response, its body decoded.
@@ -451,7 +452,7 @@ func TestCancel(t *testing.T) {
 	}
 	// One the worker sent: its marker, the task completed and gone.
 	sent := f.post(billingKey, `{"recipient":"b@example.com","template":"t"}`).body["id"].(string)
-	if err := jobs.NewSentMarks(f.rdb, "throttle:").Mark(context.Background(), sent, time.Now()); err != nil {
+	if err := jobs.NewSentMarks(f.lim).Mark(context.Background(), sent, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	if err := f.insp.DeleteTask("default", sent); err != nil {

@@ -6,11 +6,9 @@ import (
 	"maps"
 	"net/http"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/hibiken/asynq"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/notify-throttle/throttler/intake"
 	"github.com/notify-throttle/throttler/jobs"
@@ -152,17 +150,14 @@ func (s *Server) task(id string) (*asynq.TaskInfo, error) {
 // sentAt returns when the worker's sent marker says task id was sent
 // (the worker's clock), or nil.
 func (s *Server) sentAt(ctx context.Context, id string) (*time.Time, error) {
-	ms, err := s.rdb.Get(ctx, s.sent.Key(id)).Result()
-	if errors.Is(err, redis.Nil) {
-		return nil, nil
-	} else if err != nil {
+	at, ok, err := s.sent.SentAt(ctx, id)
+	if err != nil {
 		return nil, unavailable(err)
 	}
-	n, err := strconv.ParseInt(ms, 10, 64)
-	if err != nil {
+	if !ok {
 		return nil, nil
 	}
-	at := time.UnixMilli(n).UTC()
+	at = at.UTC()
 	return &at, nil
 }
 

@@ -25,6 +25,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/notify-throttle/throttler/jobs"
+	"github.com/notify-throttle/throttler/throttle"
 )
 
 // faultNote is one notification of a fault test's run.
@@ -263,14 +264,20 @@ func checkRun(t *testing.T, f *fleet, notes map[string]faultNote, windows []quot
 // in Redis.
 func (f *fleet) sentMarkers(ids []string) int {
 	f.t.Helper()
-	marks := jobs.NewSentMarks(f.rdb, fleetPrefix)
+	lim, err := throttle.New(f.rdb, throttle.Options{Prefix: fleetPrefix})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	marks := jobs.NewSentMarks(lim)
 	n := 0
 	for _, id := range ids {
-		ok, err := f.rdb.Exists(context.Background(), marks.Key(id)).Result()
+		_, ok, err := marks.SentAt(context.Background(), id)
 		if err != nil {
 			f.t.Fatal(err)
 		}
-		n += int(ok)
+		if ok {
+			n++
+		}
 	}
 	return n
 }

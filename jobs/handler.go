@@ -70,8 +70,7 @@ type Throttle struct {
 	// Stopping is closed when the worker starts to shut down: jobs still
 	// waiting for their moment give their admission back and are deferred.
 	Stopping <-chan struct{}
-	// Sent holds the sent markers (NewSentMarks on the limiter's client and
-	// prefix). Nil turns them off, and with them the protection against
+	// Sent holds the sent markers (NewSentMarks on Limiter). Nil turns them off, and with them the protection against
 	// sending a redelivered job twice; ProcessTask warns about it.
 	Sent *SentMarks
 	// Digests folds the messages of digest policies (PolicySettings.Digest)

@@ -129,7 +129,7 @@ func newHarnessWith(t *testing.T, c harnessConfig) *harness {
 		Log:        slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 	if !c.noMarks {
-		h.th.Sent = NewSentMarks(workerRDB, "")
+		h.th.Sent = NewSentMarks(workerLim)
 	}
 	if c.screen {
 		h.th.Screen = NewScreen(workerRDB, "")

@@ -6,9 +6,6 @@ import "strings"
 // under the engine's prefix and built here. The part in braces is the Redis
 // Cluster hash tag; user data in it is escaped by keyPart.
 
-// sentKey is a task's sent marker: "<prefix>sent:{<task id>}".
-func sentKey(prefix, id string) string { return prefix + "sent:{" + id + "}" }
-
 // holdKey is a scoped pause of one provider: "<prefix>hold:{<provider>|<scope>}",
 // a string that expires when the pause ends (see Screen).
 func holdKey(prefix, provider, scope string) string {

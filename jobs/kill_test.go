@@ -156,7 +156,7 @@ func TestKillChild(t *testing.T) {
 			Provider: NewWebhookProvider("gw", os.Getenv("KILL_CHILD_URL"), 5*time.Second, nil)}},
 		InlineWait: time.Second, Stopping: stopping, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	if os.Getenv("KILL_CHILD_MARKS") == "true" {
-		th.Sent = NewSentMarks(rdb, "")
+		th.Sent = NewSentMarks(lim)
 	}
 	srv := startWorker(t, rdb, th, asynq.Config{Concurrency: 20, LogLevel: asynq.FatalLevel})
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)

@@ -24,8 +24,7 @@ type job struct {
 	local  []throttle.Take // calendar windows, then quiet hours, in the recipient's zone
 	policy PolicySettings
 	route  Route
-	sent   string // the key of its sent marker, "" when markers are off
-	book   bool   // it books its moment (Throttle.Book)
+	book   bool // it books its moment (Throttle.Book)
 	// bookAhead is Throttle.BookAhead for a job that books.
 	bookAhead time.Duration
 	// bumps counts the slots this run of the job lost to priority traffic
@@ -39,6 +38,8 @@ type job struct {
 	// into a digest, only sent under its own ID (the provider's
 	// Idempotency-Key).
 	tried bool
+	// once says its admission looks for its sent marker first (Throttle.Sent).
+	once bool
 	// req is its request, built once by request.
 	req *throttle.Request
 }
@@ -46,10 +47,7 @@ type job struct {
 // route finds a notification's policy and provider.
 func (t *Throttle) route(ctx context.Context, id string, n Notification) (job, error) {
 	rs := t.rules()
-	j := job{id: id, n: n, quota: rs.Policies[n.Policy], policy: rs.Settings[n.Policy], weight: max(1, rs.Weights[n.Tenant])}
-	if t.Sent != nil {
-		j.sent = t.Sent.Key(id)
-	}
+	j := job{id: id, n: n, quota: rs.Policies[n.Policy], policy: rs.Settings[n.Policy], weight: max(1, rs.Weights[n.Tenant]), once: t.Sent != nil}
 	if j.quota == nil && len(j.policy.Calendars) == 0 {
 		return job{}, fmt.Errorf("policy %q is not defined: %w", n.Policy, ErrBadPayload)
 	}
@@ -89,7 +87,7 @@ func (j *job) request() throttle.Request {
 
 // build makes the job's request (see request).
 func (j *job) build() throttle.Request {
-	r := throttle.Request{ID: j.id, Done: j.sent, Book: j.book, Priority: j.priority, Tenant: j.n.Tenant, Weight: j.weight}
+	r := throttle.Request{ID: j.id, CheckDone: j.once, Book: j.book, Priority: j.priority, Tenant: j.n.Tenant, Weight: j.weight}
 	if j.quota != nil {
 		r.Takes = append(r.Takes, throttle.Take{Rule: j.quota, Subject: j.n.Recipient, CountOnly: j.policy.Shadow})
 	}

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -19,33 +17,24 @@ import (
 const DefaultSentTTL = time.Hour
 
 // SentMarks remembers, per task ID, that a provider accepted the task's
-// message. Throttle writes a marker on the provider's acknowledgement and
-// its admission checks for one (throttle.Request.Done), so a redelivered job
-// whose send succeeded completes without sending, taking or giving back
-// anything. It cannot close the window between the provider's answer and
-// the marker's write, nor two deliveries of one task at once (asynq requeues
-// at ShutdownTimeout while a handler may still run): the provider's
-// Idempotency-Key is for those. A SentMarks is safe for concurrent use.
+// message: the task's done marker in the throttle (Limiter.MarkDone),
+// which its admission checks for (throttle.Request.CheckDone), so a
+// redelivered job whose send succeeded completes without sending, taking or
+// giving back anything. It cannot close the window between the provider's
+// answer and the marker's write, nor two deliveries of one task at once
+// (asynq requeues at ShutdownTimeout while a handler may still run): the
+// provider's Idempotency-Key is for those. A SentMarks is safe for
+// concurrent use.
 type SentMarks struct {
-	rdb    redis.UniversalClient
-	prefix string
+	lim *throttle.Limiter
 	// TTL is how long a marker lasts. Default DefaultSentTTL.
 	TTL time.Duration
 }
 
-// NewSentMarks returns the sent markers on rdb, under the throttle's key
-// prefix ("" means throttle.DefaultPrefix).
-func NewSentMarks(rdb redis.UniversalClient, prefix string) *SentMarks {
-	if prefix == "" {
-		prefix = throttle.DefaultPrefix
-	}
-	return &SentMarks{rdb: rdb, prefix: prefix, TTL: DefaultSentTTL}
+// NewSentMarks returns the sent markers kept by lim.
+func NewSentMarks(lim *throttle.Limiter) *SentMarks {
+	return &SentMarks{lim: lim, TTL: DefaultSentTTL}
 }
-
-// Key returns the marker's key, "<prefix>sent:{<task id>}". The task ID is
-// the hash tag, so on a cluster each marker lives in its task's slot; the
-// engine's keys always have '{' right after the prefix, so they cannot meet.
-func (s *SentMarks) Key(id string) string { return sentKey(s.prefix, id) }
 
 // Mark records that task id was sent at (the worker's clock, for people).
 func (s *SentMarks) Mark(ctx context.Context, id string, at time.Time) error {
@@ -53,8 +42,13 @@ func (s *SentMarks) Mark(ctx context.Context, id string, at time.Time) error {
 	if ttl <= 0 {
 		ttl = DefaultSentTTL
 	}
-	if err := s.rdb.Set(ctx, s.Key(id), at.UnixMilli(), ttl).Err(); err != nil {
+	if err := s.lim.MarkDone(ctx, id, at, ttl); err != nil {
 		return fmt.Errorf("jobs: mark %q sent: %w", id, err)
 	}
 	return nil
+}
+
+// SentAt returns when task id was marked sent, and false if it was not.
+func (s *SentMarks) SentAt(ctx context.Context, id string) (time.Time, bool, error) {
+	return s.lim.DoneAt(ctx, id)
 }

@@ -82,11 +82,15 @@ func TestRedeliveredSentJobIsNotSentAgain(t *testing.T) {
 			if !marks {
 				return
 			}
-			if ms, err := h.rdb.Get(context.Background(), h.th.Sent.Key("once")).Int64(); err != nil || time.Since(time.UnixMilli(ms)) > time.Minute {
-				t.Errorf("marker: %d (ms), %v; want the send's time, just now", ms, err)
+			if at, ok, err := h.th.Sent.SentAt(context.Background(), "once"); err != nil || !ok || time.Since(at) > time.Minute {
+				t.Errorf("marker: %s %v %v; want the send's time, just now", at, ok, err)
 			}
 			// The marker outlives any redelivery asynq makes.
-			ttl := h.rdb.PTTL(context.Background(), h.th.Sent.Key("once")).Val()
+			keys := h.rdb.Keys(context.Background(), "*done:{once}").Val()
+			if len(keys) != 1 {
+				t.Fatalf("marker keys %q, want one", keys)
+			}
+			ttl := h.rdb.PTTL(context.Background(), keys[0]).Val()
 			if ttl <= DefaultSentTTL-time.Minute || ttl > DefaultSentTTL {
 				t.Errorf("marker TTL %s, want about %s", ttl, DefaultSentTTL)
 			}
@@ -140,14 +144,14 @@ func TestSentMarkerCheckFailureDefers(t *testing.T) {
 	}
 	q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 1, Per: time.Hour})
 	b, _ := throttle.NewBucket("gw", 1000, 100)
-	th := &Throttle{Limiter: lim, Sent: NewSentMarks(rdb, ""), Metrics: NewMetrics(prometheus.NewRegistry()),
+	th := &Throttle{Limiter: lim, Sent: NewSentMarks(lim), Metrics: NewMetrics(prometheus.NewRegistry()),
 		Policies: map[string]*throttle.Quota{"mkt": q}, Providers: map[string]Route{"gw": {Bucket: b}},
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	j, err := th.route(context.Background(), "x", Notification{Recipient: "alice", Policy: "mkt", Provider: "gw", Template: "hi"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if j.request().Done != th.Sent.Key("x") {
+	if !j.request().CheckDone {
 		t.Fatalf("the admission does not check the marker: %+v", j.request())
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)

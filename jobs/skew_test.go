@@ -358,7 +358,7 @@ func TestSkewChild(t *testing.T) {
 			}
 			return nil
 		})}},
-		Sent: NewSentMarks(rdb, prefix), Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+		Sent: NewSentMarks(lim), Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	srv := startWorker(t, rdb, th, asynq.Config{Concurrency: 1, Queues: map[string]int{label: 1}, LogLevel: asynq.FatalLevel})
 	defer srv.Shutdown()
 	client := asynq.NewClientFromRedisClient(rdb)

@@ -12,7 +12,7 @@ import (
 func (s sharded) checkDone(ctx context.Context, rs []Request, ds []Decision) error {
 	var idx []int
 	for i, r := range rs {
-		if r.Done != "" {
+		if r.CheckDone {
 			idx = append(idx, i)
 		}
 	}
@@ -22,7 +22,7 @@ func (s sharded) checkDone(ctx context.Context, rs []Request, ds []Decision) err
 	cmds := make([]*redis.IntCmd, len(idx))
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for k, i := range idx {
-			cmds[k] = p.Exists(ctx, rs[i].Done)
+			cmds[k] = p.Exists(ctx, doneKey(s.prefix, rs[i].ID))
 		}
 		return nil
 	})

@@ -724,7 +724,7 @@ func (d *differ) check(op int, r Request) {
 	if err != nil {
 		d.t.Fatalf("op %d: Check(%s): %v", op, describeRequest(r), err)
 	}
-	r.Book, r.Done, r.Deadline, r.check = false, "", time.Time{}, true
+	r.Book, r.CheckDone, r.Deadline, r.check = false, false, time.Time{}, true
 	want := d.m.admit(r, got.Now.UnixMicro(), d.remember.Microseconds())
 	what := fmt.Sprintf("op %d: check %s", op, describeRequest(r))
 	if diff := diffDecision(want, got); diff != "" {

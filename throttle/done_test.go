@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// doneDance checks Request.Done on l: a request whose marker is absent is
+// doneDance checks Request.CheckDone on l: a request whose marker is absent is
 // admitted as usual; once the marker exists, the task is done: it takes
 // nothing, even where its takes would deny or it holds them, and a batch
 // that mixes done and live requests decides each live one as if the done
@@ -20,18 +20,16 @@ func doneDance(t *testing.T, l *Limiter, rdb redis.UniversalClient, snap bool) {
 	t.Helper()
 	q := mustQuota(t, "mkt", Window{1, time.Hour})
 	b := mustBucket(t, "sms", 0.001, 2)
-	marker := func(id string) string { return "test:done:{" + id + "}" }
 	req := func(id, recipient string) Request {
-		return Request{ID: id, Done: marker(id), Takes: []Take{{Rule: q, Subject: recipient}, {Rule: b, Subject: "gw"}}}
+		return Request{ID: id, CheckDone: true, Takes: []Take{{Rule: q, Subject: recipient}, {Rule: b, Subject: "gw"}}}
 	}
 	if d := mustAdmit(t, l, req("a", "alice")); !d.Allowed() || d.Outcome == Done {
 		t.Fatalf("a, no marker: %+v, want admitted", d)
 	}
-	if err := rdb.Set(ctx, marker("a"), "1", time.Minute).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := rdb.Set(ctx, marker("x"), "1", time.Minute).Err(); err != nil {
-		t.Fatal(err)
+	for _, id := range []string{"a", "x"} {
+		if err := l.MarkDone(ctx, id, time.Now(), time.Minute); err != nil {
+			t.Fatal(err)
+		}
 	}
 	var before map[string]string
 	if snap {

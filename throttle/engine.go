@@ -33,7 +33,10 @@ func (n node) groups(r Request) []group { return []group{single(r)} }
 func (n node) perCall() int { return maxCallTasks }
 
 func (n node) head(r Request, _ group) planHead {
-	h := planHead{maxWait: r.MaxWait.Microseconds(), book: r.Book, done: r.Done}
+	h := planHead{maxWait: r.MaxWait.Microseconds(), book: r.Book}
+	if r.CheckDone {
+		h.done = doneKey(n.prefix, r.ID)
+	}
 	if horizon(r) {
 		h.taskKey = r.TaskKey
 	}

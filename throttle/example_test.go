@@ -111,11 +111,11 @@ func ExampleRequest_done() {
 	rdb := throttle.NewExampleClient()
 	l, _ := throttle.New(rdb, throttle.Options{})
 	daily, _ := throttle.NewQuota("daily", throttle.Window{Limit: 1, Per: 24 * time.Hour})
-	r := throttle.Request{ID: "msg-7", Done: "sent:{msg-7}", Takes: []throttle.Take{{Rule: daily, Subject: "carol"}}}
+	r := throttle.Request{ID: "msg-7", CheckDone: true, Takes: []throttle.Take{{Rule: daily, Subject: "carol"}}}
 
 	d, _ := l.Admit(ctx, r)
 	fmt.Println("first delivery admitted:", d.Allowed())
-	rdb.Set(ctx, r.Done, "1", time.Hour) // the provider accepted it
+	_ = l.MarkDone(ctx, r.ID, time.Now(), time.Hour) // the provider accepted it
 	d, _ = l.Admit(ctx, r)
 	fmt.Println("redelivery admitted:", d.Allowed(), "done:", d.Outcome == throttle.Done)
 	// Output:

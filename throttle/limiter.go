@@ -114,11 +114,11 @@ func (l *Limiter) Admit(ctx context.Context, r Request) (Decision, error) {
 	return l.eng.admitOne(ctx, r)
 }
 
-// Check decides r as Admit would without booking (r.Book and r.Done are
+// Check decides r as Admit would without booking (r.Book and r.CheckDone are
 // ignored), and writes nothing: what a rule in shadow mode would have done.
 // Takes r.ID holds pass, as in Admit.
 func (l *Limiter) Check(ctx context.Context, r Request) (Decision, error) {
-	r.Book, r.Done, r.Deadline, r.check = false, "", time.Time{}, true
+	r.Book, r.CheckDone, r.Deadline, r.check = false, false, time.Time{}, true
 	return l.Admit(ctx, r)
 }
 

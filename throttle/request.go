@@ -59,14 +59,14 @@ type Request struct {
 	// the wait is at most MaxWait and no other take denies; the decision is
 	// then allowed with Delay set to the wait. Zero never reserves.
 	MaxWait time.Duration
-	// Done, if set, is the Redis key of the task's done marker, which the
-	// caller writes once the task needs no admission any more (a sent
-	// notification; see jobs.SentMarks). If the key exists, the admission
-	// checks and consumes nothing and its outcome is Done. On a single
-	// node the check is part of the admission's script call; on a cluster,
-	// where the key may live in another slot, it is a call before it.
-	// Release, Forget and Pause ignore it.
-	Done string
+	// CheckDone asks the admission to look for the task's done marker
+	// first (Limiter.MarkDone: the caller marks a task that needs no
+	// admission any more, a sent notification): if the task is marked, the
+	// admission checks and consumes nothing and its outcome is Done. On a
+	// single node the look is part of the admission's script call; on a
+	// cluster, where the marker lives in the task's own slot, it is a call
+	// before it. Release, Forget and Pause ignore it.
+	CheckDone bool
 	// Book asks, for a task that may not go within MaxWait, for the earliest
 	// moment at which every take allows it, counting every moment booked
 	// before on the same subjects, held under ID until the task comes back

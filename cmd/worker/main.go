@@ -432,7 +432,7 @@ func newThrottle(cfg *config.Config, rdb redis.UniversalClient, reg prometheus.R
 	}
 	return &jobs.Throttle{
 		Limiter: lim, Policies: rules.Policies, Providers: rules.Providers, Settings: rules.Settings,
-		Weights: rules.Weights, Sent: sentMarks(cfg, rdb), Screen: jobs.NewScreen(rdb, cfg.Redis.Prefix),
+		Weights: rules.Weights, Sent: sentMarks(cfg, lim), Screen: jobs.NewScreen(rdb, cfg.Redis.Prefix),
 		Digests:    jobs.NewDigests(rdb, cfg.Redis.Prefix, asynq.NewClientFromRedisClient(rdb)),
 		InlineWait: cfg.Worker.InlineWait, Book: cfg.Worker.Book, BookAhead: cfg.Worker.BookAhead, PriorityQueues: priority(cfg),
 		Metrics: jobs.NewMetrics(reg), Log: log,
@@ -449,11 +449,11 @@ func priority(cfg *config.Config) map[string]bool {
 }
 
 // sentMarks returns the sent markers the config asks for, nil when off.
-func sentMarks(cfg *config.Config, rdb redis.UniversalClient) *jobs.SentMarks {
+func sentMarks(cfg *config.Config, lim *throttle.Limiter) *jobs.SentMarks {
 	if cfg.Worker.SentMarks <= 0 {
 		return nil
 	}
-	s := jobs.NewSentMarks(rdb, cfg.Redis.Prefix)
+	s := jobs.NewSentMarks(lim)
 	s.TTL = cfg.Worker.SentMarks
 	return s
 }

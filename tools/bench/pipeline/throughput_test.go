@@ -272,7 +272,7 @@ func newThrottled(b *testing.B, addr, url string, marks, book bool) *e2eVariant 
 		th.Book, th.BookAhead, v.name = true, 5*time.Second, "booking"
 	}
 	if marks {
-		th.Sent = jobs.NewSentMarks(rdb, "")
+		th.Sent = jobs.NewSentMarks(lim)
 	} else {
 		v.name = "unmarked"
 	}

@@ -1,0 +1,53 @@
+package throttle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// A task's done marker says it needs no admission any more: a redelivered
+// task whose message was sent completes without taking or giving back
+// anything (Request.CheckDone). The marker is the engine's key, with the
+// task ID as its hash tag, so on a cluster it lives in the task's own slot;
+// every other engine key has '{' right after the prefix, so none can meet
+// it. Its value is the moment the caller marked it (Unix ms, for people).
+
+// doneKey is task id's done marker: "<prefix>done:{<id>}".
+func doneKey(prefix, id string) string { return prefix + "done:{" + id + "}" }
+
+// MarkDone marks task id done for ttl, noting at (the caller's clock: a
+// note for people, never used in a decision).
+func (l *Limiter) MarkDone(ctx context.Context, id string, at time.Time, ttl time.Duration) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
+	if ttl <= 0 {
+		return fmt.Errorf("throttle: mark %q done: ttl must be positive (got %s): %w", id, ttl, ErrInvalidRequest)
+	}
+	if err := l.rdb.Set(ctx, doneKey(l.prefix, id), at.UnixMilli(), ttl).Err(); err != nil {
+		return fmt.Errorf("throttle: mark %q done: %w", id, err)
+	}
+	return nil
+}
+
+// DoneAt returns when task id was marked done (MarkDone's at), and false if
+// it is not marked.
+func (l *Limiter) DoneAt(ctx context.Context, id string) (time.Time, bool, error) {
+	v, err := l.rdb.Get(ctx, doneKey(l.prefix, id)).Result()
+	if errors.Is(err, redis.Nil) {
+		return time.Time{}, false, nil
+	}
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("throttle: read %q's done marker: %w", id, err)
+	}
+	ms, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return time.Time{}, true, nil // marked, by something that noted no time
+	}
+	return time.UnixMilli(ms), true, nil
+}
