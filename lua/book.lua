@@ -710,7 +710,7 @@ local function give_back(b, ticket)
   end
   if ticket then
     rcall('ZREM', b.book, b.member)
-    if ticket + b.len > b.now then bucket_free(b.cal, ticket, b.len, b.now) end
+    bucket_give(b.state, b.cal, ticket, b.len, b.now)
   end
 end
 
@@ -1011,7 +1011,7 @@ local function cluster_commit(b, f, ticket, at)
   end
   if ticket then
     rcall('ZREM', b.book, b.member)
-    bucket_free(b.cal, ticket, len, now)
+    bucket_give(b.state, b.cal, ticket, len, now)
   end
   local gate = f and fair_others(f) and f.gate or 0
   local v, left, ra, rb = bucket_find(b.cal, fair_start(b.cal, at, gate, len), len)

@@ -39,8 +39,7 @@ local function undo_tasks(keys, args, refund)
         local s = tonum(rcall('ZSCORE', keys[ki + 2], member))
         if s then
           rcall('ZREM', keys[ki + 2], member)
-          local len = bucket_len(t)
-          if s + len > now then bucket_free(keys[ki + 3], s, len, now) end
+          bucket_give(keys[ki], keys[ki + 3], s, bucket_len(t), now)
           done = true
         end
       elseif t.kind == 'f' then

@@ -672,19 +672,25 @@ local function bucket_commit(t, key, ledger, cal, id, now, x, v, left, ra, rb, k
   bucket_sent(key, ledger, cal, now, t, x, keep)
 end
 
+-- bucket_give gives back the slot [s, s + len) of a bucket (key: its state
+-- hash), unless it has ended or a pause (p in the state hash) covers it:
+-- the provider asked for no sends then, and a slot freed inside the pause
+-- would be the first that the next booking finds.
+local function bucket_give(key, cal, s, len, now)
+  if s + len <= now then return end
+  local p = tonum(rcall('HGET', key, 'p'))
+  if not p or p <= s then bucket_free(cal, s, len, now) end
+end
+
 -- bucket_undo removes the task's ledger entry; with refund its slot is
--- given back, unless a pause (p in the state hash) covers it: the provider
--- asked for none then. With refund false (forget: the provider took the
--- send) the slot stays taken and a retry takes a new one.
+-- given back (bucket_give). With refund false (forget: the provider took
+-- the send) the slot stays taken and a retry takes a new one.
 local function bucket_undo(t, key, ledger, cal, id, now, refund)
   local len = bucket_len(t)
   local s = bucket_held(ledger, id, now, len)
   if not s then return false end
   rcall('ZREM', ledger, id)
-  if refund and s + len > now then
-    local p = tonum(rcall('HGET', key, 'p'))
-    if not p or p <= s then bucket_free(cal, s, len, now) end
-  end
+  if refund then bucket_give(key, cal, s, len, now) end
   return true
 end
 
