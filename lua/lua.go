@@ -39,7 +39,7 @@ var pause string
 var repace string
 
 // body is the library's code, without a header or registrations.
-var body = rules + book + admit + release + pause + repace
+var body = rules + book + admit + release + repace + pause
 
 // version names this code: the first 12 hex digits of its SHA-1.
 var version = func() string {

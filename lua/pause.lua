@@ -1,4 +1,4 @@
--- pause.lua (after rules.lua and book.lua): one entry point, pause, that
+-- pause.lua (after rules.lua, book.lua and repace.lua): one entry point, pause, that
 -- pauses a token bucket for every caller, for a provider that answered "429
 -- Too Many Requests, Retry-After: d".
 --
@@ -7,11 +7,16 @@
 --
 -- The pause is busy time in the bucket's calendar: [now, end + slack), so
 -- that no slot handed out after it lets a take go before the pause ends
--- (a slot may be used up to the bucket's slack before it starts). Slots
--- already in the ledger are not taken back (their tasks may be sending);
--- tickets in it are, when claimed: the state hash's p records the end, and
--- a claim that would go before it books again (see book.lua). A release
--- does not free a slot the pause covers (bucket_undo).
+-- (a slot may be used up to the bucket's slack before it starts). The work
+-- waiting on the bucket moves out of the way first, every moment ahead
+-- shifted by the time the pause adds (see move_waiting in repace.lua): its
+-- order and spacing stay, so the line resumes at the pause's end instead of
+-- every booking inside the pause coming back to book again at the line's
+-- end. A pause that ends no later than one already recorded adds nothing and
+-- moves nothing. Slots claimed within the slack of now are not taken back
+-- (their tasks may be sending); the state hash's p records the end, and a
+-- claim that would go before it books again (see book.lua). A release does
+-- not free a slot the pause covers (bucket_undo).
 --
 -- Returns {µs until the first slot after the pause may be used}.
 
@@ -26,7 +31,12 @@ local function pause(keys, args)
   end
   local key, cal = keys[1], keys[4]
   local e = now + us
-  local a, b = now, e + bucket_slack(t, true)
+  local slack = bucket_slack(t, true)
+  local a, b = now, e + slack
+  local old = tonum(rcall('HGET', key, 'p'))
+  local was = now -- where the pause recorded before ends (its slots' side)
+  if old and old + slack > now then was = old + slack end
+  if b > was then move_waiting(keys, now, now + slack, shifting(b - was)) end
   -- The spans that overlap [a, b) merge into one.
   local z = rcall('ZRANGEBYSCORE', cal, '(' .. int(a), '+inf', 'WITHSCORES')
   for j = 1, #z, 2 do
@@ -38,7 +48,6 @@ local function pause(keys, args)
   end
   rcall('ZADD', cal, int(b), int(a))
   extend(cal, ceil_ms(b - now))
-  local old = tonum(rcall('HGET', key, 'p'))
   if not old or old < e then
     rcall('HSET', key, 'p', int(e))
     extend(key, ceil_ms(e - now + GRACE))

@@ -1,5 +1,6 @@
 -- repace.lua (after rules.lua and book.lua): one entry point, repace, that
--- moves a token bucket's waiting work to a changed rate.
+-- moves a token bucket's waiting work to a changed rate; and the movers that
+-- pause.lua uses too.
 --
 --   args  -> a plan (see rules.lua) of one bucket take, at the new rate
 --   keys  -> the bucket's keys
@@ -14,9 +15,7 @@
 -- what waits at once at the new pace, a lowered one spreads it out.
 --
 -- Claimed slots still ahead (a task sleeping in its worker until its slot)
--- are taken from their tasks, as a priority task's bump does (see book.lua):
--- each task finds out by HasSlot before it sends and is admitted again.
--- Sending at its old moment would not match its scaled slot.
+-- are taken from their tasks (see move_waiting).
 --
 -- The state hash's field r keeps the rate the bucket's calendar is laid at.
 -- A bucket without one (first seen) records the rate and changes nothing;
@@ -29,60 +28,87 @@
 -- comes back early (lowered: told its new moment, one more call) or late
 -- (raised: it books again), once; tickets reach book_ahead at most.
 
--- scale_at returns the moment t scaled around now by k (µs, whole): moments
--- up to now stay. One rounding for every moment, so spans that touched
--- still touch and spans that did not still do not.
-local function scale_at(t, now, k)
-  if t <= now then return t end
-  return now + ceil((t - now) * k)
+-- A mover maps a moment t after now to the moment it moves to (µs, whole),
+-- keeping order: scaling (a rate change) or shifting (a pause). One rounding
+-- for every moment, so spans that touched still touch and spans that did not
+-- still do not.
+local function scaling(now, k)
+  return function(t) return now + ceil((t - now) * k) end
 end
 
--- scale_calendar scales the spans that end after now.
-local function scale_calendar(cal, now, k)
+local function shifting(d)
+  return function(t) return t + d end
+end
+
+-- move_at is moment t moved by mv: moments up to now stay.
+local function move_at(t, now, mv)
+  if t <= now then return t end
+  return mv(t)
+end
+
+-- move_calendar moves the spans that end after now.
+local function move_calendar(cal, now, mv)
   local z = rcall('ZRANGEBYSCORE', cal, '(' .. int(now), '+inf', 'WITHSCORES')
   if #z == 0 then return end
   for j = 1, #z, 2 do rcall('ZREM', cal, z[j]) end
   local last = now
   for j = 1, #z, 2 do
-    local e = scale_at(tonum(z[j + 1]), now, k)
-    rcall('ZADD', cal, int(e), int(scale_at(tonum(z[j]), now, k)))
+    local e = move_at(tonum(z[j + 1]), now, mv)
+    rcall('ZADD', cal, int(e), int(move_at(tonum(z[j]), now, mv)))
     if e > last then last = e end
   end
   extend(cal, ceil_ms(last - now + CAL_LIFE))
 end
 
--- scale_set scales the scores after now of a set of moments (tickets, the
+-- move_set moves the scores after now of a set of moments (tickets, the
 -- tenants' expiries).
-local function scale_set(set, now, k)
+local function move_set(set, now, mv)
   local z = rcall('ZRANGEBYSCORE', set, '(' .. int(now), '+inf', 'WITHSCORES')
   local last = now
   for j = 1, #z, 2 do
-    local v = scale_at(tonum(z[j + 1]), now, k)
+    local v = move_at(tonum(z[j + 1]), now, mv)
     rcall('ZADD', set, int(v), z[j])
     if v > last then last = v end
   end
   if #z > 0 then extend(set, ceil_ms(last - now + GRACE)) end
 end
 
--- scale_tenants scales each waiting tenant's record (its last place, gate
+-- move_tenants moves each waiting tenant's record (its last place, gate
 -- and expiry: see fair_read), and the join cursor and end of places.
-local function scale_tenants(fair, exp, now, k)
+local function move_tenants(fair, exp, now, mv)
   local h = rcall('HGETALL', fair)
   local set = {fair}
   for j = 1, #h, 2 do
     local f, v = h[j], h[j + 1]
     if f == FAIR_J or f == FAIR_P then
-      set[#set + 1], set[#set + 2] = f, int(scale_at(tonum(v), now, k))
+      set[#set + 1], set[#set + 2] = f, int(move_at(tonum(v), now, mv))
     elseif f ~= FAIR_W then
       local a, b, c, e = match(v, '^(%d+),(%d+),(%d+),(%d+)$')
       if a then
-        set[#set + 1], set[#set + 2] = f, fmt('%d,%d,%s,%d', scale_at(tonum(a), now, k),
-          scale_at(tonum(b), now, k), c, scale_at(tonum(e), now, k))
+        set[#set + 1], set[#set + 2] = f, fmt('%d,%d,%s,%d', move_at(tonum(a), now, mv),
+          move_at(tonum(b), now, mv), c, move_at(tonum(e), now, mv))
       end
     end
   end
   if #set > 1 then rcall('HSET', unpack_(set)) end
-  scale_set(exp, now, k)
+  move_set(exp, now, mv)
+end
+
+-- move_waiting moves a bucket's waiting work (keys: the bucket's keys) by
+-- mv: its calendar, tickets and tenants. Slots claimed ahead from the moment
+-- from on (tasks sleeping in a worker until them) are taken from their
+-- tasks, as a priority task's bump does (see book.lua): each finds out by
+-- HasSlot before it sends and is admitted again; sending at its old moment
+-- would not match its moved slot. Their slots stay busy, moved: the provider
+-- idles through them while those tasks book again (docs/booking.md, Not
+-- yet).
+local function move_waiting(keys, now, from, mv)
+  local ledger, book, cal = keys[2], keys[3], keys[4]
+  local claimed = rcall('ZRANGEBYSCORE', ledger, '(' .. int(from), '+inf')
+  for j = 1, #claimed do rcall('ZREM', ledger, claimed[j]) end
+  move_calendar(cal, now, mv)
+  move_set(book, now, mv)
+  move_tenants(keys[5], keys[6], now, mv)
 end
 
 local function repace(keys, args)
@@ -93,19 +119,12 @@ local function repace(keys, args)
   if p.n ~= 1 or t.kind ~= 'b' then
     return redis.error_reply('throttle: repace needs one bucket take')
   end
-  local key, ledger, book, cal = keys[1], keys[2], keys[3], keys[4]
+  local key = keys[1]
   local rate = fmt('%.17g', t.rate)
   local old = rcall('HGET', key, 'r')
   rcall('HSET', key, 'r', rate)
   if not old or old == rate then return {now, 0} end
   local k = tonum(old) / t.rate
-  -- Claimed slots still ahead: their tasks are admitted again (see above).
-  -- Their slots stay busy, scaled: lowered, the provider idles through them
-  -- while those tasks book again (docs/booking.md, Not yet).
-  local claimed = rcall('ZRANGEBYSCORE', ledger, '(' .. int(now), '+inf')
-  for j = 1, #claimed do rcall('ZREM', ledger, claimed[j]) end
-  scale_calendar(cal, now, k)
-  scale_set(book, now, k)
-  scale_tenants(keys[5], keys[6], now, k)
+  move_waiting(keys, now, now, scaling(now, k))
   return {now, ceil(k * 1e6)}
 end

@@ -422,3 +422,49 @@ func TestBookEarlyReturnWithTicketLeavesNoTrace(t *testing.T) {
 		t.Errorf("m2's early return changed Redis")
 	}
 }
+
+// TestPauseMovesTheLineBehindIt: a provider's pause (a 429's Retry-After)
+// shifts the bookings waiting on its bucket by the time the pause adds, in
+// their order and spacing, rather than leaving those inside the pause to
+// come back and book again behind everyone (one more admission each, and
+// out of order). A second pause to the same end moves nothing more.
+func TestPauseMovesTheLineBehindIt(t *testing.T) {
+	l, _ := newStandalone(t)
+	b := mustBucket(t, "sms", 10, 1) // a slot every 100 ms
+	var before []time.Time
+	for i := range 20 {
+		d := mustAdmit(t, l, bookReq(fmt.Sprint("t", i), nil, "", b, 0))
+		if i > 0 && d.Outcome != Booked {
+			t.Fatalf("t%d: %+v, want booked", i, d)
+		}
+		before = append(before, d.At())
+	}
+	const pause = 3 * time.Second
+	if _, err := l.Pause(ctx, b, "gw", pause); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Pause(ctx, b, "gw", pause-50*time.Millisecond); err != nil { // a second worker's 429, a moment later
+		t.Fatal(err)
+	}
+	var after []time.Time
+	for i := 1; i < 20; i++ { // t0 went at once
+		d := mustAdmit(t, l, bookReq(fmt.Sprint("t", i), nil, "", b, 0))
+		if d.Outcome != Booked {
+			t.Fatalf("t%d after the pause: %+v, want told its (moved) moment", i, d)
+		}
+		after = append(after, d.At())
+	}
+	// t0 went at the Redis time of the first booking, before the pause began.
+	if end := before[0].Add(pause); after[0].Before(end) {
+		t.Errorf("first booking after the pause at %s, before the pause ends (after %s)", after[0].Format("15:04:05.000"), end.Format("15:04:05.000"))
+	}
+	shift := after[0].Sub(before[1])
+	if shift < pause-200*time.Millisecond || shift > pause+300*time.Millisecond {
+		t.Errorf("the line moved by %s, want about the pause (%s)", shift, pause)
+	}
+	for i := 1; i < len(after); i++ {
+		if got, want := after[i].Sub(after[i-1]), before[i+1].Sub(before[i]); got != want {
+			t.Errorf("bookings %d and %d are %s apart after the pause, %s before", i, i+1, got, want)
+		}
+	}
+}
