@@ -31,7 +31,7 @@
 //
 // Errors: what the Limiter returns starts with "throttle: " and wraps
 // ErrInvalidRequest or ErrInvalidRule where the caller's input is at fault
-// (a *RuleError says which rule and what). Parsers of a single value
-// (LoadZone, ParseQuietRange) describe only the value, as time.LoadLocation
-// does, for the caller to place after the setting's name.
+// (a *RuleError says which rule and what). A parser of a single value
+// (ParseQuietRange) describes only the value, as time.LoadLocation does, for
+// the caller to place after the setting's name.
 package throttle
