@@ -71,7 +71,7 @@ bench: need-redis
 ## names. FUZZTIME is a duration (15s) or a count of executions (30000x, as
 ## CI runs it after the tests: see .ci/run).
 FUZZTIME ?= 15s
-FUZZ_TARGETS = ./throttle/:FuzzEncodeSubject ./throttle/:FuzzRuleValidation \
+FUZZ_TARGETS = ./internal/keyspace/:FuzzEncodeSubject ./throttle/:FuzzRuleValidation \
 	./config/:FuzzParse ./cmd/enqueue/:FuzzParseLine ./jobs/:FuzzDecode \
 	./jobs/:FuzzMemberNames
 fuzz:

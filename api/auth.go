@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/notify-throttle/throttler/config"
+	"github.com/notify-throttle/throttler/internal/timefmt"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -82,7 +83,7 @@ func (s *Server) limit(r *http.Request, c *client, n int) error {
 	}
 	if !d.Allowed() {
 		return &Error{Status: http.StatusTooManyRequests, Code: CodeRateLimited, RetryAfter: d.Delay,
-			Message: fmt.Sprintf("over this key's rate limit (%v/s, burst %d): retry after %s", c.key.Rate, c.key.Burst, throttle.FormatDuration(d.Delay))}
+			Message: fmt.Sprintf("over this key's rate limit (%v/s, burst %d): retry after %s", c.key.Rate, c.key.Burst, timefmt.Duration(d.Delay))}
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/notify-throttle/throttler/internal/timefmt"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -130,7 +131,7 @@ func (c *Config) local(errs *errorList, policy string) ([]*throttle.Calendar, *t
 	}
 	loc := time.UTC
 	if pol.TimeZone != "" {
-		loc, _ = throttle.LoadZone(pol.TimeZone)
+		loc, _ = timefmt.LoadZone(pol.TimeZone)
 	}
 	return cals, quiet, loc
 }

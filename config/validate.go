@@ -16,6 +16,7 @@ import (
 	"unicode"
 
 	"github.com/notify-throttle/throttler/internal/redisconn"
+	"github.com/notify-throttle/throttler/internal/timefmt"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -85,11 +86,11 @@ func (v *validator) durationAtLeast(path string, d, least time.Duration) {
 	switch {
 	case d >= least:
 	case least == 0:
-		v.failf(path, "must not be negative (got %s)", throttle.FormatDuration(d))
+		v.failf(path, "must not be negative (got %s)", timefmt.Duration(d))
 	case least == time.Nanosecond:
-		v.failf(path, "must be > 0 (got %s)", throttle.FormatDuration(d))
+		v.failf(path, "must be > 0 (got %s)", timefmt.Duration(d))
 	default:
-		v.failf(path, "must be at least %s (got %s)", throttle.FormatDuration(least), throttle.FormatDuration(d))
+		v.failf(path, "must be at least %s (got %s)", timefmt.Duration(least), timefmt.Duration(d))
 	}
 }
 
@@ -114,9 +115,9 @@ func (v *validator) worker() {
 	v.durationAtLeast("worker.sent_marks", w.SentMarks, 0)
 	v.durationAtLeast("worker.remember_takes", w.RememberTakes, throttle.MinRemember)
 	v.check(w.WindowMargin >= 0 && w.WindowMargin <= time.Minute, "worker.window_margin",
-		"must be from 0 to 1m (got %s)", throttle.FormatDuration(w.WindowMargin))
+		"must be from 0 to 1m (got %s)", timefmt.Duration(w.WindowMargin))
 	v.check(w.DeadAfter == 0 || w.DeadAfter >= time.Second, "worker.dead_after",
-		"must be 0 (off) or at least 1s (got %s)", throttle.FormatDuration(w.DeadAfter))
+		"must be 0 (off) or at least 1s (got %s)", timefmt.Duration(w.DeadAfter))
 }
 
 // httpAddr checks worker.http_addr, under the name the file gave it, and
@@ -174,7 +175,7 @@ func (v *validator) policies() {
 		for i, w := range pol.Windows {
 			p := fmt.Sprintf("%s[%d]", wpath, i)
 			v.positive(p+".limit", w.Limit)
-			v.check(w.Per <= 0 || w.Per >= time.Millisecond, p+".per", "must be at least 1ms (got %s)", throttle.FormatDuration(w.Per))
+			v.check(w.Per <= 0 || w.Per >= time.Millisecond, p+".per", "must be at least 1ms (got %s)", timefmt.Duration(w.Per))
 			v.durationAtLeast(p+".per", w.Per, time.Nanosecond)
 		}
 	}
@@ -200,7 +201,7 @@ func (v *validator) local(path string, pol Policy) {
 
 // zone checks an IANA time zone's name; "" is UTC.
 func (v *validator) zone(path, name string) {
-	_, err := throttle.LoadZone(name)
+	_, err := timefmt.LoadZone(name)
 	v.check(err == nil || name == "", path, "%v", err)
 }
 

@@ -373,5 +373,5 @@ func testBookingRedisRestart(t *testing.T, cfg fleetConfig) {
 }
 
 // bookKey is the provider bucket's bookings (tickets):
-// <prefix>{<provider>}:b:<provider>:book (throttle/keys.go).
+// <prefix>{<provider>}:b:<provider>:book (internal/keyspace).
 const bookKey = fleetPrefix + "{" + fleetProvider + "}:b:" + fleetProvider + ":book"

@@ -112,7 +112,7 @@ func (f *fleet) fairKeysGone(timeout time.Duration) {
 	}
 }
 
-// The provider bucket's tenant records (throttle/keys.go): each waiting
+// The provider bucket's tenant records (internal/keyspace): each waiting
 // tenant's line, gate and weight, and when each stops waiting.
 const (
 	fairKey    = fleetPrefix + "{" + fleetProvider + "}:b:" + fleetProvider + ":fair"

@@ -715,7 +715,7 @@ func entryOr(entries map[string]time.Time, id string, g time.Time) time.Time {
 }
 
 // ledgerKey is the provider bucket's ledger:
-// <prefix>{<provider>}:b:<provider>:held (throttle/keys.go).
+// <prefix>{<provider>}:b:<provider>:held (internal/keyspace).
 const ledgerKey = fleetPrefix + "{" + fleetProvider + "}:b:" + fleetProvider + ":held"
 
 // fleetRemember is the workers' worker.remember_takes: not the default

@@ -8,7 +8,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
-	"github.com/notify-throttle/throttler/throttle"
+	"github.com/notify-throttle/throttler/internal/timefmt"
 )
 
 // Deferral is what a handler returns for a job that may not go yet. asynq
@@ -93,5 +93,5 @@ func shortDuration(d time.Duration) string {
 	default:
 		d = d.Round(time.Millisecond)
 	}
-	return throttle.FormatDuration(d)
+	return timefmt.Duration(d)
 }

@@ -2,7 +2,7 @@ package jobs
 
 import "strings"
 
-// The keys jobs writes beside the throttle engine's (throttle/keys.go), all
+// The keys jobs writes beside the throttle engine's (internal/keyspace), all
 // under the engine's prefix and built here. The part in braces is the Redis
 // Cluster hash tag; user data in it is escaped by keyPart.
 

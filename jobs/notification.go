@@ -17,7 +17,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
 
-	"github.com/notify-throttle/throttler/throttle"
+	"github.com/notify-throttle/throttler/internal/timefmt"
 )
 
 // TypeNotify is the asynq task type of one notification.
@@ -331,10 +331,10 @@ func encode(n Notification) ([]byte, error) {
 // timeouts). Deferrals by the throttle never use it.
 const DefaultMaxRetry = 25
 
-// LoadZone is throttle.LoadZone with the error of a bad notification's
+// LoadZone is timefmt.LoadZone with the error of a bad notification's
 // field tz.
 func LoadZone(name string) (*time.Location, error) {
-	loc, err := throttle.LoadZone(name)
+	loc, err := timefmt.LoadZone(name)
 	if err != nil {
 		return nil, bad("tz", "%v", err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/notify-throttle/throttler/internal/asynqdb"
+	"github.com/notify-throttle/throttler/internal/timefmt"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -125,7 +126,7 @@ func (j *job) deadline() (time.Time, string) {
 	if j.policy.MaxDelay > 0 && j.n.Queued != nil {
 		if m := j.n.Queued.Add(j.policy.MaxDelay); at.IsZero() || m.Before(at) {
 			at, what = m, fmt.Sprintf("max_delay %s of policy %s (until %s)",
-				throttle.FormatDuration(j.policy.MaxDelay), j.n.Policy, m.UTC().Format(time.RFC3339))
+				timefmt.Duration(j.policy.MaxDelay), j.n.Policy, m.UTC().Format(time.RFC3339))
 		}
 	}
 	return at, what

@@ -27,11 +27,11 @@
 //	cluster_book.go booking on a cluster (peek, quotas, commit)
 //	transport.go    running the Lua library: FCALL, or EVALSHA where there are no functions
 //	wire.go         the calling convention shared with lua/admit.lua and the reply it reads
-//	keys.go         key names and hash tags
+//	keys.go         key names, from internal/keyspace
 //
 // Errors: what the Limiter returns starts with "throttle: " and wraps
 // ErrInvalidRequest or ErrInvalidRule where the caller's input is at fault
-// (a *RuleError says which rule and what). Parsers of a single value
-// (LoadZone, ParseQuietRange) describe only the value, as time.LoadLocation
-// does, for the caller to place after the setting's name.
+// (a *RuleError says which rule and what). A parser of a single value
+// (ParseQuietRange) describes only the value, as time.LoadLocation does, for
+// the caller to place after the setting's name.
 package throttle

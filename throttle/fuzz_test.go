@@ -11,121 +11,12 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/notify-throttle/throttler/internal/keyspace/keyspacetest"
 )
 
-// nastySubjects are subjects (and, where valid, task IDs) that try to break
-// a key: hash-tag braces, the key separator, blanks, control bytes, unicode,
-// escapes that look like other subjects, the hashed form's marker, and
-// lengths on both sides of the hashing threshold.
-func nastySubjects() []string {
-	return []string{
-		"{", "}", ":", " ", "\n", "\t", "\x00", "\x7f", "\xff",
-		"{}", "}{", "a{b}c", "a}b{c", "{alice}", "alice:q:mkt", "x}:q:{y",
-		"héllo wörld", "日本語", "🙂", "e\u0301", "\u00e9",
-		"%41", "A", "%2541", "%", "%%", "%4", "#", "#abc", "#" + strings.Repeat("A", 43),
-		"alice@example.com", "+33 6 12 34 56 78", "-", "_", ".", "..",
-		strings.Repeat("x", 1024),
-		strings.Repeat("a", maxEncoded),     // longest readable
-		strings.Repeat("a", maxEncoded+1),   // hashed
-		strings.Repeat("{", maxEncoded/3),   // 126 escaped bytes: readable
-		strings.Repeat("{", maxEncoded/3+1), // 129: hashed
-	}
-}
-
-// decodeSubject inverts the readable (not hashed) form of encodeSubject.
-func decodeSubject(e string) (string, error) {
-	var b strings.Builder
-	for i := 0; i < len(e); i++ {
-		c := e[i]
-		if c != '%' {
-			if !keepByte(c) {
-				return "", fmt.Errorf("byte %q at %d is neither kept nor escaped", c, i)
-			}
-			b.WriteByte(c)
-			continue
-		}
-		if i+2 >= len(e) {
-			return "", fmt.Errorf("truncated escape at %d", i)
-		}
-		var v byte
-		for _, h := range []byte(e[i+1 : i+3]) {
-			switch {
-			case '0' <= h && h <= '9':
-				v = v<<4 | (h - '0')
-			case 'A' <= h && h <= 'F':
-				v = v<<4 | (h - 'A' + 10)
-			default:
-				return "", fmt.Errorf("bad escape %q at %d", e[i:i+3], i)
-			}
-		}
-		if keepByte(v) {
-			return "", fmt.Errorf("escape %q at %d of a byte that is kept as is", e[i:i+3], i)
-		}
-		b.WriteByte(v)
-		i += 2
-	}
-	return b.String(), nil
-}
-
-func checkEncoded(t *testing.T, s string) string {
-	t.Helper()
-	e := encodeSubject(s)
-	if again := encodeSubject(s); again != e {
-		t.Fatalf("encodeSubject(%q) not deterministic: %q then %q", s, e, again)
-	}
-	if len(e) > 130 {
-		t.Errorf("encodeSubject(%q) = %d bytes, want at most 130", s, len(e))
-	}
-	for i := 0; i < len(e); i++ {
-		c := e[i]
-		if c == '{' || c == '}' || c == ':' || c == ' ' || c < 0x20 || c >= 0x7f || !(keepByte(c) || c == '%' || c == '#') {
-			t.Fatalf("encodeSubject(%q) = %q: byte %q at %d", s, e, c, i)
-		}
-	}
-	if strings.HasPrefix(e, "#") {
-		if len(e) != 44 || strings.Contains(e[1:], "#") || strings.Contains(e, "%") {
-			t.Errorf("encodeSubject(%q) = %q: not '#' and 43 base64url bytes", s, e)
-		}
-	} else {
-		if strings.Contains(e, "#") {
-			t.Errorf("encodeSubject(%q) = %q: '#' in the readable form", s, e)
-		}
-		if d, err := decodeSubject(e); err != nil || d != s {
-			t.Errorf("encodeSubject(%q) = %q decodes to %q, %v", s, e, d, err)
-		}
-	}
-	tag := subjectTag(DefaultPrefix, s)
-	if strings.Count(tag, "{") != 1 || strings.Count(tag, "}") != 1 || !strings.HasSuffix(tag, "}") {
-		t.Errorf("subjectTag(%q) = %q: want exactly one hash tag, at its end", s, tag)
-	}
-	return e
-}
-
-func FuzzEncodeSubject(f *testing.F) {
-	nasty := nastySubjects()
-	for i, a := range nasty {
-		f.Add(a, nasty[(i+1)%len(nasty)])
-		f.Add(a, a)
-	}
-	// Pairs whose encodings could meet if escaping or hashing went wrong.
-	for _, p := range [][2]string{
-		{"%41", "A"}, {"%", "%25"}, {"{", "%7B"}, {"}", "%7D"}, {":", "%3A"}, {" ", "%20"}, {"#", "%23"},
-		{"a{b}c", "a%7Bb%7Dc"}, {"\n", "%0A"}, {"\u00e9", "e\u0301"}, {"\u00e9", "%C3%A9"},
-		{strings.Repeat("a", maxEncoded), strings.Repeat("a", maxEncoded+1)},
-		{"#" + strings.Repeat("A", 43), strings.Repeat("x", 1024)},
-	} {
-		f.Add(p[0], p[1])
-	}
-	f.Fuzz(func(t *testing.T, a, b string) {
-		ea, eb := checkEncoded(t, a), checkEncoded(t, b)
-		if a != b && ea == eb && !(strings.HasPrefix(ea, "#") && strings.HasPrefix(eb, "#")) {
-			t.Errorf("encodeSubject(%q) = encodeSubject(%q) = %q", a, b, ea)
-		}
-		if a == b && ea != eb {
-			t.Errorf("encodeSubject(%q) gave %q and %q", a, ea, eb)
-		}
-	})
-}
+// nastySubjects are the subjects (and task IDs) that try to break a key.
+func nastySubjects() []string { return keyspacetest.NastySubjects() }
 
 // validName is the rule-name oracle: 1-64 of A-Z a-z 0-9 _ . -.
 func validName(s string) bool {

@@ -8,17 +8,6 @@ import (
 	"time"
 )
 
-// LoadZone returns the IANA time zone name ("Europe/Paris", "UTC") for
-// calendar windows and quiet hours. "Local" (the host's zone, which differs
-// from host to host) is not one.
-func LoadZone(name string) (*time.Location, error) {
-	loc, err := time.LoadLocation(name)
-	if err != nil || name == "Local" || name == "" {
-		return nil, fmt.Errorf("unknown time zone %q (an IANA zone such as Europe/Paris)", name)
-	}
-	return loc, nil
-}
-
 // QuietRange is a span of local time that recurs daily, or on some
 // weekdays: from From to To after local midnight, starting on the days in
 // Days (all false: every day). To at or before From ends the next day

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/notify-throttle/throttler/internal/timefmt"
 )
 
 // ErrInvalidRule is wrapped by every error that rejects a rule, or a take that
@@ -86,7 +88,7 @@ func checkName(kind, name string) error {
 // checkPer rejects windows the scripts cannot count in (they work in µs).
 func checkPer(where string, per time.Duration) error {
 	if per < time.Millisecond || per > MaxPer {
-		return invalidRule(where, "window must be from 1ms to %s (got %s)", FormatDuration(MaxPer), per)
+		return invalidRule(where, "window must be from 1ms to %s (got %s)", timefmt.Duration(MaxPer), per)
 	}
 	return nil
 }
@@ -106,7 +108,7 @@ type Window struct {
 }
 
 // String returns e.g. "3 per 168h".
-func (w Window) String() string { return fmt.Sprintf("%d per %s", w.Limit, FormatDuration(w.Per)) }
+func (w Window) String() string { return fmt.Sprintf("%d per %s", w.Limit, timefmt.Duration(w.Per)) }
 
 // Quota is a sliding-window quota kept in one sorted set per subject, whose
 // members are task IDs scored by the time they were admitted. Every window is
@@ -224,7 +226,7 @@ func NewBucket(name string, rate float64, burst int) (*Bucket, error) {
 		return nil, err
 	}
 	if fill := float64(burst) / rate; fill > MaxPer.Seconds() {
-		return nil, invalidRule("bucket "+name, "burst %d at %v/s takes longer than %s to fill", burst, rate, FormatDuration(MaxPer))
+		return nil, invalidRule("bucket "+name, "burst %d at %v/s takes longer than %s to fill", burst, rate, timefmt.Duration(MaxPer))
 	}
 	b := &Bucket{name: name, rate: rate, burst: burst}
 	b.plan = "," + strconv.FormatFloat(rate, 'g', -1, 64) + "," + strconv.Itoa(burst)
@@ -332,17 +334,4 @@ func (f *FixedWindow) appendKeys(dst []any, tag string) []any {
 
 func (f *FixedWindow) appendPlan(dst []byte, cost int) []byte {
 	return append(strconv.AppendInt(append(dst, "f,"...), int64(cost), 10), f.plan...)
-}
-
-// FormatDuration writes a window for people: time.Duration.String without
-// its zero units ("168h", "1h30m", "1m").
-func FormatDuration(d time.Duration) string {
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = s[:len(s)-2]
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = s[:len(s)-2]
-	}
-	return s
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/notify-throttle/throttler/config"
+	"github.com/notify-throttle/throttler/internal/timefmt"
 	"github.com/notify-throttle/throttler/jobs"
 	"github.com/notify-throttle/throttler/throttle"
 )
@@ -150,7 +151,7 @@ func runDemo(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient,
 		fmt.Fprintf(out, "  %-18s %d of %d sent:%s\n", r, len(sends), demoEach, b.String())
 		for _, w := range demoWindows {
 			most, closest := demoWindowCheck(sends, w)
-			fmt.Fprintf(out, "  %-18s   at most %d in any %s (allowed %d)%s\n", "", most, throttle.FormatDuration(w.Per), w.Limit, closest)
+			fmt.Fprintf(out, "  %-18s   at most %d in any %s (allowed %d)%s\n", "", most, timefmt.Duration(w.Per), w.Limit, closest)
 		}
 	}
 	fmt.Fprintf(out, "\nWithout booking, each throttled message would wake with the others and be deferred again;\n"+

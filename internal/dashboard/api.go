@@ -16,8 +16,8 @@ import (
 	"github.com/notify-throttle/throttler/campaign"
 	"github.com/notify-throttle/throttler/config"
 	"github.com/notify-throttle/throttler/internal/inspect"
+	"github.com/notify-throttle/throttler/internal/timefmt"
 	"github.com/notify-throttle/throttler/jobs"
-	"github.com/notify-throttle/throttler/throttle"
 )
 
 // Page limits: a list is read limit items at a time.
@@ -141,7 +141,7 @@ type windowView struct {
 func windowViews(ws []inspect.Window) []windowView {
 	var out []windowView
 	for _, w := range ws {
-		out = append(out, windowView{Limit: w.Limit, Per: throttle.FormatDuration(w.Per), PerSeconds: w.Per.Seconds()})
+		out = append(out, windowView{Limit: w.Limit, Per: timefmt.Duration(w.Per), PerSeconds: w.Per.Seconds()})
 	}
 	return out
 }
@@ -157,7 +157,7 @@ func (d *Dashboard) policies(r *http.Request, offset, limit int) page[policyView
 			Calendar: []string{}, Quiet: append([]string{}, c.Quiet...), Timezone: cmp.Or(c.TimeZone, "UTC"),
 			CountsToward: append([]string{}, c.CountsToward...), Shadow: c.Shadow}
 		if c.MaxDelay > 0 {
-			v.MaxDelay = throttle.FormatDuration(c.MaxDelay)
+			v.MaxDelay = timefmt.Duration(c.MaxDelay)
 		}
 		for _, cw := range c.Calendar {
 			v.Calendar = append(v.Calendar, calendarText(cw))
@@ -279,7 +279,7 @@ func (d *Dashboard) recipient(ctx context.Context, r *http.Request, q lookup, of
 		switch {
 		case p.DecidedBy >= 0:
 			w := p.Windows[p.DecidedBy]
-			rp.DecidedBy = fmt.Sprintf("%d per %s", w.Limit, throttle.FormatDuration(w.Per))
+			rp.DecidedBy = fmt.Sprintf("%d per %s", w.Limit, timefmt.Duration(w.Per))
 		case p.DecidedBy == inspect.Booked:
 			rp.DecidedBy = "the bookings made before it (they go in order)"
 		}

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/notify-throttle/throttler/internal/inspect"
-	"github.com/notify-throttle/throttler/throttle"
+	"github.com/notify-throttle/throttler/internal/timefmt"
 )
 
 //go:embed page.html
@@ -50,7 +50,7 @@ func (d *Dashboard) page(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	q := r.URL.Query()
 	data := pageData{Now: time.Now().UTC(), Query: q.Get("recipient"), Zone: q.Get("tz"), Provider: q.Get("provider"),
-		ChartSpan: throttle.FormatDuration(inspect.SendBin * inspect.SendBins)}
+		ChartSpan: timefmt.Duration(inspect.SendBin * inspect.SendBins)}
 	var err error
 	if data.Providers, err = d.providers(ctx, r, 0, defaultLimit); err != nil {
 		writeError(w, err, false)
@@ -113,7 +113,7 @@ func seconds(s float64) string {
 	if s <= 0 {
 		return "0s"
 	}
-	return throttle.FormatDuration(time.Duration(s * float64(time.Second)).Round(time.Millisecond))
+	return timefmt.Duration(time.Duration(s * float64(time.Second)).Round(time.Millisecond))
 }
 
 func countOrDash(p *float64) string {

@@ -19,13 +19,15 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/notify-throttle/throttler/internal/keyspace"
 )
 
-// SendBins and SendBin shape the sends-per-second series of a provider: 30
-// bins of 10 s, the last five minutes (the bucket's own count).
+// SendBins and SendBin shape the sends-per-second series of a provider: the
+// bins its bucket counts in (30 of 10 s, the last five minutes).
 const (
-	SendBins = 30
-	SendBin  = 10 * time.Second
+	SendBins = keyspace.SentBins
+	SendBin  = keyspace.SentBin * time.Microsecond
 )
 
 // Policy is a recipient policy as the config defines it.

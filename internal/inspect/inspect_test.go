@@ -54,7 +54,7 @@ func (f *fixture) admit(t *testing.T, id, recipient string, maxWait time.Duratio
 }
 
 // TestKeysMatchEngine admits through the engine with subjects that need
-// encoding and finds its keys where keys.go says they are.
+// encoding and finds its keys where keyspace says they are.
 func TestKeysMatchEngine(t *testing.T) {
 	f := newFixture(t, standalone(t))
 	ctx := context.Background()

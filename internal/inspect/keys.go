@@ -2,99 +2,42 @@ package inspect
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/base64"
 	"math"
 	"sort"
 	"strconv"
-	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/notify-throttle/throttler/internal/keyspace"
 )
 
 // Every read here is a command the least-privilege ACL in config.yaml allows
 // (ZRANGE with BYSCORE and REV rather than ZREVRANGEBYSCORE, for one).
 //
-// Everything this package knows about how the throttle engine lays out its
-// state in Redis is in this file: the key names (throttle/keys.go) and what
-// the values hold (lua/rules.lua). When the engine changes its layout, this
-// file changes with it; the rest of the package reads through it.
-//
-//	<prefix>{<subject>}:q:<policy>      quota: sorted set, member task ID
-//	                                    (a take of cost n adds ID\x1f2..n),
-//	                                    score the admission's µs (Redis TIME)
-//	<prefix>{<subject>}:b:<provider>    bucket: hash p (a pause's end, µs)
-//	                                    and, per 10 s bin (field: the bin's
-//	                                    number, µs / 10^7), the tokens taken
-//	                                    in it; kept 5 minutes
-//	<prefix>{<subject>}:b:<provider>:slots calendar: sorted set, member the
-//	                                    start of a busy span (µs; 0 for one
-//	                                    that started when it was written),
-//	                                    score its end: the slots taken or
-//	                                    booked; and
-//	                                    marks of the key's life, member '-'
-//	                                    and µs, score 0 (read from now: none)
-//	<prefix>{<subject>}:b:<provider>:held  ledger: sorted set, member a task
-//	                                    that took a slot to go, score the
-//	                                    slot's start; until the slot ends
-//	<prefix>{<subject>}:b:<provider>:book  tickets: sorted set, member a
-//	                                    booked task (ID, then \x1e and the
-//	                                    cost when not 1), score its slot's
-//	                                    start; kept unclaimed for grace
-//
-// A recipient's bookings are its quota entries ahead of now (a booked task's
-// entries sit at its moment); a provider's are its tickets, and the slots
-// ahead of now in its ledger, of tasks sleeping until their moment.
-//
-// A provider's bucket has the provider's name as both subject and rule.
-
-// maxEncoded is the longest encoded subject the engine keeps readable.
-const maxEncoded = 128
-
-// grace is how long after its moment a booking nobody claimed is kept
-// (lua/book.lua GRACE): a task that wakes late still holds it.
-const grace = 10 * 60 * 1000000 // µs
-
-// sentBin is the width of the bucket hash's bins (lua/rules.lua SENT_BIN).
-const sentBin = 10000000 // µs
-
-// keepByte and encodeSubject are the engine's subject encoding
-// (throttle/keys.go), which is unexported there; TestKeysMatchEngine admits
-// through the engine and finds its keys where these say.
-func keepByte(c byte) bool {
-	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
-		c == '-' || c == '_' || c == '.' || c == '@' || c == '+'
-}
-
-func encodeSubject(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; keepByte(c) {
-			b.WriteByte(c)
-		} else {
-			b.WriteString("%" + strings.ToUpper(strconv.FormatUint(uint64(c)>>4, 16)+strconv.FormatUint(uint64(c)&15, 16)))
-		}
-	}
-	if b.Len() > maxEncoded {
-		sum := sha256.Sum256([]byte(s))
-		return "#" + base64.RawURLEncoding.EncodeToString(sum[:])
-	}
-	return b.String()
-}
-
-func tag(prefix, subject string) string { return prefix + "{" + encodeSubject(subject) + "}" }
+// The engine's layout in Redis, key names and what they hold, is
+// internal/keyspace's; the reads of this file are the only code here that
+// knows it. A provider's bucket has the provider's name as both subject and
+// rule.
 
 func quotaKey(prefix, recipient, policy string) string {
-	return tag(prefix, recipient) + ":q:" + policy
+	return keyspace.Quota(keyspace.Tag(prefix, recipient), policy)
 }
 
-func bucketKey(prefix, provider string) string { return tag(prefix, provider) + ":b:" + provider }
+func bucketKey(prefix, provider string) string {
+	return keyspace.Bucket(keyspace.Tag(prefix, provider), provider)
+}
 
-func ledgerKey(prefix, provider string) string { return bucketKey(prefix, provider) + ":held" }
+func ledgerKey(prefix, provider string) string {
+	return keyspace.Ledger(keyspace.Tag(prefix, provider), provider)
+}
 
-func bookKey(prefix, provider string) string { return bucketKey(prefix, provider) + ":book" }
+func bookKey(prefix, provider string) string {
+	return keyspace.Book(keyspace.Tag(prefix, provider), provider)
+}
 
-func slotsKey(prefix, provider string) string { return bucketKey(prefix, provider) + ":slots" }
+func slotsKey(prefix, provider string) string {
+	return keyspace.Slots(keyspace.Tag(prefix, provider), provider)
+}
 
 // us converts a score or field in µs to an int64; 0 when it is not a number.
 func us(s string) int64 {
@@ -126,7 +69,7 @@ func readBucket(p redis.Pipeliner, ctx context.Context, prefix, provider string,
 // gives the µs a pause (a provider's 429) lasts until, or 0 when it has
 // ended.
 func readPause(p redis.Pipeliner, ctx context.Context, prefix, provider string) func(now int64) int64 {
-	s := p.HGet(ctx, bucketKey(prefix, provider), "p")
+	s := p.HGet(ctx, bucketKey(prefix, provider), keyspace.PauseField)
 	return func(now int64) int64 {
 		if at := us(s.Val()); at > now {
 			return at
@@ -143,10 +86,10 @@ func readSends(p redis.Pipeliner, ctx context.Context, prefix, provider string, 
 	return func() []int64 {
 		out := make([]int64, n)
 		for f, v := range all.Val() {
-			if f == "p" {
+			if f == keyspace.PauseField {
 				continue
 			}
-			at := us(f) * sentBin
+			at := us(f) * keyspace.SentBin
 			if i := n - 1 - int((now-at)/width); at <= now && i >= 0 && i < n {
 				out[i] += us(v)
 			}
@@ -173,13 +116,13 @@ type Booking struct {
 }
 
 // readProviderBookings queues the reads of what a provider holds for tasks:
-// its tickets (booked slots, unclaimed ones for grace after them) and the
+// its tickets (booked slots, unclaimed ones for keyspace.Grace after them) and the
 // slots in its ledger of tasks that go after now, sleeping until their
 // moment. A slot of start V lets its task go up to slack (µs: the burst
 // less one, over the rate) before V: a task's moment is shown as V - slack,
 // and so is how far ahead the provider is booked.
 func readProviderBookings(p redis.Pipeliner, ctx context.Context, prefix, provider string, now, slack int64, limit int) func() Bookings {
-	tickets := readBookings(p, ctx, bookKey(prefix, provider), now-grace, now, limit)
+	tickets := readBookings(p, ctx, bookKey(prefix, provider), now-keyspace.Grace, now, limit)
 	reserved := readBookings(p, ctx, ledgerKey(prefix, provider), now+slack, now, limit)
 	return func() Bookings {
 		b := merge(tickets(), reserved(), limit)
@@ -215,7 +158,7 @@ func readBookings(p redis.Pipeliner, ctx context.Context, key string, from, now 
 		}
 		for _, z := range first.Val() {
 			if m, _ := z.Member.(string); len(b.Tasks) < limit {
-				b.Tasks = append(b.Tasks, Booking{Task: taskOf(m), At: int64(z.Score)})
+				b.Tasks = append(b.Tasks, Booking{Task: keyspace.TaskOf(m), At: int64(z.Score)})
 			}
 		}
 		return b
@@ -230,14 +173,6 @@ func merge(a, b Bookings, limit int) Bookings {
 		out.Tasks = out.Tasks[:limit]
 	}
 	return out
-}
-
-// taskOf returns the task ID of a quota member (a take of cost n holds ID,
-// ID\x1f2, ..., ID\x1fn) or of a ticket (ID, then \x1e and the cost).
-func taskOf(member string) string {
-	id, _, _ := strings.Cut(member, "\x1f")
-	id, _, _ = strings.Cut(id, "\x1e")
-	return id
 }
 
 // readEntries queues the reads of a recipient's quota under one policy:
@@ -277,7 +212,7 @@ func readEntries(p redis.Pipeliner, ctx context.Context, key string, now int64, 
 		}
 		for _, z := range page.Val() {
 			m, _ := z.Member.(string)
-			q.entries = append(q.entries, Booking{Task: taskOf(m), At: int64(z.Score)})
+			q.entries = append(q.entries, Booking{Task: keyspace.TaskOf(m), At: int64(z.Score)})
 		}
 		return q
 	}

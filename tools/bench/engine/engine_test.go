@@ -107,7 +107,7 @@ func newBenchEnv(b *testing.B) *benchEnv {
 }
 
 // quotaKey returns the engine's key of a recipient's benchQuota entries
-// (throttle/keys.go: prefix, hash tag, kind, rule), for recipients whose
+// (internal/keyspace: prefix, hash tag, kind, rule), for recipients whose
 // addresses the engine keeps as they are. BenchmarkQuotaMemory fails if the
 // engine does not read the keys built here.
 func quotaKey(recipient string) string {

@@ -77,7 +77,7 @@ providers:
 defaults: {policy: marketing, provider: hook, queue: default}
 `
 
-// The provider's keys (throttle/keys.go): its bucket's state hash, the
+// The provider's keys (internal/keyspace): its bucket's state hash, the
 // ledger of who took each token, the bookings (tickets).
 const (
 	bucketStateKey = "throttle:{" + bookProvider + "}:b:" + bookProvider

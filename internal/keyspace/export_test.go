@@ -1,0 +1,4 @@
+package keyspace
+
+// KeepByte is keepByte, for the encoder's tests.
+var KeepByte = keepByte

@@ -1,0 +1,157 @@
+// Package keyspace is the throttle engine's layout in Redis: the name of
+// every key the engine writes and what each holds. The engine (throttle,
+// whose Lua in lua/ writes the values) and the operator's read-only views
+// (internal/inspect) both name keys here, so the two cannot drift apart.
+//
+// A key is
+//
+//	<prefix>{<subject>}:<kind>:<rule>
+//
+// The subject (a recipient, a provider) is the Redis Cluster hash tag, so all
+// the rules of one subject share a slot and are admitted by one script call.
+// Rule names are restricted by the engine at construction; subjects are
+// arbitrary user data and are encoded by EncodeSubject so that none can
+// reach another's keys or break the hash tag. Times are µs of Redis TIME.
+//
+//	Quota     :q:<rule>         sorted set: member a task ID (a take of cost
+//	                            n adds ID, ID\x1f2, ..., ID\x1fn: TaskOf),
+//	                            score its admission, or its booked moment
+//	                            ahead of now; pruned past the longest window
+//	Bucket    :b:<rule>         hash: PauseField, the end of a pause (a
+//	                            provider's 429); and per SentBin-wide bin
+//	                            (field: µs / SentBin), the tokens taken in
+//	                            it, the last SentBins bins kept
+//	Slots     :b:<rule>:slots   the bucket's calendar: sorted set, member the
+//	                            start of a busy span (0 for one that started
+//	                            when it was written), score its end; and
+//	                            marks of the key's life, member '-' and µs,
+//	                            score 0 (so no read from now sees one)
+//	Ledger    :b:<rule>:held    sorted set: member a task that took a slot,
+//	                            score the slot's start; kept until the slot
+//	                            ends and the engine's Options.Remember more
+//	Book      :b:<rule>:book    the tickets: sorted set, member a booked task
+//	                            (ID, then \x1e and the cost when not 1),
+//	                            score its slot's start; kept unclaimed for
+//	                            Grace after it
+//	Fair      :b:<rule>:fair    hash: per waiting tenant (sender) of the
+//	                            bucket "F,G,w,E" (last place, gate, weight,
+//	                            end of its wait), and the line's totals
+//	                            under "\0W", "\0J", "\0P" (lua/book.lua)
+//	Tenants   :b:<rule>:tenants sorted set: member a tenant of Fair, score
+//	                            the end of its wait, for its expiry
+//	Fixed     :f:<rule>         hash: w the window's start, n its count, and
+//	                            i:<ID> each counted task's cost
+//	Calendar  :c:<rule>         sorted set: member a task ID (as Quota's),
+//	                            score its moment; pruned before now's window
+//
+// A recipient's bookings are its quota entries ahead of now (a booked task's
+// entries sit at its moment); a provider's are its tickets, and the slots
+// ahead of now in its ledger, of tasks sleeping until their moment.
+package keyspace
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"fmt"
+	"strings"
+)
+
+// DefaultPrefix starts every key unless the engine is given another.
+const DefaultPrefix = "throttle:"
+
+// MaxEncoded is the longest encoded subject kept readable; longer ones are
+// hashed.
+const MaxEncoded = 128
+
+// The values the Lua writes that readers must agree on. Each is a constant
+// of the Lua too; TestConstantsMatchLua checks they are the same.
+const (
+	// Grace is how long after its moment a ticket nobody claimed is kept
+	// (lua/book.lua GRACE): a task that wakes late still holds it.
+	Grace = 10 * 60 * 1000000 // µs
+	// SentBin is the width of the Bucket hash's bins (lua/rules.lua
+	// SENT_BIN), SentBins how many are kept (SENT_BINS).
+	SentBin  = 10000000 // µs
+	SentBins = 30
+	// PauseField is the Bucket hash's field of a pause's end.
+	PauseField = "p"
+)
+
+// keepByte reports whether a subject byte is kept as is.
+func keepByte(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
+		c == '-' || c == '_' || c == '.' || c == '@' || c == '+'
+}
+
+// EncodeSubject maps any subject to a string of [A-Za-z0-9-_.@+%#] with no
+// braces or colons, one-to-one up to SHA-256 collisions: bytes outside the
+// kept set are written %XX (so '%' itself is escaped), and an encoding longer
+// than MaxEncoded is replaced by '#' and the base64url SHA-256 of the subject
+// ('#' never appears in the escaped form, so the two forms cannot meet).
+func EncodeSubject(s string) string {
+	n := 0
+	for i := 0; i < len(s); i++ {
+		if keepByte(s[i]) {
+			n++
+		} else {
+			n += 3
+		}
+	}
+	if n > MaxEncoded {
+		sum := sha256.Sum256([]byte(s))
+		return "#" + base64.RawURLEncoding.EncodeToString(sum[:])
+	}
+	if n == len(s) {
+		return s
+	}
+	const hex = "0123456789ABCDEF"
+	var b strings.Builder
+	b.Grow(n)
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if keepByte(c) {
+			b.WriteByte(c)
+			continue
+		}
+		b.WriteByte('%')
+		b.WriteByte(hex[c>>4])
+		b.WriteByte(hex[c&15])
+	}
+	return b.String()
+}
+
+// Tag returns "<prefix>{<encoded subject>}", the start of every key of that
+// subject: the key builders below take it.
+func Tag(prefix, subject string) string {
+	return prefix + "{" + EncodeSubject(subject) + "}"
+}
+
+// The keys of a subject's rules, from the subject's Tag; what each holds is
+// in the package comment.
+
+func Quota(tag, rule string) string    { return tag + ":q:" + rule }
+func Bucket(tag, rule string) string   { return tag + ":b:" + rule }
+func Ledger(tag, rule string) string   { return tag + ":b:" + rule + ":held" }
+func Book(tag, rule string) string     { return tag + ":b:" + rule + ":book" }
+func Slots(tag, rule string) string    { return tag + ":b:" + rule + ":slots" }
+func Fair(tag, rule string) string     { return tag + ":b:" + rule + ":fair" }
+func Tenants(tag, rule string) string  { return tag + ":b:" + rule + ":tenants" }
+func Fixed(tag, rule string) string    { return tag + ":f:" + rule }
+func Calendar(tag, rule string) string { return tag + ":c:" + rule }
+
+// TaskOf returns the task ID of a Quota or Calendar member (a take of cost n
+// holds ID, ID\x1f2, ..., ID\x1fn) or of a ticket in Book (ID, then \x1e and
+// the cost).
+func TaskOf(member string) string {
+	id, _, _ := strings.Cut(member, "\x1f")
+	id, _, _ = strings.Cut(id, "\x1e")
+	return id
+}
+
+// CheckPrefix rejects a key prefix that would take over the hash tag.
+func CheckPrefix(p string) error {
+	if strings.ContainsAny(p, "{}") {
+		return fmt.Errorf("key prefix %q: must not contain '{' or '}'", p)
+	}
+	return nil
+}
