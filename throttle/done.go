@@ -10,15 +10,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// A task's done marker says it needs no admission any more: a redelivered
-// task whose message was sent completes without taking or giving back
-// anything (Request.CheckDone). The marker is the engine's key, with the
-// task ID as its hash tag, so on a cluster it lives in the task's own slot;
-// every other engine key has '{' right after the prefix, so none can meet
-// it. Its value is the moment the caller marked it (Unix ms, for people).
-
-// doneKey is task id's done marker: "<prefix>done:{<id>}".
-func doneKey(prefix, id string) string { return prefix + "done:{" + id + "}" }
+// A task's done marker (internal/keyspace: Done) says it needs no admission
+// any more: a redelivered task whose message was sent completes without
+// taking or giving back anything (Request.CheckDone).
 
 // MarkDone marks task id done for ttl, noting at (the caller's clock: a
 // note for people, never used in a decision).

@@ -29,6 +29,7 @@ func fairKey(tag, rule string) string     { return keyspace.Fair(tag, rule) }
 func tenantsKey(tag, rule string) string  { return keyspace.Tenants(tag, rule) }
 func fixedKey(tag, rule string) string    { return keyspace.Fixed(tag, rule) }
 func calendarKey(tag, rule string) string { return keyspace.Calendar(tag, rule) }
+func doneKey(prefix, id string) string    { return keyspace.Done(prefix, id) }
 
 // checkPrefix rejects prefixes that would take over the hash tag.
 func checkPrefix(p string) error {

@@ -18,7 +18,8 @@
 //	                            score its admission, or its booked moment
 //	                            ahead of now; pruned past the longest window
 //	Bucket    :b:<rule>         hash: PauseField, the end of a pause (a
-//	                            provider's 429); and per SentBin-wide bin
+//	                            provider's 429); r, the rate its calendar is
+//	                            laid at (lua/repace.lua); and per SentBin-wide bin
 //	                            (field: µs / SentBin), the tokens taken in
 //	                            it, the last SentBins bins kept
 //	Slots     :b:<rule>:slots   the bucket's calendar: sorted set, member the
@@ -43,6 +44,15 @@
 //	                            i:<ID> each counted task's cost
 //	Calendar  :c:<rule>         sorted set: member a task ID (as Quota's),
 //	                            score its moment; pruned before now's window
+//
+// One key is a task's, not a subject's: its done marker,
+//
+//	Done      <prefix>done:{<task ID>}  string: the moment the caller marked the
+//	                            task done (Unix ms, its clock, for people),
+//	                            expiring when the caller says
+//
+// whose hash tag is the task ID (on a cluster it lives in the task's slot);
+// every other key has '{' right after the prefix, so none can meet it.
 //
 // A recipient's bookings are its quota entries ahead of now (a booked task's
 // entries sit at its moment); a provider's are its tickets, and the slots
@@ -138,6 +148,9 @@ func Fair(tag, rule string) string     { return tag + ":b:" + rule + ":fair" }
 func Tenants(tag, rule string) string  { return tag + ":b:" + rule + ":tenants" }
 func Fixed(tag, rule string) string    { return tag + ":f:" + rule }
 func Calendar(tag, rule string) string { return tag + ":c:" + rule }
+
+// Done is task id's done marker (see the package comment).
+func Done(prefix, id string) string { return prefix + "done:{" + id + "}" }
 
 // TaskOf returns the task ID of a Quota or Calendar member (a take of cost n
 // holds ID, ID\x1f2, ..., ID\x1fn) or of a ticket in Book (ID, then \x1e and

@@ -128,6 +128,9 @@ func TestKeys(t *testing.T) {
 			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
 		}
 	}
+	if got, want := keyspace.Done("t:", "job-1"), "t:done:{job-1}"; got != want {
+		t.Errorf("done: %q, want %q", got, want)
+	}
 }
 
 func TestTaskOf(t *testing.T) {
