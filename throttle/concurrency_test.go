@@ -219,7 +219,7 @@ func TestConcurrencyChild(t *testing.T) {
 			}
 			note(first)
 			if first.Allowed() {
-				res.Allowed() = append(res.Allowed(), id)
+				res.Allowed = append(res.Allowed, id)
 				if first.Outcome == Repeated {
 					res.Problems = append(res.Problems, fmt.Sprintf("%s: first admission is repeated: %+v", id, first))
 				}
@@ -241,7 +241,7 @@ func TestConcurrencyChild(t *testing.T) {
 			note(again)
 			switch {
 			case first.Allowed() && again.Allowed() && again.Outcome == Repeated:
-				res.Outcome == Repeated++
+				res.Repeated++
 			case first.Allowed():
 				res.Problems = append(res.Problems, fmt.Sprintf("%s: allowed, then %+v; want allowed and repeated", id, again))
 			case again.Allowed():
@@ -286,7 +286,7 @@ func TestConcurrencyChild(t *testing.T) {
 	close(start)
 	wg.Wait()
 
-	sort.Strings(res.Allowed())
+	sort.Strings(res.Allowed)
 	out, err := json.Marshal(res)
 	if err != nil {
 		t.Fatal(err)
@@ -374,7 +374,7 @@ func raceScenario(t *testing.T, exe string, rdb redis.UniversalClient, addrs []s
 	var allowed []string
 	denied, repeated := 0, 0
 	for _, r := range results {
-		allowed = append(allowed, r.Allowed()...)
+		allowed = append(allowed, r.Allowed...)
 		denied += r.Denied
 		repeated += r.Repeated
 		for _, e := range r.Errors {
@@ -384,7 +384,7 @@ func raceScenario(t *testing.T, exe string, rdb redis.UniversalClient, addrs []s
 			t.Errorf("child %d: %s", r.Proc, p)
 		}
 		t.Logf("child %d: %d allowed, %d denied; barrier opened %s, sent from %s, replies within %s; Redis decided from %s over %s",
-			r.Proc, len(r.Allowed()), r.Denied, time.Unix(0, r.StartNS).Format("15:04:05.000000"), time.Unix(0, r.SentNS).Format("15:04:05.000000"),
+			r.Proc, len(r.Allowed), r.Denied, time.Unix(0, r.StartNS).Format("15:04:05.000000"), time.Unix(0, r.SentNS).Format("15:04:05.000000"),
 			time.Duration(r.DoneNS-r.SentNS), time.UnixMicro(r.FirstUS).Format("15:04:05.000000"),
 			time.Duration(r.LastUS-r.FirstUS)*time.Microsecond)
 	}
