@@ -79,6 +79,7 @@ func bookKey(tag, rule string) string     { return tag + ":b:" + rule + ":book" 
 func slotsKey(tag, rule string) string    { return tag + ":b:" + rule + ":slots" }
 func fairKey(tag, rule string) string     { return tag + ":b:" + rule + ":fair" }
 func tenantsKey(tag, rule string) string  { return tag + ":b:" + rule + ":tenants" }
+func placesKey(tag, rule string) string   { return tag + ":b:" + rule + ":places" }
 func fixedKey(tag, rule string) string    { return tag + ":f:" + rule }
 func calendarKey(tag, rule string) string { return tag + ":c:" + rule }
 
