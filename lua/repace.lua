@@ -6,7 +6,8 @@
 --
 -- Slots are laid at the rate of the call that takes them, so a rate changed
 -- in the config leaves the work already waiting on its old pace: booked
--- slots, tenants' gates and lines, the join cursor. repace scales all of it
+-- slots, tenants' gates and lines, the places of the tasks in line, the
+-- join cursor. repace scales all of it
 -- around now by k = old rate / new rate, the factor by which a slot's length
 -- changes: a moment t after now becomes now + (t - now) k. Scaling keeps the
 -- order of the waiting work and leaves no two slots overlapping, so the
@@ -24,10 +25,9 @@
 -- call it after a reload, and only the first one scales.
 --
 -- Returns {now, k (x 1e6; 0: nothing scaled)}. The caller scales the
--- moments it keeps the same way: the places of the tasks in line and their
--- wake-ups (jobs.Repace). A task holding a ticket keeps its wake-up: it
--- comes back early (lowered: told its new moment, one more call) or late
--- (raised: it books again), once; tickets reach book_ahead at most.
+-- moments it keeps the same way: the wake-ups of the tasks waiting
+-- (jobs.Repace). One pass over every place in line: a rare call, whose cost
+-- grows with the line (docs/booking.md, A change of rate).
 
 -- scale_at returns the moment t scaled around now by k (µs, whole): moments
 -- up to now stay. One rounding for every moment, so spans that touched
@@ -51,14 +51,23 @@ local function scale_calendar(cal, now, k)
   extend(cal, ceil_ms(last - now + CAL_LIFE))
 end
 
+-- ZADD_BATCH is how many members scale_set writes per ZADD: a line of
+-- 100,000 places is 200 commands, not 100,000.
+local ZADD_BATCH = 500
+
 -- scale_set scales the scores after now of a set of moments (tickets, the
--- tenants' expiries).
+-- tenants' expiries, places in line).
 local function scale_set(set, now, k)
   local z = rcall('ZRANGEBYSCORE', set, '(' .. int(now), '+inf', 'WITHSCORES')
-  local last = now
+  local last, zargs, n = now, {}, 0
   for j = 1, #z, 2 do
     local v = scale_at(tonum(z[j + 1]), now, k)
-    rcall('ZADD', set, int(v), z[j])
+    zargs[2 * n + 1], zargs[2 * n + 2] = fmt('%d', v), z[j]
+    n = n + 1
+    if n == ZADD_BATCH or j + 1 == #z then
+      rcall('ZADD', set, unpack_(zargs, 1, 2 * n))
+      n = 0
+    end
     if v > last then last = v end
   end
   if #z > 0 then extend(set, ceil_ms(last - now + GRACE)) end
@@ -107,5 +116,6 @@ local function repace(keys, args)
   scale_calendar(cal, now, k)
   scale_set(book, now, k)
   scale_tenants(keys[5], keys[6], now, k)
+  scale_set(keys[7], now, k)
   return {now, ceil(k * 1e6)}
 end
