@@ -142,7 +142,7 @@ func TestWorkerClockSkew(t *testing.T) {
 			r := ref.Decisions[i]
 			// Delays count down from slightly different moments of each
 			// run; a worker's clock would put them 600s off.
-			if d.Allowed() != r.Allowed() || abs(d.DelayMS-r.DelayMS) > 2000 {
+			if d.Allowed != r.Allowed || abs(d.DelayMS-r.DelayMS) > 2000 {
 				t.Errorf("skew %+ds, decision %d: %+v, unskewed %+v", skew, i, d, r)
 			}
 		}

@@ -281,16 +281,16 @@ func checkEngine(ctx context.Context, t *testing.T, lim *throttle.Limiter, q *th
 	req := func(id string) throttle.Request {
 		return throttle.Request{ID: id, Takes: []throttle.Take{{Rule: q, Subject: "engine"}, {Rule: b, Subject: "gw"}}}
 	}
-	if d, err := lim.Admit(ctx, req("e1")); err != nil || !d.Allowed {
+	if d, err := lim.Admit(ctx, req("e1")); err != nil || !d.Allowed() {
 		t.Fatalf("Admit e1: %+v, %v; want allowed", d, err)
 	}
-	if d, err := lim.Admit(ctx, req("e2")); err != nil || d.Allowed {
+	if d, err := lim.Admit(ctx, req("e2")); err != nil || d.Allowed() {
 		t.Fatalf("Admit e2: %+v, %v; want denied by the quota", d, err)
 	}
 	if n, err := lim.Release(ctx, req("e1")); err != nil || n != 2 {
 		t.Fatalf("Release e1: %d, %v; want 2 takes given back", n, err)
 	}
-	if d, err := lim.Admit(ctx, req("e2")); err != nil || !d.Allowed {
+	if d, err := lim.Admit(ctx, req("e2")); err != nil || !d.Allowed() {
 		t.Fatalf("Admit e2 after the release: %+v, %v; want allowed", d, err)
 	}
 }
