@@ -257,8 +257,8 @@ func testBookingKill9(t *testing.T, cfg fleetConfig) {
 }
 
 // placesInLine returns the tasks waiting in asynq's retry set for their
-// place in line (past the horizon) and each one's place, noted in its task
-// hash.
+// place in line (past the horizon) and each one's place, as the provider's
+// bucket notes it.
 func (f *fleet) placesInLine() map[string]time.Time {
 	f.t.Helper()
 	ts, err := f.insp.ListRetryTasks(fleetQueue, asynq.PageSize(1000))
@@ -270,11 +270,11 @@ func (f *fleet) placesInLine() map[string]time.Time {
 		if !strings.HasPrefix(ti.LastErr, "in line for") {
 			continue
 		}
-		place, err := f.rdb.HGet(context.Background(), "asynq:{"+fleetQueue+"}:t:"+ti.ID, "thr").Int64()
+		place, err := f.rdb.ZScore(context.Background(), placesKey, ti.ID).Result()
 		if err != nil {
 			f.t.Fatalf("place of %s: %v", ti.ID, err)
 		}
-		got[ti.ID] = time.UnixMicro(place)
+		got[ti.ID] = time.UnixMicro(int64(place))
 	}
 	return got
 }

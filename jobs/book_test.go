@@ -92,6 +92,12 @@ func TestBookingWorksAtAnyInlineWait(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// The worker's default margin (config worker.window_margin):
+			// what keeps the windows at the provider when one send leaves
+			// later than the next, as on this busy machine.
+			if q, err = q.WithMargin(250 * time.Millisecond); err != nil {
+				t.Fatal(err)
+			}
 			b, err := throttle.NewBucket("gw", 1000, 100)
 			if err != nil {
 				t.Fatal(err)
@@ -125,9 +131,9 @@ func TestBookingWorksAtAnyInlineWait(t *testing.T) {
 					sent = append(sent, h.sent[fmt.Sprintf("r%d-%d", r, i)])
 				}
 				slices.SortFunc(sent, func(a, b time.Time) int { return a.Compare(b) })
-				// Moments granted a window apart arrive a little closer when
-				// one send leaves later than the next on a busy machine.
-				const slop = 150 * time.Millisecond
+				// The rules themselves, at the provider: the margin absorbs
+				// a send that leaves later than the next.
+				const slop = 0
 				for i := 1; i < len(sent); i++ {
 					if gap := sent[i].Sub(sent[i-1]); gap < time.Second-slop {
 						t.Errorf("r%d: sends %d and %d %s apart under 1 per second", r, i-1, i, gap)

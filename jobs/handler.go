@@ -54,8 +54,8 @@ type Throttle struct {
 	Book bool
 	// BookAhead, with Book, is how far ahead a job may hold its provider's
 	// slot (throttle.Request.BookAhead): a job further back is given a place
-	// in its tenant's line, noted in its asynq task hash, and books when it
-	// comes back at that place. Zero books as far ahead as needed.
+	// in its tenant's line, and books when it comes back at that place.
+	// Zero books as far ahead as needed.
 	BookAhead time.Duration
 	// Backlog, if set (and running), tells whether jobs wait in the queues
 	// unseen: a job that books then takes a place in its tenant's line

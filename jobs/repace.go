@@ -18,11 +18,11 @@ import (
 )
 
 // A provider's rate changed in the config (a reload, or a start with a new
-// file) leaves the work waiting on it on its old pace: its booked slots and
-// tenants' lines in Redis, and the wake-ups of the tasks placed in line in
+// file) leaves the work waiting on it on its old pace: its booked slots,
+// tenants' lines and places in Redis, and the wake-ups of its tasks in
 // asynq. Repace moves both to the new rate: the throttle scales the moments
-// it holds around now (throttle.Limiter.Repace), and the tasks placed in
-// line get their places and wake-ups scaled the same way, so a raised rate
+// it holds around now (throttle.Limiter.Repace), and the wake-ups of the
+// provider's waiting tasks are scaled the same way, so a raised rate
 // drains what waits at the new pace at once and a lowered one spreads it
 // out, each task coming back once. The scan of the retry sets costs one
 // read per waiting task, once per change, never per message.
@@ -36,9 +36,10 @@ var repaceScript = redis.NewScript(repaceSource)
 const repaceBatch = 500
 
 // Repace moves the waiting work of each provider whose rate changed to its
-// new rate (see above), looking for placed tasks in queues; rdb is asynq's
-// Redis. It returns how many tasks it moved. Every worker may call it after
-// a reload: only the first to reach a provider's bucket scales its work.
+// new rate (see above), looking for its waiting tasks in queues; rdb is
+// asynq's Redis. It returns how many tasks it moved. Every worker may call
+// it after a reload: only the first to reach a provider's bucket scales its
+// work.
 func (t *Throttle) Repace(ctx context.Context, rdb redis.UniversalClient, queues []string) (int, error) {
 	rs := t.rules()
 	moved := 0
@@ -57,7 +58,7 @@ func (t *Throttle) Repace(ctx context.Context, rdb redis.UniversalClient, queues
 		n, err := repaceQueued(ctx, rdb, queues, name, now, k)
 		moved += n
 		t.Log.Info("provider rate changed: waiting work re-paced", "provider", name, "rate", route.Bucket.String(),
-			"factor", strconv.FormatFloat(k, 'g', 4, 64), "placed_tasks_moved", n)
+			"factor", strconv.FormatFloat(k, 'g', 4, 64), "waiting_tasks_moved", n)
 		if err != nil {
 			return moved, err
 		}
@@ -65,8 +66,8 @@ func (t *Throttle) Repace(ctx context.Context, rdb redis.UniversalClient, queues
 	return moved, nil
 }
 
-// repaceQueued scales the places (and wake-ups) of provider's tasks placed
-// in line in queues around now by k.
+// repaceQueued scales the wake-ups of provider's tasks waiting in queues'
+// retry sets around now by k.
 func repaceQueued(ctx context.Context, rdb redis.UniversalClient, queues []string, provider string, now time.Time, k float64) (int, error) {
 	moved := 0
 	for _, q := range queues {
@@ -89,8 +90,8 @@ func repaceQueued(ctx context.Context, rdb redis.UniversalClient, queues []strin
 	return moved, nil
 }
 
-// repaceBatchOf moves the tasks of z (members of queue q's retry set) that
-// are provider's and placed in line.
+// repaceBatchOf moves the wake-ups of the tasks of z (members of queue q's
+// retry set) that are provider's.
 func repaceBatchOf(ctx context.Context, rdb redis.UniversalClient, q string, z []redis.Z, provider string, now time.Time, k float64) (int, error) {
 	if len(z) == 0 {
 		return 0, nil
@@ -98,32 +99,26 @@ func repaceBatchOf(ctx context.Context, rdb redis.UniversalClient, q string, z [
 	if err := repaceScript.Load(ctx, rdb).Err(); err != nil {
 		return 0, fmt.Errorf("jobs: repace %s: load the script: %w", provider, err)
 	}
-	reads := make([]*redis.SliceCmd, len(z))
+	reads := make([]*redis.StringCmd, len(z))
 	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, e := range z {
-			reads[i] = p.HMGet(ctx, asynqdb.TaskKey(q, e.Member.(string)), "msg", asynqdb.PlaceField)
+			reads[i] = p.HGet(ctx, asynqdb.TaskKey(q, e.Member.(string)), "msg")
 		}
 		return nil
 	})
-	if err != nil {
+	if err != nil && err != redis.Nil {
 		return 0, fmt.Errorf("jobs: repace %s: read tasks of %s: %w", provider, q, err)
 	}
 	var moves []*redis.Cmd
 	_, err = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, e := range z {
-			id, v := e.Member.(string), reads[i].Val()
-			place, ok := placeOf(v, provider)
-			if !ok {
+			if !providerOf(reads[i].Val(), provider) {
 				continue
 			}
-			at := time.UnixMicro(place)
-			to := throttle.Scale(at, now, k)
-			if to.Equal(at) {
-				continue
+			if score, ok := wakeScaled(e.Score, now, k); ok {
+				moves = append(moves, repaceScript.EvalSha(ctx, p, []string{asynqdb.RetryKey(q)},
+					e.Member.(string), int64(e.Score), score))
 			}
-			score := int64(math.Round(e.Score + to.Sub(at).Seconds()))
-			moves = append(moves, repaceScript.EvalSha(ctx, p, []string{asynqdb.TaskKey(q, id), asynqdb.RetryKey(q)},
-				id, v[1], to.UnixMicro(), score))
 		}
 		return nil
 	})
@@ -139,27 +134,32 @@ func repaceBatchOf(ctx context.Context, rdb redis.UniversalClient, q string, z [
 	return n, nil
 }
 
-// placeOf returns the place noted in a task's hash (HMGET msg, place) if
-// the task is a notification or digest of provider placed in line.
-func placeOf(v []any, provider string) (int64, bool) {
-	msg, _ := v[0].(string)
-	s, _ := v[1].(string)
-	if msg == "" || s == "" {
-		return 0, false
-	}
-	place, err := strconv.ParseInt(s, 10, 64)
-	if err != nil {
-		return 0, false
+// wakeScaled is the retry score (a Unix second) of a task due at score,
+// its moment scaled around now by k, and whether it changed. A booked task
+// asks to wake wakeEarly before its moment and asynq keeps the second the
+// wake-up falls in: the moment is taken as wakeEarly and half a second
+// after the score, and the score moves as that moment does (a task not
+// booked, a send's backoff, moves the same way: it is admitted again
+// whenever it wakes).
+func wakeScaled(score float64, now time.Time, k float64) (int64, bool) {
+	at := time.Unix(int64(score), 0).Add(wakeEarly + time.Second/2)
+	to := throttle.Scale(at, now, k)
+	moved := int64(math.Round(score + to.Sub(at).Seconds()))
+	return moved, moved != int64(score)
+}
+
+// providerOf reports whether msg (a task hash's msg) is a notification or
+// digest of provider.
+func providerOf(msg, provider string) bool {
+	if msg == "" {
+		return false
 	}
 	typ, payload, err := asynqdb.Payload([]byte(msg))
 	if err != nil || typ != TypeNotify && typ != TypeDigest {
-		return 0, false
+		return false
 	}
 	var p struct {
 		Provider string `json:"provider"`
 	}
-	if json.Unmarshal(payload, &p) != nil || p.Provider != provider {
-		return 0, false
-	}
-	return place, true
+	return json.Unmarshal(payload, &p) == nil && p.Provider == provider
 }

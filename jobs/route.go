@@ -12,7 +12,6 @@ import (
 
 	"github.com/hibiken/asynq"
 
-	"github.com/notify-throttle/throttler/internal/asynqdb"
 	"github.com/notify-throttle/throttler/internal/timefmt"
 	"github.com/notify-throttle/throttler/throttle"
 )
@@ -107,9 +106,7 @@ func (j *job) build() throttle.Request {
 	}
 	if j.book {
 		r.Deadline, _ = j.deadline()
-		if j.bookAhead > 0 {
-			r.BookAhead, r.TaskKey = j.bookAhead, asynqdb.TaskKey(j.queue, j.id)
-		}
+		r.BookAhead = j.bookAhead
 	}
 	return r
 }

@@ -6,13 +6,11 @@
 --
 -- admit:
 --
---   args  -> per task, seven: its ID (never empty, no control characters),
+--   args  -> per task, six: its ID (never empty, no control characters),
 --            its plan (see rules.lua), and for a plan that books (the others
 --            ignore them): its deadline (µs, Redis time; 0: none), floor
 --            (µs; on a cluster, see book_task; 0: none), weight (its fair
---            share), place (on a cluster, what the task's hash says, read by
---            the caller: see place_of; empty where the hash is one of the
---            task's keys) and tenant
+--            share) and tenant
 --   keys  -> the takes' keys, task after task, in take order
 --
 -- The tasks are admitted one after another at one Redis time, exactly as if
@@ -146,11 +144,10 @@ end
 -- admit_task admits one task whose keys start at keys[ki], appends its
 -- values to the reply (see reply in book.lua) and returns the index past its
 -- last key.
-local function admit_task(keys, ki, id, p, now, deadline, floor_, weight, ps, tenant)
+local function admit_task(keys, ki, id, p, now, deadline, floor_, weight, tenant)
   local maxwait, n = p.maxwait, p.n
-  local marker, tkey
+  local marker
   if p.done then marker, ki = keys[ki], ki + 1 end
-  if p.horizon > 0 and not ps then tkey, ki = keys[ki], ki + 1 end
   if marker and rcall('EXISTS', marker) == 1 then
     for i = 1, n do ki = ki + p[i].nk end
     return reply(ki, false, false, 0, 0, 0, now, 0, 0, DONE, 0)
@@ -184,7 +181,7 @@ local function admit_task(keys, ki, id, p, now, deadline, floor_, weight, ps, te
   if remaining < 0 or remaining == huge then remaining = 0 end
 
   if p.book and not goes_plain(keys, ki, id, p, plain and not denied and delay == 0, found) then
-    local kk = book_task(keys, ki, id, p, now, deadline, floor_, weight, tenant, tkey, ps)
+    local kk = book_task(keys, ki, id, p, now, deadline, floor_, weight, tenant)
     if kk then return kk end
   end
 
@@ -207,13 +204,13 @@ local function admit(keys, args)
   local now = now_us()
   NOUT = 0
   local ki = 1
-  for j = 1, #args, 7 do
+  for j = 1, #args, 6 do
     local p = plan(args[j + 1])
     if p.book then
       ki = admit_task(keys, ki, args[j], p, now, tonum(args[j + 2]), tonum(args[j + 3]),
-        tonum(args[j + 4]), tonum(args[j + 5]), args[j + 6])
+        tonum(args[j + 4]), args[j + 5])
     else
-      ki = admit_task(keys, ki, args[j], p, now, 0, 0, 1, nil, '')
+      ki = admit_task(keys, ki, args[j], p, now, 0, 0, 1, '')
     end
   end
   OUT[NOUT + 1] = nil -- the reply ends here: OUT is reused, call after call

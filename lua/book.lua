@@ -353,11 +353,11 @@ end
 -- weighted fair queueing serves equal finish tags one after another. J
 -- only moves for first places, so a tenant that starts alone, or behind a
 -- line of another's, still starts at the calendar's end. Nothing is held
--- for a task in line; its own task hash notes its place (field 'thr'), so
--- that when it comes back
--- (at its place: inside the horizon by then) it is known to have been in
--- line and takes a slot, while a task new to a tenant whose line reaches
--- past the horizon joins the line's end. A booking set by a recipient's
+-- for a task in line: the bucket's places set notes its place (see
+-- note_place), so that when it comes back (at its place: inside the
+-- horizon by then) it is known to have been in line and takes a slot,
+-- while a task new to a tenant whose line reaches past the horizon joins
+-- the line's end. A booking set by a recipient's
 -- quota (a moment past the horizon that the quota, not the bucket, sets)
 -- is not the bucket's line: it holds its slot as before, and leaves the
 -- tenant's gate and line alone.
@@ -495,22 +495,30 @@ local function fair_took(f, fair, exp, now, v, len)
   fair_write(f, fair, exp, now, others)
 end
 
--- A task's place: ps is what the caller read from the task's hash (on a
--- cluster: 0 no hash, 1 a hash without a place, else the place), or nil
--- where the hash is tkey. place_of returns the place noted, or nil;
--- placeable whether a place can be noted (the hash exists: without it the
--- task books a slot however far ahead, as without a horizon).
-local function place_of(tkey, ps)
-  if ps then
-    if ps > 1 then return ps end
-    return nil
-  end
-  return tonum(rcall('HGET', tkey, 'thr'))
+-- A task's place in its tenant's line is the score of its ID in the
+-- bucket's places set. place_of returns it, or nil: none, or one more than
+-- GRACE past (the prune below may have dropped it: it counts for nothing).
+local function place_of(places, id, now)
+  local q = tonum(rcall('ZSCORE', places, id))
+  if q and q > now - GRACE then return q end
+  return nil
 end
 
-local function placeable(tkey, ps)
-  if ps then return ps > 0 end
-  return rcall('EXISTS', tkey) == 1
+-- note_place notes place q of task id (a new one, or its place again). A
+-- task leaves the set when it comes back and takes a slot (leave_line);
+-- the places of tasks that never come back (deleted, archived, or sent at
+-- once by the plain path) go GRACE after their place, pruned here, and the
+-- set lives until its last place is GRACE past.
+local function note_place(places, id, now, q)
+  rcall('ZREMRANGEBYSCORE', places, '-inf', int(now - GRACE))
+  rcall('ZADD', places, int(q), id)
+  extend(places, ceil_ms(q - now + GRACE))
+end
+
+-- leave_line drops the place of a task back from it (back: its place, or
+-- false) that took a slot or went.
+local function leave_line(places, id, back)
+  if back then rcall('ZREM', places, id) end
 end
 
 -- behind reports whether a task back from its place (q: the later of its
@@ -539,17 +547,17 @@ local function again(f, q, line)
 end
 
 -- line_enter is what a task's line says before a slot is sought (f its
--- tenant, a horizon H; tkey and ps as place_of takes them): 'stands' and its
--- place when it is back long before it; 'end' and the line's end for a task
--- new to a tenant whose line reaches past the horizon; else nil and the
--- place it is back from (false: none), from which its slot is sought. The
--- free slots before that place are for the places ahead of it (and for
+-- tenant, a horizon H; places and id as place_of takes them): 'stands' and
+-- its place when it is back long before it; 'end' and the line's end for a
+-- task new to a tenant whose line reaches past the horizon; else nil and
+-- the place it is back from (false: none), from which its slot is sought.
+-- The free slots before that place are for the places ahead of it (and for
 -- priority tasks): a task back early does not take them.
-local function line_enter(f, tkey, ps, now, H)
-  local q = place_of(tkey, ps)
+local function line_enter(f, places, id, now, H)
+  local q = place_of(places, id, now)
   if q and q > now + H then return 'stands', q end
   if q then return nil, q end
-  if fair_line(f) > now + H and placeable(tkey, ps) then return 'end', fair_line(f) end
+  if fair_line(f) > now + H then return 'end', fair_line(f) end
   return nil, false
 end
 
@@ -568,11 +576,9 @@ end
 -- tenant's gate, its place included; H the horizon), the place it
 -- takes instead, and whether that starts its line (join), or nil: it takes
 -- the slot. It takes a place when m is past the horizon or, back from its
--- place, it finds the calendar behind the line (see behind), and its task
--- hash can note it.
-local function line_exit(f, back, gate, m, now, H, maxwait, len, tkey, ps)
+-- place, it finds the calendar behind the line (see behind).
+local function line_exit(f, back, gate, m, now, H, maxwait, len)
   if m <= now + H and not behind(back and gate, m, now, maxwait, len) then return nil end
-  if not placeable(tkey, ps) then return nil end
   local line = fair_line(f)
   return max(m, again(f, back, line)), line <= now + H
 end
@@ -593,26 +599,26 @@ end
 
 -- A booking (book_task) is decided in steps, each a function below, on a
 -- table b of what it knows of the task (booking_of): its plan p, ID, now,
--- deadline, weight, tenant, task hash (tkey, ps); for each take i its first
+-- deadline, weight, tenant; for each take i its first
 -- key's index at[i] and the moment of the entry it holds held[i] (false:
 -- none); and, for its bucket take (bi, bt), the bucket's keys (state,
--- ledger, book, cal, fair, fexp), the slot's length len, the task's slack
+-- ledger, book, cal, fair, fexp, places), the slot's length len, the task's slack
 -- and its ticket's member. k is the index past the task's last key, which
 -- every reply returns.
 
 -- booking_of reads the task's keys (see above).
-local function booking_of(keys, ki, id, p, now, deadline, floor_, weight, tenant, tkey, ps)
+local function booking_of(keys, ki, id, p, now, deadline, floor_, weight, tenant)
   -- floor: on a cluster, the quotas' call books no earlier than the moment
   -- the bucket's node gave (book_bucket's peek); 0 elsewhere.
   local b = {keys = keys, id = id, p = p, now = now, base = max(now, floor_ or 0), deadline = deadline,
-    weight = weight or 1, tenant = tenant or '', tkey = tkey, ps = ps, at = {}, held = {}}
+    weight = weight or 1, tenant = tenant or '', at = {}, held = {}}
   local k = ki
   for i = 1, p.n do
     b.at[i] = k
     if p[i].kind == 'b' then
       b.bi, b.bt = i, p[i]
       b.state, b.ledger, b.book, b.cal = keys[k], keys[k + 1], keys[k + 2], keys[k + 3]
-      b.fair, b.fexp = keys[k + 4], keys[k + 5]
+      b.fair, b.fexp, b.places = keys[k + 4], keys[k + 5], keys[k + 6]
     end
     k = k + p[i].nk
   end
@@ -764,15 +770,15 @@ local function quiet_until(b, m)
 end
 
 -- in_place gives the task place q in its tenant's line: it comes back
--- then, holding nothing, its place noted in its hash (on a cluster, by the
--- caller); or, past its deadline, it expires.
+-- then, holding nothing but its place (note_place); or, past its deadline,
+-- it expires.
 local function in_place(b, f, q, join)
   local placed
   q, placed = line_place(f, b.fair, b.fexp, b.now, q, b.len, b.deadline, join)
   if not placed then
     return reply(b.k, false, false, b.bi, 0, 0, b.now, q - b.now, 0, EXPIRED, 0)
   end
-  if b.tkey then rcall('HSET', b.tkey, 'thr', int(q)) end
+  note_place(b.places, b.id, b.now, q)
   return reply(b.k, false, false, b.bi, 0, 0, b.now, q - b.now, 0, QUEUED, floor((q - b.now) / b.len))
 end
 
@@ -789,7 +795,7 @@ local function share(b, m)
   local f = fair_read(b.fair, b.fexp, b.tenant, b.weight, b.now, b.len)
   local gate = fair_others(f) and f.gate or 0
   if H == 0 then return f, gate, false end
-  local how, q = line_enter(f, b.tkey, b.ps, b.now, H)
+  local how, q = line_enter(f, b.places, b.id, b.now, H)
   if how == 'stands' then
     return f, gate, false, reply(b.k, false, false, b.bi, 0, 0, b.now, q - b.now, 0, QUEUED, floor((q - b.now) / b.len))
   elseif how == 'end' then
@@ -882,7 +888,7 @@ local function book_new(b, outcome)
   if f and H > 0 and binding == b.bi then
     -- Past the horizon (or the calendar behind the line): a place in the
     -- tenant's line, not a slot.
-    local q, join = line_exit(f, back, gate, m, now, H, b.p.maxwait, b.len, b.tkey, b.ps)
+    local q, join = line_exit(f, back, gate, m, now, H, b.p.maxwait, b.len)
     if q then return in_place(b, f, q, join) end
   end
   if b.deadline > 0 and m > b.deadline then
@@ -896,6 +902,7 @@ local function book_new(b, outcome)
   local go = m <= now + sleep_limit(b.p, back)
   local fresh = commit_booking(b, m, slot, go)
   if f then fair_took(f, b.fair, b.fexp, now, slot.v, b.len) end
+  leave_line(b.places, b.id, back)
   if go then
     -- It may go within max wait after all: admitted.
     if m == now then binding, window = 0, 0 end
@@ -908,8 +915,8 @@ end
 -- false when the task's bucket ledger holds it (a task that claimed and is
 -- admitted again: admit_task's plain path answers that), else, its values
 -- appended to the reply (see reply), the index past its last key.
-local function book_task(keys, ki, id, p, now, deadline, floor_, weight, tenant, tkey, ps)
-  local b = booking_of(keys, ki, id, p, now, deadline, floor_, weight, tenant, tkey, ps)
+local function book_task(keys, ki, id, p, now, deadline, floor_, weight, tenant)
+  local b = booking_of(keys, ki, id, p, now, deadline, floor_, weight, tenant)
   if b.bt and bucket_held(b.ledger, id, now, b.len) then return false end
   local ticket, latest = holdings(b)
   local outcome = BOOKED
@@ -931,9 +938,8 @@ end
 --            take (see rules.lua, with 'k' or 'K', and ':H' for a
 --            horizon), for commit the moment (µs) (for peek, anything),
 --            the task's weight and tenant (its fair share: the slot is
---            found from its gate, and a commit moves the gate), and, with
---            a horizon, what the caller read of the task's hash (see
---            place_of) and its deadline (µs, 0: none); then how far
+--            found from its gate, and a commit moves the gate), its
+--            deadline (µs, 0: none; read with a horizon), and how far
 --            ahead (µs) a peek's moment is at the earliest
 --   keys  -> the bucket's keys
 --
@@ -943,8 +949,8 @@ end
 -- goes no further: Release), ahead the tickets before it. line is
 -- 0 when the moment is a slot's; else the task goes no further this time
 -- (its quotas are not asked): 1 it has a new place in line at the moment
--- (the caller notes it in the task's hash), 2 its place stands, 3 its place
--- would be past its deadline. As on one node, the line is the bucket's
+-- (noted here, as on one node), 2 its place stands, 3 its place would be
+-- past its deadline. As on one node, the line is the bucket's
 -- alone: a moment the quotas set past the horizon holds its slot, and a
 -- task back from its place whose quotas set a later moment books there.
 -- commit returns
@@ -952,7 +958,10 @@ end
 -- ledger), {now, 1, ahead} when it is booked, and {now, 2, moment} when no
 -- slot allows that moment any more (taken since the peek): the caller gives
 -- the quotas back and starts again from the moment returned. A ticket
--- whose slot the moment is past is given back and a new slot found.
+-- whose slot the moment is past is given back and a new slot found. A task
+-- that goes or is booked leaves its line here (it keeps its place until
+-- then, so that a booking started again is still back from it; one booked
+-- at its peek's ticket, with no commit, leaves it when it claims).
 -- Priority tasks do not move bookings here (they take the first free slot).
 
 -- cluster_peek is book_bucket's peek (see above) for a task of booking b
@@ -968,15 +977,16 @@ local function cluster_peek(b, f, ticket, args)
   end
   local function place(q, join)
     local placed
-    q, placed = line_place(f, b.fair, b.fexp, now, q, len, tonum(args[8]) or 0, join)
-    if placed then return line(q, 1) end
-    return line(q, 3)
+    q, placed = line_place(f, b.fair, b.fexp, now, q, len, tonum(args[7]) or 0, join)
+    if not placed then return line(q, 3) end
+    note_place(b.places, b.id, now, q)
+    return line(q, 1)
   end
-  local lined, back = f and H > 0 and b.ps, false
+  local lined, back = f and H > 0, false
   -- No earlier than the margin: the round trip to the commit.
-  local from = now + (tonum(args[9]) or 0)
+  local from = now + (tonum(args[8]) or 0)
   if lined then
-    local how, q = line_enter(f, nil, b.ps, now, H)
+    local how, q = line_enter(f, b.places, b.id, now, H)
     if how == 'stands' then return line(q, 2) end
     if how == 'end' then return place(q, false) end
     back = q
@@ -986,7 +996,7 @@ local function cluster_peek(b, f, ticket, args)
   if not v then return {now, now + BIG, 0, 0, 0, 0} end
   local pb = max(from, v - b.slack)
   if lined then
-    local q, join = line_exit(f, back, gate, pb, now, H, p.maxwait, len, nil, b.ps)
+    local q, join = line_exit(f, back, gate, pb, now, H, p.maxwait, len)
     if q then return place(q, join) end
   end
   -- The slot is held for the task (a ticket) until the commit: tasks
@@ -1003,6 +1013,7 @@ local function cluster_commit(b, f, ticket, at)
   local now, p, len, bt = b.now, b.p, b.len, b.bt
   local go = at <= now + p.maxwait
   if ticket and at <= ticket and now <= ticket then
+    leave_line(b.places, b.id, p.horizon > 0)
     if at <= now + max(p.maxwait, CLAIM) then
       ticket_claim(bt, b.state, b.ledger, b.book, b.cal, b.member, b.id, now, ticket, max(now, at), p.remember)
       return {now, 0, at}
@@ -1018,6 +1029,7 @@ local function cluster_commit(b, f, ticket, at)
   if not v then return {now, 2, now + BIG} end
   if v - b.slack > at then return {now, 2, v - b.slack} end
   if f then fair_took(f, b.fair, b.fexp, now, v, len) end
+  leave_line(b.places, b.id, p.horizon > 0)
   if go then
     bucket_commit(bt, b.state, b.ledger, b.cal, b.id, now, max(now, at), v, left, ra, rb, p.remember)
     return {now, 0, at}
@@ -1033,7 +1045,7 @@ local function book_bucket(keys, args)
   if p.n ~= 1 or p[1].kind ~= 'b' then
     return redis.error_reply('throttle: book_bucket needs one bucket take')
   end
-  local b = booking_of(keys, 1, id, p, now, 0, 0, tonum(args[5]), args[6], nil, tonum(args[7]))
+  local b = booking_of(keys, 1, id, p, now, 0, 0, tonum(args[5]), args[6])
   local f
   if not p.prio and args[5] then f = fair_read(b.fair, b.fexp, b.tenant, b.weight, now, b.len) end
   local ticket = tonum(rcall('ZSCORE', b.book, b.member))

@@ -7,7 +7,8 @@
 --
 -- Slots are laid at the rate of the call that takes them, so a rate changed
 -- in the config leaves the work already waiting on its old pace: booked
--- slots, tenants' gates and lines, the join cursor. repace scales all of it
+-- slots, tenants' gates and lines, the places of the tasks in line, the
+-- join cursor. repace scales all of it
 -- around now by k = old rate / new rate, the factor by which a slot's length
 -- changes: a moment t after now becomes now + (t - now) k. Scaling keeps the
 -- order of the waiting work and leaves no two slots overlapping, so the
@@ -23,10 +24,9 @@
 -- call it after a reload, and only the first one scales.
 --
 -- Returns {now, k (x 1e6; 0: nothing scaled)}. The caller scales the
--- moments it keeps the same way: the places of the tasks in line and their
--- wake-ups (jobs.Repace). A task holding a ticket keeps its wake-up: it
--- comes back early (lowered: told its new moment, one more call) or late
--- (raised: it books again), once; tickets reach book_ahead at most.
+-- moments it keeps the same way: the wake-ups of the tasks waiting
+-- (jobs.Repace). One pass over every place in line: a rare call, whose cost
+-- grows with the line (docs/booking.md, A change of rate).
 
 -- A mover maps a moment t after now to the moment it moves to (µs, whole),
 -- keeping order: scaling (a rate change) or shifting (a pause). One rounding
@@ -60,14 +60,23 @@ local function move_calendar(cal, now, mv)
   extend(cal, ceil_ms(last - now + CAL_LIFE))
 end
 
+-- ZADD_BATCH is how many members move_set writes per ZADD: a line of
+-- 100,000 places is 200 commands, not 100,000.
+local ZADD_BATCH = 500
+
 -- move_set moves the scores after now of a set of moments (tickets, the
--- tenants' expiries).
+-- tenants' expiries, places in line).
 local function move_set(set, now, mv)
   local z = rcall('ZRANGEBYSCORE', set, '(' .. int(now), '+inf', 'WITHSCORES')
-  local last = now
+  local last, zargs, n = now, {}, 0
   for j = 1, #z, 2 do
     local v = move_at(tonum(z[j + 1]), now, mv)
-    rcall('ZADD', set, int(v), z[j])
+    zargs[2 * n + 1], zargs[2 * n + 2] = fmt('%d', v), z[j]
+    n = n + 1
+    if n == ZADD_BATCH or j + 1 == #z then
+      rcall('ZADD', set, unpack_(zargs, 1, 2 * n))
+      n = 0
+    end
     if v > last then last = v end
   end
   if #z > 0 then extend(set, ceil_ms(last - now + GRACE)) end
@@ -95,7 +104,7 @@ local function move_tenants(fair, exp, now, mv)
 end
 
 -- move_waiting moves a bucket's waiting work (keys: the bucket's keys) by
--- mv: its calendar, tickets and tenants. Slots claimed ahead from the moment
+-- mv: its calendar, tickets, tenants and places in line. Slots claimed ahead from the moment
 -- from on (tasks sleeping in a worker until them) are taken from their
 -- tasks, as a priority task's bump does (see book.lua): each finds out by
 -- HasSlot before it sends and is admitted again; sending at its old moment
@@ -109,6 +118,7 @@ local function move_waiting(keys, now, from, mv)
   move_calendar(cal, now, mv)
   move_set(book, now, mv)
   move_tenants(keys[5], keys[6], now, mv)
+  move_set(keys[7], now, mv) -- the places in line
 end
 
 local function repace(keys, args)

@@ -44,14 +44,14 @@
 --
 -- Keys follow in take order: 'q' -> sorted set; 'b' -> state hash, ledger
 -- sorted set, tickets sorted set, slot calendar sorted set, tenants hash,
--- tenants' expiry sorted set; 'f' -> hash; 'c' -> sorted set; 'h' -> none
+-- tenants' expiry sorted set, places sorted set; 'f' -> hash; 'c' -> sorted
+-- set; 'h' -> none
 -- (t.nk is a take's number of keys). An admission's plan may start its
 -- takes with 'd' (done): its first key is then the task's done marker, whose
 -- existence means the task needs no admission any more (see admit.lua).
 -- Then 'k' (or 'K' for a priority task) asks a task that may not go within
 -- maxwait to book its moment (see book.lua); 'k:H' books at most H µs ahead
--- on its bucket, and the task's next key (after the done marker) is its own
--- hash, where a task beyond that horizon notes its place in line; 'u' after
+-- on its bucket, and gives a task beyond that horizon a place in line; 'u' after
 -- it says work the caller has not seen waits behind the task (a fresh task
 -- that cannot go now takes a place in line: see book.lua). 'n' makes
 -- an admission a check only: decided, nothing written (see admit.lua).
@@ -179,7 +179,7 @@ local function parse_plan(s)
       t.count = count
       if not t.nk then
         t.nk = 1
-        if kind == 'b' then t.nk = 6 end
+        if kind == 'b' then t.nk = 7 end
       end
       p[n] = t
     end

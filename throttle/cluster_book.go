@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // On a Redis Cluster a recipient's quotas and a provider's bucket live on
@@ -72,14 +70,8 @@ func (s sharded) bookCluster(ctx context.Context, r Request) (Decision, bool, er
 	if bi < 0 || len(q.takes) == 0 {
 		return s.bookOneNode(ctx, r)
 	}
-	// Its place in the bucket's line, if it has a horizon: the peek may
-	// answer with a place (then the quotas are not asked).
-	place, err := s.placeOf(ctx, r)
-	if err != nil {
-		return Decision{}, false, err
-	}
 	for try := 1; ; try++ {
-		d, ok, settled, err := s.bookTry(ctx, r, q, bi, place, try == clusterBookTries)
+		d, ok, settled, err := s.bookTry(ctx, r, q, bi, try == clusterBookTries)
 		if err != nil || settled {
 			return d, ok, err
 		}
@@ -87,23 +79,12 @@ func (s sharded) bookCluster(ctx context.Context, r Request) (Decision, bool, er
 }
 
 // bookOneNode books r, whose takes are on one subject (one node), by one
-// call, as on a single node, but for the task's hash (where a task past
-// the horizon notes its place), which lives elsewhere: read before,
-// written after.
+// call, as on a single node.
 func (s sharded) bookOneNode(ctx context.Context, r Request) (Decision, bool, error) {
 	all := single(r)
-	place, err := s.placeOf(ctx, r)
+	g, err := s.bookGroup(ctx, r, all, 0)
 	if err != nil {
 		return Decision{}, false, err
-	}
-	g, err := s.bookGroup(ctx, r, all, 0, place)
-	if err != nil {
-		return Decision{}, false, err
-	}
-	if g.outcome == outcomeQueued {
-		if err := s.rdb.HSet(ctx, r.TaskKey, "thr", g.now+g.delay).Err(); err != nil {
-			return Decision{}, false, fmt.Errorf("throttle: note %q's place in line: %w", r.ID, err)
-		}
 	}
 	var d Decision
 	merge(&d, g, r, all, 0)
@@ -115,8 +96,8 @@ func (s sharded) bookOneNode(ctx context.Context, r Request) (Decision, bool, er
 // bucket. settled is false when the slot went since the peek: the quotas
 // were given back and it starts again, unless last, when it is denied at
 // the bucket's next moment.
-func (s sharded) bookTry(ctx context.Context, r Request, q group, bi int, place string, last bool) (d Decision, ok, settled bool, err error) {
-	v, err := s.bookBucket(ctx, r, bi, "peek", 0, place)
+func (s sharded) bookTry(ctx context.Context, r Request, q group, bi int, last bool) (d Decision, ok, settled bool, err error) {
+	v, err := s.bookBucket(ctx, r, bi, "peek", 0)
 	if err != nil {
 		return Decision{}, false, true, err
 	}
@@ -124,8 +105,7 @@ func (s sharded) bookTry(ctx context.Context, r Request, q group, bi int, place 
 		return Decision{}, false, true, nil
 	}
 	if v[4] != peekSlot {
-		d, err := s.inLine(ctx, r, bi, v)
-		return d, err == nil, true, err
+		return s.inLine(r, bi, v), true, true, nil
 	}
 	// The quotas' moment is the send's: never before the commit at the
 	// bucket, which comes a round trip later. A ticket's slot is the
@@ -135,11 +115,7 @@ func (s sharded) bookTry(ctx context.Context, r Request, q group, bi int, place 
 	if ticket > 0 {
 		floor = v[1]
 	}
-	quotasPlace := ""
-	if horizon(r) {
-		quotasPlace = "0" // quotas only: no place in a bucket's line
-	}
-	g, err := s.bookGroup(ctx, r, q, floor, quotasPlace)
+	g, err := s.bookGroup(ctx, r, q, floor)
 	if err != nil {
 		s.dropTicket(ctx, r, bi, ticket)
 		return Decision{}, false, true, err
@@ -159,7 +135,7 @@ func (s sharded) bookTry(ctx context.Context, r Request, q group, bi int, place 
 		b.bind(&d)
 		return d, true, true, nil
 	}
-	c, err := s.bookBucket(ctx, r, bi, "commit", b.at(), place)
+	c, err := s.bookBucket(ctx, r, bi, "commit", b.at())
 	if err != nil {
 		return Decision{}, false, true, err
 	}
@@ -243,29 +219,24 @@ func (b clusterBooking) committed(d Decision, c []int64) Decision {
 // What a peek at the bucket says of the task's moment (book_bucket's line).
 const (
 	peekSlot    = 0 // a slot's: the quotas are asked next
-	peekPlaced  = 1 // a new place in line: the caller notes it
+	peekPlaced  = 1 // a new place in line
 	peekStands  = 2 // its place in line stands
 	peekExpired = 3 // its place would be past its deadline
 )
 
 // inLine is the decision for a task the bucket's peek v put in line (or
 // kept there, or found its place past its deadline), its quotas not asked.
-func (s sharded) inLine(ctx context.Context, r Request, bi int, v []int64) (Decision, error) {
+func (s sharded) inLine(r Request, bi int, v []int64) Decision {
 	now, at := v[0], v[1]
 	t := r.Takes[bi]
 	d := Decision{Now: time.UnixMicro(now), TakeIndex: bi, Rule: t.Rule, Subject: t.Subject, Limit: t.Rule.bindingLimit(0),
 		Delay: time.Duration(at-now) * time.Microsecond}
 	if v[4] == peekExpired {
 		d.Outcome = Expired
-		return d, nil
-	}
-	if v[4] == peekPlaced {
-		if err := s.rdb.HSet(ctx, r.TaskKey, "thr", at).Err(); err != nil {
-			return Decision{}, fmt.Errorf("throttle: note %q's place in line: %w", r.ID, err)
-		}
+		return d
 	}
 	d.Outcome, d.Ahead = Placed, int(v[5])
-	return d, nil
+	return d
 }
 
 // dropTicket gives back the ticket (slot) a peek held for r on its bucket
@@ -280,15 +251,13 @@ func (s sharded) dropTicket(ctx context.Context, r Request, bi int, ticket int64
 	_, _ = s.Release(context.WithoutCancel(ctx), rb)
 }
 
-// bookBucket runs book_bucket (mode peek or commit) on r's bucket take bi;
-// place is what placeOf read of the task's hash.
-func (s sharded) bookBucket(ctx context.Context, r Request, bi int, mode string, at int64, place string) ([]int64, error) {
+// bookBucket runs book_bucket (mode peek or commit) on r's bucket take bi.
+func (s sharded) bookBucket(ctx context.Context, r Request, bi int, mode string, at int64) ([]int64, error) {
 	t := r.Takes[bi]
-	c, keys, args := newCall(t.Rule.keyCount(), 9)
+	c, keys, args := newCall(t.Rule.keyCount(), 8)
 	_, plan := s.appendPlan(keys, nil, r, group{takes: []int{bi}}, planHead{maxWait: r.MaxWait.Microseconds(), book: true})
 	args[0], args[1], args[2], args[3] = mode, r.ID, string(plan), at
-	args[4], args[5], args[6], args[7] = max(r.Weight, 1), r.Tenant, place, deadline(r)
-	args[8] = clusterBookMargin.Microseconds()
+	args[4], args[5], args[6], args[7] = max(r.Weight, 1), r.Tenant, deadline(r), clusterBookMargin.Microseconds()
 	res, err := s.eval(ctx, s.book, []call{c})
 	if err != nil {
 		return nil, fmt.Errorf("throttle: book %q at %s: %w", r.ID, t.Rule.Name(), err)
@@ -302,14 +271,14 @@ func (s sharded) bookBucket(ctx context.Context, r Request, bi int, mode string,
 
 // bookGroup books r's takes g (all on one node) by admit.lua, no earlier
 // than floor.
-func (s sharded) bookGroup(ctx context.Context, r Request, q group, floor int64, place string) (groupResult, error) {
+func (s sharded) bookGroup(ctx context.Context, r Request, q group, floor int64) (groupResult, error) {
 	nk := 0
 	for _, i := range q.takes {
 		nk += r.Takes[i].Rule.keyCount()
 	}
 	c, keys, args := newCall(nk, taskArgs(true))
 	_, plan := s.appendPlan(keys, nil, r, q, planHead{maxWait: r.MaxWait.Microseconds(), book: true})
-	setTaskArgs(args, r, string(plan), floor, place)
+	setTaskArgs(args, r, string(plan), floor)
 	res, err := s.eval(ctx, s.admit, []call{c})
 	if err != nil {
 		return groupResult{}, fmt.Errorf("throttle: admit: %w", err)
@@ -318,26 +287,4 @@ func (s sharded) bookGroup(ctx context.Context, r Request, q group, floor int64,
 		return groupResult{}, fmt.Errorf("throttle: unexpected script reply %v", res[0])
 	}
 	return parseGroup(res[0]), nil
-}
-
-// placeOf is what a cluster booking's task hash says (see book.lua's
-// place_of): the place in line it notes (µs), else "1" if it exists, "0"
-// if not; "" for a request without a horizon.
-func (s sharded) placeOf(ctx context.Context, r Request) (string, error) {
-	if !horizon(r) {
-		return "", nil
-	}
-	p := s.rdb.Pipeline()
-	place := p.HGet(ctx, r.TaskKey, "thr")
-	exists := p.Exists(ctx, r.TaskKey)
-	if _, err := p.Exec(ctx); err != nil && err != redis.Nil {
-		return "", fmt.Errorf("throttle: read %q's place in line: %w", r.ID, err)
-	}
-	switch {
-	case place.Err() == nil:
-		return place.Val(), nil
-	case exists.Val() == 1:
-		return "1", nil
-	}
-	return "0", nil
 }

@@ -95,25 +95,23 @@ func TestClusterBooking(t *testing.T) {
 	}
 }
 
-// On a cluster the task's hash (asynq's) is in another slot than the
-// bucket: the horizon and the tenants' shares hold as on one node, the
-// place noted by the caller.
+// On a cluster the horizon and the tenants' shares hold as on one node,
+// the place noted in the bucket's places in the same call.
 func TestClusterBookAheadAndShares(t *testing.T) {
 	l, rdb := newCluster(t)
-	ctx := context.Background()
 	b := mustBucket(t, "sms", 10, 1)
 	const ahead = time.Second
 	var queued []Decision
 	for i := range 30 {
 		id := fmt.Sprint("big", i)
-		d := mustAdmit(t, l, lineReq(t, rdb, id, "big", 1, b, ahead))
+		d := mustAdmit(t, l, lineReq(id, "big", 1, b, ahead))
 		if d.Booked() && d.Outcome != Placed && d.Delay > ahead {
 			t.Errorf("%s booked %s ahead: past the horizon", id, d.Delay)
 		}
 		if d.Outcome == Placed {
 			queued = append(queued, d)
-			if place, err := rdb.HGet(ctx, "task:"+id, "thr").Int64(); err != nil || place != d.At().UnixMicro() {
-				t.Errorf("%s: place noted %d (%v), want %d", id, place, err, d.At().UnixMicro())
+			if place, ok := placeIn(t, rdb, b, id); !ok || place != d.At().UnixMicro() {
+				t.Errorf("%s: place noted %d (%v), want %d", id, place, ok, d.At().UnixMicro())
 			}
 		}
 	}
@@ -122,7 +120,7 @@ func TestClusterBookAheadAndShares(t *testing.T) {
 	}
 	var small []time.Time
 	for i := range 5 {
-		d := mustAdmit(t, l, lineReq(t, rdb, fmt.Sprint("small", i), "small", 1, b, ahead))
+		d := mustAdmit(t, l, lineReq(fmt.Sprint("small", i), "small", 1, b, ahead))
 		small = append(small, d.At())
 	}
 	for i := 2; i < len(small); i++ {
@@ -138,8 +136,8 @@ func TestClusterBookAheadAndShares(t *testing.T) {
 // TestClusterLineWithQuotas: bookings whose recipients' quotas live on
 // other nodes than the bucket (the three-call path) keep to the horizon and
 // the tenants' shares as on one node: past the horizon the bucket's peek
-// gives a place in line (noted in the task's hash by the caller, nothing
-// taken from the quotas), a task back long before its place keeps it, and a
+// gives a place in line (noted in the bucket's places, nothing taken from
+// the quotas), a task back long before its place keeps it, and a
 // tenant that starts waiting behind another's line gets its share at once.
 func TestClusterLineWithQuotas(t *testing.T) {
 	l, rdb := newCluster(t)
@@ -148,7 +146,7 @@ func TestClusterLineWithQuotas(t *testing.T) {
 	b := mustBucket(t, "sms", 10, 1)
 	const ahead = time.Second
 	req := func(id, tenant string) Request {
-		r := lineReq(t, rdb, id, tenant, 1, b, ahead)
+		r := lineReq(id, tenant, 1, b, ahead)
 		r.Takes = append([]Take{{Rule: q, Subject: "rcpt-" + id}}, r.Takes...)
 		return r
 	}
@@ -166,8 +164,8 @@ func TestClusterLineWithQuotas(t *testing.T) {
 			continue
 		}
 		queued = append(queued, d)
-		if place, err := rdb.HGet(ctx, "task:"+id, "thr").Int64(); err != nil || place != d.At().UnixMicro() {
-			t.Errorf("%s: place noted %d (%v), want %d", id, place, err, d.At().UnixMicro())
+		if place, ok := placeIn(t, rdb, b, id); !ok || place != d.At().UnixMicro() {
+			t.Errorf("%s: place noted %d (%v), want %d", id, place, ok, d.At().UnixMicro())
 		}
 		if n, err := rdb.Exists(ctx, quotaKey(subjectTag(DefaultPrefix, "rcpt-"+id), "p")).Result(); err != nil || n != 0 {
 			t.Errorf("%s is in line but its recipient's quota holds an entry (%d, %v)", id, n, err)
@@ -202,5 +200,27 @@ func TestClusterLineWithQuotas(t *testing.T) {
 	}
 	if !small[4].Before(last.At()) {
 		t.Errorf("small's 5th at %s, not before big's last place %s: no share", small[4], last.At())
+	}
+
+	// Back at its place, with the calendar free there: it books the slot
+	// of its place (its quotas booked there too, the peek's ticket kept
+	// without a commit), and leaves the line when it claims it.
+	free := mustBucket(t, "idle", 10, 1)
+	back := lineReq("back", "big", 1, free, ahead)
+	back.Takes = append([]Take{{Rule: q, Subject: "rcpt-back"}}, back.Takes...)
+	now, err := rdb.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	place := time.UnixMicro(now.Add(500 * time.Millisecond).UnixMicro())
+	setPlace(t, rdb, free, "back", place)
+	if d := mustAdmit(t, l, back); d.Outcome != Booked || !d.At().Equal(place) {
+		t.Errorf("back at its place: %s at %s, want booked at its place %s", describeDecision(d), d.At().Format(time.StampMicro), place.Format(time.StampMicro))
+	}
+	if d := mustAdmit(t, l, back); !d.Allowed() || !d.Claimed.Equal(place) {
+		t.Errorf("back claiming its slot: %s, want it claimed at %s", describeDecision(d), place.Format(time.StampMicro))
+	}
+	if at, ok := placeIn(t, rdb, free, "back"); ok {
+		t.Errorf("back claimed its slot and still has a place noted: %d", at)
 	}
 }

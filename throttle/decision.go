@@ -28,8 +28,8 @@ const (
 	// traffic): what it held was given back and it booked again.
 	Rebooked
 	// Placed: a Request.Book task whose moment is past its bucket's horizon
-	// (Request.BookAhead) has a place in its tenant's line at At: nothing
-	// is held; it comes back then and books.
+	// (Request.BookAhead) has a place in its tenant's line at At: no slot
+	// is held, only the place; it comes back then and books.
 	Placed
 	// Expired: a Request.Book task whose moment (At) would be after its
 	// Request.Deadline: nothing is held.

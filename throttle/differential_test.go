@@ -91,9 +91,8 @@ func TestDifferential(t *testing.T) {
 			t.Errorf("calendar windows or quiet hours never bound a denial and a booking: the run did not test them")
 		}
 		if gated == 0 || placed == 0 {
-			// (Line ends, returners and tasks without a hash come up in most
-			// runs, not all: the tests in fair_model_test.go cover them whatever
-			// the seed.)
+			// (Line ends and returners come up in most runs, not all: the
+			// tests in fair_model_test.go cover them whatever the seed.)
 			t.Errorf("gates or places in line never came up: the run did not test them")
 		}
 		if countOnly == 0 || checks == 0 {
@@ -141,8 +140,6 @@ func diffWalk(t *testing.T, seed uint64, ops int) *differ {
 			retry = nil
 		case p < 0.10 && len(d.ids) > 0:
 			d.release(op, d.releasable(d.earlierID(0.8)))
-		case p < 0.11 && len(d.ids) > 0:
-			d.toggleTask(op, d.earlierID(0.2))
 		case p < 0.13:
 			d.check(op, d.request())
 		case p < 0.17:
@@ -168,8 +165,8 @@ func diffWalk(t *testing.T, seed uint64, ops int) *differ {
 	t.Logf("bookings: %d booked (%d again, after a missed moment), %d claimed, %d expired", s.booked, s.rebooked, s.claimed, s.expired)
 	f := d.m.fair
 	t.Logf("fair shares: %d bookings of a tenant held by its gate, %d placed in line; %d new tasks sent to their line's end, %d back from a place and placed again, "+
-		"%d back early whose place stood, %d back from a place that went or took a slot (%d of them booking it), %d expired at their place, %d without a task hash beyond the horizon; %d weight changes, %d task hashes made or deleted",
-		f["gated"], s.queued, f["line end"], f["placed again"], f["stands"], s.returned, f["returned"], f["expired in place"], f["no hash"], s.weightChanges, s.taskToggles)
+		"%d back early whose place stood, %d back from a place that went or took a slot (%d of them booking it), %d expired at their place; %d weight changes",
+		f["gated"], s.queued, f["line end"], f["placed again"], f["stands"], s.returned, f["returned"], f["expired in place"], s.weightChanges)
 	t.Logf("%d ops in %s: %d admissions (%d in %d batches), %d allowed (%d reserved ahead, %d repeated), %d denied; "+
 		"%d releases undid %d takes (%d undid nothing); %d rule changes, %d retries at the delay; "+
 		"%d key deadlines later in Redis than in the model (by up to %dms), %d keys Redis kept at their deadline's ms",
@@ -199,7 +196,6 @@ func newDiffer(t *testing.T, rng *rand.Rand, seed uint64, remember time.Duration
 		providers:  []string{"sms-gw", "mail gw"},
 		tenants:    []string{"", "acme", "béta co", "a,b"}, // "" the default; a comma in the name, after the three the argument splits on
 		weights:    map[string]int{},
-		tasks:      map[string]bool{},
 		aheads:     map[string]time.Duration{},
 		last:       map[string]Request{},
 		took:       map[string]Request{},
@@ -219,9 +215,8 @@ type differ struct {
 	recipients, providers []string
 	tenants               []string
 	weights               map[string]int           // each tenant's weight, changed now and then
-	tasks                 map[string]bool          // task hashes the test made (what asynq's would be), by task key
 	aheads                map[string]time.Duration // horizons, by bucket, subject and limits (see horizonOf)
-	targeted              bool                     // a targeted test's: no random deletion of task hashes
+	targeted              bool                     // a targeted test's
 	rules                 []Rule                   // q1 q2 b1 b2 b3 f1 c1 h1, replaced now and then
 	ids                   []string                 // task IDs in order of first use
 	admitted              []string                 // IDs as they were allowed (with repeats)
@@ -243,7 +238,7 @@ type differ struct {
 		byCalendar, byQuiet                                           [2]int // decisions whose moment they set: [0] denied, [1] booked
 		countOnly                                                     int    // count-only takes asked for
 		checks                                                        int    // Limiter.Check calls
-		queued, returned, weightChanges, taskToggles                  int    // the rest of fair shares' counts are model.fair
+		queued, returned, weightChanges                               int    // the rest of fair shares' counts are model.fair
 	}
 }
 
@@ -562,10 +557,7 @@ func (d *differ) newBooking(r Request) Request {
 
 // fairShare gives a booking request its tenant (a few, the default "" among
 // them) and that tenant's weight (changed now and then: a weight changed
-// while the tenant waits), and its bucket's horizon (see horizonOf), with
-// its task's hash: made the first time, as asynq's exists while the task
-// waits, but not for every task (one without a hash books its slot however
-// far ahead).
+// while the tenant waits), and its bucket's horizon (see horizonOf).
 func (d *differ) fairShare(r *Request) {
 	tn := d.tenants[d.rng.IntN(len(d.tenants))]
 	if d.rng.IntN(40) == 0 {
@@ -577,13 +569,9 @@ func (d *differ) fairShare(r *Request) {
 	if r.BookAhead = d.horizonOf(*r); r.BookAhead == 0 {
 		return
 	}
-	r.TaskKey = "asynq:{default}:t:" + r.ID
 	// A third of the time, work waits behind it unseen: as a worker whose
 	// queue is not empty says of every task it picks up.
 	r.Backlog = d.rng.IntN(3) == 0
-	if _, seen := d.tasks[r.TaskKey]; !seen {
-		d.setTask(r.TaskKey, d.rng.IntN(8) > 0)
-	}
 }
 
 // horizonOf picks r's horizon. Workers share one: a bucket's tasks mostly
@@ -617,37 +605,6 @@ func (d *differ) horizonOf(r Request) time.Duration {
 	return d.between(time.Millisecond, time.Second)
 }
 
-// setTask makes the task hash k (as asynq does when it enqueues a task) or
-// deletes it (as when the task is done), in Redis and in the model.
-func (d *differ) setTask(k string, exists bool) {
-	d.tasks[k] = exists
-	mk := modelKey{kind: "task", subject: k}
-	ctx := d.t.Context()
-	if !exists {
-		if err := d.rdb.Del(ctx, k).Err(); err != nil {
-			d.t.Fatal(err)
-		}
-		delete(d.m.keys, mk)
-		return
-	}
-	if err := d.rdb.Del(ctx, k).Err(); err != nil {
-		d.t.Fatal(err)
-	}
-	if err := d.rdb.HSet(ctx, k, "state", "pending").Err(); err != nil {
-		d.t.Fatal(err)
-	}
-	d.m.keys[mk] = &modelEntry{z: map[string]float64{}, h: map[string]float64{}, s: map[string]string{"state": "pending"}}
-}
-
-// toggleTask deletes the hash of id's task (done, or deleted by hand) or
-// makes it anew (a task enqueued again under its ID: no place noted).
-func (d *differ) toggleTask(op int, id string) {
-	k := "asynq:{default}:t:" + id
-	d.setTask(k, !d.tasks[k])
-	d.stats.taskToggles++
-	d.note(fmt.Sprintf("op %d: task hash %q exists %v", op, k, d.tasks[k]))
-}
-
 // pause lets time pass: often a little, now and then enough for windows to
 // roll over and buckets to refill. Its sleeps are the test's clock, not waits.
 func (d *differ) pause() {
@@ -663,11 +620,9 @@ func (d *differ) pause() {
 // and checks every decision against the model's. It returns the last one.
 func (d *differ) admit(op int, rs []Request) Decision {
 	d.t.Helper()
-	placed := make([]bool, len(rs)) // its task's hash notes a place in line
+	placed := make([]bool, len(rs)) // the model notes a place in line for it
 	for k, r := range rs {
-		if e := d.m.keys[modelTaskKey(r)]; e != nil && horizon(r) {
-			_, placed[k] = e.s["thr"]
-		}
+		placed[k] = horizon(r) && d.m.placed(r)
 	}
 	var got []Decision
 	if len(rs) == 1 {
@@ -706,9 +661,6 @@ func (d *differ) admit(op int, rs []Request) Decision {
 		}
 		if placed[k] && (got[k].Allowed() || got[k].Booked() && got[k].Outcome != Placed) {
 			d.stats.returned++
-		}
-		if tk := r.TaskKey; !d.targeted && horizon(r) && d.tasks[tk] && (got[k].Allowed() || got[k].Outcome == Expired) && d.rng.IntN(2) == 0 {
-			d.setTask(tk, false) // done, or given up: asynq deletes its hash
 		}
 		d.count(got[k])
 	}
@@ -826,11 +778,8 @@ func (d *differ) checkState(op int, rs []Request) {
 			}
 			mks, reqs = append(mks, t.key), append(reqs, r)
 			if t.kind == "b" {
-				mks, reqs = append(mks, t.ledger, t.book, t.cal, t.fair, t.tenants), append(reqs, r, r, r, r, r)
+				mks, reqs = append(mks, t.ledger, t.book, t.cal, t.fair, t.tenants, t.places), append(reqs, r, r, r, r, r, r)
 			}
-		}
-		if k := modelTaskKey(r); k.subject != "" {
-			mks, reqs = append(mks, k), append(reqs, r)
 		}
 	}
 	type snap struct {
@@ -865,7 +814,7 @@ func (d *differ) checkState(op int, rs []Request) {
 		r, rk := reqs[i], sn.rkey
 		e := d.m.keys[sn.model]
 		when := sn.when.Val()
-		if when == -1 && sn.model.kind != "task" { // a task's hash is asynq's: no TTL while it waits
+		if when == -1 {
 			d.fail(fmt.Sprintf("op %d: %s has no TTL", op, rk), r, nowT.UnixMicro(), "")
 		}
 		if e != nil && when > 0 && when != e.expMS {
@@ -914,7 +863,7 @@ func (d *differ) checkState(op int, rs []Request) {
 // stateOf returns, comparable, the model's entry e of key k and what
 // Redis holds of it (its type, and its members or fields).
 func stateOf(k modelKey, e *modelEntry, typ string, zs []redis.Z, h map[string]string) (want, got string, err error) {
-	if k.kind == "w" || k.kind == "task" { // fields hold strings
+	if k.kind == "w" { // fields hold strings
 		var w map[string]string
 		if e != nil {
 			w = e.s
@@ -956,7 +905,7 @@ func adopted(k modelKey, zs []redis.Z, h map[string]string, when int64) *modelEn
 		e.z[z.Member.(string)] = z.Score
 	}
 	for f, v := range h {
-		if k.kind == "w" || k.kind == "task" {
+		if k.kind == "w" {
 			e.s[f] = v
 		} else if x, err := strconv.ParseFloat(v, 64); err == nil {
 			e.h[f] = x
@@ -1004,8 +953,8 @@ func (d *differ) redisKey(k modelKey) string {
 		return fairKey(tag, k.rule)
 	case "t":
 		return tenantsKey(tag, k.rule)
-	case "task":
-		return k.subject
+	case "p":
+		return placesKey(tag, k.rule)
 	}
 	return fixedKey(tag, k.rule)
 }
@@ -1055,7 +1004,7 @@ func (d *differ) redisDump(r Request) string {
 			keys = []string{quotaKey(tag, tk.Rule.Name())}
 		case *Bucket:
 			keys = []string{bucketKey(tag, tk.Rule.Name()), ledgerKey(tag, tk.Rule.Name()), bookKey(tag, tk.Rule.Name()),
-				slotsKey(tag, tk.Rule.Name()), fairKey(tag, tk.Rule.Name()), tenantsKey(tag, tk.Rule.Name())}
+				slotsKey(tag, tk.Rule.Name()), fairKey(tag, tk.Rule.Name()), tenantsKey(tag, tk.Rule.Name()), placesKey(tag, tk.Rule.Name())}
 		case *FixedWindow:
 			keys = []string{fixedKey(tag, tk.Rule.Name())}
 		case *CalendarWindow:
@@ -1074,9 +1023,6 @@ func (d *differ) redisDump(r Request) string {
 			b.WriteString("\n")
 		}
 	}
-	if horizon(r) {
-		fmt.Fprintf(&b, "  %s: h%v\n", r.TaskKey, d.rdb.HGetAll(ctx, r.TaskKey).Val())
-	}
 	return b.String()
 }
 
@@ -1093,7 +1039,7 @@ func describeRequest(r Request) string {
 	if r.Book {
 		book = fmt.Sprintf(", Book (priority %v, deadline %d, tenant %q weight %d", r.Priority, deadline(r), r.Tenant, r.Weight)
 		if horizon(r) {
-			book += fmt.Sprintf(", ahead %s, task %q, backlog %v", r.BookAhead, r.TaskKey, r.Backlog)
+			book += fmt.Sprintf(", ahead %s, backlog %v", r.BookAhead, r.Backlog)
 		}
 		book += ")"
 	}

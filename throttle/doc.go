@@ -14,7 +14,7 @@
 // A request that may not go now either waits (MaxWait lets a bucket reserve
 // a token ahead) or, with Book, books the earliest moment every take allows,
 // after the moments booked before it; a booking further ahead than
-// BookAhead is a place in the tenant's line instead, which holds nothing.
+// BookAhead is a place in the tenant's line instead, which holds no slot.
 // Decision says which, and when to come back.
 //
 // Files, by concern:

@@ -37,9 +37,6 @@ func (n node) head(r Request, _ group) planHead {
 	if r.CheckDone {
 		h.done = doneKey(n.prefix, r.ID)
 	}
-	if horizon(r) {
-		h.taskKey = r.TaskKey
-	}
 	return h
 }
 

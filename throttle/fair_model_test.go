@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -14,7 +13,7 @@ import (
 // Targeted tests of book.lua's fair shares and horizon, for the rules the
 // random differential test seldom reaches. Each runs its operations on Redis
 // and on the model in lockstep (differ.admit): decisions and every key
-// (tenants hash, expiry set, task hash) must agree at each step, and W must
+// (tenants hash, expiry set, places) must agree at each step, and W must
 // be the weight of the tenants recorded (fairWeights).
 
 // newFairDiffer returns a differ for a targeted test.
@@ -26,14 +25,9 @@ func newFairDiffer(t *testing.T) *differ {
 }
 
 // lineOf is task id's booking request on bucket b at "gw" for tenant, with
-// horizon ahead and its task hash, made the first time.
+// horizon ahead.
 func (d *differ) lineOf(id, tenant string, w int, b *Bucket, ahead time.Duration) Request {
-	r := Request{ID: id, Book: true, Tenant: tenant, Weight: w, BookAhead: ahead,
-		TaskKey: "asynq:{default}:t:" + id, Takes: []Take{{Rule: b, Subject: "gw"}}}
-	if _, ok := d.tasks[r.TaskKey]; !ok {
-		d.setTask(r.TaskKey, true)
-	}
-	return r
+	return Request{ID: id, Book: true, Tenant: tenant, Weight: w, BookAhead: ahead, Takes: []Take{{Rule: b, Subject: "gw"}}}
 }
 
 // step admits r on both sides and returns the decision.
@@ -156,7 +150,7 @@ func TestFairWeightChange(t *testing.T) {
 // TestFairReturner: a task back from its place in line long before it
 // (further than the horizon) keeps its place; back within the horizon of
 // it, while every slot from its place to the horizon is busy, it is
-// spilled past the horizon and goes to its line's end, noted in its hash;
+// spilled past the horizon and goes to its line's end, noted in the places;
 // back with its slot free, it takes it; and a task whose place would be
 // past its deadline expires, placed nowhere.
 func TestFairReturner(t *testing.T) {
@@ -170,14 +164,6 @@ func TestFairReturner(t *testing.T) {
 	if ds[6].Outcome != Placed || ds[11].Outcome != Placed {
 		t.Fatalf("t6 %s, t11 %s: want places in line", describeDecision(ds[6]), describeDecision(ds[11]))
 	}
-	thr := func(id string) string {
-		t.Helper()
-		v, err := d.rdb.HGet(context.Background(), d.last[id].TaskKey, "thr").Result()
-		if err != nil {
-			t.Fatalf("%s's place: %v", id, err)
-		}
-		return v
-	}
 
 	if back := d.step(d.last["t6"]); back.Outcome != Placed || !back.At().Equal(ds[6].At()) {
 		t.Errorf("t6 back long before its place: %s at %s; want its place, %s", describeDecision(back), back.At(), ds[6].At())
@@ -190,8 +176,8 @@ func TestFairReturner(t *testing.T) {
 	if back.Outcome != Placed || back.At().Before(end) {
 		t.Errorf("t6 back near its place, no slot free: %s at %s; want a place at its line's end, %s (or its first free slot, if later)", describeDecision(back), back.At(), end)
 	}
-	if got, want := thr("t6"), strconv.FormatInt(back.At().UnixMicro(), 10); got != want {
-		t.Errorf("t6's hash notes %s, want its new place %s", got, want)
+	if got, ok := placeIn(t, d.rdb, b, "t6"); !ok || got != back.At().UnixMicro() {
+		t.Errorf("t6's place noted %d (%v), want its new place %d", got, ok, back.At().UnixMicro())
 	}
 
 	before := d.fairHash(b)
@@ -200,8 +186,8 @@ func TestFairReturner(t *testing.T) {
 	if dec := d.step(r); dec.Outcome != Expired {
 		t.Errorf("a task whose place is past its deadline: %s, want expired", describeDecision(dec))
 	}
-	if n, err := d.rdb.HExists(context.Background(), r.TaskKey, "thr").Result(); err != nil || n {
-		t.Errorf("the expired task's hash notes a place (%v)", err)
+	if place, ok := placeIn(t, d.rdb, b, "late"); ok {
+		t.Errorf("the expired task has a place noted: %d", place)
 	}
 	if after := d.fairHash(b); fmt.Sprint(modelStrings(after)) != fmt.Sprint(modelStrings(before)) {
 		t.Errorf("an expired task moved its tenant's line: %v, was %v", modelStrings(after), modelStrings(before))
@@ -319,7 +305,7 @@ func TestFairBehindCalendar(t *testing.T) {
 	firstID, secondID := "", ""
 	for i := range 16 { // which tasks hold those places
 		id := fmt.Sprint("a", i)
-		switch place, _ := d.rdb.HGet(context.Background(), "asynq:{default}:t:"+id, "thr").Int64(); place {
+		switch place, _ := placeIn(t, d.rdb, b, id); place {
 		case first.At().UnixMicro():
 			firstID = id
 		case second.At().UnixMicro():

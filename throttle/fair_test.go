@@ -10,22 +10,40 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// lineReq is a booking request on bucket b for task id of tenant, with a
-// horizon; its task hash (what asynq's would be) is created first.
-func lineReq(t *testing.T, rdb redis.Cmdable, id, tenant string, weight int, b *Bucket, ahead time.Duration) Request {
+// lineReq is a booking request on bucket b (at "gw") for task id of
+// tenant, with a horizon.
+func lineReq(id, tenant string, weight int, b *Bucket, ahead time.Duration) Request {
+	r := bookReq(id, nil, "", b, 0)
+	r.Tenant, r.Weight, r.BookAhead = tenant, weight, ahead
+	return r
+}
+
+// placeIn returns task id's place in line on bucket b at "gw" (µs), as the
+// bucket's places hold it, and whether it has one.
+func placeIn(t *testing.T, rdb redis.Cmdable, b *Bucket, id string) (int64, bool) {
 	t.Helper()
-	tk := "task:" + id
-	if err := rdb.HSet(context.Background(), tk, "state", "active").Err(); err != nil {
+	v, err := rdb.ZScore(context.Background(), placesKey(subjectTag(DefaultPrefix, "gw"), b.Name()), id).Result()
+	if err == redis.Nil {
+		return 0, false
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
-	r := bookReq(id, nil, "", b, 0)
-	r.Tenant, r.Weight, r.BookAhead, r.TaskKey = tenant, weight, ahead, tk
-	return r
+	return int64(v), true
+}
+
+// setPlace notes place at for task id on bucket b at "gw", as a place
+// handed out would be.
+func setPlace(t *testing.T, rdb redis.Cmdable, b *Bucket, id string, at time.Time) {
+	t.Helper()
+	if err := rdb.ZAdd(context.Background(), placesKey(subjectTag(DefaultPrefix, "gw"), b.Name()), redis.Z{Score: float64(at.UnixMicro()), Member: id}).Err(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestBookAheadHorizon: slots are booked at most the horizon ahead; past it
 // a task gets a place in its tenant's line, one slot apart, holding nothing
-// in the bucket's keys, and its place noted in its own hash.
+// in the bucket's keys but its place.
 func TestBookAheadHorizon(t *testing.T) {
 	l, rdb := newStandalone(t)
 	ctx := context.Background()
@@ -34,13 +52,12 @@ func TestBookAheadHorizon(t *testing.T) {
 	var booked, queued []Decision
 	var lastBooked string
 	for i := range 40 {
-		d := mustAdmit(t, l, lineReq(t, rdb, fmt.Sprint("t", i), "", 1, b, ahead))
+		d := mustAdmit(t, l, lineReq(fmt.Sprint("t", i), "", 1, b, ahead))
 		switch {
 		case d.Outcome == Placed:
 			queued = append(queued, d)
-			place, err := rdb.HGet(ctx, "task:"+fmt.Sprint("t", i), "thr").Int64()
-			if err != nil || place != d.At().UnixMicro() {
-				t.Errorf("t%d: place noted %d (%v), want %d", i, place, err, d.At().UnixMicro())
+			if place, ok := placeIn(t, rdb, b, fmt.Sprint("t", i)); !ok || place != d.At().UnixMicro() {
+				t.Errorf("t%d: place noted %d (%v), want %d", i, place, ok, d.At().UnixMicro())
 			}
 		case d.Booked():
 			if len(queued) > 0 {
@@ -71,10 +88,10 @@ func TestBookAheadHorizon(t *testing.T) {
 		t.Errorf("tickets %d (%v), want %d (one per slot booked, none for places in line)", tickets, err, len(booked))
 	}
 
-	// A task new to the line joins its end; one that was placed (its hash
-	// notes it) does not: it books a slot (none is free within the
+	// A task new to the line joins its end; one that was placed (its place
+	// is noted) does not: it books a slot (none is free within the
 	// horizon here, so it gets a place again, at the line's end too).
-	d := mustAdmit(t, l, lineReq(t, rdb, "late", "", 1, b, ahead))
+	d := mustAdmit(t, l, lineReq("late", "", 1, b, ahead))
 	if d.Outcome != Placed || d.At().Sub(queued[len(queued)-1].At()) != 100*time.Millisecond {
 		t.Errorf("a new task: %+v; want a place one slot after the last (%s)", d, queued[len(queued)-1].At())
 	}
@@ -82,11 +99,11 @@ func TestBookAheadHorizon(t *testing.T) {
 	// Released: the slot is the next booking's, not held behind the gate of
 	// a tenant alone.
 	first := booked[len(booked)-1]
-	if _, err := l.Release(ctx, lineReq(t, rdb, lastBooked, "", 1, b, ahead)); err != nil {
+	if _, err := l.Release(ctx, lineReq(lastBooked, "", 1, b, ahead)); err != nil {
 		t.Fatal(err)
 	}
 	// A task back long before its place: the place stands.
-	r := lineReq(t, rdb, "t39", "", 1, b, ahead)
+	r := lineReq("t39", "", 1, b, ahead)
 	if d = mustAdmit(t, l, r); d.Outcome != Placed || !d.At().Equal(queued[len(queued)-1].At()) {
 		t.Errorf("a task back long before its place: %+v; want its place %s again", d, queued[len(queued)-1].At())
 	}
@@ -96,11 +113,12 @@ func TestBookAheadHorizon(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := rdb.HSet(ctx, "task:t39", "thr", now.UnixMicro()).Err(); err != nil {
-		t.Fatal(err)
-	}
+	setPlace(t, rdb, b, "t39", now)
 	if d = mustAdmit(t, l, r); !d.Booked() || d.Outcome == Placed || !d.At().Equal(first.At()) {
 		t.Errorf("a task back at its place after a release: %+v; want the released slot at %s", d, first.At())
+	}
+	if place, ok := placeIn(t, rdb, b, "t39"); ok {
+		t.Errorf("t39 booked a slot and still has a place noted: %d", place)
 	}
 }
 
@@ -118,12 +136,12 @@ func TestFairShareTwoTenants(t *testing.T) {
 		{"2:1", 2, 1, 150 * time.Millisecond, 300 * time.Millisecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			l, rdb := newStandalone(t)
+			l, _ := newStandalone(t)
 			b := mustBucket(t, "sms", 10, 1)
 			const ahead = time.Second
 			var bigLast time.Time
 			for i := range 60 {
-				d := mustAdmit(t, l, lineReq(t, rdb, fmt.Sprint("big", i), "big", tc.wBig, b, ahead))
+				d := mustAdmit(t, l, lineReq(fmt.Sprint("big", i), "big", tc.wBig, b, ahead))
 				bigLast = d.At()
 			}
 			if time.Until(bigLast) < 5*time.Second {
@@ -131,7 +149,7 @@ func TestFairShareTwoTenants(t *testing.T) {
 			}
 			var small []time.Time
 			for i := range 10 {
-				d := mustAdmit(t, l, lineReq(t, rdb, fmt.Sprint("small", i), "small", tc.wSmall, b, ahead))
+				d := mustAdmit(t, l, lineReq(fmt.Sprint("small", i), "small", tc.wSmall, b, ahead))
 				if !d.Booked() {
 					t.Fatalf("small%d: %+v", i, d)
 				}
@@ -149,8 +167,8 @@ func TestFairShareTwoTenants(t *testing.T) {
 				}
 			}
 			// big's new tasks now join its line at its share's spacing.
-			p1 := mustAdmit(t, l, lineReq(t, rdb, "bigA", "big", tc.wBig, b, ahead))
-			p2 := mustAdmit(t, l, lineReq(t, rdb, "bigB", "big", tc.wBig, b, ahead))
+			p1 := mustAdmit(t, l, lineReq("bigA", "big", tc.wBig, b, ahead))
+			p2 := mustAdmit(t, l, lineReq("bigB", "big", tc.wBig, b, ahead))
 			if gap := p2.At().Sub(p1.At()); gap != tc.bigGap {
 				t.Errorf("big's places while small waits are %s apart: want %s", gap, tc.bigGap)
 			}
@@ -166,7 +184,7 @@ func TestFairStateReleased(t *testing.T) {
 	b := mustBucket(t, "sms", 1000, 1)
 	tag := subjectTag(DefaultPrefix, "gw")
 	for i := range 30 {
-		mustAdmit(t, l, lineReq(t, rdb, fmt.Sprint("a", i), "a", 1, b, 5*time.Millisecond))
+		mustAdmit(t, l, lineReq(fmt.Sprint("a", i), "a", 1, b, 5*time.Millisecond))
 	}
 	n, err := rdb.HLen(ctx, fairKey(tag, "sms")).Result()
 	if err != nil || n != 4 {
@@ -195,24 +213,22 @@ func TestBookBackEarlyKeepsToItsPlace(t *testing.T) {
 	l, rdb := newStandalone(t)
 	ctx := context.Background()
 	b := mustBucket(t, "sms", 10, 1)
-	if d := mustAdmit(t, l, lineReq(t, rdb, "p0", "", 1, b, time.Second)); !d.Allowed() || d.Delay != 0 {
+	if d := mustAdmit(t, l, lineReq("p0", "", 1, b, time.Second)); !d.Allowed() || d.Delay != 0 {
 		t.Fatalf("the first task: %+v; want allowed now", d)
 	}
-	r := lineReq(t, rdb, "p1", "", 1, b, time.Second)
+	r := lineReq("p1", "", 1, b, time.Second)
 	now, err := rdb.Time(ctx).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
 	place := now.Add(600 * time.Millisecond)
-	if err := rdb.HSet(ctx, "task:p1", "thr", place.UnixMicro()).Err(); err != nil {
-		t.Fatal(err)
-	}
+	setPlace(t, rdb, b, "p1", place)
 	d := mustAdmit(t, l, r)
 	if !d.Booked() || d.Outcome == Placed || !d.At().Equal(time.UnixMicro(place.UnixMicro())) {
 		t.Errorf("back 600ms before its place, the next slot free 100ms ahead: %+v; want its place %s", d, place)
 	}
 	// A task new to the provider takes the free slot before it.
-	if d := mustAdmit(t, l, lineReq(t, rdb, "p2", "", 1, b, time.Second)); !d.Booked() || d.At().After(place) {
+	if d := mustAdmit(t, l, lineReq("p2", "", 1, b, time.Second)); !d.Booked() || d.At().After(place) {
 		t.Errorf("a new task beside it: %+v; want a slot before %s", d, place)
 	}
 }

@@ -408,7 +408,7 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 			gate = fr.gate
 		}
 		if H > 0 {
-			q, ok := c.placeOf(r)
+			q, ok := c.placeOf(bt, id)
 			switch {
 			case ok && q > now+H: // back long before its place: it stands
 				c.m.fair["stands"]++
@@ -417,7 +417,7 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 				return d, true
 			case ok: // its slot is from its place on
 				placed, gate = true, math.Max(gate, q)
-			case fr.line() > now+H && c.placeable(r):
+			case fr.line() > now+H:
 				c.m.fair["line end"]++
 				return c.inPlace(r, bt, fr, math.Max(m, fr.line()), length, deadline, false, dec, bi), true
 			}
@@ -465,21 +465,17 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 	}
 	if near && H > 0 && binding == bi && (m > now+H || placed && maxwait > 0 && m > now+maxwait && m > gate+length) {
 		// Past the horizon: a place in the tenant's line, not a slot.
-		if !c.placeable(r) {
-			c.m.fair["no hash"]++
-		} else {
-			if placed {
-				c.m.fair["placed again"]++
-				if m <= now+H {
-					c.m.fair["behind"]++
-				}
+		if placed {
+			c.m.fair["placed again"]++
+			if m <= now+H {
+				c.m.fair["behind"]++
 			}
-			join := fr.line() <= now+H
-			if join {
-				c.m.fair["join"]++
-			}
-			return c.inPlace(r, bt, fr, math.Max(m, fr.again(placed, fr.line())), length, deadline, join, dec, bi), true
 		}
+		join := fr.line() <= now+H
+		if join {
+			c.m.fair["join"]++
+		}
+		return c.inPlace(r, bt, fr, math.Max(m, fr.again(placed, fr.line())), length, deadline, join, dec, bi), true
 	}
 	if deadline > 0 && m > deadline {
 		d := dec(false, binding, window, m-now)
@@ -528,6 +524,9 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 			fr.gate = math.Max(fr.gate, f.v-length) + fr.stride(length)
 		}
 		c.fairWrite(bt, fr, others)
+	}
+	if placed {
+		c.zrem(bt.places, id) // leave_line: back from its place, it took a slot
 	}
 	if goNow {
 		if m == now {

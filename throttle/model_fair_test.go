@@ -9,9 +9,10 @@ import (
 )
 
 // The model of book.lua's fair shares and horizon (fair_read, fair_write,
-// place_of, placeable, in_place): a bucket's tenants hash (model key "w": each
-// waiting tenant's "F,G,w,E" and, under "\x00W", W), its tenants' expiry set
-// ("t") and the task's own hash ("task", its place under "thr").
+// place_of, note_place, leave_line, in_place): a bucket's tenants hash
+// (model key "w": each waiting tenant's "F,G,w,E" and, under "\x00W", W),
+// its tenants' expiry set ("t") and its places in line ("p": task ID ->
+// place).
 
 // modelFairPad is book.lua's FAIR_PAD.
 const modelFairPad = 1000000
@@ -29,15 +30,6 @@ type modelFair struct {
 	tenant                      string
 	w, last, gate, wo, exp, len float64
 	W, Wo, J, Jo, P, Po         float64
-}
-
-// modelTaskKey is the model key of r's task hash: r.TaskKey when its plan
-// has a horizon (only then does the script get the key), else none.
-func modelTaskKey(r Request) modelKey {
-	if !horizon(r) {
-		return modelKey{}
-	}
-	return modelKey{kind: "task", subject: r.TaskKey}
 }
 
 // modelNum is Lua's tonumber of a field the scripts wrote with '%d'.
@@ -209,26 +201,26 @@ func (c *modelCall) fairWrite(t *modelTake, f *modelFair, force bool) {
 	}
 }
 
-// placeOf mirrors place_of on a single node: the place the task's hash
-// notes (HGET thr), if any.
-func (c *modelCall) placeOf(r Request) (float64, bool) {
-	e := c.get(modelTaskKey(r))
-	if e == nil {
+// placeOf mirrors place_of: task id's place on bucket t, if any and less
+// than modelGrace past.
+func (c *modelCall) placeOf(t *modelTake, id string) (float64, bool) {
+	q, ok := c.zscore(t.places, id)
+	if !ok || q <= c.now-modelGrace {
 		return 0, false
 	}
-	q, ok := e.s["thr"]
-	if !ok {
-		return 0, false
-	}
-	return modelNum(q), true
+	return q, true
 }
 
-// placeable mirrors placeable on a single node: whether the task's hash
-// exists, so that a place can be noted in it.
-func (c *modelCall) placeable(r Request) bool { return c.get(modelTaskKey(r)) != nil }
+// notePlace mirrors note_place: the places more than modelGrace past
+// pruned, id's place q noted, the set kept until q is modelGrace past.
+func (c *modelCall) notePlace(t *modelTake, id string, q float64) {
+	c.zremrangebyscore(t.places, c.now-modelGrace)
+	c.getOrCreate(t.places).z[id] = q
+	c.extend(t.places, q-c.now+modelGrace)
+}
 
 // inPlace mirrors in_place: place q in the tenant's line (if it starts the
-// line, join, no earlier than the join cursor), noted in the task's hash;
+// line, join, no earlier than the join cursor), noted in the places set;
 // or, past the deadline, expired.
 func (c *modelCall) inPlace(r Request, t *modelTake, f *modelFair, q, length, deadline float64, join bool, dec func(bool, int, int, float64) Decision, bi int) Decision {
 	now := c.now
@@ -247,7 +239,20 @@ func (c *modelCall) inPlace(r Request, t *modelTake, f *modelFair, q, length, de
 	f.last = q
 	f.P = math.Max(f.P, q+length)
 	c.fairWrite(t, f, true)
-	c.get(modelTaskKey(r)).s["thr"] = modelInt(q)
+	c.notePlace(t, r.ID, q)
 	d.Outcome, d.Ahead = Placed, int(math.Floor((q-now)/length))
 	return d
+}
+
+// placed reports whether the model notes a place in line for r on its
+// bucket (as it stands, expired or not).
+func (m *model) placed(r Request) bool {
+	for _, t := range m.parse(r) {
+		if e := m.keys[t.places]; t.kind == "b" && e != nil {
+			if _, ok := e.z[r.ID]; ok {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -40,14 +40,14 @@ type model struct {
 const modelExpiryMS = 20
 
 type modelKey struct {
-	kind    string // "q" quota set, "b" bucket hash, "l" bucket ledger, "k" bucket tickets, "s" bucket slot calendar, "w" bucket tenants hash, "t" bucket tenants' expiry set, "c" calendar quota, "f" fixed-window hash, "task" a task's own hash (subject: its key)
+	kind    string // "q" quota set, "b" bucket hash, "l" bucket ledger, "k" bucket tickets, "s" bucket slot calendar, "w" bucket tenants hash, "t" bucket tenants' expiry set, "p" bucket places in line, "c" calendar quota, "f" fixed-window hash
 	rule    string
 	subject string
 }
 
 // modelEntry is one Redis key: a sorted set (z) or a hash (h: every field the
-// scripts write holds a number; s: the hashes whose fields are strings, a
-// bucket's tenants and a task's own), and its PEXPIRE deadline.
+// scripts write holds a number; s: the hash whose fields are strings, a
+// bucket's tenants), and its PEXPIRE deadline.
 type modelEntry struct {
 	z     map[string]float64
 	h     map[string]float64
@@ -207,6 +207,7 @@ type modelTake struct {
 	cost                   float64
 	key, ledger, book, cal modelKey
 	fair, tenants          modelKey // a bucket's tenants hash and their expiry set
+	places                 modelKey // a bucket's places in line
 	kept                   float64  // a bucket's reserve for priority requests
 
 	limits, pers []float64 // quota
@@ -249,6 +250,7 @@ func (m *model) parse(r Request) []*modelTake {
 			t.key, t.ledger = modelKey{"b", rule.name, tk.Subject}, modelKey{"l", rule.name, tk.Subject}
 			t.book, t.cal = modelKey{"k", rule.name, tk.Subject}, modelKey{"s", rule.name, tk.Subject}
 			t.fair, t.tenants = modelKey{"w", rule.name, tk.Subject}, modelKey{"t", rule.name, tk.Subject}
+			t.places = modelKey{"p", rule.name, tk.Subject}
 			t.rate, t.burst, t.kept = rule.rate, float64(rule.burst), float64(rule.reserve)
 		case *FixedWindow:
 			t.kind, t.key = "f", modelKey{"f", rule.name, tk.Subject}
@@ -824,7 +826,7 @@ func (m *model) dump(r Request, nowUS int64) string {
 		}
 		ks := []modelKey{t.key}
 		if t.kind == "b" {
-			ks = append(ks, t.ledger, t.book, t.cal, t.fair, t.tenants)
+			ks = append(ks, t.ledger, t.book, t.cal, t.fair, t.tenants, t.places)
 		}
 		for _, k := range ks {
 			e := m.keys[k]
@@ -844,14 +846,6 @@ func (m *model) dump(r Request, nowUS int64) string {
 				fmt.Fprintf(&b, "h%v", modelStrings(e.s))
 			}
 			b.WriteString("\n")
-		}
-	}
-	if k := modelTaskKey(r); k.subject != "" {
-		fmt.Fprintf(&b, "  task %q: ", k.subject)
-		if e := m.keys[k]; e != nil {
-			fmt.Fprintf(&b, "h%v\n", modelStrings(e.s))
-		} else {
-			b.WriteString("absent\n")
 		}
 	}
 	return b.String()

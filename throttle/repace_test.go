@@ -91,3 +91,44 @@ func checkSpans(t *testing.T, l *Limiter, rdb *redis.Client, b *Bucket) {
 		}
 	}
 }
+
+// TestRepaceScalesPlaces: the places in line are scaled with the rest, so
+// that a task comes back at its place at the new pace; a task new to the
+// line joins its end, a slot of the new rate after the last scaled place.
+func TestRepaceScalesPlaces(t *testing.T) {
+	l, rdb := newStandalone(t)
+	ctx := context.Background()
+	slow, fast := mustBucket(t, "sms", 2, 1), mustBucket(t, "sms", 20, 1)
+	if _, _, err := l.Repace(ctx, slow, "gw"); err != nil {
+		t.Fatal(err)
+	}
+	const ahead = time.Second
+	var placed []Decision
+	var ids []string
+	for i := range 12 {
+		id := "m" + strconv.Itoa(i)
+		if d := mustAdmit(t, l, lineReq(id, "", 1, slow, ahead)); d.Outcome == Placed {
+			placed, ids = append(placed, d), append(ids, id)
+		}
+	}
+	if len(placed) < 5 {
+		t.Fatalf("%d of 12 placed in line at 2/s with a 1 s horizon", len(placed))
+	}
+	k, now, err := l.Repace(ctx, fast, "gw")
+	if err != nil || k != 0.1 {
+		t.Fatalf("Repace to 20/s = %v, %v; want k 0.1", k, err)
+	}
+	var last time.Time
+	for i, id := range ids {
+		got, ok := placeIn(t, rdb, fast, id)
+		want := Scale(placed[i].At(), now, k)
+		if !ok || time.UnixMicro(got).Sub(want).Abs() > time.Microsecond {
+			t.Errorf("%s's place after the raise: %d (%v), want %s scaled to %d", id, got, ok, placed[i].At().Format(time.StampMicro), want.UnixMicro())
+		}
+		last = time.UnixMicro(got)
+	}
+	next := mustAdmit(t, l, lineReq("new", "", 1, fast, ahead))
+	if next.Outcome == Placed && next.At().Sub(last) != 50*time.Millisecond {
+		t.Errorf("a new task placed %s after the last scaled place, want one slot at 20/s (50ms)", next.At().Sub(last))
+	}
+}

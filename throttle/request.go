@@ -94,9 +94,8 @@ type Request struct {
 	// BookAhead is how far ahead a booking request may hold a bucket's slot
 	// (its horizon); zero: as far as it needs. A task whose slot would be
 	// further gets a place in its tenant's line instead (outcome Placed),
-	// which holds nothing, and books when it comes back, inside the horizon
-	// by then. Needs TaskKey. Single node only (a cluster books as far as
-	// it needs).
+	// which holds nothing but the place (in the bucket's keys, under ID),
+	// and books when it comes back, inside the horizon by then.
 	BookAhead time.Duration
 	// Backlog says that work the caller has not picked up yet waits behind
 	// this task (its queue is not empty). A booking task with a horizon
@@ -108,11 +107,6 @@ type Request struct {
 	// queued. A task back from its place is not affected: it waited its
 	// turn. Single node only.
 	Backlog bool
-	// TaskKey is the Redis key of a hash the task owns while it waits (its
-	// asynq task hash): a task placed in line notes its place there (field
-	// "thr"), so that when it comes back it is known to have waited its turn.
-	// Written only while the hash exists.
-	TaskKey string
 	// Deadline, if set, is the latest moment (Redis time) a booking may be
 	// for: a task whose moment would be later is not booked and its
 	// decision is Expired, with At the moment it would have had.
@@ -144,9 +138,6 @@ func (r Request) validate() error {
 	}
 	if r.BookAhead < 0 {
 		return fmt.Errorf("throttle: task %q: book ahead must not be negative (got %s): %w", r.ID, r.BookAhead, ErrInvalidRequest)
-	}
-	if r.BookAhead > 0 && r.TaskKey == "" {
-		return fmt.Errorf("throttle: task %q: book ahead needs a task key: %w", r.ID, ErrInvalidRequest)
 	}
 	buckets := 0
 	for i, t := range r.Takes {

@@ -65,7 +65,7 @@ func (l *Limiter) calls(rs []Request, ts []task, admit bool) []call {
 // convention (admit: see setTaskArgs) or release.lua's (its ID and plan).
 func taskArgs(admit bool) int {
 	if admit {
-		return 7
+		return 6
 	}
 	return 2
 }
@@ -75,9 +75,6 @@ func taskArgs(admit bool) int {
 func taskKeyCount(r Request, g group, h planHead) int {
 	nk := 0
 	if h.done != "" {
-		nk++
-	}
-	if h.taskKey != "" {
 		nk++
 	}
 	for _, i := range g.takes {
@@ -92,14 +89,14 @@ func taskKeyCount(r Request, g group, h planHead) int {
 func (l *Limiter) appendTask(keys []any, buf []byte, args []any, r Request, g group, h planHead, admit bool) ([]any, []byte) {
 	keys, buf = l.appendPlan(keys, buf, r, g, h)
 	if admit {
-		setTaskArgs(args, r, string(buf), 0, "")
+		setTaskArgs(args, r, string(buf), 0)
 	} else {
 		args[0], args[1] = r.ID, string(buf)
 	}
 	return keys, buf
 }
 
-// horizon reports whether r's booking has a horizon (and so a task key).
+// horizon reports whether r's booking has a horizon.
 func horizon(r Request) bool { return r.Book && r.BookAhead > 0 }
 
 // deadline is r's deadline as admit.lua takes it: µs, 0 for none.
@@ -112,12 +109,11 @@ func deadline(r Request) int64 {
 
 // setTaskArgs sets r's arguments in admit.lua's calling convention, one
 // value each: its ID, plan, deadline (µs, 0: none), floor (µs: a cluster's
-// booking goes no earlier, 0: none), weight and place in line (on a
-// cluster, what placeOf read; "" where the task's hash is one of its keys)
-// and tenant. Only a plan that books reads the last five.
-func setTaskArgs(args []any, r Request, plan string, floor int64, place string) {
+// booking goes no earlier, 0: none), weight and tenant. Only a plan that
+// books reads the last four.
+func setTaskArgs(args []any, r Request, plan string, floor int64) {
 	args[0], args[1], args[2], args[3] = r.ID, plan, deadline(r), floor
-	args[4], args[5], args[6] = max(r.Weight, 1), place, r.Tenant
+	args[4], args[5] = max(r.Weight, 1), r.Tenant
 }
 
 // planHead is what a plan says before its takes (see lua/rules.lua).
@@ -126,7 +122,6 @@ type planHead struct {
 	ahead   int64  // µs after now quota entries are stamped at the earliest (0: not set)
 	done    string // the done marker's key, checked first ("": none)
 	book    bool   // a task that may not go within maxWait books its moment
-	taskKey string // the task's hash, where a place in line is noted ("": none)
 }
 
 // appendPlan appends the keys of g's takes of r to keys and their plan (see
@@ -149,11 +144,6 @@ func (l *Limiter) appendPlan(keys []any, buf []byte, r Request, g group, h planH
 			buf = append(buf, ";k"...)
 		}
 		if horizon(r) {
-			// On a cluster the task's hash lives elsewhere: the caller
-			// reads and notes its place (see placeOf).
-			if h.taskKey != "" {
-				keys = append(keys, h.taskKey)
-			}
 			buf = strconv.AppendInt(append(buf, ':'), r.BookAhead.Microseconds(), 10)
 			if r.Backlog {
 				buf = append(buf, ";u"...)

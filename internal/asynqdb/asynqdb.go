@@ -9,7 +9,7 @@
 //     nor repeat a recipient.
 //   - recovery/reap.lua gives a dead worker's active tasks back to their
 //     queue within seconds, where asynq's own recoverer takes 60-150 s.
-//   - jobs/repace.lua moves the wake-up of a task placed in line when its
+//   - jobs/repace.lua moves the wake-up of a waiting task when its
 //     provider's rate changed (asynq's Inspector can only run a task now).
 //
 // The contract, as read from asynq Version's source (internal/rdb/rdb.go,
@@ -44,11 +44,9 @@
 //     so a handler that learns its task was handed over returns an error.
 //  6. A task its handler defers (returns an error asynq retries) waits in
 //     the retry set asynq:{q}:retry, scored by the Unix second it is due;
-//     the forwarder moves it to pending then. A field the worker adds to
-//     its task hash (PlaceField) stays while it waits and when it runs
-//     again: asynq's Retry and forward write msg and state only. The
-//     worker notes a task's place in line there and moves a placed task's
-//     wake-up by rewriting its score (jobs.Repace); TestContractRetry.
+//     the forwarder moves it to pending then, and a score rewritten while
+//     it waits is the one it wakes at. The worker moves a waiting task's
+//     wake-up that way (jobs.Repace); TestContractRetry.
 //
 // Version is pinned in go.mod for this reason.
 package asynqdb
@@ -75,10 +73,6 @@ func LeaseKey(q string) string { return QueuePrefix(q) + "lease" }
 // RetryKey returns queue q's sorted set of deferred tasks, scored by the
 // Unix second each is due.
 func RetryKey(q string) string { return QueuePrefix(q) + "retry" }
-
-// PlaceField is the field of a task hash where the worker notes the task's
-// place in its tenant's line (µs, Redis time): see throttle.Request.TaskKey.
-const PlaceField = "thr"
 
 // TaskKeyPrefix returns the prefix of queue q's task hashes.
 func TaskKeyPrefix(q string) string { return QueuePrefix(q) + "t:" }

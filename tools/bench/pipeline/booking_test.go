@@ -78,12 +78,14 @@ defaults: {policy: marketing, provider: hook, queue: default}
 `
 
 // The provider's keys (internal/keyspace): its bucket's state hash, the
-// ledger of who took each token, the bookings (tickets).
+// ledger of who took each token, the bookings (tickets), the places in
+// line.
 const (
-	bucketStateKey = "throttle:{" + bookProvider + "}:b:" + bookProvider
-	bucketHeldKey  = bucketStateKey + ":held"
-	bucketBookKey  = bucketStateKey + ":book"
-	bucketSlotsKey = bucketStateKey + ":slots"
+	bucketStateKey  = "throttle:{" + bookProvider + "}:b:" + bookProvider
+	bucketHeldKey   = bucketStateKey + ":held"
+	bucketBookKey   = bucketStateKey + ":book"
+	bucketSlotsKey  = bucketStateKey + ":slots"
+	bucketPlacesKey = bucketStateKey + ":places"
 )
 
 // bookFleet is a redis-server, the webhook and worker processes.
@@ -388,7 +390,7 @@ func backlogRun(b *testing.B, bin string, c, n int, plainCmds, plainCPU float64)
 	s1 := thirds[3]
 
 	mem := map[string][2]int64{}
-	for _, k := range []string{bucketStateKey, bucketHeldKey, bucketBookKey, bucketSlotsKey} {
+	for _, k := range []string{bucketStateKey, bucketHeldKey, bucketBookKey, bucketSlotsKey, bucketPlacesKey} {
 		by, el := memoryUsage(ctx, f.admin, k)
 		mem[k] = [2]int64{by, el}
 	}
@@ -445,10 +447,10 @@ func backlogRun(b *testing.B, bin string, c, n int, plainCmds, plainCPU float64)
 		n, rate, rate/bookRate, bookRate, verdict(rate/bookRate >= 0.98), made, claimed, rebooked, most, bookRate+bookBurst, over)
 	b.Logf("backlog %d: booking lateness over %.0f claims: p50 %.3f s, p99 %.3f s (target <= 1.5 s: %s), %.1f%% within 1.5 s",
 		n, late, p50, p99, lateVerdict(late, within), 100*within)
-	b.Logf("backlog %d: MEMORY USAGE: bucket hash %d B (%d fields), slot calendar %d B (%d spans), ledger %d B (%d takes of the last remember_takes, 3m here), bookings %d B (%d tickets, %.0f B each); a booked recipient's quota %d B (%d entries)",
+	b.Logf("backlog %d: MEMORY USAGE: bucket hash %d B (%d fields), slot calendar %d B (%d spans), ledger %d B (%d takes of the last remember_takes, 3m here), bookings %d B (%d tickets, %.0f B each), places %d B (%d, those gone included); a booked recipient's quota %d B (%d entries)",
 		n, mem[bucketStateKey][0], mem[bucketStateKey][1], mem[bucketSlotsKey][0], mem[bucketSlotsKey][1], mem[bucketHeldKey][0], mem[bucketHeldKey][1],
 		mem[bucketBookKey][0], mem[bucketBookKey][1], float64(mem[bucketBookKey][0])/float64(max(1, mem[bucketBookKey][1])),
-		rcptBytes, rcptElems)
+		mem[bucketPlacesKey][0], mem[bucketPlacesKey][1], rcptBytes, rcptElems)
 	first := "first pass"
 	if !booking {
 		first = "no job booked: every job waits for its token inline, the queue is taken 2 x concurrency at a time; warm-up"
@@ -472,6 +474,7 @@ func backlogRun(b *testing.B, bin string, c, n int, plainCmds, plainCPU float64)
 	b.ReportMetric(float64(mem[bucketBookKey][0]), "book_bytes")
 	b.ReportMetric(float64(mem[bucketHeldKey][0]), "ledger_bytes")
 	b.ReportMetric(float64(mem[bucketSlotsKey][0]), "slots_bytes")
+	b.ReportMetric(float64(mem[bucketPlacesKey][0]), "places_bytes")
 	b.ReportMetric(0, "ns/op")
 	b.ReportMetric(0, "B/op")
 	b.ReportMetric(0, "allocs/op")
