@@ -15,12 +15,12 @@
 # module kept the benchmark in integration_test/bench.
 set -euo pipefail
 pairs=10 rounds=8
-bench=ThroughputVsPlain ratio='throttled/plain' variant='throttled' flags='-e2e.rounds'
+bench=ThroughputVsPlain metric='throttled/plain' variant='throttled' flags='-e2e.rounds'
 while getopts n:r:b o; do
   case $o in
     n) pairs=$OPTARG ;;
     r) rounds=$OPTARG ;;
-    b) bench=WorkerVsBare ratio='worker/bare' variant='worker' flags='-bare.rounds' ;;
+    b) bench=WorkerVsBare metric='worker/bare' variant='worker' flags='-bare.rounds' ;;
     *) echo "usage: $0 [-n pairs] [-r rounds] [-b] A B" >&2; exit 2 ;;
   esac
 done
@@ -48,19 +48,19 @@ for i in $(seq "$pairs"); do
   for v in A B; do
     r=$(cd "$(cat "$work/$v.dir")" && "$work/$v.test" -test.run '^$' -test.bench "$bench" \
       -test.benchtime 1x "$flags" "$rounds" 2>&1)
-    ratio=$(echo "$r" | grep -oE "[0-9.]+ $ratio" | head -1 | cut -d' ' -f1)
+    ratio=$(echo "$r" | grep -oE "[0-9.]+ $metric" | head -1 | cut -d' ' -f1)
     cost=$(echo "$r" | grep -E "$variant: " | grep -oE 'Redis CPU [0-9]+µs, test process CPU [0-9]+µs, [0-9.]+ Redis commands')
     [ -n "$ratio" ] || { echo "$v: no ratio in the benchmark's output:" >&2; echo "$r" >&2; exit 1; }
     echo "$i $v $ratio $cost" | tee -a "$out"
   done
 done
 for v in A B; do
-  awk -v v="$v" '$2 == v { print $3 }' "$out" | sort -n | awk -v v="$v" -v name="$ratio" '
+  awk -v v="$v" '$2 == v { print $3 }' "$out" | sort -n | awk -v v="$v" -v name="$metric" '
     { x[NR] = $1 }
     END { m = NR % 2 ? x[(NR + 1) / 2] : (x[NR / 2] + x[NR / 2 + 1]) / 2
           printf "%s: %s median %.3f, range %.3f-%.3f (%d runs)\n", v, name, m, x[1], x[NR], NR }'
 done
-awk -v name="$ratio" '
+awk -v name="$metric" '
   { r[$2] += $3; r2[$2] += $3 * $3; n[$2]++; x[$1, $2] = $3 }
   END {
     for (v in r) { m = r[v] / n[v]; printf "%s: %s mean %.3f (sd %.3f, %d runs)\n", v, name, m, sqrt((r2[v] - n[v] * m * m) / (n[v] - 1)), n[v] }
