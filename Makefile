@@ -61,7 +61,9 @@ integration: need-redis need-browser
 
 ## bench: the product's benchmarks, then the tools module's: the engine
 ## against its baselines, batch speed-up, memory per recipient, and the
-## worker pipeline end to end. Numbers are ratios measured side by side.
+## worker pipeline end to end, among them the built worker against a bare
+## asynq worker (BenchmarkWorkerVsBare: worker/bare and Redis commands per
+## task). Numbers are ratios measured side by side.
 bench: need-redis
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem $(PKGS)
 	cd tools && $(GO) test -run '^$$' -bench '$(BENCH)' -benchmem $(TOOLS_PKGS)

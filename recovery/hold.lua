@@ -1,42 +1,48 @@
--- hold.lua: a worker's signs of life and the tasks it holds, in one queue.
+-- hold.lua: a worker's signs of life and the tasks it holds, in one queue,
+-- wherever a call must be a sign of life. A worker holds a task from the
+-- moment its handler starts until it ends; reap.lua gives the tasks of a
+-- worker that shows no sign of life for a while back to the queue.
 --
--- A worker holds a task from the moment its handler starts until it ends;
--- reap.lua gives the tasks of a worker that shows no sign of life for a
--- while back to the queue. Every call here is a sign of life: holding a
--- task without one would let a worker back from a long silence be taken
--- for dead with the task it just started.
+-- A task is held as a member "<task ID>:<n>" of the worker's own set, n
+-- counting the worker's takes: the member names one run, so that dropping
+-- a run that ended never drops a later run of the same task. While its
+-- signs of life are fresh the worker adds a member with a plain SADD
+-- (Recovery.take); after a silence it takes here, the sign of life and the
+-- member in one call, so that it is not taken for dead with the task it
+-- just started.
 --
--- KEYS[1] -> <prefix>recovery:{<queue>}:holders, hash: task ID -> worker ID
+-- KEYS[1] -> <prefix>recovery:{<queue>}:held:<worker ID>, set of members
 -- KEYS[2] -> <prefix>recovery:{<queue>}:beats, sorted set: worker ID by
 --            its last sign of life, Redis time in ms
 -- ARGV[1] -> the worker's ID
--- ARGV[2] -> "beat": a sign of life; ARGV[3...] are tasks the worker has
---            finished, dropped unless another worker holds them now.
---            "take": the worker starts task ARGV[3].
---            "keep": the worker is about to send task ARGV[3]: a sign of
---            life only if it still holds the task.
---            "leave": the worker stops; ARGV[3...] as for "beat". It is
---            no longer counted, alive or dead.
+-- ARGV[2] -> "beat": a sign of life; ARGV[3...] are members of runs that
+--            have ended, dropped.
+--            "take": the worker starts the run ARGV[3].
+--            "keep": the worker is about to send in run ARGV[3]: a sign of
+--            life only if it still holds it.
+--            "leave": the worker stops: it holds nothing and is no longer
+--            counted, alive or dead (asynq requeues what its server still
+--            had at shutdown).
 --
--- Returns 1, or 0 for a "keep" of a task the worker no longer holds (it
--- was silent for long enough to be taken for dead, and the task went back
--- to the queue).
+-- Returns 1, or 0 for a "keep" of a run the worker no longer holds (it was
+-- silent for long enough to be taken for dead, and the task went back to
+-- the queue).
 local t = redis.call("TIME")
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local me, mode = ARGV[1], ARGV[2]
-if mode == "keep" and redis.call("HGET", KEYS[1], ARGV[3]) ~= me then
+if mode == "keep" and redis.call("SISMEMBER", KEYS[1], ARGV[3]) == 0 then
   return 0
 end
 if mode == "take" then
-  redis.call("HSET", KEYS[1], ARGV[3], me)
-elseif mode == "beat" or mode == "leave" then
-  for i = 3, #ARGV do
-    if redis.call("HGET", KEYS[1], ARGV[i]) == me then
-      redis.call("HDEL", KEYS[1], ARGV[i])
-    end
+  redis.call("SADD", KEYS[1], ARGV[3])
+elseif mode == "beat" then
+  -- In slices: unpack puts each argument on Lua's stack.
+  for i = 3, #ARGV, 1000 do
+    redis.call("SREM", KEYS[1], unpack(ARGV, i, math.min(i + 999, #ARGV)))
   end
 end
 if mode == "leave" then
+  redis.call("DEL", KEYS[1])
   redis.call("ZREM", KEYS[2], me)
 else
   redis.call("ZADD", KEYS[2], now, me)

@@ -4,70 +4,79 @@
 -- state "pending", retry count unchanged.
 --
 -- A worker is dead when its last sign of life (hold.lua) is more than
--- ARGV[1] ms old by Redis's clock. A task it holds is moved only if it is
--- still where its dequeue put it: in the lease set, in the active list,
--- with its message. A task that has ended since (done, retried, archived)
--- only loses its holder. The dead workers leave the beats set; a worker
--- that was only silent joins it again with its next sign of life. A holder
--- not in the beats set at all left it gracefully (or Redis lost it): its
--- entry goes once the task has ended, and its active tasks are left to
--- asynq, which requeues a task its server stops.
+-- ARGV[1] ms old by Redis's clock. A task it holds (a member of its set,
+-- see hold.lua) is moved only if it is still where its dequeue put it: in
+-- the lease set, in the active list, with its message; the earliest taken
+-- goes first, so it runs first. A task that has ended since (done,
+-- retried, archived) is only dropped. The dead workers leave the beats set
+-- and their sets go; a worker that was only silent joins the beats again
+-- with its next sign of life.
 --
 -- Any number of workers may run this at once: each call is atomic on the
 -- queue's node, and a task moved by one is no longer held for the next.
+-- The held sets are found by name (ARGV[3] and the worker's ID) and share
+-- the queue's hash tag, as the task hashes (ARGV[2]) do.
 --
--- KEYS[1] -> <prefix>recovery:{<queue>}:holders (see hold.lua)
--- KEYS[2] -> <prefix>recovery:{<queue>}:beats
--- KEYS[3] -> asynq:{<queue>}:active
--- KEYS[4] -> asynq:{<queue>}:lease
--- KEYS[5] -> asynq:{<queue>}:pending
+-- KEYS[1] -> <prefix>recovery:{<queue>}:beats (see hold.lua)
+-- KEYS[2] -> asynq:{<queue>}:active
+-- KEYS[3] -> asynq:{<queue>}:lease
+-- KEYS[4] -> asynq:{<queue>}:pending
 -- ARGV[1] -> silence after which a worker is dead, ms
 -- ARGV[2] -> asynq:{<queue>}:t: (the task hash prefix)
+-- ARGV[3] -> <prefix>recovery:{<queue>}:held: (the held sets' prefix)
 --
 -- Returns, per dead worker: its ID, ms since its last sign of life, the
 -- number of tasks moved, then their IDs.
-local t = redis.call("TIME")
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
-local dead = redis.call("ZRANGEBYSCORE", KEYS[2], "-inf", "(" .. (now - tonumber(ARGV[1])), "WITHSCORES")
-if #dead == 0 then
-  return {}
-end
-local moved, names = {}, {}
-for i = 1, #dead, 2 do
-  moved[dead[i]] = {}
-  names[#names + 1] = dead[i]
-end
-local known = {}
-for _, w in ipairs(redis.call("ZRANGE", KEYS[2], 0, -1)) do
-  known[w] = true
-end
-local holders = redis.call("HGETALL", KEYS[1])
-for i = 1, #holders, 2 do
-  local id, w = holders[i], holders[i + 1]
-  if not known[w] then
-    if not redis.call("ZSCORE", KEYS[4], id) then
-      redis.call("HDEL", KEYS[1], id)
-    end
-  elseif moved[w] then
-    redis.call("HDEL", KEYS[1], id)
-    local task = ARGV[2] .. id
-    if redis.call("ZSCORE", KEYS[4], id) and redis.call("HGET", task, "msg")
-        and redis.call("LREM", KEYS[3], 0, id) > 0 then
-      redis.call("ZREM", KEYS[4], id)
-      redis.call("RPUSH", KEYS[5], id)
-      redis.call("HSET", task, "state", "pending")
-      table.insert(moved[w], id)
+
+-- held returns the task IDs of the members of set key, earliest taken
+-- first.
+local function held(key)
+  local runs = {}
+  for _, m in ipairs(redis.call("SMEMBERS", key)) do
+    local id, n = string.match(m, "^(.*):(%d+)$")
+    if id then
+      runs[#runs + 1] = {id = id, n = tonumber(n)}
     end
   end
+  table.sort(runs, function(a, b) return a.n < b.n end)
+  local ids = {}
+  for i, run in ipairs(runs) do
+    ids[i] = run.id
+  end
+  return ids
 end
-redis.call("ZREM", KEYS[2], unpack(names))
+
+-- requeue moves task id back to the head of pending if it is still where
+-- its dequeue put it, and reports whether it did.
+local function requeue(id)
+  local task = ARGV[2] .. id
+  if redis.call("ZSCORE", KEYS[3], id) and redis.call("HGET", task, "msg")
+      and redis.call("LREM", KEYS[2], 0, id) > 0 then
+    redis.call("ZREM", KEYS[3], id)
+    redis.call("RPUSH", KEYS[4], id)
+    redis.call("HSET", task, "state", "pending")
+    return true
+  end
+  return false
+end
+
+local t = redis.call("TIME")
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local dead = redis.call("ZRANGEBYSCORE", KEYS[1], "-inf", "(" .. (now - tonumber(ARGV[1])), "WITHSCORES")
 local out = {}
 for i = 1, #dead, 2 do
-  local w = dead[i]
+  local w, key, moved = dead[i], ARGV[3] .. dead[i], {}
+  for _, id in ipairs(held(key)) do
+    if requeue(id) then
+      moved[#moved + 1] = id
+    end
+  end
+  redis.call("DEL", key)
+  redis.call("ZREM", KEYS[1], w)
   out[#out + 1] = w
   out[#out + 1] = now - tonumber(dead[i + 1])
-  out[#out + 1] = #moved[w]
-  for _, id in ipairs(moved[w]) do
+  out[#out + 1] = #moved
+  for _, id in ipairs(moved) do
     out[#out + 1] = id
   end
 end

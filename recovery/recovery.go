@@ -5,11 +5,12 @@
 // been expired for 30 s, on its recoverer's next run (every minute), and
 // then retries it with backoff: 60-150 s for every message a crash caught
 // in flight. Here every worker shows signs of life in Redis (a beat every
-// DeadAfter/5, and each task it starts) and records which tasks it holds;
-// every worker also reaps: a worker silent for DeadAfter by Redis's clock
-// is dead, and the tasks it held go back to the head of their queue at
-// once, in one script per queue that checks each is still where the dead
-// worker's dequeue put it. A worker is never taken for dead while it shows
+// DeadAfter/5) and records which tasks it holds, in a set of its own per
+// queue: one SADD when a task starts, and the tasks it has finished dropped
+// with its next beat. Every worker also reaps: a worker silent for
+// DeadAfter by Redis's clock is dead, and the tasks it held go back to the
+// head of their queue at once, in one script per queue that checks each is
+// still where the dead worker's dequeue put it. A worker is never taken for dead while it shows
 // signs of life, however slow its tasks are.
 //
 // A worker that comes back after a silence longer than DeadAfter (paused,
@@ -25,6 +26,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -83,9 +85,10 @@ type Recovery struct {
 	start  time.Time // for the monotonic times in lastSign
 
 	mu       sync.Mutex
-	warned   time.Time                // when loop last logged a failure
-	finished map[string][]string      // queue -> tasks ended since the last beat
-	taken    map[string]time.Duration // queue+"\x00"+task -> when its take was sent, since start
+	warned   time.Time           // when loop last logged a failure
+	finished map[string][]string // queue -> members (runs) ended since the last beat
+	taken    map[string]run      // queue+"\x00"+task -> the run holding it
+	runs     uint64              // runs taken so far: the n of each member
 
 	// signs holds, per queue, the times (since start) the latest sign of
 	// life was sent and the latest sign that ended a silence long enough
@@ -96,6 +99,13 @@ type Recovery struct {
 // signs are a queue's sign-of-life times, in ns since Recovery.start.
 type signs struct {
 	last, afterGap atomic.Int64
+}
+
+// run is one run of a task by this worker: its member of the held set
+// ("<task ID>:<n>", see hold.lua) and when its take was sent, since start.
+type run struct {
+	member string
+	at     time.Duration
 }
 
 // New returns the recovery of a worker serving queues.
@@ -114,7 +124,7 @@ func New(rdb redis.UniversalClient, queues []string, o Options) *Recovery {
 		o.Log = slog.Default()
 	}
 	r := &Recovery{rdb: rdb, queues: queues, o: o, start: time.Now(),
-		finished: map[string][]string{}, taken: map[string]time.Duration{}, signs: map[string]*signs{}}
+		finished: map[string][]string{}, taken: map[string]run{}, signs: map[string]*signs{}}
 	for _, q := range queues {
 		r.signs[q] = &signs{}
 		r.signs[q].afterGap.Store(-int64(o.DeadAfter)) // a start is not a return from a silence
@@ -187,7 +197,15 @@ func (r *Recovery) mayReap(q string) bool {
 		return false
 	}
 	now := time.Since(r.start)
-	return now-time.Duration(s.last.Load()) < r.o.DeadAfter/2 && now-time.Duration(s.afterGap.Load()) >= r.o.DeadAfter
+	return r.fresh(s, now) && now-time.Duration(s.afterGap.Load()) >= r.o.DeadAfter
+}
+
+// fresh reports whether this worker has shown a sign of life in s's queue
+// less than DeadAfter/2 before now: it cannot be taken for dead before its
+// next.
+func (r *Recovery) fresh(s *signs, now time.Duration) bool {
+	last := s.last.Load()
+	return last > 0 && now-time.Duration(last) < r.o.DeadAfter/2
 }
 
 // beat runs hold.lua's beat or leave for queue q, with the tasks ended since
@@ -197,12 +215,7 @@ func (r *Recovery) beat(ctx context.Context, q, mode string) error {
 	ended := r.finished[q]
 	r.finished[q] = nil
 	r.mu.Unlock()
-	args := make([]any, 0, 2+len(ended))
-	args = append(args, r.o.ID, mode)
-	for _, id := range ended {
-		args = append(args, id)
-	}
-	if _, _, err := r.hold(ctx, q, args...); err != nil {
+	if _, _, err := r.hold(ctx, q, mode, ended...); err != nil {
 		r.mu.Lock()
 		r.finished[q] = append(r.finished[q], ended...)
 		r.mu.Unlock()
@@ -211,13 +224,18 @@ func (r *Recovery) beat(ctx context.Context, q, mode string) error {
 	return nil
 }
 
-// hold runs hold.lua on queue q and notes the sign of life it gave, and
-// returns when the call was sent (since start).
-func (r *Recovery) hold(ctx context.Context, q string, args ...any) (bool, time.Duration, error) {
+// hold runs hold.lua's mode on queue q with members, notes the sign of
+// life it gave, and returns when the call was sent (since start).
+func (r *Recovery) hold(ctx context.Context, q, mode string, members ...string) (bool, time.Duration, error) {
+	args := make([]any, 0, 2+len(members))
+	args = append(args, r.o.ID, mode)
+	for _, m := range members {
+		args = append(args, m)
+	}
 	sent := time.Since(r.start)
-	n, err := holdScript.Run(ctx, r.rdb, []string{holdersKey(r.o.Prefix, q), beatsKey(r.o.Prefix, q)}, args...).Int()
+	n, err := holdScript.Run(ctx, r.rdb, []string{heldKey(r.o.Prefix, q, r.o.ID), beatsKey(r.o.Prefix, q)}, args...).Int()
 	if err != nil {
-		return false, sent, fmt.Errorf("recovery: %s: %w", args[1], err)
+		return false, sent, fmt.Errorf("recovery: %s: %w", mode, err)
 	}
 	if s, ok := r.signs[q]; ok && n == 1 {
 		s.note(int64(sent), int64(r.o.DeadAfter/2))
@@ -251,53 +269,80 @@ func (r *Recovery) Middleware(next asynq.Handler) asynq.Handler {
 		id, _ := asynq.GetTaskID(ctx)
 		q, _ := asynq.GetQueueName(ctx)
 		key := q + "\x00" + id
-		if _, sent, err := r.hold(ctx, q, r.o.ID, "take", id); err != nil {
+		r.mu.Lock()
+		r.runs++
+		member := id + ":" + strconv.FormatUint(r.runs, 10)
+		r.mu.Unlock()
+		at, err := r.take(ctx, q, member)
+		if err != nil {
 			r.o.Log.Warn("recovery: could not record the task as held", "task", id, "queue", q, "err", err)
-		} else {
-			r.mu.Lock()
-			r.taken[key] = sent
-			r.mu.Unlock()
+			return next.ProcessTask(ctx, task)
 		}
+		r.mu.Lock()
+		r.taken[key] = run{member: member, at: at}
+		r.mu.Unlock()
 		defer func() {
 			r.mu.Lock()
 			delete(r.taken, key)
-			r.finished[q] = append(r.finished[q], id)
+			r.finished[q] = append(r.finished[q], member)
 			r.mu.Unlock()
 		}()
 		return next.ProcessTask(ctx, task)
 	})
 }
 
+// take records that this worker holds member in queue q, and returns when
+// the record was sent (since start). While the worker's signs of life there
+// are fresh it cannot be taken for dead before its next, and one SADD
+// does; after a silence, hold.lua's take is a sign of life as well.
+func (r *Recovery) take(ctx context.Context, q, member string) (time.Duration, error) {
+	sent := time.Since(r.start)
+	if s, ok := r.signs[q]; ok && r.fresh(s, sent) {
+		if err := r.rdb.SAdd(ctx, heldKey(r.o.Prefix, q, r.o.ID), member).Err(); err != nil {
+			return sent, fmt.Errorf("recovery: take: %w", err)
+		}
+		return sent, nil
+	}
+	_, sent, err := r.hold(ctx, q, "take", member)
+	return sent, err
+}
+
 // Holds returns nil if this worker still holds the task of ctx (an asynq
 // handler's context, inside Middleware), ErrHandedOver if the task went to
-// another worker, or the error that kept it from knowing. A worker whose
-// signs of life in the task's queue, since it took the task and until now,
-// were never DeadAfter/2 apart cannot have been taken for dead, and Holds
-// then answers without asking Redis; otherwise it asks, and a yes is a
-// sign of life.
+// another worker (or was never recorded as held), or the error that kept it
+// from knowing. A worker whose signs of life in the task's queue, since it
+// took the task and until now, were never DeadAfter/2 apart cannot have
+// been taken for dead, and Holds then answers without asking Redis;
+// otherwise it asks, and a yes is a sign of life.
 func (r *Recovery) Holds(ctx context.Context) error {
 	id, _ := asynq.GetTaskID(ctx)
 	q, _ := asynq.GetQueueName(ctx)
 	r.mu.Lock()
 	taken, ok := r.taken[q+"\x00"+id]
 	r.mu.Unlock()
-	if s := r.signs[q]; ok && s != nil {
-		now := time.Since(r.start)
-		if now-time.Duration(s.last.Load()) < r.o.DeadAfter/2 && time.Duration(s.afterGap.Load()) <= taken {
-			return nil
-		}
+	if !ok {
+		return r.handedOver()
 	}
-	held, _, err := r.hold(ctx, q, r.o.ID, "keep", id)
+	if s := r.signs[q]; s != nil && r.fresh(s, time.Since(r.start)) && time.Duration(s.afterGap.Load()) <= taken.at {
+		return nil
+	}
+	held, _, err := r.hold(ctx, q, "keep", taken.member)
 	switch {
 	case err != nil:
 		return err
 	case !held:
-		if r.o.Metrics != nil {
-			r.o.Metrics.HandedOver.Inc()
-		}
-		return ErrHandedOver
+		return r.handedOver()
 	}
 	return nil
+}
+
+// handedOver counts a task this worker found it no longer holds, and
+// returns ErrHandedOver.
+func (r *Recovery) handedOver() error {
+	if r.o.Metrics != nil {
+		r.o.Metrics.HandedOver.Inc()
+	}
+	return ErrHandedOver
 }
 
 // Handover is what one reap did with one dead worker's tasks in a queue.
@@ -314,9 +359,9 @@ type Handover struct {
 // Reap hands the tasks of queue q's dead workers back to the queue, logs
 // and counts each recovery, and returns what it did.
 func (r *Recovery) Reap(ctx context.Context, q string) ([]Handover, error) {
-	keys := []string{holdersKey(r.o.Prefix, q), beatsKey(r.o.Prefix, q),
-		asynqdb.ActiveKey(q), asynqdb.LeaseKey(q), asynqdb.PendingKey(q)}
-	res, err := reapScript.Run(ctx, r.rdb, keys, r.o.DeadAfter.Milliseconds(), asynqdb.TaskKeyPrefix(q)).Slice()
+	keys := []string{beatsKey(r.o.Prefix, q), asynqdb.ActiveKey(q), asynqdb.LeaseKey(q), asynqdb.PendingKey(q)}
+	res, err := reapScript.Run(ctx, r.rdb, keys, r.o.DeadAfter.Milliseconds(), asynqdb.TaskKeyPrefix(q),
+		heldPrefix(r.o.Prefix, q)).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("recovery: reap %s: %w", q, err)
 	}

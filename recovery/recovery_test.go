@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -49,14 +50,15 @@ func activeTasks(t *testing.T, rdb redis.UniversalClient, q, tag string, n int) 
 	return ids
 }
 
-// holdAs records ids as held by worker in queue q, and sets the worker's
-// last sign of life to ago before now (Redis's clock).
-func holdAs(t *testing.T, rdb redis.UniversalClient, q, worker string, ago time.Duration, ids ...string) {
+// holdAs records ids as held by worker in queue q, taken in their order,
+// and sets the worker's last sign of life to ago before now (Redis's
+// clock). It returns the worker's Recovery.
+func holdAs(t *testing.T, rdb redis.UniversalClient, q, worker string, ago time.Duration, ids ...string) *Recovery {
 	t.Helper()
 	ctx := context.Background()
 	r := New(rdb, []string{q}, Options{ID: worker, Log: quiet})
-	for _, id := range ids {
-		if _, _, err := r.hold(ctx, q, worker, "take", id); err != nil {
+	for i, id := range ids {
+		if _, _, err := r.hold(ctx, q, "take", fmt.Sprintf("%s:%d", id, i+1)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -67,6 +69,7 @@ func holdAs(t *testing.T, rdb redis.UniversalClient, q, worker string, ago time.
 	if err := rdb.ZAdd(ctx, beatsKey(throttleDefaultPrefix, q), redis.Z{Score: float64(now.Add(-ago).UnixMilli()), Member: worker}).Err(); err != nil {
 		t.Fatal(err)
 	}
+	return r
 }
 
 const throttleDefaultPrefix = "throttle:"
@@ -87,10 +90,12 @@ func TestReapHandsOverOnlyTheDeadWorkersTasks(t *testing.T) {
 	holdAs(t, rdb, q, "w-dead", 6*time.Second, append(slices.Clone(dead), ended...)...)
 	holdAs(t, rdb, q, "w-slow", 4*time.Second, alive...) // silent, not for long enough
 	holdAs(t, rdb, q, "w-idle", time.Minute)             // dead, holding nothing
-	// A worker that left gracefully: its entry for a task that ended goes,
-	// the one for a task still active stays for asynq.
+	// A worker that left gracefully holds nothing; its active task (one
+	// its server gave up at shutdown) is asynq's.
 	left := activeTasks(t, rdb, q, "left", 1)
-	rdb.HSet(ctx, holdersKey(throttleDefaultPrefix, q), left[0], "w-left", "ended-long-ago", "w-left")
+	if err := holdAs(t, rdb, q, "w-left", time.Minute, left...).beat(ctx, q, "leave"); err != nil {
+		t.Fatal(err)
+	}
 	// The ended task finished meanwhile (asynq's Done).
 	rdb.LRem(ctx, asynqdb.ActiveKey(q), 0, ended[0])
 	rdb.ZRem(ctx, asynqdb.LeaseKey(q), ended[0])
@@ -130,9 +135,10 @@ func TestReapHandsOverOnlyTheDeadWorkersTasks(t *testing.T) {
 	if want := append(slices.Clone(alive), left...); !slices.Equal(active, want) {
 		t.Errorf("active %v, want the slow worker's and the one that left: %v", active, want)
 	}
-	holders := rdb.HGetAll(ctx, holdersKey(throttleDefaultPrefix, q)).Val()
-	if len(holders) != len(alive)+1 || holders[left[0]] != "w-left" {
-		t.Errorf("holders %v, want only w-slow's and w-left's active one", holders)
+	for w, want := range map[string]int64{"w-slow": int64(len(alive)), "w-dead": 0, "w-idle": 0, "w-left": 0} {
+		if n := rdb.SCard(ctx, heldKey(throttleDefaultPrefix, q, w)).Val(); n != want {
+			t.Errorf("%s holds %d tasks, want %d", w, n, want)
+		}
 	}
 	if ws := rdb.ZRange(ctx, beatsKey(throttleDefaultPrefix, q), 0, -1).Val(); !slices.Equal(ws, []string{"w-slow"}) {
 		t.Errorf("beats %v, want [w-slow]", ws)
@@ -273,5 +279,110 @@ func TestScriptsRunOnEmbeddedRedis(t *testing.T) {
 	}
 	if got := rdb.LRange(context.Background(), asynqdb.PendingKey(q), 0, -1).Val(); !slices.Equal(got, ids) {
 		t.Errorf("pending %v, want %v", got, ids)
+	}
+}
+
+// commandLog records the commands a client sends, scripts' by their mode.
+type commandLog struct {
+	mu   sync.Mutex
+	cmds []string
+}
+
+func (l *commandLog) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (l *commandLog) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		name := cmd.Name()
+		if name == "evalsha" || name == "eval" {
+			name += " " + fmt.Sprint(cmd.Args()[len(cmd.Args())-1]) // hold.lua's mode, for a take
+		}
+		l.mu.Lock()
+		l.cmds = append(l.cmds, name)
+		l.mu.Unlock()
+		return next(ctx, cmd)
+	}
+}
+
+func (l *commandLog) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (l *commandLog) take() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c := l.cmds
+	l.cmds = nil
+	return c
+}
+
+// TestTakeIsOneSADDWhileAlive: a task started while the worker's signs of
+// life are fresh costs one command, a SADD; one started before the first
+// sign, or after a silence, is a sign of life too (hold.lua's take), so that
+// the worker is not taken for dead with it.
+func TestTakeIsOneSADDWhileAlive(t *testing.T) {
+	t.Parallel()
+	rdb, _ := shared.NewClient(t)
+	log := &commandLog{}
+	rdb.AddHook(log)
+	ctx := context.Background()
+	const q = "default"
+	r := New(rdb, []string{q}, Options{ID: "w", DeadAfter: time.Hour, Log: quiet})
+	if _, err := r.take(ctx, q, "first:1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := log.take(); len(got) != 1 || !strings.HasPrefix(got[0], "evalsha") {
+		t.Errorf("a take before any sign of life sent %v, want one script call", got)
+	}
+	if err := r.beat(ctx, q, "beat"); err != nil {
+		t.Fatal(err)
+	}
+	log.take()
+	for i := range 3 {
+		if _, err := r.take(ctx, q, fmt.Sprintf("task-%d:%d", i, i+2)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := log.take(); !slices.Equal(got, []string{"sadd", "sadd", "sadd"}) {
+		t.Errorf("takes while alive sent %v, want one SADD each", got)
+	}
+	r.signs[q].last.Add(-int64(time.Hour / 2)) // the last sign now lies DeadAfter/2 back: a silence
+	if _, err := r.take(ctx, q, "after:5"); err != nil {
+		t.Fatal(err)
+	}
+	if got := log.take(); len(got) != 1 || !strings.HasPrefix(got[0], "evalsha") {
+		t.Errorf("a take after a silence sent %v, want one script call", got)
+	}
+	members := rdb.SMembers(ctx, heldKey(throttleDefaultPrefix, q, "w")).Val()
+	slices.Sort(members)
+	if want := []string{"after:5", "first:1", "task-0:2", "task-1:3", "task-2:4"}; !slices.Equal(members, want) {
+		t.Errorf("held %v, want %v", members, want)
+	}
+}
+
+// TestBeatDropsTheRunsThatEnded: a beat drops the runs that ended since the
+// last, in one call, and not a later run of the same task (a task deferred
+// and dequeued again by the same worker before the beat).
+func TestBeatDropsTheRunsThatEnded(t *testing.T) {
+	t.Parallel()
+	rdb, _ := shared.NewClient(t)
+	ctx := context.Background()
+	const q = "default"
+	r := holdAs(t, rdb, q, "w", 0, "a", "b", "a", "c") // a:1, b:2, a:3, c:4
+	r.finished[q] = []string{"a:1", "b:2"}
+	log := &commandLog{}
+	rdb.AddHook(log)
+	if err := r.beat(ctx, q, "beat"); err != nil {
+		t.Fatal(err)
+	}
+	if got := log.take(); len(got) != 1 {
+		t.Errorf("the beat sent %v, want one script call", got)
+	}
+	members := rdb.SMembers(ctx, heldKey(throttleDefaultPrefix, q, "w")).Val()
+	slices.Sort(members)
+	if want := []string{"a:3", "c:4"}; !slices.Equal(members, want) {
+		t.Errorf("held %v, want %v", members, want)
+	}
+	if len(r.finished[q]) != 0 {
+		t.Errorf("finished %v after the beat, want none", r.finished[q])
 	}
 }

@@ -380,7 +380,7 @@ func checkReap(ctx context.Context, t *testing.T, su setup, rec *recovery.Recove
 		su.admin.LPush(ctx, asynqdb.ActiveKey(q), "orphan").Err(),
 		su.admin.HSet(ctx, asynqdb.TaskKey(q, "orphan"), "state", asynqdb.StateActive).Err(),
 		su.admin.ZAdd(ctx, asynqdb.LeaseKey(q), redis.Z{Score: float64(time.Now().Add(30 * time.Second).Unix()), Member: "orphan"}).Err(),
-		su.admin.HSet(ctx, prefix+"recovery:{"+q+"}:holders", "orphan", "dead").Err(),
+		su.admin.SAdd(ctx, prefix+"recovery:{"+q+"}:held:dead", "orphan:1").Err(),
 		su.admin.ZAdd(ctx, prefix+"recovery:{"+q+"}:beats", redis.Z{Score: float64(time.Now().Add(-time.Minute).UnixMilli()), Member: "dead"}).Err(),
 	}
 	if err := errors.Join(steps...); err != nil {

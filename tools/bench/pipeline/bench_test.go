@@ -12,6 +12,9 @@
 //
 //	BenchmarkThroughputVsPlain  tasks/s with the throttle and without, side by side,
 //	                            in ABBA rounds: throttled/plain (target >= 0.85)
+//	BenchmarkWorkerVsBare       the same black-box: 2 built workers against 2 bare asynq
+//	                            workers (tools/bench/bareworker) doing the same POST:
+//	                            worker/bare (>= 0.85) and Redis commands per task (<= 28)
 //	BenchmarkPacing             2 worker processes drain 4000 jobs through a provider of
 //	                            200/s burst 20: delivered/s (>= 190), the most that arrive
 //	                            in any 1 s (<= 220), admission calls per message (<= 1.5),
@@ -42,7 +45,8 @@
 // bucket that gave out more than rate + burst tokens in 1 s of Redis time.
 //
 // Flags (after -args): -e2e.tasks, -e2e.rounds, -e2e.floor, -e2e.servers,
-// -e2e.pool for the throughput benchmark, -pacing.concurrency for pacing,
+// -e2e.pool for the throughput benchmark, -bare.tasks, -bare.rounds,
+// -bare.nodead, -bare.queues for the black-box one, -pacing.concurrency for pacing,
 // -handover.kills for the hand-over, -backlog.sizes, -backlog.period,
 // -backlog.concurrency for the booking ones, -fair.big, -fair.small,
 // -fair.sent, -fair.concurrency, -fair.burst, -fair.jobs, -fair.keys for the

@@ -309,26 +309,33 @@ func startWorker(b *testing.B, bin string, n int, redisAddr, url string) *worker
 }
 
 // startWorkerWith starts worker n with the config that config returns for
-// a free metrics address, in a directory of its own, logging to worker.log
-// there; the worker is killed at cleanup if it is still running.
+// a free metrics address, in a directory of its own (startProc).
 func startWorkerWith(b *testing.B, bin string, n int, config func(metrics string) string) *workerProc {
 	b.Helper()
-	dir := b.TempDir()
 	addr, err := freeAddr()
 	if err != nil {
 		b.Fatal(err)
 	}
-	conf := filepath.Join(dir, "config.yaml")
+	conf := filepath.Join(b.TempDir(), "config.yaml")
 	if err := os.WriteFile(conf, []byte(config(addr)), 0o644); err != nil {
 		b.Fatal(err)
 	}
-	w := &workerProc{n: n, metrics: addr, conf: conf, log: filepath.Join(dir, "worker.log"), exited: make(chan struct{})}
+	w := startProc(b, n, addr, exec.Command(bin, "-config", conf))
+	w.conf = conf
+	return w
+}
+
+// startProc starts cmd as worker n, serving /healthz on addr, logging to
+// worker.log in a directory of its own; the process is killed at cleanup
+// if it is still running.
+func startProc(b *testing.B, n int, addr string, cmd *exec.Cmd) *workerProc {
+	b.Helper()
+	w := &workerProc{n: n, metrics: addr, cmd: cmd, log: filepath.Join(b.TempDir(), "worker.log"), exited: make(chan struct{})}
 	out, err := os.Create(w.log)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer out.Close()
-	w.cmd = exec.Command(bin, "-config", conf)
 	w.cmd.Stdout, w.cmd.Stderr = out, out
 	w.cmd.Env = envWithoutRedisURL() // REDIS_URL would replace the config's redis.url
 	if err := w.cmd.Start(); err != nil {

@@ -23,6 +23,7 @@ import (
 	"github.com/notify-throttle/throttler/internal/cpustat"
 	"github.com/notify-throttle/throttler/internal/redistest"
 	"github.com/notify-throttle/throttler/jobs"
+	"github.com/notify-throttle/throttler/recovery"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -96,6 +97,8 @@ func (t e2eTotal) cpu() float64 { return (t.cost.redisCPU + t.cost.clientCPU) / 
 //     deferred would fail the benchmark); with sent markers, as cmd/worker
 //     runs by default: the admission checks the marker, and a sent job's
 //     marker is written before its handler returns (one more round trip);
+//     and with the hand-over of dead workers' tasks (recovery.Middleware
+//     and Holds), as cmd/worker runs by default;
 //   - unmarked: throttled without sent markers (worker.sent_marks: 0);
 //   - plain: a handler that decodes the payload as Throttle does and POSTs
 //     the same message through its own jobs.NewWebhookProvider;
@@ -120,6 +123,8 @@ func (t e2eTotal) cpu() float64 { return (t.cost.redisCPU + t.cost.clientCPU) / 
 //   - cpu_ratio: plain's CPU per task over throttled's (Redis's + this
 //     process's), the throughput ratio to expect where CPU is what runs
 //     out, whatever share of it other processes leave;
+//   - throttled_cmds/task, plain_cmds/task: Redis commands per task (INFO
+//     commandstats, commands inside scripts included);
 //   - ns/op, B/op and allocs/op: the throttled variant's per task, for the
 //     whole process (asynq, the HTTP client and the webhook server).
 //
@@ -222,6 +227,8 @@ func BenchmarkThroughputVsPlain(b *testing.B) {
 	b.ReportMetric(median(ratios[th]), "median_ratio")
 	b.ReportMetric(cpuRatio, "cpu_ratio")
 	b.ReportMetric(total[nm].rate()/pt.rate(), "unmarked/plain")
+	b.ReportMetric(tt.cost.calls/float64(tt.tasks), "throttled_cmds/task")
+	b.ReportMetric(pt.cost.calls/float64(pt.tasks), "plain_cmds/task")
 	if floor != nil {
 		b.ReportMetric(total[floor].rate()/pt.rate(), "plain+script/plain")
 		b.ReportMetric(total[bare].rate()/pt.rate(), "plain+admit/plain")
@@ -276,11 +283,26 @@ func newThrottled(b *testing.B, addr, url string, marks, book bool) *e2eVariant 
 	} else {
 		v.name = "unmarked"
 	}
+	rec := newRecovery(b, rdb)
+	th.Holder = rec
 	mux := asynq.NewServeMux()
-	mux.Use(v.watch)
+	mux.Use(v.watch, rec.Middleware)
 	mux.Handle(jobs.TypeNotify, th)
 	v.handler = mux
 	return v
+}
+
+// newRecovery is the hand-over of dead workers' tasks as cmd/worker runs it
+// by default (worker.dead_after 5s), on rdb, for the benchmark's queue, with
+// its signs of life and reaps running until the benchmark ends.
+func newRecovery(b *testing.B, rdb *redis.Client) *recovery.Recovery {
+	b.Helper()
+	rec := recovery.New(rdb, []string{benchQueue}, recovery.Options{Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = rec.Run(ctx) }()
+	b.Cleanup(func() { cancel(); <-done })
+	return rec
 }
 
 // benchRules are the throttled variant's: a limiter on rdb, the policy
