@@ -224,3 +224,33 @@ func TestClusterLineWithQuotas(t *testing.T) {
 		t.Errorf("back claimed its slot and still has a place noted: %d", at)
 	}
 }
+
+// TestClusterBacklogBooksInsteadOfSleeping: on a cluster as on one node,
+// while work the caller has not seen waits (Request.Backlog), a fresh task
+// whose moment is a little ahead books it rather than going to sleep in
+// its worker for it; without a backlog it goes, told to wait.
+func TestClusterBacklogBooksInsteadOfSleeping(t *testing.T) {
+	l, _ := newCluster(t)
+	q := mustQuota(t, "p", Window{10, time.Second})
+	b := mustBucket(t, "sms", 4, 1) // a slot every 250 ms
+	req := func(id string, backlog bool) Request {
+		r := bookReq(id, q, "r-"+id, b, 2*time.Second)
+		r.BookAhead, r.Backlog = 5*time.Second, backlog
+		return r
+	}
+	if d := mustAdmit(t, l, req("first", false)); !d.Allowed() {
+		t.Fatalf("first: %+v, want admitted", d)
+	}
+	if d := mustAdmit(t, l, req("quiet", false)); !d.Allowed() || d.Delay <= 0 {
+		t.Errorf("no backlog: %+v, want admitted with a wait for its slot", d)
+	}
+	d := mustAdmit(t, l, req("busy", true))
+	if d.Outcome != Booked || d.Delay <= 0 {
+		t.Errorf("a backlog behind it: %+v, want booked", d)
+	}
+	// Back for its moment, it claims it and goes (it waited its turn).
+	untilRedis(t, l, d.At().Add(-time.Second))
+	if again := mustAdmit(t, l, req("busy", true)); !again.Allowed() {
+		t.Errorf("back for its booking: %+v, want admitted", again)
+	}
+}

@@ -105,7 +105,7 @@ type Request struct {
 	// work is further back in the queue is seen, and gets its share, at
 	// once, instead of after every task ahead of it went in the order it was
 	// queued. A task back from its place is not affected: it waited its
-	// turn. Single node only.
+	// turn.
 	Backlog bool
 	// Deadline, if set, is the latest moment (Redis time) a booking may be
 	// for: a task whose moment would be later is not booked and its
