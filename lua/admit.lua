@@ -141,9 +141,9 @@ local function check_take(t, keys, k, id, now, p, span, denied, last)
   return ok, u, w, left, {held = mine, a, b, c, d, e}, k + t.nk
 end
 
--- admit_task admits one task whose keys start at keys[ki], appends its
--- values to the reply (see reply in book.lua) and returns the index past its
--- last key.
+-- admit_task admits one task whose keys start at keys[ki] and returns its
+-- answer (see reply in book.lua), which says where the next task's keys
+-- start.
 local function admit_task(keys, ki, id, p, now, deadline, floor_, weight, tenant)
   local maxwait, n = p.maxwait, p.n
   local marker
@@ -202,19 +202,20 @@ end
 local function admit(keys, args)
   if not rcall then bind() end
   local now = now_us()
-  NOUT = 0
-  local ki = 1
+  local out, ki = {}, 1
   for j = 1, #args, 6 do
     local p = plan(args[j + 1])
+    local r
     if p.book then
-      ki = admit_task(keys, ki, args[j], p, now, tonum(args[j + 2]), tonum(args[j + 3]),
+      r = admit_task(keys, ki, args[j], p, now, tonum(args[j + 2]), tonum(args[j + 3]),
         tonum(args[j + 4]), args[j + 5])
     else
-      ki = admit_task(keys, ki, args[j], p, now, 0, 0, 1, '')
+      r = admit_task(keys, ki, args[j], p, now, 0, 0, 1, '')
     end
+    for i = 1, 10 do out[#out + 1] = r[i] end
+    ki = r.k
   end
-  OUT[NOUT + 1] = nil -- the reply ends here: OUT is reused, call after call
-  return OUT
+  return out
 end
 
 -- restamp (cluster only) moves quota (and calendar) entries a call stamped

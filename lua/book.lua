@@ -59,21 +59,12 @@ local CLAIM = 2500000 -- µs
 -- Outcomes, a task's ninth value in admit's reply (see admit.lua).
 local DECIDED, BOOKED, EXPIRED, REBOOKED, QUEUED, DONE = 0, 1, 2, 3, 4, 5
 
--- OUT is admit's reply being built, NOUT how many values it holds; admit
--- reuses it (one table, not one per call) and ends it with a nil. reply
--- appends one task's values in the order admit.lua's header gives (allowed
--- and repeated as booleans) and returns k, the index past the task's last
--- key.
-local OUT, NOUT = {}, 0
-
+-- reply is one task's answer to admit: its values in the order admit.lua's
+-- header gives (allowed and repeated as booleans), and under k the index
+-- past the task's last key, where the next task's keys start.
 local function reply(k, allowed, repeated, binding, window, fresh, now, delay, remaining, outcome, extra)
-  local o = NOUT
-  OUT[o + 1], OUT[o + 2] = allowed and 1 or 0, repeated and 1 or 0
-  OUT[o + 3], OUT[o + 4], OUT[o + 5] = binding, window, fresh
-  OUT[o + 6], OUT[o + 7], OUT[o + 8] = now, delay, remaining
-  OUT[o + 9], OUT[o + 10] = outcome, extra
-  NOUT = o + 10
-  return k
+  return {allowed and 1 or 0, repeated and 1 or 0, binding, window, fresh, now, delay, remaining,
+    outcome, extra, k = k}
 end
 
 -- ticket_member is the task's member in a bucket's tickets.
