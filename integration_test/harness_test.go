@@ -248,6 +248,9 @@ type fleetConfig struct {
 	// ACL, if set, runs the workers and enqueue as the least-privilege user
 	// config.yaml recommends (the test's own reads stay the admin's).
 	ACL bool
+	// Durable runs the fleet's redis-server with appendfsync always
+	// (redistest.StartDurable), for the tests that kill it.
+	Durable bool
 }
 
 // The ACL user the fleets log in as when fleetConfig.ACL is set.
@@ -305,7 +308,11 @@ const (
 func newFleet(t testing.TB, cfg fleetConfig, answer func(a arrival, seq int) hookAnswer) *fleet {
 	t.Helper()
 	f := &fleet{t: t, dir: t.TempDir(), cfg: cfg}
-	f.redis = startRedis(t, cfg.ACL)
+	if cfg.Durable {
+		f.redis = redistest.StartDurable(t)
+	} else {
+		f.redis = startRedis(t, cfg.ACL)
+	}
 	f.rdb = f.redis.Client(t)
 	f.insp = asynq.NewInspectorFromRedisClient(f.rdb)
 	f.hook = newHookServer(t, answer)

@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
-
-	"github.com/notify-throttle/throttler/internal/redistest"
 )
 
 // TestRedisRestartMidRun: two worker processes deliver 150 notifications
@@ -46,14 +44,10 @@ func TestRedisRestartMidRun(t *testing.T) {
 		Policy:          "[{limit: 2, per: 2s}]",
 		Rate:            15,
 		Burst:           5,
+		Durable:         true,
 	}
 	windows := []quotaWindow{{2, 2 * time.Second}}
-	f := &fleet{t: t, dir: t.TempDir(), cfg: cfg}
-	f.redis = redistest.StartDurable(t)
-	f.rdb = f.redis.Client(t)
-	f.insp = asynq.NewInspectorFromRedisClient(f.rdb)
-	f.hook = newHookServer(t, nil)
-	f.watchQuotas()
+	f := newFleet(t, cfg, nil)
 
 	notes := f.enqueueNotes("restart", 50, 3, 0, 0)
 	ws := f.startWorkers("w1", "w2")
