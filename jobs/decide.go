@@ -41,11 +41,7 @@ func (t *Throttle) decide(ctx context.Context, j *job, d *throttle.Decision) err
 	r.Backlog = j.book && t.Backlog.Waiting()
 	var err error
 	*d, err = t.Limiter.Admit(ctx, r)
-	took := time.Since(start)
-	t.Metrics.observe(took.Seconds())
-	// Redis decided within the round trip: at its middle, give or take
-	// half of it.
-	j.due = start.Add(took / 2)
+	t.Metrics.observe(time.Since(start).Seconds())
 	return err
 }
 
@@ -76,7 +72,6 @@ func (t *Throttle) decided(ctx context.Context, j *job, d *throttle.Decision) er
 		t.Metrics.inc(t.Metrics.Bookings, "claimed")
 		t.Metrics.Lateness.Observe(max(0, d.At().Sub(d.Claimed)).Seconds())
 	}
-	j.due = j.due.Add(max(d.Delay, 0))
 	if d.Delay <= 0 {
 		return nil
 	}
@@ -165,33 +160,6 @@ func (t *Throttle) stillHolds(ctx context.Context, j *job) error {
 		return &Deferral{Delay: time.Second, Reason: "its provider slot was lost " + fmt.Sprint(maxBumps) + " times before it sent (to priority traffic, or a check that did not answer in time)"}
 	}
 	return t.admit(ctx, j)
-}
-
-// onTime returns nil when j may be sent now: it is at most SendWithin past
-// its moment. A job later than that (its worker stalled, Redis answered
-// slowly) gives back what it holds and is admitted again from now, at most
-// maxBumps times in all with stillHolds' admissions, then deferred. Sent
-// late, it would reach the provider closer to its recipient's next message
-// than the window allows (that one's moment is a window and
-// worker.window_margin after this one's, whatever this one's lateness),
-// and bunched with the provider's later sends.
-func (t *Throttle) onTime(ctx context.Context, j *job) error {
-	for t.SendWithin > 0 {
-		late := time.Since(j.due)
-		if late <= t.SendWithin {
-			return nil
-		}
-		t.release(j.request())
-		t.Metrics.inc(t.Metrics.Bookings, "late")
-		t.Log.Info("late for its moment: admitted again rather than sent", "task", j.id, "late", late.Round(time.Millisecond))
-		if j.bumps++; j.bumps > maxBumps {
-			return &Deferral{Delay: time.Second, Reason: fmt.Sprintf("late for its moment %d times in a row", maxBumps+1)}
-		}
-		if err := t.admit(ctx, j); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // wakeEarly is how much earlier than its moment a booked job asks to be

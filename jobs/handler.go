@@ -67,14 +67,6 @@ type Throttle struct {
 	// OnBooked, if set, is called with every booking a job makes (the demo
 	// prints them); the log has a line per booking (jobs/outcome.go).
 	OnBooked func(Notification, throttle.Decision)
-	// SendWithin, if set, is how late after its moment a job may still be
-	// sent: one later than that (a stalled worker, a slow answer from
-	// Redis) gives back what it holds and is admitted again from now
-	// rather than sent, so that it does not reach the provider closer to
-	// the recipient's next message than the window allows (see
-	// onTime). cmd/worker sets half of worker.window_margin. Zero: no
-	// limit.
-	SendWithin time.Duration
 	// Stopping is closed when the worker starts to shut down: jobs still
 	// waiting for their moment give their admission back and are deferred.
 	Stopping <-chan struct{}
@@ -217,9 +209,6 @@ func (t *Throttle) notify(ctx context.Context, id string, task *asynq.Task) erro
 	}
 	if err := t.screen(ctx, j); err != nil {
 		return err
-	}
-	if err := t.onTime(ctx, j); err != nil {
-		return ignoreDone(err)
 	}
 	if digest && !j.tried {
 		// From here the provider may take it: never fold it after.

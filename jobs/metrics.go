@@ -38,9 +38,7 @@ type Metrics struct {
 	// Bookings counts bookings by event: made, queued (a place in line past
 	// the provider's horizon, nothing held), rebooked (a job that lost
 	// its moment booked again), claimed (a booked job went), bumped (a
-	// job's claimed slot went to priority traffic while it slept), late (a
-	// job past its moment by more than Throttle.SendWithin when about to
-	// send, admitted again), released
+	// job's claimed slot went to priority traffic while it slept), released
 	// (a job gave back what it held without sending: it expired, was
 	// rejected, failed, lost its slot or was shut down).
 	Bookings *prometheus.CounterVec
@@ -82,7 +80,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			"Redelivered notifications already sent, completed without sending again.", "provider"),
 		Unmarked: counter("sent_unmarked_total",
 			"Sends whose sent marker could not be written: a redelivery would send them again.", "provider"),
-		Bookings: counter("bookings_total", "Bookings made, rebooked (the moment was lost), queued (a place in line past the horizon), claimed, bumped (a claimed slot taken by priority traffic), late (admitted again, too late to send), and released (given back unsent).", "event"),
+		Bookings: counter("bookings_total", "Bookings made, rebooked (the moment was lost), queued (a place in line past the horizon), claimed, bumped (a claimed slot taken by priority traffic), and released (given back unsent).", "event"),
 		BookedAhead: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "throttler", Name: "booked_ahead_seconds",
 			Help: "How far ahead the latest booking set by a rule was (a provider: how far its line reaches).",

@@ -30,12 +30,7 @@ type job struct {
 	bookAhead time.Duration
 	// bumps counts the slots this run of the job lost to priority traffic
 	// while it slept (see stillHolds).
-	bumps int
-	// due is the job's moment on this worker's clock, give or take half
-	// its last admission call's round trip: the call's middle plus the
-	// delay it was told. How late it is sent is measured from due (see
-	// onTime).
-	due      time.Time
+	bumps    int
 	priority bool   // it came from a priority queue
 	weight   int    // its tenant's weight, at least 1
 	queue    string // the queue it came from

@@ -435,7 +435,7 @@ func newThrottle(cfg *config.Config, rdb redis.UniversalClient, reg prometheus.R
 		Weights: rules.Weights, Sent: sentMarks(cfg, rdb), Screen: jobs.NewScreen(rdb, cfg.Redis.Prefix),
 		Digests:    jobs.NewDigests(rdb, cfg.Redis.Prefix, asynq.NewClientFromRedisClient(rdb)),
 		InlineWait: cfg.Worker.InlineWait, Book: cfg.Worker.Book, BookAhead: cfg.Worker.BookAhead, PriorityQueues: priority(cfg),
-		SendWithin: cfg.Worker.WindowMargin / 2, Metrics: jobs.NewMetrics(reg), Log: log,
+		Metrics: jobs.NewMetrics(reg), Log: log,
 	}, built, nil
 }
 
