@@ -230,8 +230,15 @@ func chaosRun(t *testing.T, inlineWait, phase time.Duration) {
 	c.drive(len(notes), phase)
 	c.stall = probe.end()
 	if got := len(f.hook.delivered()); got < len(notes) {
-		t.Fatalf("%d of %d delivered %s after the start (%d workers killed, Redis killed %s in)",
-			got, len(notes), chaosWithin, c.kills, c.redis.Sub(c.start).Round(time.Second))
+		byRecipient := map[string][]time.Time{}
+		for _, a := range f.hook.snapshot() {
+			if a.Status == http.StatusOK {
+				byRecipient[a.Recipient] = append(byRecipient[a.Recipient], a.At)
+			}
+		}
+		t.Fatalf("%d of %d delivered %s after the start (%d workers killed, Redis killed %s in); per 10 s: %v; queue %+v",
+			got, len(notes), chaosWithin, c.kills, c.redis.Sub(c.start).Round(time.Second),
+			timeline(byRecipient, c.start), f.queueState())
 	}
 	took := time.Since(c.start)
 	stuck := c.settle(30 * time.Second)
@@ -289,13 +296,12 @@ func chaosJudge(t *testing.T, c *chaos, counts runCounts, stuck []string, took t
 	t.Logf("delivered %d in %s (%d workers killed -9, Redis killed -9 %s in); sent twice %d, left active %d (%d unmarked); "+
 		"provider: %d requests, %d refused, most in any 1 s %d, excess over its bucket %.2f; closest at arrival: %v; "+
 		"with no tolerance at all %d recipients closer than a window (this process stalled up to %s); "+
-		"admission calls per message %.2f; bookings made %g, claimed %g, rebooked %g, queued %g, late %g; handed over %g",
+		"admission calls per message %.2f; bookings made %g, claimed %g, rebooked %g, queued %g; handed over %g",
 		len(first), took.Round(100*time.Millisecond), c.kills, c.redis.Sub(c.start).Round(100*time.Millisecond),
 		counts.dupSends, len(stuck), again, len(arrivals), refused, maxRate(all, time.Second), excess, closest,
 		strict, c.stall.Round(time.Millisecond),
 		m["throttler_admission_seconds_count"]/float64(len(first)), made, claimed, rebooked,
-		m[`throttler_bookings_total{event="queued"}`], m[`throttler_bookings_total{event="late"}`],
-		sumOf(m, "throttler_recovered_tasks_total"))
+		m[`throttler_bookings_total{event="queued"}`], sumOf(m, "throttler_recovered_tasks_total"))
 }
 
 // timeline counts the times per 10 s from start: where a run stalls.
