@@ -292,6 +292,9 @@ type fleet struct {
 	// lets known bugs add in an interval (extraWhy names them).
 	bucketExtra func(from, to time.Time) float64
 	extraWhy    string
+	// arrivalSlack, if set, replaces skewTolerance in checkRun's checks on
+	// arrivals, for a test that checks them its own way (TestChaosKill9).
+	arrivalSlack time.Duration
 	// seen is every task's quota entry as last read by watchQuotas.
 	seenMu sync.Mutex
 	seen   map[string]time.Time
@@ -733,6 +736,15 @@ const fleetRemember = 9 * time.Minute
 // quotaKey is the recipient's sorted set under the fleet's policy.
 func quotaKey(recipient string) string {
 	return fleetPrefix + "{" + recipient + "}:q:" + fleetPolicy
+}
+
+// arrivalTolerance is the tolerance of checkRun's checks on arrivals:
+// skewTolerance unless the test set arrivalSlack.
+func (f *fleet) arrivalTolerance() time.Duration {
+	if f.arrivalSlack > 0 {
+		return f.arrivalSlack
+	}
+	return skewTolerance
 }
 
 // ---------------------------------------------------------------------------
