@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
-
-	"github.com/notify-throttle/throttler/internal/redistest"
 )
 
 // The booking tests: worker binaries with config.yaml's booking settings
@@ -294,12 +292,8 @@ func TestBookingRedisRestart(t *testing.T) { withHorizons(t, testBookingRedisRes
 func testBookingRedisRestart(t *testing.T, cfg fleetConfig) {
 	cfg.Policy = "[{limit: 1, per: 2s}, {limit: 2, per: 6s}]"
 	windows := []quotaWindow{{1, 2 * time.Second}, {2, 6 * time.Second}}
-	f := &fleet{t: t, dir: t.TempDir(), cfg: cfg}
-	f.redis = redistest.StartDurable(t)
-	f.rdb = f.redis.Client(t)
-	f.insp = asynq.NewInspectorFromRedisClient(f.rdb)
-	f.hook = newHookServer(t, nil)
-	f.watchQuotas()
+	cfg.Durable = true
+	f := newFleet(t, cfg, nil)
 	notes := f.enqueueNotes("brestart", 16, 3, 0, 0)
 	ws := f.startWorkers("w1", "w2")
 	total := func() int { return len(f.hook.delivered()) }

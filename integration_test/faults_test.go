@@ -132,7 +132,7 @@ func (c runCounts) String() string {
 //     moment or after its send-by;
 //   - no recipient over a window and the provider never over its bucket:
 //     exactly on the granted moments (the bucket ledger, Redis time) and on
-//     the first arrivals within skewTolerance.
+//     the first arrivals within skewTolerance (fleet.arrivalTolerance).
 //
 // A task accepted more than once is an error unless allowDup; either way
 // it is counted. Only first arrivals enter the limit checks: a redelivered
@@ -229,7 +229,7 @@ func checkRun(t *testing.T, f *fleet, notes map[string]faultNote, windows []quot
 	}
 	for _, w := range windows {
 		asGranted := checkWindows(t, "granted moments", grantedBy, w.limit, w.per, grantResolution)
-		asArrived := checkWindows(t, "arrivals", arrivedBy, w.limit, w.per, skewTolerance)
+		asArrived := checkWindows(t, "arrivals", arrivedBy, w.limit, w.per, f.arrivalTolerance())
 		t.Logf("policy %d per %s: closest %d+1 messages to one recipient: %s apart as granted, %s as arrived",
 			w.limit, w.per, w.limit, asGranted, asArrived)
 	}
@@ -253,7 +253,7 @@ func checkRun(t *testing.T, f *fleet, notes map[string]faultNote, windows []quot
 		}
 	}
 	eg := checkBucket(t, "granted moments", granted, f.cfg.Rate, f.cfg.Burst, grantResolution, extra)
-	ea := checkBucket(t, "arrivals", arrived, f.cfg.Rate, f.cfg.Burst, skewTolerance, extra)
+	ea := checkBucket(t, "arrivals", arrived, f.cfg.Rate, f.cfg.Burst, f.arrivalTolerance(), extra)
 	t.Logf("provider: most requests in any 1 s %d (bucket allows %g), excess over burst+rate·T: granted %.2f, arrived %.2f; arrival-granted skew: %s",
 		maxRate(arrived, time.Second), float64(f.cfg.Burst)+f.cfg.Rate, eg, ea, skewSummary(skews))
 	sort.Strings(c.dups)

@@ -248,6 +248,9 @@ type fleetConfig struct {
 	// ACL, if set, runs the workers and enqueue as the least-privilege user
 	// config.yaml recommends (the test's own reads stay the admin's).
 	ACL bool
+	// Durable runs the fleet's redis-server with appendfsync always
+	// (redistest.StartDurable), for the tests that kill it.
+	Durable bool
 }
 
 // The ACL user the fleets log in as when fleetConfig.ACL is set.
@@ -289,6 +292,9 @@ type fleet struct {
 	// lets known bugs add in an interval (extraWhy names them).
 	bucketExtra func(from, to time.Time) float64
 	extraWhy    string
+	// arrivalSlack, if set, replaces skewTolerance in checkRun's checks on
+	// arrivals, for a test that checks them its own way (TestChaosKill9).
+	arrivalSlack time.Duration
 	// seen is every task's quota entry as last read by watchQuotas.
 	seenMu sync.Mutex
 	seen   map[string]time.Time
@@ -305,7 +311,11 @@ const (
 func newFleet(t testing.TB, cfg fleetConfig, answer func(a arrival, seq int) hookAnswer) *fleet {
 	t.Helper()
 	f := &fleet{t: t, dir: t.TempDir(), cfg: cfg}
-	f.redis = startRedis(t, cfg.ACL)
+	if cfg.Durable {
+		f.redis = redistest.StartDurable(t)
+	} else {
+		f.redis = startRedis(t, cfg.ACL)
+	}
 	f.rdb = f.redis.Client(t)
 	f.insp = asynq.NewInspectorFromRedisClient(f.rdb)
 	f.hook = newHookServer(t, answer)
@@ -726,6 +736,15 @@ const fleetRemember = 9 * time.Minute
 // quotaKey is the recipient's sorted set under the fleet's policy.
 func quotaKey(recipient string) string {
 	return fleetPrefix + "{" + recipient + "}:q:" + fleetPolicy
+}
+
+// arrivalTolerance is the tolerance of checkRun's checks on arrivals:
+// skewTolerance unless the test set arrivalSlack.
+func (f *fleet) arrivalTolerance() time.Duration {
+	if f.arrivalSlack > 0 {
+		return f.arrivalSlack
+	}
+	return skewTolerance
 }
 
 // ---------------------------------------------------------------------------

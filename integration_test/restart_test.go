@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
-
-	"github.com/notify-throttle/throttler/internal/redistest"
 )
 
 // TestRedisRestartMidRun: two worker processes deliver 150 notifications
@@ -46,14 +44,10 @@ func TestRedisRestartMidRun(t *testing.T) {
 		Policy:          "[{limit: 2, per: 2s}]",
 		Rate:            15,
 		Burst:           5,
+		Durable:         true,
 	}
 	windows := []quotaWindow{{2, 2 * time.Second}}
-	f := &fleet{t: t, dir: t.TempDir(), cfg: cfg}
-	f.redis = redistest.StartDurable(t)
-	f.rdb = f.redis.Client(t)
-	f.insp = asynq.NewInspectorFromRedisClient(f.rdb)
-	f.hook = newHookServer(t, nil)
-	f.watchQuotas()
+	f := newFleet(t, cfg, nil)
 
 	notes := f.enqueueNotes("restart", 50, 3, 0, 0)
 	ws := f.startWorkers("w1", "w2")
@@ -143,13 +137,14 @@ func TestRedisRestartMidRun(t *testing.T) {
 	// MarkAsComplete failed while Redis was down, and asynq v0.26's syncer
 	// retries it with a context that markAsComplete has already cancelled
 	// (asynq PR #926 added the defer cancel()), so the retry can never
-	// succeed; the task waits for lease expiry and the recoverer (30 s past
-	// the lease, about a minute), then runs again: a duplicate send to be,
-	// since cmd/worker runs without sent markers. Those are reported, and
-	// must be sent tasks, at most the ones in flight at the kill. An unsent
-	// task whose dequeue reply the kill cut off is active too, until its
-	// lease (30 s) expires and the recoverer (every minute) retries it: up
-	// to about 90 s, hence the settling time.
+	// succeed; the task stays active, held by nobody once its worker's
+	// next beat drops it, until the reapers hand it over (its lease
+	// unextended for dead_after + 5 s, package recovery) or asynq's
+	// recoverer takes it; it then runs again, and is sent again if its sent
+	// marker was lost with the outage. Those are reported, and must be sent
+	// tasks, at most the ones in flight at the kill. An unsent task whose
+	// dequeue reply the kill cut off is active too, held by nobody, and
+	// handed over the same way, about 10 s after the dequeue.
 	const settle = 150 * time.Second
 	deadline := time.Now().Add(settle)
 	var stuck []string

@@ -12,6 +12,17 @@
 -- and their sets go; a worker that was only silent joins the beats again
 -- with its next sign of life.
 --
+-- An active task no live worker holds, whose lease nobody has extended for
+-- ARGV[4] s, is an orphan, and goes back the same way: its dequeue's reply
+-- never reached a worker (Redis was killed after the dequeue, or the worker
+-- between its dequeue and its SADD), so no worker runs it, and asynq's
+-- recoverer would give it back only 30 s after its lease expired, a minute
+-- or more after the dequeue. A task a live worker runs has its lease
+-- extended every 5 s (item 1 of the contract), and one whose record failed
+-- is never sent by that worker (it finds it does not hold it), so ARGV[4],
+-- more than a dead worker's silence plus the 5 s, takes none that runs.
+-- The live workers' sets are read only when some lease is that stale.
+--
 -- Any number of workers may run this at once: each call is atomic on the
 -- queue's node, and a task moved by one is no longer held for the next.
 -- The held sets are found by name (ARGV[3] and the worker's ID) and share
@@ -24,9 +35,16 @@
 -- ARGV[1] -> silence after which a worker is dead, ms
 -- ARGV[2] -> asynq:{<queue>}:t: (the task hash prefix)
 -- ARGV[3] -> <prefix>recovery:{<queue>}:held: (the held sets' prefix)
+-- ARGV[4] -> seconds without a lease extension after which an active task
+--            no live worker holds is an orphan
 --
 -- Returns, per dead worker: its ID, ms since its last sign of life, the
--- number of tasks moved, then their IDs.
+-- number of tasks moved, then their IDs; then, if orphans were moved, the
+-- same for them under the ID "" with ARGV[4] in ms.
+
+-- asynq's lease: now + 30 s at the dequeue, extended to now + 30 s every
+-- 5 s while a server runs the task (item 1 of the contract).
+local LEASE = 30
 
 -- held returns the task IDs of the members of set key, earliest taken
 -- first.
@@ -62,22 +80,58 @@ end
 
 local t = redis.call("TIME")
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
-local dead = redis.call("ZRANGEBYSCORE", KEYS[1], "-inf", "(" .. (now - tonumber(ARGV[1])), "WITHSCORES")
-local out = {}
-for i = 1, #dead, 2 do
-  local w, key, moved = dead[i], ARGV[3] .. dead[i], {}
-  for _, id in ipairs(held(key)) do
-    if requeue(id) then
-      moved[#moved + 1] = id
-    end
-  end
-  redis.call("DEL", key)
-  redis.call("ZREM", KEYS[1], w)
+
+-- emit appends one hand-over to out: whose, how long silent, what moved.
+local function emit(out, w, silent, moved)
   out[#out + 1] = w
-  out[#out + 1] = now - tonumber(dead[i + 1])
+  out[#out + 1] = silent
   out[#out + 1] = #moved
   for _, id in ipairs(moved) do
     out[#out + 1] = id
   end
 end
+
+-- reap_dead moves the tasks of the dead workers (see above).
+local function reap_dead(out)
+  local dead = redis.call("ZRANGEBYSCORE", KEYS[1], "-inf", "(" .. (now - tonumber(ARGV[1])), "WITHSCORES")
+  for i = 1, #dead, 2 do
+    local w, key, moved = dead[i], ARGV[3] .. dead[i], {}
+    for _, id in ipairs(held(key)) do
+      if requeue(id) then
+        moved[#moved + 1] = id
+      end
+    end
+    redis.call("DEL", key)
+    redis.call("ZREM", KEYS[1], w)
+    emit(out, w, now - tonumber(dead[i + 1]), moved)
+  end
+end
+
+-- reap_orphans moves the orphans (see above).
+local function reap_orphans(out)
+  local after = tonumber(ARGV[4])
+  local stale = redis.call("ZRANGEBYSCORE", KEYS[3], "-inf", "(" .. (tonumber(t[1]) + LEASE - after))
+  if #stale == 0 then
+    return
+  end
+  local live = {}
+  for _, w in ipairs(redis.call("ZRANGE", KEYS[1], 0, -1)) do
+    for _, id in ipairs(held(ARGV[3] .. w)) do
+      live[id] = true
+    end
+  end
+  local moved = {}
+  for _, id in ipairs(stale) do
+    if not live[id] and requeue(id) then
+      moved[#moved + 1] = id
+    end
+  end
+  if #moved > 0 then
+    emit(out, "", after * 1000, moved)
+  end
+end
+
+local out = {}
+reap_dead(out)
+reap_orphans(out)
 return out

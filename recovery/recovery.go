@@ -13,6 +13,11 @@
 // still where the dead worker's dequeue put it. A worker is never taken for dead while it shows
 // signs of life, however slow its tasks are.
 //
+// An active task no worker holds (its dequeue's reply was lost: Redis
+// killed after the dequeue, or the worker before it recorded the task) is
+// handed over the same way once its lease has gone unextended for
+// DeadAfter plus asynq's 5 s heartbeat, where asynq takes a minute or more.
+//
 // A worker that comes back after a silence longer than DeadAfter (paused,
 // cut off from Redis) may find some of its tasks handed over: Holds tells
 // its handler so before it sends. What the package relies on of asynq's
@@ -25,6 +30,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"strconv"
 	"sync"
@@ -48,6 +54,12 @@ var (
 	reapLua    string
 	reapScript = redis.NewScript(reapLua)
 )
+
+// leaseHeartbeat is how often asynq extends the leases of the tasks a
+// server runs (item 1 of the contract in internal/asynqdb): an active task
+// no worker holds whose lease went unextended for DeadAfter and this long
+// is nobody's, and is handed over as a dead worker's are (reap.lua).
+const leaseHeartbeat = 5 * time.Second
 
 // DefaultDeadAfter is how long a worker may show no sign of life before its
 // tasks are handed over, unless Options.DeadAfter says otherwise.
@@ -345,12 +357,16 @@ func (r *Recovery) handedOver() error {
 	return ErrHandedOver
 }
 
-// Handover is what one reap did with one dead worker's tasks in a queue.
+// Handover is what one reap did with one dead worker's tasks in a queue,
+// or with the orphans: active tasks no worker held (see reap.lua).
 type Handover struct {
-	Queue  string
+	Queue string
+	// Worker is the dead worker's ID; "" for the orphans.
 	Worker string
 	// Silent is how long the worker had shown no sign of life, by Redis's
 	// clock: an upper bound of the time from its death to the hand-over.
+	// For the orphans, how long their leases had not been extended, at
+	// least.
 	Silent time.Duration
 	// Tasks are the IDs of the tasks moved back to the queue.
 	Tasks []string
@@ -361,7 +377,7 @@ type Handover struct {
 func (r *Recovery) Reap(ctx context.Context, q string) ([]Handover, error) {
 	keys := []string{beatsKey(r.o.Prefix, q), asynqdb.ActiveKey(q), asynqdb.LeaseKey(q), asynqdb.PendingKey(q)}
 	res, err := reapScript.Run(ctx, r.rdb, keys, r.o.DeadAfter.Milliseconds(), asynqdb.TaskKeyPrefix(q),
-		heldPrefix(r.o.Prefix, q)).Slice()
+		heldPrefix(r.o.Prefix, q), int64(math.Ceil((r.o.DeadAfter + leaseHeartbeat).Seconds()))).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("recovery: reap %s: %w", q, err)
 	}
@@ -375,6 +391,13 @@ func (r *Recovery) Reap(ctx context.Context, q string) ([]Handover, error) {
 		}
 		if m := r.o.Metrics; m != nil {
 			m.Recovered.WithLabelValues(q).Add(float64(len(h.Tasks)))
+		}
+		if h.Worker == "" {
+			r.o.Log.Warn("recovered active tasks no worker held", "queue", q, "unextended", h.Silent,
+				"tasks", len(h.Tasks), "first", h.Tasks[0], "by", r.o.ID)
+			continue
+		}
+		if m := r.o.Metrics; m != nil {
 			m.Handover.Observe(h.Silent.Seconds())
 		}
 		r.o.Log.Warn("recovered the tasks of a dead worker", "worker", h.Worker, "queue", q,

@@ -157,6 +157,52 @@ func TestReapHandsOverOnlyTheDeadWorkersTasks(t *testing.T) {
 	}
 }
 
+// TestReapHandsOverOrphans: an active task no worker holds whose lease
+// went unextended for DeadAfter plus asynq's heartbeat (its dequeue's reply
+// was lost) goes back to the head of the queue; a task just dequeued
+// (its record yet to come) and one a live worker holds stay active.
+func TestReapHandsOverOrphans(t *testing.T) {
+	t.Parallel()
+	rdb, _ := shared.NewClient(t)
+	ctx := context.Background()
+	const q = "default"
+	stale := func(ids ...string) { // leases last extended 11 s ago
+		for _, id := range ids {
+			rdb.ZAdd(ctx, asynqdb.LeaseKey(q), redis.Z{Score: float64(time.Now().Add(19 * time.Second).Unix()), Member: id})
+		}
+	}
+	orphans := activeTasks(t, rdb, q, "orphan", 2)
+	stale(orphans...)
+	fresh := activeTasks(t, rdb, q, "fresh", 1)
+	held := activeTasks(t, rdb, q, "held", 1)
+	stale(held...)
+	holdAs(t, rdb, q, "w-alive", 0, held...)
+
+	reg := prometheus.NewRegistry()
+	r := New(rdb, []string{q}, Options{DeadAfter: 5 * time.Second, Log: quiet, Metrics: NewMetrics(reg)})
+	hs, err := r.Reap(ctx, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hs) != 1 || hs[0].Worker != "" || !slices.Equal(hs[0].Tasks, orphans) || hs[0].Silent != 10*time.Second {
+		t.Fatalf("reap: %+v; want the orphans %v, unextended for 10s", hs, orphans)
+	}
+	if got := rdb.LRange(ctx, asynqdb.PendingKey(q), 0, -1).Val(); !slices.Equal(got, orphans) {
+		t.Errorf("pending %v, want %v", got, orphans)
+	}
+	active := rdb.LRange(ctx, asynqdb.ActiveKey(q), 0, -1).Val()
+	slices.Sort(active)
+	if want := slices.Concat(fresh, held); !slices.Equal(active, want) {
+		t.Errorf("active %v, want %v", active, want)
+	}
+	if n := counter(t, r.o.Metrics.Recovered.WithLabelValues(q)); n != 2 {
+		t.Errorf("recovered_tasks_total %g, want 2", n)
+	}
+	if n := observations(t, r.o.Metrics.Handover); n != 0 {
+		t.Errorf("recovery_seconds has %d observations, want none: no worker died", n)
+	}
+}
+
 // TestReapersAtOnceMoveEachTaskOnce: reapers in several goroutines (several
 // workers) reap the same queue at the same time; every task of the dead
 // workers is moved exactly once.
