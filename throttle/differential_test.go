@@ -659,6 +659,9 @@ func (d *differ) admit(op int, rs []Request) Decision {
 		if got[k].Booked() {
 			d.expect(r, got[k])
 		}
+		if got[k].Outcome == Placed {
+			d.placed(op, r, got[k])
+		}
 		if placed[k] && (got[k].Allowed() || got[k].Booked() && got[k].Outcome != Placed) {
 			d.stats.returned++
 		}

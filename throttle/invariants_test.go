@@ -22,7 +22,11 @@ import (
 //     share time, which is what bounds a bucket's grants by rate·T + burst;
 //   - slots held ahead start at least a slot of cost 1 apart;
 //   - a quota's entries fit each of its windows: no window of length P
-//     holds more than its limit of entries, bookings ahead included.
+//     holds more than its limit of entries, bookings ahead included;
+//   - a tenant's line on a bucket moves on: each new place it is given is
+//     at least a slot (of cost 1) after its place before, so no
+//     two of its tasks share a moment in line, whatever the weights (a
+//     task back early is told its own place again; that is no new place).
 //
 // Rules changed during the walk (a limit applies at once to the history
 // laid under the old one) and quotas that count-only takes wrote to (they
@@ -33,16 +37,19 @@ import (
 
 // invariantState is what the invariants need to know of the walk so far.
 type invariantState struct {
-	changed   map[string]bool // rule names replaced during the walk
-	countOnly map[string]bool // quota keys a count-only take wrote to
-	costs     map[string]int  // each task's cost on a bucket, by bucket key and ID
-	mixed     map[string]bool // bucket keys a task took at two costs
+	changed   map[string]bool    // rule names replaced during the walk
+	countOnly map[string]bool    // quota keys a count-only take wrote to
+	costs     map[string]int     // each task's cost on a bucket, by bucket key and ID
+	mixed     map[string]bool    // bucket keys a task took at two costs
+	line      map[string]float64 // each tenant's newest place, by bucket key and tenant
+	place     map[string]float64 // each task's place, by bucket key and ID
 }
 
 // init makes the state's maps.
 func (s *invariantState) init() {
 	if s.changed == nil {
-		*s = invariantState{changed: map[string]bool{}, countOnly: map[string]bool{}, costs: map[string]int{}, mixed: map[string]bool{}}
+		*s = invariantState{changed: map[string]bool{}, countOnly: map[string]bool{}, costs: map[string]int{}, mixed: map[string]bool{},
+			line: map[string]float64{}, place: map[string]float64{}}
 	}
 }
 
@@ -59,6 +66,30 @@ func (s *invariantState) took(r Request, m *model, key func(modelKey) string) {
 		}
 		s.costs[k+" "+r.ID] = c
 	}
+}
+
+// placed checks the place in line that decision dec gave r (see above):
+// its tenant's line on the binding bucket moves on by at least a slot.
+func (d *differ) placed(op int, r Request, dec Decision) {
+	d.t.Helper()
+	d.inv.init()
+	t := d.m.parse(r)[dec.TakeIndex]
+	if t.kind != "b" || d.inv.changed[t.cal.rule] {
+		return
+	}
+	bucket := d.redisKey(t.cal)
+	at := float64(dec.At().UnixMicro())
+	if d.inv.place[bucket+" "+r.ID] == at {
+		return // back early: its own place again
+	}
+	d.inv.place[bucket+" "+r.ID] = at
+	lineKey := bucket + " " + r.Tenant
+	slot := math.Ceil(1e6 / t.rate) // of cost 1: the tasks before may have cost less than this one
+	if prev, ok := d.inv.line[lineKey]; ok && at < prev+slot-2 {
+		d.fail(fmt.Sprintf("op %d: invariant: tenant %q placed at %.0f on %s, %.0f µs after its place before (%.0f): less than a slot (%.0f µs)",
+			op, r.Tenant, at, t.cal.rule, at-prev, prev, slot), r, dec.Now.UnixMicro(), "")
+	}
+	d.inv.line[lineKey] = at
 }
 
 // invariants checks the rules of rs after op (see above).
