@@ -710,6 +710,12 @@ func (m *model) admit(r Request, nowUS, rememberUS int64) Decision {
 	// now holding nothing, with no line on its bucket and no ticket.
 	if r.Book && !r.check {
 		goNow := !denied && delay == 0 && (r.Deadline.IsZero() || c.now <= float64(max(1, r.Deadline.UnixMicro())))
+		unbooked := false // never_booked: holds none of a quota's or calendar's entries
+		for _, t := range takes {
+			if (t.kind == "q" || t.kind == "c") && !t.repeated {
+				unbooked = true
+			}
+		}
 		for _, t := range takes {
 			if !goNow {
 				break
@@ -717,7 +723,7 @@ func (m *model) admit(r Request, nowUS, rememberUS int64) Decision {
 			if t.repeated {
 				goNow = false
 			}
-			if t.kind == "b" {
+			if t.kind == "b" && !unbooked {
 				if _, ok := c.zscore(t.book, ticketMember(id, t.cost)); ok {
 					goNow = false
 				}
