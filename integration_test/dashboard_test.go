@@ -82,7 +82,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	bucket, _ := throttle.NewBucket(fleetProvider, 0.5, 1)
 	booked := 0
 	for i := 0; i < 15; i++ {
-		d, err := lim.Admit(context.Background(), throttle.Request{ID: fmt.Sprintf("booked-%d", i), Book: true,
+		d, err := lim.Book(context.Background(), throttle.Request{ID: fmt.Sprintf("booked-%d", i),
 			Takes: []throttle.Take{{Rule: bucket, Subject: fleetProvider}}})
 		if err != nil || !d.Reserved() {
 			t.Fatalf("booking %d: %+v, %v", i, d, err)

@@ -39,8 +39,12 @@ func (t *Throttle) decide(ctx context.Context, j *job, d *throttle.Decision) err
 	r := j.request()
 	r.MaxWait = t.InlineWait
 	r.Backlog = j.book && t.Backlog.Waiting()
+	admit := t.Limiter.Admit
+	if j.book {
+		admit = t.Limiter.Book
+	}
 	var err error
-	*d, err = t.Limiter.Admit(ctx, r)
+	*d, err = admit(ctx, r)
 	t.Metrics.observe(time.Since(start).Seconds())
 	return err
 }

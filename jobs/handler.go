@@ -48,7 +48,7 @@ type Throttle struct {
 	InlineWait time.Duration
 	// Book makes a job that may not go within InlineWait book the earliest
 	// moment its recipient's policy and its provider allow (see
-	// throttle.Request.Book) and wait for it: one deferral per job, in
+	// throttle.Limiter.Book) and wait for it: one deferral per job, in
 	// order, instead of waking with every other waiting job to find the
 	// next slot taken.
 	Book bool

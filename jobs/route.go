@@ -87,7 +87,7 @@ func (j *job) request() throttle.Request {
 
 // build makes the job's request (see request).
 func (j *job) build() throttle.Request {
-	r := throttle.Request{ID: j.id, CheckDone: j.once, Book: j.book, Priority: j.priority, Tenant: j.n.Tenant, Weight: j.weight}
+	r := throttle.Request{ID: j.id, CheckDone: j.once, Priority: j.priority, Tenant: j.n.Tenant, Weight: j.weight}
 	if j.quota != nil {
 		r.Takes = append(r.Takes, throttle.Take{Rule: j.quota, Subject: j.n.Recipient, CountOnly: j.policy.Shadow})
 	}

@@ -12,7 +12,7 @@ import (
 // bookReq is a booking request for task id: recipient rcpt through q (if
 // any), provider gw through b (if any).
 func bookReq(id string, q *Quota, rcpt string, b *Bucket, maxWait time.Duration) Request {
-	r := Request{ID: id, Book: true, MaxWait: maxWait}
+	r := Request{ID: id, book: true, MaxWait: maxWait}
 	if q != nil {
 		r.Takes = append(r.Takes, Take{Rule: q, Subject: rcpt})
 	}
@@ -333,8 +333,8 @@ func TestBookValidation(t *testing.T) {
 	b1, b2 := mustBucket(t, "sms", 1, 1), mustBucket(t, "push", 1, 1)
 	f := mustFixed(t, "daily", 1, time.Hour)
 	for _, r := range []Request{
-		{ID: "x", Book: true, Takes: []Take{{Rule: b1, Subject: "a"}, {Rule: b2, Subject: "a"}}},
-		{ID: "x", Book: true, Takes: []Take{{Rule: f, Subject: "a"}}},
+		{ID: "x", book: true, Takes: []Take{{Rule: b1, Subject: "a"}, {Rule: b2, Subject: "a"}}},
+		{ID: "x", book: true, Takes: []Take{{Rule: f, Subject: "a"}}},
 	} {
 		if _, err := l.Admit(context.Background(), r); !errors.Is(err, ErrInvalidRequest) {
 			t.Errorf("Admit(%v) = %v, want ErrInvalidRequest", r.Takes, err)

@@ -40,7 +40,7 @@ const clusterBookMargin = 50 * time.Millisecond
 // calendars and quiet hours (if any) share one subject, so that one call books them, and it has at
 // most one bucket (Request.validate). Other requests take the plain path.
 func clusterBooks(r Request) bool {
-	if !r.Book {
+	if !r.book {
 		return false
 	}
 	subject := ""

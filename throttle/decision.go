@@ -20,18 +20,18 @@ const (
 	// Repeated: every take already held the task's ID (a redelivered
 	// task): admitted again without consuming anything.
 	Repeated
-	// Booked: a Request.Book task that may not go within its MaxWait holds
+	// Booked: a booking task (Limiter.Book) that may not go within its MaxWait holds
 	// the moment At under its ID, and comes back then to claim it.
 	Booked
 	// Rebooked is Booked for a task that had booked before and lost that
 	// moment (it came back too late, or the tokens went to priority
 	// traffic): what it held was given back and it booked again.
 	Rebooked
-	// Placed: a Request.Book task whose moment is past its bucket's horizon
+	// Placed: a booking task (Limiter.Book) whose moment is past its bucket's horizon
 	// (Request.BookAhead) has a place in its tenant's line at At: no slot
 	// is held, only the place; it comes back then and books.
 	Placed
-	// Expired: a Request.Book task whose moment (At) would be after its
+	// Expired: a booking task (Limiter.Book) whose moment (At) would be after its
 	// Request.Deadline: nothing is held.
 	Expired
 	// Done: the request's done marker (Request.Done) exists: nothing was

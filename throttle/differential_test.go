@@ -515,7 +515,7 @@ func (d *differ) countOnly(rule Rule) bool {
 // newBooking fills r with a booking request: quotas and at most one
 // bucket, now and then with priority or a deadline.
 func (d *differ) newBooking(r Request) Request {
-	r.Book = true
+	r.book = true
 	if r.MaxWait == 0 && d.rng.IntN(5) > 0 {
 		r.MaxWait = d.between(time.Millisecond, 300*time.Millisecond) // a worker's inline wait
 	}
@@ -679,7 +679,7 @@ func (d *differ) check(op int, r Request) {
 	if err != nil {
 		d.t.Fatalf("op %d: Check(%s): %v", op, describeRequest(r), err)
 	}
-	r.Book, r.CheckDone, r.Deadline, r.check = false, false, time.Time{}, true
+	r.book, r.CheckDone, r.Deadline, r.check = false, false, time.Time{}, true
 	want := d.m.admit(r, got.Now.UnixMicro(), d.remember.Microseconds())
 	what := fmt.Sprintf("op %d: check %s", op, describeRequest(r))
 	if diff := diffDecision(want, got); diff != "" {
@@ -1039,7 +1039,7 @@ func describeRequest(r Request) string {
 		}
 	}
 	book := ""
-	if r.Book {
+	if r.book {
 		book = fmt.Sprintf(", Book (priority %v, deadline %d, tenant %q weight %d", r.Priority, deadline(r), r.Tenant, r.Weight)
 		if horizon(r) {
 			book += fmt.Sprintf(", ahead %s, backlog %v", r.BookAhead, r.Backlog)

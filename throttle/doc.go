@@ -12,14 +12,14 @@
 // Limiter.Release gives back what an admitted task took when it did not go.
 //
 // A request that may not go now either waits (MaxWait lets a bucket reserve
-// a token ahead) or, with Book, books the earliest moment every take allows,
+// a token ahead) or, by Limiter.Book, books the earliest moment every take allows,
 // after the moments booked before it; a booking further ahead than
 // BookAhead is a place in the tenant's line instead, which holds no slot.
 // Decision says which, and when to come back.
 //
 // Files, by concern:
 //
-//	limiter.go      the API: New, Admit, AdmitBatch, Check, HasSlot, Release, Forget, Pause, Repace
+//	limiter.go      the API: New, Admit, Book, AdmitBatch, Check, HasSlot, Release, Forget, Pause, Repace
 //	request.go      Request, Take and their validation
 //	decision.go     Decision and ThrottledError
 //	rule.go         Quota, Bucket, FixedWindow; calendar.go, quiet.go the zoned rules

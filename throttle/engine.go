@@ -33,7 +33,7 @@ func (n node) groups(r Request) []group { return []group{single(r)} }
 func (n node) perCall() int { return maxCallTasks }
 
 func (n node) head(r Request, _ group) planHead {
-	h := planHead{maxWait: r.MaxWait.Microseconds(), book: r.Book}
+	h := planHead{maxWait: r.MaxWait.Microseconds(), book: r.book}
 	if r.CheckDone {
 		h.done = doneKey(n.prefix, r.ID)
 	}

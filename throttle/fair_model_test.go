@@ -27,7 +27,7 @@ func newFairDiffer(t *testing.T) *differ {
 // lineOf is task id's booking request on bucket b at "gw" for tenant, with
 // horizon ahead.
 func (d *differ) lineOf(id, tenant string, w int, b *Bucket, ahead time.Duration) Request {
-	return Request{ID: id, Book: true, Tenant: tenant, Weight: w, BookAhead: ahead, Takes: []Take{{Rule: b, Subject: "gw"}}}
+	return Request{ID: id, book: true, Tenant: tenant, Weight: w, BookAhead: ahead, Takes: []Take{{Rule: b, Subject: "gw"}}}
 }
 
 // step admits r on both sides and returns the decision.
@@ -66,7 +66,7 @@ func (d *differ) stale(h map[string]string, tenant string) time.Time {
 func (d *differ) takeSlots(b *Bucket, n int) {
 	d.t.Helper()
 	for range n {
-		r := Request{ID: fmt.Sprint("prio-", d.stats.admits), Book: true, Priority: true, Takes: []Take{{Rule: b, Subject: "gw"}}}
+		r := Request{ID: fmt.Sprint("prio-", d.stats.admits), book: true, Priority: true, Takes: []Take{{Rule: b, Subject: "gw"}}}
 		if dec := d.step(r); !dec.Allowed() && !dec.Booked() {
 			d.t.Fatalf("a priority task: %s, want to go or a slot", describeDecision(dec))
 		}

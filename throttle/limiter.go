@@ -114,11 +114,28 @@ func (l *Limiter) Admit(ctx context.Context, r Request) (Decision, error) {
 	return l.eng.admitOne(ctx, r)
 }
 
-// Check decides r as Admit would without booking (r.Book and r.CheckDone are
+// Book is Admit for a task that books if it may not go within r.MaxWait:
+// a reservation, as x/time/rate's Reserve is one. It holds the earliest
+// moment at which every take allows the task, counting every moment booked
+// before on the same subjects, under r.ID until the task comes back with
+// the same request to claim it; the outcome is then Booked (Rebooked when
+// it lost an earlier moment; Placed, a place in its tenant's line, past
+// r.BookAhead; Expired past r.Deadline). Coming back, the task finds its
+// booking and goes at that moment, or is told it again if it came back too
+// early. Priority, Tenant, Weight, BookAhead, Backlog and Deadline apply to
+// booking only. A request that books has no fixed windows and at most one
+// bucket. On a Redis Cluster its quotas must share one subject, else it is
+// admitted as by Admit (see cluster_book.go).
+func (l *Limiter) Book(ctx context.Context, r Request) (Decision, error) {
+	r.book = true
+	return l.Admit(ctx, r)
+}
+
+// Check decides r as Admit would without booking (as Admit, not Book; r.CheckDone is
 // ignored), and writes nothing: what a rule in shadow mode would have done.
 // Takes r.ID holds pass, as in Admit.
 func (l *Limiter) Check(ctx context.Context, r Request) (Decision, error) {
-	r.Book, r.CheckDone, r.Deadline, r.check = false, false, time.Time{}, true
+	r.book, r.CheckDone, r.Deadline, r.check = false, false, time.Time{}, true
 	return l.Admit(ctx, r)
 }
 

@@ -675,7 +675,7 @@ func (m *model) admit(r Request, nowUS, rememberUS int64) Decision {
 		case "q":
 			c.quotaCheck(t, id)
 		case "b":
-			c.bucketCheck(t, id, denied, r.Book && r.Priority)
+			c.bucketCheck(t, id, denied, r.book && r.Priority)
 		case "f":
 			c.fixedCheck(t, id)
 		case "c":
@@ -708,7 +708,7 @@ func (m *model) admit(r Request, nowUS, rememberUS int64) Decision {
 	}
 	// admit.lua: a task that books goes the plain way only when it may go
 	// now holding nothing, with no line on its bucket and no ticket.
-	if r.Book && !r.check {
+	if r.book && !r.check {
 		goNow := !denied && delay == 0 && (r.Deadline.IsZero() || c.now <= float64(max(1, r.Deadline.UnixMicro())))
 		unbooked := false // never_booked: holds none of a quota's or calendar's entries
 		for _, t := range takes {

@@ -67,16 +67,8 @@ type Request struct {
 	// cluster, where the marker lives in the task's own slot, it is a call
 	// before it. Release, Forget and Pause ignore it.
 	CheckDone bool
-	// Book asks, for a task that may not go within MaxWait, for the earliest
-	// moment at which every take allows it, counting every moment booked
-	// before on the same subjects, held under ID until the task comes back
-	// to claim it (the decision is then Booked; see Decision). Coming back
-	// with the same request, the task finds its booking and goes at that
-	// moment, or is told it again if it came back too early. A request that
-	// books has no fixed windows and at most one bucket. On a Redis Cluster
-	// its quotas must share one subject (else Book is ignored: a task that
-	// may not go is denied, as without it); see cluster_book.go.
-	Book bool
+	// book is set by Limiter.Book: the request books (see there).
+	book bool
 	// Priority lets a booking request take a bucket's reserve (see
 	// Bucket.WithReserve) and go before the bookings in line on it: it takes
 	// the slot of the first booking not yet claimed, or of a task that
@@ -160,11 +152,11 @@ func (r Request) validate() error {
 		switch t.Rule.(type) {
 		case *Bucket:
 			buckets++
-			if r.Book && buckets > 1 {
+			if r.book && buckets > 1 {
 				return fmt.Errorf("%s (%s): a request that books has at most one bucket: %w", where(), t.Rule.Name(), ErrInvalidRequest)
 			}
 		case *FixedWindow:
-			if r.Book {
+			if r.book {
 				return fmt.Errorf("%s (%s): a request that books has no fixed windows: %w", where(), t.Rule.Name(), ErrInvalidRequest)
 			}
 		}

@@ -97,7 +97,7 @@ func (l *Limiter) appendTask(keys []any, buf []byte, args []any, r Request, g gr
 }
 
 // horizon reports whether r's booking has a horizon.
-func horizon(r Request) bool { return r.Book && r.BookAhead > 0 }
+func horizon(r Request) bool { return r.book && r.BookAhead > 0 }
 
 // deadline is r's deadline as admit.lua takes it: µs, 0 for none.
 func deadline(r Request) int64 {

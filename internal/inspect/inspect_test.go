@@ -245,7 +245,7 @@ func TestBookings(t *testing.T) {
 	ctx := context.Background()
 	book := func(id, recipient string) throttle.Decision {
 		t.Helper()
-		d, err := f.lim.Admit(ctx, throttle.Request{ID: id, Book: true, Takes: []throttle.Take{
+		d, err := f.lim.Book(ctx, throttle.Request{ID: id, Takes: []throttle.Take{
 			{Rule: f.marketing, Subject: recipient}, {Rule: f.sms, Subject: "sms"}}})
 		if err != nil {
 			t.Fatal(err)
