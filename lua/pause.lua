@@ -12,13 +12,27 @@
 -- shifted by the time the pause adds (see move_waiting in repace.lua): its
 -- order and spacing stay, so the line resumes at the pause's end instead of
 -- every booking inside the pause coming back to book again at the line's
--- end. A pause that ends no later than one already recorded adds nothing and
+-- end. The slots already taken to go (in_flight) stay where they are. A
+-- pause that ends no later than one already recorded adds nothing and
 -- moves nothing. Slots claimed within the slack of now are not taken back
 -- (their tasks may be sending); the state hash's p records the end, and a
 -- claim that would go before it books again (see book.lua). A release does
 -- not free a slot the pause covers (bucket_undo).
 --
 -- Returns {µs until the first slot after the pause may be used}.
+
+-- in_flight is the end of the slots already taken to go by now (their
+-- start within the slack of now: their tasks may be sending), at least now:
+-- the calendar up to it stays where it is, the waiting work after it moves.
+local function in_flight(ledger, now, slack, len)
+  local m = now
+  local z = rcall('ZRANGEBYSCORE', ledger, '(' .. int(now - len), int(now + slack), 'WITHSCORES')
+  for j = 2, #z, 2 do
+    local e = tonum(z[j]) + len
+    if e > m then m = e end
+  end
+  return m
+end
 
 local function pause(keys, args)
   if not rcall then bind() end
@@ -34,9 +48,10 @@ local function pause(keys, args)
   local slack = bucket_slack(t, true)
   local a, b = now, e + slack
   local old = tonum(rcall('HGET', key, 'p'))
-  local was = now -- where the pause recorded before ends (its slots' side)
-  if old and old + slack > now then was = old + slack end
-  if b > was then move_waiting(keys, now, now + slack, shifting(b - was)) end
+  local pivot = in_flight(keys[2], now, slack, bucket_len(t))
+  local was = pivot -- where the waiting line resumes today
+  if old and old + slack > was then was = old + slack end
+  if b > was then move_waiting(keys, now, now + slack, shifting(pivot, b - was)) end
   -- The spans that overlap [a, b) merge into one.
   local z = rcall('ZRANGEBYSCORE', cal, '(' .. int(a), '+inf', 'WITHSCORES')
   for j = 1, #z, 2 do

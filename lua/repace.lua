@@ -36,8 +36,13 @@ local function scaling(now, k)
   return function(t) return now + ceil((t - now) * k) end
 end
 
-local function shifting(d)
-  return function(t) return t + d end
+-- shifting moves the moments from pivot on by d; those before it stay (a
+-- slot that starts at pivot waits; one that ends there went).
+local function shifting(pivot, d)
+  return function(t)
+    if t < pivot then return t end
+    return t + d
+  end
 end
 
 -- move_at is moment t moved by mv: moments up to now stay.

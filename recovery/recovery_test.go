@@ -361,6 +361,19 @@ func (l *commandLog) take() []string {
 	return c
 }
 
+// oneScriptCall reports whether cmds are one script call: an EVALSHA, and
+// the EVAL that follows it where the server had not loaded the script yet
+// (a fresh server, or one whose scripts were flushed).
+func oneScriptCall(cmds []string) bool {
+	switch len(cmds) {
+	case 1:
+		return strings.HasPrefix(cmds[0], "evalsha")
+	case 2:
+		return strings.HasPrefix(cmds[0], "evalsha") && strings.HasPrefix(cmds[1], "eval ")
+	}
+	return false
+}
+
 // TestTakeIsOneSADDWhileAlive: a task started while the worker's signs of
 // life are fresh costs one command, a SADD; one started before the first
 // sign, or after a silence, is a sign of life too (hold.lua's take), so that
@@ -376,7 +389,7 @@ func TestTakeIsOneSADDWhileAlive(t *testing.T) {
 	if _, err := r.take(ctx, q, "first:1"); err != nil {
 		t.Fatal(err)
 	}
-	if got := log.take(); len(got) != 1 || !strings.HasPrefix(got[0], "evalsha") {
+	if got := log.take(); !oneScriptCall(got) {
 		t.Errorf("a take before any sign of life sent %v, want one script call", got)
 	}
 	if err := r.beat(ctx, q, "beat"); err != nil {
@@ -395,7 +408,7 @@ func TestTakeIsOneSADDWhileAlive(t *testing.T) {
 	if _, err := r.take(ctx, q, "after:5"); err != nil {
 		t.Fatal(err)
 	}
-	if got := log.take(); len(got) != 1 || !strings.HasPrefix(got[0], "evalsha") {
+	if got := log.take(); !oneScriptCall(got) {
 		t.Errorf("a take after a silence sent %v, want one script call", got)
 	}
 	members := rdb.SMembers(ctx, heldKey(throttleDefaultPrefix, q, "w")).Val()
