@@ -18,7 +18,7 @@ import (
 // token if need be), errSentBefore when an earlier delivery of its task was
 // sent, and otherwise the error that defers or archives it.
 //
-// The sent marker is checked by the admission itself (throttle.Request.Done):
+// The sent marker is checked by the admission itself (throttle.Request.CheckDone):
 // a redelivery whose first delivery was sent takes nothing, since its quota
 // entries would be found its own but a bucket forgets its holders after
 // throttle.Options.Remember, and what the first delivery took stays taken.

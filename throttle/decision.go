@@ -34,7 +34,7 @@ const (
 	// Expired: a booking task (Limiter.Book) whose moment (At) would be after its
 	// Request.Deadline: nothing is held.
 	Expired
-	// Done: the request's done marker (Request.Done) exists: nothing was
+	// Done: the task's done marker (Request.CheckDone, Limiter.MarkDone) exists: nothing was
 	// checked or consumed. TakeIndex is -1, and Now the Redis time on a
 	// single node (zero on a cluster).
 	Done
