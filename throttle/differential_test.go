@@ -165,8 +165,10 @@ func diffWalk(t *testing.T, seed uint64, ops int) *differ {
 	t.Logf("bookings: %d booked (%d again, after a missed moment), %d claimed, %d expired", s.booked, s.rebooked, s.claimed, s.expired)
 	f := d.m.fair
 	t.Logf("fair shares: %d bookings of a tenant held by its gate, %d placed in line; %d new tasks sent to their line's end, %d back from a place and placed again, "+
-		"%d back early whose place stood, %d back from a place that went or took a slot (%d of them booking it), %d expired at their place; %d weight changes",
-		f["gated"], s.queued, f["line end"], f["placed again"], f["stands"], s.returned, f["returned"], f["expired in place"], s.weightChanges)
+		"%d back early whose place stood, %d back from a place that went or took a slot (%d of them booking it), %d expired at their place; %d weight changes; "+
+		"%d places held to their share's stride, %d of them with other tenants waiting",
+		f["gated"], s.queued, f["line end"], f["placed again"], f["stands"], s.returned, f["returned"], f["expired in place"], s.weightChanges,
+		s.shareChecks, s.sharedChecks)
 	t.Logf("%d ops in %s: %d admissions (%d in %d batches), %d allowed (%d reserved ahead, %d repeated), %d denied; "+
 		"%d releases undid %d takes (%d undid nothing); %d rule changes, %d retries at the delay; "+
 		"%d key deadlines later in Redis than in the model (by up to %dms), %d keys Redis kept at their deadline's ms",
@@ -239,6 +241,7 @@ type differ struct {
 		countOnly                                                     int    // count-only takes asked for
 		checks                                                        int    // Limiter.Check calls
 		queued, returned, weightChanges                               int    // the rest of fair shares' counts are model.fair
+		shareChecks, sharedChecks                                     int    // places checked for their share's stride; with others waiting
 	}
 }
 
@@ -623,6 +626,9 @@ func (d *differ) admit(op int, rs []Request) Decision {
 	placed := make([]bool, len(rs)) // the model notes a place in line for it
 	for k, r := range rs {
 		placed[k] = horizon(r) && d.m.placed(r)
+		if r.book {
+			d.booking(r)
+		}
 	}
 	var got []Decision
 	if len(rs) == 1 {

@@ -26,7 +26,14 @@ import (
 //   - a tenant's line on a bucket moves on: each new place it is given is
 //     at least a slot (of cost 1) after its place before, so no
 //     two of its tasks share a moment in line, whatever the weights (a
-//     task back early is told its own place again; that is no new place).
+//     task back early is told its own place again; that is no new place);
+//   - a tenant takes no more than its share of a line: a task placed for
+//     the first time is placed at least slot·W/w after its tenant's place
+//     before while that lies ahead, w the tenant's weight and W at least
+//     w plus the weights of the other tenants whose lines on the bucket
+//     lie ahead (each at the least weight it has booked with there). A
+//     task placed again takes a place behind all those handed out, not its
+//     tenant's share: that may be closer.
 //
 // Rules changed during the walk (a limit applies at once to the history
 // laid under the old one) and quotas that count-only takes wrote to (they
@@ -43,13 +50,14 @@ type invariantState struct {
 	mixed     map[string]bool    // bucket keys a task took at two costs
 	line      map[string]float64 // each tenant's newest place, by bucket key and tenant
 	place     map[string]float64 // each task's place, by bucket key and ID
+	weight    map[string]int     // each tenant's least weight booked with, by bucket key and tenant
 }
 
 // init makes the state's maps.
 func (s *invariantState) init() {
 	if s.changed == nil {
 		*s = invariantState{changed: map[string]bool{}, countOnly: map[string]bool{}, costs: map[string]int{}, mixed: map[string]bool{},
-			line: map[string]float64{}, place: map[string]float64{}}
+			line: map[string]float64{}, place: map[string]float64{}, weight: map[string]int{}}
 	}
 }
 
@@ -68,8 +76,27 @@ func (s *invariantState) took(r Request, m *model, key func(modelKey) string) {
 	}
 }
 
+// booking notes the weight that r, about to be booked, books with on each
+// of its buckets: what its tenant weighs there at the least.
+func (d *differ) booking(r Request) {
+	d.inv.init()
+	for _, t := range d.m.parse(r) {
+		if t.kind != "b" {
+			continue
+		}
+		k := d.redisKey(t.cal) + " " + r.Tenant
+		if w, ok := d.inv.weight[k]; !ok || weightOf(r) < w {
+			d.inv.weight[k] = weightOf(r)
+		}
+	}
+}
+
+// weightOf is r's weight as the script takes it: 1 when unset.
+func weightOf(r Request) int { return max(r.Weight, 1) }
+
 // placed checks the place in line that decision dec gave r (see above):
-// its tenant's line on the binding bucket moves on by at least a slot.
+// its tenant's line on the binding bucket moves on by at least a slot, and
+// by its share when r is placed for the first time.
 func (d *differ) placed(op int, r Request, dec Decision) {
 	d.t.Helper()
 	d.inv.init()
@@ -82,12 +109,32 @@ func (d *differ) placed(op int, r Request, dec Decision) {
 	if d.inv.place[bucket+" "+r.ID] == at {
 		return // back early: its own place again
 	}
+	_, again := d.inv.place[bucket+" "+r.ID]
 	d.inv.place[bucket+" "+r.ID] = at
 	lineKey := bucket + " " + r.Tenant
 	slot := math.Ceil(1e6 / t.rate) // of cost 1: the tasks before may have cost less than this one
-	if prev, ok := d.inv.line[lineKey]; ok && at < prev+slot-2 {
+	prev, ok := d.inv.line[lineKey]
+	if ok && at < prev+slot-2 {
 		d.fail(fmt.Sprintf("op %d: invariant: tenant %q placed at %.0f on %s, %.0f µs after its place before (%.0f): less than a slot (%.0f µs)",
 			op, r.Tenant, at, t.cal.rule, at-prev, prev, slot), r, dec.Now.UnixMicro(), "")
+	}
+	if now := float64(dec.Now.UnixMicro()); ok && !again && prev > now {
+		w, W, others := weightOf(r), weightOf(r), []string{}
+		for k, line := range d.inv.line {
+			if tn, ok := strings.CutPrefix(k, bucket+" "); ok && tn != r.Tenant && line > now {
+				W += d.inv.weight[k]
+				others = append(others, fmt.Sprintf("%q (weight %d) at %.0f", tn, d.inv.weight[k], line))
+			}
+		}
+		d.stats.shareChecks++
+		if W > w {
+			d.stats.sharedChecks++
+		}
+		if stride := math.Ceil(slot * float64(W) / float64(w)); at < prev+stride-2 {
+			slices.Sort(others)
+			d.fail(fmt.Sprintf("op %d: invariant: tenant %q (weight %d) placed at %.0f on %s, %.0f µs after its place before (%.0f): less than its share's stride, %.0f µs, with others waiting: %s",
+				op, r.Tenant, w, at, t.cal.rule, at-prev, prev, stride, strings.Join(others, ", ")), r, dec.Now.UnixMicro(), "")
+		}
 	}
 	d.inv.line[lineKey] = at
 }
