@@ -43,6 +43,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/notify-throttle/throttler/internal/asynqdb"
+	"github.com/notify-throttle/throttler/internal/coalesce"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -92,6 +93,7 @@ type Options struct {
 // use.
 type Recovery struct {
 	rdb    redis.UniversalClient
+	one    coalesce.Processor // take's SADD: rdb's auto-pipeliner on one node
 	queues []string
 	o      Options
 	start  time.Time // for the monotonic times in lastSign
@@ -135,7 +137,7 @@ func New(rdb redis.UniversalClient, queues []string, o Options) *Recovery {
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
-	r := &Recovery{rdb: rdb, queues: queues, o: o, start: time.Now(),
+	r := &Recovery{rdb: rdb, one: coalesce.Of(rdb), queues: queues, o: o, start: time.Now(),
 		finished: map[string][]string{}, taken: map[string]run{}, signs: map[string]*signs{}}
 	for _, q := range queues {
 		r.signs[q] = &signs{}
@@ -310,7 +312,7 @@ func (r *Recovery) Middleware(next asynq.Handler) asynq.Handler {
 func (r *Recovery) take(ctx context.Context, q, member string) (time.Duration, error) {
 	sent := time.Since(r.start)
 	if s, ok := r.signs[q]; ok && r.fresh(s, sent) {
-		if err := r.rdb.SAdd(ctx, heldKey(r.o.Prefix, q, r.o.ID), member).Err(); err != nil {
+		if err := r.one.Process(ctx, redis.NewIntCmd(ctx, "sadd", heldKey(r.o.Prefix, q, r.o.ID), member)); err != nil {
 			return sent, fmt.Errorf("recovery: take: %w", err)
 		}
 		return sent, nil

@@ -338,19 +338,36 @@ func (l *commandLog) DialHook(next redis.DialHook) redis.DialHook { return next 
 
 func (l *commandLog) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		name := cmd.Name()
-		if name == "evalsha" || name == "eval" {
-			name += " " + fmt.Sprint(cmd.Args()[len(cmd.Args())-1]) // hold.lua's mode, for a take
-		}
-		l.mu.Lock()
-		l.cmds = append(l.cmds, name)
-		l.mu.Unlock()
+		l.log(cmd)
 		return next(ctx, cmd)
 	}
 }
 
+// ProcessPipelineHook logs the commands of a pipeline too: a take's SADD
+// goes through the client's auto-pipeliner, which sends a batch of them as
+// one.
 func (l *commandLog) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			l.log(c)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// log notes cmd, unless it is the handshake of a new connection (HELLO,
+// CLIENT SETINFO, SELECT, AUTH), which is no command of the code under test.
+func (l *commandLog) log(cmd redis.Cmder) {
+	name := cmd.Name()
+	switch name {
+	case "hello", "client", "select", "auth":
+		return
+	case "evalsha", "eval":
+		name += " " + fmt.Sprint(cmd.Args()[len(cmd.Args())-1]) // hold.lua's mode, for a take
+	}
+	l.mu.Lock()
+	l.cmds = append(l.cmds, name)
+	l.mu.Unlock()
 }
 
 func (l *commandLog) take() []string {

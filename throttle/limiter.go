@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/notify-throttle/throttler/internal/coalesce"
 	"github.com/notify-throttle/throttler/lua"
 )
 
@@ -50,6 +51,7 @@ type Options struct {
 // entries may deny a competing task of the same subject a little early.
 type Limiter struct {
 	rdb      redis.UniversalClient
+	one      coalesce.Processor // single commands: rdb's auto-pipeliner on one node
 	prefix   string
 	remember string // µs, as plans carry it
 	eng      engine // node or sharded, chosen in New
@@ -87,6 +89,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 	lib := lua.Functions()
 	l := &Limiter{
 		rdb:      rdb,
+		one:      coalesce.Of(rdb),
 		prefix:   opts.Prefix,
 		remember: fmt.Sprint(opts.Remember.Microseconds()),
 		lib:      lib,

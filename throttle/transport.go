@@ -120,7 +120,7 @@ func (l *Limiter) send(ctx context.Context, calls []call, idx []int, vals [][]in
 // run1 runs one command that replies with an array of integers.
 func (l *Limiter) run1(ctx context.Context, cmd []any) ([]int64, error) {
 	c := redis.NewIntSliceCmd(ctx, cmd...)
-	_ = l.rdb.Process(ctx, c)
+	_ = l.one.Process(ctx, c)
 	return c.Result()
 }
 
