@@ -264,7 +264,7 @@ func TestClusterPath(t *testing.T) {
 		}
 		want := []bool{true, false, true, true, false, false}
 		before := snapshot(t, rdb)
-		ds, err := l.AdmitBatch(bg, rs)
+		ds, err := l.admitMany(bg, rs)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -619,7 +619,7 @@ func (d *differ) pause() {
 	}
 }
 
-// admit admits rs through the Limiter (one Admit, or AdmitBatch for several)
+// admit admits rs through the Limiter (one Admit, or admitMany for several)
 // and checks every decision against the model's. It returns the last one.
 func (d *differ) admit(op int, rs []Request) Decision {
 	d.t.Helper()
@@ -639,8 +639,8 @@ func (d *differ) admit(op int, rs []Request) Decision {
 		got = []Decision{dec}
 	} else {
 		var err error
-		if got, err = d.l.AdmitBatch(d.t.Context(), rs); err != nil {
-			d.t.Fatalf("op %d: AdmitBatch: %v", op, err)
+		if got, err = d.l.admitMany(d.t.Context(), rs); err != nil {
+			d.t.Fatalf("op %d: admitMany: %v", op, err)
 		}
 		d.stats.batches++
 		d.stats.batched += len(rs)

@@ -19,7 +19,7 @@
 //
 // Files, by concern:
 //
-//	limiter.go      the API: New, Admit, Book, AdmitBatch, Check, HasSlot, Release, Forget, Pause, Repace
+//	limiter.go      the API: New, Admit, Book, Check, HasSlot, Release, Forget, Pause, Repace
 //	request.go      Request, Take and their validation
 //	decision.go     Decision and ThrottledError
 //	rule.go         Quota, Bucket, FixedWindow; calendar.go, quiet.go the zoned rules

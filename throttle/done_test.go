@@ -48,7 +48,7 @@ func doneDance(t *testing.T, l *Limiter, rdb redis.UniversalClient, snap bool) {
 		}
 	}
 	// A batch: done, live (bob), done, live (carol), live (alice: denied).
-	ds, err := l.AdmitBatch(ctx, []Request{req("x", "bob"), req("b", "bob"), req("a", "carol"), req("c", "carol"), req("y", "alice")})
+	ds, err := l.admitMany(ctx, []Request{req("x", "bob"), req("b", "bob"), req("a", "carol"), req("c", "carol"), req("y", "alice")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,7 @@ import (
 type engine interface {
 	// admitOne decides r (validated), as Admit documents.
 	admitOne(ctx context.Context, r Request) (Decision, error)
-	// admitBatch decides rs (validated), as AdmitBatch documents.
+	// admitBatch decides rs (validated), as admitMany documents.
 	admitBatch(ctx context.Context, rs []Request) ([]Decision, error)
 	// groups splits r's takes into the groups one script call covers.
 	groups(r Request) []group

@@ -96,7 +96,7 @@ func TestFunctionsComeBack(t *testing.T) {
 	for i := range rs {
 		rs[i] = Request{ID: fmt.Sprint("t", i), Takes: []Take{{Rule: q, Subject: fmt.Sprint("r", i%125)}}}
 	}
-	ds, err := l.AdmitBatch(ctx, rs)
+	ds, err := l.admitMany(ctx, rs)
 	if err != nil {
 		t.Fatal(err)
 	}

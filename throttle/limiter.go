@@ -221,14 +221,18 @@ func (l *Limiter) undo(ctx context.Context, r Request, e entry, what string) (in
 	return n, now, nil
 }
 
-// AdmitBatch admits many requests in as few round trips as it can: one on a
-// single node (plus one per extra subject group on a cluster). Decisions are
-// in the order of rs, and each is what Admit would have decided for it after
-// the requests before it. If it returns an error, no decision is known:
-// requests that were admitted completely stay admitted (admitting them again
-// is safe, since admission is idempotent by ID) and partial admissions are
-// released.
-func (l *Limiter) AdmitBatch(ctx context.Context, rs []Request) ([]Decision, error) {
+// admitMany admits many requests in as few script calls as it can: one on
+// a single node for up to maxCallTasks (plus one per extra subject group on
+// a cluster). Decisions are in the order of rs, and each is what Admit would
+// have decided for it after the requests before it. If it returns an error,
+// no decision is known: requests that were admitted completely stay
+// admitted (admitting them again is safe, since admission is idempotent by
+// ID) and partial admissions are released. Nothing in the product calls it:
+// workers admit one task per handler, and the client's auto-pipeliner (see
+// internal/coalesce) gives concurrent handlers the round trips a batch
+// would save. It is how the tests drive the script's many-task calls, which
+// the cluster's phases use.
+func (l *Limiter) admitMany(ctx context.Context, rs []Request) ([]Decision, error) {
 	for _, r := range rs {
 		if err := r.validate(); err != nil {
 			return nil, err

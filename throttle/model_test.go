@@ -662,7 +662,7 @@ func (c *modelCall) fixedUndo(t *modelTake, id string) bool {
 }
 
 // admit mirrors admit.lua run at nowUS, then builds the Decision the way
-// Limiter.AdmitBatch does from a single group (merge in wire.go).
+// Limiter.admitMany does from a single group (merge in wire.go).
 func (m *model) admit(r Request, nowUS, rememberUS int64) Decision {
 	c := m.at(nowUS)
 	id, maxwait, remember := r.ID, float64(r.MaxWait.Microseconds()), float64(rememberUS)

@@ -10,17 +10,14 @@ import (
 )
 
 // populate gives n recipients a history under marketing (one entry each,
-// through the engine, 100 per call) and the sms provider a few takes.
+// through the engine) and the sms provider a few takes.
 func (e *env) populate(t testing.TB, n int) {
 	t.Helper()
 	ctx := context.Background()
-	for i := 0; i < n; i += 100 {
-		var rs []throttle.Request
-		for j := i; j < min(n, i+100); j++ {
-			rs = append(rs, throttle.Request{ID: fmt.Sprintf("h%d", j),
-				Takes: []throttle.Take{{Rule: e.rules.quotas["marketing"], Subject: fmt.Sprintf("user%d@example.com", j)}}})
-		}
-		if _, err := e.lim.AdmitBatch(ctx, rs); err != nil {
+	for i := range n {
+		r := throttle.Request{ID: fmt.Sprintf("h%d", i),
+			Takes: []throttle.Take{{Rule: e.rules.quotas["marketing"], Subject: fmt.Sprintf("user%d@example.com", i)}}}
+		if _, err := e.lim.Admit(ctx, r); err != nil {
 			t.Fatal(err)
 		}
 	}

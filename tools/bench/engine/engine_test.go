@@ -14,7 +14,6 @@
 // load, a growing keyspace) hits all of them alike:
 //
 //	BenchmarkAdmitVsBaselines     engine/redis_rate (target >= 1.0), engine/trivial (>= 0.6)
-//	BenchmarkAdmitBatchVsSingle   batch/single (target >= 3)
 //	BenchmarkQuotaMemory          bytes/recipient of the 1/24h + 3/168h quota at steady state
 //
 // The job shape throughout is the notification job: a recipient quota of
@@ -58,13 +57,11 @@ import (
 var benchRound = flag.Duration("throttle.round", time.Second, "how long each variant runs per round in the side-by-side throttle benchmarks")
 
 const (
-	benchWorkers      = 64    // concurrent callers (and go-redis PoolSize)
-	benchBatch        = 100   // requests per AdmitBatch call
-	benchBatchWorkers = 8     // goroutines calling AdmitBatch: 8 x 100 in flight
-	benchRecipients   = 10000 // recipients the cycling job shape goes through
-	benchRounds       = 3     // interleaved rounds of the side-by-side benchmarks
-	benchQuota        = "marketing"
-	benchProvider     = "sendgrid"
+	benchWorkers    = 64    // concurrent callers (and go-redis PoolSize)
+	benchRecipients = 10000 // recipients the cycling job shape goes through
+	benchRounds     = 3     // interleaved rounds of the side-by-side benchmarks
+	benchQuota      = "marketing"
+	benchProvider   = "sendgrid"
 )
 
 // benchTrivialSrc is the floor a one-call Lua admission cannot beat: the
@@ -181,25 +178,6 @@ func (e *benchEnv) admitOp(recipient func(uint64) string) benchOp {
 	}
 }
 
-func (e *benchEnv) batchOp(recipient func(uint64) string) benchOp {
-	return func(ctx context.Context) (int64, int64, error) {
-		rs := make([]throttle.Request, benchBatch)
-		for i := range rs {
-			n := e.next.Add(1)
-			rs[i] = e.job(n, recipient(n))
-		}
-		ds, err := e.lim.AdmitBatch(ctx, rs)
-		if err != nil {
-			return 0, 0, err
-		}
-		var a int64
-		for _, d := range ds {
-			a += benchB2I(d.Allowed())
-		}
-		return int64(len(ds)), a, nil
-	}
-}
-
 func (e *benchEnv) trivialOp() benchOp {
 	return func(ctx context.Context) (int64, int64, error) {
 		n := e.next.Add(1)
@@ -230,19 +208,31 @@ func benchB2I(b bool) int64 {
 	return 0
 }
 
-// settle admits every cycling recipient once (pipelined), so that what is
-// measured afterwards is the steady state rather than first admissions.
+// settle admits every cycling recipient once, from benchWorkers goroutines,
+// so that what is measured afterwards is the steady state rather than first
+// admissions.
 func (e *benchEnv) settle(b *testing.B) {
 	b.Helper()
 	ctx := context.Background()
-	for lo := 0; lo < benchRecipients; lo += 500 {
-		rs := make([]throttle.Request, 0, 500)
-		for i := lo; i < min(lo+500, benchRecipients); i++ {
-			rs = append(rs, e.job(e.next.Add(1), e.recipients[i]))
-		}
-		if _, err := e.lim.AdmitBatch(ctx, rs); err != nil {
-			b.Fatalf("settle: %v", err)
-		}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, benchWorkers)
+	for range benchWorkers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := next.Add(1) - 1; i < benchRecipients; i = next.Add(1) - 1 {
+				if _, err := e.lim.Admit(ctx, e.job(e.next.Add(1), e.recipients[i])); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		b.Fatalf("settle: %v", err)
 	}
 }
 
@@ -525,35 +515,6 @@ func BenchmarkAdmitZoned(b *testing.B) {
 		{"zoned_admitted", benchWorkers, zoned(benchFresh)},
 	})
 	benchReport(b, total, "zoned", [][2]string{{"zoned", "engine"}, {"zoned_admitted", "engine_admitted"}})
-}
-
-// BenchmarkAdmitBatch measures AdmitBatch of 100 requests from 8 goroutines
-// (800 requests in flight) against Admit from 64 goroutines; ns/op of batch
-// is per call of 100.
-func BenchmarkAdmitBatch(b *testing.B) {
-	e := newBenchEnv(b)
-	e.settle(b)
-	b.Run("batch", func(b *testing.B) { benchParallel(b, benchBatchWorkers, e.batchOp(e.cycling)) })
-	b.Run("single", func(b *testing.B) { benchParallel(b, benchWorkers, e.admitOp(e.cycling)) })
-	b.Run("batch_admitted", func(b *testing.B) { benchParallel(b, benchBatchWorkers, e.batchOp(benchFresh)) })
-	b.Run("single_admitted", func(b *testing.B) { benchParallel(b, benchWorkers, e.admitOp(benchFresh)) })
-}
-
-// BenchmarkAdmitBatchVsSingle runs batched and single admission side by side
-// and reports decisions/s of each and batch/single (target >= 3), for the
-// steady-state job and for the all-admitted one.
-func BenchmarkAdmitBatchVsSingle(b *testing.B) {
-	e := newBenchEnv(b)
-	e.settle(b)
-	total := benchSideBySide(b, e, []benchVariant{
-		{"batch", benchBatchWorkers, e.batchOp(e.cycling)},
-		{"single", benchWorkers, e.admitOp(e.cycling)},
-		{"batch_admitted", benchBatchWorkers, e.batchOp(benchFresh)},
-		{"single_admitted", benchWorkers, e.admitOp(benchFresh)},
-	})
-	benchReport(b, total, "batch", [][2]string{
-		{"batch", "single"}, {"batch_admitted", "single_admitted"},
-	})
 }
 
 // BenchmarkQuotaMemory measures the Redis memory one recipient costs with the
