@@ -4,6 +4,13 @@
 // cmd/worker's asynq settings (concurrency, queues, poll interval) and a
 // /healthz, so that the benchmark runs both alike.
 //
+// With -floor it also sends, per task, the least that any throttler must:
+// one script call before the POST (the admission: one write, read back) and
+// one SET after it (the done marker), both through the client's
+// auto-pipeliner as cmd/worker sends its own. What that costs against the
+// bare worker is the floor under the throttler's cost where nothing is
+// throttled, on the machine it runs on.
+//
 //	bareworker -redis 127.0.0.1:6379 -url http://.../send -http 127.0.0.1:0 -concurrency 20 -queues default:1
 package main
 
@@ -41,6 +48,7 @@ func run(ctx context.Context, args []string) error {
 	httpAddr := fs.String("http", "127.0.0.1:0", "address of /healthz")
 	concurrency := fs.Int("concurrency", 20, "asynq Config.Concurrency")
 	poll := fs.Duration("poll", 100*time.Millisecond, "asynq Config.TaskCheckInterval")
+	floor := fs.Bool("floor", false, "per task, also one script call before the POST and a SET after it, through the auto-pipeliner")
 	queueList := fs.String("queues", "critical:6,default:3,low:1", "asynq Config.Queues, name:weight comma-separated")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -55,6 +63,10 @@ func run(ctx context.Context, args []string) error {
 	}
 	rdb := redis.NewClient(opts)
 	defer rdb.Close()
+	ap, err := rdb.AutoPipeline()
+	if err != nil {
+		return err
+	}
 	provider := jobs.NewWebhookProvider("hook", *url, 5*time.Second, nil)
 	mux := asynq.NewServeMux()
 	mux.HandleFunc(jobs.TypeNotify, func(ctx context.Context, t *asynq.Task) error {
@@ -63,7 +75,18 @@ func run(ctx context.Context, args []string) error {
 		if err != nil {
 			return fmt.Errorf("malformed notification: %v: %w", err, asynq.SkipRetry)
 		}
-		return provider.Send(ctx, jobs.Message{ID: id, Recipient: n.Recipient, Template: n.Template, Data: n.Data})
+		if *floor {
+			if err := floorAdmit.Run(ctx, ap, []string{"floor:" + id}).Err(); err != nil {
+				return err
+			}
+		}
+		if err := provider.Send(ctx, jobs.Message{ID: id, Recipient: n.Recipient, Template: n.Template, Data: n.Data}); err != nil {
+			return err
+		}
+		if *floor {
+			return ap.Set(ctx, "floor-done:"+id, 1, time.Minute).Err()
+		}
+		return nil
 	})
 	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{
 		Concurrency:              *concurrency,
@@ -92,6 +115,9 @@ func run(ctx context.Context, args []string) error {
 	}
 	return nil
 }
+
+// floorAdmit is -floor's admission: one write, its answer read back.
+var floorAdmit = redis.NewScript(`redis.call('set', KEYS[1], 1, 'px', 60000) return 1`)
 
 // parseQueues reads "name:weight,name:weight".
 func parseQueues(list string) (map[string]int, error) {

@@ -17,6 +17,7 @@ var (
 	bareTasks  = flag.Int("bare.tasks", 5000, "jobs per drain in BenchmarkWorkerVsBare")
 	bareRounds = flag.Int("bare.rounds", 3, "rounds of BenchmarkWorkerVsBare, each draining every variant twice (ABBA)")
 	bareOff    = flag.Bool("bare.nodead", false, "also run \"worker, dead_after 0\" in BenchmarkWorkerVsBare: the worker with the hand-over of dead workers' tasks off")
+	bareFloor  = flag.Bool("bare.floor", false, "also run \"floor\" in BenchmarkWorkerVsBare: the bare worker plus the least any throttler must send per task (a script call before the POST, a SET after it, through the auto-pipeliner)")
 	bareQueues = flag.String("bare.queues", "critical:6,default:3,low:1", "worker.queues of both variants of BenchmarkWorkerVsBare, name:weight comma-separated (config.yaml's; the jobs go to default)")
 )
 
@@ -84,7 +85,10 @@ type bareVariant struct {
 // 0.85), median_ratio (the median of the rounds' ratios), and Redis
 // commands per task of each (target for the worker <= 28); the log has each
 // variant's commands per task by command, the worker's cost where it
-// differs from the bare worker's.
+// differs from the bare worker's. With -bare.floor a third contender,
+// "floor", is the bare worker plus the least any throttler must send per
+// task (see tools/bench/bareworker): its ratio is the ceiling of the
+// worker's on the machine the benchmark runs on.
 func BenchmarkWorkerVsBare(b *testing.B) {
 	root, err := repoRoot()
 	if err != nil {
@@ -95,6 +99,9 @@ func BenchmarkWorkerVsBare(b *testing.B) {
 	vs := []*bareVariant{
 		{name: "worker", start: func(b *testing.B, n int) *workerProc { return startBlackbox(b, f, n, "5s") }},
 		{name: "bare", start: func(b *testing.B, n int) *workerProc { return startBare(b, bare, n, f) }},
+	}
+	if *bareFloor {
+		vs = append(vs, &bareVariant{name: "floor", start: func(b *testing.B, n int) *workerProc { return startBare(b, bare, n, f, "-floor") }})
 	}
 	if *bareOff {
 		vs = append(vs, &bareVariant{name: "worker, dead_after 0", start: func(b *testing.B, n int) *workerProc { return startBlackbox(b, f, n, "0s") }})
@@ -140,10 +147,11 @@ func BenchmarkWorkerVsBare(b *testing.B) {
 	b.ReportMetric(median(ratios[vs[0]]), "median_ratio")
 	b.ReportMetric(cmds, "worker_cmds/task")
 	b.ReportMetric(p.cost.calls/float64(p.tasks), "bare_cmds/task")
-	if *bareOff {
-		t := total[vs[2]]
-		b.ReportMetric(t.rate()/p.rate(), "nodead/bare")
-		b.ReportMetric(t.cost.calls/float64(t.tasks), "nodead_cmds/task")
+	for _, v := range vs[2:] {
+		t, unit := total[v], map[string]string{"floor": "floor", "worker, dead_after 0": "nodead"}[v.name]
+		b.ReportMetric(t.rate()/p.rate(), unit+"/bare")
+		b.ReportMetric(median(ratios[v]), unit+"_median_ratio")
+		b.ReportMetric(t.cost.calls/float64(t.tasks), unit+"_cmds/task")
 	}
 	b.ReportMetric(1e9/w.rate(), "ns/op")
 }
@@ -276,13 +284,15 @@ func buildBare(b *testing.B, root string) string {
 	return bin
 }
 
-// startBare starts bare worker n on the fleet's Redis and webhook.
-func startBare(b *testing.B, bin string, n int, f *bookFleet) *workerProc {
+// startBare starts bare worker n on the fleet's Redis and webhook, with
+// extra flags.
+func startBare(b *testing.B, bin string, n int, f *bookFleet, extra ...string) *workerProc {
 	b.Helper()
 	addr, err := freeAddr()
 	if err != nil {
 		b.Fatal(err)
 	}
-	return startProc(b, n, addr, exec.Command(bin, "-redis", f.srv.Addr, "-url", f.hook.URL(),
-		"-http", addr, "-concurrency", fmt.Sprint(bareConcurrency), "-queues", *bareQueues))
+	args := append([]string{"-redis", f.srv.Addr, "-url", f.hook.URL(),
+		"-http", addr, "-concurrency", fmt.Sprint(bareConcurrency), "-queues", *bareQueues}, extra...)
+	return startProc(b, n, addr, exec.Command(bin, args...))
 }
