@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 
@@ -16,7 +17,8 @@ import (
 // The chaos run of issue 28: 1,500 notifications to 100 recipients under
 // 1 per 2 s and 3 per 10 s, three workers booking (config.yaml's settings)
 // on a provider that enforces 50/s itself, one of the workers killed -9
-// every 7 s and started again, the redis-server killed -9 once. What is
+// every 7 s and started again, one stopped for 0.7 s every 5 s, the
+// redis-server killed -9 once. What is
 // judged is what the provider saw, by its own clock: every message
 // delivered, within chaosWithin, none twice beyond one per kill, no two of
 // a recipient's messages closer than its windows allow and no more
@@ -36,6 +38,11 @@ const (
 	// the workers' kills so that none is started while Redis is down.
 	chaosRedisAt = 24500 * time.Millisecond
 	chaosOutage  = 2 * time.Second
+	// Every chaosStallEvery one worker is stopped (SIGSTOP) for chaosStall
+	// and then let go on: a worker that was busy. Its sends that were due
+	// meanwhile would leave late, more than worker.window_margin covers.
+	chaosStallEvery = 5 * time.Second
+	chaosStall      = 700 * time.Millisecond
 	// chaosWithin is how long after the workers start every message must
 	// have been delivered (the issue's "about 150 s"; a quiet run takes
 	// 70-80 s, the recipients' windows alone 46 s).
@@ -133,6 +140,7 @@ type chaos struct {
 	start   time.Time
 	kills   int                // workers killed
 	killed  []time.Duration    // when, after the start
+	stalls  int                // workers stopped for chaosStall
 	redis   time.Time          // when Redis was killed; zero before
 	counted map[string]float64 // the killed processes' metrics, summed
 	stall   time.Duration      // the worst stall of this process while it ran (stallProbe)
@@ -143,7 +151,12 @@ type chaos struct {
 func (c *chaos) drive(n int, phase time.Duration) {
 	c.f.t.Helper()
 	next, redisAt := c.start.Add(phase+chaosEvery), c.start.Add(phase+chaosRedisAt)
+	nextStall := c.start.Add(phase + chaosStallEvery)
 	for len(c.f.hook.delivered()) < n && time.Since(c.start) < chaosWithin {
+		if time.Now().After(nextStall) {
+			c.stallWorker()
+			nextStall = nextStall.Add(chaosStallEvery)
+		}
 		if c.redis.IsZero() && time.Now().After(redisAt) {
 			c.redis = time.Now()
 			c.f.redis.Kill()
@@ -170,6 +183,21 @@ func (c *chaos) killWorker() {
 	c.killed = append(c.killed, c.f.kill(w).Sub(c.start))
 	c.kills++
 	c.ws[i] = c.f.startWorker(w.name)
+}
+
+// stallWorker stops a worker (the one after the next to be killed) with
+// SIGSTOP for chaosStall, then lets it go on with SIGCONT.
+func (c *chaos) stallWorker() {
+	c.f.t.Helper()
+	w := c.ws[(c.kills+1)%len(c.ws)]
+	if err := w.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		c.f.t.Fatalf("SIGSTOP %s: %v", w.name, err)
+	}
+	time.Sleep(chaosStall)
+	if err := w.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		c.f.t.Fatalf("SIGCONT %s: %v", w.name, err)
+	}
+	c.stalls++
 }
 
 // settle waits, after the last message was delivered, until nothing is
@@ -254,11 +282,14 @@ func chaosRun(t *testing.T, inlineWait, phase time.Duration) {
 
 // strictArrivals, when set, makes the chaos run fail on any recipient or
 // bucket bound broken at arrival beyond the stamping process's own stalls;
-// unset, such a break is logged as a known bug. On this shared 2-core
-// machine, loaded by other work, sends leave up to 0.5-1.7 s after their
-// moment around the kills' restarts, more than worker.window_margin covers
-// (issue 28, item 4); with the machine quiet the bounds held with no
-// tolerance in every run.
+// unset, such a break is logged as a known bug. A send that is about to
+// leave late takes the next moment instead (jobs' onTime), so a worker's
+// stall before a send breaks nothing; one that stops a worker while a
+// request is on its way (between that check and the webhook) still can,
+// by up to chaosStall, and no worker can see that. With strictArrivals
+// the run passed in each of 5 subtests with the stalls on 2026-11-29 (0
+// recipients closer than a window; 1 request refused in one of them, within
+// the stamping process's own stall).
 var strictArrivals = os.Getenv("THROTTLER_STRICT_ARRIVALS") != ""
 
 // chaosJudge checks what the provider saw in a run against the issue's
@@ -295,13 +326,15 @@ func chaosJudge(t *testing.T, c *chaos, counts runCounts, stuck []string, took t
 	}
 	m := c.counted
 	made, claimed, rebooked := bookingsOf(m)
-	t.Logf("delivered %d in %s (%d workers killed -9, Redis killed -9 %s in); sent twice %d, left active %d (%d unmarked); "+
+	t.Logf("delivered %d in %s (%d workers killed -9, %d stopped for %s, Redis killed -9 %s in); sent twice %d, left active %d (%d unmarked); "+
 		"provider: %d requests, %d refused, most in any 1 s %d; closest at arrival: %v; %s; "+
-		"admission calls per message %.2f; bookings made %g, claimed %g, rebooked %g, queued %g; handed over %g",
-		len(first), took.Round(100*time.Millisecond), c.kills, c.redis.Sub(c.start).Round(100*time.Millisecond),
+		"admission calls per message %.2f; bookings made %g, claimed %g, rebooked %g, queued %g; handed over %g; "+
+		"sends about to leave late, admitted again %g",
+		len(first), took.Round(100*time.Millisecond), c.kills, c.stalls, chaosStall, c.redis.Sub(c.start).Round(100*time.Millisecond),
 		counts.dupSends, len(stuck), again, len(arrivals), refused, maxRate(all, time.Second), closest, broken,
 		m["throttler_admission_seconds_count"]/float64(len(first)), made, claimed, rebooked,
-		m[`throttler_bookings_total{event="queued"}`], sumOf(m, "throttler_recovered_tasks_total"))
+		m[`throttler_bookings_total{event="queued"}`], sumOf(m, "throttler_recovered_tasks_total"),
+		m["throttler_late_sends_total"])
 }
 
 // arrivalBounds checks the windows and the bucket on the arrival stamps

@@ -72,6 +72,7 @@ func (t *Throttle) decided(ctx context.Context, j *job, d *throttle.Decision) er
 		return t.logDeferred(j, d, t.denier(j, d), &Deferral{Delay: d.Delay, Reason: "throttled by " + t.denier(j, d)})
 	}
 	t.Metrics.inc(t.Metrics.Admitted, j.n.Policy, j.n.Provider)
+	j.due = time.Now().Add(max(d.Delay, 0))
 	if !d.Claimed.IsZero() {
 		t.Metrics.inc(t.Metrics.Bookings, "claimed")
 		t.Metrics.Lateness.Observe(max(0, d.At().Sub(d.Claimed)).Seconds())

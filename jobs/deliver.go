@@ -34,6 +34,9 @@ func (t *Throttle) holds(ctx context.Context, j *job) error {
 // deliver sends j's message through its provider and settles the
 // admission by the outcome.
 func (t *Throttle) deliver(ctx context.Context, j *job) error {
+	if err := t.onTime(ctx, j); err != nil {
+		return err
+	}
 	err := j.route.Provider.Send(ctx, Message{ID: j.id, Recipient: j.n.Recipient, Template: j.n.Template, Data: j.n.Data})
 	if err == nil {
 		t.Metrics.inc(t.Metrics.Sent, j.n.Provider)

@@ -46,6 +46,12 @@ type Throttle struct {
 	// deferred. Zero defers every wait. A booked job is woken wakeEarly
 	// before its moment whatever InlineWait says, and claims it then.
 	InlineWait time.Duration
+	// LateAfter is how long after the moment it was admitted for a job's
+	// send may leave before its recipient's entries are moved to the send
+	// (see onTime): a late job costs one more call, one on time nothing.
+	// cmd/worker sets half of worker.window_margin, the lateness that
+	// margin absorbs. Zero never moves them.
+	LateAfter time.Duration
 	// Book makes a job that may not go within InlineWait book the earliest
 	// moment its recipient's policy and its provider allow (see
 	// throttle.Limiter.Book) and wait for it: one deferral per job, in

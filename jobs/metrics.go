@@ -42,6 +42,10 @@ type Metrics struct {
 	// (a job gave back what it held without sending: it expired, was
 	// rejected, failed, lost its slot or was shut down).
 	Bookings *prometheus.CounterVec
+	// LateSends counts sends that would have left more than
+	// Throttle.LateAfter after their moment: each gave its moment back and
+	// was admitted again.
+	LateSends prometheus.Counter
 	// BookedAhead is, by rule, how far ahead the latest booking it set was,
 	// in seconds: for a provider, how far ahead its line reaches.
 	BookedAhead *prometheus.GaugeVec
@@ -85,6 +89,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Namespace: "throttler", Name: "booked_ahead_seconds",
 			Help: "How far ahead the latest booking set by a rule was (a provider: how far its line reaches).",
 		}, []string{"rule"}),
+		LateSends: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "throttler", Name: "late_sends_total",
+			Help: "Sends that would have left more than worker.window_margin/2 after their moment, admitted again instead.",
+		}),
 		Lateness: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "throttler", Name: "booking_lateness_seconds",
 			Help:    "When a booked job went minus the moment it had booked.",
@@ -100,7 +108,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "How far this worker's clock is ahead of Redis TIME (negative: behind). asynq schedules on the worker's clock.",
 		}),
 	}
-	reg.MustRegister(m.Admission, m.ClockOffset, m.BookedAhead, m.Lateness)
+	reg.MustRegister(m.Admission, m.ClockOffset, m.BookedAhead, m.Lateness, m.LateSends)
 	return m
 }
 

@@ -40,6 +40,9 @@ type job struct {
 	tried bool
 	// once says its admission looks for its sent marker first (Throttle.Sent).
 	once bool
+	// due is when, on this process's monotonic clock, its admission let it
+	// go: the reply's arrival plus the wait it was told (see onTime).
+	due time.Time
 	// req is its request, built once by request.
 	req *throttle.Request
 }

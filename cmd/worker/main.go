@@ -434,7 +434,7 @@ func newThrottle(cfg *config.Config, rdb redis.UniversalClient, reg prometheus.R
 		Limiter: lim, Policies: rules.Policies, Providers: rules.Providers, Settings: rules.Settings,
 		Weights: rules.Weights, Sent: sentMarks(cfg, lim), Screen: jobs.NewScreen(rdb, cfg.Redis.Prefix),
 		Digests:    jobs.NewDigests(rdb, cfg.Redis.Prefix, asynq.NewClientFromRedisClient(rdb)),
-		InlineWait: cfg.Worker.InlineWait, Book: cfg.Worker.Book, BookAhead: cfg.Worker.BookAhead, PriorityQueues: priority(cfg),
+		InlineWait: cfg.Worker.InlineWait, LateAfter: cfg.Worker.WindowMargin / 2, Book: cfg.Worker.Book, BookAhead: cfg.Worker.BookAhead, PriorityQueues: priority(cfg),
 		Metrics: jobs.NewMetrics(reg), Log: log,
 	}, built, nil
 }
