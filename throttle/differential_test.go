@@ -2,6 +2,7 @@ package throttle
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -169,11 +170,11 @@ func diffWalk(t *testing.T, seed uint64, ops int) *differ {
 		"%d places held to their share's stride, %d of them with other tenants waiting",
 		f["gated"], s.queued, f["line end"], f["placed again"], f["stands"], s.returned, f["returned"], f["expired in place"], s.weightChanges,
 		s.shareChecks, s.sharedChecks)
-	t.Logf("%d ops in %s: %d admissions (%d in %d batches), %d allowed (%d reserved ahead, %d repeated), %d denied; "+
+	t.Logf("%d ops in %s: %d admissions (%d in %d batches), %d allowed (%d reserved ahead, %d repeated), %d denied (%d checked for no trace); "+
 		"%d releases undid %d takes (%d undid nothing); %d rule changes, %d retries at the delay; "+
 		"%d key deadlines later in Redis than in the model (by up to %dms), %d keys Redis kept at their deadline's ms",
 		ops, time.Since(start).Round(time.Millisecond), s.admits, s.batched, s.batches, s.allowed, s.reserved, s.repeated,
-		s.denied, s.releases, s.releasedTakes, s.emptyReleases, s.ruleChanges, s.retries, s.expiryLater, s.expiryDelta, s.adopted)
+		s.denied, s.noTrace, s.releases, s.releasedTakes, s.emptyReleases, s.ruleChanges, s.retries, s.expiryLater, s.expiryDelta, s.adopted)
 	if d.m.lost["q"]+d.m.lost["l"]+d.m.lost["s"] > 0 {
 		t.Errorf("entries lost to a shortened expiry while they still counted: %d quota, %d ledger, %d slot calendar (seed %d)", d.m.lost["q"], d.m.lost["l"], d.m.lost["s"], seed)
 	}
@@ -242,6 +243,7 @@ type differ struct {
 		checks                                                        int    // Limiter.Check calls
 		queued, returned, weightChanges                               int    // the rest of fair shares' counts are model.fair
 		shareChecks, sharedChecks                                     int    // places checked for their share's stride; with others waiting
+		noTrace                                                       int    // denials checked for writes
 	}
 }
 
@@ -632,9 +634,13 @@ func (d *differ) admit(op int, rs []Request) Decision {
 	}
 	var got []Decision
 	if len(rs) == 1 {
+		before := d.dumpTakes(rs[0])
 		dec, err := d.l.Admit(d.t.Context(), rs[0])
 		if err != nil {
 			d.t.Fatalf("op %d: Admit(%s): %v", op, describeRequest(rs[0]), err)
+		}
+		if dec.Outcome == Denied {
+			d.noTrace(op, rs[0], dec, before)
 		}
 		got = []Decision{dec}
 	} else {
@@ -1001,25 +1007,61 @@ func (d *differ) fail(what string, r Request, nowUS int64, diff string) {
 		what, nowUS, diff, d.m.dump(r, nowUS), d.redisDump(r), strings.Join(d.history, "\n  "), d.seed, d.seed)
 }
 
+// takeKeys is the keys of a take of rule on subject.
+func takeKeys(tk Take) []string {
+	tag := subjectTag(DefaultPrefix, tk.Subject)
+	switch tk.Rule.(type) {
+	case *Quota:
+		return []string{quotaKey(tag, tk.Rule.Name())}
+	case *Bucket:
+		return []string{bucketKey(tag, tk.Rule.Name()), ledgerKey(tag, tk.Rule.Name()), bookKey(tag, tk.Rule.Name()),
+			slotsKey(tag, tk.Rule.Name()), fairKey(tag, tk.Rule.Name()), tenantsKey(tag, tk.Rule.Name()), placesKey(tag, tk.Rule.Name())}
+	case *FixedWindow:
+		return []string{fixedKey(tag, tk.Rule.Name())}
+	case *CalendarWindow:
+		return []string{calendarKey(tag, tk.Rule.Name())}
+	}
+	return nil
+}
+
+// dumpTakes returns DUMP of every key of r's takes that exists.
+func (d *differ) dumpTakes(r Request) map[string]string {
+	ctx := context.WithoutCancel(d.t.Context())
+	out := map[string]string{}
+	for _, tk := range r.Takes {
+		for _, k := range takeKeys(tk) {
+			v, err := d.rdb.Dump(ctx, k).Result()
+			if errors.Is(err, redis.Nil) {
+				continue
+			}
+			if err != nil {
+				d.t.Fatalf("DUMP %s: %v", k, err)
+			}
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// noTrace checks that the admission of r, denied, wrote nothing to its
+// takes' keys (before: dumpTakes before it). A key that expired meanwhile
+// is no write of the denial's and is passed over.
+func (d *differ) noTrace(op int, r Request, dec Decision, before map[string]string) {
+	d.t.Helper()
+	for k, v := range d.dumpTakes(r) {
+		if was, ok := before[k]; !ok || was != v {
+			d.fail(fmt.Sprintf("op %d: invariant: a denied admission changed %s", op, k), r, dec.Now.UnixMicro(), "")
+		}
+	}
+	d.stats.noTrace++
+}
+
 // redisDump describes what Redis holds for r's takes.
 func (d *differ) redisDump(r Request) string {
 	ctx := context.WithoutCancel(d.t.Context())
 	var b strings.Builder
 	for _, tk := range r.Takes {
-		tag := subjectTag(DefaultPrefix, tk.Subject)
-		var keys []string
-		switch tk.Rule.(type) {
-		case *Quota:
-			keys = []string{quotaKey(tag, tk.Rule.Name())}
-		case *Bucket:
-			keys = []string{bucketKey(tag, tk.Rule.Name()), ledgerKey(tag, tk.Rule.Name()), bookKey(tag, tk.Rule.Name()),
-				slotsKey(tag, tk.Rule.Name()), fairKey(tag, tk.Rule.Name()), tenantsKey(tag, tk.Rule.Name()), placesKey(tag, tk.Rule.Name())}
-		case *FixedWindow:
-			keys = []string{fixedKey(tag, tk.Rule.Name())}
-		case *CalendarWindow:
-			keys = []string{calendarKey(tag, tk.Rule.Name())}
-		}
-		for _, k := range keys {
+		for _, k := range takeKeys(tk) {
 			fmt.Fprintf(&b, "  %s: pttl %s ", k, d.rdb.PTTL(ctx, k).Val())
 			switch d.rdb.Type(ctx, k).Val() {
 			case "zset":

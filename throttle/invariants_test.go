@@ -33,7 +33,10 @@ import (
 //     w plus the weights of the other tenants whose lines on the bucket
 //     lie ahead (each at the least weight it has booked with there). A
 //     task placed again takes a place behind all those handed out, not its
-//     tenant's share: that may be closer.
+//     tenant's share: that may be closer;
+//   - a denial leaves no trace: an admission of one request that is denied
+//     writes nothing to any key of its takes (noTrace; a key that expired
+//     meanwhile is passed over).
 //
 // Rules changed during the walk (a limit applies at once to the history
 // laid under the old one) and quotas that count-only takes wrote to (they
