@@ -60,7 +60,7 @@ integration: need-redis need-browser
 	$(GO) test -race -count=1 -timeout $(INTEGRATION_TIMEOUT) -tags integration -run '$(INTEGRATION_RUN)' $(INTEGRATION_PKGS)
 
 ## bench: the product's benchmarks, then the tools module's: the engine
-## against its baselines, batch speed-up, memory per recipient, and the
+## against its baselines, memory per recipient, and the
 ## worker pipeline end to end, among them the built worker against a bare
 ## asynq worker (BenchmarkWorkerVsBare: worker/bare and Redis commands per
 ## task). Numbers are ratios measured side by side.

@@ -17,7 +17,7 @@ var (
 	bareTasks  = flag.Int("bare.tasks", 5000, "jobs per drain in BenchmarkWorkerVsBare")
 	bareRounds = flag.Int("bare.rounds", 3, "rounds of BenchmarkWorkerVsBare, each draining every variant twice (ABBA)")
 	bareOff    = flag.Bool("bare.nodead", false, "also run \"worker, dead_after 0\" in BenchmarkWorkerVsBare: the worker with the hand-over of dead workers' tasks off")
-	bareFloor  = flag.Bool("bare.floor", false, "also run \"floor\" in BenchmarkWorkerVsBare: the bare worker plus the least any throttler must send per task (a script call before the POST, a SET after it, through the auto-pipeliner)")
+	bareFloor  = flag.Bool("bare.floor", true, "also run \"floor\" in BenchmarkWorkerVsBare: the bare worker plus the least any throttler must send per task (a script call before the POST, a SET after it, through the auto-pipeliner)")
 	bareQueues = flag.String("bare.queues", "critical:6,default:3,low:1", "worker.queues of both variants of BenchmarkWorkerVsBare, name:weight comma-separated (config.yaml's; the jobs go to default)")
 )
 
@@ -85,7 +85,7 @@ type bareVariant struct {
 // 0.85), median_ratio (the median of the rounds' ratios), and Redis
 // commands per task of each (target for the worker <= 28); the log has each
 // variant's commands per task by command, the worker's cost where it
-// differs from the bare worker's. With -bare.floor a third contender,
+// differs from the bare worker's. With -bare.floor (on by default) a third contender,
 // "floor", is the bare worker plus the least any throttler must send per
 // task (see tools/bench/bareworker): its ratio is the ceiling of the
 // worker's on the machine the benchmark runs on.
