@@ -23,8 +23,8 @@ func (l *Limiter) MarkDone(ctx context.Context, id string, at time.Time, ttl tim
 	if ttl <= 0 {
 		return fmt.Errorf("throttle: mark %q done: ttl must be positive (got %s): %w", id, ttl, ErrInvalidRequest)
 	}
-	set := redis.NewStatusCmd(ctx, "set", doneKey(l.prefix, id), at.UnixMilli(), "px", ttl.Milliseconds())
-	if err := l.one.Process(ctx, set); err != nil {
+	// The plain client, not the pipeliner: see internal/coalesce.
+	if err := l.rdb.Set(ctx, doneKey(l.prefix, id), at.UnixMilli(), ttl).Err(); err != nil {
 		return fmt.Errorf("throttle: mark %q done: %w", id, err)
 	}
 	return nil
