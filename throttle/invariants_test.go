@@ -34,9 +34,9 @@ import (
 //     lie ahead (each at the least weight it has booked with there). A
 //     task placed again takes a place behind all those handed out, not its
 //     tenant's share: that may be closer;
-//   - a denial leaves no trace: an admission of one request that is denied
-//     writes nothing to any key of its takes (noTrace; a key that expired
-//     meanwhile is passed over).
+//   - a denial leaves no trace: an admission of one request, for a task
+//     that never took anything, that is denied writes nothing to any key
+//     of its takes (noTrace; a key that expired meanwhile is passed over).
 //
 // Rules changed during the walk (a limit applies at once to the history
 // laid under the old one) and quotas that count-only takes wrote to (they
