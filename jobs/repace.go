@@ -66,18 +66,30 @@ func (t *Throttle) Repace(ctx context.Context, rdb redis.UniversalClient, queues
 	return moved, nil
 }
 
-// repaceQueued scales the wake-ups of provider's tasks waiting in queues'
-// retry sets around now by k.
-func repaceQueued(ctx context.Context, rdb redis.UniversalClient, queues []string, provider string, now time.Time, k float64) (int, error) {
+// queued is a task waiting in a queue's retry set: a notification or
+// digest of a provider, for a tenant ("" none).
+type queued struct {
+	q, id            string
+	score            float64
+	provider, tenant string
+}
+
+// waiting calls each with the batches of the tasks waiting in queues'
+// retry sets, read repaceBatch at a time: one read of each task's message.
+func waiting(ctx context.Context, rdb redis.UniversalClient, queues []string, each func([]queued) (int, error)) (int, error) {
 	moved := 0
 	for _, q := range queues {
 		retry := asynqdb.RetryKey(q)
 		for start := int64(0); ; start += repaceBatch {
 			z, err := rdb.ZRangeWithScores(ctx, retry, start, start+repaceBatch-1).Result()
 			if err != nil {
-				return moved, fmt.Errorf("jobs: repace %s: read %s: %w", provider, retry, err)
+				return moved, fmt.Errorf("jobs: read %s: %w", retry, err)
 			}
-			n, err := repaceBatchOf(ctx, rdb, q, z, provider, now, k)
+			ts, err := readQueued(ctx, rdb, q, z)
+			if err != nil {
+				return moved, err
+			}
+			n, err := each(ts)
 			moved += n
 			if err != nil {
 				return moved, err
@@ -90,14 +102,11 @@ func repaceQueued(ctx context.Context, rdb redis.UniversalClient, queues []strin
 	return moved, nil
 }
 
-// repaceBatchOf moves the wake-ups of the tasks of z (members of queue q's
-// retry set) that are provider's.
-func repaceBatchOf(ctx context.Context, rdb redis.UniversalClient, q string, z []redis.Z, provider string, now time.Time, k float64) (int, error) {
+// readQueued reads the tasks of z (members of queue q's retry set): those
+// that are notifications or digests, with their provider and tenant.
+func readQueued(ctx context.Context, rdb redis.UniversalClient, q string, z []redis.Z) ([]queued, error) {
 	if len(z) == 0 {
-		return 0, nil
-	}
-	if err := repaceScript.Load(ctx, rdb).Err(); err != nil {
-		return 0, fmt.Errorf("jobs: repace %s: load the script: %w", provider, err)
+		return nil, nil
 	}
 	reads := make([]*redis.StringCmd, len(z))
 	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -107,23 +116,52 @@ func repaceBatchOf(ctx context.Context, rdb redis.UniversalClient, q string, z [
 		return nil
 	})
 	if err != nil && err != redis.Nil {
-		return 0, fmt.Errorf("jobs: repace %s: read tasks of %s: %w", provider, q, err)
+		return nil, fmt.Errorf("jobs: read tasks of %s: %w", q, err)
+	}
+	var out []queued
+	for i, e := range z {
+		if provider, tenant, ok := routeOf(reads[i].Val()); ok {
+			out = append(out, queued{q: q, id: e.Member.(string), score: e.Score, provider: provider, tenant: tenant})
+		}
+	}
+	return out, nil
+}
+
+// repaceQueued scales the wake-ups of provider's tasks waiting in queues'
+// retry sets around now by k.
+func repaceQueued(ctx context.Context, rdb redis.UniversalClient, queues []string, provider string, now time.Time, k float64) (int, error) {
+	return waiting(ctx, rdb, queues, func(ts []queued) (int, error) {
+		return moveWakeups(ctx, rdb, ts, func(t queued) float64 {
+			if t.provider != provider {
+				return 1
+			}
+			return k
+		}, now)
+	})
+}
+
+// moveWakeups scales the wake-up of each task of ts around now by the
+// factor k gives it, unless the task moved on since it was read.
+func moveWakeups(ctx context.Context, rdb redis.UniversalClient, ts []queued, k func(queued) float64, now time.Time) (int, error) {
+	if len(ts) == 0 {
+		return 0, nil
+	}
+	if err := repaceScript.Load(ctx, rdb).Err(); err != nil {
+		return 0, fmt.Errorf("jobs: move wake-ups: load the script: %w", err)
 	}
 	var moves []*redis.Cmd
-	_, err = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, e := range z {
-			if !providerOf(reads[i].Val(), provider) {
-				continue
-			}
-			if score, ok := wakeScaled(e.Score, now, k); ok {
-				moves = append(moves, repaceScript.EvalSha(ctx, p, []string{asynqdb.RetryKey(q)},
-					e.Member.(string), int64(e.Score), score))
+	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, t := range ts {
+			if f := k(t); f != 1 {
+				if score, ok := wakeScaled(t.score, now, f); ok {
+					moves = append(moves, repaceScript.EvalSha(ctx, p, []string{asynqdb.RetryKey(t.q)}, t.id, int64(t.score), score))
+				}
 			}
 		}
 		return nil
 	})
 	if err != nil {
-		return 0, fmt.Errorf("jobs: repace %s: move tasks of %s: %w", provider, q, err)
+		return 0, fmt.Errorf("jobs: move wake-ups: %w", err)
 	}
 	n := 0
 	for _, c := range moves {
@@ -148,18 +186,79 @@ func wakeScaled(score float64, now time.Time, k float64) (int64, bool) {
 	return moved, moved != int64(score)
 }
 
-// providerOf reports whether msg (a task hash's msg) is a notification or
-// digest of provider.
-func providerOf(msg, provider string) bool {
+// routeOf returns the provider and tenant of msg (a task hash's msg), if it
+// is a notification or digest.
+func routeOf(msg string) (provider, tenant string, ok bool) {
 	if msg == "" {
-		return false
+		return "", "", false
 	}
 	typ, payload, err := asynqdb.Payload([]byte(msg))
 	if err != nil || typ != TypeNotify && typ != TypeDigest {
-		return false
+		return "", "", false
 	}
 	var p struct {
 		Provider string `json:"provider"`
+		Tenant   string `json:"tenant"`
 	}
-	return json.Unmarshal(payload, &p) == nil && p.Provider == provider
+	if json.Unmarshal(payload, &p) != nil {
+		return "", "", false
+	}
+	return p.Provider, p.Tenant, true
+}
+
+// A tenant's weight changed in the config (a reload) leaves the lines
+// waiting on a provider on the old shares until the places handed out are
+// used up. Reweigh moves them: the throttle scales each waiting tenant's
+// line, and the places of its tasks in line, by the factor its stride
+// changes by (throttle.Limiter.Reweigh), and the wake-ups of those tasks
+// are scaled the same way, so the new shares apply to the work already
+// waiting, each task coming back once. Like Repace it reads each waiting
+// task once per change, never per message.
+
+// Reweigh moves the tenants' lines waiting on each provider to the
+// tenants' weights in effect (see above), looking for the waiting tasks in
+// queues; rdb is asynq's Redis. It returns how many tasks it moved. Every
+// worker may call it after a reload that changed weights: only the first
+// to reach a provider's bucket finds weights to change.
+func (t *Throttle) Reweigh(ctx context.Context, rdb redis.UniversalClient, queues []string) (int, error) {
+	rs := t.rules()
+	var ts []queued
+	if _, err := waiting(ctx, rdb, queues, func(batch []queued) (int, error) {
+		ts = append(ts, batch...)
+		return 0, nil
+	}); err != nil {
+		return 0, err
+	}
+	moved := 0
+	for _, name := range slices.Sorted(maps.Keys(rs.Providers)) {
+		route := rs.Providers[name]
+		if route.Shadow || route.Bucket == nil {
+			continue
+		}
+		inLine := map[string]string{}
+		for _, w := range ts {
+			if w.provider == name {
+				inLine[w.id] = w.tenant
+			}
+		}
+		k, now, err := t.Limiter.Reweigh(ctx, route.Bucket, name, rs.Weights, inLine)
+		if err != nil {
+			return moved, err
+		}
+		if k == nil {
+			continue
+		}
+		n, err := moveWakeups(ctx, rdb, ts, func(w queued) float64 {
+			if w.provider != name {
+				return 1
+			}
+			return k[w.tenant]
+		}, now)
+		moved += n
+		t.Log.Info("tenants' weights changed: waiting lines re-paced", "provider", name, "waiting_tasks_moved", n)
+		if err != nil {
+			return moved, err
+		}
+	}
+	return moved, nil
 }

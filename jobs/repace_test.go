@@ -33,8 +33,8 @@ func TestWakeScaled(t *testing.T) {
 	}
 }
 
-// Only the provider's notifications and digests are moved.
-func TestProviderOf(t *testing.T) {
+// Only notifications and digests are read, with their provider and tenant.
+func TestRouteOf(t *testing.T) {
 	msg := func(typ, payload string) string {
 		return string(asynqdb.Message{Type: typ, Payload: []byte(payload), ID: "t1", Queue: "default"}.AppendTo(nil))
 	}
@@ -42,14 +42,18 @@ func TestProviderOf(t *testing.T) {
 		name, msg string
 		want      bool
 	}{
-		{"its notification", msg(TypeNotify, `{"provider":"sms"}`), true},
-		{"its digest", msg(TypeDigest, `{"provider":"sms"}`), true},
-		{"another provider's", msg(TypeNotify, `{"provider":"mail"}`), false},
-		{"another type", msg("campaign:tick", `{"provider":"sms"}`), false},
+		{"its notification", msg(TypeNotify, `{"provider":"sms","tenant":"acme"}`), true},
+		{"its digest", msg(TypeDigest, `{"provider":"sms","tenant":"acme"}`), true},
+		{"another provider's", msg(TypeNotify, `{"provider":"mail","tenant":"acme"}`), false},
+		{"another type", msg("campaign:tick", `{"provider":"sms","tenant":"acme"}`), false},
 		{"no hash", "", false},
 	} {
-		if got := providerOf(tc.msg, "sms"); got != tc.want {
-			t.Errorf("%s: providerOf = %v, want %v", tc.name, got, tc.want)
+		provider, tenant, ok := routeOf(tc.msg)
+		if got := ok && provider == "sms"; got != tc.want {
+			t.Errorf("%s: routeOf = %q, %q, %v; want provider sms: %v", tc.name, provider, tenant, ok, tc.want)
+		}
+		if tc.want && tenant != "acme" {
+			t.Errorf("%s: tenant %q, want acme", tc.name, tenant)
 		}
 	}
 }

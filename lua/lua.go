@@ -1,13 +1,13 @@
 // Package lua holds the project's Redis Lua code. rules.lua holds the rule
-// kinds and book.lua booking; the seven entry points are admit and restamp
+// kinds and book.lua booking; the eight entry points are admit and restamp
 // (admit.lua), book_bucket (book.lua), release and forget (release.lua),
-// pause (pause.lua) and repace (repace.lua), listed in rules.lua's header. Together they make one
+// pause (pause.lua), repace and reweigh (repace.lua), listed in rules.lua's header. Together they make one
 // library, which runs two ways:
 //
 //   - as a Redis Function library (Redis >= 7): loaded once per server with
 //     FUNCTION LOAD and called with FCALL, so the library's local functions
 //     are built once rather than on every call;
-//   - as seven scripts for EVAL/EVALSHA, for servers without FUNCTION (older
+//   - as eight scripts for EVAL/EVALSHA, for servers without FUNCTION (older
 //     Redis, miniredis): the library with a last line that calls one entry
 //     point on KEYS and ARGV.
 //
@@ -61,6 +61,7 @@ type Library struct {
 	Restamp string
 	Book    string
 	Repace  string
+	Reweigh string
 }
 
 // Functions returns the library for FUNCTION LOAD.
@@ -74,6 +75,7 @@ func Functions() Library {
 		Restamp: "throttle_restamp_" + version,
 		Book:    "throttle_book_" + version,
 		Repace:  "throttle_repace_" + version,
+		Reweigh: "throttle_reweigh_" + version,
 	}
 	l.Source = "#!lua name=" + l.Name + "\n" + body +
 		"redis.register_function('" + l.Admit + "', admit)\n" +
@@ -82,7 +84,8 @@ func Functions() Library {
 		"redis.register_function('" + l.Forget + "', forget)\n" +
 		"redis.register_function('" + l.Restamp + "', restamp)\n" +
 		"redis.register_function('" + l.Book + "', book_bucket)\n" +
-		"redis.register_function('" + l.Repace + "', repace)\n"
+		"redis.register_function('" + l.Repace + "', repace)\n" +
+		"redis.register_function('" + l.Reweigh + "', reweigh)\n"
 	return l
 }
 
@@ -114,3 +117,7 @@ func Repace() string { return script("repace") }
 func script(entry string) string {
 	return body + "scripted = true\nreturn " + entry + "(KEYS, ARGV)\n"
 }
+
+// Reweigh returns the script that moves a bucket's tenants' lines to
+// changed weights, for EVAL (see repace.lua).
+func Reweigh() string { return script("reweigh") }

@@ -1,6 +1,7 @@
--- repace.lua (after rules.lua and book.lua): one entry point, repace, that
--- moves a token bucket's waiting work to a changed rate; and the movers that
--- pause.lua uses too.
+-- repace.lua (after rules.lua and book.lua): two entry points, repace, that
+-- moves a token bucket's waiting work to a changed rate, and reweigh (at the
+-- end), that moves its tenants' lines to changed weights; and the movers
+-- that pause.lua uses too.
 --
 --   args  -> a plan (see rules.lua) of one bucket take, at the new rate
 --   keys  -> the bucket's keys
@@ -142,4 +143,86 @@ local function repace(keys, args)
   local k = tonum(old) / t.rate
   move_waiting(keys, now, now, scaling(now, k))
   return {now, ceil(k * 1e6)}
+end
+
+-- reweigh moves a bucket's tenants' lines to changed weights. A tenant's
+-- line runs at its share, w / W (see book.lua, Fair shares): a weight
+-- changed in the config leaves its line, and every other tenant's, on the
+-- old shares until the places handed out are used up. reweigh scales each
+-- waiting tenant's line around now by k = (W' / w') / (W / w), the factor
+-- by which its stride changes (W' and w' the sum of the weights waiting
+-- and its own, changed): its last place and gate in the tenants hash, and
+-- the places of its tasks in line, which the caller names (the places set
+-- knows its tasks by ID only). The join cursor and the end of the places
+-- handed out move by the largest factor, so no place handed out lies
+-- beyond the end.
+--
+--   args  -> the weight of a tenant not named (1), then n, then n pairs
+--            tenant, weight (every tenant the config weighs, and every
+--            tenant of a task named below), then pairs task ID, tenant's
+--            index (1 to n) for the tasks in line on the bucket
+--   keys  -> the bucket's keys
+--
+-- A tenant whose record holds its weight already is not scaled (k = 1,
+-- unless others' changed): every worker of a fleet may call it after a
+-- reload, and only the first one finds a weight to change.
+--
+-- Returns {now, changed (1: weights changed, 0: none), then k x 1e6 for
+-- each of the n tenants named (1e6 for one not waiting)}.
+local function reweigh(keys, args)
+  if not rcall then bind() end
+  local now = now_us()
+  local fair, places = keys[5], keys[7]
+  local dflt, n = tonum(args[1]), tonum(args[2])
+  local want, names = {}, {}
+  for j = 1, n do
+    names[j] = args[1 + 2 * j]
+    want[names[j]] = tonum(args[2 + 2 * j])
+  end
+  local h = rcall('HGETALL', fair)
+  local W, live = 0, {}
+  for j = 1, #h, 2 do
+    local f, v = h[j], h[j + 1]
+    if f == FAIR_W then W = tonum(v)
+    elseif f ~= FAIR_J and f ~= FAIR_P then
+      local a, b, c, e = match(v, '^(%d+),(%d+),(%d+),(%d+)$')
+      if a and tonum(e) > now then
+        live[f] = {last = tonum(a), gate = tonum(b), w = tonum(c), exp = tonum(e), nw = want[f] or dflt}
+      end
+    end
+  end
+  local W2, changed = W, false
+  for _, r in pairs(live) do
+    W2 = W2 - r.w + r.nw
+    if r.nw ~= r.w then changed = true end
+  end
+  local out = {now, 0}
+  if not changed then return out end
+  out[2] = 1
+  local k, kmax, set = {}, 1, {fair, FAIR_W, int(W2)}
+  for t, r in pairs(live) do
+    k[t] = (W2 / r.nw) / (W / r.w)
+    if k[t] > kmax then kmax = k[t] end
+    local mv = scaling(now, k[t])
+    set[#set + 1], set[#set + 2] = t, fmt('%d,%d,%d,%d', move_at(r.last, now, mv),
+      move_at(r.gate, now, mv), r.nw, move_at(r.exp, now, mv))
+  end
+  local jp = rcall('HMGET', fair, FAIR_J, FAIR_P)
+  local mvmax = scaling(now, kmax)
+  if jp[1] then set[#set + 1], set[#set + 2] = FAIR_J, int(move_at(tonum(jp[1]), now, mvmax)) end
+  if jp[2] then set[#set + 1], set[#set + 2] = FAIR_P, int(move_at(tonum(jp[2]), now, mvmax)) end
+  rcall('HSET', unpack_(set))
+  local last = now
+  for j = 3 + 2 * n, #args, 2 do
+    local f = k[names[tonum(args[j + 1])]]
+    local q = f and tonum(rcall('ZSCORE', places, args[j]))
+    if q and q > now then
+      q = move_at(q, now, scaling(now, f))
+      rcall('ZADD', places, 'XX', int(q), args[j])
+      if q > last then last = q end
+    end
+  end
+  if last > now then extend(places, ceil_ms(last - now + GRACE)) end
+  for j = 1, n do out[2 + j] = ceil((k[names[j]] or 1) * 1e6) end
+  return out
 end

@@ -5,7 +5,7 @@
 -- LOAD where the server has Redis Functions (>= 7), so this code is compiled
 -- and its local functions built once, not on every call; otherwise run whole
 -- by EVALSHA, with a last line that calls an entry point on KEYS and ARGV.
--- Either way the entry points get keys and args as parameters. They are seven:
+-- Either way the entry points get keys and args as parameters. They are eight:
 --
 --   admit        admit.lua: admits (or books) tasks
 --   restamp      admit.lua: moves a cluster's provisional quota stamps
@@ -14,6 +14,7 @@
 --   forget       release.lua: drops bucket holdings, their slots kept taken
 --   pause        pause.lua: pauses a bucket (a provider's Retry-After)
 --   repace       repace.lua: moves a bucket's waiting work to a changed rate
+--   reweigh      repace.lua: moves a bucket's tenants' lines to changed weights
 --
 -- A task's takes travel as one argument, its plan:
 --

@@ -3,7 +3,9 @@ package throttle
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -60,6 +62,7 @@ type Limiter struct {
 	release  entry
 	pause    entry
 	repace   entry
+	reweigh  entry
 	forget   entry
 	restamp  entry
 	book     entry // the bucket's part of a booking on a cluster
@@ -97,6 +100,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 		release:  newEntry(lib.Release, lua.Release()),
 		pause:    newEntry(lib.Pause, lua.Pause()),
 		repace:   newEntry(lib.Repace, lua.Repace()),
+		reweigh:  newEntry(lib.Reweigh, lua.Reweigh()),
 		forget:   newEntry(lib.Forget, lua.Forget()),
 		restamp:  newEntry(lib.Restamp, lua.Restamp()),
 		book:     newEntry(lib.Book, lua.Book()),
@@ -355,6 +359,65 @@ func (l *Limiter) Repace(ctx context.Context, b *Bucket, subject string) (k floa
 		return 0, time.Time{}, fmt.Errorf("throttle: repace %s for %q: unexpected script reply %v", b.Name(), subject, res[0])
 	}
 	return float64(res[0][1]) / 1e6, time.UnixMicro(res[0][0]), nil
+}
+
+// Reweigh moves the lines of the tenants waiting on bucket b for subject to
+// changed weights, as Repace moves its waiting work to a changed rate:
+// each waiting tenant's line (its last place, its gate, and the places of
+// its tasks) is scaled around now by the factor its stride changes by, so
+// that the shares apply to the work already in line. weights are the
+// tenants' weights (a tenant not in it weighs 1); inLine names tasks in
+// line on the bucket and their tenants (the caller's record of its waiting
+// work: the engine keeps places by task ID only), whose places move with
+// their tenant's line. It returns each named tenant's factor (1 for one
+// not waiting) and Redis's now, or no factors when no waiting tenant's
+// weight changed: every worker of a fleet may call it after a reload, and
+// only the first one scales.
+func (l *Limiter) Reweigh(ctx context.Context, b *Bucket, subject string, weights map[string]int, inLine map[string]string) (map[string]float64, time.Time, error) {
+	r := Request{ID: "reweigh", Takes: []Take{{Rule: b, Subject: subject}}}
+	if err := r.validate(); err != nil {
+		return nil, time.Time{}, err
+	}
+	names := slices.Sorted(maps.Keys(weights))
+	index := map[string]int{}
+	for i, t := range names {
+		index[t] = i + 1
+	}
+	for _, t := range inLine {
+		if index[t] == 0 {
+			names = append(names, t)
+			index[t] = len(names)
+		}
+	}
+	args := []any{"fcall", nil, b.keyCount()}
+	keys, _ := l.appendPlan(nil, nil, r, group{takes: []int{0}}, planHead{})
+	for _, k := range keys {
+		args = append(args, k)
+	}
+	args = append(args, 1, len(names))
+	for _, t := range names {
+		args = append(args, t, max(1, weights[t]))
+	}
+	for id, t := range inLine {
+		args = append(args, id, index[t])
+	}
+	res, err := l.eval(ctx, l.reweigh, []call{{cmd: args}})
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("throttle: reweigh %s for %q: %w", b.Name(), subject, err)
+	}
+	a := res[0]
+	if len(a) == 2 && a[1] == 0 {
+		return nil, time.UnixMicro(a[0]), nil
+	}
+	if len(a) != 2+len(names) || a[1] != 1 {
+		return nil, time.Time{}, fmt.Errorf("throttle: reweigh %s for %q: unexpected script reply %v", b.Name(), subject, a)
+	}
+	now := time.UnixMicro(a[0])
+	k := make(map[string]float64, len(names))
+	for i, t := range names {
+		k[t] = float64(a[2+i]) / 1e6
+	}
+	return k, now, nil
 }
 
 // Scale is a moment t scaled around now by k, as Repace scales the moments

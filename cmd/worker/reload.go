@@ -167,6 +167,9 @@ func (r *reloader) reload(ctx context.Context) {
 	r.log.Info("config reloaded", "file", r.path, "policies", len(cfg.Policies), "providers", len(cfg.Providers))
 	r.count(reloadSuccess)
 	repace(ctx, r.th, r.rdb, cfg, r.log)
+	if !maps.Equal(cfg.Tenants.Weights, old.Tenants.Weights) {
+		reweigh(ctx, r.th, r.rdb, cfg, r.log)
+	}
 }
 
 // count counts a reload's result.
@@ -182,5 +185,15 @@ func (r *reloader) count(result string) {
 func repace(ctx context.Context, th *jobs.Throttle, rdb redis.UniversalClient, cfg *config.Config, log *slog.Logger) {
 	if _, err := th.Repace(ctx, rdb, slices.Sorted(maps.Keys(cfg.Queues()))); err != nil {
 		log.Warn("re-pacing the work waiting on a changed provider failed: it goes at its old pace", "err", err)
+	}
+}
+
+// reweigh moves the tenants' lines waiting on each provider to the weights
+// a reload changed (jobs.Throttle.Reweigh). A failure is logged: the work
+// already in line then keeps its old shares, and new work takes the new
+// ones.
+func reweigh(ctx context.Context, th *jobs.Throttle, rdb redis.UniversalClient, cfg *config.Config, log *slog.Logger) {
+	if _, err := th.Reweigh(ctx, rdb, slices.Sorted(maps.Keys(cfg.Queues()))); err != nil {
+		log.Warn("re-pacing the tenants' lines to changed weights failed: the work in line keeps its old shares", "err", err)
 	}
 }

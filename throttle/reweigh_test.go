@@ -1,0 +1,73 @@
+package throttle
+
+import (
+	"fmt"
+	"math"
+	"testing"
+	"time"
+)
+
+// TestReweighScalesTheLines: tenants a and b, weight 1 each, wait in line
+// on a 10/s bucket, each a place every 200 ms (half the rate). a's weight
+// changed to 3: a's places after now close up by 2/3 (to 3/4 of the rate),
+// b's spread out by 2 (1/4), both in order; a second call finds nothing to
+// change; a new place of a's is a stride of the new weight after its last.
+func TestReweighScalesTheLines(t *testing.T) {
+	l, rdb := newStandalone(t)
+	b := mustBucket(t, "sms", 10, 1) // a slot every 100 ms
+	const ahead = 500 * time.Millisecond
+	inLine := map[string]string{}
+	var ids = map[string][]string{}
+	for i := range 20 {
+		for _, tn := range []string{"a", "b"} {
+			id := fmt.Sprintf("%s%d", tn, i)
+			if d := mustAdmit(t, l, lineReq(id, tn, 1, b, ahead)); d.Outcome == Placed {
+				inLine[id] = tn
+				ids[tn] = append(ids[tn], id)
+			}
+		}
+	}
+	if len(ids["a"]) < 15 || len(ids["b"]) < 15 {
+		t.Fatalf("placed a %d, b %d of 20 each", len(ids["a"]), len(ids["b"]))
+	}
+	places := func(tn string) []int64 {
+		var out []int64
+		for _, id := range ids[tn] {
+			p, ok := placeIn(t, rdb, b, id)
+			if !ok {
+				t.Fatalf("%s has no place", id)
+			}
+			out = append(out, p)
+		}
+		return out
+	}
+	before := map[string][]int64{"a": places("a"), "b": places("b")}
+	k, now, err := l.Reweigh(ctx, b, "gw", map[string]int{"a": 3}, inLine)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if math.Abs(k["a"]-2.0/3) > 1e-5 || math.Abs(k["b"]-2) > 1e-5 {
+		t.Fatalf("factors %v, want a 2/3 and b 2", k)
+	}
+	for tn, want := range map[string]float64{"a": 2.0 / 3, "b": 2} {
+		after := places(tn)
+		for i, p := range after {
+			moved := now.UnixMicro() + int64(math.Ceil(float64(before[tn][i]-now.UnixMicro())*want))
+			if p != moved {
+				t.Errorf("%s's place %d: %d, want %d (%d scaled by %.3f around %d)", tn, i, p, moved, before[tn][i], want, now.UnixMicro())
+			}
+			if i > 0 && p <= after[i-1] {
+				t.Errorf("%s's places out of order: %d after %d", tn, p, after[i-1])
+			}
+		}
+	}
+	if k, _, err := l.Reweigh(ctx, b, "gw", map[string]int{"a": 3}, inLine); err != nil || k != nil {
+		t.Errorf("a second call: %v, %v; want nothing changed", k, err)
+	}
+	last := places("a")[len(ids["a"])-1]
+	d := mustAdmit(t, l, lineReq("a-new", "a", 3, b, ahead))
+	// The stride of weight 3 among 4: 100 ms x 4 / 3.
+	if d.Outcome != Placed || d.At().UnixMicro()-last != int64(math.Ceil(100_000*4.0/3)) {
+		t.Errorf("a's next task: %+v (%d after its last place), want a place 133.334 ms after it", d, d.At().UnixMicro()-last)
+	}
+}
