@@ -5,9 +5,9 @@
 // /healthz, so that the benchmark runs both alike.
 //
 // With -floor it also sends, per task, the least that any throttler must:
-// one script call before the POST (the admission: one write, read back) and
-// one SET after it (the done marker), both through the client's
-// auto-pipeliner as cmd/worker sends its own. What that costs against the
+// one script call before the POST (the admission: one write, read back),
+// through the client's auto-pipeliner, and one SET after it (the done
+// marker), on the plain client, as cmd/worker sends its own. What that costs against the
 // bare worker is the floor under the throttler's cost where nothing is
 // throttled, on the machine it runs on.
 //
@@ -84,7 +84,7 @@ func run(ctx context.Context, args []string) error {
 			return err
 		}
 		if *floor {
-			return ap.Set(ctx, "floor-done:"+id, 1, time.Minute).Err()
+			return rdb.Set(ctx, "floor-done:"+id, 1, time.Minute).Err()
 		}
 		return nil
 	})

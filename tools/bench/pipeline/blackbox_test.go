@@ -17,7 +17,7 @@ var (
 	bareTasks  = flag.Int("bare.tasks", 5000, "jobs per drain in BenchmarkWorkerVsBare")
 	bareRounds = flag.Int("bare.rounds", 3, "rounds of BenchmarkWorkerVsBare, each draining every variant twice (ABBA)")
 	bareOff    = flag.Bool("bare.nodead", false, "also run \"worker, dead_after 0\" in BenchmarkWorkerVsBare: the worker with the hand-over of dead workers' tasks off")
-	bareFloor  = flag.Bool("bare.floor", true, "also run \"floor\" in BenchmarkWorkerVsBare: the bare worker plus the least any throttler must send per task (a script call before the POST, a SET after it, through the auto-pipeliner)")
+	bareFloor  = flag.Bool("bare.floor", true, "also run \"floor\" in BenchmarkWorkerVsBare: the bare worker plus the least any throttler must send per task (a script call before the POST through the auto-pipeliner, a SET after it), as the worker sends them")
 	bareQueues = flag.String("bare.queues", "critical:6,default:3,low:1", "worker.queues of both variants of BenchmarkWorkerVsBare, name:weight comma-separated (config.yaml's; the jobs go to default)")
 )
 
