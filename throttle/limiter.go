@@ -389,11 +389,8 @@ func (l *Limiter) Reweigh(ctx context.Context, b *Bucket, subject string, weight
 			index[t] = len(names)
 		}
 	}
-	args := []any{"fcall", nil, b.keyCount()}
 	keys, _ := l.appendPlan(nil, nil, r, group{takes: []int{0}}, planHead{})
-	for _, k := range keys {
-		args = append(args, k)
-	}
+	args := append([]any{"fcall", nil, len(keys)}, keys...)
 	args = append(args, 1, len(names))
 	for _, t := range names {
 		args = append(args, t, max(1, weights[t]))
