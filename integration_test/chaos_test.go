@@ -287,7 +287,7 @@ func chaosRun(t *testing.T, inlineWait, phase time.Duration) {
 // stall before a send breaks nothing; one that stops a worker while a
 // request is on its way (between that check and the webhook) still can,
 // by up to chaosStall, and no worker can see that. With strictArrivals
-// the run passed in each of 5 subtests with the stalls on 2026-11-29 (0
+// the run passed in each of 7 subtests with the stalls on 2026-11-29 (0
 // recipients closer than a window; 1 request refused in one of them, within
 // the stamping process's own stall).
 var strictArrivals = os.Getenv("THROTTLER_STRICT_ARRIVALS") != ""
