@@ -37,8 +37,16 @@ var repaceConfig = fleetConfig{
 // returns once it logged the re-pacing.
 func (f *fleet) changeRate(w *workerProc, rate float64) time.Time {
 	f.t.Helper()
-	const logged = "waiting work re-paced"
 	f.cfg.Rate = rate
+	at := f.reload(w, "waiting work re-paced")
+	f.t.Logf("rate %g/s: %s", rate, tail(w.out.String(), 1))
+	return at
+}
+
+// reload rewrites w's config from f.cfg and sends it SIGHUP, and returns
+// when it did so, once w logged logged.
+func (f *fleet) reload(w *workerProc, logged string) time.Time {
+	f.t.Helper()
 	f.writeConfig(w.name, w.metrics)
 	at := time.Now()
 	if err := w.cmd.Process.Signal(syscall.SIGHUP); err != nil {
@@ -49,7 +57,6 @@ func (f *fleet) changeRate(w *workerProc, rate float64) time.Time {
 			f.t.Fatalf("no %q in the worker's log after SIGHUP:\n%s", logged, tail(w.out.String(), 10))
 		}
 	}
-	f.t.Logf("rate %g/s: %s", rate, tail(w.out.String(), 1))
 	return at
 }
 
@@ -163,14 +170,8 @@ func TestWeightChangeRepacesWaitingLines(t *testing.T) {
 	waitFor(t, "both lines placed and 2 s sent", func() bool {
 		return f.metricsOf(w)[`throttler_bookings_total{event="queued"}`] > 0 && len(f.hook.delivered()) >= 40
 	})
-	const logged = "waiting lines re-paced"
 	f.cfg.Tenants = "\n  weights: {a: 3}\n"
-	f.writeConfig(w.name, w.metrics)
-	at := time.Now()
-	if err := w.cmd.Process.Signal(syscall.SIGHUP); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the lines re-paced", func() bool { return strings.Contains(w.out.String(), logged) })
+	at := f.reload(w, "waiting lines re-paced")
 	t.Logf("%s", tail(w.out.String(), 1))
 	// Counted from 3 s after the reload (the slots booked before it, 2 s
 	// ahead at most, and asynq's whole-second wake-ups) for 6 s, while both

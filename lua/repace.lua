@@ -180,11 +180,12 @@ local function reweigh(keys, args)
     want[names[j]] = tonum(args[2 + 2 * j])
   end
   local h = rcall('HGETALL', fair)
-  local W, live = 0, {}
+  local W, live, cursors = 0, {}, {}
   for j = 1, #h, 2 do
     local f, v = h[j], h[j + 1]
     if f == FAIR_W then W = tonum(v)
-    elseif f ~= FAIR_J and f ~= FAIR_P then
+    elseif f == FAIR_J or f == FAIR_P then cursors[f] = tonum(v)
+    else
       local a, b, c, e = match(v, '^(%d+),(%d+),(%d+),(%d+)$')
       if a and tonum(e) > now then
         live[f] = {last = tonum(a), gate = tonum(b), w = tonum(c), exp = tonum(e), nw = want[f] or dflt}
@@ -204,13 +205,14 @@ local function reweigh(keys, args)
     k[t] = (W2 / r.nw) / (W / r.w)
     if k[t] > kmax then kmax = k[t] end
     local mv = scaling(now, k[t])
+    local e = move_at(r.exp, now, mv)
     set[#set + 1], set[#set + 2] = t, fmt('%d,%d,%d,%d', move_at(r.last, now, mv),
-      move_at(r.gate, now, mv), r.nw, move_at(r.exp, now, mv))
+      move_at(r.gate, now, mv), r.nw, e)
+    rcall('ZADD', keys[6], 'XX', int(e), t) -- the expiry set agrees with the record
   end
-  local jp = rcall('HMGET', fair, FAIR_J, FAIR_P)
-  local mvmax = scaling(now, kmax)
-  if jp[1] then set[#set + 1], set[#set + 2] = FAIR_J, int(move_at(tonum(jp[1]), now, mvmax)) end
-  if jp[2] then set[#set + 1], set[#set + 2] = FAIR_P, int(move_at(tonum(jp[2]), now, mvmax)) end
+  for f, v in pairs(cursors) do
+    set[#set + 1], set[#set + 2] = f, int(move_at(v, now, scaling(now, kmax)))
+  end
   rcall('HSET', unpack_(set))
   local last = now
   for j = 3 + 2 * n, #args, 2 do

@@ -3,6 +3,7 @@ package throttle
 import (
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 	"time"
 )
@@ -59,6 +60,22 @@ func TestReweighScalesTheLines(t *testing.T) {
 			if i > 0 && p <= after[i-1] {
 				t.Errorf("%s's places out of order: %d after %d", tn, p, after[i-1])
 			}
+		}
+	}
+	// Each record's expiry and the expiry set's score for it agree, so that
+	// a tenant is not pruned from W while its line still lies ahead.
+	tag := subjectTag(DefaultPrefix, "gw")
+	for _, tn := range []string{"a", "b"} {
+		rec, err := rdb.HGet(ctx, fairKey(tag, b.Name()), tn).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		exp, err := rdb.ZScore(ctx, tenantsKey(tag, b.Name()), tn).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if parts := strings.Split(rec, ","); len(parts) != 4 || parts[3] != fmt.Sprint(int64(exp)) {
+			t.Errorf("%s's record %q, its expiry in the set %d: want them equal", tn, rec, int64(exp))
 		}
 	}
 	if k, _, err := l.Reweigh(ctx, b, "gw", map[string]int{"a": 3}, inLine); err != nil || k != nil {
