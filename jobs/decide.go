@@ -162,7 +162,21 @@ func (t *Throttle) stillHolds(ctx context.Context, j *job) error {
 		t.Metrics.inc(t.Metrics.Bookings, "bumped")
 	}
 	if j.bumps++; j.bumps > maxBumps {
-		return &Deferral{Delay: time.Second, Reason: "its provider slot was lost " + fmt.Sprint(maxBumps) + " times before it sent (to priority traffic, or a check that did not answer in time)"}
+		return &Deferral{Delay: time.Second, Reason: "its provider slot was lost " + fmt.Sprint(maxBumps) + " times before it sent (to priority traffic, a change of rate, or a check that did not answer in time)"}
+	}
+	return t.readmit(ctx, j)
+}
+
+// readmit admits j again within its run (its slot was taken back, or its
+// send was about to go late) on the rules as they are now: it may have
+// slept across a reload, and the request it was routed with would take a
+// slot of a lowered rate at the old pace, with the old burst's slack. If
+// the rules no longer route it (its provider left the config), it is
+// admitted on the ones it had.
+func (t *Throttle) readmit(ctx context.Context, j *job) error {
+	if fresh, err := t.route(ctx, j.id, j.n); err == nil {
+		fresh.bumps = j.bumps
+		*j = fresh
 	}
 	return t.admit(ctx, j)
 }

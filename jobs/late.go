@@ -28,5 +28,5 @@ func (t *Throttle) onTime(ctx context.Context, j *job) error {
 		return &Deferral{Delay: time.Second, Reason: fmt.Sprintf("it was about to go late, or lost its slot, %d times", maxBumps)}
 	}
 	j.due = time.Time{}
-	return t.admit(ctx, j)
+	return t.readmit(ctx, j)
 }

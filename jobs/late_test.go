@@ -103,3 +103,28 @@ func TestLateSendGoesAfterTheNextMessage(t *testing.T) {
 		t.Errorf("a is booked at %s, b at %s: want a a window after b", aAt, bAt)
 	}
 }
+
+// TestReadmitTakesTheRulesOfNow: a job admitted again within its run (here
+// about to go late) is admitted on the rules as they are now, not on those
+// it was routed with: a provider's rate lowered by a reload while it slept
+// spaces it at the new pace.
+func TestReadmitTakesTheRulesOfNow(t *testing.T) {
+	th, _, route := lateHarness(t)
+	ctx := context.Background()
+	j := route("a")
+	if err := th.admit(ctx, j); err != nil {
+		t.Fatalf("a: %v", err)
+	}
+	slow, _ := throttle.NewBucket("gw", 5, 1)
+	th.Swap(Rules{Policies: th.Policies, Providers: map[string]Route{"gw": {Bucket: slow}}})
+	j.due = time.Now().Add(-300 * time.Millisecond)
+	if err := th.onTime(ctx, j); err != nil {
+		t.Fatalf("late: %v", err)
+	}
+	if j.route.Bucket != slow {
+		t.Errorf("admitted again on the bucket %s, want the one swapped in (%s)", j.route.Bucket, slow)
+	}
+	if j.bumps != 1 {
+		t.Errorf("%d bumps after one late send, want 1 (kept across the new rules)", j.bumps)
+	}
+}
