@@ -133,8 +133,22 @@ func TestRateChangeRepacesWaitingWork(t *testing.T) {
 		if e, from, c, span := bucketExcess(after, 5, 2, nil); e > 5*skewTolerance.Seconds()+0.01 {
 			t.Errorf("after the rate was lowered to 5/s: %d arrivals within %s from %s, %.2f over 5/s burst 2", c, span, from.Format("15:04:05.000"), e)
 		}
+		// The slots claimed ahead at the change are freed, and their tasks
+		// take them again from places where the slots were, not left busy
+		// (scaled 4x) while their tasks join the line's end: the provider
+		// goes on at its new rate at once. Before, it got 1 arrival in the
+		// 5 s after the change; with the slots freed but no places, 15.
+		early := 0
+		for _, a := range after {
+			if a.Before(at.Add(5300 * time.Millisecond)) {
+				early++
+			}
+		}
+		if early < 17 {
+			t.Errorf("%d arrivals in the 5 s after the rate was lowered to 5/s, want at least 17 (at 5/s: 25): the provider idled", early)
+		}
 		per := calls / float64(n-sentAt)
-		t.Logf("%d sent after the change at %.2f admission calls each", n-sentAt, per)
+		t.Logf("%d sent after the change at %.2f admission calls each, %d in the first 5 s", n-sentAt, per, early)
 		// A backlog costs 2 calls a message (its place, its send); the
 		// change at most about one more.
 		if per > 3.2 {

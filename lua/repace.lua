@@ -17,9 +17,10 @@
 -- what waits at once at the new pace, a lowered one spreads it out.
 --
 -- Claimed slots still ahead (a task sleeping in its worker until its slot)
--- are taken from their tasks (see move_waiting).
+-- are taken from their tasks and freed (see move_waiting).
 --
--- The state hash's field r keeps the rate the bucket's calendar is laid at.
+-- The state hash's fields r and b keep the rate and burst the bucket's
+-- calendar is laid at.
 -- A bucket without one (first seen) records the rate and changes nothing;
 -- a call at the rate recorded changes nothing: every worker of a fleet may
 -- call it after a reload, and only the first one scales.
@@ -110,21 +111,32 @@ local function move_tenants(fair, exp, now, mv)
 end
 
 -- move_waiting moves a bucket's waiting work (keys: the bucket's keys) by
--- mv: its calendar, tickets, tenants and places in line. Slots claimed ahead from the moment
--- from on (tasks sleeping in a worker until them) are taken from their
--- tasks, as a priority task's bump does (see book.lua): each finds out by
--- HasSlot before it sends and is admitted again; sending at its old moment
--- would not match its moved slot. Their slots stay busy, moved: the provider
--- idles through them while those tasks book again (docs/booking.md, Not
--- yet).
-local function move_waiting(keys, now, from, mv)
-  local ledger, book, cal = keys[2], keys[3], keys[4]
-  local claimed = rcall('ZRANGEBYSCORE', ledger, '(' .. int(from), '+inf')
-  for j = 1, #claimed do rcall('ZREM', ledger, claimed[j]) end
+-- mv: its calendar, tickets, tenants and places in line. Slots claimed ahead
+-- from the moment from on (tasks sleeping in a worker until them) are taken
+-- from their tasks, as a priority task's bump does (see book.lua): each
+-- finds out by HasSlot before it sends and is admitted again; sending at
+-- its old moment would not match its moved slot. Their slots (len µs each,
+-- a slot of cost 1: the ledger keeps starts only) are freed, and each task
+-- is given its slot's start as its place in line, moved with the others:
+-- admitted again, it takes the first free slot from its moved place, so the
+-- tasks keep their order and use the time their slots held, rather than
+-- join their tenants' lines' ends while the provider idles through it.
+-- from must lie past the slack of every slot claimed (a task whose slot
+-- starts within its slack of now may have gone without sleeping) and
+-- BUMP_MARGIN more (a task that woke may be between its check and its send).
+local function move_waiting(keys, now, from, mv, len)
+  local ledger, book, cal, places = keys[2], keys[3], keys[4], keys[7]
+  local claimed = rcall('ZRANGEBYSCORE', ledger, int(from), '+inf', 'WITHSCORES')
+  for j = 1, #claimed, 2 do
+    local v = tonum(claimed[j + 1])
+    rcall('ZREM', ledger, claimed[j])
+    bucket_free(cal, v, len, now)
+    rcall('ZADD', places, int(v), claimed[j])
+  end
   move_calendar(cal, now, mv)
   move_set(book, now, mv)
   move_tenants(keys[5], keys[6], now, mv)
-  move_set(keys[7], now, mv) -- the places in line
+  move_set(places, now, mv) -- the places in line
 end
 
 local function repace(keys, args)
@@ -137,11 +149,16 @@ local function repace(keys, args)
   end
   local key = keys[1]
   local rate = fmt('%.17g', t.rate)
-  local old = rcall('HGET', key, 'r')
-  rcall('HSET', key, 'r', rate)
+  local was = rcall('HMGET', key, 'r', 'b')
+  rcall('HSET', key, 'r', rate, 'b', fmt('%.17g', t.burst))
+  local old = was[1]
   if not old or old == rate then return {now, 0} end
+  -- The slots waiting were laid at the old rate and burst (a hash written
+  -- before the burst was recorded: the burst as it is now).
+  local was_t = {cost = 1, rate = tonum(old), burst = tonum(was[2]) or t.burst, reserve = 0}
   local k = tonum(old) / t.rate
-  move_waiting(keys, now, now, scaling(now, k))
+  local from = now + BUMP_MARGIN + bucket_slack(was_t, true)
+  move_waiting(keys, now, from, scaling(now, k), bucket_len(was_t))
   return {now, ceil(k * 1e6)}
 end
 

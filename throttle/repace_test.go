@@ -132,3 +132,61 @@ func TestRepaceScalesPlaces(t *testing.T) {
 		t.Errorf("a new task placed %s after the last scaled place, want one slot at 20/s (50ms)", next.At().Sub(last))
 	}
 }
+
+// TestRepaceFreesClaimedSlots lowers the rate of a bucket whose slots ahead
+// are claimed by tasks sleeping until them. The slots of the tasks still
+// asleep are taken and freed, so that a task admitted after the change goes
+// at once at the new rate instead of behind the old slots, scaled, while
+// the provider idles through them, and each task taken has its slot's
+// start, scaled, as its place in line, to take a slot from when it comes
+// back; a slot that starts within the old slack and BUMP_MARGIN of now is
+// left to its task, which may be sending.
+func TestRepaceFreesClaimedSlots(t *testing.T) {
+	l, rdb := newStandalone(t)
+	ctx := context.Background()
+	fast, slow := mustBucket(t, "sms", 20, 1), mustBucket(t, "sms", 5, 1)
+	if _, _, err := l.Repace(ctx, fast, "gw"); err != nil {
+		t.Fatal(err)
+	}
+	var ds []Decision
+	for i := range 40 {
+		ds = append(ds, mustAdmit(t, l, bookReq("c"+strconv.Itoa(i), nil, "", fast, 2500*time.Millisecond)))
+		if !ds[i].Allowed() {
+			t.Fatalf("c%d at 20/s within 2.5 s: %+v, want admitted to sleep until its slot", i, ds[i])
+		}
+	}
+	k, now, err := l.Repace(ctx, slow, "gw")
+	if err != nil || k != 4 {
+		t.Fatalf("Repace to 5/s = %v, %v; want k 4", k, err)
+	}
+	checkSpans(t, l, rdb, slow)
+	kept := 0
+	for i, d := range ds {
+		held, err := l.HasSlot(ctx, bookReq("c"+strconv.Itoa(i), nil, "", slow, 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		asleep := d.At().Sub(now) >= modelBumpMargin*time.Microsecond
+		if held == asleep {
+			t.Errorf("c%d (slot %s after the change): HasSlot %v, want %v", i, d.At().Sub(now), held, !asleep)
+		}
+		if held {
+			kept++
+			continue
+		}
+		// Taken, it has its slot's start, scaled, as its place in line.
+		want := Scale(d.At(), now, k)
+		if q, ok := placeIn(t, rdb, slow, "c"+strconv.Itoa(i)); !ok || time.UnixMicro(q).Sub(want).Abs() > time.Microsecond {
+			t.Errorf("c%d's place after the change: %d (%v), want its slot's start scaled, %d", i, q, ok, want.UnixMicro())
+		}
+	}
+	// A task new after the change takes the first free slot: right after
+	// the slots kept (scaled too: slots of the new rate, 200ms each), not
+	// after the 40 slots scaled 4x (8 s).
+	next := mustAdmit(t, l, bookReq("new", nil, "", slow, 0))
+	bound := now.Add(time.Duration(kept+1) * 200 * time.Millisecond)
+	if next.At().After(bound) {
+		t.Errorf("a task after the change goes at %s, want by %s (%d slots kept): the freed slots still hold it back",
+			next.At().Sub(now), bound.Sub(now), kept)
+	}
+}
