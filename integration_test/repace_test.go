@@ -170,11 +170,19 @@ func sentOnce(t *testing.T, f *fleet, notes map[string]faultNote) {
 
 // TestWeightChangeRepacesWaitingLines: tenants a and b, equal weights, 200
 // notifications each queued on a 20/s provider and placed in line; a's
-// weight raised to 3 by SIGHUP. From shortly after the reload a gets about
-// three quarters of the rate: the lines already handed out are scaled to
+// weight raised to 3 by SIGHUP, or in the config of a worker started after
+// the first stopped. From shortly after the change a gets about three
+// quarters of the rate: the lines already handed out are scaled to
 // the new shares (jobs.Throttle.Reweigh). Without that, the places handed
 // out at half the rate kept a near half the rate until they ran out.
 func TestWeightChangeRepacesWaitingLines(t *testing.T) {
+	t.Run("reload", func(t *testing.T) { weightChangeRun(t, false) })
+	t.Run("restart", func(t *testing.T) { weightChangeRun(t, true) })
+}
+
+// weightChangeRun changes a's weight by SIGHUP, or (restart) in the config
+// of a worker started after the first stopped, while no worker runs.
+func weightChangeRun(t *testing.T, restart bool) {
 	cfg := repaceConfig
 	cfg.Rate, cfg.Burst = 20, 2
 	f := newFleet(t, cfg, nil)
@@ -185,22 +193,34 @@ func TestWeightChangeRepacesWaitingLines(t *testing.T) {
 		return f.metricsOf(w)[`throttler_bookings_total{event="queued"}`] > 0 && len(f.hook.delivered()) >= 40
 	})
 	f.cfg.Tenants = "\n  weights: {a: 3}\n"
-	at := f.reload(w, "waiting lines re-paced")
-	t.Logf("%s", tail(w.out.String(), 1))
-	// Counted from 3 s after the reload (the slots booked before it, 2 s
+	var at time.Time
+	if restart {
+		f.stop(w)
+		at = time.Now()
+		w = f.startWorker("w2")
+		waitFor(t, "the new worker re-paced the lines", func() bool { return strings.Contains(w.out.String(), "waiting lines re-paced") })
+	} else {
+		at = f.reload(w, "waiting lines re-paced")
+	}
+	for _, line := range strings.Split(w.out.String(), "\n") {
+		if strings.Contains(line, "waiting lines re-paced") {
+			t.Logf("%s", line)
+		}
+	}
+	// Counted from 3 s after the change (the slots booked before it, 2 s
 	// ahead at most, and asynq's whole-second wake-ups) for 6 s, while both
 	// still wait: a's 3/4 of 20/s is 90 there, b's 30.
 	from, to := at.Add(3*time.Second), at.Add(9*time.Second)
-	waitFor(t, "9 s after the reload", func() bool { return time.Now().After(to) })
+	waitFor(t, "9 s after the change", func() bool { return time.Now().After(to) })
 	by := f.arrivedBy(tenantOf)
 	a, b := inWindow(by["a"], from, to), inWindow(by["b"], from, to)
-	t.Logf("from 3 s to 9 s after the reload: a %d, b %d (%.2f of the sends a's; weights 3:1 give 0.75, the old 1:1 0.5)", a, b, float64(a)/float64(a+b))
+	t.Logf("from 3 s to 9 s after the change: a %d, b %d (%.2f of the sends a's; weights 3:1 give 0.75, the old 1:1 0.5)", a, b, float64(a)/float64(a+b))
 	if b == 0 || a+b < 80 {
 		t.Fatalf("a %d and b %d sent in 6 s at 20/s: the window did not see both lines waiting", a, b)
 	}
-	// Without the re-pace a's share there was 0.65 (one run): the gates
-	// of the tasks coming back to their places take the new weight, the
-	// places do not. With it, 0.81.
+	// Without the re-pace a's share there was 0.65 (one run, by SIGHUP):
+	// the gates of the tasks coming back to their places take the new
+	// weight, the places do not. With it, 0.81.
 	if share := float64(a) / float64(a+b); share < 0.70 || share > 0.88 {
 		t.Errorf("a sent %d and b %d from 3 s to 9 s after a's weight went to 3: a's share %.2f, want about 0.75 (0.70 to 0.88)", a, b, share)
 	}

@@ -218,10 +218,28 @@ func routeOf(msg string) (provider, tenant string, ok bool) {
 // Reweigh moves the tenants' lines waiting on each provider to the
 // tenants' weights in effect (see above), looking for the waiting tasks in
 // queues; rdb is asynq's Redis. It returns how many tasks it moved. Every
-// worker may call it after a reload that changed weights: only the first
-// to reach a provider's bucket finds weights to change.
+// worker may call it at start and after a reload: only the first to reach
+// a provider's bucket finds weights to change, and the queues are read only
+// when one of the buckets it asks first (Limiter.Reweighed) has.
 func (t *Throttle) Reweigh(ctx context.Context, rdb redis.UniversalClient, queues []string) (int, error) {
 	rs := t.rules()
+	var changed []string
+	for _, name := range slices.Sorted(maps.Keys(rs.Providers)) {
+		route := rs.Providers[name]
+		if route.Shadow || route.Bucket == nil {
+			continue
+		}
+		yes, err := t.Limiter.Reweighed(ctx, route.Bucket, name, rs.Weights)
+		if err != nil {
+			return 0, err
+		}
+		if yes {
+			changed = append(changed, name)
+		}
+	}
+	if len(changed) == 0 {
+		return 0, nil
+	}
 	var ts []queued
 	if _, err := waiting(ctx, rdb, queues, func(batch []queued) (int, error) {
 		ts = append(ts, batch...)
@@ -230,35 +248,35 @@ func (t *Throttle) Reweigh(ctx context.Context, rdb redis.UniversalClient, queue
 		return 0, err
 	}
 	moved := 0
-	for _, name := range slices.Sorted(maps.Keys(rs.Providers)) {
-		route := rs.Providers[name]
-		if route.Shadow || route.Bucket == nil {
-			continue
-		}
-		inLine := map[string]string{}
-		for _, w := range ts {
-			if w.provider == name {
-				inLine[w.id] = w.tenant
-			}
-		}
-		k, now, err := t.Limiter.Reweigh(ctx, route.Bucket, name, rs.Weights, inLine)
-		if err != nil {
-			return moved, err
-		}
-		if k == nil {
-			continue
-		}
-		n, err := moveWakeups(ctx, rdb, ts, func(w queued) float64 {
-			if w.provider != name {
-				return 1
-			}
-			return k[w.tenant]
-		}, now)
+	for _, name := range changed {
+		n, err := t.reweigh(ctx, rdb, rs, name, ts)
 		moved += n
-		t.Log.Info("tenants' weights changed: waiting lines re-paced", "provider", name, "waiting_tasks_moved", n)
 		if err != nil {
 			return moved, err
 		}
 	}
 	return moved, nil
+}
+
+// reweigh moves the lines waiting on provider name (see Reweigh), ts the
+// tasks waiting in the queues.
+func (t *Throttle) reweigh(ctx context.Context, rdb redis.UniversalClient, rs *Rules, name string, ts []queued) (int, error) {
+	inLine := map[string]string{}
+	for _, w := range ts {
+		if w.provider == name {
+			inLine[w.id] = w.tenant
+		}
+	}
+	k, now, err := t.Limiter.Reweigh(ctx, rs.Providers[name].Bucket, name, rs.Weights, inLine)
+	if err != nil || k == nil {
+		return 0, err
+	}
+	n, err := moveWakeups(ctx, rdb, ts, func(w queued) float64 {
+		if w.provider != name {
+			return 1
+		}
+		return k[w.tenant]
+	}, now)
+	t.Log.Info("tenants' weights changed: waiting lines re-paced", "provider", name, "waiting_tasks_moved", n)
+	return n, err
 }

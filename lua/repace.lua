@@ -174,10 +174,11 @@ end
 -- handed out move by the largest factor, so no place handed out lies
 -- beyond the end.
 --
---   args  -> the weight of a tenant not named (1), then n, then n pairs
---            tenant, weight (every tenant the config weighs, and every
---            tenant of a task named below), then pairs task ID, tenant's
---            index (1 to n) for the tasks in line on the bucket
+--   args  -> 'apply' (or 'check': only say whether a weight changed,
+--            writing nothing), then n, then n pairs tenant, weight (every
+--            tenant the config weighs, and every tenant of a task named
+--            below; a tenant not named weighs 1), then pairs task ID,
+--            tenant's index (1 to n) for the tasks in line on the bucket
 --   keys  -> the bucket's keys
 --
 -- A tenant whose record holds its weight already is not scaled (k = 1,
@@ -190,7 +191,7 @@ local function reweigh(keys, args)
   if not rcall then bind() end
   local now = now_us()
   local fair, places = keys[5], keys[7]
-  local dflt, n = tonum(args[1]), tonum(args[2])
+  local check, dflt, n = args[1] == 'check', 1, tonum(args[2])
   local want, names = {}, {}
   for j = 1, n do
     names[j] = args[1 + 2 * j]
@@ -217,6 +218,7 @@ local function reweigh(keys, args)
   local out = {now, 0}
   if not changed then return out end
   out[2] = 1
+  if check then return out end
   local k, kmax, set = {}, 1, {fair, FAIR_W, int(W2)}
   for t, r in pairs(live) do
     k[t] = (W2 / r.nw) / (W / r.w)

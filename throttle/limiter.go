@@ -374,6 +374,21 @@ func (l *Limiter) Repace(ctx context.Context, b *Bucket, subject string) (k floa
 // weight changed: every worker of a fleet may call it after a reload, and
 // only the first one scales.
 func (l *Limiter) Reweigh(ctx context.Context, b *Bucket, subject string, weights map[string]int, inLine map[string]string) (map[string]float64, time.Time, error) {
+	return l.reweighCall(ctx, "apply", b, subject, weights, inLine)
+}
+
+// Reweighed reports whether a tenant waiting on bucket b for subject holds
+// a weight other than weights gives it, writing nothing: whether Reweigh
+// would scale. A caller that must read its waiting work to name the tasks
+// in line asks it first, so that a start or a reload that changed no
+// weight reads nothing.
+func (l *Limiter) Reweighed(ctx context.Context, b *Bucket, subject string, weights map[string]int) (bool, error) {
+	k, _, err := l.reweighCall(ctx, "check", b, subject, weights, nil)
+	return k != nil, err
+}
+
+// reweighCall is Reweigh (mode "apply") or Reweighed ("check").
+func (l *Limiter) reweighCall(ctx context.Context, mode string, b *Bucket, subject string, weights map[string]int, inLine map[string]string) (map[string]float64, time.Time, error) {
 	r := Request{ID: "reweigh", Takes: []Take{{Rule: b, Subject: subject}}}
 	if err := r.validate(); err != nil {
 		return nil, time.Time{}, err
@@ -391,7 +406,7 @@ func (l *Limiter) Reweigh(ctx context.Context, b *Bucket, subject string, weight
 	}
 	keys, _ := l.appendPlan(nil, nil, r, group{takes: []int{0}}, planHead{})
 	args := append([]any{"fcall", nil, len(keys)}, keys...)
-	args = append(args, 1, len(names))
+	args = append(args, mode, len(names))
 	for _, t := range names {
 		args = append(args, t, max(1, weights[t]))
 	}
@@ -405,6 +420,9 @@ func (l *Limiter) Reweigh(ctx context.Context, b *Bucket, subject string, weight
 	a := res[0]
 	if len(a) == 2 && a[1] == 0 {
 		return nil, time.UnixMicro(a[0]), nil
+	}
+	if len(a) == 2 && a[1] == 1 && mode == "check" {
+		return map[string]float64{}, time.UnixMicro(a[0]), nil
 	}
 	if len(a) != 2+len(names) || a[1] != 1 {
 		return nil, time.Time{}, fmt.Errorf("throttle: reweigh %s for %q: unexpected script reply %v", b.Name(), subject, a)

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // TestReweighScalesTheLines: tenants a and b, weight 1 each, wait in line
@@ -13,8 +15,21 @@ import (
 // changed to 3: a's places after now close up by 2/3 (to 3/4 of the rate),
 // b's spread out by 2 (1/4), both in order; a second call finds nothing to
 // change; a new place of a's is a stride of the new weight after its last.
+// Reweighed says a weight changed before the call, and none after it.
 func TestReweighScalesTheLines(t *testing.T) {
 	l, rdb := newStandalone(t)
+	reweighScales(t, l, rdb)
+}
+
+// TestReweighOnACluster: the same on a 3-master Redis Cluster (the call
+// runs on the bucket's slot, its keys all tagged with the subject).
+func TestReweighOnACluster(t *testing.T) {
+	l, rdb := newCluster(t)
+	reweighScales(t, l, rdb)
+}
+
+// reweighScales is TestReweighScalesTheLines on l, whose Redis rdb is.
+func reweighScales(t *testing.T, l *Limiter, rdb redis.Cmdable) {
 	b := mustBucket(t, "sms", 10, 1) // a slot every 100 ms
 	const ahead = 500 * time.Millisecond
 	inLine := map[string]string{}
@@ -43,6 +58,15 @@ func TestReweighScalesTheLines(t *testing.T) {
 		return out
 	}
 	before := map[string][]int64{"a": places("a"), "b": places("b")}
+	if yes, err := l.Reweighed(ctx, b, "gw", map[string]int{"a": 1}); err != nil || yes {
+		t.Fatalf("Reweighed at the weights recorded = %v, %v; want false", yes, err)
+	}
+	if yes, err := l.Reweighed(ctx, b, "gw", map[string]int{"a": 3}); err != nil || !yes {
+		t.Fatalf("Reweighed with a's weight changed = %v, %v; want true", yes, err)
+	}
+	if p := places("a"); p[len(p)-1] != before["a"][len(p)-1] {
+		t.Fatalf("Reweighed moved a's last place: %d, was %d; want it to write nothing", p[len(p)-1], before["a"][len(p)-1])
+	}
 	k, now, err := l.Reweigh(ctx, b, "gw", map[string]int{"a": 3}, inLine)
 	if err != nil {
 		t.Fatal(err)
@@ -80,6 +104,9 @@ func TestReweighScalesTheLines(t *testing.T) {
 	}
 	if k, _, err := l.Reweigh(ctx, b, "gw", map[string]int{"a": 3}, inLine); err != nil || k != nil {
 		t.Errorf("a second call: %v, %v; want nothing changed", k, err)
+	}
+	if yes, err := l.Reweighed(ctx, b, "gw", map[string]int{"a": 3}); err != nil || yes {
+		t.Errorf("Reweighed after the change = %v, %v; want false", yes, err)
 	}
 	last := places("a")[len(ids["a"])-1]
 	d := mustAdmit(t, l, lineReq("a-new", "a", 3, b, ahead))

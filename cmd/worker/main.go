@@ -231,8 +231,10 @@ func work(ctx context.Context, f *flags, stdout, stderr io.Writer) error {
 	stopRecovery := runRecovery(ctx, rec)
 	defer stopRecovery()
 	// A provider whose rate differs from the one its waiting work was laid
-	// at (the config changed while no worker ran it) is re-paced first.
+	// at, or tenants whose weights differ from those their lines were laid
+	// at (the config changed while no worker ran it), are re-paced first.
 	repace(ctx, th, rdb, cfg, log)
+	reweigh(ctx, th, rdb, cfg, log)
 	apiURL, err := startAPI(ctx, cfg, rdb, reg, log)
 	if err != nil {
 		return err

@@ -189,7 +189,8 @@ func repace(ctx context.Context, th *jobs.Throttle, rdb redis.UniversalClient, c
 }
 
 // reweigh moves the tenants' lines waiting on each provider to the weights
-// a reload changed (jobs.Throttle.Reweigh). A failure is logged: the work
+// in the config, where they changed (jobs.Throttle.Reweigh), at start and
+// after a reload that changed weights. A failure is logged: the work
 // already in line then keeps its old shares, and new work takes the new
 // ones.
 func reweigh(ctx context.Context, th *jobs.Throttle, rdb redis.UniversalClient, cfg *config.Config, log *slog.Logger) {
