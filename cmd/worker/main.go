@@ -230,9 +230,8 @@ func work(ctx context.Context, f *flags, stdout, stderr io.Writer) error {
 	mux := newMux(rec, th, campaigns)
 	stopRecovery := runRecovery(ctx, rec)
 	defer stopRecovery()
-	// A provider whose rate differs from the one its waiting work was laid
-	// at, or tenants whose weights differ from those their lines were laid
-	// at (the config changed while no worker ran it), are re-paced first.
+	// Waiting work laid at another rate or other weights than the config's
+	// (changed while no worker ran) is re-paced first.
 	repace(ctx, th, rdb, cfg, log)
 	reweigh(ctx, th, rdb, cfg, log)
 	apiURL, err := startAPI(ctx, cfg, rdb, reg, log)
