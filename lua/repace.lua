@@ -139,6 +139,11 @@ local function repace(keys, args)
   local rate = fmt('%.17g', t.rate)
   local old = rcall('HGET', key, 'r')
   rcall('HSET', key, 'r', rate)
+  if not old and rcall('PTTL', key) == -1 then
+    -- The bucket had no state (idle, or new): the hash is this call's and
+    -- lives as long as the work that could wait on it.
+    rcall('PEXPIRE', key, int(ceil_ms(GRACE)))
+  end
   if not old or old == rate then return {now, 0} end
   local k = tonum(old) / t.rate
   move_waiting(keys, now, now, scaling(now, k))

@@ -132,3 +132,24 @@ func TestRepaceScalesPlaces(t *testing.T) {
 		t.Errorf("a new task placed %s after the last scaled place, want one slot at 20/s (50ms)", next.At().Sub(last))
 	}
 }
+
+// TestRepaceOfAnIdleBucketExpires: a worker re-paces every provider at
+// start; on a provider that has no state (idle, or new) that records its
+// rate in a state hash of the call's own, which must expire like every key
+// the engine writes, not stay for good (a provider dropped from the config
+// would leave it behind).
+func TestRepaceOfAnIdleBucketExpires(t *testing.T) {
+	l, rdb := newStandalone(t)
+	ctx := context.Background()
+	b := mustBucket(t, "sms", 2, 1)
+	if _, _, err := l.Repace(ctx, b, "gw"); err != nil {
+		t.Fatal(err)
+	}
+	ttl, err := rdb.PTTL(ctx, bucketKey(subjectTag(l.prefix, "gw"), b.Name())).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ttl <= 0 {
+		t.Errorf("the state hash a first Repace wrote has PTTL %s, want a life", ttl)
+	}
+}
