@@ -187,17 +187,10 @@ func (c *modelCall) zscore(k modelKey, member string) (float64, bool) {
 
 // zabove returns the scores of k above lo (ZRANGEBYSCORE k (lo +inf), ascending.
 func (c *modelCall) zabove(k modelKey, lo float64) []float64 {
-	e := c.get(k)
-	if e == nil {
-		return nil
-	}
 	var s []float64
-	for _, v := range e.z {
-		if v > lo {
-			s = append(s, v)
-		}
+	for _, p := range c.zpairsAbove(k, lo) {
+		s = append(s, p.s)
 	}
-	slices.Sort(s)
 	return s
 }
 
