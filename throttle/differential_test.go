@@ -187,6 +187,9 @@ func diffWalk(t *testing.T, seed uint64, ops int) *differ {
 	if d.m.lost["q"]+d.m.lost["l"]+d.m.lost["s"] > 0 {
 		t.Errorf("entries lost to a shortened expiry while they still counted: %d quota, %d ledger, %d slot calendar (seed %d)", d.m.lost["q"], d.m.lost["l"], d.m.lost["s"], seed)
 	}
+	if d.m.lost["w"]+d.m.lost["t"] > 0 {
+		t.Errorf("tenants still waiting lost as their keys expired: %d records, %d expiries (seed %d)", d.m.lost["w"], d.m.lost["t"], seed)
+	}
 	return d
 }
 

@@ -108,9 +108,17 @@ func (c *modelCall) moveSet(set modelKey, mv modelMover) {
 	c.extend(set, last-now+modelGrace)
 }
 
+// keepTenants mirrors keep_tenants.
+func (c *modelCall) keepTenants(fair, exp modelKey, last float64) {
+	if last > c.now {
+		c.extend(fair, last-c.now)
+		c.extend(exp, last-c.now)
+	}
+}
+
 // moveTenants mirrors move_tenants.
 func (c *modelCall) moveTenants(fair, exp modelKey, mv modelMover) {
-	now := c.now
+	now, last := c.now, c.now
 	if e := c.get(fair); e != nil {
 		for f, v := range e.s {
 			switch f {
@@ -120,11 +128,14 @@ func (c *modelCall) moveTenants(fair, exp modelKey, mv modelMover) {
 			default:
 				a, b, _, x := fairRecord(v)
 				w := strings.Split(v, ",")[2] // as written (%s)
-				e.s[f] = modelInt(moveAt(a, now, mv)) + "," + modelInt(moveAt(b, now, mv)) + "," + w + "," + modelInt(moveAt(x, now, mv))
+				x = moveAt(x, now, mv)
+				last = math.Max(last, x)
+				e.s[f] = modelInt(moveAt(a, now, mv)) + "," + modelInt(moveAt(b, now, mv)) + "," + w + "," + modelInt(x)
 			}
 		}
 	}
 	c.moveSet(exp, mv)
+	c.keepTenants(fair, exp, last)
 }
 
 // moveWaiting mirrors move_waiting: the slots claimed ahead from from on are
@@ -192,13 +203,14 @@ func (m *model) reweigh(t *modelTake, weights map[string]int, inLine map[string]
 	if !changed {
 		return nil
 	}
-	k, kmax := map[string]float64{}, 1.0
+	k, kmax, latest := map[string]float64{}, 1.0, now
 	e.s[modelFairW] = modelInt(W2)
 	for tn, r := range live {
 		k[tn] = (W2 / r.nw) / (W / r.w)
 		kmax = math.Max(kmax, k[tn])
 		mv := modelScaling(now, k[tn])
 		x := moveAt(r.exp, now, mv)
+		latest = math.Max(latest, x)
 		e.s[tn] = modelInt(moveAt(r.last, now, mv)) + "," + modelInt(moveAt(r.gate, now, mv)) + "," + modelInt(r.nw) + "," + modelInt(x)
 		if ex := c.get(t.tenants); ex != nil {
 			if _, ok := ex.z[tn]; ok {
@@ -211,6 +223,7 @@ func (m *model) reweigh(t *modelTake, weights map[string]int, inLine map[string]
 			e.s[f] = modelInt(moveAt(modelNum(v), now, modelScaling(now, kmax)))
 		}
 	}
+	c.keepTenants(t.fair, t.tenants, latest)
 	c.movePlaces(t, k, inLine)
 	return k
 }

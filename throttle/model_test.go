@@ -94,6 +94,7 @@ func (c *modelCall) get(k modelKey) *modelEntry {
 		if c.nowMS-e.expMS <= modelExpiryMS {
 			c.m.ambiguous[k] = true
 		}
+		c.noteTenantsLost(k, e)
 		delete(c.m.keys, k)
 		return nil
 	}
