@@ -32,7 +32,7 @@ type movers struct {
 // noteStarted notes the slots of bucket take t that had started by now, a
 // re-pace's time.
 func (d *differ) noteStarted(t *modelTake, now time.Time) {
-	ids, err := d.rdb.ZRangeByScore(d.t.Context(), d.redisKey(t.ledger), &redis.ZRangeBy{Min: "-inf", Max: fmt.Sprint(now.UnixMicro())}).Result()
+	ids, err := d.rdb.ZRangeArgs(d.t.Context(), redis.ZRangeArgs{Key: d.redisKey(t.ledger), ByScore: true, Start: "-inf", Stop: now.UnixMicro()}).Result()
 	if err != nil {
 		d.t.Fatal(err)
 	}
