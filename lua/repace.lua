@@ -89,11 +89,19 @@ local function move_set(set, now, mv)
   if #z > 0 then extend(set, ceil_ms(last - now + GRACE)) end
 end
 
+-- keep_tenants makes a bucket's tenants hash and expiry set live until
+-- last, the latest expiry a mover wrote, as fair_write does for one.
+local function keep_tenants(fair, exp, now, last)
+  if last <= now then return end
+  extend(fair, ceil_ms(last - now))
+  extend(exp, ceil_ms(last - now))
+end
+
 -- move_tenants moves each waiting tenant's record (its last place, gate
 -- and expiry: see fair_read), and the join cursor and end of places.
 local function move_tenants(fair, exp, now, mv)
   local h = rcall('HGETALL', fair)
-  local set = {fair}
+  local set, last = {fair}, now
   for j = 1, #h, 2 do
     local f, v = h[j], h[j + 1]
     if f == FAIR_J or f == FAIR_P then
@@ -101,13 +109,16 @@ local function move_tenants(fair, exp, now, mv)
     elseif f ~= FAIR_W then
       local a, b, c, e = match(v, '^(%d+),(%d+),(%d+),(%d+)$')
       if a then
+        e = move_at(tonum(e), now, mv)
+        if e > last then last = e end
         set[#set + 1], set[#set + 2] = f, fmt('%d,%d,%s,%d', move_at(tonum(a), now, mv),
-          move_at(tonum(b), now, mv), c, move_at(tonum(e), now, mv))
+          move_at(tonum(b), now, mv), c, e)
       end
     end
   end
   if #set > 1 then rcall('HSET', unpack_(set)) end
   move_set(exp, now, mv)
+  keep_tenants(fair, exp, now, last)
 end
 
 -- move_waiting moves a bucket's waiting work (keys: the bucket's keys) by
@@ -124,15 +135,18 @@ end
 -- from must lie past the slack of every slot claimed (a task whose slot
 -- starts within its slack of now may have gone without sleeping) and
 -- BUMP_MARGIN more (a task that woke may be between its check and its send).
+-- The slots left to their tasks move with the calendar, so that each stays
+-- inside its span and a release gives back what it moved to.
 local function move_waiting(keys, now, from, mv, len)
   local ledger, book, cal, places = keys[2], keys[3], keys[4], keys[7]
-  local claimed = rcall('ZRANGEBYSCORE', ledger, int(from), '+inf', 'WITHSCORES')
+  local claimed = rcall('ZRANGEBYSCORE', ledger, '(' .. int(from), '+inf', 'WITHSCORES')
   for j = 1, #claimed, 2 do
     local v = tonum(claimed[j + 1])
     rcall('ZREM', ledger, claimed[j])
     bucket_free(cal, v, len, now)
     rcall('ZADD', places, int(v), claimed[j])
   end
+  move_set(ledger, now, mv) -- the claimed slots left to their tasks move with their spans
   move_calendar(cal, now, mv)
   move_set(book, now, mv)
   move_tenants(keys[5], keys[6], now, mv)
@@ -152,6 +166,11 @@ local function repace(keys, args)
   local was = rcall('HMGET', key, 'r', 'b')
   rcall('HSET', key, 'r', rate, 'b', fmt('%.17g', t.burst))
   local old = was[1]
+  if not old and rcall('PTTL', key) == -1 then
+    -- The bucket had no state (idle, or new): the hash is this call's and
+    -- lives as long as the work that could wait on it.
+    rcall('PEXPIRE', key, int(ceil_ms(GRACE)))
+  end
   if not old or old == rate then return {now, 0} end
   -- The slots waiting were laid at the old rate and burst (a hash written
   -- before the burst was recorded: the burst as it is now).
@@ -219,12 +238,13 @@ local function reweigh(keys, args)
   if not changed then return out end
   out[2] = 1
   if check then return out end
-  local k, kmax, set = {}, 1, {fair, FAIR_W, int(W2)}
+  local k, kmax, set, latest = {}, 1, {fair, FAIR_W, int(W2)}, now
   for t, r in pairs(live) do
     k[t] = (W2 / r.nw) / (W / r.w)
     if k[t] > kmax then kmax = k[t] end
     local mv = scaling(now, k[t])
     local e = move_at(r.exp, now, mv)
+    if e > latest then latest = e end
     set[#set + 1], set[#set + 2] = t, fmt('%d,%d,%d,%d', move_at(r.last, now, mv),
       move_at(r.gate, now, mv), r.nw, e)
     rcall('ZADD', keys[6], 'XX', int(e), t) -- the expiry set agrees with the record
@@ -233,6 +253,7 @@ local function reweigh(keys, args)
     set[#set + 1], set[#set + 2] = f, int(move_at(v, now, scaling(now, kmax)))
   end
   rcall('HSET', unpack_(set))
+  keep_tenants(fair, keys[6], now, latest)
   local last = now
   for j = 3 + 2 * n, #args, 2 do
     local f = k[names[tonum(args[j + 1])]]

@@ -32,6 +32,12 @@ import (
 // change several times. The checks that the run tested calendar windows,
 // quiet hours, gates and places in line count the walks together.
 //
+// Now and then the walk also runs a mover (differential_movers_test.go):
+// a bucket's rate changes and Repace moves its waiting work, a tenant's
+// weight changes and Reweigh moves the lines, or Pause pauses a bucket.
+// Each is held to the model of lua/repace.lua and pause.lua the same way,
+// and a default run must have moved work with each.
+//
 // The seed is logged; THROTTLE_DIFF_SEED=<seed> replays the same operations
 // and sleeps (Redis's clock, and so the outcomes, still differ from run to
 // run): walk i's seed is seed+i, so THROTTLE_DIFF_SEED=<seed+i>
@@ -100,6 +106,9 @@ func TestDifferential(t *testing.T) {
 			t.Errorf("%d count-only takes, %d checks: the run did not test them", countOnly, checks)
 		}
 	}
+	if total := walks * ops; total >= 3000 { // a default run's: about ten of each
+		checkMovers(t, ds)
+	}
 }
 
 // diffWalk makes one walk of ops random operations from seed, comparing
@@ -122,11 +131,10 @@ func diffWalk(t *testing.T, seed uint64, ops int) *differ {
 	t.Logf("remember %s", remember)
 
 	start := time.Now()
+	d.repaceAll(0)
 	var retry *Request
 	for op := 0; op < ops; op++ {
-		if d.rng.IntN(200) == 0 {
-			d.changeRule()
-		}
+		d.change(op, retry == nil)
 		if r, ok := d.due(); ok && d.rng.IntN(4) > 0 {
 			d.last[r.ID] = r
 			d.admit(op, []Request{r})
@@ -175,8 +183,12 @@ func diffWalk(t *testing.T, seed uint64, ops int) *differ {
 		"%d key deadlines later in Redis than in the model (by up to %dms), %d keys Redis kept at their deadline's ms",
 		ops, time.Since(start).Round(time.Millisecond), s.admits, s.batched, s.batches, s.allowed, s.reserved, s.repeated,
 		s.denied, s.noTrace, s.releases, s.releasedTakes, s.emptyReleases, s.ruleChanges, s.retries, s.expiryLater, s.expiryDelta, s.adopted)
+	d.logMovers()
 	if d.m.lost["q"]+d.m.lost["l"]+d.m.lost["s"] > 0 {
 		t.Errorf("entries lost to a shortened expiry while they still counted: %d quota, %d ledger, %d slot calendar (seed %d)", d.m.lost["q"], d.m.lost["l"], d.m.lost["s"], seed)
+	}
+	if d.m.lost["w"]+d.m.lost["t"] > 0 {
+		t.Errorf("tenants still waiting lost as their keys expired: %d records, %d expiries (seed %d)", d.m.lost["w"], d.m.lost["t"], seed)
 	}
 	return d
 }
@@ -227,6 +239,7 @@ type differ struct {
 	took                  map[string]Request       // each ID's latest request that took something
 	history               []string                 // the latest operations, for failure messages
 	inv                   invariantState           // see invariants
+	mv                    movers                   // see differential_movers_test.go
 	// claims are booked tasks that will come back, by when (sorted): at
 	// their moment, a little early or late.
 	claims []claim
@@ -634,13 +647,13 @@ func (d *differ) admit(op int, rs []Request) Decision {
 	}
 	var got []Decision
 	if len(rs) == 1 {
-		before := d.dumpTakes(rs[0])
+		before, tenants := d.dumpTakes(rs[0]), d.readTenants(rs[0])
 		dec, err := d.l.Admit(d.t.Context(), rs[0])
 		if err != nil {
 			d.t.Fatalf("op %d: Admit(%s): %v", op, describeRequest(rs[0]), err)
 		}
 		if _, held := d.took[rs[0].ID]; dec.Outcome == Denied && !held && !slices.Contains(d.admitted, rs[0].ID) {
-			d.noTrace(op, rs[0], dec, before)
+			d.noTrace(op, rs[0], dec, before, tenants)
 		}
 		got = []Decision{dec}
 	} else {
@@ -673,6 +686,7 @@ func (d *differ) admit(op int, rs []Request) Decision {
 		}
 		if got[k].Outcome == Placed {
 			d.placed(op, r, got[k])
+			d.inLine(r, got[k])
 		}
 		if placed[k] && (got[k].Allowed() || got[k].Booked() && got[k].Outcome != Placed) {
 			d.stats.returned++
@@ -739,6 +753,9 @@ func (d *differ) count(dec Decision) {
 
 func (d *differ) release(op int, r Request) {
 	d.t.Helper()
+	if d.startedBefore(r) {
+		return
+	}
 	got, now, err := d.l.release1(d.t.Context(), r)
 	if err != nil {
 		d.t.Fatalf("op %d: release %s: %v", op, describeRequest(r), err)
@@ -1044,14 +1061,18 @@ func (d *differ) dumpTakes(r Request) map[string]string {
 }
 
 // noTrace checks that the admission of r, denied, wrote nothing to its
-// takes' keys (before: dumpTakes before it). A key that expired meanwhile
-// is no write of the denial's and is passed over. Only a task that never
-// took anything is checked: one admitted before may give back what it
-// held when it comes again (a booking's claim that no longer fits).
-func (d *differ) noTrace(op int, r Request, dec Decision, before map[string]string) {
+// takes' keys (before: dumpTakes before it; tenants: readTenants). A key
+// that expired meanwhile is no write of the denial's and is passed over,
+// and so are the records of tenants that had stopped waiting, which a
+// booking drops from its bucket's tenants whatever it then decides (see
+// prunedOnly). Only a task that never took anything is checked: one
+// admitted before may give back what it held when it comes again (a
+// booking's claim that no longer fits).
+func (d *differ) noTrace(op int, r Request, dec Decision, before map[string]string, tenants map[string]map[string]string) {
 	d.t.Helper()
+	after := d.readTenants(r)
 	for k, v := range d.dumpTakes(r) {
-		if was, ok := before[k]; !ok || was != v {
+		if was, ok := before[k]; !ok || was != v && !prunedOnly(k, tenants, after, float64(dec.Now.UnixMicro())) {
 			d.fail(fmt.Sprintf("op %d: invariant: a denied admission changed %s: admit %s -> %s", op, k, describeRequest(r), describeDecision(dec)), r, dec.Now.UnixMicro(), "")
 		}
 	}

@@ -36,7 +36,18 @@ import (
 //     tenant's share: that may be closer;
 //   - a denial leaves no trace: an admission of one request, for a task
 //     that never took anything, that is denied writes nothing to any key
-//     of its takes (noTrace; a key that expired meanwhile is passed over).
+//     of its takes (noTrace; a key that expired meanwhile is passed over,
+//     and a booking may drop the records of tenants that stopped waiting,
+//     as Redis drops a key that expired: see prunedOnly).
+//
+// A re-pace (Limiter.Repace) scales each moment ahead on its own, rounded
+// up to a whole µs: a slot laid at the old rate may come out up to a µs
+// shorter than a slot of the new rate, and two slots' starts up to a µs
+// closer. Giving such a slot back at the new rate frees that µs of the next
+// one. The bucket checks allow what the re-paces of a bucket can have
+// rounded away (see rounding), never more. A re-weigh writes each waiting
+// tenant's new weight into its record: from then on the tenant weighs that
+// there, as if it had booked with it.
 //
 // Rules changed during the walk (a limit applies at once to the history
 // laid under the old one) and quotas that count-only takes wrote to (they
@@ -47,20 +58,40 @@ import (
 
 // invariantState is what the invariants need to know of the walk so far.
 type invariantState struct {
-	changed   map[string]bool    // rule names replaced during the walk
-	countOnly map[string]bool    // quota keys a count-only take wrote to
-	costs     map[string]int     // each task's cost on a bucket, by bucket key and ID
-	mixed     map[string]bool    // bucket keys a task took at two costs
-	line      map[string]float64 // each tenant's newest place, by bucket key and tenant
-	place     map[string]float64 // each task's place, by bucket key and ID
-	weight    map[string]int     // each tenant's least weight booked with, by bucket key and tenant
+	changed   map[string]bool     // rule names replaced during the walk
+	countOnly map[string]bool     // quota keys a count-only take wrote to
+	costs     map[string]int      // each task's cost on a bucket, by bucket key and ID
+	mixed     map[string]bool     // bucket keys a task took at two costs
+	line      map[string]float64  // each tenant's newest place, by bucket key and tenant
+	place     map[string]float64  // each task's place, by bucket key and ID
+	weight    map[string]int      // each tenant's least weight booked with, by bucket key and tenant
+	rounded   map[string]rounding // by bucket key: what re-paces rounded away
+}
+
+// rounding is what the re-paces of a bucket can have rounded away: how
+// much shorter than a slot of the bucket's rate a slot may be (short), and
+// how much closer than a slot the starts of two slots held may be (gap;
+// before any re-pace, 1).
+type rounding struct{ short, gap float64 }
+
+// scaled notes a re-pace of bucket by k. A length or distance l >= L - e
+// at the old rate (L its slot) becomes at least floor(l k) >= L' - 1 -
+// ceil(e k) at the new one (L' its slot): L k >= L' - 1, since L is
+// rounded up from the exact slot.
+func (s *invariantState) scaled(bucket string, k float64) {
+	s.init()
+	r, ok := s.rounded[bucket]
+	if !ok {
+		r.gap = 1
+	}
+	s.rounded[bucket] = rounding{short: 1 + math.Ceil(r.short*k), gap: 1 + math.Ceil(r.gap*k)}
 }
 
 // init makes the state's maps.
 func (s *invariantState) init() {
 	if s.changed == nil {
 		*s = invariantState{changed: map[string]bool{}, countOnly: map[string]bool{}, costs: map[string]int{}, mixed: map[string]bool{},
-			line: map[string]float64{}, place: map[string]float64{}, weight: map[string]int{}}
+			line: map[string]float64{}, place: map[string]float64{}, weight: map[string]int{}, rounded: map[string]rounding{}}
 	}
 }
 
@@ -209,6 +240,10 @@ func (d *differ) checkBucket(ctx context.Context, op int, r Request, t *modelTak
 		return
 	}
 	len1 := math.Ceil(1e6 / t.rate)
+	round, ok := d.inv.rounded[d.redisKey(t.cal)]
+	if !ok {
+		round.gap = 1
+	}
 	var held []float64
 	for _, z := range [][]redis.Z{ledger.Val(), book.Val()} {
 		for _, e := range z {
@@ -216,14 +251,14 @@ func (d *differ) checkBucket(ctx context.Context, op int, r Request, t *modelTak
 				continue
 			}
 			held = append(held, e.Score)
-			if !inSpan(spans, e.Score) {
+			if !inSpan(spans, e.Score, round.short) {
 				d.fail(fmt.Sprintf("op %d: invariant: %v's slot at %.0f on %s is in no busy span %v", op, e.Member, e.Score, t.cal.rule, spans), r, int64(now), "")
 			}
 		}
 	}
 	slices.Sort(held)
 	for i := 1; i < len(held); i++ {
-		if held[i]-held[i-1] < len1-1 {
+		if held[i]-held[i-1] < len1-round.gap {
 			d.fail(fmt.Sprintf("op %d: invariant: slots held at %.0f and %.0f on %s, less than a slot (%.0f µs) apart", op, held[i-1], held[i], t.cal.rule, len1), r, int64(now), "")
 		}
 	}
@@ -246,10 +281,11 @@ func (d *differ) spans(key string, z []redis.Z) [][2]float64 {
 	return out
 }
 
-// inSpan reports whether moment v lies in one of spans.
-func inSpan(spans [][2]float64, v float64) bool {
+// inSpan reports whether moment v lies in one of spans, or short µs
+// before one.
+func inSpan(spans [][2]float64, v, short float64) bool {
 	for _, s := range spans {
-		if s[0] <= v && v < s[1] {
+		if s[0]-short <= v && v < s[1] {
 			return true
 		}
 	}
@@ -284,4 +320,75 @@ func (d *differ) checkWindows(ctx context.Context, op int, r Request, t *modelTa
 			}
 		}
 	}
+}
+
+// readTenants reads the tenants hash and the tenants' expiry set of each
+// of r's buckets: field or member -> value or score.
+func (d *differ) readTenants(r Request) map[string]map[string]string {
+	ctx := context.WithoutCancel(d.t.Context())
+	out := map[string]map[string]string{}
+	for _, t := range d.m.parse(r) {
+		if t.kind != "b" {
+			continue
+		}
+		fair, exp := d.redisKey(t.fair), d.redisKey(t.tenants)
+		h, err := d.rdb.HGetAll(ctx, fair).Result()
+		if err != nil {
+			d.t.Fatal(err)
+		}
+		z, err := d.rdb.ZRangeWithScores(ctx, exp, 0, -1).Result()
+		if err != nil {
+			d.t.Fatal(err)
+		}
+		out[fair], out[exp] = h, map[string]string{}
+		for _, e := range z {
+			out[exp][e.Member.(string)] = strconv.FormatFloat(e.Score, 'f', -1, 64)
+		}
+	}
+	return out
+}
+
+// prunedOnly reports whether key, a bucket's tenants hash or their expiry
+// set, went from before[key] to after[key] only by dropping tenants that
+// had stopped waiting by now (book.lua's fair_read): records whose expiry
+// had passed, W lowered by exactly their weights, and expiry set members
+// whose score had passed. Anything else is a trace.
+func prunedOnly(key string, before, after map[string]map[string]string, now float64) bool {
+	was, ok := before[key]
+	if !ok {
+		return false
+	}
+	is, hash := after[key], strings.HasSuffix(key, ":fair")
+	dropped := 0.0
+	for f, v := range was {
+		if got, ok := is[f]; ok {
+			if got != v && !(hash && f == modelFairW) {
+				return false
+			}
+			continue
+		}
+		switch {
+		case !hash:
+			if modelNum(v) > now {
+				return false
+			}
+		case f == modelFairW || f == modelFairJ || f == modelFairP:
+			return false
+		default:
+			_, _, w, exp := fairRecord(v)
+			if exp > now {
+				return false
+			}
+			dropped += w
+		}
+	}
+	for f := range is {
+		if _, ok := was[f]; !ok {
+			return false
+		}
+	}
+	if hash && was[modelFairW] != is[modelFairW] {
+		return modelNum(is[modelFairW]) == modelNum(was[modelFairW])-dropped
+	}
+	return true
 }

@@ -371,9 +371,7 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 			e := c.get(bt.book)
 			delete(e.z, member)
 			c.dropIfEmpty(bt.book, e)
-			if ticket+length > now {
-				c.bucketFree(bt, ticket, length)
-			}
+			c.bucketGive(bt, ticket, length)
 		}
 		rebooked = true
 	}

@@ -256,3 +256,26 @@ func (m *model) placed(r Request) bool {
 	}
 	return false
 }
+
+// noteTenantsLost counts, as k (a bucket's tenants hash or their expiry
+// set, e) expires, the tenants it holds as waiting: fair_write makes both
+// live as long as the longest wait they hold, so none should be.
+func (c *modelCall) noteTenantsLost(k modelKey, e *modelEntry) {
+	switch k.kind {
+	case "w":
+		for f, rec := range e.s {
+			if f == modelFairW || f == modelFairJ || f == modelFairP {
+				continue
+			}
+			if _, _, _, exp := fairRecord(rec); exp > c.now {
+				c.m.lost["w"]++
+			}
+		}
+	case "t":
+		for _, exp := range e.z {
+			if exp > c.now {
+				c.m.lost["t"]++
+			}
+		}
+	}
+}

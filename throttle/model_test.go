@@ -94,6 +94,7 @@ func (c *modelCall) get(k modelKey) *modelEntry {
 		if c.nowMS-e.expMS <= modelExpiryMS {
 			c.m.ambiguous[k] = true
 		}
+		c.noteTenantsLost(k, e)
 		delete(c.m.keys, k)
 		return nil
 	}
@@ -187,17 +188,10 @@ func (c *modelCall) zscore(k modelKey, member string) (float64, bool) {
 
 // zabove returns the scores of k above lo (ZRANGEBYSCORE k (lo +inf), ascending.
 func (c *modelCall) zabove(k modelKey, lo float64) []float64 {
-	e := c.get(k)
-	if e == nil {
-		return nil
-	}
 	var s []float64
-	for _, v := range e.z {
-		if v > lo {
-			s = append(s, v)
-		}
+	for _, p := range c.zpairsAbove(k, lo) {
+		s = append(s, p.s)
 	}
-	slices.Sort(s)
 	return s
 }
 
@@ -596,16 +590,25 @@ func (c *modelCall) bucketUndo(t *modelTake, id string, refund bool) bool {
 	e := c.get(t.ledger)
 	delete(e.z, id)
 	c.dropIfEmpty(t.ledger, e)
-	if refund && s+length > c.now {
-		p, has := 0.0, false
-		if h := c.get(t.key); h != nil {
-			p, has = h.h["p"]
-		}
-		if !has || p <= s {
-			c.bucketFree(t, s, length)
-		}
+	if refund {
+		c.bucketGive(t, s, length)
 	}
 	return true
+}
+
+// bucketGive mirrors bucket_give: the slot is freed unless it has ended or
+// a pause covers it.
+func (c *modelCall) bucketGive(t *modelTake, s, length float64) {
+	if s+length <= c.now {
+		return
+	}
+	p, has := 0.0, false
+	if h := c.get(t.key); h != nil {
+		p, has = h.h["p"]
+	}
+	if !has || p <= s {
+		c.bucketFree(t, s, length)
+	}
 }
 
 // fixedState mirrors fixed_state: (window start, count, whether id is
@@ -805,9 +808,7 @@ func (m *model) release(r Request, nowUS int64) int {
 				e := c.get(t.book)
 				delete(e.z, member)
 				c.dropIfEmpty(t.book, e)
-				if length := bucketLen(t); s+length > c.now {
-					c.bucketFree(t, s, length)
-				}
+				c.bucketGive(t, s, bucketLen(t))
 				done = true
 			}
 		case "f":

@@ -190,3 +190,24 @@ func TestRepaceFreesClaimedSlots(t *testing.T) {
 			next.At().Sub(now), bound.Sub(now), kept)
 	}
 }
+
+// TestRepaceOfAnIdleBucketExpires: a worker re-paces every provider at
+// start; on a provider that has no state (idle, or new) that records its
+// rate in a state hash of the call's own, which must expire like every key
+// the engine writes, not stay for good (a provider dropped from the config
+// would leave it behind).
+func TestRepaceOfAnIdleBucketExpires(t *testing.T) {
+	l, rdb := newStandalone(t)
+	ctx := context.Background()
+	b := mustBucket(t, "sms", 2, 1)
+	if _, _, err := l.Repace(ctx, b, "gw"); err != nil {
+		t.Fatal(err)
+	}
+	ttl, err := rdb.PTTL(ctx, bucketKey(subjectTag(l.prefix, "gw"), b.Name())).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ttl <= 0 {
+		t.Errorf("the state hash a first Repace wrote has PTTL %s, want a life", ttl)
+	}
+}

@@ -3,6 +3,7 @@ package throttle
 import (
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -113,5 +114,56 @@ func reweighScales(t *testing.T, l *Limiter, rdb redis.Cmdable) {
 	// The stride of weight 3 among 4: 100 ms x 4 / 3.
 	if d.Outcome != Placed || d.At().UnixMicro()-last != int64(math.Ceil(100_000*4.0/3)) {
 		t.Errorf("a's next task: %+v (%d after its last place), want a place 133.334 ms after it", d, d.At().UnixMicro()-last)
+	}
+}
+
+// TestMoversKeepTheTenantsKeysAlive: a mover that moves the tenants'
+// expiries later (a cut rate, a tenant's line spread out by others'
+// weights, a pause) makes the tenants hash and the expiry set live as long
+// as the longest wait they then hold, as fair_write does; else they expire
+// with tenants still in line, and W, the join cursor and the lines' ends go
+// with them.
+func TestMoversKeepTheTenantsKeysAlive(t *testing.T) {
+	fast, slow := mustBucket(t, "sms", 10, 1), mustBucket(t, "sms", 2, 1)
+	for name, move := range map[string]func(*Limiter) error{
+		"repace": func(l *Limiter) error { _, _, err := l.Repace(ctx, slow, "gw"); return err },
+		"reweigh": func(l *Limiter) error {
+			_, _, err := l.Reweigh(ctx, fast, "gw", map[string]int{"a": 4}, nil)
+			return err
+		},
+		"pause": func(l *Limiter) error { _, err := l.Pause(ctx, fast, "gw", 3*time.Second); return err },
+	} {
+		t.Run(name, func(t *testing.T) {
+			l, rdb := newStandalone(t)
+			if _, _, err := l.Repace(ctx, fast, "gw"); err != nil {
+				t.Fatal(err)
+			}
+			for i := range 10 {
+				for _, tn := range []string{"a", "b"} {
+					mustAdmit(t, l, lineReq(fmt.Sprintf("%s%d", tn, i), tn, 1, fast, 300*time.Millisecond))
+				}
+			}
+			if err := move(l); err != nil {
+				t.Fatal(err)
+			}
+			tag := subjectTag(DefaultPrefix, "gw")
+			fair, exp := fairKey(tag, fast.Name()), tenantsKey(tag, fast.Name())
+			recs, err := rdb.HGetAll(ctx, fair).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			last := int64(0)
+			for tn, rec := range recs {
+				if parts := strings.Split(rec, ","); len(parts) == 4 && (tn == "a" || tn == "b") {
+					e, _ := strconv.ParseInt(parts[3], 10, 64)
+					last = max(last, e)
+				}
+			}
+			for _, key := range []string{fair, exp} {
+				if deadline := rdb.PExpireTime(ctx, key).Val(); deadline.Milliseconds()*1000 < last {
+					t.Errorf("%s expires at %d ms, before the last tenant's wait ends (%d µs)", key, deadline.Milliseconds(), last)
+				}
+			}
+		})
 	}
 }
