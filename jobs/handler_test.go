@@ -74,6 +74,8 @@ type harnessConfig struct {
 	forwardEvery time.Duration
 	// screen turns Throttle.Screen on.
 	screen bool
+	// lateAfter is Throttle.LateAfter (the worker's: window_margin / 2).
+	lateAfter time.Duration
 }
 
 func newHarness(t *testing.T, quota *throttle.Quota, bucket *throttle.Bucket, inlineWait time.Duration) *harness {
@@ -124,6 +126,7 @@ func newHarnessWith(t *testing.T, c harnessConfig) *harness {
 		Providers:  map[string]Route{"gw": {Bucket: c.bucket, Provider: provider, Shadow: c.shadowBucket}},
 		Settings:   map[string]PolicySettings{"mkt": c.settings},
 		InlineWait: c.inlineWait,
+		LateAfter:  c.lateAfter,
 		Book:       c.book,
 		Holder:     c.holder,
 		Log:        slog.New(slog.NewTextHandler(io.Discard, nil)),
