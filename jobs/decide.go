@@ -36,6 +36,7 @@ func (t *Throttle) admit(ctx context.Context, j *job) error {
 // decide is one admission call of j, timed.
 func (t *Throttle) decide(ctx context.Context, j *job, d *throttle.Decision) error {
 	start := time.Now()
+	j.asked = start
 	r := j.request()
 	r.MaxWait = t.InlineWait
 	r.Backlog = j.book && t.Backlog.Waiting()
@@ -72,7 +73,7 @@ func (t *Throttle) decided(ctx context.Context, j *job, d *throttle.Decision) er
 		return t.logDeferred(j, d, t.denier(j, d), &Deferral{Delay: d.Delay, Reason: "throttled by " + t.denier(j, d)})
 	}
 	t.Metrics.inc(t.Metrics.Admitted, j.n.Policy, j.n.Provider)
-	j.due = time.Now().Add(max(d.Delay, 0))
+	j.due = j.asked.Add(max(d.Delay, 0))
 	if !d.Claimed.IsZero() {
 		t.Metrics.inc(t.Metrics.Bookings, "claimed")
 		t.Metrics.Lateness.Observe(max(0, d.At().Sub(d.Claimed)).Seconds())

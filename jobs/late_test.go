@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -101,5 +102,70 @@ func TestLateSendGoesAfterTheNextMessage(t *testing.T) {
 	}
 	if aAt := entryOf(t, rdb, "a"); aAt.Before(bAt.Add(2 * time.Second)) {
 		t.Errorf("a is booked at %s, b at %s: want a a window after b", aAt, bAt)
+	}
+}
+
+// slowReplies is a hook that, while on, holds each script call's reply
+// for stall after Redis ran it: a worker stopped or starved between the
+// script and the reading of its answer.
+type slowReplies struct {
+	on    atomic.Bool
+	stall time.Duration
+}
+
+func (s *slowReplies) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (s *slowReplies) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		s.hold(cmd)
+		return err
+	}
+}
+
+func (s *slowReplies) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			s.hold(cmd)
+		}
+		return err
+	}
+}
+
+// hold stalls after a script call, while on.
+func (s *slowReplies) hold(cmd redis.Cmder) {
+	switch cmd.Name() {
+	case "fcall", "evalsha", "eval":
+		if s.on.Load() {
+			time.Sleep(s.stall) // the stall being simulated, not a wait for an event
+		}
+	}
+}
+
+// TestLateFromTheCall: a job whose admission's answer was read a stall
+// after Redis decided it counts its lateness from the call, so a send
+// about to leave that late is admitted again; counted from the answer, it
+// would look on time.
+func TestLateFromTheCall(t *testing.T) {
+	th, rdb, route := lateHarness(t)
+	slow := &slowReplies{stall: 300 * time.Millisecond}
+	rdb.AddHook(slow)
+	ctx := context.Background()
+	j := route("a")
+	slow.on.Store(true)
+	if err := th.admit(ctx, j); err != nil {
+		t.Fatalf("a: %v", err)
+	}
+	slow.on.Store(false)
+	at := entryOf(t, rdb, "a")
+	if err := th.onTime(ctx, j); err != nil {
+		t.Fatalf("onTime: %v", err)
+	}
+	if n := testutil.ToFloat64(th.Metrics.LateSends); n != 1 {
+		t.Errorf("%v late sends, want 1: the answer came %s after Redis's moment", n, slow.stall)
+	}
+	if moved := entryOf(t, rdb, "a").Sub(at); moved < slow.stall {
+		t.Errorf("the entry moved by %s, want to the new admission, %s or more later", moved, slow.stall)
 	}
 }
