@@ -72,6 +72,17 @@ func (t *Throttle) decided(ctx context.Context, j *job, d *throttle.Decision) er
 		t.Metrics.inc(t.Metrics.Deferred, t.denier(j, d))
 		return t.logDeferred(j, d, t.denier(j, d), &Deferral{Delay: d.Delay, Reason: "throttled by " + t.denier(j, d)})
 	}
+	if d.Held && !j.book {
+		// An earlier run of the task (its worker died, or the reply to its
+		// admission was lost) took these at a moment that may be long
+		// past: sent now, the message would reach the provider that late,
+		// within a window of its recipient's next message, which was
+		// admitted against that moment. A booking's claim sees that
+		// (lua/book.lua); here the task gives them back and is admitted
+		// again, as a late send is.
+		t.Log.Info("held what an earlier run took: admitting it again", "task", j.id)
+		return t.readmit(ctx, j)
+	}
 	t.Metrics.inc(t.Metrics.Admitted, j.n.Policy, j.n.Provider)
 	j.due = j.asked.Add(max(d.Delay, 0))
 	if !d.Claimed.IsZero() {

@@ -169,3 +169,27 @@ func TestLateFromTheCall(t *testing.T) {
 		t.Errorf("the entry moved by %s, want to the new admission, %s or more later", moved, slow.stall)
 	}
 }
+
+// TestRerunHoldingPastMoments: without booking, a job run again (its
+// worker died after its admission) finds its takes held at the moment the
+// earlier run was given; it gives them back and is admitted again from
+// now, rather than going now against that moment.
+func TestRerunHoldingPastMoments(t *testing.T) {
+	th, rdb, route := lateHarness(t)
+	th.Book = false
+	ctx := context.Background()
+	if err := th.admit(ctx, route("a")); err != nil {
+		t.Fatalf("a: %v", err)
+	}
+	at := entryOf(t, rdb, "a")
+	again := route("a") // the run a worker that took the task over makes
+	if err := th.admit(ctx, again); err != nil {
+		t.Fatalf("a again: %v", err)
+	}
+	if got := entryOf(t, rdb, "a"); !got.After(at) {
+		t.Errorf("a run again holds its entry at %s, the earlier run's %s: want it admitted again, later", got, at)
+	}
+	if again.bumps != 1 {
+		t.Errorf("a run again was admitted again %d times, want once", again.bumps)
+	}
+}
