@@ -72,14 +72,17 @@ func (t *Throttle) decided(ctx context.Context, j *job, d *throttle.Decision) er
 		t.Metrics.inc(t.Metrics.Deferred, t.denier(j, d))
 		return t.logDeferred(j, d, t.denier(j, d), &Deferral{Delay: d.Delay, Reason: "throttled by " + t.denier(j, d)})
 	}
-	if d.Held && !j.book {
+	if d.Held && d.Outcome == throttle.Admitted && !j.book {
 		// An earlier run of the task (its worker died, or the reply to its
-		// admission was lost) took these at a moment that may be long
-		// past: sent now, the message would reach the provider that late,
-		// within a window of its recipient's next message, which was
-		// admitted against that moment. A booking's claim sees that
-		// (lua/book.lua); here the task gives them back and is admitted
-		// again, as a late send is.
+		// admission was lost) holds some of its takes, and its provider
+		// slot has ended (a fresh one was taken): its moment is past.
+		// Sent now, the message would reach the provider that late, within
+		// a window of its recipient's next message, which was admitted
+		// against that moment. A booking's claim sees that (lua/book.lua);
+		// here the task gives what it holds back and is admitted again, as
+		// a late send is. A repeat whose slot still holds (Repeated) is
+		// on time, or another worker's run of the same task that is about
+		// to send: what it holds stays.
 		t.Log.Info("held what an earlier run took: admitting it again", "task", j.id)
 		return t.readmit(ctx, j)
 	}

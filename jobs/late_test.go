@@ -172,8 +172,10 @@ func TestLateFromTheCall(t *testing.T) {
 
 // TestRerunHoldingPastMoments: without booking, a job run again (its
 // worker died after its admission) finds its takes held at the moment the
-// earlier run was given; it gives them back and is admitted again from
-// now, rather than going now against that moment.
+// earlier run was given. While that run's provider slot holds, the run
+// again is a repeat and keeps them (it may be another worker's run, about
+// to send); once the slot has ended it gives them back and is admitted
+// again from now, rather than going now against that moment.
 func TestRerunHoldingPastMoments(t *testing.T) {
 	th, rdb, route := lateHarness(t)
 	th.Book = false
@@ -183,13 +185,32 @@ func TestRerunHoldingPastMoments(t *testing.T) {
 	}
 	at := entryOf(t, rdb, "a")
 	again := route("a") // the run a worker that took the task over makes
-	if err := th.admit(ctx, again); err != nil {
-		t.Fatalf("a again: %v", err)
+	if err := th.admit(ctx, again); err != nil || !entryOf(t, rdb, "a").Equal(at) || again.bumps != 0 {
+		t.Fatalf("a again within its slot: %v, entry %s -> %s, admitted again %d times; want it kept",
+			err, at, entryOf(t, rdb, "a"), again.bumps)
 	}
-	if got := entryOf(t, rdb, "a"); !got.After(at) {
-		t.Errorf("a run again holds its entry at %s, the earlier run's %s: want it admitted again, later", got, at)
+	// The slot (100/s: 10 ms) ends by Redis's clock.
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		now, err := rdb.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if now.After(at.Add(20 * time.Millisecond)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Redis time %s still before %s", now, at.Add(20*time.Millisecond))
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
-	if again.bumps != 1 {
-		t.Errorf("a run again was admitted again %d times, want once", again.bumps)
+	later := route("a")
+	if err := th.admit(ctx, later); err != nil {
+		t.Fatalf("a after its slot: %v", err)
+	}
+	if got := entryOf(t, rdb, "a"); !got.After(at.Add(20 * time.Millisecond)) {
+		t.Errorf("a run again after its slot holds its entry at %s, the earlier run's %s: want it admitted again, from now", got, at)
+	}
+	if later.bumps != 1 {
+		t.Errorf("a run again after its slot was admitted again %d times, want once", later.bumps)
 	}
 }
