@@ -3,9 +3,9 @@
 package integration_test
 
 import (
+	"flag"
 	"fmt"
 	"net/http"
-	"os"
 	"slices"
 	"syscall"
 	"testing"
@@ -15,17 +15,17 @@ import (
 )
 
 // The chaos run of issue 28: 1,500 notifications to 100 recipients under
-// 1 per 2 s and 3 per 10 s, three workers booking (config.yaml's settings)
-// on a provider that enforces 50/s itself, one of the workers killed -9
-// every 7 s and started again, one stopped for 0.7 s every 5 s, the
-// redis-server killed -9 once. What is
-// judged is what the provider saw, by its own clock: every message
-// delivered, within chaosWithin, none twice beyond one per kill, no two of
-// a recipient's messages closer than its windows allow and no more
-// requests than the provider's bucket allows in any interval, with no
-// tolerance for the time a send spends on its way (worker.window_margin is
-// there for that) but the stalls of the process that stamps the arrivals
-// (stallProbe).
+// 1 per 2 s and 3 per 10 s, three workers (config.yaml's settings, booking
+// or not) on a provider that enforces 50/s itself, one of the workers
+// killed -9 every 7 s and started again, one stopped for 0.7 s every 5 s,
+// the redis-server killed -9 once. What is judged is what the provider
+// saw, by its own clock: every message delivered, within chaosWithin, none
+// twice beyond one per kill, no two of a recipient's messages closer than
+// its windows allow and no more requests than the provider's bucket allows
+// in any interval, with no tolerance for the time a send spends on its way
+// (worker.window_margin is there for that) but the stalls of the process
+// that stamps the arrivals (stallProbe) and the delays the run's own
+// SIGSTOPs provably caused (chaos_arrivals_test.go).
 
 // The run's parameters.
 const (
@@ -54,19 +54,39 @@ var chaosWindows = []quotaWindow{{1, 2 * time.Second}, {3, 10 * time.Second}}
 
 const chaosPolicy = "[{limit: 1, per: 2s}, {limit: 3, per: 10s}]"
 
-// TestChaosKill9 runs the chaos run at inline_wait 0, 1 s and 2.5 s, one
-// after another, each on a Redis and a webhook of its own. Side by side
-// (13 processes on 2 cores) the three took 80 s instead of 4 minutes, but
-// their kills and restarts starved each other's sends: up to 1.7 s late,
-// which no margin covers.
+// chaosUnbooked runs the chaos run without booking too, which a known bug
+// fails about one run in three (see TestChaosKill9).
+var chaosUnbooked = flag.Bool("chaos-unbooked", false, "also run TestChaosKill9 without booking, which a known bug fails about one run in three")
+
+// TestChaosKill9 runs the chaos run booking at inline_wait 0, 1 s and
+// 2.5 s, and with -chaos-unbooked without booking (worker.book: false) at
+// 1 s, one after another, each on a Redis and a webhook of its own: 70-80 s
+// each. Side by side (13 processes on 2 cores) three took 80 s instead of 4
+// minutes, but their kills and restarts starved each other's sends: up to
+// 1.7 s late, which no margin covers.
 func TestChaosKill9(t *testing.T) {
 	if testing.Short() {
 		t.Skip("about 4 minutes")
 	}
-	for i, wait := range []time.Duration{0, time.Second, 2500 * time.Millisecond} {
+	runs := []struct {
+		wait time.Duration
+		book bool
+	}{{0, true}, {time.Second, true}, {2500 * time.Millisecond, true}, {time.Second, false}}
+	for i, r := range runs {
 		// Redis is killed at a different point of each run's kills.
-		phase := time.Duration(i) * 2 * time.Second
-		t.Run(fmt.Sprintf("inline_wait=%s", wait), func(t *testing.T) { chaosRun(t, wait, phase) })
+		phase := time.Duration(i%3) * 2 * time.Second
+		name := fmt.Sprintf("inline_wait=%s", r.wait)
+		if !r.book {
+			name += ",book=false"
+		}
+		t.Run(name, func(t *testing.T) {
+			if !r.book && !*chaosUnbooked {
+				t.Skip("known bug: a task can run in two workers at once (the reaper hands over a dead worker's " +
+					"task that asynq had already given to a live one); without booking the run that fails " +
+					"gives back the entries the other sent against; -chaos-unbooked runs it")
+			}
+			chaosRun(t, r.wait, r.book, phase)
+		})
 	}
 }
 
@@ -137,10 +157,11 @@ func (p *stallProbe) end() time.Duration {
 type chaos struct {
 	f       *fleet
 	ws      []*workerProc // each worker's running process
+	procs   []*workerProc // every worker process the run started, in order
 	start   time.Time
 	kills   int                // workers killed
-	killed  []time.Duration    // when, after the start
-	stalls  int                // workers stopped for chaosStall
+	killed  []fault            // which, when
+	stopped []fault            // the workers stopped for chaosStall: which, from when to when
 	redis   time.Time          // when Redis was killed; zero before
 	counted map[string]float64 // the killed processes' metrics, summed
 	stall   time.Duration      // the worst stall of this process while it ran (stallProbe)
@@ -180,9 +201,11 @@ func (c *chaos) killWorker() {
 	for k, v := range c.f.metricsOf(w) {
 		c.counted[k] += v
 	}
-	c.killed = append(c.killed, c.f.kill(w).Sub(c.start))
+	at := c.f.kill(w)
+	c.killed = append(c.killed, fault{worker: w.name, from: at, to: at})
 	c.kills++
 	c.ws[i] = c.f.startWorker(w.name)
+	c.procs = append(c.procs, c.ws[i])
 }
 
 // stallWorker stops a worker (the one after the next to be killed) with
@@ -190,14 +213,16 @@ func (c *chaos) killWorker() {
 func (c *chaos) stallWorker() {
 	c.f.t.Helper()
 	w := c.ws[(c.kills+1)%len(c.ws)]
+	s := fault{worker: w.name, from: time.Now()}
 	if err := w.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		c.f.t.Fatalf("SIGSTOP %s: %v", w.name, err)
 	}
-	time.Sleep(chaosStall)
+	time.Sleep(chaosStall) // the stop's length, not a wait for an event
 	if err := w.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		c.f.t.Fatalf("SIGCONT %s: %v", w.name, err)
 	}
-	c.stalls++
+	s.to = time.Now()
+	c.stopped = append(c.stopped, s)
 }
 
 // settle waits, after the last message was delivered, until nothing is
@@ -232,8 +257,9 @@ func (c *chaos) settle(timeout time.Duration) []string {
 	}
 }
 
-// chaosRun is one chaos run at inlineWait, its faults phase late.
-func chaosRun(t *testing.T, inlineWait, phase time.Duration) {
+// chaosRun is one chaos run at inlineWait, booking or not, its faults
+// phase late.
+func chaosRun(t *testing.T, inlineWait time.Duration, book bool, phase time.Duration) {
 	b := &strictBucket{rate: chaosRate, burst: chaosBurst}
 	f := newFleet(t, fleetConfig{
 		Concurrency:     20, // config.yaml's
@@ -243,24 +269,19 @@ func chaosRun(t *testing.T, inlineWait, phase time.Duration) {
 		Policy:          chaosPolicy,
 		Rate:            chaosRate,
 		Burst:           chaosBurst,
-		Book:            true,
+		Book:            book,
 		Durable:         true,
 	}, b.answer)
 	notes := f.enqueueNotes("chaos", chaosRecipients, chaosPer, 0, 0)
 	probe := startStallProbe()
 	c := &chaos{f: f, ws: f.startWorkers("w1", "w2", "w3"), start: time.Now(), counted: map[string]float64{}}
+	c.procs = slices.Clone(c.ws)
 	c.drive(len(notes), phase)
 	c.stall = probe.end()
 	if got := len(f.hook.delivered()); got < len(notes) {
-		byRecipient := map[string][]time.Time{}
-		for _, a := range f.hook.snapshot() {
-			if a.Status == http.StatusOK {
-				byRecipient[a.Recipient] = append(byRecipient[a.Recipient], a.At)
-			}
-		}
-		t.Fatalf("%d of %d delivered %s after the start (%d workers killed, Redis killed %s in); per 10 s: %v; queue %+v",
+		t.Fatalf("%d of %d delivered %s after the start (%d workers killed, Redis killed %s in); %s; queue %+v",
 			got, len(notes), chaosWithin, c.kills, c.redis.Sub(c.start).Round(time.Second),
-			timeline(byRecipient, c.start), f.queueState())
+			c.perSecond(f.hook.snapshot()), f.queueState())
 	}
 	took := time.Since(c.start)
 	stuck := c.settle(30 * time.Second)
@@ -270,39 +291,27 @@ func chaosRun(t *testing.T, inlineWait, phase time.Duration) {
 	for _, w := range c.ws {
 		f.stop(w)
 	}
-	if !strictArrivals {
-		// arrivalBounds checks the arrivals; checkRun's exact checks on the
-		// granted moments stand.
-		f.arrivalSlack = 2 * time.Second
-	}
+	// checkRun's exact checks on the granted moments stand; on arrivals it
+	// only catches a send without its grant or long after it, since
+	// chaosJudge checks the arrivals with no tolerance but for what the
+	// run's stops provably caused.
+	f.arrivalSlack = 2 * time.Second
+	c.keepLogs(t)
 	counts := checkRun(t, f, notes, chaosWindows, true)
 	chaosJudge(t, c, counts, stuck, took)
 	t.Logf("settled, stopped and checked %s after the last delivery", (time.Since(c.start) - took).Round(100*time.Millisecond))
 }
 
-// strictArrivals, when set, makes the chaos run fail on any recipient or
-// bucket bound broken at arrival beyond the stamping process's own stalls;
-// unset, such a break is logged as a known bug. A send that is about to
-// leave late takes the next moment instead (jobs' onTime), so a worker's
-// stall before a send breaks nothing; one that stops a worker while a
-// request is on its way (between that check and the webhook) still can,
-// by up to chaosStall, and no worker can see that. With strictArrivals
-// the run passed in each of 7 subtests with the stalls on 2026-11-29 (0
-// recipients closer than a window; 1 request refused in one of them, within
-// the stamping process's own stall).
-var strictArrivals = os.Getenv("THROTTLER_STRICT_ARRIVALS") != ""
-
 // chaosJudge checks what the provider saw in a run against the issue's
 // bounds and logs the run's numbers. The windows and the bucket are
 // checked on the arrival stamps with no tolerance but the worst stall the
-// stamping process itself had (stallProbe: a few ms on a quiet machine),
-// failing only with strictArrivals; checkRun has checked them exactly on
-// the granted moments.
+// stamping process itself had (stallProbe: a few ms on a quiet machine)
+// and the delays the run's stops provably caused (chaos_arrivals_test.go);
+// checkRun has checked them exactly on the granted moments.
 func chaosJudge(t *testing.T, c *chaos, counts runCounts, stuck []string, took time.Duration) {
 	t.Helper()
 	f := c.f
 	arrivals := f.hook.snapshot()
-	byRecipient, first := map[string][]time.Time{}, map[string]bool{}
 	var all []time.Time
 	refused := 0
 	for _, a := range arrivals {
@@ -310,13 +319,9 @@ func chaosJudge(t *testing.T, c *chaos, counts runCounts, stuck []string, took t
 		if a.Status == http.StatusTooManyRequests {
 			refused++
 		}
-		if a.Status == http.StatusOK && !first[a.Key] {
-			first[a.Key] = true
-			byRecipient[a.Recipient] = append(byRecipient[a.Recipient], a.At)
-		}
 	}
-	t.Logf("delivered per 10 s from the start: %v; workers killed at %v", timeline(byRecipient, c.start), c.killed)
-	closest, broken := arrivalBounds(t, c, byRecipient, all)
+	byRecipient := c.landings(arrivals)
+	v, closest, bucket := c.arrivalBounds(t, arrivals, byRecipient)
 	// Tasks left active with no sent marker run again once handed over,
 	// and are sent again: duplicates to be.
 	again := len(stuck) - f.sentMarkers(stuck)
@@ -327,42 +332,37 @@ func chaosJudge(t *testing.T, c *chaos, counts runCounts, stuck []string, took t
 	m := c.counted
 	made, claimed, rebooked := bookingsOf(m)
 	t.Logf("delivered %d in %s (%d workers killed -9, %d stopped for %s, Redis killed -9 %s in); sent twice %d, left active %d (%d unmarked); "+
-		"provider: %d requests, %d refused, most in any 1 s %d; closest at arrival: %v; %s; "+
+		"provider: %d requests, %d refused, most in any 1 s %d; closest at arrival: %v; %s; at arrival %d bounds broken, %d of them excused (a stop held the late message up), this process stalled up to %s; "+
 		"admission calls per message %.2f; bookings made %g, claimed %g, rebooked %g, queued %g; handed over %g; "+
 		"sends about to leave late, admitted again %g",
-		len(first), took.Round(100*time.Millisecond), c.kills, c.stalls, chaosStall, c.redis.Sub(c.start).Round(100*time.Millisecond),
-		counts.dupSends, len(stuck), again, len(arrivals), refused, maxRate(all, time.Second), closest, broken,
-		m["throttler_admission_seconds_count"]/float64(len(first)), made, claimed, rebooked,
+		len(f.hook.delivered()), took.Round(100*time.Millisecond), c.kills, len(c.stopped), chaosStall, c.redis.Sub(c.start).Round(100*time.Millisecond),
+		counts.dupSends, len(stuck), again, len(arrivals), refused, maxRate(all, time.Second), closest, bucket,
+		v.broken, v.excused, c.stall.Round(time.Millisecond),
+		m["throttler_admission_seconds_count"]/float64(len(f.hook.delivered())), made, claimed, rebooked,
 		m[`throttler_bookings_total{event="queued"}`], sumOf(m, "throttler_recovered_tasks_total"),
 		m["throttler_late_sends_total"])
+	c.logTimeline(t, arrivals)
 }
 
 // arrivalBounds checks the windows and the bucket on the arrival stamps
-// (see chaosJudge) and returns the closest messages to one recipient per
-// window and a summary of what broke with no tolerance at all.
-func arrivalBounds(t *testing.T, c *chaos, byRecipient map[string][]time.Time, all []time.Time) (closest []string, broken string) {
+// (see chaosJudge) and returns what it found, the closest messages to one
+// recipient per window, and the bucket's worst interval.
+func (c *chaos) arrivalBounds(t *testing.T, arrivals []arrival, byRecipient map[string][]landed) (v verdict, closest []string, bucket string) {
 	t.Helper()
-	strict := 0
+	times := map[string][]time.Time{}
+	for r, ms := range byRecipient {
+		for _, m := range ms {
+			times[r] = append(times[r], m.at)
+		}
+	}
 	for _, w := range chaosWindows {
-		closest = append(closest, fmt.Sprintf("%d+1 in %s: %s", w.limit, w.per, closestOf(byRecipient, w).Round(time.Millisecond)))
-		strict += closerThan(byRecipient, w, 0)
+		closest = append(closest, fmt.Sprintf("%d+1 in %s: %s", w.limit, w.per, closestOf(times, w).Round(time.Millisecond)))
+		wv := c.windowsAtArrival(t, byRecipient, w, c.stall)
+		v.broken, v.excused = v.broken+wv.broken, v.excused+wv.excused
 	}
-	excess, from, n, span := bucketExcess(sortedTimes(all), chaosRate, chaosBurst, nil)
-	broken = fmt.Sprintf("with no tolerance %d recipients closer than a window, the bucket exceeded by %.2f (%d requests in %s from %s); this process stalled up to %s",
-		strict, excess, n, span.Round(time.Millisecond), from.Format("15:04:05.000"), c.stall.Round(time.Millisecond))
-	beyond := 0
-	for _, w := range chaosWindows {
-		beyond += closerThan(byRecipient, w, c.stall)
-	}
-	if beyond == 0 && excess <= chaosRate*c.stall.Seconds()+1e-6 {
-		return closest, broken
-	}
-	if strictArrivals {
-		t.Errorf("at the provider: %s", broken)
-	} else {
-		t.Logf("KNOWN BUG showed (issue 28, item 4: sends late beyond worker.window_margin): %s", broken)
-	}
-	return closest, broken
+	bv, bucket := c.bucketAtArrival(t, arrivals, byRecipient, c.stall)
+	v.broken, v.excused = v.broken+bv.broken, v.excused+bv.excused
+	return v, closest, bucket
 }
 
 // closestOf is the smallest span of w.limit+1 of one recipient's times.
@@ -374,33 +374,6 @@ func closestOf(byRecipient map[string][]time.Time, w quotaWindow) time.Duration 
 		}
 	}
 	return closest
-}
-
-// timeline counts the times per 10 s from start: where a run stalls.
-func timeline(byRecipient map[string][]time.Time, start time.Time) []int {
-	var per10s []int
-	for _, times := range byRecipient {
-		for _, at := range times {
-			i := int(at.Sub(start) / (10 * time.Second))
-			for len(per10s) <= i {
-				per10s = append(per10s, 0)
-			}
-			per10s[i]++
-		}
-	}
-	return per10s
-}
-
-// closerThan counts the recipients with more than w.limit times within
-// w.per less tol.
-func closerThan(byRecipient map[string][]time.Time, w quotaWindow, tol time.Duration) int {
-	n := 0
-	for _, times := range byRecipient {
-		if worst, _, ok := windowWorst(sortedTimes(times), w.limit); ok && worst < w.per-tol {
-			n++
-		}
-	}
-	return n
 }
 
 // sortedTimes returns times sorted ascending, as bucketExcess needs them.

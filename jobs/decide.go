@@ -36,6 +36,7 @@ func (t *Throttle) admit(ctx context.Context, j *job) error {
 // decide is one admission call of j, timed.
 func (t *Throttle) decide(ctx context.Context, j *job, d *throttle.Decision) error {
 	start := time.Now()
+	j.asked = start
 	r := j.request()
 	r.MaxWait = t.InlineWait
 	r.Backlog = j.book && t.Backlog.Waiting()
@@ -71,8 +72,22 @@ func (t *Throttle) decided(ctx context.Context, j *job, d *throttle.Decision) er
 		t.Metrics.inc(t.Metrics.Deferred, t.denier(j, d))
 		return t.logDeferred(j, d, t.denier(j, d), &Deferral{Delay: d.Delay, Reason: "throttled by " + t.denier(j, d)})
 	}
+	if d.Held && d.Outcome == throttle.Admitted && !j.book {
+		// An earlier run of the task (its worker died, or the reply to its
+		// admission was lost) holds some of its takes, and its provider
+		// slot has ended (a fresh one was taken): its moment is past.
+		// Sent now, the message would reach the provider that late, within
+		// a window of its recipient's next message, which was admitted
+		// against that moment. A booking's claim sees that (lua/book.lua);
+		// here the task gives what it holds back and is admitted again, as
+		// a late send is. A repeat whose slot still holds (Repeated) is
+		// on time, or another worker's run of the same task that is about
+		// to send: what it holds stays.
+		t.Log.Info("held what an earlier run took: admitting it again", "task", j.id)
+		return t.again(ctx, j)
+	}
 	t.Metrics.inc(t.Metrics.Admitted, j.n.Policy, j.n.Provider)
-	j.due = time.Now().Add(max(d.Delay, 0))
+	j.due = j.asked.Add(max(d.Delay, 0))
 	if !d.Claimed.IsZero() {
 		t.Metrics.inc(t.Metrics.Bookings, "claimed")
 		t.Metrics.Lateness.Observe(max(0, d.At().Sub(d.Claimed)).Seconds())
@@ -155,20 +170,16 @@ func (t *Throttle) stillHolds(ctx context.Context, j *job) error {
 	if err == nil && held {
 		return nil
 	}
-	t.release(j.request())
 	if err != nil {
 		t.Log.Warn("could not check the job's slot in time before sending: admitting it again", "task", j.id, "err", err)
 	} else {
 		t.Metrics.inc(t.Metrics.Bookings, "bumped")
 	}
-	if j.bumps++; j.bumps > maxBumps {
-		return &Deferral{Delay: time.Second, Reason: "its provider slot was lost " + fmt.Sprint(maxBumps) + " times before it sent (to priority traffic, a change of rate, or a check that did not answer in time)"}
-	}
-	return t.readmit(ctx, j)
+	return t.again(ctx, j)
 }
 
-// readmit admits j again within its run (its slot was taken back, or its
-// send was about to go late) on the rules as they are now: it may have
+// readmit admits j again within its run (see again: its slot was taken
+// back, its send was about to go late, or it held an earlier run's moment) on the rules as they are now: it may have
 // slept across a reload, and the request it was routed with would take a
 // slot of a lowered rate at the old pace, with the old burst's slack. If
 // the rules no longer route it (its provider left the config), it is

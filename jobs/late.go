@@ -23,9 +23,15 @@ func (t *Throttle) onTime(ctx context.Context, j *job) error {
 	}
 	t.Metrics.LateSends.Inc()
 	t.Log.Info("about to send late: admitting it again", "task", j.id, "late", time.Since(j.due).Round(time.Millisecond))
+	return t.again(ctx, j)
+}
+
+// again gives back what j holds and admits it again, from now (readmit);
+// j is deferred instead once it has been admitted again maxBumps times.
+func (t *Throttle) again(ctx context.Context, j *job) error {
 	t.release(j.request())
 	if j.bumps++; j.bumps > maxBumps {
-		return &Deferral{Delay: time.Second, Reason: fmt.Sprintf("it was about to go late, or lost its slot, %d times", maxBumps)}
+		return &Deferral{Delay: time.Second, Reason: fmt.Sprintf("it was about to go late, held an earlier run's moment, or lost its slot (to priority traffic, a change of rate, or a check that did not answer in time), %d times", maxBumps)}
 	}
 	j.due = time.Time{}
 	return t.readmit(ctx, j)

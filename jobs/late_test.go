@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -101,6 +102,116 @@ func TestLateSendGoesAfterTheNextMessage(t *testing.T) {
 	}
 	if aAt := entryOf(t, rdb, "a"); aAt.Before(bAt.Add(2 * time.Second)) {
 		t.Errorf("a is booked at %s, b at %s: want a a window after b", aAt, bAt)
+	}
+}
+
+// slowReplies is a hook that, while on, holds each script call's reply
+// for stall after Redis ran it: a worker stopped or starved between the
+// script and the reading of its answer.
+type slowReplies struct {
+	on    atomic.Bool
+	stall time.Duration
+}
+
+func (s *slowReplies) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (s *slowReplies) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		s.hold(cmd)
+		return err
+	}
+}
+
+func (s *slowReplies) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			s.hold(cmd)
+		}
+		return err
+	}
+}
+
+// hold stalls after a script call, while on.
+func (s *slowReplies) hold(cmd redis.Cmder) {
+	switch cmd.Name() {
+	case "fcall", "evalsha", "eval":
+		if s.on.Load() {
+			time.Sleep(s.stall) // the stall being simulated, not a wait for an event
+		}
+	}
+}
+
+// TestLateFromTheCall: a job whose admission's answer was read a stall
+// after Redis decided it counts its lateness from the call, so a send
+// about to leave that late is admitted again; counted from the answer, it
+// would look on time.
+func TestLateFromTheCall(t *testing.T) {
+	th, rdb, route := lateHarness(t)
+	slow := &slowReplies{stall: 300 * time.Millisecond}
+	rdb.AddHook(slow)
+	ctx := context.Background()
+	j := route("a")
+	slow.on.Store(true)
+	if err := th.admit(ctx, j); err != nil {
+		t.Fatalf("a: %v", err)
+	}
+	slow.on.Store(false)
+	at := entryOf(t, rdb, "a")
+	if err := th.onTime(ctx, j); err != nil {
+		t.Fatalf("onTime: %v", err)
+	}
+	if n := testutil.ToFloat64(th.Metrics.LateSends); n != 1 {
+		t.Errorf("%v late sends, want 1: the answer came %s after Redis's moment", n, slow.stall)
+	}
+	if moved := entryOf(t, rdb, "a").Sub(at); moved < slow.stall {
+		t.Errorf("the entry moved by %s, want to the new admission, %s or more later", moved, slow.stall)
+	}
+}
+
+// TestRerunHoldingPastMoments: without booking, a job run again (its
+// worker died after its admission) finds its takes held at the moment the
+// earlier run was given. While that run's provider slot holds, the run
+// again is a repeat and keeps them (it may be another worker's run, about
+// to send); once the slot has ended it gives them back and is admitted
+// again from now, rather than going now against that moment.
+func TestRerunHoldingPastMoments(t *testing.T) {
+	th, rdb, route := lateHarness(t)
+	th.Book = false
+	ctx := context.Background()
+	if err := th.admit(ctx, route("a")); err != nil {
+		t.Fatalf("a: %v", err)
+	}
+	at := entryOf(t, rdb, "a")
+	again := route("a") // the run a worker that took the task over makes
+	if err := th.admit(ctx, again); err != nil || !entryOf(t, rdb, "a").Equal(at) || again.bumps != 0 {
+		t.Fatalf("a again within its slot: %v, entry %s -> %s, admitted again %d times; want it kept",
+			err, at, entryOf(t, rdb, "a"), again.bumps)
+	}
+	// The slot (100/s: 10 ms) ends by Redis's clock.
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		now, err := rdb.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if now.After(at.Add(20 * time.Millisecond)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Redis time %s still before %s", now, at.Add(20*time.Millisecond))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	later := route("a")
+	if err := th.admit(ctx, later); err != nil {
+		t.Fatalf("a after its slot: %v", err)
+	}
+	if got := entryOf(t, rdb, "a"); !got.After(at.Add(20 * time.Millisecond)) {
+		t.Errorf("a run again after its slot holds its entry at %s, the earlier run's %s: want it admitted again, from now", got, at)
+	}
+	if later.bumps != 1 {
+		t.Errorf("a run again after its slot was admitted again %d times, want once", later.bumps)
 	}
 }
 

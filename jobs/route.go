@@ -40,8 +40,15 @@ type job struct {
 	tried bool
 	// once says its admission looks for its sent marker first (Throttle.Sent).
 	once bool
-	// due is when, on this process's monotonic clock, its admission let it
-	// go: the reply's arrival plus the wait it was told (see onTime).
+	// asked is when, on this process's monotonic clock, its last
+	// admission call was sent.
+	asked time.Time
+	// due is the earliest moment its admission can have let it go, on the
+	// same clock: asked plus the wait it was told. The reply comes later;
+	// counted from the reply, a stall between the script's run and the
+	// reply's reading (a stopped or starved process) would go unseen, and
+	// the send would leave that much later than its moment. A slow round
+	// trip makes a send look later than it is, never earlier (see onTime).
 	due time.Time
 	// req is its request, built once by request.
 	req *throttle.Request

@@ -120,13 +120,30 @@ local function mine(member, id)
   return member == id or sub(member, 1, #id + 1) == id .. '\31'
 end
 
+-- slot_of returns, for the task of a quota member that has not claimed
+-- yet, the start of the slot its ticket in book holds (nil: none, or no
+-- book). Only a ticket of cost 1 is looked for (its member is the ID).
+local function slot_of(book, member)
+  if not book then return nil end
+  return tonum(rcall('ZSCORE', book, match(member, '^([^\31]*)')))
+end
+
 -- quota_fits reports whether the task's entry, moved to x, fits every
 -- window of quota t given every other entry, earlier or later: for each
 -- window of length P, every window (s - P, s] that would hold x (s from x
 -- to x + P) holds at most limit - cost others. The count only grows at an
 -- entry, so s = x and s = each other entry in [x, x + P) are the windows to
--- count. A large quota is not read: it does not fit (the task books again).
-local function quota_fits(t, key, id, x)
+-- count. A task that has not claimed yet (its ticket in book; nil: none)
+-- counts where it will go: at its entry or, if later, its slot's start
+-- less slack. A pause moves the slots waiting on a bucket, this task's
+-- and its recipient's next ones alike, but not their entries: each entry
+-- moves when its task claims. Counted at its old moment, the next entry
+-- would not let this one move, and each claim of the recipient's line
+-- would fail in turn and book again at the line's end (a 1 s pause emptied
+-- 20 s of sends). One that will go somewhere this one's move no longer
+-- fits finds out when it claims, and books again. A large quota is not
+-- read: it does not fit (the task books again).
+local function quota_fits(t, key, id, x, book, slack)
   if t.most > QREAD then return false end
   local lo, hi = fmt('(%.17g', x - t.longest), fmt('(%.17g', x + t.longest)
   local z = rcall('ZRANGEBYSCORE', key, lo, hi, 'WITHSCORES', 'LIMIT', '0', int(4 * QREAD))
@@ -136,6 +153,8 @@ local function quota_fits(t, key, id, x)
     if not mine(z[j], id) then
       n = n + 1
       sc[n] = tonum(z[j + 1])
+      local v = slot_of(book, z[j])
+      if v and v - slack > sc[n] then sc[n] = v - slack end
     end
   end
   local nw = t.nw
@@ -216,9 +235,9 @@ local function cal_fits(t, key, id, x)
   return c + t.cost <= t.limit
 end
 
-local function fits_at(t, key, id, x)
+local function fits_at(t, key, id, x, book, slack)
   if t.kind == 'c' then return cal_fits(t, key, id, x) end
-  return quota_fits(t, key, id, x)
+  return quota_fits(t, key, id, x, book, slack)
 end
 
 -- entry_commit adds the task's entries at x on a quota or calendar take;
@@ -663,7 +682,7 @@ local function claim_fits(b, x)
     elseif t.kind == 'q' or t.kind == 'c' then
       local s = b.held[i]
       if s then
-        if s ~= x and not fits_at(t, key(b, i), b.id, x) then return false end
+        if s ~= x and not fits_at(t, key(b, i), b.id, x, b.bt and b.book, b.slack) then return false end
       elseif earliest(t, key(b, i), b.now) > x then
         return false
       end

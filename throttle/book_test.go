@@ -468,3 +468,37 @@ func TestPauseMovesTheLineBehindIt(t *testing.T) {
 		}
 	}
 }
+
+// TestPauseKeepsARecipientsLine: after a pause moved the bookings waiting
+// on a bucket, a recipient's booked messages, spaced by its window, claim
+// their moved moments one after another: each one's entry moves with its
+// slot, past the next one's entry, which moves when that one claims. None
+// books again at the end of the recipient's line.
+func TestPauseKeepsARecipientsLine(t *testing.T) {
+	l, rdb := newStandalone(t)
+	q := mustQuota(t, "mkt", Window{1, 500 * time.Millisecond})
+	b := mustBucket(t, "sms", 100, 1)
+	req := func(i int) Request { return bookReq(fmt.Sprint("t", i), q, "alice", b, 0) }
+	for i := range 5 {
+		if d := mustAdmit(t, l, req(i)); i > 0 && d.Outcome != Booked {
+			t.Fatalf("t%d: %+v, want booked", i, d)
+		}
+	}
+	if _, err := l.Pause(ctx, b, "gw", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	var went []time.Time
+	for i := 1; i <= 2; i++ {
+		d := mustAdmit(t, l, req(i))
+		if d.Outcome != Admitted {
+			t.Fatalf("t%d claims after the pause: %s, want admitted at its moved moment (%+v)", i, d.Outcome, d)
+		}
+		went = append(went, d.At())
+	}
+	if gap := went[1].Sub(went[0]); gap < 500*time.Millisecond {
+		t.Errorf("t1 and t2 go %s apart, want a window (500ms) at least", gap)
+	}
+	if n := rdb.ZCard(ctx, quotaKey(subjectTag(DefaultPrefix, "alice"), "mkt")).Val(); n != 5 {
+		t.Errorf("alice's quota holds %d entries, want the 5 messages'", n)
+	}
+}

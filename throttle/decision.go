@@ -79,6 +79,13 @@ type Decision struct {
 	// moment it had booked (its lateness is At() - Claimed when At is
 	// later); zero otherwise.
 	Claimed time.Time
+	// Held is set, for an allowed decision of Admit or Book, when some of
+	// the takes already held the task's ID and took nothing now: an
+	// earlier admission of the task holds them, at the moment it gave,
+	// which may be long past (the task runs again after its worker died
+	// or a reply was lost; a booking is claimed). Repeated is the case
+	// where every take did.
+	Held bool
 }
 
 // Allowed reports whether the task may go (at At): Admitted or Repeated.

@@ -62,8 +62,18 @@ func (c *modelCall) quotaEarliest(t *modelTake, floor float64) (float64, int) {
 	return m, mw
 }
 
+// slotOf mirrors slot_of: the slot start of the ticket in book (nil:
+// none) of quota member m's task, if it holds one (of cost 1).
+func (c *modelCall) slotOf(book *modelKey, m string) (float64, bool) {
+	if book == nil {
+		return 0, false
+	}
+	task, _, _ := strings.Cut(m, "\x1f")
+	return c.zscore(*book, task)
+}
+
 // quotaFits mirrors quota_fits.
-func (c *modelCall) quotaFits(t *modelTake, id string, x float64) bool {
+func (c *modelCall) quotaFits(t *modelTake, id string, x float64, book *modelKey, slack float64) bool {
 	most := 0.0
 	for _, l := range t.limits {
 		most = math.Max(most, l)
@@ -79,6 +89,9 @@ func (c *modelCall) quotaFits(t *modelTake, id string, x float64) bool {
 			if s > x-t.longest && s < x+t.longest {
 				n++
 				if mem != id && !strings.HasPrefix(mem, id+"\x1f") {
+					if v, ok := c.slotOf(book, mem); ok && v-slack > s {
+						s = v - slack // where it will go (see quota_fits)
+					}
 					others = append(others, s)
 				}
 			}
@@ -274,8 +287,10 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 	var ticket float64
 	hasTicket := false
 	held := 0.0
+	var waitingOn *modelKey // the book whose tasks a claim's fit counts where they will go
 	if bt != nil {
 		ticket, hasTicket = c.zscore(bt.book, member)
+		waitingOn = &bt.book
 	}
 	qh := make([]float64, len(takes)) // 0: not held
 	for i, t := range takes {
@@ -330,7 +345,7 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 			case t.countOnly: // it goes wherever the others let it
 			case t.kind == "q" || t.kind == "c":
 				if qh[i] > 0 {
-					if qh[i] != x && !c.fitsAt(t, id, x) {
+					if qh[i] != x && !c.fitsAt(t, id, x, waitingOn, slack) {
 						fits = false
 					}
 				} else if c.earliest(t, now) > x {

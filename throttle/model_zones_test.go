@@ -185,11 +185,11 @@ func (c *modelCall) calFits(t *modelTake, id string, x float64) bool {
 	return n+t.cost <= t.limit
 }
 
-func (c *modelCall) fitsAt(t *modelTake, id string, x float64) bool {
+func (c *modelCall) fitsAt(t *modelTake, id string, x float64, book *modelKey, slack float64) bool {
 	if t.kind == "c" {
 		return c.calFits(t, id, x)
 	}
-	return c.quotaFits(t, id, x)
+	return c.quotaFits(t, id, x, book, slack)
 }
 
 func (c *modelCall) entryCommit(t *modelTake, id string, x float64) {

@@ -205,6 +205,37 @@ func TestDeniedByQuotaDoesNotReadTheLedger(t *testing.T) {
 	}
 }
 
+// TestHeldSaysAnEarlierAdmissionTookIt: Held is set when some take already
+// held the task's ID, whether or not the others consumed now; never for a
+// first admission or a check.
+func TestHeldSaysAnEarlierAdmissionTookIt(t *testing.T) {
+	l, _ := newStandalone(t)
+	q := mustQuota(t, "mkt", Window{3, time.Hour})
+	b, b2 := mustBucket(t, "sms", 100, 5), mustBucket(t, "push", 100, 5)
+	r := Request{ID: "job-1", Takes: []Take{{Rule: q, Subject: "alice"}, {Rule: b, Subject: "gw"}}}
+	other := Request{ID: "job-1", Takes: []Take{{Rule: q, Subject: "alice"}, {Rule: b2, Subject: "gw"}}}
+	check, err := l.Check(context.Background(), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name    string
+		d       Decision
+		held    bool
+		outcome Outcome
+	}{
+		{"a check", check, false, Admitted},
+		{"the first admission", mustAdmit(t, l, r), false, Admitted},
+		{"the same again", mustAdmit(t, l, r), true, Repeated},
+		{"the quota held, another bucket", mustAdmit(t, l, other), true, Admitted},
+		{"another task", mustAdmit(t, l, Request{ID: "job-2", Takes: r.Takes}), false, Admitted},
+	} {
+		if c.d.Held != c.held || c.d.Outcome != c.outcome {
+			t.Errorf("%s: held %t, %s; want held %t, %s", c.name, c.d.Held, c.d.Outcome, c.held, c.outcome)
+		}
+	}
+}
+
 func TestAdmissionIsIdempotentByTaskID(t *testing.T) {
 	l, rdb := newStandalone(t)
 	q := mustQuota(t, "mkt", Window{1, time.Hour})

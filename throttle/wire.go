@@ -281,7 +281,19 @@ func merge(d *Decision, g groupResult, r Request, gr group, phase int) {
 		if g.allowed && g.extra > 0 {
 			d.Claimed = time.UnixMicro(g.extra)
 		}
+		if g.allowed && !r.check && !g.tookAll(gr) {
+			d.Held = true
+		}
 	}
+}
+
+// tookAll reports whether this call consumed every take of group gr.
+func (g groupResult) tookAll(gr group) bool {
+	all := ^uint32(0)
+	if n := len(gr.takes); n < 32 {
+		all = 1<<n - 1
+	}
+	return g.fresh == all
 }
 
 // bookedOutcome is the Outcome of admit.lua's booking outcomes.
