@@ -91,13 +91,30 @@ local function emit(out, w, silent, moved)
   end
 end
 
--- reap_dead moves the tasks of the dead workers (see above).
+-- held_by_live returns the set of task IDs the workers that showed a sign
+-- of life within ARGV[1] ms hold.
+local function held_by_live()
+  local live = {}
+  for _, w in ipairs(redis.call("ZRANGEBYSCORE", KEYS[1], now - tonumber(ARGV[1]), "+inf")) do
+    for _, id in ipairs(held(ARGV[3] .. w)) do
+      live[id] = true
+    end
+  end
+  return live
+end
+
+-- reap_dead moves the tasks of the dead workers (see above). A task a dead
+-- worker's set still names that a live worker holds is that worker's run,
+-- not the dead one's: the dead worker deferred it (asynq moved it to retry
+-- and on to another worker) and died before its set forgot it. It is only
+-- dropped: moved back to pending, it would run twice at once.
 local function reap_dead(out)
   local dead = redis.call("ZRANGEBYSCORE", KEYS[1], "-inf", "(" .. (now - tonumber(ARGV[1])), "WITHSCORES")
+  local live = #dead > 0 and held_by_live() or {}
   for i = 1, #dead, 2 do
     local w, key, moved = dead[i], ARGV[3] .. dead[i], {}
     for _, id in ipairs(held(key)) do
-      if requeue(id) then
+      if not live[id] and requeue(id) then
         moved[#moved + 1] = id
       end
     end
@@ -114,12 +131,7 @@ local function reap_orphans(out)
   if #stale == 0 then
     return
   end
-  local live = {}
-  for _, w in ipairs(redis.call("ZRANGE", KEYS[1], 0, -1)) do
-    for _, id in ipairs(held(ARGV[3] .. w)) do
-      live[id] = true
-    end
-  end
+  local live = held_by_live()
   local moved = {}
   for _, id in ipairs(stale) do
     if not live[id] and requeue(id) then

@@ -462,3 +462,35 @@ func TestBeatDropsTheRunsThatEnded(t *testing.T) {
 		t.Errorf("finished %v after the beat, want none", r.finished[q])
 	}
 }
+
+// TestReapLeavesATaskALiveWorkerRuns: a dead worker's set still names a
+// task it deferred before it died (asynq moved the task to retry, then
+// gave it to another worker, which runs it now). The reap drops the dead
+// worker's record and leaves the task active: moved back to pending, it
+// would run in two workers at once.
+func TestReapLeavesATaskALiveWorkerRuns(t *testing.T) {
+	t.Parallel()
+	rdb, _ := shared.NewClient(t)
+	ctx := context.Background()
+	const q = "default"
+	task := activeTasks(t, rdb, q, "again", 1)
+	holdAs(t, rdb, q, "w-dead", 6*time.Second, task...)
+	holdAs(t, rdb, q, "w-live", 0, task...)
+	r := New(rdb, []string{q}, Options{DeadAfter: 5 * time.Second, Log: quiet})
+	hs, err := r.Reap(ctx, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hs) != 1 || hs[0].Worker != "w-dead" || len(hs[0].Tasks) != 0 {
+		t.Errorf("reap: %+v; want w-dead with no task moved", hs)
+	}
+	if active := rdb.LRange(ctx, asynqdb.ActiveKey(q), 0, -1).Val(); !slices.Equal(active, task) {
+		t.Errorf("active %v, want %v: the live worker's run", active, task)
+	}
+	if n := rdb.LLen(ctx, asynqdb.PendingKey(q)).Val(); n != 0 {
+		t.Errorf("%d pending, want none", n)
+	}
+	if n := rdb.Exists(ctx, heldKey(throttleDefaultPrefix, q, "w-dead")).Val(); n != 0 {
+		t.Errorf("the dead worker's set is still there")
+	}
+}
