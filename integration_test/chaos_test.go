@@ -3,7 +3,6 @@
 package integration_test
 
 import (
-	"flag"
 	"fmt"
 	"net/http"
 	"slices"
@@ -54,19 +53,14 @@ var chaosWindows = []quotaWindow{{1, 2 * time.Second}, {3, 10 * time.Second}}
 
 const chaosPolicy = "[{limit: 1, per: 2s}, {limit: 3, per: 10s}]"
 
-// chaosUnbooked runs the chaos run without booking too, which a known bug
-// fails about one run in three (see TestChaosKill9).
-var chaosUnbooked = flag.Bool("chaos-unbooked", false, "also run TestChaosKill9 without booking, which a known bug fails about one run in three")
-
 // TestChaosKill9 runs the chaos run booking at inline_wait 0, 1 s and
-// 2.5 s, and with -chaos-unbooked without booking (worker.book: false) at
-// 1 s, one after another, each on a Redis and a webhook of its own: 70-80 s
-// each. Side by side (13 processes on 2 cores) three took 80 s instead of 4
-// minutes, but their kills and restarts starved each other's sends: up to
+// 2.5 s, and without booking (worker.book: false) at 1 s, one after
+// another, each on a Redis and a webhook of its own: 70-80 s each. Side by
+// side (13 processes on 2 cores) three took 80 s instead of 4 minutes, but their kills and restarts starved each other's sends: up to
 // 1.7 s late, which no margin covers.
 func TestChaosKill9(t *testing.T) {
 	if testing.Short() {
-		t.Skip("about 4 minutes")
+		t.Skip("about 5 minutes")
 	}
 	runs := []struct {
 		wait time.Duration
@@ -79,14 +73,7 @@ func TestChaosKill9(t *testing.T) {
 		if !r.book {
 			name += ",book=false"
 		}
-		t.Run(name, func(t *testing.T) {
-			if !r.book && !*chaosUnbooked {
-				t.Skip("known bug: a task can run in two workers at once (the reaper hands over a dead worker's " +
-					"task that asynq had already given to a live one); without booking the run that fails " +
-					"gives back the entries the other sent against; -chaos-unbooked runs it")
-			}
-			chaosRun(t, r.wait, r.book, phase)
-		})
+		t.Run(name, func(t *testing.T) { chaosRun(t, r.wait, r.book, phase) })
 	}
 }
 
