@@ -14,9 +14,9 @@
 -- every booking inside the pause coming back to book again at the line's
 -- end. The slots already taken to go (in_flight) stay where they are. A
 -- pause that ends no later than one already recorded adds nothing and
--- moves nothing. Slots claimed within the slack of now and BUMP_MARGIN
--- are not taken back (their tasks may be sending); those after it are
--- taken and freed (move_waiting); the state hash's p records the end, and a
+-- moves nothing. Slots claimed within the slack of now are not taken back
+-- (their tasks may be sending); those after it are taken, and freed past
+-- BUMP_MARGIN more (move_waiting); the state hash's p records the end, and a
 -- claim that would go before it books again (see book.lua). A release does
 -- not free a slot the pause covers (bucket_undo).
 --
@@ -53,7 +53,7 @@ local function pause(keys, args)
   local was = pivot -- where the waiting line resumes today
   if old and old + slack > was then was = old + slack end
   if b > was then
-    move_waiting(keys, now, now + BUMP_MARGIN + slack, shifting(pivot, b - was), bucket_len({cost = 1, rate = t.rate}))
+    move_waiting(keys, now, now + slack, now + BUMP_MARGIN + slack, shifting(pivot, b - was), bucket_len({cost = 1, rate = t.rate}))
   end
   -- The spans that overlap [a, b) merge into one.
   local z = rcall('ZRANGEBYSCORE', cal, '(' .. int(a), '+inf', 'WITHSCORES')

@@ -126,27 +126,27 @@ end
 -- from the moment from on (tasks sleeping in a worker until them) are taken
 -- from their tasks, as a priority task's bump does (see book.lua): each
 -- finds out by HasSlot before it sends and is admitted again; sending at
--- its old moment would not match its moved slot. Their slots (len µs each,
--- a slot of cost 1: the ledger keeps starts only) are freed, and each task
--- is given its slot's start as its place in line, moved with the others:
--- admitted again, it takes the first free slot from its moved place, so the
--- tasks keep their order and use the time their slots held, rather than
--- join their tenants' lines' ends while the provider idles through it.
--- from must lie past the slack of every slot claimed (a task whose slot
--- starts within its slack of now may have gone without sleeping) and
--- BUMP_MARGIN more (a task that woke may be between its check and its send).
--- The slots left to their tasks move with the calendar, so that each stays
--- inside its span and a release gives back what it moved to.
-local function move_waiting(keys, now, from, mv, len)
+-- its old moment would not match its moved slot. Those from free_from on
+-- (len µs each, a slot of cost 1: the ledger keeps starts only) are freed,
+-- and each of their tasks is given its slot's start as its place in line,
+-- moved with the others: admitted again, it takes the first free slot from
+-- its moved place, so the tasks keep their order and use the time their
+-- slots held, rather than join their tenants' lines' ends while the
+-- provider idles through it. free_from lies past the slack of every slot
+-- claimed (a task whose slot starts within its slack of now may have gone
+-- without sleeping) and BUMP_MARGIN more (a task that woke may be between
+-- its check and its send): a slot taken before it stays busy, moved.
+local function move_waiting(keys, now, from, free_from, mv, len)
   local ledger, book, cal, places = keys[2], keys[3], keys[4], keys[7]
   local claimed = rcall('ZRANGEBYSCORE', ledger, '(' .. int(from), '+inf', 'WITHSCORES')
   for j = 1, #claimed, 2 do
     local v = tonum(claimed[j + 1])
     rcall('ZREM', ledger, claimed[j])
-    bucket_free(cal, v, len, now)
-    rcall('ZADD', places, int(v), claimed[j])
+    if v > free_from then
+      bucket_free(cal, v, len, now)
+      rcall('ZADD', places, int(v), claimed[j])
+    end
   end
-  move_set(ledger, now, mv) -- the claimed slots left to their tasks move with their spans
   move_calendar(cal, now, mv)
   move_set(book, now, mv)
   move_tenants(keys[5], keys[6], now, mv)
@@ -176,8 +176,8 @@ local function repace(keys, args)
   -- before the burst was recorded: the burst as it is now).
   local was_t = {cost = 1, rate = tonum(old), burst = tonum(was[2]) or t.burst, reserve = 0}
   local k = tonum(old) / t.rate
-  local from = now + BUMP_MARGIN + bucket_slack(was_t, true)
-  move_waiting(keys, now, from, scaling(now, k), bucket_len(was_t))
+  local free_from = now + BUMP_MARGIN + bucket_slack(was_t, true)
+  move_waiting(keys, now, now, free_from, scaling(now, k), bucket_len(was_t))
   return {now, ceil(k * 1e6)}
 end
 

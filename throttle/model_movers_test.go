@@ -139,15 +139,17 @@ func (c *modelCall) moveTenants(fair, exp modelKey, mv modelMover) {
 }
 
 // moveWaiting mirrors move_waiting: the slots claimed ahead from from on are
-// taken from their tasks, freed (length µs each) and their starts noted as
-// the tasks' places; the rest of the waiting work moves by mv.
-func (c *modelCall) moveWaiting(t *modelTake, from float64, mv modelMover, length float64) {
+// taken from their tasks, and those from freeFrom on freed (length µs each)
+// and their starts noted as the tasks' places; the rest of the waiting
+// work moves by mv.
+func (c *modelCall) moveWaiting(t *modelTake, from, freeFrom float64, mv modelMover, length float64) {
 	for _, p := range c.zpairsAbove(t.ledger, from) {
 		c.zrem(t.ledger, p.m)
-		c.bucketFree(t, p.s, length)
-		c.getOrCreate(t.places).z[p.m] = p.s
+		if p.s > freeFrom {
+			c.bucketFree(t, p.s, length)
+			c.getOrCreate(t.places).z[p.m] = p.s
+		}
 	}
-	c.moveSet(t.ledger, mv)
 	c.moveCalendar(t.cal, mv)
 	c.moveSet(t.book, mv)
 	c.moveTenants(t.fair, t.tenants, mv)
@@ -179,7 +181,7 @@ func (m *model) repace(t *modelTake, nowUS int64) float64 {
 		was.burst = oldBurst
 	}
 	k := old / t.rate
-	c.moveWaiting(t, c.now+modelBumpMargin+bucketSlack(&was, true), modelScaling(c.now, k), bucketLen(&was))
+	c.moveWaiting(t, c.now, c.now+modelBumpMargin+bucketSlack(&was, true), modelScaling(c.now, k), bucketLen(&was))
 	return k
 }
 
@@ -297,7 +299,7 @@ func (m *model) pause(t *modelTake, us float64, nowUS int64) (float64, modelMove
 		mv = modelShifting(pivot, b-was)
 		one := *t
 		one.cost = 1
-		c.moveWaiting(t, now+modelBumpMargin+slack, mv, bucketLen(&one))
+		c.moveWaiting(t, now+slack, now+modelBumpMargin+slack, mv, bucketLen(&one))
 	}
 	z := c.zpairsAbove(t.cal, a)
 	for _, p := range z {

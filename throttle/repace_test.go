@@ -134,13 +134,14 @@ func TestRepaceScalesPlaces(t *testing.T) {
 }
 
 // TestRepaceFreesClaimedSlots lowers the rate of a bucket whose slots ahead
-// are claimed by tasks sleeping until them. The slots of the tasks still
-// asleep are taken and freed, so that a task admitted after the change goes
-// at once at the new rate instead of behind the old slots, scaled, while
-// the provider idles through them, and each task taken has its slot's
-// start, scaled, as its place in line, to take a slot from when it comes
-// back; a slot that starts within the old slack and BUMP_MARGIN of now is
-// left to its task, which may be sending.
+// are claimed by tasks sleeping until them. Every slot ahead is taken from
+// its task (which finds out before it sends); those of the tasks surely
+// still asleep (their slots start past the old slack and BUMP_MARGIN) are
+// freed, so that a task admitted after the change goes at the new rate
+// instead of behind the old slots, scaled, while the provider idles
+// through them, and each of those tasks has its slot's start, scaled, as
+// its place in line, to take a slot from when it comes back. A slot nearer
+// than that stays busy (its task may be sending), scaled.
 func TestRepaceFreesClaimedSlots(t *testing.T) {
 	l, rdb := newStandalone(t)
 	ctx := context.Background()
@@ -160,34 +161,39 @@ func TestRepaceFreesClaimedSlots(t *testing.T) {
 		t.Fatalf("Repace to 5/s = %v, %v; want k 4", k, err)
 	}
 	checkSpans(t, l, rdb, slow)
-	kept := 0
+	busy := 0 // slots taken but not freed
 	for i, d := range ds {
-		held, err := l.HasSlot(ctx, bookReq("c"+strconv.Itoa(i), nil, "", slow, 0))
+		id := "c" + strconv.Itoa(i)
+		held, err := l.HasSlot(ctx, bookReq(id, nil, "", slow, 0))
 		if err != nil {
 			t.Fatal(err)
 		}
-		asleep := d.At().Sub(now) >= modelBumpMargin*time.Microsecond
-		if held == asleep {
-			t.Errorf("c%d (slot %s after the change): HasSlot %v, want %v", i, d.At().Sub(now), held, !asleep)
+		if ahead := d.At().After(now); held == ahead {
+			t.Errorf("%s (slot %s after the change): HasSlot %v, want %v", id, d.At().Sub(now), held, !ahead)
 		}
-		if held {
-			kept++
+		q, placed := placeIn(t, rdb, slow, id)
+		if asleep := d.At().Sub(now) > modelBumpMargin*time.Microsecond; !asleep {
+			if placed {
+				t.Errorf("%s (slot %s after the change) has a place, want none: its slot stays busy", id, d.At().Sub(now))
+			}
+			if !held {
+				busy++
+			}
 			continue
 		}
-		// Taken, it has its slot's start, scaled, as its place in line.
-		want := Scale(d.At(), now, k)
-		if q, ok := placeIn(t, rdb, slow, "c"+strconv.Itoa(i)); !ok || time.UnixMicro(q).Sub(want).Abs() > time.Microsecond {
-			t.Errorf("c%d's place after the change: %d (%v), want its slot's start scaled, %d", i, q, ok, want.UnixMicro())
+		// Freed, it has its slot's start, scaled, as its place in line.
+		if want := Scale(d.At(), now, k); !placed || time.UnixMicro(q).Sub(want).Abs() > time.Microsecond {
+			t.Errorf("%s's place after the change: %d (%v), want its slot's start scaled, %d", id, q, placed, want.UnixMicro())
 		}
 	}
 	// A task new after the change takes the first free slot: right after
-	// the slots kept (scaled too: slots of the new rate, 200ms each), not
-	// after the 40 slots scaled 4x (8 s).
+	// the slots left busy (scaled too: slots of the new rate, 200ms each),
+	// not after the 40 slots scaled 4x (8 s).
 	next := mustAdmit(t, l, bookReq("new", nil, "", slow, 0))
-	bound := now.Add(time.Duration(kept+1) * 200 * time.Millisecond)
+	bound := now.Add(time.Duration(busy+2) * 200 * time.Millisecond)
 	if next.At().After(bound) {
-		t.Errorf("a task after the change goes at %s, want by %s (%d slots kept): the freed slots still hold it back",
-			next.At().Sub(now), bound.Sub(now), kept)
+		t.Errorf("a task after the change goes at %s, want by %s (%d slots left busy): the freed slots still hold it back",
+			next.At().Sub(now), bound.Sub(now), busy)
 	}
 }
 
