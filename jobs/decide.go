@@ -179,11 +179,12 @@ func (t *Throttle) stillHolds(ctx context.Context, j *job) error {
 }
 
 // readmit admits j again within its run (see again: its slot was taken
-// back, its send was about to go late, or it held an earlier run's moment) on the rules as they are now: it may have
-// slept across a reload, and the request it was routed with would take a
-// slot of a lowered rate at the old pace, with the old burst's slack. If
-// the rules no longer route it (its provider left the config), it is
-// admitted on the ones it had.
+// back, its send was about to go late, or it held an earlier run's
+// moment) on the rules as they are now: it may have slept across a
+// reload, and the request it was routed with would take a slot of a
+// lowered rate at the old pace, with the old burst's slack. If the rules
+// no longer route it (its provider left the config), it is admitted on the
+// ones it had.
 func (t *Throttle) readmit(ctx context.Context, j *job) error {
 	if fresh, err := t.route(ctx, j.id, j.n); err == nil {
 		fresh.bumps = j.bumps
