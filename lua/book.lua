@@ -388,7 +388,8 @@ local FAIR_PAD = 1000000 -- µs
 local FAIR_W, FAIR_J, FAIR_P = '\0W', '\0J', '\0P'
 
 -- fair_read loads tenant's state on a bucket (fair: tenants hash, exp: the
--- expiry set; w its weight, len the bucket's slot) and returns it, the
+-- expiry set; w its weight in the config, which the record of a tenant
+-- already waiting overrides; len the bucket's slot) and returns it, the
 -- tenant waiting from now on: a table the line and gate steps below read
 -- and move, and fair_write stores. Its fields: tenant, w, len; last (its
 -- last place, 0: none), gate, wo (the weight its record holds), exp (its
@@ -405,6 +406,12 @@ local function fair_read(fair, exp, tenant, w, now, len)
     local a, b, c, e = match(r[1], '^(%d+),(%d+),(%d+),(%d+)$')
     if tonum(e) > now then
       f.last, f.gate, f.wo, f.exp = tonum(a), tonum(b), tonum(c), tonum(e)
+      -- A waiting tenant keeps the weight its line was laid out at until a
+      -- reweigh (repace.lua) scales the line to another: a job routed with
+      -- a weight changed in the config must not write it here first, or
+      -- the reweigh that follows the change finds nothing to scale, and
+      -- the places handed out keep the old shares.
+      f.w = f.wo
     else
       -- Its own weight from an earlier wait leaves W here, not only if the
       -- prune below reaches it: its record is written anew, out of that
@@ -432,8 +439,8 @@ local function fair_read(fair, exp, tenant, w, now, len)
     rcall('HSET', fair, FAIR_W, int(W))
   end
   f.Wo = W
-  W = W - f.wo + w
-  if W < w then W = w end
+  W = W - f.wo + f.w
+  if W < f.w then W = f.w end
   f.W = W
   return f
 end

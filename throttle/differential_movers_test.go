@@ -299,10 +299,7 @@ func (d *differ) reweigh(op int, b *Bucket, subject string) {
 	}
 	d.mv.reweighed++
 	for tn := range want { // (see invariants: it weighs its new weight there)
-		key, w := d.redisKey(t.cal)+" "+tn, max(1, weights[tn])
-		if was, ok := d.inv.weight[key]; !ok || w < was {
-			d.inv.weight[key] = w
-		}
+		d.inv.weighs(d.redisKey(t.cal)+" "+tn, max(1, weights[tn]))
 	}
 	at := float64(now.UnixMicro())
 	line := func(tn string) modelMover {

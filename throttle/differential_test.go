@@ -575,7 +575,8 @@ func (d *differ) newBooking(r Request) Request {
 
 // fairShare gives a booking request its tenant (a few, the default "" among
 // them) and that tenant's weight (changed now and then: a weight changed
-// while the tenant waits), and its bucket's horizon (see horizonOf).
+// while the tenant waits, which its record overrides until a reweigh or
+// the wait's end), and its bucket's horizon (see horizonOf).
 func (d *differ) fairShare(r *Request) {
 	tn := d.tenants[d.rng.IntN(len(d.tenants))]
 	if d.rng.IntN(40) == 0 {

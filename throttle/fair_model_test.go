@@ -119,9 +119,11 @@ func TestFairPrunedTenant(t *testing.T) {
 	}
 }
 
-// TestFairWeightChange: a tenant whose weight changes while it waits moves
-// W by the difference, and its stride and the others' follow from its next
-// booking on.
+// TestFairWeightChange: a tenant routed with another weight while it waits
+// keeps the weight its record holds (its line was laid out at it), so
+// that the reweigh a reload runs next finds the change and scales the
+// places handed out; from the reweigh on, its stride and the others'
+// follow the new weight.
 func TestFairWeightChange(t *testing.T) {
 	d := newFairDiffer(t)
 	b := mustBucket(t, "sms", 10, 1)
@@ -134,16 +136,35 @@ func TestFairWeightChange(t *testing.T) {
 	a1 := d.step(d.lineOf("a-heavy1", "a", 3, b, ahead))
 	a2 := d.step(d.lineOf("a-heavy2", "a", 3, b, ahead))
 	h := d.fairHash(b)
-	if line, gate, w, _ := fairRecord(h["a"]); h[modelFairW] != "4" || w != 3 {
-		t.Errorf("after a's weight went to 3: %v (line %v gate %v); want W = 4 and a's weight 3", modelStrings(h), line, gate)
+	if _, _, w, _ := fairRecord(h["a"]); h[modelFairW] != "2" || w != 1 {
+		t.Errorf("a routed at weight 3 before a reweigh: %v; want W = 2 and a's record at weight 1", modelStrings(h))
 	}
-	if gap := a2.At().Sub(a1.At()); gap != 133334*time.Microsecond {
+	if gap := a2.At().Sub(a1.At()); gap != 200*time.Millisecond {
+		t.Errorf("a's places %s apart before the reweigh; want 200ms (its record's weight 1 of 2)", gap)
+	}
+	d.weights["a"] = 3
+	if yes, err := d.l.Reweighed(t.Context(), b, "gw", d.weights); err != nil || !yes {
+		t.Fatalf("Reweighed after a was routed at weight 3: %v, %v; want true: the reweigh would find nothing to scale", yes, err)
+	}
+	d.reweigh(d.stats.admits, b, "gw")
+	h = d.fairHash(b)
+	if line, gate, w, _ := fairRecord(h["a"]); h[modelFairW] != "4" || w != 3 {
+		t.Errorf("after the reweigh to a: 3: %v (line %v gate %v); want W = 4 and a's weight 3", modelStrings(h), line, gate)
+	}
+	a3 := d.step(d.lineOf("a-heavy3", "a", 3, b, ahead))
+	a4 := d.step(d.lineOf("a-heavy4", "a", 3, b, ahead))
+	if gap := a4.At().Sub(a3.At()); gap != 133334*time.Microsecond {
 		t.Errorf("a's places %s apart at weight 3 of 4; want 133.334ms (100ms * 4/3, rounded up)", gap)
 	}
 	b1 := d.step(d.lineOf("b-after1", "b", 1, b, ahead))
 	b2 := d.step(d.lineOf("b-after2", "b", 1, b, ahead))
 	if gap := b2.At().Sub(b1.At()); gap != 400*time.Millisecond {
 		t.Errorf("b's places %s apart at weight 1 of 4; want 400ms", gap)
+	}
+	// A worker not reloaded yet routes a at weight 1: the record's 3 holds.
+	a5 := d.step(d.lineOf("a-light5", "a", 1, b, ahead))
+	if gap := a5.At().Sub(a4.At()); gap != 133334*time.Microsecond {
+		t.Errorf("a routed at weight 1 after the reweigh to 3: %s after its last place; want 133.334ms", gap)
 	}
 }
 

@@ -65,6 +65,7 @@ type invariantState struct {
 	line      map[string]float64  // each tenant's newest place, by bucket key and tenant
 	place     map[string]float64  // each task's place, by bucket key and ID
 	weight    map[string]int      // each tenant's least weight booked with, by bucket key and tenant
+	heaviest  map[string]int      // and its greatest (its record's weight wins while it waits)
 	rounded   map[string]rounding // by bucket key: what re-paces rounded away
 }
 
@@ -87,11 +88,19 @@ func (s *invariantState) scaled(bucket string, k float64) {
 	s.rounded[bucket] = rounding{short: 1 + math.Ceil(r.short*k), gap: 1 + math.Ceil(r.gap*k)}
 }
 
+// weighs notes that a tenant (k: bucket key and tenant) weighs w there.
+func (s *invariantState) weighs(k string, w int) {
+	if was, ok := s.weight[k]; !ok || w < was {
+		s.weight[k] = w
+	}
+	s.heaviest[k] = max(s.heaviest[k], w)
+}
+
 // init makes the state's maps.
 func (s *invariantState) init() {
 	if s.changed == nil {
 		*s = invariantState{changed: map[string]bool{}, countOnly: map[string]bool{}, costs: map[string]int{}, mixed: map[string]bool{},
-			line: map[string]float64{}, place: map[string]float64{}, weight: map[string]int{}, rounded: map[string]rounding{}}
+			line: map[string]float64{}, place: map[string]float64{}, weight: map[string]int{}, heaviest: map[string]int{}, rounded: map[string]rounding{}}
 	}
 }
 
@@ -119,9 +128,7 @@ func (d *differ) booking(r Request) {
 			continue
 		}
 		k := d.redisKey(t.cal) + " " + r.Tenant
-		if w, ok := d.inv.weight[k]; !ok || weightOf(r) < w {
-			d.inv.weight[k] = weightOf(r)
-		}
+		d.inv.weighs(k, weightOf(r))
 	}
 }
 
@@ -153,7 +160,10 @@ func (d *differ) placed(op int, r Request, dec Decision) {
 			op, r.Tenant, at, t.cal.rule, at-prev, prev, slot), r, dec.Now.UnixMicro(), "")
 	}
 	if now := float64(dec.Now.UnixMicro()); ok && !again && prev > now {
-		w, W, others := weightOf(r), weightOf(r), []string{}
+		// Its own weight is the one its record holds, which may be one it
+		// booked with before: the greatest such bounds its stride.
+		w := max(weightOf(r), d.inv.heaviest[lineKey])
+		W, others := w, []string{}
 		for k, line := range d.inv.line {
 			if tn, ok := strings.CutPrefix(k, bucket+" "); ok && tn != r.Tenant && line > now {
 				W += d.inv.weight[k]

@@ -123,6 +123,7 @@ func (c *modelCall) fairRead(t *modelTake, tenant string, w, length float64) *mo
 	if hasRec {
 		if a, b, wo, e := fairRecord(rec); e > now {
 			f.last, f.gate, f.wo, f.exp = a, b, wo, e
+			f.w = wo // a waiting tenant's weight changes by a reweigh only
 		} else {
 			W = W - wo // its own weight from an earlier wait
 			c.hdel(t.fair, tenant)
@@ -143,9 +144,9 @@ func (c *modelCall) fairRead(t *modelTake, tenant string, w, length float64) *mo
 		c.get(t.fair).s[modelFairW] = modelInt(W)
 	}
 	f.Wo = W
-	W = W - f.wo + w
-	if W < w {
-		W = w
+	W = W - f.wo + f.w
+	if W < f.w {
+		W = f.w
 	}
 	f.W = W
 	return f
