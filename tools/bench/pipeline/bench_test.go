@@ -67,6 +67,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -98,6 +99,13 @@ type webhook struct {
 	want    int                  // distinct messages that close done
 	done    chan struct{}
 	waiting bool
+
+	// refuse, when set before the run, answers the arrival of that number
+	// (1-based, repeats included) 429 with Retry-After: retryAfter seconds,
+	// as a provider over its quota does; refused is when it did.
+	refuse     int
+	retryAfter int
+	refused    time.Time
 }
 
 func newWebhook(tb testing.TB) *webhook {
@@ -117,6 +125,13 @@ func (w *webhook) serve(rw http.ResponseWriter, r *http.Request) {
 	now := time.Now()
 	w.mu.Lock()
 	w.total++
+	if w.total == w.refuse {
+		w.refused = now
+		w.mu.Unlock()
+		rw.Header().Set("Retry-After", strconv.Itoa(w.retryAfter))
+		rw.WriteHeader(http.StatusTooManyRequests)
+		return
+	}
 	if _, seen := w.first[id]; !seen {
 		w.first[id] = now
 		w.order = append(w.order, now)
