@@ -31,8 +31,8 @@ const (
 	// pacingTimeout bounds the drain: 4000 at 200/s takes 20 s.
 	pacingTimeout = 90 * time.Second
 
-	pacingMinRate      = 0.95 * pacingRate
-	pacingMaxWindow    = pacingRate + pacingBurst
+	pacingMinRate   = 0.95 * pacingRate
+	pacingMaxWindow = pacingRate + pacingBurst
 	// pacingMaxAdmission is a backlog's cost with booking (the default):
 	// a place in line and a send, 2 calls, within the 2.2 docs/booking.md
 	// holds a backlog to. Before booking a job slept for its token in the
