@@ -7,6 +7,8 @@ import (
 	"maps"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // bookReq is a booking request for task id: recipient rcpt through q (if
@@ -500,5 +502,38 @@ func TestPauseKeepsARecipientsLine(t *testing.T) {
 	}
 	if n := rdb.ZCard(ctx, quotaKey(subjectTag(DefaultPrefix, "alice"), "mkt")).Val(); n != 5 {
 		t.Errorf("alice's quota holds %d entries, want the 5 messages'", n)
+	}
+}
+
+// TestBookLineIsOneSpan: bookings that each start where the one before ends
+// (here a recipient's window of one slot spaces them, as places in a line
+// do) fill the calendar as one busy span. Sought from the end of the span
+// before, each was written as a span of its own beside it: the calendar
+// held a span per booking, every later search from before the line
+// stepped over them one by one, and past 64 gave up: another recipient's
+// booking was told to wait an hour.
+func TestBookLineIsOneSpan(t *testing.T) {
+	l, rdb := newStandalone(t)
+	q := mustQuota(t, "p", Window{1, 100 * time.Millisecond})
+	b := mustBucket(t, "sms", 10, 1) // a slot every 100 ms
+	const n = 70
+	var last Decision
+	for i := range n {
+		last = mustAdmit(t, l, bookReq(fmt.Sprint("m", i), q, "alice", b, 0))
+		if i > 0 && !last.Booked() {
+			t.Fatalf("m%d: %+v, want booked", i, last)
+		}
+	}
+	spans, err := rdb.ZRangeByScoreWithScores(context.Background(), slotsKey(subjectTag(DefaultPrefix, "gw"), "sms"),
+		&redis.ZRangeBy{Min: "1", Max: "+inf"}).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(spans) != 1 {
+		t.Errorf("%d bookings a slot apart: the calendar holds %d spans, want 1", n, len(spans))
+	}
+	d := mustAdmit(t, l, bookReq("bob0", q, "bob", b, 0))
+	if !d.Booked() || d.At().Sub(last.At()) != 100*time.Millisecond {
+		t.Errorf("bob's booking after alice's line (last at %s): %s, want the slot after it", last.At(), describeDecision(d))
 	}
 }

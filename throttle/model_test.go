@@ -381,8 +381,8 @@ func bucketSlack(t *modelTake, prio bool) float64 {
 type modelSpan struct{ a, b float64 }
 
 // spanAfter mirrors ZRANGEBYSCORE cal (x +inf LIMIT 0 1: the span that ends
-// first after x.
-func (c *modelCall) spanAfter(k modelKey, x float64) (modelSpan, bool) {
+// first after x (at x too, with from: bucket_find's first read).
+func (c *modelCall) spanAfter(k modelKey, x float64, from bool) (modelSpan, bool) {
 	e := c.get(k)
 	if e == nil {
 		return modelSpan{}, false
@@ -390,7 +390,7 @@ func (c *modelCall) spanAfter(k modelKey, x float64) (modelSpan, bool) {
 	var best modelSpan
 	found := false
 	for m, end := range e.z {
-		if end <= x {
+		if end < x || end == x && !from {
 			continue
 		}
 		a, err := strconv.ParseFloat(m, 64)
@@ -418,8 +418,8 @@ type modelFound struct {
 // bucketFind mirrors bucket_find.
 func (c *modelCall) bucketFind(t *modelTake, s, length float64) modelFound {
 	f := modelFound{v: s}
-	for range modelFindSteps {
-		sp, ok := c.spanAfter(t.cal, f.v)
+	for i := range modelFindSteps {
+		sp, ok := c.spanAfter(t.cal, f.v, i == 0)
 		if !ok {
 			f.ok = true
 			return f
@@ -479,7 +479,7 @@ func (c *modelCall) bucketAdd(t *modelTake, f modelFound, length float64) bool {
 
 // bucketFree mirrors bucket_free: the part before v is kept while ahead.
 func (c *modelCall) bucketFree(t *modelTake, v, length float64) {
-	sp, ok := c.spanAfter(t.cal, v)
+	sp, ok := c.spanAfter(t.cal, v, false)
 	if !ok || sp.a > v || sp.b < v+length {
 		return
 	}
