@@ -826,8 +826,8 @@ end
 -- quiet hours and a free slot of the bucket from the gate on all allow the
 -- task, and that slot: {v, left, ra, rb} as bucket_find gives them, taken
 -- (a priority task's, taken from a booking: see take_ahead) or nil: no
--- bucket, or the calendar is too fragmented (false). binding and window
--- name what set the moment.
+-- bucket, or the calendar is too fragmented (false, and then how far the
+-- search got). binding and window name what set the moment.
 local function find_slot(b, m, gate, binding, window)
   local slot
   for _ = 1, 4 do
@@ -835,7 +835,7 @@ local function find_slot(b, m, gate, binding, window)
     if e then m, binding, window = e, i, 0 end
     if not b.bt then return m, binding, window, nil end
     local v, left, ra, rb = bucket_find(b.cal, fair_start(b.cal, m, gate, b.len), b.len)
-    if not v then return m, binding, window, false end
+    if not v then return m, binding, window, false, left end
     slot = {v = v, left = left, ra = ra, rb = rb}
     local x = max(m, v - b.slack)
     if b.p.prio and x > b.now + min(b.p.maxwait, PRIO_SOON) then
@@ -895,10 +895,10 @@ local function book_new(b, outcome)
   local m, binding, window = quotas_moment(b)
   local f, gate, back, done = share(b, m)
   if done then return done end
-  local slot
-  m, binding, window, slot = find_slot(b, m, gate, binding, window)
-  if slot == false then -- the calendar is too fragmented to place it: denied, as an hour
-    return reply(b.k, false, false, b.bi, 0, 0, now, BIG, 0, DECIDED, 0)
+  local slot, reach
+  m, binding, window, slot, reach = find_slot(b, m, gate, binding, window)
+  if slot == false then -- the calendar is too fragmented to place it: denied until where the search got
+    return reply(b.k, false, false, b.bi, 0, 0, now, reach - now, 0, DECIDED, 0)
   end
   if b.bt and binding == 0 then binding = b.bi end
   local H = b.p.horizon
@@ -1010,7 +1010,7 @@ local function cluster_peek(b, f, ticket, args)
     if q and q > gate then gate = q end
   end
   local v, left, ra, rb = bucket_find(b.cal, fair_start(b.cal, from, gate, len), len)
-  if not v then return {now, now + BIG, 0, 0, 0, 0} end
+  if not v then return {now, left, 0, 0, 0, 0} end -- (left: how far the search got)
   local pb = max(from, v - b.slack)
   if lined then
     local q, join = line_exit(f, back, gate, pb, now, H, p.maxwait, len)
@@ -1043,7 +1043,7 @@ local function cluster_commit(b, f, ticket, at)
   end
   local gate = f and fair_others(f) and f.gate or 0
   local v, left, ra, rb = bucket_find(b.cal, fair_start(b.cal, at, gate, len), len)
-  if not v then return {now, 2, now + BIG} end
+  if not v then return {now, 2, left} end
   if v - b.slack > at then return {now, 2, v - b.slack} end
   if f then fair_took(f, b.fair, b.fexp, now, v, len) end
   leave_line(b.places, b.id, p.horizon > 0)

@@ -450,19 +450,18 @@ local function bucket_slack(t, prio)
   return floor(b * 1e6 / t.rate)
 end
 
--- The most spans bucket_find steps over before it gives up (BIG).
+-- The most spans bucket_find steps over before it gives up.
 local FIND_STEPS = 64
-
--- BIG is the wait (µs, an hour) of a take whose slot bucket_find could not
--- place: it is not granted.
-local BIG = 3600000000
 
 -- bucket_find returns the earliest start >= s of a free span of len µs, the
 -- start of the span that ends there (nil: none), and the start and end of
 -- the first span after it (nil, nil: none). That span's start is returned
 -- only when it begins where the free span ends (bucket_add merges the two);
 -- its end alone says the calendar already lives past the free span (see
--- bucket_add). nil if it stepped over FIND_STEPS spans. It reads two spans
+-- bucket_add). nil and how far it got if it stepped over FIND_STEPS spans
+-- (each with a gap before it too short for the slot: spans that touch
+-- merge): no slot is free before that, and a take that finds none waits
+-- until then, not for good. It reads two spans
 -- at a time: a take that is not the first of its moment (a batch's) steps
 -- over the span the ones before it took, and finds nothing after it. The
 -- first read takes a span that ends at s as well: a slot sought from the
@@ -470,7 +469,7 @@ local BIG = 3600000000
 -- of the busy span before a gate) merges with it. Read from after s, it
 -- was written as a span of its own beside it: BenchmarkPacing's calendar
 -- held up to 233 spans (29 with the merge, 3.2 reads a message against
--- 6.1), and a search from before 64 of them gave up (an hour's wait).
+-- 6.1), and a search from before 64 of them gave up.
 local function bucket_find(cal, s, len)
   local c, left = s, nil
   local z, j, n = nil, 1, 0
@@ -489,7 +488,7 @@ local function bucket_find(cal, s, len)
     end
     c, left = b, a
   end
-  return nil
+  return nil, c
 end
 
 -- CAL_LIFE is the step (µs) a calendar's life is extended by: see bucket_add.
@@ -635,7 +634,7 @@ local function bucket_check(t, ledger, cal, id, now, prio, denied, last)
     if v then left_ = max(0, floor((now + slack - v) / len) + 1) end
     return false, max(0, mine - slack - now), left_, true, mine
   end
-  if not v then return BIG, BIG, 0, false end
+  if not v then return left - now, left - now, 0, false end -- (left: how far the search got)
   local wait = max(0, v - slack - now)
   local left_ = floor((now + slack - v) / len)
   if left_ < 0 then left_ = 0 end

@@ -537,3 +537,32 @@ func TestBookLineIsOneSpan(t *testing.T) {
 		t.Errorf("bob's booking after alice's line (last at %s): %s, want the slot after it", last.At(), describeDecision(d))
 	}
 }
+
+// TestBookFragmentedCalendarWaitsUntilTheSearchEnds: a take that finds no
+// slot within the 64 spans a search steps over (every gap too short for
+// it: here a two-slot take among one-slot gaps) is denied until where the
+// search got, not for an hour, by Admit and by Book alike.
+func TestBookFragmentedCalendarWaitsUntilTheSearchEnds(t *testing.T) {
+	l, _ := newStandalone(t)
+	q := mustQuota(t, "p", Window{1, 200 * time.Millisecond})
+	b := mustBucket(t, "sms", 10, 2) // a slot every 100 ms; burst 2 for the two-slot take
+	const n = 80                     // alice's: a slot busy, a slot free, and so on
+	var last Decision
+	for i := range n {
+		last = mustAdmit(t, l, bookReq(fmt.Sprint("m", i), q, "alice", b, 0))
+	}
+	if !last.Booked() {
+		t.Fatalf("alice's last: %s, want booked", describeDecision(last))
+	}
+	wide := func(id string, book bool) Decision {
+		r := Request{ID: id, book: book, Takes: []Take{{Rule: b, Subject: "gw", Cost: 2}}}
+		return mustAdmit(t, l, r)
+	}
+	for _, book := range []bool{false, true} {
+		d := wide(fmt.Sprint("wide-", book), book)
+		// 64 spans from now: about 12.8 s of alice's slots (a span every 200 ms).
+		if d.Allowed() || d.Delay < 10*time.Second || d.Delay > 14*time.Second {
+			t.Errorf("a two-slot take (book %v) behind %d one-slot gaps: %s, want denied for about 12.8 s (where the search got)", book, n, describeDecision(d))
+		}
+	}
+}

@@ -449,7 +449,7 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 		}
 		f = c.bucketFind(bt, c.fairStart(bt, m, gate, length), length)
 		if !f.ok {
-			return dec(false, bi, 0, modelBig), true
+			return dec(false, bi, 0, f.v-now), true // until how far the search got
 		}
 		x := math.Max(m, f.v-slack)
 		if prio && x > now+math.Min(maxwait, modelPrioSoon) {

@@ -356,9 +356,6 @@ func (c *modelCall) quotaUndo(t *modelTake, id string) bool {
 // modelInt is rules.lua's int: a whole number as '%d'.
 func modelInt(x float64) string { return strconv.FormatInt(int64(x), 10) }
 
-// modelBig is rules.lua's BIG.
-const modelBig = 3600000000
-
 // modelFindSteps is rules.lua's FIND_STEPS.
 const modelFindSteps = 64
 
@@ -404,7 +401,8 @@ func (c *modelCall) spanAfter(k modelKey, x float64, from bool) (modelSpan, bool
 	return best, found
 }
 
-// modelFound is what bucket_find returns: the slot and the spans it touches.
+// modelFound is what bucket_find returns: the slot and the spans it touches
+// (not ok: none found within modelFindSteps spans, and v how far it got).
 type modelFound struct {
 	v        float64
 	ok       bool
@@ -433,7 +431,7 @@ func (c *modelCall) bucketFind(t *modelTake, s, length float64) modelFound {
 		}
 		f.v, f.left, f.hasLeft = sp.b, sp.a, true
 	}
-	return modelFound{}
+	return modelFound{v: f.v} // not ok: no slot is free before v, how far it got
 }
 
 // modelCalLife is rules.lua's CAL_LIFE; modelStepPruneRate its
@@ -546,7 +544,7 @@ func (c *modelCall) bucketCheck(t *modelTake, id string, denied, prio bool) {
 		}
 	}
 	if !f.ok {
-		t.reserve, t.reserves, t.wait = modelBig, true, modelBig
+		t.reserve, t.reserves, t.wait = f.v-now, true, f.v-now
 		return
 	}
 	t.found = f
