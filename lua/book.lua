@@ -579,13 +579,17 @@ local function line_enter(f, places, id, now, H)
 end
 
 -- sleep_limit is how long before its moment a task may go and sleep in its
--- worker for it: its max wait; or, when work its caller has not seen waits
--- behind it (the plan's 'u') and it is not back from a place, not at all:
--- it books its moment (a ticket, or a place past the horizon) and the
--- worker moves on to the work behind it, so that a tenant queued after
--- another's backlog is seen, and served its share, at once.
+-- worker for it: its max wait; back from a place, at least CLAIM, as a
+-- ticket may be claimed (it was woken for that slot, up to two seconds
+-- early: a ticket instead would wake it a second time); or, when work its
+-- caller has not seen waits behind it (the plan's 'u') and it is not back
+-- from a place, not at all: it books its moment (a ticket, or a place past
+-- the horizon) and the worker moves on to the work behind it, so that a
+-- tenant queued after another's backlog is seen, and served its share, at
+-- once.
 local function sleep_limit(p, back)
-  if p.unseen and not back then return 0 end
+  if back then return max(p.maxwait, CLAIM) end
+  if p.unseen then return 0 end
   return p.maxwait
 end
 
@@ -905,7 +909,7 @@ local function book_new(b, outcome)
   if f and H > 0 and binding == b.bi then
     -- Past the horizon (or the calendar behind the line): a place in the
     -- tenant's line, not a slot.
-    local q, join = line_exit(f, back, gate, m, now, H, b.p.maxwait, b.len)
+    local q, join = line_exit(f, back, gate, m, now, H, sleep_limit(b.p, back), b.len)
     if q then return in_place(b, f, q, join) end
   end
   if b.deadline > 0 and m > b.deadline then

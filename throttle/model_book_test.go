@@ -476,7 +476,14 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 	if bt != nil && binding == 0 {
 		binding = bi
 	}
-	if near && H > 0 && binding == bi && (m > now+H || placed && maxwait > 0 && m > now+maxwait && m > gate+length) {
+	sleep := maxwait // back from its place at least modelClaim; none for a fresh task while unseen work waits behind it
+	switch {
+	case placed:
+		sleep = math.Max(maxwait, modelClaim)
+	case r.Backlog && horizon(r):
+		sleep = 0
+	}
+	if near && H > 0 && binding == bi && (m > now+H || placed && m > now+sleep && m > gate+length) {
 		// Past the horizon: a place in the tenant's line, not a slot.
 		if placed {
 			c.m.fair["placed again"]++
@@ -500,10 +507,6 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 			binding = far
 		}
 		return dec(false, binding, window, m-now), true
-	}
-	sleep := maxwait // none for a fresh task while unseen work waits behind it
-	if r.Backlog && horizon(r) && !placed {
-		sleep = 0
 	}
 	goNow := m <= now+sleep
 	for _, t := range takes {
