@@ -58,7 +58,6 @@ func Default() *Config {
 		Redis: Redis{URL: Embedded, EmbeddedAddr: redisconn.DefaultEmbeddedAddr, Prefix: throttle.DefaultPrefix},
 		Worker: Worker{
 			Concurrency:     20,
-			SleepSlots:      60,
 			Queues:          map[string]int{"default": 1},
 			ShutdownTimeout: 10 * time.Second,
 			PollInterval:    100 * time.Millisecond,
@@ -131,7 +130,6 @@ type TLS = redisconn.TLS
 // Worker tunes the worker process; Default gives each field's default.
 type Worker struct {
 	Concurrency     int            `yaml:"concurrency"`                       // jobs one worker handles at once
-	SleepSlots      int            `yaml:"sleep_slots"`                       // more, asleep until their moment; 0: none
 	Queues          map[string]int `yaml:"queues"`                            // each queue's priority
 	ShutdownTimeout time.Duration  `yaml:"shutdown_timeout"`                  // for in-flight sends after SIGTERM
 	PollInterval    time.Duration  `yaml:"poll_interval"`                     // how often an idle worker looks for jobs

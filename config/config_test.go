@@ -27,7 +27,6 @@ func TestLoadRootConfig(t *testing.T) {
 		Redis: Redis{URL: Embedded, EmbeddedAddr: "127.0.0.1:6390", Prefix: "throttle:"},
 		Worker: Worker{
 			Concurrency:     20,
-			SleepSlots:      60,
 			Queues:          map[string]int{"critical": 6, "default": 3, "low": 1},
 			ShutdownTimeout: 10 * time.Second,
 			PollInterval:    100 * time.Millisecond,
@@ -146,9 +145,9 @@ func TestParseValid(t *testing.T) {
 				t.Errorf("book = true, want false as the file says")
 			}
 		}},
-		{"zero inline_wait, jitter and sleep_slots stay zero", "worker:\n  inline_wait: 0s\n  jitter: 0\n  sleep_slots: 0\n", func(t *testing.T, c *Config) {
-			if c.Worker.InlineWait != 0 || c.Worker.Jitter != 0 || c.Worker.SleepSlots != 0 {
-				t.Errorf("inline_wait, jitter, sleep_slots = %v, %v, %d, want 0, 0, 0", c.Worker.InlineWait, c.Worker.Jitter, c.Worker.SleepSlots)
+		{"zero inline_wait and jitter stay zero", "worker:\n  inline_wait: 0s\n  jitter: 0\n", func(t *testing.T, c *Config) {
+			if c.Worker.InlineWait != 0 || c.Worker.Jitter != 0 {
+				t.Errorf("inline_wait, jitter = %v, %v, want 0, 0", c.Worker.InlineWait, c.Worker.Jitter)
 			}
 		}},
 		{"queues replace the default", "worker:\n  queues: {bulk: 1}\ndefaults:\n  queue: bulk\n", func(t *testing.T, c *Config) {
@@ -327,12 +326,10 @@ func TestRules(t *testing.T) {
 func TestBuiltInCode(t *testing.T) {
 	c := Default()
 	c.Worker.Concurrency = 0
-	c.Worker.SleepSlots = -1
 	c.Policies["bad name"] = Policy{Windows: []throttle.Window{{Limit: 1, Per: time.Hour}}}
 	c.Providers["sms"] = Provider{Type: ProviderWebhook, Rate: 1, Burst: 1}
 	want := strings.Join([]string{
 		"worker.concurrency: must be > 0 (got 0)",
-		"worker.sleep_slots: must be >= 0 (got -1)",
 		"providers.sms.url: required for a webhook provider",
 		"providers.sms.timeout: must be > 0 (got 0s)",
 		`policies.bad name: quota name "bad name": must be 1-64 of A-Z a-z 0-9 _ . -`,

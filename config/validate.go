@@ -97,7 +97,6 @@ func (v *validator) durationAtLeast(path string, d, least time.Duration) {
 func (v *validator) worker() {
 	w := v.c.Worker
 	v.positive("worker.concurrency", w.Concurrency)
-	v.check(w.SleepSlots >= 0, "worker.sleep_slots", "must be >= 0 (got %d)", w.SleepSlots)
 	v.check(len(w.Queues) > 0, "worker.queues", "needs at least one queue")
 	for _, name := range slices.Sorted(maps.Keys(w.Queues)) {
 		v.check(validName.MatchString(name), join("worker.queues", name), "a queue name must be %s (got %s)", nameRule, quote(name))

@@ -39,7 +39,7 @@ func (t *Throttle) decide(ctx context.Context, j *job, d *throttle.Decision) err
 	j.asked = start
 	r := j.request()
 	r.MaxWait = t.InlineWait
-	r.Backlog = j.book && (t.Backlog.Waiting() || t.Work.Waiting())
+	r.Backlog = j.book && t.Backlog.Waiting()
 	admit := t.Limiter.Admit
 	if j.book {
 		admit = t.Limiter.Book
@@ -95,7 +95,6 @@ func (t *Throttle) decided(ctx context.Context, j *job, d *throttle.Decision) er
 	if d.Delay <= 0 {
 		return nil
 	}
-	sleeping(ctx)
 	timer := time.NewTimer(d.Delay)
 	defer timer.Stop()
 	select {

@@ -67,11 +67,6 @@ type Throttle struct {
 	// unseen: a job that books then takes a place in its tenant's line
 	// rather than a slot it would sleep for (see Backlog). Nil: never.
 	Backlog *Backlog
-	// Work, if set, bounds the jobs that work at once when asynq runs more
-	// handlers than that: a job takes a work slot before it starts and
-	// gives it back while it sleeps for its moment (see WorkSlots). Nil:
-	// every handler works.
-	Work *WorkSlots
 	// PriorityQueues names the queues whose jobs skip the providers' lines
 	// and may take their reserve (throttle.Bucket.WithReserve).
 	PriorityQueues map[string]bool
@@ -185,13 +180,6 @@ func (t *Throttle) ProcessTask(ctx context.Context, task *asynq.Task) error {
 	id, ok := asynq.GetTaskID(ctx)
 	if !ok {
 		return errors.New("jobs: no task ID in the context: Throttle runs inside an asynq server")
-	}
-	if q, _ := asynq.GetQueueName(ctx); t.Work != nil && !t.PriorityQueues[q] {
-		var slot *workSlot
-		if ctx, slot, ok = t.Work.take(ctx, t.Stopping); !ok {
-			return &Deferral{Reason: "worker stopped before the job started"}
-		}
-		defer slot.giveBack()
 	}
 	switch task.Type() {
 	case TypeNotify:

@@ -76,13 +76,6 @@ type harnessConfig struct {
 	screen bool
 	// lateAfter is Throttle.LateAfter (the worker's: window_margin / 2).
 	lateAfter time.Duration
-	// workSlots, if set, runs asynq at workSlots + sleepSlots handlers
-	// with Throttle.Work of workSlots, as cmd/worker does (else 8
-	// handlers and no Work).
-	workSlots, sleepSlots int
-	// moreBuckets are providers besides "gw", by name, each with its
-	// bucket and the same provider.
-	moreBuckets map[string]*throttle.Bucket
 }
 
 func newHarness(t *testing.T, quota *throttle.Quota, bucket *throttle.Bucket, inlineWait time.Duration) *harness {
@@ -138,9 +131,6 @@ func newHarnessWith(t *testing.T, c harnessConfig) *harness {
 		Holder:     c.holder,
 		Log:        slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
-	for name, b := range c.moreBuckets {
-		h.th.Providers[name] = Route{Bucket: b, Provider: provider}
-	}
 	if !c.noMarks {
 		h.th.Sent = NewSentMarks(workerLim)
 	}
@@ -161,13 +151,8 @@ func newHarnessWith(t *testing.T, c harnessConfig) *harness {
 	// queues are empty), and due retries were moved every second: the
 	// scenarios mostly waited on those. At 100 ms a task runs about when
 	// it is due.
-	concurrency := 8
-	if c.workSlots > 0 {
-		concurrency = c.workSlots + c.sleepSlots
-		h.th.Work = NewWorkSlots(c.workSlots)
-	}
 	srv := startWorker(t, workerRDB, h.th, asynq.Config{
-		Concurrency:              concurrency,
+		Concurrency:              8,
 		RetryDelayFunc:           retryDelay,
 		TaskCheckInterval:        100 * time.Millisecond,
 		DelayedTaskCheckInterval: cmp.Or(c.forwardEvery, 100*time.Millisecond),

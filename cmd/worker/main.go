@@ -253,7 +253,7 @@ func work(ctx context.Context, f *flags, stdout, stderr io.Writer) error {
 	rl := &reloader{path: f.path, running: running, senders: built, th: th, stdout: stdout, stderr: stderr, log: log, counts: counts,
 		reloads: newReloads(reg), rdb: rdb}
 	go rl.run(ctx, hup)
-	log.Info("worker started", "concurrency", cfg.Worker.Concurrency, "sleep_slots", cfg.Worker.SleepSlots, "queues", cfg.Queues(), "campaigns", len(cfg.Campaigns))
+	log.Info("worker started", "concurrency", cfg.Worker.Concurrency, "queues", cfg.Queues(), "campaigns", len(cfg.Campaigns))
 
 	if f.demo > 0 {
 		err = runDemo(ctx, cfg, rdb, f.demo, counts, stdout, apiURL)
@@ -336,11 +336,6 @@ func handlers(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient
 		th.Backlog = jobs.NewBacklog(rdb, slices.Sorted(maps.Keys(cfg.Queues())), 0)
 		go th.Backlog.Run(ctx)
 	}
-	if cfg.Worker.SleepSlots > 0 {
-		// asynq runs concurrency + sleep_slots handlers (newServer): jobs
-		// asleep until their moment give their work slot back.
-		th.Work = jobs.NewWorkSlots(cfg.Worker.Concurrency)
-	}
 	var rec *recovery.Recovery
 	if cfg.Worker.DeadAfter > 0 {
 		rec = recovery.New(rdb, slices.Sorted(maps.Keys(cfg.Queues())), recovery.Options{
@@ -409,7 +404,7 @@ func startHTTP(ctx context.Context, ln net.Listener, dash http.Handler, cfg *con
 // the outcomes the handlers do not, and filters asynq's lines in base.
 func newServer(cfg *config.Config, rdb redis.UniversalClient, outs *outcomes, base asynq.Logger) *asynq.Server {
 	return asynq.NewServerFromRedisClient(rdb, asynq.Config{
-		Concurrency:              cfg.Worker.Concurrency + cfg.Worker.SleepSlots,
+		Concurrency:              cfg.Worker.Concurrency,
 		Queues:                   cfg.Queues(),
 		ShutdownTimeout:          cfg.Worker.ShutdownTimeout,
 		TaskCheckInterval:        cfg.Worker.PollInterval,

@@ -73,10 +73,10 @@ const (
 // worker that delivered nothing or did not stop cleanly fails the benchmark.
 // The chart of delivered rate over time goes to $PACING_CHART or, without
 // it, docs/pacing.png at the repository root. -pacing.concurrency sets the
-// workers' concurrency; each also runs worker.sleep_slots' default of 60
-// handlers for jobs asleep until their moment (a job back from its place
-// sleeps about 1.5 s for it: 200/s keeps about 300 asleep across the
-// fleet; see docs/booking.md, Waking up).
+// workers' concurrency. At 20 the delivered rate stays under its target: a
+// job back from its place sleeps about 1.5 s in a worker slot for its
+// moment, and 200/s keeps about 300 asleep across the fleet (see
+// docs/booking.md, Waking up).
 func BenchmarkPacing(b *testing.B) {
 	ctx := context.Background()
 	root, err := repoRoot()
