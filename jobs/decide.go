@@ -66,7 +66,7 @@ func (t *Throttle) decided(ctx context.Context, j *job, d *throttle.Decision) er
 		return t.end(ctx, j, d, end)
 	}
 	if d.Booked() {
-		return t.booked(j, d)
+		return t.booked(ctx, j, d)
 	}
 	if !d.Allowed() {
 		t.Metrics.inc(t.Metrics.Deferred, t.denier(j, d))
@@ -193,21 +193,25 @@ func (t *Throttle) readmit(ctx context.Context, j *job) error {
 	return t.admit(ctx, j)
 }
 
-// wakeEarly is how much earlier than its moment a booked job asks to be
-// woken: asynq wakes a task between a second before and a second after the
-// moment asked for (whole-second scores, a forwarder that looks every
-// second), so the job wakes 2.5 s to 0.5 s before its moment, claims it,
-// and sleeps the rest. The engine lets a booked job claim from 2.5 s before
-// its moment whatever its max wait (CLAIM in lua/book.lua), so every
-// inline_wait works, 0 included.
+// wakeEarly is how much earlier than its moment a booked job asks asynq to
+// wake it when no Waker does: asynq wakes a task between a second before and
+// a second after the moment asked for (whole-second scores, a forwarder
+// that looks every second), so the job wakes 2.5 s to 0.5 s before its
+// moment, claims it, and sleeps the rest. The engine lets a booked job
+// claim from 2.5 s before its moment whatever its max wait (CLAIM in
+// lua/book.lua), so every inline_wait works, 0 included.
 const wakeEarly = 1500 * time.Millisecond
 
-// booked defers a job to the moment it booked, woken wakeEarly before it
-// so that its claim finds the moment not yet come. A claim that comes late still goes (or
-// books again where going late would break a rule), but a job held back by
-// its recipient's windows is booked right behind the one before it, and
-// going late would put the two in one window.
-func (t *Throttle) booked(j *job, d *throttle.Decision) error {
+// booked defers a job to the moment it booked. A Throttle with a Waker notes
+// the job's wake-up there (the Waker wakes it Lead before its moment, at
+// the head of its queue) and asks asynq for a wake-up a second after that,
+// which only a fleet with no Waker running reaches; without one, asynq
+// wakes it wakeEarly before its moment so that its claim finds the moment
+// not yet come. A claim that comes late still goes (or books again where
+// going late would break a rule), but a job held back by its recipient's
+// windows is booked right behind the one before it, and going late would
+// put the two in one window.
+func (t *Throttle) booked(ctx context.Context, j *job, d *throttle.Decision) error {
 	rule := t.denier(j, d)
 	t.Metrics.inc(t.Metrics.Deferred, rule)
 	event, what := "made", "booked"
@@ -222,9 +226,17 @@ func (t *Throttle) booked(j *job, d *throttle.Decision) error {
 	if t.OnBooked != nil {
 		t.OnBooked(j.n, *d)
 	}
+	wake := max(d.Delay-wakeEarly, 0)
+	if t.Waker != nil {
+		if err := t.Waker.note(ctx, j.queue, j.id, d.At()); err != nil {
+			t.Log.Warn("wake-up not noted: asynq wakes the job", "task", j.id, "err", err)
+		} else {
+			wake = max(d.Delay-t.Waker.lead+time.Second, 0)
+		}
+	}
 	return t.logBooked(j, d, rule, what, &Deferral{
 		Delay:  d.Delay,
-		Wake:   max(d.Delay-wakeEarly, 0),
+		Wake:   wake,
 		Booked: true,
 		Reason: fmt.Sprintf("%s for %s by %s: %d ahead", what, clockTime(d.At(), d.Now), rule, d.Ahead),
 	})

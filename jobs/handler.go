@@ -43,8 +43,8 @@ type Throttle struct {
 	// (Notification.Tenant); a tenant without an entry weighs 1.
 	Weights map[string]int
 	// InlineWait is the longest wait slept in the worker rather than
-	// deferred. Zero defers every wait. A booked job is woken wakeEarly
-	// before its moment whatever InlineWait says, and claims it then.
+	// deferred. Zero defers every wait. A booked job is woken before its
+	// moment (see Waker) whatever InlineWait says, and claims it then.
 	InlineWait time.Duration
 	// LateAfter is how long after the moment it was admitted for a job's
 	// send may leave before its recipient's entries are moved to the send
@@ -67,6 +67,10 @@ type Throttle struct {
 	// unseen: a job that books then takes a place in its tenant's line
 	// rather than a slot it would sleep for (see Backlog). Nil: never.
 	Backlog *Backlog
+	// Waker, if set (and running), wakes booked jobs at their moment, at
+	// the head of their queue (see Waker). Nil: asynq wakes them, to the
+	// second, wakeEarly before their moment.
+	Waker *Waker
 	// PriorityQueues names the queues whose jobs skip the providers' lines
 	// and may take their reserve (throttle.Bucket.WithReserve).
 	PriorityQueues map[string]bool

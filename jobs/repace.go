@@ -55,7 +55,7 @@ func (t *Throttle) Repace(ctx context.Context, rdb redis.UniversalClient, queues
 		if k == 0 {
 			continue
 		}
-		n, err := repaceQueued(ctx, rdb, queues, name, now, k)
+		n, err := repaceQueued(ctx, rdb, t.Waker, queues, name, now, k)
 		moved += n
 		t.Log.Info("provider rate changed: waiting work re-paced", "provider", name, "rate", route.Bucket.String(),
 			"factor", strconv.FormatFloat(k, 'g', 4, 64), "waiting_tasks_moved", n)
@@ -67,16 +67,19 @@ func (t *Throttle) Repace(ctx context.Context, rdb redis.UniversalClient, queues
 }
 
 // queued is a task waiting in a queue's retry set: a notification or
-// digest of a provider, for a tenant ("" none).
+// digest of a provider, for a tenant ("" none), and its wake-up in the
+// queue's wake set, if a Waker wakes it (Unix ms; 0 none).
 type queued struct {
 	q, id            string
 	score            float64
+	wake             float64
 	provider, tenant string
 }
 
 // waiting calls each with the batches of the tasks waiting in queues'
-// retry sets, read repaceBatch at a time: one read of each task's message.
-func waiting(ctx context.Context, rdb redis.UniversalClient, queues []string, each func([]queued) (int, error)) (int, error) {
+// retry sets, read repaceBatch at a time: one read of each task's message
+// (and, with a Waker, of its wake-up).
+func waiting(ctx context.Context, rdb redis.UniversalClient, w *Waker, queues []string, each func([]queued) (int, error)) (int, error) {
 	moved := 0
 	for _, q := range queues {
 		retry := asynqdb.RetryKey(q)
@@ -85,7 +88,7 @@ func waiting(ctx context.Context, rdb redis.UniversalClient, queues []string, ea
 			if err != nil {
 				return moved, fmt.Errorf("jobs: read %s: %w", retry, err)
 			}
-			ts, err := readQueued(ctx, rdb, q, z)
+			ts, err := readQueued(ctx, rdb, w, q, z)
 			if err != nil {
 				return moved, err
 			}
@@ -103,15 +106,20 @@ func waiting(ctx context.Context, rdb redis.UniversalClient, queues []string, ea
 }
 
 // readQueued reads the tasks of z (members of queue q's retry set): those
-// that are notifications or digests, with their provider and tenant.
-func readQueued(ctx context.Context, rdb redis.UniversalClient, q string, z []redis.Z) ([]queued, error) {
+// that are notifications or digests, with their provider and tenant, and
+// their wake-ups in w (if any).
+func readQueued(ctx context.Context, rdb redis.UniversalClient, w *Waker, q string, z []redis.Z) ([]queued, error) {
 	if len(z) == 0 {
 		return nil, nil
 	}
 	reads := make([]*redis.StringCmd, len(z))
+	wakes := make([]*redis.FloatCmd, len(z))
 	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, e := range z {
 			reads[i] = p.HGet(ctx, asynqdb.TaskKey(q, e.Member.(string)), "msg")
+			if w != nil {
+				wakes[i] = p.ZScore(ctx, wakeKey(w.prefix, q), e.Member.(string))
+			}
 		}
 		return nil
 	})
@@ -121,7 +129,11 @@ func readQueued(ctx context.Context, rdb redis.UniversalClient, q string, z []re
 	var out []queued
 	for i, e := range z {
 		if provider, tenant, ok := routeOf(reads[i].Val()); ok {
-			out = append(out, queued{q: q, id: e.Member.(string), score: e.Score, provider: provider, tenant: tenant})
+			t := queued{q: q, id: e.Member.(string), score: e.Score, provider: provider, tenant: tenant}
+			if wakes[i] != nil {
+				t.wake = wakes[i].Val()
+			}
+			out = append(out, t)
 		}
 	}
 	return out, nil
@@ -129,9 +141,9 @@ func readQueued(ctx context.Context, rdb redis.UniversalClient, q string, z []re
 
 // repaceQueued scales the wake-ups of provider's tasks waiting in queues'
 // retry sets around now by k.
-func repaceQueued(ctx context.Context, rdb redis.UniversalClient, queues []string, provider string, now time.Time, k float64) (int, error) {
-	return waiting(ctx, rdb, queues, func(ts []queued) (int, error) {
-		return moveWakeups(ctx, rdb, ts, func(t queued) float64 {
+func repaceQueued(ctx context.Context, rdb redis.UniversalClient, w *Waker, queues []string, provider string, now time.Time, k float64) (int, error) {
+	return waiting(ctx, rdb, w, queues, func(ts []queued) (int, error) {
+		return moveWakeups(ctx, rdb, w, ts, func(t queued) float64 {
 			if t.provider != provider {
 				return 1
 			}
@@ -141,8 +153,9 @@ func repaceQueued(ctx context.Context, rdb redis.UniversalClient, queues []strin
 }
 
 // moveWakeups scales the wake-up of each task of ts around now by the
-// factor k gives it, unless the task moved on since it was read.
-func moveWakeups(ctx context.Context, rdb redis.UniversalClient, ts []queued, k func(queued) float64, now time.Time) (int, error) {
+// factor k gives it, unless the task moved on since it was read: its
+// wake-up in w (if it has one) and the one asynq holds for it.
+func moveWakeups(ctx context.Context, rdb redis.UniversalClient, w *Waker, ts []queued, k func(queued) float64, now time.Time) (int, error) {
 	if len(ts) == 0 {
 		return 0, nil
 	}
@@ -152,10 +165,16 @@ func moveWakeups(ctx context.Context, rdb redis.UniversalClient, ts []queued, k 
 	var moves []*redis.Cmd
 	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, t := range ts {
-			if f := k(t); f != 1 {
-				if score, ok := wakeScaled(t.score, now, f); ok {
-					moves = append(moves, repaceScript.EvalSha(ctx, p, []string{asynqdb.RetryKey(t.q)}, t.id, int64(t.score), score))
-				}
+			f := k(t)
+			if f == 1 {
+				continue
+			}
+			if t.wake > 0 && w != nil {
+				wake, score := w.scaled(t.wake, now, f)
+				moves = append(moves, repaceScript.EvalSha(ctx, p, []string{asynqdb.RetryKey(t.q), wakeKey(w.prefix, t.q)},
+					t.id, int64(t.score), score, int64(t.wake), wake))
+			} else if score, ok := wakeScaled(t.score, now, f); ok {
+				moves = append(moves, repaceScript.EvalSha(ctx, p, []string{asynqdb.RetryKey(t.q)}, t.id, int64(t.score), score))
 			}
 		}
 		return nil
@@ -173,8 +192,8 @@ func moveWakeups(ctx context.Context, rdb redis.UniversalClient, ts []queued, k 
 }
 
 // wakeScaled is the retry score (a Unix second) of a task due at score,
-// its moment scaled around now by k, and whether it changed. A booked task
-// asks to wake wakeEarly before its moment and asynq keeps the second the
+// its moment scaled around now by k, and whether it changed, for a task no
+// Waker wakes. A booked task asks to wake wakeEarly before its moment and asynq keeps the second the
 // wake-up falls in: the moment is taken as wakeEarly and half a second
 // after the score, and the score moves as that moment does (a task not
 // booked, a send's backoff, moves the same way: it is admitted again
@@ -241,7 +260,7 @@ func (t *Throttle) Reweigh(ctx context.Context, rdb redis.UniversalClient, queue
 		return 0, nil
 	}
 	var ts []queued
-	if _, err := waiting(ctx, rdb, queues, func(batch []queued) (int, error) {
+	if _, err := waiting(ctx, rdb, t.Waker, queues, func(batch []queued) (int, error) {
 		ts = append(ts, batch...)
 		return 0, nil
 	}); err != nil {
@@ -271,7 +290,7 @@ func (t *Throttle) reweigh(ctx context.Context, rdb redis.UniversalClient, rs *R
 	if err != nil || k == nil {
 		return 0, err
 	}
-	n, err := moveWakeups(ctx, rdb, ts, func(w queued) float64 {
+	n, err := moveWakeups(ctx, rdb, t.Waker, ts, func(w queued) float64 {
 		if w.provider != name {
 			return 1
 		}

@@ -335,6 +335,9 @@ func handlers(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient
 		// takes a place in line rather than sleeping for its slot.
 		th.Backlog = jobs.NewBacklog(rdb, slices.Sorted(maps.Keys(cfg.Queues())), 0)
 		go th.Backlog.Run(ctx)
+		// Booked jobs woken at their moment, at the head of their queue.
+		th.Waker = jobs.NewWaker(rdb, cfg.Redis.Prefix, slices.Sorted(maps.Keys(cfg.Queues())), jobs.WakeLead(cfg.Worker.PollInterval))
+		go th.Waker.Run(ctx)
 	}
 	var rec *recovery.Recovery
 	if cfg.Worker.DeadAfter > 0 {

@@ -11,6 +11,8 @@
 //     queue within seconds, where asynq's own recoverer takes 60-150 s.
 //   - jobs/repace.lua moves the wake-up of a waiting task when its
 //     provider's rate changed (asynq's Inspector can only run a task now).
+//   - jobs/wake.lua wakes a booked task at its moment, to the millisecond
+//     and at the head of its queue (asynq wakes to the second, at the tail).
 //
 // The contract, as read from asynq Version's source (internal/rdb/rdb.go,
 // processor.go) and checked against the asynq the module builds with by
@@ -47,6 +49,11 @@
 //     the forwarder moves it to pending then, and a score rewritten while
 //     it waits is the one it wakes at. The worker moves a waiting task's
 //     wake-up that way (jobs.Repace); TestContractRetry.
+//  7. A task in the retry set (state "retry") that is ZREMed from it, RPUSHed
+//     on pending and given state "pending" and pending_since, as item 4 and
+//     the forwarder do, is the next one dequeued and runs with its retry
+//     count unchanged (jobs.Waker; jobs' TestWakerWakesAtTheMomentAtTheHead
+//     runs it through an asynq server).
 //
 // Version is pinned in go.mod for this reason.
 package asynqdb
