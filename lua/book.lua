@@ -1017,7 +1017,7 @@ local function cluster_peek(b, f, ticket, args)
   if not v then return {now, left, 0, 0, 0, 0} end -- (left: how far the search got)
   local pb = max(from, v - b.slack)
   if lined then
-    local q, join = line_exit(f, back, gate, pb, now, H, p.maxwait, len)
+    local q, join = line_exit(f, back, gate, pb, now, H, sleep_limit(p, back), len)
     if q then return place(q, join) end
   end
   -- The slot is held for the task (a ticket) until the commit: tasks

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // On a cluster a recipient's quota and a provider's bucket live on
@@ -252,5 +254,43 @@ func TestClusterBacklogBooksInsteadOfSleeping(t *testing.T) {
 	untilRedis(t, l, d.At().Add(-time.Second))
 	if again := mustAdmit(t, l, req("busy", true)); !again.Allowed() {
 		t.Errorf("back for its booking: %+v, want admitted", again)
+	}
+}
+
+// A task back from its place that finds the calendar behind its line by
+// more than its max wait but less than CLAIM takes the slot, and keeps its
+// order: placed again, it would go to its line's end. On one node it sleeps
+// for the slot (sleep_limit); on a cluster its quotas, on their own node,
+// book the slot as a ticket (the task is woken for it once more).
+func TestBackFromPlaceKeepsItsSlot(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		new  func(testing.TB) (*Limiter, redis.UniversalClient)
+		want Outcome
+	}{
+		{"standalone", func(t testing.TB) (*Limiter, redis.UniversalClient) { return newStandalone(t) }, Admitted},
+		{"cluster", func(t testing.TB) (*Limiter, redis.UniversalClient) { return newCluster(t) }, Booked},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, rdb := tc.new(t)
+			b := mustBucket(t, "sms", 10, 1) // a slot every 100 ms
+			for i := range 15 {
+				if d := mustAdmit(t, l, lineReq(fmt.Sprint("t", i), "acme", 1, b, 5*time.Second)); !d.Allowed() && !d.Booked() {
+					t.Fatalf("t%d: %+v", i, d)
+				}
+			}
+			now, err := rdb.Time(context.Background()).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			setPlace(t, rdb, b, "back", now)
+			// With a recipient's quota, on its own node on a cluster.
+			r := bookReq("back", mustQuota(t, "p", Window{100, time.Hour}), "alice", b, 500*time.Millisecond)
+			r.Tenant, r.Weight, r.BookAhead = "acme", 1, 5*time.Second
+			d := mustAdmit(t, l, r)
+			if d.Outcome != tc.want || d.Delay < time.Second || d.Delay > 2500*time.Millisecond {
+				t.Errorf("back at its place, the calendar 1.5 s behind: %+v; want %s, about 1.5 s ahead", d, tc.want)
+			}
+		})
 	}
 }
