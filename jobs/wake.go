@@ -56,6 +56,11 @@ const WakeEvery = time.Second
 // behind until the next look at every queue.
 const wakeTogether = 10 * time.Millisecond
 
+// wakeActive is how long after it is due a wake-up waits for its task to
+// leave active (see wake.lua): asynq's Retry follows the handler's return
+// within milliseconds.
+const wakeActive = time.Second
+
 // Waker wakes booked jobs at their moment (see above). Run it in every
 // worker; a Throttle with a Waker notes each booked job's wake-up in it.
 type Waker struct {
@@ -205,7 +210,7 @@ func (w *Waker) look(ctx context.Context, qs []string) {
 	_, err := w.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, q := range qs {
 			cmds[i] = wakeScript.EvalSha(ctx, p, []string{wakeKey(w.prefix, q), asynqdb.RetryKey(q), asynqdb.PendingKey(q)},
-				asynqdb.TaskKeyPrefix(q), wakeBatch, 2*wakeTogether.Milliseconds())
+				asynqdb.TaskKeyPrefix(q), wakeBatch, 2*wakeTogether.Milliseconds(), wakeActive.Milliseconds())
 		}
 		return nil
 	})

@@ -112,23 +112,26 @@ func TestWakerWakesAtTheMomentAtTheHead(t *testing.T) {
 
 // A wake-up due while its task is still active (its handler deferred it,
 // asynq's Retry has not run yet) waits for the task to reach the retry set;
-// one whose task has gone (run already, deleted) is dropped.
+// one whose task has gone (run already, deleted), or has been active for
+// wakeActive since it was due (run by other means), is dropped.
 func TestWakerWaitsForTheRetryAndDropsWhatIsGone(t *testing.T) {
 	rdb, _ := shared.NewClient(t)
 	ctx := context.Background()
 	const q = "wake"
 	w := NewWaker(rdb, "", []string{q}, 0)
 	key := asynqdb.TaskKey(q, "a")
-	rdb.HSet(ctx, key, "state", asynqdb.StateActive, "msg", "x")
-	past := time.Now().Add(-time.Second)
-	for _, id := range []string{"a", "gone"} {
-		if err := w.note(ctx, q, id, past); err != nil {
+	for _, id := range []string{"a", "running"} {
+		rdb.HSet(ctx, asynqdb.TaskKey(q, id), "state", asynqdb.StateActive, "msg", "x")
+	}
+	now := time.Now()
+	for id, at := range map[string]time.Time{"a": now.Add(-100 * time.Millisecond), "gone": now, "running": now.Add(-wakeActive - time.Second)} {
+		if err := w.note(ctx, q, id, at); err != nil {
 			t.Fatal(err)
 		}
 	}
 	w.look(ctx, []string{q})
 	if got := rdb.ZRange(ctx, wakeKey(w.prefix, q), 0, -1).Val(); !slices.Equal(got, []string{"a"}) {
-		t.Fatalf("wake set %v after a look, want [a]: the active task kept, the gone one dropped", got)
+		t.Fatalf("wake set %v after a look, want [a]: the task just deferred kept, the others dropped", got)
 	}
 	if n := rdb.LLen(ctx, asynqdb.PendingKey(q)).Val(); n != 0 {
 		t.Fatalf("pending holds %d, want 0: an active task is not moved", n)
