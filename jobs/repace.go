@@ -162,7 +162,13 @@ func moveWakeups(ctx context.Context, rdb redis.UniversalClient, w *Waker, ts []
 	if err := repaceScript.Load(ctx, rdb).Err(); err != nil {
 		return 0, fmt.Errorf("jobs: move wake-ups: load the script: %w", err)
 	}
-	var moves []*redis.Cmd
+	// A move, and the Waker's wake-up it moved the task's to (0: none).
+	type move struct {
+		c    *redis.Cmd
+		q    string
+		wake int64
+	}
+	var moves []move
 	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, t := range ts {
 			f := k(t)
@@ -171,10 +177,10 @@ func moveWakeups(ctx context.Context, rdb redis.UniversalClient, w *Waker, ts []
 			}
 			if t.wake > 0 && w != nil {
 				wake, score := w.scaled(t.wake, now, f)
-				moves = append(moves, repaceScript.EvalSha(ctx, p, []string{asynqdb.RetryKey(t.q), wakeKey(w.prefix, t.q)},
-					t.id, int64(t.score), score, int64(t.wake), wake))
+				moves = append(moves, move{repaceScript.EvalSha(ctx, p, []string{asynqdb.RetryKey(t.q), wakeKey(w.prefix, t.q)},
+					t.id, int64(t.score), score, int64(t.wake), wake), t.q, wake})
 			} else if score, ok := wakeScaled(t.score, now, f); ok {
-				moves = append(moves, repaceScript.EvalSha(ctx, p, []string{asynqdb.RetryKey(t.q)}, t.id, int64(t.score), score))
+				moves = append(moves, move{c: repaceScript.EvalSha(ctx, p, []string{asynqdb.RetryKey(t.q)}, t.id, int64(t.score), score)})
 			}
 		}
 		return nil
@@ -183,9 +189,15 @@ func moveWakeups(ctx context.Context, rdb redis.UniversalClient, w *Waker, ts []
 		return 0, fmt.Errorf("jobs: move wake-ups: %w", err)
 	}
 	n := 0
-	for _, c := range moves {
-		if c.Val() == int64(1) {
-			n++
+	for _, m := range moves {
+		if m.c.Val() != int64(1) {
+			continue
+		}
+		n++
+		if m.wake > 0 {
+			// The Waker that noted it looks at the old moment: this one
+			// looks at the new.
+			w.expect(m.q, m.wake)
 		}
 	}
 	return n, nil

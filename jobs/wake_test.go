@@ -315,3 +315,33 @@ func waitsInRetry(t *testing.T, rdb *redis.Client, q, id string) {
 		t.Fatal(err)
 	}
 }
+
+// A wake-up moved by a change of rate is moved to pending at its new time
+// by the Waker that moved it, with no look at every queue to find it.
+func TestWakerWakesAtAMovedWakeUp(t *testing.T) {
+	rdb, _ := shared.NewClient(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const q = "wake"
+	w := NewWaker(rdb, "", []string{q}, 0)
+	w.every = time.Hour
+	go w.Run(ctx)
+	waitsInRetry(t, rdb, q, "a")
+	now, err := rdb.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.note(ctx, q, "a", now.Add(20*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	score := rdb.ZScore(ctx, asynqdb.RetryKey(q), "a").Val()
+	wake := rdb.ZScore(ctx, wakeKey(w.prefix, q), "a").Val()
+	// The rate raised 40x: its moment 0.5 s from now.
+	n, err := moveWakeups(ctx, rdb, w, []queued{{q: q, id: "a", score: score, wake: wake}}, func(queued) float64 { return 1.0 / 40 }, now)
+	if err != nil || n != 1 {
+		t.Fatalf("moveWakeups = %d, %v; want 1", n, err)
+	}
+	waitFor(t, 10*time.Second, "a moved to pending at its new wake-up", func() bool {
+		return slices.Equal(rdb.LRange(ctx, asynqdb.PendingKey(q), 0, -1).Val(), []string{"a"})
+	})
+}
