@@ -78,10 +78,11 @@ func (c *modelCall) quotaFits(t *modelTake, id string, x float64, book *modelKey
 	for _, l := range t.limits {
 		most = math.Max(most, l)
 	}
-	if most > modelQRead {
-		return false
-	}
 	e := c.get(t.key)
+	if most > modelQRead {
+		least := slices.Min(t.limits)
+		return e == nil || float64(len(e.z)) <= least
+	}
 	var others []float64
 	n := 0
 	if e != nil {

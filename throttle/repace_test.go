@@ -217,3 +217,43 @@ func TestRepaceOfAnIdleBucketExpires(t *testing.T) {
 		t.Errorf("the state hash a first Repace wrote has PTTL %s, want a life", ttl)
 	}
 }
+
+// A task whose ticket a lowered rate moved later claims it, its quota
+// entry moving with it, also under a quota too large to read (limit over
+// QREAD) while the quota is far from its limit. Before, such a claim could
+// not check the move, gave everything back and joined its line's end.
+func TestRepaceTicketClaimedUnderALargeQuota(t *testing.T) {
+	l, _ := newStandalone(t)
+	ctx := context.Background()
+	q := mustQuota(t, "pace", Window{1000, time.Hour})
+	fast, slow := mustBucket(t, "hook", 20, 2), mustBucket(t, "hook", 5, 2)
+	if _, _, err := l.Repace(ctx, fast, "gw"); err != nil {
+		t.Fatal(err)
+	}
+	req := func(i int, b *Bucket) Request {
+		r := bookReq("m"+strconv.Itoa(i), q, "r"+strconv.Itoa(i), b, 2500*time.Millisecond)
+		r.Tenant, r.Weight, r.BookAhead, r.Backlog = "t", 1, 2*time.Second, true
+		return r
+	}
+	var ds []Decision
+	for i := range 30 {
+		ds = append(ds, mustAdmit(t, l, req(i, fast)))
+	}
+	k, now, err := l.Repace(ctx, slow, "gw")
+	if err != nil || k != 4 {
+		t.Fatalf("Repace to 5/s = %v, %v; want k 4", k, err)
+	}
+	for i := 10; i < 13; i++ {
+		if !ds[i].Booked() || ds[i].Outcome == Placed {
+			t.Fatalf("m%d at 20/s: %+v; want a ticket", i, ds[i])
+		}
+		want := Scale(ds[i].At(), now, k)
+		if want.Sub(now) > 2500*time.Millisecond {
+			t.Fatalf("m%d scaled %s ahead: past the claim window, the test needs it within", i, want.Sub(now))
+		}
+		d := mustAdmit(t, l, req(i, slow))
+		if !d.Allowed() || d.At().Sub(want).Abs() > time.Millisecond {
+			t.Errorf("m%d claims its ticket moved to %s: %+v; want admitted then", i, want.Sub(now), d)
+		}
+	}
+}
