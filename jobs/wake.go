@@ -31,10 +31,9 @@ import (
 // the notes of workers that died). The job then claims x and sleeps about
 // Lead (0.25 s with the default poll_interval), a sixth of the handler
 // time; it is picked up before the work queued behind it, which it was
-// booked ahead of. asynq still holds a
-// wake-up of its own for the job, a second after the Waker's (see
-// Throttle.booked): a fleet with no Waker running wakes it that way, late,
-// and the job books again.
+// booked ahead of. asynq still holds a wake-up of its own for the job, a
+// second after the Waker's (see Throttle.booked): a fleet with no Waker
+// running wakes it that way, late, and the job books again.
 
 //go:embed wake.lua
 var wakeSource string
