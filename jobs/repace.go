@@ -67,12 +67,13 @@ func (t *Throttle) Repace(ctx context.Context, rdb redis.UniversalClient, queues
 }
 
 // queued is a task waiting in a queue's retry set: a notification or
-// digest of a provider, for a tenant ("" none), and its wake-up in the
-// queue's wake set, if a Waker wakes it (Unix ms; 0 none).
+// digest of a provider, for a tenant ("" none), and its wake-up, if a
+// Waker wakes it (Unix ms; 0 none), with the wake set that holds it.
 type queued struct {
 	q, id            string
 	score            float64
 	wake             float64
+	wakeKey          string
 	provider, tenant string
 }
 
@@ -82,13 +83,20 @@ type queued struct {
 func waiting(ctx context.Context, rdb redis.UniversalClient, w *Waker, queues []string, each func([]queued) (int, error)) (int, error) {
 	moved := 0
 	for _, q := range queues {
+		var notes map[string]noted
+		if w != nil {
+			var err error
+			if notes, err = w.notesOf(ctx, q); err != nil {
+				return moved, err
+			}
+		}
 		retry := asynqdb.RetryKey(q)
 		for start := int64(0); ; start += repaceBatch {
 			z, err := rdb.ZRangeWithScores(ctx, retry, start, start+repaceBatch-1).Result()
 			if err != nil {
 				return moved, fmt.Errorf("jobs: read %s: %w", retry, err)
 			}
-			ts, err := readQueued(ctx, rdb, w, q, z)
+			ts, err := readQueued(ctx, rdb, notes, q, z)
 			if err != nil {
 				return moved, err
 			}
@@ -107,19 +115,15 @@ func waiting(ctx context.Context, rdb redis.UniversalClient, w *Waker, queues []
 
 // readQueued reads the tasks of z (members of queue q's retry set): those
 // that are notifications or digests, with their provider and tenant, and
-// their wake-ups in w (if any).
-func readQueued(ctx context.Context, rdb redis.UniversalClient, w *Waker, q string, z []redis.Z) ([]queued, error) {
+// their wake-ups in notes (if any).
+func readQueued(ctx context.Context, rdb redis.UniversalClient, notes map[string]noted, q string, z []redis.Z) ([]queued, error) {
 	if len(z) == 0 {
 		return nil, nil
 	}
 	reads := make([]*redis.StringCmd, len(z))
-	wakes := make([]*redis.FloatCmd, len(z))
 	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, e := range z {
 			reads[i] = p.HGet(ctx, asynqdb.TaskKey(q, e.Member.(string)), "msg")
-			if w != nil {
-				wakes[i] = p.ZScore(ctx, wakeKey(w.prefix, q), e.Member.(string))
-			}
 		}
 		return nil
 	})
@@ -130,8 +134,8 @@ func readQueued(ctx context.Context, rdb redis.UniversalClient, w *Waker, q stri
 	for i, e := range z {
 		if provider, tenant, ok := routeOf(reads[i].Val()); ok {
 			t := queued{q: q, id: e.Member.(string), score: e.Score, provider: provider, tenant: tenant}
-			if wakes[i] != nil {
-				t.wake = wakes[i].Val()
+			if n, ok := notes[t.id]; ok {
+				t.wake, t.wakeKey = n.wake, n.key
 			}
 			out = append(out, t)
 		}
@@ -154,7 +158,8 @@ func repaceQueued(ctx context.Context, rdb redis.UniversalClient, w *Waker, queu
 
 // moveWakeups scales the wake-up of each task of ts around now by the
 // factor k gives it, unless the task moved on since it was read: its
-// wake-up in w (if it has one) and the one asynq holds for it.
+// wake-up (if it has one; it moves to w's set, whose looks follow it) and
+// the one asynq holds for it.
 func moveWakeups(ctx context.Context, rdb redis.UniversalClient, w *Waker, ts []queued, k func(queued) float64, now time.Time) (int, error) {
 	if len(ts) == 0 {
 		return 0, nil
@@ -177,8 +182,8 @@ func moveWakeups(ctx context.Context, rdb redis.UniversalClient, w *Waker, ts []
 			}
 			if t.wake > 0 && w != nil {
 				wake, score := w.scaled(t.wake, now, f)
-				moves = append(moves, move{repaceScript.EvalSha(ctx, p, []string{asynqdb.RetryKey(t.q), wakeKey(w.prefix, t.q)},
-					t.id, int64(t.score), score, int64(t.wake), wake), t.q, wake})
+				keys := []string{asynqdb.RetryKey(t.q), t.wakeKey, w.notesKey(t.q)}
+				moves = append(moves, move{repaceScript.EvalSha(ctx, p, keys, t.id, int64(t.score), score, int64(t.wake), wake), t.q, wake})
 			} else if score, ok := wakeScaled(t.score, now, f); ok {
 				moves = append(moves, move{c: repaceScript.EvalSha(ctx, p, []string{asynqdb.RetryKey(t.q)}, t.id, int64(t.score), score)})
 			}
@@ -195,8 +200,6 @@ func moveWakeups(ctx context.Context, rdb redis.UniversalClient, w *Waker, ts []
 		}
 		n++
 		if m.wake > 0 {
-			// The Waker that noted it looks at the old moment: this one
-			// looks at the new.
 			w.expect(m.q, m.wake)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/notify-throttle/throttler/internal/asynqdb"
@@ -25,15 +26,23 @@ import (
 // pass, a tenant's first jobs) wait in the gaps.
 //
 // A Waker wakes booked jobs itself, on Redis's clock to the millisecond,
-// at the head of their queue: a job booked for x is noted in its queue's
-// wake set at x − Lead, and the worker's Waker moves the note when it is
-// due (every worker's Waker also moves any note due, every WakeEvery, for
-// the notes of workers that died). The job then claims x and sleeps about
-// Lead (0.25 s with the default poll_interval), a sixth of the handler
-// time; it is picked up before the work queued behind it, which it was
-// booked ahead of. asynq still holds a wake-up of its own for the job, a
-// second after the Waker's (see Throttle.booked): a fleet with no Waker
-// running wakes it that way, late, and the job books again.
+// at the head of their queue: a job booked for x is noted at x − Lead in
+// its worker's wake set of the queue, and the worker's Waker moves the note
+// when it is due. The job then claims x and sleeps about Lead (0.25 s with
+// the default poll_interval), a sixth of the handler time; it is picked up
+// before the work queued behind it, which it was booked ahead of. asynq
+// still holds a wake-up of its own for the job, a second after the Waker's
+// (see Throttle.booked): a fleet with no Waker running wakes it that way,
+// late, and the job books again.
+//
+// Every WakeEvery each Waker also sweeps every queue: it shows it is alive
+// in the queue's owners set, moves whatever is due in any worker's set
+// (a worker stopped or too busy to move its own), and adopts the set of a
+// worker that has not swept for orphanAfter (killed, or gone): from then on
+// it moves those wake-ups when due, as its own. Without adoption a killed
+// worker's wake-ups were found only by the sweeps, up to a second late, and
+// their jobs booked again at the end of their recipients' lines: a third
+// of the chaos run's waiting work after each kill, and half its rate.
 
 //go:embed wake.lua
 var wakeSource string
@@ -43,10 +52,18 @@ var wakeScript = redis.NewScript(wakeSource)
 // wakeBatch is the most tasks of a queue one wake call moves.
 const wakeBatch = 100
 
-// WakeEvery is how often a Waker looks at every queue, for the wake-ups
-// other workers noted and did not move (they died, or restarted). Its own
-// it moves when they are due.
+// WakeEvery is how often a Waker sweeps every queue (see above). Its own
+// wake-ups it moves when they are due.
 const WakeEvery = time.Second
+
+// orphanAfter is how long, in WakeEvery, a Waker may go without a sweep
+// before its wake-ups are adopted by the next worker to sweep that has not
+// been silent as long itself (so not after Redis was down). One sweep
+// missed by half a period is enough: a worker stopped that long (SIGSTOP,
+// a long GC pause) loses its wake-ups to another, which then moves them
+// when due, and its own later looks find them gone; the wake-ups due before
+// the adoption are moved by the sweeps, late.
+const orphanAfter = 1.5
 
 // wakeTogether is how close two wake-ups are moved by one look, and how
 // soon a wake-up kept for a task still active is looked at again. A look
@@ -65,10 +82,17 @@ const wakeActive = time.Second
 type Waker struct {
 	rdb    redis.UniversalClient
 	prefix string
+	id     string // this Waker's, unique: it names its wake sets
 	queues []string
 	lead   time.Duration
 	every  time.Duration // WakeEvery, but in tests
 	poke   chan struct{}
+	// left says Run has ended: a wake-up noted since (a handler still
+	// running in the shutdown) marks the set for adoption.
+	left atomic.Bool
+	// listed holds the queues w listed itself in as an owner with its first
+	// note there (its sweeps list it too; under mu).
+	listed map[string]bool
 
 	mu  sync.Mutex
 	due map[string]*msHeap // by queue, the wake-ups this worker noted (Redis's clock, ms)
@@ -95,19 +119,50 @@ func NewWaker(rdb redis.UniversalClient, prefix string, queues []string, lead ti
 	if prefix == "" {
 		prefix = throttle.DefaultPrefix
 	}
-	return &Waker{rdb: rdb, prefix: prefix, queues: queues, lead: lead, every: WakeEvery, poke: make(chan struct{}, 1), due: map[string]*msHeap{}}
+	return &Waker{rdb: rdb, prefix: prefix, id: uuid.NewString(), queues: queues, lead: lead, every: WakeEvery,
+		poke: make(chan struct{}, 1), due: map[string]*msHeap{}, listed: map[string]bool{}}
 }
 
-// wakeKey is queue q's wake set, "<prefix>wake:{q}": asynq's hash tag for
-// q, as it is (asynq's keys do not escape it), so that one script can move
-// a task from the queue's retry set to its pending list on a cluster.
-func wakeKey(prefix, q string) string { return prefix + "wake:{" + q + "}" }
+// A queue's keys carry asynq's hash tag for the queue, as it is (asynq's
+// keys do not escape it), so that one script can move a task from the
+// queue's retry set to its pending list on a cluster.
+
+// sharedWakeKey is queue q's one wake set of the workers before owners,
+// "<prefix>wake:{q}": a sweep moves what is due in it.
+func sharedWakeKey(prefix, q string) string { return prefix + "wake:{" + q + "}" }
+
+// ownersKey is queue q's set of Wakers by their last sweep (Unix ms).
+func ownersKey(prefix, q string) string { return prefix + "wake:{" + q + "}:owners" }
+
+// notesPrefix starts the name of each Waker's wake set of queue q; its ID
+// ends it.
+func notesPrefix(prefix, q string) string { return prefix + "wake:{" + q + "}:w:" }
+
+// notesKey is the wake set of queue q that w notes its wake-ups in.
+func (w *Waker) notesKey(q string) string { return notesPrefix(w.prefix, q) + w.id }
 
 // note notes that task id of queue q is to be woken for moment at (on
 // Redis's clock): at − Lead.
 func (w *Waker) note(ctx context.Context, q, id string, at time.Time) error {
 	wake := at.Add(-w.lead).UnixMilli()
-	if err := w.rdb.ZAdd(ctx, wakeKey(w.prefix, q), redis.Z{Score: float64(wake), Member: id}).Err(); err != nil {
+	w.mu.Lock()
+	first := !w.listed[q]
+	w.listed[q] = true
+	w.mu.Unlock()
+	_, err := w.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.ZAdd(ctx, w.notesKey(q), redis.Z{Score: float64(wake), Member: id})
+		switch {
+		case w.left.Load():
+			// Run has ended: the next worker to sweep adopts the set.
+			p.ZAdd(ctx, ownersKey(w.prefix, q), redis.Z{Score: 0, Member: w.id})
+		case first:
+			// Listed before its first sweep, should it die before.
+			beat := time.Now().UnixMilli() + w.skew.Load()
+			p.ZAdd(ctx, ownersKey(w.prefix, q), redis.Z{Score: float64(beat), Member: w.id})
+		}
+		return nil
+	})
+	if err != nil {
 		return fmt.Errorf("jobs: note the wake-up of %s: %w", id, err)
 	}
 	w.expect(q, wake)
@@ -130,11 +185,13 @@ func (w *Waker) expect(q string, wake int64) {
 	}
 }
 
-// Run moves due wake-ups until ctx ends: those this worker noted when they
-// are due, and every WakeEvery whatever is due in any queue.
+// Run moves due wake-ups until ctx ends: those of this worker's sets when
+// they are due, and every WakeEvery it sweeps every queue (see above). When
+// ctx ends, its sets are left to the next worker to sweep.
 func (w *Waker) Run(ctx context.Context) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
+	defer w.leave(context.WithoutCancel(ctx))
 	every := time.Now()
 	for {
 		select {
@@ -145,18 +202,30 @@ func (w *Waker) Run(ctx context.Context) {
 			timer.Stop()
 		}
 		now := time.Now()
-		qs := w.queues
 		if now.Before(every) {
-			qs = w.dueQueues(now)
+			if qs := w.dueQueues(now); len(qs) > 0 {
+				w.look(ctx, qs, false)
+			}
 		} else {
 			w.dueQueues(now)
 			every = now.Add(w.every)
-		}
-		if len(qs) > 0 {
-			w.look(ctx, qs)
+			w.look(ctx, w.queues, true)
 		}
 		timer.Reset(w.untilNext(time.Now(), every))
 	}
+}
+
+// leave marks w's sets for adoption by the next worker to sweep.
+func (w *Waker) leave(ctx context.Context) {
+	w.left.Store(true)
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	_, _ = w.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, q := range w.queues {
+			p.ZAddXX(ctx, ownersKey(w.prefix, q), redis.Z{Score: 0, Member: w.id})
+		}
+		return nil
+	})
 }
 
 // dueQueues returns the queues with a wake-up of this worker's due at now
@@ -192,10 +261,12 @@ func (w *Waker) untilNext(now, every time.Time) time.Duration {
 	return max(next, 0)
 }
 
-// look moves what is due in queues qs, in one round trip. A queue with
-// more due than one call moves, or a wake-up kept for a task still active,
-// is looked at again soon.
-func (w *Waker) look(ctx context.Context, qs []string) {
+// look moves what is due in w's sets of queues qs, or sweeps them, in one
+// round trip. A queue with more due than one call moves, or a wake-up kept
+// for a task still active, is looked at again soon; the next wake-up of
+// w's set is looked at when due (one adopted, or one of its own this
+// process did not note: the chain of looks follows the set).
+func (w *Waker) look(ctx context.Context, qs []string, sweep bool) {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	if !w.loaded {
@@ -204,12 +275,17 @@ func (w *Waker) look(ctx context.Context, qs []string) {
 		}
 		w.loaded = true
 	}
+	mode := "look"
+	if sweep {
+		mode = "sweep"
+	}
 	cmds := make([]*redis.Cmd, len(qs))
 	local := time.Now()
 	_, err := w.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, q := range qs {
-			cmds[i] = wakeScript.EvalSha(ctx, p, []string{wakeKey(w.prefix, q), asynqdb.RetryKey(q), asynqdb.PendingKey(q)},
-				asynqdb.TaskKeyPrefix(q), wakeBatch, 2*wakeTogether.Milliseconds(), wakeActive.Milliseconds())
+			keys := []string{w.notesKey(q), asynqdb.RetryKey(q), asynqdb.PendingKey(q), ownersKey(w.prefix, q), sharedWakeKey(w.prefix, q)}
+			cmds[i] = wakeScript.EvalSha(ctx, p, keys, mode, asynqdb.TaskKeyPrefix(q), wakeBatch, 2*wakeTogether.Milliseconds(),
+				wakeActive.Milliseconds(), w.id, notesPrefix(w.prefix, q), int64(orphanAfter*float64(w.every.Milliseconds())))
 		}
 		return nil
 	})
@@ -220,16 +296,32 @@ func (w *Waker) look(ctx context.Context, qs []string) {
 	}
 	for i, c := range cmds {
 		r, _ := c.Int64Slice()
-		if len(r) != 3 {
+		if len(r) != 5 {
 			continue
 		}
-		w.skew.Store(r[1] - local.UnixMilli())
+		now, kept, next, more := r[1], r[2], r[3], r[4]
+		w.skew.Store(now - local.UnixMilli())
 		switch {
-		case r[0] == wakeBatch:
-			w.expect(qs[i], r[1])
-		case r[2] > 0:
-			w.expect(qs[i], r[1]+wakeTogether.Milliseconds())
+		case more == 1:
+			w.expect(qs[i], now)
+		case kept > 0:
+			w.expect(qs[i], now+wakeTogether.Milliseconds())
 		}
+		if next > now+2*wakeTogether.Milliseconds() {
+			w.expectBy(qs[i], next)
+		}
+	}
+}
+
+// expectBy has Run look at queue q by wake (Redis's clock, ms): at wake,
+// unless a look is due before it (that look follows the chain).
+func (w *Waker) expectBy(q string, wake int64) {
+	w.mu.Lock()
+	h := w.due[q]
+	ahead := h != nil && h.Len() > 0 && (*h)[0] <= wake
+	w.mu.Unlock()
+	if !ahead {
+		w.expect(q, wake)
 	}
 }
 
@@ -254,4 +346,39 @@ func (w *Waker) scaled(wake float64, now time.Time, k float64) (newWake, score i
 	at := time.UnixMilli(int64(wake)).Add(w.lead)
 	newWake = throttle.Scale(at, now, k).Add(-w.lead).UnixMilli()
 	return newWake, newWake/1000 + 1
+}
+
+// noted is a task's wake-up (Unix ms) and the wake set that holds it.
+type noted struct {
+	key  string
+	wake float64
+}
+
+// notesOf reads every wake-up noted in queue q's wake sets (each owner's,
+// and the shared set of the workers before owners), by task ID.
+func (w *Waker) notesOf(ctx context.Context, q string) (map[string]noted, error) {
+	owners, err := w.rdb.ZRange(ctx, ownersKey(w.prefix, q), 0, -1).Result()
+	if err != nil {
+		return nil, fmt.Errorf("jobs: read the wake-ups of %s: %w", q, err)
+	}
+	keys := []string{sharedWakeKey(w.prefix, q)}
+	for _, o := range owners {
+		keys = append(keys, notesPrefix(w.prefix, q)+o)
+	}
+	notes := map[string]noted{}
+	for _, key := range keys {
+		for start := int64(0); ; start += repaceBatch {
+			z, err := w.rdb.ZRangeWithScores(ctx, key, start, start+repaceBatch-1).Result()
+			if err != nil {
+				return nil, fmt.Errorf("jobs: read the wake-ups in %s: %w", key, err)
+			}
+			for _, e := range z {
+				notes[e.Member.(string)] = noted{key: key, wake: e.Score}
+			}
+			if len(z) < repaceBatch {
+				break
+			}
+		}
+	}
+	return notes, nil
 }

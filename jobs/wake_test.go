@@ -105,7 +105,7 @@ func TestWakerWakesAtTheMomentAtTheHead(t *testing.T) {
 	if early := wakeAt.Sub(wokeAt); early > 2*wakeTogether+2*time.Millisecond {
 		t.Errorf("a ran %v before its wake-up", early)
 	}
-	if n := rdb.ZCard(ctx, wakeKey(w.prefix, q)).Val(); n != 0 {
+	if n := rdb.ZCard(ctx, w.notesKey(q)).Val(); n != 0 {
 		t.Errorf("wake set holds %d after the wake-up, want 0", n)
 	}
 }
@@ -129,8 +129,8 @@ func TestWakerWaitsForTheRetryAndDropsWhatIsGone(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	w.look(ctx, []string{q})
-	if got := rdb.ZRange(ctx, wakeKey(w.prefix, q), 0, -1).Val(); !slices.Equal(got, []string{"a"}) {
+	w.look(ctx, []string{q}, false)
+	if got := rdb.ZRange(ctx, w.notesKey(q), 0, -1).Val(); !slices.Equal(got, []string{"a"}) {
 		t.Fatalf("wake set %v after a look, want [a]: the task just deferred kept, the others dropped", got)
 	}
 	if n := rdb.LLen(ctx, asynqdb.PendingKey(q)).Val(); n != 0 {
@@ -138,14 +138,14 @@ func TestWakerWaitsForTheRetryAndDropsWhatIsGone(t *testing.T) {
 	}
 	// asynq's Retry: the task waits in the retry set.
 	waitsInRetry(t, rdb, q, "a")
-	w.look(ctx, []string{q})
+	w.look(ctx, []string{q}, false)
 	if got := rdb.LRange(ctx, asynqdb.PendingKey(q), 0, -1).Val(); !slices.Equal(got, []string{"a"}) {
 		t.Errorf("pending %v, want [a]", got)
 	}
 	if h := rdb.HGetAll(ctx, key).Val(); h["state"] != asynqdb.StatePending || len(h["pending_since"]) < 19 {
 		t.Errorf("task hash %v, want state pending and pending_since in Unix ns", h)
 	}
-	if n := rdb.ZCard(ctx, asynqdb.RetryKey(q)).Val() + rdb.ZCard(ctx, wakeKey(w.prefix, q)).Val(); n != 0 {
+	if n := rdb.ZCard(ctx, asynqdb.RetryKey(q)).Val() + rdb.ZCard(ctx, w.notesKey(q)).Val(); n != 0 {
 		t.Errorf("retry and wake sets hold %d, want 0", n)
 	}
 }
@@ -164,7 +164,7 @@ func TestWakerKeepsTheOrderOfWakeUps(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	w.look(ctx, []string{q})
+	w.look(ctx, []string{q}, false)
 	// The dequeue pops the right end (the head).
 	got := rdb.LRange(ctx, asynqdb.PendingKey(q), 0, -1).Val()
 	slices.Reverse(got)
@@ -317,7 +317,8 @@ func waitsInRetry(t *testing.T, rdb *redis.Client, q, id string) {
 }
 
 // A wake-up moved by a change of rate is moved to pending at its new time
-// by the Waker that moved it, with no look at every queue to find it.
+// by the Waker that moved it (into its own set), with no sweep to find it:
+// the worker that noted it looks at the old time.
 func TestWakerWakesAtAMovedWakeUp(t *testing.T) {
 	rdb, _ := shared.NewClient(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -326,22 +327,115 @@ func TestWakerWakesAtAMovedWakeUp(t *testing.T) {
 	w := NewWaker(rdb, "", []string{q}, 0)
 	w.every = time.Hour
 	go w.Run(ctx)
+	noter := NewWaker(rdb, "", []string{q}, 0)
 	waitsInRetry(t, rdb, q, "a")
 	now, err := rdb.Time(ctx).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.note(ctx, q, "a", now.Add(20*time.Second)); err != nil {
+	if err := noter.note(ctx, q, "a", now.Add(20*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	score := rdb.ZScore(ctx, asynqdb.RetryKey(q), "a").Val()
-	wake := rdb.ZScore(ctx, wakeKey(w.prefix, q), "a").Val()
+	notes, err := w.notesOf(ctx, q)
+	if err != nil || notes["a"].key != noter.notesKey(q) {
+		t.Fatalf("notesOf = %v, %v; want a in %s", notes, err, noter.notesKey(q))
+	}
 	// The rate raised 40x: its moment 0.5 s from now.
-	n, err := moveWakeups(ctx, rdb, w, []queued{{q: q, id: "a", score: score, wake: wake}}, func(queued) float64 { return 1.0 / 40 }, now)
+	a := queued{q: q, id: "a", score: score, wake: notes["a"].wake, wakeKey: notes["a"].key}
+	n, err := moveWakeups(ctx, rdb, w, []queued{a}, func(queued) float64 { return 1.0 / 40 }, now)
 	if err != nil || n != 1 {
 		t.Fatalf("moveWakeups = %d, %v; want 1", n, err)
+	}
+	if rdb.ZScore(ctx, w.notesKey(q), "a").Err() != nil || rdb.Exists(ctx, noter.notesKey(q)).Val() != 0 {
+		t.Fatalf("the moved wake-up is not in the mover's set alone")
 	}
 	waitFor(t, 10*time.Second, "a moved to pending at its new wake-up", func() bool {
 		return slices.Equal(rdb.LRange(ctx, asynqdb.PendingKey(q), 0, -1).Val(), []string{"a"})
 	})
+}
+
+// The wake-ups of a worker that stopped sweeping (killed) are adopted by
+// the next worker to sweep after orphanAfter, which then moves each when
+// it is due, as its own: a sweep alone finds them up to WakeEvery late.
+func TestWakerAdoptsTheNotesOfAWorkerKilled(t *testing.T) {
+	rdb, _ := shared.NewClient(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const q = "wake"
+	const n = 10
+	killed := NewWaker(rdb, "", []string{q}, 0)
+	now, err := rdb.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Due after the adoption (the sweeper's first sweep after orphanAfter
+	// that follows one of its own), 90 ms apart.
+	wakes := map[string]int64{}
+	for i := range n {
+		id := strconv.Itoa(i)
+		waitsInRetry(t, rdb, q, id)
+		at := now.Add(time.Duration(orphanAfter*float64(WakeEvery)) + 2*WakeEvery + time.Duration(i)*90*time.Millisecond)
+		if err := killed.note(ctx, q, id, at); err != nil {
+			t.Fatal(err)
+		}
+		wakes[id] = at.UnixMilli()
+	}
+	w := NewWaker(rdb, "", []string{q}, 0)
+	go w.Run(ctx)
+	waitFor(t, 20*time.Second, "every task moved to pending", func() bool {
+		return rdb.LLen(ctx, asynqdb.PendingKey(q)).Val() == n
+	})
+	for id, wake := range wakes {
+		since, err := rdb.HGet(ctx, asynqdb.TaskKey(q, id), "pending_since").Int64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if late := time.Duration(since - wake*int64(time.Millisecond)); late > 100*time.Millisecond || late < -3*wakeTogether {
+			t.Errorf("task %s moved %v after its wake-up, want within -%v and 100ms", id, late, 3*wakeTogether)
+		}
+	}
+	if rdb.Exists(ctx, killed.notesKey(q)).Val() != 0 || rdb.ZScore(ctx, ownersKey(killed.prefix, q), killed.id).Err() != redis.Nil {
+		t.Errorf("the killed worker's set or listing is still there")
+	}
+}
+
+// A Waker that stops leaves its wake-ups to the next worker to sweep, at
+// once, and so does a wake-up noted after it stopped (a handler ending in
+// the shutdown).
+func TestWakerLeavesItsNotesToTheNextSweep(t *testing.T) {
+	rdb, _ := shared.NewClient(t)
+	ctx := context.Background()
+	const q = "wake"
+	leaving := NewWaker(rdb, "", []string{q}, 0)
+	leaving.every = time.Hour
+	run, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); leaving.Run(run) }()
+	for _, id := range []string{"a", "b"} {
+		waitsInRetry(t, rdb, q, id)
+	}
+	if err := leaving.note(ctx, q, "a", time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the leaving worker listed", func() bool {
+		return rdb.ZScore(ctx, ownersKey(leaving.prefix, q), leaving.id).Val() > 0
+	})
+	stop()
+	<-done
+	w := NewWaker(rdb, "", []string{q}, 0)
+	w.look(ctx, []string{q}, true)
+	if got := rdb.ZRange(ctx, w.notesKey(q), 0, -1).Val(); !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("the next sweeper's set holds %v, want [a]", got)
+	}
+	if err := leaving.note(ctx, q, "b", time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	w.look(ctx, []string{q}, true)
+	if got := rdb.ZRange(ctx, w.notesKey(q), 0, -1).Val(); !slices.Equal(got, []string{"a", "b"}) {
+		t.Errorf("the next sweeper's set holds %v, want [a b]", got)
+	}
+	if owners := rdb.ZRange(ctx, ownersKey(w.prefix, q), 0, -1).Val(); !slices.Equal(owners, []string{w.id}) {
+		t.Errorf("owners %v, want only the sweeper", owners)
+	}
 }
