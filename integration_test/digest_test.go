@@ -127,3 +127,63 @@ func digestKill9(t *testing.T, hold func(a arrival, fromW1 int) bool) {
 	}
 	t.Logf("%d messages: %d sent on their own, the rest in %d digests", len(notes), direct, len(digests))
 }
+
+// TestDigestGoesAtTheFirstMomentAfterItsFolds is issue 28's fifth scenario
+// through worker binaries: four messages to one recipient under 1 per 20 s
+// with over_cap: digest, taken by two workers at once. One is sent, three
+// fold, and their digest reaches the provider at the first moment the
+// policy allows after the message sent (a window and worker.window_margin
+// later, and the second asynq keeps a digest's moment to), not a window
+// after that: a fold that kept a booking of its own made the next fold find
+// the moment taken, and the digest went 40 s after the message.
+func TestDigestGoesAtTheFirstMomentAfterItsFolds(t *testing.T) {
+	const per, margin = 20 * time.Second, 250 * time.Millisecond // the policy's window, config.yaml's margin
+	cfg := fleetConfig{
+		Concurrency: 4, ShutdownTimeout: 5 * time.Second, InlineWait: 2500 * time.Millisecond, Jitter: time.Second,
+		Policy: "{windows: [{limit: 1, per: 20s}], over_cap: digest}",
+		Rate:   50, Burst: 10, Book: true,
+		ACL: true, // digests' WATCH/MULTI/EXEC and list reads, as config.yaml's user
+	}
+	f := newFleet(t, cfg, nil)
+	notes := f.enqueueNotes("fold", 1, 4, 0, 0)
+	f.startWorkers("w1", "w2")
+	var sent, digests []arrival
+	q := f.waitSettled(per+time.Minute, func(asynq.QueueInfo) bool {
+		sent, digests = nil, nil
+		for _, a := range f.hook.snapshot() {
+			switch {
+			case a.Status < 200 || a.Status > 299:
+			case a.Template == "digest":
+				digests = append(digests, a)
+			default:
+				sent = append(sent, a)
+			}
+		}
+		return len(digests) > 0
+	})
+	if q.Archived != 0 {
+		t.Errorf("%d tasks archived, want none: %v", q.Archived, f.archived())
+	}
+	if len(sent) != 1 || len(digests) != 1 {
+		t.Fatalf("%d messages sent on their own and %d digests, want 1 and 1", len(sent), len(digests))
+	}
+	var d struct{ Messages []struct{ ID string } }
+	if err := json.Unmarshal(digests[0].Data, &d); err != nil {
+		t.Fatalf("digest %s: %v", digests[0].Key, err)
+	}
+	carried := map[string]bool{sent[0].Key: true}
+	for _, m := range d.Messages {
+		carried[m.ID] = true
+	}
+	for id := range notes {
+		if !carried[id] {
+			t.Errorf("message %s reached its recipient neither on its own nor in the digest", id)
+		}
+	}
+	gap := digests[0].At.Sub(sent[0].At)
+	t.Logf("the digest of %d arrived %s after the message sent", len(d.Messages), gap.Round(time.Millisecond))
+	if latest := per + margin + 1500*time.Millisecond; gap < per || gap > latest {
+		t.Errorf("the digest arrived %s after the message sent, want from %s (the window) to %s (the first moment it allows, its margin and asynq's second); a window late is %s",
+			gap.Round(time.Millisecond), per, latest, 2*per)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/notify-throttle/throttler/internal/asynqdb"
+	"github.com/notify-throttle/throttler/internal/redistest"
 )
 
 // A task deferred by its handler with a wake-up noted in the Waker runs
@@ -305,7 +306,7 @@ func TestWakerScaled(t *testing.T) {
 
 // waitsInRetry puts task id of queue q in its retry set as asynq's Retry
 // does, due in an hour.
-func waitsInRetry(t *testing.T, rdb *redis.Client, q, id string) {
+func waitsInRetry(t *testing.T, rdb redis.UniversalClient, q, id string) {
 	t.Helper()
 	ctx := context.Background()
 	if err := rdb.HSet(ctx, asynqdb.TaskKey(q, id), "state", "retry").Err(); err != nil {
@@ -437,5 +438,53 @@ func TestWakerLeavesItsNotesToTheNextSweep(t *testing.T) {
 	}
 	if owners := rdb.ZRange(ctx, ownersKey(w.prefix, q), 0, -1).Val(); !slices.Equal(owners, []string{w.id}) {
 		t.Errorf("owners %v, want only the sweeper", owners)
+	}
+}
+
+// On a Redis Cluster, with queues in different slots: a sweep adopts a
+// killed worker's set of each queue (the sets its script names itself are
+// in the queue's slot), the adopter wakes the tasks when due, and a re-pace
+// moves a wake-up from another worker's set into its own.
+func TestWakerOnCluster(t *testing.T) {
+	rdb := redistest.StartCluster(t, 3, 0).Client(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	queues := []string{"critical", "default", "low"}
+	killed, other := NewWaker(rdb, "", queues, 0), NewWaker(rdb, "", queues, 0)
+	w := NewWaker(rdb, "", queues, 0)
+	w.every = 200 * time.Millisecond
+	now, err := rdb.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range queues {
+		waitsInRetry(t, rdb, q, "a")
+		if err := killed.note(ctx, q, "a", now.Add(time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		waitsInRetry(t, rdb, q, "b")
+		if err := other.note(ctx, q, "b", now.Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	go w.Run(ctx)
+	for _, q := range queues {
+		waitFor(t, 10*time.Second, "a of "+q+" moved to pending", func() bool {
+			return slices.Equal(rdb.LRange(ctx, asynqdb.PendingKey(q), 0, -1).Val(), []string{"a"})
+		})
+		if rdb.Exists(ctx, killed.notesKey(q)).Val() != 0 {
+			t.Errorf("queue %s: the killed worker's set is still there", q)
+		}
+		notes, err := w.notesOf(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := queued{q: q, id: "b", score: rdb.ZScore(ctx, asynqdb.RetryKey(q), "b").Val(), wake: notes["b"].wake, wakeKey: notes["b"].key}
+		if n, err := moveWakeups(ctx, rdb, w, []queued{b}, func(queued) float64 { return 0.5 }, now); err != nil || n != 1 {
+			t.Fatalf("queue %s: moveWakeups = %d, %v; want 1", q, n, err)
+		}
+		if rdb.ZScore(ctx, w.notesKey(q), "b").Err() != nil {
+			t.Errorf("queue %s: the moved wake-up is not in the mover's set", q)
+		}
 	}
 }
