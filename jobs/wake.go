@@ -5,6 +5,7 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,10 +40,12 @@ import (
 // in the queue's owners set, moves whatever is due in any worker's set
 // (a worker stopped or too busy to move its own), and adopts the set of a
 // worker that has not swept for orphanAfter (killed, or gone): from then on
-// it moves those wake-ups when due, as its own. Without adoption a killed
-// worker's wake-ups were found only by the sweeps, up to a second late, and
-// their jobs booked again at the end of their recipients' lines: a third
-// of the chaos run's waiting work after each kill, and half its rate.
+// it moves those wake-ups when due, as its own; until then (suspectAfter)
+// it moves what such a worker's set holds due before its next sweep, early.
+// Without adoption a killed worker's wake-ups were found only by the
+// sweeps, up to a second late, and their jobs booked again at the end of
+// their recipients' lines: a third of the chaos run's waiting work after
+// each kill, and half its rate.
 
 //go:embed wake.lua
 var wakeSource string
@@ -55,6 +58,12 @@ const wakeBatch = 100
 // WakeEvery is how often a Waker sweeps every queue (see above). Its own
 // wake-ups it moves when they are due.
 const WakeEvery = time.Second
+
+// suspectAfter is how long, in WakeEvery, a Waker may go without a sweep
+// before the next worker to sweep moves what its set holds due within the
+// next WakeEvery, early (its jobs claim their moments and sleep for them),
+// rather than late at the sweep after: it missed a sweep, stopped or killed.
+const suspectAfter = 1.1
 
 // orphanAfter is how long, in WakeEvery, a Waker may go without a sweep
 // before its wake-ups are adopted by the next worker to sweep that has not
@@ -80,6 +89,9 @@ const wakeActive = time.Second
 // Waker wakes booked jobs at their moment (see above). Run it in every
 // worker; a Throttle with a Waker notes each booked job's wake-up in it.
 type Waker struct {
+	// Log, if set, hears of the wake-ups adopted from a worker gone.
+	Log *slog.Logger
+
 	rdb    redis.UniversalClient
 	prefix string
 	id     string // this Waker's, unique: it names its wake sets
@@ -285,7 +297,7 @@ func (w *Waker) look(ctx context.Context, qs []string, sweep bool) {
 		for i, q := range qs {
 			keys := []string{w.notesKey(q), asynqdb.RetryKey(q), asynqdb.PendingKey(q), ownersKey(w.prefix, q), sharedWakeKey(w.prefix, q)}
 			cmds[i] = wakeScript.EvalSha(ctx, p, keys, mode, asynqdb.TaskKeyPrefix(q), wakeBatch, 2*wakeTogether.Milliseconds(),
-				wakeActive.Milliseconds(), w.id, notesPrefix(w.prefix, q), int64(orphanAfter*float64(w.every.Milliseconds())))
+				wakeActive.Milliseconds(), w.id, notesPrefix(w.prefix, q), w.periods(orphanAfter), w.periods(suspectAfter), w.periods(1))
 		}
 		return nil
 	})
@@ -296,10 +308,13 @@ func (w *Waker) look(ctx context.Context, qs []string, sweep bool) {
 	}
 	for i, c := range cmds {
 		r, _ := c.Int64Slice()
-		if len(r) != 5 {
+		if len(r) != 6 {
 			continue
 		}
-		now, kept, next, more := r[1], r[2], r[3], r[4]
+		now, kept, next, more, adopted := r[1], r[2], r[3], r[4], r[5]
+		if adopted > 0 && w.Log != nil {
+			w.Log.Info("adopted the wake-ups of a worker that stopped sweeping", "queue", qs[i], "wakeups", adopted)
+		}
 		w.skew.Store(now - local.UnixMilli())
 		switch {
 		case more == 1:
@@ -312,6 +327,9 @@ func (w *Waker) look(ctx context.Context, qs []string, sweep bool) {
 		}
 	}
 }
+
+// periods is n WakeEvery (w.every) in ms.
+func (w *Waker) periods(n float64) int64 { return int64(n * float64(w.every.Milliseconds())) }
 
 // expectBy has Run look at queue q by wake (Redis's clock, ms): at wake,
 // unless a look is due before it (that look follows the chain).

@@ -13,14 +13,17 @@
 --            how long after it is due a wake-up waits for its task to leave
 --            active (ms), the caller's ID, the prefix of the owners' sets
 --            (their IDs end them), how long an owner may go without a sweep
---            before its set is the caller's (ms)
+--            before its set is the caller's (ms), how long before it is
+--            suspect (ms), how far ahead a suspect's wake-ups are moved (ms)
 --
 -- A sweep lists the caller as an owner as of now, moves what is due in every
 -- set (an owner that is alive moves its own when due: what a sweep finds
 -- there is late, its owner stopped or busy), and adopts the set of each
--- owner silent for longer than the last argument (killed) if the caller
--- was not, or gone (its time 0): its wake-ups join the caller's, which the
--- caller's looks then follow.
+-- owner silent for longer than the orphan time (killed) if the caller was
+-- not, or gone (its time 0): its wake-ups join the caller's, which the
+-- caller's looks then follow. A suspect, silent for a sweep missed but not
+-- yet adopted, has what falls due before the next sweep moved now: its jobs
+-- wake early and sleep for their moments, rather than late.
 --
 -- A task is moved as asynq's Requeue puts a task back (RPUSH: the next one
 -- dequeued) and with the fields its forwarder sets. A task still active
@@ -30,16 +33,18 @@
 -- is deferred again. Any other (woken already, done, deleted, one of
 -- asynq's groups) loses its wake-up. Returns {tasks moved, now in ms,
 -- wake-ups kept for tasks still active, the caller's next wake-up (ms, -1
--- none), 1 if a set held more due than one call moves}.
+-- none), 1 if a set held more due than one call moves, wake-ups adopted}.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local since = t[1] .. string.format('%06d', tonumber(t[2])) .. '000'
 local mine, retry, pending, owners, shared = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local batch, by, active = tonumber(ARGV[3]), now + tonumber(ARGV[4]), tonumber(ARGV[5])
 
-local sets = {mine}
+-- The sets to look in, each with the latest wake-up it moves.
+local sets = {{key = mine, by = by}}
+local adopted = 0
 if ARGV[1] == 'sweep' then
-  local me, orphan = ARGV[6], tonumber(ARGV[8])
+  local me, orphan, suspect = ARGV[6], tonumber(ARGV[8]), tonumber(ARGV[9])
   -- The caller adopts only if it was alive itself (its last sweep is
   -- recent): after Redis was down, or the caller stopped, every other
   -- owner looks silent.
@@ -52,24 +57,27 @@ if ARGV[1] == 'sweep' then
       local set = ARGV[7] .. o
       local beat = tonumber(listed[i + 1])
       if beat == 0 or alive and beat + orphan < now then
+        adopted = adopted + redis.call('ZCARD', set)
         redis.call('ZUNIONSTORE', mine, 2, mine, set, 'AGGREGATE', 'MAX')
         redis.call('DEL', set)
         redis.call('ZREM', owners, o)
+      elseif beat + suspect < now then
+        sets[#sets + 1] = {key = set, by = now + tonumber(ARGV[10])}
       else
-        sets[#sets + 1] = set
+        sets[#sets + 1] = {key = set, by = by}
       end
     end
   end
-  sets[#sets + 1] = shared
+  sets[#sets + 1] = {key = shared, by = by}
 end
 
 -- What is due in each set, the earliest first.
 local due, more = {}, 0
 for _, set in ipairs(sets) do
-  local z = redis.call('ZRANGEBYSCORE', set, '-inf', by, 'WITHSCORES', 'LIMIT', 0, batch)
+  local z = redis.call('ZRANGEBYSCORE', set.key, '-inf', set.by, 'WITHSCORES', 'LIMIT', 0, batch)
   if #z == 2 * batch then more = 1 end
   for i = 1, #z, 2 do
-    due[#due + 1] = {id = z[i], at = tonumber(z[i + 1]), set = set}
+    due[#due + 1] = {id = z[i], at = tonumber(z[i + 1]), set = set.key}
   end
 end
 table.sort(due, function(a, b) return a.at < b.at end)
@@ -96,4 +104,4 @@ for i = math.min(#due, batch), 1, -1 do
 end
 
 local next = redis.call('ZRANGE', mine, 0, 0, 'WITHSCORES')
-return {moved, now, kept, next[2] and tonumber(next[2]) or -1, more}
+return {moved, now, kept, next[2] and tonumber(next[2]) or -1, more, adopted}

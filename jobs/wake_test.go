@@ -488,3 +488,45 @@ func TestWakerOnCluster(t *testing.T) {
 		}
 	}
 }
+
+// A worker that missed a sweep (stopped, or killed and not yet adopted) has
+// the wake-ups due before the next sweep moved by the next worker to sweep,
+// early, rather than late at the sweep after; one silent past orphanAfter
+// has its set adopted by a worker that swept on time itself.
+func TestWakerMovesASuspectsWakeUpsEarly(t *testing.T) {
+	rdb, _ := shared.NewClient(t)
+	ctx := context.Background()
+	const q = "wake"
+	stopped := NewWaker(rdb, "", []string{q}, 0)
+	w := NewWaker(rdb, "", []string{q}, 0)
+	w.every = time.Second
+	now, err := rdb.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id, in := range map[string]time.Duration{"soon": 300 * time.Millisecond, "later": 5 * time.Second} {
+		waitsInRetry(t, rdb, q, id)
+		if err := stopped.note(ctx, q, id, now.Add(in)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	silent := func(d time.Duration) {
+		t.Helper()
+		if err := rdb.ZAdd(ctx, ownersKey(w.prefix, q), redis.Z{Score: float64(now.Add(-d).UnixMilli()), Member: stopped.id}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	silent(1200 * time.Millisecond) // a sweep missed: suspect
+	w.look(ctx, []string{q}, true)
+	if got := rdb.LRange(ctx, asynqdb.PendingKey(q), 0, -1).Val(); !slices.Equal(got, []string{"soon"}) {
+		t.Fatalf("pending %v after a sweep, want [soon]: the suspect's wake-up due within a sweep moved early", got)
+	}
+	if got := rdb.ZRange(ctx, stopped.notesKey(q), 0, -1).Val(); !slices.Equal(got, []string{"later"}) {
+		t.Fatalf("the suspect's set holds %v, want [later]: not adopted", got)
+	}
+	silent(2 * time.Second) // past orphanAfter
+	w.look(ctx, []string{q}, true)
+	if got := rdb.ZRange(ctx, w.notesKey(q), 0, -1).Val(); !slices.Equal(got, []string{"later"}) {
+		t.Errorf("the sweeper's set holds %v, want [later]: adopted", got)
+	}
+}

@@ -337,6 +337,7 @@ func handlers(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient
 		go th.Backlog.Run(ctx)
 		// Booked jobs woken at their moment, at the head of their queue.
 		th.Waker = jobs.NewWaker(rdb, cfg.Redis.Prefix, slices.Sorted(maps.Keys(cfg.Queues())), jobs.WakeLead(cfg.Worker.PollInterval))
+		th.Waker.Log = log
 		go th.Waker.Run(ctx)
 	}
 	var rec *recovery.Recovery
