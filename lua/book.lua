@@ -142,7 +142,7 @@ end
 -- would fail in turn and book again at the line's end (a 1 s pause emptied
 -- 20 s of sends). One that will go somewhere this one's move no longer
 -- fits finds out when it claims, and books again. A large quota is not
--- read: it does not fit (the task books again).
+-- read: it fits while its whole set holds no more than its least limit.
 local function quota_fits(t, key, id, x, book, slack)
   if t.most > QREAD then
     -- Too many to read: its entries fit anywhere while the whole set,
