@@ -309,7 +309,7 @@ func (b *batchRun) message(e entry, sendBy *time.Time) (asynqdb.Message, string)
 		return asynqdb.Message{}, err.Error()
 	}
 	// jobs.NewTask's options, as asynq's Client would store them.
-	return asynqdb.Message{Type: task.Type(), Payload: task.Payload(), ID: id, Queue: c.Queue, Retry: jobs.DefaultMaxRetry}, ""
+	return asynqdb.Message{Type: task.Type(), Payload: task.Payload(), ID: id, Queue: c.Queue, Retry: jobs.DefaultMaxRetry, Headers: task.Headers()}, ""
 }
 
 func (b *batchRun) logInvalid(e entry, why string) {

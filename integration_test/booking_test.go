@@ -98,9 +98,9 @@ func TestBookingInvariants(t *testing.T) {
 
 // TestBookingCluster is TestBookingInvariants on a Redis Cluster of 3
 // masters, where most recipients' quotas live on another node than the
-// provider's bucket: a job books on the three-call path (the bucket's
-// peek, the quotas from that moment, the bucket's commit), and the same
-// invariants hold on what arrived.
+// provider's bucket: a job books in a call per node (the bucket's, then the
+// quotas' from that moment: throttle/cluster.go), and the same invariants
+// hold on what arrived.
 func TestBookingCluster(t *testing.T) {
 	cfg := bookingConfig
 	cfg.Policy = "[{limit: 1, per: 2s}, {limit: 2, per: 6s}]"

@@ -151,8 +151,8 @@ func TestClusterFailover(t *testing.T) {
 //
 // On a cluster the limiter admits the recipient's quota group first and
 // only then reserves the provider token, up to MaxWait ahead; the quota
-// entries are stamped provisionally at now + MaxWait and moved to the
-// reserved moment once it is known (restamp), so they count from the send.
+// entries move to the reserved moment once it is known (throttle/cluster.go),
+// so they count from the send.
 // It also checks that a released token whose moment has passed is not
 // refunded after later takes (bucket_undo in lua/rules.lua).
 func TestClusterReservedSendKeepsRecipientWindows(t *testing.T) {

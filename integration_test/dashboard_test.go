@@ -83,7 +83,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	booked := 0
 	for i := 0; i < 15; i++ {
 		d, err := lim.Book(context.Background(), throttle.Request{ID: fmt.Sprintf("booked-%d", i),
-			Takes: []throttle.Take{{Rule: bucket, Subject: fleetProvider}}})
+			Takes: []throttle.Take{{Rule: bucket, Subject: fleetProvider}}}, throttle.Booking{})
 		if err != nil || !d.Reserved() {
 			t.Fatalf("booking %d: %+v, %v", i, d, err)
 		}

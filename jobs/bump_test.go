@@ -40,7 +40,7 @@ func TestSleepingJobLosesItsSlotToPriority(t *testing.T) {
 	admit := func(j job) throttle.Decision {
 		r := j.request()
 		r.MaxWait = th.InlineWait
-		d, err := lim.Book(ctx, r)
+		d, err := lim.Book(ctx, r, j.booking(false))
 		if err != nil || !d.Allowed() {
 			t.Fatalf("%s: %+v, %v", j.id, d, err)
 		}

@@ -39,13 +39,12 @@ func (t *Throttle) decide(ctx context.Context, j *job, d *throttle.Decision) err
 	j.asked = start
 	r := j.request()
 	r.MaxWait = t.InlineWait
-	r.Backlog = j.book && t.Backlog.Waiting()
-	admit := t.Limiter.Admit
-	if j.book {
-		admit = t.Limiter.Book
-	}
 	var err error
-	*d, err = admit(ctx, r)
+	if j.book {
+		*d, err = t.Limiter.Book(ctx, r, j.booking(t.Backlog.Waiting()))
+	} else {
+		*d, err = t.Limiter.Admit(ctx, r)
+	}
 	t.Metrics.observe(time.Since(start).Seconds())
 	return err
 }
@@ -53,6 +52,7 @@ func (t *Throttle) decide(ctx context.Context, j *job, d *throttle.Decision) err
 // decided acts on j's decision d: send (after a wait within InlineWait),
 // defer, book, fold, drop or expire.
 func (t *Throttle) decided(ctx context.Context, j *job, d *throttle.Decision) error {
+	t.shadowPolicy(j, d)
 	if d.Outcome == throttle.Done {
 		t.Metrics.inc(t.Metrics.Duplicates, j.n.Provider)
 		t.Log.Info("already sent: completing without sending again", "task", j.id, "recipient", Redact(j.n.Recipient))
@@ -187,7 +187,7 @@ func (t *Throttle) stillHolds(ctx context.Context, j *job) error {
 // ones it had.
 func (t *Throttle) readmit(ctx context.Context, j *job) error {
 	if fresh, err := t.route(ctx, j.id, j.n); err == nil {
-		fresh.bumps = j.bumps
+		fresh.bumps, fresh.headers = j.bumps, j.headers
 		*j = fresh
 	}
 	return t.admit(ctx, j)
@@ -218,6 +218,7 @@ func (t *Throttle) booked(ctx context.Context, j *job, d *throttle.Decision) err
 	switch d.Outcome {
 	case throttle.Placed:
 		event, what = "queued", "in line"
+		j.inLine()
 	case throttle.Rebooked:
 		event = "rebooked"
 	}

@@ -198,7 +198,7 @@ func (g *Digests) schedule(ctx context.Context, d digestOf, at time.Time, queue 
 	if err != nil {
 		return err
 	}
-	task := asynq.NewTask(TypeDigest, payload, asynq.TaskID(d.taskID()), asynq.Queue(queue),
+	task := asynq.NewTaskWithHeaders(TypeDigest, payload, newHeaders(), asynq.TaskID(d.taskID()), asynq.Queue(queue),
 		asynq.MaxRetry(DefaultMaxRetry), asynq.ProcessAt(at))
 	_, err = g.queue.EnqueueContext(ctx, task)
 	if err != nil && !errors.Is(err, asynq.ErrTaskIDConflict) {
@@ -333,7 +333,7 @@ func (t *Throttle) sendDigest(ctx context.Context, id string, task *asynq.Task) 
 	// A digest waits for its moment like any message: it is never folded,
 	// dropped or expired, which would lose what it carries.
 	j.policy.Digest, j.policy.Drop, j.policy.MaxDelay = false, false, 0
-	j.book = t.Book
+	j.book, j.headers = t.Book, task.Headers()
 	if n, err := t.Digests.size(ctx, d); err != nil {
 		return &Deferral{Delay: 5 * time.Second, Reason: "digest unavailable: " + err.Error()}
 	} else if n == 0 {

@@ -201,9 +201,7 @@ func (t *Throttle) notify(ctx context.Context, id string, task *asynq.Task) erro
 		t.Metrics.inc(t.Metrics.Archived, "malformed")
 		return t.logArchived(id, "malformed", fmt.Errorf("malformed notification: %v: %w", err, asynq.SkipRetry))
 	}
-	if j.policy.Shadow || j.route.Shadow {
-		t.shadow(ctx, j)
-	}
+	t.shadowBucket(ctx, j)
 	digest := j.policy.Digest && t.Digests != nil
 	if digest {
 		if err := t.foldedBefore(ctx, j); err != nil {
@@ -245,6 +243,7 @@ func (t *Throttle) load(ctx context.Context, id string, task *asynq.Task) (*job,
 	if err != nil {
 		return nil, err
 	}
+	j.headers = task.Headers()
 	return &j, nil
 }
 

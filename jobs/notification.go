@@ -311,8 +311,11 @@ func NewTask(n Notification, id string, opts ...asynq.Option) (*asynq.Task, erro
 		return nil, bad("", "payload of %d bytes, more than %d", len(payload), MaxPayloadLen)
 	}
 	opts = append([]asynq.Option{asynq.TaskID(id), asynq.MaxRetry(DefaultMaxRetry)}, opts...)
-	return asynq.NewTask(TypeNotify, payload, opts...), nil
+	return asynq.NewTaskWithHeaders(TypeNotify, payload, newHeaders(), opts...), nil
 }
+
+// newHeaders are the headers a task starts with: not in line (LineHeader).
+func newHeaders() map[string]string { return map[string]string{LineHeader: "0"} }
 
 // encode marshals n without json.Marshal's HTML escaping, which writes <, >
 // and & as six bytes each: a payload Decode accepted must not outgrow

@@ -143,25 +143,36 @@ func TestShadow(t *testing.T) {
 		name     string
 		c        harnessConfig
 		to       []string // a message to each, in turn
+		atOnce   bool     // enqueued all at once, not each awaited
 		rule     string
 		deferred float64
 		dropped  float64
 		counted  int64 // entries in alice's quota at the end
 	}{
 		{"policy", harnessConfig{quota: q, bucket: fast, settings: PolicySettings{Shadow: true}},
-			[]string{"alice", "alice", "alice"}, "policy mkt (1 per 1h)", 2, 0, 3},
+			[]string{"alice", "alice", "alice"}, false, "policy mkt (1 per 1h)", 2, 0, 3},
 		{"policy that drops, booking", harnessConfig{quota: q, bucket: fast, book: true, settings: PolicySettings{Shadow: true, Drop: true}},
-			[]string{"alice", "alice"}, "policy mkt (1 per 1h)", 0, 1, 2},
+			[]string{"alice", "alice"}, false, "policy mkt (1 per 1h)", 0, 1, 2},
 		{"provider", harnessConfig{quota: q, bucket: slow, shadowBucket: true},
-			[]string{"alice", "bob", "carol"}, "provider gw (0.01/s burst 1)", 2, 0, 1},
+			[]string{"alice", "bob", "carol"}, false, "provider gw (0.01/s burst 1)", 2, 0, 1},
+		// Racing on one recipient, each sees the ones before it: the
+		// would-be decision is taken in the step that counts it.
+		{"policy, all at once", harnessConfig{quota: q, bucket: fast, settings: PolicySettings{Shadow: true}},
+			[]string{"alice", "alice", "alice", "alice", "alice"}, true, "policy mkt (1 per 1h)", 4, 0, 5},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			h := newHarnessWith(t, tc.c)
+			var ids []string
 			for i, to := range tc.to {
 				id := fmt.Sprintf("%s-%d", to, i)
 				h.enqueue(t, id, Notification{Recipient: to})
+				if ids = append(ids, id); !tc.atOnce {
+					h.await(t, id, "completed", state(asynq.TaskStateCompleted))
+				}
+			}
+			for _, id := range ids {
 				h.await(t, id, "completed", state(asynq.TaskStateCompleted))
 			}
 			if got := counterValue(t, h.th.Metrics.Shadow, tc.rule, "deferred"); got != tc.deferred {

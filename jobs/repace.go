@@ -295,13 +295,18 @@ func (t *Throttle) Reweigh(ctx context.Context, rdb redis.UniversalClient, queue
 // reweigh moves the lines waiting on provider name (see Reweigh), ts the
 // tasks waiting in the queues.
 func (t *Throttle) reweigh(ctx context.Context, rdb redis.UniversalClient, rs *Rules, name string, ts []queued) (int, error) {
-	inLine := map[string]string{}
+	// Every tenant waiting is named (one not weighed weighs 1), so that
+	// each one's factor comes back for its tasks' wake-ups.
+	weights := maps.Clone(rs.Weights)
+	if weights == nil {
+		weights = map[string]int{}
+	}
 	for _, w := range ts {
-		if w.provider == name {
-			inLine[w.id] = w.tenant
+		if _, ok := weights[w.tenant]; !ok && w.provider == name {
+			weights[w.tenant] = 1
 		}
 	}
-	k, now, err := t.Limiter.Reweigh(ctx, rs.Providers[name].Bucket, name, rs.Weights, inLine)
+	k, now, err := t.Limiter.Reweigh(ctx, rs.Providers[name].Bucket, name, weights)
 	if err != nil || k == nil {
 		return 0, err
 	}

@@ -18,30 +18,30 @@ func TestRequestCarriesTenantAndWeight(t *testing.T) {
 	th := &Throttle{Policies: map[string]*throttle.Quota{"mkt": q}, Providers: map[string]Route{"gw": {Bucket: b}},
 		Weights: map[string]int{"billing": 3}, Book: true}
 	var booked bool
-	request := func(tenant string) throttle.Request {
+	request := func(tenant string) throttle.Booking {
 		t.Helper()
 		j, err := th.route(context.Background(), "id", Notification{Recipient: "a", Policy: "mkt", Provider: "gw", Template: "t", Tenant: tenant})
 		if err != nil {
 			t.Fatal(err)
 		}
 		booked = j.book
-		return j.request()
+		return j.booking(false)
 	}
 	tests := []struct {
 		tenant string
 		weight int
 	}{{"billing", 3}, {"growth", 1}, {"", 1}}
 	for _, tc := range tests {
-		if r := request(tc.tenant); r.Tenant != tc.tenant || r.Weight != tc.weight || !booked {
-			t.Errorf("tenant %q: request in tenant %q of weight %d (book %v), want weight %d", tc.tenant, r.Tenant, r.Weight, booked, tc.weight)
+		if b := request(tc.tenant); b.Tenant != tc.tenant || b.Weight != tc.weight || !booked {
+			t.Errorf("tenant %q: booking in tenant %q of weight %d (book %v), want weight %d", tc.tenant, b.Tenant, b.Weight, booked, tc.weight)
 		}
 	}
 	th.Swap(Rules{Policies: th.Policies, Providers: th.Providers, Weights: map[string]int{"growth": 7}})
-	if r := request("growth"); r.Weight != 7 {
-		t.Errorf("after Swap, growth weighs %d, want 7", r.Weight)
+	if b := request("growth"); b.Weight != 7 {
+		t.Errorf("after Swap, growth weighs %d, want 7", b.Weight)
 	}
-	if r := request("billing"); r.Weight != 1 {
-		t.Errorf("after Swap, billing weighs %d, want 1 (no entry)", r.Weight)
+	if b := request("billing"); b.Weight != 1 {
+		t.Errorf("after Swap, billing weighs %d, want 1 (no entry)", b.Weight)
 	}
 }
 
@@ -69,18 +69,26 @@ func TestDigestCarriesTenant(t *testing.T) {
 	}
 }
 
-// A job that books asks for its horizon, and names none of asynq's keys:
-// its place in line is the throttle's to keep.
+// A job that books asks for its horizon, and is back from its place in
+// line once its task's header says a booking placed it there.
 func TestRequestBookAhead(t *testing.T) {
 	b, _ := throttle.NewBucket("gw", 10, 1)
 	j := job{id: "t1", queue: "low", book: true, bookAhead: 5 * time.Second, route: Route{Bucket: b},
-		n: Notification{Recipient: "a", Provider: "gw"}}
-	if r := j.build(); r.BookAhead != 5*time.Second {
-		t.Errorf("book ahead %s, want 5s", r.BookAhead)
+		n: Notification{Recipient: "a", Provider: "gw"}, headers: newHeaders()}
+	if bk := j.booking(false); bk.Horizon != 5*time.Second || bk.Back {
+		t.Errorf("horizon %s, back %v; want 5s, not back", bk.Horizon, bk.Back)
+	}
+	j.inLine()
+	if bk := j.booking(false); !bk.Back || j.headers[LineHeader] != "1" {
+		t.Errorf("placed in line: back %v, header %q; want back, \"1\"", bk.Back, j.headers[LineHeader])
 	}
 	j.bookAhead = 0
-	if r := j.build(); r.BookAhead != 0 {
-		t.Errorf("without a horizon: book ahead %s, want none", r.BookAhead)
+	if bk := j.booking(false); bk.Horizon != 0 {
+		t.Errorf("without a horizon: horizon %s, want none", bk.Horizon)
+	}
+	j.headers = nil // a task enqueued without headers cannot keep a place: it never joins a line's end
+	if bk := j.booking(false); !bk.Back {
+		t.Errorf("a task without headers: back %v, want back", bk.Back)
 	}
 }
 

@@ -40,6 +40,9 @@ type job struct {
 	tried bool
 	// once says its admission looks for its sent marker first (Throttle.Sent).
 	once bool
+	// headers are its task's headers, where it keeps that it is in its
+	// tenant's line (see inLine); nil for a task enqueued without any.
+	headers map[string]string
 	// asked is when, on this process's monotonic clock, its last
 	// admission call was sent.
 	asked time.Time
@@ -97,15 +100,12 @@ func (j *job) request() throttle.Request {
 
 // build makes the job's request (see request).
 func (j *job) build() throttle.Request {
-	r := throttle.Request{ID: j.id, CheckDone: j.once, Priority: j.priority, Tenant: j.n.Tenant, Weight: j.weight}
+	r := throttle.Request{ID: j.id, CheckDone: j.once}
 	if j.quota != nil {
-		r.Takes = append(r.Takes, throttle.Take{Rule: j.quota, Subject: j.n.Recipient, CountOnly: j.policy.Shadow})
+		r.Takes = append(r.Takes, throttle.Take{Rule: j.quota, Subject: j.n.Recipient, Shadow: j.policy.Shadow})
 	}
 	for _, t := range j.local {
-		if _, quiet := t.Rule.(*throttle.Quiet); quiet && j.policy.Shadow {
-			continue // holds, and counts nothing: in shadow mode, only reported
-		}
-		t.CountOnly = j.policy.Shadow
+		t.Shadow = j.policy.Shadow
 		r.Takes = append(r.Takes, t)
 	}
 	if !j.route.Shadow {
@@ -114,11 +114,38 @@ func (j *job) build() throttle.Request {
 	for _, q := range j.policy.CountsToward {
 		r.Takes = append(r.Takes, throttle.Take{Rule: q, Subject: j.n.Recipient, CountOnly: true})
 	}
-	if j.book {
-		r.Deadline, _ = j.deadline()
-		r.BookAhead = j.bookAhead
-	}
 	return r
+}
+
+// booking is what the job's reservation says beyond its request (see
+// throttle.Booking): its share, horizon and deadline, whether work waits
+// unseen behind it (backlog), and whether it is back from a place in line.
+func (j *job) booking(backlog bool) throttle.Booking {
+	b := throttle.Booking{Priority: j.priority, Tenant: j.n.Tenant, Weight: j.weight, Horizon: j.bookAhead,
+		Backlog: backlog, Back: j.back()}
+	b.Deadline, _ = j.deadline()
+	return b
+}
+
+// LineHeader is the task header in which a notification keeps whether it
+// holds a place in its tenant's line: "1" once a booking placed it there,
+// "0" before. The engine keeps no record of a place, so that a line of any
+// length costs it nothing per task; the task carries the one bit of it in
+// its own message, which asynq writes back with every deferral anyway
+// (internal/asynqdb, item 8). Producers give every task the header (NewTask);
+// a task without headers cannot keep it, and counts as back from its place
+// whenever it runs: it never joins its tenant's line's end.
+const LineHeader = "throttle-line"
+
+// back reports whether the job is back from a place in its tenant's line.
+func (j *job) back() bool { return j.headers == nil || j.headers[LineHeader] == "1" }
+
+// inLine notes in the job's task that it holds a place in its tenant's
+// line; asynq keeps the note with the deferral the job returns.
+func (j *job) inLine() {
+	if j.headers != nil {
+		j.headers[LineHeader] = "1"
+	}
 }
 
 // deadline returns the latest moment j may go, if it has one (else the

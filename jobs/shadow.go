@@ -9,27 +9,33 @@ import (
 	"github.com/notify-throttle/throttler/throttle"
 )
 
-// shadow reports what the rules of j in shadow mode would have done with
-// it, logged and counted when one would have held it back. A policy is
-// asked without writing (Limiter.Check: its real take counted j already,
-// or will); a bucket, which must count j to know about the next, is taken
-// on a subject of its own, "shadow:" and the provider, never the one real
-// sends take. Nothing changes for j; a failure is only logged.
-func (t *Throttle) shadow(ctx context.Context, j *job) {
-	if j.policy.Shadow {
-		r := throttle.Request{ID: j.id, Takes: j.local}
-		if j.quota != nil {
-			r.Takes = append([]throttle.Take{{Rule: j.quota, Subject: j.n.Recipient}}, j.local...)
-		}
-		d, err := t.Limiter.Check(ctx, r)
-		t.shadowed(j, &d, err, j.policy.Drop && j.overCap(d.TakeIndex)) // quiet hours never drop
+// shadowPolicy reports what j's policy in shadow mode would have done,
+// from its admission d: the policy's takes are in shadow mode
+// (throttle.Take.Shadow), so the admission that counted them said, in the
+// same atomic step, whether one would have held j back and for how long.
+// Messages racing on one recipient each see the ones before them.
+func (t *Throttle) shadowPolicy(j *job, d *throttle.Decision) {
+	if !j.policy.Shadow || d.Shadow < 0 {
+		return
 	}
-	if j.route.Shadow {
-		r := throttle.Request{ID: j.id, MaxWait: t.InlineWait, Tenant: j.n.Tenant, Weight: j.weight,
-			Takes: []throttle.Take{{Rule: j.route.Bucket, Subject: "shadow:" + j.n.Provider}}}
-		d, err := t.Limiter.Admit(ctx, r)
-		t.shadowed(j, &d, err, false)
+	take := j.request().Takes[d.Shadow]
+	would := throttle.Decision{Outcome: throttle.Denied, Now: d.Now, Delay: d.ShadowDelay, TakeIndex: d.Shadow,
+		Rule: take.Rule, Subject: take.Subject, Limit: take.Rule.String()}
+	t.shadowed(j, &would, nil, j.policy.Drop && j.overCap(d.Shadow)) // quiet hours never drop
+}
+
+// shadowBucket reports what j's provider in shadow mode would have done: a
+// bucket, which must count j to know about the next, is taken on a subject
+// of its own, "shadow:" and the provider, never the one real sends take.
+// Nothing changes for j; a failure is only logged.
+func (t *Throttle) shadowBucket(ctx context.Context, j *job) {
+	if !j.route.Shadow {
+		return
 	}
+	r := throttle.Request{ID: j.id, MaxWait: t.InlineWait,
+		Takes: []throttle.Take{{Rule: j.route.Bucket, Subject: "shadow:" + j.n.Provider}}}
+	d, err := t.Limiter.Admit(ctx, r)
+	t.shadowed(j, &d, err, false)
 }
 
 // shadowed reports a shadow decision d about j.

@@ -1,20 +1,25 @@
--- admit.lua (after rules.lua and book.lua): two entry points.
+-- admit.lua (after rules.lua and book.lua): the two entry points that
+-- decide tasks, each through every one of its takes or none.
 --
---   admit    admits tasks, each through every one of its takes or none
---   restamp  (cluster only) moves quota entries stamped ahead to the moment
---            the task's provider token was reserved for (see below)
+--   admit  admits tasks: each goes now (or after a wait its max wait
+--          allows a bucket to reserve), or is denied
+--   book   books them: a task that may not go within its max wait holds
+--          the earliest moment its rules allow instead (book.lua)
 --
--- admit:
+--   admit args -> per task, three: its ID (never empty, no control
+--                 characters), its plan (see rules.lua) and its floor (µs
+--                 of Redis time: the earliest moment it may go at; on a
+--                 cluster, the moment its bucket's node gave, see
+--                 throttle/cluster.go; 0: now)
+--   book args  -> per task, seven: its ID, its plan (which says 'k' or
+--                 'K'), its floor, its deadline (µs, 0: none), weight,
+--                 tenant, and '1' when it is back from a place in its
+--                 tenant's line ('0' otherwise)
+--   keys       -> the takes' keys, task after task, in take order (with
+--                 the task's done marker first where its plan says 'd')
 --
---   args  -> per task, six: its ID (never empty, no control characters),
---            its plan (see rules.lua), and for a plan that books (the others
---            ignore them): its deadline (µs, Redis time; 0: none), floor
---            (µs; on a cluster, see book_task; 0: none), weight (its fair
---            share) and tenant
---   keys  -> the takes' keys, task after task, in take order
---
--- The tasks are admitted one after another at one Redis time, exactly as if
--- each were admitted by a call of its own: several in one call only save the
+-- The tasks are decided one after another at one Redis time, exactly as if
+-- each were decided by a call of its own: several in one call only save the
 -- calls.
 --
 -- For each task, every take is checked first; only if all pass is anything
@@ -23,44 +28,43 @@
 -- that already holds this task ID passes without consuming again, which
 -- makes a redelivered task idempotent.
 --
--- A bucket that is short of tokens may be reserved ahead (tokens go negative)
--- when the plan's max wait allows that wait and nothing else denies: the task
--- is admitted and told the moment it may go. Quota entries and bucket ledgers
--- record that moment, so a repeated call returns the same moment. A plan
--- that books (see book.lua) is booked a moment instead of denied.
+-- A bucket that is short of tokens may be reserved ahead when the plan's
+-- max wait allows that wait and nothing else denies: the task is admitted
+-- and told the moment it may go. Quota entries and bucket ledgers record
+-- that moment, so a repeated call returns the same moment.
 --
 -- A task whose plan has a done marker (see rules.lua) whose key exists is
--- done: nothing is checked or consumed, its outcome is 5 (done), and its
--- other values are 0 but now_us.
+-- done: nothing is checked or consumed.
 --
--- Returns, for each task in turn, ten integers, one value each (throttle's
+-- Returns, for each task in turn, eight integers, one value each (throttle's
 -- parseGroup reads them in this order):
 --
---    1 allowed    1 if the task may go (now, or after delay_us), else 0
---    2 repeated   1 if every take already held this task, else 0
---    3 binding    the take that sets delay_us (1-based within the task's
+--    1 outcome    0 denied, 1 admitted, 2 repeated (admitted, every take
+--                 held already), 3 booked, 4 booked again (it came back too
+--                 late for its moment, or its moment was taken), 5 placed
+--                 in its tenant's line (beyond its bucket's horizon: nothing
+--                 held), 6 expired (its moment would be after its deadline:
+--                 nothing held), 7 done (its done marker exists); numbered as
+--                 throttle.Outcome numbers them
+--    2 binding    the take that sets delay_us (1-based within the task's
 --                 takes; 0: none)
---    4 window     the binding quota's window that sets it (1-based; 0:
+--    3 window     the binding quota's window that sets it (1-based; 0:
 --                 none, or the binding take is not a quota)
---    5 fresh      the takes this call consumed, bit i-1 for take i (a
+--    4 fresh      the takes this call consumed, bit i-1 for take i (a
 --                 request has at most 32 takes), so that a caller undoing
 --                 this call undoes only those, never what the task already
 --                 held
---    6 now_us     Redis time of the call
---    7 delay_us   if allowed, the wait until the reserved moment (0: now);
---                 if booked (or expired), the wait until the booked moment
---                 (or the one it would have had); if denied, the wait until
---                 every take would pass
---    8 remaining  the least capacity left over the takes
---    9 outcome    0 decided (allowed or denied, as allowed says), 1 booked,
---                 2 expired (its moment would be after its deadline: nothing
---                 held), 3 booked again (it came back too late for its
---                 moment, or its moment was taken), 4 in line (beyond its
---                 bucket's horizon: nothing held, it comes back at its place
---                 in line), 5 done (its done marker exists)
---   10 extra      for a booking, how many bookings on the binding rule come
---                 before it (in line: about how many sends); for an allowed
---                 claim, the moment it had booked (µs); else 0
+--    5 now_us     Redis time of the call
+--    6 delay_us   admitted: the wait until the moment it may go (0: now);
+--                 booked, placed or expired: until its moment (or the one it
+--                 would have had); denied: until every take would pass
+--    7 remaining  the least capacity left over the takes
+--    8 extra      booked or placed: how many bookings on the binding rule
+--                 come before it (in line: about how many sends); an
+--                 admitted claim: the moment it had booked (µs); else 0
+--    9 shadow     the take in shadow mode ('?', see rules.lua) that would
+--                 have held the task back longest (1-based; 0: none)
+--   10 shadow_us  how long it would have held it back (µs)
 
 -- never_booked reports that a task holds none of its recipient's entries
 -- on one of its quotas or calendars (found: what the checks found): a
@@ -98,29 +102,29 @@ local function goes_plain(keys, ki, id, p, go, found)
 end
 
 -- commit_takes writes every take the task does not hold yet, as its check
--- found it (found[i]: see check_take), for it to go delay µs from now:
--- quota entries no earlier than the plan's ahead (a cluster's quota group
--- whose request reserves a provider token in a later call). It returns the
--- index past the task's last key and the takes it consumed (fresh).
-local function commit_takes(keys, ki, id, p, now, delay, found)
+-- found it (found[i]: see check_take), for it to go delay µs from now, and
+-- moves there the entries of the takes in moves (see admit_task). It
+-- returns the index past the task's last key and the takes it consumed
+-- (fresh).
+local function commit_takes(keys, ki, id, p, now, delay, found, moves)
   local at = now + delay
-  local qat = at
-  if p.ahead > 0 and qat < now + p.ahead then qat = now + p.ahead end
   local fresh, bit, k = 0, 1, ki
   for i = 1, p.n do
     local t = p[i]
     local kind = t.kind
     local f = found[i]
-    if not f.held then
+    if moves and moves[i] then
+      entry_move(t, keys[k], id, now, at)
+    elseif not f.held then
       fresh = fresh + bit
       if kind == 'q' then
-        quota_commit(t, keys[k], id, now, qat, f[1], f[2])
+        quota_commit(t, keys[k], id, now, at, f[1], f[2])
       elseif kind == 'b' then
         bucket_commit(t, keys[k], keys[k + 1], keys[k + 3], id, now, at, f[1], f[2], f[3], f[4], p.remember, f[5])
       elseif kind == 'f' then
         fixed_commit(t, keys[k], id, now, f[1], f[2])
       elseif kind == 'c' then
-        cal_commit(t, keys[k], id, now, qat)
+        cal_commit(t, keys[k], id, now, at)
       end
     end
     k = k + t.nk
@@ -152,130 +156,143 @@ local function check_take(t, keys, k, id, now, p, span, denied, last)
     ok, u = quiet_check(t, now, span)
     left, mine = huge, nil
   end
+  local found = {held = mine, u = u, a, b, c, d, e}
+  if t.shadow and not ok then found.would = u end -- what it would have done
   if t.count then ok, u, w, left = true, 0, 0, huge end -- recorded, never holding
-  return ok, u, w, left, {held = mine, a, b, c, d, e}, k + t.nk
+  return ok, u, w, left, found, k + t.nk
 end
 
--- admit_task admits one task whose keys start at keys[ki] and returns its
--- answer (see reply in book.lua), which says where the next task's keys
--- start.
-local function admit_task(keys, ki, id, p, now, deadline, floor_, weight, tenant)
-  local maxwait, n = p.maxwait, p.n
-  local marker
-  if p.done then marker, ki = keys[ki], ki + 1 end
-  if marker and rcall('EXISTS', marker) == 1 then
-    for i = 1, n do ki = ki + p[i].nk end
-    return reply(ki, false, false, 0, 0, 0, now, 0, 0, DONE, 0)
+-- below_floor returns, by take, the first key of each quota or calendar
+-- take the task holds at a moment before at, which must move there (a
+-- cluster's recipient stamped before its bucket set a later moment, see
+-- throttle/cluster.go), and the take that does not fit there if one does
+-- not (0: all fit; nil, 0: none to move).
+local function below_floor(keys, ki, id, p, now, at, found)
+  local moves, k = nil, ki
+  for i = 1, p.n do
+    local t, f = p[i], found[i]
+    if f.held and (t.kind == 'q' or t.kind == 'c') and now + f.u < at then
+      if not t.count and not fits_at(t, keys[k], id, at, nil, 0) then return nil, i end
+      moves = moves or {}
+      moves[i] = true
+    end
+    k = k + t.nk
   end
-  local denied, delay, binding, window, remaining, repeated = false, 0, 0, 0, huge, true
-  local span = max(maxwait, p.ahead) -- how far after now a take may be stamped
-  -- A task that books may still go the plain way (below) only now, from
-  -- no floor, before its deadline, holding nothing.
-  local plain = not p.book or (floor_ or 0) <= now and (deadline == 0 or now <= deadline)
-  local held = false -- a take before holds the task
-  local found, k = {}, ki
-  for i = 1, n do
+  return moves, 0
+end
+
+-- check_task checks every take of a task whose keys start at keys[ki] (a:
+-- its arguments; lead: how far its floor is ahead of now; plain: whether it
+-- may go the plain way). It returns what the checks made of it: found (per
+-- take, see check_take), denied, delay, binding, window, remaining,
+-- repeated, held, the shadow rule that would have held it back longest
+-- (shadow, shadow_u) and k, the index past its keys.
+local function check_task(keys, ki, p, now, a, lead, plain)
+  local c = {found = {}, denied = false, delay = lead, binding = 0, window = 0, remaining = huge,
+    repeated = true, held = false, shadow = 0, shadow_u = 0}
+  local span = max(p.maxwait, lead) -- how far after now a take may be stamped
+  local k = ki
+  for i = 1, p.n do
     local t = p[i]
     local last -- a bucket's reach when it is the last take and the task commits at once
-    if t.kind == 'b' and i == n and not p.dry and plain then
+    if t.kind == 'b' and i == p.n and not p.dry and plain and lead == 0 then
       if not p.book then
-        last = maxwait
-      elseif not denied and delay == 0 and not held then
+        last = p.maxwait
+      elseif not c.denied and c.delay == 0 and not c.held then
         last = 0 -- it goes now unless it holds a ticket (undone below)
       end
     end
     local ok, u, w, left, f
-    ok, u, w, left, f, k = check_take(t, keys, k, id, now, p, span, denied, last)
-    found[i] = f
-    if f.held then held = true end
-    if not ok then denied = true end
-    if u > delay then delay, binding, window = u, i, w end
-    if left < remaining then remaining = left end
-    if not f.held and t.kind ~= 'h' then repeated = false end
+    ok, u, w, left, f, k = check_take(t, keys, k, a.id, now, p, span, c.denied, last)
+    c.found[i] = f
+    if f.held then c.held = true end
+    if not ok then c.denied = true end
+    if u > c.delay then c.delay, c.binding, c.window = u, i, w end
+    if left < c.remaining then c.remaining = left end
+    if not f.held and t.kind ~= 'h' then c.repeated = false end
+    if f.would and (c.shadow == 0 or f.would > c.shadow_u) then c.shadow, c.shadow_u = i, f.would end
   end
-  if remaining < 0 or remaining == huge then remaining = 0 end
-
-  if p.book and not goes_plain(keys, ki, id, p, plain and not denied and delay == 0, found) then
-    local kk = book_task(keys, ki, id, p, now, deadline, floor_, weight, tenant)
-    if kk then return kk end
-  end
-
-  if denied then
-    return reply(k, false, false, binding, window, 0, now, delay, remaining, DECIDED, 0)
-  end
-  if p.dry then -- a check only (shadow mode's): the decision, nothing written
-    if delay == 0 then binding = 0 end
-    return reply(k, true, repeated, binding, window, 0, now, delay, remaining, DECIDED, 0)
-  end
-
-  local fresh
-  k, fresh = commit_takes(keys, ki, id, p, now, delay, found)
-  if delay == 0 then binding = 0 end
-  return reply(k, true, repeated, binding, window, fresh, now, delay, remaining, DECIDED, 0)
+  if c.remaining < 0 or c.remaining == huge then c.remaining = 0 end
+  c.k = k
+  return c
 end
 
-local function admit(keys, args)
+-- settle decides a task its checks found c (see check_task): it books (a
+-- plan that books and may not go the plain way), is denied, or goes.
+local function settle(keys, ki, p, now, a, c, lead, plain)
+  local k, found, denied, delay, binding, window = c.k, c.found, c.denied, c.delay, c.binding, c.window
+  if p.book and not goes_plain(keys, ki, a.id, p, plain and not denied and delay == 0, found) then
+    local r = book_task(keys, ki, p, now, a)
+    if r then return r end
+  end
+  local moves
+  if lead > 0 and c.held and not denied then
+    local misfit
+    moves, misfit = below_floor(keys, ki, a.id, p, now, now + delay, found)
+    if misfit > 0 then denied, binding, window = true, misfit, 0 end
+  end
+  if denied then
+    return reply(k, DENIED, binding, window, 0, now, delay, c.remaining, 0)
+  end
+  if delay == lead then binding, window = 0, 0 end
+  local outcome = c.repeated and REPEATED or ADMITTED
+  if p.dry then -- a check only (shadow mode's): the decision, nothing written
+    return reply(k, outcome, binding, window, 0, now, delay, c.remaining, 0)
+  end
+  local fresh
+  k, fresh = commit_takes(keys, ki, a.id, p, now, delay, found, moves)
+  return reply(k, outcome, binding, window, fresh, now, delay, c.remaining, 0)
+end
+
+-- admit_task decides one task whose keys start at keys[ki] (a: its
+-- arguments, see the entry points) and returns its answer (see reply in
+-- book.lua), which says where the next task's keys start. Its moment is
+-- no earlier than its floor: a quota entry is stamped there (a cluster's
+-- quota node commits at the moment the bucket's node gave), and its checks
+-- cover now to then.
+local function admit_task(keys, ki, p, now, a)
+  local marker
+  if p.done then marker, ki = keys[ki], ki + 1 end
+  if marker and rcall('EXISTS', marker) == 1 then
+    for i = 1, p.n do ki = ki + p[i].nk end
+    return reply(ki, DONE, 0, 0, 0, now, 0, 0, 0)
+  end
+  local lead = max(0, a.floor - now)
+  -- A task that books may still go the plain way only now, from no floor,
+  -- before its deadline, holding nothing.
+  local plain = not p.book or lead == 0 and (a.deadline == 0 or now <= a.deadline)
+  local c = check_task(keys, ki, p, now, a, lead, plain)
+  local r = settle(keys, ki, p, now, a, c, lead, plain)
+  r[9], r[10] = c.shadow, c.shadow_u
+  return r
+end
+
+-- decide runs admit_task on each task of args, stride values apiece, read
+-- into the task's arguments by read.
+local function decide(keys, args, stride, read, book)
   if not rcall then bind() end
   local now = now_us()
   local out, ki = {}, 1
-  for j = 1, #args, 6 do
+  for j = 1, #args, stride do
     local p = plan(args[j + 1])
-    local r
-    if p.book then
-      r = admit_task(keys, ki, args[j], p, now, tonum(args[j + 2]), tonum(args[j + 3]),
-        tonum(args[j + 4]), args[j + 5])
-    else
-      r = admit_task(keys, ki, args[j], p, now, 0, 0, 1, '')
+    if (p.book or false) ~= book then
+      return redis.error_reply('throttle: a plan that books goes to book, any other to admit')
     end
+    local r = admit_task(keys, ki, p, now, read(args, j))
     for i = 1, 10 do out[#out + 1] = r[i] end
     ki = r.k
   end
   return out
 end
 
--- restamp (cluster only) moves quota (and calendar) entries a call stamped
--- provisionally (at now + ahead: see the plan's maxwait:ahead in rules.lua)
--- to the moment the request's provider token was reserved for: now + delay, by this node's TIME, never later than the
--- provisional stamp. Only entries the task still holds move (ZADD XX), and
--- the key lives at least until the moved entries leave the longest window.
---
---   args  -> the delay in µs, then per task its ID and plan (see rules.lua)
---   keys  -> the takes' keys, task after task, in take order
---
--- Returns {now_us, takes restamped of task 1, of task 2, ...}.
-local function restamp(keys, args)
-  if not rcall then bind() end
-  local now = now_us()
-  local to = now + tonum(args[1])
-  local out, ki = {now}, 1
-  for j = 2, #args, 2 do
-    local id, p = args[j], plan(args[j + 1])
-    local moved = 0
-    for i = 1, p.n do
-      local t = p[i]
-      if t.kind == 'q' then
-        local key = keys[ki]
-        local s = rcall('ZSCORE', key, id)
-        s = s and tonum(s)
-        if s and s > now - t.longest and to < s then
-          local m, zargs = members(id, t.cost), {'XX'}
-          for x = 1, #m do
-            zargs[2 * x], zargs[2 * x + 1] = int(to), m[x]
-          end
-          rcall('ZADD', key, unpack_(zargs))
-          extend(key, ceil_ms(to - now + t.longest))
-          moved = moved + 1
-        end
-      elseif t.kind == 'c' then
-        local s = cal_held(t, keys[ki], id, now)
-        if s and to < s then
-          entry_move(t, keys[ki], id, now, to)
-          moved = moved + 1
-        end
-      end
-      ki = ki + t.nk
-    end
-    out[#out + 1] = moved
-  end
-  return out
+local function plain_args(args, j)
+  return {id = args[j], floor = tonum(args[j + 2]) or 0, deadline = 0, weight = 1, tenant = '', back = false}
 end
+
+local function book_args(args, j)
+  return {id = args[j], floor = tonum(args[j + 2]) or 0, deadline = tonum(args[j + 3]) or 0,
+    weight = tonum(args[j + 4]) or 1, tenant = args[j + 5], back = args[j + 6] == '1'}
+end
+
+local function admit(keys, args) return decide(keys, args, 3, plain_args, false) end
+local function book(keys, args) return decide(keys, args, 7, book_args, true) end

@@ -1,10 +1,11 @@
--- book.lua (after rules.lua, before admit.lua): booking, for a task whose
--- plan says 'k' (or 'K': priority). admit (admit.lua) books on one node
--- through book_task; this file's entry point, book_bucket (at its end), is
--- the bucket's part of a booking on a Redis Cluster. A task that may not go within its max
--- wait is given the earliest moment every one of its rules allows, counting
--- every moment already booked on the same recipient and provider, and holds
--- it under its ID until it comes back to claim it.
+-- book.lua (after rules.lua, before admit.lua): booking, the steps of the
+-- book entry point (admit.lua) for a task that may not go within its max
+-- wait. The model (what a booking holds, claims, lines and shares, why) is
+-- docs/booking.md's; this file says how each step is built. A task is given
+-- the earliest moment every one of its rules allows, counting every moment
+-- already booked on the same recipient and provider, and holds it under its
+-- ID until it comes back to claim it. On a Redis Cluster the same steps run
+-- on each node's part of the request, with a floor (throttle/cluster.go).
 --
 -- A plan that books has quotas and at most one bucket (throttle.Request
 -- checks that). What a booking holds:
@@ -56,15 +57,15 @@ local GRACE = 600000000 -- µs: 10 minutes
 -- booked tasks after their slot, each then booking again at the line's end.
 local CLAIM = 2500000 -- µs
 
--- Outcomes, a task's ninth value in admit's reply (see admit.lua).
-local DECIDED, BOOKED, EXPIRED, REBOOKED, QUEUED, DONE = 0, 1, 2, 3, 4, 5
+-- Outcomes, the first value of a task's reply (see admit.lua), numbered as
+-- throttle.Outcome numbers them.
+local DENIED, ADMITTED, REPEATED, BOOKED, REBOOKED, PLACED, EXPIRED, DONE = 0, 1, 2, 3, 4, 5, 6, 7
 
--- reply is one task's answer to admit: its values in the order admit.lua's
--- header gives (allowed and repeated as booleans), and under k the index
--- past the task's last key, where the next task's keys start.
-local function reply(k, allowed, repeated, binding, window, fresh, now, delay, remaining, outcome, extra)
-  return {allowed and 1 or 0, repeated and 1 or 0, binding, window, fresh, now, delay, remaining,
-    outcome, extra, k = k}
+-- reply is one task's answer: its values in the order admit.lua's header
+-- gives, and under k the index past the task's last key, where the next
+-- task's keys start.
+local function reply(k, outcome, binding, window, fresh, now, delay, remaining, extra)
+  return {outcome, binding, window, fresh, now, delay, remaining, extra, 0, 0, k = k}
 end
 
 -- ticket_member is the task's member in a bucket's tickets.
@@ -370,11 +371,11 @@ end
 -- weighted fair queueing serves equal finish tags one after another. J
 -- only moves for first places, so a tenant that starts alone, or behind a
 -- line of another's, still starts at the calendar's end. Nothing is held
--- for a task in line: the bucket's places set notes its place (see
--- note_place), so that when it comes back (at its place: inside the
--- horizon by then) it is known to have been in line and takes a slot,
--- while a task new to a tenant whose line reaches past the horizon joins
--- the line's end. A booking set by a recipient's
+-- for a task in line, not even its place: its caller keeps that it is in
+-- line (throttle.Booking.Back: the worker in the task's own message), so
+-- that when it comes back (at its place: inside the horizon by then) it
+-- takes a slot, while a task new to a tenant whose line reaches past the
+-- horizon joins the line's end. A booking set by a recipient's
 -- quota (a moment past the horizon that the quota, not the bucket, sets)
 -- is not the bucket's line: it holds its slot as before, and leaves the
 -- tenant's gate and line alone.
@@ -519,32 +520,6 @@ local function fair_took(f, fair, exp, now, v, len)
   fair_write(f, fair, exp, now, others)
 end
 
--- A task's place in its tenant's line is the score of its ID in the
--- bucket's places set. place_of returns it, or nil: none, or one more than
--- GRACE past (the prune below may have dropped it: it counts for nothing).
-local function place_of(places, id, now)
-  local q = tonum(rcall('ZSCORE', places, id))
-  if q and q > now - GRACE then return q end
-  return nil
-end
-
--- note_place notes place q of task id (a new one, or its place again). A
--- task leaves the set when it comes back and takes a slot (leave_line);
--- the places of tasks that never come back (deleted, archived, or sent at
--- once by the plain path) go GRACE after their place, pruned here, and the
--- set lives until its last place is GRACE past.
-local function note_place(places, id, now, q)
-  rcall('ZREMRANGEBYSCORE', places, '-inf', int(now - GRACE))
-  rcall('ZADD', places, int(q), id)
-  extend(places, ceil_ms(q - now + GRACE))
-end
-
--- leave_line drops the place of a task back from it (back: its place, or
--- false) that took a slot or went.
-local function leave_line(places, id, back)
-  if back then rcall('ZREM', places, id) end
-end
-
 -- behind reports whether a task back from its place (q: the later of its
 -- place and its tenant's gate; false: not back from a place), whose first
 -- free slot lets it go at m, finds the calendar behind the line: its slot
@@ -571,16 +546,13 @@ local function again(f, q, line)
 end
 
 -- line_enter is what a task's line says before a slot is sought (f its
--- tenant, a horizon H; places and id as place_of takes them): 'stands' and
--- its place when it is back long before it; 'end' and the line's end for a
--- task new to a tenant whose line reaches past the horizon; else nil and
--- the place it is back from (false: none), from which its slot is sought.
--- The free slots before that place are for the places ahead of it (and for
--- priority tasks): a task back early does not take them.
-local function line_enter(f, places, id, now, H)
-  local q = place_of(places, id, now)
-  if q and q > now + H then return 'stands', q end
-  if q then return nil, q end
+-- tenant, a horizon H, back whether the task is back from a place in it):
+-- 'end' and the line's end for a task new to a tenant whose line reaches
+-- past the horizon; else nil and, for a task back from its place, now (it
+-- was woken at its place: its slot is sought from there, behind the tasks
+-- placed before it; false for a task not in line).
+local function line_enter(f, back, now, H)
+  if back then return nil, now end
   if fair_line(f) > now + H then return 'end', fair_line(f) end
   return nil, false
 end
@@ -630,29 +602,31 @@ end
 -- deadline, weight, tenant; for each take i its first
 -- key's index at[i] and the moment of the entry it holds held[i] (false:
 -- none); and, for its bucket take (bi, bt), the bucket's keys (state,
--- ledger, book, cal, fair, fexp, places), the slot's length len, the task's slack
+-- ledger, book, cal, fair, fexp), the slot's length len, the task's slack
 -- and its ticket's member. k is the index past the task's last key, which
--- every reply returns.
+-- every reply returns. base is the earliest moment it may have: now, or on
+-- a cluster the floor the other node's part of the request set (see
+-- throttle/cluster.go); back says it is back from a place in its tenant's
+-- line.
 
--- booking_of reads the task's keys (see above).
-local function booking_of(keys, ki, id, p, now, deadline, floor_, weight, tenant)
-  -- floor: on a cluster, the quotas' call books no earlier than the moment
-  -- the bucket's node gave (book_bucket's peek); 0 elsewhere.
-  local b = {keys = keys, id = id, p = p, now = now, base = max(now, floor_ or 0), deadline = deadline,
-    weight = weight or 1, tenant = tenant or '', at = {}, held = {}}
+-- booking_of reads the task's keys (see above); a is its arguments (see
+-- the book entry point, admit.lua).
+local function booking_of(keys, ki, p, now, a)
+  local b = {keys = keys, id = a.id, p = p, now = now, base = max(now, a.floor), deadline = a.deadline,
+    weight = a.weight, tenant = a.tenant, back = a.back, at = {}, held = {}}
   local k = ki
   for i = 1, p.n do
     b.at[i] = k
     if p[i].kind == 'b' then
       b.bi, b.bt = i, p[i]
       b.state, b.ledger, b.book, b.cal = keys[k], keys[k + 1], keys[k + 2], keys[k + 3]
-      b.fair, b.fexp, b.places = keys[k + 4], keys[k + 5], keys[k + 6]
+      b.fair, b.fexp = keys[k + 4], keys[k + 5]
     end
     k = k + p[i].nk
   end
   b.k = k
   if b.bt then
-    b.len, b.slack, b.member = bucket_len(b.bt), bucket_slack(b.bt, p.prio), ticket_member(id, b.bt.cost)
+    b.len, b.slack, b.member = bucket_len(b.bt), bucket_slack(b.bt, p.prio), ticket_member(a.id, b.bt.cost)
   end
   return b
 end
@@ -677,7 +651,11 @@ end
 -- claim_moment is the moment x a task that holds a booking goes at: its
 -- entries' moment or, if later, its slot's start less the slack, and not
 -- before a pause ends; booked is the moment it had booked, and late says
--- its slot cannot be used any more (it ended, or x is past it).
+-- its slot cannot be used any more: x is past the slot's end. A task back
+-- a little late (its worker was busy, Redis slow) goes within its slot,
+-- which nobody else can use: every send still uses a slot of its own
+-- between the slot's start less the slack and its end, which keeps the
+-- bucket's bound (rules.lua).
 local function claim_moment(b, ticket, latest)
   local x, booked = max(b.base, latest), latest
   local late = b.bt and not ticket -- its slot was claimed and has ended
@@ -686,7 +664,7 @@ local function claim_moment(b, ticket, latest)
     x = max(x, booked)
     local pz = tonum(rcall('HGET', b.state, 'p'))
     if pz and pz > x then x = pz end
-    if x > ticket then late = true end
+    if x >= ticket + b.len then late = true end
   end
   return x, booked, late
 end
@@ -756,11 +734,11 @@ end
 local function claim(b, ticket, latest)
   local now, x, booked, late = b.now, claim_moment(b, ticket, latest)
   if not late and x > now + max(b.p.maxwait, CLAIM) then
-    return reply(b.k, false, false, 0, 0, 0, now, x - now, 0, BOOKED, 0)
+    return reply(b.k, BOOKED, 0, 0, 0, now, x - now, 0, 0)
   end
   if not late and claim_fits(b, x) then
     local fresh = claim_commit(b, x, ticket)
-    return reply(b.k, true, false, 0, 0, fresh, now, x - now, 0, DECIDED, booked)
+    return reply(b.k, ADMITTED, 0, 0, fresh, now, x - now, 0, booked)
   end
   give_back(b, ticket)
   return nil
@@ -790,7 +768,7 @@ end
 local function quiet_until(b, m)
   local by
   for i = 1, b.p.n do
-    local e = b.p[i].kind == 'h' and quiet_end(b.p[i], m)
+    local e = b.p[i].kind == 'h' and not b.p[i].count and quiet_end(b.p[i], m)
     if e then m, by = e, i end
   end
   if by then return m, by end
@@ -798,35 +776,32 @@ local function quiet_until(b, m)
 end
 
 -- in_place gives the task place q in its tenant's line: it comes back
--- then, holding nothing but its place (note_place); or, past its deadline,
--- it expires.
+-- then, holding nothing (its caller keeps that it is in line); or, past its
+-- deadline, it expires.
 local function in_place(b, f, q, join)
   local placed
   q, placed = line_place(f, b.fair, b.fexp, b.now, q, b.len, b.deadline, join)
   if not placed then
-    return reply(b.k, false, false, b.bi, 0, 0, b.now, q - b.now, 0, EXPIRED, 0)
+    return reply(b.k, EXPIRED, b.bi, 0, 0, b.now, q - b.now, 0, 0)
   end
-  note_place(b.places, b.id, b.now, q)
-  return reply(b.k, false, false, b.bi, 0, 0, b.now, q - b.now, 0, QUEUED, floor((q - b.now) / b.len))
+  return reply(b.k, PLACED, b.bi, 0, 0, b.now, q - b.now, 0, floor((q - b.now) / b.len))
 end
 
 -- share reads the task's tenant on its bucket, where the bucket sets the
 -- task's moment (m within the horizon, or none: the tenant's share), and
 -- what its line says (line_enter). It returns f (nil: no share: a priority
 -- task, no bucket, or a moment the quotas set past the horizon), the gate
--- the slot is sought from, the place the task is back from (false: none),
--- and a reply's index when the line answers it (its place stands, or it
--- joins the line's end).
+-- the slot is sought from, the moment the task is back from its place
+-- (false: none), and a reply when the line answers it (it joins the
+-- line's end).
 local function share(b, m)
   local H = b.p.horizon
   if not b.bt or b.p.prio or H > 0 and m > b.now + H then return nil, 0, false end
   local f = fair_read(b.fair, b.fexp, b.tenant, b.weight, b.now, b.len)
   local gate = fair_others(f) and f.gate or 0
   if H == 0 then return f, gate, false end
-  local how, q = line_enter(f, b.places, b.id, b.now, H)
-  if how == 'stands' then
-    return f, gate, false, reply(b.k, false, false, b.bi, 0, 0, b.now, q - b.now, 0, QUEUED, floor((q - b.now) / b.len))
-  elseif how == 'end' then
+  local how, q = line_enter(f, b.back, b.now, H)
+  if how == 'end' then
     return f, gate, false, in_place(b, f, max(m, q), false)
   end
   if q and q > gate then gate = q end
@@ -909,7 +884,7 @@ local function book_new(b, outcome)
   local slot, reach
   m, binding, window, slot, reach = find_slot(b, m, gate, binding, window)
   if slot == false then -- the calendar is too fragmented to place it: denied until where the search got
-    return reply(b.k, false, false, b.bi, 0, 0, now, reach - now, 0, DECIDED, 0)
+    return reply(b.k, DENIED, b.bi, 0, 0, now, reach - now, 0, 0)
   end
   if b.bt and binding == 0 then binding = b.bi end
   local H = b.p.horizon
@@ -920,32 +895,41 @@ local function book_new(b, outcome)
     if q then return in_place(b, f, q, join) end
   end
   if b.deadline > 0 and m > b.deadline then
-    return reply(b.k, false, false, binding, window, 0, now, m - now, 0, EXPIRED, 0)
+    return reply(b.k, EXPIRED, binding, window, 0, now, m - now, 0, 0)
   end
   local far = beyond(b.p, m)
   if far then
     if binding == 0 then binding = far end
-    return reply(b.k, false, false, binding, window, 0, now, m - now, 0, DECIDED, 0)
+    return reply(b.k, DENIED, binding, window, 0, now, m - now, 0, 0)
   end
-  local go = m <= now + sleep_limit(b.p, back)
+  -- A task back from its place may sleep for its moment as long as a
+  -- ticket's claim may, on a cluster's recipient node too (no bucket, no
+  -- share there: its bucket's node let it go).
+  local go = m <= now + sleep_limit(b.p, back or not b.bt and b.back)
   local fresh = commit_booking(b, m, slot, go)
   if f then fair_took(f, b.fair, b.fexp, now, slot.v, b.len) end
-  leave_line(b.places, b.id, back)
   if go then
     -- It may go within max wait after all: admitted.
     if m == now then binding, window = 0, 0 end
-    return reply(b.k, true, false, binding, window, fresh, now, m - now, 0, DECIDED, 0)
+    return reply(b.k, ADMITTED, binding, window, fresh, now, m - now, 0, 0)
   end
-  return reply(b.k, false, false, binding, window, 0, now, m - now, 0, outcome, ahead_of(b, m, slot, binding))
+  return reply(b.k, outcome, binding, window, 0, now, m - now, 0, ahead_of(b, m, slot, binding))
 end
 
--- book_task admits a booking task whose keys start at keys[ki]. It returns
--- false when the task's bucket ledger holds it (a task that claimed and is
--- admitted again: admit_task's plain path answers that), else, its values
--- appended to the reply (see reply), the index past its last key.
-local function book_task(keys, ki, id, p, now, deadline, floor_, weight, tenant)
-  local b = booking_of(keys, ki, id, p, now, deadline, floor_, weight, tenant)
-  if b.bt and bucket_held(b.ledger, id, now, b.len) then return false end
+-- book_task books a task whose keys start at keys[ki] (a: its arguments).
+-- It returns false when the task's bucket ledger holds its slot (a task
+-- that claimed and is admitted again: admit_task's plain path answers
+-- that), else its reply (see reply). On a cluster a bucket's call may come
+-- again with a floor past the slot it gave (the quotas' node set a later
+-- moment): that slot, taken by this very request a round trip before, is
+-- given back and the task books from the floor.
+local function book_task(keys, ki, p, now, a)
+  local b = booking_of(keys, ki, p, now, a)
+  if b.bt then
+    local v = bucket_held(b.ledger, b.id, now, b.len)
+    if v and v >= a.floor then return false end
+    if v then bucket_undo(b.bt, b.state, b.ledger, b.cal, b.id, now, true) end
+  end
   local ticket, latest = holdings(b)
   local outcome = BOOKED
   if ticket or latest > 0 then
@@ -954,130 +938,4 @@ local function book_task(keys, ki, id, p, now, deadline, floor_, weight, tenant)
     outcome = REBOOKED
   end
   return book_new(b, outcome)
-end
-
--- book_bucket (Redis Cluster): the bucket's part of a booking, whose quotas
--- live on another node. A cluster books in three calls: peek here for the
--- moment the bucket would give (a ticket holder's, or the first free
--- slot's), book the quotas on their node no earlier than that (admit, with
--- that floor), then commit here at the moment they took:
---
---   args  -> 'peek' or 'commit', the task's ID, a plan of its one bucket
---            take (see rules.lua, with 'k' or 'K', and ':H' for a
---            horizon), for commit the moment (µs) (for peek, anything),
---            the task's weight and tenant (its fair share: the slot is
---            found from its gate, and a commit moves the gate), its
---            deadline (µs, 0: none; read with a horizon), and how far
---            ahead (µs) a peek's moment is at the earliest
---   keys  -> the bucket's keys
---
--- peek returns {now, moment, ticket (0: none), 1 if the ledger holds the
--- task (it claimed before: the plain path answers), line, ahead}; a slot it
--- finds is held as the task's ticket (the caller gives it back if the task
--- goes no further: Release), ahead the tickets before it. line is
--- 0 when the moment is a slot's; else the task goes no further this time
--- (its quotas are not asked): 1 it has a new place in line at the moment
--- (noted here, as on one node), 2 its place stands, 3 its place would be
--- past its deadline. As on one node, the line is the bucket's
--- alone: a moment the quotas set past the horizon holds its slot, and a
--- task back from its place whose quotas set a later moment books there.
--- commit returns
--- {now, 0, moment} when the task goes at that moment (its slot is in the
--- ledger), {now, 1, ahead} when it is booked, and {now, 2, moment} when no
--- slot allows that moment any more (taken since the peek): the caller gives
--- the quotas back and starts again from the moment returned. A ticket
--- whose slot the moment is past is given back and a new slot found. A task
--- that goes or is booked leaves its line here (it keeps its place until
--- then, so that a booking started again is still back from it; one booked
--- at its peek's ticket, with no commit, leaves it when it claims).
--- Priority tasks do not move bookings here (they take the first free slot).
-
--- cluster_peek is book_bucket's peek (see above) for a task of booking b
--- (its ticket, if any) and tenant f (nil: none), its gate from f.
-local function cluster_peek(b, f, ticket, args)
-  local now, p, len = b.now, b.p, b.len
-  if bucket_held(b.ledger, b.id, now, len) then return {now, now, 0, 1, 0, 0} end
-  if ticket then return {now, max(now, ticket - b.slack), ticket, 0, 0, 0} end
-  local H, gate = p.horizon, f and fair_others(f) and f.gate or 0
-  -- line returns the answer for a task placed at q (how: see above).
-  local function line(q, how)
-    return {now, q, 0, 0, how, floor((q - now) / len)}
-  end
-  local function place(q, join)
-    local placed
-    q, placed = line_place(f, b.fair, b.fexp, now, q, len, tonum(args[7]) or 0, join)
-    if not placed then return line(q, 3) end
-    note_place(b.places, b.id, now, q)
-    return line(q, 1)
-  end
-  local lined, back = f and H > 0, false
-  -- No earlier than the margin: the round trip to the commit.
-  local from = now + (tonum(args[8]) or 0)
-  if lined then
-    local how, q = line_enter(f, b.places, b.id, now, H)
-    if how == 'stands' then return line(q, 2) end
-    if how == 'end' then return place(q, false) end
-    back = q
-    if q and q > gate then gate = q end
-  end
-  local v, left, ra, rb = bucket_find(b.cal, fair_start(b.cal, from, gate, len), len)
-  if not v then return {now, left, 0, 0, 0, 0} end -- (left: how far the search got)
-  local pb = max(from, v - b.slack)
-  if lined then
-    local q, join = line_exit(f, back, gate, pb, now, H, sleep_limit(p, back), len)
-    if q then return place(q, join) end
-  end
-  -- The slot is held for the task (a ticket) until the commit: tasks
-  -- peeking at the same time find different slots, instead of one
-  -- committing and the others starting again. If the task goes no
-  -- further (its worker dies) the ticket costs its slot, as any.
-  ticket_add(b.book, b.cal, b.member, now, v, len, left, ra, rb)
-  if f then fair_took(f, b.fair, b.fexp, now, v, len) end
-  return {now, pb, v, 0, 0, rcall('ZCOUNT', b.book, '-inf', '(' .. int(v))}
-end
-
--- cluster_commit is book_bucket's commit (see above) of moment at.
-local function cluster_commit(b, f, ticket, at)
-  local now, p, len, bt = b.now, b.p, b.len, b.bt
-  local go = at <= now + p.maxwait
-  if ticket and at <= ticket and now <= ticket then
-    leave_line(b.places, b.id, p.horizon > 0)
-    if at <= now + max(p.maxwait, CLAIM) then
-      ticket_claim(bt, b.state, b.ledger, b.book, b.cal, b.member, b.id, now, ticket, max(now, at), p.remember)
-      return {now, 0, at}
-    end
-    return {now, 1, rcall('ZCOUNT', b.book, '-inf', '(' .. int(ticket))}
-  end
-  if ticket then
-    rcall('ZREM', b.book, b.member)
-    bucket_give(b.state, b.cal, ticket, len, now)
-  end
-  local gate = f and fair_others(f) and f.gate or 0
-  local v, left, ra, rb = bucket_find(b.cal, fair_start(b.cal, at, gate, len), len)
-  if not v then return {now, 2, left} end
-  if v - b.slack > at then return {now, 2, v - b.slack} end
-  if f then fair_took(f, b.fair, b.fexp, now, v, len) end
-  leave_line(b.places, b.id, p.horizon > 0)
-  if go then
-    bucket_commit(bt, b.state, b.ledger, b.cal, b.id, now, max(now, at), v, left, ra, rb, p.remember)
-    return {now, 0, at}
-  end
-  ticket_add(b.book, b.cal, b.member, now, v, len, left, ra, rb)
-  return {now, 1, rcall('ZCOUNT', b.book, '-inf', '(' .. int(v))}
-end
-
-local function book_bucket(keys, args)
-  if not rcall then bind() end
-  local now = now_us()
-  local mode, id, p = args[1], args[2], plan(args[3])
-  if p.n ~= 1 or p[1].kind ~= 'b' then
-    return redis.error_reply('throttle: book_bucket needs one bucket take')
-  end
-  local b = booking_of(keys, 1, id, p, now, 0, 0, tonum(args[5]), args[6])
-  local f
-  if not p.prio and args[5] then f = fair_read(b.fair, b.fexp, b.tenant, b.weight, now, b.len) end
-  local ticket = tonum(rcall('ZSCORE', b.book, b.member))
-  if ticket and ticket + b.len <= now then ticket = nil end
-  if mode == 'peek' then return cluster_peek(b, f, ticket, args) end
-  return cluster_commit(b, f, ticket, tonum(args[4]))
 end

@@ -1,13 +1,13 @@
 // Package lua holds the project's Redis Lua code. rules.lua holds the rule
-// kinds and book.lua booking; the eight entry points are admit and restamp
-// (admit.lua), book_bucket (book.lua), release and forget (release.lua),
-// pause (pause.lua), repace and reweigh (repace.lua), listed in rules.lua's header. Together they make one
-// library, which runs two ways:
+// kinds and book.lua booking's steps; the seven entry points are admit and
+// book (admit.lua), release and forget (release.lua), pause (pause.lua),
+// repace and reweigh (repace.lua), listed in rules.lua's header. Together
+// they make one library, which runs two ways:
 //
 //   - as a Redis Function library (Redis >= 7): loaded once per server with
 //     FUNCTION LOAD and called with FCALL, so the library's local functions
 //     are built once rather than on every call;
-//   - as eight scripts for EVAL/EVALSHA, for servers without FUNCTION (older
+//   - as seven scripts for EVAL/EVALSHA, for servers without FUNCTION (older
 //     Redis, miniredis): the library with a last line that calls one entry
 //     point on KEYS and ARGV.
 //
@@ -58,7 +58,6 @@ type Library struct {
 	Release string
 	Pause   string
 	Forget  string
-	Restamp string
 	Book    string
 	Repace  string
 	Reweigh string
@@ -72,7 +71,6 @@ func Functions() Library {
 		Release: "throttle_release_" + version,
 		Pause:   "throttle_pause_" + version,
 		Forget:  "throttle_forget_" + version,
-		Restamp: "throttle_restamp_" + version,
 		Book:    "throttle_book_" + version,
 		Repace:  "throttle_repace_" + version,
 		Reweigh: "throttle_reweigh_" + version,
@@ -82,8 +80,7 @@ func Functions() Library {
 		"redis.register_function('" + l.Release + "', release)\n" +
 		"redis.register_function('" + l.Pause + "', pause)\n" +
 		"redis.register_function('" + l.Forget + "', forget)\n" +
-		"redis.register_function('" + l.Restamp + "', restamp)\n" +
-		"redis.register_function('" + l.Book + "', book_bucket)\n" +
+		"redis.register_function('" + l.Book + "', book)\n" +
 		"redis.register_function('" + l.Repace + "', repace)\n" +
 		"redis.register_function('" + l.Reweigh + "', reweigh)\n"
 	return l
@@ -99,11 +96,8 @@ func Release() string { return script("release") }
 // (see release.lua).
 func Forget() string { return script("forget") }
 
-// Restamp returns the cluster quota restamp script (see admit.lua).
-func Restamp() string { return script("restamp") }
-
-// Book returns the cluster booking's bucket script (see book.lua).
-func Book() string { return script("book_bucket") }
+// Book returns the booking script for EVAL (see admit.lua).
+func Book() string { return script("book") }
 
 // Pause returns the bucket pause script for EVAL (see pause.lua).
 func Pause() string { return script("pause") }

@@ -8,8 +8,7 @@
 --
 -- Slots are laid at the rate of the call that takes them, so a rate changed
 -- in the config leaves the work already waiting on its old pace: booked
--- slots, tenants' gates and lines, the places of the tasks in line, the
--- join cursor. repace scales all of it
+-- slots, tenants' gates and lines, the join cursor. repace scales all of it
 -- around now by k = old rate / new rate, the factor by which a slot's length
 -- changes: a moment t after now becomes now + (t - now) k. Scaling keeps the
 -- order of the waiting work and leaves no two slots overlapping, so the
@@ -27,8 +26,8 @@
 --
 -- Returns {now, k (x 1e6; 0: nothing scaled)}. The caller scales the
 -- moments it keeps the same way: the wake-ups of the tasks waiting
--- (jobs.Repace). One pass over every place in line: a rare call, whose cost
--- grows with the line (docs/booking.md, A change of rate).
+-- (jobs.Repace). One pass over the bucket's tickets (a horizon's worth) and
+-- tenants: a rare call, whatever waits in line.
 
 -- A mover maps a moment t after now to the moment it moves to (µs, whole),
 -- keeping order: scaling (a rate change) or shifting (a pause). One rounding
@@ -67,12 +66,12 @@ local function move_calendar(cal, now, mv)
   extend(cal, ceil_ms(last - now + CAL_LIFE))
 end
 
--- ZADD_BATCH is how many members move_set writes per ZADD: a line of
--- 100,000 places is 200 commands, not 100,000.
+-- ZADD_BATCH is how many members move_set writes per ZADD: a set of
+-- 100,000 is 200 commands, not 100,000.
 local ZADD_BATCH = 500
 
 -- move_set moves the scores after now of a set of moments (tickets, the
--- tenants' expiries, places in line).
+-- tenants' expiries).
 local function move_set(set, now, mv)
   local z = rcall('ZRANGEBYSCORE', set, '(' .. int(now), '+inf', 'WITHSCORES')
   local last, zargs, n = now, {}, 0
@@ -122,35 +121,30 @@ local function move_tenants(fair, exp, now, mv)
 end
 
 -- move_waiting moves a bucket's waiting work (keys: the bucket's keys) by
--- mv: its calendar, tickets, tenants and places in line. Slots claimed ahead
--- from the moment from on (tasks sleeping in a worker until them) are taken
--- from their tasks, as a priority task's bump does (see book.lua): each
--- finds out by HasSlot before it sends and is admitted again; sending at
--- its old moment would not match its moved slot. Those from free_from on
--- (len µs each, a slot of cost 1: the ledger keeps starts only) are freed,
--- and each of their tasks is given its slot's start as its place in line,
--- moved with the others: admitted again, it takes the first free slot from
--- its moved place, so the tasks keep their order and use the time their
--- slots held, rather than join their tenants' lines' ends while the
--- provider idles through it. free_from lies past the slack of every slot
--- claimed (a task whose slot starts within its slack of now may have gone
--- without sleeping) and BUMP_MARGIN more (a task that woke may be between
--- its check and its send): a slot taken before it stays busy, moved.
+-- mv: its calendar, tickets and tenants. Slots claimed ahead from the
+-- moment from on (tasks sleeping in a worker until them) are taken from
+-- their tasks, as a priority task's bump does (see book.lua): each finds
+-- out by HasSlot before it sends and is admitted again, as a task back from
+-- its place (it waited its turn: it takes the first free slot, not its
+-- tenant's line's end); sending at its old moment would not match its moved
+-- slot. Those from free_from on (len µs each, a slot of cost 1: the ledger
+-- keeps starts only) are freed, so that those tasks use the time their
+-- slots held rather than the provider idling through it. free_from lies
+-- past the slack of every slot claimed (a task whose slot starts within its
+-- slack of now may have gone without sleeping) and BUMP_MARGIN more (a task
+-- that woke may be between its check and its send): a slot taken before it
+-- stays busy, moved.
 local function move_waiting(keys, now, from, free_from, mv, len)
-  local ledger, book, cal, places = keys[2], keys[3], keys[4], keys[7]
+  local ledger, book, cal = keys[2], keys[3], keys[4]
   local claimed = rcall('ZRANGEBYSCORE', ledger, '(' .. int(from), '+inf', 'WITHSCORES')
   for j = 1, #claimed, 2 do
     local v = tonum(claimed[j + 1])
     rcall('ZREM', ledger, claimed[j])
-    if v > free_from then
-      bucket_free(cal, v, len, now)
-      rcall('ZADD', places, int(v), claimed[j])
-    end
+    if v > free_from then bucket_free(cal, v, len, now) end
   end
   move_calendar(cal, now, mv)
   move_set(book, now, mv)
   move_tenants(keys[5], keys[6], now, mv)
-  move_set(places, now, mv) -- the places in line
 end
 
 local function repace(keys, args)
@@ -187,17 +181,14 @@ end
 -- old shares until the places handed out are used up. reweigh scales each
 -- waiting tenant's line around now by k = (W' / w') / (W / w), the factor
 -- by which its stride changes (W' and w' the sum of the weights waiting
--- and its own, changed): its last place and gate in the tenants hash, and
--- the places of its tasks in line, which the caller names (the places set
--- knows its tasks by ID only). The join cursor and the end of the places
--- handed out move by the largest factor, so no place handed out lies
--- beyond the end.
+-- and its own, changed): its last place and gate in the tenants hash; the
+-- caller moves the wake-ups of its tasks in line the same way (jobs'
+-- Reweigh). The join cursor and the end of the places handed out move by
+-- the largest factor, so no place handed out lies beyond the end.
 --
 --   args  -> 'apply' (or 'check': only say whether a weight changed,
 --            writing nothing), then n, then n pairs tenant, weight (every
---            tenant the config weighs, and every tenant of a task named
---            below; a tenant not named weighs 1), then pairs task ID,
---            tenant's index (1 to n) for the tasks in line on the bucket
+--            tenant the config weighs; a tenant not named weighs 1)
 --   keys  -> the bucket's keys
 --
 -- A tenant whose record holds its weight already is not scaled (k = 1,
@@ -209,7 +200,7 @@ end
 local function reweigh(keys, args)
   if not rcall then bind() end
   local now = now_us()
-  local fair, places = keys[5], keys[7]
+  local fair = keys[5]
   local check, dflt, n = args[1] == 'check', 1, tonum(args[2])
   local want, names = {}, {}
   for j = 1, n do
@@ -254,17 +245,6 @@ local function reweigh(keys, args)
   end
   rcall('HSET', unpack_(set))
   keep_tenants(fair, keys[6], now, latest)
-  local last = now
-  for j = 3 + 2 * n, #args, 2 do
-    local f = k[names[tonum(args[j + 1])]]
-    local q = f and tonum(rcall('ZSCORE', places, args[j]))
-    if q and q > now then
-      q = move_at(q, now, scaling(now, f))
-      rcall('ZADD', places, 'XX', int(q), args[j])
-      if q > last then last = q end
-    end
-  end
-  if last > now then extend(places, ceil_ms(last - now + GRACE)) end
   for j = 1, n do out[2 + j] = ceil((k[names[j]] or 1) * 1e6) end
   return out
 end

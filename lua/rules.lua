@@ -5,11 +5,10 @@
 -- LOAD where the server has Redis Functions (>= 7), so this code is compiled
 -- and its local functions built once, not on every call; otherwise run whole
 -- by EVALSHA, with a last line that calls an entry point on KEYS and ARGV.
--- Either way the entry points get keys and args as parameters. They are eight:
+-- Either way the entry points get keys and args as parameters. They are seven:
 --
---   admit        admit.lua: admits (or books) tasks
---   restamp      admit.lua: moves a cluster's provisional quota stamps
---   book_bucket  book.lua: a booking's bucket part, on a cluster
+--   admit        admit.lua: admits tasks
+--   book         admit.lua: books tasks (the steps in book.lua)
 --   release      release.lua: gives back what admissions took
 --   forget       release.lua: drops bucket holdings, their slots kept taken
 --   pause        pause.lua: pauses a bucket (a provider's Retry-After)
@@ -18,14 +17,11 @@
 --
 -- A task's takes travel as one argument, its plan:
 --
---   remember;maxwait[:ahead][;d][;k|;K][;u][;n];take;take;...  fields of a take separated by ','
+--   remember;maxwait[;d][;k|;K][;u][;n];take;take;...  fields of a take separated by ','
 --
 -- where remember is how long buckets remember a task ID (µs), maxwait the µs
--- a provider bucket may reserve ahead (0: none), ahead (optional, cluster
--- only) the µs ahead of now at which the quota entries a call adds are
--- stamped at the earliest (the group's request will reserve a provider
--- token up to that far ahead in a later call: see restamp), and a take is
--- its kind, its cost, then the kind's limits:
+-- a provider bucket may reserve ahead (0: none), and a take is its kind, its
+-- cost, then the kind's limits:
 --
 --   q,cost,limit,per_us[,limit,per_us...]  sliding-window quota, per window
 --   b,cost,rate,burst[,reserve]            token bucket (rate in tokens/s,
@@ -41,21 +37,23 @@
 -- A quota or calendar take whose kind starts with '*' ('*q', '*c') counts
 -- only: it is recorded like any other (its entries count toward the rule),
 -- but it never denies the task nor sets its wait or moment (count-only
--- traffic, see admit.lua).
+-- traffic, see admit.lua). One whose kind starts with '?' ('?q', '?c',
+-- '?h') is a rule in shadow mode: it counts only too (quiet hours hold
+-- nothing either way), and the reply says when it would have held the task
+-- back, decided in the same step as its entries are written.
 --
 -- Keys follow in take order: 'q' -> sorted set; 'b' -> state hash, ledger
 -- sorted set, tickets sorted set, slot calendar sorted set, tenants hash,
--- tenants' expiry sorted set, places sorted set; 'f' -> hash; 'c' -> sorted
--- set; 'h' -> none
--- (t.nk is a take's number of keys). An admission's plan may start its
--- takes with 'd' (done): its first key is then the task's done marker, whose
--- existence means the task needs no admission any more (see admit.lua).
--- Then 'k' (or 'K' for a priority task) asks a task that may not go within
--- maxwait to book its moment (see book.lua); 'k:H' books at most H µs ahead
--- on its bucket, and gives a task beyond that horizon a place in line; 'u' after
--- it says work the caller has not seen waits behind the task (a fresh task
--- that cannot go now takes a place in line: see book.lua). 'n' makes
--- an admission a check only: decided, nothing written (see admit.lua).
+-- tenants' expiry sorted set; 'f' -> hash; 'c' -> sorted set; 'h' -> none
+-- (t.nk is a take's number of keys). A plan may start its takes with 'd'
+-- (done): its first key is then the task's done marker, whose existence
+-- means the task needs no admission any more (see admit.lua). Then, in a
+-- plan for book, 'k' (or 'K' for a priority task) says it books; 'k:H'
+-- books at most H µs ahead on its bucket, and gives a task beyond that
+-- horizon a place in line; 'u' after it says work the caller has not seen
+-- waits behind the task (a fresh task that cannot go now takes a place in
+-- line: see book.lua). 'n' makes an admission a check only: decided,
+-- nothing written (see admit.lua).
 --
 -- Limits travel with every call, never stored in Redis, so a changed limit
 -- applies at once to the history already there.
@@ -124,7 +122,7 @@ local MAXPLANS = 512
 -- a take being {kind, cost, and its limits}; a quota's limits are
 -- t[1..nw] and its windows (per_us) t[nw+1..2nw].
 local function parse_plan(s)
-  local p, n = {remember = 0, maxwait = 0, ahead = 0, horizon = 0, done = false, n = 0}, -2
+  local p, n = {remember = 0, maxwait = 0, horizon = 0, done = false, n = 0}, -2
   for part in gmatch(s, '[^;]+') do
     n = n + 1
     if part == 'd' and n == 1 and not p.done then -- only first: its key is the task's first
@@ -140,20 +138,16 @@ local function parse_plan(s)
     elseif n == -1 then
       p.remember = tonum(part)
     elseif n == 0 then
-      local c = find(part, ':', 1, true)
-      if c then
-        p.maxwait, p.ahead = tonum(sub(part, 1, c - 1)), tonum(sub(part, c + 1))
-      else
-        p.maxwait = tonum(part)
-      end
+      p.maxwait = tonum(part)
     else
       local f, nf = {}, 0
       for x in gmatch(part, '[^,]+') do
         nf = nf + 1
         f[nf] = tonum(x) or x
       end
-      local kind, t, count = f[1], nil, false
+      local kind, t, count, shadow = f[1], nil, false, false
       if kind == '*q' or kind == '*c' then kind, count = sub(kind, 2), true end
+      if kind == '?q' or kind == '?c' or kind == '?h' then kind, count, shadow = sub(kind, 2), true, true end
       if kind == 'q' and nf >= 4 and nf % 2 == 0 then
         local nw = (nf - 2) / 2
         t = {kind = 'q', cost = f[2], nw = nw, longest = 0, most = 0, least = huge}
@@ -177,10 +171,10 @@ local function parse_plan(s)
       else
         error('throttle: bad take ' .. part)
       end
-      t.count = count
+      t.count, t.shadow = count, shadow
       if not t.nk then
         t.nk = 1
-        if kind == 'b' then t.nk = 7 end
+        if kind == 'b' then t.nk = 6 end
       end
       p[n] = t
     end
@@ -772,7 +766,7 @@ end
 
 -- cal_check returns ok, the delay, remaining and whether the task holds
 -- the take. A take may be stamped up to span after now (a reserved token's
--- wait, a cluster's ahead): it must fit every window from now's to the one
+-- wait, a cluster's floor): it must fit every window from now's to the one
 -- holding now + span, and when one is full it waits for the start of the
 -- window after the last full one.
 local function cal_check(t, key, id, now, span)

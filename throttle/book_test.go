@@ -14,7 +14,7 @@ import (
 // bookReq is a booking request for task id: recipient rcpt through q (if
 // any), provider gw through b (if any).
 func bookReq(id string, q *Quota, rcpt string, b *Bucket, maxWait time.Duration) Request {
-	r := Request{ID: id, book: true, MaxWait: maxWait}
+	r := Request{ID: id, book: &Booking{}, MaxWait: maxWait}
 	if q != nil {
 		r.Takes = append(r.Takes, Take{Rule: q, Subject: rcpt})
 	}
@@ -161,7 +161,7 @@ func TestBookDeadlineExpiresWithoutTrace(t *testing.T) {
 	now, _ := rdb.Time(context.Background()).Result()
 	before := snapshot(t, rdb)
 	r := bookReq("m1", q, "alice", nil, 0)
-	r.Deadline = now.Add(10 * time.Minute)
+	r.book.Deadline = now.Add(10 * time.Minute)
 	d := mustAdmit(t, l, r)
 	if d.Outcome != Expired || d.Booked() || d.Allowed() {
 		t.Fatalf("booking past the deadline: %+v, want expired", d)
@@ -316,7 +316,7 @@ func TestBookPriorityTakesTheReserve(t *testing.T) {
 	last := bulk[len(bulk)-1].At()
 	for i := range 2 {
 		r := bookReq(fmt.Sprint("otp", i), nil, "", b, 0)
-		r.Priority = true
+		r.book.Priority = true
 		d := mustAdmit(t, l, r)
 		if !d.Allowed() || d.Delay != 0 {
 			t.Fatalf("priority %d behind 8 bookings: %+v; want allowed now", i, d)
@@ -335,8 +335,8 @@ func TestBookValidation(t *testing.T) {
 	b1, b2 := mustBucket(t, "sms", 1, 1), mustBucket(t, "push", 1, 1)
 	f := mustFixed(t, "daily", 1, time.Hour)
 	for _, r := range []Request{
-		{ID: "x", book: true, Takes: []Take{{Rule: b1, Subject: "a"}, {Rule: b2, Subject: "a"}}},
-		{ID: "x", book: true, Takes: []Take{{Rule: f, Subject: "a"}}},
+		{ID: "x", book: &Booking{}, Takes: []Take{{Rule: b1, Subject: "a"}, {Rule: b2, Subject: "a"}}},
+		{ID: "x", book: &Booking{}, Takes: []Take{{Rule: f, Subject: "a"}}},
 	} {
 		if _, err := l.Admit(context.Background(), r); !errors.Is(err, ErrInvalidRequest) {
 			t.Errorf("Admit(%v) = %v, want ErrInvalidRequest", r.Takes, err)
@@ -349,7 +349,8 @@ func TestBookValidation(t *testing.T) {
 
 // A booked slot is its task's: a job that comes back in time goes at its
 // moment whatever was booked since, and a slot given back (the job was
-// released) is the next booking's, not a hole in the line. A slot a job
+// released) is the next booking's, not a hole in the line. A job back late
+// but within its slot goes in it (nobody else can use it); a slot a job
 // misses is lost (one slot), and the job books again.
 func TestBookSlotIsTheTasks(t *testing.T) {
 	l, _ := newStandalone(t)
@@ -383,7 +384,12 @@ func TestBookSlotIsTheTasks(t *testing.T) {
 	if !d.Allowed() || d.At().Sub(dd.At()).Abs() > time.Microsecond || !d.Claimed.Equal(dd.At()) {
 		t.Errorf("d claims: %+v; want allowed at its moment %s", d, dd.At())
 	}
-	// b comes back after its slot: it books again, after the line.
+	// e comes back late, but within its slot: it goes, in its slot.
+	untilRedis(t, l, e.At().Add(200*time.Millisecond))
+	if late := mustAdmit(t, l, bookReq("e", nil, "", b1, maxWait)); !late.Allowed() || !late.Claimed.Equal(e.At()) {
+		t.Errorf("e back 200ms late, within its 500ms slot: %+v; want it to go, its claim at %s", late, e.At())
+	}
+	// b comes back after its slot ended: it books again, after the line.
 	b := mustAdmit(t, l, bookReq("b", nil, "", b1, maxWait))
 	if !b.Booked() || b.Outcome != Rebooked || !b.At().After(dd.At()) {
 		t.Errorf("b after its slot: %+v; want booked again after d's %s", b, dd.At())
@@ -555,7 +561,7 @@ func TestBookFragmentedCalendarWaitsUntilTheSearchEnds(t *testing.T) {
 		t.Fatalf("alice's last: %s, want booked", describeDecision(last))
 	}
 	wide := func(id string, book bool) Decision {
-		r := Request{ID: id, book: book, Takes: []Take{{Rule: b, Subject: "gw", Cost: 2}}}
+		r := Request{ID: id, book: booked(book), Takes: []Take{{Rule: b, Subject: "gw", Cost: 2}}}
 		return mustAdmit(t, l, r)
 	}
 	for _, book := range []bool{false, true} {

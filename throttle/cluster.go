@@ -2,102 +2,87 @@ package throttle
 
 import (
 	"context"
-	"fmt"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// checkDone marks Done the decisions of the requests whose
-// done marker exists, in one round trip.
-func (s sharded) checkDone(ctx context.Context, rs []Request, ds []Decision) error {
-	var idx []int
-	for i, r := range rs {
-		if r.CheckDone {
-			idx = append(idx, i)
-		}
-	}
-	if len(idx) == 0 {
-		return nil
-	}
-	cmds := make([]*redis.IntCmd, len(idx))
-	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for k, i := range idx {
-			cmds[k] = p.Exists(ctx, doneKey(s.prefix, rs[i].ID))
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("throttle: check done markers: %w", err)
-	}
-	for k, i := range idx {
-		if cmds[k].Val() == 1 {
-			ds[i] = Decision{Outcome: Done, TakeIndex: -1}
-		}
-	}
-	return nil
-}
+// On a Redis Cluster each subject's keys live in a slot of their own: a
+// request's takes are split by subject into groups, one script call each,
+// and a recipient's quotas and a provider's bucket are usually on two
+// nodes. The engine decides a request in as many calls as it has groups
+// (two for a notification, one where both subjects share a node), with the
+// entry points and steps of one node, each group's call given a floor: the
+// moment the groups before it allow, no earlier than which it decides.
+//
+//   - A booking (Book) asks the bucket's group first, from now: the bucket
+//     is the clock. It holds the moment x its calendar gives (a slot to go,
+//     a ticket, or a place in the tenant's line, which ends the request: a
+//     place holds nothing, and the task comes back for the rest). The
+//     recipient's group then admits or books its entries at x, or at the
+//     later moment its windows allow.
+//   - A plain admission (Admit, Check) asks the recipient's group first:
+//     its quotas are the commonest denial, which then writes nothing
+//     anywhere. Its entries are stamped at its node's now; the bucket's
+//     group then takes a slot from there.
+//
+// If a group sets a later moment than the groups before it (a recipient's
+// windows hold a booking back; a bucket reserves a plain admission's token
+// ahead, within its max wait), those groups are asked again from that
+// moment: the bucket gives back the slot it held and takes one from there
+// (book.lua's book_task), or the quotas move their entries there (if their
+// windows allow them there; admit.lua). A few rounds at most
+// (clusterTries); where nothing holds the task back, one round: a call per
+// group. A request that asks for its done marker (Request.CheckDone) has it
+// read beside the first group's call, in one round trip to both nodes: a
+// task found done gives back what that call took.
+//
+// Why this never admits more than a rule allows: each group is decided
+// atomically on its own node against everything already held there, with
+// that node's TIME. A bucket's slot is held from its call on, by this task
+// alone, and the send goes within the slot's window (never before the
+// bucket's moment); a quota's entries end up at the moment the message
+// goes, or at most clusterSkew before it (the round trip between the
+// calls), which the windows' margin covers as it covers a single node's
+// round trip. If a group denies, or the request is done (its marker lives
+// with its first subject), what this request consumed in the other groups
+// is given back (compensate): meanwhile a held entry or slot can only deny
+// a competing task early, never let one through. Idempotency holds per
+// group, as on one node: what the task already held is found its own and
+// is not given back. The differential run of the cluster
+// (differential_test.go) checks its decisions against one node's.
+type sharded struct{ *Limiter }
 
-// restampQuotas moves the quota entries that a request's
-// quota groups stamped provisionally at now + MaxWait (see calls) to the
-// moment its provider token was reserved for, measured on the quota's own
-// node: now' + Delay, never later than the provisional stamp. Each node's
-// now' is at least the real moment of the call, so the new stamp is never
-// earlier than the send, and the quota never admits more than it allows.
-// It is best effort: entries left at the provisional stamp only count
-// longer (conservative).
-func (s sharded) restampQuotas(ctx context.Context, rs []Request, ds []Decision, consumed [][]group) {
-	var calls []call
-	for i, r := range rs {
-		if !ds[i].Allowed() || !stampsAhead(r) {
-			continue
-		}
-		for _, g := range consumed[i] {
-			var q group
-			for _, k := range g.takes {
-				switch r.Takes[k].Rule.(type) {
-				case *Quota, *CalendarWindow:
-					q.takes = append(q.takes, k)
-				}
-			}
-			if len(q.takes) == 0 {
-				continue
-			}
-			nk := len(q.takes)
-			c, keys, args := newCall(nk, 3)
-			_, plan := s.appendPlan(keys, nil, r, q, planHead{})
-			args[0], args[1], args[2] = ds[i].Delay.Microseconds(), r.ID, string(plan)
-			calls = append(calls, c)
-		}
-	}
-	if len(calls) > 0 {
-		_, _ = s.eval(context.WithoutCancel(ctx), s.restamp, calls)
-	}
-}
+// clusterTries bounds the rounds.
+const clusterTries = 3
 
-// groups splits r's takes into groups by subject, the groups holding
-// buckets last: buckets are shared by every subject, so they are the ones
-// worth not holding while a recipient's quota is still undecided.
+// clusterSkew is how much later than the moment the groups before it
+// allow a group's node may answer and still count as the same moment: the
+// call comes a round trip later, on another node's clock. A send leaves
+// after every call anyway, within its slot's window (book.lua's claim).
+const clusterSkew = 50 * time.Millisecond
+
+func (s sharded) perCall() int { return 1 }
+
+// groups splits r's takes into groups by subject, in the order they are
+// asked (see above): the bucket's first for a booking, last otherwise.
 func (s sharded) groups(r Request) []group {
 	bySubject := map[string]int{}
 	var gs []group
-	var hasBucket []bool
 	for i, t := range r.Takes {
 		k, ok := bySubject[t.Subject]
 		if !ok {
 			k = len(gs)
 			bySubject[t.Subject] = k
 			gs = append(gs, group{})
-			hasBucket = append(hasBucket, false)
 		}
 		gs[k].takes = append(gs[k].takes, i)
-		if _, ok := t.Rule.(*Bucket); ok {
-			hasBucket[k] = true
-		}
 	}
+	bucketFirst := r.book != nil
 	ordered := make([]group, 0, len(gs))
-	for _, last := range []bool{false, true} {
-		for k, g := range gs {
-			if hasBucket[k] == last {
+	for _, first := range []bool{true, false} {
+		for _, g := range gs {
+			if g.hasBucket(r) == (first == bucketFirst) {
 				ordered = append(ordered, g)
 			}
 		}
@@ -105,16 +90,192 @@ func (s sharded) groups(r Request) []group {
 	return ordered
 }
 
-// stampsAhead reports whether r's quota groups are stamped provisionally
-// ahead on a cluster: r may reserve a bucket token ahead.
-func stampsAhead(r Request) bool {
-	if r.MaxWait <= 0 {
-		return false
+func (s sharded) decide(ctx context.Context, r Request) (Decision, error) {
+	gs := s.groups(r)
+	if len(gs) == 1 {
+		res, err := s.decideGroup(ctx, r, gs[0], 0)
+		if err != nil {
+			return Decision{}, err
+		}
+		return decision(res, r, gs[0]), nil
 	}
-	for _, t := range r.Takes {
-		if _, ok := t.Rule.(*Bucket); ok {
-			return true
+	c := &clusterCall{s: s, r: r, gs: gs, res: make([]groupResult, len(gs)), took: make([]group, len(gs)), setBy: -1}
+	if r.CheckDone {
+		c.done = redis.NewIntCmd(ctx, "exists", doneKey(s.prefix, r.ID))
+	}
+	d, err := c.run(ctx)
+	if err != nil || !d.Allowed() && !d.Booked() {
+		c.compensate(ctx)
+	}
+	return d, err
+}
+
+// clusterCall is one request decided on a cluster: its groups in the order
+// they are asked, what each answered last, what this call took in each,
+// and the last answer that set a later moment than the groups before it
+// (set, group setBy; -1: none), whose rule the decision names.
+type clusterCall struct {
+	s     sharded
+	r     Request
+	gs    []group
+	res   []groupResult
+	took  []group // per group, the takes this call consumed there
+	setBy int
+	set   groupResult
+	// done is the read of the done marker, beside the first call: sent with
+	// it, read once it has run (nil: not asked).
+	done *redis.IntCmd
+}
+
+// run decides the request in rounds (see above).
+func (c *clusterCall) run(ctx context.Context) (Decision, error) {
+	var floor int64
+	for try := 1; ; try++ {
+		x, settled, err := c.round(ctx, floor)
+		if err != nil {
+			return Decision{}, err
+		}
+		if settled >= 0 {
+			return c.merge(settled), nil
+		}
+		if try == clusterTries {
+			// The groups kept moving each other on: denied until the last
+			// moment asked (what was taken is given back).
+			d := c.merge(len(c.gs) - 1)
+			d.Outcome, d.Held, d.Claimed, d.Ahead = Denied, false, time.Time{}, 0
+			return d, nil
+		}
+		floor = x
+	}
+}
+
+// round asks every group once, in order, each from the moment the ones
+// before it allow (floor for the first). It returns the index of the last
+// group asked when the request is settled, or -1 and the later moment a
+// group set, from which the next round starts.
+func (c *clusterCall) round(ctx context.Context, floor int64) (int64, int, error) {
+	x, raised := floor, false
+	for i, g := range c.gs {
+		var beside []redis.Cmder
+		if i == 0 && c.done != nil {
+			beside = []redis.Cmder{c.done}
+		}
+		res, err := c.s.decideGroup(ctx, c.r, g, x, beside...)
+		if err != nil {
+			return 0, 0, err
+		}
+		c.took[i].takes = append(c.took[i].takes, res.freshTakes(g).takes...)
+		if i == 0 && c.done != nil {
+			if c.marked() {
+				res = groupResult{outcome: Done, now: res.now} // what it took goes back
+			}
+			c.done = nil
+		}
+		c.res[i] = res
+		switch res.outcome {
+		case Denied, Expired, Done, Placed:
+			// Settled by this group: a place holds nothing and asks no
+			// other node (the task comes back for the rest).
+			return 0, i, nil
+		}
+		at := max(res.at(), x)
+		if i > 0 && at > x+clusterSkew.Microseconds() {
+			raised, c.setBy, c.set = true, i, res
+		}
+		x = max(x, at)
+	}
+	if raised {
+		return x, -1, nil
+	}
+	return x, len(c.gs) - 1, nil
+}
+
+// marked reports whether the done marker read beside the first call
+// exists; a read that failed says no (the admission goes on as without a
+// marker, as asynq's redelivery of a task not sent would).
+func (c *clusterCall) marked() bool {
+	n, err := c.done.Result()
+	return err == nil && n == 1
+}
+
+// merge is the decision of the groups up to last: settled by last's
+// outcome where it ends the request, else allowed when every group lets
+// the task go now (after a wait within its max wait) and booked otherwise,
+// at the latest moment any group gave, named by the rule that set it.
+func (c *clusterCall) merge(last int) Decision {
+	res := c.res[last]
+	switch res.outcome {
+	case Denied, Expired, Done, Placed:
+		d := decision(res, c.r, c.gs[last])
+		if res.outcome == Done {
+			d.Now = time.Time{} // no one time: see Done
+		}
+		return d
+	}
+	late := 0 // the group whose moment is the latest
+	for i := 1; i <= last; i++ {
+		if c.res[i].at() > c.res[late].at() {
+			late = i
 		}
 	}
-	return false
+	d := decision(c.res[late], c.r, c.gs[late])
+	if c.setBy >= 0 && c.set.binding > 0 && c.set.at()+clusterSkew.Microseconds() >= c.res[late].at() {
+		// The moment is the one that group's own rules set.
+		b := decision(c.set, c.r, c.gs[c.setBy])
+		d.TakeIndex, d.Rule, d.Subject, d.Limit = b.TakeIndex, b.Rule, b.Subject, b.Limit
+		if b.Booked() {
+			d.Ahead = b.Ahead
+		}
+	}
+	d.Outcome = Repeated
+	for i := 0; i <= last; i++ {
+		gd := decision(c.res[i], c.r, c.gs[i])
+		if gd.Shadow >= 0 && (d.Shadow < 0 || gd.ShadowDelay > d.ShadowDelay) {
+			d.Shadow, d.ShadowDelay = gd.Shadow, gd.ShadowDelay
+		}
+		d.Remaining = min(d.Remaining, gd.Remaining)
+		d.Held = d.Held || gd.Held
+		if d.Claimed.IsZero() {
+			d.Claimed = gd.Claimed
+		}
+		switch {
+		case gd.Outcome == Rebooked || gd.Outcome == Booked && d.Outcome != Rebooked:
+			d.Outcome = gd.Outcome
+		case gd.Outcome == Admitted && d.Outcome == Repeated:
+			d.Outcome = Admitted
+		}
+	}
+	if d.Booked() {
+		d.Claimed, d.Held = time.Time{}, false
+		if d.Ahead == 0 {
+			d.Ahead = int(c.res[0].extra)
+		}
+	}
+	if d.Delay <= 0 && d.Allowed() {
+		d.TakeIndex, d.Rule, d.Subject, d.Limit = -1, nil, "", ""
+	}
+	return d
+}
+
+// compensate gives back what this call consumed in every group, for a
+// request that did not go through, so that a request denied part way
+// leaves nothing behind (a quota's entries go, the key's life set back; a
+// bucket's slot is the next take's) and what a task held before (a
+// redelivery) stays held. It is best effort: if it fails, the entries stay
+// until the task is decided again (which finds them its own) or they
+// expire.
+func (c *clusterCall) compensate(ctx context.Context) {
+	if c.r.check {
+		return
+	}
+	var ts []task
+	for i, g := range c.took {
+		if len(g.takes) > 0 {
+			ts = append(ts, task{g: g})
+		}
+		c.took[i] = group{}
+	}
+	if len(ts) > 0 {
+		_, _ = c.s.eval(context.WithoutCancel(ctx), c.s.release, c.s.calls([]Request{c.r}, ts, undoing, 1))
+	}
 }

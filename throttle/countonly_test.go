@@ -28,10 +28,10 @@ func TestCountOnly(t *testing.T) {
 			reset := mustQuota(t, "reset", Window{5, time.Hour})
 			b := mustBucket(t, "sms", 100, 10)
 			resetReq := func(id string) Request {
-				return Request{ID: id, book: book, MaxWait: time.Second, Takes: []Take{
+				return Request{ID: id, book: booked(book), MaxWait: time.Second, Takes: []Take{
 					{Rule: reset, Subject: "alice"}, {Rule: b, Subject: "sms"}, {Rule: mkt, Subject: "alice", CountOnly: true}}}
 			}
-			mktReq := Request{ID: "promo", book: book, MaxWait: time.Second, Takes: []Take{{Rule: mkt, Subject: "alice"}, {Rule: b, Subject: "sms"}}}
+			mktReq := Request{ID: "promo", book: booked(book), MaxWait: time.Second, Takes: []Take{{Rule: mkt, Subject: "alice"}, {Rule: b, Subject: "sms"}}}
 			if d := mustAdmit(t, l, resetReq("reset-1")); !d.Allowed() {
 				t.Fatalf("first reset: %+v, want allowed", d)
 			}

@@ -79,6 +79,11 @@ type Decision struct {
 	// moment it had booked (its lateness is At() - Claimed when At is
 	// later); zero otherwise.
 	Claimed time.Time
+	// Shadow is the index in Request.Takes of the take in shadow mode
+	// (Take.Shadow) that would have held the task back longest, had it not
+	// been in shadow mode, for ShadowDelay; -1 when none would have.
+	Shadow      int
+	ShadowDelay time.Duration
 	// Held is set, for an allowed decision of Admit or Book, when some of
 	// the takes already held the task's ID and took nothing now: an
 	// earlier admission of the task holds them, at the moment it gave,

@@ -19,8 +19,9 @@ import (
 
 // movers is what a walk knows of the movers it ran.
 type movers struct {
-	// inLine is, by places key, the tasks given a place in line and their
-	// tenants: what a worker finds in its queues' retry sets for Reweigh.
+	// inLine is, by bucket (its calendar's key), the tasks given a place in
+	// line and their tenants: what a worker finds in its queues' retry sets
+	// for Reweigh.
 	inLine                                                         map[modelKey]map[string]string
 	repaces, repaced, reweighs, reweighed, pauses, paused, waiting int
 	// started holds, by bucket key and task ID, the slots that had
@@ -252,10 +253,10 @@ func (d *differ) inLine(r Request, dec Decision) {
 	if d.mv.inLine == nil {
 		d.mv.inLine = map[modelKey]map[string]string{}
 	}
-	if d.mv.inLine[t.places] == nil {
-		d.mv.inLine[t.places] = map[string]string{}
+	if d.mv.inLine[t.cal] == nil {
+		d.mv.inLine[t.cal] = map[string]string{}
 	}
-	d.mv.inLine[t.places][r.ID] = r.Tenant
+	d.mv.inLine[t.cal][r.ID] = r.book.Tenant
 }
 
 // changeWeight gives a tenant a new weight and re-weighs every bucket's
@@ -281,13 +282,17 @@ func (d *differ) reweigh(op int, b *Bucket, subject string) {
 	d.t.Helper()
 	r := moverRequest("reweigh", b, subject)
 	t := d.m.parse(r)[0]
-	inLine := maps.Clone(d.mv.inLine[t.places])
+	inLine := maps.Clone(d.mv.inLine[t.cal])
+	// Every tenant named, as a worker names the tenants it finds waiting.
 	weights := maps.Clone(d.weights)
-	k, now, err := d.l.Reweigh(d.t.Context(), b, subject, weights, inLine)
+	for _, tn := range d.tenants {
+		weights[tn] = d.weights[tn]
+	}
+	k, now, err := d.l.Reweigh(d.t.Context(), b, subject, weights)
 	if err != nil {
 		d.t.Fatalf("op %d: Reweigh(%s, %q): %v", op, b, subject, err)
 	}
-	want := d.m.reweigh(t, weights, inLine, now.UnixMicro())
+	want := d.m.reweigh(t, weights, now.UnixMicro())
 	what := fmt.Sprintf("op %d: reweigh %s @%q to %v", op, b.Name(), subject, weights)
 	if (want == nil) != (k == nil) || !sameFactors(want, k) {
 		d.fail(what, r, now.UnixMicro(), fmt.Sprintf("\t-k: %v\n\t+k: %v\n", want, k))

@@ -274,6 +274,10 @@ func (d *differ) expect(r Request, dec Decision) {
 		return
 	}
 	at := dec.At()
+	if dec.Outcome == Placed { // its caller keeps that it is in line
+		b := *r.book
+		b.Back, r.book = true, &b
+	}
 	switch p := d.rng.IntN(10); {
 	case dec.Outcome == Placed && p < 7: // asynq runs it again at its place
 		at = at.Add(d.between(0, 20*time.Millisecond))
@@ -533,13 +537,13 @@ func (d *differ) countOnly(rule Rule) bool {
 // newBooking fills r with a booking request: quotas and at most one
 // bucket, now and then with priority or a deadline.
 func (d *differ) newBooking(r Request) Request {
-	r.book = true
+	r.book = &Booking{}
 	if r.MaxWait == 0 && d.rng.IntN(5) > 0 {
 		r.MaxWait = d.between(time.Millisecond, 300*time.Millisecond) // a worker's inline wait
 	}
-	r.Priority = d.rng.IntN(6) == 0
+	r.book.Priority = d.rng.IntN(6) == 0
 	if d.rng.IntN(4) == 0 {
-		r.Deadline = time.Now().Add(d.between(0, 2*time.Second)).Truncate(time.Microsecond)
+		r.book.Deadline = time.Now().Add(d.between(0, 2*time.Second)).Truncate(time.Microsecond)
 	}
 	type use struct{ rule, key string }
 	used := map[use]bool{}
@@ -584,13 +588,13 @@ func (d *differ) fairShare(r *Request) {
 		d.stats.weightChanges++
 		d.note(fmt.Sprintf("tenant %q's weight is now %d", tn, d.weights[tn]))
 	}
-	r.Tenant, r.Weight = tn, d.weights[tn]
-	if r.BookAhead = d.horizonOf(*r); r.BookAhead == 0 {
+	r.book.Tenant, r.book.Weight = tn, d.weights[tn]
+	if r.book.Horizon = d.horizonOf(*r); r.book.Horizon == 0 {
 		return
 	}
 	// A third of the time, work waits behind it unseen: as a worker whose
 	// queue is not empty says of every task it picks up.
-	r.Backlog = d.rng.IntN(3) == 0
+	r.book.Backlog = d.rng.IntN(3) == 0
 }
 
 // horizonOf picks r's horizon. Workers share one: a bucket's tasks mostly
@@ -641,8 +645,8 @@ func (d *differ) admit(op int, rs []Request) Decision {
 	d.t.Helper()
 	placed := make([]bool, len(rs)) // the model notes a place in line for it
 	for k, r := range rs {
-		placed[k] = horizon(r) && d.m.placed(r)
-		if r.book {
+		placed[k] = horizon(r) && r.book.Back
+		if r.book != nil {
 			d.booking(r)
 		}
 	}
@@ -706,7 +710,7 @@ func (d *differ) check(op int, r Request) {
 	if err != nil {
 		d.t.Fatalf("op %d: Check(%s): %v", op, describeRequest(r), err)
 	}
-	r.book, r.CheckDone, r.Deadline, r.check = false, false, time.Time{}, true
+	r.book, r.CheckDone, r.check = nil, false, true
 	want := d.m.admit(r, got.Now.UnixMicro(), d.remember.Microseconds())
 	what := fmt.Sprintf("op %d: check %s", op, describeRequest(r))
 	if diff := diffDecision(want, got); diff != "" {
@@ -811,7 +815,7 @@ func (d *differ) checkState(op int, rs []Request) {
 			}
 			mks, reqs = append(mks, t.key), append(reqs, r)
 			if t.kind == "b" {
-				mks, reqs = append(mks, t.ledger, t.book, t.cal, t.fair, t.tenants, t.places), append(reqs, r, r, r, r, r, r)
+				mks, reqs = append(mks, t.ledger, t.book, t.cal, t.fair, t.tenants), append(reqs, r, r, r, r, r)
 			}
 		}
 	}
@@ -986,8 +990,6 @@ func (d *differ) redisKey(k modelKey) string {
 		return fairKey(tag, k.rule)
 	case "t":
 		return tenantsKey(tag, k.rule)
-	case "p":
-		return placesKey(tag, k.rule)
 	}
 	return fixedKey(tag, k.rule)
 }
@@ -1033,7 +1035,7 @@ func takeKeys(tk Take) []string {
 		return []string{quotaKey(tag, tk.Rule.Name())}
 	case *Bucket:
 		return []string{bucketKey(tag, tk.Rule.Name()), ledgerKey(tag, tk.Rule.Name()), bookKey(tag, tk.Rule.Name()),
-			slotsKey(tag, tk.Rule.Name()), fairKey(tag, tk.Rule.Name()), tenantsKey(tag, tk.Rule.Name()), placesKey(tag, tk.Rule.Name())}
+			slotsKey(tag, tk.Rule.Name()), fairKey(tag, tk.Rule.Name()), tenantsKey(tag, tk.Rule.Name())}
 	case *FixedWindow:
 		return []string{fixedKey(tag, tk.Rule.Name())}
 	case *CalendarWindow:
@@ -1111,10 +1113,10 @@ func describeRequest(r Request) string {
 		}
 	}
 	book := ""
-	if r.book {
-		book = fmt.Sprintf(", Book (priority %v, deadline %d, tenant %q weight %d", r.Priority, deadline(r), r.Tenant, r.Weight)
+	if r.book != nil {
+		book = fmt.Sprintf(", Book (priority %v, deadline %d, tenant %q weight %d", r.book.Priority, deadline(r), r.book.Tenant, r.book.Weight)
 		if horizon(r) {
-			book += fmt.Sprintf(", ahead %s, backlog %v", r.BookAhead, r.Backlog)
+			book += fmt.Sprintf(", ahead %s, backlog %v", r.book.Horizon, r.book.Backlog)
 		}
 		book += ")"
 	}

@@ -12,19 +12,19 @@
 // Limiter.Release gives back what an admitted task took when it did not go.
 //
 // A request that may not go now either waits (MaxWait lets a bucket reserve
-// a token ahead) or, by Limiter.Book, books the earliest moment every take allows,
-// after the moments booked before it; a booking further ahead than
-// BookAhead is a place in the tenant's line instead, which holds no slot.
-// Decision says which, and when to come back.
+// a token ahead) or, by Limiter.Book with a Booking, books the earliest
+// moment every take allows, after the moments booked before it; a booking
+// further ahead than its Horizon is a place in the tenant's line instead,
+// which holds nothing. Decision says which, and when to come back.
 //
 // Files, by concern:
 //
 //	limiter.go      the API: New, Admit, Book, Check, HasSlot, Release, Forget, Pause, Repace
-//	request.go      Request, Take and their validation
+//	request.go      Request, Booking, Take and their validation
 //	decision.go     Decision and ThrottledError
 //	rule.go         Quota, Bucket, FixedWindow; calendar.go, quiet.go the zoned rules
-//	cluster.go      a Redis Cluster: takes grouped by subject, compensated on deny
-//	cluster_book.go booking on a cluster (peek, quotas, commit)
+//	engine.go       one node: a request is one script call
+//	cluster.go      a Redis Cluster: a call per subject, and why it never over-admits
 //	transport.go    running the Lua library: FCALL, or EVALSHA where there are no functions
 //	wire.go         the calling convention shared with lua/admit.lua and the reply it reads
 //	keys.go         key names, from internal/keyspace

@@ -3,170 +3,129 @@ package throttle
 import (
 	"context"
 	"fmt"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // engine is how a Limiter turns requests into script calls, chosen once in
 // New from the client it is given: node for one Redis server (or a
-// Sentinel-managed one), sharded for a Redis Cluster. Everything that
-// differs between the two is here; the rest of the package is shared.
+// Sentinel-managed one), sharded for a Redis Cluster (cluster.go).
+// Everything that differs between the two is here and there; the rest of
+// the package is shared.
 type engine interface {
-	// admitOne decides r (validated), as Admit documents.
-	admitOne(ctx context.Context, r Request) (Decision, error)
-	// admitBatch decides rs (validated), as admitMany documents.
-	admitBatch(ctx context.Context, rs []Request) ([]Decision, error)
+	// decide decides r (validated): admits it (Admit, Check) or books it
+	// (Book), as the Limiter documents.
+	decide(ctx context.Context, r Request) (Decision, error)
 	// groups splits r's takes into the groups one script call covers.
 	groups(r Request) []group
 	// perCall is the most tasks (request groups) one script call carries.
 	perCall() int
-	// head is what the plan of r's group g says before its takes in an
-	// admission.
-	head(r Request, g group) planHead
 }
 
 // node is the engine on one Redis server: every take of a request in one
-// group, checked and consumed by one script call, which also checks the
-// done marker and books; calls carry up to maxCallTasks tasks.
+// group, decided by one script call, which also checks the done marker;
+// calls carry up to maxCallTasks tasks.
 type node struct{ *Limiter }
 
 func (n node) groups(r Request) []group { return []group{single(r)} }
 
 func (n node) perCall() int { return maxCallTasks }
 
-func (n node) head(r Request, _ group) planHead {
-	h := planHead{maxWait: r.MaxWait.Microseconds(), book: r.book}
-	if r.CheckDone {
-		h.done = doneKey(n.prefix, r.ID)
-	}
-	return h
-}
-
-// admitOne is what admit does for one request, which is one group, one call
-// and nothing to compensate, without its bookkeeping.
-func (n node) admitOne(ctx context.Context, r Request) (Decision, error) {
+func (n node) decide(ctx context.Context, r Request) (Decision, error) {
 	g := single(r)
-	h := n.head(r, g)
-	c, keys, args := newCall(taskKeyCount(r, g, h), taskArgs(true))
-	var buf [128]byte
-	n.appendTask(keys, buf[:0], args, r, g, h, true)
-	res, err := n.eval1(ctx, n.Limiter.admit, c)
-	if err != nil {
-		return Decision{}, fmt.Errorf("throttle: admit: %w", err)
-	}
-	if len(res) != replyLen {
-		return Decision{}, fmt.Errorf("throttle: unexpected script reply %v", res)
-	}
-	var d Decision
-	merge(&d, parseGroup(res), r, g, 0)
-	return d, nil
-}
-
-func (n node) admitBatch(ctx context.Context, rs []Request) ([]Decision, error) {
-	plans := make([][]group, len(rs))
-	for i, r := range rs {
-		plans[i] = n.groups(r)
-	}
-	ds := make([]Decision, len(rs))
-	if _, err := n.admitGroups(ctx, rs, ds, plans); err != nil {
-		return nil, err
-	}
-	return ds, nil
-}
-
-// sharded is the engine on a Redis Cluster, where each subject's keys live
-// in a slot of their own: a request's takes are grouped by subject and the
-// groups admitted one after another (see Limiter), one call per group;
-// done markers are checked, and bookings made, by calls of their own
-// before the groups (see first), and quota entries stamped ahead are
-// restamped after (restampQuotas).
-type sharded struct{ *Limiter }
-
-func (s sharded) perCall() int { return 1 }
-
-func (s sharded) head(r Request, g group) planHead {
-	h := planHead{maxWait: r.MaxWait.Microseconds()}
-	if stampsAhead(r) && !groupHasBucket(r, g) {
-		// A quota group admitted before the request's bucket group
-		// reserves a token up to MaxWait ahead: its entries are
-		// stamped at now + MaxWait, later than any moment the
-		// bucket can reserve, and restamped once that moment is
-		// known (restampQuotas).
-		h.ahead = h.maxWait
-	}
-	return h
-}
-
-func (s sharded) admitOne(ctx context.Context, r Request) (Decision, error) {
-	ds, err := s.admitBatch(ctx, []Request{r})
+	res, err := n.decideGroup(ctx, r, g, 0)
 	if err != nil {
 		return Decision{}, err
 	}
-	return ds[0], nil
+	return decision(res, r, g), nil
 }
 
-func (s sharded) admitBatch(ctx context.Context, rs []Request) ([]Decision, error) {
-	plans := make([][]group, len(rs))
-	for i, r := range rs {
-		plans[i] = s.groups(r)
+// decideGroup runs one call of admit.lua's entry point for r (admit, or
+// book for a request that books) on its takes in g, no earlier than floor;
+// the commands beside, if any, go in the same round trip.
+func (l *Limiter) decideGroup(ctx context.Context, r Request, g group, floor int64, beside ...redis.Cmder) (groupResult, error) {
+	cv, e := admitting, l.admit
+	if r.book != nil {
+		cv, e = booking, l.book
+	}
+	h := l.head(r, g)
+	c, keys, args := newCall(taskKeyCount(r, g, h), cv.args())
+	var buf [128]byte
+	_, plan := l.appendPlan(keys, buf[:0], r, g, h)
+	setTaskArgs(args, r, string(plan), floor, cv)
+	var res []int64
+	var err error
+	if len(beside) == 0 {
+		res, err = l.eval1(ctx, e, c)
+	} else {
+		res, err = l.evalBeside(ctx, e, c, beside)
+	}
+	if err != nil {
+		return groupResult{}, fmt.Errorf("throttle: admit: %w", err)
+	}
+	if len(res) != replyLen {
+		return groupResult{}, fmt.Errorf("throttle: unexpected script reply %v", res)
+	}
+	return parseGroup(res), nil
+}
+
+// admitMany decides many requests in as few script calls as it can: one on
+// a single node for up to maxCallTasks; on a cluster, one request after
+// another. Decisions are in the order of rs, and each is what Admit (or
+// Book) would have decided for it after the requests before it. If it
+// returns an error, no decision is known: requests decided before it stay
+// so (deciding them again is safe, since admission is idempotent by ID).
+// Nothing in the product calls it: workers admit one task per handler, and
+// the client's auto-pipeliner (see internal/coalesce) gives concurrent
+// handlers the round trips a batch would save. It is how the tests drive
+// the script's many-task calls.
+func (l *Limiter) admitMany(ctx context.Context, rs []Request) ([]Decision, error) {
+	for _, r := range rs {
+		if err := r.validate(); err != nil {
+			return nil, err
+		}
 	}
 	ds := make([]Decision, len(rs))
-	if err := s.first(ctx, rs, ds, plans); err != nil {
-		return nil, err
-	}
-	consumed, err := s.admitGroups(ctx, rs, ds, plans)
-	if err != nil {
-		return nil, err
-	}
-	s.restampQuotas(ctx, rs, ds, consumed)
-	return ds, nil
-}
-
-// first decides what the admission's groups do not: done markers first,
-// each in its own slot (a done request has no groups to admit), then
-// bookings, one request at a time (see bookCluster). A request decided here
-// has its plan emptied.
-func (s sharded) first(ctx context.Context, rs []Request, ds []Decision, plans [][]group) error {
-	if err := s.checkDone(ctx, rs, ds); err != nil {
-		return err
-	}
-	for i, r := range rs {
-		if ds[i].Outcome == Done {
-			plans[i] = nil
-			continue
+	if _, ok := l.eng.(node); !ok {
+		for i, r := range rs {
+			d, err := l.eng.decide(ctx, r)
+			if err != nil {
+				return nil, err
+			}
+			ds[i] = d
 		}
-		if !clusterBooks(r) {
-			continue
+		return ds, nil
+	}
+	// One node: consecutive requests of one kind (admit or book) share calls.
+	for lo := 0; lo < len(rs); {
+		hi := lo + 1
+		for hi < len(rs) && (rs[hi].book != nil) == (rs[lo].book != nil) {
+			hi++
 		}
-		d, ok, err := s.bookCluster(ctx, r)
+		ts := make([]task, 0, hi-lo)
+		for i := lo; i < hi; i++ {
+			ts = append(ts, task{req: i, g: single(rs[i])})
+		}
+		cv, e := admitting, l.admit
+		if rs[lo].book != nil {
+			cv, e = booking, l.book
+		}
+		calls := l.calls(rs, ts, cv, maxCallTasks)
+		res, err := l.eval(ctx, e, calls)
 		if err != nil {
-			return err
+			return nil, fmt.Errorf("throttle: admit: %w", err)
 		}
-		if ok {
-			ds[i], plans[i] = d, nil
-		}
-	}
-	return nil
-}
-
-// compensate releases what this call consumed for the requests that match,
-// so that a request denied (or failed) part way leaves nothing behind, and
-// what a task held before (a redelivery) stays held. It is best effort: if
-// it fails, the entries stay until the task is admitted again (which finds
-// them its own) or they expire.
-func (l *Limiter) compensate(ctx context.Context, rs []Request, consumed [][]group, match func(int) bool) {
-	var ts []task
-	for i := range rs {
-		if !match(i) {
-			continue
-		}
-		for _, g := range consumed[i] {
-			if len(g.takes) > 0 {
-				ts = append(ts, task{i, g})
+		for k, c := range calls {
+			if len(res[k]) != replyLen*len(c.tasks) {
+				return nil, fmt.Errorf("throttle: unexpected script reply %v", res[k])
+			}
+			for j, t := range c.tasks {
+				ds[t.req] = decision(parseGroup(res[k][replyLen*j:replyLen*j+replyLen]), rs[t.req], t.g)
 			}
 		}
+		lo = hi
 	}
-	if len(ts) > 0 {
-		_, _ = l.eval(context.WithoutCancel(ctx), l.release, l.calls(rs, ts, false))
-	}
+	return ds, nil
 }
 
 // group is the takes of one request that one script call can cover: all of
@@ -197,8 +156,8 @@ func single(r Request) group {
 	return g
 }
 
-// groupHasBucket reports whether g has a bucket take of r.
-func groupHasBucket(r Request, g group) bool {
+// hasBucket reports whether g has a bucket take of r.
+func (g group) hasBucket(r Request) bool {
 	for _, i := range g.takes {
 		if _, ok := r.Takes[i].Rule.(*Bucket); ok {
 			return true

@@ -6,44 +6,27 @@ import (
 	"slices"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // lineReq is a booking request on bucket b (at "gw") for task id of
 // tenant, with a horizon.
 func lineReq(id, tenant string, weight int, b *Bucket, ahead time.Duration) Request {
 	r := bookReq(id, nil, "", b, 0)
-	r.Tenant, r.Weight, r.BookAhead = tenant, weight, ahead
+	r.book.Tenant, r.book.Weight, r.book.Horizon = tenant, weight, ahead
 	return r
 }
 
-// placeIn returns task id's place in line on bucket b at "gw" (µs), as the
-// bucket's places hold it, and whether it has one.
-func placeIn(t *testing.T, rdb redis.Cmdable, b *Bucket, id string) (int64, bool) {
-	t.Helper()
-	v, err := rdb.ZScore(context.Background(), placesKey(subjectTag(DefaultPrefix, "gw"), b.Name()), id).Result()
-	if err == redis.Nil {
-		return 0, false
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return int64(v), true
-}
-
-// setPlace notes place at for task id on bucket b at "gw", as a place
-// handed out would be.
-func setPlace(t *testing.T, rdb redis.Cmdable, b *Bucket, id string, at time.Time) {
-	t.Helper()
-	if err := rdb.ZAdd(context.Background(), placesKey(subjectTag(DefaultPrefix, "gw"), b.Name()), redis.Z{Score: float64(at.UnixMicro()), Member: id}).Err(); err != nil {
-		t.Fatal(err)
-	}
+// backFrom is r as a task back from its place in line: its caller kept
+// that it was placed (Booking.Back).
+func backFrom(r Request) Request {
+	b := *r.book
+	b.Back, r.book = true, &b
+	return r
 }
 
 // TestBookAheadHorizon: slots are booked at most the horizon ahead; past it
 // a task gets a place in its tenant's line, one slot apart, holding nothing
-// in the bucket's keys but its place.
+// in the bucket's keys.
 func TestBookAheadHorizon(t *testing.T) {
 	l, rdb := newStandalone(t)
 	ctx := context.Background()
@@ -56,9 +39,6 @@ func TestBookAheadHorizon(t *testing.T) {
 		switch {
 		case d.Outcome == Placed:
 			queued = append(queued, d)
-			if place, ok := placeIn(t, rdb, b, fmt.Sprint("t", i)); !ok || place != d.At().UnixMicro() {
-				t.Errorf("t%d: place noted %d (%v), want %d", i, place, ok, d.At().UnixMicro())
-			}
 		case d.Booked():
 			if len(queued) > 0 {
 				t.Fatalf("t%d booked a slot after t%d was placed in line: %+v", i, i-1, d)
@@ -88,9 +68,7 @@ func TestBookAheadHorizon(t *testing.T) {
 		t.Errorf("tickets %d (%v), want %d (one per slot booked, none for places in line)", tickets, err, len(booked))
 	}
 
-	// A task new to the line joins its end; one that was placed (its place
-	// is noted) does not: it books a slot (none is free within the
-	// horizon here, so it gets a place again, at the line's end too).
+	// A task new to the line joins its end.
 	d := mustAdmit(t, l, lineReq("late", "", 1, b, ahead))
 	if d.Outcome != Placed || d.At().Sub(queued[len(queued)-1].At()) != 100*time.Millisecond {
 		t.Errorf("a new task: %+v; want a place one slot after the last (%s)", d, queued[len(queued)-1].At())
@@ -102,24 +80,11 @@ func TestBookAheadHorizon(t *testing.T) {
 	if _, err := l.Release(ctx, lineReq(lastBooked, "", 1, b, ahead)); err != nil {
 		t.Fatal(err)
 	}
-	// A task back long before its place: the place stands.
-	r := lineReq("t39", "", 1, b, ahead)
-	if d = mustAdmit(t, l, r); d.Outcome != Placed || !d.At().Equal(queued[len(queued)-1].At()) {
-		t.Errorf("a task back long before its place: %+v; want its place %s again", d, queued[len(queued)-1].At())
-	}
-	// A task back at its place (noted as now) takes the first free slot from
-	// there: the released one, to sleep for (within CLAIM of it, as a
-	// ticket's claim may: it was woken for it).
-	now, err := rdb.Time(ctx).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	setPlace(t, rdb, b, "t39", now)
-	if d = mustAdmit(t, l, r); !d.Allowed() || !d.At().Equal(first.At()) {
+	// A task back at its place takes the first free slot from now: the
+	// released one, to sleep for (within CLAIM of it, as a ticket's claim
+	// may: it was woken for it). Not back, it would join the line's end.
+	if d = mustAdmit(t, l, backFrom(lineReq("t39", "", 1, b, ahead))); !d.Allowed() || !d.At().Equal(first.At()) {
 		t.Errorf("a task back at its place after a release: %+v; want the released slot at %s", d, first.At())
-	}
-	if place, ok := placeIn(t, rdb, b, "t39"); ok {
-		t.Errorf("t39 booked a slot and still has a place noted: %d", place)
 	}
 }
 
@@ -207,33 +172,6 @@ func TestFairStateReleased(t *testing.T) {
 	}
 }
 
-// A task back a little before its place takes its slot from its place, not
-// the free slots before it: those are for the places ahead of it and for
-// priority jobs. (A slot free now is anyone's: the plain path.)
-func TestBookBackEarlyKeepsToItsPlace(t *testing.T) {
-	l, rdb := newStandalone(t)
-	ctx := context.Background()
-	b := mustBucket(t, "sms", 10, 1)
-	if d := mustAdmit(t, l, lineReq("p0", "", 1, b, time.Second)); !d.Allowed() || d.Delay != 0 {
-		t.Fatalf("the first task: %+v; want allowed now", d)
-	}
-	r := lineReq("p1", "", 1, b, time.Second)
-	now, err := rdb.Time(ctx).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	place := now.Add(600 * time.Millisecond)
-	setPlace(t, rdb, b, "p1", place)
-	d := mustAdmit(t, l, r)
-	if !d.Allowed() || !d.At().Equal(time.UnixMicro(place.UnixMicro())) { // to sleep for: see sleep_limit
-		t.Errorf("back 600ms before its place, the next slot free 100ms ahead: %+v; want its place %s", d, place)
-	}
-	// A task new to the provider takes the free slot before it.
-	if d := mustAdmit(t, l, lineReq("p2", "", 1, b, time.Second)); !d.Booked() || d.At().After(place) {
-		t.Errorf("a new task beside it: %+v; want a slot before %s", d, place)
-	}
-}
-
 // A priority task takes the slot of a task that claimed it and sleeps until
 // it; that task finds out by HasSlot before it sends.
 func TestPriorityTakesAClaimedSlot(t *testing.T) {
@@ -242,7 +180,7 @@ func TestPriorityTakesAClaimedSlot(t *testing.T) {
 	b := mustBucket(t, "sms", 10, 1) // a slot every 100 ms
 	req := func(id string, prio bool) Request {
 		r := bookReq(id, nil, "", b, 2*time.Second)
-		r.Priority = prio
+		r.book.Priority = prio
 		return r
 	}
 	var last Decision
@@ -290,7 +228,7 @@ func TestFairShareWeightedSlots(t *testing.T) {
 			w    int
 		}{{"big", 2}, {"small", 1}} {
 			r := bookReq(fmt.Sprint(tn.name, i), nil, "", b, 0)
-			r.Tenant, r.Weight = tn.name, tn.w
+			r.book.Tenant, r.book.Weight = tn.name, tn.w
 			d := mustAdmit(t, l, r)
 			slots = append(slots, slot{d.At(), tn.name})
 		}

@@ -124,3 +124,22 @@ func withWait(r Request, w time.Duration) Request {
 	r.MaxWait = w
 	return r
 }
+
+// booked is a request's booking: none (nil) unless book.
+func booked(book bool) *Booking {
+	if book {
+		return &Booking{}
+	}
+	return nil
+}
+
+// horizon reports whether r books with a horizon.
+func horizon(r Request) bool { return r.book != nil && r.book.Horizon > 0 }
+
+// deadline is r's booking deadline as the script takes it: µs, 0 for none.
+func deadline(r Request) int64 {
+	if r.book == nil || r.book.Deadline.IsZero() {
+		return 0
+	}
+	return max(1, r.book.Deadline.UnixMicro())
+}

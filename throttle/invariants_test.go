@@ -127,13 +127,13 @@ func (d *differ) booking(r Request) {
 		if t.kind != "b" {
 			continue
 		}
-		k := d.redisKey(t.cal) + " " + r.Tenant
+		k := d.redisKey(t.cal) + " " + r.book.Tenant
 		d.inv.weighs(k, weightOf(r))
 	}
 }
 
 // weightOf is r's weight as the script takes it: 1 when unset.
-func weightOf(r Request) int { return max(r.Weight, 1) }
+func weightOf(r Request) int { return max(r.book.Weight, 1) }
 
 // placed checks the place in line that decision dec gave r (see above):
 // its tenant's line on the binding bucket moves on by at least a slot, and
@@ -152,12 +152,12 @@ func (d *differ) placed(op int, r Request, dec Decision) {
 	}
 	_, again := d.inv.place[bucket+" "+r.ID]
 	d.inv.place[bucket+" "+r.ID] = at
-	lineKey := bucket + " " + r.Tenant
+	lineKey := bucket + " " + r.book.Tenant
 	slot := math.Ceil(1e6 / t.rate) // of cost 1: the tasks before may have cost less than this one
 	prev, ok := d.inv.line[lineKey]
 	if ok && at < prev+slot-2 {
 		d.fail(fmt.Sprintf("op %d: invariant: tenant %q placed at %.0f on %s, %.0f µs after its place before (%.0f): less than a slot (%.0f µs)",
-			op, r.Tenant, at, t.cal.rule, at-prev, prev, slot), r, dec.Now.UnixMicro(), "")
+			op, r.book.Tenant, at, t.cal.rule, at-prev, prev, slot), r, dec.Now.UnixMicro(), "")
 	}
 	if now := float64(dec.Now.UnixMicro()); ok && !again && prev > now {
 		// Its own weight is the one its record holds, which may be one it
@@ -165,7 +165,7 @@ func (d *differ) placed(op int, r Request, dec Decision) {
 		w := max(weightOf(r), d.inv.heaviest[lineKey])
 		W, others := w, []string{}
 		for k, line := range d.inv.line {
-			if tn, ok := strings.CutPrefix(k, bucket+" "); ok && tn != r.Tenant && line > now {
+			if tn, ok := strings.CutPrefix(k, bucket+" "); ok && tn != r.book.Tenant && line > now {
 				W += d.inv.weight[k]
 				others = append(others, fmt.Sprintf("%q (weight %d) at %.0f", tn, d.inv.weight[k], line))
 			}
@@ -177,7 +177,7 @@ func (d *differ) placed(op int, r Request, dec Decision) {
 		if stride := math.Ceil(slot * float64(W) / float64(w)); at < prev+stride-2 {
 			slices.Sort(others)
 			d.fail(fmt.Sprintf("op %d: invariant: tenant %q (weight %d) placed at %.0f on %s, %.0f µs after its place before (%.0f): less than its share's stride, %.0f µs, with others waiting: %s",
-				op, r.Tenant, w, at, t.cal.rule, at-prev, prev, stride, strings.Join(others, ", ")), r, dec.Now.UnixMicro(), "")
+				op, r.book.Tenant, w, at, t.cal.rule, at-prev, prev, stride, strings.Join(others, ", ")), r, dec.Now.UnixMicro(), "")
 		}
 	}
 	d.inv.line[lineKey] = at

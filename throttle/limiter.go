@@ -44,13 +44,10 @@ type Options struct {
 // share one truth. A Limiter is safe for concurrent use.
 //
 // On a single node (or a Sentinel-managed one) every take of a request is
-// checked and consumed by one script call. On a Redis Cluster the takes are
-// grouped by subject, since each subject's keys live in their own slot: the
-// groups are admitted one after another, subjects with only quotas and
-// counters first and buckets last, and if one denies, the groups already
-// admitted are released again. That never admits more than every rule allows
-// and leaves nothing behind for a denied task; meanwhile the briefly held
-// entries may deny a competing task of the same subject a little early.
+// decided by one script call. On a Redis Cluster the takes are grouped by
+// subject, since each subject's keys live in their own slot, and decided
+// group by group, the bucket's first: cluster.go says how, and why that
+// never admits more than every rule allows.
 type Limiter struct {
 	rdb      redis.UniversalClient
 	one      coalesce.Processor // single commands: rdb's auto-pipeliner on one node
@@ -59,13 +56,12 @@ type Limiter struct {
 	eng      engine // node or sharded, chosen in New
 	lib      lua.Library
 	admit    entry
+	book     entry
 	release  entry
 	pause    entry
 	repace   entry
 	reweigh  entry
 	forget   entry
-	restamp  entry
-	book     entry // the bucket's part of a booking on a cluster
 
 	// noFunctions is set once the server has shown that it has no Redis
 	// Functions (FCALL unknown or not permitted): from then on the entry
@@ -97,13 +93,12 @@ func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 		remember: fmt.Sprint(opts.Remember.Microseconds()),
 		lib:      lib,
 		admit:    newEntry(lib.Admit, lua.Admit()),
+		book:     newEntry(lib.Book, lua.Book()),
 		release:  newEntry(lib.Release, lua.Release()),
 		pause:    newEntry(lib.Pause, lua.Pause()),
 		repace:   newEntry(lib.Repace, lua.Repace()),
 		reweigh:  newEntry(lib.Reweigh, lua.Reweigh()),
 		forget:   newEntry(lib.Forget, lua.Forget()),
-		restamp:  newEntry(lib.Restamp, lua.Restamp()),
-		book:     newEntry(lib.Book, lua.Book()),
 	}
 	l.eng = node{l}
 	if _, ok := rdb.(*redis.ClusterClient); ok {
@@ -118,31 +113,30 @@ func (l *Limiter) Admit(ctx context.Context, r Request) (Decision, error) {
 	if err := r.validate(); err != nil {
 		return Decision{}, err
 	}
-	return l.eng.admitOne(ctx, r)
+	return l.eng.decide(ctx, r)
 }
 
-// Book is Admit for a task that books if it may not go within r.MaxWait:
-// a reservation, as x/time/rate's Reserve is one. It holds the earliest
-// moment at which every take allows the task, counting every moment booked
-// before on the same subjects, under r.ID until the task comes back with
-// the same request to claim it; the outcome is then Booked (Rebooked when
-// it lost an earlier moment; Placed, a place in its tenant's line, past
-// r.BookAhead; Expired past r.Deadline). Coming back, the task finds its
-// booking and goes at that moment, or is told it again if it came back too
-// early. Priority, Tenant, Weight, BookAhead, Backlog and Deadline apply to
-// booking only. A request that books has no fixed windows and at most one
-// bucket. On a Redis Cluster its quotas must share one subject, else it is
-// admitted as by Admit (see cluster_book.go).
-func (l *Limiter) Book(ctx context.Context, r Request) (Decision, error) {
-	r.book = true
+// Book reserves the moment of a task that may not go within r.MaxWait, as
+// x/time/rate's Reserve does: it holds the earliest moment at which every
+// take allows the task, counting every moment booked before on the same
+// subjects, under r.ID until the task comes back with the same request to
+// claim it; the outcome is then Booked (Rebooked when it lost an earlier
+// moment; Placed, a place in its tenant's line, past b.Horizon; Expired
+// past b.Deadline). Coming back, the task finds its booking and goes at
+// that moment, or is told it again if it came back too early. A task that
+// may go within r.MaxWait is admitted as by Admit. A request that books
+// has no fixed windows and at most one bucket. The model is
+// docs/booking.md's.
+func (l *Limiter) Book(ctx context.Context, r Request, b Booking) (Decision, error) {
+	r.book = &b
 	return l.Admit(ctx, r)
 }
 
-// Check decides r as Admit would without booking (as Admit, not Book; r.CheckDone is
-// ignored), and writes nothing: what a rule in shadow mode would have done.
-// Takes r.ID holds pass, as in Admit.
+// Check decides r as Admit would (r.CheckDone is ignored), and writes
+// nothing: what a rule in shadow mode would have done. Takes r.ID holds
+// pass, as in Admit.
 func (l *Limiter) Check(ctx context.Context, r Request) (Decision, error) {
-	r.book, r.CheckDone, r.Deadline, r.check = false, false, time.Time{}, true
+	r.book, r.CheckDone, r.check = nil, false, true
 	return l.Admit(ctx, r)
 }
 
@@ -203,9 +197,9 @@ func (l *Limiter) undo(ctx context.Context, r Request, e entry, what string) (in
 	gs := l.eng.groups(r)
 	ts := make([]task, len(gs))
 	for i, g := range gs {
-		ts[i] = task{0, g}
+		ts[i] = task{g: g}
 	}
-	calls := l.calls([]Request{r}, ts, false)
+	calls := l.calls([]Request{r}, ts, undoing, l.eng.perCall())
 	res, err := l.eval(ctx, e, calls)
 	if err != nil {
 		return 0, time.Time{}, fmt.Errorf("throttle: %s %q: %w", what, r.ID, err)
@@ -223,89 +217,6 @@ func (l *Limiter) undo(ctx context.Context, r Request, e entry, what string) (in
 		}
 	}
 	return n, now, nil
-}
-
-// admitMany admits many requests in as few script calls as it can: one on
-// a single node for up to maxCallTasks (plus one per extra subject group on
-// a cluster). Decisions are in the order of rs, and each is what Admit would
-// have decided for it after the requests before it. If it returns an error,
-// no decision is known: requests that were admitted completely stay
-// admitted (admitting them again is safe, since admission is idempotent by
-// ID) and partial admissions are released. Nothing in the product calls it:
-// workers admit one task per handler, and the client's auto-pipeliner (see
-// internal/coalesce) gives concurrent handlers the round trips a batch
-// would save. It is how the tests drive the script's many-task calls, which
-// the cluster's phases use.
-func (l *Limiter) admitMany(ctx context.Context, rs []Request) ([]Decision, error) {
-	for _, r := range rs {
-		if err := r.validate(); err != nil {
-			return nil, err
-		}
-	}
-	return l.eng.admitBatch(ctx, rs)
-}
-
-// admitGroups admits the groups of plans[i] of each rs[i] not yet decided
-// in ds, in phases (the first group of each request, then the second of
-// those whose first was admitted...), and releases what it consumed for
-// the requests it did not admit, so that a request denied (or failed) part
-// way leaves nothing behind. It returns what it consumed of each request.
-func (l *Limiter) admitGroups(ctx context.Context, rs []Request, ds []Decision, plans [][]group) ([][]group, error) {
-	admitted := make([]int, len(rs))     // groups of rs[i] admitted so far
-	consumed := make([][]group, len(rs)) // what this call consumed in them
-	partial := func(i int) bool { return admitted[i] < len(plans[i]) }
-	ts := make([]task, 0, len(rs))
-	for phase := 0; ; phase++ {
-		ts = ts[:0]
-		for i := range rs {
-			if admitted[i] == phase && phase < len(plans[i]) {
-				ts = append(ts, task{i, plans[i][phase]})
-			}
-		}
-		if len(ts) == 0 {
-			break
-		}
-		calls := l.calls(rs, ts, true)
-		res, err := l.eval(ctx, l.admit, calls)
-		// Calls that ran count even if another failed: what they consumed
-		// is known and can be undone.
-		bad := l.mergeCalls(rs, ds, calls, res, phase, admitted, consumed)
-		if err == nil {
-			err = bad
-		}
-		if err != nil {
-			l.compensate(ctx, rs, consumed, partial)
-			return nil, fmt.Errorf("throttle: admit: %w", err)
-		}
-	}
-	l.compensate(ctx, rs, consumed, func(i int) bool { return !ds[i].Allowed() })
-	return consumed, nil
-}
-
-// mergeCalls merges into ds what the calls of one phase answered (res[k]
-// for calls[k]; nil for a call that failed), and counts the groups they
-// admitted. It returns an error if a reply is malformed.
-func (l *Limiter) mergeCalls(rs []Request, ds []Decision, calls []call, res [][]int64, phase int, admitted []int, consumed [][]group) error {
-	var bad error
-	for k, c := range calls {
-		rows := res[k]
-		if rows == nil {
-			continue
-		}
-		if len(rows) != replyLen*len(c.tasks) {
-			bad = fmt.Errorf("unexpected script reply %v", rows)
-			continue
-		}
-		for j, t := range c.tasks {
-			g := parseGroup(rows[replyLen*j : replyLen*j+replyLen])
-			merge(&ds[t.req], g, rs[t.req], t.g, phase)
-			if g.allowed {
-				admitted[t.req]++
-				consumed[t.req] = append(consumed[t.req], g.freshTakes(t.g))
-			}
-		}
-	}
-	return bad
 }
 
 // Pause drains bucket b's tokens for subject so that its next token is
@@ -363,55 +274,39 @@ func (l *Limiter) Repace(ctx context.Context, b *Bucket, subject string) (k floa
 
 // Reweigh moves the lines of the tenants waiting on bucket b for subject to
 // changed weights, as Repace moves its waiting work to a changed rate:
-// each waiting tenant's line (its last place, its gate, and the places of
-// its tasks) is scaled around now by the factor its stride changes by, so
-// that the shares apply to the work already in line. weights are the
-// tenants' weights (a tenant not in it weighs 1); inLine names tasks in
-// line on the bucket and their tenants (the caller's record of its waiting
-// work: the engine keeps places by task ID only), whose places move with
-// their tenant's line. It returns each named tenant's factor (1 for one
-// not waiting) and Redis's now, or no factors when no waiting tenant's
-// weight changed: every worker of a fleet may call it after a reload, and
-// only the first one scales.
-func (l *Limiter) Reweigh(ctx context.Context, b *Bucket, subject string, weights map[string]int, inLine map[string]string) (map[string]float64, time.Time, error) {
-	return l.reweighCall(ctx, "apply", b, subject, weights, inLine)
+// each waiting tenant's line (its last place and its gate) is scaled around
+// now by the factor its stride changes by, so that the shares apply to the
+// work already in line. weights are the tenants' weights (a tenant not in
+// it weighs 1). It returns each named tenant's factor (1 for one not
+// waiting) and Redis's now, or no factors when no waiting tenant's weight
+// changed: every worker of a fleet may call it after a reload, and only the
+// first one scales. The caller moves the wake-ups of the tasks in line by
+// their tenant's factor (Scale), as it does after Repace.
+func (l *Limiter) Reweigh(ctx context.Context, b *Bucket, subject string, weights map[string]int) (map[string]float64, time.Time, error) {
+	return l.reweighCall(ctx, "apply", b, subject, weights)
 }
 
 // Reweighed reports whether a tenant waiting on bucket b for subject holds
 // a weight other than weights gives it, writing nothing: whether Reweigh
-// would scale. A caller that must read its waiting work to name the tasks
-// in line asks it first, so that a start or a reload that changed no
-// weight reads nothing.
+// would scale. A caller that must read its waiting work to move it asks it
+// first, so that a start or a reload that changed no weight reads nothing.
 func (l *Limiter) Reweighed(ctx context.Context, b *Bucket, subject string, weights map[string]int) (bool, error) {
-	k, _, err := l.reweighCall(ctx, "check", b, subject, weights, nil)
+	k, _, err := l.reweighCall(ctx, "check", b, subject, weights)
 	return k != nil, err
 }
 
 // reweighCall is Reweigh (mode "apply") or Reweighed ("check").
-func (l *Limiter) reweighCall(ctx context.Context, mode string, b *Bucket, subject string, weights map[string]int, inLine map[string]string) (map[string]float64, time.Time, error) {
+func (l *Limiter) reweighCall(ctx context.Context, mode string, b *Bucket, subject string, weights map[string]int) (map[string]float64, time.Time, error) {
 	r := Request{ID: "reweigh", Takes: []Take{{Rule: b, Subject: subject}}}
 	if err := r.validate(); err != nil {
 		return nil, time.Time{}, err
 	}
 	names := slices.Sorted(maps.Keys(weights))
-	index := map[string]int{}
-	for i, t := range names {
-		index[t] = i + 1
-	}
-	for _, t := range inLine {
-		if index[t] == 0 {
-			names = append(names, t)
-			index[t] = len(names)
-		}
-	}
 	keys, _ := l.appendPlan(nil, nil, r, group{takes: []int{0}}, planHead{})
 	args := append([]any{"fcall", nil, len(keys)}, keys...)
 	args = append(args, mode, len(names))
 	for _, t := range names {
 		args = append(args, t, max(1, weights[t]))
-	}
-	for id, t := range inLine {
-		args = append(args, id, index[t])
 	}
 	res, err := l.eval(ctx, l.reweigh, []call{{cmd: args}})
 	if err != nil {

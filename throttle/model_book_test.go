@@ -264,7 +264,7 @@ func (c *modelCall) zcountBetween(k modelKey, lo, x float64) int {
 func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decision, bool) {
 	now, id := c.now, r.ID
 	maxwait := float64(r.MaxWait.Microseconds())
-	prio := r.Priority
+	prio := r.book.Priority
 	var bt *modelTake
 	bi := 0
 	for i, t := range takes {
@@ -281,8 +281,8 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 		}
 	}
 	deadline := 0.0
-	if !r.Deadline.IsZero() {
-		deadline = float64(max(1, r.Deadline.UnixMicro()))
+	if !r.book.Deadline.IsZero() {
+		deadline = float64(max(1, r.book.Deadline.UnixMicro()))
 	}
 
 	var ticket float64
@@ -328,8 +328,8 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 					x = p
 				}
 			}
-			if x > ticket {
-				late = true
+			if x >= ticket+length {
+				late = true // past its slot (book.lua's claim_moment)
 			}
 		}
 		if !late && x > now+math.Max(maxwait, modelClaim) {
@@ -407,30 +407,21 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 		}
 	}
 	// The tenant's share, where the bucket sets the moment.
-	H := 0.0
-	if horizon(r) {
-		H = float64(r.BookAhead.Microseconds())
-	}
+	H := float64(r.book.Horizon.Microseconds())
 	near, gate, placed := false, 0.0, false // placed: back from a place in line
 	var fr *modelFair
 	if bt != nil && !prio {
 		near = H == 0 || m <= now+H
 	}
 	if near {
-		fr = c.fairRead(bt, r.Tenant, float64(max(r.Weight, 1)), length)
+		fr = c.fairRead(bt, r.book.Tenant, float64(max(r.book.Weight, 1)), length)
 		if fr.W > fr.w {
 			gate = fr.gate
 		}
 		if H > 0 {
-			q, ok := c.placeOf(bt, id)
 			switch {
-			case ok && q > now+H: // back long before its place: it stands
-				c.m.fair["stands"]++
-				d := dec(false, bi, 0, q-now)
-				d.Outcome, d.Ahead = Placed, int(math.Floor((q-now)/length))
-				return d, true
-			case ok: // its slot is from its place on
-				placed, gate = true, math.Max(gate, q)
+			case r.book.Back: // back from its place: its slot is from now on
+				placed, gate = true, math.Max(gate, now)
 			case fr.line() > now+H:
 				c.m.fair["line end"]++
 				return c.inPlace(r, bt, fr, math.Max(m, fr.line()), length, deadline, false, dec, bi), true
@@ -481,7 +472,7 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 	switch {
 	case placed:
 		sleep = math.Max(maxwait, modelClaim)
-	case r.Backlog && horizon(r):
+	case r.book.Backlog && H > 0:
 		sleep = 0
 	}
 	if near && H > 0 && binding == bi && (m > now+H || placed && m > now+sleep && m > gate+length) {
@@ -541,9 +532,6 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 			fr.gate = math.Max(fr.gate, f.v-length) + fr.stride(length)
 		}
 		c.fairWrite(bt, fr, others)
-	}
-	if placed {
-		c.zrem(bt.places, id) // leave_line: back from its place, it took a slot
 	}
 	if goNow {
 		if m == now {

@@ -202,27 +202,10 @@ func (c *modelCall) fairWrite(t *modelTake, f *modelFair, force bool) {
 	}
 }
 
-// placeOf mirrors place_of: task id's place on bucket t, if any and less
-// than modelGrace past.
-func (c *modelCall) placeOf(t *modelTake, id string) (float64, bool) {
-	q, ok := c.zscore(t.places, id)
-	if !ok || q <= c.now-modelGrace {
-		return 0, false
-	}
-	return q, true
-}
-
-// notePlace mirrors note_place: the places more than modelGrace past
-// pruned, id's place q noted, the set kept until q is modelGrace past.
-func (c *modelCall) notePlace(t *modelTake, id string, q float64) {
-	c.zremrangebyscore(t.places, c.now-modelGrace)
-	c.getOrCreate(t.places).z[id] = q
-	c.extend(t.places, q-c.now+modelGrace)
-}
-
 // inPlace mirrors in_place: place q in the tenant's line (if it starts the
-// line, join, no earlier than the join cursor), noted in the places set;
-// or, past the deadline, expired.
+// line, join, no earlier than the join cursor); or, past the deadline,
+// expired. Nothing of the task is noted: its caller keeps that it is in
+// line (Booking.Back).
 func (c *modelCall) inPlace(r Request, t *modelTake, f *modelFair, q, length, deadline float64, join bool, dec func(bool, int, int, float64) Decision, bi int) Decision {
 	now := c.now
 	if join {
@@ -240,22 +223,8 @@ func (c *modelCall) inPlace(r Request, t *modelTake, f *modelFair, q, length, de
 	f.last = q
 	f.P = math.Max(f.P, q+length)
 	c.fairWrite(t, f, true)
-	c.notePlace(t, r.ID, q)
 	d.Outcome, d.Ahead = Placed, int(math.Floor((q-now)/length))
 	return d
-}
-
-// placed reports whether the model notes a place in line for r on its
-// bucket (as it stands, expired or not).
-func (m *model) placed(r Request) bool {
-	for _, t := range m.parse(r) {
-		if e := m.keys[t.places]; t.kind == "b" && e != nil {
-			if _, ok := e.z[r.ID]; ok {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // noteTenantsLost counts, as k (a bucket's tenants hash or their expiry

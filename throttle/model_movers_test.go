@@ -139,21 +139,18 @@ func (c *modelCall) moveTenants(fair, exp modelKey, mv modelMover) {
 }
 
 // moveWaiting mirrors move_waiting: the slots claimed ahead from from on are
-// taken from their tasks, and those from freeFrom on freed (length µs each)
-// and their starts noted as the tasks' places; the rest of the waiting
-// work moves by mv.
+// taken from their tasks, and those from freeFrom on freed (length µs
+// each); the rest of the waiting work moves by mv.
 func (c *modelCall) moveWaiting(t *modelTake, from, freeFrom float64, mv modelMover, length float64) {
 	for _, p := range c.zpairsAbove(t.ledger, from) {
 		c.zrem(t.ledger, p.m)
 		if p.s > freeFrom {
 			c.bucketFree(t, p.s, length)
-			c.getOrCreate(t.places).z[p.m] = p.s
 		}
 	}
 	c.moveCalendar(t.cal, mv)
 	c.moveSet(t.book, mv)
 	c.moveTenants(t.fair, t.tenants, mv)
-	c.moveSet(t.places, mv)
 }
 
 // repace mirrors repace.lua's repace of bucket take t at nowUS: it returns
@@ -191,7 +188,7 @@ type modelLive struct{ last, gate, w, exp, nw float64 }
 // reweigh mirrors repace.lua's reweigh of bucket take t at nowUS, with the
 // tenants' weights (absent or below 1: 1) and the tenants of the tasks in
 // line. It returns each waiting tenant's k, nil when no weight changed.
-func (m *model) reweigh(t *modelTake, weights map[string]int, inLine map[string]string, nowUS int64) map[string]float64 {
+func (m *model) reweigh(t *modelTake, weights map[string]int, nowUS int64) map[string]float64 {
 	c := m.at(nowUS)
 	now := c.now
 	e := c.get(t.fair)
@@ -239,28 +236,7 @@ func (m *model) reweigh(t *modelTake, weights map[string]int, inLine map[string]
 		}
 	}
 	c.keepTenants(t.fair, t.tenants, latest)
-	c.movePlaces(t, k, inLine)
 	return k
-}
-
-// movePlaces mirrors the end of reweigh: each task in line whose tenant
-// waits moves by its tenant's factor.
-func (c *modelCall) movePlaces(t *modelTake, k map[string]float64, inLine map[string]string) {
-	now, last := c.now, c.now
-	for id, tn := range inLine {
-		f, ok := k[tn]
-		if !ok {
-			continue
-		}
-		if q, ok := c.zscore(t.places, id); ok && q > now {
-			q = moveAt(q, now, modelScaling(now, f))
-			c.get(t.places).z[id] = q
-			last = math.Max(last, q)
-		}
-	}
-	if last > now {
-		c.extend(t.places, last-now+modelGrace)
-	}
 }
 
 // inFlight mirrors pause.lua's in_flight.

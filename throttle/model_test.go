@@ -40,7 +40,7 @@ type model struct {
 const modelExpiryMS = 20
 
 type modelKey struct {
-	kind    string // "q" quota set, "b" bucket hash, "l" bucket ledger, "k" bucket tickets, "s" bucket slot calendar, "w" bucket tenants hash, "t" bucket tenants' expiry set, "p" bucket places in line, "c" calendar quota, "f" fixed-window hash
+	kind    string // "q" quota set, "b" bucket hash, "l" bucket ledger, "k" bucket tickets, "s" bucket slot calendar, "w" bucket tenants hash, "t" bucket tenants' expiry set, "c" calendar quota, "f" fixed-window hash
 	rule    string
 	subject string
 }
@@ -201,7 +201,6 @@ type modelTake struct {
 	cost                   float64
 	key, ledger, book, cal modelKey
 	fair, tenants          modelKey // a bucket's tenants hash and their expiry set
-	places                 modelKey // a bucket's places in line
 	kept                   float64  // a bucket's reserve for priority requests
 
 	limits, pers []float64 // quota
@@ -244,7 +243,6 @@ func (m *model) parse(r Request) []*modelTake {
 			t.key, t.ledger = modelKey{"b", rule.name, tk.Subject}, modelKey{"l", rule.name, tk.Subject}
 			t.book, t.cal = modelKey{"k", rule.name, tk.Subject}, modelKey{"s", rule.name, tk.Subject}
 			t.fair, t.tenants = modelKey{"w", rule.name, tk.Subject}, modelKey{"t", rule.name, tk.Subject}
-			t.places = modelKey{"p", rule.name, tk.Subject}
 			t.rate, t.burst, t.kept = rule.rate, float64(rule.burst), float64(rule.reserve)
 		case *FixedWindow:
 			t.kind, t.key = "f", modelKey{"f", rule.name, tk.Subject}
@@ -676,7 +674,7 @@ func (m *model) admit(r Request, nowUS, rememberUS int64) Decision {
 		case "q":
 			c.quotaCheck(t, id)
 		case "b":
-			c.bucketCheck(t, id, denied, r.book && r.Priority)
+			c.bucketCheck(t, id, denied, r.book != nil && r.book.Priority)
 		case "f":
 			c.fixedCheck(t, id)
 		case "c":
@@ -709,8 +707,8 @@ func (m *model) admit(r Request, nowUS, rememberUS int64) Decision {
 	}
 	// admit.lua: a task that books goes the plain way only when it may go
 	// now holding nothing, with no line on its bucket and no ticket.
-	if r.book && !r.check {
-		goNow := !denied && delay == 0 && (r.Deadline.IsZero() || c.now <= float64(max(1, r.Deadline.UnixMicro())))
+	if r.book != nil && !r.check {
+		goNow := !denied && delay == 0 && (r.book.Deadline.IsZero() || c.now <= float64(max(1, r.book.Deadline.UnixMicro())))
 		unbooked := false // never_booked: holds none of a quota's or calendar's entries
 		for _, t := range takes {
 			if (t.kind == "q" || t.kind == "c") && !t.repeated {
@@ -831,7 +829,7 @@ func (m *model) dump(r Request, nowUS int64) string {
 		}
 		ks := []modelKey{t.key}
 		if t.kind == "b" {
-			ks = append(ks, t.ledger, t.book, t.cal, t.fair, t.tenants, t.places)
+			ks = append(ks, t.ledger, t.book, t.cal, t.fair, t.tenants)
 		}
 		for _, k := range ks {
 			e := m.keys[k]

@@ -92,11 +92,12 @@ func checkSpans(t *testing.T, l *Limiter, rdb *redis.Client, b *Bucket) {
 	}
 }
 
-// TestRepaceScalesPlaces: the places in line are scaled with the rest, so
-// that a task comes back at its place at the new pace; a task new to the
-// line joins its end, a slot of the new rate after the last scaled place.
-func TestRepaceScalesPlaces(t *testing.T) {
-	l, rdb := newStandalone(t)
+// TestRepaceScalesTheLine: a tenant's line is scaled with the rest (its
+// caller scales the wake-ups of the tasks in it by the same k, so that each
+// comes back at its place at the new pace): a task new to the line joins
+// its end, a slot of the new rate after the last place, scaled.
+func TestRepaceScalesTheLine(t *testing.T) {
+	l, _ := newStandalone(t)
 	ctx := context.Background()
 	slow, fast := mustBucket(t, "sms", 2, 1), mustBucket(t, "sms", 20, 1)
 	if _, _, err := l.Repace(ctx, slow, "gw"); err != nil {
@@ -104,11 +105,10 @@ func TestRepaceScalesPlaces(t *testing.T) {
 	}
 	const ahead = time.Second
 	var placed []Decision
-	var ids []string
 	for i := range 12 {
 		id := "m" + strconv.Itoa(i)
 		if d := mustAdmit(t, l, lineReq(id, "", 1, slow, ahead)); d.Outcome == Placed {
-			placed, ids = append(placed, d), append(ids, id)
+			placed = append(placed, d)
 		}
 	}
 	if len(placed) < 5 {
@@ -118,17 +118,9 @@ func TestRepaceScalesPlaces(t *testing.T) {
 	if err != nil || k != 0.1 {
 		t.Fatalf("Repace to 20/s = %v, %v; want k 0.1", k, err)
 	}
-	var last time.Time
-	for i, id := range ids {
-		got, ok := placeIn(t, rdb, fast, id)
-		want := Scale(placed[i].At(), now, k)
-		if !ok || time.UnixMicro(got).Sub(want).Abs() > time.Microsecond {
-			t.Errorf("%s's place after the raise: %d (%v), want %s scaled to %d", id, got, ok, placed[i].At().Format(time.StampMicro), want.UnixMicro())
-		}
-		last = time.UnixMicro(got)
-	}
+	last := Scale(placed[len(placed)-1].At(), now, k)
 	next := mustAdmit(t, l, lineReq("new", "", 1, fast, ahead))
-	if next.Outcome == Placed && next.At().Sub(last) != 50*time.Millisecond {
+	if next.Outcome == Placed && (next.At().Sub(last)-50*time.Millisecond).Abs() > time.Microsecond {
 		t.Errorf("a new task placed %s after the last scaled place, want one slot at 20/s (50ms)", next.At().Sub(last))
 	}
 }
@@ -139,9 +131,9 @@ func TestRepaceScalesPlaces(t *testing.T) {
 // still asleep (their slots start past the old slack and BUMP_MARGIN) are
 // freed, so that a task admitted after the change goes at the new rate
 // instead of behind the old slots, scaled, while the provider idles
-// through them, and each of those tasks has its slot's start, scaled, as
-// its place in line, to take a slot from when it comes back. A slot nearer
-// than that stays busy (its task may be sending), scaled.
+// through them; each of those tasks, admitted again as back from its place
+// (it waited its turn), takes the first free slot. A slot nearer than that
+// stays busy (its task may be sending), scaled.
 func TestRepaceFreesClaimedSlots(t *testing.T) {
 	l, rdb := newStandalone(t)
 	ctx := context.Background()
@@ -171,19 +163,8 @@ func TestRepaceFreesClaimedSlots(t *testing.T) {
 		if ahead := d.At().After(now); held == ahead {
 			t.Errorf("%s (slot %s after the change): HasSlot %v, want %v", id, d.At().Sub(now), held, !ahead)
 		}
-		q, placed := placeIn(t, rdb, slow, id)
-		if asleep := d.At().Sub(now) > modelBumpMargin*time.Microsecond; !asleep {
-			if placed {
-				t.Errorf("%s (slot %s after the change) has a place, want none: its slot stays busy", id, d.At().Sub(now))
-			}
-			if !held {
-				busy++
-			}
-			continue
-		}
-		// Freed, it has its slot's start, scaled, as its place in line.
-		if want := Scale(d.At(), now, k); !placed || time.UnixMicro(q).Sub(want).Abs() > time.Microsecond {
-			t.Errorf("%s's place after the change: %d (%v), want its slot's start scaled, %d", id, q, placed, want.UnixMicro())
+		if asleep := d.At().Sub(now) > modelBumpMargin*time.Microsecond; !asleep && !held {
+			busy++
 		}
 	}
 	// A task new after the change takes the first free slot: right after
@@ -232,7 +213,7 @@ func TestRepaceTicketClaimedUnderALargeQuota(t *testing.T) {
 	}
 	req := func(i int, b *Bucket) Request {
 		r := bookReq("m"+strconv.Itoa(i), q, "r"+strconv.Itoa(i), b, 2500*time.Millisecond)
-		r.Tenant, r.Weight, r.BookAhead, r.Backlog = "t", 1, 2*time.Second, true
+		r.book.Tenant, r.book.Weight, r.book.Horizon, r.book.Backlog = "t", 1, 2*time.Second, true
 		return r
 	}
 	var ds []Decision

@@ -39,6 +39,13 @@ type Take struct {
 	// a cap without being held by it. Only for a *Quota or a
 	// *CalendarWindow.
 	CountOnly bool
+	// Shadow puts the take's rule in shadow mode: it counts only (as
+	// CountOnly; quiet hours hold nothing either way), and the decision
+	// says whether it would have held the task back, and how long
+	// (Decision.Shadow), decided in the same atomic step as its entries
+	// are written, so that tasks racing on one subject each see the ones
+	// before. Only for a *Quota, a *CalendarWindow or *Quiet hours.
+	Shadow bool
 }
 
 func (t Take) cost() int {
@@ -64,47 +71,58 @@ type Request struct {
 	// admission any more, a sent notification): if the task is marked, the
 	// admission checks and consumes nothing and its outcome is Done. On a
 	// single node the look is part of the admission's script call; on a
-	// cluster, where the marker lives in the task's own slot, it is a call
-	// before it. Release, Forget and Pause ignore it.
+	// cluster, where the marker lives in the task's own slot, it is read
+	// beside the admission's first call, at no round trip of its own.
+	// Release, Forget and Pause ignore it.
 	CheckDone bool
-	// book is set by Limiter.Book: the request books (see there).
-	book bool
-	// Priority lets a booking request take a bucket's reserve (see
-	// Bucket.WithReserve) and go before the bookings in line on it: it takes
-	// the slot of the first booking not yet claimed, or of a task that
-	// claimed its slot and sleeps until it (that task finds out by HasSlot
-	// before it sends).
+
+	book  *Booking // set by Limiter.Book: the request books
+	check bool     // decide only, write nothing (Limiter.Check)
+}
+
+// Booking is what a request that reserves its moment (Limiter.Book) says
+// beyond its takes. The zero value books with no horizon, share or
+// deadline.
+type Booking struct {
+	// Priority lets the task take a bucket's reserve (see
+	// Bucket.WithReserve) and go before the bookings in line on it: it
+	// takes the slot of the first booking not yet claimed, or of a task
+	// that claimed its slot and sleeps until it (that task finds out by
+	// HasSlot before it sends).
 	Priority bool
-	// Tenant is the fairness key of a booking request: the sender whose
-	// share of a bucket the task uses (a team, a campaign). When several
-	// tenants wait on one bucket, each books at its share of the bucket's
-	// rate (Weight over the weights of the tenants waiting); a tenant alone
-	// uses the whole rate. Empty is a tenant of its own (the default one).
+	// Tenant is the fairness key: the sender whose share of a bucket the
+	// task uses (a team, a campaign). When several tenants wait on one
+	// bucket, each books at its share of the bucket's rate (Weight over the
+	// weights of the tenants waiting); a tenant alone uses the whole rate.
+	// Empty is a tenant of its own (the default one).
 	Tenant string
 	// Weight is the tenant's weight, at least 1 (zero means 1).
 	Weight int
-	// BookAhead is how far ahead a booking request may hold a bucket's slot
-	// (its horizon); zero: as far as it needs. A task whose slot would be
-	// further gets a place in its tenant's line instead (outcome Placed),
-	// which holds nothing but the place (in the bucket's keys, under ID),
-	// and books when it comes back, inside the horizon by then.
-	BookAhead time.Duration
+	// Horizon is how far ahead the task may hold a bucket's slot; zero: as
+	// far as it needs. A task whose slot would be further gets a place in
+	// its tenant's line instead (outcome Placed), which holds nothing, and
+	// books when it comes back, inside the horizon by then.
+	Horizon time.Duration
+	// Back says the task is back from a place in its tenant's line: it was
+	// Placed, and comes back at its place. The engine keeps no record of a
+	// place (a line of any length costs it nothing per task); the caller
+	// keeps this one bit of it with the task (the worker in the task's own
+	// message: docs/booking.md). A task back from its place takes the first
+	// free slot from now; one not back, of a tenant whose line reaches past
+	// the horizon, joins the line's end.
+	Back bool
 	// Backlog says that work the caller has not picked up yet waits behind
-	// this task (its queue is not empty). A booking task with a horizon
-	// then never goes to sleep for its moment within MaxWait: it books it
-	// (a slot within the horizon, a place in its tenant's line past it) and
-	// the caller moves on to the work behind it, so that a tenant whose
-	// work is further back in the queue is seen, and gets its share, at
-	// once, instead of after every task ahead of it went in the order it was
-	// queued. A task back from its place is not affected: it waited its
-	// turn.
+	// this task (its queue is not empty). A task with a horizon then never
+	// goes to sleep for its moment within MaxWait: it books it (a slot
+	// within the horizon, a place in its tenant's line past it) and the
+	// caller moves on to the work behind it, so that a tenant whose work is
+	// further back in the queue is seen, and gets its share, at once. A
+	// task back from its place is not affected: it waited its turn.
 	Backlog bool
 	// Deadline, if set, is the latest moment (Redis time) a booking may be
 	// for: a task whose moment would be later is not booked and its
 	// decision is Expired, with At the moment it would have had.
 	Deadline time.Time
-
-	check bool // decide only, write nothing (Limiter.Check)
 }
 
 // validate rejects what no Redis call could make right: bad IDs, empty keys,
@@ -122,14 +140,16 @@ func (r Request) validate() error {
 	if r.MaxWait < 0 {
 		return fmt.Errorf("throttle: task %q: max wait must not be negative (got %s): %w", r.ID, r.MaxWait, ErrInvalidRequest)
 	}
-	if r.Weight < 0 || r.Weight > MaxWeight {
-		return fmt.Errorf("throttle: task %q: weight %d: must be 1 to %d: %w", r.ID, r.Weight, MaxWeight, ErrInvalidRequest)
-	}
-	if len(r.Tenant) > MaxIDLen || !utf8.ValidString(r.Tenant) || strings.ContainsFunc(r.Tenant, unicode.IsControl) {
-		return fmt.Errorf("throttle: task %q: tenant %q: at most %d bytes of UTF-8 without control characters: %w", r.ID, r.Tenant, MaxIDLen, ErrInvalidRequest)
-	}
-	if r.BookAhead < 0 {
-		return fmt.Errorf("throttle: task %q: book ahead must not be negative (got %s): %w", r.ID, r.BookAhead, ErrInvalidRequest)
+	if b := r.book; b != nil {
+		if b.Weight < 0 || b.Weight > MaxWeight {
+			return fmt.Errorf("throttle: task %q: weight %d: must be 1 to %d: %w", r.ID, b.Weight, MaxWeight, ErrInvalidRequest)
+		}
+		if len(b.Tenant) > MaxIDLen || !utf8.ValidString(b.Tenant) || strings.ContainsFunc(b.Tenant, unicode.IsControl) {
+			return fmt.Errorf("throttle: task %q: tenant %q: at most %d bytes of UTF-8 without control characters: %w", r.ID, b.Tenant, MaxIDLen, ErrInvalidRequest)
+		}
+		if b.Horizon < 0 {
+			return fmt.Errorf("throttle: task %q: horizon must not be negative (got %s): %w", r.ID, b.Horizon, ErrInvalidRequest)
+		}
 	}
 	buckets := 0
 	for i, t := range r.Takes {
@@ -149,14 +169,17 @@ func (r Request) validate() error {
 		if t.CountOnly && t.Rule.kind() != "q" && t.Rule.kind() != "c" {
 			return fmt.Errorf("%s (%s): only a quota or a calendar window counts only: %w", where(), t.Rule.Name(), ErrInvalidRequest)
 		}
+		if t.Shadow && t.Rule.kind() != "q" && t.Rule.kind() != "c" && t.Rule.kind() != "h" {
+			return fmt.Errorf("%s (%s): only a quota, a calendar window or quiet hours are in shadow mode: %w", where(), t.Rule.Name(), ErrInvalidRequest)
+		}
 		switch t.Rule.(type) {
 		case *Bucket:
 			buckets++
-			if r.book && buckets > 1 {
+			if r.book != nil && buckets > 1 {
 				return fmt.Errorf("%s (%s): a request that books has at most one bucket: %w", where(), t.Rule.Name(), ErrInvalidRequest)
 			}
 		case *FixedWindow:
-			if r.book {
+			if r.book != nil {
 				return fmt.Errorf("%s (%s): a request that books has no fixed windows: %w", where(), t.Rule.Name(), ErrInvalidRequest)
 			}
 		}

@@ -70,7 +70,7 @@ func TestQuotaMarginHoldsEachWindowLonger(t *testing.T) {
 	if want := a.Now.Add(time.Second + margin).Sub(b.Now); b.Delay != want {
 		t.Errorf("delay = %s, want %s (a window and the margin after a)", b.Delay, want)
 	}
-	c := mustAdmit(t, l, Request{ID: "c", Takes: take, book: true})
+	c := mustAdmit(t, l, Request{ID: "c", Takes: take, book: &Booking{}})
 	if !c.Booked() || !c.At().Equal(a.Now.Add(time.Second+margin)) {
 		t.Errorf("booking: %+v, want booked a window and the margin after a (%s)", c, a.Now.Add(time.Second+margin))
 	}

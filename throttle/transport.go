@@ -93,6 +93,36 @@ func (l *Limiter) eval1(ctx context.Context, e entry, c call) ([]int64, error) {
 	return res[0], err
 }
 
+// evalBeside is eval1 with the commands beside sent in the same round trip
+// (a pipeline: on a cluster, to each command's node at once).
+func (l *Limiter) evalBeside(ctx context.Context, e entry, c call, beside []redis.Cmder) ([]int64, error) {
+	if !l.noFunctions.Load() {
+		c.cmd[0], c.cmd[1] = "fcall", e.fn
+		fc := redis.NewIntSliceCmd(ctx, c.cmd...)
+		_, _ = l.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			_ = p.Process(ctx, fc)
+			for _, b := range beside {
+				_ = p.Process(ctx, b)
+			}
+			return nil
+		})
+		v, err := fc.Result()
+		if err == nil || !functionMissing(err) && !noFunctions(err) {
+			return v, err
+		}
+	} else {
+		_, _ = l.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, b := range beside {
+				_ = p.Process(ctx, b)
+			}
+			return nil
+		})
+	}
+	// The library must be loaded, or scripts used: eval knows how.
+	res, err := l.eval(ctx, e, []call{c})
+	return res[0], err
+}
+
 // send runs calls[idx] as command name on target (function, SHA-1 or
 // source), in one round trip, and records each one's reply and error.
 func (l *Limiter) send(ctx context.Context, calls []call, idx []int, vals [][]int64, errs []error, name string, target any) {

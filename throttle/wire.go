@@ -10,10 +10,12 @@ import (
 // holds Redis up for a millisecond or so, not more.
 const maxCallTasks = 100
 
-// task is one group of one request: rs[req]'s takes in g.
+// task is one group of one request, decided by one call no earlier than
+// floor (µs of Redis time, 0: now): rs[req]'s takes in g.
 type task struct {
-	req int
-	g   group
+	req   int
+	g     group
+	floor int64
 }
 
 // call is one script invocation, for one or more tasks.
@@ -33,10 +35,30 @@ func newCall(nk, na int) (c call, keys, args []any) {
 	return c, c.cmd[3 : 3 : 3+nk], c.cmd[3+nk:]
 }
 
-// calls builds the script calls (admit.lua's or release.lua's calling
-// convention) for tasks of rs, up to the engine's perCall tasks a call.
-func (l *Limiter) calls(rs []Request, ts []task, admit bool) []call {
-	per := l.eng.perCall()
+// The calling conventions of the entry points (admit.lua's header, and
+// release.lua's): what each task brings as arguments, after its keys.
+type convention int
+
+const (
+	admitting convention = iota // admit: ID, plan, floor
+	booking                     // book: ID, plan, floor, deadline, weight, tenant, back
+	undoing                     // release, forget: ID, plan
+)
+
+// args is how many arguments a task brings under c.
+func (c convention) args() int {
+	switch c {
+	case admitting:
+		return 3
+	case booking:
+		return 7
+	}
+	return 2
+}
+
+// calls builds the script calls for tasks ts of rs under convention cv, up
+// to per tasks a call.
+func (l *Limiter) calls(rs []Request, ts []task, cv convention, per int) []call {
 	out := make([]call, 0, (len(ts)+per-1)/per)
 	var buf []byte
 	hs := make([]planHead, min(per, len(ts)))
@@ -45,29 +67,21 @@ func (l *Limiter) calls(rs []Request, ts []task, admit bool) []call {
 		nk := 0
 		for j, t := range chunk {
 			hs[j] = planHead{}
-			if admit {
-				hs[j] = l.eng.head(rs[t.req], t.g)
+			if cv != undoing {
+				hs[j] = l.head(rs[t.req], t.g)
 			}
 			nk += taskKeyCount(rs[t.req], t.g, hs[j])
 		}
-		stride := taskArgs(admit)
+		stride := cv.args()
 		c, keys, args := newCall(nk, stride*len(chunk))
 		c.tasks = chunk
 		for j, t := range chunk {
-			keys, buf = l.appendTask(keys, buf[:0], args[stride*j:stride*j+stride], rs[t.req], t.g, hs[j], admit)
+			keys, buf = l.appendPlan(keys, buf[:0], rs[t.req], t.g, hs[j])
+			setTaskArgs(args[stride*j:stride*j+stride], rs[t.req], string(buf), t.floor, cv)
 		}
 		out = append(out, c)
 	}
 	return out
-}
-
-// taskArgs is how many arguments a task takes in admit.lua's calling
-// convention (admit: see setTaskArgs) or release.lua's (its ID and plan).
-func taskArgs(admit bool) int {
-	if admit {
-		return 6
-	}
-	return 2
 }
 
 // taskKeyCount is how many keys the task of r's group g, headed by h,
@@ -83,45 +97,45 @@ func taskKeyCount(r Request, g group, h planHead) int {
 	return nk
 }
 
-// appendTask appends the keys of the task of r's group g, headed by h, to
-// keys, and sets its arguments (taskArgs(admit) of them) in args; its plan
-// is built in buf.
-func (l *Limiter) appendTask(keys []any, buf []byte, args []any, r Request, g group, h planHead, admit bool) ([]any, []byte) {
-	keys, buf = l.appendPlan(keys, buf, r, g, h)
-	if admit {
-		setTaskArgs(args, r, string(buf), 0)
-	} else {
-		args[0], args[1] = r.ID, string(buf)
+// setTaskArgs sets r's arguments under convention cv (see convention), its
+// plan and floor given.
+func setTaskArgs(args []any, r Request, plan string, floor int64, cv convention) {
+	args[0], args[1] = r.ID, plan
+	if cv == undoing {
+		return
 	}
-	return keys, buf
-}
-
-// horizon reports whether r's booking has a horizon.
-func horizon(r Request) bool { return r.book && r.BookAhead > 0 }
-
-// deadline is r's deadline as admit.lua takes it: µs, 0 for none.
-func deadline(r Request) int64 {
-	if r.Deadline.IsZero() {
-		return 0
+	args[2] = floor
+	if cv == admitting {
+		return
 	}
-	return max(1, r.Deadline.UnixMicro())
-}
-
-// setTaskArgs sets r's arguments in admit.lua's calling convention, one
-// value each: its ID, plan, deadline (µs, 0: none), floor (µs: a cluster's
-// booking goes no earlier, 0: none), weight and tenant. Only a plan that
-// books reads the last four.
-func setTaskArgs(args []any, r Request, plan string, floor int64) {
-	args[0], args[1], args[2], args[3] = r.ID, plan, deadline(r), floor
-	args[4], args[5] = max(r.Weight, 1), r.Tenant
+	b := r.book
+	var deadline int64
+	if !b.Deadline.IsZero() {
+		deadline = max(1, b.Deadline.UnixMicro())
+	}
+	back := "0"
+	if b.Back {
+		back = "1"
+	}
+	args[3], args[4], args[5], args[6] = deadline, max(b.Weight, 1), b.Tenant, back
 }
 
 // planHead is what a plan says before its takes (see lua/rules.lua).
 type planHead struct {
 	maxWait int64  // µs a bucket may reserve ahead (0: none)
-	ahead   int64  // µs after now quota entries are stamped at the earliest (0: not set)
 	done    string // the done marker's key, checked first ("": none)
-	book    bool   // a task that may not go within maxWait books its moment
+}
+
+// head is what the plan of r's group g says before its takes: its max
+// wait, and on one node its done marker where r asks for it to be checked
+// (a cluster reads the marker, in its own slot, beside the first group's
+// call: see cluster.go).
+func (l *Limiter) head(r Request, g group) planHead {
+	h := planHead{maxWait: r.MaxWait.Microseconds()}
+	if _, one := l.eng.(node); one && r.CheckDone {
+		h.done = doneKey(l.prefix, r.ID)
+	}
+	return h
 }
 
 // appendPlan appends the keys of g's takes of r to keys and their plan (see
@@ -130,22 +144,19 @@ type planHead struct {
 func (l *Limiter) appendPlan(keys []any, buf []byte, r Request, g group, h planHead) ([]any, []byte) {
 	buf = append(buf, l.remember...)
 	buf = strconv.AppendInt(append(buf, ';'), h.maxWait, 10)
-	if h.ahead > 0 {
-		buf = strconv.AppendInt(append(buf, ':'), h.ahead, 10)
-	}
 	if h.done != "" {
 		keys = append(keys, h.done)
 		buf = append(buf, ";d"...)
 	}
-	if h.book {
-		if r.Priority {
+	if b := r.book; b != nil {
+		if b.Priority {
 			buf = append(buf, ";K"...)
 		} else {
 			buf = append(buf, ";k"...)
 		}
-		if horizon(r) {
-			buf = strconv.AppendInt(append(buf, ':'), r.BookAhead.Microseconds(), 10)
-			if r.Backlog {
+		if b.Horizon > 0 {
+			buf = strconv.AppendInt(append(buf, ':'), b.Horizon.Microseconds(), 10)
+			if b.Backlog {
 				buf = append(buf, ";u"...)
 			}
 		}
@@ -161,77 +172,73 @@ func (l *Limiter) appendPlan(keys []any, buf []byte, r Request, g group, h planH
 		}
 		keys = t.Rule.appendKeys(keys, tag)
 		buf = append(buf, ';')
-		if t.CountOnly {
-			buf = append(buf, '*') // see lua/rules.lua
+		switch {
+		case t.Shadow:
+			buf = append(buf, '?') // see lua/rules.lua
+		case t.CountOnly:
+			buf = append(buf, '*')
 		}
 		buf = t.Rule.appendPlan(buf, t.cost())
 	}
 	return keys, buf
 }
 
-// The reply admit.lua gives per task: replyLen integers, one value each,
-// in this order (admit.lua's header says what each means):
+// The reply admit.lua's entry points give per task: replyLen integers, one
+// value each, in this order (admit.lua's header says what each means):
 //
-//	allowed, repeated, binding, window, fresh, now, delay, remaining, outcome, extra
+//	outcome, binding, window, fresh, now, delay, remaining, extra, shadow, shadow delay
 //
-// allowed and repeated are 1 or 0; binding and window are 1-based (0:
-// none); fresh has bit i-1 set for take i consumed by this call; now and
-// delay are µs; outcome is one of the outcomes below, outcomeDone when the
-// task's done marker exists (then every value but now is 0); extra is
-// ahead (booked) or the claimed moment (allowed).
+// outcome is an Outcome, numbered alike; binding and window are 1-based
+// (0: none); fresh has bit i-1 set for take i consumed by this call; now
+// and delay are µs; extra is how many bookings come before it (booked,
+// placed) or the claimed moment (an admitted claim); shadow is the take in
+// shadow mode that would have held the task back longest (1-based, 0:
+// none), for its shadow delay (µs).
 const (
-	replyAllowed = iota
-	replyRepeated
+	replyOutcome = iota
 	replyBinding
 	replyWindow
 	replyFresh
 	replyNow
 	replyDelay
 	replyRemaining
-	replyOutcome
 	replyExtra
+	replyShadow
+	replyShadowDelay
 	replyLen
 )
 
-// The outcomes admit.lua returns (see admit.lua).
-const (
-	outcomeDecided  = 0
-	outcomeBooked   = 1
-	outcomeExpired  = 2
-	outcomeRebooked = 3
-	outcomeQueued   = 4
-	outcomeDone     = 5
-)
-
-// groupResult is what admit.lua returns for one group.
+// groupResult is what a script call answered for one group.
 type groupResult struct {
-	allowed, repeated bool
-	done              bool  // the done marker exists: nothing checked
-	now               int64 // µs
-	delay             int64 // µs
-	binding, window   int   // 1-based within the group, 0: none
-	remaining         int64
-	fresh             uint32 // bit i-1: this call consumed take i of the group
-	outcome           int
-	extra             int64 // ahead (booked) or the claimed moment (allowed)
+	outcome         Outcome
+	now             int64 // µs
+	delay           int64 // µs
+	binding, window int   // 1-based within the group, 0: none
+	remaining       int64
+	fresh           uint32 // bit i-1: this call consumed take i of the group
+	extra           int64  // ahead (booked, placed) or the claimed moment (admitted)
+	shadow          int    // 1-based within the group, 0: none
+	shadowDelay     int64  // µs
 }
 
-// parseGroup reads the replyLen values admit.lua returns for one task.
+// parseGroup reads the replyLen values of one task.
 func parseGroup(n []int64) groupResult {
 	return groupResult{
-		allowed:   n[replyAllowed] == 1,
-		repeated:  n[replyRepeated] == 1,
-		done:      n[replyOutcome] == outcomeDone,
-		now:       n[replyNow],
-		delay:     n[replyDelay],
-		binding:   int(n[replyBinding]),
-		window:    int(n[replyWindow]),
-		remaining: n[replyRemaining],
-		fresh:     uint32(n[replyFresh]),
-		outcome:   int(n[replyOutcome]),
-		extra:     n[replyExtra],
+		outcome:     Outcome(n[replyOutcome]),
+		now:         n[replyNow],
+		delay:       n[replyDelay],
+		binding:     int(n[replyBinding]),
+		window:      int(n[replyWindow]),
+		remaining:   n[replyRemaining],
+		fresh:       uint32(n[replyFresh]),
+		extra:       n[replyExtra],
+		shadow:      int(n[replyShadow]),
+		shadowDelay: n[replyShadowDelay],
 	}
 }
+
+// at is the moment the group answered for (µs): its wait from its now.
+func (g groupResult) at() int64 { return g.now + g.delay }
 
 // freshTakes returns the part of group gr that this call consumed.
 func (g groupResult) freshTakes(gr group) group {
@@ -244,49 +251,6 @@ func (g groupResult) freshTakes(gr group) group {
 	return out
 }
 
-// merge folds one group's result into the request's decision. The first
-// group sets the decision; later ones can only lengthen the wait, lower the
-// remaining capacity, or deny.
-func merge(d *Decision, g groupResult, r Request, gr group, phase int) {
-	if g.done {
-		*d = Decision{Outcome: Done, Now: time.UnixMicro(g.now), TakeIndex: -1}
-		return
-	}
-	if phase == 0 {
-		*d = Decision{Outcome: Repeated, Now: time.UnixMicro(g.now), TakeIndex: -1, Remaining: int(g.remaining)}
-	}
-	delay := time.Duration(g.delay) * time.Microsecond
-	if !g.allowed || delay > d.Delay {
-		d.Delay = delay
-		d.TakeIndex, d.Rule, d.Subject, d.Limit = -1, nil, "", ""
-		if g.binding > 0 {
-			i := gr.takes[g.binding-1]
-			t := r.Takes[i]
-			d.TakeIndex, d.Rule, d.Subject, d.Limit = i, t.Rule, t.Subject, t.Rule.bindingLimit(g.window)
-		}
-	}
-	d.Remaining = min(d.Remaining, int(g.remaining))
-	switch g.outcome {
-	case outcomeBooked, outcomeRebooked, outcomeQueued:
-		d.Outcome, d.Ahead = bookedOutcome[g.outcome], int(g.extra)
-	case outcomeExpired:
-		d.Outcome = Expired
-	default:
-		switch {
-		case !g.allowed:
-			d.Outcome = Denied
-		case !g.repeated && d.Outcome == Repeated:
-			d.Outcome = Admitted // a group consumed: the request is not a repeat
-		}
-		if g.allowed && g.extra > 0 {
-			d.Claimed = time.UnixMicro(g.extra)
-		}
-		if g.allowed && !r.check && !g.tookAll(gr) {
-			d.Held = true
-		}
-	}
-}
-
 // tookAll reports whether this call consumed every take of group gr.
 func (g groupResult) tookAll(gr group) bool {
 	all := ^uint32(0)
@@ -296,5 +260,32 @@ func (g groupResult) tookAll(gr group) bool {
 	return g.fresh == all
 }
 
-// bookedOutcome is the Outcome of admit.lua's booking outcomes.
-var bookedOutcome = map[int]Outcome{outcomeBooked: Booked, outcomeRebooked: Rebooked, outcomeQueued: Placed}
+// decision is the Decision of request r whose group gr answered g.
+func decision(g groupResult, r Request, gr group) Decision {
+	d := Decision{Outcome: g.outcome, Now: time.UnixMicro(g.now), Delay: time.Duration(g.delay) * time.Microsecond,
+		TakeIndex: -1, Remaining: int(g.remaining), Shadow: -1}
+	if g.shadow > 0 {
+		d.Shadow, d.ShadowDelay = gr.takes[g.shadow-1], time.Duration(g.shadowDelay)*time.Microsecond
+	}
+	if g.outcome == Done {
+		d.Now, d.Delay, d.Remaining = time.UnixMicro(g.now), 0, 0
+		return d
+	}
+	if g.binding > 0 {
+		i := gr.takes[g.binding-1]
+		t := r.Takes[i]
+		d.TakeIndex, d.Rule, d.Subject, d.Limit = i, t.Rule, t.Subject, t.Rule.bindingLimit(g.window)
+	}
+	switch {
+	case d.Booked():
+		d.Ahead = int(g.extra)
+	case d.Allowed():
+		if g.extra > 0 {
+			d.Claimed = time.UnixMicro(g.extra)
+		}
+		if !r.check && !g.tookAll(gr) {
+			d.Held = true
+		}
+	}
+	return d
+}

@@ -127,7 +127,7 @@ func TestBookQuietMorningInOrder(t *testing.T) {
 	quota := mustQuota(t, "m", Window{1, time.Hour})
 	for i := range 8 {
 		rcpt := fmt.Sprint("r", i)
-		r := Request{ID: fmt.Sprint("t", i), book: true, MaxWait: 150 * time.Millisecond, Takes: []Take{
+		r := Request{ID: fmt.Sprint("t", i), book: &Booking{}, MaxWait: 150 * time.Millisecond, Takes: []Take{
 			{Rule: quota, Subject: rcpt}, {Rule: q, Subject: rcpt}, {Rule: b, Subject: "gw"}}}
 		d := mustAdmit(t, l, r)
 		want, by := end, Rule(q)
@@ -140,7 +140,7 @@ func TestBookQuietMorningInOrder(t *testing.T) {
 	}
 	// The claims: each goes at its moment.
 	for i := range 8 {
-		r := Request{ID: fmt.Sprint("t", i), book: true, MaxWait: 150 * time.Millisecond, Takes: []Take{
+		r := Request{ID: fmt.Sprint("t", i), book: &Booking{}, MaxWait: 150 * time.Millisecond, Takes: []Take{
 			{Rule: quota, Subject: fmt.Sprint("r", i)}, {Rule: q, Subject: fmt.Sprint("r", i)}, {Rule: b, Subject: "gw"}}}
 		untilRedis(t, l, end.Add(time.Duration(i)*100*time.Millisecond-100*time.Millisecond))
 		d := mustAdmit(t, l, r)
@@ -165,7 +165,7 @@ func TestBookCalendarNextWindow(t *testing.T) {
 	c := mustCalendarWindow(t, 1, now.Add(-time.Hour), next, last)
 	b := mustBucket(t, "sms", 10, 5)
 	req := func(id string) Request {
-		return Request{ID: id, book: true, MaxWait: 100 * time.Millisecond, Takes: []Take{{Rule: c, Subject: "alice"}, {Rule: b, Subject: "gw"}}}
+		return Request{ID: id, book: &Booking{}, MaxWait: 100 * time.Millisecond, Takes: []Take{{Rule: c, Subject: "alice"}, {Rule: b, Subject: "gw"}}}
 	}
 	if d := mustAdmit(t, l, req("a")); !d.Allowed() {
 		t.Fatalf("a: %+v", d)

@@ -50,7 +50,7 @@ campaigns:
 	ctx := context.Background()
 	for i := 0; i < 3; i++ { // one sent, two booked: entries, tickets and a tail
 		_, err := lim.Book(ctx, throttle.Request{ID: fmt.Sprintf("t%d", i), Takes: []throttle.Take{
-			{Rule: quotas["marketing"], Subject: fmt.Sprintf("r%d@example.com", i%2)}, {Rule: buckets["sms"], Subject: "sms"}}})
+			{Rule: quotas["marketing"], Subject: fmt.Sprintf("r%d@example.com", i%2)}, {Rule: buckets["sms"], Subject: "sms"}}}, throttle.Booking{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -54,6 +54,15 @@
 //     the forwarder do, is the next one dequeued and runs with its retry
 //     count unchanged (jobs.Waker; jobs' TestWakerWakesAtTheMomentAtTheHead
 //     runs it through an asynq server).
+//  8. A handler is given its task's headers (the task message's field 15)
+//     as the very map the server keeps with the task (processor.go sets
+//     task.headers = msg.Headers, uncopied), and a retry writes the message
+//     back with that map (rdb.Retry encodes a copy of the message sharing
+//     it): an entry a handler sets before it returns an error asynq
+//     retries is in the task's headers when it runs again. That is where a
+//     task keeps that it is in its tenant's line (jobs). A task enqueued
+//     without headers has none (a nil map) and can keep nothing there, so
+//     the project's producers give every task one; TestContractRetry.
 //
 // Version is pinned in go.mod for this reason.
 package asynqdb

@@ -80,6 +80,15 @@ func TestContract(t *testing.T) {
 		if want := (asynqdb.Message{Type: "other", ID: "third", Queue: q, Retry: 25}).AppendTo(nil); got != string(want) {
 			t.Errorf("msg with defaults:\n got %q\nwant %q", got, want)
 		}
+		// Headers, as the project's producers give every task (item 8).
+		headers := map[string]string{"throttle-line": "0"}
+		if _, err := client.Enqueue(asynq.NewTaskWithHeaders("other", nil, headers), asynq.TaskID("fourth"), asynq.Queue(q)); err != nil {
+			t.Fatal(err)
+		}
+		got = rdb.HGet(ctx, asynqdb.TaskKey(q, "fourth"), "msg").Val()
+		if want := (asynqdb.Message{Type: "other", ID: "fourth", Queue: q, Retry: 25, Headers: headers}).AppendTo(nil); got != string(want) {
+			t.Errorf("msg with headers:\n got %q\nwant %q", got, want)
+		}
 	})
 
 	t.Run("dequeue", func(t *testing.T) {
@@ -124,19 +133,21 @@ func TestContractRetry(t *testing.T) {
 	client := asynq.NewClientFromRedisClient(rdb)
 	defer client.Close()
 	payload := []byte(`{"provider":"sms"}`)
-	if _, err := client.Enqueue(asynq.NewTask("notify", payload), asynq.TaskID("a"), asynq.Queue(q)); err != nil {
+	task := asynq.NewTaskWithHeaders("notify", payload, map[string]string{"line": "0"})
+	if _, err := client.Enqueue(task, asynq.TaskID("a"), asynq.Queue(q)); err != nil {
 		t.Fatal(err)
 	}
 	key := asynqdb.TaskKey(q, "a")
-	// Each run says it ran.
-	runs := make(chan struct{}, 4)
+	// Each run says it ran, with the header the run before it set.
+	runs := make(chan string, 4)
 	n := 0
 	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{Concurrency: 1, Queues: map[string]int{q: 1}, LogLevel: asynq.FatalLevel,
 		RetryDelayFunc: func(int, error, *asynq.Task) time.Duration { return time.Hour }})
 	err := srv.Start(asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
 		n++
-		runs <- struct{}{}
+		runs <- task.Headers()["line"]
 		if n == 1 {
+			task.Headers()["line"] = "1" // item 8: kept with the task's retry
 			return errors.New("not yet")
 		}
 		return nil
@@ -145,7 +156,9 @@ func TestContractRetry(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srv.Shutdown()
-	<-runs
+	if line := <-runs; line != "0" {
+		t.Errorf("the first run's header: %q, want the producer's %q", line, "0")
+	}
 	deadline := time.Now().Add(10 * time.Second)
 	for rdb.HGet(ctx, key, "state").Val() != "retry" {
 		if time.Now().After(deadline) {
@@ -165,7 +178,10 @@ func TestContractRetry(t *testing.T) {
 	// runs again.
 	rdb.ZAdd(ctx, asynqdb.RetryKey(q), redis.Z{Score: float64(time.Now().Unix() - 1), Member: "a"})
 	select {
-	case <-runs:
+	case line := <-runs:
+		if line != "1" {
+			t.Errorf("the second run's header: %q, want the %q the first run set", line, "1")
+		}
 	case <-time.After(15 * time.Second):
 		t.Fatal("the task did not run again once due")
 	}

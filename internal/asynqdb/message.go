@@ -2,6 +2,8 @@ package asynqdb
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -20,6 +22,7 @@ const (
 	fieldRetry     = 5
 	fieldTimeout   = 8
 	fieldRetention = 12
+	fieldHeaders   = 15 // map<string, string>: an entry per key, key 1 and value 2
 )
 
 // DefaultTimeout is the timeout asynq's Client gives a task that sets
@@ -27,7 +30,7 @@ const (
 const DefaultTimeout = 30 * time.Minute
 
 // Message is a pending task as Client.Enqueue would store it, for a task
-// with no deadline, no uniqueness lock, no group and no headers.
+// with no deadline, no uniqueness lock and no group.
 type Message struct {
 	Type      string
 	Payload   []byte
@@ -36,6 +39,7 @@ type Message struct {
 	Retry     int
 	Timeout   time.Duration // whole seconds; 0 means DefaultTimeout
 	Retention time.Duration // whole seconds
+	Headers   map[string]string
 }
 
 // AppendTo appends m's encoding (asynq's TaskMessage) to b: the task
@@ -69,6 +73,13 @@ func (m Message) AppendTo(b []byte) []byte {
 	b = varint(b, fieldRetry, int64(int32(m.Retry)))
 	b = varint(b, fieldTimeout, int64(timeout/time.Second))
 	b = varint(b, fieldRetention, int64(m.Retention/time.Second))
+	for _, k := range slices.Sorted(maps.Keys(m.Headers)) {
+		var e []byte
+		e = str(e, 1, k)
+		e = str(e, 2, m.Headers[k])
+		b = protowire.AppendTag(b, fieldHeaders, protowire.BytesType)
+		b = protowire.AppendBytes(b, e)
+	}
 	return b
 }
 

@@ -246,7 +246,7 @@ func TestBookings(t *testing.T) {
 	book := func(id, recipient string) throttle.Decision {
 		t.Helper()
 		d, err := f.lim.Book(ctx, throttle.Request{ID: id, Takes: []throttle.Take{
-			{Rule: f.marketing, Subject: recipient}, {Rule: f.sms, Subject: "sms"}}})
+			{Rule: f.marketing, Subject: recipient}, {Rule: f.sms, Subject: "sms"}}}, throttle.Booking{})
 		if err != nil {
 			t.Fatal(err)
 		}
