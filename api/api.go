@@ -83,7 +83,7 @@ func New(opts Options) (*Server, error) {
 		rdb:     opts.Redis,
 		client:  asynq.NewClientFromRedisClient(opts.Redis),
 		insp:    asynq.NewInspectorFromRedisClient(opts.Redis),
-		check:   intake.Checker{Config: opts.Config, Name: "the config"},
+		check:   intake.Checker{Config: opts.Config, Name: "the config", KeyPerTenant: true},
 		keys:    keys,
 		limiter: opts.Limiter,
 		sent:    jobs.NewSentMarks(opts.Limiter),

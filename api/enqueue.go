@@ -34,6 +34,9 @@ func (s *Server) enqueueOne(w http.ResponseWriter, r *http.Request, c *client) (
 		return writeError(w, invalid(err, "")), logged{}
 	}
 	if h := r.Header.Get(IdempotencyHeader); h != "" {
+		if err := intake.CheckKey(h, IdempotencyHeader); err != nil {
+			return writeError(w, &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Field: IdempotencyHeader, Message: err.Error()}), logged{}
+		}
 		if e.IdempotencyKey != "" && e.IdempotencyKey != h {
 			return writeError(w, &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Field: "/idempotency_key",
 				Message: "differs from the " + IdempotencyHeader + " header: give one, or the same in both"}), logged{}
@@ -154,9 +157,6 @@ func (s *Server) submit(ctx context.Context, c *client, e intake.Entry, base str
 			Message: fmt.Sprintf("this key sends as tenant %s, not %s", intake.Quote(c.key.Tenant), intake.Quote(e.Tenant))}}
 	}
 	key := e.IdempotencyKey
-	if key != "" {
-		e.IdempotencyKey = scopedKey(c.key.Tenant, key)
-	}
 	j, err := s.check.Check(e, time.Now())
 	if err != nil {
 		return result{err: invalid(err, base)}
@@ -195,12 +195,6 @@ func forbidden(field, kind, name string, c *client) *Error {
 	return &Error{Status: http.StatusForbidden, Code: CodeForbidden, Field: field,
 		Message: fmt.Sprintf("API key %s may not use %s %s", c.name, kind, intake.Quote(name))}
 }
-
-// scopedKey is the idempotency key of a tenant's notification as the
-// task ID is derived from it (jobs.TaskID): the same key from two tenants
-// is two notifications. A tenant has no control characters, so the NUL
-// keeps tenant and key apart.
-func scopedKey(tenant, key string) string { return tenant + "\x00" + key }
 
 // claimKey records the first use of an idempotency key: a hash of its
 // notification (bodyHash), for intake.KeyRetention. A later use with

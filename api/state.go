@@ -65,7 +65,7 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request, c *client) (int, lo
 func (s *Server) find(ctx context.Context, id string, c *client) (*View, error) {
 	v, err := s.view(ctx, id, c)
 	if isNotFound(err) {
-		v, err = s.view(ctx, jobs.TaskID(scopedKey(c.key.Tenant, id)), c)
+		v, err = s.view(ctx, intake.TaskID(c.key.Tenant, id), c)
 	}
 	return v, err
 }

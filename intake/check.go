@@ -25,7 +25,17 @@ type Job struct {
 type Checker struct {
 	Config *config.Config
 	Name   string // the config file, as messages name it
+	// KeyPerTenant derives a keyed task's ID from its tenant and its key
+	// (TaskID), as the API does, so that the same key from two tenants is
+	// two notifications; false derives it from the key alone, as enqueue
+	// -key does.
+	KeyPerTenant bool
 }
+
+// TaskID is the task ID of a notification enqueued with an idempotency
+// key: derived from the tenant and the key. A tenant has no control
+// characters, so the NUL keeps tenant and key apart.
+func TaskID(tenant, key string) string { return jobs.TaskID(tenant + "\x00" + key) }
 
 // Check applies the config's defaults to e, checks the result as the
 // worker will and returns its job. The error, an *Error, says what is
@@ -44,6 +54,9 @@ func (c Checker) Check(e Entry, now time.Time) (Job, error) {
 		Tenant:    e.Tenant,
 	}
 	queue := r.Queue
+	if err := CheckKey(e.IdempotencyKey, "idempotency_key"); err != nil {
+		return Job{}, err
+	}
 	if err := n.Check(); err != nil {
 		return Job{}, reason(err)
 	}
@@ -60,6 +73,9 @@ func (c Checker) Check(e Entry, now time.Time) (Job, error) {
 		return Job{}, fieldErr("send_by", "%s is in the past", n.SendBy.Format(time.RFC3339Nano))
 	}
 	id := jobs.TaskID(e.IdempotencyKey)
+	if c.KeyPerTenant && e.IdempotencyKey != "" {
+		id = TaskID(n.Tenant, e.IdempotencyKey)
+	}
 	opts := []asynq.Option{asynq.Queue(queue)}
 	if e.IdempotencyKey != "" {
 		// asynq forgets a completed task at once, and with it the ID's
