@@ -7,6 +7,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/notify-throttle/throttler/address"
 	"github.com/notify-throttle/throttler/config"
 	"github.com/notify-throttle/throttler/jobs"
 )
@@ -63,8 +64,12 @@ func (c Checker) Check(e Entry, now time.Time) (Job, error) {
 	if _, ok := c.Config.Policies[n.Policy]; !ok {
 		return Job{}, c.undefined("policy", n.Policy, suggestion(n.Policy, c.Config.Policies))
 	}
-	if _, ok := c.Config.Providers[n.Provider]; !ok {
+	p, ok := c.Config.Providers[n.Provider]
+	if !ok {
 		return Job{}, c.undefined("provider", n.Provider, suggestion(n.Provider, c.Config.Providers))
+	}
+	if err := address.Check(p.Type, n.Recipient); err != nil {
+		return Job{}, fieldErr("recipient", "%v, as provider %s (%s) needs", err, n.Provider, p.Type)
 	}
 	if _, ok := c.Config.Worker.Queues[queue]; !ok {
 		return Job{}, c.undefined("queue", queue, suggestion(queue, c.Config.Worker.Queues))

@@ -2,17 +2,22 @@ package intake
 
 import (
 	"errors"
+	"os"
 	"testing"
 	"time"
 
 	"github.com/notify-throttle/throttler/config"
+	"github.com/notify-throttle/throttler/throttle"
 )
 
-// testChecker checks against the default config: policy default,
-// provider console (a log provider), queue default.
+// testChecker checks against a config of policy marketing, provider
+// console (a log provider) and queue default, the defaults.
 func testChecker(t *testing.T) Checker {
 	t.Helper()
 	cfg := config.Default()
+	cfg.Policies["marketing"] = config.Policy{Windows: []throttle.Window{{Limit: 1, Per: time.Hour}}, OverCap: config.OverCapDefer}
+	cfg.Providers["console"] = config.Provider{Type: config.ProviderLog, Rate: 10, Burst: 10, Output: os.DevNull}
+	cfg.Defaults = config.Defaults{Policy: "marketing", Provider: "console", Queue: "default"}
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}

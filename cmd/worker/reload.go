@@ -49,6 +49,7 @@ func buildRules(cfg *config.Config, stdout io.Writer, counts *sentCounts, keep s
 			if counts != nil {
 				prov = counts.wrap(prov)
 			}
+			prov = addressed(p.Type, prov)
 			s = sender{p: prov}
 		}
 		s.cfg = p
