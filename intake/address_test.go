@@ -1,11 +1,15 @@
 package intake
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/notify-throttle/throttler/config"
+	"github.com/notify-throttle/throttler/jobs"
 )
 
 // TestRecipientFitsTheProvider: a recipient its provider's channel cannot
@@ -45,5 +49,18 @@ func TestRecipientFitsTheProvider(t *testing.T) {
 				t.Errorf("%v, want %q", err, tc.wantError)
 			}
 		})
+	}
+}
+
+// TestTooLargeNamesTheData: a notification whose task would be over
+// jobs.MaxPayloadLen is refused naming its data, as too large, however
+// small the rest.
+func TestTooLargeNamesTheData(t *testing.T) {
+	c := testChecker(t)
+	data := `{"x":"` + strings.Repeat("x", jobs.MaxPayloadLen-100) + `"}`
+	_, err := c.Check(Entry{Recipient: "a@example.com", Template: "t", Data: json.RawMessage(data)}, time.Now())
+	var e *Error
+	if !errors.As(err, &e) || e.Field != "data" || !e.TooLarge || !strings.HasPrefix(err.Error(), fmt.Sprintf("data: %d bytes, too much: the task's payload of ", len(data))) {
+		t.Errorf("%v (%#v), want a too large error about data", err, e)
 	}
 }

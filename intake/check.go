@@ -88,6 +88,13 @@ func (c Checker) Check(e Entry, now time.Time) (Job, error) {
 		opts = append(opts, asynq.Retention(KeyRetention))
 	}
 	task, err := jobs.NewTask(n, id, opts...)
+	var fe *jobs.FieldError
+	if errors.As(err, &fe) && fe.Field == "" {
+		// n and id were checked: the one check of the payload as a whole
+		// left is its size, which the data makes.
+		return Job{}, &Error{Field: "data", TooLarge: true,
+			Msg: fmt.Sprintf("%d bytes, too much: the task's %s (jobs.MaxPayloadLen)", len(n.Data), fe.Problem)}
+	}
 	if err != nil {
 		return Job{}, reason(err)
 	}

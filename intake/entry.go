@@ -28,7 +28,10 @@ import (
 type Error struct {
 	Field string
 	Msg   string
-	bare  bool // Msg names the field: the text is Msg alone
+	// TooLarge says the notification is valid but its task would be over
+	// jobs.MaxPayloadLen: the API answers 413 rather than 400.
+	TooLarge bool
+	bare     bool // Msg names the field: the text is Msg alone
 }
 
 func (e *Error) Error() string {
