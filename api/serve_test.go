@@ -33,9 +33,16 @@ func logFixture(t *testing.T) (*fixture, *bytes.Buffer) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.srv = httptest.NewServer(s)
-	t.Cleanup(f.srv.Close)
+	f.srv = newServer(t, s)
 	return f, &log
+}
+
+// newServer serves s on a loopback port until the test ends.
+func newServer(t *testing.T, s *Server) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(s)
+	t.Cleanup(srv.Close)
+	return srv
 }
 
 // TestEveryAnswerLoggedAndCounted: the 404 of an unknown path, the 405 of
@@ -216,8 +223,7 @@ func TestRedisDownAnswers503WithRetryAfter(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			srv := httptest.NewServer(s)
-			t.Cleanup(srv.Close)
+			srv := newServer(t, s)
 			// A deadline, not a speed target: without the API's own bound
 			// a hung Redis holds the answer for the client's 40 s.
 			client := &http.Client{Timeout: 20 * time.Second}

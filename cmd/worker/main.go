@@ -234,7 +234,7 @@ func work(ctx context.Context, f *flags, stdout, stderr io.Writer) error {
 	// (changed while no worker ran) is re-paced first.
 	repace(ctx, th, rdb, cfg, log)
 	reweigh(ctx, th, rdb, cfg, log)
-	apiURL, err := startAPI(ctx, cfg, rdb, reg, log)
+	apiSrv, apiURL, err := startAPI(ctx, cfg, rdb, reg, log)
 	if err != nil {
 		return err
 	}
@@ -251,7 +251,7 @@ func work(ctx context.Context, f *flags, stdout, stderr io.Writer) error {
 	go jobs.WatchClock(ctx, rdb, th.Metrics, log)
 	stopCampaigns := runCampaigns(ctx, campaigns)
 	rl := &reloader{path: f.path, running: running, senders: built, th: th, stdout: stdout, stderr: stderr, log: log, counts: counts,
-		reloads: newReloads(reg), rdb: rdb}
+		reloads: newReloads(reg), rdb: rdb, api: apiSrv}
 	go rl.run(ctx, hup)
 	log.Info("worker started", "concurrency", cfg.Worker.Concurrency, "queues", cfg.Queues(), "campaigns", len(cfg.Campaigns))
 
