@@ -168,7 +168,7 @@ const usage = "Usage: worker [-config config.yaml] [-demo 20s]\n" +
 	"Delivers notification jobs through the recipient policies and provider buckets in the config.\n" +
 	"REDIS_URL overrides redis.url and REDIS_PASSWORD redis.password; a secret in the config (a\n" +
 	"webhook header or URL, the Redis password or URL) may be {env: NAME} or {file: PATH} instead\n" +
-	"of the value. SIGINT/SIGTERM stop it gracefully; SIGHUP reloads the policies and providers.\n\n" +
+	"of the value. SIGINT/SIGTERM stop it gracefully; SIGHUP reloads the policies, providers and API keys.\n\n" +
 	"worker.http_addr (default 127.0.0.1:9464) serves /healthz, /metrics and the dashboard:\n" +
 	"/throttle (providers, policies, a recipient's windows, campaigns; JSON under /throttle/api/)\n" +
 	"and /monitoring/ (asynq's queues and tasks), behind worker.dashboard's auth.\n" +
