@@ -1,6 +1,6 @@
 // Package api is the HTTP API through which any service enqueues
-// notifications: POST one or a batch, GET where one stands, DELETE one not
-// yet sent. A request carries an API key (config api.keys) that names the
+// notifications: POST one or a batch, GET the tenant's list or where one
+// stands, DELETE one not yet sent. A request carries an API key (config api.keys) that names the
 // tenant its notifications are sent as and the policies and providers it
 // may use; each key has a rate limit of its own, a token bucket of the
 // throttle. A notification is the JSON object of a line of enqueue -file,
