@@ -1,6 +1,6 @@
 // Package api is the HTTP API through which any service enqueues
-// notifications: POST one or a batch, GET where one stands, DELETE one not
-// yet sent. A request carries an API key (config api.keys) that names the
+// notifications: POST one or a batch, GET the tenant's list or where one
+// stands, DELETE one not yet sent. A request carries an API key (config api.keys) that names the
 // tenant its notifications are sent as and the policies and providers it
 // may use; each key has a rate limit of its own, a token bucket of the
 // throttle. A notification is the JSON object of a line of enqueue -file,
@@ -11,13 +11,13 @@
 package api
 
 import (
-	"context"
 	"errors"
 	"log/slog"
+	"maps"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -32,13 +32,26 @@ import (
 
 // Limits of a request.
 const (
-	// MaxBody is the most bytes of one notification's request body: a
-	// task's whole payload is at most jobs.MaxPayloadLen.
+	// MaxBody is the most bytes of one notification's request body. The
+	// task made of it must also fit jobs.MaxPayloadLen, with what the
+	// config's defaults, the tenant and the time it was queued add: a body
+	// within MaxBody whose task would not fit is a 413 naming /data.
 	MaxBody = jobs.MaxPayloadLen
 	// MaxBatchBody is the most bytes of a batch request's body.
 	MaxBatchBody = 1 << 20
 	// MaxBatch is the most notifications in one batch request.
 	MaxBatch = 100
+	// Timeout bounds a request's work in Redis: past it the API answers
+	// 503 with Retry-After, whatever Redis does (down, the client's dials
+	// retrying; hung, its reads waiting), so that a producer is told at
+	// once rather than after the Redis client's own timeouts (3.5 s
+	// refused, 40 s hung). A healthy Redis answers a request in
+	// milliseconds. Work already sent may still be done after the 503: a
+	// retry with the same Idempotency-Key is safe.
+	Timeout = time.Second
+	// BatchTimeout is Timeout for a batch and a list, which make up to a
+	// few hundred round trips.
+	BatchTimeout = 5 * time.Second
 )
 
 // Options configure a Server.
@@ -56,17 +69,41 @@ type Options struct {
 
 // Server serves the API. It is safe for concurrent use.
 type Server struct {
+	// cfg is the config the server started with: its Redis prefix and
+	// queues hold until a restart; keys and names are in live.
 	cfg     *config.Config
+	live    atomic.Pointer[setup]
 	rdb     redis.UniversalClient
 	client  *asynq.Client
 	insp    *asynq.Inspector
-	check   intake.Checker
-	keys    []client
 	limiter *throttle.Limiter
 	sent    *jobs.SentMarks
 	metrics *metrics
 	log     *slog.Logger
 	mux     *http.ServeMux
+	// statuses are what each route, and "unrouted", may answer.
+	statuses map[string][]int
+}
+
+// setup is what a config reload replaces (Server.Reload): the keys, and
+// the names a notification may use.
+type setup struct {
+	cfg    *config.Config
+	keys   []client
+	check  intake.Checker
+	queues []string // where a notification may be: the config's queues, sorted
+}
+
+// newSetup builds the keys and the checker of cfg.
+func newSetup(cfg *config.Config) (*setup, error) {
+	st := &setup{cfg: cfg, check: intake.Checker{Config: cfg, Name: "the config", KeyPerTenant: true},
+		queues: slices.Sorted(maps.Keys(cfg.Worker.Queues))}
+	keys, err := clients(cfg, st)
+	if err != nil {
+		return nil, err
+	}
+	st.keys = keys
+	return st, nil
 }
 
 // New returns the API's server for the keys and names of opts.Config.
@@ -74,7 +111,7 @@ func New(opts Options) (*Server, error) {
 	if opts.Limiter == nil {
 		return nil, errors.New("api: Options.Limiter is required")
 	}
-	keys, err := clients(opts.Config)
+	st, err := newSetup(opts.Config)
 	if err != nil {
 		return nil, err
 	}
@@ -83,19 +120,35 @@ func New(opts Options) (*Server, error) {
 		rdb:     opts.Redis,
 		client:  asynq.NewClientFromRedisClient(opts.Redis),
 		insp:    asynq.NewInspectorFromRedisClient(opts.Redis),
-		check:   intake.Checker{Config: opts.Config, Name: "the config"},
-		keys:    keys,
 		limiter: opts.Limiter,
 		sent:    jobs.NewSentMarks(opts.Limiter),
 		metrics: newMetrics(opts.Metrics),
 		log:     opts.Log,
 		mux:     http.NewServeMux(),
 	}
+	s.live.Store(st)
+	s.statuses = map[string][]int{"unrouted": Unrouted}
 	for _, rt := range Routes() {
 		s.mux.Handle(rt.Method+" "+rt.Path, s.wrap(rt, s.handler(rt.Name)))
+		s.statuses[rt.Name] = rt.Statuses
 	}
 	s.mux.HandleFunc("/", notRouted)
 	return s, nil
+}
+
+// Reload makes cfg's API keys (with their tenants, rates and what each may
+// use) and its policies, providers and defaults those of every request
+// from now on, queues included: a SIGHUP's reload. Requests under way
+// finish with what they started with. The Redis prefix and api.addr are
+// the starting config's until a restart. On an error the running setup
+// stays.
+func (s *Server) Reload(cfg *config.Config) error {
+	st, err := newSetup(cfg)
+	if err != nil {
+		return err
+	}
+	s.live.Store(st)
+	return nil
 }
 
 // notRouted answers a request no route takes: 405 with the methods the
@@ -131,33 +184,40 @@ func matches(pattern, path string) bool {
 	return true
 }
 
-// ServeHTTP serves the API's routes.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
-
 // Route is one of the API's routes: its method, path pattern (as
-// net/http.ServeMux reads it) and the statuses it answers with.
+// net/http.ServeMux reads it), the statuses it answers with and how long
+// its work in Redis may take.
 type Route struct {
 	Name     string
 	Method   string
 	Path     string
 	Statuses []int
+	Timeout  time.Duration
 }
+
+// Unrouted are the statuses of a request no route takes (notRouted), as
+// openapi.yaml's x-unrouted documents them; its metrics and access log
+// name the route "unrouted".
+var Unrouted = []int{http.StatusNotFound, http.StatusMethodNotAllowed}
 
 // Routes returns the API's routes, as openapi.yaml documents them.
 func Routes() []Route {
-	common := []int{400, 401, 403, 413, 429, 503}
+	post := []int{400, 401, 403, 413, 415, 429, 503}
 	return []Route{
-		{Name: "enqueue", Method: http.MethodPost, Path: "/v1/notifications", Statuses: append([]int{200, 202, 409}, common...)},
-		{Name: "batch", Method: http.MethodPost, Path: "/v1/notifications/batch", Statuses: append([]int{200}, common...)},
-		{Name: "get", Method: http.MethodGet, Path: "/v1/notifications/{id}", Statuses: []int{200, 401, 404, 429, 503}},
-		{Name: "cancel", Method: http.MethodDelete, Path: "/v1/notifications/{id}", Statuses: []int{200, 401, 404, 409, 429, 503}},
+		{Name: "enqueue", Method: http.MethodPost, Path: "/v1/notifications", Statuses: append([]int{200, 202, 409}, post...), Timeout: Timeout},
+		{Name: "list", Method: http.MethodGet, Path: "/v1/notifications", Statuses: []int{200, 400, 401, 429, 503}, Timeout: BatchTimeout},
+		{Name: "batch", Method: http.MethodPost, Path: "/v1/notifications/batch", Statuses: append([]int{200}, post...), Timeout: BatchTimeout},
+		{Name: "get", Method: http.MethodGet, Path: "/v1/notifications/{id}", Statuses: []int{200, 401, 404, 429, 503}, Timeout: Timeout},
+		{Name: "cancel", Method: http.MethodDelete, Path: "/v1/notifications/{id}", Statuses: []int{200, 401, 404, 409, 429, 503}, Timeout: Timeout},
 	}
 }
 
-func (s *Server) handler(name string) func(http.ResponseWriter, *http.Request, *client) (int, logged) {
+func (s *Server) handler(name string) handlerFunc {
 	switch name {
 	case "enqueue":
 		return s.enqueueOne
+	case "list":
+		return s.list
 	case "batch":
 		return s.enqueueBatch
 	case "get":
@@ -166,55 +226,4 @@ func (s *Server) handler(name string) func(http.ResponseWriter, *http.Request, *
 		return s.cancel
 	}
 	panic("api: no handler for route " + name) // a route added without one
-}
-
-// logged is what a handler adds to its request's access log line.
-type logged struct {
-	id, recipient string
-	count         int
-}
-
-// wrap authenticates a request, runs h and records the request in the
-// metrics and the access log.
-func (s *Server) wrap(rt Route, h func(http.ResponseWriter, *http.Request, *client) (int, logged)) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
-		var status int
-		var what logged
-		c, err := s.authenticate(r)
-		if err != nil {
-			status = writeError(w, err)
-		} else {
-			status, what = h(w, r, c)
-		}
-		elapsed := time.Since(start)
-		s.metrics.observe(rt.Name, status, elapsed)
-		if !slices.Contains(rt.Statuses, status) && s.log != nil {
-			s.log.Error("api: a status openapi.yaml does not list", "route", rt.Name, "status", status)
-		}
-		s.access(r.Context(), rt, c, status, elapsed, what)
-	})
-}
-
-// access writes the request's access log line: recipients only with
-// api.log_recipients.
-func (s *Server) access(ctx context.Context, rt Route, c *client, status int, elapsed time.Duration, what logged) {
-	if s.log == nil {
-		return
-	}
-	attrs := []slog.Attr{slog.String("route", rt.Name), slog.Int("status", status),
-		slog.String("took", strconv.FormatFloat(elapsed.Seconds()*1000, 'f', 1, 64)+"ms")}
-	if c != nil {
-		attrs = append(attrs, slog.String("key", c.name))
-	}
-	if what.id != "" {
-		attrs = append(attrs, slog.String("id", what.id))
-	}
-	if what.count > 0 {
-		attrs = append(attrs, slog.Int("count", what.count))
-	}
-	if what.recipient != "" && s.cfg.API.LogRecipients {
-		attrs = append(attrs, slog.String("recipient", what.recipient))
-	}
-	s.log.LogAttrs(ctx, slog.LevelInfo, "api", attrs...)
 }

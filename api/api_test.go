@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -134,13 +135,33 @@ func (f *fixture) do(method, path, key, body string, headers ...string) response
 	if ct := res.Header.Get("Content-Type"); ct != "application/json" {
 		f.t.Errorf("%s %s: Content-Type %q", method, path, ct)
 	}
-	checkListed(f.t, method, path, res.StatusCode)
+	routed := checkListed(f.t, method, path, res.StatusCode)
+	checkHeaders(f.t, method+" "+path, res, routed && key != "")
 	return out
 }
 
+// checkHeaders fails the test unless an answer carries a request ID, and
+// the RateLimit headers if it answered a known key (not a 401; a 503 only
+// when Redis answered).
+func checkHeaders(t testing.TB, what string, res *http.Response, keyed bool) {
+	t.Helper()
+	if !wellFormedID(res.Header.Get(RequestIDHeader)) {
+		t.Errorf("%s: %d without a %s", what, res.StatusCode, RequestIDHeader)
+	}
+	if !keyed || res.StatusCode == http.StatusUnauthorized || res.StatusCode == http.StatusServiceUnavailable {
+		return
+	}
+	for _, h := range []string{"RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"} {
+		if _, err := strconv.Atoi(res.Header.Get(h)); err != nil {
+			t.Errorf("%s: %d with %s %q, want a number", what, res.StatusCode, h, res.Header.Get(h))
+		}
+	}
+}
+
 // checkListed fails the test if a route answered with a status its Route
-// (and so openapi.yaml) does not list.
-func checkListed(t testing.TB, method, path string, status int) {
+// (and so openapi.yaml) does not list, or a request no route takes with
+// one x-unrouted does not, and reports whether a route took it.
+func checkListed(t testing.TB, method, path string, status int) bool {
 	t.Helper()
 	mux := http.NewServeMux()
 	var listed []int
@@ -148,9 +169,14 @@ func checkListed(t testing.TB, method, path string, status int) {
 		mux.HandleFunc(rt.Method+" "+rt.Path, func(http.ResponseWriter, *http.Request) { listed = rt.Statuses })
 	}
 	mux.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(method, path, nil))
-	if listed != nil && !slices.Contains(listed, status) {
-		t.Errorf("%s %s answered %d, which its route does not list (%v)", method, path, status, listed)
+	routed := listed != nil
+	if !routed {
+		listed = Unrouted
 	}
+	if !slices.Contains(listed, status) {
+		t.Errorf("%s %s answered %d, which openapi.yaml does not list for it (%v)", method, path, status, listed)
+	}
+	return routed
 }
 
 func (f *fixture) post(key, body string, headers ...string) response {
@@ -230,9 +256,14 @@ func TestIdempotency(t *testing.T) {
 	if r := f.post(billingKey, `{"recipient":"alice@example.com","template":"welcome","data":{"name":"Alice"},"queue":"critical"}`, IdempotencyHeader, "welcome-alice"); r.status != http.StatusConflict {
 		t.Errorf("the same in another queue = %d %v, want 409", r.status, r.body)
 	}
+	// A 409 names where the key came from.
 	other := f.post(billingKey, `{"recipient":"alice@example.com","template":"goodbye"}`, IdempotencyHeader, "welcome-alice")
+	if code, field := other.errorOf(t); other.status != http.StatusConflict || code != CodeConflict || field != IdempotencyHeader {
+		t.Errorf("same key in the header, another notification = %d %s %s, want 409 %s %s", other.status, code, field, CodeConflict, IdempotencyHeader)
+	}
+	other = f.post(billingKey, `{"recipient":"alice@example.com","template":"goodbye","idempotency_key":"welcome-alice"}`)
 	if code, field := other.errorOf(t); other.status != http.StatusConflict || code != CodeConflict || field != "/idempotency_key" {
-		t.Errorf("same key, another notification = %d %s %s, want 409 %s /idempotency_key", other.status, code, field, CodeConflict)
+		t.Errorf("same key in the body, another notification = %d %s %s, want 409 %s /idempotency_key", other.status, code, field, CodeConflict)
 	}
 	// Another tenant's key of the same name is another notification.
 	growth := f.post(growthKey, welcome, IdempotencyHeader, "welcome-alice")
@@ -277,8 +308,7 @@ func TestUnknownRoutes(t *testing.T) {
 		status       int
 		allow        string
 	}{
-		{"PUT", "/v1/notifications", 405, "POST"},
-		{"GET", "/v1/notifications", 405, "POST"},
+		{"PUT", "/v1/notifications", 405, "POST, GET"},
 		{"PATCH", "/v1/notifications/abc", 405, "GET, DELETE"},
 		{"GET", "/v1/notifications/batch", 200, ""}, // an ID like any other: not found
 		{"GET", "/v2/notifications", 404, ""},

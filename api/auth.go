@@ -5,8 +5,10 @@ import (
 	"crypto/subtle"
 	"fmt"
 	"maps"
+	"math"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/google/uuid"
@@ -22,10 +24,11 @@ type client struct {
 	sum    [sha256.Size]byte // of the key: compared in constant time
 	key    config.APIKey
 	bucket *throttle.Bucket // notifications per second, per key
+	setup  *setup           // the keys and names it was found among
 }
 
 // clients returns the config's API keys, by name.
-func clients(cfg *config.Config) ([]client, error) {
+func clients(cfg *config.Config, st *setup) ([]client, error) {
 	var out []client
 	for _, name := range slices.Sorted(maps.Keys(cfg.API.Keys)) {
 		k := cfg.API.Keys[name]
@@ -33,7 +36,7 @@ func clients(cfg *config.Config) ([]client, error) {
 		if err != nil {
 			return nil, fmt.Errorf("api: key %s: %w", name, err)
 		}
-		out = append(out, client{name: name, sum: sha256.Sum256([]byte(k.Key)), key: k, bucket: b})
+		out = append(out, client{name: name, sum: sha256.Sum256([]byte(k.Key)), key: k, bucket: b, setup: st})
 	}
 	return out, nil
 }
@@ -45,7 +48,7 @@ const bucketName = "api"
 // authenticate returns the client whose key the request carries as
 // "Authorization: Bearer <key>". Every key is compared, in constant time,
 // so the time taken says nothing about which came close.
-func (s *Server) authenticate(r *http.Request) (*client, error) {
+func (st *setup) authenticate(r *http.Request) (*client, error) {
 	h := r.Header.Get("Authorization")
 	scheme, key, _ := strings.Cut(h, " ")
 	if h == "" || !strings.EqualFold(scheme, "Bearer") || key == "" {
@@ -54,9 +57,9 @@ func (s *Server) authenticate(r *http.Request) (*client, error) {
 	}
 	sum := sha256.Sum256([]byte(strings.TrimSpace(key)))
 	var found *client
-	for i := range s.keys {
-		if subtle.ConstantTimeCompare(sum[:], s.keys[i].sum[:]) == 1 {
-			found = &s.keys[i]
+	for i := range st.keys {
+		if subtle.ConstantTimeCompare(sum[:], st.keys[i].sum[:]) == 1 {
+			found = &st.keys[i]
 		}
 	}
 	if found == nil {
@@ -66,13 +69,12 @@ func (s *Server) authenticate(r *http.Request) (*client, error) {
 }
 
 // limit takes n tokens of c's bucket, or returns the 429 that says when
-// they will be there. The bucket is the throttle's, in Redis: every worker
-// serving the API shares it, on Redis's clock.
-func (s *Server) limit(r *http.Request, c *client, n int) error {
-	if s.limiter == nil {
-		return nil
-	}
+// they will be there, and sets the answer's RateLimit headers either way.
+// The bucket is the throttle's, in Redis: every worker serving the API
+// shares it, on Redis's clock.
+func (s *Server) limit(w http.ResponseWriter, r *http.Request, c *client, n int) error {
 	if n > c.key.Burst {
+		s.peek(w, r, c)
 		return &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Field: "/notifications",
 			Message: fmt.Sprintf("%d notifications, more than this key's burst of %d: send fewer at once", n, c.key.Burst)}
 	}
@@ -81,9 +83,40 @@ func (s *Server) limit(r *http.Request, c *client, n int) error {
 	if err != nil {
 		return unavailable(err)
 	}
+	rateHeaders(w, c, d)
 	if !d.Allowed() {
 		return &Error{Status: http.StatusTooManyRequests, Code: CodeRateLimited, RetryAfter: d.Delay,
 			Message: fmt.Sprintf("over this key's rate limit (%v/s, burst %d): retry after %s", c.key.Rate, c.key.Burst, timefmt.Duration(d.Delay))}
 	}
 	return nil
+}
+
+// peek sets the RateLimit headers of an answer that took no token (a
+// batch refused before it was counted), from what the bucket holds now;
+// nothing when Redis cannot tell.
+func (s *Server) peek(w http.ResponseWriter, r *http.Request, c *client) {
+	d, err := s.limiter.Check(r.Context(), throttle.Request{ID: uuid.NewString(),
+		Takes: []throttle.Take{{Rule: c.bucket, Subject: "api-key:" + c.name, Cost: 1}}})
+	if err == nil {
+		if d.Allowed() {
+			d.Remaining++ // Check counts the token it would take
+		}
+		rateHeaders(w, c, d)
+	}
+}
+
+// rateHeaders sets the RateLimit headers of the IETF draft
+// (draft-ietf-httpapi-ratelimit-headers, the three-field form): the key's
+// burst, the tokens left after this request, and the seconds until the
+// bucket is full again.
+func rateHeaders(w http.ResponseWriter, c *client, d throttle.Decision) {
+	left := max(0, min(d.Remaining, c.key.Burst))
+	if !d.Allowed() {
+		left = 0
+	}
+	full := math.Ceil(float64(c.key.Burst-left) / c.key.Rate)
+	h := w.Header()
+	h.Set("RateLimit-Limit", strconv.Itoa(c.key.Burst))
+	h.Set("RateLimit-Remaining", strconv.Itoa(left))
+	h.Set("RateLimit-Reset", strconv.FormatFloat(full, 'f', 0, 64))
 }

@@ -33,6 +33,7 @@ func BenchmarkEnqueue(b *testing.B) {
 				}
 				req, _ := http.NewRequest(http.MethodPost, f.srv.URL+path, strings.NewReader(body))
 				req.Header.Set("Authorization", "Bearer "+billingKey)
+				req.Header.Set("Content-Type", "application/json")
 				res, err := client.Do(req)
 				if err != nil {
 					b.Fatal(err)

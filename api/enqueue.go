@@ -21,34 +21,59 @@ import (
 // idempotency_key is the same.
 const IdempotencyHeader = "Idempotency-Key"
 
+// ReplayedHeader is "true" on the answer to a notification whose
+// idempotency key was used before with the same notification (200, the
+// original): nothing new was enqueued.
+const ReplayedHeader = "Idempotent-Replayed"
+
 // enqueueOne serves POST /v1/notifications: 202 and the notification when
 // it is new, 200 and the original when its idempotency key was used with
 // the same notification, 409 when with another.
-func (s *Server) enqueueOne(w http.ResponseWriter, r *http.Request, c *client) (int, logged) {
+func (s *Server) enqueueOne(w http.ResponseWriter, r *http.Request, c *client) logged {
+	if err := s.limit(w, r, c, 1); err != nil {
+		writeError(w, err)
+		return logged{}
+	}
+	if err := requireJSON(r); err != nil {
+		writeError(w, err)
+		return logged{}
+	}
 	body, err := readBody(w, r, MaxBody)
 	if err != nil {
-		return writeError(w, err), logged{}
+		writeError(w, err)
+		return logged{}
 	}
 	e, err := intake.ParseLine(body)
 	if err != nil {
-		return writeError(w, invalid(err, "")), logged{}
+		writeError(w, invalid(err, ""))
+		return logged{}
 	}
+	keyField := "/idempotency_key"
 	if h := r.Header.Get(IdempotencyHeader); h != "" {
+		if err := intake.CheckKey(h, IdempotencyHeader); err != nil {
+			writeError(w, &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Field: IdempotencyHeader, Message: err.Error()})
+			return logged{}
+		}
 		if e.IdempotencyKey != "" && e.IdempotencyKey != h {
-			return writeError(w, &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Field: "/idempotency_key",
-				Message: "differs from the " + IdempotencyHeader + " header: give one, or the same in both"}), logged{}
+			writeError(w, &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Field: "/idempotency_key",
+				Message: "differs from the " + IdempotencyHeader + " header: give one, or the same in both"})
+			return logged{}
+		}
+		if e.IdempotencyKey == "" {
+			keyField = IdempotencyHeader // a 409 names where the key came from
 		}
 		e.IdempotencyKey = h
 	}
-	if err := s.limit(r, c, 1); err != nil {
-		return writeError(w, err), logged{}
-	}
-	res := s.submit(r.Context(), c, e, "")
+	res := s.submit(r.Context(), c, e, "", keyField)
 	if res.err != nil {
-		return writeError(w, res.err), logged{recipient: e.Recipient}
+		writeError(w, res.err)
+		return logged{recipient: e.Recipient}
+	}
+	if res.status == http.StatusOK {
+		w.Header().Set(ReplayedHeader, "true")
 	}
 	writeJSON(w, res.status, res.view)
-	return res.status, logged{id: res.view.ID, recipient: e.Recipient}
+	return logged{id: res.view.ID, recipient: e.Recipient}
 }
 
 // batchRequest is the body of POST /v1/notifications/batch.
@@ -66,32 +91,18 @@ type batchResult struct {
 
 // enqueueBatch serves POST /v1/notifications/batch: up to MaxBatch
 // notifications, each enqueued or refused on its own, each result in its
-// place. The batch as a whole is 200 once it was read.
-func (s *Server) enqueueBatch(w http.ResponseWriter, r *http.Request, c *client) (int, logged) {
-	body, err := readBody(w, r, MaxBatchBody)
+// place. The batch as a whole is 200 once it was read; it takes a token
+// of the key's rate limit per notification.
+func (s *Server) enqueueBatch(w http.ResponseWriter, r *http.Request, c *client) logged {
+	req, err := readBatch(w, r)
 	if err != nil {
-		return writeError(w, err), logged{}
+		s.peek(w, r, c) // refused before it was counted
+		writeError(w, err)
+		return logged{}
 	}
-	if r.Header.Get(IdempotencyHeader) != "" {
-		return writeError(w, &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Field: IdempotencyHeader,
-			Message: "not for a batch: give each notification its idempotency_key"}), logged{}
-	}
-	var req batchRequest
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil || dec.More() {
-		return writeError(w, &Error{Status: http.StatusBadRequest, Code: CodeInvalid,
-			Message: `must be {"notifications": [...]}, one JSON object: ` + describeJSONError(err)}), logged{}
-	}
-	switch n := len(req.Notifications); {
-	case n == 0:
-		return writeError(w, &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Field: "/notifications", Message: "no notifications"}), logged{}
-	case n > MaxBatch:
-		return writeError(w, &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Field: "/notifications",
-			Message: fmt.Sprintf("%d notifications, more than %d in one batch", n, MaxBatch)}), logged{}
-	}
-	if err := s.limit(r, c, len(req.Notifications)); err != nil {
-		return writeError(w, err), logged{}
+	if err := s.limit(w, r, c, len(req.Notifications)); err != nil {
+		writeError(w, err)
+		return logged{}
 	}
 	results := make([]batchResult, len(req.Notifications))
 	for i, raw := range req.Notifications {
@@ -101,7 +112,7 @@ func (s *Server) enqueueBatch(w http.ResponseWriter, r *http.Request, c *client)
 		if err != nil {
 			res = result{err: invalid(err, base)}
 		} else {
-			res = s.submit(r.Context(), c, e, base)
+			res = s.submit(r.Context(), c, e, base, base+"/idempotency_key")
 		}
 		if res.err != nil {
 			results[i] = batchResult{Status: res.err.Status, Error: res.err}
@@ -110,7 +121,37 @@ func (s *Server) enqueueBatch(w http.ResponseWriter, r *http.Request, c *client)
 		}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"results": results})
-	return http.StatusOK, logged{count: len(results)}
+	return logged{count: len(results)}
+}
+
+// readBatch reads a batch's body, or returns why it is refused whole.
+func readBatch(w http.ResponseWriter, r *http.Request) (batchRequest, error) {
+	var req batchRequest
+	if err := requireJSON(r); err != nil {
+		return req, err
+	}
+	body, err := readBody(w, r, MaxBatchBody)
+	if err != nil {
+		return req, err
+	}
+	if r.Header.Get(IdempotencyHeader) != "" {
+		return req, &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Field: IdempotencyHeader,
+			Message: "not for a batch: give each notification its idempotency_key"}
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil || dec.More() {
+		return req, &Error{Status: http.StatusBadRequest, Code: CodeInvalid,
+			Message: `must be {"notifications": [...]}, one JSON object: ` + describeJSONError(err)}
+	}
+	switch n := len(req.Notifications); {
+	case n == 0:
+		return req, &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Field: "/notifications", Message: "no notifications"}
+	case n > MaxBatch:
+		return req, &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Field: "/notifications",
+			Message: fmt.Sprintf("%d notifications, more than %d in one batch", n, MaxBatch)}
+	}
+	return req, nil
 }
 
 // describeJSONError says why a batch's body did not decode.
@@ -144,8 +185,9 @@ type result struct {
 
 // submit checks e as enqueue does, with the key's tenant and what it may
 // use, and enqueues it unless its idempotency key was used already. base
-// is the JSON pointer of e in the request body.
-func (s *Server) submit(ctx context.Context, c *client, e intake.Entry, base string) result {
+// is the JSON pointer of e in the request body, keyField where its
+// idempotency key came from (a pointer, or the header).
+func (s *Server) submit(ctx context.Context, c *client, e intake.Entry, base, keyField string) result {
 	switch {
 	case e.Tenant == "":
 		e.Tenant = c.key.Tenant
@@ -154,10 +196,8 @@ func (s *Server) submit(ctx context.Context, c *client, e intake.Entry, base str
 			Message: fmt.Sprintf("this key sends as tenant %s, not %s", intake.Quote(c.key.Tenant), intake.Quote(e.Tenant))}}
 	}
 	key := e.IdempotencyKey
-	if key != "" {
-		e.IdempotencyKey = scopedKey(c.key.Tenant, key)
-	}
-	j, err := s.check.Check(e, time.Now())
+	accepted := time.Now()
+	j, err := c.setup.check.Check(e, accepted)
 	if err != nil {
 		return result{err: invalid(err, base)}
 	}
@@ -170,14 +210,14 @@ func (s *Server) submit(ctx context.Context, c *client, e intake.Entry, base str
 		return result{err: forbidden(base+"/provider", "provider", n.Provider, c)}
 	}
 	if key != "" {
-		if err := s.claimKey(ctx, j, key, base); err != nil {
+		if err := s.claimKey(ctx, j, key, keyField); err != nil {
 			return result{err: err}
 		}
 	}
 	_, err = s.client.EnqueueContext(ctx, j.Task)
 	switch {
 	case errors.Is(err, asynq.ErrTaskIDConflict):
-		return s.replay(ctx, c, j, key, base)
+		return s.replay(ctx, c, j, key, keyField)
 	case err != nil:
 		if key != "" { // so that a retry is not a 409
 			s.rdb.Del(context.WithoutCancel(ctx), keyRecord(s.cfg.Redis.Prefix, j.ID))
@@ -187,6 +227,7 @@ func (s *Server) submit(ctx context.Context, c *client, e intake.Entry, base str
 	if stamped, err := jobs.Decode(j.Task.Payload()); err == nil {
 		n.Queued = stamped.Queued // the time NewTask stamped on the task
 	}
+	s.listed(ctx, c, j.ID, j.Queue, accepted)
 	return result{status: http.StatusAccepted, view: newView(j.ID, j.Queue, n, stateQueued)}
 }
 
@@ -196,18 +237,12 @@ func forbidden(field, kind, name string, c *client) *Error {
 		Message: fmt.Sprintf("API key %s may not use %s %s", c.name, kind, intake.Quote(name))}
 }
 
-// scopedKey is the idempotency key of a tenant's notification as the
-// task ID is derived from it (jobs.TaskID): the same key from two tenants
-// is two notifications. A tenant has no control characters, so the NUL
-// keeps tenant and key apart.
-func scopedKey(tenant, key string) string { return tenant + "\x00" + key }
-
 // claimKey records the first use of an idempotency key: a hash of its
 // notification (bodyHash), for intake.KeyRetention. A later use with
 // another notification is a 409 at once. asynq keeps a task ID unique
 // within a queue only; the record, set atomically, keeps it unique across
 // queues, and two first uses at once apart.
-func (s *Server) claimKey(ctx context.Context, j intake.Job, key, base string) *Error {
+func (s *Server) claimKey(ctx context.Context, j intake.Job, key, field string) *Error {
 	sum := bodyHash(j.Notification, j.Queue)
 	k := keyRecord(s.cfg.Redis.Prefix, j.ID)
 	set, err := s.rdb.SetNX(ctx, k, sum[:], intake.KeyRetention).Result()
@@ -222,14 +257,15 @@ func (s *Server) claimKey(ctx context.Context, j intake.Job, key, base string) *
 		return unavailable(err)
 	}
 	if first != string(sum[:]) {
-		return reused(key, j.ID, base)
+		return reused(key, j.ID, field)
 	}
 	return nil
 }
 
-// reused is the 409 of an idempotency key used with another notification.
-func reused(key, id, base string) *Error {
-	return &Error{Status: http.StatusConflict, Code: CodeConflict, Field: base + "/idempotency_key",
+// reused is the 409 of an idempotency key, from field, used with another
+// notification.
+func reused(key, id, field string) *Error {
+	return &Error{Status: http.StatusConflict, Code: CodeConflict, Field: field,
 		Message: fmt.Sprintf("idempotency key %s was used with another notification (%s): use a new key for a new one", intake.Quote(key), id)}
 }
 
@@ -238,8 +274,8 @@ func reused(key, id, base string) *Error {
 // config's defaults fill both in, without the time each was queued), else
 // 409: the task is checked too, as the key's record may have expired while
 // it waited. A keyed task is kept intake.KeyRetention after it is done.
-func (s *Server) replay(ctx context.Context, c *client, j intake.Job, key, base string) result {
-	info, err := s.task(j.ID)
+func (s *Server) replay(ctx context.Context, c *client, j intake.Job, key, field string) result {
+	info, err := s.task(j.ID, c.setup.queues)
 	if err != nil {
 		return result{err: asError(err)}
 	}
@@ -251,7 +287,7 @@ func (s *Server) replay(ctx context.Context, c *client, j intake.Job, key, base 
 		return result{err: unavailable(err)}
 	}
 	if bodyHash(first, info.Queue) != bodyHash(j.Notification, j.Queue) {
-		return result{err: reused(key, j.ID, base)}
+		return result{err: reused(key, j.ID, field)}
 	}
 	v, err := s.view(ctx, j.ID, c)
 	if err != nil {

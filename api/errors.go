@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/json"
 	"errors"
+	"mime"
 	"net/http"
 	"strconv"
 	"strings"
@@ -16,15 +17,17 @@ const (
 	CodeUnauthorized = "unauthorized"         // 401: no API key, or an unknown one
 	CodeForbidden    = "forbidden"            // 403: the key may not use this policy, provider or tenant
 	CodeInvalid      = "invalid"              // 400: the body is not a notification the config accepts
-	CodeTooLarge     = "too_large"            // 413: the body is over the route's limit
+	CodeTooLarge     = "too_large"            // 413: the body is over the route's limit, or its task over jobs.MaxPayloadLen
 	CodeNotFound     = "not_found"            // 404
 	CodeConflict     = "idempotency_conflict" // 409: the key was used with another body
 	CodeAlreadySent  = "already_sent"         // 409: too late to cancel
 	CodeNotPending   = "not_cancelable"       // 409: being sent now, or already archived
 	CodeRateLimited  = "rate_limited"         // 429: the key's rate limit; see Retry-After
-	CodeUnavailable  = "unavailable"          // 503: Redis did not answer
+	CodeUnavailable  = "unavailable"          // 503: Redis did not answer (in time); see Retry-After
 	// CodeMethodNotAllowed is the 405 of a method a path does not have.
 	CodeMethodNotAllowed = "method_not_allowed"
+	// CodeUnsupportedMedia is the 415 of a body that is not application/json.
+	CodeUnsupportedMedia = "unsupported_media_type"
 )
 
 // Error is an API error: the response's status and its JSON body
@@ -35,9 +38,10 @@ type Error struct {
 	Message string `json:"message"`
 	// Field is a JSON pointer (RFC 6901) to the part of the request body
 	// at fault ("/recipient", "/notifications/3/data"), or the header
-	// ("Idempotency-Key"); "" for the request as a whole.
+	// ("Idempotency-Key") or query parameter ("cursor"); "" for the
+	// request as a whole.
 	Field string `json:"field,omitempty"`
-	// RetryAfter, with a 429, is when to try again.
+	// RetryAfter, with a 429 or a 503, is when to try again.
 	RetryAfter time.Duration `json:"-"`
 }
 
@@ -71,7 +75,7 @@ func writeError(w http.ResponseWriter, err error) int {
 // unavailable is the error of a request Redis did not answer; the cause
 // is not shown (it may name hosts).
 func unavailable(error) *Error {
-	return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "the queue did not answer: try again"}
+	return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, RetryAfter: time.Second, Message: "the queue did not answer: try again"}
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -83,15 +87,35 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 // invalid turns an intake error about a notification at pointer base ("" or
-// "/notifications/3") into a 400 pointing at its field; an undefined
-// policy or provider is also a 400.
+// "/notifications/3") into a 400 pointing at its field (an undefined
+// policy or provider is also a 400), or the 413 of one whose task would
+// be too large.
 func invalid(err error, base string) *Error {
 	e := &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Message: err.Error(), Field: base}
 	var ie *intake.Error
 	if errors.As(err, &ie) && ie.Field != "" {
 		e.Field = base + "/" + pointerToken(ie.Field)
 	}
+	if ie != nil && ie.TooLarge {
+		e.Status, e.Code = http.StatusRequestEntityTooLarge, CodeTooLarge
+	}
 	return e
+}
+
+// requireJSON returns the 415 of a request whose body is not declared
+// application/json (a charset parameter is fine), else nil: a form or
+// text body is a client's mistake best named before its bytes are read.
+func requireJSON(r *http.Request) *Error {
+	ct := r.Header.Get("Content-Type")
+	if mt, _, err := mime.ParseMediaType(ct); err == nil && mt == "application/json" {
+		return nil
+	}
+	got := intake.Quote(ct)
+	if ct == "" {
+		got = "none"
+	}
+	return &Error{Status: http.StatusUnsupportedMediaType, Code: CodeUnsupportedMedia, Field: "Content-Type",
+		Message: "the body must be sent as Content-Type: application/json (got " + got + ")"}
 }
 
 // pointerToken escapes a member name for a JSON pointer (RFC 6901).

@@ -109,11 +109,11 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 			t.Errorf("%s: openapi.yaml's statuses %v, the handler's %v", key, got, want)
 		}
 		for code, r := range responses {
+			resp := d.response(t, r)
+			d.checkHeaders(t, key+" "+code, code, resp)
 			if code[0] == '2' {
 				continue
 			}
-			ref, _ := r.(map[string]any)["$ref"].(string)
-			resp := d.at(t, "components", "responses", strings.TrimPrefix(ref, "#/components/responses/"))
 			schema := resp["content"].(map[string]any)["application/json"].(map[string]any)["schema"].(map[string]any)
 			if schema["$ref"] != "#/components/schemas/Error" {
 				t.Errorf("%s %s: schema %v, want the Error", key, code, schema)
@@ -122,6 +122,51 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 	}
 	for key := range documented {
 		t.Errorf("openapi.yaml documents %s, which the server does not serve", key)
+	}
+	// What no route answers: every status is documented somewhere.
+	unrouted := d.at(t, "x-unrouted")
+	var got, want []string
+	for code, r := range unrouted {
+		got = append(got, code)
+		d.checkHeaders(t, "unrouted "+code, "401", d.response(t, r)) // no key is looked at
+	}
+	for _, s := range Unrouted {
+		want = append(want, strconv.Itoa(s))
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
+		t.Errorf("x-unrouted's statuses %v, the server's %v", got, want)
+	}
+}
+
+// response returns a response, following its $ref.
+func (d doc) response(t *testing.T, r any) map[string]any {
+	t.Helper()
+	m := r.(map[string]any)
+	if ref, ok := m["$ref"].(string); ok {
+		return d.at(t, "components", "responses", strings.TrimPrefix(ref, "#/components/responses/"))
+	}
+	return m
+}
+
+// checkHeaders fails the test unless a response of status code documents
+// the headers the server sends with it: Request-Id always, the RateLimit
+// ones with every answer to a known key (not a 401; with a 503 only when
+// Redis answered), Retry-After with a 429 and a 503.
+func (d doc) checkHeaders(t *testing.T, what, code string, resp map[string]any) {
+	t.Helper()
+	headers, _ := resp["headers"].(map[string]any)
+	want := []string{RequestIDHeader}
+	if code != "401" && code != "503" {
+		want = append(want, "RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset")
+	}
+	if code == "429" || code == "503" {
+		want = append(want, "Retry-After")
+	}
+	for _, h := range want {
+		if headers[h] == nil {
+			t.Errorf("%s: openapi.yaml does not document the header %s", what, h)
+		}
 	}
 }
 
@@ -142,6 +187,7 @@ func TestOpenAPIMatchesShapes(t *testing.T) {
 		{"ErrorDetail", jsonNames(reflect.TypeFor[Error]())},
 		{"Error", jsonNames(reflect.TypeFor[errorBody]())},
 		{"BatchResult", jsonNames(reflect.TypeFor[batchResult]())},
+		{"List", jsonNames(reflect.TypeFor[listAnswer]())},
 	} {
 		if got := props(c.schema); !slices.Equal(got, c.want) {
 			t.Errorf("schema %s has %v, the code %v", c.schema, got, c.want)
@@ -152,16 +198,33 @@ func TestOpenAPIMatchesShapes(t *testing.T) {
 		codes = append(codes, c.(string))
 	}
 	want := []string{CodeUnauthorized, CodeForbidden, CodeInvalid, CodeTooLarge, CodeNotFound, CodeConflict,
-		CodeAlreadySent, CodeNotPending, CodeRateLimited, CodeUnavailable, CodeMethodNotAllowed}
+		CodeAlreadySent, CodeNotPending, CodeRateLimited, CodeUnavailable, CodeMethodNotAllowed, CodeUnsupportedMedia}
 	if !slices.Equal(codes, want) {
 		t.Errorf("error codes %v, the code's %v", codes, want)
 	}
-	var states []string
-	for _, s := range schemas["State"].(map[string]any)["properties"].(map[string]any)["state"].(map[string]any)["enum"].([]any) {
-		states = append(states, s.(string))
+	enum := func(v any) []string {
+		var out []string
+		for _, s := range v.(map[string]any)["enum"].([]any) {
+			out = append(out, s.(string))
+		}
+		return out
 	}
-	if want := []string{stateQueued, stateWaiting, stateSending, stateSent, stateCompleted, stateArchived, stateCanceled}; !slices.Equal(states, want) {
-		t.Errorf("states %v, the code's %v", states, want)
+	if got := enum(schemas["State"].(map[string]any)["properties"].(map[string]any)["state"]); !slices.Equal(got, states) {
+		t.Errorf("states %v, the code's %v", got, states)
+	}
+	// The list's parameters are those the server reads, its states too.
+	var params []string
+	for _, p := range d.at(t, "paths", "/v1/notifications", "get")["parameters"].([]any) {
+		p := p.(map[string]any)
+		params = append(params, p["name"].(string))
+		if p["name"] == "state" {
+			if got := enum(p["schema"]); !slices.Equal(got, states) {
+				t.Errorf("the list's states %v, the code's %v", got, states)
+			}
+		}
+	}
+	if !slices.Equal(params, listParams) {
+		t.Errorf("the list's parameters %v, the code's %v", params, listParams)
 	}
 	batch := d.at(t, "paths", "/v1/notifications/batch", "post", "requestBody", "content", "application/json", "schema", "properties", "notifications")
 	if batch["maxItems"] != MaxBatch {

@@ -38,6 +38,7 @@ func TestKeysAndRecipientsStayOut(t *testing.T) {
 			for _, body := range []string{welcome, `{"recipient":"alice@example.com"}`} {
 				req := httptest.NewRequest(http.MethodPost, "/v1/notifications", strings.NewReader(body))
 				req.Header.Set("Authorization", "Bearer "+key)
+				req.Header.Set("Content-Type", "application/json")
 				s.ServeHTTP(httptest.NewRecorder(), req)
 			}
 		}

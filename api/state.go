@@ -3,9 +3,7 @@ package api
 import (
 	"context"
 	"errors"
-	"maps"
 	"net/http"
-	"slices"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -24,6 +22,9 @@ const (
 	stateArchived  = "archived"  // never to be sent, for Reason (expired, dropped, rejected)
 	stateCanceled  = "canceled"  // archived by DELETE
 )
+
+// states are the states, as openapi.yaml lists them.
+var states = []string{stateQueued, stateWaiting, stateSending, stateSent, stateCompleted, stateArchived, stateCanceled}
 
 // View is a notification as the API shows it.
 type View struct {
@@ -48,16 +49,18 @@ func newView(id, queue string, n jobs.Notification, state string) *View {
 
 // get serves GET /v1/notifications/{id}: id is the task ID, or the
 // idempotency key it was enqueued with.
-func (s *Server) get(w http.ResponseWriter, r *http.Request, c *client) (int, logged) {
-	if err := s.limit(r, c, 1); err != nil {
-		return writeError(w, err), logged{}
+func (s *Server) get(w http.ResponseWriter, r *http.Request, c *client) logged {
+	if err := s.limit(w, r, c, 1); err != nil {
+		writeError(w, err)
+		return logged{}
 	}
 	v, err := s.find(r.Context(), r.PathValue("id"), c)
 	if err != nil {
-		return writeError(w, err), logged{}
+		writeError(w, err)
+		return logged{}
 	}
 	writeJSON(w, http.StatusOK, v)
-	return http.StatusOK, logged{id: v.ID}
+	return logged{id: v.ID}
 }
 
 // find returns the view of the notification id names: a task ID, else an
@@ -65,7 +68,7 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request, c *client) (int, lo
 func (s *Server) find(ctx context.Context, id string, c *client) (*View, error) {
 	v, err := s.view(ctx, id, c)
 	if isNotFound(err) {
-		v, err = s.view(ctx, jobs.TaskID(scopedKey(c.key.Tenant, id)), c)
+		v, err = s.view(ctx, intake.TaskID(c.key.Tenant, id), c)
 	}
 	return v, err
 }
@@ -78,7 +81,12 @@ func isNotFound(err error) bool {
 // view returns where task id stands, from asynq's task and the worker's
 // sent marker. Another tenant's notification is not found.
 func (s *Server) view(ctx context.Context, id string, c *client) (*View, error) {
-	info, err := s.task(id)
+	return s.viewIn(ctx, id, c.setup.queues, c)
+}
+
+// viewIn is view, looking for the task in queues only.
+func (s *Server) viewIn(ctx context.Context, id string, queues []string, c *client) (*View, error) {
+	info, err := s.task(id, queues)
 	if err != nil {
 		return nil, err
 	}
@@ -131,10 +139,9 @@ func (s *Server) view(ctx context.Context, id string, c *client) (*View, error) 
 	return v, nil
 }
 
-// task returns asynq's task id from whichever of the config's queues holds
-// it, or nil.
-func (s *Server) task(id string) (*asynq.TaskInfo, error) {
-	for _, q := range slices.Sorted(maps.Keys(s.cfg.Worker.Queues)) {
+// task returns asynq's task id from whichever of queues holds it, or nil.
+func (s *Server) task(id string, queues []string) (*asynq.TaskInfo, error) {
+	for _, q := range queues {
 		info, err := s.insp.GetTaskInfo(q, id)
 		switch {
 		case err == nil:
@@ -170,26 +177,30 @@ func notFound(id string) *Error {
 // is archived, never to be sent (200, state canceled; again, the same
 // answer); one sent already, being sent, or archived is a 409 that says
 // which.
-func (s *Server) cancel(w http.ResponseWriter, r *http.Request, c *client) (int, logged) {
-	if err := s.limit(r, c, 1); err != nil {
-		return writeError(w, err), logged{}
+func (s *Server) cancel(w http.ResponseWriter, r *http.Request, c *client) logged {
+	if err := s.limit(w, r, c, 1); err != nil {
+		writeError(w, err)
+		return logged{}
 	}
 	ctx := r.Context()
 	v, err := s.find(ctx, r.PathValue("id"), c)
 	if err != nil {
-		return writeError(w, err), logged{}
+		writeError(w, err)
+		return logged{}
 	}
 	what := logged{id: v.ID}
 	if v.State == stateQueued || v.State == stateWaiting {
 		if v, err = s.archive(ctx, v, c); err != nil {
-			return writeError(w, err), what
+			writeError(w, err)
+			return what
 		}
 	}
 	if v.State != stateCanceled {
-		return writeError(w, notCancelable(v)), what
+		writeError(w, notCancelable(v))
+		return what
 	}
 	writeJSON(w, http.StatusOK, v)
-	return http.StatusOK, what
+	return what
 }
 
 // archive archives a queued or waiting notification and marks it

@@ -7,6 +7,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/notify-throttle/throttler/address"
 	"github.com/notify-throttle/throttler/config"
 	"github.com/notify-throttle/throttler/jobs"
 )
@@ -25,7 +26,17 @@ type Job struct {
 type Checker struct {
 	Config *config.Config
 	Name   string // the config file, as messages name it
+	// KeyPerTenant derives a keyed task's ID from its tenant and its key
+	// (TaskID), as the API does, so that the same key from two tenants is
+	// two notifications; false derives it from the key alone, as enqueue
+	// -key does.
+	KeyPerTenant bool
 }
+
+// TaskID is the task ID of a notification enqueued with an idempotency
+// key: derived from the tenant and the key. A tenant has no control
+// characters, so the NUL keeps tenant and key apart.
+func TaskID(tenant, key string) string { return jobs.TaskID(tenant + "\x00" + key) }
 
 // Check applies the config's defaults to e, checks the result as the
 // worker will and returns its job. The error, an *Error, says what is
@@ -44,14 +55,21 @@ func (c Checker) Check(e Entry, now time.Time) (Job, error) {
 		Tenant:    e.Tenant,
 	}
 	queue := r.Queue
+	if err := CheckKey(e.IdempotencyKey, "idempotency_key"); err != nil {
+		return Job{}, err
+	}
 	if err := n.Check(); err != nil {
 		return Job{}, reason(err)
 	}
 	if _, ok := c.Config.Policies[n.Policy]; !ok {
 		return Job{}, c.undefined("policy", n.Policy, suggestion(n.Policy, c.Config.Policies))
 	}
-	if _, ok := c.Config.Providers[n.Provider]; !ok {
+	p, ok := c.Config.Providers[n.Provider]
+	if !ok {
 		return Job{}, c.undefined("provider", n.Provider, suggestion(n.Provider, c.Config.Providers))
+	}
+	if err := address.Check(p.Type, n.Recipient); err != nil {
+		return Job{}, fieldErr("recipient", "%v, as provider %s (%s) needs", err, n.Provider, p.Type)
 	}
 	if _, ok := c.Config.Worker.Queues[queue]; !ok {
 		return Job{}, c.undefined("queue", queue, suggestion(queue, c.Config.Worker.Queues))
@@ -60,6 +78,9 @@ func (c Checker) Check(e Entry, now time.Time) (Job, error) {
 		return Job{}, fieldErr("send_by", "%s is in the past", n.SendBy.Format(time.RFC3339Nano))
 	}
 	id := jobs.TaskID(e.IdempotencyKey)
+	if c.KeyPerTenant && e.IdempotencyKey != "" {
+		id = TaskID(n.Tenant, e.IdempotencyKey)
+	}
 	opts := []asynq.Option{asynq.Queue(queue)}
 	if e.IdempotencyKey != "" {
 		// asynq forgets a completed task at once, and with it the ID's
@@ -67,6 +88,13 @@ func (c Checker) Check(e Entry, now time.Time) (Job, error) {
 		opts = append(opts, asynq.Retention(KeyRetention))
 	}
 	task, err := jobs.NewTask(n, id, opts...)
+	var fe *jobs.FieldError
+	if errors.As(err, &fe) && fe.Field == "" {
+		// n and id were checked: the one check of the payload as a whole
+		// left is its size, which the data makes.
+		return Job{}, &Error{Field: "data", TooLarge: true,
+			Msg: fmt.Sprintf("%d bytes, too much: the task's %s (jobs.MaxPayloadLen)", len(n.Data), fe.Problem)}
+	}
 	if err != nil {
 		return Job{}, reason(err)
 	}

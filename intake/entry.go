@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/notify-throttle/throttler/internal/textdist"
@@ -27,7 +28,10 @@ import (
 type Error struct {
 	Field string
 	Msg   string
-	bare  bool // Msg names the field: the text is Msg alone
+	// TooLarge says the notification is valid but its task would be over
+	// jobs.MaxPayloadLen: the API answers 413 rather than 400.
+	TooLarge bool
+	bare     bool // Msg names the field: the text is Msg alone
 }
 
 func (e *Error) Error() string {
@@ -119,7 +123,10 @@ func (e *Entry) set(key string, raw json.RawMessage) error {
 	case "queue":
 		return str(&e.Queue)
 	case "idempotency_key":
-		return str(&e.IdempotencyKey)
+		if err := str(&e.IdempotencyKey); err != nil {
+			return err
+		}
+		return CheckKey(e.IdempotencyKey, "idempotency_key")
 	case "tz":
 		return str(&e.TZ)
 	case "tenant":
@@ -143,6 +150,23 @@ func (e *Entry) set(key string, raw json.RawMessage) error {
 		return nil
 	}
 	return unknownField(key)
+}
+
+// CheckKey reports what is wrong with an idempotency key given as field
+// (the body's idempotency_key, the API's Idempotency-Key header, enqueue's
+// -key): a control character, or nothing but spaces. A key is quoted in
+// messages and logs, where a NUL or an ESC would pass for something else,
+// and the key of spaces is a mistake, not a key. "" is no key.
+func CheckKey(key, field string) error {
+	for i, r := range key {
+		if unicode.IsControl(r) {
+			return fieldErr(field, "control character %U (byte %d)", r, i+1)
+		}
+	}
+	if key != "" && strings.TrimSpace(key) == "" {
+		return fieldErr(field, "blank (only spaces)")
+	}
+	return nil
 }
 
 func isField(key string) bool {

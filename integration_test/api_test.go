@@ -33,6 +33,13 @@ func apiFleet(t *testing.T, policy string) (*fleet, string) {
 // apiFleetOn is apiFleet, on a Redis Cluster of 3 masters if cluster.
 func apiFleetOn(t *testing.T, policy string, cluster bool) (*fleet, string) {
 	t.Helper()
+	f, _, url := apiWorker(t, policy, cluster)
+	return f, url
+}
+
+// apiWorker is apiFleetOn, which also returns its worker.
+func apiWorker(t *testing.T, policy string, cluster bool) (*fleet, *workerProc, string) {
+	t.Helper()
 	addr := freeAddr(t)
 	start := func(cfg fleetConfig) *fleet { return newFleet(t, cfg, nil) }
 	if cluster {
@@ -48,8 +55,8 @@ func apiFleetOn(t *testing.T, policy string, cluster bool) (*fleet, string) {
     growth: {key: %s, tenant: growth, policies: [pace]}
 `, addr, apiKeyBilling, apiKeyGrowth),
 	})
-	f.startWorker("w1")
-	return f, "http://" + addr
+	w := f.startWorker("w1")
+	return f, w, "http://" + addr
 }
 
 // apiAnswer is an API response: its status and JSON body.
@@ -135,8 +142,8 @@ func TestAPIEnqueue(t *testing.T) {
 		t.Errorf("the same key again = %d %v, want 200 and %s", again.status, again.body, id)
 	}
 	changed := call(t, "POST", url, apiKeyBilling, `{"recipient":"alice@example.com","template":"goodbye"}`, "Idempotency-Key", "welcome-alice")
-	if code, field := changed.errorField(); changed.status != 409 || code != "idempotency_conflict" || field != "/idempotency_key" {
-		t.Errorf("the key with another body = %d %v, want 409 idempotency_conflict", changed.status, changed.body)
+	if code, field := changed.errorField(); changed.status != 409 || code != "idempotency_conflict" || field != "Idempotency-Key" {
+		t.Errorf("the key with another body = %d %v, want 409 idempotency_conflict naming the header it came in", changed.status, changed.body)
 	}
 	if r := call(t, "POST", url, "not-a-key-of-this-config", one); r.status != 401 {
 		t.Errorf("a wrong key = %d %v, want 401", r.status, r.body)
@@ -236,7 +243,8 @@ func TestAPICancel(t *testing.T) {
 
 // TestAPIOnlyNeedsNoProviderSecrets: worker -api-only serves the API from a
 // config whose webhook header is {env: HOOK_TOKEN}, unset on its host, and
-// enqueues; a worker on that host stops at start, naming the variable.
+// enqueues, and takes a key added to the file at SIGHUP; a worker on that
+// host stops at start, naming the variable.
 func TestAPIOnlyNeedsNoProviderSecrets(t *testing.T) {
 	addr, health := freeAddr(t), freeAddr(t)
 	f := newFleet(t, fleetConfig{Concurrency: 1, ShutdownTimeout: time.Second, Policy: "[{limit: 100, per: 1h}]", Rate: 10, Burst: 10,
@@ -288,6 +296,24 @@ func TestAPIOnlyNeedsNoProviderSecrets(t *testing.T) {
 	if info, err := f.insp.GetTaskInfo(fleetQueue, r.body["id"].(string)); err != nil || info.State.String() != "pending" {
 		t.Errorf("the task: %v %v, want pending: -api-only delivers nothing", info, err)
 	}
+	// SIGHUP reloads -api-only's keys too.
+	const opsKey = "ops-key-0123456789abcdef"
+	billing := fmt.Sprintf("billing: {key: %s, tenant: billing}\n", apiKeyBilling)
+	data = []byte(strings.Replace(string(data), billing, billing+fmt.Sprintf("    ops: {key: %s, tenant: ops}\n", opsKey), 1))
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(out.String(), "api reloaded"); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no \"api reloaded\" in worker -api-only's log after SIGHUP")
+		}
+	}
+	if r := call(t, "POST", "http://"+addr+"/v1/notifications", opsKey, `{"recipient":"bob@example.com","template":"welcome"}`); r.status != 202 {
+		t.Errorf("POST with a key added by SIGHUP = %d %v, want 202", r.status, r.body)
+	}
 }
 
 // TestAPIOnCluster: on a Redis Cluster, a keyed notification is enqueued
@@ -322,5 +348,47 @@ func TestAPIOnCluster(t *testing.T) {
 	waitDelivered(t, f, after.body["id"].(string))
 	if got := f.hook.delivered(); len(got) != 2 {
 		t.Errorf("delivered %v, want the first and the one after the canceled one", got)
+	}
+}
+
+// TestAPIReloadsKeysOnSIGHUP: a key and a policy added to the config file
+// are taken by the worker's API after SIGHUP, without a restart, and a key
+// removed is refused.
+func TestAPIReloadsKeysOnSIGHUP(t *testing.T) {
+	f, w, base := apiWorker(t, "[{limit: 5, per: 1h}]", false)
+	url := base + "/v1/notifications"
+	const opsKey = "ops-key-0123456789abcdef"
+	vip := `{"recipient":"a@example.com","template":"t","policy":"vip"}`
+	if r := call(t, "POST", url, opsKey, `{"recipient":"a@example.com","template":"t"}`); r.status != 401 {
+		t.Fatalf("a key not yet in the config = %d %v, want 401", r.status, r.body)
+	}
+	if r := call(t, "POST", url, apiKeyBilling, vip); r.status != 400 {
+		t.Fatalf("a policy not yet in the config = %d %v, want 400", r.status, r.body)
+	}
+	addr := strings.TrimPrefix(base, "http://")
+	f.cfg.MorePolicies += "\n  vip: [{limit: 5, per: 1h}]"
+	f.cfg.API = fmt.Sprintf(`
+  addr: %s
+  keys:
+    billing: {key: %s, tenant: billing}
+    ops: {key: %s, tenant: ops}
+`, addr, apiKeyBilling, opsKey)
+	f.writeConfig(w.name, w.metrics)
+	if err := w.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(w.out.String(), "api reloaded"); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no \"api reloaded\" in the worker's log after SIGHUP:\n%s", w.out.String())
+		}
+	}
+	if r := call(t, "POST", url, opsKey, `{"recipient":"a@example.com","template":"t"}`); r.status != 202 || r.body["tenant"] != "ops" {
+		t.Errorf("the key added = %d %v, want 202 as tenant ops", r.status, r.body)
+	}
+	if r := call(t, "POST", url, apiKeyBilling, vip); r.status != 202 {
+		t.Errorf("the policy added = %d %v, want 202", r.status, r.body)
+	}
+	if r := call(t, "POST", url, apiKeyGrowth, `{"recipient":"a@example.com","template":"t"}`); r.status != 401 {
+		t.Errorf("the key removed = %d %v, want 401", r.status, r.body)
 	}
 }

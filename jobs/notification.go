@@ -119,7 +119,13 @@ func (n *Notification) Check() error {
 	if err := noControl("recipient", n.Recipient); err != nil {
 		return err
 	}
+	if strings.TrimSpace(n.Recipient) == "" {
+		return bad("recipient", "blank (only spaces)")
+	}
 	if err := field("template", n.Template, MaxTemplateLen); err != nil {
+		return err
+	}
+	if err := noControl("template", n.Template); err != nil {
 		return err
 	}
 	if err := field("policy", n.Policy, MaxTemplateLen); err != nil {
@@ -155,9 +161,10 @@ func checkTenant(tenant string) error {
 	return noControl("tenant", tenant)
 }
 
-// noControl refuses a control character in field's value v: a recipient
-// or tenant names keys in Redis and appears in log lines and the dashboard,
-// where a NUL or a newline would pass for something else.
+// noControl refuses a control character in field's value v: a recipient,
+// template, tenant or task ID names keys in Redis or a provider's message
+// and appears in log lines and the dashboard, where a NUL, an ESC or a
+// newline would pass for something else.
 func noControl(field, v string) error {
 	for i, r := range v {
 		if unicode.IsControl(r) {
@@ -298,6 +305,9 @@ func NewTask(n Notification, id string, opts ...asynq.Option) (*asynq.Task, erro
 	}
 	if strings.TrimSpace(id) == "" {
 		return nil, bad("task ID", "missing")
+	}
+	if err := noControl("task ID", id); err != nil {
+		return nil, err
 	}
 	if n.Queued == nil {
 		now := time.Now().UTC().Truncate(time.Second) // a fixed length: payload sizes do not vary

@@ -72,6 +72,9 @@ func (t *Throttle) route(ctx context.Context, id string, n Notification) (job, e
 	if j.route, ok = rs.Providers[n.Provider]; !ok {
 		return job{}, fmt.Errorf("provider %q is not defined: %w", n.Provider, ErrBadPayload)
 	}
+	if err := checkAddress(j.route.Provider, n.Recipient); err != nil {
+		return job{}, err
+	}
 	j.queue, _ = asynq.GetQueueName(ctx)
 	// A message that may fold into a digest does not book: a booking it
 	// made would stand while it folds, and the next fold would find the

@@ -215,11 +215,11 @@ func TestLongLines(t *testing.T) {
 	// escaping, so it does not grow to six bytes per '<' past the limit.
 	edgeLen := len(edge) + len(`,"policy":"marketing","provider":"console","queued_at":"2006-01-02T15:04:05Z"`)
 	want := fmt.Sprintf(`%[1]s:2: line of 1048576 bytes, more than 65536
-%[1]s:5: payload of %[2]d bytes, more than 65536
+%[1]s:5: data: %[3]d bytes, too much: the task's payload of %[2]d bytes, more than 65536 (jobs.MaxPayloadLen)
 %[1]s:6: line of 65537 bytes, more than 65536
 %[1]s:7: line of 65538 bytes, more than 65536
 enqueued 4, duplicates 0, rejected 4 (8 lines)
-`, path, edgeLen)
+`, path, edgeLen, len(edge)-len(`{"recipient":"f@example.com","template":"t","data":}`))
 	if out.code != 1 || out.stderr != want {
 		t.Fatalf("enqueue = %d, stderr:\n%s\nwant 1, stderr:\n%s", out.code, out.stderr, want)
 	}

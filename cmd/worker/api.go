@@ -9,6 +9,8 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,26 +24,27 @@ import (
 )
 
 // startAPI serves the HTTP API (package api) on api.addr until ctx ends and
-// returns its base URL, or "" when the config has no api.addr. The API has
-// a listener of its own, apart from worker.http_addr: other services reach
-// it with API keys, while http_addr is the operators' (loopback or
-// dashboard auth), so each is exposed and guarded on its own. Not being
-// able to listen stops the worker: producers would find nothing there.
-func startAPI(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient, reg prometheus.Registerer, log *slog.Logger) (string, error) {
+// returns it and its base URL, or nil and "" when the config has no
+// api.addr. The API has a listener of its own, apart from
+// worker.http_addr: other services reach it with API keys, while
+// http_addr is the operators' (loopback or dashboard auth), so each is
+// exposed and guarded on its own. Not being able to listen stops the
+// worker: producers would find nothing there.
+func startAPI(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient, reg prometheus.Registerer, log *slog.Logger) (*api.Server, string, error) {
 	if cfg.API.Addr == "" {
-		return "", nil
+		return nil, "", nil
 	}
 	lim, err := throttle.New(rdb, throttle.Options{Prefix: cfg.Redis.Prefix, Remember: cfg.Worker.RememberTakes})
 	if err != nil {
-		return "", err
+		return nil, "", err
 	}
 	h, err := api.New(api.Options{Config: cfg, Redis: rdb, Limiter: lim, Metrics: reg, Log: log})
 	if err != nil {
-		return "", err
+		return nil, "", err
 	}
 	ln, err := net.Listen("tcp", cfg.API.Addr)
 	if err != nil {
-		return "", fmt.Errorf("api.addr: %w", err)
+		return nil, "", fmt.Errorf("api.addr: %w", err)
 	}
 	hs := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second}
 	go func() { <-ctx.Done(); _ = hs.Close() }()
@@ -52,13 +55,35 @@ func startAPI(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient
 	}()
 	url := "http://" + ln.Addr().String()
 	log.Info("api", "url", url+"/v1/notifications", "keys", len(cfg.API.Keys))
-	return url, nil
+	return h, url, nil
+}
+
+// reloadAPI gives the API the keys and names of a reloaded config (see
+// api.Server.Reload); a change of api.addr waits for a restart.
+func reloadAPI(srv *api.Server, cfg, old *config.Config, log *slog.Logger) {
+	if srv == nil {
+		return
+	}
+	if cfg.API.Addr != old.API.Addr {
+		log.Warn("config reload: api.addr takes effect at the next start")
+	}
+	if err := srv.Reload(cfg); err != nil {
+		log.Error("config reload: the API keeps its keys and names", "err", err)
+		return
+	}
+	log.Info("api reloaded", "keys", len(cfg.API.Keys))
 }
 
 // runAPIOnly is -api-only: the HTTP API, /healthz and /metrics, and no
 // worker. It loads the config as a producer (config.LoadAPI): the
-// providers' secrets need not be on its host.
+// providers' secrets need not be on its host. SIGHUP reloads the API's
+// keys and names.
 func runAPIOnly(ctx context.Context, path string, stderr io.Writer) error {
+	// SIGHUP reloads the keys and names (reloadAPIOnly); caught from here
+	// on, so that one sent while it starts does not end it.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	cfg, err := config.LoadAPI(path, os.Getenv)
 	if err != nil {
 		return err
@@ -77,7 +102,8 @@ func runAPIOnly(ctx context.Context, path string, stderr io.Writer) error {
 	}
 	defer closeRedis()
 	reg := prometheus.NewRegistry()
-	if _, err := startAPI(ctx, cfg, rdb, reg, log); err != nil {
+	srv, _, err := startAPI(ctx, cfg, rdb, reg, log)
+	if err != nil {
 		return err
 	}
 	if cfg.Worker.HTTPAddr != "" {
@@ -87,6 +113,27 @@ func runAPIOnly(ctx context.Context, path string, stderr io.Writer) error {
 			go serveHTTP(ctx, ln, nil, rdb, reg, log)
 		}
 	}
-	<-ctx.Done()
-	return nil
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-hup:
+			reloadAPIOnly(path, srv, &cfg, stderr, log)
+		}
+	}
+}
+
+// reloadAPIOnly is -api-only's SIGHUP: it re-reads the config as a
+// producer and gives the API its keys and names; an invalid file is
+// refused, its problems printed, and the running config stays.
+func reloadAPIOnly(path string, srv *api.Server, running **config.Config, stderr io.Writer, log *slog.Logger) {
+	log.Info("SIGHUP: reloading the config", "file", path)
+	cfg, err := config.LoadAPI(path, os.Getenv)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		log.Error("config reload refused: the running config stays", "file", path)
+		return
+	}
+	reloadAPI(srv, cfg, *running, log)
+	*running = cfg
 }

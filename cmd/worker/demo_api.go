@@ -41,7 +41,7 @@ func demoCurl(ctx context.Context, base string, out io.Writer) error {
 		demoAPIRecipient, demoPolicy, demoProvider)
 	fmt.Fprintf(out, "One more through the HTTP API, as this curl command does:\n"+
 		"  curl -X POST %s/v1/notifications -H 'Authorization: Bearer %s' \\\n"+
-		"       -H 'Idempotency-Key: demo-erin-welcome' -d '%s'\n", base, demoAPIKey, body)
+		"       -H 'Idempotency-Key: demo-erin-welcome' -H 'Content-Type: application/json' -d '%s'\n", base, demoAPIKey, body)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/notifications", bytes.NewReader([]byte(body)))
 	if err != nil {
 		return err

@@ -168,7 +168,7 @@ const usage = "Usage: worker [-config config.yaml] [-demo 20s]\n" +
 	"Delivers notification jobs through the recipient policies and provider buckets in the config.\n" +
 	"REDIS_URL overrides redis.url and REDIS_PASSWORD redis.password; a secret in the config (a\n" +
 	"webhook header or URL, the Redis password or URL) may be {env: NAME} or {file: PATH} instead\n" +
-	"of the value. SIGINT/SIGTERM stop it gracefully; SIGHUP reloads the policies and providers.\n\n" +
+	"of the value. SIGINT/SIGTERM stop it gracefully; SIGHUP reloads the policies, providers and API keys.\n\n" +
 	"worker.http_addr (default 127.0.0.1:9464) serves /healthz, /metrics and the dashboard:\n" +
 	"/throttle (providers, policies, a recipient's windows, campaigns; JSON under /throttle/api/)\n" +
 	"and /monitoring/ (asynq's queues and tasks), behind worker.dashboard's auth.\n" +
@@ -234,7 +234,7 @@ func work(ctx context.Context, f *flags, stdout, stderr io.Writer) error {
 	// (changed while no worker ran) is re-paced first.
 	repace(ctx, th, rdb, cfg, log)
 	reweigh(ctx, th, rdb, cfg, log)
-	apiURL, err := startAPI(ctx, cfg, rdb, reg, log)
+	apiSrv, apiURL, err := startAPI(ctx, cfg, rdb, reg, log)
 	if err != nil {
 		return err
 	}
@@ -251,7 +251,7 @@ func work(ctx context.Context, f *flags, stdout, stderr io.Writer) error {
 	go jobs.WatchClock(ctx, rdb, th.Metrics, log)
 	stopCampaigns := runCampaigns(ctx, campaigns)
 	rl := &reloader{path: f.path, running: running, senders: built, th: th, stdout: stdout, stderr: stderr, log: log, counts: counts,
-		reloads: newReloads(reg), rdb: rdb}
+		reloads: newReloads(reg), rdb: rdb, api: apiSrv}
 	go rl.run(ctx, hup)
 	log.Info("worker started", "concurrency", cfg.Worker.Concurrency, "queues", cfg.Queues(), "campaigns", len(cfg.Campaigns))
 

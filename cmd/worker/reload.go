@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/notify-throttle/throttler/api"
 	"github.com/notify-throttle/throttler/config"
 	"github.com/notify-throttle/throttler/jobs"
 )
@@ -49,6 +50,7 @@ func buildRules(cfg *config.Config, stdout io.Writer, counts *sentCounts, keep s
 			if counts != nil {
 				prov = counts.wrap(prov)
 			}
+			prov = addressed(p.Type, prov)
 			s = sender{p: prov}
 		}
 		s.cfg = p
@@ -112,6 +114,7 @@ type reloader struct {
 	// reloads counts the reloads by result (newReloads); nil counts none.
 	reloads *prometheus.CounterVec
 	rdb     redis.UniversalClient
+	api     *api.Server // the HTTP API, if served: its keys and names reload too
 }
 
 // run reloads at every signal on hup until ctx ends.
@@ -131,8 +134,10 @@ func (r *reloader) run(ctx context.Context, hup <-chan os.Signal) {
 // already in Redis: they travel with each admission); a job whose policy or
 // provider is gone is archived with the reason. An invalid one is refused:
 // its problems are printed as a start prints them, file:line: path:
-// message, and the running config stays. Other sections (redis, worker,
-// campaigns, defaults, api) take effect at the next start, and a change to
+// message, and the running config stays. The HTTP API takes the new
+// api.keys, api.log_recipients, policies, providers, defaults and queues
+// at once (reloadAPI). Other sections (redis, worker, campaigns, defaults
+// for the worker, api.addr) take effect at the next start, and a change to
 // them is logged as such.
 func (r *reloader) reload(ctx context.Context) {
 	r.log.Info("SIGHUP: reloading the config", "file", r.path)
@@ -157,10 +162,10 @@ func (r *reloader) reload(ctx context.Context) {
 	}
 	old := r.running.Load()
 	if !reflect.DeepEqual(cfg.Redis, old.Redis) || !reflect.DeepEqual(cfg.Worker, old.Worker) ||
-		!reflect.DeepEqual(cfg.Campaigns, old.Campaigns) || cfg.Defaults != old.Defaults || !reflect.DeepEqual(cfg.API, old.API) ||
-		cfg.Log != old.Log {
-		r.log.Warn("config reload: changes to redis, worker, campaigns, defaults, api or log take effect at the next start")
+		!reflect.DeepEqual(cfg.Campaigns, old.Campaigns) || cfg.Defaults != old.Defaults || cfg.Log != old.Log {
+		r.log.Warn("config reload: changes to redis, worker, campaigns, defaults or log take effect at the next start")
 	}
+	reloadAPI(r.api, cfg, old, r.log)
 	r.th.Swap(rules)
 	r.running.Store(cfg)
 	r.senders = built

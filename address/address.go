@@ -1,0 +1,119 @@
+// Package address checks that a recipient is an address its provider's
+// channel can deliver to, before it is enqueued (package intake: the API,
+// enqueue) and again before a worker sends it (jobs.Addresser): a number
+// that is not E.164 for twilio, an email address for smtp, ses and
+// sendgrid, a device token for fcm and apns. Sent as it is, a bad address
+// costs a vendor call, and the vendor's invalid-address answer suppresses
+// that string for good. log and webhook providers take any recipient.
+//
+// It is a package of its own rather than part of intake because the
+// worker checks too, and intake (asynq tasks, the config's names) is a
+// producer's package; this one is pure functions of two strings.
+package address
+
+import (
+	"errors"
+	"net/mail"
+	"strings"
+
+	"github.com/notify-throttle/throttler/config"
+)
+
+// Errors, one per shape: the message says what the channel needs.
+var (
+	ErrE164        = errors.New("not an E.164 number (+ and 8 to 15 digits)")
+	ErrEmail       = errors.New("not an email address (local@domain, without a display name)")
+	ErrFCMToken    = errors.New("not an FCM registration token (up to 4096 letters, digits, '-', '_', ':' or '.')")
+	ErrDeviceToken = errors.New("not an APNs device token (64 to 200 hex digits, an even count)")
+)
+
+// Check reports what is wrong with recipient as an address of a provider
+// of type kind (config.Provider.Type), as one of the package's errors; nil
+// for a good one, and for the types that take any recipient.
+func Check(kind, recipient string) error {
+	switch kind {
+	case config.ProviderTwilio:
+		return e164(recipient)
+	case config.ProviderSMTP, config.ProviderSES, config.ProviderSendGrid:
+		return email(recipient)
+	case config.ProviderFCM:
+		return fcmToken(recipient)
+	case config.ProviderAPNs:
+		return deviceToken(recipient)
+	}
+	return nil
+}
+
+// Any reports whether a provider of type kind takes any recipient (log,
+// webhook): Check never refuses one.
+func Any(kind string) bool {
+	switch kind {
+	case config.ProviderTwilio, config.ProviderSMTP, config.ProviderSES, config.ProviderSendGrid,
+		config.ProviderFCM, config.ProviderAPNs:
+		return false
+	}
+	return true
+}
+
+// e164 accepts "+" and 8 to 15 digits, the first not 0: ITU-T E.164 caps
+// a number at 15 digits with its country code, and no country's numbers
+// are shorter than 8 with it. Twilio wants exactly this form.
+func e164(s string) error {
+	digits, ok := strings.CutPrefix(s, "+")
+	if !ok || len(digits) < 8 || len(digits) > 15 || digits[0] == '0' || !all(digits, isDigit) {
+		return ErrE164
+	}
+	return nil
+}
+
+// email accepts an RFC 5322 addr-spec as net/mail reads it, and nothing
+// around it: a display name ("Alice <a@example.com>") or spaces would be
+// a second spelling of one recipient in its quota.
+func email(s string) error {
+	a, err := mail.ParseAddress(s)
+	if err != nil || a.Name != "" || a.Address != s {
+		return ErrEmail
+	}
+	if local, domain, ok := strings.Cut(s, "@"); !ok || local == "" || domain == "" || strings.HasPrefix(domain, "[") {
+		return ErrEmail
+	}
+	return nil
+}
+
+// fcmToken accepts the alphabet FCM registration tokens are made of.
+// Google documents no format or length (tokens run about 150 to 200
+// characters today), so only what no token can be is refused: spaces, an
+// email address, a number with its +, other punctuation. A topic or
+// condition is not a recipient here: the adapter sends to a token.
+func fcmToken(s string) error {
+	if s == "" || len(s) > 4096 || !all(s, func(r rune) bool {
+		return isDigit(r) || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || strings.ContainsRune("-_:.", r)
+	}) {
+		return ErrFCMToken
+	}
+	return nil
+}
+
+// deviceToken accepts an APNs device token in hex: 64 digits today. Apple
+// says tokens are of variable length and not to hard-code theirs, so
+// longer ones (up to 100 bytes) pass too.
+func deviceToken(s string) error {
+	if len(s) < 64 || len(s) > 200 || len(s)%2 != 0 || !all(s, func(r rune) bool {
+		return isDigit(r) || r >= 'a' && r <= 'f' || r >= 'A' && r <= 'F'
+	}) {
+		return ErrDeviceToken
+	}
+	return nil
+}
+
+func isDigit(r rune) bool { return r >= '0' && r <= '9' }
+
+// all reports whether every rune of s passes f.
+func all(s string, f func(rune) bool) bool {
+	for _, r := range s {
+		if !f(r) {
+			return false
+		}
+	}
+	return true
+}

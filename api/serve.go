@@ -1,0 +1,229 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"path"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/notify-throttle/throttler/internal/timefmt"
+)
+
+// How a request is served, whatever answers it: ServeHTTP gives it a
+// request ID, and logs and counts its answer (a route's, the 404 or 405
+// of none, the mux's redirect); wrap authenticates it for its route and
+// runs the route's handler within the route's Timeout.
+
+// RequestIDHeader carries a request's ID on every answer, and in the
+// access log. A well-formed ID the request brings (in Request-Id or
+// X-Request-Id: up to 128 letters, digits and ._:-) is kept, so that a
+// caller's trace ID follows the request; else the API makes one.
+const RequestIDHeader = "Request-Id"
+
+// handlerFunc serves a route's request for an authenticated client and
+// returns what its access log line adds.
+type handlerFunc func(w http.ResponseWriter, r *http.Request, c *client) logged
+
+// logged is what a handler adds to its request's access log line.
+type logged struct {
+	id, recipient string
+	count         int
+}
+
+// exchange is what one request's access log line and metrics learn while
+// it is served, filled in on the goroutine that serves it.
+type exchange struct {
+	route      string // "unrouted" when no route took it
+	key        string // the API key's name, once authenticated
+	recipients bool   // the recipient may be logged (api.log_recipients)
+	what       logged
+}
+
+type exchangeKey struct{}
+
+// ServeHTTP serves the API's routes, and logs and counts every answer.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	id := requestID(r)
+	w.Header().Set(RequestIDHeader, id)
+	ex := &exchange{route: "unrouted"}
+	rec := &recorder{ResponseWriter: w}
+	if r.URL.Path != path.Clean(r.URL.Path) || r.URL.Path == "" {
+		notRouted(rec, r) // the mux would redirect to the clean path: no route has this one
+	} else {
+		s.mux.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), exchangeKey{}, ex)))
+	}
+	status := rec.status
+	if status == 0 {
+		status = http.StatusOK
+	}
+	elapsed := time.Since(start)
+	s.metrics.observe(ex.route, status, elapsed)
+	if !slices.Contains(s.statuses[ex.route], status) && s.log != nil {
+		s.log.Error("api: a status openapi.yaml does not list", "route", ex.route, "status", status)
+	}
+	s.access(r.Context(), id, ex, status, elapsed)
+}
+
+// wrap authenticates a request for route rt and runs h for it within
+// rt.Timeout.
+func (s *Server) wrap(rt Route, h handlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ex, _ := r.Context().Value(exchangeKey{}).(*exchange)
+		if ex == nil { // served other than by ServeHTTP: nothing is logged
+			ex = &exchange{}
+		}
+		ex.route = rt.Name
+		c, err := s.live.Load().authenticate(r)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		ex.key, ex.recipients = c.name, c.setup.cfg.API.LogRecipients
+		ex.what = bounded(w, r, rt.Timeout, func(w http.ResponseWriter, r *http.Request) logged { return h(w, r, c) })
+	})
+}
+
+// bounded runs h with a deadline d on its request's context, its answer
+// buffered. Past d it answers the 503 of a Redis too slow to answer
+// (Timeout) and leaves h to finish on its own, its answer dropped: the
+// Redis client's own timeouts and retries bound that, not the API's
+// answer.
+func bounded(w http.ResponseWriter, r *http.Request, d time.Duration, h func(http.ResponseWriter, *http.Request) logged) logged {
+	ctx, cancel := context.WithTimeout(r.Context(), d)
+	type result struct {
+		what  logged
+		panic any
+	}
+	done := make(chan result, 1)
+	buf := &buffer{header: http.Header{}}
+	go func() {
+		defer cancel()
+		defer func() {
+			if p := recover(); p != nil {
+				done <- result{panic: p}
+			}
+		}()
+		done <- result{what: h(buf, r.WithContext(ctx))}
+	}()
+	var res result
+	select {
+	case res = <-done:
+	case <-ctx.Done():
+		select {
+		case res = <-done: // h returned, and its cancel ended ctx
+		default:
+			writeError(w, &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, RetryAfter: time.Second,
+				Message: fmt.Sprintf("the queue did not answer within %s: try again", timefmt.Duration(d))})
+			return logged{}
+		}
+	}
+	if res.panic != nil {
+		panic(res.panic) // as if h had run here: net/http logs it
+	}
+	buf.copyTo(w)
+	return res.what
+}
+
+// access writes the request's access log line: recipients only with
+// api.log_recipients.
+func (s *Server) access(ctx context.Context, id string, ex *exchange, status int, elapsed time.Duration) {
+	if s.log == nil {
+		return
+	}
+	attrs := []slog.Attr{slog.String("route", ex.route), slog.Int("status", status),
+		slog.String("took", strconv.FormatFloat(elapsed.Seconds()*1000, 'f', 1, 64)+"ms"), slog.String("request_id", id)}
+	if ex.key != "" {
+		attrs = append(attrs, slog.String("key", ex.key))
+	}
+	if ex.what.id != "" {
+		attrs = append(attrs, slog.String("id", ex.what.id))
+	}
+	if ex.what.count > 0 {
+		attrs = append(attrs, slog.Int("count", ex.what.count))
+	}
+	if ex.what.recipient != "" && ex.recipients {
+		attrs = append(attrs, slog.String("recipient", ex.what.recipient))
+	}
+	s.log.LogAttrs(ctx, slog.LevelInfo, "api", attrs...)
+}
+
+// requestID returns the well-formed ID the request brings, else a new one.
+func requestID(r *http.Request) string {
+	for _, h := range []string{RequestIDHeader, "X-Request-Id"} {
+		if id := r.Header.Get(h); wellFormedID(id) {
+			return id
+		}
+	}
+	return uuid.NewString()
+}
+
+// wellFormedID reports whether id is 1 to 128 letters, digits and ._:-,
+// which a log line and a header carry as they are.
+func wellFormedID(id string) bool {
+	if id == "" || len(id) > 128 {
+		return false
+	}
+	for _, r := range id {
+		ok := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == ':' || r == '-'
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// recorder is a ResponseWriter that records the status written.
+type recorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *recorder) WriteHeader(status int) {
+	if w.status == 0 {
+		w.status = status
+	}
+	w.ResponseWriter.WriteHeader(status)
+}
+
+func (w *recorder) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// buffer is a ResponseWriter that keeps the answer until copyTo.
+type buffer struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func (b *buffer) Header() http.Header { return b.header }
+
+func (b *buffer) WriteHeader(status int) {
+	if b.status == 0 {
+		b.status = status
+	}
+}
+
+func (b *buffer) Write(p []byte) (int, error) { return b.body.Write(p) }
+
+// copyTo writes the kept answer to w.
+func (b *buffer) copyTo(w http.ResponseWriter) {
+	for k, v := range b.header {
+		w.Header()[k] = v
+	}
+	if b.status != 0 {
+		w.WriteHeader(b.status)
+	}
+	_, _ = w.Write(b.body.Bytes())
+}
