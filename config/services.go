@@ -58,14 +58,15 @@ func (p *Provider) fillService(has func(key string) bool, required func(key, why
 	}
 }
 
-// serviceKeys returns the service keys p sets (non-zero), in field order.
-func (p *Provider) serviceKeys() []string {
-	v, t := reflect.ValueOf(p).Elem(), reflect.TypeFor[Provider]()
+// serviceKeys returns the service keys pr (at path) sets, in field order:
+// those with a value, and secrets a producer left unresolved.
+func (v *validator) serviceKeys(path string, pr Provider) []string {
+	val, t := reflect.ValueOf(pr), reflect.TypeFor[Provider]()
 	var keys []string
 	past := false
 	for i := range t.NumField() {
 		key, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
-		if past && !v.Field(i).IsZero() {
+		if past && (!val.Field(i).IsZero() || v.c.src.isUnresolved(path+"."+key)) {
 			keys = append(keys, key)
 		}
 		past = past || key == "headers"
@@ -86,7 +87,7 @@ func typesTaking(key string) string {
 
 // serviceKeysOnly refuses the service keys pr sets that its type does not take.
 func (v *validator) serviceKeysOnly(path string, pr Provider) {
-	for _, k := range pr.serviceKeys() {
+	for _, k := range v.serviceKeys(path, pr) {
 		ok := slices.Contains(serviceTypes[pr.Type], k) || serviceTypes[pr.Type] != nil && slices.Contains(serviceCommon, k)
 		v.check(ok, path+"."+k, "only for type %s", typesTaking(k))
 	}
@@ -110,7 +111,7 @@ func (v *validator) service(path string, pr Provider) {
 	case ProviderTwilio:
 		v.check((pr.From == "") != (pr.MessagingServiceSID == ""), path+".from", "give one of from (a number) and messaging_service_sid")
 	case ProviderFCM:
-		v.check((pr.CredentialsFile == "") != (pr.Token == ""), path+".credentials_file", "give one of credentials_file (a service account's JSON key) and token")
+		v.check((pr.CredentialsFile != "") != v.given(path+".token", pr.Token), path+".credentials_file", "give one of credentials_file (a service account's JSON key) and token")
 	}
 	if pr.Type == ProviderSMTP {
 		v.check(pr.Port > 0 && pr.Port < 65536, path+".port", "must be from 1 to 65535 (got %d)", pr.Port)
