@@ -18,10 +18,14 @@ type Message struct {
 }
 
 // Provider delivers messages. A new provider is one type with this method.
-// Send returns nil once the provider has accepted the message; otherwise a
+// Send returns a nil error once the provider has accepted the message, with
+// the provider's ID for it (the one its later reports of the message name:
+// Twilio's SID, SES's MessageId; "" if it gives none); otherwise a
 // *SendError says what to do about it (any other error is retried).
+// Its error never shows the recipient in clear (see RedactError): the
+// worker logs it, and keeps it as a suppression's reason.
 type Provider interface {
-	Send(ctx context.Context, m Message) error
+	Send(ctx context.Context, m Message) (id string, err error)
 }
 
 // Outcome classifies a failed send. Every provider maps its answers into
@@ -86,7 +90,7 @@ func sendErrorf(o Outcome, after time.Duration, format string, args ...any) *Sen
 }
 
 // ProviderFunc adapts a function to a Provider.
-type ProviderFunc func(ctx context.Context, m Message) error
+type ProviderFunc func(ctx context.Context, m Message) (string, error)
 
 // Send calls f.
-func (f ProviderFunc) Send(ctx context.Context, m Message) error { return f(ctx, m) }
+func (f ProviderFunc) Send(ctx context.Context, m Message) (string, error) { return f(ctx, m) }

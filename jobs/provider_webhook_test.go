@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -47,7 +48,7 @@ func TestWebhookOutcomes(t *testing.T) {
 			defer srv.Close()
 			p := NewWebhookProvider("sms", srv.URL, 100*time.Millisecond, nil)
 			m := Message{ID: "task-1", Recipient: "alice", Template: "welcome", Data: json.RawMessage(`{"a":1}`)}
-			err := p.Send(context.Background(), m)
+			_, err := p.Send(context.Background(), m)
 			if tc.ok {
 				if err != nil {
 					t.Fatalf("Send: %v", err)
@@ -122,7 +123,8 @@ func TestWebhookKeepsConnections(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				errs <- p.Send(context.Background(), Message{ID: fmt.Sprintf("m-%d-%d", n, g), Recipient: "r", Template: "t"})
+				_, err := p.Send(context.Background(), Message{ID: fmt.Sprintf("m-%d-%d", n, g), Recipient: "r", Template: "t"})
+				errs <- err
 			}()
 		}
 		wg.Wait()
@@ -143,4 +145,38 @@ func TestWebhookKeepsConnections(t *testing.T) {
 	// before a read of the body returns EOF (or, with no body, before Do
 	// returns), and Send reads the body to its end.
 	wave(2)
+}
+
+// TestWebhookReportsTheAnswersID: a 2xx answer's X-Message-Id or Id
+// header, else its JSON body's id, is the provider's ID for the message.
+func TestWebhookReportsTheAnswersID(t *testing.T) {
+	tests := []struct {
+		name   string
+		header map[string]string
+		body   string
+		want   string
+	}{
+		{name: "X-Message-Id", header: map[string]string{"X-Message-Id": "msg-1", "Id": "other"}, body: `{"id":"other"}`, want: "msg-1"},
+		{name: "Id", header: map[string]string{"Id": "msg-2"}, want: "msg-2"},
+		{name: "JSON string", body: `{"id":"msg-3","status":"queued"}`, want: "msg-3"},
+		{name: "JSON number", body: `{"id":12345}`, want: "12345"},
+		{name: "none", body: `accepted`, want: ""},
+		{name: "too long", header: map[string]string{"X-Message-Id": strings.Repeat("x", 257)}, want: ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				for k, v := range tc.header {
+					w.Header().Set(k, v)
+				}
+				w.WriteHeader(http.StatusAccepted)
+				_, _ = w.Write([]byte(tc.body))
+			}))
+			defer srv.Close()
+			id, err := NewWebhookProvider("hook", srv.URL, time.Second, nil).Send(context.Background(), Message{ID: "task-1", Recipient: "alice"})
+			if err != nil || id != tc.want {
+				t.Errorf("Send = %q, %v; want %q", id, err, tc.want)
+			}
+		})
+	}
 }

@@ -81,33 +81,36 @@ func apnsPayload(c Content) ([]byte, error) {
 // Send posts m and classifies the answer (docs/providers.md#apns). A
 // refused provider token (ExpiredProviderToken) is made anew and the send
 // tried once more.
-func (p *APNs) Send(ctx context.Context, m jobs.Message) error {
+func (p *APNs) Send(ctx context.Context, m jobs.Message) (string, error) {
 	c, err := content("apns "+p.Name, m)
 	if err != nil {
-		return err
+		return "", err
 	}
 	if c.Title == "" && c.Subject == "" && c.Body == "" {
-		return reject("apns %s: data has no title or body: nothing to show", p.Name)
+		return "", reject("apns %s: data has no title or body: nothing to show", p.Name)
 	}
 	body, err := apnsPayload(c)
 	if err != nil {
-		return reject("apns %s: %v", p.Name, err)
+		return "", reject("apns %s: %v", p.Name, err)
 	}
 	stale := ""
 	for try := 0; ; try++ {
 		tok, err := p.token(stale)
 		if err != nil {
-			return broken("apns %s: signing the provider token: %v", p.Name, err)
+			return "", broken("apns %s: signing the provider token: %v", p.Name, err)
 		}
 		status, reason, h, err := p.post(ctx, m.Recipient, tok, body)
 		if err != nil {
-			return fmt.Errorf("apns %s: %w", p.Name, err)
+			return "", fmt.Errorf("apns %s: %w", p.Name, err)
 		}
 		if status == http.StatusForbidden && reason == "ExpiredProviderToken" && try == 0 {
 			stale = tok
 			continue
 		}
-		return p.classify(status, reason, h, m.Recipient)
+		if status == http.StatusOK {
+			return h.Get("apns-id"), nil
+		}
+		return "", p.classify(status, reason, h, m.Recipient)
 	}
 }
 
@@ -132,12 +135,10 @@ func (p *APNs) post(ctx context.Context, device, tok string, body []byte) (int, 
 	return status, r.Reason, h, nil
 }
 
-// classify maps APNs' status and reason to an outcome.
+// classify maps APNs' error status and reason to an outcome.
 func (p *APNs) classify(status int, reason string, h http.Header, device string) error {
 	what := fmt.Sprintf("apns %s: %d %s", p.Name, status, reason)
 	switch {
-	case status == http.StatusOK:
-		return nil
 	case status == http.StatusGone || reason == "Unregistered" || reason == "BadDeviceToken" || reason == "DeviceTokenNotForTopic":
 		return dead("%s", what)
 	case status == http.StatusTooManyRequests: // TooManyRequests: this device, not the fleet

@@ -100,7 +100,7 @@ func TestAPNsClassifiesEveryAnswer(t *testing.T) {
 	}
 	data := []byte(`{"title":"Hi","body":"Your order shipped","data":{"order":"42"}}`)
 	cases := map[string]want{
-		"dev-ok":      {sent: true},
+		"dev-ok":      {sent: true, id: "0A1B2C3D-0000-0000-0000-000000000000"},
 		"dev-gone":    {outcome: jobs.Dead, text: "410 Unregistered"},
 		"dev-bad":     {outcome: jobs.Dead},
 		"dev-large":   {outcome: jobs.Reject, text: "PayloadTooLarge"},
@@ -109,7 +109,8 @@ func TestAPNsClassifiesEveryAnswer(t *testing.T) {
 		"dev-down":    {retry: true},
 	}
 	for to, w := range cases {
-		checkOutcome(t, to, p.Send(ctx(t), jobs.Message{ID: "t1", Recipient: to, Data: data}), w)
+		id, err := p.Send(ctx(t), jobs.Message{ID: "t1", Recipient: to, Data: data})
+		checkOutcome(t, to, id, err, w)
 	}
 
 	// An expired provider token is made anew and the send tried again.
@@ -119,7 +120,7 @@ func TestAPNsClassifiesEveryAnswer(t *testing.T) {
 	f.mu.Unlock()
 	// The token is young: only the refusal makes a new one (ECDSA
 	// signatures differ even within one second's iat).
-	if err := p.Send(ctx(t), jobs.Message{ID: "t2", Recipient: "dev-ok", Data: data}); err != nil {
+	if _, err := p.Send(ctx(t), jobs.Message{ID: "t2", Recipient: "dev-ok", Data: data}); err != nil {
 		t.Fatalf("after ExpiredProviderToken: %v", err)
 	}
 	f.mu.Lock()

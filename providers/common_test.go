@@ -56,6 +56,7 @@ func newFake(t *testing.T, ok answer, answers map[string]answer, check func(t *t
 type want struct {
 	outcome jobs.Outcome
 	sent    bool
+	id      string        // the provider's ID for a message sent
 	scope   string        // for Pause
 	after   time.Duration // RetryAfter, when set
 	at      time.Time     // RetryAt, when set
@@ -63,14 +64,17 @@ type want struct {
 	text    string        // the error contains it
 }
 
-// checkOutcome compares Send's error with w.
-func checkOutcome(t *testing.T, name string, err error, w want) {
+// checkOutcome compares what Send returned with w.
+func checkOutcome(t *testing.T, name string, id string, err error, w want) {
 	t.Helper()
 	if w.sent {
-		if err != nil {
-			t.Errorf("%s: %v, want sent", name, err)
+		if err != nil || id != w.id {
+			t.Errorf("%s: %q, %v; want sent as %q", name, id, err, w.id)
 		}
 		return
+	}
+	if id != "" {
+		t.Errorf("%s: ID %q for a message not sent", name, id)
 	}
 	if err == nil {
 		t.Errorf("%s: sent, want an error", name)

@@ -77,7 +77,7 @@ func TestFCMClassifiesEveryAnswer(t *testing.T) {
 		t.Fatal(err)
 	}
 	cases := map[string]want{
-		"tok-ok":           {sent: true},
+		"tok-ok":           {sent: true, id: "projects/demo-app/messages/1"},
 		"tok-unregistered": {outcome: jobs.Dead, text: "UNREGISTERED"},
 		"tok-invalid":      {outcome: jobs.Reject},
 		"tok-auth":         {outcome: jobs.Broken},
@@ -88,8 +88,8 @@ func TestFCMClassifiesEveryAnswer(t *testing.T) {
 		"tok-internal":     {retry: true},
 	}
 	for to, w := range cases {
-		err := p.Send(ctx(t), jobs.Message{ID: "t1", Recipient: to, Data: []byte(`{"title":"Order shipped","body":"It left the warehouse","data":{"order":"42"}}`)})
-		checkOutcome(t, to, err, w)
+		id, err := p.Send(ctx(t), jobs.Message{ID: "t1", Recipient: to, Data: []byte(`{"title":"Order shipped","body":"It left the warehouse","data":{"order":"42"}}`)})
+		checkOutcome(t, to, id, err, w)
 	}
 	if n := tokens.Load(); n != 1 {
 		t.Errorf("%d token requests for %d sends, want 1 (the token is reused)", n, len(cases))

@@ -39,18 +39,18 @@ func WithRetries(p jobs.Scoper, max int, backoff time.Duration) jobs.Scoper {
 }
 
 // Send sends m and applies the settings to a temporary failure.
-func (r *Retries) Send(ctx context.Context, m jobs.Message) error {
-	err := r.Scoper.Send(ctx, m)
+func (r *Retries) Send(ctx context.Context, m jobs.Message) (string, error) {
+	id, err := r.Scoper.Send(ctx, m)
 	var se *jobs.SendError
 	if err == nil || errors.As(err, &se) {
-		return err
+		return id, err
 	}
 	retried := r.retried(ctx)
 	if r.Max > 0 && retried >= r.Max {
-		return &jobs.SendError{Outcome: jobs.Reject, Err: fmt.Errorf("gave up after %d retries: %w", retried, err)}
+		return "", &jobs.SendError{Outcome: jobs.Reject, Err: fmt.Errorf("gave up after %d retries: %w", retried, err)}
 	}
 	if r.Backoff > 0 {
-		return &jobs.Backoff{Delay: min(r.Backoff<<min(retried, 20), 24*time.Hour), Err: err}
+		return "", &jobs.Backoff{Delay: min(r.Backoff<<min(retried, 20), 24*time.Hour), Err: err}
 	}
-	return err
+	return "", err
 }

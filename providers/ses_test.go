@@ -58,7 +58,7 @@ func TestSESClassifiesEveryAnswer(t *testing.T) {
 	p.QuotaReset = 7 * time.Hour
 	p.now = func() time.Time { return time.Date(2026, 3, 1, 9, 30, 0, 0, time.UTC) }
 	cases := map[string]want{
-		"ok@example.com":        {sent: true},
+		"ok@example.com":        {sent: true, id: "0100-abc"},
 		"rate@example.com":      {outcome: jobs.Pause, after: time.Second},
 		"limit@example.com":     {outcome: jobs.Pause, after: time.Second},
 		"daily@example.com":     {outcome: jobs.Pause, at: time.Date(2026, 3, 2, 7, 0, 0, 0, time.UTC)},
@@ -70,8 +70,8 @@ func TestSESClassifiesEveryAnswer(t *testing.T) {
 		"down@example.com":      {retry: true},
 	}
 	for to, w := range cases {
-		err := p.Send(ctx(t), jobs.Message{ID: "t1", Recipient: to, Data: []byte(`{"subject":"Welcome","body":"Hello","html":"<p>Hello</p>"}`)})
-		checkOutcome(t, to, err, w)
+		id, err := p.Send(ctx(t), jobs.Message{ID: "t1", Recipient: to, Data: []byte(`{"subject":"Welcome","body":"Hello","html":"<p>Hello</p>"}`)})
+		checkOutcome(t, to, id, err, w)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -77,21 +77,22 @@ func (p *SMTP) client() (*mail.Client, error) {
 	return mail.NewClient(p.Host, opts...)
 }
 
-// Send sends m and classifies the answer.
-func (p *SMTP) Send(ctx context.Context, m jobs.Message) error {
+// Send sends m and classifies the answer; the ID of a message sent is the
+// Message-ID it carries (made of the task ID), which bounces name.
+func (p *SMTP) Send(ctx context.Context, m jobs.Message) (string, error) {
 	c, err := content("smtp "+p.Name, m)
 	if err != nil {
-		return err
+		return "", err
 	}
 	if err := emailContent("smtp "+p.Name, c); err != nil {
-		return err
+		return "", err
 	}
 	msg := mail.NewMsg()
 	if err := msg.From(p.From); err != nil {
-		return broken("smtp %s: from: %v", p.Name, err)
+		return "", broken("smtp %s: from: %v", p.Name, err)
 	}
 	if err := msg.To(m.Recipient); err != nil {
-		return dead("smtp %s: not an email address: %v", p.Name, err)
+		return "", dead("smtp %s: not an email address: %v", p.Name, err)
 	}
 	msg.Subject(c.Subject)
 	msg.SetMessageIDWithValue(tagValue(m.ID) + "@" + p.Host)
@@ -106,12 +107,12 @@ func (p *SMTP) Send(ctx context.Context, m jobs.Message) error {
 	}
 	cl, err := p.client()
 	if err != nil {
-		return broken("smtp %s: %v", p.Name, err)
+		return "", broken("smtp %s: %v", p.Name, err)
 	}
 	if err := cl.DialAndSendWithContext(ctx, msg); err != nil {
-		return p.classify(err)
+		return "", p.classify(err)
 	}
-	return nil
+	return msg.GetMessageID(), nil
 }
 
 // classify maps an SMTP failure to its outcome.

@@ -46,7 +46,7 @@ func TestTwilioClassifiesEveryAnswer(t *testing.T) {
 	p := NewTwilio(Settings{Name: "sms", BaseURL: f.URL, ScopePause: 30 * time.Second}, "AC123", "AC123", "secret-token", "+15559999999", "")
 	from := "+15559999999"
 	cases := map[string]want{
-		"+15550000000": {sent: true},
+		"+15550000000": {sent: true, id: "SM1"},
 		"+15550000001": {outcome: jobs.Retry, after: 2 * time.Second, text: "error 20429"},
 		"+15550000002": {outcome: jobs.Pause, scope: jobs.PairScope(from, "+15550000002"), after: 7 * time.Second},
 		"+15550000003": {outcome: jobs.Pause, scope: jobs.SenderScope(from), after: 30 * time.Second},
@@ -62,10 +62,10 @@ func TestTwilioClassifiesEveryAnswer(t *testing.T) {
 		"+15550000011": {retry: true, text: "503"},
 	}
 	for to, w := range cases {
-		err := p.Send(ctx(t), jobs.Message{ID: "t1", Recipient: to, Template: "otp", Data: []byte(`{"body":"Your code is 1234"}`)})
-		checkOutcome(t, to, err, w)
+		id, err := p.Send(ctx(t), jobs.Message{ID: "t1", Recipient: to, Template: "otp", Data: []byte(`{"body":"Your code is 1234"}`)})
+		checkOutcome(t, to, id, err, w)
 	}
-	if err := p.Send(ctx(t), jobs.Message{ID: "t2", Recipient: "+15550000000"}); err == nil {
+	if _, err := p.Send(ctx(t), jobs.Message{ID: "t2", Recipient: "+15550000000"}); err == nil {
 		t.Error("a message without a body was sent")
 	}
 }

@@ -69,8 +69,8 @@ func demoNumber(data []byte) int {
 }
 
 func (c *sentCounts) wrap(p jobs.Provider) jobs.Provider {
-	return jobs.ProviderFunc(func(ctx context.Context, m jobs.Message) error {
-		err := p.Send(ctx, m)
+	return jobs.ProviderFunc(func(ctx context.Context, m jobs.Message) (string, error) {
+		id, err := p.Send(ctx, m)
 		if err == nil {
 			now := time.Now()
 			c.mu.Lock()
@@ -80,7 +80,7 @@ func (c *sentCounts) wrap(p jobs.Provider) jobs.Provider {
 			}
 			c.mu.Unlock()
 		}
-		return err
+		return id, err
 	})
 }
 

@@ -80,7 +80,7 @@ func run(ctx context.Context, args []string) error {
 				return err
 			}
 		}
-		if err := provider.Send(ctx, jobs.Message{ID: id, Recipient: n.Recipient, Template: n.Template, Data: n.Data}); err != nil {
+		if _, err := provider.Send(ctx, jobs.Message{ID: id, Recipient: n.Recipient, Template: n.Template, Data: n.Data}); err != nil {
 			return err
 		}
 		if *floor {
