@@ -44,7 +44,8 @@ func NewWebhookProvider(name, url string, timeout time.Duration, headers map[str
 // 429: Pause for its Retry-After (1s if absent). 5xx, a timeout or a
 // network error: Retry. Any other status: Reject, with the start of the
 // response as the reason.
-func (p *WebhookProvider) Send(ctx context.Context, m Message) (string, error) {
+func (p *WebhookProvider) Send(ctx context.Context, m Message) (id string, err error) {
+	defer func() { err = RedactError(err, m.Recipient) }()
 	body, err := json.Marshal(m)
 	if err != nil {
 		return "", sendErrorf(Reject, 0, "webhook %s: encode: %v", p.Name, err)

@@ -180,3 +180,23 @@ func TestWebhookReportsTheAnswersID(t *testing.T) {
 		})
 	}
 }
+
+// TestWebhookRedactsTheRecipient: an answer that names the recipient
+// (echoing the request) fails with an error that shows it redacted, its
+// status kept.
+func TestWebhookRedactsTheRecipient(t *testing.T) {
+	for _, status := range []int{400, 503} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			var m Message
+			_ = json.NewDecoder(r.Body).Decode(&m)
+			w.WriteHeader(status)
+			fmt.Fprintf(w, `{"error":"no such user %s"}`, m.Recipient)
+		}))
+		_, err := NewWebhookProvider("hook", srv.URL, time.Second, nil).Send(context.Background(), Message{ID: "task-1", Recipient: "alice@example.com"})
+		srv.Close()
+		want := fmt.Sprintf(`webhook hook: %d %s: {"error":"no such user a***@example.com"}`, status, http.StatusText(status))
+		if err == nil || err.Error() != want {
+			t.Errorf("%d: %v, want %s", status, err, want)
+		}
+	}
+}

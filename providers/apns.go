@@ -81,7 +81,8 @@ func apnsPayload(c Content) ([]byte, error) {
 // Send posts m and classifies the answer (docs/providers.md#apns). A
 // refused provider token (ExpiredProviderToken) is made anew and the send
 // tried once more.
-func (p *APNs) Send(ctx context.Context, m jobs.Message) (string, error) {
+func (p *APNs) Send(ctx context.Context, m jobs.Message) (id string, err error) {
+	defer redact(&err, m.Recipient)
 	c, err := content("apns "+p.Name, m)
 	if err != nil {
 		return "", err

@@ -111,7 +111,17 @@ func TestAPNsClassifiesEveryAnswer(t *testing.T) {
 	for to, w := range cases {
 		id, err := p.Send(ctx(t), jobs.Message{ID: "t1", Recipient: to, Data: data})
 		checkOutcome(t, to, id, err, w)
+		noRecipient(t, err, to)
 	}
+	// A request that gets no answer fails with its URL, whose path is the
+	// device token.
+	gone := httptest.NewServer(http.NotFoundHandler())
+	gone.Close()
+	unreachable, _ := NewAPNs(Settings{Name: "ios", BaseURL: gone.URL}, "TEAM123", "KEY123", "com.example.app", p8)
+	device := "0123456789abcdef0123456789abcdef"
+	id, err := unreachable.Send(ctx(t), jobs.Message{ID: "t1", Recipient: device, Data: data})
+	checkOutcome(t, "no answer", id, err, want{retry: true, text: "/3/device/01***ef"})
+	noRecipient(t, err, device)
 
 	// An expired provider token is made anew and the send tried again.
 	f.mu.Lock()

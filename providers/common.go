@@ -90,6 +90,10 @@ func content(provider string, m jobs.Message) (Content, error) {
 	return c, nil
 }
 
+// redact makes *err show the recipient only redacted: every adapter's
+// Send defers it (see jobs.RedactError).
+func redact(err *error, recipient string) { *err = jobs.RedactError(*err, recipient) }
+
 // result builders: one per class of jobs.SendError.
 func reject(format string, args ...any) error {
 	return &jobs.SendError{Outcome: jobs.Reject, Err: fmt.Errorf(format, args...)}

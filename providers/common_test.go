@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -97,6 +98,22 @@ func checkOutcome(t *testing.T, name string, id string, err error, w want) {
 	if se.Outcome != w.outcome || se.Scope != w.scope || (w.after != 0 && se.RetryAfter != w.after) || !se.RetryAt.Equal(w.at) {
 		t.Errorf("%s: got outcome %d scope %q after %s at %s, want %d %q %s %s", name,
 			se.Outcome, se.Scope, se.RetryAfter, se.RetryAt, w.outcome, w.scope, w.after, w.at)
+	}
+}
+
+// noRecipient fails the test if err's text shows recipient in clear: as
+// given, in another case, without its + or escaped for a URL's path.
+func noRecipient(t *testing.T, err error, recipient string) {
+	t.Helper()
+	if err == nil {
+		return
+	}
+	text := strings.ToLower(err.Error())
+	for _, form := range []string{recipient, strings.TrimPrefix(recipient, "+"), url.PathEscape(recipient)} {
+		if strings.Contains(text, strings.ToLower(form)) {
+			t.Errorf("%s: the error shows the recipient: %v", recipient, err)
+			return
+		}
 	}
 }
 

@@ -113,7 +113,8 @@ func (e fcmError) perDevice() bool {
 
 // Send posts m and classifies the answer (docs/providers.md#fcm); the ID
 // of a message sent is its name (projects/{project}/messages/{id}).
-func (p *FCM) Send(ctx context.Context, m jobs.Message) (string, error) {
+func (p *FCM) Send(ctx context.Context, m jobs.Message) (id string, err error) {
+	defer redact(&err, m.Recipient)
 	c, err := content("fcm "+p.Name, m)
 	if err != nil {
 		return "", err

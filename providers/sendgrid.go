@@ -54,7 +54,8 @@ type sgMail struct {
 
 // Send posts m and classifies the answer (docs/providers.md#sendgrid); the
 // ID of a message sent is the answer's X-Message-Id.
-func (p *SendGrid) Send(ctx context.Context, m jobs.Message) (string, error) {
+func (p *SendGrid) Send(ctx context.Context, m jobs.Message) (id string, err error) {
+	defer redact(&err, m.Recipient)
 	c, err := content("sendgrid "+p.Name, m)
 	if err != nil {
 		return "", err

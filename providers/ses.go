@@ -51,7 +51,8 @@ func (p *SES) Scopes(jobs.Message) []string { return nil }
 
 // Send sends m and classifies the answer (docs/providers.md#ses); the ID
 // of a message sent is its MessageId.
-func (p *SES) Send(ctx context.Context, m jobs.Message) (string, error) {
+func (p *SES) Send(ctx context.Context, m jobs.Message) (id string, err error) {
+	defer redact(&err, m.Recipient)
 	c, err := content("ses "+p.Name, m)
 	if err != nil {
 		return "", err

@@ -22,7 +22,7 @@ func TestSESClassifiesEveryAnswer(t *testing.T) {
 		"rate@example.com":      sesErr(429, "TooManyRequestsException", "Too many requests."),
 		"limit@example.com":     sesErr(400, "LimitExceededException", "Maximum sending rate exceeded."),
 		"daily@example.com":     sesErr(400, "LimitExceededException", "Daily message quota exceeded."),
-		"rejected@example.com":  sesErr(400, "MessageRejected", "Email address is not verified."),
+		"rejected@example.com":  sesErr(400, "MessageRejected", "Email address is not verified. The following identities failed the check in region EU-WEST-1: Rejected@Example.com"),
 		"notfound@example.com":  sesErr(404, "NotFoundException", "Configuration set does not exist."),
 		"suspended@example.com": sesErr(400, "AccountSuspendedException", "Account suspended."),
 		"paused@example.com":    sesErr(400, "SendingPausedException", "Sending paused."),
@@ -62,7 +62,7 @@ func TestSESClassifiesEveryAnswer(t *testing.T) {
 		"rate@example.com":      {outcome: jobs.Pause, after: time.Second},
 		"limit@example.com":     {outcome: jobs.Pause, after: time.Second},
 		"daily@example.com":     {outcome: jobs.Pause, at: time.Date(2026, 3, 2, 7, 0, 0, 0, time.UTC)},
-		"rejected@example.com":  {outcome: jobs.Reject, text: "MessageRejected"},
+		"rejected@example.com":  {outcome: jobs.Reject, text: "MessageRejected: Email address is not verified. The following identities failed the check in region EU-WEST-1: r***@example.com"},
 		"notfound@example.com":  {outcome: jobs.Reject},
 		"suspended@example.com": {outcome: jobs.Broken},
 		"paused@example.com":    {outcome: jobs.Broken},
@@ -72,6 +72,7 @@ func TestSESClassifiesEveryAnswer(t *testing.T) {
 	for to, w := range cases {
 		id, err := p.Send(ctx(t), jobs.Message{ID: "t1", Recipient: to, Data: []byte(`{"subject":"Welcome","body":"Hello","html":"<p>Hello</p>"}`)})
 		checkOutcome(t, to, id, err, w)
+		noRecipient(t, err, to)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -79,7 +79,8 @@ func (p *SMTP) client() (*mail.Client, error) {
 
 // Send sends m and classifies the answer; the ID of a message sent is the
 // Message-ID it carries (made of the task ID), which bounces name.
-func (p *SMTP) Send(ctx context.Context, m jobs.Message) (string, error) {
+func (p *SMTP) Send(ctx context.Context, m jobs.Message) (id string, err error) {
+	defer redact(&err, m.Recipient)
 	c, err := content("smtp "+p.Name, m)
 	if err != nil {
 		return "", err

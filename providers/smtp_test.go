@@ -63,7 +63,7 @@ func (s *smtpSession) Rcpt(to string, _ *smtp.RcptOptions) error {
 	s.to = to
 	switch to {
 	case "dead@example.com":
-		return &smtp.SMTPError{Code: 550, EnhancedCode: smtp.EnhancedCode{5, 1, 1}, Message: "No such user"}
+		return &smtp.SMTPError{Code: 550, EnhancedCode: smtp.EnhancedCode{5, 1, 1}, Message: "<" + to + ">: Recipient address rejected: No such user"}
 	case "busy@example.com":
 		return &smtp.SMTPError{Code: 451, EnhancedCode: smtp.EnhancedCode{4, 3, 0}, Message: "Try again later"}
 	}
@@ -118,7 +118,7 @@ func TestSMTPClassifiesEveryAnswer(t *testing.T) {
 	p.now = func() time.Time { return time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC) }
 	cases := map[string]want{
 		"ok@example.com":    {sent: true, id: "<t1@localhost>"},
-		"dead@example.com":  {outcome: jobs.Dead, text: "No such user"},
+		"dead@example.com":  {outcome: jobs.Dead, text: "550 \"5.1.1 <d***@example.com>: Recipient address rejected: No such user\", affected recipient(s): <d***@example.com>"},
 		"busy@example.com":  {retry: true, text: "451"},
 		"rate@example.com":  {outcome: jobs.Pause, after: time.Second},
 		"daily@example.com": {outcome: jobs.Pause, at: time.Date(2026, 3, 2, 0, 30, 0, 0, time.UTC)},
@@ -128,6 +128,7 @@ func TestSMTPClassifiesEveryAnswer(t *testing.T) {
 	for to, w := range cases {
 		id, err := p.Send(ctx(t), jobs.Message{ID: "t1", Recipient: to, Data: data})
 		checkOutcome(t, to, id, err, w)
+		noRecipient(t, err, to)
 	}
 	be.mu.Lock()
 	if len(be.accepted) != 1 {

@@ -60,7 +60,8 @@ type twilioError struct {
 
 // Send posts m and classifies the answer (docs/providers.md#twilio); the
 // ID of a message sent is its SID.
-func (p *Twilio) Send(ctx context.Context, m jobs.Message) (string, error) {
+func (p *Twilio) Send(ctx context.Context, m jobs.Message) (id string, err error) {
+	defer redact(&err, m.Recipient)
 	c, err := content("twilio "+p.Name, m)
 	if err != nil {
 		return "", err
