@@ -76,7 +76,8 @@ func parse(name string, data []byte, getenv func(string) string, unresolved []st
 	}
 	c := Default()
 	c.src = newSource(name)
-	d := decoder{src: c.src, getenv: getenv, unresolved: unresolved}
+	c.src.unresolvedPrefixes = unresolved
+	d := decoder{src: c.src, getenv: getenv}
 	d.decode(root, "", root.Line, reflect.ValueOf(c).Elem(), "")
 	if u := getenv(EnvRedisURL); u != "" {
 		c.Redis.URL, c.Redis.Cluster = u, nil

@@ -1,11 +1,15 @@
 package config
 
 import (
+	"crypto/x509"
+	"fmt"
 	"net/url"
 	"reflect"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/notify-throttle/throttler/internal/redisconn"
 )
 
 // A service's keys: those every service type takes, then each type's own
@@ -33,6 +37,32 @@ var (
 		ProviderSendGrid: {"api_key", "from"},
 	}
 )
+
+// RootCAs returns the CAs p's TLS trusts: the system's and those of its
+// ca_file; nil (the system's) without one. Load checked the file already.
+func (p Provider) RootCAs() (*x509.CertPool, error) {
+	if p.CAFile == "" {
+		return nil, nil
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil {
+		pool = x509.NewCertPool()
+	}
+	if msg := redisconn.AppendCAFile(pool, p.CAFile); msg != "" {
+		return nil, fmt.Errorf("ca_file: %s", msg)
+	}
+	return pool, nil
+}
+
+// caFile checks a provider's ca_file where its files are read: not on a
+// producer (LoadProducer), whose host needs none of the workers' files.
+func (v *validator) caFile(path string, pr Provider) {
+	if pr.CAFile == "" || v.c.src.unresolvedUnder(path) {
+		return
+	}
+	msg := redisconn.AppendCAFile(x509.NewCertPool(), pr.CAFile)
+	v.check(msg == "", path+".ca_file", "%s", msg)
+}
 
 // fillService gives a service provider its defaults and reports its
 // missing keys.

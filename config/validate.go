@@ -230,6 +230,7 @@ func (v *validator) providers() {
 			v.check(pr.Output != "", path+".output", "must not be empty: stdout, stderr or a file path")
 			only(v.given(path+".url", pr.URL), "url", ProviderWebhook)
 			only(pr.Timeout != 0, "timeout", ProviderWebhook)
+			only(pr.CAFile != "", "ca_file", "webhook or service")
 			only(pr.Headers != nil, "headers", ProviderWebhook)
 		case ProviderWebhook:
 			only(pr.Output != "", "output", ProviderLog)
@@ -241,6 +242,7 @@ func (v *validator) providers() {
 				v.failf(path+".url", "must be an http:// or https:// URL (got %s)", v.c.src.shown(path+".url", string(pr.URL)))
 			}
 			v.durationAtLeast(path+".timeout", pr.Timeout, time.Nanosecond)
+			v.caFile(path, pr)
 			for _, h := range slices.Sorted(maps.Keys(pr.Headers)) {
 				v.check(isToken(h), join(path+".headers", h), "not a valid header name (got %s)", quote(h))
 				v.check(!strings.ContainsAny(string(pr.Headers[h]), "\r\n\x00"), join(path+".headers", h), "must not contain a line break or NUL")
@@ -249,6 +251,7 @@ func (v *validator) providers() {
 			only(pr.Output != "", "output", ProviderLog)
 			only(v.given(path+".url", pr.URL), "url", ProviderWebhook)
 			only(pr.Headers != nil, "headers", ProviderWebhook)
+			v.caFile(path, pr)
 			v.service(path, pr)
 		default:
 			v.failf(path+".type", "must be one of log, webhook, smtp, ses, twilio, fcm, apns, sendgrid (got %s)", quote(pr.Type))

@@ -2,6 +2,8 @@ package jobs
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -82,6 +84,27 @@ func outcome(err error) (Outcome, time.Duration) {
 		return se.Outcome, se.RetryAfter
 	}
 	return Retry, 0
+}
+
+// Unreached classifies err, the failure of a send that got no answer from
+// its provider (no connection, a timeout, a TLS handshake that failed).
+// A certificate the worker does not trust is Broken: nothing reached the
+// provider, and no retry helps until its ca_file or its certificate
+// changes, so the provider is paused fleet-wide and the operator alerted
+// rather than the message retried and archived. Anything else is a
+// temporary failure: err as is. Every provider classifies such a failure
+// here.
+func Unreached(err error) error {
+	var (
+		verify  *tls.CertificateVerificationError
+		unknown x509.UnknownAuthorityError
+		host    x509.HostnameError
+		invalid x509.CertificateInvalidError
+	)
+	if errors.As(err, &verify) || errors.As(err, &unknown) || errors.As(err, &host) || errors.As(err, &invalid) {
+		return &SendError{Outcome: Broken, Err: fmt.Errorf("%w (the provider's certificate is not trusted: a private CA goes in its ca_file)", err)}
+	}
+	return err
 }
 
 // sendErrorf is a SendError with a formatted message.

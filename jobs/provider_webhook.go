@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -32,11 +34,14 @@ const WebhookIdleConns = 256
 
 // NewWebhookProvider returns a webhook provider with a per-send timeout, on
 // a transport of its own that keeps up to WebhookIdleConns connections to
-// its host open between sends.
-func NewWebhookProvider(name, url string, timeout time.Duration, headers map[string]string) *WebhookProvider {
+// its host open between sends and trusts roots (nil: the system's CAs).
+func NewWebhookProvider(name, url string, timeout time.Duration, headers map[string]string, roots *x509.CertPool) *WebhookProvider {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConns = WebhookIdleConns
 	tr.MaxIdleConnsPerHost = WebhookIdleConns
+	if roots != nil {
+		tr.TLSClientConfig = &tls.Config{RootCAs: roots}
+	}
 	return &WebhookProvider{Name: name, URL: url, Headers: headers, Client: &http.Client{Timeout: timeout, Transport: tr}}
 }
 
@@ -61,7 +66,7 @@ func (p *WebhookProvider) Send(ctx context.Context, m Message) (id string, err e
 	}
 	resp, err := p.Client.Do(req)
 	if err != nil {
-		return "", fmt.Errorf("webhook %s: %w", p.Name, err)
+		return "", Unreached(fmt.Errorf("webhook %s: %w", p.Name, err))
 	}
 	defer resp.Body.Close()
 	start, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))

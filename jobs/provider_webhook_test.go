@@ -46,7 +46,7 @@ func TestWebhookOutcomes(t *testing.T) {
 				_, _ = w.Write([]byte("reason text"))
 			}))
 			defer srv.Close()
-			p := NewWebhookProvider("sms", srv.URL, 100*time.Millisecond, nil)
+			p := NewWebhookProvider("sms", srv.URL, 100*time.Millisecond, nil, nil)
 			m := Message{ID: "task-1", Recipient: "alice", Template: "welcome", Data: json.RawMessage(`{"a":1}`)}
 			_, err := p.Send(context.Background(), m)
 			if tc.ok {
@@ -111,7 +111,7 @@ func TestWebhookKeepsConnections(t *testing.T) {
 	}
 	srv.Start()
 	defer srv.Close()
-	p := NewWebhookProvider("hook", srv.URL, time.Minute, nil)
+	p := NewWebhookProvider("hook", srv.URL, time.Minute, nil, nil)
 	wave := func(n int) {
 		t.Helper()
 		mu.Lock()
@@ -173,7 +173,7 @@ func TestWebhookReportsTheAnswersID(t *testing.T) {
 				_, _ = w.Write([]byte(tc.body))
 			}))
 			defer srv.Close()
-			id, err := NewWebhookProvider("hook", srv.URL, time.Second, nil).Send(context.Background(), Message{ID: "task-1", Recipient: "alice"})
+			id, err := NewWebhookProvider("hook", srv.URL, time.Second, nil, nil).Send(context.Background(), Message{ID: "task-1", Recipient: "alice"})
 			if err != nil || id != tc.want {
 				t.Errorf("Send = %q, %v; want %q", id, err, tc.want)
 			}
@@ -192,7 +192,7 @@ func TestWebhookRedactsTheRecipient(t *testing.T) {
 			w.WriteHeader(status)
 			fmt.Fprintf(w, `{"error":"no such user %s"}`, m.Recipient)
 		}))
-		_, err := NewWebhookProvider("hook", srv.URL, time.Second, nil).Send(context.Background(), Message{ID: "task-1", Recipient: "alice@example.com"})
+		_, err := NewWebhookProvider("hook", srv.URL, time.Second, nil, nil).Send(context.Background(), Message{ID: "task-1", Recipient: "alice@example.com"})
 		srv.Close()
 		want := fmt.Sprintf(`webhook hook: %d %s: {"error":"no such user a***@example.com"}`, status, http.StatusText(status))
 		if err == nil || err.Error() != want {

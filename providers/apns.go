@@ -45,7 +45,7 @@ func NewAPNs(s Settings, teamID, keyID, topic, p8 string) (*APNs, error) {
 		return nil, fmt.Errorf("apns %s: key: not a PEM EC private key (.p8)", s.Name) // never the key itself
 	}
 	return &APNs{Settings: s, TeamID: teamID, KeyID: keyID, Topic: topic, key: key,
-		client: s.httpClient(http.DefaultTransport.(*http.Transport).Clone())}, nil
+		client: s.httpClient()}, nil
 }
 
 // Scopes returns the device.
@@ -125,7 +125,7 @@ func (p *APNs) Send(ctx context.Context, m jobs.Message) (id string, err error) 
 	status, reason, h, err := p.post(ctx, m.Recipient, tok, body)
 	switch {
 	case err != nil:
-		return "", fmt.Errorf("apns %s: %w", p.Name, err)
+		return "", jobs.Unreached(fmt.Errorf("apns %s: %w", p.Name, err))
 	case status == http.StatusOK:
 		return h.Get("apns-id"), nil
 	case status == http.StatusForbidden && reason == "ExpiredProviderToken" && !p.expired(tok):

@@ -30,12 +30,18 @@ type apnsFake struct {
 	seen    []string        // the provider tokens it got
 }
 
-func newAPNsFake(t *testing.T) *apnsFake {
-	t.Helper()
+// apnsKey returns a signing key made for a test (.p8: PEM) and its public
+// half.
+func apnsKey() (string, *ecdsa.PublicKey) {
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	der, _ := x509.MarshalPKCS8PrivateKey(key)
-	pub := &key.PublicKey
-	f := &apnsFake{p8: string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})), expired: map[string]bool{}}
+	return string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})), &key.PublicKey
+}
+
+func newAPNsFake(t *testing.T) *apnsFake {
+	t.Helper()
+	p8, pub := apnsKey()
+	f := &apnsFake{p8: p8, expired: map[string]bool{}}
 	answers := map[string]struct {
 		status int
 		reason string

@@ -35,7 +35,7 @@ type FCM struct {
 // account's JSON key (tokenURL, if set, replaces its token endpoint: tests)
 // or, if credentials is empty, with the static bearer token.
 func NewFCM(ctx context.Context, s Settings, project, credentials, tokenURL, token string) (*FCM, error) {
-	p := &FCM{Settings: s, Project: project, client: s.httpClient(http.DefaultTransport.(*http.Transport).Clone())}
+	p := &FCM{Settings: s, Project: project, client: s.httpClient()}
 	if credentials == "" {
 		p.tokens = oauth2.StaticTokenSource(&oauth2.Token{AccessToken: token, TokenType: "Bearer"})
 		return p, nil
@@ -48,7 +48,7 @@ func NewFCM(ctx context.Context, s Settings, project, credentials, tokenURL, tok
 		cfg.TokenURL = tokenURL
 	}
 	// The token source's own client, bounded by the send timeout.
-	tctx := context.WithValue(context.WithoutCancel(ctx), oauth2.HTTPClient, s.httpClient(nil))
+	tctx := context.WithValue(context.WithoutCancel(ctx), oauth2.HTTPClient, s.httpClient())
 	p.tokens = oauth2.ReuseTokenSource(nil, cfg.TokenSource(tctx))
 	return p, nil
 }
@@ -141,7 +141,7 @@ func (p *FCM) Send(ctx context.Context, m jobs.Message) (id string, err error) {
 	req.Header.Set("Content-Type", "application/json")
 	status, h, resp, err := do(p.client, req)
 	if err != nil {
-		return "", fmt.Errorf("fcm %s: %w", p.Name, err)
+		return "", jobs.Unreached(fmt.Errorf("fcm %s: %w", p.Name, err))
 	}
 	if status == http.StatusOK {
 		var sent struct {

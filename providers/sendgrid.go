@@ -25,7 +25,7 @@ type SendGrid struct {
 // NewSendGrid returns a SendGrid provider.
 func NewSendGrid(s Settings, apiKey, from, fromName string) *SendGrid {
 	return &SendGrid{Settings: s, APIKey: apiKey, From: from, FromName: fromName,
-		client: s.httpClient(http.DefaultTransport.(*http.Transport).Clone())}
+		client: s.httpClient()}
 }
 
 // Scopes returns none: SendGrid limits the whole account.
@@ -84,7 +84,7 @@ func (p *SendGrid) Send(ctx context.Context, m jobs.Message) (id string, err err
 	req.Header.Set("Content-Type", "application/json")
 	status, h, resp, err := do(p.client, req)
 	if err != nil {
-		return "", fmt.Errorf("sendgrid %s: %w", p.Name, err)
+		return "", jobs.Unreached(fmt.Errorf("sendgrid %s: %w", p.Name, err))
 	}
 	if status >= 200 && status < 300 {
 		return h.Get("X-Message-Id"), nil

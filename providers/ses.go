@@ -38,7 +38,7 @@ func NewSES(s Settings, region, accessKeyID, secretAccessKey, from string) *SES 
 		Region:      region,
 		Credentials: credentials.NewStaticCredentialsProvider(accessKeyID, secretAccessKey, ""),
 		Retryer:     aws.NopRetryer{}, // the throttle owns every wait
-		HTTPClient:  s.httpClient(nil),
+		HTTPClient:  s.httpClient(),
 	}
 	if s.BaseURL != "" {
 		opts.BaseEndpoint = aws.String(s.BaseURL)
@@ -88,7 +88,7 @@ func (p *SES) Send(ctx context.Context, m jobs.Message) (id string, err error) {
 func (p *SES) classify(err error) error {
 	var ae smithy.APIError
 	if !errors.As(err, &ae) {
-		return fmt.Errorf("ses %s: %w", p.Name, err)
+		return jobs.Unreached(fmt.Errorf("ses %s: %w", p.Name, err))
 	}
 	status := 0
 	var re *awshttp.ResponseError

@@ -1,6 +1,7 @@
 package providers
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -37,8 +38,9 @@ type SMTP struct {
 	// QuotaReset is as SES.QuotaReset, for "Daily message quota exceeded"
 	// from SES's SMTP endpoint.
 	QuotaReset time.Duration
-	// TLSConfig, if set, replaces the default TLS settings (a private CA's
-	// roots, a test server's certificate); its ServerName defaults to Host.
+	// TLSConfig, if set, replaces the default TLS settings (a test
+	// server's certificate); its ServerName defaults to Host, its RootCAs
+	// to Settings.RootCAs.
 	TLSConfig *tls.Config
 	now       func() time.Time
 }
@@ -64,10 +66,14 @@ func (p *SMTP) client() (*mail.Client, error) {
 	default:
 		opts = append(opts, mail.WithTLSPolicy(mail.TLSMandatory))
 	}
-	if p.TLSConfig != nil {
-		cfg := p.TLSConfig.Clone()
-		if cfg.ServerName == "" {
-			cfg.ServerName = p.Host
+	if p.TLSConfig != nil || p.RootCAs != nil {
+		cfg := &tls.Config{}
+		if p.TLSConfig != nil {
+			cfg = p.TLSConfig.Clone()
+		}
+		cfg.ServerName = cmp.Or(cfg.ServerName, p.Host)
+		if cfg.RootCAs == nil {
+			cfg.RootCAs = p.RootCAs
 		}
 		opts = append(opts, mail.WithTLSConfig(cfg))
 	}
@@ -129,9 +135,8 @@ func (p *SMTP) classify(err error) error {
 	}
 	what := fmt.Sprintf("smtp %s: %v", p.Name, err)
 	text := err.Error()
-	var cert *tls.CertificateVerificationError
 	switch {
-	case errors.As(err, &cert) || strings.Contains(text, "does not support STARTTLS"):
+	case strings.Contains(text, "does not support STARTTLS"):
 		// The server cannot be reached safely as configured: no retry helps.
 		return broken("%s", what)
 	case strings.Contains(text, "Daily message quota exceeded"):
@@ -145,5 +150,6 @@ func (p *SMTP) classify(err error) error {
 	case code >= 500:
 		return reject("%s", what)
 	}
-	return fmt.Errorf("%s", what) // 4xx, a refused or lost connection
+	// 4xx, a refused or lost connection, an untrusted certificate.
+	return jobs.Unreached(fmt.Errorf("smtp %s: %w", p.Name, err))
 }

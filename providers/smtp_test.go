@@ -186,8 +186,7 @@ func TestSMTPStartTLS(t *testing.T) {
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	port := ln.Addr().(*net.TCPAddr).Port
-	p := NewSMTP(Settings{Name: "mail"}, "localhost", port, "", "mailer", "s3cret", "noreply@example.com")
-	p.TLSConfig = &tls.Config{RootCAs: pool}
+	p := NewSMTP(Settings{Name: "mail", RootCAs: pool}, "localhost", port, "", "mailer", "s3cret", "noreply@example.com")
 	data := []byte(`{"subject":"Welcome","body":"Hello"}`)
 	if id, err := p.Send(ctx(t), jobs.Message{ID: "t1", Recipient: "ok@example.com", Data: data}); err != nil || id != "<t1@localhost>" {
 		t.Fatalf("over STARTTLS: %q, %v", id, err)

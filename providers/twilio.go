@@ -35,7 +35,7 @@ type Twilio struct {
 // NewTwilio returns a Twilio provider.
 func NewTwilio(s Settings, accountSID, username, password, from, serviceSID string) *Twilio {
 	return &Twilio{Settings: s, AccountSID: accountSID, Username: username, Password: password,
-		From: from, ServiceSID: serviceSID, client: s.httpClient(http.DefaultTransport.(*http.Transport).Clone())}
+		From: from, ServiceSID: serviceSID, client: s.httpClient()}
 }
 
 // sender is the sender identity scopes are keyed by.
@@ -84,7 +84,7 @@ func (p *Twilio) Send(ctx context.Context, m jobs.Message) (id string, err error
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	status, h, body, err := do(p.client, req)
 	if err != nil {
-		return "", fmt.Errorf("twilio %s: %w", p.Name, err)
+		return "", jobs.Unreached(fmt.Errorf("twilio %s: %w", p.Name, err))
 	}
 	if status >= 200 && status < 300 {
 		var sent struct {

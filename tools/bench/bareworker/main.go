@@ -67,7 +67,7 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	provider := jobs.NewWebhookProvider("hook", *url, 5*time.Second, nil)
+	provider := jobs.NewWebhookProvider("hook", *url, 5*time.Second, nil, nil)
 	mux := asynq.NewServeMux()
 	mux.HandleFunc(jobs.TypeNotify, func(ctx context.Context, t *asynq.Task) error {
 		id, _ := asynq.GetTaskID(ctx)
