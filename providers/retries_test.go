@@ -33,6 +33,7 @@ func TestRetriesApplyToTemporaryFailuresOnly(t *testing.T) {
 		"sent":               {nil, 0, func(err error) bool { return err == nil }},
 		"classified as is":   {classified, 0, func(err error) bool { return err == classified }},
 		"first backoff":      {temp, 0, func(err error) bool { d, ok := backoffOf(err); return ok && d == 2*time.Second }},
+		"its own budget":     {temp, 1, func(err error) bool { n, ok := RetryBudget(err); return ok && n == 3 && errors.Is(err, temp) }},
 		"doubled":            {temp, 2, func(err error) bool { d, ok := backoffOf(err); return ok && d == 8*time.Second }},
 		"gave up at the max": {temp, 3, func(err error) bool { var se *jobs.SendError; return errors.As(err, &se) && se.Outcome == jobs.Reject }},
 	} {
