@@ -196,6 +196,7 @@ type Provider struct {
 	Output          string            `yaml:"output"`                      // log only; default stdout
 	URL             Secret            `yaml:"url,secret=URL"`              // webhook only; required
 	Timeout         time.Duration     `yaml:"timeout"`                     // not log; default 5s webhook, 10s the services
+	CAFile          string            `yaml:"ca_file,path"`                // not log: PEM certificates of CAs its TLS trusts besides the system's; default none
 	Headers         map[string]Secret `yaml:"headers,secret=header value"` // webhook only; default none
 
 	ScopePause time.Duration `yaml:"scope_pause"` // twilio (a sender's overflow), apns (a device's 429): a scoped pause naming no moment; default 1m

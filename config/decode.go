@@ -34,9 +34,6 @@ type decoder struct {
 	src    *source
 	errs   errorList
 	getenv func(string) string // resolves {env: NAME}
-	// unresolved are the path prefixes whose secret references stay
-	// unresolved (see LoadProducer).
-	unresolved []string
 }
 
 // filler is a struct whose defaults or required keys depend on the keys

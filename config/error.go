@@ -94,6 +94,8 @@ type source struct {
 	// unresolved are the secrets a producer leaves unresolved (LoadProducer):
 	// their values are empty and not checked.
 	unresolved map[string]bool
+	// unresolvedPrefixes are the paths under which it leaves them so.
+	unresolvedPrefixes []string
 }
 
 func newSource(file string) *source {
@@ -105,6 +107,12 @@ func (s *source) has(path string) bool { return s != nil && s.lines[path] > 0 }
 
 // isUnresolved reports whether path is a secret a producer left unresolved.
 func (s *source) isUnresolved(path string) bool { return s != nil && s.unresolved[path] }
+
+// unresolvedUnder reports whether the secrets and files at path are left
+// unresolved and unread (a producer's providers: see LoadProducer).
+func (s *source) unresolvedUnder(path string) bool {
+	return s != nil && slices.ContainsFunc(s.unresolvedPrefixes, func(p string) bool { return strings.HasPrefix(path, p) })
+}
 
 // parent returns path without its last element: "a.b[1]" -> "a.b" -> "a" -> "".
 func parent(path string) string {

@@ -17,6 +17,11 @@ func noEnv(string) string { return "" }
 // and checks the whole error against the "# want: " lines at the file's end,
 // one per problem: file, line, path and bad value included. A file of no
 // bytes at all wants the message for an empty file.
+//
+// It loads each as enqueue does too (LoadProducer): a producer checks every
+// setting a worker checks but resolves no provider's secret, so it finds
+// the same mistakes, except where the file's "# producer: " lines say
+// otherwise ("# producer: loads": a secret only a worker resolves).
 func TestLoadErrors(t *testing.T) {
 	files, err := filepath.Glob("testdata/*.yaml")
 	if err != nil || len(files) == 0 {
@@ -39,6 +44,16 @@ func TestLoadErrors(t *testing.T) {
 			if !errors.As(err, &e) || e.File != file || e.Line < 1 {
 				t.Errorf("errors.As(*Error) = %+v, want one naming the file and a line", e)
 			}
+			want = producerWantOf(t, file)
+			switch c, err := LoadProducer(file, noEnv); {
+			case want == "loads" && err != nil:
+				t.Errorf("LoadProducer: %v, want it to load", err)
+			case want == "loads":
+			case err == nil:
+				t.Errorf("LoadProducer succeeded, want error:\n%s\ngot config %+v", want, c)
+			case err.Error() != want:
+				t.Errorf("LoadProducer: wrong error\n got: %s\nwant: %s", err, want)
+			}
 		})
 	}
 }
@@ -53,16 +68,37 @@ func wantOf(t *testing.T, file string) string {
 	if len(data) == 0 {
 		return file + ":1: empty: no settings (see the example config.yaml)"
 	}
-	var want []string
-	for _, line := range strings.Split(string(data), "\n") {
-		if w, ok := strings.CutPrefix(line, "# want: "); ok {
-			want = append(want, w)
-		}
-	}
-	if len(want) == 0 {
+	want := commentLines(data, "# want: ")
+	if want == "" {
 		t.Fatalf("%s has no \"# want: \" line: every testdata file is a mistake and says what error it wants", file)
 	}
-	return strings.Join(want, "\n")
+	return want
+}
+
+// producerWantOf returns what LoadProducer wants of a testdata file: its
+// "# producer: " lines, else what a worker wants.
+func producerWantOf(t *testing.T, file string) string {
+	t.Helper()
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := commentLines(data, "# producer: "); want != "" {
+		return want
+	}
+	return wantOf(t, file)
+}
+
+// commentLines returns the rest of data's lines that start with prefix,
+// joined by newlines.
+func commentLines(data []byte, prefix string) string {
+	var lines []string
+	for _, line := range strings.Split(string(data), "\n") {
+		if w, ok := strings.CutPrefix(line, prefix); ok {
+			lines = append(lines, w)
+		}
+	}
+	return strings.Join(lines, "\n")
 }
 
 func TestRuleErrorWrapsThrottle(t *testing.T) {

@@ -32,9 +32,11 @@ func LoadWithEnv(path string, getenv func(string) string) (*Config, error) {
 // LoadProducer is LoadWithEnv for enqueue, which enqueues and never
 // delivers: every setting is checked as a worker checks it, but the secret
 // references ({env: NAME}, {file: PATH}) of the providers (a webhook's url
-// and headers) and of the API's keys are checked for their form only, not
-// resolved, so a producer's host needs none of those secrets; their values
-// are empty in the Config it returns. Redis's password is resolved.
+// and headers, a service's credentials) and of the API's keys are checked
+// for their form only, not resolved, so a producer's host needs none of
+// those secrets; their values are empty in the Config it returns, and a
+// check of whether one is set counts the reference (validator.given).
+// Redis's password is resolved.
 func LoadProducer(path string, getenv func(string) string) (*Config, error) {
 	return load(path, getenv, []string{"providers.", "api.keys."})
 }
@@ -74,7 +76,8 @@ func parse(name string, data []byte, getenv func(string) string, unresolved []st
 	}
 	c := Default()
 	c.src = newSource(name)
-	d := decoder{src: c.src, getenv: getenv, unresolved: unresolved}
+	c.src.unresolvedPrefixes = unresolved
+	d := decoder{src: c.src, getenv: getenv}
 	d.decode(root, "", root.Line, reflect.ValueOf(c).Elem(), "")
 	if u := getenv(EnvRedisURL); u != "" {
 		c.Redis.URL, c.Redis.Cluster = u, nil

@@ -2,8 +2,6 @@ package config
 
 import (
 	"reflect"
-	"slices"
-	"strings"
 
 	"gopkg.in/yaml.v3"
 
@@ -47,7 +45,7 @@ func (d *decoder) secret(n *yaml.Node, path, what string) (string, bool) {
 		d.fail(n, path+".env", "must name an environment variable")
 	case hasFile && ref.File == "":
 		d.fail(n, path+".file", "must name a file")
-	case slices.ContainsFunc(d.unresolved, func(p string) bool { return strings.HasPrefix(path, p) }):
+	case d.src.unresolvedUnder(path):
 		// A producer never delivers: the reference stays unresolved, and
 		// the checks of its value are skipped (see source.unresolved).
 		d.src.unresolved[path] = true

@@ -1,11 +1,15 @@
 package config
 
 import (
+	"crypto/x509"
+	"fmt"
 	"net/url"
 	"reflect"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/notify-throttle/throttler/internal/redisconn"
 )
 
 // A service's keys: those every service type takes, then each type's own
@@ -34,6 +38,32 @@ var (
 	}
 )
 
+// RootCAs returns the CAs p's TLS trusts: the system's and those of its
+// ca_file; nil (the system's) without one. Load checked the file already.
+func (p Provider) RootCAs() (*x509.CertPool, error) {
+	if p.CAFile == "" {
+		return nil, nil
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil {
+		pool = x509.NewCertPool()
+	}
+	if msg := redisconn.AppendCAFile(pool, p.CAFile); msg != "" {
+		return nil, fmt.Errorf("ca_file: %s", msg)
+	}
+	return pool, nil
+}
+
+// caFile checks a provider's ca_file where its files are read: not on a
+// producer (LoadProducer), whose host needs none of the workers' files.
+func (v *validator) caFile(path string, pr Provider) {
+	if pr.CAFile == "" || v.c.src.unresolvedUnder(path) {
+		return
+	}
+	msg := redisconn.AppendCAFile(x509.NewCertPool(), pr.CAFile)
+	v.check(msg == "", path+".ca_file", "%s", msg)
+}
+
 // fillService gives a service provider its defaults and reports its
 // missing keys.
 func (p *Provider) fillService(has func(key string) bool, required func(key, why string)) {
@@ -58,14 +88,15 @@ func (p *Provider) fillService(has func(key string) bool, required func(key, why
 	}
 }
 
-// serviceKeys returns the service keys p sets (non-zero), in field order.
-func (p *Provider) serviceKeys() []string {
-	v, t := reflect.ValueOf(p).Elem(), reflect.TypeFor[Provider]()
+// serviceKeys returns the service keys pr (at path) sets, in field order:
+// those with a value, and secrets a producer left unresolved.
+func (v *validator) serviceKeys(path string, pr Provider) []string {
+	val, t := reflect.ValueOf(pr), reflect.TypeFor[Provider]()
 	var keys []string
 	past := false
 	for i := range t.NumField() {
 		key, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
-		if past && !v.Field(i).IsZero() {
+		if past && (!val.Field(i).IsZero() || v.c.src.isUnresolved(path+"."+key)) {
 			keys = append(keys, key)
 		}
 		past = past || key == "headers"
@@ -86,7 +117,7 @@ func typesTaking(key string) string {
 
 // serviceKeysOnly refuses the service keys pr sets that its type does not take.
 func (v *validator) serviceKeysOnly(path string, pr Provider) {
-	for _, k := range pr.serviceKeys() {
+	for _, k := range v.serviceKeys(path, pr) {
 		ok := slices.Contains(serviceTypes[pr.Type], k) || serviceTypes[pr.Type] != nil && slices.Contains(serviceCommon, k)
 		v.check(ok, path+"."+k, "only for type %s", typesTaking(k))
 	}
@@ -110,7 +141,7 @@ func (v *validator) service(path string, pr Provider) {
 	case ProviderTwilio:
 		v.check((pr.From == "") != (pr.MessagingServiceSID == ""), path+".from", "give one of from (a number) and messaging_service_sid")
 	case ProviderFCM:
-		v.check((pr.CredentialsFile == "") != (pr.Token == ""), path+".credentials_file", "give one of credentials_file (a service account's JSON key) and token")
+		v.check((pr.CredentialsFile != "") != v.given(path+".token", pr.Token), path+".credentials_file", "give one of credentials_file (a service account's JSON key) and token")
 	}
 	if pr.Type == ProviderSMTP {
 		v.check(pr.Port > 0 && pr.Port < 65536, path+".port", "must be from 1 to 65535 (got %d)", pr.Port)

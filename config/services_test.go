@@ -1,12 +1,16 @@
 package config
 
 import (
+	"crypto/x509"
+	"encoding/pem"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/notify-throttle/throttler/internal/redistest"
 )
 
 func TestServiceProvidersLoadWithDefaultsAndSecrets(t *testing.T) {
@@ -40,5 +44,44 @@ providers:
 	}
 	if shown := fmt.Sprintf("%v %+v %#v", c, c, c); strings.Contains(shown, "s3cret") {
 		t.Error("a printed config shows a secret")
+	}
+}
+
+// TestProviderCAFile: a provider's ca_file, relative to the config's
+// directory, gives RootCAs that trust what its CA signed.
+func TestProviderCAFile(t *testing.T) {
+	dir := t.TempDir()
+	f, err := redistest.NewTLSFiles(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "config.yaml")
+	writeFile(t, path, `providers:
+  hook: {type: webhook, url: https://hooks.internal/send, ca_file: ca.pem, rate: 1, burst: 1}
+  console: {type: log, rate: 1, burst: 1}
+`)
+	c, err := LoadWithEnv(path, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hook := c.Providers["hook"]
+	if hook.CAFile != f.CAFile {
+		t.Errorf("ca_file %q, want %q", hook.CAFile, f.CAFile)
+	}
+	roots, err := hook.RootCAs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM, _ := os.ReadFile(f.CertFile)
+	block, _ := pem.Decode(certPEM)
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cert.Verify(x509.VerifyOptions{Roots: roots, DNSName: "localhost"}); err != nil {
+		t.Errorf("the ca_file's CA signed a certificate its RootCAs refuse: %v", err)
+	}
+	if roots, err := c.Providers["console"].RootCAs(); roots != nil || err != nil {
+		t.Errorf("no ca_file: %v, %v; want the system's (nil)", roots, err)
 	}
 }

@@ -79,6 +79,15 @@ func (v *validator) clean(path string) bool {
 	})
 }
 
+// given reports whether the file sets the secret s at path: to a value, to
+// a reference a producer left unresolved (its value is then empty: see
+// LoadProducer), or to one that failed to resolve (reported already).
+// A check of whether a secret is set asks this, never s != "", so that a
+// producer and a worker agree on what a file sets.
+func (v *validator) given(path string, s Secret) bool {
+	return s != "" || v.c.src.isUnresolved(path) || v.c.src.failedAt(path)
+}
+
 func (v *validator) positive(path string, n int) { v.check(n > 0, path, "must be > 0 (got %d)", n) }
 
 // durationAtLeast checks d >= least, saying "> 0" for 1ns, "not negative" for 0.
@@ -219,8 +228,9 @@ func (v *validator) providers() {
 		switch pr.Type {
 		case ProviderLog:
 			v.check(pr.Output != "", path+".output", "must not be empty: stdout, stderr or a file path")
-			only(pr.URL != "", "url", ProviderWebhook)
+			only(v.given(path+".url", pr.URL), "url", ProviderWebhook)
 			only(pr.Timeout != 0, "timeout", ProviderWebhook)
+			only(pr.CAFile != "", "ca_file", "webhook or service")
 			only(pr.Headers != nil, "headers", ProviderWebhook)
 		case ProviderWebhook:
 			only(pr.Output != "", "output", ProviderLog)
@@ -232,14 +242,16 @@ func (v *validator) providers() {
 				v.failf(path+".url", "must be an http:// or https:// URL (got %s)", v.c.src.shown(path+".url", string(pr.URL)))
 			}
 			v.durationAtLeast(path+".timeout", pr.Timeout, time.Nanosecond)
+			v.caFile(path, pr)
 			for _, h := range slices.Sorted(maps.Keys(pr.Headers)) {
 				v.check(isToken(h), join(path+".headers", h), "not a valid header name (got %s)", quote(h))
 				v.check(!strings.ContainsAny(string(pr.Headers[h]), "\r\n\x00"), join(path+".headers", h), "must not contain a line break or NUL")
 			}
 		case ProviderSMTP, ProviderSES, ProviderTwilio, ProviderFCM, ProviderAPNs, ProviderSendGrid:
 			only(pr.Output != "", "output", ProviderLog)
-			only(pr.URL != "", "url", ProviderWebhook)
+			only(v.given(path+".url", pr.URL), "url", ProviderWebhook)
 			only(pr.Headers != nil, "headers", ProviderWebhook)
+			v.caFile(path, pr)
 			v.service(path, pr)
 		default:
 			v.failf(path+".type", "must be one of log, webhook, smtp, ses, twilio, fcm, apns, sendgrid (got %s)", quote(pr.Type))

@@ -37,12 +37,12 @@ func (t *Throttle) deliver(ctx context.Context, j *job) error {
 	if err := t.onTime(ctx, j); err != nil {
 		return err
 	}
-	err := j.route.Provider.Send(ctx, Message{ID: j.id, Recipient: j.n.Recipient, Template: j.n.Template, Data: j.n.Data})
+	id, err := j.route.Provider.Send(ctx, Message{ID: j.id, Recipient: j.n.Recipient, Template: j.n.Template, Data: j.n.Data})
 	if err == nil {
 		t.Metrics.inc(t.Metrics.Sent, j.n.Provider)
 		t.Metrics.inc(t.Metrics.TenantSent, j.n.Provider, t.tenantLabel(j.n.Tenant))
 		t.markSent(ctx, j)
-		t.logSent(j)
+		t.logSent(j, id)
 		return nil
 	}
 	t.Metrics.inc(t.Metrics.Failed, j.n.Provider)

@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -76,6 +79,8 @@ type harnessConfig struct {
 	screen bool
 	// lateAfter is Throttle.LateAfter (the worker's: window_margin / 2).
 	lateAfter time.Duration
+	// log, if set, gets the throttle's log lines (text).
+	log io.Writer
 }
 
 func newHarness(t *testing.T, quota *throttle.Quota, bucket *throttle.Bucket, inlineWait time.Duration) *harness {
@@ -98,18 +103,18 @@ func newHarnessWith(t *testing.T, c harnessConfig) *harness {
 		client: asynq.NewClientFromRedisClient(rdb), insp: asynq.NewInspectorFromRedisClient(rdb)}
 	provider := c.provider
 	if provider == nil {
-		provider = ProviderFunc(func(ctx context.Context, m Message) error {
+		provider = ProviderFunc(func(ctx context.Context, m Message) (string, error) {
 			time.Sleep(c.latency)
 			h.mu.Lock()
 			defer h.mu.Unlock()
 			if h.fail != nil {
 				if err := h.fail(m); err != nil {
-					return err
+					return "", err
 				}
 			}
 			h.sent[m.ID] = time.Now()
 			h.sends[m.ID]++
-			return nil
+			return "p-" + m.ID, nil
 		})
 	}
 	workerRDB := c.server.ClientOn(t, db)
@@ -129,7 +134,7 @@ func newHarnessWith(t *testing.T, c harnessConfig) *harness {
 		LateAfter:  c.lateAfter,
 		Book:       c.book,
 		Holder:     c.holder,
-		Log:        slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Log:        slog.New(slog.NewTextHandler(cmp.Or[io.Writer](c.log, io.Discard), nil)),
 	}
 	if !c.noMarks {
 		h.th.Sent = NewSentMarks(workerLim)
@@ -315,6 +320,26 @@ func TestHandlerSendsAndDefersWithoutUsingRetries(t *testing.T) {
 	}
 	if h.wasSent("second") {
 		t.Error("second was sent over the quota")
+	}
+}
+
+// TestHandlerLogsTheProvidersID: the sent line names the ID the provider
+// gave the message (provider_id), for matching its later reports.
+func TestHandlerLogsTheProvidersID(t *testing.T) {
+	t.Parallel()
+	q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 1, Per: time.Hour})
+	b, _ := throttle.NewBucket("gw", 1000, 100)
+	log, err := os.Create(filepath.Join(t.TempDir(), "log")) // the handlers' goroutines write to it
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarnessWith(t, harnessConfig{quota: q, bucket: b, log: log})
+	h.enqueue(t, "first", Notification{Recipient: "alice@example.com"})
+	h.await(t, "first", "completed", state(asynq.TaskStateCompleted))
+	got, _ := os.ReadFile(log.Name())
+	want := regexp.MustCompile(`level=INFO msg=sent task=first recipient=a\*\*\*@example.com .* provider_id=p-first\n`)
+	if !want.Match(got) {
+		t.Errorf("log\n%s\nhas no line matching %s", got, want)
 	}
 }
 

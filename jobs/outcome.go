@@ -59,9 +59,14 @@ func (j *job) who() []any {
 // utc is a moment for a log line: Redis's, in UTC, to the millisecond.
 func utc(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z07:00") }
 
-// logSent logs a message its provider accepted.
-func (t *Throttle) logSent(j *job) {
-	t.Log.Info(OutcomeSent, append(j.who(), "queue", j.queue)...)
+// logSent logs a message its provider accepted, with the provider's ID for
+// it (provider_id), when it gave one.
+func (t *Throttle) logSent(j *job, providerID string) {
+	a := append(j.who(), "queue", j.queue)
+	if providerID != "" {
+		a = append(a, "provider_id", providerID)
+	}
+	t.Log.Info(OutcomeSent, a...)
 }
 
 // logBooked logs a job deferred to the moment it booked (or to its place

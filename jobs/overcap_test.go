@@ -228,11 +228,11 @@ func TestDigest(t *testing.T) {
 	b, _ := throttle.NewBucket("gw", 1000, 100)
 	var mu sync.Mutex
 	var got []Message
-	prov := ProviderFunc(func(_ context.Context, m Message) error {
+	prov := ProviderFunc(func(_ context.Context, m Message) (string, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		got = append(got, m)
-		return nil
+		return "", nil
 	})
 	h := newHarnessWith(t, harnessConfig{quota: q, bucket: b, book: true, digests: true, provider: prov,
 		inlineWait: time.Second, settings: PolicySettings{Digest: true}})

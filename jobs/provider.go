@@ -2,6 +2,8 @@ package jobs
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,10 +20,14 @@ type Message struct {
 }
 
 // Provider delivers messages. A new provider is one type with this method.
-// Send returns nil once the provider has accepted the message; otherwise a
+// Send returns a nil error once the provider has accepted the message, with
+// the provider's ID for it (the one its later reports of the message name:
+// Twilio's SID, SES's MessageId; "" if it gives none); otherwise a
 // *SendError says what to do about it (any other error is retried).
+// Its error never shows the recipient in clear (see RedactError): the
+// worker logs it, and keeps it as a suppression's reason.
 type Provider interface {
-	Send(ctx context.Context, m Message) error
+	Send(ctx context.Context, m Message) (id string, err error)
 }
 
 // Outcome classifies a failed send. Every provider maps its answers into
@@ -80,13 +86,34 @@ func outcome(err error) (Outcome, time.Duration) {
 	return Retry, 0
 }
 
+// Unreached classifies err, the failure of a send that got no answer from
+// its provider (no connection, a timeout, a TLS handshake that failed).
+// A certificate the worker does not trust is Broken: nothing reached the
+// provider, and no retry helps until its ca_file or its certificate
+// changes, so the provider is paused fleet-wide and the operator alerted
+// rather than the message retried and archived. Anything else is a
+// temporary failure: err as is. Every provider classifies such a failure
+// here.
+func Unreached(err error) error {
+	var (
+		verify  *tls.CertificateVerificationError
+		unknown x509.UnknownAuthorityError
+		host    x509.HostnameError
+		invalid x509.CertificateInvalidError
+	)
+	if errors.As(err, &verify) || errors.As(err, &unknown) || errors.As(err, &host) || errors.As(err, &invalid) {
+		return &SendError{Outcome: Broken, Err: fmt.Errorf("%w (the provider's certificate is not trusted: a private CA goes in its ca_file)", err)}
+	}
+	return err
+}
+
 // sendErrorf is a SendError with a formatted message.
 func sendErrorf(o Outcome, after time.Duration, format string, args ...any) *SendError {
 	return &SendError{Outcome: o, RetryAfter: after, Err: fmt.Errorf(format, args...)}
 }
 
 // ProviderFunc adapts a function to a Provider.
-type ProviderFunc func(ctx context.Context, m Message) error
+type ProviderFunc func(ctx context.Context, m Message) (string, error)
 
 // Send calls f.
-func (f ProviderFunc) Send(ctx context.Context, m Message) error { return f(ctx, m) }
+func (f ProviderFunc) Send(ctx context.Context, m Message) (string, error) { return f(ctx, m) }

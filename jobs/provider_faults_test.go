@@ -109,7 +109,7 @@ func TestWebhookFlappingProvider(t *testing.T) {
 	const rate, burst = 10, 2
 	b, _ := throttle.NewBucket("gw", rate, burst)
 	h := newHarnessWith(t, harnessConfig{quota: q, bucket: b, retryDelay: quickBackoff, inlineWait: time.Second,
-		provider: NewWebhookProvider("gw", endpoint.URL, 250*time.Millisecond, nil)})
+		provider: NewWebhookProvider("gw", endpoint.URL, 250*time.Millisecond, nil, nil)})
 
 	// One recipient, one slot: "first" fails once and gives the slot back,
 	// so "second" takes it while "first" waits to retry; "first" then

@@ -2,12 +2,16 @@ package jobs
 
 import (
 	"bytes"
+	"cmp"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -30,25 +34,30 @@ const WebhookIdleConns = 256
 
 // NewWebhookProvider returns a webhook provider with a per-send timeout, on
 // a transport of its own that keeps up to WebhookIdleConns connections to
-// its host open between sends.
-func NewWebhookProvider(name, url string, timeout time.Duration, headers map[string]string) *WebhookProvider {
+// its host open between sends and trusts roots (nil: the system's CAs).
+func NewWebhookProvider(name, url string, timeout time.Duration, headers map[string]string, roots *x509.CertPool) *WebhookProvider {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConns = WebhookIdleConns
 	tr.MaxIdleConnsPerHost = WebhookIdleConns
+	if roots != nil {
+		tr.TLSClientConfig = &tls.Config{RootCAs: roots}
+	}
 	return &WebhookProvider{Name: name, URL: url, Headers: headers, Client: &http.Client{Timeout: timeout, Transport: tr}}
 }
 
-// Send posts m. 2xx: sent. 429: Pause for its Retry-After (1s if absent).
-// 5xx, a timeout or a network error: Retry. Any other status: Reject, with
-// the start of the response as the reason.
-func (p *WebhookProvider) Send(ctx context.Context, m Message) error {
+// Send posts m. 2xx: sent, with the ID the response gives (see webhookID).
+// 429: Pause for its Retry-After (1s if absent). 5xx, a timeout or a
+// network error: Retry. Any other status: Reject, with the start of the
+// response as the reason.
+func (p *WebhookProvider) Send(ctx context.Context, m Message) (id string, err error) {
+	defer func() { err = RedactError(err, m.Recipient) }()
 	body, err := json.Marshal(m)
 	if err != nil {
-		return sendErrorf(Reject, 0, "webhook %s: encode: %v", p.Name, err)
+		return "", sendErrorf(Reject, 0, "webhook %s: encode: %v", p.Name, err)
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.URL, bytes.NewReader(body))
 	if err != nil {
-		return sendErrorf(Reject, 0, "webhook %s: %v", p.Name, err)
+		return "", sendErrorf(Reject, 0, "webhook %s: %v", p.Name, err)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", m.ID)
@@ -57,22 +66,53 @@ func (p *WebhookProvider) Send(ctx context.Context, m Message) error {
 	}
 	resp, err := p.Client.Do(req)
 	if err != nil {
-		return fmt.Errorf("webhook %s: %w", p.Name, err)
+		return "", Unreached(fmt.Errorf("webhook %s: %w", p.Name, err))
 	}
 	defer resp.Body.Close()
-	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	start, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20)) // reuse the connection
+	snippet := bytes.TrimSpace(start[:min(len(start), 512)])
 	switch s := resp.StatusCode; {
 	case s >= 200 && s < 300:
-		return nil
+		return webhookID(resp.Header, start), nil
 	case s == http.StatusTooManyRequests:
 		after := retryAfter(resp.Header.Get("Retry-After"), time.Now())
-		return sendErrorf(Pause, after, "webhook %s: 429 Too Many Requests, retry after %s", p.Name, after)
+		return "", sendErrorf(Pause, after, "webhook %s: 429 Too Many Requests, retry after %s", p.Name, after)
 	case s >= 500:
-		return fmt.Errorf("webhook %s: %s: %s", p.Name, resp.Status, bytes.TrimSpace(snippet))
+		return "", fmt.Errorf("webhook %s: %s: %s", p.Name, resp.Status, snippet)
 	default:
-		return sendErrorf(Reject, 0, "webhook %s: %s: %s", p.Name, resp.Status, bytes.TrimSpace(snippet))
+		return "", sendErrorf(Reject, 0, "webhook %s: %s: %s", p.Name, resp.Status, snippet)
 	}
+}
+
+// maxWebhookID bounds the ID a webhook's answer gives: a longer one is no
+// ID, and stays out of the log.
+const maxWebhookID = 256
+
+// webhookID is the ID a webhook's 2xx answer gives for the message: its
+// X-Message-Id or Id header, else the "id" (a string or a number) of a
+// JSON object in the first 4 KiB of its body; "" if none.
+func webhookID(h http.Header, body []byte) string {
+	id := cmp.Or(h.Get("X-Message-Id"), h.Get("Id"))
+	if id == "" {
+		var v struct {
+			ID json.RawMessage `json:"id"`
+		}
+		if json.Unmarshal(body, &v) == nil {
+			var s string
+			if json.Unmarshal(v.ID, &s) != nil {
+				var n json.Number
+				if json.Unmarshal(v.ID, &n) == nil {
+					s = n.String()
+				}
+			}
+			id = s
+		}
+	}
+	if id = strings.TrimSpace(id); len(id) > maxWebhookID {
+		return ""
+	}
+	return id
 }
 
 // retryAfter reads a Retry-After header: seconds or an HTTP date; 1s when

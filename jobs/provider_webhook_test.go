@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -45,9 +46,9 @@ func TestWebhookOutcomes(t *testing.T) {
 				_, _ = w.Write([]byte("reason text"))
 			}))
 			defer srv.Close()
-			p := NewWebhookProvider("sms", srv.URL, 100*time.Millisecond, nil)
+			p := NewWebhookProvider("sms", srv.URL, 100*time.Millisecond, nil, nil)
 			m := Message{ID: "task-1", Recipient: "alice", Template: "welcome", Data: json.RawMessage(`{"a":1}`)}
-			err := p.Send(context.Background(), m)
+			_, err := p.Send(context.Background(), m)
 			if tc.ok {
 				if err != nil {
 					t.Fatalf("Send: %v", err)
@@ -110,7 +111,7 @@ func TestWebhookKeepsConnections(t *testing.T) {
 	}
 	srv.Start()
 	defer srv.Close()
-	p := NewWebhookProvider("hook", srv.URL, time.Minute, nil)
+	p := NewWebhookProvider("hook", srv.URL, time.Minute, nil, nil)
 	wave := func(n int) {
 		t.Helper()
 		mu.Lock()
@@ -122,7 +123,8 @@ func TestWebhookKeepsConnections(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				errs <- p.Send(context.Background(), Message{ID: fmt.Sprintf("m-%d-%d", n, g), Recipient: "r", Template: "t"})
+				_, err := p.Send(context.Background(), Message{ID: fmt.Sprintf("m-%d-%d", n, g), Recipient: "r", Template: "t"})
+				errs <- err
 			}()
 		}
 		wg.Wait()
@@ -143,4 +145,58 @@ func TestWebhookKeepsConnections(t *testing.T) {
 	// before a read of the body returns EOF (or, with no body, before Do
 	// returns), and Send reads the body to its end.
 	wave(2)
+}
+
+// TestWebhookReportsTheAnswersID: a 2xx answer's X-Message-Id or Id
+// header, else its JSON body's id, is the provider's ID for the message.
+func TestWebhookReportsTheAnswersID(t *testing.T) {
+	tests := []struct {
+		name   string
+		header map[string]string
+		body   string
+		want   string
+	}{
+		{name: "X-Message-Id", header: map[string]string{"X-Message-Id": "msg-1", "Id": "other"}, body: `{"id":"other"}`, want: "msg-1"},
+		{name: "Id", header: map[string]string{"Id": "msg-2"}, want: "msg-2"},
+		{name: "JSON string", body: `{"id":"msg-3","status":"queued"}`, want: "msg-3"},
+		{name: "JSON number", body: `{"id":12345}`, want: "12345"},
+		{name: "none", body: `accepted`, want: ""},
+		{name: "too long", header: map[string]string{"X-Message-Id": strings.Repeat("x", 257)}, want: ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				for k, v := range tc.header {
+					w.Header().Set(k, v)
+				}
+				w.WriteHeader(http.StatusAccepted)
+				_, _ = w.Write([]byte(tc.body))
+			}))
+			defer srv.Close()
+			id, err := NewWebhookProvider("hook", srv.URL, time.Second, nil, nil).Send(context.Background(), Message{ID: "task-1", Recipient: "alice"})
+			if err != nil || id != tc.want {
+				t.Errorf("Send = %q, %v; want %q", id, err, tc.want)
+			}
+		})
+	}
+}
+
+// TestWebhookRedactsTheRecipient: an answer that names the recipient
+// (echoing the request) fails with an error that shows it redacted, its
+// status kept.
+func TestWebhookRedactsTheRecipient(t *testing.T) {
+	for _, status := range []int{400, 503} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			var m Message
+			_ = json.NewDecoder(r.Body).Decode(&m)
+			w.WriteHeader(status)
+			fmt.Fprintf(w, `{"error":"no such user %s"}`, m.Recipient)
+		}))
+		_, err := NewWebhookProvider("hook", srv.URL, time.Second, nil, nil).Send(context.Background(), Message{ID: "task-1", Recipient: "alice@example.com"})
+		srv.Close()
+		want := fmt.Sprintf(`webhook hook: %d %s: {"error":"no such user a***@example.com"}`, status, http.StatusText(status))
+		if err == nil || err.Error() != want {
+			t.Errorf("%d: %v, want %s", status, err, want)
+		}
+	}
 }

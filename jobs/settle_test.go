@@ -29,15 +29,15 @@ func (f *scopedFake) Scopes(m Message) []string {
 	return []string{SenderScope("+1000"), PairScope("+1000", m.Recipient)}
 }
 
-func (f *scopedFake) Send(_ context.Context, m Message) error {
+func (f *scopedFake) Send(_ context.Context, m Message) (string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls[m.Recipient]++
 	if err := f.answer(m); err != nil {
-		return err
+		return "", err
 	}
 	f.sent[m.ID] = time.Now()
-	return nil
+	return "", nil
 }
 
 func (f *scopedFake) callsTo(r string) int {

@@ -347,7 +347,7 @@ func TestSkewChild(t *testing.T) {
 	slowDone := make(chan struct{})
 	var slowOnce sync.Once
 	th := &Throttle{Limiter: lim, Policies: map[string]*throttle.Quota{"mkt": one},
-		Providers: map[string]Route{"gw": {Bucket: big, Provider: ProviderFunc(func(_ context.Context, m Message) error {
+		Providers: map[string]Route{"gw": {Bucket: big, Provider: ProviderFunc(func(_ context.Context, m Message) (string, error) {
 			if strings.HasSuffix(m.ID, "-slow") {
 				defer slowOnce.Do(func() { close(slowDone) })
 				for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
@@ -356,7 +356,7 @@ func TestSkewChild(t *testing.T) {
 					}
 				}
 			}
-			return nil
+			return "", nil
 		})}},
 		Sent: NewSentMarks(lim), Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	srv := startWorker(t, rdb, th, asynq.Config{Concurrency: 1, Queues: map[string]int{label: 1}, LogLevel: asynq.FatalLevel})

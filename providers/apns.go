@@ -33,6 +33,9 @@ type APNs struct {
 	mu     sync.Mutex
 	jwt    string
 	issued time.Time
+	// refused is whether Apple refused the last token as expired, so that
+	// jwt (then "") is made anew; renewed whether jwt was made so.
+	refused, renewed bool
 }
 
 // NewAPNs returns an APNs provider signing with the .p8 key (PEM).
@@ -42,18 +45,18 @@ func NewAPNs(s Settings, teamID, keyID, topic, p8 string) (*APNs, error) {
 		return nil, fmt.Errorf("apns %s: key: not a PEM EC private key (.p8)", s.Name) // never the key itself
 	}
 	return &APNs{Settings: s, TeamID: teamID, KeyID: keyID, Topic: topic, key: key,
-		client: s.httpClient(http.DefaultTransport.(*http.Transport).Clone())}, nil
+		client: s.httpClient()}, nil
 }
 
 // Scopes returns the device.
 func (p *APNs) Scopes(m jobs.Message) []string { return []string{jobs.DeviceScope(m.Recipient)} }
 
 // token returns the provider token, made anew when older than
-// apnsTokenLife or when stale is the one Apple just refused.
-func (p *APNs) token(stale string) (string, error) {
+// apnsTokenLife or when Apple refused the last one (see expired).
+func (p *APNs) token() (string, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.jwt != "" && p.jwt != stale && time.Since(p.issued) < apnsTokenLife {
+	if p.jwt != "" && time.Since(p.issued) < apnsTokenLife {
 		return p.jwt, nil
 	}
 	now := time.Now()
@@ -64,7 +67,27 @@ func (p *APNs) token(stale string) (string, error) {
 		return "", err
 	}
 	p.jwt, p.issued = signed, now
+	p.renewed, p.refused = p.refused, false
 	return signed, nil
+}
+
+// expired notes that Apple refused tok as expired (ExpiredProviderToken):
+// the next send makes a new token, unless tok was itself made after such a
+// refusal; then it reports true, since a new token would not help (the
+// clock or the key is wrong) and Apple refuses refreshes more often than
+// every 20 minutes. A token older than the one in use was replaced
+// already, by another send that was refused with it.
+func (p *APNs) expired(tok string) (again bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case tok != p.jwt:
+		return false
+	case p.renewed:
+		return true
+	}
+	p.jwt, p.refused = "", true
+	return false
 }
 
 // apnsPayload is the data mapped: title and body to aps.alert, data's
@@ -78,37 +101,38 @@ func apnsPayload(c Content) ([]byte, error) {
 	return json.Marshal(payload)
 }
 
-// Send posts m and classifies the answer (docs/providers.md#apns). A
-// refused provider token (ExpiredProviderToken) is made anew and the send
-// tried once more.
-func (p *APNs) Send(ctx context.Context, m jobs.Message) error {
+// Send posts m and classifies the answer (docs/providers.md#apns); the ID
+// of a message sent is its apns-id. It posts once: a provider token Apple
+// refuses as expired is made anew for the next send, and m is retried at
+// once, admitted again by the provider's bucket like any other send.
+func (p *APNs) Send(ctx context.Context, m jobs.Message) (id string, err error) {
+	defer redact(&err, m.Recipient)
 	c, err := content("apns "+p.Name, m)
 	if err != nil {
-		return err
+		return "", err
 	}
 	if c.Title == "" && c.Subject == "" && c.Body == "" {
-		return reject("apns %s: data has no title or body: nothing to show", p.Name)
+		return "", reject("apns %s: data has no title or body: nothing to show", p.Name)
 	}
 	body, err := apnsPayload(c)
 	if err != nil {
-		return reject("apns %s: %v", p.Name, err)
+		return "", reject("apns %s: %v", p.Name, err)
 	}
-	stale := ""
-	for try := 0; ; try++ {
-		tok, err := p.token(stale)
-		if err != nil {
-			return broken("apns %s: signing the provider token: %v", p.Name, err)
-		}
-		status, reason, h, err := p.post(ctx, m.Recipient, tok, body)
-		if err != nil {
-			return fmt.Errorf("apns %s: %w", p.Name, err)
-		}
-		if status == http.StatusForbidden && reason == "ExpiredProviderToken" && try == 0 {
-			stale = tok
-			continue
-		}
-		return p.classify(status, reason, h, m.Recipient)
+	tok, err := p.token()
+	if err != nil {
+		return "", broken("apns %s: signing the provider token: %v", p.Name, err)
 	}
+	status, reason, h, err := p.post(ctx, m.Recipient, tok, body)
+	switch {
+	case err != nil:
+		return "", jobs.Unreached(fmt.Errorf("apns %s: %w", p.Name, err))
+	case status == http.StatusOK:
+		return h.Get("apns-id"), nil
+	case status == http.StatusForbidden && reason == "ExpiredProviderToken" && !p.expired(tok):
+		// No wait but the bucket's: a deferral, not a failure.
+		return "", retryAt(time.Millisecond, time.Time{}, "apns %s: %d %s: retried with a new provider token", p.Name, status, reason)
+	}
+	return "", p.classify(status, reason, h, m.Recipient)
 }
 
 // post sends one request and returns the status and Apple's reason.
@@ -132,18 +156,19 @@ func (p *APNs) post(ctx context.Context, device, tok string, body []byte) (int, 
 	return status, r.Reason, h, nil
 }
 
-// classify maps APNs' status and reason to an outcome.
+// classify maps APNs' error status and reason to an outcome.
 func (p *APNs) classify(status int, reason string, h http.Header, device string) error {
 	what := fmt.Sprintf("apns %s: %d %s", p.Name, status, reason)
 	switch {
-	case status == http.StatusOK:
-		return nil
 	case status == http.StatusGone || reason == "Unregistered" || reason == "BadDeviceToken" || reason == "DeviceTokenNotForTopic":
 		return dead("%s", what)
+	case status == http.StatusTooManyRequests && reason == "TooManyProviderTokenUpdates": // the whole provider
+		after, at := retryAfter(h.Get("Retry-After"), p.scopePause())
+		return pause(after, at, "", "%s", what)
 	case status == http.StatusTooManyRequests: // TooManyRequests: this device, not the fleet
 		after, at := retryAfter(h.Get("Retry-After"), p.scopePause())
 		return pause(after, at, jobs.DeviceScope(device), "%s", what)
-	case status == http.StatusForbidden: // InvalidProviderToken, MissingProviderToken, ExpiredProviderToken twice
+	case status == http.StatusForbidden: // InvalidProviderToken, MissingProviderToken, ExpiredProviderToken for a new token
 		return broken("%s", what)
 	case status >= 500:
 		return fmt.Errorf("%s", what)

@@ -2,6 +2,8 @@ package providers
 
 import (
 	"bytes"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -30,8 +32,12 @@ type Settings struct {
 	// BaseURL replaces the service's address (tests, a regional endpoint,
 	// a proxy); default the service's own.
 	BaseURL string
+	// RootCAs, if set, are the CAs the provider's TLS trusts (its ca_file's
+	// with the system's); default the system's.
+	RootCAs *x509.CertPool
 	// Transport, if set, carries the requests (tests: a loopback TLS
-	// server's); default a clone of http.DefaultTransport (HTTP/2 over TLS).
+	// server's); default a clone of http.DefaultTransport (HTTP/2 over TLS)
+	// trusting RootCAs.
 	Transport http.RoundTripper
 }
 
@@ -57,11 +63,17 @@ func (s Settings) base(def string) string {
 	return def
 }
 
-// httpClient is a client bounded by the settings' timeout, which follows no
-// redirects (an API that redirects is misconfigured).
-func (s Settings) httpClient(tr http.RoundTripper) *http.Client {
-	if s.Transport != nil {
-		tr = s.Transport
+// httpClient is a client of its own transport (see Transport) bounded by
+// the settings' timeout, which follows no redirects (an API that
+// redirects is misconfigured).
+func (s Settings) httpClient() *http.Client {
+	tr := s.Transport
+	if tr == nil {
+		t := http.DefaultTransport.(*http.Transport).Clone() // still HTTP/2: ForceAttemptHTTP2
+		if s.RootCAs != nil {
+			t.TLSClientConfig = &tls.Config{RootCAs: s.RootCAs}
+		}
+		tr = t
 	}
 	return &http.Client{Timeout: s.timeout(), Transport: tr,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
@@ -89,6 +101,10 @@ func content(provider string, m jobs.Message) (Content, error) {
 	}
 	return c, nil
 }
+
+// redact makes *err show the recipient only redacted: every adapter's
+// Send defers it (see jobs.RedactError).
+func redact(err *error, recipient string) { *err = jobs.RedactError(*err, recipient) }
 
 // result builders: one per class of jobs.SendError.
 func reject(format string, args ...any) error {

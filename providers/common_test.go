@@ -2,9 +2,13 @@ package providers
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
+	"io"
+	"log"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -56,6 +60,7 @@ func newFake(t *testing.T, ok answer, answers map[string]answer, check func(t *t
 type want struct {
 	outcome jobs.Outcome
 	sent    bool
+	id      string        // the provider's ID for a message sent
 	scope   string        // for Pause
 	after   time.Duration // RetryAfter, when set
 	at      time.Time     // RetryAt, when set
@@ -63,14 +68,17 @@ type want struct {
 	text    string        // the error contains it
 }
 
-// checkOutcome compares Send's error with w.
-func checkOutcome(t *testing.T, name string, err error, w want) {
+// checkOutcome compares what Send returned with w.
+func checkOutcome(t *testing.T, name string, id string, err error, w want) {
 	t.Helper()
 	if w.sent {
-		if err != nil {
-			t.Errorf("%s: %v, want sent", name, err)
+		if err != nil || id != w.id {
+			t.Errorf("%s: %q, %v; want sent as %q", name, id, err, w.id)
 		}
 		return
+	}
+	if id != "" {
+		t.Errorf("%s: ID %q for a message not sent", name, id)
 	}
 	if err == nil {
 		t.Errorf("%s: sent, want an error", name)
@@ -96,6 +104,22 @@ func checkOutcome(t *testing.T, name string, err error, w want) {
 	}
 }
 
+// noRecipient fails the test if err's text shows recipient in clear: as
+// given, in another case, without its + or escaped for a URL's path.
+func noRecipient(t *testing.T, err error, recipient string) {
+	t.Helper()
+	if err == nil {
+		return
+	}
+	text := strings.ToLower(err.Error())
+	for _, form := range []string{recipient, strings.TrimPrefix(recipient, "+"), url.PathEscape(recipient)} {
+		if strings.Contains(text, strings.ToLower(form)) {
+			t.Errorf("%s: the error shows the recipient: %v", recipient, err)
+			return
+		}
+	}
+}
+
 func ctx(t *testing.T) context.Context {
 	t.Helper()
 	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -104,3 +128,63 @@ func ctx(t *testing.T) context.Context {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// TestUntrustedCertificateIsBroken: every HTTPS adapter, sending to a
+// server whose certificate it does not trust, reaches nothing and says so
+// as Broken (no retry helps: the provider is paused and the operator
+// alerted); trusting the server's CA (Settings.RootCAs: ca_file) it sends.
+func TestUntrustedCertificateIsBroken(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case strings.HasPrefix(r.URL.Path, "/3/device/"):
+			w.Header().Set("apns-id", "A-1")
+		case strings.HasSuffix(r.URL.Path, "/Messages.json"):
+			w.WriteHeader(http.StatusCreated)
+			_, _ = w.Write([]byte(`{"sid":"SM1"}`))
+		case r.URL.Path == "/v3/mail/send":
+			w.Header().Set("X-Message-Id", "SG1")
+			w.WriteHeader(http.StatusAccepted)
+		case strings.HasSuffix(r.URL.Path, "/messages:send"):
+			_, _ = w.Write([]byte(`{"name":"projects/p/messages/1"}`))
+		case r.URL.Path == "/v2/email/outbound-emails":
+			_, _ = w.Write([]byte(`{"MessageId":"SES1"}`))
+		default:
+			t.Errorf("request %s", r.URL.Path)
+		}
+	}))
+	srv.EnableHTTP2 = true                           // APNs speaks HTTP/2 only
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the refused handshakes
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	roots, err := x509.SystemCertPool()
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots.AddCert(srv.Certificate())
+	p8, _ := apnsKey()
+	email := []byte(`{"subject":"Welcome","body":"Hello"}`)
+	for name, c := range map[string]struct {
+		build func(Settings) jobs.Provider
+		to    string
+		data  []byte
+		id    string
+	}{
+		"apns": {func(s Settings) jobs.Provider { p, _ := NewAPNs(s, "T", "K", "com.example.app", p8); return p },
+			"dev-1", []byte(`{"title":"Hi","body":"Hello"}`), "A-1"},
+		"twilio":   {func(s Settings) jobs.Provider { return NewTwilio(s, "AC1", "AC1", "token", "+15550001111", "") }, "+15550002222", []byte(`{"body":"Hello"}`), "SM1"},
+		"sendgrid": {func(s Settings) jobs.Provider { return NewSendGrid(s, "SG.key", "noreply@example.com", "") }, "a@example.com", email, "SG1"},
+		"fcm": {func(s Settings) jobs.Provider {
+			p, _ := NewFCM(context.Background(), s, "p", "", "", "ya29.static")
+			return p
+		},
+			"tok-1", []byte(`{"title":"Hi","body":"Hello"}`), "projects/p/messages/1"},
+		"ses": {func(s Settings) jobs.Provider { return NewSES(s, "eu-west-1", "AKID", "secret", "noreply@example.com") }, "a@example.com", email, "SES1"},
+	} {
+		m := jobs.Message{ID: "t1", Recipient: c.to, Data: c.data}
+		id, err := c.build(Settings{Name: name, BaseURL: srv.URL}).Send(ctx(t), m)
+		checkOutcome(t, name+" untrusted", id, err, want{outcome: jobs.Broken, text: "certificate"})
+		id, err = c.build(Settings{Name: name, BaseURL: srv.URL, RootCAs: roots}).Send(ctx(t), m)
+		checkOutcome(t, name+" trusted", id, err, want{sent: true, id: c.id})
+	}
+}

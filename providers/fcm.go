@@ -35,7 +35,7 @@ type FCM struct {
 // account's JSON key (tokenURL, if set, replaces its token endpoint: tests)
 // or, if credentials is empty, with the static bearer token.
 func NewFCM(ctx context.Context, s Settings, project, credentials, tokenURL, token string) (*FCM, error) {
-	p := &FCM{Settings: s, Project: project, client: s.httpClient(http.DefaultTransport.(*http.Transport).Clone())}
+	p := &FCM{Settings: s, Project: project, client: s.httpClient()}
 	if credentials == "" {
 		p.tokens = oauth2.StaticTokenSource(&oauth2.Token{AccessToken: token, TokenType: "Bearer"})
 		return p, nil
@@ -48,7 +48,7 @@ func NewFCM(ctx context.Context, s Settings, project, credentials, tokenURL, tok
 		cfg.TokenURL = tokenURL
 	}
 	// The token source's own client, bounded by the send timeout.
-	tctx := context.WithValue(context.WithoutCancel(ctx), oauth2.HTTPClient, s.httpClient(nil))
+	tctx := context.WithValue(context.WithoutCancel(ctx), oauth2.HTTPClient, s.httpClient())
 	p.tokens = oauth2.ReuseTokenSource(nil, cfg.TokenSource(tctx))
 	return p, nil
 }
@@ -111,11 +111,13 @@ func (e fcmError) perDevice() bool {
 	return false
 }
 
-// Send posts m and classifies the answer (docs/providers.md#fcm).
-func (p *FCM) Send(ctx context.Context, m jobs.Message) error {
+// Send posts m and classifies the answer (docs/providers.md#fcm); the ID
+// of a message sent is its name (projects/{project}/messages/{id}).
+func (p *FCM) Send(ctx context.Context, m jobs.Message) (id string, err error) {
+	defer redact(&err, m.Recipient)
 	c, err := content("fcm "+p.Name, m)
 	if err != nil {
-		return err
+		return "", err
 	}
 	var msg fcmMessage
 	msg.Message.Token, msg.Message.Data = m.Recipient, c.Data
@@ -123,27 +125,36 @@ func (p *FCM) Send(ctx context.Context, m jobs.Message) error {
 		msg.Message.Notification = &fcmNotification{Title: title, Body: c.Body}
 	}
 	if msg.Message.Notification == nil && len(c.Data) == 0 {
-		return reject("fcm %s: data has no title, body or data: nothing to push", p.Name)
+		return "", reject("fcm %s: data has no title, body or data: nothing to push", p.Name)
 	}
 	tok, err := p.tokens.Token()
 	if err != nil {
-		return broken("fcm %s: cannot get an access token: %v", p.Name, err)
+		return "", broken("fcm %s: cannot get an access token: %v", p.Name, err)
 	}
 	body, _ := json.Marshal(msg)
 	u := p.base("https://fcm.googleapis.com") + "/v1/projects/" + url.PathEscape(p.Project) + "/messages:send"
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
 	if err != nil {
-		return reject("fcm %s: %v", p.Name, err)
+		return "", reject("fcm %s: %v", p.Name, err)
 	}
 	req.Header.Set("Authorization", "Bearer "+tok.AccessToken)
 	req.Header.Set("Content-Type", "application/json")
 	status, h, resp, err := do(p.client, req)
 	if err != nil {
-		return fmt.Errorf("fcm %s: %w", p.Name, err)
+		return "", jobs.Unreached(fmt.Errorf("fcm %s: %w", p.Name, err))
 	}
 	if status == http.StatusOK {
-		return nil
+		var sent struct {
+			Name string `json:"name"`
+		}
+		_ = json.Unmarshal(resp, &sent)
+		return sent.Name, nil
 	}
+	return "", p.classify(status, h, resp, m.Recipient)
+}
+
+// classify maps FCM's error answer to an outcome.
+func (p *FCM) classify(status int, h http.Header, resp []byte, device string) error {
 	var fe fcmError
 	_ = json.Unmarshal(resp, &fe)
 	what := fmt.Sprintf("fcm %s: %d %s: %s", p.Name, status, fe.code(), fe.Error.Message)
@@ -155,7 +166,7 @@ func (p *FCM) Send(ctx context.Context, m jobs.Message) error {
 		return broken("%s", what)
 	case status == http.StatusTooManyRequests || code == "QUOTA_EXCEEDED" || code == "RESOURCE_EXHAUSTED":
 		if fe.perDevice() {
-			return pause(after, at, jobs.DeviceScope(m.Recipient), "%s", what)
+			return pause(after, at, jobs.DeviceScope(device), "%s", what)
 		}
 		return pause(after, at, "", "%s", what)
 	case status >= 500 && h.Get("Retry-After") != "":

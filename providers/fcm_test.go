@@ -33,11 +33,16 @@ func serviceAccount(t *testing.T, tokenURL string) string {
 }
 
 func fcmErr(status int, grpc, code string, extra string) answer {
+	return fcmErrSaying(status, grpc, code, extra, "documented")
+}
+
+// fcmErrSaying is fcmErr with msg as the error's message.
+func fcmErrSaying(status int, grpc, code, extra, msg string) answer {
 	details := `{"@type":"type.googleapis.com/google.firebase.fcm.v1.FcmError","errorCode":"` + code + `"}`
 	if extra != "" {
 		details += "," + extra
 	}
-	return answer{status: status, body: `{"error":{"code":` + itoa(status) + `,"message":"documented","status":"` + grpc + `","details":[` + details + `]}}`}
+	return answer{status: status, body: `{"error":{"code":` + itoa(status) + `,"message":"` + msg + `","status":"` + grpc + `","details":[` + details + `]}}`}
 }
 
 func TestFCMClassifiesEveryAnswer(t *testing.T) {
@@ -53,13 +58,14 @@ func TestFCMClassifiesEveryAnswer(t *testing.T) {
 	deviceQuota := `{"@type":"type.googleapis.com/google.rpc.QuotaFailure","violations":[{"subject":"device","description":"device message rate exceeded"}]}`
 	answers := map[string]answer{
 		"tok-unregistered": fcmErr(404, "NOT_FOUND", "UNREGISTERED", ""),
-		"tok-invalid":      fcmErr(400, "INVALID_ARGUMENT", "INVALID_ARGUMENT", ""),
-		"tok-auth":         fcmErr(401, "UNAUTHENTICATED", "THIRD_PARTY_AUTH_ERROR", ""),
-		"tok-mismatch":     fcmErr(403, "PERMISSION_DENIED", "SENDER_ID_MISMATCH", ""),
-		"tok-device":       withHeader(fcmErr(429, "RESOURCE_EXHAUSTED", "QUOTA_EXCEEDED", deviceQuota), "Retry-After", "9"),
-		"tok-project":      withHeader(fcmErr(429, "RESOURCE_EXHAUSTED", "QUOTA_EXCEEDED", ""), "Retry-After", "60"),
-		"tok-unavailable":  withHeader(fcmErr(503, "UNAVAILABLE", "UNAVAILABLE", ""), "Retry-After", "4"),
-		"tok-internal":     fcmErr(500, "INTERNAL", "INTERNAL", ""),
+		"tok-invalid": fcmErrSaying(400, "INVALID_ARGUMENT", "INVALID_ARGUMENT", "",
+			`Invalid value at 'message.token' (TYPE_STRING), \"tok-invalid\"`),
+		"tok-auth":        fcmErr(401, "UNAUTHENTICATED", "THIRD_PARTY_AUTH_ERROR", ""),
+		"tok-mismatch":    fcmErr(403, "PERMISSION_DENIED", "SENDER_ID_MISMATCH", ""),
+		"tok-device":      withHeader(fcmErr(429, "RESOURCE_EXHAUSTED", "QUOTA_EXCEEDED", deviceQuota), "Retry-After", "9"),
+		"tok-project":     withHeader(fcmErr(429, "RESOURCE_EXHAUSTED", "QUOTA_EXCEEDED", ""), "Retry-After", "60"),
+		"tok-unavailable": withHeader(fcmErr(503, "UNAVAILABLE", "UNAVAILABLE", ""), "Retry-After", "4"),
+		"tok-internal":    fcmErr(500, "INTERNAL", "INTERNAL", ""),
 	}
 	f := newFake(t, answer{status: 200, body: `{"name":"projects/demo-app/messages/1"}`}, answers, func(t *testing.T, r *http.Request) string {
 		if r.Method != http.MethodPost || r.URL.Path != "/v1/projects/demo-app/messages:send" || r.Header.Get("Authorization") != "Bearer ya29.test" {
@@ -77,9 +83,9 @@ func TestFCMClassifiesEveryAnswer(t *testing.T) {
 		t.Fatal(err)
 	}
 	cases := map[string]want{
-		"tok-ok":           {sent: true},
+		"tok-ok":           {sent: true, id: "projects/demo-app/messages/1"},
 		"tok-unregistered": {outcome: jobs.Dead, text: "UNREGISTERED"},
-		"tok-invalid":      {outcome: jobs.Reject},
+		"tok-invalid":      {outcome: jobs.Reject, text: `400 INVALID_ARGUMENT: Invalid value at 'message.token' (TYPE_STRING), "to***id"`},
 		"tok-auth":         {outcome: jobs.Broken},
 		"tok-mismatch":     {outcome: jobs.Broken},
 		"tok-device":       {outcome: jobs.Pause, scope: jobs.DeviceScope("tok-device"), after: 9 * time.Second},
@@ -88,8 +94,9 @@ func TestFCMClassifiesEveryAnswer(t *testing.T) {
 		"tok-internal":     {retry: true},
 	}
 	for to, w := range cases {
-		err := p.Send(ctx(t), jobs.Message{ID: "t1", Recipient: to, Data: []byte(`{"title":"Order shipped","body":"It left the warehouse","data":{"order":"42"}}`)})
-		checkOutcome(t, to, err, w)
+		id, err := p.Send(ctx(t), jobs.Message{ID: "t1", Recipient: to, Data: []byte(`{"title":"Order shipped","body":"It left the warehouse","data":{"order":"42"}}`)})
+		checkOutcome(t, to, id, err, w)
+		noRecipient(t, err, to)
 	}
 	if n := tokens.Load(); n != 1 {
 		t.Errorf("%d token requests for %d sends, want 1 (the token is reused)", n, len(cases))

@@ -39,18 +39,42 @@ func WithRetries(p jobs.Scoper, max int, backoff time.Duration) jobs.Scoper {
 }
 
 // Send sends m and applies the settings to a temporary failure.
-func (r *Retries) Send(ctx context.Context, m jobs.Message) error {
-	err := r.Scoper.Send(ctx, m)
+func (r *Retries) Send(ctx context.Context, m jobs.Message) (string, error) {
+	id, err := r.Scoper.Send(ctx, m)
 	var se *jobs.SendError
 	if err == nil || errors.As(err, &se) {
-		return err
+		return id, err
 	}
 	retried := r.retried(ctx)
 	if r.Max > 0 && retried >= r.Max {
-		return &jobs.SendError{Outcome: jobs.Reject, Err: fmt.Errorf("gave up after %d retries: %w", retried, err)}
+		return "", &jobs.SendError{Outcome: jobs.Reject, Err: fmt.Errorf("gave up after %d retries: %w", retried, err)}
+	}
+	if r.Max > 0 {
+		err = &budgeted{max: r.Max, err: err}
 	}
 	if r.Backoff > 0 {
-		return &jobs.Backoff{Delay: min(r.Backoff<<min(retried, 20), 24*time.Hour), Err: err}
+		return "", &jobs.Backoff{Delay: min(r.Backoff<<min(retried, 20), 24*time.Hour), Err: err}
 	}
-	return err
+	return "", err
+}
+
+// budgeted is a temporary failure under a provider's own limit of retries.
+type budgeted struct {
+	max int
+	err error
+}
+
+func (e *budgeted) Error() string { return e.err.Error() }
+func (e *budgeted) Unwrap() error { return e.err }
+
+// RetryBudget returns how many retries a temporary failure err gets from
+// its provider's own limit (Retries.Max: max_retries), and whether it has
+// one; the task's own limit (asynq's MaxRetry) is then not the one that
+// archives it.
+func RetryBudget(err error) (int, bool) {
+	var b *budgeted
+	if errors.As(err, &b) {
+		return b.max, true
+	}
+	return 0, false
 }

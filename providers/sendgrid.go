@@ -25,7 +25,7 @@ type SendGrid struct {
 // NewSendGrid returns a SendGrid provider.
 func NewSendGrid(s Settings, apiKey, from, fromName string) *SendGrid {
 	return &SendGrid{Settings: s, APIKey: apiKey, From: from, FromName: fromName,
-		client: s.httpClient(http.DefaultTransport.(*http.Transport).Clone())}
+		client: s.httpClient()}
 }
 
 // Scopes returns none: SendGrid limits the whole account.
@@ -52,14 +52,16 @@ type sgMail struct {
 	CustomArgs map[string]string `json:"custom_args,omitempty"`
 }
 
-// Send posts m and classifies the answer (docs/providers.md#sendgrid).
-func (p *SendGrid) Send(ctx context.Context, m jobs.Message) error {
+// Send posts m and classifies the answer (docs/providers.md#sendgrid); the
+// ID of a message sent is the answer's X-Message-Id.
+func (p *SendGrid) Send(ctx context.Context, m jobs.Message) (id string, err error) {
+	defer redact(&err, m.Recipient)
 	c, err := content("sendgrid "+p.Name, m)
 	if err != nil {
-		return err
+		return "", err
 	}
 	if err := emailContent("sendgrid "+p.Name, c); err != nil {
-		return err
+		return "", err
 	}
 	mail := sgMail{From: sgAddress{Email: p.From, Name: p.FromName}, Subject: c.Subject,
 		CustomArgs: map[string]string{"task_id": m.ID}}
@@ -76,18 +78,24 @@ func (p *SendGrid) Send(ctx context.Context, m jobs.Message) error {
 	body, _ := json.Marshal(mail)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.base("https://api.sendgrid.com")+"/v3/mail/send", bytes.NewReader(body))
 	if err != nil {
-		return reject("sendgrid %s: %v", p.Name, err)
+		return "", reject("sendgrid %s: %v", p.Name, err)
 	}
 	req.Header.Set("Authorization", "Bearer "+p.APIKey)
 	req.Header.Set("Content-Type", "application/json")
 	status, h, resp, err := do(p.client, req)
 	if err != nil {
-		return fmt.Errorf("sendgrid %s: %w", p.Name, err)
+		return "", jobs.Unreached(fmt.Errorf("sendgrid %s: %w", p.Name, err))
 	}
+	if status >= 200 && status < 300 {
+		return h.Get("X-Message-Id"), nil
+	}
+	return "", p.classify(status, h, resp)
+}
+
+// classify maps SendGrid's answer to an outcome.
+func (p *SendGrid) classify(status int, h http.Header, resp []byte) error {
 	what := fmt.Sprintf("sendgrid %s: %d: %s", p.Name, status, snippet(resp))
 	switch {
-	case status >= 200 && status < 300:
-		return nil
 	case status == http.StatusTooManyRequests:
 		if at, ok := epoch(h.Get("X-RateLimit-Reset")); ok {
 			return pause(0, at, "", "%s", what)

@@ -38,7 +38,7 @@ func NewSES(s Settings, region, accessKeyID, secretAccessKey, from string) *SES 
 		Region:      region,
 		Credentials: credentials.NewStaticCredentialsProvider(accessKeyID, secretAccessKey, ""),
 		Retryer:     aws.NopRetryer{}, // the throttle owns every wait
-		HTTPClient:  s.httpClient(nil),
+		HTTPClient:  s.httpClient(),
 	}
 	if s.BaseURL != "" {
 		opts.BaseEndpoint = aws.String(s.BaseURL)
@@ -49,14 +49,16 @@ func NewSES(s Settings, region, accessKeyID, secretAccessKey, from string) *SES 
 // Scopes returns none: SES limits the whole account.
 func (p *SES) Scopes(jobs.Message) []string { return nil }
 
-// Send sends m and classifies the answer (docs/providers.md#ses).
-func (p *SES) Send(ctx context.Context, m jobs.Message) error {
+// Send sends m and classifies the answer (docs/providers.md#ses); the ID
+// of a message sent is its MessageId.
+func (p *SES) Send(ctx context.Context, m jobs.Message) (id string, err error) {
+	defer redact(&err, m.Recipient)
 	c, err := content("ses "+p.Name, m)
 	if err != nil {
-		return err
+		return "", err
 	}
 	if err := emailContent("ses "+p.Name, c); err != nil {
-		return err
+		return "", err
 	}
 	body := &types.Body{}
 	if c.Body != "" {
@@ -75,17 +77,18 @@ func (p *SES) Send(ctx context.Context, m jobs.Message) error {
 	if p.ConfigurationSet != "" {
 		in.ConfigurationSetName = aws.String(p.ConfigurationSet)
 	}
-	if _, err := p.client.SendEmail(ctx, in); err != nil {
-		return p.classify(err)
+	out, err := p.client.SendEmail(ctx, in)
+	if err != nil {
+		return "", p.classify(err)
 	}
-	return nil
+	return aws.ToString(out.MessageId), nil
 }
 
 // classify maps an SES error to its outcome.
 func (p *SES) classify(err error) error {
 	var ae smithy.APIError
 	if !errors.As(err, &ae) {
-		return fmt.Errorf("ses %s: %w", p.Name, err)
+		return jobs.Unreached(fmt.Errorf("ses %s: %w", p.Name, err))
 	}
 	status := 0
 	var re *awshttp.ResponseError

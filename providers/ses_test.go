@@ -22,7 +22,7 @@ func TestSESClassifiesEveryAnswer(t *testing.T) {
 		"rate@example.com":      sesErr(429, "TooManyRequestsException", "Too many requests."),
 		"limit@example.com":     sesErr(400, "LimitExceededException", "Maximum sending rate exceeded."),
 		"daily@example.com":     sesErr(400, "LimitExceededException", "Daily message quota exceeded."),
-		"rejected@example.com":  sesErr(400, "MessageRejected", "Email address is not verified."),
+		"rejected@example.com":  sesErr(400, "MessageRejected", "Email address is not verified. The following identities failed the check in region EU-WEST-1: Rejected@Example.com"),
 		"notfound@example.com":  sesErr(404, "NotFoundException", "Configuration set does not exist."),
 		"suspended@example.com": sesErr(400, "AccountSuspendedException", "Account suspended."),
 		"paused@example.com":    sesErr(400, "SendingPausedException", "Sending paused."),
@@ -58,11 +58,11 @@ func TestSESClassifiesEveryAnswer(t *testing.T) {
 	p.QuotaReset = 7 * time.Hour
 	p.now = func() time.Time { return time.Date(2026, 3, 1, 9, 30, 0, 0, time.UTC) }
 	cases := map[string]want{
-		"ok@example.com":        {sent: true},
+		"ok@example.com":        {sent: true, id: "0100-abc"},
 		"rate@example.com":      {outcome: jobs.Pause, after: time.Second},
 		"limit@example.com":     {outcome: jobs.Pause, after: time.Second},
 		"daily@example.com":     {outcome: jobs.Pause, at: time.Date(2026, 3, 2, 7, 0, 0, 0, time.UTC)},
-		"rejected@example.com":  {outcome: jobs.Reject, text: "MessageRejected"},
+		"rejected@example.com":  {outcome: jobs.Reject, text: "MessageRejected: Email address is not verified. The following identities failed the check in region EU-WEST-1: r***@example.com"},
 		"notfound@example.com":  {outcome: jobs.Reject},
 		"suspended@example.com": {outcome: jobs.Broken},
 		"paused@example.com":    {outcome: jobs.Broken},
@@ -70,8 +70,9 @@ func TestSESClassifiesEveryAnswer(t *testing.T) {
 		"down@example.com":      {retry: true},
 	}
 	for to, w := range cases {
-		err := p.Send(ctx(t), jobs.Message{ID: "t1", Recipient: to, Data: []byte(`{"subject":"Welcome","body":"Hello","html":"<p>Hello</p>"}`)})
-		checkOutcome(t, to, err, w)
+		id, err := p.Send(ctx(t), jobs.Message{ID: "t1", Recipient: to, Data: []byte(`{"subject":"Welcome","body":"Hello","html":"<p>Hello</p>"}`)})
+		checkOutcome(t, to, id, err, w)
+		noRecipient(t, err, to)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -1,6 +1,7 @@
 package providers
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -37,8 +38,9 @@ type SMTP struct {
 	// QuotaReset is as SES.QuotaReset, for "Daily message quota exceeded"
 	// from SES's SMTP endpoint.
 	QuotaReset time.Duration
-	// TLSConfig, if set, replaces the default TLS settings (a private CA's
-	// roots, a test server's certificate); its ServerName defaults to Host.
+	// TLSConfig, if set, replaces the default TLS settings (a test
+	// server's certificate); its ServerName defaults to Host, its RootCAs
+	// to Settings.RootCAs.
 	TLSConfig *tls.Config
 	now       func() time.Time
 }
@@ -64,10 +66,14 @@ func (p *SMTP) client() (*mail.Client, error) {
 	default:
 		opts = append(opts, mail.WithTLSPolicy(mail.TLSMandatory))
 	}
-	if p.TLSConfig != nil {
-		cfg := p.TLSConfig.Clone()
-		if cfg.ServerName == "" {
-			cfg.ServerName = p.Host
+	if p.TLSConfig != nil || p.RootCAs != nil {
+		cfg := &tls.Config{}
+		if p.TLSConfig != nil {
+			cfg = p.TLSConfig.Clone()
+		}
+		cfg.ServerName = cmp.Or(cfg.ServerName, p.Host)
+		if cfg.RootCAs == nil {
+			cfg.RootCAs = p.RootCAs
 		}
 		opts = append(opts, mail.WithTLSConfig(cfg))
 	}
@@ -77,21 +83,23 @@ func (p *SMTP) client() (*mail.Client, error) {
 	return mail.NewClient(p.Host, opts...)
 }
 
-// Send sends m and classifies the answer.
-func (p *SMTP) Send(ctx context.Context, m jobs.Message) error {
+// Send sends m and classifies the answer; the ID of a message sent is the
+// Message-ID it carries (made of the task ID), which bounces name.
+func (p *SMTP) Send(ctx context.Context, m jobs.Message) (id string, err error) {
+	defer redact(&err, m.Recipient)
 	c, err := content("smtp "+p.Name, m)
 	if err != nil {
-		return err
+		return "", err
 	}
 	if err := emailContent("smtp "+p.Name, c); err != nil {
-		return err
+		return "", err
 	}
 	msg := mail.NewMsg()
 	if err := msg.From(p.From); err != nil {
-		return broken("smtp %s: from: %v", p.Name, err)
+		return "", broken("smtp %s: from: %v", p.Name, err)
 	}
 	if err := msg.To(m.Recipient); err != nil {
-		return dead("smtp %s: not an email address: %v", p.Name, err)
+		return "", dead("smtp %s: not an email address: %v", p.Name, err)
 	}
 	msg.Subject(c.Subject)
 	msg.SetMessageIDWithValue(tagValue(m.ID) + "@" + p.Host)
@@ -106,12 +114,12 @@ func (p *SMTP) Send(ctx context.Context, m jobs.Message) error {
 	}
 	cl, err := p.client()
 	if err != nil {
-		return broken("smtp %s: %v", p.Name, err)
+		return "", broken("smtp %s: %v", p.Name, err)
 	}
 	if err := cl.DialAndSendWithContext(ctx, msg); err != nil {
-		return p.classify(err)
+		return "", p.classify(err)
 	}
-	return nil
+	return msg.GetMessageID(), nil
 }
 
 // classify maps an SMTP failure to its outcome.
@@ -127,9 +135,8 @@ func (p *SMTP) classify(err error) error {
 	}
 	what := fmt.Sprintf("smtp %s: %v", p.Name, err)
 	text := err.Error()
-	var cert *tls.CertificateVerificationError
 	switch {
-	case errors.As(err, &cert) || strings.Contains(text, "does not support STARTTLS"):
+	case strings.Contains(text, "does not support STARTTLS"):
 		// The server cannot be reached safely as configured: no retry helps.
 		return broken("%s", what)
 	case strings.Contains(text, "Daily message quota exceeded"):
@@ -143,5 +150,6 @@ func (p *SMTP) classify(err error) error {
 	case code >= 500:
 		return reject("%s", what)
 	}
-	return fmt.Errorf("%s", what) // 4xx, a refused or lost connection
+	// 4xx, a refused or lost connection, an untrusted certificate.
+	return jobs.Unreached(fmt.Errorf("smtp %s: %w", p.Name, err))
 }

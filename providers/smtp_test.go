@@ -63,7 +63,7 @@ func (s *smtpSession) Rcpt(to string, _ *smtp.RcptOptions) error {
 	s.to = to
 	switch to {
 	case "dead@example.com":
-		return &smtp.SMTPError{Code: 550, EnhancedCode: smtp.EnhancedCode{5, 1, 1}, Message: "No such user"}
+		return &smtp.SMTPError{Code: 550, EnhancedCode: smtp.EnhancedCode{5, 1, 1}, Message: "<" + to + ">: Recipient address rejected: No such user"}
 	case "busy@example.com":
 		return &smtp.SMTPError{Code: 451, EnhancedCode: smtp.EnhancedCode{4, 3, 0}, Message: "Try again later"}
 	}
@@ -117,8 +117,8 @@ func TestSMTPClassifiesEveryAnswer(t *testing.T) {
 	p.QuotaReset = 30 * time.Minute
 	p.now = func() time.Time { return time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC) }
 	cases := map[string]want{
-		"ok@example.com":    {sent: true},
-		"dead@example.com":  {outcome: jobs.Dead, text: "No such user"},
+		"ok@example.com":    {sent: true, id: "<t1@localhost>"},
+		"dead@example.com":  {outcome: jobs.Dead, text: "550 \"5.1.1 <d***@example.com>: Recipient address rejected: No such user\", affected recipient(s): <d***@example.com>"},
 		"busy@example.com":  {retry: true, text: "451"},
 		"rate@example.com":  {outcome: jobs.Pause, after: time.Second},
 		"daily@example.com": {outcome: jobs.Pause, at: time.Date(2026, 3, 2, 0, 30, 0, 0, time.UTC)},
@@ -126,7 +126,9 @@ func TestSMTPClassifiesEveryAnswer(t *testing.T) {
 	}
 	data := []byte(`{"subject":"Welcome","body":"Hello","html":"<p>Hello</p>"}`)
 	for to, w := range cases {
-		checkOutcome(t, to, p.Send(ctx(t), jobs.Message{ID: "t1", Recipient: to, Data: data}), w)
+		id, err := p.Send(ctx(t), jobs.Message{ID: "t1", Recipient: to, Data: data})
+		checkOutcome(t, to, id, err, w)
+		noRecipient(t, err, to)
 	}
 	be.mu.Lock()
 	if len(be.accepted) != 1 {
@@ -142,9 +144,11 @@ func TestSMTPClassifiesEveryAnswer(t *testing.T) {
 	be.mu.Unlock()
 
 	wrong := NewSMTP(Settings{Name: "mail"}, "localhost", port, SMTPNoTLS, "mailer", "wrong", "noreply@example.com")
-	checkOutcome(t, "wrong password", wrong.Send(ctx(t), jobs.Message{ID: "t2", Recipient: "ok@example.com", Data: data}), want{outcome: jobs.Broken})
+	id, err := wrong.Send(ctx(t), jobs.Message{ID: "t2", Recipient: "ok@example.com", Data: data})
+	checkOutcome(t, "wrong password", id, err, want{outcome: jobs.Broken})
 	down := NewSMTP(Settings{Name: "mail", Timeout: time.Second}, "127.0.0.1", 1, SMTPNoTLS, "", "", "noreply@example.com")
-	checkOutcome(t, "no server", down.Send(ctx(t), jobs.Message{ID: "t3", Recipient: "ok@example.com", Data: data}), want{retry: true})
+	id, err = down.Send(ctx(t), jobs.Message{ID: "t3", Recipient: "ok@example.com", Data: data})
+	checkOutcome(t, "no server", id, err, want{retry: true})
 }
 
 // selfSigned returns a certificate for localhost and a pool that trusts it.
@@ -182,11 +186,10 @@ func TestSMTPStartTLS(t *testing.T) {
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	port := ln.Addr().(*net.TCPAddr).Port
-	p := NewSMTP(Settings{Name: "mail"}, "localhost", port, "", "mailer", "s3cret", "noreply@example.com")
-	p.TLSConfig = &tls.Config{RootCAs: pool}
+	p := NewSMTP(Settings{Name: "mail", RootCAs: pool}, "localhost", port, "", "mailer", "s3cret", "noreply@example.com")
 	data := []byte(`{"subject":"Welcome","body":"Hello"}`)
-	if err := p.Send(ctx(t), jobs.Message{ID: "t1", Recipient: "ok@example.com", Data: data}); err != nil {
-		t.Fatalf("over STARTTLS: %v", err)
+	if id, err := p.Send(ctx(t), jobs.Message{ID: "t1", Recipient: "ok@example.com", Data: data}); err != nil || id != "<t1@localhost>" {
+		t.Fatalf("over STARTTLS: %q, %v", id, err)
 	}
 	be.mu.Lock()
 	n := len(be.accepted)
@@ -197,8 +200,9 @@ func TestSMTPStartTLS(t *testing.T) {
 
 	_, plainPort := startSMTP(t) // offers no STARTTLS
 	plain := NewSMTP(Settings{Name: "mail"}, "localhost", plainPort, "", "mailer", "s3cret", "noreply@example.com")
-	err = plain.Send(ctx(t), jobs.Message{ID: "t2", Recipient: "ok@example.com", Data: data})
-	checkOutcome(t, "no STARTTLS offered", err, want{outcome: jobs.Broken})
+	id, err := plain.Send(ctx(t), jobs.Message{ID: "t2", Recipient: "ok@example.com", Data: data})
+	checkOutcome(t, "no STARTTLS offered", id, err, want{outcome: jobs.Broken})
 	untrusted := NewSMTP(Settings{Name: "mail"}, "localhost", port, "", "mailer", "s3cret", "noreply@example.com")
-	checkOutcome(t, "untrusted certificate", untrusted.Send(ctx(t), jobs.Message{ID: "t3", Recipient: "ok@example.com", Data: data}), want{outcome: jobs.Broken})
+	id, err = untrusted.Send(ctx(t), jobs.Message{ID: "t3", Recipient: "ok@example.com", Data: data})
+	checkOutcome(t, "untrusted certificate", id, err, want{outcome: jobs.Broken})
 }

@@ -35,7 +35,7 @@ type Twilio struct {
 // NewTwilio returns a Twilio provider.
 func NewTwilio(s Settings, accountSID, username, password, from, serviceSID string) *Twilio {
 	return &Twilio{Settings: s, AccountSID: accountSID, Username: username, Password: password,
-		From: from, ServiceSID: serviceSID, client: s.httpClient(http.DefaultTransport.(*http.Transport).Clone())}
+		From: from, ServiceSID: serviceSID, client: s.httpClient()}
 }
 
 // sender is the sender identity scopes are keyed by.
@@ -58,14 +58,16 @@ type twilioError struct {
 	Status  int    `json:"status"`
 }
 
-// Send posts m and classifies the answer (docs/providers.md#twilio).
-func (p *Twilio) Send(ctx context.Context, m jobs.Message) error {
+// Send posts m and classifies the answer (docs/providers.md#twilio); the
+// ID of a message sent is its SID.
+func (p *Twilio) Send(ctx context.Context, m jobs.Message) (id string, err error) {
+	defer redact(&err, m.Recipient)
 	c, err := content("twilio "+p.Name, m)
 	if err != nil {
-		return err
+		return "", err
 	}
 	if c.Body == "" {
-		return reject("twilio %s: data.body is empty: an SMS needs a body", p.Name)
+		return "", reject("twilio %s: data.body is empty: an SMS needs a body", p.Name)
 	}
 	form := url.Values{"To": {m.Recipient}, "Body": {c.Body}}
 	if p.ServiceSID != "" {
@@ -76,20 +78,24 @@ func (p *Twilio) Send(ctx context.Context, m jobs.Message) error {
 	u := p.base("https://api.twilio.com") + "/2010-04-01/Accounts/" + url.PathEscape(p.AccountSID) + "/Messages.json"
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, strings.NewReader(form.Encode()))
 	if err != nil {
-		return reject("twilio %s: %v", p.Name, err)
+		return "", reject("twilio %s: %v", p.Name, err)
 	}
 	req.SetBasicAuth(p.Username, p.Password)
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	status, h, body, err := do(p.client, req)
 	if err != nil {
-		return fmt.Errorf("twilio %s: %w", p.Name, err)
+		return "", jobs.Unreached(fmt.Errorf("twilio %s: %w", p.Name, err))
 	}
 	if status >= 200 && status < 300 {
-		return nil
+		var sent struct {
+			SID string `json:"sid"`
+		}
+		_ = json.Unmarshal(body, &sent)
+		return sent.SID, nil
 	}
 	var te twilioError
 	_ = json.Unmarshal(body, &te)
-	return p.classify(status, h, te, m.Recipient, body)
+	return "", p.classify(status, h, te, m.Recipient, body)
 }
 
 // classify maps a Twilio error to its outcome.

@@ -1,15 +1,25 @@
 package providers
 
 import (
+	"cmp"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/notify-throttle/throttler/jobs"
 )
 
+// twilioMessages are the messages of Twilio's error reference that name
+// the recipient ({to}); the others say "documented".
+var twilioMessages = map[int]string{
+	21211: "The 'To' number {to} is not a valid phone number.",
+	21614: "'To' number {to} is not a valid mobile number",
+}
+
 func twilioErr(status, code int, retryAfter string) answer {
-	a := answer{status: status, body: `{"code":` + itoa(code) + `,"message":"documented","more_info":"https://www.twilio.com/docs/errors/` + itoa(code) + `","status":` + itoa(status) + `}`}
+	msg := cmp.Or(twilioMessages[code], "documented")
+	a := answer{status: status, body: `{"code":` + itoa(code) + `,"message":"` + msg + `","more_info":"https://www.twilio.com/docs/errors/` + itoa(code) + `","status":` + itoa(status) + `}`}
 	if retryAfter != "" {
 		a.headers = map[string]string{"Retry-After": retryAfter}
 	}
@@ -32,6 +42,11 @@ func TestTwilioClassifiesEveryAnswer(t *testing.T) {
 		"+15550000011": {status: 503, body: "down"},
 		"+15550000012": twilioErr(429, 30001, "1"),
 		"+15550000013": twilioErr(429, 14107, ""),
+		"+15550000014": {status: 400, body: "To={to}: not a number"},
+	}
+	for to, a := range answers { // the answer names its recipient
+		a.body = strings.ReplaceAll(a.body, "{to}", to)
+		answers[to] = a
 	}
 	f := newFake(t, answer{status: 201, body: `{"sid":"SM1","status":"queued"}`}, answers, func(t *testing.T, r *http.Request) string {
 		user, pass, ok := r.BasicAuth()
@@ -46,26 +61,28 @@ func TestTwilioClassifiesEveryAnswer(t *testing.T) {
 	p := NewTwilio(Settings{Name: "sms", BaseURL: f.URL, ScopePause: 30 * time.Second}, "AC123", "AC123", "secret-token", "+15559999999", "")
 	from := "+15559999999"
 	cases := map[string]want{
-		"+15550000000": {sent: true},
+		"+15550000000": {sent: true, id: "SM1"},
 		"+15550000001": {outcome: jobs.Retry, after: 2 * time.Second, text: "error 20429"},
 		"+15550000002": {outcome: jobs.Pause, scope: jobs.PairScope(from, "+15550000002"), after: 7 * time.Second},
 		"+15550000003": {outcome: jobs.Pause, scope: jobs.SenderScope(from), after: 30 * time.Second},
 		"+15550000012": {outcome: jobs.Pause, scope: jobs.SenderScope(from), after: time.Second},
 		"+15550000013": {outcome: jobs.Pause, scope: jobs.PairScope(from, "+15550000013"), after: 30 * time.Second},
 		"+15550000004": {outcome: jobs.Pause, after: 3 * time.Second},
-		"+15550000005": {outcome: jobs.Dead, text: "error 21211"},
+		"+15550000005": {outcome: jobs.Dead, text: "error 21211: The 'To' number +1***05 is not a valid phone number."},
 		"+15550000006": {outcome: jobs.Dead},
-		"+15550000007": {outcome: jobs.Dead},
+		"+15550000007": {outcome: jobs.Dead, text: "error 21614"},
 		"+15550000008": {outcome: jobs.Dead},
 		"+15550000009": {outcome: jobs.Broken},
 		"+15550000010": {outcome: jobs.Reject},
 		"+15550000011": {retry: true, text: "503"},
+		"+15550000014": {outcome: jobs.Reject, text: "400: To=+1***14: not a number"},
 	}
 	for to, w := range cases {
-		err := p.Send(ctx(t), jobs.Message{ID: "t1", Recipient: to, Template: "otp", Data: []byte(`{"body":"Your code is 1234"}`)})
-		checkOutcome(t, to, err, w)
+		id, err := p.Send(ctx(t), jobs.Message{ID: "t1", Recipient: to, Template: "otp", Data: []byte(`{"body":"Your code is 1234"}`)})
+		checkOutcome(t, to, id, err, w)
+		noRecipient(t, err, to)
 	}
-	if err := p.Send(ctx(t), jobs.Message{ID: "t2", Recipient: "+15550000000"}); err == nil {
+	if _, err := p.Send(ctx(t), jobs.Message{ID: "t2", Recipient: "+15550000000"}); err == nil {
 		t.Error("a message without a body was sent")
 	}
 }

@@ -3,12 +3,15 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -36,6 +39,49 @@ var (
 	demoWindows    = []throttle.Window{{Limit: 1, Per: 2 * time.Second}, {Limit: 3, Per: 10 * time.Second}}
 	demoRecipients = []string{"alice@example.com", "bob@example.com", "carol@example.com", "dave@example.com"}
 )
+
+// demoAddrs moves the demo's HTTP server (worker.http_addr) and embedded
+// Redis to free ports on their hosts where the configured ones are taken
+// (another worker, another demo), so that it runs beside them, and says
+// on out where each went. A port found free is closed again before the
+// demo listens on it: another process could take it in between, which a
+// demo can afford.
+func demoAddrs(cfg *config.Config, out io.Writer) {
+	if addr, ok := freeIfTaken(cfg.Worker.HTTPAddr); ok {
+		fmt.Fprintf(out, "demo: %s is taken: serving /healthz, /metrics and the dashboard on %s\n", cfg.Worker.HTTPAddr, addr)
+		cfg.Worker.HTTPAddr = addr
+	}
+	if !cfg.Redis.IsEmbedded() {
+		return
+	}
+	if addr, ok := freeIfTaken(cfg.Redis.EmbeddedAddr); ok {
+		fmt.Fprintf(out, "demo: %s is taken: the embedded Redis listens on %s\n", cfg.Redis.EmbeddedAddr, addr)
+		cfg.Redis.EmbeddedAddr = addr
+	}
+}
+
+// freeIfTaken returns a free port on addr's host, and true, if addr is
+// taken; false if it is free, empty, or cannot be listened on for another
+// reason (the worker then says why).
+func freeIfTaken(addr string) (string, bool) {
+	if addr == "" {
+		return "", false
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err == nil {
+		ln.Close()
+		return "", false
+	}
+	host, _, splitErr := net.SplitHostPort(addr)
+	if !errors.Is(err, syscall.EADDRINUSE) || splitErr != nil {
+		return "", false
+	}
+	if ln, err = net.Listen("tcp", net.JoinHostPort(host, "0")); err != nil {
+		return "", false
+	}
+	defer ln.Close()
+	return ln.Addr().String(), true
+}
 
 // demoRules adds the demo's policy and provider to cfg.
 func demoRules(cfg *config.Config) {
@@ -69,8 +115,8 @@ func demoNumber(data []byte) int {
 }
 
 func (c *sentCounts) wrap(p jobs.Provider) jobs.Provider {
-	return jobs.ProviderFunc(func(ctx context.Context, m jobs.Message) error {
-		err := p.Send(ctx, m)
+	return jobs.ProviderFunc(func(ctx context.Context, m jobs.Message) (string, error) {
+		id, err := p.Send(ctx, m)
 		if err == nil {
 			now := time.Now()
 			c.mu.Lock()
@@ -80,7 +126,7 @@ func (c *sentCounts) wrap(p jobs.Provider) jobs.Provider {
 			}
 			c.mu.Unlock()
 		}
-		return err
+		return id, err
 	})
 }
 

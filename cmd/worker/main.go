@@ -196,6 +196,7 @@ func work(ctx context.Context, f *flags, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	counts := demoSetup(cfg, f.demo, stdout)
 	ln, secret, err := openHTTP(cfg)
 	if err != nil {
 		return err
@@ -215,7 +216,6 @@ func work(ctx context.Context, f *flags, stdout, stderr io.Writer) error {
 
 	reg := prometheus.NewRegistry()
 	processMetrics(reg)
-	counts := demoSetup(cfg, f.demo)
 	th, built, rec, err := handlers(ctx, cfg, rdb, reg, log, stdout, counts)
 	if err != nil {
 		return err
@@ -282,13 +282,15 @@ func openHTTP(cfg *config.Config) (net.Listener, string, error) {
 }
 
 // demoSetup makes cfg the demo's, with -demo (d > 0), and returns the
-// demo's count of sends; nil without.
-func demoSetup(cfg *config.Config, d time.Duration) *sentCounts {
+// demo's count of sends; nil without. Where it moves an address, it says so
+// on out.
+func demoSetup(cfg *config.Config, d time.Duration, out io.Writer) *sentCounts {
 	if d <= 0 {
 		return nil
 	}
 	demoRules(cfg)
 	demoAPI(cfg)
+	demoAddrs(cfg, out)
 	return newSentCounts()
 }
 

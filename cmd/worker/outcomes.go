@@ -13,6 +13,7 @@ import (
 
 	"github.com/notify-throttle/throttler/config"
 	"github.com/notify-throttle/throttler/jobs"
+	"github.com/notify-throttle/throttler/providers"
 )
 
 // outcomes is the asynq server's ErrorHandler and the filter on asynq's
@@ -70,6 +71,9 @@ func (o *outcomes) handleError(ctx context.Context, t *asynq.Task, err error) {
 	case archive:
 		o.log.Warn(jobs.OutcomeArchived, "task", id, "type", t.Type(), "err", err)
 	default:
+		if n, ok := providers.RetryBudget(err); ok {
+			maxRetry = n // the provider's max_retries archives it first
+		}
 		o.log.Warn("job failed", "task", id, "type", t.Type(), "retry", retried+1, "of", maxRetry, "err", err)
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"strings"
 	"sync"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/notify-throttle/throttler/config"
 	"github.com/notify-throttle/throttler/internal/redisguard"
@@ -64,19 +67,7 @@ func TestOneLinePerOutcome(t *testing.T) {
 				t.Fatal(err)
 			}
 			var out lockedBuffer
-			log := newLogger(cfg.Log, &out)
-			th, _, err := newThrottle(cfg, rdb, prometheus.NewRegistry(), log, io.Discard, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			srv := newServer(cfg, rdb, newOutcomes(log), redisguard.New(log, redisguard.Options{}).AsynqLogger())
-			mux := asynq.NewServeMux()
-			mux.Handle(jobs.TypeNotify, th)
-			mux.Handle(jobs.TypeDigest, th)
-			if err := srv.Start(mux); err != nil {
-				t.Fatal(err)
-			}
-			defer srv.Shutdown()
+			srv := serve(t, cfg, rdb, &out)
 			client := asynq.NewClientFromRedisClient(rdb)
 			defer client.Close()
 			insp := asynq.NewInspectorFromRedisClient(rdb)
@@ -139,6 +130,26 @@ func TestOneLinePerOutcome(t *testing.T) {
 	}
 }
 
+// serve starts the worker's asynq server for cfg on rdb, as main builds it,
+// logging to out, until the test ends.
+func serve(t *testing.T, cfg *config.Config, rdb redis.UniversalClient, out io.Writer) *asynq.Server {
+	t.Helper()
+	log := newLogger(cfg.Log, out)
+	th, _, err := newThrottle(cfg, rdb, prometheus.NewRegistry(), log, io.Discard, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := newServer(cfg, rdb, newOutcomes(log), redisguard.New(log, redisguard.Options{}).AsynqLogger())
+	mux := asynq.NewServeMux()
+	mux.Handle(jobs.TypeNotify, th)
+	mux.Handle(jobs.TypeDigest, th)
+	if err := srv.Start(mux); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	return srv
+}
+
 // await polls task id until it is in state want.
 func await(t *testing.T, insp *asynq.Inspector, id string, want asynq.TaskState) {
 	t.Helper()
@@ -152,6 +163,61 @@ func await(t *testing.T, insp *asynq.Inspector, id string, want asynq.TaskState)
 			t.Fatalf("task %s never became %s: %+v, %v", id, want, info, err)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestRetryLineSaysTheProvidersBudget: a send that failed for a while
+// (a 5xx) through a provider with its own max_retries says it will be
+// retried, out of that budget, not the task's (asynq's 25), and names no
+// recipient.
+func TestRetryLineSaysTheProvidersBudget(t *testing.T) {
+	down := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = r.ParseForm()
+		http.Error(w, "no route to "+r.PostForm.Get("To"), http.StatusBadGateway)
+	}))
+	defer down.Close()
+	rdb, _ := shared.NewClient(t)
+	cfg, err := config.Parse("retry.yaml", []byte(`
+worker: {queues: {default: 1}, poll_interval: 50ms, jitter: 0s, inline_wait: 0s, http_addr: ""}
+policies:
+  pace: [{limit: 10, per: 1h}]
+providers:
+  sms: {type: twilio, account_sid: AC1, password: token, from: "+15550001111", base_url: `+down.URL+`, max_retries: 2, backoff: 1h, rate: 10, burst: 10}
+defaults: {policy: pace, provider: sms, queue: default}
+log: {format: json}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out lockedBuffer
+	serve(t, cfg, rdb, &out)
+	client := asynq.NewClientFromRedisClient(rdb)
+	defer client.Close()
+	task, err := jobs.NewTask(jobs.Notification{Recipient: "+15550002222", Policy: "pace", Provider: "sms", Template: "otp",
+		Data: []byte(`{"body":"Your code is 1234"}`)}, "otp-1", asynq.Queue("default"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.Enqueue(task); err != nil {
+		t.Fatal(err)
+	}
+	var line struct {
+		Msg, Task string
+		Retry, Of int
+		Err       string
+	}
+	for deadline := time.Now().Add(15 * time.Second); line.Msg != "job failed"; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no job failed line:\n%s", out.String())
+		}
+		for _, l := range strings.Split(out.String(), "\n") {
+			if strings.Contains(l, `"msg":"job failed"`) {
+				_ = json.Unmarshal([]byte(l), &line)
+			}
+		}
+	}
+	if line.Task != "otp-1" || line.Retry != 1 || line.Of != 2 || !strings.Contains(line.Err, "502") || strings.Contains(out.String(), "5550002222") {
+		t.Errorf("job failed line %+v, want retry 1 of 2 with the 502 and no recipient; log:\n%s", line, out.String())
 	}
 }
 

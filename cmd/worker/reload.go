@@ -90,7 +90,11 @@ func newSender(name string, p config.Provider, stdout io.Writer) (jobs.Provider,
 		for k, v := range p.Headers {
 			headers[k] = string(v)
 		}
-		return jobs.NewWebhookProvider(name, string(p.URL), p.Timeout, headers), nil
+		roots, err := p.RootCAs()
+		if err != nil {
+			return nil, fmt.Errorf("provider %s: %w", name, err)
+		}
+		return jobs.NewWebhookProvider(name, string(p.URL), p.Timeout, headers, roots), nil
 	}
 	w, err := output(p.Output, stdout)
 	if err != nil {

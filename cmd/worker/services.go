@@ -16,9 +16,15 @@ import (
 // fcm, apns, sendgrid) with its retry settings, and false for log and
 // webhook. Errors name the provider and a file, never a secret.
 func newService(name string, p config.Provider) (jobs.Provider, bool, error) {
-	s := providers.Settings{Name: name, Timeout: p.Timeout, ScopePause: p.ScopePause, BaseURL: p.BaseURL}
+	if p.Type == config.ProviderLog || p.Type == config.ProviderWebhook {
+		return nil, false, nil
+	}
+	roots, err := p.RootCAs()
+	if err != nil {
+		return nil, true, fmt.Errorf("provider %s: %w", name, err)
+	}
+	s := providers.Settings{Name: name, Timeout: p.Timeout, ScopePause: p.ScopePause, BaseURL: p.BaseURL, RootCAs: roots}
 	var sc jobs.Scoper
-	var err error
 	switch p.Type {
 	case config.ProviderSMTP:
 		m := providers.NewSMTP(s, p.Host, p.Port, p.TLS, string(p.Username), string(p.Password), p.From)

@@ -139,11 +139,11 @@ func runPipeline(t *testing.T, su setup) {
 	th := &jobs.Throttle{
 		Limiter:  lim,
 		Policies: map[string]*throttle.Quota{"mkt": quota},
-		Providers: map[string]jobs.Route{"gw": {Bucket: bucket, Provider: jobs.ProviderFunc(func(_ context.Context, m jobs.Message) error {
+		Providers: map[string]jobs.Route{"gw": {Bucket: bucket, Provider: jobs.ProviderFunc(func(_ context.Context, m jobs.Message) (string, error) {
 			mu.Lock()
 			defer mu.Unlock()
 			sent[m.ID] = m.Recipient
-			return nil
+			return "", nil
 		})}},
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}

@@ -186,15 +186,24 @@ func (t TLS) ClientCertificates() ([]tls.Certificate, error) {
 
 // readCAFile returns the certificates of a PEM file, or what is wrong.
 func readCAFile(path string) (*x509.CertPool, string) {
-	data, msg := readSmallFile(path)
-	if msg != "" {
+	pool := x509.NewCertPool()
+	if msg := AppendCAFile(pool, path); msg != "" {
 		return nil, msg
 	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(data) {
-		return nil, fmt.Sprintf("no PEM certificate in %s", Quote(path))
-	}
 	return pool, ""
+}
+
+// AppendCAFile adds the certificates of the PEM file at path (a ca_file)
+// to pool, or says what is wrong: "" if nothing.
+func AppendCAFile(pool *x509.CertPool, path string) string {
+	data, msg := readSmallFile(path)
+	if msg != "" {
+		return msg
+	}
+	if !pool.AppendCertsFromPEM(data) {
+		return fmt.Sprintf("no PEM certificate in %s", Quote(path))
+	}
+	return ""
 }
 
 // readKeyPair loads a client certificate and its key, or says what is

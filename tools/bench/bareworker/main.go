@@ -67,7 +67,7 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	provider := jobs.NewWebhookProvider("hook", *url, 5*time.Second, nil)
+	provider := jobs.NewWebhookProvider("hook", *url, 5*time.Second, nil, nil)
 	mux := asynq.NewServeMux()
 	mux.HandleFunc(jobs.TypeNotify, func(ctx context.Context, t *asynq.Task) error {
 		id, _ := asynq.GetTaskID(ctx)
@@ -80,7 +80,7 @@ func run(ctx context.Context, args []string) error {
 				return err
 			}
 		}
-		if err := provider.Send(ctx, jobs.Message{ID: id, Recipient: n.Recipient, Template: n.Template, Data: n.Data}); err != nil {
+		if _, err := provider.Send(ctx, jobs.Message{ID: id, Recipient: n.Recipient, Template: n.Template, Data: n.Data}); err != nil {
 			return err
 		}
 		if *floor {

@@ -269,7 +269,7 @@ func newThrottled(b *testing.B, addr, url string, marks, book bool) *e2eVariant 
 	th := &jobs.Throttle{
 		Limiter:    lim,
 		Policies:   map[string]*throttle.Quota{benchPolicy: quota},
-		Providers:  map[string]jobs.Route{benchProvider: {Bucket: bucket, Provider: jobs.NewWebhookProvider(benchProvider, url, 5*time.Second, nil)}},
+		Providers:  map[string]jobs.Route{benchProvider: {Bucket: bucket, Provider: jobs.NewWebhookProvider(benchProvider, url, 5*time.Second, nil, nil)}},
 		InlineWait: time.Second,
 		Metrics:    jobs.NewMetrics(prometheus.NewRegistry()),
 		Log:        slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -344,7 +344,7 @@ const (
 // no logs; a job not allowed at once fails the drain.
 func newPlain(b *testing.B, addr, url string, kind plainKind) *e2eVariant {
 	b.Helper()
-	provider := jobs.NewWebhookProvider(benchProvider, url, 5*time.Second, nil)
+	provider := jobs.NewWebhookProvider(benchProvider, url, 5*time.Second, nil, nil)
 	v := &e2eVariant{name: "plain", rdb: newWorkerClient(b, addr)}
 	var admit func(ctx context.Context, id, recipient string) error
 	switch kind {
@@ -379,7 +379,8 @@ func newPlain(b *testing.B, addr, url string, kind plainKind) *e2eVariant {
 				return err
 			}
 		}
-		return provider.Send(ctx, jobs.Message{ID: id, Recipient: n.Recipient, Template: n.Template, Data: n.Data})
+		_, err := provider.Send(ctx, jobs.Message{ID: id, Recipient: n.Recipient, Template: n.Template, Data: n.Data})
+		return err
 	})
 	v.handler = mux
 	return v
