@@ -27,6 +27,11 @@ const followWithin = 10 * time.Second
 // the key on the new master soon after the promotion.
 func TestClusterClientFollowsKilledMaster(t *testing.T) {
 	t.Parallel()
+	followRun(t, (*redistest.Server).Kill)
+}
+
+// followRun is one run of the tests above: fail makes master 0 fail.
+func followRun(t *testing.T, fail func(*redistest.Server)) {
 	c := redistest.StartCluster(t, 3, 1)
 	ctx := context.Background()
 	rdb, closeRedis, err := redisconn.Connect(ctx, redisconn.Config{Cluster: c.Addrs()})
@@ -59,7 +64,7 @@ func TestClusterClientFollowsKilledMaster(t *testing.T) {
 	defer func() { close(stop); wg.Wait() }()
 
 	dead := c.Masters[0]
-	dead.Kill()
+	fail(dead)
 	killed := time.Now()
 	promoted := c.AwaitPromotion(t, 0)
 	promotedAfter := time.Since(killed)
@@ -77,7 +82,7 @@ func TestClusterClientFollowsKilledMaster(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	t.Logf("kill -9 of %s: its replica %s promoted %s after it, the key served again %s after it",
+	t.Logf("%s failed: its replica %s promoted %s after it, the key served again %s after it",
 		dead.Addr, promoted.Addr, promotedAfter.Round(time.Millisecond), time.Since(killed).Round(time.Millisecond))
 }
 
@@ -96,4 +101,13 @@ func keyOn(t *testing.T, cc *redis.ClusterClient, addr string) string {
 	}
 	t.Fatalf("no key of 1000 on %s", addr)
 	return ""
+}
+
+// TestClusterClientFollowsFrozenMaster: as TestClusterClientFollowsKilledMaster
+// for a master that stops answering without closing anything (SIGSTOP: a
+// hung host, a partition), so that calls to it time out instead of being
+// refused.
+func TestClusterClientFollowsFrozenMaster(t *testing.T) {
+	t.Parallel()
+	followRun(t, func(s *redistest.Server) { s.Freeze(t) })
 }

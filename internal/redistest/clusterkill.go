@@ -12,19 +12,19 @@ import (
 // waits until it serves as the new master's replica.
 
 // AwaitPromotion waits (up to 30 s) until the cluster itself has promoted
-// the first replica of master i, which the test has killed: the replica is
-// a master, and every running node reports cluster_state:ok and the slot
-// map with it in place (the dead node listed nowhere). It returns the new
-// master. Afterwards Masters[i] is the new master and the dead node is in
-// its place in Replicas, as after Failover.
+// the first replica of master i, which the test has killed (or frozen):
+// the replica is a master, and every node that answers reports
+// cluster_state:ok and the slot map with it in place (the dead node listed
+// nowhere). It returns the new master. Afterwards Masters[i] is the new
+// master and the dead node is in its place in Replicas, as after Failover.
 func (c *Cluster) AwaitPromotion(t TB, i int) *Server {
 	t.Helper()
 	if i < 0 || i >= len(c.Masters) || c.perMaster == 0 {
 		t.Fatalf("redistest: promotion for master %d: no such master or it has no replica", i)
 		return nil
 	}
-	if c.Masters[i].Running() {
-		t.Fatalf("redistest: promotion for master %d: %s still runs; kill it first", i, c.Masters[i].Addr)
+	if c.Masters[i].answers() {
+		t.Fatalf("redistest: promotion for master %d: %s still answers; kill or freeze it first", i, c.Masters[i].Addr)
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), clusterTimeout)
@@ -53,30 +53,38 @@ func (c *Cluster) Rejoin(t TB, s *Server) {
 	}
 }
 
-// waitLive is waitOK for a cluster with nodes down: it checks the running
-// nodes only, against the slot map with no stopped replica listed.
+// waitLive is waitOK for a cluster with nodes down: it checks the nodes
+// that answer only, against the slot map with no failed replica listed.
 func (c *Cluster) waitLive(ctx context.Context) error {
 	var live []*Server
 	for _, n := range c.nodes() {
-		if n.Running() {
+		if n.answers() {
 			live = append(live, n)
 		}
 	}
 	return c.waitNodes(ctx, live, c.liveShards())
 }
 
-// liveShards is wantShards without the replicas that are not running:
+// liveShards is wantShards without the replicas that do not answer:
 // CLUSTER SLOTS does not list a failed node.
 func (c *Cluster) liveShards() []shard {
 	want := c.wantShards()
 	for i := range want {
 		var replicas []string
 		for _, r := range c.Replicas[i*c.perMaster : (i+1)*c.perMaster] {
-			if r.Running() {
+			if r.answers() {
 				replicas = append(replicas, r.Addr)
 			}
 		}
 		want[i] = newShard(want[i].lo, want[i].hi, want[i].master, replicas)
 	}
 	return want
+}
+
+// answers reports whether the server runs and is not frozen.
+func (s *Server) answers() bool {
+	s.mu.Lock()
+	frozen := s.frozen
+	s.mu.Unlock()
+	return !frozen && s.Running()
 }

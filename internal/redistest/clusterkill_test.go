@@ -49,7 +49,7 @@ func TestAwaitPromotionOfRunningMaster(t *testing.T) {
 	t.Parallel()
 	c := StartCluster(t, 3, 1)
 	msg := fatalMessage(t, func(tb TB) { c.AwaitPromotion(tb, 0) })
-	if !strings.Contains(msg, "still runs; kill it first") {
+	if !strings.Contains(msg, "still answers; kill or freeze it first") {
 		t.Errorf("AwaitPromotion of a running master: %q", msg)
 	}
 }
