@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"testing"
 )
 
 // fleetConfig writes the config files of BenchmarkClusterVsSingle's
@@ -102,4 +103,81 @@ func setField(section, field, value string) string {
 	}
 	head, rest, _ := strings.Cut(section, "\n")
 	return head + "\n  " + field + ": " + value + "\n" + rest
+}
+
+// TestFleetConfig: the workers' config keeps config.yaml's sections as
+// they are, but for each worker's address and the default provider.
+func TestFleetConfig(t *testing.T) {
+	root, err := repoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fc, err := readFleetConfig(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := fc.text("  url: redis://127.0.0.1:1/0\n", "127.0.0.1:2", "http://127.0.0.1:3/send")
+	tests := []struct {
+		name, want string
+	}{
+		{"the worker's address", `  http_addr: "127.0.0.1:2"` + "\n"},
+		{"the default provider", "  provider: hook\n"},
+		{"the webhook", `url: "http://127.0.0.1:3/send"`},
+		{"config.yaml's prefix", `  prefix: "throttle:"` + "\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if !strings.Contains(text, tt.want) {
+				t.Errorf("no %q in\n%s", tt.want, text)
+			}
+		})
+	}
+	if n := strings.Count(text, "http_addr:"); n != 1 {
+		t.Errorf("%d http_addr lines, want 1", n)
+	}
+	for _, key := range fleetSections {
+		for line := range strings.Lines(fc.sections[key]) {
+			if !strings.Contains(line, "http_addr:") && !strings.Contains(line, "provider:") && !strings.Contains(text, line) {
+				t.Errorf("config.yaml's %s line %q is not in the workers' config", key, line)
+			}
+		}
+	}
+}
+
+func TestSetField(t *testing.T) {
+	tests := []struct {
+		name, section, field, value, want string
+	}{
+		{"replaced", "defaults:\n  policy: p\n  provider: console\n", "provider", "hook", "defaults:\n  policy: p\n  provider: hook\n"},
+		{"added", "defaults:\n  policy: p\n", "provider", "hook", "defaults:\n  provider: hook\n  policy: p\n"},
+		{"a deeper key of that name untouched", "worker:\n  dashboard:\n    http_addr: x\n", "http_addr", `"a"`, "worker:\n  http_addr: \"a\"\n  dashboard:\n    http_addr: x\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := setField(tt.section, tt.field, tt.value); got != tt.want {
+				t.Errorf("setField(%q, %q, %q) = %q, want %q", tt.section, tt.field, tt.value, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestYAMLSection(t *testing.T) {
+	const doc = "# head\nredis:\n  url: x\n# between\nworker:\n  concurrency: 20\n\n  queues: {a: 1}\nlog:\n  level: info"
+	tests := []struct {
+		name, key, want string
+		ok              bool
+	}{
+		{"middle, up to the next key", "worker", "worker:\n  concurrency: 20\n\n  queues: {a: 1}\n", true},
+		{"with the comment after it", "redis", "redis:\n  url: x\n# between\n", true},
+		{"last, without a final line break", "log", "log:\n  level: info\n", true},
+		{"absent", "policies", "", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := yamlSection(doc, tt.key)
+			if got != tt.want || ok != tt.ok {
+				t.Errorf("yamlSection(%q) = %q, %t; want %q, %t", tt.key, got, ok, tt.want, tt.ok)
+			}
+		})
+	}
 }
