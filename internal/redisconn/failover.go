@@ -35,6 +35,10 @@ const ReloadGap = 500 * time.Millisecond
 // reload is asked for) soon. go-redis's defaults are 5 s per dial,
 // retried 5 times, and 5 s per read, so a call to a silent node could hang
 // for half a minute; a healthy node dials and answers in milliseconds.
+// MaxRedirects stays go-redis's 3: a call that failed is tried again on the
+// same node, then on the slot's master in the map as it is by then, which
+// after a reload is the promoted replica. asynq's calls go through the
+// same client, so they follow a failover as the worker's own do.
 const (
 	// clusterDialTimeout bounds one connection attempt, TLS handshake included.
 	clusterDialTimeout = 2 * time.Second
