@@ -35,6 +35,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/notify-throttle/throttler/internal/redisconn"
 	"github.com/notify-throttle/throttler/internal/redistest"
 	"github.com/notify-throttle/throttler/jobs"
 )
@@ -249,7 +250,8 @@ type fleetConfig struct {
 	// config.yaml recommends (the test's own reads stay the admin's).
 	ACL bool
 	// Durable runs the fleet's redis-server with appendfsync always
-	// (redistest.StartDurable), for the tests that kill it.
+	// (redistest.StartDurable; a cluster's nodes: StartDurableCluster), for
+	// the tests that kill it.
 	Durable bool
 }
 
@@ -325,12 +327,22 @@ func newFleet(t testing.TB, cfg fleetConfig, answer func(a arrival, seq int) hoo
 
 // newClusterFleet is newFleet on a Redis Cluster of masters masters with
 // replicas replicas each: the configs it writes have redis.cluster (the
-// master addresses) instead of redis.url.
+// master addresses) instead of redis.url. The test's own client is the
+// workers' kind (redisconn), so that it follows a failover as they do.
 func newClusterFleet(t *testing.T, masters, replicas int, cfg fleetConfig, answer func(a arrival, seq int) hookAnswer) *fleet {
 	t.Helper()
 	f := &fleet{t: t, dir: t.TempDir(), cfg: cfg}
-	f.cluster = redistest.StartCluster(t, masters, replicas)
-	f.rdb = f.cluster.Client(t)
+	if cfg.Durable {
+		f.cluster = redistest.StartDurableCluster(t, masters, replicas)
+	} else {
+		f.cluster = redistest.StartCluster(t, masters, replicas)
+	}
+	rdb, closeRedis, err := redisconn.Connect(context.Background(), redisconn.Config{Cluster: f.cluster.Addrs()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = closeRedis() })
+	f.rdb = rdb
 	f.insp = asynq.NewInspectorFromRedisClient(f.rdb)
 	f.hook = newHookServer(t, answer)
 	f.watchQuotas()

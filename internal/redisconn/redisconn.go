@@ -24,7 +24,9 @@ import (
 // with url: embedded it connects to the embedded server of a worker (see
 // Serve) on r.EmbeddedAddr, which is what a separate enqueue process needs.
 //
-// The client is a *redis.Client, or a *redis.ClusterClient for a cluster.
+// The client is a *redis.Client, or a *redis.ClusterClient for a cluster,
+// which reloads its slot map when a node stops answering, so that it
+// follows a failover within about a second of the promotion (failover.go).
 // To run asynq on it, pass it to asynq.NewClientFromRedisClient,
 // NewServerFromRedisClient or NewInspectorFromRedisClient; asynq does not
 // close such a client, so call close after shutting asynq down.
@@ -38,13 +40,16 @@ func Connect(ctx context.Context, r Config) (rdb redis.UniversalClient, close fu
 	// Redis < 7.2 does not know, and an ACL naming it fails to load there.
 	switch {
 	case len(r.Cluster) > 0:
-		opts := &redis.ClusterOptions{Addrs: r.Cluster, Username: r.Username, Password: password, DisableIdentity: true}
+		opts := &redis.ClusterOptions{Addrs: r.Cluster, Username: r.Username, Password: password, DisableIdentity: true,
+			DialTimeout: clusterDialTimeout, DialerRetries: clusterDialRetries, ReadTimeout: clusterReadTimeout}
 		if r.TLS.Enabled {
 			if opts.TLSConfig, err = tlsConfig(r.TLS, &tls.Config{}); err != nil {
 				return nil, nil, err
 			}
 		}
-		rdb = redis.NewClusterClient(opts)
+		cc := redis.NewClusterClient(opts)
+		followFailovers(cc, ReloadGap) // see failover.go
+		rdb = cc
 	case r.IsEmbedded():
 		rdb = redis.NewClient(&redis.Options{Addr: r.EmbeddedAddr, DisableIdentity: true})
 	default:

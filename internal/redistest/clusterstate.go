@@ -22,10 +22,14 @@ type shard struct {
 // slot map, and every node has the expected role and, for replicas, an up
 // master link.
 func (c *Cluster) waitOK(ctx context.Context) error {
-	nodes := c.nodes()
+	return c.waitNodes(ctx, c.nodes(), c.wantShards())
+}
+
+// waitNodes waits until every one of nodes reports cluster_state:ok and the
+// slot map want, and has the role the layout gives it.
+func (c *Cluster) waitNodes(ctx context.Context, nodes []*Server, want []shard) error {
 	admins := dialAll(nodes)
 	defer closeAll(admins)
-	want := c.wantShards()
 	err := poll(ctx, clusterPoll, func() error {
 		for _, n := range nodes {
 			if err := c.checkNode(ctx, admins[n], n, want); err != nil {

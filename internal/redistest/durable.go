@@ -9,3 +9,11 @@ func StartDurable(t TB, extra ...string) *Server {
 	t.Helper()
 	return Start(t, append([]string{"appendonly yes", "appendfsync always"}, extra...)...)
 }
+
+// StartDurableCluster is StartCluster with every node durable as
+// StartDurable's server is, so that a node killed and started again
+// (Cluster.Rejoin) comes back with what it had acknowledged.
+func StartDurableCluster(t TB, masters, replicasPerMaster int) *Cluster {
+	t.Helper()
+	return StartClusterWith(t, masters, replicasPerMaster, Options{Extra: []string{"appendonly yes", "appendfsync always"}})
+}

@@ -69,8 +69,9 @@ type Server struct {
 	access access // how the helpers and Client log in
 	id     string // cluster node ID; empty for standalone servers
 
-	mu   sync.Mutex // guards proc; held while stopping so Stop waits
-	proc *proc      // running process, nil when stopped
+	mu     sync.Mutex // guards proc and frozen; held while stopping so Stop waits
+	proc   *proc      // running process, nil when stopped
+	frozen bool       // stopped with SIGSTOP (Freeze) until Thaw
 }
 
 // Start starts a standalone redis-server on a free loopback port with no
@@ -202,6 +203,7 @@ func (s *Server) halt(grace time.Duration) {
 		s.proc.stop(grace)
 		s.proc = nil
 	}
+	s.frozen = false
 }
 
 // Restart starts the process again on the same port and dir with the same
