@@ -20,11 +20,11 @@ type numbers struct {
 	sent []string
 }
 
-func (p *numbers) Send(_ context.Context, m Message) error {
+func (p *numbers) Send(_ context.Context, m Message) (string, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.sent = append(p.sent, m.Recipient)
-	return nil
+	return "", nil
 }
 
 func (p *numbers) CheckRecipient(r string) error {

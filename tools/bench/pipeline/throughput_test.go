@@ -379,7 +379,7 @@ func newPlain(b *testing.B, addr, url string, kind plainKind) *e2eVariant {
 				return err
 			}
 		}
-		_, err := provider.Send(ctx, jobs.Message{ID: id, Recipient: n.Recipient, Template: n.Template, Data: n.Data})
+		_, err = provider.Send(ctx, jobs.Message{ID: id, Recipient: n.Recipient, Template: n.Template, Data: n.Data})
 		return err
 	})
 	v.handler = mux
