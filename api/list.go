@@ -40,20 +40,21 @@ const (
 	listScan = 3
 )
 
-// hour is a list part's span, in milliseconds.
-const hour = int64(time.Hour / time.Millisecond)
+// hour is a list part's span, in µs.
+const hour = int64(time.Hour / time.Microsecond)
 
 // listed adds a notification just enqueued to its tenant's list, at the
-// millisecond the API accepted it (queued_at is that time to the second:
-// scored by it, a busy second's notifications would tie). A failure is
+// µs the API accepted it (queued_at is that time to the second: scored by
+// it, a busy second's notifications would tie, and a busy millisecond's
+// would still). A failure is
 // logged, not answered: the notification is enqueued, and a 503 would have
 // the producer enqueue it again.
 func (s *Server) listed(ctx context.Context, c *client, id, queue string, accepted time.Time) {
-	ms := accepted.UnixMilli()
-	k := listKey(s.cfg.Redis.Prefix, c.key.Tenant, ms/hour)
+	us := accepted.UnixMicro()
+	k := listKey(s.cfg.Redis.Prefix, c.key.Tenant, us/hour)
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.ZAdd(ctx, k, redis.Z{Score: float64(ms), Member: id + " " + queue})
-		p.PExpireAt(ctx, k, time.UnixMilli((ms/hour+1)*hour).Add(ListRetention))
+		p.ZAdd(ctx, k, redis.Z{Score: float64(us), Member: id + " " + queue})
+		p.PExpireAt(ctx, k, time.UnixMicro((us/hour+1)*hour).Add(ListRetention))
 		return nil
 	})
 	if err != nil && s.log != nil {
@@ -80,7 +81,7 @@ type listQuery struct {
 // position is an entry's place in a list, newest first: by time, then by
 // member, as ZRANGE ... REV orders them.
 type position struct {
-	ms     int64
+	us     int64
 	member string
 }
 
@@ -163,16 +164,16 @@ func badParam(name, format string, args ...any) *Error {
 // page returns a page of q's notifications, and the position to go on
 // from, or nil at the end of the list.
 func (s *Server) page(ctx context.Context, c *client, q listQuery, now time.Time) ([]*View, *position, error) {
-	hi := now.Add(time.Minute).UnixMilli() // producers' clocks differ a little
+	hi := now.Add(time.Minute).UnixMicro() // producers' clocks differ a little
 	if !q.before.IsZero() {
-		hi = min(hi, q.before.UnixMilli()-1)
+		hi = min(hi, q.before.UnixMicro()-1)
 	}
 	if q.from != nil {
-		hi = min(hi, q.from.ms)
+		hi = min(hi, q.from.us)
 	}
-	lo := now.Add(-ListRetention - time.Hour).UnixMilli()
+	lo := now.Add(-ListRetention - time.Hour).UnixMicro()
 	if !q.after.IsZero() {
-		lo = max(lo, q.after.UnixMilli()+1)
+		lo = max(lo, q.after.UnixMicro()+1)
 	}
 	out := []*View{}
 	var last *position
@@ -186,8 +187,8 @@ func (s *Server) page(ctx context.Context, c *client, q listQuery, now time.Time
 				return nil, nil, unavailable(err)
 			}
 			for _, z := range zs {
-				p := position{ms: int64(z.Score), member: z.Member.(string)}
-				if q.from != nil && p.ms == q.from.ms && p.member >= q.from.member {
+				p := position{us: int64(z.Score), member: z.Member.(string)}
+				if q.from != nil && p.us == q.from.us && p.member >= q.from.member {
 					continue // on the last page already
 				}
 				if len(out) == q.limit || budget == 0 {
@@ -223,7 +224,7 @@ func (s *Server) listView(ctx context.Context, c *client, p position) (*View, er
 		return nil, err
 	}
 	if v.QueuedAt == nil { // sent, its task gone: what the list knows
-		at := time.UnixMilli(p.ms).UTC().Truncate(time.Second)
+		at := time.UnixMicro(p.us).UTC().Truncate(time.Second)
 		v.Queue, v.QueuedAt = queue, &at
 	}
 	return v, nil
@@ -231,7 +232,7 @@ func (s *Server) listView(ctx context.Context, c *client, p position) (*View, er
 
 // encode makes p a cursor: opaque to clients, who pass it back as it came.
 func (p position) encode() string {
-	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(p.ms, 10) + " " + p.member))
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(p.us, 10) + " " + p.member))
 }
 
 // decodeCursor reads a cursor encode made.
@@ -240,11 +241,11 @@ func decodeCursor(s string) (position, bool) {
 	if err != nil {
 		return position{}, false
 	}
-	ms, member, _ := strings.Cut(string(b), " ")
-	n, err := strconv.ParseInt(ms, 10, 64)
+	us, member, _ := strings.Cut(string(b), " ")
+	n, err := strconv.ParseInt(us, 10, 64)
 	id, queue, ok := strings.Cut(member, " ")
 	if err != nil || !ok || queue == "" || uuid.Validate(id) != nil {
 		return position{}, false
 	}
-	return position{ms: n, member: member}, true
+	return position{us: n, member: member}, true
 }

@@ -43,8 +43,10 @@ defaults: {policy: marketing, provider: hook}
 	if file.code != 0 {
 		t.Fatalf("enqueue -file = %d, stderr %q", file.code, file.stderr)
 	}
-	for _, provider := range []string{"push", "sms", "mail", "ses", "relay"} {
-		r := h.run(invocation{args: []string{"-config", path, "-to", "dXyz", "-template", "welcome", "-provider", provider}})
+	// Each with a recipient its channel takes (package address).
+	for provider, to := range map[string]string{"push": "dXyz", "sms": "+15550100", "mail": "carol@example.com",
+		"ses": "dave@example.com", "relay": "erin@example.com"} {
+		r := h.run(invocation{args: []string{"-config", path, "-to", to, "-template", "welcome", "-provider", provider}})
 		if r.code != 0 || r.stderr != "" {
 			t.Errorf("enqueue -provider %s = %d, stderr %q; want 0", provider, r.code, r.stderr)
 		}
