@@ -26,7 +26,7 @@ import (
 
 	"github.com/notify-throttle/throttler/internal/redisconn"
 	"github.com/notify-throttle/throttler/internal/schedule"
-	"github.com/notify-throttle/throttler/recovery"
+	"github.com/notify-throttle/throttler/fleet"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -70,7 +70,7 @@ func Default() *Config {
 			SentMarks:       time.Hour,
 			RememberTakes:   throttle.DefaultRemember,
 			WindowMargin:    DefaultWindowMargin,
-			DeadAfter:       recovery.DefaultDeadAfter,
+			DeadAfter:       fleet.DefaultDeadAfter,
 		},
 		Policies:  map[string]Policy{},
 		Providers: map[string]Provider{},

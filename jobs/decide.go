@@ -41,7 +41,7 @@ func (t *Throttle) decide(ctx context.Context, j *job, d *throttle.Decision) err
 	r.MaxWait = t.InlineWait
 	var err error
 	if j.book {
-		*d, err = t.Limiter.Book(ctx, r, j.booking(t.Backlog.Waiting()))
+		*d, err = t.Limiter.Book(ctx, r, j.booking(t.Fleet != nil && t.Fleet.Waiting()))
 	} else {
 		*d, err = t.Limiter.Admit(ctx, r)
 	}
@@ -193,8 +193,30 @@ func (t *Throttle) readmit(ctx context.Context, j *job) error {
 	return t.admit(ctx, j)
 }
 
+// deferTo defers j to a moment delay from now that it waits for exactly (a
+// booking, a provider's Retry-After): the fleet wakes it then
+// (Throttle.Fleet), or its lead before for a booking (early: it claims its
+// moment and sleeps for it), and asynq's own wake-up, which only a fleet
+// with no worker running reaches, comes the second after; with no fleet,
+// asynq wakes a booking wakeEarly before its moment, anything else the
+// second after it (asynq keeps whole seconds: never before it).
+func (t *Throttle) deferTo(j *job, delay time.Duration, early bool, reason string) *Deferral {
+	wake := delay + time.Second
+	switch {
+	case t.Fleet != nil:
+		in := delay
+		if early {
+			in -= t.Fleet.Lead()
+		}
+		t.Fleet.Wake(j.queue, j.id, max(in, 0))
+	case early:
+		wake = max(delay-wakeEarly, 0)
+	}
+	return &Deferral{Delay: delay, Wake: wake, Exact: true, Reason: reason}
+}
+
 // wakeEarly is how much earlier than its moment a booked job asks asynq to
-// wake it when no Waker does: asynq wakes a task between a second before and
+// wake it when no fleet does: asynq wakes a task between a second before and
 // a second after the moment asked for (whole-second scores, a forwarder
 // that looks every second), so the job wakes 2.5 s to 0.5 s before its
 // moment, claims it, and sleeps the rest. The engine lets a booked job
@@ -202,15 +224,9 @@ func (t *Throttle) readmit(ctx context.Context, j *job) error {
 // lua/book.lua), so every inline_wait works, 0 included.
 const wakeEarly = 1500 * time.Millisecond
 
-// booked defers a job to the moment it booked. A Throttle with a Waker notes
-// the job's wake-up there (the Waker wakes it Lead before its moment, at
-// the head of its queue) and asks asynq for a wake-up a second after that,
-// which only a fleet with no Waker running reaches; without one, asynq
-// wakes it wakeEarly before its moment so that its claim finds the moment
-// not yet come. A claim that comes late still goes (or books again where
-// going late would break a rule), but a job held back by its recipient's
-// windows is booked right behind the one before it, and going late would
-// put the two in one window.
+// booked defers a job to the moment it booked, or to its place in its
+// tenant's line (which the job keeps in its task: inLine), woken then
+// (deferTo).
 func (t *Throttle) booked(ctx context.Context, j *job, d *throttle.Decision) error {
 	rule := t.denier(j, d)
 	t.Metrics.inc(t.Metrics.Deferred, rule)
@@ -227,20 +243,8 @@ func (t *Throttle) booked(ctx context.Context, j *job, d *throttle.Decision) err
 	if t.OnBooked != nil {
 		t.OnBooked(j.n, *d)
 	}
-	wake := max(d.Delay-wakeEarly, 0)
-	if t.Waker != nil {
-		if err := t.Waker.note(ctx, j.queue, j.id, d.At()); err != nil {
-			t.Log.Warn("wake-up not noted: asynq wakes the job", "task", j.id, "err", err)
-		} else {
-			wake = max(d.Delay-t.Waker.lead+time.Second, 0)
-		}
-	}
-	return t.logBooked(j, d, rule, what, &Deferral{
-		Delay:  d.Delay,
-		Wake:   wake,
-		Booked: true,
-		Reason: fmt.Sprintf("%s for %s by %s: %d ahead", what, clockTime(d.At(), d.Now), rule, d.Ahead),
-	})
+	return t.logBooked(j, d, rule, what, t.deferTo(j, d.Delay, true,
+		fmt.Sprintf("%s for %s by %s: %d ahead", what, clockTime(d.At(), d.Now), rule, d.Ahead)))
 }
 
 // denier names the rule that set a decision's delay, with its limit:

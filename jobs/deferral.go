@@ -22,16 +22,17 @@ type Deferral struct {
 	// (3 per 168h)", "booked for 14:03:05 by provider sms (2/s burst 20):
 	// 317 ahead".
 	Reason string
-	// Booked says the job holds a booked moment (Delay from now): it is
-	// woken after Wake, exactly, with no jitter added (see Throttle.Book).
-	Booked bool
-	Wake   time.Duration
+	// Exact says the job waits for a known moment (Delay from now: a
+	// booking, a provider's Retry-After): it is woken after Wake, exactly,
+	// with no jitter added (see Throttle.deferTo).
+	Exact bool
+	Wake  time.Duration
 }
 
 // Error returns e.g. "throttled by policy marketing (3 per 168h); next try
 // in 17h2m", or for a booking its reason alone.
 func (d *Deferral) Error() string {
-	if d.Booked {
+	if d.Exact {
 		return d.Reason
 	}
 	return fmt.Sprintf("%s; next try in %s", d.Reason, shortDuration(d.Delay))
@@ -58,7 +59,7 @@ func RetryDelay(jitter time.Duration) asynq.RetryDelayFunc {
 		if !errors.As(err, &d) {
 			return asynq.DefaultRetryDelayFunc(n, err, t)
 		}
-		if d.Booked {
+		if d.Exact {
 			return d.Wake
 		}
 		delay := d.Delay.Truncate(time.Second)

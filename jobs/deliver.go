@@ -19,10 +19,10 @@ import (
 // The error makes asynq retry the task rather than delete it, should the
 // other worker still be running it (see internal/asynqdb, item 5).
 func (t *Throttle) holds(ctx context.Context, j *job) error {
-	if t.Holder == nil {
+	if t.Fleet == nil {
 		return nil
 	}
-	err := t.Holder.Holds(ctx)
+	err := t.Fleet.Holds(ctx)
 	if err == nil {
 		return nil
 	}
@@ -66,7 +66,7 @@ func (t *Throttle) deliver(ctx context.Context, j *job) error {
 			t.Log.Warn("pausing provider failed", "provider", j.n.Provider, "err", perr)
 		}
 		t.Log.Warn("provider asked to pause", "provider", j.n.Provider, "for", after, "task", j.id)
-		return &Deferral{Delay: after, Reason: fmt.Sprintf("provider %s paused: %v", j.n.Provider, err)}
+		return t.deferTo(j, after, false, fmt.Sprintf("provider %s paused: %v; next try in %s", j.n.Provider, err, shortDuration(after)))
 	case Reject:
 		t.Metrics.inc(t.Metrics.Archived, "rejected")
 		return t.logArchived(j.id, "rejected by the provider", fmt.Errorf("rejected: %v: %w", err, asynq.SkipRetry))

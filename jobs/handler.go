@@ -44,7 +44,7 @@ type Throttle struct {
 	Weights map[string]int
 	// InlineWait is the longest wait slept in the worker rather than
 	// deferred. Zero defers every wait. A booked job is woken before its
-	// moment (see Waker) whatever InlineWait says, and claims it then.
+	// moment (see Fleet) whatever InlineWait says, and claims it then.
 	InlineWait time.Duration
 	// LateAfter is how long after the moment it was admitted for a job's
 	// send may leave before its recipient's entries are moved to the send
@@ -63,14 +63,16 @@ type Throttle struct {
 	// in its tenant's line, and books when it comes back at that place.
 	// Zero books as far ahead as needed.
 	BookAhead time.Duration
-	// Backlog, if set (and running), tells whether jobs wait in the queues
-	// unseen: a job that books then takes a place in its tenant's line
-	// rather than a slot it would sleep for (see Backlog). Nil: never.
-	Backlog *Backlog
-	// Waker, if set (and running), wakes booked jobs at their moment, at
-	// the head of their queue (see Waker). Nil: asynq wakes them, to the
-	// second, wakeEarly before their moment.
-	Waker *Waker
+	// Fleet, if set (and running), is this worker's part in the fleet
+	// (package fleet): it wakes jobs deferred to a moment at that moment,
+	// at the head of their queue; it says whether jobs wait in the queues
+	// unseen (a job that books then takes its place rather than a slot it
+	// would sleep for); and before each send it says whether this worker
+	// still holds the task (one taken for dead after a long silence has
+	// had its tasks handed to another worker, which sends them). Nil:
+	// asynq wakes a booked job, to the second, wakeEarly before its moment;
+	// no backlog is seen; every task is sent.
+	Fleet Fleet
 	// PriorityQueues names the queues whose jobs skip the providers' lines
 	// and may take their reserve (throttle.Bucket.WithReserve).
 	PriorityQueues map[string]bool
@@ -86,11 +88,6 @@ type Throttle struct {
 	// Digests folds the messages of digest policies (PolicySettings.Digest)
 	// over their cap. Nil defers them.
 	Digests *Digests
-	// Holder, if set, is asked just before each send whether this worker
-	// still holds the task (recovery.Recovery.Holds): one taken for dead
-	// after a long silence has had its tasks handed to another worker,
-	// which sends them. Nil sends without asking.
-	Holder Holder
 	// Screen keeps scoped pauses and suppressed addresses for the providers
 	// that are Scopers (see settle.go). Nil: a scoped pause defers only the
 	// job that met it, and nothing is suppressed.
@@ -155,11 +152,20 @@ type PolicySettings struct {
 	Zone      *time.Location
 }
 
-// Holder reports whether this worker still holds the task of an asynq
-// handler's context: nil if it does, an error if it does not or cannot
-// tell.
-type Holder interface {
+// Fleet is what a Throttle asks of this worker's part in the fleet (see
+// Throttle.Fleet; *fleet.Member is one).
+type Fleet interface {
+	// Holds reports whether this worker still holds the task of an asynq
+	// handler's context: nil if it does, an error if it does not or cannot
+	// tell.
 	Holds(ctx context.Context) error
+	// Wake has the task woken in d, at the head of queue.
+	Wake(queue, id string, d time.Duration)
+	// Lead is how long before its moment a booked job asks to be woken
+	// (it claims its moment early and sleeps for it).
+	Lead() time.Duration
+	// Waiting reports whether work waits in the queues unseen.
+	Waiting() bool
 }
 
 // handedOverDelay defers a job whose task this worker no longer holds: the

@@ -19,6 +19,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/notify-throttle/throttler/fleet"
 	"github.com/notify-throttle/throttler/internal/redistest"
 	"github.com/notify-throttle/throttler/throttle"
 )
@@ -61,8 +62,11 @@ type harnessConfig struct {
 	wrap func(*redis.Client) *redis.Client
 	// book turns on Throttle.Book.
 	book bool
-	// holder, if set, is the throttle's Holder.
-	holder Holder
+	// fleet, if set, is the throttle's Fleet.
+	fleet Fleet
+	// member runs this worker's part in the fleet (package fleet) as the
+	// throttle's Fleet: jobs deferred to a moment are woken at it.
+	member bool
 	// settings are the policy's settings beyond its windows.
 	settings PolicySettings
 	// more are policies besides "mkt", with their settings.
@@ -133,11 +137,19 @@ func newHarnessWith(t *testing.T, c harnessConfig) *harness {
 		InlineWait: c.inlineWait,
 		LateAfter:  c.lateAfter,
 		Book:       c.book,
-		Holder:     c.holder,
+		Fleet:      c.fleet,
 		Log:        slog.New(slog.NewTextHandler(cmp.Or[io.Writer](c.log, io.Discard), nil)),
 	}
 	if !c.noMarks {
 		h.th.Sent = NewSentMarks(workerLim)
+	}
+	if c.member {
+		m := fleet.New(workerRDB, []string{"default"}, fleet.Options{DeadAfter: -1, Lead: fleet.WakeLead(100 * time.Millisecond)})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); _ = m.Run(ctx) }()
+		t.Cleanup(func() { cancel(); <-done })
+		h.th.Fleet = m
 	}
 	if c.screen {
 		h.th.Screen = NewScreen(workerRDB, "")
@@ -403,10 +415,13 @@ func TestHandlerGivesTheQuotaBackWhenTheSendFails(t *testing.T) {
 	}
 }
 
-// handedOver is a Holder for which every task went to another worker.
+// handedOver is a Fleet for which every task went to another worker.
 type handedOver struct{}
 
-func (handedOver) Holds(context.Context) error { return errors.New("handed over") }
+func (handedOver) Holds(context.Context) error        { return errors.New("handed over") }
+func (handedOver) Wake(string, string, time.Duration) {}
+func (handedOver) Lead() time.Duration                { return 0 }
+func (handedOver) Waiting() bool                      { return false }
 
 // TestHandlerSendsNothingHandedOver: a job whose task this worker no
 // longer holds is not sent and is deferred by a minute, not failed, and
@@ -415,7 +430,7 @@ func TestHandlerSendsNothingHandedOver(t *testing.T) {
 	t.Parallel()
 	q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 1, Per: time.Hour})
 	b, _ := throttle.NewBucket("gw", 1000, 100)
-	h := newHarnessWith(t, harnessConfig{quota: q, bucket: b, holder: handedOver{}})
+	h := newHarnessWith(t, harnessConfig{quota: q, bucket: b, fleet: handedOver{}})
 	h.enqueue(t, "x", Notification{Recipient: "alice"})
 	info := h.await(t, "x", "deferred", state(asynq.TaskStateRetry))
 	if h.wasSent("x") {

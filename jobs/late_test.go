@@ -89,7 +89,7 @@ func TestLateSendGoesAfterTheNextMessage(t *testing.T) {
 		t.Fatalf("a: %v", err)
 	}
 	var booked *Deferral
-	if err := th.admit(ctx, b); !errors.As(err, &booked) || !booked.Booked {
+	if err := th.admit(ctx, b); !errors.As(err, &booked) || !booked.Exact {
 		t.Fatalf("b: %v, want booked", err)
 	}
 	bAt := entryOf(t, rdb, "b")
@@ -97,7 +97,7 @@ func TestLateSendGoesAfterTheNextMessage(t *testing.T) {
 	a.due = time.Now().Add(-300 * time.Millisecond)
 	err := th.onTime(ctx, a)
 	var again *Deferral
-	if !errors.As(err, &again) || !again.Booked {
+	if !errors.As(err, &again) || !again.Exact {
 		t.Fatalf("late a: %v, want booked again", err)
 	}
 	if aAt := entryOf(t, rdb, "a"); aAt.Before(bAt.Add(2 * time.Second)) {

@@ -39,7 +39,7 @@ func (t *Throttle) screen(ctx context.Context, j *job) error {
 	case hold > 0:
 		t.release(j.request())
 		t.Metrics.inc(t.Metrics.Deferred, "provider "+j.n.Provider+" (scoped pause)")
-		return &Deferral{Delay: hold, Reason: "provider " + j.n.Provider + " holds a scope of this message"}
+		return t.deferTo(j, hold, false, fmt.Sprintf("provider %s holds a scope of this message; next try in %s", j.n.Provider, shortDuration(hold)))
 	}
 	return nil
 }
@@ -67,7 +67,7 @@ func (t *Throttle) settle(ctx context.Context, j *job, err error) (bool, error) 
 	case se.Outcome == Retry && (se.RetryAfter > 0 || !se.RetryAt.IsZero()):
 		after := t.wait(ctx, se)
 		t.Log.Info("provider said when to retry", "task", j.id, "provider", j.n.Provider, "in", after)
-		return true, &Deferral{Delay: after, Reason: fmt.Sprintf("provider %s: %v", j.n.Provider, err)}
+		return true, t.deferTo(j, after, false, fmt.Sprintf("provider %s: %v; next try in %s", j.n.Provider, err, shortDuration(after)))
 	case se.Outcome == Dead:
 		return true, t.suppress(ctx, j, se)
 	case se.Outcome == Broken:
@@ -102,7 +102,7 @@ func (t *Throttle) holdScope(ctx context.Context, j *job, se *SendError) error {
 	}
 	t.Metrics.inc(t.Metrics.Held, j.n.Provider, scopeKind(se.Scope))
 	t.Log.Warn("provider asked to pause one scope", "provider", j.n.Provider, "scope", scopeKind(se.Scope), "for", after, "task", j.id)
-	return &Deferral{Delay: after, Reason: fmt.Sprintf("provider %s paused %s: %v", j.n.Provider, scopeKind(se.Scope), se.Err)}
+	return t.deferTo(j, after, false, fmt.Sprintf("provider %s paused %s: %v; next try in %s", j.n.Provider, scopeKind(se.Scope), se.Err, shortDuration(after)))
 }
 
 // pauseProvider pauses j's whole provider fleet-wide for se's wait (or
@@ -117,7 +117,7 @@ func (t *Throttle) pauseProvider(ctx context.Context, j *job, se *SendError, fal
 		t.Log.Warn("pausing provider failed", "provider", j.n.Provider, "err", err)
 	}
 	t.Log.Warn("provider paused", "provider", j.n.Provider, "for", after, "task", j.id)
-	return &Deferral{Delay: after, Reason: fmt.Sprintf("provider %s paused: %v", j.n.Provider, se.Err)}
+	return t.deferTo(j, after, false, fmt.Sprintf("provider %s paused: %v; next try in %s", j.n.Provider, se.Err, shortDuration(after)))
 }
 
 // suppress records j's recipient as dead for its provider and archives j.

@@ -97,6 +97,41 @@ func TestScopedPauseHoldsOnlyItsPair(t *testing.T) {
 	}
 }
 
+// TestScopedPauseWokenOnTime: jobs deferred to the end of a scoped pause
+// run at its end, woken by the fleet (the moment written to the
+// millisecond), not at asynq's whole second after.
+func TestScopedPauseWokenOnTime(t *testing.T) {
+	t.Parallel()
+	var once sync.Once
+	var paused time.Time
+	f := newScopedFake(func(m Message) error {
+		var err error
+		once.Do(func() {
+			paused = time.Now()
+			err = &SendError{Outcome: Pause, RetryAfter: 2500 * time.Millisecond, Scope: PairScope("+1000", "+2000"), Err: errString("14107")}
+		})
+		return err
+	})
+	q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 100, Per: time.Hour})
+	b, _ := throttle.NewBucket("gw", 1000, 100)
+	h := newHarnessWith(t, harnessConfig{quota: q, bucket: b, provider: f, screen: true, member: true, forwardEvery: time.Second})
+	h.enqueue(t, "pair-1", Notification{Recipient: "+2000"})
+	h.await(t, "pair-1", "deferred", state(asynq.TaskStateRetry))
+	h.enqueue(t, "pair-2", Notification{Recipient: "+2000"})
+	for _, id := range []string{"pair-1", "pair-2"} {
+		h.await(t, id, "completed", state(asynq.TaskStateCompleted))
+		at, _ := f.sentAt(id)
+		if late := at.Sub(paused.Add(2500 * time.Millisecond)); late < -50*time.Millisecond || late > 500*time.Millisecond {
+			t.Errorf("%s sent %v after the pause's end, want within a poll and a look of it", id, late)
+		}
+		h.mu.Lock()
+		if runs := h.runs[id]; runs > 2 {
+			t.Errorf("%s ran %d times: woken before the pause's end", id, runs)
+		}
+		h.mu.Unlock()
+	}
+}
+
 func TestDeadAddressIsSuppressed(t *testing.T) {
 	t.Parallel()
 	f := newScopedFake(func(m Message) error {

@@ -58,7 +58,7 @@ import (
 	"github.com/notify-throttle/throttler/internal/redisconn"
 	"github.com/notify-throttle/throttler/internal/redisguard"
 	"github.com/notify-throttle/throttler/jobs"
-	"github.com/notify-throttle/throttler/recovery"
+	"github.com/notify-throttle/throttler/fleet"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -216,7 +216,7 @@ func work(ctx context.Context, f *flags, stdout, stderr io.Writer) error {
 
 	reg := prometheus.NewRegistry()
 	processMetrics(reg)
-	th, built, rec, err := handlers(ctx, cfg, rdb, reg, log, stdout, counts)
+	th, built, rec, err := handlers(cfg, rdb, reg, log, stdout, counts)
 	if err != nil {
 		return err
 	}
@@ -228,8 +228,8 @@ func work(ctx context.Context, f *flags, stdout, stderr io.Writer) error {
 		return err
 	}
 	mux := newMux(rec, th, campaigns)
-	stopRecovery := runRecovery(ctx, rec)
-	defer stopRecovery()
+	stopFleet := runFleet(ctx, rec)
+	defer stopFleet()
 	// Waiting work laid at another rate or other weights than the config's
 	// (changed while no worker ran) is re-paced first.
 	repace(ctx, th, rdb, cfg, log)
@@ -264,7 +264,7 @@ func work(ctx context.Context, f *flags, stdout, stderr io.Writer) error {
 	close(stopping)
 	stopCampaigns()
 	srv.Shutdown()
-	return err // the deferred stopRecovery then leaves the fleet's beats
+	return err // the deferred stopFleet then leaves the fleet's beats
 }
 
 // openHTTP reads the dashboard's secret and opens the HTTP address (nil if
@@ -319,12 +319,12 @@ func connect(ctx context.Context, cfg *config.Config, log *slog.Logger) (redis.U
 	return rdb, guard, closeRedis, nil
 }
 
-// handlers builds the notification handler and, unless worker.dead_after
-// is 0, the recovery of dead workers' tasks (this worker's signs of life,
-// the tasks it holds, the reaper that hands a dead worker's tasks to the
-// fleet), and starts the handler's watch of its queues.
-func handlers(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient, reg *prometheus.Registry, log *slog.Logger,
-	stdout io.Writer, counts *sentCounts) (*jobs.Throttle, senders, *recovery.Recovery, error) {
+// handlers builds the notification handler and this worker's part in the
+// fleet: waking jobs deferred to a moment at that moment, and, unless
+// worker.dead_after is 0, handing a dead worker's tasks to the others
+// (this worker's signs of life, the tasks it holds, the reaper).
+func handlers(cfg *config.Config, rdb redis.UniversalClient, reg *prometheus.Registry, log *slog.Logger,
+	stdout io.Writer, counts *sentCounts) (*jobs.Throttle, senders, *fleet.Member, error) {
 	th, built, err := newThrottle(cfg, rdb, reg, log, stdout, counts)
 	if err != nil {
 		return nil, nil, nil, err
@@ -332,32 +332,21 @@ func handlers(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient
 	if counts != nil {
 		th.OnBooked = counts.booked
 	}
-	if cfg.Worker.Book {
-		// Whether jobs wait unseen in the queues: a job that books then
-		// takes a place in line rather than sleeping for its slot.
-		th.Backlog = jobs.NewBacklog(rdb, slices.Sorted(maps.Keys(cfg.Queues())), 0)
-		go th.Backlog.Run(ctx)
-		// Booked jobs woken at their moment, at the head of their queue.
-		th.Waker = jobs.NewWaker(rdb, cfg.Redis.Prefix, slices.Sorted(maps.Keys(cfg.Queues())), jobs.WakeLead(cfg.Worker.PollInterval))
-		th.Waker.Log = log
-		go th.Waker.Run(ctx)
+	deadAfter := cfg.Worker.DeadAfter
+	if deadAfter == 0 {
+		deadAfter = -1 // no hand-over
 	}
-	var rec *recovery.Recovery
-	if cfg.Worker.DeadAfter > 0 {
-		rec = recovery.New(rdb, slices.Sorted(maps.Keys(cfg.Queues())), recovery.Options{
-			DeadAfter: cfg.Worker.DeadAfter, Prefix: cfg.Redis.Prefix, Log: log, Metrics: recovery.NewMetrics(reg)})
-		th.Holder = rec
-	}
-	return th, built, rec, nil
+	member := fleet.New(rdb, slices.Sorted(maps.Keys(cfg.Queues())), fleet.Options{DeadAfter: deadAfter,
+		Lead: fleet.WakeLead(cfg.Worker.PollInterval), Prefix: cfg.Redis.Prefix, Log: log, Metrics: fleet.NewMetrics(reg)})
+	th.Fleet = member
+	return th, built, member, nil
 }
 
 // newMux routes the worker's task types to their handlers, each task held
-// by rec (if any) while it runs.
-func newMux(rec *recovery.Recovery, th *jobs.Throttle, campaigns *campaign.Runner) *asynq.ServeMux {
+// by rec while it runs.
+func newMux(rec *fleet.Member, th *jobs.Throttle, campaigns *campaign.Runner) *asynq.ServeMux {
 	mux := asynq.NewServeMux()
-	if rec != nil {
-		mux.Use(rec.Middleware)
-	}
+	mux.Use(rec.Middleware)
 	mux.Handle(jobs.TypeNotify, th)
 	mux.Handle(jobs.TypeDigest, th)
 	mux.Handle(campaign.TypeFanout, campaigns)
@@ -377,17 +366,15 @@ func runCampaigns(ctx context.Context, campaigns *campaign.Runner) (stop func())
 	return func() { cancel(); <-done }
 }
 
-// runRecovery runs rec (if any) until the returned stop is called: after
-// the asynq server has shut down, since a worker whose handlers still run
-// must not be taken for dead.
-func runRecovery(ctx context.Context, rec *recovery.Recovery) (stop func()) {
-	recoveryCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+// runFleet runs rec until the returned stop is called: after the asynq
+// server has shut down, since a worker whose handlers still run must not be
+// taken for dead (and its handlers still defer jobs).
+func runFleet(ctx context.Context, rec *fleet.Member) (stop func()) {
+	fleetCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if rec != nil {
-			_ = rec.Run(recoveryCtx)
-		}
+		_ = rec.Run(fleetCtx)
 	}()
 	return func() { cancel(); <-done }
 }

@@ -27,7 +27,7 @@ import (
 	"github.com/notify-throttle/throttler/internal/redistest"
 	"github.com/notify-throttle/throttler/jobs"
 	"github.com/notify-throttle/throttler/lua"
-	"github.com/notify-throttle/throttler/recovery"
+	"github.com/notify-throttle/throttler/fleet"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -155,8 +155,8 @@ func runPipeline(t *testing.T, su setup) {
 		LogLevel:                 asynq.FatalLevel,
 	})
 	// The hand-over of dead workers' tasks runs as the worker's does.
-	rec := recovery.New(rdb, []string{"default"}, recovery.Options{Prefix: su.redis.Prefix, Log: th.Log})
-	th.Holder = rec
+	rec := fleet.New(rdb, []string{"default"}, fleet.Options{Prefix: su.redis.Prefix, Log: th.Log})
+	th.Fleet = rec
 	recCtx, stopRec := context.WithCancel(ctx)
 	recDone := make(chan error, 1)
 	go func() { recDone <- rec.Run(recCtx) }()
@@ -366,7 +366,7 @@ func checkDenied(ctx context.Context, t *testing.T, rdb redis.UniversalClient) {
 // checkReap has the recovery's reaper, as the ACL user, hand over the task
 // of a worker that died (written by the admin): every command of its
 // script must be allowed.
-func checkReap(ctx context.Context, t *testing.T, su setup, rec *recovery.Recovery) {
+func checkReap(ctx context.Context, t *testing.T, su setup, rec *fleet.Member) {
 	t.Helper()
 	client := asynq.NewClientFromRedisClient(su.admin)
 	if _, err := client.Enqueue(asynq.NewTask(jobs.TypeNotify, nil), asynq.TaskID("orphan")); err != nil {

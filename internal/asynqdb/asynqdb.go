@@ -52,8 +52,11 @@
 //  7. A task in the retry set (state "retry") that is ZREMed from it, RPUSHed
 //     on pending and given state "pending" and pending_since, as item 4 and
 //     the forwarder do, is the next one dequeued and runs with its retry
-//     count unchanged (jobs.Waker; jobs' TestWakerWakesAtTheMomentAtTheHead
-//     runs it through an asynq server).
+//     count unchanged (fleet's waking; fleet's TestWakeAtTheMomentAtTheHead
+//     runs it through an asynq server). A retry score the worker rewrites
+//     to a fraction of a second is one the forwarder moves at the whole
+//     second after it (TestContractRetry), so the worker may keep a
+//     waiting task's moment there to the millisecond (fleet/wake.lua).
 //  8. A handler is given its task's headers (the task message's field 15)
 //     as the very map the server keeps with the task (processor.go sets
 //     task.headers = msg.Headers, uncopied), and a retry writes the message

@@ -23,7 +23,7 @@ import (
 	"github.com/notify-throttle/throttler/internal/cpustat"
 	"github.com/notify-throttle/throttler/internal/redistest"
 	"github.com/notify-throttle/throttler/jobs"
-	"github.com/notify-throttle/throttler/recovery"
+	"github.com/notify-throttle/throttler/fleet"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -284,7 +284,7 @@ func newThrottled(b *testing.B, addr, url string, marks, book bool) *e2eVariant 
 		v.name = "unmarked"
 	}
 	rec := newRecovery(b, rdb)
-	th.Holder = rec
+	th.Fleet = rec
 	mux := asynq.NewServeMux()
 	mux.Use(v.watch, rec.Middleware)
 	mux.Handle(jobs.TypeNotify, th)
@@ -295,9 +295,9 @@ func newThrottled(b *testing.B, addr, url string, marks, book bool) *e2eVariant 
 // newRecovery is the hand-over of dead workers' tasks as cmd/worker runs it
 // by default (worker.dead_after 5s), on rdb, for the benchmark's queue, with
 // its signs of life and reaps running until the benchmark ends.
-func newRecovery(b *testing.B, rdb *redis.Client) *recovery.Recovery {
+func newRecovery(b *testing.B, rdb *redis.Client) *fleet.Member {
 	b.Helper()
-	rec := recovery.New(rdb, []string{benchQueue}, recovery.Options{Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	rec := fleet.New(rdb, []string{benchQueue}, fleet.Options{Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = rec.Run(ctx) }()

@@ -1,5 +1,8 @@
-// Package recovery gives a dead worker's tasks to the rest of the fleet
-// within seconds.
+// Package fleet is what each worker does for the whole fleet, beside its
+// own tasks, on asynq's Redis: it shows that it is alive, it hands a dead
+// worker's tasks to the others, and it wakes the tasks waiting for a moment
+// at that moment (wake.go). One liveness record serves all of it: each
+// worker's signs of life in each queue it serves (hold.lua's beats).
 //
 // asynq gives back the task of a crashed worker only once its lease has
 // been expired for 30 s, on its recoverer's next run (every minute), and
@@ -10,8 +13,10 @@
 // with its next beat. Every worker also reaps: a worker silent for
 // DeadAfter by Redis's clock is dead, and the tasks it held go back to the
 // head of their queue at once, in one script per queue that checks each is
-// still where the dead worker's dequeue put it. A worker is never taken for dead while it shows
-// signs of life, however slow its tasks are.
+// still where the dead worker's dequeue put it. A worker is never taken for
+// dead while it shows signs of life, however slow its tasks are. A dead
+// worker owns nothing else: the moments of the tasks it deferred are in
+// asynq's retry sets, which the live workers watch (wake.go).
 //
 // An active task no worker holds (its dequeue's reply was lost: Redis
 // killed after the dequeue, or the worker before it recorded the task) is
@@ -22,7 +27,7 @@
 // cut off from Redis) may find some of its tasks handed over: Holds tells
 // its handler so before it sends. What the package relies on of asynq's
 // Redis layout is listed in internal/asynqdb.
-package recovery
+package fleet
 
 import (
 	"context"
@@ -69,14 +74,19 @@ const DefaultDeadAfter = 5 * time.Second
 // ErrHandedOver is Holds' answer for a task this worker no longer holds:
 // it was silent for Options.DeadAfter, and the task went back to its queue
 // for another worker.
-var ErrHandedOver = errors.New("recovery: task handed over to another worker while this one showed no sign of life")
+var ErrHandedOver = errors.New("fleet: task handed over to another worker while this one showed no sign of life")
 
-// Options configure a Recovery. The zero value of each field is its default.
+// Options configure a Member. The zero value of each field is its default.
 type Options struct {
 	// DeadAfter is how long a worker may show no sign of life in Redis
 	// before another takes it for dead and hands its tasks over. A worker
-	// shows one every DeadAfter/5. Default DefaultDeadAfter.
+	// shows one every DeadAfter/5. Default DefaultDeadAfter; negative:
+	// no hand-over (no signs of life, no held tasks, no reaping), only
+	// the waking, every queue swept each second.
 	DeadAfter time.Duration
+	// Lead is how long before its moment a task is woken (Wake): see
+	// WakeLead. Default WakeLead(100 ms), asynq's poll interval's.
+	Lead time.Duration
 	// Prefix starts every key, as the throttle's. Default
 	// throttle.DefaultPrefix.
 	Prefix string
@@ -88,10 +98,10 @@ type Options struct {
 	Metrics *Metrics
 }
 
-// Recovery is one worker's part: its signs of life, the tasks it holds,
-// and the reaper. Build it with New; its methods are safe for concurrent
-// use.
-type Recovery struct {
+// Member is one worker's part: its signs of life, the tasks it holds,
+// the reaper, and the waking. Build it with New; its methods are safe for
+// concurrent use.
+type Member struct {
 	rdb    redis.UniversalClient
 	one    coalesce.Processor // take's SADD: rdb's auto-pipeliner on one node
 	queues []string
@@ -108,9 +118,11 @@ type Recovery struct {
 	// life was sent and the latest sign that ended a silence long enough
 	// for the worker to have been taken for dead.
 	signs map[string]*signs
+
+	wake *waker
 }
 
-// signs are a queue's sign-of-life times, in ns since Recovery.start.
+// signs are a queue's sign-of-life times, in ns since Member.start.
 type signs struct {
 	last, afterGap atomic.Int64
 }
@@ -122,10 +134,13 @@ type run struct {
 	at     time.Duration
 }
 
-// New returns the recovery of a worker serving queues.
-func New(rdb redis.UniversalClient, queues []string, o Options) *Recovery {
-	if o.DeadAfter <= 0 {
+// New returns the part in the fleet of a worker serving queues.
+func New(rdb redis.UniversalClient, queues []string, o Options) *Member {
+	if o.DeadAfter == 0 {
 		o.DeadAfter = DefaultDeadAfter
+	}
+	if o.Lead <= 0 {
+		o.Lead = WakeLead(100 * time.Millisecond)
 	}
 	if o.Prefix == "" {
 		o.Prefix = throttle.DefaultPrefix
@@ -137,8 +152,8 @@ func New(rdb redis.UniversalClient, queues []string, o Options) *Recovery {
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
-	r := &Recovery{rdb: rdb, one: coalesce.Of(rdb), queues: queues, o: o, start: time.Now(),
-		finished: map[string][]string{}, taken: map[string]run{}, signs: map[string]*signs{}}
+	r := &Member{rdb: rdb, one: coalesce.Of(rdb), queues: queues, o: o, start: time.Now(),
+		finished: map[string][]string{}, taken: map[string]run{}, signs: map[string]*signs{}, wake: newWaker(o.Lead)}
 	for _, q := range queues {
 		r.signs[q] = &signs{}
 		r.signs[q].afterGap.Store(-int64(o.DeadAfter)) // a start is not a return from a silence
@@ -146,41 +161,82 @@ func New(rdb redis.UniversalClient, queues []string, o Options) *Recovery {
 	return r
 }
 
-// Run beats and reaps every DeadAfter/5 until ctx ends, then drops what the
-// worker held and leaves the beats. Cancel ctx only once the asynq server
-// has shut down: a worker whose handlers still run must keep beating.
-func (r *Recovery) Run(ctx context.Context) error {
+// Run beats, reaps and wakes until ctx ends, then drops what the worker
+// held and leaves the beats. Cancel ctx only once the asynq server has shut
+// down: a worker whose handlers still run must keep beating (and its
+// handlers deferring).
+func (r *Member) Run(ctx context.Context) error {
 	r.loop(ctx)
+	if r.o.DeadAfter < 0 {
+		return nil
+	}
 	leave, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	for _, q := range r.queues {
 		if err := r.beat(leave, q, "leave"); err != nil {
-			r.o.Log.Warn("recovery: could not leave", "queue", q, "err", err)
+			r.o.Log.Warn("fleet: could not leave", "queue", q, "err", err)
 		}
 	}
 	return nil
 }
 
-// loop beats and reaps every DeadAfter/5 until ctx ends.
-func (r *Recovery) loop(ctx context.Context) {
-	tick := time.NewTicker(r.o.DeadAfter / 5)
+// every is the loop's tick: a sign of life in every queue, a reap and a
+// sweep of each.
+func (r *Member) every() time.Duration {
+	if r.o.DeadAfter > 0 {
+		return r.o.DeadAfter / 5
+	}
+	return time.Second
+}
+
+// loop ticks until ctx ends, and between ticks looks at the queues when
+// their waiting tasks come due.
+func (r *Member) loop(ctx context.Context) {
+	tick := time.NewTicker(r.every())
 	defer tick.Stop()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
 	for {
+		r.tick(ctx)
+		if !r.lookUntilTick(ctx, tick, timer) {
+			return
+		}
+	}
+}
+
+// tick shows this worker's signs of life in every queue and reaps it (with
+// hand-over), and sweeps every queue for due tasks.
+func (r *Member) tick(ctx context.Context) {
+	if r.o.DeadAfter > 0 {
 		for _, q := range r.queues {
 			if err := r.beat(ctx, q, "beat"); err != nil && ctx.Err() == nil {
-				r.warn("recovery: a sign of life failed", q, err)
+				r.warn("fleet: a sign of life failed", q, err)
 			}
 			if !r.mayReap(q) {
 				continue
 			}
 			if _, err := r.Reap(ctx, q); err != nil && ctx.Err() == nil {
-				r.warn("recovery: a reap failed", q, err)
+				r.warn("fleet: a reap failed", q, err)
 			}
 		}
+	}
+	r.wake.dueQueues(time.Now()) // the sweep looks at them all
+	r.look(ctx, r.queues, true)
+}
+
+// lookUntilTick looks at the queues whose waiting tasks come due until the
+// next tick (true) or until ctx ends (false).
+func (r *Member) lookUntilTick(ctx context.Context, tick *time.Ticker, timer *time.Timer) bool {
+	for {
+		timer.Reset(r.wake.until(time.Now(), r.every()))
 		select {
-		case <-tick.C:
 		case <-ctx.Done():
-			return
+			return false
+		case <-tick.C:
+			return true
+		case <-timer.C:
+			r.look(ctx, r.wake.dueQueues(time.Now()), false)
+		case <-r.wake.poke:
 		}
 	}
 }
@@ -188,7 +244,7 @@ func (r *Recovery) loop(ctx context.Context) {
 // warn logs a failure of the loop, at most once a minute: Redis being
 // unreachable is logged by the client's guard, but a denied command (an
 // ACL without the commands config.yaml lists) would otherwise go unseen.
-func (r *Recovery) warn(msg, q string, err error) {
+func (r *Member) warn(msg, q string, err error) {
 	r.mu.Lock()
 	quiet := time.Since(r.warned) < time.Minute
 	if !quiet {
@@ -205,7 +261,7 @@ func (r *Recovery) warn(msg, q string, err error) {
 // worker back from a silence of its own (Redis restarting or unreachable,
 // the worker paused) waits: the others were likely as silent as it was,
 // and need time to show that they are alive.
-func (r *Recovery) mayReap(q string) bool {
+func (r *Member) mayReap(q string) bool {
 	s, ok := r.signs[q]
 	if !ok {
 		return false
@@ -217,14 +273,14 @@ func (r *Recovery) mayReap(q string) bool {
 // fresh reports whether this worker has shown a sign of life in s's queue
 // less than DeadAfter/2 before now: it cannot be taken for dead before its
 // next.
-func (r *Recovery) fresh(s *signs, now time.Duration) bool {
+func (r *Member) fresh(s *signs, now time.Duration) bool {
 	last := s.last.Load()
 	return last > 0 && now-time.Duration(last) < r.o.DeadAfter/2
 }
 
 // beat runs hold.lua's beat or leave for queue q, with the tasks ended since
 // the last one; on failure they wait for the next.
-func (r *Recovery) beat(ctx context.Context, q, mode string) error {
+func (r *Member) beat(ctx context.Context, q, mode string) error {
 	r.mu.Lock()
 	ended := r.finished[q]
 	r.finished[q] = nil
@@ -240,7 +296,7 @@ func (r *Recovery) beat(ctx context.Context, q, mode string) error {
 
 // hold runs hold.lua's mode on queue q with members, notes the sign of
 // life it gave, and returns when the call was sent (since start).
-func (r *Recovery) hold(ctx context.Context, q, mode string, members ...string) (bool, time.Duration, error) {
+func (r *Member) hold(ctx context.Context, q, mode string, members ...string) (bool, time.Duration, error) {
 	args := make([]any, 0, 2+len(members))
 	args = append(args, r.o.ID, mode)
 	for _, m := range members {
@@ -249,7 +305,7 @@ func (r *Recovery) hold(ctx context.Context, q, mode string, members ...string) 
 	sent := time.Since(r.start)
 	n, err := holdScript.Run(ctx, r.rdb, []string{heldKey(r.o.Prefix, q, r.o.ID), beatsKey(r.o.Prefix, q)}, args...).Int()
 	if err != nil {
-		return false, sent, fmt.Errorf("recovery: %s: %w", mode, err)
+		return false, sent, fmt.Errorf("fleet: %s: %w", mode, err)
 	}
 	if s, ok := r.signs[q]; ok && n == 1 {
 		s.note(int64(sent), int64(r.o.DeadAfter/2))
@@ -278,7 +334,10 @@ func (s *signs) note(t, half int64) {
 // Middleware records that this worker holds each task while next runs it.
 // A task it could not record (Redis unreachable) still runs; it then goes
 // back to its queue only through asynq's own recovery if the worker dies.
-func (r *Recovery) Middleware(next asynq.Handler) asynq.Handler {
+func (r *Member) Middleware(next asynq.Handler) asynq.Handler {
+	if r.o.DeadAfter < 0 {
+		return next // no hand-over: nothing to record
+	}
 	return asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
 		id, _ := asynq.GetTaskID(ctx)
 		q, _ := asynq.GetQueueName(ctx)
@@ -289,7 +348,7 @@ func (r *Recovery) Middleware(next asynq.Handler) asynq.Handler {
 		r.mu.Unlock()
 		at, err := r.take(ctx, q, member)
 		if err != nil {
-			r.o.Log.Warn("recovery: could not record the task as held", "task", id, "queue", q, "err", err)
+			r.o.Log.Warn("fleet: could not record the task as held", "task", id, "queue", q, "err", err)
 			return next.ProcessTask(ctx, task)
 		}
 		r.mu.Lock()
@@ -309,11 +368,11 @@ func (r *Recovery) Middleware(next asynq.Handler) asynq.Handler {
 // the record was sent (since start). While the worker's signs of life there
 // are fresh it cannot be taken for dead before its next, and one SADD
 // does; after a silence, hold.lua's take is a sign of life as well.
-func (r *Recovery) take(ctx context.Context, q, member string) (time.Duration, error) {
+func (r *Member) take(ctx context.Context, q, member string) (time.Duration, error) {
 	sent := time.Since(r.start)
 	if s, ok := r.signs[q]; ok && r.fresh(s, sent) {
 		if err := r.one.Process(ctx, redis.NewIntCmd(ctx, "sadd", heldKey(r.o.Prefix, q, r.o.ID), member)); err != nil {
-			return sent, fmt.Errorf("recovery: take: %w", err)
+			return sent, fmt.Errorf("fleet: take: %w", err)
 		}
 		return sent, nil
 	}
@@ -328,7 +387,10 @@ func (r *Recovery) take(ctx context.Context, q, member string) (time.Duration, e
 // took the task and until now, were never DeadAfter/2 apart cannot have
 // been taken for dead, and Holds then answers without asking Redis;
 // otherwise it asks, and a yes is a sign of life.
-func (r *Recovery) Holds(ctx context.Context) error {
+func (r *Member) Holds(ctx context.Context) error {
+	if r.o.DeadAfter < 0 {
+		return nil // no hand-over: every task is this worker's
+	}
 	id, _ := asynq.GetTaskID(ctx)
 	q, _ := asynq.GetQueueName(ctx)
 	r.mu.Lock()
@@ -352,7 +414,7 @@ func (r *Recovery) Holds(ctx context.Context) error {
 
 // handedOver counts a task this worker found it no longer holds, and
 // returns ErrHandedOver.
-func (r *Recovery) handedOver() error {
+func (r *Member) handedOver() error {
 	if r.o.Metrics != nil {
 		r.o.Metrics.HandedOver.Inc()
 	}
@@ -376,12 +438,12 @@ type Handover struct {
 
 // Reap hands the tasks of queue q's dead workers back to the queue, logs
 // and counts each recovery, and returns what it did.
-func (r *Recovery) Reap(ctx context.Context, q string) ([]Handover, error) {
+func (r *Member) Reap(ctx context.Context, q string) ([]Handover, error) {
 	keys := []string{beatsKey(r.o.Prefix, q), asynqdb.ActiveKey(q), asynqdb.LeaseKey(q), asynqdb.PendingKey(q)}
 	res, err := reapScript.Run(ctx, r.rdb, keys, r.o.DeadAfter.Milliseconds(), asynqdb.TaskKeyPrefix(q),
 		heldPrefix(r.o.Prefix, q), int64(math.Ceil((r.o.DeadAfter + leaseHeartbeat).Seconds()))).Slice()
 	if err != nil {
-		return nil, fmt.Errorf("recovery: reap %s: %w", q, err)
+		return nil, fmt.Errorf("fleet: reap %s: %w", q, err)
 	}
 	hs, err := parseReap(q, res)
 	if err != nil {
@@ -413,14 +475,14 @@ func parseReap(q string, res []any) ([]Handover, error) {
 	var hs []Handover
 	for i := 0; i < len(res); {
 		if i+3 > len(res) {
-			return nil, fmt.Errorf("recovery: unexpected reap reply %v", res)
+			return nil, fmt.Errorf("fleet: unexpected reap reply %v", res)
 		}
 		w, _ := res[i].(string)
 		ms, _ := res[i+1].(int64)
 		n, _ := res[i+2].(int64)
 		i += 3
 		if int64(len(res)-i) < n {
-			return nil, fmt.Errorf("recovery: unexpected reap reply %v", res)
+			return nil, fmt.Errorf("fleet: unexpected reap reply %v", res)
 		}
 		h := Handover{Queue: q, Worker: w, Silent: time.Duration(ms) * time.Millisecond}
 		for _, id := range res[i : i+int(n)] {

@@ -1,4 +1,4 @@
-package recovery
+package fleet
 
 import (
 	"context"
@@ -52,8 +52,8 @@ func activeTasks(t *testing.T, rdb redis.UniversalClient, q, tag string, n int) 
 
 // holdAs records ids as held by worker in queue q, taken in their order,
 // and sets the worker's last sign of life to ago before now (Redis's
-// clock). It returns the worker's Recovery.
-func holdAs(t *testing.T, rdb redis.UniversalClient, q, worker string, ago time.Duration, ids ...string) *Recovery {
+// clock). It returns the worker's Member.
+func holdAs(t *testing.T, rdb redis.UniversalClient, q, worker string, ago time.Duration, ids ...string) *Member {
 	t.Helper()
 	ctx := context.Background()
 	r := New(rdb, []string{q}, Options{ID: worker, Log: quiet})

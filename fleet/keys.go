@@ -1,4 +1,4 @@
-package recovery
+package fleet
 
 // Every key of the package is built here. A queue's keys carry the queue's
 // name as their hash tag, as asynq's do, so that reap.lua sees a queue's

@@ -1,4 +1,4 @@
-package recovery
+package fleet
 
 import (
 	"context"
@@ -13,11 +13,11 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// worker is an asynq server with a Recovery in front of its handler, in
+// worker is an asynq server with a Member in front of its handler, in
 // this process: die stops its signs of life as a kill would (its asynq
 // server and handlers run on, which a killed process's would not).
 type worker struct {
-	rec     *Recovery
+	rec     *Member
 	srv     *asynq.Server
 	stop    context.CancelFunc
 	stopped chan struct{}

@@ -2,36 +2,9 @@ package jobs
 
 import (
 	"testing"
-	"time"
 
 	"github.com/notify-throttle/throttler/internal/asynqdb"
 )
-
-// A retry score stands for the moment wakeEarly and half a second after
-// it; that moment scales around now, and the score moves with it. A task
-// due by now stays.
-func TestWakeScaled(t *testing.T) {
-	now := time.Unix(1000, 0)
-	for _, tc := range []struct {
-		name  string
-		score float64
-		k     float64
-		want  int64
-		moved bool
-	}{
-		{"raised 2x", 1010, 0.5, 1004, true},   // its moment 1012 -> 1006
-		{"lowered 2x", 1010, 2, 1022, true},    // 1012 -> 1024
-		{"due by now", 998, 0.5, 998, false},   // its moment 1000 is now's
-		{"a second ahead", 999, 4, 1002, true}, // 1001 -> 1004
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got, moved := wakeScaled(tc.score, now, tc.k)
-			if got != tc.want || moved != tc.moved {
-				t.Errorf("wakeScaled(%v, k %v) = %d, %v; want %d, %v", tc.score, tc.k, got, moved, tc.want, tc.moved)
-			}
-		})
-	}
-}
 
 // Only notifications and digests are read, with their provider and tenant.
 func TestRouteOf(t *testing.T) {
