@@ -11,6 +11,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -27,6 +28,7 @@ import (
 	"github.com/notify-throttle/throttler/config"
 	"github.com/notify-throttle/throttler/intake"
 	"github.com/notify-throttle/throttler/jobs"
+	"github.com/notify-throttle/throttler/lifecycle"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -52,6 +54,9 @@ type Options struct {
 	Metrics prometheus.Registerer
 	// Log gets the access log, one line per request; nil logs nothing.
 	Log *slog.Logger
+	// Events records the accepted and canceled events and reads the
+	// histories; nil: a recorder of the config's events settings.
+	Events *lifecycle.Recorder
 }
 
 // Server serves the API. It is safe for concurrent use.
@@ -64,6 +69,7 @@ type Server struct {
 	keys    []client
 	limiter *throttle.Limiter
 	sent    *jobs.SentMarks
+	events  *lifecycle.Recorder
 	metrics *metrics
 	log     *slog.Logger
 	mux     *http.ServeMux
@@ -87,6 +93,7 @@ func New(opts Options) (*Server, error) {
 		keys:    keys,
 		limiter: opts.Limiter,
 		sent:    jobs.NewSentMarks(opts.Limiter),
+		events:  cmp.Or(opts.Events, lifecycle.NewRecorder(opts.Redis, opts.Config.EventOptions())),
 		metrics: newMetrics(opts.Metrics),
 		log:     opts.Log,
 		mux:     http.NewServeMux(),

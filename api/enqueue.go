@@ -187,6 +187,7 @@ func (s *Server) submit(ctx context.Context, c *client, e intake.Entry, base str
 	if stamped, err := jobs.Decode(j.Task.Payload()); err == nil {
 		n.Queued = stamped.Queued // the time NewTask stamped on the task
 	}
+	s.accepted(ctx, j, key)
 	return result{status: http.StatusAccepted, view: newView(j.ID, j.Queue, n, stateQueued)}
 }
 

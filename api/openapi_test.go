@@ -13,6 +13,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/notify-throttle/throttler/intake"
+	"github.com/notify-throttle/throttler/lifecycle"
 )
 
 // doc is openapi.yaml, as a tree of maps and lists.
@@ -142,6 +143,7 @@ func TestOpenAPIMatchesShapes(t *testing.T) {
 		{"ErrorDetail", jsonNames(reflect.TypeFor[Error]())},
 		{"Error", jsonNames(reflect.TypeFor[errorBody]())},
 		{"BatchResult", jsonNames(reflect.TypeFor[batchResult]())},
+		{"Event", jsonNames(reflect.TypeFor[lifecycle.Event]())},
 	} {
 		if got := props(c.schema); !slices.Equal(got, c.want) {
 			t.Errorf("schema %s has %v, the code %v", c.schema, got, c.want)
@@ -162,6 +164,13 @@ func TestOpenAPIMatchesShapes(t *testing.T) {
 	}
 	if want := []string{stateQueued, stateWaiting, stateSending, stateSent, stateCompleted, stateArchived, stateCanceled}; !slices.Equal(states, want) {
 		t.Errorf("states %v, the code's %v", states, want)
+	}
+	var types []string
+	for _, ty := range schemas["Event"].(map[string]any)["properties"].(map[string]any)["type"].(map[string]any)["enum"].([]any) {
+		types = append(types, ty.(string))
+	}
+	if want := fmt.Sprint(lifecycle.Types); fmt.Sprint(types) != want {
+		t.Errorf("event types %v, the code's %v", types, want)
 	}
 	batch := d.at(t, "paths", "/v1/notifications/batch", "post", "requestBody", "content", "application/json", "schema", "properties", "notifications")
 	if batch["maxItems"] != MaxBatch {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/notify-throttle/throttler/intake"
 	"github.com/notify-throttle/throttler/jobs"
+	"github.com/notify-throttle/throttler/lifecycle"
 )
 
 // A notification's states, as GET tells them.
@@ -39,6 +40,8 @@ type View struct {
 	Queue     string     `json:"queue,omitempty"`
 	Tenant    string     `json:"tenant,omitempty"`
 	QueuedAt  *time.Time `json:"queued_at,omitempty"`
+	// Events are its history, GET's alone (see events.go).
+	Events []lifecycle.Event `json:"events,omitempty"`
 }
 
 func newView(id, queue string, n jobs.Notification, state string) *View {
@@ -53,6 +56,9 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request, c *client) (int, lo
 		return writeError(w, err), logged{}
 	}
 	v, err := s.find(r.Context(), r.PathValue("id"), c)
+	if err == nil {
+		v.Events, err = s.history(r.Context(), v.ID, c)
+	}
 	if err != nil {
 		return writeError(w, err), logged{}
 	}
@@ -88,7 +94,7 @@ func (s *Server) view(ctx context.Context, id string, c *client) (*View, error) 
 	}
 	if info == nil {
 		if sentAt == nil { // never, or forgotten: a task without a key is dropped once done
-			return nil, notFound(id)
+			return s.ended(ctx, id, c)
 		}
 		return &View{ID: id, State: stateSent, SentAt: sentAt}, nil
 	}
@@ -163,7 +169,7 @@ func (s *Server) sentAt(ctx context.Context, id string) (*time.Time, error) {
 
 func notFound(id string) *Error {
 	return &Error{Status: http.StatusNotFound, Code: CodeNotFound,
-		Message: "no notification " + intake.Quote(id) + " (by ID or idempotency key) for this key's tenant; a sent one is kept for worker.sent_marks, one with an idempotency key for 24h"}
+		Message: "no notification " + intake.Quote(id) + " (by ID or idempotency key) for this key's tenant; one is found while its events are kept (events.history), its task (24h with an idempotency key) or its sent marker (worker.sent_marks)"}
 }
 
 // cancel serves DELETE /v1/notifications/{id}: a notification not yet sent
@@ -208,6 +214,7 @@ func (s *Server) archive(ctx context.Context, v *View, c *client) (*View, error)
 		return nil, unavailable(err)
 	}
 	v.State, v.Reason, v.Until = stateCanceled, canceledReason, nil
+	s.canceled(ctx, v)
 	return v, nil
 }
 
