@@ -18,6 +18,7 @@ import (
 	"github.com/notify-throttle/throttler/config"
 	"github.com/notify-throttle/throttler/internal/redisconn"
 	"github.com/notify-throttle/throttler/internal/redisguard"
+	"github.com/notify-throttle/throttler/lifecycle"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -27,7 +28,8 @@ import (
 // it with API keys, while http_addr is the operators' (loopback or
 // dashboard auth), so each is exposed and guarded on its own. Not being
 // able to listen stops the worker: producers would find nothing there.
-func startAPI(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient, reg prometheus.Registerer, log *slog.Logger) (string, error) {
+func startAPI(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient, reg prometheus.Registerer, log *slog.Logger,
+	events *lifecycle.Recorder) (string, error) {
 	if cfg.API.Addr == "" {
 		return "", nil
 	}
@@ -35,7 +37,7 @@ func startAPI(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient
 	if err != nil {
 		return "", err
 	}
-	h, err := api.New(api.Options{Config: cfg, Redis: rdb, Limiter: lim, Metrics: reg, Log: log})
+	h, err := api.New(api.Options{Config: cfg, Redis: rdb, Limiter: lim, Metrics: reg, Log: log, Events: events})
 	if err != nil {
 		return "", err
 	}
@@ -77,7 +79,7 @@ func runAPIOnly(ctx context.Context, path string, stderr io.Writer) error {
 	}
 	defer closeRedis()
 	reg := prometheus.NewRegistry()
-	if _, err := startAPI(ctx, cfg, rdb, reg, log); err != nil {
+	if _, err := startAPI(ctx, cfg, rdb, reg, log, lifecycle.NewRecorder(rdb, eventOptions(cfg, reg, log))); err != nil {
 		return err
 	}
 	if cfg.Worker.HTTPAddr != "" {
