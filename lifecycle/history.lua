@@ -4,9 +4,10 @@
 -- recorded, but for its accepted event, which goes first whenever it comes:
 -- the API records it just after the enqueue, by which time a worker may
 -- have recorded the message's first outcome. An event found among the
--- first and the latest few (the same outcome recorded again, after a
--- worker died and its task ran again) is not added twice. Over the limit,
--- the oldest after the first goes: the first says how the message was
+-- latest few (the same outcome recorded again, after a worker died and its
+-- task ran again) is not added twice; one recorded again later is, and
+-- readers keep the first of an ID (Recorder.History). Over the limit, the
+-- oldest after the first goes: the first says how the message was
 -- accepted, and with which idempotency key, which the others are read with.
 --
 -- KEYS[1] -> the message's history (a list)
@@ -22,11 +23,7 @@ local RECENT = 8 -- how many of the latest are looked through for the event
 
 local function holds(history, id)
   local opening = '{"id":"' .. id .. '"'
-  local looked = redis.call("LRANGE", history, 0, 0)
   for _, event in ipairs(redis.call("LRANGE", history, -RECENT, -1)) do
-    looked[#looked + 1] = event
-  end
-  for _, event in ipairs(looked) do
     if string.sub(event, 1, #opening) == opening then
       return true
     end
