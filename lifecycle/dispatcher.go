@@ -95,8 +95,11 @@ type lane struct {
 	stream  string
 	grouped bool // the stream's group exists
 	// failing: every POST of the last round failed. Until one succeeds,
-	// each round POSTs one due event and reads no new ones.
+	// each round POSTs one due event, and one new event a Backoff: an
+	// endpoint that refuses one event for good (a poison event) is found
+	// answering the others.
 	failing bool
+	probed  time.Time // when failing last read a new event
 	warned  time.Time // when failing was last logged
 	gauged  time.Time
 	pruned  time.Time
@@ -114,14 +117,15 @@ func (l *lane) run(ctx context.Context) {
 			}
 		}
 		if err != nil || !worked && l.failing {
-			sleep(ctx, l.d.o.Poll) // a round that read nothing new blocked already
+			sleep(ctx, l.d.o.Poll) // a round that read nothing new blocked already, unless failing
 		}
 		l.housekeep(ctx)
 	}
 }
 
-// round POSTs the due retries and, unless the endpoint is failing, the new
-// events (waiting up to Poll for some): it reports whether there were any.
+// round POSTs the due retries and the new events (waiting up to Poll for
+// some; while the endpoint is failing, one new event a Backoff): it
+// reports whether there were any.
 func (l *lane) round(ctx context.Context) (bool, error) {
 	if !l.grouped {
 		err := l.d.rdb.XGroupCreateMkStream(ctx, l.stream, Group, "0").Err()
@@ -134,13 +138,19 @@ func (l *lane) round(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if !l.failing && len(entries) < l.d.o.Parallel {
-		block := l.d.o.Poll
-		if len(entries) > 0 {
-			block = -1 // no wait: there is work
+	want, block := l.d.o.Parallel-len(entries), l.d.o.Poll
+	if len(entries) > 0 {
+		block = -1 // no wait: there is work
+	}
+	if l.failing {
+		want, block = 0, -1
+		if time.Since(l.probed) >= l.d.o.Backoff {
+			want, l.probed = 1, time.Now()
 		}
+	}
+	if want > 0 {
 		streams, err := l.d.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: Group, Consumer: l.d.o.Consumer,
-			Streams: []string{l.stream, ">"}, Count: int64(l.d.o.Parallel - len(entries)), Block: block}).Result()
+			Streams: []string{l.stream, ">"}, Count: int64(want), Block: block}).Result()
 		if err != nil && !errors.Is(err, redis.Nil) {
 			return false, err
 		}

@@ -57,11 +57,12 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 	_ = json.Unmarshal(body, &rc.event)
 	r.mu.Lock()
 	seq, hang := len(r.got), r.hang
+	r.got = append(r.got, rc)
 	rc.status = http.StatusNoContent
 	if r.answer != nil {
 		rc.status = r.answer(seq)
 	}
-	r.got = append(r.got, rc)
+	r.got[seq].status = rc.status
 	r.mu.Unlock()
 	if hang != nil {
 		select {
@@ -269,4 +270,40 @@ func TestOldEventsAreGivenUp(t *testing.T) {
 	if n := testutil.ToFloat64(d.o.Metrics.Callbacks.WithLabelValues("billing", "given_up")); n != 1 {
 		t.Errorf("given up %v, want 1", n)
 	}
+}
+
+// TestPoisonEventHoldsBackNoOther: an endpoint that refuses one event for
+// good (and that event alone, sent first, made it look down) gets the
+// others all the same, while the refused one is retried with backoff.
+func TestPoisonEventHoldsBackNoOther(t *testing.T) {
+	ctx := context.Background()
+	var rec *receiver
+	rec = newReceiver(t, func(seq int) int {
+		if rec.got[seq].event.Message == "poison" { // called under rec.mu
+			return http.StatusUnprocessableEntity
+		}
+		return http.StatusNoContent
+	})
+	o := quick(map[string]Endpoint{"billing": {URL: rec.srv.URL, Secret: testSecret, Timeout: 100 * time.Millisecond}})
+	r, rdb := newRecorder(t, o)
+	if err := r.Record(ctx, Event{Type: Sent, Message: "poison", Tenant: "billing"}); err != nil {
+		t.Fatal(err)
+	}
+	dispatch(t, rdb, o)
+	await(t, 10*time.Second, "the poison event was not tried", func() bool { return len(rec.receipts()) > 0 })
+	for i := range 20 {
+		if err := r.Record(ctx, Event{Type: Sent, Message: fmt.Sprintf("m%d", i), Tenant: "billing"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	await(t, 20*time.Second, "the events after the poison one were not all delivered", func() bool { return len(rec.delivered()) == 20 })
+	await(t, 10*time.Second, "the poison event was not retried", func() bool {
+		tries := 0
+		for _, rc := range rec.receipts() {
+			if rc.event.Message == "poison" {
+				tries++
+			}
+		}
+		return tries >= 2
+	})
 }
