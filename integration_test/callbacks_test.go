@@ -25,6 +25,7 @@ const callbackSecret = "callback-SECRET-0a1b2c3d4e"
 
 // callbackPost is one POST the callback receiver got.
 type callbackPost struct {
+	at       time.Time
 	event    lifecycle.Event
 	body     string
 	verified error // lifecycle.Verify's answer
@@ -52,7 +53,7 @@ func newCallbackReceiver(t *testing.T) *callbackReceiver {
 
 func (r *callbackReceiver) serve(w http.ResponseWriter, req *http.Request) {
 	body, _ := io.ReadAll(req.Body)
-	p := callbackPost{body: string(body), verified: lifecycle.Verify(callbackSecret, req.Header.Get(lifecycle.SignatureHeader), body, time.Minute)}
+	p := callbackPost{at: time.Now(), body: string(body), verified: lifecycle.Verify(callbackSecret, req.Header.Get(lifecycle.SignatureHeader), body, time.Minute)}
 	_ = json.Unmarshal(body, &p.event)
 	r.mu.Lock()
 	i, held := len(r.posts), r.held
@@ -66,6 +67,8 @@ func (r *callbackReceiver) serve(w http.ResponseWriter, req *http.Request) {
 		select {
 		case <-held:
 		case <-req.Context().Done():
+		}
+		if req.Context().Err() != nil {
 			return // its sender hung up: not answered
 		}
 	}
@@ -158,6 +161,7 @@ func TestKill9LosesNoCallback(t *testing.T) {
 		t.Fatal(err)
 	}
 	w1.wait(10 * time.Second)
+	killed := time.Now()
 	inFlight := map[string]bool{}
 	for _, p := range rec.snapshot() {
 		inFlight[p.event.ID] = true
@@ -225,6 +229,11 @@ func TestKill9LosesNoCallback(t *testing.T) {
 	}
 	if len(inFlight) == 0 {
 		t.Fatal("no POST was in flight at the kill: the test did not test that")
+	}
+	for id := range inFlight {
+		if !slices.ContainsFunc(posts, func(p callbackPost) bool { return p.event.ID == id && p.answered && p.at.After(killed) }) {
+			t.Errorf("event %s, in flight at the kill, was not delivered after it", id)
+		}
 	}
 	t.Logf("%d events, %d POSTs: %d in flight at the kill, delivered after it", len(want), len(posts), len(inFlight))
 	for deadline := time.Now().Add(10 * time.Second); f.rdb.XLen(ctx, stream).Val() != 0; time.Sleep(50 * time.Millisecond) {
