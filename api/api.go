@@ -11,6 +11,7 @@
 package api
 
 import (
+	"cmp"
 	"errors"
 	"log/slog"
 	"maps"
@@ -27,6 +28,7 @@ import (
 	"github.com/notify-throttle/throttler/config"
 	"github.com/notify-throttle/throttler/intake"
 	"github.com/notify-throttle/throttler/jobs"
+	"github.com/notify-throttle/throttler/lifecycle"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -65,6 +67,9 @@ type Options struct {
 	Metrics prometheus.Registerer
 	// Log gets the access log, one line per request; nil logs nothing.
 	Log *slog.Logger
+	// Events records the accepted and canceled events and reads the
+	// histories; nil: a recorder of the config's events settings.
+	Events *lifecycle.Recorder
 }
 
 // Server serves the API. It is safe for concurrent use.
@@ -78,6 +83,7 @@ type Server struct {
 	insp    *asynq.Inspector
 	limiter *throttle.Limiter
 	sent    *jobs.SentMarks
+	events  *lifecycle.Recorder
 	metrics *metrics
 	log     *slog.Logger
 	mux     *http.ServeMux
@@ -122,6 +128,7 @@ func New(opts Options) (*Server, error) {
 		insp:    asynq.NewInspectorFromRedisClient(opts.Redis),
 		limiter: opts.Limiter,
 		sent:    jobs.NewSentMarks(opts.Limiter),
+		events:  cmp.Or(opts.Events, lifecycle.NewRecorder(opts.Redis, opts.Config.EventOptions())),
 		metrics: newMetrics(opts.Metrics),
 		log:     opts.Log,
 		mux:     http.NewServeMux(),

@@ -228,6 +228,7 @@ func (s *Server) submit(ctx context.Context, c *client, e intake.Entry, base, ke
 		n.Queued = stamped.Queued // the time NewTask stamped on the task
 	}
 	s.listed(ctx, c, j.ID, j.Queue, accepted)
+	s.accepted(ctx, j, key)
 	return result{status: http.StatusAccepted, view: newView(j.ID, j.Queue, n, stateQueued)}
 }
 

@@ -13,6 +13,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/notify-throttle/throttler/intake"
+	"github.com/notify-throttle/throttler/lifecycle"
 )
 
 // doc is openapi.yaml, as a tree of maps and lists.
@@ -188,6 +189,7 @@ func TestOpenAPIMatchesShapes(t *testing.T) {
 		{"Error", jsonNames(reflect.TypeFor[errorBody]())},
 		{"BatchResult", jsonNames(reflect.TypeFor[batchResult]())},
 		{"List", jsonNames(reflect.TypeFor[listAnswer]())},
+		{"Event", jsonNames(reflect.TypeFor[lifecycle.Event]())},
 	} {
 		if got := props(c.schema); !slices.Equal(got, c.want) {
 			t.Errorf("schema %s has %v, the code %v", c.schema, got, c.want)
@@ -225,6 +227,13 @@ func TestOpenAPIMatchesShapes(t *testing.T) {
 	}
 	if !slices.Equal(params, listParams) {
 		t.Errorf("the list's parameters %v, the code's %v", params, listParams)
+	}
+	var types []string
+	for _, ty := range schemas["Event"].(map[string]any)["properties"].(map[string]any)["type"].(map[string]any)["enum"].([]any) {
+		types = append(types, ty.(string))
+	}
+	if want := fmt.Sprint(lifecycle.Types); fmt.Sprint(types) != want {
+		t.Errorf("event types %v, the code's %v", types, want)
 	}
 	batch := d.at(t, "paths", "/v1/notifications/batch", "post", "requestBody", "content", "application/json", "schema", "properties", "notifications")
 	if batch["maxItems"] != MaxBatch {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/notify-throttle/throttler/intake"
 	"github.com/notify-throttle/throttler/jobs"
+	"github.com/notify-throttle/throttler/lifecycle"
 )
 
 // A notification's states, as GET tells them.
@@ -40,6 +41,8 @@ type View struct {
 	Queue     string     `json:"queue,omitempty"`
 	Tenant    string     `json:"tenant,omitempty"`
 	QueuedAt  *time.Time `json:"queued_at,omitempty"`
+	// Events are its history, GET's alone (see events.go).
+	Events []lifecycle.Event `json:"events,omitempty"`
 }
 
 func newView(id, queue string, n jobs.Notification, state string) *View {
@@ -55,6 +58,9 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request, c *client) logged {
 		return logged{}
 	}
 	v, err := s.find(r.Context(), r.PathValue("id"), c)
+	if err == nil {
+		v.Events, err = s.history(r.Context(), v.ID, c)
+	}
 	if err != nil {
 		writeError(w, err)
 		return logged{}
@@ -96,7 +102,7 @@ func (s *Server) viewIn(ctx context.Context, id string, queues []string, c *clie
 	}
 	if info == nil {
 		if sentAt == nil { // never, or forgotten: a task without a key is dropped once done
-			return nil, notFound(id)
+			return s.ended(ctx, id, c)
 		}
 		return &View{ID: id, State: stateSent, SentAt: sentAt}, nil
 	}
@@ -170,7 +176,7 @@ func (s *Server) sentAt(ctx context.Context, id string) (*time.Time, error) {
 
 func notFound(id string) *Error {
 	return &Error{Status: http.StatusNotFound, Code: CodeNotFound,
-		Message: "no notification " + intake.Quote(id) + " (by ID or idempotency key) for this key's tenant; a sent one is kept for worker.sent_marks, one with an idempotency key for 24h"}
+		Message: "no notification " + intake.Quote(id) + " (by ID or idempotency key) for this key's tenant; one is found while its events are kept (events.history), its task (24h with an idempotency key) or its sent marker (worker.sent_marks)"}
 }
 
 // cancel serves DELETE /v1/notifications/{id}: a notification not yet sent
@@ -219,6 +225,7 @@ func (s *Server) archive(ctx context.Context, v *View, c *client) (*View, error)
 		return nil, unavailable(err)
 	}
 	v.State, v.Reason, v.Until = stateCanceled, canceledReason, nil
+	s.canceled(ctx, v)
 	return v, nil
 }
 

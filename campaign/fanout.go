@@ -283,6 +283,7 @@ func (b *batchRun) exec(ctx context.Context, p prepared) (Summary, error) {
 		return Summary{Tick: tick}, fmt.Errorf("campaign: enqueue batch of %s: %w", tick, err)
 	}
 	b.pos, b.line = a.to, a.line
+	b.accepted(ctx, a)
 	if a.done != "0" {
 		b.released = true // the script dropped the lease
 	}

@@ -37,6 +37,7 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"github.com/notify-throttle/throttler/config"
+	"github.com/notify-throttle/throttler/lifecycle"
 )
 
 // TypeFanout is the asynq task type of a tick's fan-out. Its payload is the
@@ -68,6 +69,9 @@ type Options struct {
 	// Log receives the schedule's and fan-outs' events. Default
 	// slog.Default().
 	Log *slog.Logger
+	// Events records each notification's accepted event (package
+	// lifecycle). Default: a recorder of the config's events settings.
+	Events *lifecycle.Recorder
 }
 
 // Runner runs a config's campaigns in one worker process: Run fires their
@@ -115,6 +119,9 @@ func New(cfg *config.Config, rdb redis.UniversalClient, opts Options) (*Runner, 
 	}
 	if opts.Log == nil {
 		opts.Log = slog.Default()
+	}
+	if opts.Events == nil {
+		opts.Events = lifecycle.NewRecorder(rdb, cfg.EventOptions())
 	}
 	cs, names, err := campaignsOf(cfg)
 	if err != nil {

@@ -24,9 +24,9 @@ import (
 
 	"github.com/robfig/cron/v3"
 
+	"github.com/notify-throttle/throttler/fleet"
 	"github.com/notify-throttle/throttler/internal/redisconn"
 	"github.com/notify-throttle/throttler/internal/schedule"
-	"github.com/notify-throttle/throttler/fleet"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -76,6 +76,7 @@ func Default() *Config {
 		Providers: map[string]Provider{},
 		Defaults:  Defaults{Queue: "default"},
 		Tenants:   Tenants{Weights: map[string]int{}},
+		Events:    defaultEvents(),
 		Log:       Log{Format: LogText, Level: "info"},
 	}
 }
@@ -98,6 +99,7 @@ type Config struct {
 	Campaigns []Campaign          `yaml:"campaigns"`
 	Tenants   Tenants             `yaml:"tenants"`
 	API       API                 `yaml:"api"`
+	Events    Events              `yaml:"events"`
 	Log       Log                 `yaml:"log"`
 
 	src *source // where the values came from; nil for a Config built in code

@@ -52,7 +52,9 @@ func TestLoadRootConfig(t *testing.T) {
 		},
 		Defaults: Defaults{Policy: "marketing", Provider: "console", Queue: "default"},
 		Tenants:  Tenants{Weights: map[string]int{}},
-		Log:      Log{Format: LogText, Level: "info"},
+		Events: Events{History: 7 * 24 * time.Hour, HistoryLimit: 100, Callbacks: map[string]Callback{},
+			Backoff: 10 * time.Second, MaxBackoff: 10 * time.Minute, GiveUp: 72 * time.Hour},
+		Log: Log{Format: LogText, Level: "info"},
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("config.yaml (-want +got):\n-%+v\n+%+v", want, c)

@@ -242,7 +242,7 @@ func (d *decoder) data(n *yaml.Node, path string) json.RawMessage {
 
 // join appends a key to a path, quoting a key that would garble a message.
 func join(path, key string) string {
-	if len(key) > maxShown || strings.IndexFunc(key, func(r rune) bool { return !unicode.IsGraphic(r) }) >= 0 {
+	if key == "" || len(key) > maxShown || strings.IndexFunc(key, func(r rune) bool { return !unicode.IsGraphic(r) }) >= 0 {
 		key = quote(key)
 	}
 	if path == "" {

@@ -32,20 +32,20 @@ func LoadWithEnv(path string, getenv func(string) string) (*Config, error) {
 // LoadProducer is LoadWithEnv for enqueue, which enqueues and never
 // delivers: every setting is checked as a worker checks it, but the secret
 // references ({env: NAME}, {file: PATH}) of the providers (a webhook's url
-// and headers, a service's credentials) and of the API's keys are checked
-// for their form only, not resolved, so a producer's host needs none of
-// those secrets; their values are empty in the Config it returns, and a
-// check of whether one is set counts the reference (validator.given).
-// Redis's password is resolved.
+// and headers, a service's credentials), of the API's keys and of the
+// status callbacks are checked for their form only, not resolved, so a
+// producer's host needs none of those secrets; their values are empty in
+// the Config it returns, and a check of whether one is set counts the
+// reference (validator.given). Redis's password is resolved.
 func LoadProducer(path string, getenv func(string) string) (*Config, error) {
-	return load(path, getenv, []string{"providers.", "api.keys."})
+	return load(path, getenv, []string{"providers.", "api.keys.", "events.callbacks."})
 }
 
 // LoadAPI is LoadProducer for a process that serves the HTTP API only
-// (worker -api-only): the API's keys are resolved, the providers' secrets
-// are not.
+// (worker -api-only): the API's keys are resolved, the providers' and the
+// callbacks' secrets are not.
 func LoadAPI(path string, getenv func(string) string) (*Config, error) {
-	return load(path, getenv, []string{"providers."})
+	return load(path, getenv, []string{"providers.", "events.callbacks."})
 }
 
 func load(path string, getenv func(string) string, unresolved []string) (*Config, error) {

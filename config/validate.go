@@ -52,6 +52,7 @@ func (c *Config) validate(errs *errorList) {
 	v.campaigns()
 	v.tenants()
 	v.api()
+	v.events()
 	c.rules(errs, v.clean)
 }
 

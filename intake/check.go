@@ -17,7 +17,8 @@ type Job struct {
 	ID    string // the task ID
 	Queue string
 	Task  *asynq.Task
-	Keyed bool // the ID comes from an idempotency key: enqueueing it again is a duplicate
+	Keyed bool   // the ID comes from an idempotency key: enqueueing it again is a duplicate
+	Key   string // that key, as the entry gave it
 	// Notification is the task's payload, the config's defaults applied.
 	Notification jobs.Notification
 }
@@ -98,7 +99,7 @@ func (c Checker) Check(e Entry, now time.Time) (Job, error) {
 	if err != nil {
 		return Job{}, reason(err)
 	}
-	return Job{ID: id, Queue: queue, Task: task, Keyed: e.IdempotencyKey != "", Notification: n}, nil
+	return Job{ID: id, Queue: queue, Task: task, Keyed: e.IdempotencyKey != "", Key: e.IdempotencyKey, Notification: n}, nil
 }
 
 // KeyRetention is how long a notification enqueued with an idempotency key

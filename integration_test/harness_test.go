@@ -246,6 +246,9 @@ type fleetConfig struct {
 	Files     map[string]string // file name in the fleet's dir -> content
 	// API, if set, is the config's api section (the lines after "api:").
 	API string
+	// Events, if set, is the config's events section (the lines after
+	// "events:").
+	Events string
 	// ACL, if set, runs the workers and enqueue as the least-privilege user
 	// config.yaml recommends (the test's own reads stay the admin's).
 	ACL bool
@@ -403,6 +406,9 @@ defaults: {policy: %s, provider: %s, queue: %s}
 	}
 	if c.API != "" {
 		yaml += "api:" + c.API
+	}
+	if c.Events != "" {
+		yaml += "events:" + c.Events
 	}
 	for file, content := range c.Files {
 		if err := os.WriteFile(filepath.Join(f.dir, file), []byte(content), 0o600); err != nil {

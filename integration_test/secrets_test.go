@@ -22,6 +22,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/notify-throttle/throttler/internal/redistest"
+	"github.com/notify-throttle/throttler/lifecycle"
 )
 
 // The secrets of TestSecretsNeverLeave, each distinctive enough that a
@@ -33,9 +34,10 @@ const (
 	secretDownPass = "downpass-SECRET-9b31"    // the password of a webhook that is down
 	secretRedis    = "redis-SECRET-c0de"       // the Redis password, from a file
 	secretUnused   = "unused-SECRET-5e5e"      // a variable a missing reference sits beside
+	secretCallback = "callback-SECRET-7c1d"    // the status callback's signing secret, from the environment
 )
 
-var secrets = []string{secretAuth, secretKey, secretURLPass, secretDownPass, secretRedis, secretUnused}
+var secrets = []string{secretAuth, secretKey, secretURLPass, secretDownPass, secretRedis, secretUnused, secretCallback}
 
 // headerHook records the credentials of every request it gets.
 type headerHook struct {
@@ -65,16 +67,17 @@ func (h *headerHook) requests() []http.Header {
 // secretsSetup is a Redis with a password, a webhook and a config that
 // takes every secret from the environment or a file.
 type secretsSetup struct {
-	dir    string
-	redis  *redistest.Server
-	hook   *headerHook
-	config string
-	env    []string // the variables the config references
+	dir       string
+	redis     *redistest.Server
+	hook      *headerHook
+	callbacks *headerHook // the default tenant's status callback
+	config    string
+	env       []string // the variables the config references
 }
 
 func newSecretsSetup(t *testing.T) *secretsSetup {
 	t.Helper()
-	s := &secretsSetup{dir: t.TempDir(), hook: newHeaderHook(t)}
+	s := &secretsSetup{dir: t.TempDir(), hook: newHeaderHook(t), callbacks: newHeaderHook(t)}
 	s.redis = redistest.StartWith(t, redistest.Options{Users: []string{"app on >" + secretRedis + " ~* &* +@all"}})
 	write := func(name, data string) {
 		t.Helper()
@@ -114,9 +117,12 @@ providers:
     rate: 100
     burst: 10
 defaults: {policy: open, provider: hook, queue: default}
-`, s.redis.Addr, freeAddr(t), secretDownPass, down))
+events:
+  callbacks:
+    "": {url: %s/events, secret: {env: CALLBACK_SECRET}}
+`, s.redis.Addr, freeAddr(t), secretDownPass, down, s.callbacks.srv.URL))
 	s.config = filepath.Join(s.dir, "config.yaml")
-	s.env = []string{"HOOK_URL=" + hookURL, "HOOK_AUTH=" + secretAuth, "UNRELATED=" + secretUnused}
+	s.env = []string{"HOOK_URL=" + hookURL, "HOOK_AUTH=" + secretAuth, "UNRELATED=" + secretUnused, "CALLBACK_SECRET=" + secretCallback}
 	return s
 }
 
@@ -199,7 +205,7 @@ func TestSecretsNeverLeave(t *testing.T) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		retry, _ := insp.ListRetryTasks("default")
-		if len(s.hook.requests()) > 0 && len(retry) > 0 && retry[0].LastErr != "" {
+		if len(s.hook.requests()) > 0 && len(retry) > 0 && retry[0].LastErr != "" && len(s.callbacks.requests()) > 0 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -216,6 +222,9 @@ func TestSecretsNeverLeave(t *testing.T) {
 	}
 	if got := h.Get("X-Api-Key"); got != secretKey {
 		t.Errorf("X-Api-Key = %q, want the file's secret", got)
+	}
+	if sig := s.callbacks.requests()[0].Get(lifecycle.SignatureHeader); !strings.HasPrefix(sig, "t=") || !strings.Contains(sig, ",v1=") {
+		t.Errorf("a callback signed %q, want t=...,v1=... with the variable's secret", sig)
 	}
 
 	// What the worker serves: metrics, and the dashboard's pages and API.
@@ -262,7 +271,7 @@ func TestSecretsNeverLeave(t *testing.T) {
 func TestMissingSecretStopsTheWorker(t *testing.T) {
 	s := newSecretsSetup(t)
 	worker := buildBinary(t, "worker")
-	env := []string{"HOOK_URL=http://u:" + secretURLPass + "@127.0.0.1:1/send", "UNRELATED=" + secretUnused}
+	env := []string{"HOOK_URL=http://u:" + secretURLPass + "@127.0.0.1:1/send", "UNRELATED=" + secretUnused, "CALLBACK_SECRET=" + secretCallback}
 	want := "config.yaml:17: providers.hook.headers.X-Auth-Token: environment variable HOOK_AUTH is not set or empty\n" +
 		"config.yaml:24: providers.down.headers.Authorization: environment variable HOOK_AUTH is not set or empty\n"
 	for _, args := range [][]string{{"-config", "config.yaml"}, {"-check", "-config", "config.yaml"}, {"-check", "-connect", "-config", "config.yaml"}} {

@@ -91,7 +91,10 @@ type Throttle struct {
 	// Screen keeps scoped pauses and suppressed addresses for the providers
 	// that are Scopers (see settle.go). Nil: a scoped pause defers only the
 	// job that met it, and nothing is suppressed.
-	Screen  *Screen
+	Screen *Screen
+	// Events, if set, records each message's outcomes as its events
+	// (events.go), each just after it is decided. Nil records none.
+	Events  Events
 	Metrics *Metrics
 	Log     *slog.Logger
 
@@ -195,7 +198,7 @@ func (t *Throttle) ProcessTask(ctx context.Context, task *asynq.Task) error {
 	case TypeNotify:
 		return t.notify(ctx, id, task)
 	case TypeDigest:
-		return t.sendDigest(ctx, id, task)
+		return t.ended(ctx, id, digestOfTask(task), t.sendDigest(ctx, id, task))
 	}
 	return t.logArchived(id, "unknown task type", fmt.Errorf("jobs: Throttle runs %s and %s tasks, not %q: %w", TypeNotify, TypeDigest, task.Type(), asynq.SkipRetry))
 }
@@ -205,16 +208,28 @@ func (t *Throttle) notify(ctx context.Context, id string, task *asynq.Task) erro
 	j, err := t.load(ctx, id, task)
 	if err != nil {
 		t.Metrics.inc(t.Metrics.Archived, "malformed")
-		return t.logArchived(id, "malformed", fmt.Errorf("malformed notification: %v: %w", err, asynq.SkipRetry))
+		return t.ended(ctx, id, payloadOf(task), t.logArchived(id, "malformed", fmt.Errorf("malformed notification: %v: %w", err, asynq.SkipRetry)))
 	}
+	err = t.run(ctx, j)
+	return t.ended(ctx, id, j.n, err)
+}
+
+// run runs a routed notification: admit, send, settle.
+func (t *Throttle) run(ctx context.Context, j *job) error {
 	t.shadowBucket(ctx, j)
 	digest := j.policy.Digest && t.Digests != nil
 	if digest {
 		if err := t.foldedBefore(ctx, j); err != nil {
+			if errors.Is(err, errFolded) {
+				t.refolded(ctx, j)
+			}
 			return ignoreDone(err)
 		}
 	}
 	if err := t.admit(ctx, j); err != nil {
+		if errors.Is(err, errSentBefore) {
+			t.sentBefore(j)
+		}
 		return ignoreDone(err)
 	}
 	if err := t.holds(ctx, j); err != nil {

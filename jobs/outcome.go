@@ -4,6 +4,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/notify-throttle/throttler/lifecycle"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -12,21 +13,27 @@ import (
 // folded), at WARN for what went wrong (archived: malformed, rejected by
 // the provider). The recipient is redacted (Redact); moments are Redis's,
 // in UTC. The error a logged outcome returns is marked (Logged), so that
-// the worker's asynq error handler does not log it again.
+// the worker's asynq error handler does not log it again. Each outcome is
+// also the message's event (events.go), of the same name.
 
-// Outcome messages: the msg of each outcome's line.
+// Outcome messages: the msg of each outcome's line, the type of its event.
 const (
-	OutcomeSent     = "sent"
-	OutcomeBooked   = "booked"
-	OutcomeDeferred = "deferred"
-	OutcomeDropped  = "dropped"
-	OutcomeExpired  = "expired"
-	OutcomeFolded   = "folded"
-	OutcomeArchived = "archived"
+	OutcomeSent     = string(lifecycle.Sent)
+	OutcomeBooked   = string(lifecycle.Booked)
+	OutcomeDeferred = string(lifecycle.Deferred)
+	OutcomeDropped  = string(lifecycle.Dropped)
+	OutcomeExpired  = string(lifecycle.Expired)
+	OutcomeFolded   = string(lifecycle.Folded)
+	OutcomeArchived = string(lifecycle.Archived)
 )
 
-// loggedError is an error whose outcome was logged (see Logged).
-type loggedError struct{ err error }
+// loggedError is an error whose outcome was logged (see Logged). archived
+// is, for an archive, its event's reason: logArchived knows the task ID
+// alone, and the run's end records the event with its tenant (ended).
+type loggedError struct {
+	err      error
+	archived string
+}
 
 func (e *loggedError) Error() string { return e.err.Error() }
 func (e *loggedError) Unwrap() error { return e.err }
@@ -44,7 +51,7 @@ func logged(err error) error {
 	if err == nil || Logged(err) {
 		return err
 	}
-	return &loggedError{err}
+	return &loggedError{err: err}
 }
 
 // who returns the attributes that say which message j is.
@@ -60,19 +67,31 @@ func (j *job) who() []any {
 func utc(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z07:00") }
 
 // logSent logs a message its provider accepted, with the provider's ID for
-// it (provider_id), when it gave one.
+// it (provider_id), when it gave one, and records its event.
 func (t *Throttle) logSent(j *job, providerID string) {
 	a := append(j.who(), "queue", j.queue)
 	if providerID != "" {
 		a = append(a, "provider_id", providerID)
 	}
 	t.Log.Info(OutcomeSent, a...)
+	t.recordSent(j, providerID)
+}
+
+// recordSent records j's sent event, with its provider's ID of the message
+// (providerID) when the provider gave one.
+func (t *Throttle) recordSent(j *job, providerID string) {
+	e := j.event(lifecycle.Sent)
+	e.Provider, e.ProviderMessageID = j.n.Provider, providerID
+	t.record(e)
 }
 
 // logBooked logs a job deferred to the moment it booked (or to its place
 // in line, what says which) and returns err marked as logged.
 func (t *Throttle) logBooked(j *job, d *throttle.Decision, rule, what string, err error) error {
 	t.Log.Info(OutcomeBooked, append(j.who(), "at", utc(d.At()), "rule", rule, "as", what, "ahead", d.Ahead)...)
+	e := j.event(lifecycle.Booked)
+	e.At, e.Moment, e.Rule = d.Now, lifecycle.Moment(d.At()), rule
+	t.record(e)
 	return logged(err)
 }
 
@@ -81,6 +100,9 @@ func (t *Throttle) logBooked(j *job, d *throttle.Decision, rule, what string, er
 // logged.
 func (t *Throttle) logDeferred(j *job, d *throttle.Decision, rule string, err error) error {
 	t.Log.Info(OutcomeDeferred, append([]any{"task", j.id, "reason", err.Error(), "until", utc(d.At()), "rule", rule}, j.who()[2:]...)...)
+	e := j.event(lifecycle.Deferred)
+	e.At, e.Until, e.Rule = d.Now, lifecycle.Moment(d.At()), rule
+	t.record(e)
 	return logged(err)
 }
 
@@ -88,6 +110,9 @@ func (t *Throttle) logDeferred(j *job, d *throttle.Decision, rule string, err er
 // err marked as logged.
 func (t *Throttle) logDropped(j *job, d *throttle.Decision, rule string, err error) error {
 	t.Log.Info(OutcomeDropped, append(j.who(), "rule", rule, "earliest", utc(d.At()))...)
+	e := j.event(lifecycle.Dropped)
+	e.At, e.Rule = d.Now, rule
+	t.record(e)
 	return logged(err)
 }
 
@@ -96,6 +121,9 @@ func (t *Throttle) logDropped(j *job, d *throttle.Decision, rule string, err err
 // marked as logged.
 func (t *Throttle) logExpired(j *job, d *throttle.Decision, deadline string, err error) error {
 	t.Log.Info(OutcomeExpired, append(j.who(), "deadline", deadline, "rule", t.denier(j, d), "earliest", utc(d.At()))...)
+	e := j.event(lifecycle.Expired)
+	e.At, e.Reason, e.Rule = d.Now, deadline, t.denier(j, d)
+	t.record(e)
 	return logged(err)
 }
 
@@ -103,12 +131,19 @@ func (t *Throttle) logExpired(j *job, d *throttle.Decision, deadline string, err
 // at.
 func (t *Throttle) logFolded(j *job, digest string, at time.Time) {
 	t.Log.Info(OutcomeFolded, append(j.who(), "digest", digest, "at", utc(at))...)
+	e := j.event(lifecycle.Folded)
+	e.Digest, e.Moment = digest, lifecycle.Moment(at)
+	t.record(e)
 }
 
 // logArchived logs a task archived for a fault (a malformed payload, a
 // provider's rejection): a WARN, since no rule chose it. It returns err
-// marked as logged.
+// marked as logged, with its event's reason for the run's end to record
+// (ended): a task of another type is no message, and has no event.
 func (t *Throttle) logArchived(id, reason string, err error) error {
 	t.Log.Warn(OutcomeArchived, "task", id, "reason", reason, "err", err)
-	return logged(err)
+	return &loggedError{err: err, archived: archivedReasons[reason]}
 }
+
+// archivedReasons are the event reasons of logArchived's reasons.
+var archivedReasons = map[string]string{"malformed": lifecycle.ArchivedMalformed, "rejected by the provider": lifecycle.ArchivedRejected}

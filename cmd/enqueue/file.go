@@ -53,7 +53,7 @@ func runFile(ctx context.Context, o *options, p process) error {
 	defer closeRedis()
 	b := &batch{
 		check:  c,
-		client: asynq.NewClientFromRedisClient(rdb),
+		client: newProducer(rdb, c.Config, p.stderr),
 		name:   in.name,
 		resume: resumeHint(o),
 	}
@@ -106,7 +106,7 @@ func openInput(path string, stdin io.Reader) (input, error) {
 // batch enqueues the lines of one input.
 type batch struct {
 	check  intake.Checker
-	client *asynq.Client
+	client *producer
 	name   string
 	// resume returns a command that resumes from a line, or "".
 	resume func(line int) string
@@ -262,7 +262,7 @@ func (b *batch) send(ctx context.Context, work <-chan item, results chan<- item,
 }
 
 func (b *batch) enqueue(ctx context.Context, j intake.Job) (state, error) {
-	_, err := b.client.EnqueueContext(ctx, j.Task)
+	err := b.client.enqueue(ctx, j)
 	switch {
 	case err == nil:
 		return stateEnqueued, nil

@@ -43,7 +43,7 @@ func runOne(ctx context.Context, o *options, p process) error {
 		return err
 	}
 	defer closeRedis()
-	_, err = asynq.NewClientFromRedisClient(rdb).EnqueueContext(ctx, j.Task)
+	err = newProducer(rdb, c.Config, p.stderr).enqueue(ctx, j)
 	if errors.Is(err, asynq.ErrTaskIDConflict) {
 		fmt.Fprintln(p.stdout, j.ID)
 		fmt.Fprintf(p.stderr, "enqueue: duplicate: task %s (idempotency key %s) is already in queue %s; not enqueued again\n",

@@ -20,6 +20,7 @@ import (
 	"github.com/notify-throttle/throttler/config"
 	"github.com/notify-throttle/throttler/internal/redisconn"
 	"github.com/notify-throttle/throttler/internal/redisguard"
+	"github.com/notify-throttle/throttler/lifecycle"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -30,7 +31,8 @@ import (
 // http_addr is the operators' (loopback or dashboard auth), so each is
 // exposed and guarded on its own. Not being able to listen stops the
 // worker: producers would find nothing there.
-func startAPI(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient, reg prometheus.Registerer, log *slog.Logger) (*api.Server, string, error) {
+func startAPI(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient, reg prometheus.Registerer, log *slog.Logger,
+	events *lifecycle.Recorder) (*api.Server, string, error) {
 	if cfg.API.Addr == "" {
 		return nil, "", nil
 	}
@@ -38,7 +40,7 @@ func startAPI(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient
 	if err != nil {
 		return nil, "", err
 	}
-	h, err := api.New(api.Options{Config: cfg, Redis: rdb, Limiter: lim, Metrics: reg, Log: log})
+	h, err := api.New(api.Options{Config: cfg, Redis: rdb, Limiter: lim, Metrics: reg, Log: log, Events: events})
 	if err != nil {
 		return nil, "", err
 	}
@@ -102,7 +104,7 @@ func runAPIOnly(ctx context.Context, path string, stderr io.Writer) error {
 	}
 	defer closeRedis()
 	reg := prometheus.NewRegistry()
-	srv, _, err := startAPI(ctx, cfg, rdb, reg, log)
+	srv, _, err := startAPI(ctx, cfg, rdb, reg, log, lifecycle.NewRecorder(rdb, eventOptions(cfg, reg, log)))
 	if err != nil {
 		return err
 	}

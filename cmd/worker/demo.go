@@ -92,10 +92,11 @@ func demoRules(cfg *config.Config) {
 // sentCounts records what providers accepted, per recipient, for the demo:
 // when, and which message. Only the demo has one (see newThrottle).
 type sentCounts struct {
-	mu    sync.Mutex
-	start time.Time
-	out   io.Writer // each send is printed here; nil: not printed
-	sent  map[string][]demoSend
+	mu        sync.Mutex
+	start     time.Time
+	out       io.Writer // each send is printed here; nil: not printed
+	sent      map[string][]demoSend
+	callbacks *demoReceiver // the demo's status callbacks (demo_events.go)
 }
 
 type demoSend struct {
@@ -202,6 +203,7 @@ func runDemo(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient,
 	}
 	fmt.Fprintf(out, "\nWithout booking, each throttled message would wake with the others and be deferred again;\n"+
 		"here each was deferred once, to the moment it booked (worker.book in config.yaml).\n")
+	counts.callbacks.summary(out)
 	return nil
 }
 

@@ -53,12 +53,13 @@ import (
 
 	"github.com/notify-throttle/throttler/campaign"
 	"github.com/notify-throttle/throttler/config"
+	"github.com/notify-throttle/throttler/fleet"
 	"github.com/notify-throttle/throttler/internal/buildinfo"
 	"github.com/notify-throttle/throttler/internal/dashboard"
 	"github.com/notify-throttle/throttler/internal/redisconn"
 	"github.com/notify-throttle/throttler/internal/redisguard"
 	"github.com/notify-throttle/throttler/jobs"
-	"github.com/notify-throttle/throttler/fleet"
+	"github.com/notify-throttle/throttler/lifecycle"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -216,14 +217,16 @@ func work(ctx context.Context, f *flags, stdout, stderr io.Writer) error {
 
 	reg := prometheus.NewRegistry()
 	processMetrics(reg)
+	evo := eventOptions(cfg, reg, log)
+	events := lifecycle.NewRecorder(rdb, evo)
 	th, built, rec, err := handlers(cfg, rdb, reg, log, stdout, counts)
 	if err != nil {
 		return err
 	}
 	stopping := make(chan struct{})
-	th.Stopping = stopping
+	th.Stopping, th.Events = stopping, events
 	srv := newServer(cfg, rdb, newOutcomes(log), guard.AsynqLogger())
-	campaigns, err := campaign.New(cfg, rdb, campaign.Options{Log: log})
+	campaigns, err := campaign.New(cfg, rdb, campaign.Options{Log: log, Events: events})
 	if err != nil {
 		return err
 	}
@@ -234,7 +237,7 @@ func work(ctx context.Context, f *flags, stdout, stderr io.Writer) error {
 	// (changed while no worker ran) is re-paced first.
 	repace(ctx, th, rdb, cfg, log)
 	reweigh(ctx, th, rdb, cfg, log)
-	apiSrv, apiURL, err := startAPI(ctx, cfg, rdb, reg, log)
+	apiSrv, apiURL, err := startAPI(ctx, cfg, rdb, reg, log, events)
 	if err != nil {
 		return err
 	}
@@ -250,6 +253,7 @@ func work(ctx context.Context, f *flags, stdout, stderr io.Writer) error {
 	}
 	go jobs.WatchClock(ctx, rdb, th.Metrics, log)
 	stopCampaigns := runCampaigns(ctx, campaigns)
+	stopCallbacks := runCallbacks(ctx, rdb, evo)
 	rl := &reloader{path: f.path, running: running, senders: built, th: th, stdout: stdout, stderr: stderr, log: log, counts: counts,
 		reloads: newReloads(reg), rdb: rdb, api: apiSrv}
 	go rl.run(ctx, hup)
@@ -264,6 +268,7 @@ func work(ctx context.Context, f *flags, stdout, stderr io.Writer) error {
 	close(stopping)
 	stopCampaigns()
 	srv.Shutdown()
+	stopCallbacks()
 	return err // the deferred stopFleet then leaves the fleet's beats
 }
 
@@ -290,8 +295,10 @@ func demoSetup(cfg *config.Config, d time.Duration, out io.Writer) *sentCounts {
 	}
 	demoRules(cfg)
 	demoAPI(cfg)
+	counts := newSentCounts()
+	counts.callbacks = demoCallbacks(cfg)
 	demoAddrs(cfg, out)
-	return newSentCounts()
+	return counts
 }
 
 // connect connects to Redis through a guard, which makes calls that find

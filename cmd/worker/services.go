@@ -3,12 +3,17 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"maps"
 	"os"
 	"slices"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
 	"github.com/notify-throttle/throttler/config"
 	"github.com/notify-throttle/throttler/jobs"
+	"github.com/notify-throttle/throttler/lifecycle"
 	"github.com/notify-throttle/throttler/providers"
 )
 
@@ -74,4 +79,28 @@ func checkServices(cfg *config.Config) error {
 		}
 	}
 	return nil
+}
+
+// eventOptions are the config's events settings (package lifecycle) with
+// the worker's log, and metrics registered with reg: one set for the
+// process's Recorder and Dispatcher.
+func eventOptions(cfg *config.Config, reg prometheus.Registerer, log *slog.Logger) lifecycle.Options {
+	o := cfg.EventOptions()
+	o.Log, o.Metrics = log, lifecycle.NewMetrics(reg)
+	return o
+}
+
+// runCallbacks POSTs the events of the tenants with a status callback (see
+// lifecycle.Dispatcher) until stop is called; with none, it runs nothing.
+func runCallbacks(ctx context.Context, rdb redis.UniversalClient, o lifecycle.Options) (stop func()) {
+	if len(o.Callbacks) == 0 {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		lifecycle.NewDispatcher(rdb, o).Run(ctx)
+	}()
+	return func() { cancel(); <-done }
 }

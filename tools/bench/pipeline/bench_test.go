@@ -36,6 +36,10 @@
 //	BenchmarkRateChange         a provider's rate changed by SIGHUP with work waiting:
 //	                            raised 2/s -> 20/s, the drain time; lowered 20/s -> 5/s,
 //	                            the excess over the new bucket, admission calls per message
+//	BenchmarkCallbacks          what events cost: off, the history alone, status callbacks to
+//	                            a local receiver, and to an endpoint that never answers: Redis
+//	                            commands per message, the send path and the handler's time at
+//	                            a paced 300/s (events must not lengthen the send path)
 //
 // Targets are reported, not asserted, because on a shared machine they
 // measure the machine as much as the code. What fails a benchmark is a
@@ -51,6 +55,8 @@
 // -backlog.concurrency for the booking ones, -fair.big, -fair.small,
 // -fair.sent, -fair.concurrency, -fair.burst, -fair.jobs, -fair.keys for the
 // fair share, -repace.raised, -repace.lowered for the rate change,
+// -callbacks.tasks, -callbacks.rounds, -callbacks.paced, -callbacks.rate for
+// the callbacks,
 // -burst.inline_wait and -burst.monitor (a file to record every command the
 // recipient burst's Redis runs in, for the diagnosis of a broken window).
 package pipeline

@@ -20,10 +20,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/notify-throttle/throttler/fleet"
 	"github.com/notify-throttle/throttler/internal/cpustat"
 	"github.com/notify-throttle/throttler/internal/redistest"
 	"github.com/notify-throttle/throttler/jobs"
-	"github.com/notify-throttle/throttler/fleet"
 	"github.com/notify-throttle/throttler/throttle"
 )
 

@@ -1,0 +1,84 @@
+package api
+
+import (
+	"context"
+	"time"
+
+	"github.com/notify-throttle/throttler/intake"
+	"github.com/notify-throttle/throttler/lifecycle"
+)
+
+// The API's part in a message's events (package lifecycle): it records
+// accepted and canceled, and GET lists the history, which outlives the
+// task (a task without a key is dropped once done, the sent marker after
+// worker.sent_marks), so that GET tells how a message ended for as long as
+// its history lives (events.history).
+
+// recordWithin bounds the recording of an event: the request does not
+// wait longer, nor fail for it.
+const recordWithin = 2 * time.Second
+
+// record records e; a failure is logged, the request goes on.
+func (s *Server) record(ctx context.Context, e lifecycle.Event) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordWithin)
+	defer cancel()
+	if err := s.events.Record(ctx, e); err != nil && s.log != nil {
+		s.log.Warn("api: event not recorded", "id", e.Message, "event", e.Type, "err", err)
+	}
+}
+
+// accepted records the accepted event of j, enqueued with key (as the
+// client gave it, "" for none).
+func (s *Server) accepted(ctx context.Context, j intake.Job, key string) {
+	s.record(ctx, lifecycle.Event{Type: lifecycle.Accepted, Message: j.ID, Tenant: j.Notification.Tenant,
+		IdempotencyKey: key, Via: lifecycle.ViaAPI})
+}
+
+// canceled records v's canceled event.
+func (s *Server) canceled(ctx context.Context, v *View) {
+	s.record(ctx, lifecycle.Event{Type: lifecycle.Canceled, Message: v.ID, Tenant: v.Tenant})
+}
+
+// history returns the events of message id that c's tenant may see: all
+// of them, if the message is its tenant's.
+func (s *Server) history(ctx context.Context, id string, c *client) ([]lifecycle.Event, error) {
+	events, err := s.events.History(ctx, id)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	if len(events) > 0 && events[0].Tenant != c.key.Tenant {
+		return nil, nil
+	}
+	return events, nil
+}
+
+// ended returns the view of a message whose task is gone, by the last
+// event of its history that ends it, or notFound.
+func (s *Server) ended(ctx context.Context, id string, c *client) (*View, error) {
+	events, err := s.history(ctx, id, c)
+	if err != nil {
+		return nil, err
+	}
+	for i := len(events) - 1; i >= 0; i-- {
+		e := events[i]
+		v := &View{ID: id, Tenant: e.Tenant}
+		switch e.Type {
+		case lifecycle.Sent, lifecycle.Delivered, lifecycle.Bounced, lifecycle.Complained, lifecycle.Unsubscribed:
+			v.State, v.SentAt = stateSent, &e.At
+		case lifecycle.Folded:
+			v.State = stateCompleted
+		case lifecycle.Archived:
+			v.State, v.Reason = stateArchived, e.Reason
+		case lifecycle.Dropped:
+			v.State, v.Reason = stateArchived, "dropped: over "+e.Rule
+		case lifecycle.Expired:
+			v.State, v.Reason = stateArchived, "expired: "+e.Reason+" passed"
+		case lifecycle.Canceled:
+			v.State, v.Reason = stateCanceled, canceledReason
+		default:
+			continue
+		}
+		return v, nil
+	}
+	return nil, notFound(id)
+}

@@ -1,0 +1,34 @@
+package campaign
+
+import (
+	"context"
+	"time"
+
+	"github.com/notify-throttle/throttler/lifecycle"
+)
+
+// recordWithin bounds the recording of a batch's accepted events.
+const recordWithin = 5 * time.Second
+
+// accepted records the accepted event of each notification of a batch
+// batch.lua enqueued, in one round trip. A recipient that was already
+// there (a line repeated, a fan-out resumed) gets the same event, which
+// its history holds already. Recorded after the batch: a worker that dies
+// between the two leaves those notifications without it (their other
+// events come), where one recorded before would name notifications never
+// enqueued. A failure is logged: the notifications are enqueued.
+func (b *batchRun) accepted(ctx context.Context, a batchArgs) {
+	if len(a.tasks) == 0 {
+		return
+	}
+	events := make([]lifecycle.Event, 0, len(a.tasks)/3)
+	for i := 1; i < len(a.tasks); i += 3 { // recipient, task ID, message
+		events = append(events, lifecycle.Event{Type: lifecycle.Accepted, Message: a.tasks[i].(string), Tenant: b.c.Tenant,
+			Via: lifecycle.ViaCampaign, Campaign: b.tick.String()})
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordWithin)
+	defer cancel()
+	if err := b.r.opts.Events.Record(ctx, events...); err != nil {
+		b.r.log.Warn("campaign: accepted events not recorded", "campaign", b.tick.Campaign, "tick", b.tick.Time(), "err", err)
+	}
+}

@@ -1,0 +1,100 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/notify-throttle/throttler/config"
+	"github.com/notify-throttle/throttler/lifecycle"
+)
+
+// The demo's status callbacks: every event of the demo's messages (the
+// default tenant's) is POSTed to a receiver in the demo's own process, on
+// a loopback port, which checks each signature with lifecycle.Verify, as
+// a producer's receiver would, and counts them.
+
+// demoCallbackSecret signs the demo's callbacks: a throwaway, valid only
+// in the demo's process, like the demo's API key.
+const demoCallbackSecret = "demo-callback-secret-only-for-make-demo"
+
+// demoReceiver is the demo's callback endpoint.
+type demoReceiver struct {
+	srv *http.Server
+
+	mu       sync.Mutex
+	types    map[lifecycle.Type]int // verified events, by type
+	ids      map[string]bool        // their IDs
+	bad      int                    // POSTs whose signature did not verify
+	sample   []byte                 // a sent event, as POSTed
+	received int                    // POSTs, repeats included
+}
+
+// demoCallbacks starts the demo's receiver and makes it the default
+// tenant's callback in cfg; nil (and no callback) if no port is free.
+func demoCallbacks(cfg *config.Config) *demoReceiver {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil
+	}
+	r := &demoReceiver{types: map[lifecycle.Type]int{}, ids: map[string]bool{}}
+	r.srv = &http.Server{Handler: r, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = r.srv.Serve(ln) }()
+	callbacks := maps.Clone(cfg.Events.Callbacks)
+	if callbacks == nil {
+		callbacks = map[string]config.Callback{}
+	}
+	callbacks[""] = config.Callback{URL: "http://" + ln.Addr().String() + "/events", Secret: demoCallbackSecret, Timeout: 5 * time.Second}
+	cfg.Events.Callbacks = callbacks
+	return r
+}
+
+// ServeHTTP receives one callback: verified, counted once by its ID.
+func (r *demoReceiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	body, _ := io.ReadAll(io.LimitReader(req.Body, 1<<20))
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.received++
+	if err := lifecycle.Verify(demoCallbackSecret, req.Header.Get(lifecycle.SignatureHeader), body, 0); err != nil {
+		r.bad++
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	var e lifecycle.Event
+	if json.Unmarshal(body, &e) == nil && !r.ids[e.ID] {
+		r.ids[e.ID] = true
+		r.types[e.Type]++
+		if e.Type == lifecycle.Sent && (r.sample == nil || e.IdempotencyKey != "") {
+			r.sample = body // the API's message's, with its key, if it came
+		}
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// summary prints what the receiver got, and stops it.
+func (r *demoReceiver) summary(out io.Writer) {
+	if r == nil {
+		return
+	}
+	_ = r.srv.Close()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var counts []string
+	for _, ty := range lifecycle.Types {
+		if n := r.types[ty]; n > 0 {
+			counts = append(counts, fmt.Sprintf("%d %s", n, ty))
+		}
+	}
+	fmt.Fprintf(out, "\nStatus callbacks (events.callbacks in config.yaml): every event of these messages was POSTed to a\n"+
+		"receiver on a loopback port, signed; it verified %d (lifecycle.Verify) and refused %d: %s.\n",
+		len(r.ids), r.bad, strings.Join(counts, ", "))
+	if r.sample != nil {
+		fmt.Fprintf(out, "One of them, as POSTed:\n  %s\n", r.sample)
+	}
+}

@@ -1,0 +1,166 @@
+// Package lifecycle is the whole life of a message as its producer sees it:
+// every outcome of a message is an Event, kept in the message's history
+// (Recorder, read by GET /v1/notifications/{id}) and, for a tenant with a
+// status callback, POSTed to the tenant's endpoint, signed (Dispatcher,
+// Verify). The worker records the outcomes where it decides them
+// (jobs/outcome.go), the API, enqueue and campaigns record accepted.
+// Recording is one round trip after the outcome, never before a send, and
+// never waits on an endpoint: callbacks leave from a Redis stream per
+// tenant that the Dispatcher reads with a consumer group. docs/operations.md
+// ("Events and status callbacks") is the operator's view, event.schema.json
+// the receiver's.
+package lifecycle
+
+import (
+	"crypto/sha256"
+	_ "embed"
+	"encoding/hex"
+	"strconv"
+	"time"
+)
+
+// Type is what happened to a message: one of the constants below, the
+// names the worker's log lines give the same outcomes.
+type Type string
+
+// Event types. The worker records booked, deferred, sent, dropped,
+// expired, folded and archived; the API, enqueue and campaigns accepted;
+// the API's DELETE canceled. The rest are named for the producers that
+// will record them: scheduled sends, and the providers' feedback
+// (delivered, bounced, complained, unsubscribed).
+const (
+	Accepted     Type = "accepted"     // enqueued (Via says by what)
+	Scheduled    Type = "scheduled"    // to be sent at Moment, at the producer's asking
+	Booked       Type = "booked"       // waits for Moment, which every rule allows (Rule held it)
+	Deferred     Type = "deferred"     // waits until Until: a rule without booking (Rule), or its provider (Provider, Detail)
+	Sent         Type = "sent"         // its provider accepted it (ProviderMessageID when it said)
+	Dropped      Type = "dropped"      // over its policy's cap (Rule), which drops
+	Expired      Type = "expired"      // its deadline (Reason) came before the rules allowed it (Rule)
+	Folded       Type = "folded"       // folded into Digest, a message of its own that goes at Moment
+	Archived     Type = "archived"     // never to be sent, for Reason (see the Archived* reasons)
+	Canceled     Type = "canceled"     // canceled through the API (DELETE)
+	Delivered    Type = "delivered"    // the provider reports it delivered
+	Bounced      Type = "bounced"      // the provider reports it bounced
+	Complained   Type = "complained"   // its recipient marked it as spam
+	Unsubscribed Type = "unsubscribed" // its recipient unsubscribed
+)
+
+// Types are the event types, in the order of a message's life.
+var Types = []Type{Accepted, Scheduled, Booked, Deferred, Sent, Dropped, Expired, Folded, Archived, Canceled,
+	Delivered, Bounced, Complained, Unsubscribed}
+
+// Reasons of an Archived event: the throttler_archived_total labels.
+const (
+	ArchivedMalformed  = "malformed"         // its payload is not a notification the config routes
+	ArchivedRejected   = "rejected"          // its provider refused it for good
+	ArchivedSuppressed = "suppressed"        // its address is on its provider's dead list
+	ArchivedDead       = "dead_address"      // its provider said the address is dead (and it is suppressed now)
+	ArchivedExhausted  = "retries_exhausted" // its sends failed as many times as its task may retry
+)
+
+// Vias of an Accepted event: what enqueued the message.
+const (
+	ViaAPI      = "api"
+	ViaEnqueue  = "enqueue"
+	ViaCampaign = "campaign"
+)
+
+// Event is one outcome of one message. Its JSON is what the history keeps,
+// GET shows and a callback POSTs (event.schema.json); the fields after
+// Tenant are those of its Type.
+type Event struct {
+	// ID is the same for the same outcome of the same message, however
+	// often it is recorded or POSTed (a worker killed and its task run
+	// again records it again): receivers deduplicate on it. See NewID.
+	ID string `json:"id"`
+	// Type is what happened.
+	Type Type `json:"type"`
+	// Message is the message's ID: its task ID, as the API's id.
+	Message string `json:"message"`
+	// IdempotencyKey is the key the message was enqueued with, as its
+	// producer gave it (the API's Idempotency-Key, enqueue -key), if any.
+	// The accepted event carries it; the others are given it from the
+	// accepted event of the message's history when they are read or
+	// POSTed.
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
+	// Tenant is the message's tenant ("" is the default tenant), whose
+	// callback gets the event.
+	Tenant string `json:"tenant"`
+	// At is when it happened, by Redis's clock (UTC, to the millisecond):
+	// the admission script's TIME for what an admission decided (booked,
+	// deferred by a rule, dropped, expired), else the recording process's
+	// clock corrected by its offset from Redis TIME (see Recorder.Now).
+	At time.Time `json:"at"`
+
+	Via               string     `json:"via,omitempty"`                 // accepted: ViaAPI, ViaEnqueue or ViaCampaign
+	Campaign          string     `json:"campaign,omitempty"`            // accepted by a campaign: its run, "<name>@<tick>"
+	Moment            *time.Time `json:"moment,omitempty"`              // scheduled, booked, folded: when it (the digest) goes
+	Until             *time.Time `json:"until,omitempty"`               // deferred: when it is tried again
+	Rule              string     `json:"rule,omitempty"`                // booked, deferred, dropped, expired: the rule, with its limit
+	Provider          string     `json:"provider,omitempty"`            // sent, deferred by a provider, archived, the feedback
+	ProviderMessageID string     `json:"provider_message_id,omitempty"` // sent, the feedback: the provider's own ID, when known
+	Reason            string     `json:"reason,omitempty"`              // archived: an Archived* reason; expired: the deadline
+	Detail            string     `json:"detail,omitempty"`              // deferred by a provider, archived, the feedback: its words
+	Digest            string     `json:"digest,omitempty"`              // folded: the digest's message ID
+}
+
+// NewID returns the ID of an outcome of type t of message, told apart from
+// the message's other outcomes of that type by what: the moment of a
+// booking, the end of a deferral, the digest of a fold, the reason of an
+// archive (see Event.what). The first 16 bytes of a SHA-256, in hex.
+func NewID(message string, t Type, what string) string {
+	sum := sha256.Sum256([]byte(message + "\x00" + string(t) + "\x00" + what))
+	return hex.EncodeToString(sum[:16])
+}
+
+// what is what tells e apart from the other outcomes of its type of its
+// message: a message is accepted, sent, dropped, expired or canceled
+// once, but may be booked or deferred many times, each at its own moment.
+func (e *Event) what() string {
+	switch e.Type {
+	case Scheduled, Booked:
+		return millis(e.Moment)
+	case Folded:
+		return e.Digest
+	case Deferred:
+		return millis(e.Until)
+	case Archived:
+		return e.Reason
+	case Delivered, Bounced, Complained, Unsubscribed:
+		return e.ProviderMessageID
+	}
+	return ""
+}
+
+func millis(t *time.Time) string {
+	if t == nil {
+		return ""
+	}
+	return strconv.FormatInt(t.UnixMilli(), 10)
+}
+
+// fill gives e its ID, unless it has one, and its time, now unless it has
+// one; times are kept in UTC to the millisecond.
+func (e *Event) fill(now time.Time) {
+	if e.At.IsZero() {
+		e.At = now
+	}
+	e.At = e.At.UTC().Truncate(time.Millisecond)
+	for _, t := range []**time.Time{&e.Moment, &e.Until} {
+		if *t != nil {
+			v := (*t).UTC().Truncate(time.Millisecond)
+			*t = &v
+		}
+	}
+	if e.ID == "" {
+		e.ID = NewID(e.Message, e.Type, e.what())
+	}
+}
+
+// Moment returns a pointer to t, for Event.Moment and Event.Until.
+func Moment(t time.Time) *time.Time { return &t }
+
+// Schema is the JSON Schema (2020-12) of an event's JSON: event.schema.json.
+//
+//go:embed event.schema.json
+var Schema []byte
