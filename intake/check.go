@@ -15,7 +15,7 @@ import (
 // Job is a checked notification, ready to enqueue.
 type Job struct {
 	ID    string // the task ID
-	Queue string
+	Queue string // the asynq queue it goes to (jobs.AsynqQueue)
 	Task  *asynq.Task
 	Keyed bool // the ID comes from an idempotency key: enqueueing it again is a duplicate
 	// Notification is the task's payload, the config's defaults applied.
@@ -41,7 +41,7 @@ func TaskID(tenant, key string) string { return jobs.TaskID(tenant + "\x00" + ke
 // Check applies the config's defaults to e, checks the result as the
 // worker will and returns its job. The error, an *Error, says what is
 // wrong in one line. A deadline before now is an error: the worker would
-// only expire it.
+// only expire it; so is a send_at more than SendAtGrace before now.
 func (c Checker) Check(e Entry, now time.Time) (Job, error) {
 	r := c.Config.Route(config.Route{Policy: e.Policy, Provider: e.Provider, Queue: e.Queue})
 	n := jobs.Notification{
@@ -54,7 +54,7 @@ func (c Checker) Check(e Entry, now time.Time) (Job, error) {
 		TZ:        e.TZ,
 		Tenant:    e.Tenant,
 	}
-	queue := r.Queue
+	queue := r.Queue // the config's name; enqueued in jobs.AsynqQueue(queue)
 	if err := CheckKey(e.IdempotencyKey, "idempotency_key"); err != nil {
 		return Job{}, err
 	}
@@ -77,11 +77,16 @@ func (c Checker) Check(e Entry, now time.Time) (Job, error) {
 	if n.SendBy != nil && !n.SendBy.After(now) {
 		return Job{}, fieldErr("send_by", "%s is in the past", n.SendBy.Format(time.RFC3339Nano))
 	}
+	at, err := c.sendAt(e, n.Policy, now)
+	if err != nil {
+		return Job{}, err
+	}
+	n.SendAt = at
 	id := jobs.TaskID(e.IdempotencyKey)
 	if c.KeyPerTenant && e.IdempotencyKey != "" {
 		id = TaskID(n.Tenant, e.IdempotencyKey)
 	}
-	opts := []asynq.Option{asynq.Queue(queue)}
+	opts := []asynq.Option{asynq.Queue(jobs.AsynqQueue(queue))}
 	if e.IdempotencyKey != "" {
 		// asynq forgets a completed task at once, and with it the ID's
 		// conflict: keep keyed tasks so that the key dedupes after delivery.
@@ -98,7 +103,7 @@ func (c Checker) Check(e Entry, now time.Time) (Job, error) {
 	if err != nil {
 		return Job{}, reason(err)
 	}
-	return Job{ID: id, Queue: queue, Task: task, Keyed: e.IdempotencyKey != "", Notification: n}, nil
+	return Job{ID: id, Queue: jobs.AsynqQueue(queue), Task: task, Keyed: e.IdempotencyKey != "", Notification: n}, nil
 }
 
 // KeyRetention is how long a notification enqueued with an idempotency key
