@@ -214,7 +214,7 @@ func (s *Server) submit(ctx context.Context, c *client, e intake.Entry, base, ke
 			return result{err: err}
 		}
 	}
-	_, err = s.client.EnqueueContext(ctx, j.Task)
+	info, err := s.client.EnqueueContext(ctx, j.Task)
 	switch {
 	case errors.Is(err, asynq.ErrTaskIDConflict):
 		return s.replay(ctx, c, j, key, keyField)
@@ -228,8 +228,12 @@ func (s *Server) submit(ctx context.Context, c *client, e intake.Entry, base, ke
 		n.Queued = stamped.Queued // the time NewTask stamped on the task
 	}
 	s.listed(ctx, c, j.ID, j.Queue, accepted)
-	s.accepted(ctx, j, key)
-	return result{status: http.StatusAccepted, view: newView(j.ID, j.Queue, n, stateQueued)}
+	s.accepted(ctx, j)
+	state := stateQueued
+	if info.State == asynq.TaskStateScheduled { // asynq holds it: its moment is to come
+		state = stateScheduled
+	}
+	return result{status: http.StatusAccepted, view: newView(j.ID, j.Queue, n, state)}
 }
 
 // forbidden is the 403 of a policy or provider the key may not use.

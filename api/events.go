@@ -19,19 +19,17 @@ import (
 const recordWithin = 2 * time.Second
 
 // record records e; a failure is logged, the request goes on.
-func (s *Server) record(ctx context.Context, e lifecycle.Event) {
+func (s *Server) record(ctx context.Context, events ...lifecycle.Event) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordWithin)
 	defer cancel()
-	if err := s.events.Record(ctx, e); err != nil && s.log != nil {
-		s.log.Warn("api: event not recorded", "id", e.Message, "event", e.Type, "err", err)
+	if err := s.events.Record(ctx, events...); err != nil && s.log != nil {
+		s.log.Warn("api: event not recorded", "id", events[0].Message, "event", events[0].Type, "err", err)
 	}
 }
 
-// accepted records the accepted event of j, enqueued with key (as the
-// client gave it, "" for none).
-func (s *Server) accepted(ctx context.Context, j intake.Job, key string) {
-	s.record(ctx, lifecycle.Event{Type: lifecycle.Accepted, Message: j.ID, Tenant: j.Notification.Tenant,
-		IdempotencyKey: key, Via: lifecycle.ViaAPI})
+// accepted records the accepted (and scheduled) events of j.
+func (s *Server) accepted(ctx context.Context, j intake.Job) {
+	s.record(ctx, j.Accepted(lifecycle.ViaAPI)...)
 }
 
 // canceled records v's canceled event.

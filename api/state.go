@@ -15,6 +15,7 @@ import (
 
 // A notification's states, as GET tells them.
 const (
+	stateScheduled = "scheduled" // held until its moment, SendAt (Until)
 	stateQueued    = "queued"    // waiting for a worker
 	stateWaiting   = "waiting"   // deferred until Until, for Reason (a rule, a booking, a retry)
 	stateSending   = "sending"   // a worker has it now
@@ -25,13 +26,13 @@ const (
 )
 
 // states are the states, as openapi.yaml lists them.
-var states = []string{stateQueued, stateWaiting, stateSending, stateSent, stateCompleted, stateArchived, stateCanceled}
+var states = []string{stateScheduled, stateQueued, stateWaiting, stateSending, stateSent, stateCompleted, stateArchived, stateCanceled}
 
 // View is a notification as the API shows it.
 type View struct {
 	ID        string     `json:"id"`
 	State     string     `json:"state"`
-	Until     *time.Time `json:"until,omitempty"`  // waiting: when it is tried next
+	Until     *time.Time `json:"until,omitempty"`  // scheduled, waiting: when it is tried next
 	Reason    string     `json:"reason,omitempty"` // waiting, archived: why
 	SentAt    *time.Time `json:"sent_at,omitempty"`
 	Recipient string     `json:"recipient,omitempty"`
@@ -41,13 +42,18 @@ type View struct {
 	Queue     string     `json:"queue,omitempty"`
 	Tenant    string     `json:"tenant,omitempty"`
 	QueuedAt  *time.Time `json:"queued_at,omitempty"`
+	SendAt    *time.Time `json:"send_at,omitempty"` // the moment it was scheduled for, in any state
 	// Events are its history, GET's alone (see events.go).
 	Events []lifecycle.Event `json:"events,omitempty"`
 }
 
 func newView(id, queue string, n jobs.Notification, state string) *View {
-	return &View{ID: id, State: state, Recipient: n.Recipient, Template: n.Template, Policy: n.Policy,
-		Provider: n.Provider, Queue: queue, Tenant: n.Tenant, QueuedAt: n.Queued}
+	v := &View{ID: id, State: state, Recipient: n.Recipient, Template: n.Template, Policy: n.Policy,
+		Provider: n.Provider, Queue: queue, Tenant: n.Tenant, QueuedAt: n.Queued, SendAt: n.SendAt}
+	if state == stateScheduled {
+		v.Until = n.SendAt
+	}
+	return v
 }
 
 // get serves GET /v1/notifications/{id}: id is the task ID, or the
@@ -115,9 +121,11 @@ func (s *Server) viewIn(ctx context.Context, id string, queues []string, c *clie
 	case asynq.TaskStatePending:
 		v.State = stateQueued
 	case asynq.TaskStateScheduled, asynq.TaskStateRetry:
+		// asynq's schedule holds what was enqueued for a moment (send_at);
+		// the throttle's deferrals wait in its retry set (jobs.Deferral).
 		v.State, v.Reason = stateWaiting, info.LastErr
 		if info.State == asynq.TaskStateScheduled {
-			v.Reason = "scheduled"
+			v.State, v.Reason = stateScheduled, ""
 		}
 		if !info.NextProcessAt.IsZero() {
 			at := info.NextProcessAt.UTC()
@@ -180,9 +188,9 @@ func notFound(id string) *Error {
 }
 
 // cancel serves DELETE /v1/notifications/{id}: a notification not yet sent
-// is archived, never to be sent (200, state canceled; again, the same
-// answer); one sent already, being sent, or archived is a 409 that says
-// which.
+// (scheduled, queued, waiting) is archived, never to be sent (200, state
+// canceled; again, the same answer); one sent already, being sent, or
+// archived is a 409 that says which.
 func (s *Server) cancel(w http.ResponseWriter, r *http.Request, c *client) logged {
 	if err := s.limit(w, r, c, 1); err != nil {
 		writeError(w, err)
@@ -195,7 +203,7 @@ func (s *Server) cancel(w http.ResponseWriter, r *http.Request, c *client) logge
 		return logged{}
 	}
 	what := logged{id: v.ID}
-	if v.State == stateQueued || v.State == stateWaiting {
+	if unsent(v.State) {
 		if v, err = s.archive(ctx, v, c); err != nil {
 			writeError(w, err)
 			return what
@@ -209,13 +217,19 @@ func (s *Server) cancel(w http.ResponseWriter, r *http.Request, c *client) logge
 	return what
 }
 
-// archive archives a queued or waiting notification and marks it
-// canceled, and returns where it stands then: canceled, or taken by a
+// unsent reports whether a notification in state waits in one of asynq's
+// sets, where DELETE can archive it before a worker takes it.
+func unsent(state string) bool {
+	return state == stateScheduled || state == stateQueued || state == stateWaiting
+}
+
+// archive archives a scheduled, queued or waiting notification and marks
+// it canceled, and returns where it stands then: canceled, or taken by a
 // worker meanwhile.
 func (s *Server) archive(ctx context.Context, v *View, c *client) (*View, error) {
 	if err := s.insp.ArchiveTask(v.Queue, v.ID); err != nil {
 		now, err2 := s.view(ctx, v.ID, c)
-		if err2 != nil || now.State == stateQueued || now.State == stateWaiting {
+		if err2 != nil || unsent(now.State) {
 			return nil, unavailable(err) // not taken: the archive failed for another reason
 		}
 		return now, nil

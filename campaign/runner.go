@@ -37,6 +37,7 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"github.com/notify-throttle/throttler/config"
+	"github.com/notify-throttle/throttler/jobs"
 	"github.com/notify-throttle/throttler/lifecycle"
 )
 
@@ -144,7 +145,9 @@ func campaignsOf(cfg *config.Config) (map[string]*campaign, []string, error) {
 			return nil, nil, fmt.Errorf("campaign %s: schedule %q: %w", cp.Name, cp.Cron, err)
 		}
 		r := cp.Route(cfg)
-		cp.Policy, cp.Provider, cp.Queue = r.Policy, r.Provider, r.Queue
+		// Queue is the asynq queue from here on: the fan-out writes its
+		// notifications, and keys its state, there.
+		cp.Policy, cp.Provider, cp.Queue = r.Policy, r.Provider, jobs.AsynqQueue(r.Queue)
 		cs[cp.Name] = &campaign{Campaign: cp, schedule: s}
 		names = append(names, cp.Name)
 	}

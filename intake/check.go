@@ -10,12 +10,13 @@ import (
 	"github.com/notify-throttle/throttler/address"
 	"github.com/notify-throttle/throttler/config"
 	"github.com/notify-throttle/throttler/jobs"
+	"github.com/notify-throttle/throttler/lifecycle"
 )
 
 // Job is a checked notification, ready to enqueue.
 type Job struct {
 	ID    string // the task ID
-	Queue string
+	Queue string // the asynq queue it goes to (jobs.AsynqQueue)
 	Task  *asynq.Task
 	Keyed bool   // the ID comes from an idempotency key: enqueueing it again is a duplicate
 	Key   string // that key, as the entry gave it
@@ -42,7 +43,7 @@ func TaskID(tenant, key string) string { return jobs.TaskID(tenant + "\x00" + ke
 // Check applies the config's defaults to e, checks the result as the
 // worker will and returns its job. The error, an *Error, says what is
 // wrong in one line. A deadline before now is an error: the worker would
-// only expire it.
+// only expire it; so is a send_at more than SendAtGrace before now.
 func (c Checker) Check(e Entry, now time.Time) (Job, error) {
 	r := c.Config.Route(config.Route{Policy: e.Policy, Provider: e.Provider, Queue: e.Queue})
 	n := jobs.Notification{
@@ -55,7 +56,7 @@ func (c Checker) Check(e Entry, now time.Time) (Job, error) {
 		TZ:        e.TZ,
 		Tenant:    e.Tenant,
 	}
-	queue := r.Queue
+	queue := r.Queue // the config's name; enqueued in jobs.AsynqQueue(queue)
 	if err := CheckKey(e.IdempotencyKey, "idempotency_key"); err != nil {
 		return Job{}, err
 	}
@@ -78,11 +79,16 @@ func (c Checker) Check(e Entry, now time.Time) (Job, error) {
 	if n.SendBy != nil && !n.SendBy.After(now) {
 		return Job{}, fieldErr("send_by", "%s is in the past", n.SendBy.Format(time.RFC3339Nano))
 	}
+	at, err := c.sendAt(e, n.Policy, now)
+	if err != nil {
+		return Job{}, err
+	}
+	n.SendAt = at
 	id := jobs.TaskID(e.IdempotencyKey)
 	if c.KeyPerTenant && e.IdempotencyKey != "" {
 		id = TaskID(n.Tenant, e.IdempotencyKey)
 	}
-	opts := []asynq.Option{asynq.Queue(queue)}
+	opts := []asynq.Option{asynq.Queue(jobs.AsynqQueue(queue))}
 	if e.IdempotencyKey != "" {
 		// asynq forgets a completed task at once, and with it the ID's
 		// conflict: keep keyed tasks so that the key dedupes after delivery.
@@ -99,7 +105,7 @@ func (c Checker) Check(e Entry, now time.Time) (Job, error) {
 	if err != nil {
 		return Job{}, reason(err)
 	}
-	return Job{ID: id, Queue: queue, Task: task, Keyed: e.IdempotencyKey != "", Key: e.IdempotencyKey, Notification: n}, nil
+	return Job{ID: id, Queue: jobs.AsynqQueue(queue), Task: task, Keyed: e.IdempotencyKey != "", Key: e.IdempotencyKey, Notification: n}, nil
 }
 
 // KeyRetention is how long a notification enqueued with an idempotency key
@@ -123,4 +129,16 @@ func reason(err error) error {
 		return &Error{Field: fe.Field, Msg: fe.Problem}
 	}
 	return err
+}
+
+// Accepted returns the events of j's enqueueing by via (a lifecycle.Via*):
+// accepted, and scheduled at its moment if it has one (send_at).
+func (j Job) Accepted(via string) []lifecycle.Event {
+	events := []lifecycle.Event{{Type: lifecycle.Accepted, Message: j.ID, Tenant: j.Notification.Tenant,
+		IdempotencyKey: j.Key, Via: via}}
+	if at := j.Notification.SendAt; at != nil {
+		events = append(events, lifecycle.Event{Type: lifecycle.Scheduled, Message: j.ID, Tenant: j.Notification.Tenant,
+			Moment: lifecycle.Moment(*at)})
+	}
+	return events
 }

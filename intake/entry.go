@@ -60,12 +60,17 @@ type Entry struct {
 	Data                    json.RawMessage // a JSON object, or nil
 	IdempotencyKey          string
 	SendBy                  *time.Time
-	TZ                      string // the recipient's IANA time zone
-	Tenant                  string // the sender sharing the provider fairly; "": the default tenant
+	// SendAt or SendAtLocal, one or neither, schedule it: an instant, or
+	// a time of day ("09:00") in the recipient's zone (TZ, else its
+	// policy's), its next occurrence (see NextLocal).
+	SendAt      *time.Time
+	SendAtLocal string
+	TZ          string // the recipient's IANA time zone
+	Tenant      string // the sender sharing the provider fairly; "": the default tenant
 }
 
 // Fields are the fields of a notification's JSON object.
-var Fields = []string{"recipient", "template", "policy", "provider", "queue", "data", "idempotency_key", "send_by", "tz", "tenant"}
+var Fields = []string{"recipient", "template", "policy", "provider", "queue", "data", "idempotency_key", "send_by", "send_at", "send_at_local", "tz", "tenant"}
 
 // ParseLine parses one notification: a JSON object with the fields in
 // Fields, each at most once. null is the same as leaving a field out.
@@ -137,17 +142,23 @@ func (e *Entry) set(key string, raw json.RawMessage) error {
 		}
 		e.Data = raw
 		return nil
-	case "send_by":
+	case "send_by", "send_at":
 		var s string
 		if err := str(&s); err != nil {
 			return err
 		}
 		t, err := time.Parse(time.RFC3339, s)
 		if err != nil {
-			return fieldErr("send_by", "must be an RFC 3339 time such as 2026-11-22T10:00:00Z (got %s)", Quote(s))
+			return fieldErr(key, "must be an RFC 3339 time such as 2026-11-22T10:00:00Z (got %s)", Quote(s))
 		}
-		e.SendBy = &t
+		if key == "send_by" {
+			e.SendBy = &t
+		} else {
+			e.SendAt = &t
+		}
 		return nil
+	case "send_at_local":
+		return str(&e.SendAtLocal) // read with its zone (Checker.Check)
 	}
 	return unknownField(key)
 }

@@ -19,7 +19,7 @@ func TestErrorNamesTheField(t *testing.T) {
 		{`{"send_by":"soon"}`, "send_by", `send_by: must be an RFC 3339 time such as 2026-11-22T10:00:00Z (got "soon")`},
 		{`{"tz":"a","tz":"b"}`, "tz", "tz: given twice"},
 		{`{"templte":"t"}`, "templte", `unknown field "templte" (did you mean template?)`},
-		{`{"x/y":1}`, "x/y", `unknown field "x/y" (fields: recipient, template, policy, provider, queue, data, idempotency_key, send_by, tz, tenant)`},
+		{`{"x/y":1}`, "x/y", `unknown field "x/y" (fields: recipient, template, policy, provider, queue, data, idempotency_key, send_by, send_at, send_at_local, tz, tenant)`},
 	}
 	for _, c := range cases {
 		_, err := ParseLine([]byte(c.line))

@@ -123,7 +123,7 @@ enqueued 2, duplicates 1, rejected 12 (16 lines)
 	stdin := strings.NewReader(`{"recipient":"l@example.com","template":"news","idempotency_key":"bad-stdin"}` + "\n" +
 		`{"recipient":"m@example.com","template":"news","colour":"red"}` + "\n")
 	_, stderr, code = runCommand(t, f.dir, stdin, bin, "-config", "enqueue.yaml", "-file", "-")
-	want = `stdin:2: unknown field "colour" (fields: recipient, template, policy, provider, queue, data, idempotency_key, send_by, tz, tenant)
+	want = `stdin:2: unknown field "colour" (fields: recipient, template, policy, provider, queue, data, idempotency_key, send_by, send_at, send_at_local, tz, tenant)
 enqueued 1, duplicates 0, rejected 1 (2 lines)
 `
 	if stderr != want || code != 1 {

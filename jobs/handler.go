@@ -131,8 +131,8 @@ type PolicySettings struct {
 	// the cap") at once, instead of deferring it.
 	Drop bool
 	// MaxDelay, if set, is the longest a message may wait after it was
-	// queued (Notification.Queued): one whose moment would be later
-	// expires, as one past its send-by does.
+	// queued, or after its send_at if later (jobs/route.go, deadline): one
+	// whose moment would be later expires, as one past its send-by does.
 	MaxDelay time.Duration
 	// Digest folds a message that its policy's windows hold back into the
 	// recipient's next digest (see Digests) instead of deferring it; with

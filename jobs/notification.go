@@ -85,6 +85,12 @@ type Notification struct {
 	// SendBy, when set, is the latest time it may be delivered; after that
 	// it expires instead of arriving late.
 	SendBy *time.Time `json:"send_by,omitempty"`
+	// SendAt, when set, is its scheduled moment: NewTask has asynq hold the
+	// task until then (asynq.ProcessAt), so that nothing of the throttle is
+	// asked before it, and its policy's max delay counts from it. It is a
+	// whole second (NewTask rounds it up), as asynq's schedule keeps it,
+	// and not after SendBy.
+	SendAt *time.Time `json:"send_at,omitempty"`
 	// TZ is the recipient's IANA time zone ("America/New_York"), in which
 	// its policy's calendar windows and quiet hours are kept; "" is the
 	// policy's zone.
@@ -96,7 +102,8 @@ type Notification struct {
 	// control characters; "" is the default tenant.
 	Tenant string `json:"tenant,omitempty"`
 	// Queued is when NewTask made its task (the producer's clock), from
-	// which a policy's max delay counts (PolicySettings.MaxDelay).
+	// which a policy's max delay counts (PolicySettings.MaxDelay), or from
+	// SendAt when that is later.
 	Queued *time.Time `json:"queued_at,omitempty"`
 }
 
@@ -139,6 +146,10 @@ func (n *Notification) Check() error {
 	}
 	if len(n.Data) > 0 && !json.Valid(n.Data) {
 		return bad("data", "not JSON")
+	}
+	if n.SendAt != nil && n.SendBy != nil && n.SendAt.After(*n.SendBy) {
+		return bad("send_at", "%s is after send_by %s: it would only expire",
+			n.SendAt.Format(time.RFC3339Nano), n.SendBy.Format(time.RFC3339Nano))
 	}
 	if n.TZ != "" {
 		if _, err := LoadZone(n.TZ); err != nil {
@@ -204,7 +215,7 @@ func Decode(payload []byte) (Notification, error) {
 }
 
 // payloadFields are the JSON names of Notification's fields.
-var payloadFields = [...]string{"recipient", "policy", "provider", "template", "data", "send_by", "tz", "campaign", "tenant", "queued_at"}
+var payloadFields = [...]string{"recipient", "policy", "provider", "template", "data", "send_by", "send_at", "tz", "campaign", "tenant", "queued_at"}
 
 // checkFieldNames rejects what encoding/json lets through in an object it
 // has decoded: a field named in another case ("Recipient": it matches
@@ -295,11 +306,18 @@ func TaskID(idempotencyKey string) string {
 }
 
 // NewTask returns the task for n, after checking it, with the given ID,
-// stamped with the time it was queued unless n carries one.
-// Options such as asynq.Queue are passed through. MaxRetry is set high: a
-// throttled task is retried without counting (see IsFailure), and only real
-// delivery failures use retries up.
+// stamped with the time it was queued unless n carries one, and held by
+// asynq until n.SendAt if set (rounded up to a whole second). Options such
+// as asynq.Queue (of AsynqQueue) are passed through. MaxRetry is set high:
+// a throttled task is retried without counting (see IsFailure), and only
+// real delivery failures use retries up.
 func NewTask(n Notification, id string, opts ...asynq.Option) (*asynq.Task, error) {
+	first := []asynq.Option{asynq.TaskID(id), asynq.MaxRetry(DefaultMaxRetry)}
+	if n.SendAt != nil {
+		at := WholeSecond(*n.SendAt) // before Check: rounded, it must still come before SendBy
+		n.SendAt = &at
+		first = append(first, asynq.ProcessAt(at))
+	}
 	if err := n.Check(); err != nil {
 		return nil, err
 	}
@@ -320,9 +338,27 @@ func NewTask(n Notification, id string, opts ...asynq.Option) (*asynq.Task, erro
 	if len(payload) > MaxPayloadLen {
 		return nil, bad("", "payload of %d bytes, more than %d", len(payload), MaxPayloadLen)
 	}
-	opts = append([]asynq.Option{asynq.TaskID(id), asynq.MaxRetry(DefaultMaxRetry)}, opts...)
-	return asynq.NewTaskWithHeaders(TypeNotify, payload, newHeaders(), opts...), nil
+	return asynq.NewTaskWithHeaders(TypeNotify, payload, newHeaders(), append(first, opts...)...), nil
 }
+
+// WholeSecond is t rounded up to a whole second, in UTC: a SendAt as
+// NewTask keeps it. asynq's schedule scores a task by its moment's Unix
+// second and its forwarder moves what is due by the worker's clock's
+// second: a moment within a second would run up to a second early, its
+// rounded-up second never before it.
+func WholeSecond(t time.Time) time.Time {
+	at := t.UTC().Truncate(time.Second)
+	if at.Before(t) {
+		at = at.Add(time.Second)
+	}
+	return at
+}
+
+// AsynqQueue is the asynq queue that holds the notifications a producer
+// puts in queue (a name of the config's worker.queues): the one place
+// where a notification's asynq queue is chosen, by intake (the API,
+// enqueue), the campaigns' fan-out and the demo. Today it is queue itself.
+func AsynqQueue(queue string) string { return queue }
 
 // newHeaders are the headers a task starts with: not in line (LineHeader).
 func newHeaders() map[string]string { return map[string]string{LineHeader: "0"} }

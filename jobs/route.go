@@ -153,7 +153,8 @@ func (j *job) inLine() {
 
 // deadline returns the latest moment j may go, if it has one (else the
 // zero time), and what sets it: its send-by, or its policy's max delay
-// after it was queued, whichever comes first.
+// after it was queued (a scheduled one: after its moment, SendAt),
+// whichever comes first.
 func (j *job) deadline() (time.Time, string) {
 	var at time.Time
 	var what string
@@ -161,7 +162,11 @@ func (j *job) deadline() (time.Time, string) {
 		at, what = *j.n.SendBy, "send-by "+j.n.SendBy.UTC().Format(time.RFC3339)
 	}
 	if j.policy.MaxDelay > 0 && j.n.Queued != nil {
-		if m := j.n.Queued.Add(j.policy.MaxDelay); at.IsZero() || m.Before(at) {
+		from := *j.n.Queued
+		if j.n.SendAt != nil && j.n.SendAt.After(from) {
+			from = *j.n.SendAt
+		}
+		if m := from.Add(j.policy.MaxDelay); at.IsZero() || m.Before(at) {
 			at, what = m, fmt.Sprintf("max_delay %s of policy %s (until %s)",
 				timefmt.Duration(j.policy.MaxDelay), j.n.Policy, m.UTC().Format(time.RFC3339))
 		}

@@ -24,10 +24,10 @@ import (
 type Type string
 
 // Event types. The worker records booked, deferred, sent, dropped,
-// expired, folded and archived; the API, enqueue and campaigns accepted;
-// the API's DELETE canceled. The rest are named for the producers that
-// will record them: scheduled sends, and the providers' feedback
-// (delivered, bounced, complained, unsubscribed).
+// expired, folded and archived; the API, enqueue and campaigns accepted,
+// and the API and enqueue scheduled beside it for a send_at; the API's
+// DELETE canceled. The rest are the providers' feedback (delivered,
+// bounced, complained, unsubscribed).
 const (
 	Accepted     Type = "accepted"     // enqueued (Via says by what)
 	Scheduled    Type = "scheduled"    // to be sent at Moment, at the producer's asking

@@ -41,8 +41,7 @@ func (p *producer) enqueue(ctx context.Context, j intake.Job) error {
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordWithin)
 	defer cancel()
-	err := p.events.Record(rctx, lifecycle.Event{Type: lifecycle.Accepted, Message: j.ID, Tenant: j.Notification.Tenant,
-		IdempotencyKey: j.Key, Via: lifecycle.ViaEnqueue})
+	err := p.events.Record(rctx, j.Accepted(lifecycle.ViaEnqueue)...)
 	if err != nil {
 		p.warned.Do(func() {
 			fmt.Fprintf(p.stderr, "enqueue: warning: recording the accepted events failed (the notifications are enqueued): %v\n", err)

@@ -135,7 +135,7 @@ func TestBadLines(t *testing.T) {
 		"string.jsonl":             `must be a JSON object (got string)`,
 		"misspelled_field.jsonl":   `unknown field "recipent" (did you mean recipient?)`,
 		"capitalized_field.jsonl":  `unknown field "Recipient" (did you mean recipient?)`,
-		"unknown_field.jsonl":      `unknown field "campaign" (fields: recipient, template, policy, provider, queue, data, idempotency_key, send_by, tz, tenant)`,
+		"unknown_field.jsonl":      `unknown field "campaign" (fields: recipient, template, policy, provider, queue, data, idempotency_key, send_by, send_at, send_at_local, tz, tenant)`,
 		"duplicate_field.jsonl":    `recipient: given twice`,
 		"recipient_number.jsonl":   `recipient: must be a string (got number)`,
 		"missing_recipient.jsonl":  `recipient: missing`,

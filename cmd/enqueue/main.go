@@ -9,7 +9,7 @@
 //
 //	enqueue [-config config.yaml] -to RECIPIENT -template NAME [-policy P] [-provider P]
 //	        [-data '{"k":"v"}'] [-queue Q] [-key IDEMPOTENCY_KEY] [-send-by TIME|DURATION] [-tz ZONE]
-//	        [-tenant NAME]
+//	        [-send-at TIME|DURATION | -send-at-local HH:MM] [-tenant NAME]
 //	enqueue [-config config.yaml] -file notifications.jsonl   (-file - reads stdin)
 //	enqueue [-config config.yaml] -campaigns
 //	enqueue [-config config.yaml] -trigger CAMPAIGN
@@ -163,7 +163,7 @@ type command struct {
 
 func commands() []command {
 	return []command{
-		{flags: []string{"to", "template", "policy", "provider", "data", "queue", "key", "send-by", "tenant"}, run: runOne},
+		{flags: []string{"to", "template", "policy", "provider", "data", "queue", "key", "send-by", "send-at", "send-at-local", "tenant"}, run: runOne},
 		{flags: []string{"file"}, run: runFile},
 		{flags: []string{"campaigns"}, run: runCampaigns},
 		{flags: []string{"trigger"}, run: runTrigger},
@@ -200,7 +200,7 @@ func usage(fs *flag.FlagSet) {
 	fmt.Fprint(fs.Output(), `Usage:
   enqueue [-config config.yaml] -to RECIPIENT -template NAME [-policy P] [-provider P]
           [-data '{"k":"v"}'] [-queue Q] [-key IDEMPOTENCY_KEY] [-send-by TIME|DURATION] [-tz ZONE]
-          [-tenant NAME]
+          [-send-at TIME|DURATION | -send-at-local HH:MM] [-tenant NAME]
   enqueue [-config config.yaml] -file notifications.jsonl   (-file - reads stdin)
   enqueue [-config config.yaml] -campaigns                  (list, with next fire times)
   enqueue [-config config.yaml] -trigger CAMPAIGN           (fire one now)
@@ -214,12 +214,16 @@ queue must be defined there, and the config's defaults fill in what it leaves
 out. A bad line is reported as FILE:LINE: message and skipped. With an
 idempotency key the task ID is derived from the key, so enqueueing the same
 notification again (within 24h of its delivery) is a duplicate, not a second job.
+A scheduled notification (-send-at, -send-at-local) waits in the queue's
+schedule until its moment, then goes through every rule from then.
 
 Examples:
   enqueue -to alice@example.com -template welcome -data '{"name":"Alice"}'
   enqueue -to +15551234567 -template otp -policy transactional -provider sms \
           -queue critical -key otp-7f3a -send-by 5m
   enqueue -to bob@example.com -template digest -send-by 2026-11-22T10:00:00Z
+  enqueue -to bob@example.com -template reminder -send-at 2026-11-22T09:00:00Z
+  enqueue -to bob@example.com -template reminder -send-at-local 09:00 -tz Europe/Paris
   enqueue -config prod.yaml -file notifications.jsonl
   zcat big.jsonl.gz | enqueue -file -
   REDIS_URL=redis://127.0.0.1:6379/0 enqueue -file notifications.jsonl
@@ -237,6 +241,8 @@ One JSONL line (recipient and template required, unknown fields rejected):
    "provider":"console","queue":"default","data":{"name":"Alice"},
    "idempotency_key":"welcome-alice","send_by":"2026-11-22T10:00:00Z",
    "tenant":"growth"}
+  scheduled: "send_at":"2026-11-22T09:00:00Z", or "send_at_local":"09:00" with
+   "tz":"Europe/Paris" (the next 09:00 there; else in the policy's timezone)
 
 Exit status: 0 all enqueued (duplicates count as done), 1 a notification was
 rejected or an error stopped enqueue (it says from which line to resume),

@@ -366,6 +366,9 @@ func TestHelp(t *testing.T) {
 			"REDIS_URL overrides redis.url",
 			"  -send-by time\n", // the flags, from PrintDefaults
 			"  -tenant name\n",
+			"  -send-at time\n",
+			"  -send-at-local HH:MM\n",
+			`"send_at_local":"09:00"`,
 		} {
 			if !strings.Contains(out.stdout, want) {
 				t.Errorf("enqueue %s: usage lacks %q:\n%s", arg, want, out.stdout)

@@ -33,7 +33,7 @@ func runOne(ctx context.Context, o *options, p process) error {
 	j, err := c.Check(intake.Entry{
 		Recipient: o.to, Template: o.template, Policy: o.policy, Provider: o.provider,
 		Queue: o.queue, Data: o.data, IdempotencyKey: o.key, SendBy: o.sendBy.time(now), TZ: o.tz,
-		Tenant: o.tenant,
+		SendAt: o.sendAt.time(now), SendAtLocal: o.sendAtLocal, Tenant: o.tenant,
 	}, now)
 	if err != nil {
 		return err

@@ -16,7 +16,8 @@ type options struct {
 	// One notification (runOne).
 	to, template, policy, provider, queue, key, tz, tenant string
 	data                                                   json.RawMessage
-	sendBy                                                 deadline
+	sendBy, sendAt                                         moment
+	sendAtLocal                                            string
 
 	// A JSONL file (runFile).
 	file string
@@ -51,6 +52,8 @@ func newOptions(fs *flag.FlagSet) *options {
 	fs.StringVar(&o.tz, "tz", "", "the recipient's IANA time `zone` (America/New_York) for its policy's calendar windows and quiet hours (default: the policy's timezone)")
 	fs.StringVar(&o.tenant, "tenant", "", "the tenant `name`: the sender (a team, a product) whose fair share of the provider the notification uses, weighted by tenants.weights; at most 256 bytes, no control characters (default: the tenant shared by notifications that name none)")
 	fs.Var(&o.sendBy, "send-by", "the deadline, an RFC 3339 `time` or a duration from now (90m); later it expires")
+	fs.Var(&o.sendAt, "send-at", "send it at this moment, not before: an RFC 3339 `time` or a duration from now (10m); more than a minute past is refused")
+	fs.StringVar(&o.sendAtLocal, "send-at-local", "", "send it at the next `HH:MM` (or HH:MM:SS) of the recipient's zone (-tz, else the policy's timezone); not with -send-at")
 	fs.StringVar(&o.file, "file", "", "a JSONL `file` of notifications, one per line; - reads stdin")
 	fs.BoolVar(&o.campaigns, "campaigns", false, "list the config's campaigns with their next fire times")
 	fs.StringVar(&o.trigger, "trigger", "", "fire the campaign `name`d now: its audience is fanned out by the workers")
@@ -60,13 +63,14 @@ func newOptions(fs *flag.FlagSet) *options {
 	return o
 }
 
-// deadline is the value of -send-by: an RFC 3339 time or a duration from now.
-type deadline struct {
+// moment is the value of -send-by and -send-at: an RFC 3339 time or a
+// duration from now.
+type moment struct {
 	at time.Time
 	in time.Duration
 }
 
-func (d *deadline) String() string {
+func (d *moment) String() string {
 	switch {
 	case !d.at.IsZero():
 		return d.at.Format(time.RFC3339Nano)
@@ -76,9 +80,9 @@ func (d *deadline) String() string {
 	return ""
 }
 
-func (d *deadline) Set(s string) error {
+func (d *moment) Set(s string) error {
 	if t, err := time.Parse(time.RFC3339, s); err == nil {
-		*d = deadline{at: t}
+		*d = moment{at: t}
 		return nil
 	}
 	in, err := time.ParseDuration(s)
@@ -88,13 +92,13 @@ func (d *deadline) Set(s string) error {
 	case in <= 0:
 		return errors.New("must be a duration > 0")
 	}
-	*d = deadline{in: in}
+	*d = moment{in: in}
 	return nil
 }
 
-// time returns the deadline as a time, counting a duration from now, or nil
+// time returns the moment as a time, counting a duration from now, or nil
 // when there is none.
-func (d *deadline) time(now time.Time) *time.Time {
+func (d *moment) time(now time.Time) *time.Time {
 	switch {
 	case !d.at.IsZero():
 		return &d.at

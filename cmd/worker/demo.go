@@ -167,7 +167,7 @@ func runDemo(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient,
 		for _, r := range demoRecipients {
 			n := jobs.Notification{Recipient: r, Policy: route.Policy, Provider: route.Provider,
 				Template: "weekly-digest", Data: []byte(fmt.Sprintf(`{"n":%d}`, i))}
-			task, err := jobs.NewTask(n, jobs.TaskID(""), asynq.Queue(route.Queue))
+			task, err := jobs.NewTask(n, jobs.TaskID(""), asynq.Queue(jobs.AsynqQueue(route.Queue)))
 			if err != nil {
 				return err
 			}

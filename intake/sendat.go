@@ -1,0 +1,150 @@
+package intake
+
+// A scheduled send: a notification given a moment to go at, either as an
+// instant (send_at, RFC 3339) or as a time of day in its recipient's zone
+// (send_at_local, "09:00"), whose next occurrence is the moment. Either
+// way the task carries the instant (jobs.Notification.SendAt) and asynq
+// holds it until then.
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/notify-throttle/throttler/internal/timefmt"
+	"github.com/notify-throttle/throttler/jobs"
+)
+
+// SendAtGrace is how far in the past a send_at may be and still be taken:
+// a moment that passed within it (a producer's clock a little ahead of
+// the worker's, a request that took its time) is sent at once; one older
+// is a mistake, refused.
+const SendAtGrace = time.Minute
+
+// sendAt returns the moment e is scheduled for (nil: none), rounded as the
+// task keeps it (jobs.WholeSecond), or why it is refused, naming the field
+// it came from. policy is e's policy, in whose zone a time of day is read
+// when e names none. The moment may not pass e's send_by.
+func (c Checker) sendAt(e Entry, policy string, now time.Time) (*time.Time, error) {
+	var at time.Time
+	field := "send_at"
+	switch {
+	case e.SendAt != nil && e.SendAtLocal != "":
+		return nil, fieldErr("send_at_local", "given with send_at: give one moment, an instant or a time of day")
+	case e.SendAt != nil:
+		at = *e.SendAt
+		if at.Before(now.Add(-SendAtGrace)) {
+			return nil, fieldErr("send_at", "%s is in the past (more than %s ago)", at.Format(time.RFC3339Nano), timefmt.Duration(SendAtGrace))
+		}
+	case e.SendAtLocal != "":
+		field = "send_at_local"
+		loc, err := c.zone(e.TZ, policy)
+		if err != nil {
+			return nil, reason(err)
+		}
+		if at, err = NextLocal(e.SendAtLocal, loc, now); err != nil {
+			return nil, fieldErr(field, "%v", err)
+		}
+	default:
+		return nil, nil
+	}
+	at = jobs.WholeSecond(at)
+	if e.SendBy != nil && at.After(*e.SendBy) {
+		what := at.Format(time.RFC3339)
+		if field == "send_at_local" {
+			what = fmt.Sprintf("%s (%s)", e.SendAtLocal, at.Format(time.RFC3339))
+		}
+		return nil, fieldErr(field, "%s is after send_by %s: it would only expire", what, e.SendBy.Format(time.RFC3339Nano))
+	}
+	return &at, nil
+}
+
+// zone is the recipient's time zone: tz, else the policy's, else UTC.
+func (c Checker) zone(tz, policy string) (*time.Location, error) {
+	if tz != "" {
+		return jobs.LoadZone(tz)
+	}
+	if p, ok := c.Config.Policies[policy]; ok && p.TimeZone != "" {
+		return timefmt.LoadZone(p.TimeZone) // the config's validation loaded it already
+	}
+	return time.UTC, nil
+}
+
+// NextLocal returns the first moment after now at which the clock of loc
+// reads clock, a time of day "HH:MM" or "HH:MM:SS" (24-hour). On a day
+// its zone skips that time (clocks go forward over it), the moment is the
+// first instant after the gap; on a day it reads it twice (clocks go
+// back), the first of the two, or the second once the first has passed.
+func NextLocal(clock string, loc *time.Location, now time.Time) (time.Time, error) {
+	hour, minute, second, ok := parseClock(clock)
+	if !ok {
+		return time.Time{}, fmt.Errorf("must be a time of day HH:MM or HH:MM:SS such as 09:00 (got %s)", Quote(clock))
+	}
+	y, m, d := now.In(loc).Date()
+	for day := 0; ; day++ {
+		for _, at := range readings(time.Date(y, m, d+day, hour, minute, second, 0, time.UTC), loc) {
+			if at.After(now) {
+				return at, nil
+			}
+		}
+	}
+}
+
+// readings returns the instants, earliest first, at which loc's clock
+// reads wall's date and time (wall is that reading as if in UTC): one, two
+// where the zone's clocks go back over it, or, where they jump over it,
+// the instant they jump (the end of the gap). time.Date does not say which
+// of two readings it picks, nor where a skipped one lands.
+func readings(wall time.Time, loc *time.Location) []time.Time {
+	var out []time.Time
+	// A zone changes its offset at most once within a day or so: the
+	// offsets a day either side are the two the reading can be in.
+	for _, near := range []time.Time{wall.Add(-24 * time.Hour), wall.Add(24 * time.Hour)} {
+		_, offset := near.In(loc).Zone()
+		at := wall.Add(-time.Duration(offset) * time.Second).In(loc)
+		if sameReading(at, wall) && !slices.ContainsFunc(out, at.Equal) {
+			out = append(out, at)
+		}
+	}
+	if len(out) == 0 {
+		// Skipped: read with the offset before the jump, the reading lands
+		// past it, in the zone period that starts at the jump.
+		_, before := wall.Add(-24 * time.Hour).In(loc).Zone()
+		start, _ := wall.Add(-time.Duration(before) * time.Second).In(loc).ZoneBounds()
+		return []time.Time{start}
+	}
+	slices.SortFunc(out, time.Time.Compare)
+	return out
+}
+
+// sameReading reports whether at's clock in its zone reads wall's in UTC.
+func sameReading(at, wall time.Time) bool {
+	y, m, d := at.Date()
+	wy, wm, wd := wall.Date()
+	return y == wy && m == wm && d == wd && at.Hour() == wall.Hour() && at.Minute() == wall.Minute() && at.Second() == wall.Second()
+}
+
+// parseClock reads "HH:MM" or "HH:MM:SS", two digits each, 00:00 to
+// 23:59:59.
+func parseClock(s string) (hour, minute, second int, ok bool) {
+	if len(s) != 5 && len(s) != 8 {
+		return 0, 0, 0, false
+	}
+	two := func(i, max int) (int, bool) {
+		a, b := s[i], s[i+1]
+		if a < '0' || a > '9' || b < '0' || b > '9' {
+			return 0, false
+		}
+		n := int(a-'0')*10 + int(b-'0')
+		return n, n <= max
+	}
+	var okH, okM, okS bool
+	hour, okH = two(0, 23)
+	minute, okM = two(3, 59)
+	okS = true
+	if len(s) == 8 {
+		second, okS = two(6, 59)
+		okS = okS && s[5] == ':'
+	}
+	return hour, minute, second, okH && okM && okS && s[2] == ':'
+}
