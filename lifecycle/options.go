@@ -9,9 +9,10 @@ import (
 
 // Defaults of Options and Endpoint.
 const (
-	// DefaultHistory keeps a history a week after its latest event: long
-	// after asynq has forgotten a message without an idempotency key (at
-	// once) and the sent marker has (an hour), so that GET still tells.
+	// DefaultHistory keeps a history a week after it began (its message
+	// was accepted): long after asynq has forgotten a message without an
+	// idempotency key (at once) and the sent marker has (an hour), so
+	// that GET still tells.
 	// A history of three events takes about 0.8 KB of Redis memory.
 	DefaultHistory = 7 * 24 * time.Hour
 	// DefaultHistoryLimit bounds a history to its first event and the 99
@@ -45,8 +46,8 @@ type Options struct {
 	// Prefix starts every key: the throttle's. Default
 	// keyspace.DefaultPrefix.
 	Prefix string
-	// History is how long a message's history lives after its latest
-	// event. Default DefaultHistory.
+	// History is how long a message's history lives after its first event
+	// (its accepted event, as a rule). Default DefaultHistory.
 	History time.Duration
 	// HistoryLimit is the most events a history keeps: its first and the
 	// latest. At least 2; default DefaultHistoryLimit.

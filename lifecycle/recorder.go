@@ -2,7 +2,6 @@ package lifecycle
 
 import (
 	"context"
-	_ "embed"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -13,18 +12,22 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-var (
-	//go:embed history.lua
-	historyLua    string
-	historyScript = redis.NewScript(historyLua)
-)
-
 // Recorder records events: each in its message's history and, for a tenant
 // with a callback, in the tenant's stream, whence a Dispatcher POSTs it.
-// Recording costs one round trip of two commands an event (the history's
-// script, the stream's XADD), several events in one, and waits on Redis
-// alone: an endpoint that is down or slow costs it nothing. A nil
+// Recording costs one round trip of one command an event (the history's
+// RPUSH; the stream's XADD beside it), several events in one, and waits on
+// Redis alone: an endpoint that is down or slow costs it nothing. A nil
 // *Recorder records nothing and has no history. Safe for concurrent use.
+//
+// A history is a list: the accepted event is pushed at its head, the
+// others at its tail, so that the accepted event comes first whenever it
+// is recorded (the API records it just after the enqueue, by which time a
+// worker may have recorded the message's first outcome). The push that
+// makes the list (the accepted event's, as a rule) gives it its life,
+// Options.History; the rare push that takes it over Options.HistoryLimit
+// drops the oldest after the first, in a second round trip. An event
+// recorded again (a worker killed and its task run again) is pushed
+// again: History reads each ID once.
 type Recorder struct {
 	rdb   redis.UniversalClient
 	o     Options
@@ -40,8 +43,7 @@ func NewRecorder(rdb redis.UniversalClient, o Options) *Recorder {
 // Record writes events, in one round trip: each is given its ID and its
 // time (now by Redis's clock, see Now) unless it has them. It returns when
 // Redis has them, or with ctx's error: the caller bounds how long it
-// waits. The error says how many were not written; a history is written
-// once per event even if Record is called again with it (history.lua).
+// waits. The error says how many were not written.
 func (r *Recorder) Record(ctx context.Context, events ...Event) error {
 	if r == nil || len(events) == 0 {
 		return nil
@@ -56,15 +58,7 @@ func (r *Recorder) Record(ctx context.Context, events ...Event) error {
 		}
 		bodies[i] = body
 	}
-	err := r.write(ctx, events, bodies, now, true)
-	if isNoScript(err) {
-		// Redis restarted, or its scripts were flushed: load it and write
-		// the histories again (each takes its event once); the streams
-		// have theirs.
-		if err = historyScript.Load(ctx, r.rdb).Err(); err == nil {
-			err = r.write(ctx, events, bodies, now, false)
-		}
-	}
+	err := r.write(ctx, events, bodies, now)
 	m := r.o.Metrics
 	if err != nil {
 		m.Unrecorded.Add(float64(len(events)))
@@ -76,30 +70,59 @@ func (r *Recorder) Record(ctx context.Context, events ...Event) error {
 	return nil
 }
 
-// write sends the events' commands in one pipeline: the history script of
-// each and, with streams, an XADD for each of a tenant with a callback,
-// which trims its stream of the events older than GiveUp.
-func (r *Recorder) write(ctx context.Context, events []Event, bodies [][]byte, now time.Time, streams bool) error {
+// write pushes each event on its history and, for a tenant with a
+// callback, adds it to the tenant's stream, trimmed of the events older
+// than GiveUp, in one pipeline; then gives the histories it made their
+// life and trims those over the limit, in another if any.
+func (r *Recorder) write(ctx context.Context, events []Event, bodies [][]byte, now time.Time) error {
 	minID := strconv.FormatInt(now.Add(-r.o.GiveUp).UnixMilli(), 10)
-	limit, ttl := r.o.HistoryLimit, r.o.History.Milliseconds()
+	pushes := make([]*redis.IntCmd, len(events))
 	_, err := r.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, e := range events {
-			first := "0"
+			key := historyKey(r.o.Prefix, e.Message)
 			if e.Type == Accepted {
-				first = "1"
+				pushes[i] = p.LPush(ctx, key, bodies[i])
+			} else {
+				pushes[i] = p.RPush(ctx, key, bodies[i])
 			}
-			historyScript.EvalSha(ctx, p, []string{historyKey(r.o.Prefix, e.Message)}, e.ID, bodies[i], first, limit, ttl)
-			if _, ok := r.o.Callbacks[e.Tenant]; ok && streams {
+			if _, ok := r.o.Callbacks[e.Tenant]; ok {
 				p.XAdd(ctx, &redis.XAddArgs{Stream: streamKey(r.o.Prefix, e.Tenant), MinID: minID, Approx: true,
 					Values: []any{"e", bodies[i]}})
 			}
 		}
 		return nil
 	})
+	if err != nil {
+		return err
+	}
+	var after []string // keys to expire ("+" first) and to trim
+	for i, push := range pushes {
+		key := historyKey(r.o.Prefix, events[i].Message)
+		switch n := push.Val(); {
+		case n == 1:
+			after = append(after, "+"+key)
+		case n > int64(r.o.HistoryLimit):
+			after = append(after, key)
+		}
+	}
+	if len(after) == 0 {
+		return nil
+	}
+	_, err = r.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, key := range after {
+			if made, ok := strings.CutPrefix(key, "+"); ok {
+				p.PExpire(ctx, made, r.o.History)
+				continue
+			}
+			// The oldest after the first goes: LSET marks it with "",
+			// which no event is, and LREM takes the one mark out.
+			p.LSet(ctx, key, 1, "")
+			p.LRem(ctx, key, 1, "")
+		}
+		return nil
+	})
 	return err
 }
-
-func isNoScript(err error) bool { return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") }
 
 // Now returns the time by Redis's clock: this process's clock corrected by
 // its offset from Redis TIME, measured on first use and again after a
