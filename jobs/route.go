@@ -38,8 +38,9 @@ type job struct {
 	// into a digest, only sent under its own ID (the provider's
 	// Idempotency-Key).
 	tried bool
-	// once says its admission looks for its sent marker first (Throttle.Sent).
-	once bool
+	// once, when not 0, says its admission looks for its sent marker
+	// (Throttle.Sent), which lasts once.
+	once time.Duration
 	// headers are its task's headers, where it keeps that it is in its
 	// tenant's line (see inLine); nil for a task enqueued without any.
 	headers map[string]string
@@ -60,7 +61,7 @@ type job struct {
 // route finds a notification's policy and provider.
 func (t *Throttle) route(ctx context.Context, id string, n Notification) (job, error) {
 	rs := t.rules()
-	j := job{id: id, n: n, quota: rs.Policies[n.Policy], policy: rs.Settings[n.Policy], weight: max(1, rs.Weights[n.Tenant]), once: t.Sent != nil}
+	j := job{id: id, n: n, quota: rs.Policies[n.Policy], policy: rs.Settings[n.Policy], weight: max(1, rs.Weights[n.Tenant]), once: t.Sent.ttl()}
 	if j.quota == nil && len(j.policy.Calendars) == 0 {
 		return job{}, fmt.Errorf("policy %q is not defined: %w", n.Policy, ErrBadPayload)
 	}
@@ -103,7 +104,7 @@ func (j *job) request() throttle.Request {
 
 // build makes the job's request (see request).
 func (j *job) build() throttle.Request {
-	r := throttle.Request{ID: j.id, CheckDone: j.once}
+	r := throttle.Request{ID: j.id, CheckDone: j.once != 0, DoneIfHeld: j.quota != nil && j.quota.Longest() >= j.once}
 	if j.quota != nil {
 		r.Takes = append(r.Takes, throttle.Take{Rule: j.quota, Subject: j.n.Recipient, Shadow: j.policy.Shadow})
 	}

@@ -36,13 +36,20 @@ func NewSentMarks(lim *throttle.Limiter) *SentMarks {
 	return &SentMarks{lim: lim, TTL: DefaultSentTTL}
 }
 
+// ttl is how long a marker lasts: 0 for no markers (s nil).
+func (s *SentMarks) ttl() time.Duration {
+	switch {
+	case s == nil:
+		return 0
+	case s.TTL <= 0:
+		return DefaultSentTTL
+	}
+	return s.TTL
+}
+
 // Mark records that task id was sent at (the worker's clock, for people).
 func (s *SentMarks) Mark(ctx context.Context, id string, at time.Time) error {
-	ttl := s.TTL
-	if ttl <= 0 {
-		ttl = DefaultSentTTL
-	}
-	if err := s.lim.MarkDone(ctx, id, at, ttl); err != nil {
+	if err := s.lim.MarkDone(ctx, id, at, s.ttl()); err != nil {
 		return fmt.Errorf("jobs: mark %q sent: %w", id, err)
 	}
 	return nil

@@ -183,11 +183,13 @@ end
 
 -- check_task checks every take of a task whose keys start at keys[ki] (a:
 -- its arguments; lead: how far its floor is ahead of now; plain: whether it
--- may go the plain way). It returns what the checks made of it: found (per
--- take, see check_take), denied, delay, binding, window, remaining,
+-- may go the plain way; marker: its done marker, to look for where its
+-- first take finds it held). It returns what the checks made of it: found
+-- (per take, see check_take), denied, delay, binding, window, remaining,
 -- repeated, held, the shadow rule that would have held it back longest
--- (shadow, shadow_u) and k, the index past its keys.
-local function check_task(keys, ki, p, now, a, lead, plain)
+-- (shadow, shadow_u), k, the index past its keys, and done, when its
+-- marker was found (the checks stop there, before any take writes).
+local function check_task(keys, ki, p, now, a, lead, plain, marker)
   local c = {found = {}, denied = false, delay = lead, binding = 0, window = 0, remaining = huge,
     repeated = true, held = false, shadow = 0, shadow_u = 0}
   local span = max(p.maxwait, lead) -- how far after now a take may be stamped
@@ -204,6 +206,10 @@ local function check_task(keys, ki, p, now, a, lead, plain)
     end
     local ok, u, w, left, f
     ok, u, w, left, f, k = check_take(t, keys, k, a.id, now, p, span, c.denied, last)
+    if i == 1 and marker and t.kind == 'q' and f.held and rcall('EXISTS', marker) == 1 then
+      c.done = true -- looked for only now: see 'D' in rules.lua
+      return c
+    end
     c.found[i] = f
     if f.held then c.held = true end
     if not ok then c.denied = true end
@@ -253,15 +259,20 @@ end
 local function admit_task(keys, ki, p, now, a)
   local marker
   if p.done then marker, ki = keys[ki], ki + 1 end
-  if marker and rcall('EXISTS', marker) == 1 then
-    for i = 1, p.n do ki = ki + p[i].nk end
-    return reply(ki, DONE, 0, 0, 0, now, 0, 0, 0)
-  end
+  local done = marker and not p.lazy and rcall('EXISTS', marker) == 1
   local lead = max(0, a.floor - now)
   -- A task that books may still go the plain way only now, from no floor,
   -- before its deadline, holding nothing.
   local plain = not p.book or lead == 0 and (a.deadline == 0 or now <= a.deadline)
-  local c = check_task(keys, ki, p, now, a, lead, plain)
+  local c
+  if not done then
+    c = check_task(keys, ki, p, now, a, lead, plain, p.lazy and marker)
+    done = c.done
+  end
+  if done then
+    for i = 1, p.n do ki = ki + p[i].nk end
+    return reply(ki, DONE, 0, 0, 0, now, 0, 0, 0)
+  end
   local r = settle(keys, ki, p, now, a, c, lead, plain)
   r[9], r[10] = c.shadow, c.shadow_u
   return r

@@ -47,7 +47,11 @@
 -- tenants' expiry sorted set; 'f' -> hash; 'c' -> sorted set; 'h' -> none
 -- (t.nk is a take's number of keys). A plan may start its takes with 'd'
 -- (done): its first key is then the task's done marker, whose existence
--- means the task needs no admission any more (see admit.lua). Then, in a
+-- means the task needs no admission any more (see admit.lua). 'D' looks
+-- for it only where the first take, a quota, finds the task holding its
+-- entry: a task marked done took it, and it lasts as long as the marker
+-- (the caller says so: throttle.Request.DoneIfHeld), so a task that holds
+-- none is not marked, and the most common admission saves the look. Then, in a
 -- plan for book, 'k' (or 'K' for a priority task) says it books; 'k:H'
 -- books at most H µs ahead on its bucket, and gives a task beyond that
 -- horizon a place in line; 'u' after it says work the caller has not seen
@@ -125,8 +129,8 @@ local function parse_plan(s)
   local p, n = {remember = 0, maxwait = 0, horizon = 0, done = false, n = 0}, -2
   for part in gmatch(s, '[^;]+') do
     n = n + 1
-    if part == 'd' and n == 1 and not p.done then -- only first: its key is the task's first
-      p.done, n = true, n - 1
+    if (part == 'd' or part == 'D') and n == 1 and not p.done then -- only first: its key is the task's first
+      p.done, p.lazy, n = true, part == 'D', n - 1
     elseif (sub(part, 1, 1) == 'k' or sub(part, 1, 1) == 'K') and n == 1 and not p.book then
       -- booking (see book.lua); 'K' with priority; ':H' a horizon of H µs
       p.book, p.prio, n = true, sub(part, 1, 1) == 'K', n - 1

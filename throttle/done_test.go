@@ -87,3 +87,42 @@ func TestClusterDoneMarker(t *testing.T) {
 	l, rdb := newCluster(t)
 	doneDance(t, l, rdb, false)
 }
+
+// TestDoneIfHeld: with DoneIfHeld, the marker is looked for only where the
+// first take, a quota, finds the task holding its entry. A task holding
+// its entry and marked is done, changing nothing; a new task makes no look
+// at all (no EXISTS runs), which is why a marker set without an admission
+// (which the caller promises never happens) goes unseen.
+func TestDoneIfHeld(t *testing.T) {
+	l, rdb := newOwnServer(t)
+	q := mustQuota(t, "mkt", Window{2, time.Hour})
+	b := mustBucket(t, "sms", 100, 10)
+	req := func(id string) Request {
+		return Request{ID: id, CheckDone: true, DoneIfHeld: true, Takes: []Take{{Rule: q, Subject: "alice"}, {Rule: b, Subject: "gw"}}}
+	}
+	if err := l.MarkDone(ctx, "unseen", time.Now(), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if d := mustAdmit(t, l, req("unseen")); d.Outcome != Admitted {
+		t.Fatalf("a new task: %+v, want admitted without a look at its marker", d)
+	}
+	if n := commandCalls(t, rdb)["exists"]; n != 0 {
+		t.Errorf("%d EXISTS ran for a task that held nothing, want none", n)
+	}
+	if d := mustAdmit(t, l, req("a")); d.Outcome != Admitted {
+		t.Fatalf("a: %+v, want admitted", d)
+	}
+	if err := l.MarkDone(ctx, "a", time.Now(), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	before := snapshot(t, rdb)
+	if d := mustAdmit(t, l, req("a")); d.Outcome != Done || d.Allowed() {
+		t.Errorf("a, holding its entry and marked: %+v, want done", d)
+	}
+	if after := snapshot(t, rdb); !equalMaps(before, after) {
+		t.Errorf("a done admission changed Redis:\nbefore %v\nafter  %v", before, after)
+	}
+	if n := commandCalls(t, rdb)["exists"]; n != 1 {
+		t.Errorf("%d EXISTS ran, want the one look of a's second admission", n)
+	}
+}

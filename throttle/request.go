@@ -75,6 +75,13 @@ type Request struct {
 	// beside the admission's first call, at no round trip of its own.
 	// Release, Forget and Pause ignore it.
 	CheckDone bool
+	// DoneIfHeld, with CheckDone, looks for the marker only where the
+	// request's first take, a quota, finds the task holding its entry:
+	// the caller says that a marked task holds one, because the quota's
+	// longest window outlasts the marker (a quota entry is written by the
+	// admission that let the task go, and a send follows it). The most
+	// common admission, a new task's, then makes no look. On one node only.
+	DoneIfHeld bool
 
 	book  *Booking // set by Limiter.Book: the request books
 	check bool     // decide only, write nothing (Limiter.Check)

@@ -169,6 +169,15 @@ func (q *Quota) WithMargin(d time.Duration) (*Quota, error) {
 // Name returns the quota's name.
 func (q *Quota) Name() string { return q.name }
 
+// Longest returns its longest window: how long an entry counts.
+func (q *Quota) Longest() time.Duration {
+	var longest time.Duration
+	for _, w := range q.windows {
+		longest = max(longest, w.Per)
+	}
+	return longest
+}
+
 // MaxCost returns the smallest window limit, or MaxQuotaCost if that is less.
 func (q *Quota) MaxCost() int {
 	m := MaxQuotaCost

@@ -146,7 +146,11 @@ func (l *Limiter) appendPlan(keys []any, buf []byte, r Request, g group, h planH
 	buf = strconv.AppendInt(append(buf, ';'), h.maxWait, 10)
 	if h.done != "" {
 		keys = append(keys, h.done)
-		buf = append(buf, ";d"...)
+		if _, quota := r.Takes[0].Rule.(*Quota); quota && r.DoneIfHeld && !r.Takes[0].CountOnly {
+			buf = append(buf, ";D"...)
+		} else {
+			buf = append(buf, ";d"...)
+		}
 	}
 	if b := r.book; b != nil {
 		if b.Priority {
