@@ -255,8 +255,9 @@ func testBookingKill9(t *testing.T, cfg fleetConfig) {
 }
 
 // placesInLine returns the tasks waiting in asynq's retry set for their
-// place in line (past the horizon) and each one's place, as the provider's
-// bucket notes it.
+// place in line (past the horizon) and each one's place: the moment the
+// task comes back for it, its retry score (the task keeps its place: see
+// docs/booking.md).
 func (f *fleet) placesInLine() map[string]time.Time {
 	f.t.Helper()
 	ts, err := f.insp.ListRetryTasks(fleetQueue, asynq.PageSize(1000))
@@ -268,11 +269,7 @@ func (f *fleet) placesInLine() map[string]time.Time {
 		if !strings.HasPrefix(ti.LastErr, "in line for") {
 			continue
 		}
-		place, err := f.rdb.ZScore(context.Background(), placesKey, ti.ID).Result()
-		if err != nil {
-			f.t.Fatalf("place of %s: %v", ti.ID, err)
-		}
-		got[ti.ID] = time.UnixMicro(int64(place))
+		got[ti.ID] = ti.NextProcessAt
 	}
 	return got
 }

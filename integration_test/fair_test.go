@@ -113,12 +113,10 @@ func (f *fleet) fairKeysGone(timeout time.Duration) {
 }
 
 // The provider bucket's tenant records (internal/keyspace): each waiting
-// tenant's line, gate and weight, and when each stops waiting; and the
-// places in line, by task ID.
+// tenant's line, gate and weight, and when each stops waiting.
 const (
 	fairKey    = fleetPrefix + "{" + fleetProvider + "}:b:" + fleetProvider + ":fair"
 	tenantsKey = fleetPrefix + "{" + fleetProvider + "}:b:" + fleetProvider + ":tenants"
-	placesKey  = fleetPrefix + "{" + fleetProvider + "}:b:" + fleetProvider + ":places"
 )
 
 // shareRun is a run of a big sender queued first and a small one enqueued
