@@ -14,9 +14,7 @@ import (
 	"cmp"
 	"errors"
 	"log/slog"
-	"maps"
 	"net/http"
-	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -27,6 +25,7 @@ import (
 
 	"github.com/notify-throttle/throttler/config"
 	"github.com/notify-throttle/throttler/intake"
+	"github.com/notify-throttle/throttler/internal/asynqdb"
 	"github.com/notify-throttle/throttler/jobs"
 	"github.com/notify-throttle/throttler/lifecycle"
 	"github.com/notify-throttle/throttler/throttle"
@@ -97,13 +96,13 @@ type setup struct {
 	cfg    *config.Config
 	keys   []client
 	check  intake.Checker
-	queues []string // where a notification may be: the config's queues, sorted
+	queues []string // where a notification may be: the shards of the config's queues, sorted
 }
 
 // newSetup builds the keys and the checker of cfg.
 func newSetup(cfg *config.Config) (*setup, error) {
 	st := &setup{cfg: cfg, check: intake.Checker{Config: cfg, Name: "the config", KeyPerTenant: true},
-		queues: slices.Sorted(maps.Keys(cfg.Worker.Queues))}
+		queues: asynqdb.Names(asynqdb.Served(cfg.Worker.Queues, cfg.Redis.Shards, nil))}
 	keys, err := clients(cfg, st)
 	if err != nil {
 		return nil, err

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/hibiken/asynq"
 
 	"github.com/notify-throttle/throttler/intake"
+	"github.com/notify-throttle/throttler/internal/asynqdb"
 	"github.com/notify-throttle/throttler/jobs"
 	"github.com/notify-throttle/throttler/lifecycle"
 )
@@ -154,8 +156,15 @@ func (s *Server) viewIn(ctx context.Context, id string, queues []string, c *clie
 }
 
 // task returns asynq's task id from whichever of queues holds it, or nil.
+// It looks first in the shards that id goes to (jobs.AsynqQueue).
 func (s *Server) task(id string, queues []string) (*asynq.TaskInfo, error) {
-	for _, q := range queues {
+	byShard := func(q string) int {
+		if q == asynqdb.ShardOf(asynqdb.BaseQueue(q), id, s.cfg.Redis.Shards) {
+			return 0
+		}
+		return 1
+	}
+	for _, q := range slices.SortedStableFunc(slices.Values(queues), func(a, b string) int { return byShard(a) - byShard(b) }) {
 		info, err := s.insp.GetTaskInfo(q, id)
 		switch {
 		case err == nil:

@@ -59,7 +59,7 @@ func TestFileReaderResumes(t *testing.T) {
 // the mistake alone, not with the "bad notification" jobs wraps it with.
 func TestMessageSaysWhyAlone(t *testing.T) {
 	b := &batchRun{c: &campaign{Campaign: config.Campaign{Name: "c", Policy: "p", Provider: "x", Template: "t", Queue: "default"}},
-		tick: NewTick("c", time.Unix(1_800_000_000, 0))}
+		tick: NewTick("c", time.Unix(1_800_000_000, 0)), r: &Runner{shards: 1}}
 	if _, why := b.message(entry{recipient: "a\xffb@x", line: 1}, nil); why != "recipient: not UTF-8" {
 		t.Errorf("why = %q, want %q", why, "recipient: not UTF-8")
 	}
@@ -72,7 +72,7 @@ func TestMessageSaysWhyAlone(t *testing.T) {
 // an unknown one rejects the entry, saying which.
 func TestMessageTimeZone(t *testing.T) {
 	b := &batchRun{c: &campaign{Campaign: config.Campaign{Name: "c", Policy: "p", Provider: "x", Template: "t", Queue: "default", RecipientTZ: "Asia/Tokyo"}},
-		tick: NewTick("c", time.Unix(1_800_000_000, 0))}
+		tick: NewTick("c", time.Unix(1_800_000_000, 0)), r: &Runner{shards: 1}}
 	for _, tc := range []struct{ tz, want, why string }{
 		{"", "Asia/Tokyo", ""},
 		{"Europe/Paris", "Europe/Paris", ""},
@@ -95,7 +95,7 @@ func TestMessageTimeZone(t *testing.T) {
 func TestMessageTenant(t *testing.T) {
 	for _, tenant := range []string{"growth", ""} {
 		b := &batchRun{c: &campaign{Campaign: config.Campaign{Name: "c", Policy: "p", Provider: "x", Template: "t", Queue: "default", Tenant: tenant}},
-			tick: NewTick("c", time.Unix(1_800_000_000, 0))}
+			tick: NewTick("c", time.Unix(1_800_000_000, 0)), r: &Runner{shards: 1}}
 		msg, why := b.message(entry{recipient: "a@x", line: 1}, nil)
 		if why != "" {
 			t.Fatalf("tenant %q: %s", tenant, why)

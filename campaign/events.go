@@ -18,13 +18,12 @@ const recordWithin = 5 * time.Second
 // events come), where one recorded before would name notifications never
 // enqueued. A failure is logged: the notifications are enqueued.
 func (b *batchRun) accepted(ctx context.Context, a batchArgs) {
-	if len(a.tasks) == 0 {
-		return
-	}
-	events := make([]lifecycle.Event, 0, len(a.tasks)/3)
-	for i := 1; i < len(a.tasks); i += 3 { // recipient, task ID, message
-		events = append(events, lifecycle.Event{Type: lifecycle.Accepted, Message: a.tasks[i].(string), Tenant: b.c.Tenant,
-			Via: lifecycle.ViaCampaign, Campaign: b.tick.String()})
+	var events []lifecycle.Event
+	for _, tasks := range a.tasks {
+		for i := 1; i < len(tasks); i += 3 { // recipient, task ID, message
+			events = append(events, lifecycle.Event{Type: lifecycle.Accepted, Message: tasks[i].(string), Tenant: b.c.Tenant,
+				Via: lifecycle.ViaCampaign, Campaign: b.tick.String()})
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordWithin)
 	defer cancel()

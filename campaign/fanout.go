@@ -8,7 +8,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -25,6 +27,9 @@ var (
 	//go:embed claim.lua
 	claimLua    string
 	claimScript = redis.NewScript(claimLua)
+	//go:embed enqueue.lua
+	enqueueLua    string
+	enqueueScript = redis.NewScript(enqueueLua)
 	//go:embed batch.lua
 	batchLua    string
 	batchScript = redis.NewScript(batchLua)
@@ -129,7 +134,11 @@ func (r *Runner) fanOut(ctx context.Context, c *campaign, tick Tick, mode string
 		}
 		return sum, err
 	}
-	if err := r.rdb.SAdd(ctx, asynqdb.AllQueues, c.Queue).Err(); err != nil {
+	var shards []any
+	for _, q := range r.shardsOf(c.Queue) {
+		shards = append(shards, q)
+	}
+	if err := r.rdb.SAdd(ctx, asynqdb.AllQueues, shards...).Err(); err != nil {
 		return sum, fmt.Errorf("campaign: register queue %s: %w", c.Queue, err)
 	}
 	src, err := openAudience(r.rdb, c.Audience, run.pos, line)
@@ -190,23 +199,17 @@ type prepared struct {
 // batchArgs are batch.lua's ARGV, named: argv puts them in the order its
 // contract lists.
 type batchArgs struct {
-	token      string // this run's lease token
-	leaseMS    int64  // lease TTL
-	from, to   string // positions before and after the batch
-	line       int64  // file lines read up to to
-	read       int    // audience entries in the batch, valid or not
-	invalid    int    // invalid entries in the batch
-	done       string // "1": the batch ends the fan-out; "expired": its send-by passed; else "0"
-	keepS      int64  // TTL of the progress hash and seen set
-	taskPrefix string // asynqdb.TaskKeyPrefix of the queue
-	now        time.Time
-	running    string // the fan-out's member of the queue's running set
-	tasks      []any  // recipient, task ID, task message (asynqdb.Message); repeated
-}
-
-func (a batchArgs) argv() []any {
-	return append([]any{a.token, a.leaseMS, a.from, a.to, a.line, a.read, a.invalid, a.done,
-		a.keepS, a.taskPrefix, a.now.UnixNano(), a.running, a.now.Unix()}, a.tasks...)
+	token    string // this run's lease token
+	leaseMS  int64  // lease TTL
+	from, to string // positions before and after the batch
+	line     int64  // file lines read up to to
+	read     int    // audience entries in the batch, valid or not
+	invalid  int    // invalid entries in the batch
+	done     string // "1": the batch ends the fan-out; "expired": its send-by passed; else "0"
+	keepS    int64  // TTL of the progress hash and seen sets
+	now      time.Time
+	running  string           // the fan-out's member of the queue's running set
+	tasks    map[string][]any // by shard: recipient, task ID, task message (asynqdb.Message); repeated
 }
 
 // produce reads the audience from the run's position and sends the
@@ -252,8 +255,8 @@ func (b *batchRun) prepare(batch []entry, from, to string, line int64, done stri
 		sendBy = &t
 	}
 	a := batchArgs{token: b.token, leaseMS: b.r.opts.Lease.Milliseconds(), from: from, to: to,
-		read: len(batch), done: done, keepS: int64(c.keep() / time.Second), taskPrefix: b.keys.taskPfx,
-		running: runningMember(tick), tasks: make([]any, 0, 3*len(batch))}
+		read: len(batch), done: done, keepS: int64(c.keep() / time.Second),
+		running: runningMember(tick), tasks: map[string][]any{}}
 	for _, e := range batch {
 		line = max(line, e.line)
 		msg, why := b.message(e, sendBy)
@@ -262,18 +265,29 @@ func (b *batchRun) prepare(batch []entry, from, to string, line int64, done stri
 			b.logInvalid(e, why)
 			continue
 		}
-		a.tasks = append(a.tasks, e.recipient, msg.ID, msg.AppendTo(nil))
+		a.tasks[msg.Queue] = append(a.tasks[msg.Queue], e.recipient, msg.ID, msg.AppendTo(nil))
 	}
 	a.line = line
 	return prepared{args: a}
 }
 
-// exec runs batch.lua on p: it enqueues and checkpoints, and returns the
-// fan-out's totals.
+// exec enqueues p in its shards (enqueue.lua) and checkpoints it
+// (batch.lua), and returns the fan-out's totals.
 func (b *batchRun) exec(ctx context.Context, p prepared) (Summary, error) {
 	k, tick, a := b.keys, b.tick, p.args
 	a.now = time.Now()
-	res, err := batchScript.Run(ctx, b.r.rdb, []string{k.progress, k.lease, k.seen, k.pending, k.running}, a.argv()...).Int64Slice()
+	var enqueued, existing int64
+	for _, shard := range slices.Sorted(maps.Keys(a.tasks)) {
+		keys := []string{seenKey(b.r.prefix, shard, tick), asynqdb.PendingKey(shard)}
+		args := append([]any{asynqdb.TaskKeyPrefix(shard), a.now.UnixNano(), a.keepS}, a.tasks[shard]...)
+		res, err := enqueueScript.Run(ctx, b.r.rdb, keys, args...).Int64Slice()
+		if err != nil {
+			return Summary{Tick: tick}, fmt.Errorf("campaign: enqueue batch of %s in %s: %w", tick, shard, err)
+		}
+		enqueued, existing = enqueued+res[0], existing+res[1]
+	}
+	res, err := batchScript.Run(ctx, b.r.rdb, []string{k.progress, k.lease, k.running}, a.token, a.leaseMS, a.from, a.to,
+		a.line, a.read, a.invalid, a.done, a.keepS, a.running, a.now.Unix(), enqueued, existing).Int64Slice()
 	switch {
 	case err != nil && (strings.HasPrefix(err.Error(), "LOST") || strings.HasPrefix(err.Error(), "MOVED")):
 		b.released = true
@@ -286,6 +300,11 @@ func (b *batchRun) exec(ctx context.Context, p prepared) (Summary, error) {
 	b.accepted(ctx, a)
 	if a.done != "0" {
 		b.released = true // the script dropped the lease
+		seen := make([]string, 0, b.r.shards)
+		for _, shard := range b.r.shardsOf(b.c.Queue) {
+			seen = append(seen, seenKey(b.r.prefix, shard, tick))
+		}
+		b.r.forget(ctx, seen) // else they expire after keepS
 	}
 	return Summary{Tick: tick, Read: res[0], Enqueued: res[1], Existing: res[2], Invalid: res[3],
 		Done: a.done != "0", Expired: a.done == "expired"}, nil
@@ -310,7 +329,8 @@ func (b *batchRun) message(e entry, sendBy *time.Time) (asynqdb.Message, string)
 		return asynqdb.Message{}, err.Error()
 	}
 	// jobs.NewTask's options, as asynq's Client would store them.
-	return asynqdb.Message{Type: task.Type(), Payload: task.Payload(), ID: id, Queue: c.Queue, Retry: jobs.DefaultMaxRetry, Headers: task.Headers()}, ""
+	return asynqdb.Message{Type: task.Type(), Payload: task.Payload(), ID: id, Queue: asynqdb.ShardOf(c.Queue, id, b.r.shards),
+		Retry: jobs.DefaultMaxRetry, Headers: task.Headers()}, ""
 }
 
 func (b *batchRun) logInvalid(e entry, why string) {

@@ -81,7 +81,7 @@ func TestFanoutCounts(t *testing.T) {
 		t.Errorf("%d tasks pending after a second run, want 1002", n)
 	}
 	// Nothing is left of the run but its progress.
-	for _, k := range []string{keysOf(r.prefix, "default", tick).lease, keysOf(r.prefix, "default", tick).seen} {
+	for _, k := range []string{keysOf(r.prefix, "default", tick).lease, seenKey(r.prefix, "default", tick)} {
 		if n := rdb.Exists(ctx, k).Val(); n != 0 {
 			t.Errorf("%s still exists", k)
 		}

@@ -37,7 +37,7 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"github.com/notify-throttle/throttler/config"
-	"github.com/notify-throttle/throttler/jobs"
+	"github.com/notify-throttle/throttler/internal/asynqdb"
 	"github.com/notify-throttle/throttler/lifecycle"
 )
 
@@ -83,6 +83,7 @@ type Runner struct {
 	rdb       redis.UniversalClient
 	client    *asynq.Client
 	prefix    string
+	shards    int // of each queue: its campaigns' notifications go to them (jobs.AsynqQueue)
 	campaigns map[string]*campaign
 	names     []string // in config order
 	opts      Options
@@ -129,7 +130,7 @@ func New(cfg *config.Config, rdb redis.UniversalClient, opts Options) (*Runner, 
 		return nil, err
 	}
 	return &Runner{
-		rdb: rdb, client: asynq.NewClientFromRedisClient(rdb), prefix: cfg.Redis.Prefix,
+		rdb: rdb, client: asynq.NewClientFromRedisClient(rdb), prefix: cfg.Redis.Prefix, shards: max(cfg.Redis.Shards, 1),
 		campaigns: cs, names: names, opts: opts, log: opts.Log, resumes: map[Tick]bool{},
 		stop: make(chan struct{}),
 	}, nil
@@ -145,9 +146,9 @@ func campaignsOf(cfg *config.Config) (map[string]*campaign, []string, error) {
 			return nil, nil, fmt.Errorf("campaign %s: schedule %q: %w", cp.Name, cp.Cron, err)
 		}
 		r := cp.Route(cfg)
-		// Queue is the asynq queue from here on: the fan-out writes its
-		// notifications, and keys its state, there.
-		cp.Policy, cp.Provider, cp.Queue = r.Policy, r.Provider, jobs.AsynqQueue(r.Queue)
+		// Queue holds the fan-out's task and keys its state; its
+		// notifications go to its shards (jobs.AsynqQueue).
+		cp.Policy, cp.Provider, cp.Queue = r.Policy, r.Provider, r.Queue
 		cs[cp.Name] = &campaign{Campaign: cp, schedule: s}
 		names = append(names, cp.Name)
 	}
@@ -186,6 +187,27 @@ func (r *Runner) Run(ctx context.Context) error {
 	wg.Wait()
 	r.wg.Wait()
 	return nil
+}
+
+// shardsOf returns the shards of queue, the asynq queues that hold the
+// notifications of its campaigns.
+func (r *Runner) shardsOf(queue string) []string {
+	shards := make([]string, r.shards)
+	for i := range shards {
+		shards[i] = asynqdb.Shard(queue, i, r.shards)
+	}
+	return shards
+}
+
+// forget deletes keys no longer needed, which expire anyway: a failure is
+// only logged.
+func (r *Runner) forget(ctx context.Context, keys []string) {
+	for _, k := range keys {
+		if err := r.rdb.Del(ctx, k).Err(); err != nil {
+			r.log.Warn("campaign: delete a finished fan-out's key (it expires)", "key", k, "err", err)
+			return
+		}
+	}
 }
 
 // queues returns the queues the campaigns enqueue on.

@@ -19,7 +19,6 @@ package config
 import (
 	"cmp"
 	"encoding/json"
-	"maps"
 	"time"
 
 	"github.com/robfig/cron/v3"
@@ -275,10 +274,6 @@ func (c *Config) Route(r Route) Route {
 		Queue:    cmp.Or(r.Queue, c.Defaults.Queue),
 	}
 }
-
-// Queues returns a copy of the queues and their priorities, as
-// asynq.Config.Queues takes them.
-func (c *Config) Queues() map[string]int { return maps.Clone(c.Worker.Queues) }
 
 // Campaign sends one notification per recipient of its audience at every
 // tick of Cron (see package campaign).

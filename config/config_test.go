@@ -153,8 +153,8 @@ func TestParseValid(t *testing.T) {
 			}
 		}},
 		{"queues replace the default", "worker:\n  queues: {bulk: 1}\ndefaults:\n  queue: bulk\n", func(t *testing.T, c *Config) {
-			if want := map[string]int{"bulk": 1}; !reflect.DeepEqual(c.Queues(), want) {
-				t.Errorf("queues = %v, want %v", c.Queues(), want)
+			if want := map[string]int{"bulk": 1}; !reflect.DeepEqual(c.Worker.Queues, want) {
+				t.Errorf("queues = %v, want %v", c.Worker.Queues, want)
 			}
 		}},
 		{"cluster replaces embedded", "redis:\n  cluster: [\"10.0.0.1:7000\", \"10.0.0.2:7000\"]\n", func(t *testing.T, c *Config) {
@@ -342,14 +342,6 @@ func TestBuiltInCode(t *testing.T) {
 	_, _, err := c.Rules()
 	if want := `policies.bad name: quota name "bad name": must be 1-64 of A-Z a-z 0-9 _ . -`; err == nil || err.Error() != want {
 		t.Errorf("Rules() = %v, want %s", err, want)
-	}
-}
-
-func TestQueuesReturnsACopy(t *testing.T) {
-	c := Default()
-	c.Queues()["sneaky"] = 9
-	if _, ok := c.Worker.Queues["sneaky"]; ok {
-		t.Error("Queues() returned the config's own map")
 	}
 }
 

@@ -208,6 +208,7 @@ func (r *Member) loop(ctx context.Context) {
 // hand-over), and sweeps every queue for due tasks.
 func (r *Member) tick(ctx context.Context) {
 	if r.o.DeadAfter > 0 {
+		var all []Handover
 		for _, q := range r.queues {
 			if err := r.beat(ctx, q, "beat"); err != nil && ctx.Err() == nil {
 				r.warn("fleet: a sign of life failed", q, err)
@@ -215,10 +216,13 @@ func (r *Member) tick(ctx context.Context) {
 			if !r.mayReap(q) {
 				continue
 			}
-			if _, err := r.Reap(ctx, q); err != nil && ctx.Err() == nil {
+			hs, err := r.Reap(ctx, q)
+			if err != nil && ctx.Err() == nil {
 				r.warn("fleet: a reap failed", q, err)
 			}
+			all = append(all, hs...)
 		}
+		r.report(all)
 	}
 	r.wake.dueQueues(time.Now()) // the sweep looks at them all
 	r.look(ctx, r.queues, true)
@@ -436,8 +440,9 @@ type Handover struct {
 	Tasks []string
 }
 
-// Reap hands the tasks of queue q's dead workers back to the queue, logs
-// and counts each recovery, and returns what it did.
+// Reap hands the tasks of queue q's dead workers back to the queue, counts
+// each recovery by q's queue (a shard's counts as its queue's: see
+// asynqdb.Shard), and returns what it did.
 func (r *Member) Reap(ctx context.Context, q string) ([]Handover, error) {
 	keys := []string{beatsKey(r.o.Prefix, q), asynqdb.ActiveKey(q), asynqdb.LeaseKey(q), asynqdb.PendingKey(q)}
 	res, err := reapScript.Run(ctx, r.rdb, keys, r.o.DeadAfter.Milliseconds(), asynqdb.TaskKeyPrefix(q),
@@ -450,24 +455,46 @@ func (r *Member) Reap(ctx context.Context, q string) ([]Handover, error) {
 		return nil, err
 	}
 	for _, h := range hs {
+		if m := r.o.Metrics; m != nil && len(h.Tasks) > 0 {
+			m.Recovered.WithLabelValues(asynqdb.BaseQueue(q)).Add(float64(len(h.Tasks)))
+			if h.Worker != "" {
+				m.Handover.Observe(h.Silent.Seconds())
+			}
+		}
+	}
+	return hs, nil
+}
+
+// report logs one tick's recoveries: one line per dead worker (or for the
+// orphans) and queue, however many shards of the queue it held tasks in.
+func (r *Member) report(hs []Handover) {
+	type key struct{ worker, queue string }
+	byKey := map[key]*Handover{}
+	var order []key
+	for _, h := range hs {
 		if len(h.Tasks) == 0 {
 			continue
 		}
-		if m := r.o.Metrics; m != nil {
-			m.Recovered.WithLabelValues(q).Add(float64(len(h.Tasks)))
+		k := key{h.Worker, asynqdb.BaseQueue(h.Queue)}
+		sum := byKey[k]
+		if sum == nil {
+			sum = &Handover{Queue: k.queue, Worker: h.Worker}
+			byKey[k] = sum
+			order = append(order, k)
 		}
+		sum.Silent = max(sum.Silent, h.Silent)
+		sum.Tasks = append(sum.Tasks, h.Tasks...)
+	}
+	for _, k := range order {
+		h := byKey[k]
 		if h.Worker == "" {
-			r.o.Log.Warn("recovered active tasks no worker held", "queue", q, "unextended", h.Silent,
+			r.o.Log.Warn("recovered active tasks no worker held", "queue", h.Queue, "unextended", h.Silent,
 				"tasks", len(h.Tasks), "first", h.Tasks[0], "by", r.o.ID)
 			continue
 		}
-		if m := r.o.Metrics; m != nil {
-			m.Handover.Observe(h.Silent.Seconds())
-		}
-		r.o.Log.Warn("recovered the tasks of a dead worker", "worker", h.Worker, "queue", q,
+		r.o.Log.Warn("recovered the tasks of a dead worker", "worker", h.Worker, "queue", h.Queue,
 			"silent", h.Silent, "tasks", len(h.Tasks), "first", h.Tasks[0], "by", r.o.ID)
 	}
-	return hs, nil
 }
 
 // parseReap reads reap.lua's reply.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/notify-throttle/throttler/address"
 	"github.com/notify-throttle/throttler/config"
+	"github.com/notify-throttle/throttler/internal/asynqdb"
 	"github.com/notify-throttle/throttler/jobs"
 	"github.com/notify-throttle/throttler/lifecycle"
 )
@@ -56,7 +57,7 @@ func (c Checker) Check(e Entry, now time.Time) (Job, error) {
 		TZ:        e.TZ,
 		Tenant:    e.Tenant,
 	}
-	queue := r.Queue // the config's name; enqueued in jobs.AsynqQueue(queue)
+	queue := r.Queue // the config's name; enqueued in one of its shards (jobs.AsynqQueue)
 	if err := CheckKey(e.IdempotencyKey, "idempotency_key"); err != nil {
 		return Job{}, err
 	}
@@ -88,7 +89,8 @@ func (c Checker) Check(e Entry, now time.Time) (Job, error) {
 	if c.KeyPerTenant && e.IdempotencyKey != "" {
 		id = TaskID(n.Tenant, e.IdempotencyKey)
 	}
-	opts := []asynq.Option{asynq.Queue(jobs.AsynqQueue(queue))}
+	shard := asynqdb.ShardOf(queue, id, c.Config.Redis.Shards)
+	opts := []asynq.Option{asynq.Queue(shard)}
 	if e.IdempotencyKey != "" {
 		// asynq forgets a completed task at once, and with it the ID's
 		// conflict: keep keyed tasks so that the key dedupes after delivery.
@@ -105,7 +107,7 @@ func (c Checker) Check(e Entry, now time.Time) (Job, error) {
 	if err != nil {
 		return Job{}, reason(err)
 	}
-	return Job{ID: id, Queue: jobs.AsynqQueue(queue), Task: task, Keyed: e.IdempotencyKey != "", Key: e.IdempotencyKey, Notification: n}, nil
+	return Job{ID: id, Queue: shard, Task: task, Keyed: e.IdempotencyKey != "", Key: e.IdempotencyKey, Notification: n}, nil
 }
 
 // KeyRetention is how long a notification enqueued with an idempotency key

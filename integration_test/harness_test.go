@@ -35,6 +35,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/notify-throttle/throttler/internal/asynqdb"
 	"github.com/notify-throttle/throttler/internal/redisconn"
 	"github.com/notify-throttle/throttler/internal/redistest"
 	"github.com/notify-throttle/throttler/jobs"
@@ -252,6 +253,9 @@ type fleetConfig struct {
 	// ACL, if set, runs the workers and enqueue as the least-privilege user
 	// config.yaml recommends (the test's own reads stay the admin's).
 	ACL bool
+	// Shards, if set, is redis.shards; else the default: 1 on one Redis,
+	// the number of masters on a cluster (see shards).
+	Shards int
 	// Durable runs the fleet's redis-server with appendfsync always
 	// (redistest.StartDurable; a cluster's nodes: StartDurableCluster), for
 	// the tests that kill it.
@@ -355,10 +359,26 @@ func newClusterFleet(t *testing.T, masters, replicas int, cfg fleetConfig, answe
 // redisSection is the config's redis lines (after "redis:"): the url of
 // the fleet's server, or the cluster's master addresses.
 func (f *fleet) redisSection() string {
-	if f.cluster != nil {
-		return fmt.Sprintf("cluster: [%s]", strings.Join(f.cluster.Addrs(), ", "))
+	shards := ""
+	if f.cfg.Shards > 0 {
+		shards = fmt.Sprintf("\n  shards: %d", f.cfg.Shards)
 	}
-	return "url: " + redisURL(f.redis, f.cfg.ACL)
+	if f.cluster != nil {
+		return fmt.Sprintf("cluster: [%s]%s", strings.Join(f.cluster.Addrs(), ", "), shards)
+	}
+	return "url: " + redisURL(f.redis, f.cfg.ACL) + shards
+}
+
+// shards is the number of shards of each queue the fleet's workers serve
+// and its producers fill (redisconn.Shards).
+func (f *fleet) shards() int {
+	switch {
+	case f.cfg.Shards > 0:
+		return f.cfg.Shards
+	case f.cluster != nil:
+		return len(f.cluster.Addrs())
+	}
+	return 1
 }
 
 // writeConfig writes the config of one worker (or of enqueue) and returns
@@ -573,7 +593,7 @@ func (f *fleet) enqueue(client *asynq.Client, key string, n jobs.Notification) s
 		n.Provider = fleetProvider
 	}
 	id := jobs.TaskID(key)
-	task, err := jobs.NewTask(n, id, asynq.Queue(fleetQueue), asynq.Retention(time.Hour))
+	task, err := jobs.NewTask(n, id, asynq.Queue(asynqdb.ShardOf(fleetQueue, id, f.shards())), asynq.Retention(time.Hour))
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -583,17 +603,36 @@ func (f *fleet) enqueue(client *asynq.Client, key string, n jobs.Notification) s
 	return id
 }
 
-// queueState is the queue's counts; zero values when the queue does not exist yet.
+// queueState is the queue's counts, summed over its shards; zero values
+// when the queue does not exist yet.
 func (f *fleet) queueState() asynq.QueueInfo {
 	f.t.Helper()
-	qi, err := f.insp.GetQueueInfo(fleetQueue)
+	queues, err := f.insp.Queues()
 	if err != nil {
-		if strings.Contains(err.Error(), "does not exist") || strings.Contains(err.Error(), "not found") {
-			return asynq.QueueInfo{}
-		}
-		f.t.Fatalf("queue info: %v", err)
+		f.t.Fatalf("queues: %v", err)
 	}
-	return *qi
+	var sum asynq.QueueInfo
+	for _, q := range queues {
+		if asynqdb.BaseQueue(q) != fleetQueue {
+			continue
+		}
+		qi, err := f.insp.GetQueueInfo(q)
+		if err != nil {
+			if strings.Contains(err.Error(), "does not exist") || strings.Contains(err.Error(), "not found") {
+				continue
+			}
+			f.t.Fatalf("queue info: %v", err)
+		}
+		sum.Queue = fleetQueue
+		sum.Pending += qi.Pending
+		sum.Active += qi.Active
+		sum.Scheduled += qi.Scheduled
+		sum.Retry += qi.Retry
+		sum.Archived += qi.Archived
+		sum.Completed += qi.Completed
+		sum.Size += qi.Size
+	}
+	return sum
 }
 
 // waitSettled waits until nothing is pending, active, scheduled or waiting
@@ -614,22 +653,31 @@ func (f *fleet) waitSettled(timeout time.Duration, done func(q asynq.QueueInfo) 
 	}
 }
 
-// archived returns the archived tasks by ID; LastErr is the reason.
+// shardNames are the asynq queues of the fleet's queue: its shards.
+func (f *fleet) shardNames() []string {
+	return asynqdb.Names(asynqdb.Served(map[string]int{fleetQueue: 1}, f.shards(), nil))
+}
+
+// archived returns the archived tasks of every shard by ID; LastErr is the
+// reason.
 func (f *fleet) archived() map[string]*asynq.TaskInfo {
 	f.t.Helper()
 	got := map[string]*asynq.TaskInfo{}
-	for page := 1; ; page++ {
-		ts, err := f.insp.ListArchivedTasks(fleetQueue, asynq.PageSize(500), asynq.Page(page))
-		if err != nil {
-			f.t.Fatalf("list archived: %v", err)
-		}
-		for _, ti := range ts {
-			got[ti.ID] = ti
-		}
-		if len(ts) < 500 {
-			return got
+	for _, q := range f.shardNames() {
+		for page := 1; ; page++ {
+			ts, err := f.insp.ListArchivedTasks(q, asynq.PageSize(500), asynq.Page(page))
+			if err != nil && !strings.Contains(err.Error(), "not found") && !strings.Contains(err.Error(), "does not exist") {
+				f.t.Fatalf("list archived: %v", err)
+			}
+			for _, ti := range ts {
+				got[ti.ID] = ti
+			}
+			if len(ts) < 500 {
+				break
+			}
 		}
 	}
+	return got
 }
 
 // ledger returns the provider bucket's ledger: the task IDs holding one of

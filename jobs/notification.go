@@ -354,12 +354,6 @@ func WholeSecond(t time.Time) time.Time {
 	return at
 }
 
-// AsynqQueue is the asynq queue that holds the notifications a producer
-// puts in queue (a name of the config's worker.queues): the one place
-// where a notification's asynq queue is chosen, by intake (the API,
-// enqueue), the campaigns' fan-out and the demo. Today it is queue itself.
-func AsynqQueue(queue string) string { return queue }
-
 // newHeaders are the headers a task starts with: not in line (LineHeader).
 func newHeaders() map[string]string { return map[string]string{LineHeader: "0"} }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/notify-throttle/throttler/internal/asynqdb"
 	"github.com/notify-throttle/throttler/internal/timefmt"
 	"github.com/notify-throttle/throttler/throttle"
 )
@@ -82,7 +83,7 @@ func (t *Throttle) route(ctx context.Context, id string, n Notification) (job, e
 	// recipient's moment taken and put the digest a window later. Denied
 	// without booking, it leaves no trace and every fold sees one moment.
 	j.book = t.Book && !(j.policy.Digest && t.Digests != nil)
-	j.priority, j.bookAhead = t.PriorityQueues[j.queue], t.BookAhead
+	j.priority, j.bookAhead = t.PriorityQueues[asynqdb.BaseQueue(j.queue)], t.BookAhead
 	retried, _ := asynq.GetRetryCount(ctx) // failures only: deferrals do not count
 	j.tried = retried > 0
 	return j, nil

@@ -30,12 +30,12 @@ func runOne(ctx context.Context, o *options, p process) error {
 		return err
 	}
 	now := time.Now()
-	j, err := c.Check(intake.Entry{
+	e := intake.Entry{
 		Recipient: o.to, Template: o.template, Policy: o.policy, Provider: o.provider,
 		Queue: o.queue, Data: o.data, IdempotencyKey: o.key, SendBy: o.sendBy.time(now), TZ: o.tz,
 		SendAt: o.sendAt.time(now), SendAtLocal: o.sendAtLocal, Tenant: o.tenant,
-	}, now)
-	if err != nil {
+	}
+	if _, err := c.Check(e, now); err != nil { // before connecting: a mistake is told without Redis
 		return err
 	}
 	rdb, closeRedis, err := connect(ctx, c.Config)
@@ -43,6 +43,10 @@ func runOne(ctx context.Context, o *options, p process) error {
 		return err
 	}
 	defer closeRedis()
+	j, err := c.Check(e, now) // again, in the shard of its queue that the workers serve
+	if err != nil {
+		return err
+	}
 	err = newProducer(rdb, c.Config, p.stderr).enqueue(ctx, j)
 	if errors.Is(err, asynq.ErrTaskIDConflict) {
 		fmt.Fprintln(p.stdout, j.ID)
@@ -66,9 +70,18 @@ func loadChecker(o *options, p process) (intake.Checker, error) {
 	return intake.Checker{Config: cfg, Name: o.config}, nil
 }
 
-// connect connects to the config's Redis.
+// connect connects to the config's Redis, and resolves the number of
+// shards of each queue (redisconn.Shards) as the workers do.
 func connect(ctx context.Context, cfg *config.Config) (redis.UniversalClient, func() error, error) {
 	ctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
-	return redisconn.Connect(ctx, cfg.Redis)
+	rdb, closeRedis, err := redisconn.Connect(ctx, cfg.Redis)
+	if err != nil {
+		return nil, nil, err
+	}
+	if cfg.Redis.Shards, err = redisconn.Shards(ctx, cfg.Redis, rdb); err != nil {
+		closeRedis()
+		return nil, nil, err
+	}
+	return rdb, closeRedis, nil
 }

@@ -103,6 +103,9 @@ func runAPIOnly(ctx context.Context, path string, stderr io.Writer) error {
 		return err
 	}
 	defer closeRedis()
+	if cfg.Redis.Shards, err = redisconn.Shards(ctx, cfg.Redis, rdb); err != nil {
+		return err
+	}
 	reg := prometheus.NewRegistry()
 	srv, _, err := startAPI(ctx, cfg, rdb, reg, log, lifecycle.NewRecorder(rdb, eventOptions(cfg, reg, log)))
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/notify-throttle/throttler/config"
+	"github.com/notify-throttle/throttler/internal/asynqdb"
 	"github.com/notify-throttle/throttler/internal/timefmt"
 	"github.com/notify-throttle/throttler/jobs"
 	"github.com/notify-throttle/throttler/throttle"
@@ -167,7 +168,8 @@ func runDemo(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient,
 		for _, r := range demoRecipients {
 			n := jobs.Notification{Recipient: r, Policy: route.Policy, Provider: route.Provider,
 				Template: "weekly-digest", Data: []byte(fmt.Sprintf(`{"n":%d}`, i))}
-			task, err := jobs.NewTask(n, jobs.TaskID(""), asynq.Queue(jobs.AsynqQueue(route.Queue)))
+			id := jobs.TaskID("")
+			task, err := jobs.NewTask(n, id, asynq.Queue(asynqdb.ShardOf(route.Queue, id, cfg.Redis.Shards)))
 			if err != nil {
 				return err
 			}

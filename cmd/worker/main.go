@@ -54,6 +54,7 @@ import (
 	"github.com/notify-throttle/throttler/campaign"
 	"github.com/notify-throttle/throttler/config"
 	"github.com/notify-throttle/throttler/fleet"
+	"github.com/notify-throttle/throttler/internal/asynqdb"
 	"github.com/notify-throttle/throttler/internal/buildinfo"
 	"github.com/notify-throttle/throttler/internal/dashboard"
 	"github.com/notify-throttle/throttler/internal/redisconn"
@@ -219,13 +220,17 @@ func work(ctx context.Context, f *flags, stdout, stderr io.Writer) error {
 	processMetrics(reg)
 	evo := eventOptions(cfg, reg, log)
 	events := lifecycle.NewRecorder(rdb, evo)
-	th, built, rec, err := handlers(cfg, rdb, reg, log, stdout, counts)
+	served, err := servedQueues(ctx, cfg, rdb)
+	if err != nil {
+		return err
+	}
+	th, built, rec, err := handlers(cfg, served, rdb, reg, log, stdout, counts)
 	if err != nil {
 		return err
 	}
 	stopping := make(chan struct{})
 	th.Stopping, th.Events = stopping, events
-	srv := newServer(cfg, rdb, newOutcomes(log), guard.AsynqLogger())
+	srv := newServer(cfg, served, rdb, newOutcomes(log), guard.AsynqLogger())
 	campaigns, err := campaign.New(cfg, rdb, campaign.Options{Log: log, Events: events})
 	if err != nil {
 		return err
@@ -235,8 +240,9 @@ func work(ctx context.Context, f *flags, stdout, stderr io.Writer) error {
 	defer stopFleet()
 	// Waiting work laid at another rate or other weights than the config's
 	// (changed while no worker ran) is re-paced first.
-	repace(ctx, th, rdb, cfg, log)
-	reweigh(ctx, th, rdb, cfg, log)
+	queues := asynqdb.Names(served)
+	repace(ctx, th, rdb, queues, log)
+	reweigh(ctx, th, rdb, queues, log)
 	apiSrv, apiURL, err := startAPI(ctx, cfg, rdb, reg, log, events)
 	if err != nil {
 		return err
@@ -255,9 +261,9 @@ func work(ctx context.Context, f *flags, stdout, stderr io.Writer) error {
 	stopCampaigns := runCampaigns(ctx, campaigns)
 	stopCallbacks := runCallbacks(ctx, rdb, evo)
 	rl := &reloader{path: f.path, running: running, senders: built, th: th, stdout: stdout, stderr: stderr, log: log, counts: counts,
-		reloads: newReloads(reg), rdb: rdb, api: apiSrv}
+		reloads: newReloads(reg), rdb: rdb, api: apiSrv, queues: queues}
 	go rl.run(ctx, hup)
-	log.Info("worker started", "concurrency", cfg.Worker.Concurrency, "queues", cfg.Queues(), "campaigns", len(cfg.Campaigns))
+	log.Info("worker started", "concurrency", cfg.Worker.Concurrency, "queues", served, "campaigns", len(cfg.Campaigns))
 
 	if f.demo > 0 {
 		err = runDemo(ctx, cfg, rdb, f.demo, counts, stdout, apiURL)
@@ -317,6 +323,10 @@ func connect(ctx context.Context, cfg *config.Config, log *slog.Logger) (redis.U
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	if cfg.Redis.Shards, err = redisconn.Shards(ctx, cfg.Redis, rdb); err != nil {
+		closeRedis()
+		return nil, nil, nil, err
+	}
 	if cfg.Redis.IsEmbedded() {
 		log.Warn("EMBEDDED REDIS: an in-process server for trying things out; nothing persists and other workers cannot share it",
 			"addr", cfg.Redis.EmbeddedAddr)
@@ -330,7 +340,7 @@ func connect(ctx context.Context, cfg *config.Config, log *slog.Logger) (redis.U
 // fleet: waking jobs deferred to a moment at that moment, and, unless
 // worker.dead_after is 0, handing a dead worker's tasks to the others
 // (this worker's signs of life, the tasks it holds, the reaper).
-func handlers(cfg *config.Config, rdb redis.UniversalClient, reg *prometheus.Registry, log *slog.Logger,
+func handlers(cfg *config.Config, served map[string]int, rdb redis.UniversalClient, reg *prometheus.Registry, log *slog.Logger,
 	stdout io.Writer, counts *sentCounts) (*jobs.Throttle, senders, *fleet.Member, error) {
 	th, built, err := newThrottle(cfg, rdb, reg, log, stdout, counts)
 	if err != nil {
@@ -343,7 +353,7 @@ func handlers(cfg *config.Config, rdb redis.UniversalClient, reg *prometheus.Reg
 	if deadAfter == 0 {
 		deadAfter = -1 // no hand-over
 	}
-	member := fleet.New(rdb, slices.Sorted(maps.Keys(cfg.Queues())), fleet.Options{DeadAfter: deadAfter,
+	member := fleet.New(rdb, asynqdb.Names(served), fleet.Options{DeadAfter: deadAfter,
 		Lead: fleet.WakeLead(cfg.Worker.PollInterval), Prefix: cfg.Redis.Prefix, Log: log, Metrics: fleet.NewMetrics(reg)})
 	th.Fleet = member
 	return th, built, member, nil
@@ -400,12 +410,24 @@ func startHTTP(ctx context.Context, ln net.Listener, dash http.Handler, cfg *con
 	go serveHTTP(ctx, ln, dash, rdb, reg, log)
 }
 
+// servedQueues returns the asynq queues the worker serves, with their
+// priorities: the shards of the config's queues, and those of another
+// number of shards that asynq knows (jobs.Served), so that a change of
+// redis.shards strands no task.
+func servedQueues(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient) (map[string]int, error) {
+	known, err := rdb.SMembers(ctx, asynqdb.AllQueues).Result()
+	if err != nil {
+		return nil, fmt.Errorf("list asynq's queues: %w", err)
+	}
+	return asynqdb.Served(cfg.Worker.Queues, cfg.Redis.Shards, known), nil
+}
+
 // newServer returns the asynq server of the worker's handlers: outs logs
 // the outcomes the handlers do not, and filters asynq's lines in base.
-func newServer(cfg *config.Config, rdb redis.UniversalClient, outs *outcomes, base asynq.Logger) *asynq.Server {
+func newServer(cfg *config.Config, served map[string]int, rdb redis.UniversalClient, outs *outcomes, base asynq.Logger) *asynq.Server {
 	return asynq.NewServerFromRedisClient(rdb, asynq.Config{
 		Concurrency:              cfg.Worker.Concurrency,
-		Queues:                   cfg.Queues(),
+		Queues:                   served,
 		ShutdownTimeout:          cfg.Worker.ShutdownTimeout,
 		TaskCheckInterval:        cfg.Worker.PollInterval,
 		IsFailure:                jobs.IsFailure,

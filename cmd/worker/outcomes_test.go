@@ -139,7 +139,7 @@ func serve(t *testing.T, cfg *config.Config, rdb redis.UniversalClient, out io.W
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := newServer(cfg, rdb, newOutcomes(log), redisguard.New(log, redisguard.Options{}).AsynqLogger())
+	srv := newServer(cfg, cfg.Worker.Queues, rdb, newOutcomes(log), redisguard.New(log, redisguard.Options{}).AsynqLogger())
 	mux := asynq.NewServeMux()
 	mux.Handle(jobs.TypeNotify, th)
 	mux.Handle(jobs.TypeDigest, th)

@@ -8,7 +8,6 @@ import (
 	"maps"
 	"os"
 	"reflect"
-	"slices"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -119,6 +118,7 @@ type reloader struct {
 	reloads *prometheus.CounterVec
 	rdb     redis.UniversalClient
 	api     *api.Server // the HTTP API, if served: its keys and names reload too
+	queues  []string    // the asynq queues served (servedQueues), for repace and reweigh
 }
 
 // run reloads at every signal on hup until ctx ends.
@@ -165,6 +165,9 @@ func (r *reloader) reload(ctx context.Context) {
 		r.log.Warn(w)
 	}
 	old := r.running.Load()
+	if cfg.Redis.Shards == 0 {
+		cfg.Redis.Shards = old.Redis.Shards // as resolved at the start (redisconn.Shards)
+	}
 	if !reflect.DeepEqual(cfg.Redis, old.Redis) || !reflect.DeepEqual(cfg.Worker, old.Worker) ||
 		!reflect.DeepEqual(cfg.Campaigns, old.Campaigns) || cfg.Defaults != old.Defaults || cfg.Log != old.Log {
 		r.log.Warn("config reload: changes to redis, worker, campaigns, defaults or log take effect at the next start")
@@ -175,9 +178,9 @@ func (r *reloader) reload(ctx context.Context) {
 	r.senders = built
 	r.log.Info("config reloaded", "file", r.path, "policies", len(cfg.Policies), "providers", len(cfg.Providers))
 	r.count(reloadSuccess)
-	repace(ctx, r.th, r.rdb, cfg, r.log)
+	repace(ctx, r.th, r.rdb, r.queues, r.log)
 	if !maps.Equal(cfg.Tenants.Weights, old.Tenants.Weights) {
-		reweigh(ctx, r.th, r.rdb, cfg, r.log)
+		reweigh(ctx, r.th, r.rdb, r.queues, r.log)
 	}
 }
 
@@ -191,8 +194,8 @@ func (r *reloader) count(result string) {
 // repace moves the work waiting on each provider whose rate changed to its
 // new rate (jobs.Throttle.Repace). A failure is logged: the waiting work
 // then goes at its old pace, each task once, and new work at the new one.
-func repace(ctx context.Context, th *jobs.Throttle, rdb redis.UniversalClient, cfg *config.Config, log *slog.Logger) {
-	if _, err := th.Repace(ctx, rdb, slices.Sorted(maps.Keys(cfg.Queues()))); err != nil {
+func repace(ctx context.Context, th *jobs.Throttle, rdb redis.UniversalClient, queues []string, log *slog.Logger) {
+	if _, err := th.Repace(ctx, rdb, queues); err != nil {
 		log.Warn("re-pacing the work waiting on a changed provider failed: it goes at its old pace", "err", err)
 	}
 }
@@ -202,8 +205,8 @@ func repace(ctx context.Context, th *jobs.Throttle, rdb redis.UniversalClient, c
 // after a reload that changed weights. A failure is logged: the work
 // already in line then keeps its old shares, and new work takes the new
 // ones.
-func reweigh(ctx context.Context, th *jobs.Throttle, rdb redis.UniversalClient, cfg *config.Config, log *slog.Logger) {
-	if _, err := th.Reweigh(ctx, rdb, slices.Sorted(maps.Keys(cfg.Queues()))); err != nil {
+func reweigh(ctx context.Context, th *jobs.Throttle, rdb redis.UniversalClient, queues []string, log *slog.Logger) {
+	if _, err := th.Reweigh(ctx, rdb, queues); err != nil {
 		log.Warn("re-pacing the tenants' lines to changed weights failed: the work in line keeps its old shares", "err", err)
 	}
 }

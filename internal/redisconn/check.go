@@ -61,6 +61,9 @@ func (r Config) Check(urlName string, fail func(path, format string, args ...any
 		c.failf("redis.embedded_addr", "must be a loopback host:port such as %s, as the embedded server has no password (got %s)",
 			DefaultEmbeddedAddr, Quote(r.EmbeddedAddr))
 	}
+	if r.Shards < 0 || r.Shards > MaxShards {
+		c.failf("redis.shards", "must be 0 (the default: 1 on one Redis, the number of masters on a cluster) to %d (got %d)", MaxShards, r.Shards)
+	}
 	switch {
 	case r.Prefix == "":
 		c.failf("redis.prefix", "must not be empty")

@@ -41,6 +41,10 @@ type Config struct {
 	EmbeddedAddr string `yaml:"embedded_addr"`
 	// Prefix starts every throttle key; no '{' or '}'.
 	Prefix string `yaml:"prefix"`
+	// Shards is how many asynq queues serve each queue of the config, 0 to
+	// MaxShards; 0: 1 on one Redis, the number of masters on a cluster
+	// (see Shards and jobs.Shard).
+	Shards int `yaml:"shards"`
 }
 
 // TLS says how to connect to Redis over TLS. It has no secrets: keys stay

@@ -1,0 +1,35 @@
+package redisconn
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// MaxShards bounds redis.shards: each shard is an asynq queue that every
+// worker polls.
+const MaxShards = 64
+
+// Shards returns how many shards each queue has (jobs.Shard): r.Shards if
+// set, else 1 on one Redis and the number of masters on a cluster, which
+// spreads a busy queue's work over every master. Producers and workers
+// must agree on it: each process connected to the same cluster counts the
+// same masters.
+func Shards(ctx context.Context, r Config, rdb redis.UniversalClient) (int, error) {
+	cc, ok := rdb.(*redis.ClusterClient)
+	if r.Shards > 0 || !ok {
+		return max(r.Shards, 1), nil
+	}
+	ranges, err := cc.ClusterSlots(ctx).Result()
+	if err != nil {
+		return 0, fmt.Errorf("redis.shards: count the cluster's masters: %w", err)
+	}
+	masters := map[string]bool{}
+	for _, s := range ranges {
+		if len(s.Nodes) > 0 {
+			masters[s.Nodes[0].Addr] = true
+		}
+	}
+	return min(max(len(masters), 1), MaxShards), nil
+}
