@@ -15,9 +15,9 @@ import (
 
 	"github.com/notify-throttle/throttler/campaign"
 	"github.com/notify-throttle/throttler/config"
-	"github.com/notify-throttle/throttler/internal/inspect"
 	"github.com/notify-throttle/throttler/internal/timefmt"
 	"github.com/notify-throttle/throttler/jobs"
+	"github.com/notify-throttle/throttler/throttle"
 )
 
 // Page limits: a list is read limit items at a time.
@@ -81,7 +81,7 @@ type bookingView struct {
 	At   time.Time `json:"at"`
 }
 
-func bookingViews(b []inspect.Booking, loc *time.Location) []bookingView {
+func bookingViews(b []taskAt, loc *time.Location) []bookingView {
 	out := []bookingView{}
 	for _, x := range b {
 		out = append(out, bookingView{Task: x.Task, At: time.UnixMicro(x.At).In(loc)})
@@ -91,25 +91,25 @@ func bookingViews(b []inspect.Booking, loc *time.Location) []bookingView {
 
 func (d *Dashboard) providers(ctx context.Context, r *http.Request, offset, limit int) (page[providerView], error) {
 	l := d.current()
-	st, err := l.in.Providers(ctx, offset, limit, bookingsShown)
+	st, err := l.readProviders(ctx, offset, limit, bookingsShown)
 	if err != nil {
 		return page[providerView]{}, err
 	}
 	var out []providerView
 	for _, p := range st {
 		c := l.cfg.Providers[p.Name]
-		v := providerView{Name: p.Name, Type: c.Type, Rate: p.Rate, Burst: p.Burst, PriorityReserve: c.PriorityReserve, Shadow: c.Shadow, Tokens: math.Round(p.Tokens*1000) / 1000,
+		v := providerView{Name: p.Name, Type: c.Type, Rate: c.Rate, Burst: c.Burst, PriorityReserve: c.PriorityReserve, Shadow: c.Shadow, Tokens: math.Round(p.Tokens*1000) / 1000,
 			BookedAhead: float64(p.Bookings.Ahead) / 1e6, Bookings: p.Bookings.Held, Booked: bookingViews(p.Bookings.Tasks, time.UTC),
-			BinSeconds: inspect.SendBin.Seconds(), Now: p.Now}
+			BinSeconds: sendBin.Seconds(), Now: p.Now}
 		if !p.PausedUntil.IsZero() {
 			v.Paused, v.PausedUntil = true, &p.PausedUntil
 		}
 		for _, n := range p.Sends {
-			v.SendsPerSecond = append(v.SendsPerSecond, float64(n)/inspect.SendBin.Seconds())
+			v.SendsPerSecond = append(v.SendsPerSecond, float64(n)/sendBin.Seconds())
 		}
 		out = append(out, v)
 	}
-	return newPage(out, r, offset, limit, int64(l.in.ProviderCount())), nil
+	return newPage(out, r, offset, limit, int64(len(l.providers))), nil
 }
 
 // policyView is a policy as /throttle/api/policies shows it.
@@ -138,7 +138,7 @@ type windowView struct {
 	PerSeconds float64 `json:"per_seconds"`
 }
 
-func windowViews(ws []inspect.Window) []windowView {
+func windowViews(ws []throttle.Window) []windowView {
 	var out []windowView
 	for _, w := range ws {
 		out = append(out, windowView{Limit: w.Limit, Per: timefmt.Duration(w.Per), PerSeconds: w.Per.Seconds()})
@@ -148,12 +148,11 @@ func windowViews(ws []inspect.Window) []windowView {
 
 func (d *Dashboard) policies(r *http.Request, offset, limit int) page[policyView] {
 	l := d.current()
-	all := l.in.Policies()
 	deferred := d.deferred()
 	var out []policyView
-	for _, p := range all[min(offset, len(all)):min(len(all), offset+limit)] {
-		c := l.cfg.Policies[p.Name]
-		v := policyView{Name: p.Name, Windows: windowViews(p.Windows), OverCap: cmp.Or(c.OverCap, config.OverCapDefer),
+	for _, name := range pageOf(l.policies, offset, limit) {
+		c := l.cfg.Policies[name]
+		v := policyView{Name: name, Windows: windowViews(c.Windows), OverCap: cmp.Or(c.OverCap, config.OverCapDefer),
 			Calendar: []string{}, Quiet: append([]string{}, c.Quiet...), Timezone: cmp.Or(c.TimeZone, "UTC"),
 			CountsToward: append([]string{}, c.CountsToward...), Shadow: c.Shadow}
 		if c.MaxDelay > 0 {
@@ -163,12 +162,12 @@ func (d *Dashboard) policies(r *http.Request, offset, limit int) page[policyView
 			v.Calendar = append(v.Calendar, calendarText(cw))
 		}
 		if deferred != nil {
-			n := deferred[p.Name]
+			n := deferred[name]
 			v.Deferred = &n
 		}
 		out = append(out, v)
 	}
-	return newPage(out, r, offset, limit, int64(len(all)))
+	return newPage(out, r, offset, limit, int64(len(l.policies)))
 }
 
 // deferred returns this worker's deferral counts by policy, or nil: the
@@ -257,7 +256,7 @@ type entryView struct {
 
 func (d *Dashboard) recipient(ctx context.Context, r *http.Request, q lookup, offset, limit int) (recipientView, error) {
 	l, id, loc := d.current(), q.id, q.show
-	st, err := l.in.Recipient(ctx, id, offset, limit, bookingsShown)
+	st, err := l.readRecipient(ctx, id, offset, limit, bookingsShown)
 	if err != nil {
 		return recipientView{}, err
 	}
@@ -280,7 +279,7 @@ func (d *Dashboard) recipient(ctx context.Context, r *http.Request, q lookup, of
 		case p.DecidedBy >= 0:
 			w := p.Windows[p.DecidedBy]
 			rp.DecidedBy = fmt.Sprintf("%d per %s", w.Limit, timefmt.Duration(w.Per))
-		case p.DecidedBy == inspect.Booked:
+		case p.DecidedBy == byBookings:
 			rp.DecidedBy = "the bookings made before it (they go in order)"
 		}
 		var entries []entryView
@@ -328,7 +327,7 @@ func (d *Dashboard) campaigns(ctx context.Context, r *http.Request, offset, limi
 		}
 	}
 	var out []campaignView
-	for i, c := range list[min(offset, len(list)):min(len(list), offset+limit)] {
+	for i, c := range pageOf(list, offset, limit) {
 		v := campaignView{Name: c.Name, Cron: c.Cron, Timezone: c.Timezone}
 		if len(c.Next) > 0 {
 			v.NextTick = &c.Next[0]

@@ -5,14 +5,16 @@
 // (basic auth, a bearer token, or none on a loopback address).
 //
 // Every page and API call reads a bounded number of Redis commands, however
-// many recipients and keys exist (see package inspect), and every list is
-// paginated with offset and limit.
+// many recipients and keys exist (state.go), and every list is paginated
+// with offset and limit.
 package dashboard
 
 import (
 	"context"
 	"crypto/subtle"
+	"maps"
 	"net/http"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -22,7 +24,6 @@ import (
 
 	"github.com/notify-throttle/throttler/campaign"
 	"github.com/notify-throttle/throttler/config"
-	"github.com/notify-throttle/throttler/internal/inspect"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -85,10 +86,12 @@ type Dashboard struct {
 // live is what the views read of the config in effect (Options.Current):
 // made again when a reload replaces it.
 type live struct {
-	cfg     *config.Config
-	in      *inspect.Inspector
-	quotas  map[string]*throttle.Quota
-	buckets map[string]*throttle.Bucket
+	cfg       *config.Config
+	rdb       redis.UniversalClient
+	policies  []string // by name
+	providers []string // by name
+	quotas    map[string]*throttle.Quota
+	buckets   map[string]*throttle.Bucket
 }
 
 // New returns the dashboard of opts.
@@ -128,19 +131,7 @@ func (d *Dashboard) current() *live {
 }
 
 func newLive(rdb redis.UniversalClient, cfg *config.Config) *live {
-	var pols []inspect.Policy
-	for name, p := range cfg.Policies {
-		ip := inspect.Policy{Name: name, Margin: cfg.Worker.WindowMargin}
-		for _, w := range p.Windows {
-			ip.Windows = append(ip.Windows, inspect.Window{Limit: w.Limit, Per: w.Per})
-		}
-		pols = append(pols, ip)
-	}
-	var provs []inspect.Provider
-	for name, p := range cfg.Providers {
-		provs = append(provs, inspect.Provider{Name: name, Rate: p.Rate, Burst: p.Burst})
-	}
-	l := &live{cfg: cfg, in: inspect.New(rdb, cfg.Redis.Prefix, pols, provs)}
+	l := &live{cfg: cfg, rdb: rdb, policies: slices.Sorted(maps.Keys(cfg.Policies)), providers: slices.Sorted(maps.Keys(cfg.Providers))}
 	l.quotas, l.buckets, _ = cfg.Rules() // a loaded config's rules build
 	return l
 }

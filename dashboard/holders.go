@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/notify-throttle/throttler/config"
-	"github.com/notify-throttle/throttler/internal/inspect"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -72,7 +71,7 @@ const checkID = "dashboard:check"
 // that holds it now. Each rule is asked as the worker asks it (one
 // Limiter.Check, which writes nothing), then all together, as an
 // admission would be.
-func (d *Dashboard) holders(ctx context.Context, l *live, q lookup, p inspect.PolicyState, now time.Time, rp *recipientPolicy) error {
+func (d *Dashboard) holders(ctx context.Context, l *live, q lookup, p policyState, now time.Time, rp *recipientPolicy) error {
 	shown := func(t time.Time) *time.Time {
 		t = t.In(q.show)
 		return &t
@@ -137,7 +136,7 @@ func (d *Dashboard) holders(ctx context.Context, l *live, q lookup, p inspect.Po
 			return err
 		}
 	}
-	if p.DecidedBy == inspect.Booked {
+	if p.DecidedBy == byBookings {
 		rp.Rules = append(rp.Rules, ruleView{Kind: "bookings", Rule: "the bookings made before it (they go in order)",
 			Holds: true, Until: shown(p.Next)})
 	}

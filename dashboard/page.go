@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/notify-throttle/throttler/internal/inspect"
+	"github.com/notify-throttle/throttler/internal/keyspace"
 	"github.com/notify-throttle/throttler/internal/timefmt"
 )
 
@@ -50,7 +50,7 @@ func (d *Dashboard) page(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	q := r.URL.Query()
 	data := pageData{Now: time.Now().UTC(), Query: q.Get("recipient"), Zone: q.Get("tz"), Provider: q.Get("provider"),
-		ChartSpan: timefmt.Duration(inspect.SendBin * inspect.SendBins)}
+		ChartSpan: timefmt.Duration(sendBin * keyspace.SentBins)}
 	var err error
 	if data.Providers, err = d.providers(ctx, r, 0, defaultLimit); err != nil {
 		writeError(w, err, false)
