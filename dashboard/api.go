@@ -146,7 +146,7 @@ func windowViews(ws []throttle.Window) []windowView {
 	return out
 }
 
-func (d *Dashboard) policies(r *http.Request, offset, limit int) page[policyView] {
+func (d *Dashboard) policies(_ context.Context, r *http.Request, offset, limit int) (page[policyView], error) {
 	l := d.current()
 	deferred := d.deferred()
 	var out []policyView
@@ -167,7 +167,7 @@ func (d *Dashboard) policies(r *http.Request, offset, limit int) page[policyView
 		}
 		out = append(out, v)
 	}
-	return newPage(out, r, offset, limit, int64(len(l.policies)))
+	return newPage(out, r, offset, limit, int64(len(l.policies))), nil
 }
 
 // deferred returns this worker's deferral counts by policy, or nil: the
@@ -393,46 +393,56 @@ func checkRecipient(id string) error {
 	return nil
 }
 
-func (d *Dashboard) apiProviders(w http.ResponseWriter, r *http.Request) {
-	d.serveJSON(w, r, func(ctx context.Context, offset, limit int) (any, error) { return d.providers(ctx, r, offset, limit) })
+// endpoint is one entry of /throttle/api/.
+type endpoint struct {
+	Path  string `json:"path"`
+	About string `json:"about"`
 }
 
-func (d *Dashboard) apiPolicies(w http.ResponseWriter, r *http.Request) {
-	d.serveJSON(w, r, func(ctx context.Context, offset, limit int) (any, error) { return d.policies(r, offset, limit), nil })
+// endpoints are the API's, as /throttle/api/ lists them.
+var endpoints = []endpoint{
+	{"/throttle/api/providers", "each provider's bucket: rate, burst, tokens now, bookings, pause, sends per second (?offset=, ?limit=)"},
+	{"/throttle/api/policies", "each policy as the running config has it: windows, calendar, quiet hours, over_cap, max_delay, this worker's deferrals"},
+	{"/throttle/api/recipients/{id}", "a recipient's entries per policy and every rule that can hold its next message, with the one that does (?tz=, ?provider=, ?offset=, ?limit=)"},
+	{"/throttle/api/campaigns", "each campaign's schedule, next tick and last fan-out"},
 }
 
-func (d *Dashboard) apiCampaigns(w http.ResponseWriter, r *http.Request) {
-	d.serveJSON(w, r, func(ctx context.Context, offset, limit int) (any, error) { return d.campaigns(ctx, r, offset, limit) })
-}
-
-func (d *Dashboard) apiRecipient(w http.ResponseWriter, r *http.Request) {
-	d.serveJSON(w, r, func(ctx context.Context, offset, limit int) (any, error) {
-		q, err := d.parseLookup(r.PathValue("id"), r.URL.Query())
-		if err != nil {
-			return nil, err
-		}
-		return d.recipient(ctx, r, q, offset, limit)
-	})
-}
-
-// serveJSON answers with what get returns as JSON: 400 for a bad request,
-// 503 when Redis fails.
-func (d *Dashboard) serveJSON(w http.ResponseWriter, r *http.Request, get func(ctx context.Context, offset, limit int) (any, error)) {
-	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
-	defer cancel()
-	offset, limit, err := paging(r.URL.Query())
-	var v any
-	if err == nil {
-		v, err = get(ctx, offset, limit)
-	}
+// lookupRecipient looks recipient id up as r's query says (?tz=,
+// ?provider=, ?offset=, ?limit=).
+func (d *Dashboard) lookupRecipient(ctx context.Context, r *http.Request, id string) (recipientView, error) {
+	q := r.URL.Query()
+	lq, err := d.parseLookup(id, q)
 	if err != nil {
-		writeError(w, err, true)
-		return
+		return recipientView{}, err
 	}
-	w.Header().Set("Content-Type", "application/json")
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(v)
+	offset, limit, err := paging(q)
+	if err != nil {
+		return recipientView{}, err
+	}
+	return d.recipient(ctx, r, lq, offset, limit)
+}
+
+// serveJSON returns the handler that answers with what get returns for the
+// page the query asks for, as JSON: 400 for a bad request, 503 when Redis
+// fails.
+func serveJSON[T any](get func(ctx context.Context, r *http.Request, offset, limit int) (T, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
+		defer cancel()
+		offset, limit, err := paging(r.URL.Query())
+		var v T
+		if err == nil {
+			v, err = get(ctx, r, offset, limit)
+		}
+		if err != nil {
+			writeError(w, err, true)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(v)
+	}
 }
 
 // writeError writes err with its status: 400 for a bad request, 503 else.

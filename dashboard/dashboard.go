@@ -103,12 +103,17 @@ func New(opts Options) *Dashboard {
 	d.lim, _ = throttle.New(opts.Redis, throttle.Options{Prefix: cfg.Redis.Prefix, Remember: cfg.Worker.RememberTakes})
 	d.mux.HandleFunc("GET /throttle", d.page)
 	d.mux.HandleFunc("GET /throttle/{$}", d.page)
-	d.mux.HandleFunc("GET /throttle/api/{$}", d.apiIndex)
-	d.mux.HandleFunc("GET /throttle/api", d.apiIndex)
-	d.mux.HandleFunc("GET /throttle/api/providers", d.apiProviders)
-	d.mux.HandleFunc("GET /throttle/api/policies", d.apiPolicies)
-	d.mux.HandleFunc("GET /throttle/api/recipients/{id}", d.apiRecipient)
-	d.mux.HandleFunc("GET /throttle/api/campaigns", d.apiCampaigns)
+	index := serveJSON(func(context.Context, *http.Request, int, int) (any, error) {
+		return map[string]any{"endpoints": endpoints}, nil
+	})
+	d.mux.Handle("GET /throttle/api/{$}", index)
+	d.mux.Handle("GET /throttle/api", index)
+	d.mux.Handle("GET /throttle/api/providers", serveJSON(d.providers))
+	d.mux.Handle("GET /throttle/api/policies", serveJSON(d.policies))
+	d.mux.Handle("GET /throttle/api/recipients/{id}", serveJSON(func(ctx context.Context, r *http.Request, _, _ int) (recipientView, error) {
+		return d.lookupRecipient(ctx, r, r.PathValue("id"))
+	}))
+	d.mux.Handle("GET /throttle/api/campaigns", serveJSON(d.campaigns))
 	d.mux.Handle("/monitoring/", monitoring(opts.Redis, cfg.Worker.Dashboard.Actions))
 	d.mux.Handle("GET /monitoring", http.RedirectHandler("/monitoring/", http.StatusMovedPermanently))
 	return d

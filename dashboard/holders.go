@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"net/http"
 	"net/url"
 	"time"
 
@@ -223,25 +222,4 @@ func calendarText(c config.Calendar) string {
 		s += " from " + c.WeekStart
 	}
 	return s
-}
-
-// endpoint is one entry of /throttle/api/.
-type endpoint struct {
-	Path  string `json:"path"`
-	About string `json:"about"`
-}
-
-// endpoints are the API's, as /throttle/api/ lists them.
-var endpoints = []endpoint{
-	{"/throttle/api/providers", "each provider's bucket: rate, burst, tokens now, bookings, pause, sends per second (?offset=, ?limit=)"},
-	{"/throttle/api/policies", "each policy as the running config has it: windows, calendar, quiet hours, over_cap, max_delay, this worker's deferrals"},
-	{"/throttle/api/recipients/{id}", "a recipient's entries per policy and every rule that can hold its next message, with the one that does (?tz=, ?provider=, ?offset=, ?limit=)"},
-	{"/throttle/api/campaigns", "each campaign's schedule, next tick and last fan-out"},
-}
-
-// apiIndex lists the API's endpoints.
-func (d *Dashboard) apiIndex(w http.ResponseWriter, r *http.Request) {
-	d.serveJSON(w, r, func(context.Context, int, int) (any, error) {
-		return map[string]any{"endpoints": endpoints}, nil
-	})
 }

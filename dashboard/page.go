@@ -56,7 +56,7 @@ func (d *Dashboard) page(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err, false)
 		return
 	}
-	data.Policies = d.policies(r, 0, defaultLimit)
+	data.Policies, _ = d.policies(ctx, r, 0, defaultLimit) // reads no Redis: no error
 	if data.Campaigns, err = d.campaigns(ctx, r, 0, defaultLimit); err != nil {
 		writeError(w, err, false)
 		return
@@ -66,7 +66,7 @@ func (d *Dashboard) page(w http.ResponseWriter, r *http.Request) {
 	}
 	status := http.StatusOK
 	if q.Has("recipient") {
-		rv, err := d.lookup(ctx, r)
+		rv, err := d.lookupRecipient(ctx, r, q.Get("recipient"))
 		var br badRequest
 		switch {
 		case errors.As(err, &br):
@@ -83,19 +83,6 @@ func (d *Dashboard) page(w http.ResponseWriter, r *http.Request) {
 	if err := pageTmpl.Execute(w, data); err != nil {
 		fmt.Fprintf(w, "<p>template: %s</p>", template.HTMLEscapeString(err.Error()))
 	}
-}
-
-func (d *Dashboard) lookup(ctx context.Context, r *http.Request) (recipientView, error) {
-	q := r.URL.Query()
-	lq, err := d.parseLookup(q.Get("recipient"), q)
-	if err != nil {
-		return recipientView{}, err
-	}
-	offset, limit, err := paging(q)
-	if err != nil {
-		return recipientView{}, err
-	}
-	return d.recipient(ctx, r, lq, offset, limit)
 }
 
 // when shows a moment to the second with its zone's offset.
