@@ -56,7 +56,7 @@ func (r *Runner) schedule(ctx context.Context, c *campaign) {
 func (r *Runner) fire(ctx context.Context, c *campaign, tick Tick) bool {
 	deadline := tick.Time().Add(max(c.CatchUp, time.Minute))
 	for wait := 250 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
-		first, err := r.enqueue(ctx, c, tick)
+		first, err := enqueueTick(ctx, r.client, c, tick)
 		if err == nil {
 			if first {
 				r.log.Info("campaign tick fired", "campaign", c.Name, "tick", tick.Time(), "task", tick.TaskID())
@@ -83,12 +83,9 @@ func (r *Runner) fire(ctx context.Context, c *campaign, tick Tick) bool {
 	}
 }
 
-// enqueue enqueues tick's fan-out task and reports whether this call did,
-// false when the task was there already (another worker fired the tick).
-func (r *Runner) enqueue(ctx context.Context, c *campaign, tick Tick) (bool, error) {
-	return enqueueTick(ctx, r.client, c, tick)
-}
-
+// enqueueTick enqueues tick's fan-out task and reports whether this call
+// did, false when the task was there already (another worker fired the
+// tick).
 func enqueueTick(ctx context.Context, client *asynq.Client, c *campaign, tick Tick) (bool, error) {
 	task := asynq.NewTask(TypeFanout, tick.payload(),
 		asynq.TaskID(tick.TaskID()), asynq.Queue(c.Queue), asynq.Retention(c.keep()),
