@@ -70,8 +70,7 @@ type Runner struct {
 	opts      Options
 	log       *slog.Logger
 
-	mu      sync.Mutex
-	resumes map[Tick]bool // takeovers running in this process
+	resumes sync.Map // Tick: the takeovers running in this process
 	wg      sync.WaitGroup
 	stop    chan struct{} // closed when Run returns: fan-outs stop too
 	stopped sync.Once
@@ -112,8 +111,7 @@ func New(cfg *config.Config, rdb redis.UniversalClient, opts Options) (*Runner, 
 	}
 	return &Runner{
 		rdb: rdb, client: asynq.NewClientFromRedisClient(rdb), prefix: cfg.Redis.Prefix,
-		campaigns: cs, names: names, opts: opts, log: opts.Log, resumes: map[Tick]bool{},
-		stop: make(chan struct{}),
+		campaigns: cs, names: names, opts: opts, log: opts.Log, stop: make(chan struct{}),
 	}, nil
 }
 
@@ -151,19 +149,10 @@ func (r *Runner) Run(ctx context.Context) error {
 	}()
 	var wg sync.WaitGroup
 	for _, name := range r.names {
-		c := r.campaigns[name]
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r.schedule(ctx, c)
-		}()
+		wg.Go(func() { r.schedule(ctx, r.campaigns[name]) })
 	}
 	if len(r.names) > 0 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r.watch(ctx)
-		}()
+		wg.Go(func() { r.watch(ctx) })
 	}
 	wg.Wait()
 	r.wg.Wait()

@@ -201,36 +201,19 @@ func (r *Runner) resumeAbandoned(ctx context.Context) {
 				continue // another config's campaign: its workers watch it
 			}
 			held, err := r.rdb.Exists(ctx, keysOf(r.prefix, q, tick).lease).Result()
-			if err != nil || held == 1 || !r.startResume(tick) {
+			if err != nil || held == 1 {
 				continue
 			}
-			r.wg.Add(1)
-			go func() {
-				defer r.wg.Done()
-				defer r.endResume(tick)
+			if _, running := r.resumes.LoadOrStore(tick, true); running {
+				continue // this process resumes it already
+			}
+			r.wg.Go(func() {
+				defer r.resumes.Delete(tick)
 				r.log.Info("campaign fan-out abandoned by its worker: resuming", "campaign", tick.Campaign, "tick", tick.Time())
 				if _, err := r.fanOut(ctx, c, tick, "resume"); err != nil && !errors.Is(err, errLeaseLost) && ctx.Err() == nil {
 					r.log.Warn("campaign fan-out resume failed; it will be tried again", "campaign", tick.Campaign, "tick", tick.Time(), "err", err)
 				}
-			}()
+			})
 		}
 	}
-}
-
-// startResume reports whether this process may resume tick now: not while
-// it resumes it already.
-func (r *Runner) startResume(tick Tick) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.resumes[tick] {
-		return false
-	}
-	r.resumes[tick] = true
-	return true
-}
-
-func (r *Runner) endResume(tick Tick) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	delete(r.resumes, tick)
 }
