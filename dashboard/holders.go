@@ -104,14 +104,12 @@ func (d *Dashboard) holders(ctx context.Context, l *live, q lookup, p policyStat
 	}
 	add := func(kind, name string, shadow bool, t throttle.Take) error {
 		v := ruleView{Kind: kind, Rule: name, Shadow: shadow}
-		if d.lim != nil {
-			dec, err := d.lim.Check(ctx, throttle.Request{ID: checkID, Takes: []throttle.Take{t}})
-			if err != nil {
-				return err
-			}
-			if !dec.Allowed() {
-				v.Holds, v.Until = true, shown(dec.At())
-			}
+		dec, err := d.lim.Check(ctx, throttle.Request{ID: checkID, Takes: []throttle.Take{t}})
+		if err != nil {
+			return err
+		}
+		if !dec.Allowed() {
+			v.Holds, v.Until = true, shown(dec.At())
 		}
 		if !shadow {
 			takes, index = append(takes, t), append(index, len(rp.Rules))
@@ -191,7 +189,7 @@ func (d *Dashboard) heldBy(ctx context.Context, takes []throttle.Take, index []i
 			held = &rules[i]
 		}
 	}
-	if len(takes) == 0 || d.lim == nil {
+	if len(takes) == 0 {
 		return held, nil
 	}
 	dec, err := d.lim.Check(ctx, throttle.Request{ID: checkID, Takes: takes})

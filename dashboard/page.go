@@ -23,8 +23,8 @@ var pageTmpl = template.Must(template.New("page").Funcs(template.FuncMap{
 	"seconds":  seconds,
 	"tokens":   func(f float64) string { return strconv.FormatFloat(f, 'f', 2, 64) },
 	"chart":    chart,
-	"deferred": func(p *float64) string { return countOrDash(p) },
-	"frees":    func(t *time.Time) string { return whenPtr(t) },
+	"deferred": countOrDash,
+	"frees":    whenPtr,
 }).Parse(pageHTML))
 
 // pageData is what page.html shows.
