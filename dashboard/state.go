@@ -13,11 +13,9 @@ import (
 	"github.com/notify-throttle/throttler/throttle"
 )
 
-// The reads behind the views only read, and each costs a bounded number of
-// Redis commands however many recipients and keys exist: no keyspace scan,
-// every list a page at a time. Times are Redis TIME on the node that holds
-// the keys read, as the engine's decisions are; on a cluster each subject's
-// keys are read on their own node.
+// The reads behind the views only read, at a bounded number of Redis
+// commands however many recipients and keys exist, with the times of Redis
+// TIME on each subject's node: docs/design.md#the-dashboard.
 
 // sendBin is the width of a provider's sends-per-second bins, of which
 // keyspace.SentBins end now.
