@@ -270,17 +270,10 @@ func (d *Dashboard) recipient(ctx context.Context, r *http.Request, q lookup, of
 	v := recipientView{Recipient: id, Zone: loc.String(), Now: st.Now.In(loc), Bookings: st.Bookings.Held,
 		Ahead: float64(st.Bookings.Ahead) / 1e6, Booked: bookingViews(st.Bookings.Tasks, loc), Policies: []recipientPolicy{}}
 	for _, p := range st.Policies {
-		rp := recipientPolicy{Policy: p.Name, Next: p.Next.In(loc), NextIn: p.Next.Sub(st.Now).Seconds()}
+		rp := recipientPolicy{Policy: p.Name} // holders says what holds it, and until when
 		wv := windowViews(p.Windows)
 		for i := range wv {
 			rp.Windows = append(rp.Windows, recipientWindow{windowView: wv[i], Used: p.Used[i], Booked: p.Ahead, Frees: at(p.Frees[i])})
-		}
-		switch {
-		case p.DecidedBy >= 0:
-			w := p.Windows[p.DecidedBy]
-			rp.DecidedBy = fmt.Sprintf("%d per %s", w.Limit, timefmt.Duration(w.Per))
-		case p.DecidedBy == byBookings:
-			rp.DecidedBy = "the bookings made before it (they go in order)"
 		}
 		var entries []entryView
 		for _, e := range p.Entries {
