@@ -18,17 +18,15 @@
 -- ARGV[3] -> TTL of the seen set, s
 -- ARGV[4...] -> recipient, task ID, task message; repeated
 --
--- Returns {enqueued, already there}.
-local enqueued, existing = 0, 0
+-- Returns the IDs of the tasks it enqueued; the others were there.
+local enqueued = {}
 for i = 4, #ARGV, 3 do
   local task = ARGV[1] .. ARGV[i + 1]
-  if redis.call("SADD", KEYS[1], ARGV[i]) == 0 or redis.call("EXISTS", task) == 1 then
-    existing = existing + 1
-  else
+  if redis.call("SADD", KEYS[1], ARGV[i]) == 1 and redis.call("EXISTS", task) == 0 then
     redis.call("HSET", task, "msg", ARGV[i + 2], "state", "pending", "pending_since", ARGV[2])
     redis.call("LPUSH", KEYS[2], ARGV[i + 1])
-    enqueued = enqueued + 1
+    enqueued[#enqueued + 1] = ARGV[i + 1]
   end
 end
 redis.call("EXPIRE", KEYS[1], ARGV[3])
-return {enqueued, existing}
+return enqueued

@@ -10,20 +10,21 @@ import (
 // recordWithin bounds the recording of a batch's accepted events.
 const recordWithin = 5 * time.Second
 
-// accepted records the accepted event of each notification of a batch
-// batch.lua enqueued, in one round trip. A recipient that was already
-// there (a line repeated, a fan-out resumed) gets the same event, which
-// its history holds already. Recorded after the batch: a worker that dies
+// accepted records the accepted event of each notification ids that a
+// batch enqueued (enqueue.lua), in one round trip; one that was already
+// there (a line repeated, a fan-out resumed) has its event already.
+// Recorded after the batch: a worker that dies
 // between the two leaves those notifications without it (their other
 // events come), where one recorded before would name notifications never
 // enqueued. A failure is logged: the notifications are enqueued.
-func (b *batchRun) accepted(ctx context.Context, a batchArgs) {
-	var events []lifecycle.Event
-	for _, tasks := range a.tasks {
-		for i := 1; i < len(tasks); i += 3 { // recipient, task ID, message
-			events = append(events, lifecycle.Event{Type: lifecycle.Accepted, Message: tasks[i].(string), Tenant: b.c.Tenant,
-				Via: lifecycle.ViaCampaign, Campaign: b.tick.String()})
-		}
+func (b *batchRun) accepted(ctx context.Context, ids []string) {
+	if len(ids) == 0 {
+		return
+	}
+	events := make([]lifecycle.Event, len(ids))
+	for i, id := range ids {
+		events[i] = lifecycle.Event{Type: lifecycle.Accepted, Message: id, Tenant: b.c.Tenant,
+			Via: lifecycle.ViaCampaign, Campaign: b.tick.String()}
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordWithin)
 	defer cancel()

@@ -276,18 +276,19 @@ func (b *batchRun) prepare(batch []entry, from, to string, line int64, done stri
 func (b *batchRun) exec(ctx context.Context, p prepared) (Summary, error) {
 	k, tick, a := b.keys, b.tick, p.args
 	a.now = time.Now()
-	var enqueued, existing int64
+	var enqueued []string
+	existing := 0
 	for _, shard := range slices.Sorted(maps.Keys(a.tasks)) {
 		keys := []string{seenKey(b.r.prefix, shard, tick), asynqdb.PendingKey(shard)}
 		args := append([]any{asynqdb.TaskKeyPrefix(shard), a.now.UnixNano(), a.keepS}, a.tasks[shard]...)
-		res, err := enqueueScript.Run(ctx, b.r.rdb, keys, args...).Int64Slice()
+		ids, err := enqueueScript.Run(ctx, b.r.rdb, keys, args...).StringSlice()
 		if err != nil {
 			return Summary{Tick: tick}, fmt.Errorf("campaign: enqueue batch of %s in %s: %w", tick, shard, err)
 		}
-		enqueued, existing = enqueued+res[0], existing+res[1]
+		enqueued, existing = append(enqueued, ids...), existing+len(a.tasks[shard])/3-len(ids)
 	}
 	res, err := batchScript.Run(ctx, b.r.rdb, []string{k.progress, k.lease, k.running}, a.token, a.leaseMS, a.from, a.to,
-		a.line, a.read, a.invalid, a.done, a.keepS, a.running, a.now.Unix(), enqueued, existing).Int64Slice()
+		a.line, a.read, a.invalid, a.done, a.keepS, a.running, a.now.Unix(), len(enqueued), existing).Int64Slice()
 	switch {
 	case err != nil && (strings.HasPrefix(err.Error(), "LOST") || strings.HasPrefix(err.Error(), "MOVED")):
 		b.released = true
@@ -297,7 +298,7 @@ func (b *batchRun) exec(ctx context.Context, p prepared) (Summary, error) {
 		return Summary{Tick: tick}, fmt.Errorf("campaign: enqueue batch of %s: %w", tick, err)
 	}
 	b.pos, b.line = a.to, a.line
-	b.accepted(ctx, a)
+	b.accepted(ctx, enqueued)
 	if a.done != "0" {
 		b.released = true // the script dropped the lease
 		seen := make([]string, 0, b.r.shards)
@@ -372,20 +373,31 @@ func (r *Runner) Progress(ctx context.Context, tick Tick) (Summary, error) {
 	if c == nil {
 		return Summary{}, fmt.Errorf("campaign: %w: %q", ErrUnknown, tick.Campaign)
 	}
-	k := keysOf(r.prefix, c.Queue, tick)
-	var all *redis.MapStringStringCmd
-	var holder *redis.StringCmd
+	var read func() (Summary, bool)
 	_, err := r.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		all, holder = p.HGetAll(ctx, k.progress), p.Get(ctx, k.lease)
+		read = readProgress(ctx, p, keysOf(r.prefix, c.Queue, tick), tick)
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return Summary{}, err
 	}
-	m := all.Val()
-	n := func(k string) int64 { v, _ := strconv.ParseInt(m[k], 10, 64); return v }
-	return Summary{Tick: tick, Read: n("read"), Enqueued: n("enqueued"), Existing: n("existing"), Invalid: n("invalid"),
-		Done: m["done"] == "1", Expired: m["expired"] == "1", Holder: holder.Val()}, nil
+	s, _ := read()
+	return s, nil
+}
+
+// readProgress queues on p the reads of tick's recorded progress and lease;
+// the function it returns gives them as a Summary once p has run, and
+// reports whether any progress was recorded.
+func readProgress(ctx context.Context, p redis.Pipeliner, k tickKeys, tick Tick) func() (Summary, bool) {
+	counts := p.HMGet(ctx, k.progress, "read", "enqueued", "existing", "invalid", "done", "expired")
+	holder := p.Get(ctx, k.lease)
+	return func() (Summary, bool) {
+		v := counts.Val()
+		s := func(j int) string { x, _ := v[j].(string); return x }
+		n := func(j int) int64 { x, _ := strconv.ParseInt(s(j), 10, 64); return x }
+		return Summary{Tick: tick, Read: n(0), Enqueued: n(1), Existing: n(2), Invalid: n(3),
+			Done: s(4) == "1", Expired: s(5) == "1", Holder: holder.Val()}, v[0] != nil
+	}
 }
 
 func runningMember(t Tick) string { return t.Campaign + ":" + strconv.FormatInt(t.Unix, 10) }

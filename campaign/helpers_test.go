@@ -120,5 +120,5 @@ func recentTick(name string) Tick { return NewTick(name, time.Now().Add(-time.Mi
 // twin returns another Runner of r's campaigns, as another worker would run.
 func twin(r *Runner) *Runner {
 	return &Runner{rdb: r.rdb, client: r.client, prefix: r.prefix, shards: r.shards, campaigns: r.campaigns, names: r.names,
-		opts: r.opts, log: r.log, resumes: map[Tick]bool{}, stop: make(chan struct{})}
+		opts: r.opts, log: r.log, stop: make(chan struct{})}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -28,40 +27,30 @@ func (r *Runner) Latest(ctx context.Context) ([]Summary, error) {
 		return nil, fmt.Errorf("campaign: latest ticks: %w", err)
 	}
 	out := make([]Summary, len(r.names))
-	fields := []string{"read", "enqueued", "existing", "invalid", "done", "expired"}
-	progress := make([]*redis.SliceCmd, len(r.names))
-	holders := make([]*redis.StringCmd, len(r.names))
+	reads := make([]func() (Summary, bool), len(r.names))
 	tasks := make([]*redis.IntCmd, len(r.names))
 	_, err = r.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, name := range r.names {
 			if scores[i].Err() != nil {
 				continue // never fired
 			}
-			out[i].Tick = Tick{Campaign: name, Unix: int64(scores[i].Val())}
-			k := keysOf(r.prefix, r.campaigns[name].Queue, out[i].Tick)
-			progress[i] = p.HMGet(ctx, k.progress, fields...)
-			holders[i] = p.Get(ctx, k.lease)
-			tasks[i] = p.Exists(ctx, k.taskPfx+out[i].Tick.TaskID())
+			tick := Tick{Campaign: name, Unix: int64(scores[i].Val())}
+			k := keysOf(r.prefix, r.campaigns[name].Queue, tick)
+			reads[i] = readProgress(ctx, p, k, tick)
+			tasks[i] = p.Exists(ctx, k.taskPfx+tick.TaskID())
 		}
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("campaign: latest progress: %w", err)
 	}
-	for i := range out {
-		if progress[i] == nil {
+	for i, read := range reads {
+		if read == nil {
 			continue
 		}
-		v := progress[i].Val()
-		if tasks[i].Val() == 0 && v[0] == nil {
-			out[i] = Summary{} // not a tick that fanned out
-			continue
+		if s, recorded := read(); recorded || tasks[i].Val() == 1 { // else not a tick that fanned out
+			out[i] = s
 		}
-		s := func(j int) string { x, _ := v[j].(string); return x }
-		n := func(j int) int64 { x, _ := strconv.ParseInt(s(j), 10, 64); return x }
-		out[i].Read, out[i].Enqueued, out[i].Existing, out[i].Invalid = n(0), n(1), n(2), n(3)
-		out[i].Done, out[i].Expired = s(4) == "1", s(5) == "1"
-		out[i].Holder = holders[i].Val()
 	}
 	return out, nil
 }

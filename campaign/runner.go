@@ -1,27 +1,9 @@
 // Package campaign runs the campaigns of the config: at every tick of a
 // campaign's cron schedule, one notification per recipient of its audience,
-// enqueued exactly once across a fleet of workers.
-//
-// Every worker runs a Runner: a scheduler per campaign, the handler of the
-// fan-out tasks, and a watch over unfinished fan-outs. There is no leader.
-//
-//   - At a tick every worker enqueues the tick's fan-out task, whose ID is
-//     derived from the campaign and the tick (Tick.TaskID); all but one get
-//     asynq.ErrTaskIDConflict. The task is kept after it completes (asynq
-//     Retention) so a late worker still conflicts.
-//   - The fan-out streams the audience, a file or a Redis set, and enqueues
-//     a batch of notifications per round trip, IDs derived from campaign,
-//     tick and recipient. One script enqueues a batch and checkpoints the
-//     progress together, under a lease that one run at a time holds.
-//   - A fan-out whose worker died (its lease expired) is resumed from its
-//     checkpoint by whichever worker sees it first.
-//   - A worker that starts after ticks were missed, all workers being
-//     down, fires the latest of them if it is within the campaign's
-//     catch_up, and logs the others as skipped.
-//
-// Notifications are ordinary notify tasks with a send-by (tick +
-// send_by_window): the throttle (jobs.Throttle) defers or expires them like any
-// other, so a campaign never over-sends a recipient.
+// enqueued exactly once across a fleet of workers, with no leader. Every
+// worker runs a Runner: a scheduler per campaign, the handler of the
+// fan-out tasks (ProcessTask), and a watch that resumes fan-outs whose
+// worker died. How exactly-once per tick works: docs/design.md#campaigns.
 package campaign
 
 import (
@@ -89,8 +71,7 @@ type Runner struct {
 	opts      Options
 	log       *slog.Logger
 
-	mu      sync.Mutex
-	resumes map[Tick]bool // takeovers running in this process
+	resumes sync.Map // Tick: the takeovers running in this process
 	wg      sync.WaitGroup
 	stop    chan struct{} // closed when Run returns: fan-outs stop too
 	stopped sync.Once
@@ -131,8 +112,7 @@ func New(cfg *config.Config, rdb redis.UniversalClient, opts Options) (*Runner, 
 	}
 	return &Runner{
 		rdb: rdb, client: asynq.NewClientFromRedisClient(rdb), prefix: cfg.Redis.Prefix, shards: max(cfg.Redis.Shards, 1),
-		campaigns: cs, names: names, opts: opts, log: opts.Log, resumes: map[Tick]bool{},
-		stop: make(chan struct{}),
+		campaigns: cs, names: names, opts: opts, log: opts.Log, stop: make(chan struct{}),
 	}, nil
 }
 
@@ -170,19 +150,10 @@ func (r *Runner) Run(ctx context.Context) error {
 	}()
 	var wg sync.WaitGroup
 	for _, name := range r.names {
-		c := r.campaigns[name]
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r.schedule(ctx, c)
-		}()
+		wg.Go(func() { r.schedule(ctx, r.campaigns[name]) })
 	}
 	if len(r.names) > 0 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r.watch(ctx)
-		}()
+		wg.Go(func() { r.watch(ctx) })
 	}
 	wg.Wait()
 	r.wg.Wait()

@@ -56,7 +56,7 @@ func (r *Runner) schedule(ctx context.Context, c *campaign) {
 func (r *Runner) fire(ctx context.Context, c *campaign, tick Tick) bool {
 	deadline := tick.Time().Add(max(c.CatchUp, time.Minute))
 	for wait := 250 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
-		first, err := r.enqueue(ctx, c, tick)
+		first, err := enqueueTick(ctx, r.client, c, tick)
 		if err == nil {
 			if first {
 				r.log.Info("campaign tick fired", "campaign", c.Name, "tick", tick.Time(), "task", tick.TaskID())
@@ -83,12 +83,9 @@ func (r *Runner) fire(ctx context.Context, c *campaign, tick Tick) bool {
 	}
 }
 
-// enqueue enqueues tick's fan-out task and reports whether this call did,
-// false when the task was there already (another worker fired the tick).
-func (r *Runner) enqueue(ctx context.Context, c *campaign, tick Tick) (bool, error) {
-	return enqueueTick(ctx, r.client, c, tick)
-}
-
+// enqueueTick enqueues tick's fan-out task and reports whether this call
+// did, false when the task was there already (another worker fired the
+// tick).
 func enqueueTick(ctx context.Context, client *asynq.Client, c *campaign, tick Tick) (bool, error) {
 	task := asynq.NewTask(TypeFanout, tick.payload(),
 		asynq.TaskID(tick.TaskID()), asynq.Queue(c.Queue), asynq.Retention(c.keep()),
@@ -204,36 +201,19 @@ func (r *Runner) resumeAbandoned(ctx context.Context) {
 				continue // another config's campaign: its workers watch it
 			}
 			held, err := r.rdb.Exists(ctx, keysOf(r.prefix, q, tick).lease).Result()
-			if err != nil || held == 1 || !r.startResume(tick) {
+			if err != nil || held == 1 {
 				continue
 			}
-			r.wg.Add(1)
-			go func() {
-				defer r.wg.Done()
-				defer r.endResume(tick)
+			if _, running := r.resumes.LoadOrStore(tick, true); running {
+				continue // this process resumes it already
+			}
+			r.wg.Go(func() {
+				defer r.resumes.Delete(tick)
 				r.log.Info("campaign fan-out abandoned by its worker: resuming", "campaign", tick.Campaign, "tick", tick.Time())
 				if _, err := r.fanOut(ctx, c, tick, "resume"); err != nil && !errors.Is(err, errLeaseLost) && ctx.Err() == nil {
 					r.log.Warn("campaign fan-out resume failed; it will be tried again", "campaign", tick.Campaign, "tick", tick.Time(), "err", err)
 				}
-			}()
+			})
 		}
 	}
-}
-
-// startResume reports whether this process may resume tick now: not while
-// it resumes it already.
-func (r *Runner) startResume(tick Tick) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.resumes[tick] {
-		return false
-	}
-	r.resumes[tick] = true
-	return true
-}
-
-func (r *Runner) endResume(tick Tick) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	delete(r.resumes, tick)
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -34,10 +35,6 @@ func runCampaigns(_ context.Context, o *options, p process) error {
 	w := tabwriter.NewWriter(p.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "CAMPAIGN\tSCHEDULE\tZONE\tAUDIENCE\tQUEUE\tNEXT")
 	for _, e := range entries {
-		zone := e.Timezone
-		if zone == "" {
-			zone = "UTC"
-		}
 		next := make([]string, len(e.Next))
 		for i, t := range e.Next {
 			next[i] = t.Format(time.RFC3339)
@@ -45,7 +42,7 @@ func runCampaigns(_ context.Context, o *options, p process) error {
 		if len(next) == 0 {
 			next = []string{"never"}
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", e.Name, e.Cron, zone, e.Audience, e.Queue, strings.Join(next, ", "))
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", e.Name, e.Cron, cmp.Or(e.Timezone, "UTC"), e.Audience, e.Queue, strings.Join(next, ", "))
 	}
 	return w.Flush()
 }

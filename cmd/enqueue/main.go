@@ -1,22 +1,9 @@
 // Command enqueue puts notification jobs on the queue for the workers: one
-// from flags, or one per line of a JSONL file or stdin. Each notification is
-// checked against the config (its policy, provider and queue must be defined
-// there; the config's defaults fill what it leaves out) before anything is
-// enqueued.
-//
-// Usage (make release names the binary throttler-enqueue; go build and go
-// install name it after this directory, enqueue):
-//
-//	enqueue [-config config.yaml] -to RECIPIENT -template NAME [-policy P] [-provider P]
-//	        [-data '{"k":"v"}'] [-queue Q] [-key IDEMPOTENCY_KEY] [-send-by TIME|DURATION] [-tz ZONE]
-//	        [-send-at TIME|DURATION | -send-at-local HH:MM] [-tenant NAME]
-//	enqueue [-config config.yaml] -file notifications.jsonl   (-file - reads stdin)
-//	enqueue [-config config.yaml] -campaigns
-//	enqueue [-config config.yaml] -trigger CAMPAIGN
-//
-// The exit status is 0 when everything was enqueued (duplicates included), 1
-// when a notification was rejected or an error stopped it, 2 for a mistake on
-// the command line.
+// from flags, or one per line of a JSONL file or stdin, each checked against
+// the config before anything is enqueued. It also lists and fires campaigns
+// and lists and lifts suppressions. Its usage is what -h prints (usage,
+// below); docs/design.md#enqueueing-notifications describes it. make release
+// names the binary throttler-enqueue; go build names it enqueue.
 package main
 
 import (

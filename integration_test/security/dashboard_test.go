@@ -16,7 +16,7 @@ import (
 
 	"github.com/notify-throttle/throttler/campaign"
 	"github.com/notify-throttle/throttler/config"
-	"github.com/notify-throttle/throttler/internal/dashboard"
+	"github.com/notify-throttle/throttler/dashboard"
 	"github.com/notify-throttle/throttler/internal/redistest"
 	"github.com/notify-throttle/throttler/throttle"
 )

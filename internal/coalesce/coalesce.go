@@ -1,24 +1,12 @@
 // Package coalesce lets the single commands that a worker's concurrent
 // handlers send on the hot path (the admission's function call, recovery's
-// record of a task taken) share round trips to Redis.
-//
-// Each of those is one small command a handler waits for. Sent one at a
-// time, each costs a write and a read on both sides of the connection, and
-// where nothing is throttled those system calls, not the commands, are most
-// of what the throttler adds to a bare asynq worker. Through the client's
-// blocking auto-pipeliner the commands that handlers send while a batch is
-// in flight go together in the next one: a handler alone still gets its
-// answer in one round trip (no wait to gather a batch), and under load many
-// handlers share each.
-//
-// Every command sent this way is idempotent (an admission is idempotent by
-// task ID; SADD is), so the pipeliner's retry of a batch that failed part
-// way cannot do harm. The done marker's SET is not sent this way: written
-// after a send, it must keep trying while Redis is down and land as soon as
-// Redis is back (jobs' outage.go), and through the pipeliner a SET sent
-// into an outage hung past Redis's return (TestRedisOutageLosesNothing lost
-// the results of 8 tasks), where the plain client's dial error lets the
-// caller's loop wait the outage out.
+// record of a task taken) share round trips to Redis: where nothing is
+// throttled, the system calls of a round trip per command, not the
+// commands, are most of what the throttler adds to a bare asynq worker.
+// How, and why the done marker's SET does not go this way:
+// docs/design.md#how-the-lua-runs. Every command sent this way is
+// idempotent (an admission by task ID; SADD), so the pipeliner's retry of a
+// batch that failed part way cannot do harm.
 package coalesce
 
 import (

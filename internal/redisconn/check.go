@@ -1,6 +1,7 @@
 package redisconn
 
 import (
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -145,7 +146,7 @@ func (c checker) tlsSettings() {
 		c.failf("redis.tls.insecure_skip_verify", "cannot be used with redis.tls.ca_file or server_name, which it would ignore")
 	}
 	if t.CAFile != "" {
-		if _, msg := readCAFile(t.CAFile); msg != "" {
+		if msg := AppendCAFile(x509.NewCertPool(), t.CAFile); msg != "" {
 			c.failf("redis.tls.ca_file", "%s", msg)
 		}
 	}

@@ -163,40 +163,6 @@ func (r Config) LoginPassword() (string, error) {
 	return pw, nil
 }
 
-// CAs returns the certificates of CAFile, or nil for the system's.
-func (t TLS) CAs() (*x509.CertPool, error) {
-	if t.CAFile == "" {
-		return nil, nil
-	}
-	pool, msg := readCAFile(t.CAFile)
-	if msg != "" {
-		return nil, fmt.Errorf("config: redis.tls.ca_file: %s", msg)
-	}
-	return pool, nil
-}
-
-// ClientCertificates returns the client certificate of CertFile and
-// KeyFile, or none.
-func (t TLS) ClientCertificates() ([]tls.Certificate, error) {
-	if t.CertFile == "" && t.KeyFile == "" {
-		return nil, nil
-	}
-	cert, msg := readKeyPair(t.CertFile, t.KeyFile)
-	if msg != "" {
-		return nil, fmt.Errorf("config: redis.tls.cert_file: %s", msg)
-	}
-	return []tls.Certificate{cert}, nil
-}
-
-// readCAFile returns the certificates of a PEM file, or what is wrong.
-func readCAFile(path string) (*x509.CertPool, string) {
-	pool := x509.NewCertPool()
-	if msg := AppendCAFile(pool, path); msg != "" {
-		return nil, msg
-	}
-	return pool, ""
-}
-
 // AppendCAFile adds the certificates of the PEM file at path (a ca_file)
 // to pool, or says what is wrong: "" if nothing.
 func AppendCAFile(pool *x509.CertPool, path string) string {

@@ -27,14 +27,12 @@ func startEmbedded(addr string) (*embedded, error) {
 		return nil, fmt.Errorf("config: start embedded redis on %s: %w", addr, err)
 	}
 	e := &embedded{srv: srv, stop: make(chan struct{})}
-	e.done.Add(1)
-	go e.tick()
+	e.done.Go(e.tick)
 	return e, nil
 }
 
 // tick counts the TTLs down by the time that passed, until stopped.
 func (e *embedded) tick() {
-	defer e.done.Done()
 	t := time.NewTicker(ttlTick)
 	defer t.Stop()
 	last := time.Now()

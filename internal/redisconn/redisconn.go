@@ -114,14 +114,18 @@ func Serve(ctx context.Context, r Config) (rdb redis.UniversalClient, close func
 func tlsConfig(t TLS, base *tls.Config) (*tls.Config, error) {
 	c := base.Clone()
 	c.MinVersion = max(c.MinVersion, tls.VersionTLS12)
-	var err error
 	if t.CAFile != "" {
-		if c.RootCAs, err = t.CAs(); err != nil {
-			return nil, err
+		c.RootCAs = x509.NewCertPool()
+		if msg := AppendCAFile(c.RootCAs, t.CAFile); msg != "" {
+			return nil, fmt.Errorf("config: redis.tls.ca_file: %s", msg)
 		}
 	}
-	if c.Certificates, err = t.ClientCertificates(); err != nil {
-		return nil, err
+	if t.CertFile != "" || t.KeyFile != "" {
+		cert, msg := readKeyPair(t.CertFile, t.KeyFile)
+		if msg != "" {
+			return nil, fmt.Errorf("config: redis.tls.cert_file: %s", msg)
+		}
+		c.Certificates = []tls.Certificate{cert}
 	}
 	if t.ServerName != "" {
 		c.ServerName = t.ServerName

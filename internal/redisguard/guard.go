@@ -75,7 +75,7 @@ func New(log *slog.Logger, opts Options) *Guard {
 
 // Install adds g as a hook to rdb and returns rdb.
 func (g *Guard) Install(rdb redis.UniversalClient) redis.UniversalClient {
-	rdb.AddHook(g)
+	rdb.AddHook(Observer(g.observe))
 	return rdb
 }
 
@@ -110,24 +110,29 @@ func (g *Guard) Down() bool {
 	return g.down
 }
 
-// DialHook passes dials through: the call that needed the connection is
-// what the Guard judges, after go-redis's own retries.
-func (g *Guard) DialHook(next redis.DialHook) redis.DialHook { return next }
+// Observer is a go-redis hook that hands the outcome of every call, a
+// command or a pipeline, to the function after the call. Dials pass
+// through: the call that needed the connection is what is judged, after
+// go-redis's own retries.
+type Observer func(ctx context.Context, err error)
 
-// ProcessHook delays a command that could not reach Redis.
-func (g *Guard) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+// DialHook passes dials through.
+func (f Observer) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+// ProcessHook hands f a command's outcome.
+func (f Observer) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
-		g.observe(ctx, err)
+		f(ctx, err)
 		return err
 	}
 }
 
-// ProcessPipelineHook delays a pipeline (or transaction) that could not reach Redis.
-func (g *Guard) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+// ProcessPipelineHook hands f a pipeline's (or transaction's) outcome.
+func (f Observer) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		err := next(ctx, cmds)
-		g.observe(ctx, err)
+		f(ctx, err)
 		return err
 	}
 }

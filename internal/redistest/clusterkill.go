@@ -54,7 +54,7 @@ func (c *Cluster) Rejoin(t TB, s *Server) {
 }
 
 // waitLive is waitOK for a cluster with nodes down: it checks the nodes
-// that answer only, against the slot map with no failed replica listed.
+// that answer only, against the slot map without them.
 func (c *Cluster) waitLive(ctx context.Context) error {
 	var live []*Server
 	for _, n := range c.nodes() {
@@ -62,23 +62,7 @@ func (c *Cluster) waitLive(ctx context.Context) error {
 			live = append(live, n)
 		}
 	}
-	return c.waitNodes(ctx, live, c.liveShards())
-}
-
-// liveShards is wantShards without the replicas that do not answer:
-// CLUSTER SLOTS does not list a failed node.
-func (c *Cluster) liveShards() []shard {
-	want := c.wantShards()
-	for i := range want {
-		var replicas []string
-		for _, r := range c.Replicas[i*c.perMaster : (i+1)*c.perMaster] {
-			if r.answers() {
-				replicas = append(replicas, r.Addr)
-			}
-		}
-		want[i] = newShard(want[i].lo, want[i].hi, want[i].master, replicas)
-	}
-	return want
+	return c.waitNodes(ctx, live, c.wantShards((*Server).answers))
 }
 
 // answers reports whether the server runs and is not frozen.

@@ -22,7 +22,7 @@ type shard struct {
 // slot map, and every node has the expected role and, for replicas, an up
 // master link.
 func (c *Cluster) waitOK(ctx context.Context) error {
-	return c.waitNodes(ctx, c.nodes(), c.wantShards())
+	return c.waitNodes(ctx, c.nodes(), c.wantShards(func(*Server) bool { return true }))
 }
 
 // waitNodes waits until every one of nodes reports cluster_state:ok and the
@@ -96,13 +96,14 @@ func (c *Cluster) wantMaster(n *Server) *Server {
 	return nil
 }
 
-// wantShards returns the slot map the layout implies.
-func (c *Cluster) wantShards() []shard {
+// wantShards returns the slot map the layout implies, with the replicas
+// listed that pass listed: CLUSTER SLOTS does not list a failed node.
+func (c *Cluster) wantShards(listed func(*Server) bool) []shard {
 	want := make([]shard, len(c.Masters))
 	for i, m := range c.Masters {
 		var replicas []string
-		if c.perMaster > 0 {
-			for _, r := range c.Replicas[i*c.perMaster : (i+1)*c.perMaster] {
+		for _, r := range c.Replicas[i*c.perMaster : (i+1)*c.perMaster] {
+			if listed(r) {
 				replicas = append(replicas, r.Addr)
 			}
 		}

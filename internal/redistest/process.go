@@ -1,11 +1,10 @@
 package redistest
 
 import (
-	"bufio"
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -15,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 const (
@@ -104,8 +105,10 @@ func waitReady(addr, conf string, a access, p *proc) error {
 	return fmt.Errorf("redistest: redis-server on %s: no PING answer within %v: %w", addr, readyTimeout, err)
 }
 
-// probe sends PING and checks, via INFO server, that the server answering on
-// addr was started with our config file (and so is not someone else's).
+// probe checks, with INFO server, that the server answering on addr was
+// started with our config file (and so is not someone else's). It dials
+// itself: go-redis logs every failed dial, and the server is polled before
+// it listens.
 func probe(addr, conf string, a access) error {
 	d := &net.Dialer{Timeout: probeTimeout}
 	var conn net.Conn
@@ -118,24 +121,11 @@ func probe(addr, conf string, a access) error {
 	if err != nil {
 		return fmt.Errorf("dial %s: %w", addr, err)
 	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(5 * probeTimeout))
-	r := bufio.NewReader(conn)
-	auth := []string{"AUTH", a.password}
-	if a.user != "" {
-		auth = []string{"AUTH", a.user, a.password}
-	}
-	if a.password != "" {
-		if _, err := roundTrip(conn, r, auth...); err != nil {
-			return err
-		}
-	}
-	if pong, err := roundTrip(conn, r, "PING"); err != nil {
-		return err
-	} else if pong != "PONG" {
-		return fmt.Errorf("unexpected PING reply %q", pong)
-	}
-	info, err := roundTrip(conn, r, "INFO", "server")
+	c := redis.NewClient(&redis.Options{Username: a.user, Password: a.password, ReadTimeout: 5 * probeTimeout,
+		MaxRetries: -1, PoolSize: 1, DisableIdentity: true,
+		Dialer: func(context.Context, string, string) (net.Conn, error) { return conn, nil }})
+	defer c.Close()
+	info, err := c.Info(context.Background(), "server").Result()
 	if err != nil {
 		return err
 	}
@@ -143,45 +133,6 @@ func probe(addr, conf string, a access) error {
 		return errWrongServer
 	}
 	return nil
-}
-
-// roundTrip sends one command and reads a simple, error or bulk string reply.
-func roundTrip(w io.Writer, r *bufio.Reader, args ...string) (string, error) {
-	var b strings.Builder
-	fmt.Fprintf(&b, "*%d\r\n", len(args))
-	for _, a := range args {
-		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
-	}
-	if _, err := io.WriteString(w, b.String()); err != nil {
-		return "", fmt.Errorf("write %s: %w", args[0], err)
-	}
-	line, err := r.ReadString('\n')
-	if err != nil {
-		return "", fmt.Errorf("read %s reply: %w", args[0], err)
-	}
-	line = strings.TrimRight(line, "\r\n")
-	switch {
-	case strings.HasPrefix(line, "+"):
-		return line[1:], nil
-	case strings.HasPrefix(line, "$"):
-		return readBulk(r, line[1:])
-	case strings.HasPrefix(line, "-"):
-		return "", fmt.Errorf("%s: %s", args[0], line[1:])
-	}
-	return "", fmt.Errorf("unexpected %s reply %q", args[0], line)
-}
-
-// readBulk reads the body of a bulk string of the given length.
-func readBulk(r *bufio.Reader, length string) (string, error) {
-	n, err := strconv.Atoi(length)
-	if err != nil || n < 0 {
-		return "", fmt.Errorf("bad bulk length %q", length)
-	}
-	buf := make([]byte, n+2)
-	if _, err := io.ReadFull(r, buf); err != nil {
-		return "", fmt.Errorf("read bulk reply: %w", err)
-	}
-	return string(buf[:n]), nil
 }
 
 // writeConfig writes the redis.conf for one server: the settings every

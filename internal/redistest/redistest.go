@@ -24,8 +24,6 @@ const (
 	stopTimeout   = 5 * time.Second
 	startAttempts = 5
 	pollInterval  = 20 * time.Millisecond
-
-	notFoundMsg = "redistest: redis-server not found in PATH; install it (Debian/Ubuntu: apt-get install redis-server)"
 )
 
 // TB is the subset of testing.TB the helpers need, so benchmarks and
@@ -51,7 +49,7 @@ func Binary() (string, error) {
 			return p, nil
 		}
 	}
-	return "", errors.New(notFoundMsg)
+	return "", errors.New("redistest: redis-server not found in PATH; install it (Debian/Ubuntu: apt-get install redis-server)")
 }
 
 // Server is one redis-server process on a loopback port.
@@ -70,7 +68,7 @@ type Server struct {
 	id     string // cluster node ID; empty for standalone servers
 
 	mu     sync.Mutex // guards proc and frozen; held while stopping so Stop waits
-	proc   *proc      // running process, nil when stopped
+	proc   *proc      // nil when stopped
 	frozen bool       // stopped with SIGSTOP (Freeze) until Thaw
 }
 
@@ -110,7 +108,7 @@ func start(t TB, cluster bool, sec *security) *Server {
 	}
 	t.Cleanup(s.Stop)
 	if err := s.startFresh(cluster); err != nil {
-		t.Fatalf("%v\n%s", err, s.logTail())
+		t.Fatalf("%v\n%s", err, logTail(s.Dir, tailLines))
 		return nil
 	}
 	return s
@@ -153,7 +151,7 @@ func (s *Server) launch() (portTaken bool, err error) {
 		return false, nil
 	}
 	s.Kill()
-	taken := errors.Is(err, errWrongServer) || strings.Contains(s.logTail(), "Address already in use")
+	taken := errors.Is(err, errWrongServer) || strings.Contains(logTail(s.Dir, tailLines), "Address already in use")
 	return taken, err
 }
 
@@ -212,7 +210,7 @@ func (s *Server) Restart(t TB) {
 	t.Helper()
 	s.Stop()
 	if _, err := s.launch(); err != nil {
-		t.Fatalf("%v\n%s", err, s.logTail())
+		t.Fatalf("%v\n%s", err, logTail(s.Dir, tailLines))
 	}
 }
 
@@ -229,11 +227,6 @@ func (s *Server) Running() bool {
 	default:
 		return true
 	}
-}
-
-// logTail returns the last lines of the server's log and captured output.
-func (s *Server) logTail() string {
-	return logTail(s.Dir, tailLines)
 }
 
 // passwordFrom returns the value of the last "requirepass" directive.

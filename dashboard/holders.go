@@ -4,12 +4,10 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"net/http"
 	"net/url"
 	"time"
 
 	"github.com/notify-throttle/throttler/config"
-	"github.com/notify-throttle/throttler/internal/inspect"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -72,7 +70,7 @@ const checkID = "dashboard:check"
 // that holds it now. Each rule is asked as the worker asks it (one
 // Limiter.Check, which writes nothing), then all together, as an
 // admission would be.
-func (d *Dashboard) holders(ctx context.Context, l *live, q lookup, p inspect.PolicyState, now time.Time, rp *recipientPolicy) error {
+func (d *Dashboard) holders(ctx context.Context, l *live, q lookup, p policyState, now time.Time, rp *recipientPolicy) error {
 	shown := func(t time.Time) *time.Time {
 		t = t.In(q.show)
 		return &t
@@ -106,14 +104,12 @@ func (d *Dashboard) holders(ctx context.Context, l *live, q lookup, p inspect.Po
 	}
 	add := func(kind, name string, shadow bool, t throttle.Take) error {
 		v := ruleView{Kind: kind, Rule: name, Shadow: shadow}
-		if d.lim != nil {
-			dec, err := d.lim.Check(ctx, throttle.Request{ID: checkID, Takes: []throttle.Take{t}})
-			if err != nil {
-				return err
-			}
-			if !dec.Allowed() {
-				v.Holds, v.Until = true, shown(dec.At())
-			}
+		dec, err := d.lim.Check(ctx, throttle.Request{ID: checkID, Takes: []throttle.Take{t}})
+		if err != nil {
+			return err
+		}
+		if !dec.Allowed() {
+			v.Holds, v.Until = true, shown(dec.At())
 		}
 		if !shadow {
 			takes, index = append(takes, t), append(index, len(rp.Rules))
@@ -137,7 +133,7 @@ func (d *Dashboard) holders(ctx context.Context, l *live, q lookup, p inspect.Po
 			return err
 		}
 	}
-	if p.DecidedBy == inspect.Booked {
+	if p.DecidedBy == byBookings {
 		rp.Rules = append(rp.Rules, ruleView{Kind: "bookings", Rule: "the bookings made before it (they go in order)",
 			Holds: true, Until: shown(p.Next)})
 	}
@@ -193,7 +189,7 @@ func (d *Dashboard) heldBy(ctx context.Context, takes []throttle.Take, index []i
 			held = &rules[i]
 		}
 	}
-	if len(takes) == 0 || d.lim == nil {
+	if len(takes) == 0 {
 		return held, nil
 	}
 	dec, err := d.lim.Check(ctx, throttle.Request{ID: checkID, Takes: takes})
@@ -224,25 +220,4 @@ func calendarText(c config.Calendar) string {
 		s += " from " + c.WeekStart
 	}
 	return s
-}
-
-// endpoint is one entry of /throttle/api/.
-type endpoint struct {
-	Path  string `json:"path"`
-	About string `json:"about"`
-}
-
-// endpoints are the API's, as /throttle/api/ lists them.
-var endpoints = []endpoint{
-	{"/throttle/api/providers", "each provider's bucket: rate, burst, tokens now, bookings, pause, sends per second (?offset=, ?limit=)"},
-	{"/throttle/api/policies", "each policy as the running config has it: windows, calendar, quiet hours, over_cap, max_delay, this worker's deferrals"},
-	{"/throttle/api/recipients/{id}", "a recipient's entries per policy and every rule that can hold its next message, with the one that does (?tz=, ?provider=, ?offset=, ?limit=)"},
-	{"/throttle/api/campaigns", "each campaign's schedule, next tick and last fan-out"},
-}
-
-// apiIndex lists the API's endpoints.
-func (d *Dashboard) apiIndex(w http.ResponseWriter, r *http.Request) {
-	d.serveJSON(w, r, func(context.Context, int, int) (any, error) {
-		return map[string]any{"endpoints": endpoints}, nil
-	})
 }

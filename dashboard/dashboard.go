@@ -5,14 +5,16 @@
 // (basic auth, a bearer token, or none on a loopback address).
 //
 // Every page and API call reads a bounded number of Redis commands, however
-// many recipients and keys exist (see package inspect), and every list is
-// paginated with offset and limit.
+// many recipients and keys exist (state.go), and every list is paginated
+// with offset and limit.
 package dashboard
 
 import (
 	"context"
 	"crypto/subtle"
+	"maps"
 	"net/http"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -22,7 +24,6 @@ import (
 
 	"github.com/notify-throttle/throttler/campaign"
 	"github.com/notify-throttle/throttler/config"
-	"github.com/notify-throttle/throttler/internal/inspect"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -85,10 +86,12 @@ type Dashboard struct {
 // live is what the views read of the config in effect (Options.Current):
 // made again when a reload replaces it.
 type live struct {
-	cfg     *config.Config
-	in      *inspect.Inspector
-	quotas  map[string]*throttle.Quota
-	buckets map[string]*throttle.Bucket
+	cfg       *config.Config
+	rdb       redis.UniversalClient
+	policies  []string // by name
+	providers []string // by name
+	quotas    map[string]*throttle.Quota
+	buckets   map[string]*throttle.Bucket
 }
 
 // New returns the dashboard of opts.
@@ -100,12 +103,17 @@ func New(opts Options) *Dashboard {
 	d.lim, _ = throttle.New(opts.Redis, throttle.Options{Prefix: cfg.Redis.Prefix, Remember: cfg.Worker.RememberTakes})
 	d.mux.HandleFunc("GET /throttle", d.page)
 	d.mux.HandleFunc("GET /throttle/{$}", d.page)
-	d.mux.HandleFunc("GET /throttle/api/{$}", d.apiIndex)
-	d.mux.HandleFunc("GET /throttle/api", d.apiIndex)
-	d.mux.HandleFunc("GET /throttle/api/providers", d.apiProviders)
-	d.mux.HandleFunc("GET /throttle/api/policies", d.apiPolicies)
-	d.mux.HandleFunc("GET /throttle/api/recipients/{id}", d.apiRecipient)
-	d.mux.HandleFunc("GET /throttle/api/campaigns", d.apiCampaigns)
+	index := serveJSON(func(context.Context, *http.Request, int, int) (any, error) {
+		return map[string]any{"endpoints": endpoints}, nil
+	})
+	d.mux.Handle("GET /throttle/api/{$}", index)
+	d.mux.Handle("GET /throttle/api", index)
+	d.mux.Handle("GET /throttle/api/providers", serveJSON(d.providers))
+	d.mux.Handle("GET /throttle/api/policies", serveJSON(d.policies))
+	d.mux.Handle("GET /throttle/api/recipients/{id}", serveJSON(func(ctx context.Context, r *http.Request, _, _ int) (recipientView, error) {
+		return d.lookupRecipient(ctx, r, r.PathValue("id"))
+	}))
+	d.mux.Handle("GET /throttle/api/campaigns", serveJSON(d.campaigns))
 	d.mux.Handle("/monitoring/", monitoring(opts.Redis, cfg.Worker.Dashboard.Actions))
 	d.mux.Handle("GET /monitoring", http.RedirectHandler("/monitoring/", http.StatusMovedPermanently))
 	return d
@@ -128,19 +136,7 @@ func (d *Dashboard) current() *live {
 }
 
 func newLive(rdb redis.UniversalClient, cfg *config.Config) *live {
-	var pols []inspect.Policy
-	for name, p := range cfg.Policies {
-		ip := inspect.Policy{Name: name, Margin: cfg.Worker.WindowMargin}
-		for _, w := range p.Windows {
-			ip.Windows = append(ip.Windows, inspect.Window{Limit: w.Limit, Per: w.Per})
-		}
-		pols = append(pols, ip)
-	}
-	var provs []inspect.Provider
-	for name, p := range cfg.Providers {
-		provs = append(provs, inspect.Provider{Name: name, Rate: p.Rate, Burst: p.Burst})
-	}
-	l := &live{cfg: cfg, in: inspect.New(rdb, cfg.Redis.Prefix, pols, provs)}
+	l := &live{cfg: cfg, rdb: rdb, policies: slices.Sorted(maps.Keys(cfg.Policies)), providers: slices.Sorted(maps.Keys(cfg.Providers))}
 	l.quotas, l.buckets, _ = cfg.Rules() // a loaded config's rules build
 	return l
 }

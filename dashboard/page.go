@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/notify-throttle/throttler/internal/inspect"
+	"github.com/notify-throttle/throttler/internal/keyspace"
 	"github.com/notify-throttle/throttler/internal/timefmt"
 )
 
@@ -23,8 +23,8 @@ var pageTmpl = template.Must(template.New("page").Funcs(template.FuncMap{
 	"seconds":  seconds,
 	"tokens":   func(f float64) string { return strconv.FormatFloat(f, 'f', 2, 64) },
 	"chart":    chart,
-	"deferred": func(p *float64) string { return countOrDash(p) },
-	"frees":    func(t *time.Time) string { return whenPtr(t) },
+	"deferred": countOrDash,
+	"frees":    whenPtr,
 }).Parse(pageHTML))
 
 // pageData is what page.html shows.
@@ -50,13 +50,13 @@ func (d *Dashboard) page(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	q := r.URL.Query()
 	data := pageData{Now: time.Now().UTC(), Query: q.Get("recipient"), Zone: q.Get("tz"), Provider: q.Get("provider"),
-		ChartSpan: timefmt.Duration(inspect.SendBin * inspect.SendBins)}
+		ChartSpan: timefmt.Duration(sendBin * keyspace.SentBins)}
 	var err error
 	if data.Providers, err = d.providers(ctx, r, 0, defaultLimit); err != nil {
 		writeError(w, err, false)
 		return
 	}
-	data.Policies = d.policies(r, 0, defaultLimit)
+	data.Policies, _ = d.policies(ctx, r, 0, defaultLimit) // reads no Redis: no error
 	if data.Campaigns, err = d.campaigns(ctx, r, 0, defaultLimit); err != nil {
 		writeError(w, err, false)
 		return
@@ -66,7 +66,7 @@ func (d *Dashboard) page(w http.ResponseWriter, r *http.Request) {
 	}
 	status := http.StatusOK
 	if q.Has("recipient") {
-		rv, err := d.lookup(ctx, r)
+		rv, err := d.lookupRecipient(ctx, r, q.Get("recipient"))
 		var br badRequest
 		switch {
 		case errors.As(err, &br):
@@ -83,19 +83,6 @@ func (d *Dashboard) page(w http.ResponseWriter, r *http.Request) {
 	if err := pageTmpl.Execute(w, data); err != nil {
 		fmt.Fprintf(w, "<p>template: %s</p>", template.HTMLEscapeString(err.Error()))
 	}
-}
-
-func (d *Dashboard) lookup(ctx context.Context, r *http.Request) (recipientView, error) {
-	q := r.URL.Query()
-	lq, err := d.parseLookup(q.Get("recipient"), q)
-	if err != nil {
-		return recipientView{}, err
-	}
-	offset, limit, err := paging(q)
-	if err != nil {
-		return recipientView{}, err
-	}
-	return d.recipient(ctx, r, lq, offset, limit)
 }
 
 // when shows a moment to the second with its zone's offset.

@@ -65,7 +65,7 @@ func TestCommandsIndependentOfKeys(t *testing.T) {
 // load (with a recipient looked up) and of a recipient lookup through the
 // API, at 1k and 100k recipients with history: the counts must not move.
 //
-//	go test -run '^$' -bench CommandsPerPage ./internal/dashboard/
+//	go test -run '^$' -bench CommandsPerPage ./dashboard/
 func BenchmarkCommandsPerPage(b *testing.B) {
 	for _, n := range []int{1000, 100_000} {
 		e := newEnv(b, "", nil)

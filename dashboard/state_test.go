@@ -1,4 +1,4 @@
-package inspect
+package dashboard
 
 import (
 	"context"
@@ -9,16 +9,18 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/notify-throttle/throttler/config"
 	"github.com/notify-throttle/throttler/internal/redistest"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
-// fixture is an engine and an Inspector on one Redis, with the policy
-// marketing (1 per 24h, 3 per 168h) and the provider sms (10/s, burst 5).
+// fixture is an engine and the dashboard's reads on one Redis, with the
+// policy marketing (1 per 24h, 3 per 168h) and the provider sms (10/s,
+// burst 5).
 type fixture struct {
 	rdb       redis.UniversalClient
 	lim       *throttle.Limiter
-	in        *Inspector
+	in        *live
 	marketing *throttle.Quota
 	sms       *throttle.Bucket
 }
@@ -37,10 +39,28 @@ func newFixture(t *testing.T, rdb redis.UniversalClient) *fixture {
 	if f.sms, err = throttle.NewBucket("sms", 10, 5); err != nil {
 		t.Fatal(err)
 	}
-	f.in = New(rdb, throttle.DefaultPrefix,
-		[]Policy{{Name: "marketing", Windows: []Window{{1, 24 * time.Hour}, {3, 168 * time.Hour}}}},
-		[]Provider{{Name: "sms", Rate: 10, Burst: 5}})
+	f.in = liveOf(t, rdb, `
+policies: {marketing: [{limit: 1, per: 24h}, {limit: 3, per: 168h}]}
+providers: {sms: {type: log, rate: 10, burst: 5}}`)
 	return f
+}
+
+// liveOf returns the reads of a config of policies and providers on rdb,
+// without the window margin the tests' engines do not have.
+func liveOf(t *testing.T, rdb redis.UniversalClient, yaml string) *live {
+	t.Helper()
+	cfg, err := config.Parse("test.yaml", []byte("worker: {window_margin: 0s}\n"+yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newLive(rdb, cfg)
+}
+
+// standalone returns a client on a fresh database of the shared server.
+func standalone(t *testing.T) redis.UniversalClient {
+	t.Helper()
+	c, _ := shared.NewClient(t)
+	return c
 }
 
 func (f *fixture) admit(t *testing.T, id, recipient string, maxWait time.Duration) throttle.Decision {
@@ -88,7 +108,7 @@ func TestRecipientAgreesWithEngine(t *testing.T) {
 			if denied.Allowed() {
 				t.Fatal("second admission allowed: want the 1/24h window to deny it")
 			}
-			st, err := f.in.Recipient(ctx, "alice", 0, 10, 10)
+			st, err := f.in.readRecipient(ctx, "alice", 0, 10, 10)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -122,7 +142,7 @@ func TestRecipientAgreesWithEngine(t *testing.T) {
 // TestUnknownRecipientHasEmptyHistory: nothing in Redis is not an error.
 func TestUnknownRecipientHasEmptyHistory(t *testing.T) {
 	f := newFixture(t, standalone(t))
-	st, err := f.in.Recipient(context.Background(), "nobody@example.com", 0, 10, 10)
+	st, err := f.in.readRecipient(context.Background(), "nobody@example.com", 0, 10, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,10 +167,10 @@ func TestRecipientEntriesPaginate(t *testing.T) {
 			t.Fatalf("admit %d: %+v, %v", i, d, err)
 		}
 	}
-	in := New(rdb, throttle.DefaultPrefix, []Policy{{Name: "transactional", Windows: []Window{{20, time.Hour}}}}, nil)
+	in := liveOf(t, rdb, "policies: {transactional: [{limit: 20, per: 1h}]}")
 	var seen []string
 	for offset := 0; ; offset += 3 {
-		st, err := in.Recipient(ctx, "bob", offset, 3, 0)
+		st, err := in.readRecipient(ctx, "bob", offset, 3, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -176,7 +196,7 @@ func TestRecipientEntriesPaginate(t *testing.T) {
 func TestProviderState(t *testing.T) {
 	f := newFixture(t, standalone(t))
 	ctx := context.Background()
-	fresh, err := f.in.Providers(ctx, 0, 10, 10)
+	fresh, err := f.in.readProviders(ctx, 0, 10, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +206,7 @@ func TestProviderState(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		f.admit(t, fmt.Sprintf("r%d", i), fmt.Sprintf("r%d", i), 0)
 	}
-	st, _ := f.in.Providers(ctx, 0, 10, 10)
+	st, _ := f.in.readProviders(ctx, 0, 10, 10)
 	p := st[0]
 	if p.Tokens < 0 || p.Tokens > 1 {
 		t.Errorf("tokens = %v after 5 takes of a burst of 5, want below 1", p.Tokens)
@@ -204,7 +224,7 @@ func TestProviderState(t *testing.T) {
 	if !d.Allowed() || d.Delay <= 0 {
 		t.Fatalf("a reservation: %+v, want allowed with a wait", d)
 	}
-	st, _ = f.in.Providers(ctx, 0, 10, 10)
+	st, _ = f.in.readProviders(ctx, 0, 10, 10)
 	b := st[0].Bookings
 	if b.Held != 1 || len(b.Tasks) != 1 || b.Tasks[0].Task != "ahead" || b.Ahead <= 0 || b.Ahead > time.Second.Microseconds() {
 		t.Errorf("bookings after a reservation = %+v, want the one task, under 1s ahead", b)
@@ -213,7 +233,7 @@ func TestProviderState(t *testing.T) {
 	if _, err := f.lim.Pause(ctx, f.sms, "sms", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	st, _ = f.in.Providers(ctx, 0, 10, 10)
+	st, _ = f.in.readProviders(ctx, 0, 10, 10)
 	p = st[0]
 	if left := p.PausedUntil.Sub(p.Now); left < 59*time.Second || left > time.Minute {
 		t.Errorf("paused until %s at %s, want a minute on", p.PausedUntil, p.Now)
@@ -264,7 +284,7 @@ func TestBookings(t *testing.T) {
 			t.Fatalf("booking %d: %+v, want booked", i, last)
 		}
 	}
-	st, err := f.in.Providers(ctx, 0, 10, 2)
+	st, err := f.in.readProviders(ctx, 0, 10, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -281,7 +301,7 @@ func TestBookings(t *testing.T) {
 	if !d.Booked() {
 		t.Fatalf("b0's second message: %+v, want booked", d)
 	}
-	rs, err := f.in.Recipient(ctx, "b0", 0, 10, 10)
+	rs, err := f.in.readRecipient(ctx, "b0", 0, 10, 10)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package inspect
+package dashboard
 
 import (
 	"context"
@@ -15,9 +15,9 @@ import (
 // (ZRANGE with BYSCORE and REV rather than ZREVRANGEBYSCORE, for one).
 //
 // The engine's layout in Redis, key names and what they hold, is
-// internal/keyspace's; the reads of this file are the only code here that
-// knows it. A provider's bucket has the provider's name as both subject and
-// rule.
+// internal/keyspace's; the reads of this file are the only code of the
+// dashboard that knows it. A provider's bucket has the provider's name as
+// both subject and rule.
 
 func quotaKey(prefix, recipient, policy string) string {
 	return keyspace.Quota(keyspace.Tag(prefix, recipient), policy)
@@ -98,19 +98,19 @@ func readSends(p redis.Pipeliner, ctx context.Context, prefix, provider string, 
 	}
 }
 
-// Bookings are the moments a subject's keys hold for tasks ahead of now.
-type Bookings struct {
+// bookingSet holds the moments a subject's keys hold for tasks ahead of now.
+type bookingSet struct {
 	// Ahead is how far ahead of now, in µs, the latest booking is; 0 when
 	// none is.
 	Ahead int64
 	// Held counts the bookings ahead of now.
 	Held int64
 	// Tasks are the first bookings (soonest first), at most the limit asked.
-	Tasks []Booking
+	Tasks []taskAt
 }
 
-// Booking is one task's booked moment.
-type Booking struct {
+// taskAt is one task's booked moment.
+type taskAt struct {
 	Task string
 	At   int64 // µs
 }
@@ -121,10 +121,10 @@ type Booking struct {
 // moment. A slot of start V lets its task go up to slack (µs: the burst
 // less one, over the rate) before V: a task's moment is shown as V - slack,
 // and so is how far ahead the provider is booked.
-func readProviderBookings(p redis.Pipeliner, ctx context.Context, prefix, provider string, now, slack int64, limit int) func() Bookings {
+func readProviderBookings(p redis.Pipeliner, ctx context.Context, prefix, provider string, now, slack int64, limit int) func() bookingSet {
 	tickets := readBookings(p, ctx, bookKey(prefix, provider), now-keyspace.Grace, now, limit)
 	reserved := readBookings(p, ctx, ledgerKey(prefix, provider), now+slack, now, limit)
-	return func() Bookings {
+	return func() bookingSet {
 		b := merge(tickets(), reserved(), limit)
 		for i := range b.Tasks {
 			b.Tasks[i].At -= slack
@@ -136,7 +136,7 @@ func readProviderBookings(p redis.Pipeliner, ctx context.Context, prefix, provid
 
 // readRecipientBookings queues the reads of the bookings held for a
 // recipient under one policy: its quota entries ahead of now.
-func readRecipientBookings(p redis.Pipeliner, ctx context.Context, prefix, recipient, policy string, now int64, limit int) func() Bookings {
+func readRecipientBookings(p redis.Pipeliner, ctx context.Context, prefix, recipient, policy string, now int64, limit int) func() bookingSet {
 	return readBookings(p, ctx, quotaKey(prefix, recipient, policy), now, now, limit)
 }
 
@@ -144,13 +144,13 @@ func readRecipientBookings(p redis.Pipeliner, ctx context.Context, prefix, recip
 // scored after from (µs), which are moments held for tasks, and returns the
 // function that gives them once the pipeline ran: how many, how far the
 // latest is ahead of now, and the first limit, soonest first.
-func readBookings(p redis.Pipeliner, ctx context.Context, key string, from, now int64, limit int) func() Bookings {
+func readBookings(p redis.Pipeliner, ctx context.Context, key string, from, now int64, limit int) func() bookingSet {
 	lo := "(" + strconv.FormatInt(from, 10)
 	count := p.ZCount(ctx, key, lo, "+inf")
 	first := p.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{Key: key, Start: lo, Stop: "+inf", ByScore: true, Count: int64(limit + 1)})
 	last := p.ZRevRangeWithScores(ctx, key, 0, 0)
-	return func() Bookings {
-		b := Bookings{Held: count.Val()}
+	return func() bookingSet {
+		b := bookingSet{Held: count.Val()}
 		for _, z := range last.Val() {
 			if int64(z.Score) > now {
 				b.Ahead = max(b.Ahead, int64(z.Score)-now)
@@ -158,7 +158,7 @@ func readBookings(p redis.Pipeliner, ctx context.Context, key string, from, now 
 		}
 		for _, z := range first.Val() {
 			if m, _ := z.Member.(string); len(b.Tasks) < limit {
-				b.Tasks = append(b.Tasks, Booking{Task: keyspace.TaskOf(m), At: int64(z.Score)})
+				b.Tasks = append(b.Tasks, taskAt{Task: keyspace.TaskOf(m), At: int64(z.Score)})
 			}
 		}
 		return b
@@ -166,8 +166,8 @@ func readBookings(p redis.Pipeliner, ctx context.Context, key string, from, now 
 }
 
 // merge adds b's bookings to a's, keeping the first limit by moment.
-func merge(a, b Bookings, limit int) Bookings {
-	out := Bookings{Held: a.Held + b.Held, Ahead: max(a.Ahead, b.Ahead), Tasks: append(a.Tasks, b.Tasks...)}
+func merge(a, b bookingSet, limit int) bookingSet {
+	out := bookingSet{Held: a.Held + b.Held, Ahead: max(a.Ahead, b.Ahead), Tasks: append(a.Tasks, b.Tasks...)}
 	sort.Slice(out.Tasks, func(i, j int) bool { return out.Tasks[i].At < out.Tasks[j].At })
 	if len(out.Tasks) > limit {
 		out.Tasks = out.Tasks[:limit]
@@ -212,7 +212,7 @@ func readEntries(p redis.Pipeliner, ctx context.Context, key string, now int64, 
 		}
 		for _, z := range page.Val() {
 			m, _ := z.Member.(string)
-			q.entries = append(q.entries, Booking{Task: keyspace.TaskOf(m), At: int64(z.Score)})
+			q.entries = append(q.entries, taskAt{Task: keyspace.TaskOf(m), At: int64(z.Score)})
 		}
 		return q
 	}
@@ -226,10 +226,10 @@ type window struct {
 
 // quotaRead is what readEntries found.
 type quotaRead struct {
-	total   int64     // entries counting in the longest window
-	newest  int64     // the newest entry's µs, 0 when none: a booking goes no earlier
-	ahead   int64     // entries booked ahead of now, which count in every window
-	used    []int64   // entries in each window, those ahead of now included
-	decider []int64   // per window: the µs of the entry whose leaving frees a place, -1 when not full
-	entries []Booking // the page asked for, newest first
+	total   int64    // entries counting in the longest window
+	newest  int64    // the newest entry's µs, 0 when none: a booking goes no earlier
+	ahead   int64    // entries booked ahead of now, which count in every window
+	used    []int64  // entries in each window, those ahead of now included
+	decider []int64  // per window: the µs of the entry whose leaving frees a place, -1 when not full
+	entries []taskAt // the page asked for, newest first
 }

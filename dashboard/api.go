@@ -15,9 +15,9 @@ import (
 
 	"github.com/notify-throttle/throttler/campaign"
 	"github.com/notify-throttle/throttler/config"
-	"github.com/notify-throttle/throttler/internal/inspect"
 	"github.com/notify-throttle/throttler/internal/timefmt"
 	"github.com/notify-throttle/throttler/jobs"
+	"github.com/notify-throttle/throttler/throttle"
 )
 
 // Page limits: a list is read limit items at a time.
@@ -81,7 +81,7 @@ type bookingView struct {
 	At   time.Time `json:"at"`
 }
 
-func bookingViews(b []inspect.Booking, loc *time.Location) []bookingView {
+func bookingViews(b []taskAt, loc *time.Location) []bookingView {
 	out := []bookingView{}
 	for _, x := range b {
 		out = append(out, bookingView{Task: x.Task, At: time.UnixMicro(x.At).In(loc)})
@@ -91,25 +91,25 @@ func bookingViews(b []inspect.Booking, loc *time.Location) []bookingView {
 
 func (d *Dashboard) providers(ctx context.Context, r *http.Request, offset, limit int) (page[providerView], error) {
 	l := d.current()
-	st, err := l.in.Providers(ctx, offset, limit, bookingsShown)
+	st, err := l.readProviders(ctx, offset, limit, bookingsShown)
 	if err != nil {
 		return page[providerView]{}, err
 	}
 	var out []providerView
 	for _, p := range st {
 		c := l.cfg.Providers[p.Name]
-		v := providerView{Name: p.Name, Type: c.Type, Rate: p.Rate, Burst: p.Burst, PriorityReserve: c.PriorityReserve, Shadow: c.Shadow, Tokens: math.Round(p.Tokens*1000) / 1000,
+		v := providerView{Name: p.Name, Type: c.Type, Rate: c.Rate, Burst: c.Burst, PriorityReserve: c.PriorityReserve, Shadow: c.Shadow, Tokens: math.Round(p.Tokens*1000) / 1000,
 			BookedAhead: float64(p.Bookings.Ahead) / 1e6, Bookings: p.Bookings.Held, Booked: bookingViews(p.Bookings.Tasks, time.UTC),
-			BinSeconds: inspect.SendBin.Seconds(), Now: p.Now}
+			BinSeconds: sendBin.Seconds(), Now: p.Now}
 		if !p.PausedUntil.IsZero() {
 			v.Paused, v.PausedUntil = true, &p.PausedUntil
 		}
 		for _, n := range p.Sends {
-			v.SendsPerSecond = append(v.SendsPerSecond, float64(n)/inspect.SendBin.Seconds())
+			v.SendsPerSecond = append(v.SendsPerSecond, float64(n)/sendBin.Seconds())
 		}
 		out = append(out, v)
 	}
-	return newPage(out, r, offset, limit, int64(l.in.ProviderCount())), nil
+	return newPage(out, r, offset, limit, int64(len(l.providers))), nil
 }
 
 // policyView is a policy as /throttle/api/policies shows it.
@@ -138,7 +138,7 @@ type windowView struct {
 	PerSeconds float64 `json:"per_seconds"`
 }
 
-func windowViews(ws []inspect.Window) []windowView {
+func windowViews(ws []throttle.Window) []windowView {
 	var out []windowView
 	for _, w := range ws {
 		out = append(out, windowView{Limit: w.Limit, Per: timefmt.Duration(w.Per), PerSeconds: w.Per.Seconds()})
@@ -146,14 +146,13 @@ func windowViews(ws []inspect.Window) []windowView {
 	return out
 }
 
-func (d *Dashboard) policies(r *http.Request, offset, limit int) page[policyView] {
+func (d *Dashboard) policies(_ context.Context, r *http.Request, offset, limit int) (page[policyView], error) {
 	l := d.current()
-	all := l.in.Policies()
 	deferred := d.deferred()
 	var out []policyView
-	for _, p := range all[min(offset, len(all)):min(len(all), offset+limit)] {
-		c := l.cfg.Policies[p.Name]
-		v := policyView{Name: p.Name, Windows: windowViews(p.Windows), OverCap: cmp.Or(c.OverCap, config.OverCapDefer),
+	for _, name := range pageOf(l.policies, offset, limit) {
+		c := l.cfg.Policies[name]
+		v := policyView{Name: name, Windows: windowViews(c.Windows), OverCap: cmp.Or(c.OverCap, config.OverCapDefer),
 			Calendar: []string{}, Quiet: append([]string{}, c.Quiet...), Timezone: cmp.Or(c.TimeZone, "UTC"),
 			CountsToward: append([]string{}, c.CountsToward...), Shadow: c.Shadow}
 		if c.MaxDelay > 0 {
@@ -163,12 +162,12 @@ func (d *Dashboard) policies(r *http.Request, offset, limit int) page[policyView
 			v.Calendar = append(v.Calendar, calendarText(cw))
 		}
 		if deferred != nil {
-			n := deferred[p.Name]
+			n := deferred[name]
 			v.Deferred = &n
 		}
 		out = append(out, v)
 	}
-	return newPage(out, r, offset, limit, int64(len(all)))
+	return newPage(out, r, offset, limit, int64(len(l.policies))), nil
 }
 
 // deferred returns this worker's deferral counts by policy, or nil: the
@@ -257,7 +256,7 @@ type entryView struct {
 
 func (d *Dashboard) recipient(ctx context.Context, r *http.Request, q lookup, offset, limit int) (recipientView, error) {
 	l, id, loc := d.current(), q.id, q.show
-	st, err := l.in.Recipient(ctx, id, offset, limit, bookingsShown)
+	st, err := l.readRecipient(ctx, id, offset, limit, bookingsShown)
 	if err != nil {
 		return recipientView{}, err
 	}
@@ -271,17 +270,10 @@ func (d *Dashboard) recipient(ctx context.Context, r *http.Request, q lookup, of
 	v := recipientView{Recipient: id, Zone: loc.String(), Now: st.Now.In(loc), Bookings: st.Bookings.Held,
 		Ahead: float64(st.Bookings.Ahead) / 1e6, Booked: bookingViews(st.Bookings.Tasks, loc), Policies: []recipientPolicy{}}
 	for _, p := range st.Policies {
-		rp := recipientPolicy{Policy: p.Name, Next: p.Next.In(loc), NextIn: p.Next.Sub(st.Now).Seconds()}
+		rp := recipientPolicy{Policy: p.Name} // holders says what holds it, and until when
 		wv := windowViews(p.Windows)
 		for i := range wv {
 			rp.Windows = append(rp.Windows, recipientWindow{windowView: wv[i], Used: p.Used[i], Booked: p.Ahead, Frees: at(p.Frees[i])})
-		}
-		switch {
-		case p.DecidedBy >= 0:
-			w := p.Windows[p.DecidedBy]
-			rp.DecidedBy = fmt.Sprintf("%d per %s", w.Limit, timefmt.Duration(w.Per))
-		case p.DecidedBy == inspect.Booked:
-			rp.DecidedBy = "the bookings made before it (they go in order)"
 		}
 		var entries []entryView
 		for _, e := range p.Entries {
@@ -328,7 +320,7 @@ func (d *Dashboard) campaigns(ctx context.Context, r *http.Request, offset, limi
 		}
 	}
 	var out []campaignView
-	for i, c := range list[min(offset, len(list)):min(len(list), offset+limit)] {
+	for i, c := range pageOf(list, offset, limit) {
 		v := campaignView{Name: c.Name, Cron: c.Cron, Timezone: c.Timezone}
 		if len(c.Next) > 0 {
 			v.NextTick = &c.Next[0]
@@ -394,46 +386,56 @@ func checkRecipient(id string) error {
 	return nil
 }
 
-func (d *Dashboard) apiProviders(w http.ResponseWriter, r *http.Request) {
-	d.serveJSON(w, r, func(ctx context.Context, offset, limit int) (any, error) { return d.providers(ctx, r, offset, limit) })
+// endpoint is one entry of /throttle/api/.
+type endpoint struct {
+	Path  string `json:"path"`
+	About string `json:"about"`
 }
 
-func (d *Dashboard) apiPolicies(w http.ResponseWriter, r *http.Request) {
-	d.serveJSON(w, r, func(ctx context.Context, offset, limit int) (any, error) { return d.policies(r, offset, limit), nil })
+// endpoints are the API's, as /throttle/api/ lists them.
+var endpoints = []endpoint{
+	{"/throttle/api/providers", "each provider's bucket: rate, burst, tokens now, bookings, pause, sends per second (?offset=, ?limit=)"},
+	{"/throttle/api/policies", "each policy as the running config has it: windows, calendar, quiet hours, over_cap, max_delay, this worker's deferrals"},
+	{"/throttle/api/recipients/{id}", "a recipient's entries per policy and every rule that can hold its next message, with the one that does (?tz=, ?provider=, ?offset=, ?limit=)"},
+	{"/throttle/api/campaigns", "each campaign's schedule, next tick and last fan-out"},
 }
 
-func (d *Dashboard) apiCampaigns(w http.ResponseWriter, r *http.Request) {
-	d.serveJSON(w, r, func(ctx context.Context, offset, limit int) (any, error) { return d.campaigns(ctx, r, offset, limit) })
-}
-
-func (d *Dashboard) apiRecipient(w http.ResponseWriter, r *http.Request) {
-	d.serveJSON(w, r, func(ctx context.Context, offset, limit int) (any, error) {
-		q, err := d.parseLookup(r.PathValue("id"), r.URL.Query())
-		if err != nil {
-			return nil, err
-		}
-		return d.recipient(ctx, r, q, offset, limit)
-	})
-}
-
-// serveJSON answers with what get returns as JSON: 400 for a bad request,
-// 503 when Redis fails.
-func (d *Dashboard) serveJSON(w http.ResponseWriter, r *http.Request, get func(ctx context.Context, offset, limit int) (any, error)) {
-	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
-	defer cancel()
-	offset, limit, err := paging(r.URL.Query())
-	var v any
-	if err == nil {
-		v, err = get(ctx, offset, limit)
-	}
+// lookupRecipient looks recipient id up as r's query says (?tz=,
+// ?provider=, ?offset=, ?limit=).
+func (d *Dashboard) lookupRecipient(ctx context.Context, r *http.Request, id string) (recipientView, error) {
+	q := r.URL.Query()
+	lq, err := d.parseLookup(id, q)
 	if err != nil {
-		writeError(w, err, true)
-		return
+		return recipientView{}, err
 	}
-	w.Header().Set("Content-Type", "application/json")
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(v)
+	offset, limit, err := paging(q)
+	if err != nil {
+		return recipientView{}, err
+	}
+	return d.recipient(ctx, r, lq, offset, limit)
+}
+
+// serveJSON returns the handler that answers with what get returns for the
+// page the query asks for, as JSON: 400 for a bad request, 503 when Redis
+// fails.
+func serveJSON[T any](get func(ctx context.Context, r *http.Request, offset, limit int) (T, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
+		defer cancel()
+		offset, limit, err := paging(r.URL.Query())
+		var v T
+		if err == nil {
+			v, err = get(ctx, r, offset, limit)
+		}
+		if err != nil {
+			writeError(w, err, true)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(v)
+	}
 }
 
 // writeError writes err with its status: 400 for a bad request, 503 else.
