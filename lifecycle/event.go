@@ -166,9 +166,18 @@ func (e *Event) fill(now time.Time) {
 			*t = &v
 		}
 	}
-	if e.ID == "" {
-		e.ID = NewID(e.Message, e.Type, e.what())
+	e.ID = IDOf(*e)
+}
+
+// IDOf returns the ID e is recorded with: its own if it has one, else
+// NewID of its message, its type and what tells it apart from its
+// message's other outcomes of that type (a moment counts to the
+// millisecond, as Record keeps it).
+func IDOf(e Event) string {
+	if e.ID != "" {
+		return e.ID
 	}
+	return NewID(e.Message, e.Type, e.what())
 }
 
 // Moment returns a pointer to t, for Event.Moment and Event.Until.
