@@ -24,6 +24,10 @@ import (
 	"github.com/notify-throttle/throttler/lifecycle"
 )
 
+// Path is where the API serves the providers' feedback: Path + the
+// provider's name, and + "/inbound" for the replies to a Twilio number.
+const Path = "/v1/feedback/"
+
 // Report is one thing a provider reports, read from its request.
 type Report struct {
 	// Type is what it reports: lifecycle.Delivered, Bounced, Complained

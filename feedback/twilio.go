@@ -20,9 +20,17 @@ import (
 const TwilioSignatureHeader = "X-Twilio-Signature"
 
 // MessageParam is the query parameter of a message's status callback URL
-// that carries our message's ID (providers.Twilio sets the URL per
-// message).
+// that carries our message's ID (see TwilioCallback).
 const MessageParam = "m"
+
+// TwilioCallback returns the function that makes the status callback URL
+// of each message of a twilio provider, given the API's root as Twilio
+// reaches it (its feedback's public_url): providers.Twilio asks Twilio to
+// POST the message's statuses there, and status reads its ID back.
+func TwilioCallback(publicURL, provider string) func(id string) string {
+	base := strings.TrimRight(publicURL, "/") + Path + url.PathEscape(provider) + "?" + MessageParam + "="
+	return func(id string) string { return base + url.QueryEscape(id) }
+}
 
 // stopWords are the replies by which a recipient opts out of a Twilio
 // sender's messages (Twilio's own opt-out keywords), compared trimmed and

@@ -4,20 +4,21 @@ import (
 	"errors"
 	"net/url"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/notify-throttle/throttler/lifecycle"
 )
 
 // twilioStatus is the status callback of message (its SID "SM-<message>")
-// as Twilio POSTs it to the URL the send gave: /v1/feedback/sms?m=<message>.
+// as Twilio POSTs it to the URL the send gave (TwilioCallback).
 func twilioStatus(message, status, errorCode string) (uri string, form url.Values) {
 	form = url.Values{"MessageSid": {"SM-" + message}, "SmsSid": {"SM-" + message}, "AccountSid": {"AC1"},
 		"MessageStatus": {status}, "SmsStatus": {status}, "From": {"+15550001111"}, "To": {"+15550002222"}, "ApiVersion": {"2010-04-01"}}
 	if errorCode != "" {
 		form.Set("ErrorCode", errorCode)
 	}
-	return "/v1/feedback/sms?" + MessageParam + "=" + message, form
+	return strings.TrimPrefix(TwilioCallback(publicURL+"/", "sms")(message), publicURL), form
 }
 
 // twilioReply is a message a recipient sends to the provider's number.

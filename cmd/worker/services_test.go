@@ -63,3 +63,42 @@ func TestProvidersTrustTheirCAFile(t *testing.T) {
 		}
 	}
 }
+
+// TestTwilioAsksForItsStatuses: a twilio provider whose feedback is read
+// asks Twilio to POST each message's statuses to the API's public URL,
+// with the message's ID; one without asks for none.
+func TestTwilioAsksForItsStatuses(t *testing.T) {
+	asked := make(chan string, 2)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = r.ParseForm()
+		asked <- r.PostForm.Get("StatusCallback")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte(`{"sid":"SM1"}`))
+	}))
+	defer srv.Close()
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	yaml := fmt.Sprintf(`providers:
+  sms: {type: twilio, account_sid: AC1, password: token, from: "+15550001111", base_url: %[1]s, rate: 1, burst: 1,
+        feedback: {public_url: "https://api.example.com/"}}
+  quiet: {type: twilio, account_sid: AC1, password: token, from: "+15550001111", base_url: %[1]s, rate: 1, burst: 1}
+`, srv.URL)
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{"sms": "https://api.example.com/v1/feedback/sms?m=t1", "quiet": ""} {
+		p, err := newSender(name, cfg.Providers[name], io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.Send(context.Background(), jobs.Message{ID: "t1", Recipient: "+15550002222", Data: []byte(`{"body":"Hello"}`)}); err != nil {
+			t.Fatal(err)
+		}
+		if got := <-asked; got != want {
+			t.Errorf("%s asked for its statuses at %q, want %q", name, got, want)
+		}
+	}
+}
