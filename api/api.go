@@ -80,9 +80,6 @@ type Options struct {
 	// Events records the accepted and canceled events and reads the
 	// histories; nil: a recorder of the config's events settings.
 	Events *lifecycle.Recorder
-	// Feedback reads the providers' feedback; nil: a receiver of the
-	// config's providers' feedback blocks, on Redis and Events.
-	Feedback *feedback.Receiver
 }
 
 // Server serves the API. It is safe for concurrent use.
@@ -147,12 +144,11 @@ func New(opts Options) (*Server, error) {
 		log:     opts.Log,
 		mux:     http.NewServeMux(),
 	}
-	if s.feedback = opts.Feedback; s.feedback == nil {
-		s.feedback, err = feedback.New(feedback.Options{Config: opts.Config, Redis: opts.Redis, Events: s.events,
-			Metrics: feedback.NewMetrics(opts.Metrics), Log: opts.Log})
-		if err != nil {
-			return nil, err
-		}
+	// The providers' feedback blocks are read once, as the events' settings
+	// are: a reload does not change them.
+	if s.feedback, err = feedback.New(feedback.Options{Config: opts.Config, Redis: opts.Redis, Events: s.events,
+		Metrics: feedback.NewMetrics(opts.Metrics), Log: opts.Log}); err != nil {
+		return nil, err
 	}
 	s.live.Store(st)
 	s.statuses = map[string][]int{"unrouted": Unrouted}

@@ -55,11 +55,11 @@ func (c *certs) get(ctx context.Context, url string) (*x509.Certificate, error) 
 		return cert, nil
 	}
 	found, err := c.fetch(ctx, url)
-	if err != nil {
+	switch {
+	case errors.Is(err, ErrSignature):
+		return nil, err
+	case err != nil:
 		return nil, fmt.Errorf("feedback: the signing certificate at %s: %w", url, err)
-	}
-	if len(found) == 0 {
-		return nil, fmt.Errorf("%w: no certificate at %s", ErrSignature, url)
 	}
 	if err := c.verify(ctx, found[0], found[1:]); err != nil {
 		return nil, fmt.Errorf("%w: the signing certificate at %s is not trusted: %v", ErrSignature, url, err)
@@ -104,7 +104,10 @@ func (c *certs) verify(ctx context.Context, leaf *x509.Certificate, intermediate
 }
 
 // fetch GETs the certificates at url: PEM, or one DER certificate (as
-// issuers are often served).
+// issuers are often served). A URL that answers, but with no certificate,
+// is an error wrapping ErrSignature (the request named a certificate that
+// is not there); one that does not answer is another (the request is
+// retried).
 func (c *certs) fetch(ctx context.Context, url string) ([]*x509.Certificate, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
@@ -116,21 +119,21 @@ func (c *certs) fetch(ctx context.Context, url string) ([]*x509.Certificate, err
 	}
 	defer res.Body.Close()
 	if res.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("answered %s", res.Status)
+		return nil, fmt.Errorf("%w: %s answered %s", ErrSignature, url, res.Status)
 	}
 	data, err := io.ReadAll(io.LimitReader(res.Body, maxCertBytes+1))
 	if err != nil {
 		return nil, err
 	}
 	if len(data) > maxCertBytes {
-		return nil, fmt.Errorf("more than %d bytes", maxCertBytes)
+		return nil, fmt.Errorf("%w: %s holds more than %d bytes", ErrSignature, url, maxCertBytes)
 	}
 	var found []*x509.Certificate
 	for block, rest := pem.Decode(data); block != nil; block, rest = pem.Decode(rest) {
 		if block.Type == "CERTIFICATE" {
 			cert, err := x509.ParseCertificate(block.Bytes)
 			if err != nil {
-				return nil, err
+				return nil, fmt.Errorf("%w: %s: %v", ErrSignature, url, err)
 			}
 			found = append(found, cert)
 		}
@@ -138,7 +141,7 @@ func (c *certs) fetch(ctx context.Context, url string) ([]*x509.Certificate, err
 	if len(found) == 0 {
 		cert, err := x509.ParseCertificate(data)
 		if err != nil {
-			return nil, errors.New("neither PEM certificates nor a DER certificate")
+			return nil, fmt.Errorf("%w: %s holds neither PEM certificates nor a DER certificate", ErrSignature, url)
 		}
 		found = append(found, cert)
 	}

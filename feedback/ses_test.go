@@ -3,12 +3,14 @@ package feedback
 import (
 	"errors"
 	"fmt"
+	"net"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/notify-throttle/throttler/config"
 	"github.com/notify-throttle/throttler/lifecycle"
 )
 
@@ -162,6 +164,7 @@ func TestSNSMistakes(t *testing.T) {
 		{"an unknown signature version", with(func(p *snsPost) { p.Version = "3" }), ErrSignature},
 		{"certificate over http", with(func(p *snsPost) { p.SigningCertURL = strings.Replace(p.SigningCertURL, "https", "http", 1) }), ErrSignature},
 		{"certificate from another host", with(func(p *snsPost) { p.SigningCertURL = "https://sns.attacker.example/cert.pem" }), ErrSignature},
+		{"no certificate at the URL", with(func(p *snsPost) { p.SigningCertURL = "https://" + f.sns.host + "/missing.pem" }), ErrSignature},
 		{"certificate not in the trust store", func() []byte {
 			p := good
 			p.SigningCertURL = "https://" + f.sns.host + "/foreign.pem"
@@ -217,5 +220,34 @@ func TestSESUnknownMessage(t *testing.T) {
 		if _, ok := before[k]; !ok && !strings.HasPrefix(k, "throttle:feedback:{") {
 			t.Errorf("an unknown message's report wrote %s", k)
 		}
+	}
+}
+
+// TestSNSCertificateUnreachable: a signing certificate that cannot be
+// fetched (SNS's host does not answer) is not the request's fault: the
+// error is not a refusal, so the API answers 503 and SNS retries; nothing
+// is applied meanwhile.
+func TestSNSCertificateUnreachable(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := ln.Addr().String()
+	ln.Close()
+	f := newFixture(t, func(cfg *config.Config) {
+		p := cfg.Providers["email"]
+		p.Feedback.CertHost = down
+		cfg.Providers["email"] = p
+	})
+	f.accepted(t, "m1", "")
+	p := f.notification(t, "sns-1", sesBounce("m1", "Permanent", "alice@example.com"))
+	p.SigningCertURL = "https://" + down + "/SimpleNotificationService-test.pem"
+	before := f.snapshot(t)
+	_, err = f.receive(Request{Provider: "email", Body: p.body(t, f.sns.signer.key)})
+	if err == nil || errors.Is(err, ErrSignature) || errors.Is(err, ErrMalformed) {
+		t.Errorf("Receive: %v, want an error that is no refusal", err)
+	}
+	if after := f.snapshot(t); !reflect.DeepEqual(before, after) {
+		t.Error("a request whose certificate could not be fetched changed Redis")
 	}
 }
