@@ -162,7 +162,7 @@ func (e *snsEndpoint) onHost(raw, region, what string) error {
 	want := strings.ReplaceAll(e.certHost, "{region}", region)
 	u, err := url.Parse(raw)
 	if err != nil || u.Scheme != "https" || u.Host != want || u.User != nil {
-		return fmt.Errorf("%w: %s %q is not https://%s/...", ErrSignature, what, raw, want)
+		return fmt.Errorf("%w: %s %q is not on https://%s", ErrSignature, what, raw, want)
 	}
 	return nil
 }
