@@ -6,8 +6,9 @@
 // throttle. A notification is the JSON object of a line of enqueue -file,
 // decoded and checked by package intake, with the same messages; an error
 // is {"error": {"code", "message", "field"}}, field a JSON pointer into the
-// request body. openapi.yaml documents every route; a test holds the two
-// together.
+// request body. The providers' feedback comes to /v1/feedback/{provider}
+// (package feedback), signed by the vendor rather than with an API key.
+// openapi.yaml documents every route; a test holds the two together.
 package api
 
 import (
@@ -24,6 +25,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/notify-throttle/throttler/config"
+	"github.com/notify-throttle/throttler/feedback"
 	"github.com/notify-throttle/throttler/intake"
 	"github.com/notify-throttle/throttler/internal/asynqdb"
 	"github.com/notify-throttle/throttler/jobs"
@@ -53,6 +55,14 @@ const (
 	// BatchTimeout is Timeout for a batch and a list, which make up to a
 	// few hundred round trips.
 	BatchTimeout = 5 * time.Second
+	// FeedbackTimeout is Timeout for a provider's feedback, which may
+	// fetch SNS's signing certificate and its issuer, or confirm a
+	// subscription (each within 5 s) besides a few round trips. The
+	// vendors wait longer (SNS 15 s, Twilio 15 s).
+	FeedbackTimeout = 10 * time.Second
+	// MaxFeedbackBody is the most bytes of a provider's feedback request:
+	// SendGrid batches its events up to 768 KB.
+	MaxFeedbackBody = 1 << 20
 )
 
 // Options configure a Server.
@@ -75,17 +85,18 @@ type Options struct {
 type Server struct {
 	// cfg is the config the server started with: its Redis prefix and
 	// queues hold until a restart; keys and names are in live.
-	cfg     *config.Config
-	live    atomic.Pointer[setup]
-	rdb     redis.UniversalClient
-	client  *asynq.Client
-	insp    *asynq.Inspector
-	limiter *throttle.Limiter
-	sent    *jobs.SentMarks
-	events  *lifecycle.Recorder
-	metrics *metrics
-	log     *slog.Logger
-	mux     *http.ServeMux
+	cfg      *config.Config
+	live     atomic.Pointer[setup]
+	rdb      redis.UniversalClient
+	client   *asynq.Client
+	insp     *asynq.Inspector
+	limiter  *throttle.Limiter
+	sent     *jobs.SentMarks
+	events   *lifecycle.Recorder
+	feedback *feedback.Receiver
+	metrics  *metrics
+	log      *slog.Logger
+	mux      *http.ServeMux
 	// statuses are what each route, and "unrouted", may answer.
 	statuses map[string][]int
 }
@@ -131,6 +142,12 @@ func New(opts Options) (*Server, error) {
 		metrics: newMetrics(opts.Metrics),
 		log:     opts.Log,
 		mux:     http.NewServeMux(),
+	}
+	// The providers' feedback blocks are read once, as the events' settings
+	// are: a reload does not change them.
+	if s.feedback, err = feedback.New(feedback.Options{Config: opts.Config, Redis: opts.Redis, Events: s.events,
+		Metrics: feedback.NewMetrics(opts.Metrics), Log: opts.Log}); err != nil {
+		return nil, err
 	}
 	s.live.Store(st)
 	s.statuses = map[string][]int{"unrouted": Unrouted}
@@ -199,6 +216,9 @@ type Route struct {
 	Path     string
 	Statuses []int
 	Timeout  time.Duration
+	// Signed: the request is signed by a provider (its feedback), and
+	// carries no API key.
+	Signed bool
 }
 
 // Unrouted are the statuses of a request no route takes (notRouted), as
@@ -209,12 +229,15 @@ var Unrouted = []int{http.StatusNotFound, http.StatusMethodNotAllowed}
 // Routes returns the API's routes, as openapi.yaml documents them.
 func Routes() []Route {
 	post := []int{400, 401, 403, 413, 415, 429, 503}
+	signed := []int{200, 400, 403, 404, 409, 413, 503}
 	return []Route{
 		{Name: "enqueue", Method: http.MethodPost, Path: "/v1/notifications", Statuses: append([]int{200, 202, 409}, post...), Timeout: Timeout},
 		{Name: "list", Method: http.MethodGet, Path: "/v1/notifications", Statuses: []int{200, 400, 401, 429, 503}, Timeout: BatchTimeout},
 		{Name: "batch", Method: http.MethodPost, Path: "/v1/notifications/batch", Statuses: append([]int{200}, post...), Timeout: BatchTimeout},
 		{Name: "get", Method: http.MethodGet, Path: "/v1/notifications/{id}", Statuses: []int{200, 401, 404, 429, 503}, Timeout: Timeout},
 		{Name: "cancel", Method: http.MethodDelete, Path: "/v1/notifications/{id}", Statuses: []int{200, 401, 404, 409, 429, 503}, Timeout: Timeout},
+		{Name: "feedback", Method: http.MethodPost, Path: feedback.Path + "{provider}", Statuses: signed, Timeout: FeedbackTimeout, Signed: true},
+		{Name: "replies", Method: http.MethodPost, Path: feedback.Path + "{provider}/inbound", Statuses: signed, Timeout: FeedbackTimeout, Signed: true},
 	}
 }
 
@@ -230,6 +253,10 @@ func (s *Server) handler(name string) handlerFunc {
 		return s.get
 	case "cancel":
 		return s.cancel
+	case "feedback":
+		return s.receive(false)
+	case "replies":
+		return s.receive(true)
 	}
 	panic("api: no handler for route " + name) // a route added without one
 }

@@ -28,6 +28,11 @@ const (
 	CodeMethodNotAllowed = "method_not_allowed"
 	// CodeUnsupportedMedia is the 415 of a body that is not application/json.
 	CodeUnsupportedMedia = "unsupported_media_type"
+	// CodeBadSignature is the 403 of a provider's feedback that is
+	// unsigned, forged, stale or from an SNS topic not configured.
+	CodeBadSignature = "bad_signature"
+	// CodeReplayed is the 409 of a provider's feedback applied before.
+	CodeReplayed = "replayed"
 )
 
 // Error is an API error: the response's status and its JSON body

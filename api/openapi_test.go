@@ -12,6 +12,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/notify-throttle/throttler/feedback"
 	"github.com/notify-throttle/throttler/intake"
 	"github.com/notify-throttle/throttler/lifecycle"
 )
@@ -109,9 +110,12 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 		if !slices.Equal(got, want) {
 			t.Errorf("%s: openapi.yaml's statuses %v, the handler's %v", key, got, want)
 		}
+		if sec, ok := op["security"].([]any); rt.Signed != (ok && len(sec) == 0) {
+			t.Errorf("%s: security %v: want [] (no API key) for a route signed by its provider, else the API key", key, op["security"])
+		}
 		for code, r := range responses {
 			resp := d.response(t, r)
-			d.checkHeaders(t, key+" "+code, code, resp)
+			d.checkHeaders(t, key+" "+code, code, !rt.Signed, resp)
 			if code[0] == '2' {
 				continue
 			}
@@ -129,7 +133,7 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 	var got, want []string
 	for code, r := range unrouted {
 		got = append(got, code)
-		d.checkHeaders(t, "unrouted "+code, "401", d.response(t, r)) // no key is looked at
+		d.checkHeaders(t, "unrouted "+code, code, false, d.response(t, r)) // no key is looked at
 	}
 	for _, s := range Unrouted {
 		want = append(want, strconv.Itoa(s))
@@ -152,13 +156,13 @@ func (d doc) response(t *testing.T, r any) map[string]any {
 
 // checkHeaders fails the test unless a response of status code documents
 // the headers the server sends with it: Request-Id always, the RateLimit
-// ones with every answer to a known key (not a 401; with a 503 only when
-// Redis answered), Retry-After with a 429 and a 503.
-func (d doc) checkHeaders(t *testing.T, what, code string, resp map[string]any) {
+// ones with every answer to a known key (keyed: not a 401; with a 503
+// only when Redis answered), Retry-After with a 429 and a 503.
+func (d doc) checkHeaders(t *testing.T, what, code string, keyed bool, resp map[string]any) {
 	t.Helper()
 	headers, _ := resp["headers"].(map[string]any)
 	want := []string{RequestIDHeader}
-	if code != "401" && code != "503" {
+	if keyed && code != "401" && code != "503" {
 		want = append(want, "RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset")
 	}
 	if code == "429" || code == "503" {
@@ -190,6 +194,7 @@ func TestOpenAPIMatchesShapes(t *testing.T) {
 		{"BatchResult", jsonNames(reflect.TypeFor[batchResult]())},
 		{"List", jsonNames(reflect.TypeFor[listAnswer]())},
 		{"Event", jsonNames(reflect.TypeFor[lifecycle.Event]())},
+		{"FeedbackResult", jsonNames(reflect.TypeFor[feedback.Result]())},
 	} {
 		if got := props(c.schema); !slices.Equal(got, c.want) {
 			t.Errorf("schema %s has %v, the code %v", c.schema, got, c.want)
@@ -200,7 +205,8 @@ func TestOpenAPIMatchesShapes(t *testing.T) {
 		codes = append(codes, c.(string))
 	}
 	want := []string{CodeUnauthorized, CodeForbidden, CodeInvalid, CodeTooLarge, CodeNotFound, CodeConflict,
-		CodeAlreadySent, CodeNotPending, CodeRateLimited, CodeUnavailable, CodeMethodNotAllowed, CodeUnsupportedMedia}
+		CodeAlreadySent, CodeNotPending, CodeRateLimited, CodeUnavailable, CodeMethodNotAllowed, CodeUnsupportedMedia,
+		CodeBadSignature, CodeReplayed}
 	if !slices.Equal(codes, want) {
 		t.Errorf("error codes %v, the code's %v", codes, want)
 	}
@@ -239,7 +245,8 @@ func TestOpenAPIMatchesShapes(t *testing.T) {
 	if batch["maxItems"] != MaxBatch {
 		t.Errorf("batch maxItems %v, MaxBatch %d", batch["maxItems"], MaxBatch)
 	}
-	for path, limit := range map[string]int{"/v1/notifications": MaxBody, "/v1/notifications/batch": MaxBatchBody} {
+	for path, limit := range map[string]int{"/v1/notifications": MaxBody, "/v1/notifications/batch": MaxBatchBody,
+		"/v1/feedback/{provider}": MaxFeedbackBody, "/v1/feedback/{provider}/inbound": MaxFeedbackBody} {
 		desc := d.at(t, "paths", path, "post", "requestBody")["description"]
 		if want := fmt.Sprintf("At most %d bytes.", limit); desc != want {
 			t.Errorf("%s: body %q, want %q", path, desc, want)

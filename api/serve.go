@@ -27,8 +27,8 @@ import (
 // caller's trace ID follows the request; else the API makes one.
 const RequestIDHeader = "Request-Id"
 
-// handlerFunc serves a route's request for an authenticated client and
-// returns what its access log line adds.
+// handlerFunc serves a route's request for an authenticated client (nil
+// for a Signed route) and returns what its access log line adds.
 type handlerFunc func(w http.ResponseWriter, r *http.Request, c *client) logged
 
 // logged is what a handler adds to its request's access log line.
@@ -72,8 +72,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.access(r.Context(), id, ex, status, elapsed)
 }
 
-// wrap authenticates a request for route rt and runs h for it within
-// rt.Timeout.
+// wrap authenticates a request for route rt (by its API key, unless the
+// route is Signed) and runs h for it within rt.Timeout.
 func (s *Server) wrap(rt Route, h handlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ex, _ := r.Context().Value(exchangeKey{}).(*exchange)
@@ -81,12 +81,15 @@ func (s *Server) wrap(rt Route, h handlerFunc) http.Handler {
 			ex = &exchange{}
 		}
 		ex.route = rt.Name
-		c, err := s.live.Load().authenticate(r)
-		if err != nil {
-			writeError(w, err)
-			return
+		var c *client
+		if !rt.Signed { // else the handler checks the provider's signature
+			var err error
+			if c, err = s.live.Load().authenticate(r); err != nil {
+				writeError(w, err)
+				return
+			}
+			ex.key, ex.recipients = c.name, c.setup.cfg.API.LogRecipients
 		}
-		ex.key, ex.recipients = c.name, c.setup.cfg.API.LogRecipients
 		ex.what = bounded(w, r, rt.Timeout, func(w http.ResponseWriter, r *http.Request) logged { return h(w, r, c) })
 	})
 }

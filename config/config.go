@@ -231,6 +231,8 @@ type Provider struct {
 	KeyID   string `yaml:"key_id"`        // apns
 	KeyFile string `yaml:"key_file,path"` // apns: the .p8 signing key
 	Topic   string `yaml:"topic"`         // apns: the app's bundle ID
+
+	Feedback Feedback `yaml:"feedback"` // ses, sendgrid, twilio: what the service reports later; default none (see Feedback)
 }
 
 // Fill gives a provider read from a file the defaults of its type.

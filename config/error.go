@@ -94,8 +94,9 @@ type source struct {
 	// unresolved are the secrets a producer leaves unresolved (LoadProducer):
 	// their values are empty and not checked.
 	unresolved map[string]bool
-	// unresolvedPrefixes are the paths under which it leaves them so.
-	unresolvedPrefixes []string
+	// unresolvedPrefixes are the paths under which it leaves them so, but
+	// for the paths that hold one of resolvedInside.
+	unresolvedPrefixes, resolvedInside []string
 }
 
 func newSource(file string) *source {
@@ -111,7 +112,8 @@ func (s *source) isUnresolved(path string) bool { return s != nil && s.unresolve
 // unresolvedUnder reports whether the secrets and files at path are left
 // unresolved and unread (a producer's providers: see LoadProducer).
 func (s *source) unresolvedUnder(path string) bool {
-	return s != nil && slices.ContainsFunc(s.unresolvedPrefixes, func(p string) bool { return strings.HasPrefix(path, p) })
+	return s != nil && slices.ContainsFunc(s.unresolvedPrefixes, func(p string) bool { return strings.HasPrefix(path, p) }) &&
+		!slices.ContainsFunc(s.resolvedInside, func(p string) bool { return strings.Contains(path+".", p) })
 }
 
 // parent returns path without its last element: "a.b[1]" -> "a.b" -> "a" -> "".

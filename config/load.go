@@ -42,18 +42,21 @@ func LoadProducer(path string, getenv func(string) string) (*Config, error) {
 }
 
 // LoadAPI is LoadProducer for a process that serves the HTTP API only
-// (worker -api-only): the API's keys are resolved, the providers' and the
-// callbacks' secrets are not.
+// (worker -api-only): the API's keys and the providers' feedback blocks
+// (their secrets check what the services POST to the API) are resolved,
+// the providers' other secrets and the callbacks' are not.
 func LoadAPI(path string, getenv func(string) string) (*Config, error) {
-	return load(path, getenv, []string{"providers.", "events.callbacks."})
+	return load(path, getenv, []string{"providers.", "events.callbacks."}, ".feedback.")
 }
 
-func load(path string, getenv func(string) string, unresolved []string) (*Config, error) {
+// load reads and parses a file; the secrets under the unresolved prefixes
+// are left unresolved, but for those whose path holds resolvedInside.
+func load(path string, getenv func(string) string, unresolved []string, resolvedInside ...string) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	return parse(path, data, getenv, unresolved)
+	return parse(path, data, getenv, unresolved, resolvedInside...)
 }
 
 // Environment variables that replace settings.
@@ -68,15 +71,16 @@ func Parse(name string, data []byte) (*Config, error) {
 }
 
 // parse decodes and validates a file, leaving the secret references under
-// the paths that start with an unresolved prefix unresolved (LoadProducer).
-func parse(name string, data []byte, getenv func(string) string, unresolved []string) (*Config, error) {
+// the paths that start with an unresolved prefix unresolved (LoadProducer),
+// but for those whose path holds resolvedInside (LoadAPI).
+func parse(name string, data []byte, getenv func(string) string, unresolved []string, resolvedInside ...string) (*Config, error) {
 	root, err := parseYAML(name, data)
 	if err != nil {
 		return nil, err
 	}
 	c := Default()
 	c.src = newSource(name)
-	c.src.unresolvedPrefixes = unresolved
+	c.src.unresolvedPrefixes, c.src.resolvedInside = unresolved, resolvedInside
 	d := decoder{src: c.src, getenv: getenv}
 	d.decode(root, "", root.Line, reflect.ValueOf(c).Elem(), "")
 	if u := getenv(EnvRedisURL); u != "" {

@@ -19,11 +19,11 @@ var (
 	serviceCommon = []string{"timeout", "max_retries", "backoff"}
 	serviceTypes  = map[string][]string{
 		ProviderSMTP:     {"host", "port", "tls", "username", "password", "from", "quota_reset"},
-		ProviderSES:      {"region", "access_key_id", "secret_access_key", "from", "configuration_set", "quota_reset", "base_url"},
-		ProviderTwilio:   {"account_sid", "username", "password", "from", "messaging_service_sid", "scope_pause", "base_url"},
+		ProviderSES:      {"region", "access_key_id", "secret_access_key", "from", "configuration_set", "quota_reset", "base_url", "feedback"},
+		ProviderTwilio:   {"account_sid", "username", "password", "from", "messaging_service_sid", "scope_pause", "base_url", "feedback"},
 		ProviderFCM:      {"project_id", "credentials_file", "token", "token_url", "base_url"},
 		ProviderAPNs:     {"team_id", "key_id", "key_file", "topic", "scope_pause", "base_url"},
-		ProviderSendGrid: {"api_key", "from", "from_name", "base_url"},
+		ProviderSendGrid: {"api_key", "from", "from_name", "base_url", "feedback"},
 	}
 	// serviceRequired are the keys each type cannot do without; the
 	// either-or ones (twilio's sender, fcm's credentials) are checked by
@@ -145,5 +145,8 @@ func (v *validator) service(path string, pr Provider) {
 	}
 	if pr.Type == ProviderSMTP {
 		v.check(pr.Port > 0 && pr.Port < 65536, path+".port", "must be from 1 to 65535 (got %d)", pr.Port)
+	}
+	if slices.Contains(serviceTypes[pr.Type], "feedback") && !v.c.src.failedAt(path+".feedback") {
+		v.feedback(path, pr)
 	}
 }

@@ -40,7 +40,7 @@ const (
 	Archived     Type = "archived"     // never to be sent, for Reason (see the Archived* reasons)
 	Canceled     Type = "canceled"     // canceled through the API (DELETE)
 	Delivered    Type = "delivered"    // the provider reports it delivered
-	Bounced      Type = "bounced"      // the provider reports it bounced
+	Bounced      Type = "bounced"      // the provider reports it bounced: Reason hard (now suppressed) or soft
 	Complained   Type = "complained"   // its recipient marked it as spam
 	Unsubscribed Type = "unsubscribed" // its recipient unsubscribed
 )
@@ -56,6 +56,14 @@ const (
 	ArchivedSuppressed = "suppressed"        // its address is on its provider's dead list
 	ArchivedDead       = "dead_address"      // its provider said the address is dead (and it is suppressed now)
 	ArchivedExhausted  = "retries_exhausted" // its sends failed as many times as its task may retry
+)
+
+// Reasons of a Bounced event: whether the address is dead (its provider
+// said so for good, and it is suppressed now) or may take a later message
+// (a full mailbox, a phone off, a block that may lift).
+const (
+	BouncedHard = "hard"
+	BouncedSoft = "soft"
 )
 
 // Vias of an Accepted event: what enqueued the message.
@@ -99,7 +107,7 @@ type Event struct {
 	Rule              string     `json:"rule,omitempty"`                // booked, deferred, dropped, expired: the rule, with its limit
 	Provider          string     `json:"provider,omitempty"`            // sent, deferred by a provider, archived, the feedback
 	ProviderMessageID string     `json:"provider_message_id,omitempty"` // sent, the feedback: the provider's own ID, when known
-	Reason            string     `json:"reason,omitempty"`              // archived: an Archived* reason; expired: the deadline
+	Reason            string     `json:"reason,omitempty"`              // archived: an Archived* reason; expired: the deadline; bounced: BouncedHard or BouncedSoft
 	Detail            string     `json:"detail,omitempty"`              // deferred by a provider, archived, the feedback: its words
 	Digest            string     `json:"digest,omitempty"`              // folded: the digest's message ID
 }
@@ -107,7 +115,8 @@ type Event struct {
 // NewID returns the ID of an outcome of type t of message, told apart from
 // the message's other outcomes of that type by what: the moment of a
 // booking, the end of a deferral, the digest of a fold, the reason of an
-// archive (see Event.what). The first 16 bytes of a SHA-256, in hex.
+// archive, the provider's ID of a report (see Event.what). The first 16
+// bytes of a SHA-256, in hex.
 func NewID(message string, t Type, what string) string {
 	sum := sha256.Sum256([]byte(message + "\x00" + string(t) + "\x00" + what))
 	return hex.EncodeToString(sum[:16])
@@ -116,6 +125,9 @@ func NewID(message string, t Type, what string) string {
 // what is what tells e apart from the other outcomes of its type of its
 // message: a message is accepted, sent, dropped, expired or canceled
 // once, but may be booked or deferred many times, each at its own moment.
+// A provider reports each outcome of the message it accepted once (the
+// message it names by its own ID), but a soft bounce may come before a
+// hard one.
 func (e *Event) what() string {
 	switch e.Type {
 	case Scheduled, Booked:
@@ -126,8 +138,10 @@ func (e *Event) what() string {
 		return millis(e.Until)
 	case Archived:
 		return e.Reason
-	case Delivered, Bounced, Complained, Unsubscribed:
+	case Delivered, Complained, Unsubscribed:
 		return e.ProviderMessageID
+	case Bounced:
+		return e.ProviderMessageID + "\x00" + e.Reason
 	}
 	return ""
 }
@@ -152,9 +166,18 @@ func (e *Event) fill(now time.Time) {
 			*t = &v
 		}
 	}
-	if e.ID == "" {
-		e.ID = NewID(e.Message, e.Type, e.what())
+	e.ID = IDOf(*e)
+}
+
+// IDOf returns the ID e is recorded with: its own if it has one, else
+// NewID of its message, its type and what tells it apart from its
+// message's other outcomes of that type (a moment counts to the
+// millisecond, as Record keeps it).
+func IDOf(e Event) string {
+	if e.ID != "" {
+		return e.ID
 	}
+	return NewID(e.Message, e.Type, e.what())
 }
 
 // Moment returns a pointer to t, for Event.Moment and Event.Until.

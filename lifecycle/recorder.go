@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -166,6 +167,39 @@ func (r *Recorder) History(ctx context.Context, message string) ([]Event, error)
 		}
 	}
 	return events, nil
+}
+
+// Tenants returns the tenant of each of messages that has a history, read
+// from its first event in one round trip: what a provider's later report
+// of a message (package feedback) needs to reach the tenant's callback. A
+// message without a history (never recorded, or expired) is not in the
+// map.
+func (r *Recorder) Tenants(ctx context.Context, messages ...string) (map[string]string, error) {
+	if r == nil || len(messages) == 0 {
+		return map[string]string{}, nil
+	}
+	firsts := make(map[string]*redis.StringCmd, len(messages))
+	_, err := r.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, m := range messages {
+			if firsts[m] == nil {
+				firsts[m] = p.LIndex(ctx, historyKey(r.o.Prefix, m), 0)
+			}
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("lifecycle: tenants of %d messages: %w", len(firsts), err)
+	}
+	tenants := make(map[string]string, len(firsts))
+	for m, c := range firsts {
+		var e struct {
+			Tenant string `json:"tenant"`
+		}
+		if c.Err() == nil && json.Unmarshal([]byte(c.Val()), &e) == nil {
+			tenants[m] = e.Tenant
+		}
+	}
+	return tenants, nil
 }
 
 // keyOf returns the idempotency key of the first event of a history, if it

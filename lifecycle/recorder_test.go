@@ -135,6 +135,8 @@ func TestEventIDs(t *testing.T) {
 		{"sent and accepted", Event{Type: Sent, Message: "m1"}, Event{Type: Accepted, Message: "m1"}, false},
 		{"archived for two reasons", Event{Type: Archived, Message: "m1", Reason: ArchivedRejected}, Event{Type: Archived, Message: "m1", Reason: ArchivedDead}, false},
 		{"folded into one digest twice", Event{Type: Folded, Message: "m1", Digest: "d1", Moment: Moment(at)}, Event{Type: Folded, Message: "m1", Digest: "d1"}, true},
+		{"delivered reported twice", Event{Type: Delivered, Message: "m1", ProviderMessageID: "p1", Detail: "250 ok"}, Event{Type: Delivered, Message: "m1", ProviderMessageID: "p1"}, true},
+		{"a soft bounce, then a hard one", Event{Type: Bounced, Message: "m1", ProviderMessageID: "p1", Reason: BouncedSoft}, Event{Type: Bounced, Message: "m1", ProviderMessageID: "p1", Reason: BouncedHard}, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			if a, b := id(tt.a), id(tt.b); (a == b) != tt.same {
@@ -205,5 +207,23 @@ func TestNowIsRedisClock(t *testing.T) {
 	redisNow := rdb.Time(ctx).Val()
 	if got := r.Now(ctx); got.Sub(redisNow).Abs() > time.Second {
 		t.Errorf("Now %v, Redis TIME %v", got, redisNow)
+	}
+}
+
+// TestTenants: a message's tenant is read from its history, whichever
+// event came first; a message without a history is left out.
+func TestTenants(t *testing.T) {
+	ctx := context.Background()
+	r, _ := newRecorder(t, Options{})
+	if err := r.Record(ctx, Event{Type: Accepted, Message: "a", Tenant: "billing", Via: ViaAPI},
+		Event{Type: Sent, Message: "b", Provider: "sms"}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := r.Tenants(ctx, "a", "b", "never", "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]string{"a": "billing", "b": ""}; !reflect.DeepEqual(got, want) {
+		t.Errorf("Tenants = %v, want %v", got, want)
 	}
 }

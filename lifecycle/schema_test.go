@@ -77,8 +77,8 @@ func TestSchemaMatchesEvent(t *testing.T) {
 }
 
 // TestRecordedEventsFitTheSchema: what the recorder writes for each type
-// the worker and the API record has every member the schema requires of
-// that type.
+// the worker, the API and the providers' feedback record has every member
+// the schema requires of that type.
 func TestRecordedEventsFitTheSchema(t *testing.T) {
 	ctx := context.Background()
 	r, _ := newRecorder(t, Options{})
@@ -94,6 +94,10 @@ func TestRecordedEventsFitTheSchema(t *testing.T) {
 		{Type: Folded, Message: "m", Digest: "d", Moment: Moment(at)},
 		{Type: Archived, Message: "m", Reason: ArchivedRejected, Provider: "sms", Detail: "400"},
 		{Type: Canceled, Message: "m"},
+		{Type: Delivered, Message: "m", Provider: "email", ProviderMessageID: "p1"},
+		{Type: Bounced, Message: "m", Provider: "email", ProviderMessageID: "p1", Reason: BouncedHard, Detail: "550 5.1.1"},
+		{Type: Complained, Message: "m", Provider: "email", ProviderMessageID: "p1"},
+		{Type: Unsubscribed, Message: "m", Provider: "email", ProviderMessageID: "p1"},
 	}
 	if err := r.Record(ctx, events...); err != nil {
 		t.Fatal(err)

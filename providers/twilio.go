@@ -29,7 +29,12 @@ type Twilio struct {
 	Username, Password string
 	From               string // a sender number; or
 	ServiceSID         string // a messaging service
-	client             *http.Client
+	// StatusCallback, if set, returns the URL Twilio POSTs a message's
+	// statuses to, given the message's ID (feedback.TwilioCallback): the
+	// ID travels in it, so that the status names the message without a
+	// lookup.
+	StatusCallback func(id string) string
+	client         *http.Client
 }
 
 // NewTwilio returns a Twilio provider.
@@ -74,6 +79,9 @@ func (p *Twilio) Send(ctx context.Context, m jobs.Message) (id string, err error
 		form.Set("MessagingServiceSid", p.ServiceSID)
 	} else {
 		form.Set("From", p.From)
+	}
+	if p.StatusCallback != nil {
+		form.Set("StatusCallback", p.StatusCallback(m.ID))
 	}
 	u := p.base("https://api.twilio.com") + "/2010-04-01/Accounts/" + url.PathEscape(p.AccountSID) + "/Messages.json"
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, strings.NewReader(form.Encode()))

@@ -3,7 +3,9 @@ package providers
 import (
 	"cmp"
 	"net/http"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -84,5 +86,36 @@ func TestTwilioClassifiesEveryAnswer(t *testing.T) {
 	}
 	if _, err := p.Send(ctx(t), jobs.Message{ID: "t2", Recipient: "+15550000000"}); err == nil {
 		t.Error("a message without a body was sent")
+	}
+}
+
+// TestTwilioStatusCallback: with a StatusCallback, each message asks
+// Twilio to POST its statuses to the URL made of its ID; without, none.
+func TestTwilioStatusCallback(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var got []string
+	f := newFake(t, answer{status: 201, body: `{"sid":"SM1","status":"queued"}`}, nil, func(t *testing.T, r *http.Request) string {
+		if err := r.ParseForm(); err != nil {
+			t.Error(err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, r.PostForm.Get("StatusCallback"))
+		return r.PostForm.Get("To")
+	})
+	p := NewTwilio(Settings{Name: "sms", BaseURL: f.URL}, "AC123", "AC123", "secret-token", "+15559999999", "")
+	msg := jobs.Message{ID: "t1", Recipient: "+15550000000", Data: []byte(`{"body":"hi"}`)}
+	if _, err := p.Send(ctx(t), msg); err != nil {
+		t.Fatal(err)
+	}
+	p.StatusCallback = func(id string) string { return "https://api.example.com/v1/feedback/sms?m=" + id }
+	if _, err := p.Send(ctx(t), msg); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"", "https://api.example.com/v1/feedback/sms?m=t1"}; !slices.Equal(got, want) {
+		t.Errorf("StatusCallback %q, want %q", got, want)
 	}
 }

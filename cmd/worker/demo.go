@@ -124,7 +124,11 @@ func (c *sentCounts) wrap(p jobs.Provider) jobs.Provider {
 			c.mu.Lock()
 			c.sent[m.Recipient] = append(c.sent[m.Recipient], demoSend{now, demoNumber(m.Data)})
 			if c.out != nil {
-				fmt.Fprintf(c.out, "%7.2fs  sent    %-18s #%d\n", now.Sub(c.start).Seconds(), m.Recipient, demoNumber(m.Data))
+				scheduled := ""
+				if m.Recipient == demoAPIRecipient {
+					scheduled = " (the scheduled one, at its moment)"
+				}
+				fmt.Fprintf(c.out, "%7.2fs  sent    %-18s #%d%s\n", now.Sub(c.start).Seconds(), m.Recipient, demoNumber(m.Data), scheduled)
 			}
 			c.mu.Unlock()
 		}
@@ -178,8 +182,10 @@ func runDemo(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient,
 			}
 		}
 	}
+	var scheduled string // the API's message: scheduled, its events shown at the end
 	if apiURL != "" {
-		if err := demoCurl(ctx, apiURL, out); err != nil {
+		var err error
+		if scheduled, err = demoCurl(ctx, apiURL, demoLead(d), counts.start, out); err != nil {
 			return err
 		}
 	}
@@ -205,7 +211,7 @@ func runDemo(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient,
 	}
 	fmt.Fprintf(out, "\nWithout booking, each throttled message would wake with the others and be deferred again;\n"+
 		"here each was deferred once, to the moment it booked (worker.book in config.yaml).\n")
-	counts.callbacks.summary(out)
+	counts.callbacks.summary(out, scheduled, counts.start)
 	return nil
 }
 

@@ -34,17 +34,24 @@ func demoAPI(cfg *config.Config) {
 	cfg.API.Keys = keys
 }
 
-// demoCurl enqueues one notification through the API at base, printing the
-// curl command that does the same and what the API answered.
-func demoCurl(ctx context.Context, base string, out io.Writer) error {
-	body := fmt.Sprintf(`{"recipient":%q,"template":"welcome","policy":%q,"provider":%q,"data":{"n":1}}`,
-		demoAPIRecipient, demoPolicy, demoProvider)
-	fmt.Fprintf(out, "One more through the HTTP API, as this curl command does:\n"+
+// demoLead is how far ahead the demo schedules the API's message: a few
+// seconds, within the demo's run.
+func demoLead(run time.Duration) time.Duration { return min(5*time.Second, run/4) }
+
+// demoCurl enqueues one notification through the API at base, scheduled
+// lead from now (send_at), printing the curl command that does the same
+// and what the API answered, and returns its ID.
+func demoCurl(ctx context.Context, base string, lead time.Duration, start time.Time, out io.Writer) (string, error) {
+	at := time.Now().Add(lead).UTC().Truncate(time.Second).Add(time.Second)
+	body := fmt.Sprintf(`{"recipient":%q,"template":"welcome","policy":%q,"provider":%q,"send_at":%q,"data":{"n":1}}`,
+		demoAPIRecipient, demoPolicy, demoProvider, at.Format(time.RFC3339))
+	fmt.Fprintf(out, "One more through the HTTP API, scheduled a few seconds ahead (send_at), as this curl command does:\n"+
 		"  curl -X POST %s/v1/notifications -H 'Authorization: Bearer %s' \\\n"+
-		"       -H 'Idempotency-Key: demo-erin-welcome' -H 'Content-Type: application/json' -d '%s'\n", base, demoAPIKey, body)
+		"       -H 'Idempotency-Key: demo-erin-welcome' -H 'Content-Type: application/json' -d '%s'\n",
+		base, demoAPIKey, body)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/notifications", bytes.NewReader([]byte(body)))
 	if err != nil {
-		return err
+		return "", err
 	}
 	req.Header.Set("Authorization", "Bearer "+demoAPIKey)
 	req.Header.Set(api.IdempotencyHeader, "demo-erin-welcome")
@@ -52,14 +59,17 @@ func demoCurl(ctx context.Context, base string, out io.Writer) error {
 	c := &http.Client{Timeout: 10 * time.Second}
 	res, err := c.Do(req)
 	if err != nil {
-		return fmt.Errorf("demo: the API: %w", err)
+		return "", fmt.Errorf("demo: the API: %w", err)
 	}
 	defer res.Body.Close()
 	var v api.View
 	if err := json.NewDecoder(res.Body).Decode(&v); err != nil {
-		return fmt.Errorf("demo: the API's answer: %w", err)
+		return "", fmt.Errorf("demo: the API's answer: %w", err)
 	}
-	fmt.Fprintf(out, "  -> %s: id %s, %s (GET %s/v1/notifications/%s tells where it stands)\n\n",
-		res.Status, v.ID, v.State, base, v.ID)
-	return nil
+	state := v.State
+	if v.Until != nil {
+		state += fmt.Sprintf(" until %.2fs: it waits in asynq's schedule at no cost to the throttle, then every rule applies", v.Until.Sub(start).Seconds())
+	}
+	fmt.Fprintf(out, "  -> %s: id %s, %s\n     (GET %s/v1/notifications/%s tells where it stands)\n\n", res.Status, v.ID, state, base, v.ID)
+	return v.ID, nil
 }

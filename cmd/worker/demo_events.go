@@ -1,12 +1,14 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -29,11 +31,12 @@ type demoReceiver struct {
 	srv *http.Server
 
 	mu       sync.Mutex
-	types    map[lifecycle.Type]int // verified events, by type
-	ids      map[string]bool        // their IDs
-	bad      int                    // POSTs whose signature did not verify
-	sample   []byte                 // a sent event, as POSTed
-	received int                    // POSTs, repeats included
+	types    map[lifecycle.Type]int       // verified events, by type
+	ids      map[string]bool              // their IDs
+	byMsg    map[string][]lifecycle.Event // them, by message
+	bad      int                          // POSTs whose signature did not verify
+	sample   []byte                       // the sent event of the API's message, as POSTed
+	received int                          // POSTs, repeats included
 }
 
 // demoCallbacks starts the demo's receiver and makes it the default
@@ -43,7 +46,7 @@ func demoCallbacks(cfg *config.Config) *demoReceiver {
 	if err != nil {
 		return nil
 	}
-	r := &demoReceiver{types: map[lifecycle.Type]int{}, ids: map[string]bool{}}
+	r := &demoReceiver{types: map[lifecycle.Type]int{}, ids: map[string]bool{}, byMsg: map[string][]lifecycle.Event{}}
 	r.srv = &http.Server{Handler: r, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = r.srv.Serve(ln) }()
 	callbacks := maps.Clone(cfg.Events.Callbacks)
@@ -70,15 +73,18 @@ func (r *demoReceiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	if json.Unmarshal(body, &e) == nil && !r.ids[e.ID] {
 		r.ids[e.ID] = true
 		r.types[e.Type]++
-		if e.Type == lifecycle.Sent && (r.sample == nil || e.IdempotencyKey != "") {
-			r.sample = body // the API's message's, with its key, if it came
+		r.byMsg[e.Message] = append(r.byMsg[e.Message], e)
+		if e.Type == lifecycle.Sent && e.IdempotencyKey != "" {
+			r.sample = body // the API's message's, the one with a key
 		}
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// summary prints what the receiver got, and stops it.
-func (r *demoReceiver) summary(out io.Writer) {
+// summary prints what the receiver got, then the events of message as it
+// verified them, in the order they happened (seconds from start), and
+// stops it.
+func (r *demoReceiver) summary(out io.Writer, message string, start time.Time) {
 	if r == nil {
 		return
 	}
@@ -94,7 +100,39 @@ func (r *demoReceiver) summary(out io.Writer) {
 	fmt.Fprintf(out, "\nStatus callbacks (events.callbacks in config.yaml): every event of these messages was POSTed to a\n"+
 		"receiver on a loopback port, signed; it verified %d (lifecycle.Verify) and refused %d: %s.\n",
 		len(r.ids), r.bad, strings.Join(counts, ", "))
-	if r.sample != nil {
-		fmt.Fprintf(out, "One of them, as POSTed:\n  %s\n", r.sample)
+	events := r.byMsg[message]
+	if len(events) == 0 {
+		return
 	}
+	slices.SortStableFunc(events, func(a, b lifecycle.Event) int { // by time, then in the order of a life
+		return cmp.Or(a.At.Compare(b.At), cmp.Compare(slices.Index(lifecycle.Types, a.Type), slices.Index(lifecycle.Types, b.Type)))
+	})
+	fmt.Fprintf(out, "The scheduled message's events (%s), as the receiver verified them:\n", demoAPIRecipient)
+	for _, e := range events {
+		fmt.Fprintf(out, "  %7.2fs  %-9s %s\n", e.At.Sub(start).Seconds(), e.Type, demoEventWhat(e, start))
+	}
+	if r.sample != nil {
+		fmt.Fprintf(out, "Its sent event, as POSTed:\n  %s\n", r.sample)
+	}
+}
+
+// demoEventWhat is what an event of the demo's says beyond its type.
+func demoEventWhat(e lifecycle.Event, start time.Time) string {
+	var parts []string
+	if e.Via != "" {
+		parts = append(parts, "via "+e.Via)
+	}
+	if e.IdempotencyKey != "" && e.Type == lifecycle.Accepted {
+		parts = append(parts, "key "+e.IdempotencyKey)
+	}
+	if e.Moment != nil {
+		parts = append(parts, fmt.Sprintf("for %.2fs", e.Moment.Sub(start).Seconds()))
+	}
+	if e.Rule != "" {
+		parts = append(parts, "by "+e.Rule)
+	}
+	if e.Provider != "" {
+		parts = append(parts, "provider "+e.Provider)
+	}
+	return strings.Join(parts, ", ")
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/notify-throttle/throttler/config"
+	"github.com/notify-throttle/throttler/feedback"
 	"github.com/notify-throttle/throttler/jobs"
 	"github.com/notify-throttle/throttler/lifecycle"
 	"github.com/notify-throttle/throttler/providers"
@@ -44,7 +45,11 @@ func newService(name string, p config.Provider) (jobs.Provider, bool, error) {
 		if user == "" {
 			user = p.AccountSID
 		}
-		sc = providers.NewTwilio(s, p.AccountSID, user, string(p.Password), p.From, p.MessagingServiceSID)
+		tw := providers.NewTwilio(s, p.AccountSID, user, string(p.Password), p.From, p.MessagingServiceSID)
+		if p.Feedback.Enabled {
+			tw.StatusCallback = feedback.TwilioCallback(p.Feedback.PublicURL, name)
+		}
+		sc = tw
 	case config.ProviderSendGrid:
 		sc = providers.NewSendGrid(s, string(p.APIKey), p.From, p.FromName)
 	case config.ProviderFCM:
