@@ -5,6 +5,7 @@ import (
 	"math"
 	"sort"
 	"strconv"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 
@@ -25,10 +26,6 @@ func quotaKey(prefix, recipient, policy string) string {
 
 func bucketKey(prefix, provider string) string {
 	return keyspace.Bucket(keyspace.Tag(prefix, provider), provider)
-}
-
-func ledgerKey(prefix, provider string) string {
-	return keyspace.Ledger(keyspace.Tag(prefix, provider), provider)
 }
 
 func bookKey(prefix, provider string) string {
@@ -123,7 +120,7 @@ type taskAt struct {
 // and so is how far ahead the provider is booked.
 func readProviderBookings(p redis.Pipeliner, ctx context.Context, prefix, provider string, now, slack int64, limit int) func() bookingSet {
 	tickets := readBookings(p, ctx, bookKey(prefix, provider), now-keyspace.Grace, now, limit)
-	reserved := readBookings(p, ctx, ledgerKey(prefix, provider), now+slack, now, limit)
+	reserved := readLedger(p, ctx, slotsKey(prefix, provider), now+slack, now, limit)
 	return func() bookingSet {
 		b := merge(tickets(), reserved(), limit)
 		for i := range b.Tasks {
@@ -159,6 +156,29 @@ func readBookings(p redis.Pipeliner, ctx context.Context, key string, from, now 
 		for _, z := range first.Val() {
 			if m, _ := z.Member.(string); len(b.Tasks) < limit {
 				b.Tasks = append(b.Tasks, taskAt{Task: keyspace.TaskOf(m), At: int64(z.Score)})
+			}
+		}
+		return b
+	}
+}
+
+// readLedger is readBookings of a bucket's ledger, whose entries live in
+// its calendar (key), each scored minus its slot's start.
+func readLedger(p redis.Pipeliner, ctx context.Context, key string, from, now int64, limit int) func() bookingSet {
+	hi := "(" + strconv.FormatInt(-from, 10)
+	count := p.ZCount(ctx, key, "-inf", hi)
+	first := p.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{Key: key, Start: hi, Stop: "-inf", ByScore: true, Rev: true, Count: int64(limit + 1)})
+	last := p.ZRangeWithScores(ctx, key, 0, 0)
+	return func() bookingSet {
+		b := bookingSet{Held: count.Val()}
+		for _, z := range last.Val() {
+			if v := -int64(z.Score); v > now {
+				b.Ahead = v - now
+			}
+		}
+		for _, z := range first.Val() {
+			if m, _ := z.Member.(string); len(b.Tasks) < limit {
+				b.Tasks = append(b.Tasks, taskAt{Task: strings.TrimPrefix(m, keyspace.LedgerEntry("")), At: -int64(z.Score)})
 			}
 		}
 		return b

@@ -80,7 +80,7 @@ func TestKeysMatchEngine(t *testing.T) {
 	ctx := context.Background()
 	for i, r := range []string{"alice@example.com", "x}:q:marketing", "{bob} 100%", "é", strings.Repeat("long", 40)} {
 		f.admit(t, fmt.Sprintf("task-%d", i), r, 0)
-		for _, key := range []string{quotaKey(throttle.DefaultPrefix, r, "marketing"), bucketKey(throttle.DefaultPrefix, "sms"), ledgerKey(throttle.DefaultPrefix, "sms")} {
+		for _, key := range []string{quotaKey(throttle.DefaultPrefix, r, "marketing"), bucketKey(throttle.DefaultPrefix, "sms"), slotsKey(throttle.DefaultPrefix, "sms")} {
 			if n, err := f.rdb.Exists(ctx, key).Result(); err != nil || n != 1 {
 				t.Errorf("recipient %q: key %q: EXISTS = %d, %v; want 1", r, key, n, err)
 			}

@@ -36,6 +36,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/notify-throttle/throttler/internal/asynqdb"
+	"github.com/notify-throttle/throttler/internal/keyspace"
 	"github.com/notify-throttle/throttler/internal/redisconn"
 	"github.com/notify-throttle/throttler/internal/redistest"
 	"github.com/notify-throttle/throttler/jobs"
@@ -691,14 +692,14 @@ func (f *fleet) archived() map[string]*asynq.TaskInfo {
 func (f *fleet) ledger() map[string]time.Time {
 	f.t.Helper()
 	ctx := context.Background()
-	zs, err := f.rdb.ZRangeWithScores(ctx, ledgerKey, 0, -1).Result()
+	zs, err := f.rdb.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{Key: ledgerKey, ByScore: true, Start: "-inf", Stop: "(0"}).Result()
 	if err != nil {
 		f.t.Fatalf("ledger: %v", err)
 	}
 	slack := time.Duration(float64(f.cfg.Burst-1) / f.cfg.Rate * float64(time.Second)).Truncate(time.Microsecond)
 	got := map[string]time.Time{}
 	for _, z := range zs {
-		got[z.Member.(string)] = time.UnixMicro(int64(z.Score)).Add(-slack)
+		got[strings.TrimPrefix(z.Member.(string), keyspace.LedgerEntry(""))] = time.UnixMicro(-int64(z.Score)).Add(-slack)
 	}
 	return got
 }
@@ -790,9 +791,10 @@ func entryOr(entries map[string]time.Time, id string, g time.Time) time.Time {
 	return g
 }
 
-// ledgerKey is the provider bucket's ledger:
-// <prefix>{<provider>}:b:<provider>:held (internal/keyspace).
-const ledgerKey = fleetPrefix + "{" + fleetProvider + "}:b:" + fleetProvider + ":held"
+// ledgerKey is the provider bucket's calendar, which holds its ledger:
+// <prefix>{<provider>}:b:<provider>:slots (internal/keyspace), each entry
+// keyspace.LedgerEntry(task) scored minus its slot's start.
+const ledgerKey = fleetPrefix + "{" + fleetProvider + "}:b:" + fleetProvider + ":slots"
 
 // fleetRemember is the workers' worker.remember_takes: not the default
 // (2s), so that a test can see it applied and the ledger keeps every take

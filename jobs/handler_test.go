@@ -521,13 +521,13 @@ func TestHandlerPacesShortProviderWaitsInline(t *testing.T) {
 	// The pacing shows in the bucket's grants (Redis time, from its ledger):
 	// 200ms apart at least, and no send before its grant. Send times alone
 	// can bunch when a busy machine wakes one sleeper late.
-	held, err := h.rdb.ZRangeWithScores(context.Background(), "throttle:{gw}:b:gw:held", 0, -1).Result()
+	held, err := h.rdb.ZRangeArgsWithScores(context.Background(), redis.ZRangeArgs{Key: "throttle:{gw}:b:gw:slots", ByScore: true, Start: "-inf", Stop: "(0"}).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
 	granted := map[string]time.Time{}
-	for _, z := range held {
-		granted[z.Member.(string)] = time.UnixMicro(int64(z.Score))
+	for _, z := range held { // the ledger's entries, in the calendar: "#" and the ID, scored minus the slot's start
+		granted[strings.TrimPrefix(z.Member.(string), "#")] = time.UnixMicro(-int64(z.Score))
 	}
 	var moments []time.Time
 	for i, id := range ids {

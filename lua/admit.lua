@@ -91,8 +91,8 @@ local function goes_plain(keys, ki, id, p, go, found)
   local kb, unbooked = ki, never_booked(p, found)
   for i = 1, p.n do
     if not go then return false end
-    if p[i].kind == 'b' and not unbooked and rcall('ZSCORE', keys[kb + 2], ticket_member(id, p[i].cost)) then
-      if found[i][5] then rcall('ZREM', keys[kb + 1], id) end
+    if p[i].kind == 'b' and not unbooked and rcall('ZSCORE', keys[kb + 1], ticket_member(id, p[i].cost)) then
+      if found[i][5] then rcall('ZREM', keys[kb + 2], LEDGER .. id) end
       return false
     end
     if found[i].held then return false end
@@ -120,7 +120,7 @@ local function commit_takes(keys, ki, id, p, now, delay, found, moves)
       if kind == 'q' then
         quota_commit(t, keys[k], id, now, at, f[1], f[2])
       elseif kind == 'b' then
-        bucket_commit(t, keys[k], keys[k + 1], keys[k + 3], id, now, at, f[1], f[2], f[3], f[4], p.remember, f[5])
+        bucket_commit(t, keys[k], keys[k + 2], id, now, at, f[1], f[2], f[3], f[4], p.remember, f[5])
       elseif kind == 'f' then
         fixed_commit(t, keys[k], id, now, f[1], f[2])
       elseif kind == 'c' then
@@ -139,14 +139,14 @@ end
 -- whether the task holds the take; [1..5], what its commit needs, by kind)
 -- and the index past its keys. A count-only take is recorded, never holds
 -- the task back.
-local function check_take(t, keys, k, id, now, p, span, denied, last)
+local function check_take(t, keys, k, id, now, p, span, denied, last, unheld)
   local kind = t.kind
   local ok, u, w, left, mine, a, b, c, d, e = true, 0, 0
   if kind == 'q' then
     ok, u, w, left, mine, a, b = quota_check(t, keys[k], id, now)
   elseif kind == 'b' then
     local reserve
-    reserve, u, left, mine, a, b, c, d, e = bucket_check(t, keys[k + 1], keys[k + 3], id, now, p.book and p.prio, denied, last)
+    reserve, u, left, mine, a, b, c, d, e = bucket_check(t, keys[k + 2], id, now, p.book and p.prio, denied, last, unheld)
     if reserve and reserve > p.maxwait then ok = false end
   elseif kind == 'f' then
     ok, u, left, mine, a, b = fixed_check(t, keys[k], id, now)
@@ -194,6 +194,10 @@ local function check_task(keys, ki, p, now, a, lead, plain, marker)
     repeated = true, held = false, shadow = 0, shadow_u = 0}
   local span = max(p.maxwait, lead) -- how far after now a take may be stamped
   local k = ki
+  -- A task that holds no entry of its first take, a quota, took nothing
+  -- that lasts no longer than the quota's longest window (unheld): every
+  -- take is written at once (see bucket_check).
+  local unheld
   for i = 1, p.n do
     local t = p[i]
     local last -- a bucket's reach when it is the last take and the task commits at once
@@ -205,10 +209,13 @@ local function check_task(keys, ki, p, now, a, lead, plain, marker)
       end
     end
     local ok, u, w, left, f
-    ok, u, w, left, f, k = check_take(t, keys, k, a.id, now, p, span, c.denied, last)
-    if i == 1 and marker and t.kind == 'q' and f.held and rcall('EXISTS', marker) == 1 then
-      c.done = true -- looked for only now: see 'D' in rules.lua
-      return c
+    ok, u, w, left, f, k = check_take(t, keys, k, a.id, now, p, span, c.denied, last, unheld)
+    if i == 1 and t.kind == 'q' and not t.count then
+      if marker and f.held and rcall('EXISTS', marker) == 1 then
+        c.done = true -- looked for only now: see 'D' in rules.lua
+        return c
+      end
+      if not f.held then unheld = t.longest end
     end
     c.found[i] = f
     if f.held then c.held = true end

@@ -283,29 +283,29 @@ end
 
 -- ticket_add books slot v of length len on a bucket for the task: the
 -- calendar marks it busy and the tickets hold it. Tickets past GRACE go.
-local function ticket_add(book, cal, member, now, v, len, left, ra, rb)
-  bucket_add(cal, now, v, len, left, ra, rb)
+local function ticket_add(book, cal, member, now, v, len, left, ra, rb, keep)
+  bucket_add(cal, now, v, len, left, ra, rb, keep)
   rcall('ZREMRANGEBYSCORE', book, '-inf', int(now - GRACE))
   bucket_hold(book, member, now, v, 0, GRACE)
 end
 
 -- ticket_claim moves a booked slot v from the tickets to the ledger (the
 -- task goes at x): it is in flight, and counts as sent.
-local function ticket_claim(t, key, ledger, book, cal, member, id, now, v, x, keep)
+local function ticket_claim(t, key, book, cal, member, id, now, v, x, keep)
   rcall('ZREM', book, member)
-  bucket_hold(ledger, id, now, v, bucket_len(t), keep)
-  bucket_sent(key, ledger, cal, now, t, x, keep)
+  ledger_hold(cal, id, v)
+  bucket_sent(key, cal, now, t, x, keep)
 end
 
 -- bump moves ticket member, whose slot starts at s (a priority task takes
 -- that slot, of len µs), to the first free slot after it. It returns s, or
 -- nil: the slot is shorter than len, or nothing is free.
-local function bump(bt, book, cal, now, member, s, len)
+local function bump(bt, book, cal, now, member, s, len, keep)
   local vlen = ceil(ticket_cost(member) * 1e6 / bt.rate)
   if vlen < len then return nil end
   local v, left, ra, rb = bucket_find(cal, s, vlen)
   if not v then return nil end
-  bucket_add(cal, now, v, vlen, left, ra, rb)
+  bucket_add(cal, now, v, vlen, left, ra, rb, keep)
   bucket_hold(book, member, now, v, 0, GRACE)
   return s
 end
@@ -324,27 +324,28 @@ local PRIO_SOON = 200000 -- µs
 -- BUMP_MARGIN from now whatever its slack, for a priority task of cost 1:
 -- the task loses it (its ledger entry goes) and finds out before it sends;
 -- the slot stays busy, now the priority task's. It returns the slot, or nil.
-local function bump_claimed(bt, ledger, now, from, before)
+local function bump_claimed(bt, cal, now, from, before)
   if bt.cost ~= 1 then return nil end
   -- The most slack a take of cost 1 has (a priority one's): its task
   -- sleeps at least until its slot's start less that.
   local lo = max(from, now + BUMP_MARGIN + max(0, floor((bt.burst - 1) * 1e6 / bt.rate)))
   if lo >= before then return nil end
-  local z = rcall('ZRANGEBYSCORE', ledger, int(lo), '(' .. int(before), 'WITHSCORES', 'LIMIT', '0', '1')
+  -- Ledger entries score -V: the first slot from lo is the highest score.
+  local z = rcall('ZREVRANGEBYSCORE', cal, int(-lo), '(' .. int(-before), 'WITHSCORES', 'LIMIT', '0', '1')
   if #z == 0 then return nil end
-  rcall('ZREM', ledger, z[1])
-  return tonum(z[2])
+  rcall('ZREM', cal, z[1])
+  return -tonum(z[2])
 end
 
 -- take_ahead takes, for a priority task of slot len, the earliest of: the
 -- slot of the first claimed task that still sleeps (bump_claimed) and that
 -- of the first booking not yet claimed (bump), before slot v. It returns
 -- the slot taken, or nil.
-local function take_ahead(bt, ledger, book, cal, now, from, v, len)
+local function take_ahead(bt, book, cal, now, from, v, len, keep)
   local z = rcall('ZRANGEBYSCORE', book, int(from), '(' .. int(v), 'WITHSCORES', 'LIMIT', '0', '1')
-  local c = bump_claimed(bt, ledger, now, from, tonum(z[2]) or v)
+  local c = bump_claimed(bt, cal, now, from, tonum(z[2]) or v)
   if c or #z == 0 then return c end
-  return bump(bt, book, cal, now, z[1], tonum(z[2]), len)
+  return bump(bt, book, cal, now, z[1], tonum(z[2]), len, keep)
 end
 
 -- Fair shares and the horizon.
@@ -602,7 +603,7 @@ end
 -- deadline, weight, tenant; for each take i its first
 -- key's index at[i] and the moment of the entry it holds held[i] (false:
 -- none); and, for its bucket take (bi, bt), the bucket's keys (state,
--- ledger, book, cal, fair, fexp), the slot's length len, the task's slack
+-- book, cal, fair, fexp), the slot's length len, the task's slack
 -- and its ticket's member. k is the index past the task's last key, which
 -- every reply returns. base is the earliest moment it may have: now, or on
 -- a cluster the floor the other node's part of the request set (see
@@ -619,8 +620,8 @@ local function booking_of(keys, ki, p, now, a)
     b.at[i] = k
     if p[i].kind == 'b' then
       b.bi, b.bt = i, p[i]
-      b.state, b.ledger, b.book, b.cal = keys[k], keys[k + 1], keys[k + 2], keys[k + 3]
-      b.fair, b.fexp = keys[k + 4], keys[k + 5]
+      b.state, b.book, b.cal = keys[k], keys[k + 1], keys[k + 2]
+      b.fair, b.fexp = keys[k + 3], keys[k + 4]
     end
     k = k + p[i].nk
   end
@@ -707,7 +708,7 @@ local function claim_commit(b, x, ticket)
       fresh = fresh + bit
     else
       fresh = fresh + bit
-      ticket_claim(t, b.state, b.ledger, b.book, b.cal, b.member, b.id, b.now, ticket, x, b.p.remember)
+      ticket_claim(t, b.state, b.book, b.cal, b.member, b.id, b.now, ticket, x, b.p.remember)
     end
     bit = bit * 2
   end
@@ -825,7 +826,7 @@ local function find_slot(b, m, gate, binding, window)
     slot = {v = v, left = left, ra = ra, rb = rb}
     local x = max(m, v - b.slack)
     if b.p.prio and x > b.now + min(b.p.maxwait, PRIO_SOON) then
-      local s = take_ahead(b.bt, b.ledger, b.book, b.cal, b.now, max(b.now, m), v, b.len)
+      local s = take_ahead(b.bt, b.book, b.cal, b.now, max(b.now, m), v, b.len, b.p.remember)
       if s then slot, x = {v = s, taken = true}, max(m, s - b.slack) end
     end
     if x > m then m, binding, window = x, b.bi, 0 end
@@ -846,14 +847,14 @@ local function commit_booking(b, m, slot, go)
       entry_commit(t, key(b, i), b.id, now, m)
     elseif t.kind ~= 'b' then -- holds nothing
     elseif go and not slot.taken then
-      bucket_commit(t, b.state, b.ledger, b.cal, b.id, now, m, slot.v, slot.left, slot.ra, slot.rb, remember)
+      bucket_commit(t, b.state, b.cal, b.id, now, m, slot.v, slot.left, slot.ra, slot.rb, remember)
     elseif go then -- a slot taken from a booking: busy already
-      bucket_hold(b.ledger, b.id, now, slot.v, b.len, remember)
-      bucket_sent(b.state, b.ledger, b.cal, now, t, m, remember)
+      ledger_hold(b.cal, b.id, slot.v)
+      bucket_sent(b.state, b.cal, now, t, m, remember)
     elseif slot.taken then
       bucket_hold(b.book, b.member, now, slot.v, 0, GRACE)
     else
-      ticket_add(b.book, b.cal, b.member, now, slot.v, b.len, slot.left, slot.ra, slot.rb)
+      ticket_add(b.book, b.cal, b.member, now, slot.v, b.len, slot.left, slot.ra, slot.rb, remember)
     end
     bit = bit * 2
   end
@@ -926,9 +927,9 @@ end
 local function book_task(keys, ki, p, now, a)
   local b = booking_of(keys, ki, p, now, a)
   if b.bt then
-    local v = bucket_held(b.ledger, b.id, now, b.len)
+    local v = bucket_held(b.cal, b.id, now, b.len)
     if v and v >= a.floor then return false end
-    if v then bucket_undo(b.bt, b.state, b.ledger, b.cal, b.id, now, true) end
+    if v then bucket_undo(b.bt, b.state, b.cal, b.id, now, true) end
   end
   local ticket, latest = holdings(b)
   local outcome = BOOKED

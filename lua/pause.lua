@@ -25,11 +25,12 @@
 -- in_flight is the end of the slots already taken to go by now (their
 -- start within the slack of now: their tasks may be sending), at least now:
 -- the calendar up to it stays where it is, the waiting work after it moves.
-local function in_flight(ledger, now, slack, len)
+local function in_flight(cal, now, slack, len)
   local m = now
-  local z = rcall('ZRANGEBYSCORE', ledger, '(' .. int(now - len), int(now + slack), 'WITHSCORES')
+  -- The ledger's entries (scored -V) of the slots starting in that span.
+  local z = rcall('ZRANGEBYSCORE', cal, int(-(now + slack)), '(' .. int(-(now - len)), 'WITHSCORES')
   for j = 2, #z, 2 do
-    local e = tonum(z[j]) + len
+    local e = -tonum(z[j]) + len
     if e > m then m = e end
   end
   return m
@@ -44,12 +45,12 @@ local function pause(keys, args)
   if p.n ~= 1 or t.kind ~= 'b' then
     return redis.error_reply('throttle: pause needs one bucket take')
   end
-  local key, cal = keys[1], keys[4]
+  local key, cal = keys[1], keys[3]
   local e = now + us
   local slack = bucket_slack(t, true)
   local a, b = now, e + slack
   local old = tonum(rcall('HGET', key, 'p'))
-  local pivot = in_flight(keys[2], now, slack, bucket_len(t))
+  local pivot = in_flight(cal, now, slack, bucket_len(t))
   local was = pivot -- where the waiting line resumes today
   if old and old + slack > was then was = old + slack end
   if b > was then

@@ -33,13 +33,13 @@ local function undo_tasks(keys, args, refund)
       if t.kind == 'q' then
         if refund then done = quota_undo(t, keys[ki], id, now) end
       elseif t.kind == 'b' then
-        done = bucket_undo(t, keys[ki], keys[ki + 1], keys[ki + 3], id, now, refund)
+        done = bucket_undo(t, keys[ki], keys[ki + 2], id, now, refund)
         -- A booking not yet claimed: its slot is given back.
         local member = ticket_member(id, t.cost)
-        local s = tonum(rcall('ZSCORE', keys[ki + 2], member))
+        local s = tonum(rcall('ZSCORE', keys[ki + 1], member))
         if s then
-          rcall('ZREM', keys[ki + 2], member)
-          bucket_give(keys[ki], keys[ki + 3], s, bucket_len(t), now)
+          rcall('ZREM', keys[ki + 1], member)
+          bucket_give(keys[ki], keys[ki + 2], s, bucket_len(t), now)
           done = true
         end
       elseif t.kind == 'f' then

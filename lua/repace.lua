@@ -135,16 +135,17 @@ end
 -- that woke may be between its check and its send): a slot taken before it
 -- stays busy, moved.
 local function move_waiting(keys, now, from, free_from, mv, len)
-  local ledger, book, cal = keys[2], keys[3], keys[4]
-  local claimed = rcall('ZRANGEBYSCORE', ledger, '(' .. int(from), '+inf', 'WITHSCORES')
+  local book, cal = keys[2], keys[3]
+  -- The ledger's entries (scored -V) of the slots after from.
+  local claimed = rcall('ZRANGEBYSCORE', cal, '-inf', '(' .. int(-from), 'WITHSCORES')
   for j = 1, #claimed, 2 do
-    local v = tonum(claimed[j + 1])
-    rcall('ZREM', ledger, claimed[j])
+    local v = -tonum(claimed[j + 1])
+    rcall('ZREM', cal, claimed[j])
     if v > free_from then bucket_free(cal, v, len, now) end
   end
   move_calendar(cal, now, mv)
   move_set(book, now, mv)
-  move_tenants(keys[5], keys[6], now, mv)
+  move_tenants(keys[4], keys[5], now, mv)
 end
 
 local function repace(keys, args)
@@ -200,7 +201,7 @@ end
 local function reweigh(keys, args)
   if not rcall then bind() end
   local now = now_us()
-  local fair = keys[5]
+  local fair = keys[4]
   local check, dflt, n = args[1] == 'check', 1, tonum(args[2])
   local want, names = {}, {}
   for j = 1, n do
@@ -238,13 +239,13 @@ local function reweigh(keys, args)
     if e > latest then latest = e end
     set[#set + 1], set[#set + 2] = t, fmt('%d,%d,%d,%d', move_at(r.last, now, mv),
       move_at(r.gate, now, mv), r.nw, e)
-    rcall('ZADD', keys[6], 'XX', int(e), t) -- the expiry set agrees with the record
+    rcall('ZADD', keys[5], 'XX', int(e), t) -- the expiry set agrees with the record
   end
   for f, v in pairs(cursors) do
     set[#set + 1], set[#set + 2] = f, int(move_at(v, now, scaling(now, kmax)))
   end
   rcall('HSET', unpack_(set))
-  keep_tenants(fair, keys[6], now, latest)
+  keep_tenants(fair, keys[5], now, latest)
   for j = 1, n do out[2 + j] = ceil((k[names[j]] or 1) * 1e6) end
   return out
 end

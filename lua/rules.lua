@@ -42,8 +42,8 @@
 -- nothing either way), and the reply says when it would have held the task
 -- back, decided in the same step as its entries are written.
 --
--- Keys follow in take order: 'q' -> sorted set; 'b' -> state hash, ledger
--- sorted set, tickets sorted set, slot calendar sorted set, tenants hash,
+-- Keys follow in take order: 'q' -> sorted set; 'b' -> state hash, tickets
+-- sorted set, slot calendar sorted set (with the ledger), tenants hash,
 -- tenants' expiry sorted set; 'f' -> hash; 'c' -> sorted set; 'h' -> none
 -- (t.nk is a take's number of keys). A plan may start its takes with 'd'
 -- (done): its first key is then the task's done marker, whose existence
@@ -178,7 +178,7 @@ local function parse_plan(s)
       t.count, t.shadow = count, shadow
       if not t.nk then
         t.nk = 1
-        if kind == 'b' then t.nk = 6 end
+        if kind == 'b' then t.nk = 5 end
       end
       p[n] = t
     end
@@ -391,7 +391,7 @@ end
 -- token bucket's own bound, whatever order the slots were handed out in and
 -- however far ahead (a reservation, a booking) each was.
 --
--- The calendar (a bucket's fourth key) is the busy time: spans of slots
+-- The calendar (a bucket's third key) is the busy time: spans of slots
 -- merged where they touch, in a sorted set (member: the span's start,
 -- score: its end, both µs). A take gets the earliest free span of its
 -- length from where it may start (bucket_find): one read per span it steps
@@ -408,12 +408,15 @@ end
 -- read of the calendar slower as the set grew). A start of 0 only ever
 -- hides free time in the past.
 --
--- The ledger (the second key) holds the tasks that took a slot to go (member:
--- task ID, score: V), for idempotent retakes and for giving the slot back;
--- booked slots not yet claimed are tickets (the third key, book.lua). A
--- task holds its slot until it ends (V + len): after that it would go late,
--- so it takes a new one. Nothing is kept longer: the ledger follows the
--- tasks in flight, not the tasks sent recently.
+-- The ledger holds the tasks that took a slot to go, for idempotent
+-- retakes and for giving the slot back. It lives in the calendar's set, so
+-- that a take writes its span and its entry in one ZADD and the two share
+-- one life: an entry is member LEDGER .. task ID, scored -V, below every
+-- span and mark, which no read of the spans sees. Booked slots not yet
+-- claimed are tickets (the second key, book.lua). A task holds its slot
+-- until it ends (V + len): after that it would go late, so it takes a new
+-- one. Nothing is kept longer: the ledger follows the tasks in flight, not
+-- the tasks sent recently.
 --
 -- The state hash (the first key) holds the end of a pause (p, pause.lua)
 -- and how many tokens went in each 10 s of the last 5 minutes (field: the
@@ -492,17 +495,23 @@ end
 -- CAL_LIFE is the step (µs) a calendar's life is extended by: see bucket_add.
 local CAL_LIFE = 100000
 
+-- LEDGER starts a ledger entry's member in the calendar: no span (a
+-- number) nor mark ('-' and a number) starts with it.
+local LEDGER = '#'
+
 -- The last mark written, its end and the one of the step before: a mark is
 -- the same for every take in a step, so its text is made once per step.
 local mark_d, mark, mark_before
 
 -- bucket_add marks the span [c, c + len) busy, merged with the spans that
--- touch it (left, ra: bucket_find's), and makes the calendar live until it
--- ends. A calendar lives until its last span ends: so when a span follows
--- (rb), its life already covers the new one. When none does, the calendar
--- must live until b, the new span's end, and a mark tells whether it does:
--- the member '-' .. d, scored 0, where d is the end of b's step of
--- CAL_LIFE. The take that adds a mark extends the calendar to d; a take
+-- touch it (left, ra: bucket_find's), records task id's ledger entry at c
+-- if given, and makes the calendar live until the span ends and keep more
+-- (the ledger's entries outlive their slots by keep). A calendar lives
+-- until its last span ends and keep: so when a span follows (rb), its life
+-- already covers the new one. When none does, the calendar must live until
+-- b, the new span's end, and a mark tells whether it does: the member
+-- '-' .. d, scored 0, where d is the end of b's step of CAL_LIFE. The take
+-- that adds a mark extends the calendar to d and keep; a take
 -- that finds its mark there (ZADD CH's count of changed members, in the
 -- ZADD that adds the span) needs nothing: nothing shortens a calendar's
 -- life, and the mark goes with the calendar. So the calendar is extended
@@ -515,21 +524,24 @@ local mark_d, mark, mark_before
 -- back from being deleted and made again without a TTL. The merged span is
 -- written before the span it absorbs is removed, so that the set is never
 -- emptied (and its TTL lost) on the way.
-local function bucket_add(cal, now, c, len, left, ra, rb)
+local function bucket_add(cal, now, c, len, left, ra, rb, keep, id)
   local a, b = left or c, c + len
   if not left and c <= now then a = 0 end -- a span that starts now: see PAST
+  local held, at = {}, int(-c) -- the task's ledger entry, written with the span
+  if id then held = {at, LEDGER .. id} end
   if rb then
     if ra then b = rb end
-    rcall('ZADD', cal, int(b), int(a))
+    rcall('ZADD', cal, int(b), int(a), unpack_(held))
     if ra then rcall('ZREM', cal, int(ra)) end
     return false
   end
   local d = (floor(b / CAL_LIFE) + 1) * CAL_LIFE
   if d ~= mark_d then mark_d, mark, mark_before = d, '-' .. int(d), '-' .. int(d - CAL_LIFE) end
-  -- The span's member always changes (it is new, or its end moves on), so
-  -- 2 changed members say the mark is new.
-  if rcall('ZADD', cal, 'CH', int(b), int(a), '0', mark) ~= 2 then return false end
-  extend(cal, ceil_ms(d - now))
+  -- The span's member always changes (it is new, or its end moves on), and
+  -- so does a ledger entry (new, or at a new slot), so one more changed
+  -- member says the mark is new.
+  if rcall('ZADD', cal, 'CH', int(b), int(a), '0', mark, unpack_(held)) ~= 2 + #held / 2 then return false end
+  extend(cal, ceil_ms(d - now + keep))
   rcall('ZREM', cal, mark_before)
   return true
 end
@@ -551,11 +563,17 @@ local function bucket_free(cal, v, len, now)
   end
 end
 
--- bucket_hold records the task in a ledger (or tickets) set at slot v, and
--- keeps the set alive until the slot has ended and keep more.
+-- bucket_hold records a ticket in the tickets set at slot v, and keeps the
+-- set alive until the slot has ended and keep more.
 local function bucket_hold(set, id, now, v, len, keep)
   rcall('ZADD', set, int(v), id)
   extend(set, ceil_ms(v + len - now + keep))
+end
+
+-- ledger_hold records in the ledger that the task goes in slot v, which
+-- the calendar holds: the calendar lives as long as the entry must.
+local function ledger_hold(cal, id, v)
+  rcall('ZADD', cal, int(-v), LEDGER .. id)
 end
 
 -- SENT_BIN is the width of the bins bucket_sent counts in, SENT_BINS how
@@ -570,7 +588,7 @@ local sent_bin, sent_bin_s
 -- more than that is one the hash outlives by nothing: it lives SENT_BINS +
 -- 6 bins after its last take), and prunes the calendar's ended spans and
 -- the ledger's entries whose slots ended keep ago.
-local function bucket_sent(key, ledger, cal, now, t, x, keep)
+local function bucket_sent(key, cal, now, t, x, keep)
   local bin = floor(x / SENT_BIN)
   if bin ~= sent_bin then sent_bin, sent_bin_s = bin, int(bin) end
   if rcall('HINCRBY', key, sent_bin_s, t.cost_s) == t.cost then
@@ -578,17 +596,18 @@ local function bucket_sent(key, ledger, cal, now, t, x, keep)
     for i = 1, 10 do old[i] = int(bin - SENT_BINS - i + 1) end
     rcall('HDEL', key, unpack_(old))
     extend(key, ceil_ms((bin + SENT_BINS + 6) * SENT_BIN - now))
-    rcall('ZREMRANGEBYSCORE', cal, '-inf', int(now))
-    rcall('ZREMRANGEBYSCORE', ledger, '-inf', int(now - keep - bucket_len(t)))
+    -- From the ledger's entries whose slots ended keep ago, through the
+    -- marks, to the spans that ended: one range.
+    rcall('ZREMRANGEBYSCORE', cal, int(-(now - keep - bucket_len(t))), int(now))
   end
 end
 
 -- bucket_held returns the slot the ledger holds for the task, or nil: none,
 -- or one that has ended.
-local function bucket_held(ledger, id, now, len)
-  local s = rcall('ZSCORE', ledger, id)
+local function bucket_held(cal, id, now, len)
+  local s = rcall('ZSCORE', cal, LEDGER .. id)
   if s then
-    s = tonum(s)
+    s = -tonum(s)
     if s + len > now then return s end
   end
   return nil
@@ -613,18 +632,24 @@ end
 -- is read by writing it, ZADD NX: 1 records a task it did not hold, saving
 -- the read a new task's admission would make (ZSCORE); 0 means the ledger
 -- has the task, and only then is its slot read. The state is what check
--- then commit would leave.
-local function bucket_check(t, ledger, cal, id, now, prio, denied, last)
+-- then commit would leave. unheld, when set, is the longest window of the
+-- task's first take, a quota in which it holds no entry: a slot that ends
+-- within that of its entry's moment is not held either, and neither read
+-- is made (the commit writes the ledger's entry with the span).
+local function bucket_check(t, cal, id, now, prio, denied, last, unheld)
   local len, slack = bucket_len(t), bucket_slack(t, prio)
-  local early = not denied and last
-  local mine = not denied and not early and bucket_held(ledger, id, now, len)
+  -- The task holds no slot (see unheld above): a slot ends at most its
+  -- slack and length after the moment its entry was stamped at.
+  local known = unheld and unheld >= len + bucket_slack(t, true)
+  local early = not denied and last and not known
+  local mine = not denied and not early and not known and bucket_held(cal, id, now, len)
   local v, left, ra, rb = bucket_find(cal, now, len)
   local wrote = false
   if early then
-    if v and v - slack - now <= last and rcall('ZADD', ledger, 'NX', int(v), id) == 1 then
+    if v and v - slack - now <= last and rcall('ZADD', cal, 'NX', int(-v), LEDGER .. id) == 1 then
       wrote = true
     else
-      mine = bucket_held(ledger, id, now, len)
+      mine = bucket_held(cal, id, now, len)
     end
   end
   if mine then
@@ -649,31 +674,20 @@ end
 local STEP_PRUNE_RATE = 100
 
 -- bucket_commit gives the task slot v (found by bucket_check or bucket_find),
--- to go at x. When the slot is the calendar's last (no rb), it is also the
--- ledger's: every slot in the ledger is busy in the calendar until it ends,
--- and a released one leaves both. Its end and keep then are all the ledger
--- has to live for, and one PEXPIRE sets that, where extend may take three.
--- (A take under a shorter remember than an earlier one's may shorten that
--- one's keep, never its slot: a take is held only until its slot ends.)
--- wrote: bucket_check already recorded the task in the ledger at v.
-local function bucket_commit(t, key, ledger, cal, id, now, x, v, left, ra, rb, keep, wrote)
+-- to go at x, and records it in the ledger with the span (wrote:
+-- bucket_check already did).
+local function bucket_commit(t, key, cal, id, now, x, v, left, ra, rb, keep, wrote)
   local len = bucket_len(t)
-  local step = bucket_add(cal, now, v, len, left, ra, rb)
-  if step and t.rate > STEP_PRUNE_RATE then
+  if wrote then id = nil end
+  if bucket_add(cal, now, v, len, left, ra, rb, keep, id) and t.rate > STEP_PRUNE_RATE then
     -- A new step of the calendar's life on a fast bucket: the ledger's
     -- entries whose slots ended keep ago go, a step's worth at a time,
     -- rather than a whole 10 s bin's in one call (bucket_sent), which
     -- stalled Redis for 130-210 ms at 60,000 takes a second. (This take's
     -- own entry is ahead of now.)
-    rcall('ZREMRANGEBYSCORE', ledger, '-inf', int(now - keep - len))
+    rcall('ZREMRANGEBYSCORE', cal, int(-(now - keep - len)), '(0')
   end
-  if not wrote then rcall('ZADD', ledger, int(v), id) end
-  if rb then
-    extend(ledger, ceil_ms(v + len - now + keep))
-  else
-    rcall('PEXPIRE', ledger, int(ceil_ms(v + len - now + keep)))
-  end
-  bucket_sent(key, ledger, cal, now, t, x, keep)
+  bucket_sent(key, cal, now, t, x, keep)
 end
 
 -- bucket_give gives back the slot [s, s + len) of a bucket (key: its state
@@ -689,11 +703,11 @@ end
 -- bucket_undo removes the task's ledger entry; with refund its slot is
 -- given back (bucket_give). With refund false (forget: the provider took
 -- the send) the slot stays taken and a retry takes a new one.
-local function bucket_undo(t, key, ledger, cal, id, now, refund)
+local function bucket_undo(t, key, cal, id, now, refund)
   local len = bucket_len(t)
-  local s = bucket_held(ledger, id, now, len)
+  local s = bucket_held(cal, id, now, len)
   if not s then return false end
-  rcall('ZREM', ledger, id)
+  rcall('ZREM', cal, LEDGER .. id)
   if refund then bucket_give(key, cal, s, len, now) end
   return true
 end

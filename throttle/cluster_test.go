@@ -38,14 +38,14 @@ func TestClusterPath(t *testing.T) {
 		weekly := mustQuota(t, "weekly", Window{3, 168 * time.Hour})
 		sms := mustBucket(t, "sms", 1.0/3600, 5)
 		qk := quotaKey(tag(alice), "weekly")
-		bk, lk := bucketKey(tag(gw), "sms"), ledgerKey(tag(gw), "sms")
+		bk, lk := bucketKey(tag(gw), "sms"), slotsKey(tag(gw), "sms")
 
 		qs, bs, ls := keySlot(t, rdb, qk), keySlot(t, rdb, bk), keySlot(t, rdb, lk)
 		if qs == bs {
 			t.Fatalf("quota %s and bucket %s share slot %d", qk, bk, qs)
 		}
 		if bs != ls {
-			t.Errorf("bucket %s (slot %d) and its ledger %s (slot %d) must share a slot", bk, bs, lk, ls)
+			t.Errorf("bucket %s (slot %d) and its calendar %s (slot %d) must share a slot", bk, bs, lk, ls)
 		}
 		// The slot is the hash tag's: the encoded subject alone.
 		if s := keySlot(t, rdb, encodeSubject(alice)); s != qs {
@@ -72,7 +72,7 @@ func TestClusterPath(t *testing.T) {
 		if ids := zmembers(t, rdb, qk); !slices.Equal(ids, []string{"m1"}) {
 			t.Errorf("quota holds %q, want [m1]", ids)
 		}
-		if ids := zmembers(t, rdb, lk); !slices.Equal(ids, []string{"m1"}) {
+		if ids := ledgerIDs(t, rdb, tag(gw), "sms"); !slices.Equal(ids, []string{"m1"}) {
 			t.Errorf("ledger holds %q, want [m1]", ids)
 		}
 		if tok := tokens(t, rdb, bk, 1.0/3600, 5); tok < 4 || tok > 4.01 {
@@ -229,7 +229,7 @@ func TestClusterPath(t *testing.T) {
 		if ids := zmembers(t, rdb, quotaKey(tag(alice), "weekly")); len(ids) != 0 {
 			t.Errorf("quota still holds %q", ids)
 		}
-		if ids := zmembers(t, rdb, ledgerKey(tag(gw), "sms")); len(ids) != 0 {
+		if ids := ledgerIDs(t, rdb, tag(gw), "sms"); len(ids) != 0 {
 			t.Errorf("ledger still holds %q", ids)
 		}
 		if tok := tokens(t, rdb, bucketKey(tag(gw), "sms"), 1.0/3600, 2); tok != 2 {
@@ -282,22 +282,22 @@ func TestClusterPath(t *testing.T) {
 				t.Errorf("%s's quota holds %q, want %q", who, ids, wantQuota[who])
 			}
 		}
-		if ids := zmembers(t, rdb, ledgerKey(tag(gw), "sms")); !slices.Equal(ids, []string{"r1", "r3", "r4", "r5"}) {
+		if ids := ledgerIDs(t, rdb, tag(gw), "sms"); !slices.Equal(ids, []string{"r1", "r3", "r4", "r5"}) {
 			t.Errorf("sms ledger holds %q, want [r1 r3 r4 r5]", ids)
 		}
 		if tok := tokens(t, rdb, bucketKey(tag(gw), "sms"), 1.0/3600, 4); tok > 0.01 {
 			t.Errorf("sms tokens %v, want 0 (r6's token given back, and taken by r5)", tok)
 		}
 		// The push bucket denied r6, so it is unchanged.
-		for _, k := range []string{slotsKey(tag(gw2), "push"), ledgerKey(tag(gw2), "push")} {
+		for _, k := range []string{slotsKey(tag(gw2), "push")} {
 			if before[k] != after[k] {
 				t.Errorf("%s changed by a denied request", k)
 			}
 		}
 		wantKeys := []string{
 			quotaKey(tag(alice), "weekly"), quotaKey(tag(bob), "weekly"), quotaKey(tag(carol), "weekly"), quotaKey(tag(dave), "weekly"),
-			bucketKey(tag(gw), "sms"), slotsKey(tag(gw), "sms"), ledgerKey(tag(gw), "sms"),
-			bucketKey(tag(gw2), "push"), slotsKey(tag(gw2), "push"), ledgerKey(tag(gw2), "push"),
+			bucketKey(tag(gw), "sms"), slotsKey(tag(gw), "sms"),
+			bucketKey(tag(gw2), "push"), slotsKey(tag(gw2), "push"),
 		}
 		sort.Strings(wantKeys)
 		if keys := slices.Sorted(maps.Keys(after)); !slices.Equal(keys, wantKeys) {
@@ -377,7 +377,7 @@ func TestClusterPath(t *testing.T) {
 			}
 			tg := tag(s)
 			want := keySlot(t, rdb, encodeSubject(s))
-			for _, k := range []string{quotaKey(tg, "weekly"), bucketKey(tg, "sms"), ledgerKey(tg, "sms"), fixedKey(tg, "daily")} {
+			for _, k := range []string{quotaKey(tg, "weekly"), bucketKey(tg, "sms"), slotsKey(tg, "sms"), fixedKey(tg, "daily")} {
 				if got := keySlot(t, rdb, k); got != want {
 					t.Errorf("subject %q: %s in slot %d, want %d", s, k, got, want)
 				}

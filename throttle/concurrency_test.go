@@ -446,12 +446,7 @@ func raceScenario(t *testing.T, exe string, rdb redis.UniversalClient, addrs []s
 			t.Errorf("quota set holds %q, want exactly the allowed %q", members, allowed)
 		}
 	}
-	ledger, err := rdb.ZRange(bg, ledgerKey(provider, bk.Name()), 0, -1).Result()
-	if err != nil {
-		t.Fatalf("ledger: %v", err)
-	}
-	sort.Strings(ledger)
-	if !slices.Equal(ledger, allowed) {
+	if ledger := ledgerIDs(t, rdb, provider, bk.Name()); !slices.Equal(ledger, allowed) {
 		t.Errorf("bucket ledger holds %q, want exactly the allowed %q", ledger, allowed)
 	}
 	tok := tokens(t, rdb, bucketKey(provider, bk.Name()), bk.Rate(), sc.burst)

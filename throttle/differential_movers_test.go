@@ -5,6 +5,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -33,7 +34,8 @@ type movers struct {
 // noteStarted notes the slots of bucket take t that had started by now, a
 // re-pace's time.
 func (d *differ) noteStarted(t *modelTake, now time.Time) {
-	ids, err := d.rdb.ZRangeArgs(d.t.Context(), redis.ZRangeArgs{Key: d.redisKey(t.ledger), ByScore: true, Start: "-inf", Stop: now.UnixMicro()}).Result()
+	// The ledger's entries whose slots started by now (scored minus the start).
+	ids, err := d.rdb.ZRangeArgs(d.t.Context(), redis.ZRangeArgs{Key: d.redisKey(t.cal), ByScore: true, Start: strconv.FormatInt(-now.UnixMicro(), 10), Stop: "(0"}).Result()
 	if err != nil {
 		d.t.Fatal(err)
 	}
@@ -41,7 +43,7 @@ func (d *differ) noteStarted(t *modelTake, now time.Time) {
 		d.mv.started = map[string]bool{}
 	}
 	for _, id := range ids {
-		d.mv.started[d.redisKey(t.cal)+" "+id] = true
+		d.mv.started[d.redisKey(t.cal)+" "+strings.TrimPrefix(id, modelLedger)] = true
 	}
 }
 

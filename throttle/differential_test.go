@@ -184,8 +184,8 @@ func diffWalk(t *testing.T, seed uint64, ops int) *differ {
 		ops, time.Since(start).Round(time.Millisecond), s.admits, s.batched, s.batches, s.allowed, s.reserved, s.repeated,
 		s.denied, s.noTrace, s.releases, s.releasedTakes, s.emptyReleases, s.ruleChanges, s.retries, s.expiryLater, s.expiryDelta, s.adopted)
 	d.logMovers()
-	if d.m.lost["q"]+d.m.lost["l"]+d.m.lost["s"] > 0 {
-		t.Errorf("entries lost to a shortened expiry while they still counted: %d quota, %d ledger, %d slot calendar (seed %d)", d.m.lost["q"], d.m.lost["l"], d.m.lost["s"], seed)
+	if d.m.lost["q"]+d.m.lost["s"] > 0 {
+		t.Errorf("entries lost to a shortened expiry while they still counted: %d quota, %d slot calendar or ledger (seed %d)", d.m.lost["q"], d.m.lost["s"], seed)
 	}
 	if d.m.lost["w"]+d.m.lost["t"] > 0 {
 		t.Errorf("tenants still waiting lost as their keys expired: %d records, %d expiries (seed %d)", d.m.lost["w"], d.m.lost["t"], seed)
@@ -815,7 +815,7 @@ func (d *differ) checkState(op int, rs []Request) {
 			}
 			mks, reqs = append(mks, t.key), append(reqs, r)
 			if t.kind == "b" {
-				mks, reqs = append(mks, t.ledger, t.book, t.cal, t.fair, t.tenants), append(reqs, r, r, r, r, r)
+				mks, reqs = append(mks, t.book, t.cal, t.fair, t.tenants), append(reqs, r, r, r, r)
 			}
 		}
 	}
@@ -978,8 +978,6 @@ func (d *differ) redisKey(k modelKey) string {
 		return quotaKey(tag, k.rule)
 	case "b":
 		return bucketKey(tag, k.rule)
-	case "l":
-		return ledgerKey(tag, k.rule)
 	case "k":
 		return bookKey(tag, k.rule)
 	case "c":
@@ -1034,7 +1032,7 @@ func takeKeys(tk Take) []string {
 	case *Quota:
 		return []string{quotaKey(tag, tk.Rule.Name())}
 	case *Bucket:
-		return []string{bucketKey(tag, tk.Rule.Name()), ledgerKey(tag, tk.Rule.Name()), bookKey(tag, tk.Rule.Name()),
+		return []string{bucketKey(tag, tk.Rule.Name()), bookKey(tag, tk.Rule.Name()),
 			slotsKey(tag, tk.Rule.Name()), fairKey(tag, tk.Rule.Name()), tenantsKey(tag, tk.Rule.Name())}
 	case *FixedWindow:
 		return []string{fixedKey(tag, tk.Rule.Name())}

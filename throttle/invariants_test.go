@@ -217,11 +217,10 @@ func (d *differ) checkBucket(ctx context.Context, op int, r Request, t *modelTak
 	// moment after the time was taken may have expired with the slots that
 	// ended in between.
 	var tm *redis.TimeCmd
-	var cal, ledger, book *redis.ZSliceCmd
+	var cal, book *redis.ZSliceCmd
 	_, err := d.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		tm = p.Time(ctx)
 		cal = p.ZRangeWithScores(ctx, d.redisKey(t.cal), 0, -1)
-		ledger = p.ZRangeWithScores(ctx, d.redisKey(t.ledger), 0, -1)
 		book = p.ZRangeWithScores(ctx, d.redisKey(t.book), 0, -1)
 		return nil
 	})
@@ -229,7 +228,7 @@ func (d *differ) checkBucket(ctx context.Context, op int, r Request, t *modelTak
 		d.t.Fatal(err)
 	}
 	now := float64(tm.Val().UnixMicro())
-	spans := d.spans(d.redisKey(t.cal), cal.Val())
+	spans, ledger := d.spans(d.redisKey(t.cal), cal.Val())
 	// Only time from now on is busy or free: a span written from 0 (see
 	// PAST in rules.lua) hides free time in the past, and the past spans it
 	// covers wait for the prune.
@@ -255,7 +254,7 @@ func (d *differ) checkBucket(ctx context.Context, op int, r Request, t *modelTak
 		round.gap = 1
 	}
 	var held []float64
-	for _, z := range [][]redis.Z{ledger.Val(), book.Val()} {
+	for _, z := range [][]redis.Z{ledger, book.Val()} {
 		for _, e := range z {
 			if e.Score < now {
 				continue
@@ -274,11 +273,15 @@ func (d *differ) checkBucket(ctx context.Context, op int, r Request, t *modelTak
 	}
 }
 
-// spans are the busy spans of calendar key, read as z: [start, end) in µs.
-func (d *differ) spans(key string, z []redis.Z) [][2]float64 {
-	var out [][2]float64
+// spans are the busy spans of calendar key, read as z: [start, end) in
+// µs; and its ledger's entries, each scored its slot's start.
+func (d *differ) spans(key string, z []redis.Z) (out [][2]float64, ledger []redis.Z) {
 	for _, e := range z {
 		m := e.Member.(string)
+		if strings.HasPrefix(m, modelLedger) {
+			ledger = append(ledger, redis.Z{Member: m, Score: -e.Score})
+			continue
+		}
 		if strings.HasPrefix(m, "-") {
 			continue // a mark of the calendar's life
 		}
@@ -288,7 +291,7 @@ func (d *differ) spans(key string, z []redis.Z) [][2]float64 {
 		}
 		out = append(out, [2]float64{start, e.Score})
 	}
-	return out
+	return out, ledger
 }
 
 // inSpan reports whether moment v lies in one of spans, or short µs

@@ -22,7 +22,6 @@ func encodeSubject(s string) string { return keyspace.EncodeSubject(s) }
 
 func quotaKey(tag, rule string) string    { return keyspace.Quota(tag, rule) }
 func bucketKey(tag, rule string) string   { return keyspace.Bucket(tag, rule) }
-func ledgerKey(tag, rule string) string   { return keyspace.Ledger(tag, rule) }
 func bookKey(tag, rule string) string     { return keyspace.Book(tag, rule) }
 func slotsKey(tag, rule string) string    { return keyspace.Slots(tag, rule) }
 func fairKey(tag, rule string) string     { return keyspace.Fair(tag, rule) }

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/notify-throttle/throttler/internal/coalesce"
+	"github.com/notify-throttle/throttler/internal/keyspace"
 	"github.com/notify-throttle/throttler/lua"
 )
 
@@ -151,7 +152,7 @@ func (l *Limiter) HasSlot(ctx context.Context, r Request) (bool, error) {
 		if !ok {
 			continue
 		}
-		err := l.rdb.ZScore(ctx, ledgerKey(subjectTag(l.prefix, t.Subject), b.name), r.ID).Err()
+		err := l.rdb.ZScore(ctx, slotsKey(subjectTag(l.prefix, t.Subject), b.name), keyspace.LedgerEntry(r.ID)).Err()
 		if err == redis.Nil {
 			return false, nil
 		}

@@ -3,14 +3,18 @@ package throttle
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/notify-throttle/throttler/internal/keyspace"
 	"github.com/notify-throttle/throttler/internal/redistest"
 )
 
@@ -92,4 +96,26 @@ func commandCalls(t testing.TB, c *redis.Client) map[string]int {
 		out[m[1]] = n
 	}
 	return out
+}
+
+// ledger returns the entries of the ledger of bucket rule on the subject of
+// tag, which live in its calendar (lua/rules.lua): task ID -> the start
+// of its slot (µs).
+func ledger(t testing.TB, rdb redis.UniversalClient, tag, rule string) map[string]int64 {
+	t.Helper()
+	zs, err := rdb.ZRangeArgsWithScores(context.Background(), redis.ZRangeArgs{Key: slotsKey(tag, rule), ByScore: true, Start: "-inf", Stop: "(0"}).Result()
+	if err != nil {
+		t.Fatalf("ledger of %s: %v", rule, err)
+	}
+	out := map[string]int64{}
+	for _, z := range zs {
+		out[strings.TrimPrefix(z.Member.(string), keyspace.LedgerEntry(""))] = -int64(z.Score)
+	}
+	return out
+}
+
+// ledgerIDs returns the task IDs of a bucket's ledger, sorted.
+func ledgerIDs(t testing.TB, rdb redis.UniversalClient, tag, rule string) []string {
+	t.Helper()
+	return slices.Sorted(maps.Keys(ledger(t, rdb, tag, rule)))
 }

@@ -156,8 +156,8 @@ func ticketCost(member string) float64 {
 }
 
 // ticketAdd mirrors ticket_add: the slot goes busy and the ticket holds it.
-func (c *modelCall) ticketAdd(t *modelTake, member string, f modelFound, length float64) {
-	c.bucketAdd(t, f, length)
+func (c *modelCall) ticketAdd(t *modelTake, member string, f modelFound, length, keep float64) {
+	c.bucketAdd(t, f, length, keep, "")
 	c.zremrangebyscore(t.book, c.now-modelGrace)
 	c.getOrCreate(t.book).z[member] = f.v
 	c.extend(t.book, f.v-c.now+modelGrace)
@@ -177,29 +177,26 @@ func (c *modelCall) bumpClaimed(t *modelTake, from, before float64) (float64, bo
 	if lo >= before {
 		return 0, false
 	}
-	e := c.get(t.ledger)
-	if e == nil {
-		return 0, false
-	}
 	member, s, found := "", 0.0, false
-	for m, v := range e.z {
+	for m, v := range c.ledger(t) {
 		if v < lo || v >= before {
 			continue
 		}
-		if !found || v < s || v == s && m < member {
+		if !found || v < s || v == s && m > member { // ZREVRANGEBYSCORE: the last member of a score first
 			member, s, found = m, v, true
 		}
 	}
 	if !found {
 		return 0, false
 	}
+	e := c.get(t.cal)
 	delete(e.z, member)
-	c.dropIfEmpty(t.ledger, e)
+	c.dropIfEmpty(t.cal, e)
 	return s, true
 }
 
 // takeAhead mirrors book.lua's take_ahead.
-func (c *modelCall) takeAhead(t *modelTake, from, before, length float64) (float64, bool) {
+func (c *modelCall) takeAhead(t *modelTake, from, before, length, keep float64) (float64, bool) {
 	first := before
 	if e := c.get(t.book); e != nil {
 		for _, v := range e.z {
@@ -211,11 +208,11 @@ func (c *modelCall) takeAhead(t *modelTake, from, before, length float64) (float
 	if s, ok := c.bumpClaimed(t, from, first); ok {
 		return s, true
 	}
-	return c.bump(t, from, before, length)
+	return c.bump(t, from, before, length, keep)
 }
 
 // bump mirrors book.lua's bump.
-func (c *modelCall) bump(t *modelTake, from, before, length float64) (float64, bool) {
+func (c *modelCall) bump(t *modelTake, from, before, length, keep float64) (float64, bool) {
 	e := c.get(t.book)
 	if e == nil {
 		return 0, false
@@ -240,7 +237,7 @@ func (c *modelCall) bump(t *modelTake, from, before, length float64) (float64, b
 	if !f.ok {
 		return 0, false
 	}
-	c.bucketAdd(t, f, vlen)
+	c.bucketAdd(t, f, vlen, keep, "")
 	c.getOrCreate(t.book).z[member] = f.v
 	c.extend(t.book, f.v-c.now+modelGrace)
 	return s, true
@@ -370,7 +367,7 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 					e := c.get(t.book)
 					delete(e.z, member)
 					c.dropIfEmpty(t.book, e)
-					c.bucketHold(t.ledger, id, ticket, length, remember)
+					c.ledgerHold(t, id, ticket)
 					c.bucketSent(t, x, remember)
 				}
 			}
@@ -445,7 +442,7 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 		}
 		x := math.Max(m, f.v-slack)
 		if prio && x > now+math.Min(maxwait, modelPrioSoon) {
-			s, ok := c.takeAhead(bt, math.Max(now, m), f.v, length)
+			s, ok := c.takeAhead(bt, math.Max(now, m), f.v, length, remember)
 			if ok {
 				f = modelFound{v: s, ok: true}
 				taken, x = true, math.Max(m, s-slack)
@@ -511,13 +508,13 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 				c.bucketCommitAt(t, f, id, m, remember)
 				break
 			}
-			c.bucketHold(t.ledger, id, f.v, length, remember)
+			c.ledgerHold(t, id, f.v)
 			c.bucketSent(t, m, remember)
 		case taken:
 			c.getOrCreate(t.book).z[member] = f.v
 			c.extend(t.book, f.v-c.now+modelGrace)
 		default:
-			c.ticketAdd(t, member, f, length)
+			c.ticketAdd(t, member, f, length, remember)
 		}
 	}
 	if near {

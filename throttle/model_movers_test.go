@@ -1,6 +1,7 @@
 package throttle
 
 import (
+	"cmp"
 	"math"
 	"slices"
 	"strings"
@@ -142,8 +143,22 @@ func (c *modelCall) moveTenants(fair, exp modelKey, mv modelMover) {
 // taken from their tasks, and those from freeFrom on freed (length µs
 // each); the rest of the waiting work moves by mv.
 func (c *modelCall) moveWaiting(t *modelTake, from, freeFrom float64, mv modelMover, length float64) {
-	for _, p := range c.zpairsAbove(t.ledger, from) {
-		c.zrem(t.ledger, p.m)
+	// The ledger's entries of the slots after from, as ZRANGEBYSCORE
+	// reads them in the calendar: by score (minus the slot's start).
+	var claimed []modelMember
+	for m, v := range c.ledger(t) {
+		if v > from {
+			claimed = append(claimed, modelMember{m, v})
+		}
+	}
+	slices.SortFunc(claimed, func(a, b modelMember) int {
+		if a.s != b.s {
+			return cmp.Compare(b.s, a.s)
+		}
+		return strings.Compare(a.m, b.m)
+	})
+	for _, p := range claimed {
+		c.zrem(t.cal, p.m)
 		if p.s > freeFrom {
 			c.bucketFree(t, p.s, length)
 		}
@@ -242,11 +257,9 @@ func (m *model) reweigh(t *modelTake, weights map[string]int, nowUS int64) map[s
 // inFlight mirrors pause.lua's in_flight.
 func (c *modelCall) inFlight(t *modelTake, slack, length float64) float64 {
 	m := c.now
-	if e := c.get(t.ledger); e != nil {
-		for _, s := range e.z {
-			if s > c.now-length && s <= c.now+slack {
-				m = math.Max(m, s+length)
-			}
+	for _, s := range c.ledger(t) {
+		if s > c.now-length && s <= c.now+slack {
+			m = math.Max(m, s+length)
 		}
 	}
 	return m

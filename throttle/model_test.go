@@ -21,7 +21,7 @@ import (
 type model struct {
 	keys map[modelKey]*modelEntry
 	// lost counts entries that still counted (a quota entry inside its longest
-	// window, a ledger entry younger than remember) when their key expired:
+	// window, a span or ledger entry's slot ahead) when their key expired:
 	// the scripts' PEXPIRE can shorten a key's life (see TestDifferential).
 	lost map[string]int // by key kind
 	// fair counts the paths of book.lua's fair shares and horizon a run
@@ -40,7 +40,7 @@ type model struct {
 const modelExpiryMS = 20
 
 type modelKey struct {
-	kind    string // "q" quota set, "b" bucket hash, "l" bucket ledger, "k" bucket tickets, "s" bucket slot calendar, "w" bucket tenants hash, "t" bucket tenants' expiry set, "c" calendar quota, "f" fixed-window hash
+	kind    string // "q" quota set, "b" bucket hash, "k" bucket tickets, "s" bucket slot calendar (and ledger), "w" bucket tenants hash, "t" bucket tenants' expiry set, "c" calendar quota, "f" fixed-window hash
 	rule    string
 	subject string
 }
@@ -125,6 +125,9 @@ func (c *modelCall) noteLost(k modelKey) {
 		return
 	}
 	for m, s := range e.z {
+		if strings.HasPrefix(m, modelLedger) {
+			s = -s // a ledger entry: its slot's start
+		}
 		keep, ok := e.keeps[m]
 		if !ok {
 			keep = e.keep
@@ -197,11 +200,11 @@ func (c *modelCall) zabove(k modelKey, lo float64) []float64 {
 
 // modelTake is one parsed take and what its check found (rules.lua's t).
 type modelTake struct {
-	kind                   string
-	cost                   float64
-	key, ledger, book, cal modelKey
-	fair, tenants          modelKey // a bucket's tenants hash and their expiry set
-	kept                   float64  // a bucket's reserve for priority requests
+	kind           string
+	cost           float64
+	key, book, cal modelKey
+	fair, tenants  modelKey // a bucket's tenants hash and their expiry set
+	kept           float64  // a bucket's reserve for priority requests
 
 	limits, pers []float64 // quota
 	longest      float64
@@ -240,7 +243,7 @@ func (m *model) parse(r Request) []*modelTake {
 			}
 		case *Bucket:
 			t.kind = "b"
-			t.key, t.ledger = modelKey{"b", rule.name, tk.Subject}, modelKey{"l", rule.name, tk.Subject}
+			t.key = modelKey{"b", rule.name, tk.Subject}
 			t.book, t.cal = modelKey{"k", rule.name, tk.Subject}, modelKey{"s", rule.name, tk.Subject}
 			t.fair, t.tenants = modelKey{"w", rule.name, tk.Subject}, modelKey{"t", rule.name, tk.Subject}
 			t.rate, t.burst, t.kept = rule.rate, float64(rule.burst), float64(rule.reserve)
@@ -440,11 +443,12 @@ const (
 )
 
 // bucketAdd mirrors bucket_add: a span that starts now starts at 0, the
-// merged span is written before the one it absorbs is removed, and a last
-// span adds the mark of its end's step of modelCalLife; the take that adds
-// the mark extends the calendar to the step's end and drops the mark of the
-// step before. It returns whether it added the mark (a new step).
-func (c *modelCall) bucketAdd(t *modelTake, f modelFound, length float64) bool {
+// merged span is written before the one it absorbs is removed, with task
+// id's ledger entry if id is not "", and a last span adds the mark of its
+// end's step of modelCalLife; the take that adds the mark extends the
+// calendar to the step's end and keep, and drops the mark of the step
+// before. It returns whether it added the mark (a new step).
+func (c *modelCall) bucketAdd(t *modelTake, f modelFound, length, keep float64, id string) bool {
 	a, b := f.v, f.v+length
 	if f.hasLeft {
 		a = f.left
@@ -456,6 +460,9 @@ func (c *modelCall) bucketAdd(t *modelTake, f modelFound, length float64) bool {
 	}
 	e := c.getOrCreate(t.cal)
 	e.z[modelInt(a)] = b
+	if id != "" {
+		e.z[modelLedger+id] = -f.v
+	}
 	if f.hasRight {
 		delete(e.z, modelInt(f.right.a))
 	}
@@ -468,7 +475,7 @@ func (c *modelCall) bucketAdd(t *modelTake, f modelFound, length float64) bool {
 		return false
 	}
 	e.z[mark] = 0
-	c.extend(t.cal, d-c.now)
+	c.extend(t.cal, d-c.now+keep)
 	delete(e.z, "-"+modelInt(d-modelCalLife))
 	return true
 }
@@ -491,10 +498,41 @@ func (c *modelCall) bucketFree(t *modelTake, v, length float64) {
 	}
 }
 
-// bucketHold mirrors bucket_hold on the ledger or the tickets.
-func (c *modelCall) bucketHold(k modelKey, member string, v, length, keep float64) {
-	c.getOrCreate(k).z[member] = v
-	c.extend(k, v+length-c.now+keep)
+// modelLedger starts a ledger entry's member in a bucket's calendar
+// (rules.lua's LEDGER).
+const modelLedger = "#"
+
+// ledgerHold mirrors ledger_hold: the entry scores minus the slot's start.
+func (c *modelCall) ledgerHold(t *modelTake, id string, v float64) {
+	c.getOrCreate(t.cal).z[modelLedger+id] = -v
+}
+
+// ledger returns the bucket's ledger: its entries' members (modelLedger
+// and the task ID) and their slots' starts.
+func (c *modelCall) ledger(t *modelTake) map[string]float64 {
+	out := map[string]float64{}
+	if e := c.get(t.cal); e != nil {
+		for m, s := range e.z {
+			if strings.HasPrefix(m, modelLedger) {
+				out[m] = -s
+			}
+		}
+	}
+	return out
+}
+
+// zremrange mirrors ZREMRANGEBYSCORE k min max, max exclusive if open.
+func (c *modelCall) zremrange(k modelKey, min, max float64, open bool) {
+	e := c.get(k)
+	if e == nil {
+		return
+	}
+	for m, s := range e.z {
+		if s >= min && (s < max || !open && s == max) {
+			delete(e.z, m)
+		}
+	}
+	c.dropIfEmpty(k, e)
 }
 
 // bucketSent mirrors bucket_sent: a take that goes at x counted in x's 10 s bin.
@@ -508,25 +546,23 @@ func (c *modelCall) bucketSent(t *modelTake, x, keep float64) {
 			delete(e.h, modelInt(b-bins-float64(i)+1))
 		}
 		c.extend(t.key, (b+bins+6)*bin-c.now)
-		c.zremrangebyscore(t.cal, c.now)
-		c.zremrangebyscore(t.ledger, c.now-keep-bucketLen(t))
+		c.zremrange(t.cal, -(c.now - keep - bucketLen(t)), c.now, false)
 	}
 }
 
 // bucketHeld mirrors bucket_held: the slot the ledger holds for id, unless
 // it has ended.
 func (c *modelCall) bucketHeld(t *modelTake, id string) (float64, bool) {
-	s, ok := c.zscore(t.ledger, id)
-	if !ok || s+bucketLen(t) <= c.now {
+	s, ok := c.zscore(t.cal, modelLedger+id)
+	if !ok || -s+bucketLen(t) <= c.now {
 		return 0, false
 	}
-	return s, true
+	return -s, true
 }
 
 // bucketCheck mirrors bucket_check.
 func (c *modelCall) bucketCheck(t *modelTake, id string, denied, prio bool) {
 	now := c.now
-	c.noteLost(t.ledger)
 	c.noteLost(t.cal)
 	length, slack := bucketLen(t), bucketSlack(t, prio)
 	t.ok, t.delay = true, 0
@@ -558,19 +594,12 @@ func (c *modelCall) bucketCommit(t *modelTake, id string, x, keep float64) {
 	c.bucketCommitAt(t, t.found, id, x, keep)
 }
 
-// bucketCommitAt mirrors bucket_commit of slot f: a new step of a
-// fast bucket's calendar prunes the ledger; a slot that is the calendar's last sets
-// the ledger's life with PEXPIRE, any other extends it.
+// bucketCommitAt mirrors bucket_commit of slot f: its span and ledger
+// entry, and a new step of a fast bucket's calendar prunes the ledger.
 func (c *modelCall) bucketCommitAt(t *modelTake, f modelFound, id string, x, keep float64) {
 	length := bucketLen(t)
-	if c.bucketAdd(t, f, length) && t.rate > modelStepPruneRate {
-		c.zremrangebyscore(t.ledger, c.now-keep-length) // a new step prunes a fast bucket's ledger
-	}
-	if f.next {
-		c.bucketHold(t.ledger, id, f.v, length, keep)
-	} else {
-		c.getOrCreate(t.ledger).z[id] = f.v
-		c.pexpire(t.ledger, f.v+length-c.now+keep)
+	if c.bucketAdd(t, f, length, keep, id) && t.rate > modelStepPruneRate {
+		c.zremrange(t.cal, -(c.now - keep - length), 0, true) // a new step prunes a fast bucket's ledger
 	}
 	c.bucketSent(t, x, keep)
 }
@@ -583,9 +612,9 @@ func (c *modelCall) bucketUndo(t *modelTake, id string, refund bool) bool {
 	if !ok {
 		return false
 	}
-	e := c.get(t.ledger)
-	delete(e.z, id)
-	c.dropIfEmpty(t.ledger, e)
+	e := c.get(t.cal)
+	delete(e.z, modelLedger+id)
+	c.dropIfEmpty(t.cal, e)
 	if refund {
 		c.bucketGive(t, s, length)
 	}
@@ -829,7 +858,7 @@ func (m *model) dump(r Request, nowUS int64) string {
 		}
 		ks := []modelKey{t.key}
 		if t.kind == "b" {
-			ks = append(ks, t.ledger, t.book, t.cal, t.fair, t.tenants)
+			ks = append(ks, t.book, t.cal, t.fair, t.tenants)
 		}
 		for _, k := range ks {
 			e := m.keys[k]

@@ -75,8 +75,8 @@ func checkSpans(t *testing.T, l *Limiter, rdb *redis.Client, b *Bucket) {
 	var spans []span
 	for _, e := range z {
 		m := e.Member.(string)
-		if strings.HasPrefix(m, "-") {
-			continue // a mark of the calendar's life (rules.lua)
+		if strings.HasPrefix(m, "-") || strings.HasPrefix(m, modelLedger) {
+			continue // a mark of the calendar's life, or a ledger entry (rules.lua)
 		}
 		from, err := strconv.ParseInt(m, 10, 64)
 		if err != nil {

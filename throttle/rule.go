@@ -282,10 +282,10 @@ func (b *Bucket) bindingLimit(int) string { return b.str }
 
 func (b *Bucket) kind() string { return "b" }
 
-func (b *Bucket) keyCount() int { return 6 }
+func (b *Bucket) keyCount() int { return 5 }
 
 func (b *Bucket) appendKeys(dst []any, tag string) []any {
-	return append(dst, bucketKey(tag, b.name), ledgerKey(tag, b.name), bookKey(tag, b.name), slotsKey(tag, b.name),
+	return append(dst, bucketKey(tag, b.name), bookKey(tag, b.name), slotsKey(tag, b.name),
 		fairKey(tag, b.name), tenantsKey(tag, b.name))
 }
 

@@ -353,9 +353,8 @@ func TestEveryKeyExpires(t *testing.T) {
 	mustAdmit(t, l, Request{ID: "a", Takes: []Take{{Rule: q, Subject: "alice"}, {Rule: b, Subject: "gw", Cost: 4}, {Rule: f, Subject: "alice"}}})
 	longest := map[string]time.Duration{
 		":q:mkt":       7 * 24 * time.Hour,
-		":b:sms":       6 * time.Minute,                      // the sends of 30 bins of 10 s, and 6 more
-		":b:sms:slots": 8*time.Second + 100*time.Millisecond, // one slot of 4 tokens at 0.5/s, to the end of its 100 ms step
-		":b:sms:held":  8*time.Second + DefaultRemember,      // until the slot ended, and remember
+		":b:sms":       6 * time.Minute,                                        // the sends of 30 bins of 10 s, and 6 more
+		":b:sms:slots": 8*time.Second + 100*time.Millisecond + DefaultRemember, // one slot of 4 tokens at 0.5/s, to the end of its 100 ms step, and its ledger entry remember more
 		":f:daily":     24 * time.Hour,
 	}
 	keys, _ := rdb.Keys(ctx, "*").Result()
@@ -530,7 +529,7 @@ func TestLedgerPrunedAStepAtATime(t *testing.T) {
 // first 20 must be gone from the ledger after 1.6 s, or all still there.
 func ledgerStepPrune(t *testing.T, rate float64, pruned bool) {
 	l, rdb, take := rememberASecond(t, mustBucket(t, "sms", rate, 1000))
-	ledger := ledgerKey(subjectTag(DefaultPrefix, "gw"), "sms")
+	tag := subjectTag(DefaultPrefix, "gw")
 	const bin = 10 * time.Second
 	for try := 1; ; try++ {
 		// Start early in a bin: the run takes about 1.6 s.
@@ -557,7 +556,7 @@ func ledgerStepPrune(t *testing.T, rate float64, pruned bool) {
 			t.Logf("run %d crossed a 10 s bin: again", try)
 			continue
 		}
-		got := zmembers(t, rdb, ledger)
+		got := ledgerIDs(t, rdb, tag, "sms")
 		kept := 0
 		for _, m := range got {
 			if strings.HasPrefix(m, "a") {
@@ -616,16 +615,15 @@ func TestLedgerFollowsSlotsInFlight(t *testing.T) {
 	b := mustBucket(t, "sms", 1000, 100)
 	l, rdb, take := rememberASecond(t, b)
 	tag := subjectTag(DefaultPrefix, "gw")
-	ledger := ledgerKey(tag, "sms")
 	var last Decision
 	for i := range 50 {
 		last = take(fmt.Sprint("a", i))
 	}
-	if n := rdb.ZCard(ctx, ledger).Val(); n != 50 {
+	if n := len(ledger(t, rdb, tag, "sms")); n != 50 {
 		t.Fatalf("ledger holds %d, want the 50 taken", n)
 	}
-	if ttl := rdb.PTTL(ctx, ledger).Val(); ttl > 1200*time.Millisecond {
-		t.Errorf("ledger PTTL %s after 50 takes of 1ms slots, want about Remember (1s)", ttl)
+	if ttl := rdb.PTTL(ctx, slotsKey(tag, "sms")).Val(); ttl > 1300*time.Millisecond {
+		t.Errorf("the calendar (and ledger) PTTL %s after 50 takes of 1ms slots, want about Remember (1s) and a step", ttl)
 	}
 	// The next 10 s bin, at least Remember after the slots ended.
 	const bin = 10 * time.Second
@@ -640,7 +638,7 @@ func TestLedgerFollowsSlotsInFlight(t *testing.T) {
 	// Both keys end on their own soon after (the ledger Remember after b's
 	// slot): a machine that stalls that long between the take and the
 	// reads finds them gone, which checks nothing but is no failure.
-	switch got := zmembers(t, rdb, ledger); {
+	switch got := ledgerIDs(t, rdb, tag, "sms"); {
 	case len(got) == 0:
 		t.Logf("the ledger ended Remember after b's slot before it was read: its pruning went unchecked")
 	case !slices.Equal(got, []string{"b"}):

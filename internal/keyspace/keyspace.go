@@ -24,12 +24,13 @@
 //	                            it, the last SentBins bins kept
 //	Slots     :b:<rule>:slots   the bucket's calendar: sorted set, member the
 //	                            start of a busy span (0 for one that started
-//	                            when it was written), score its end; and
-//	                            marks of the key's life, member '-' and µs,
-//	                            score 0 (so no read from now sees one)
-//	Ledger    :b:<rule>:held    sorted set: member a task that took a slot,
-//	                            score the slot's start; kept until the slot
-//	                            ends and the engine's Options.Remember more
+//	                            when it was written), score its end; marks
+//	                            of the key's life, member '-' and µs, score
+//	                            0 (so no read from now sees one); and the
+//	                            ledger: member LedgerEntry(task) of a task
+//	                            that took a slot, score minus the slot's
+//	                            start, kept until the slot ends and the
+//	                            engine's Options.Remember more
 //	Book      :b:<rule>:book    the tickets: sorted set, member a booked task
 //	                            (ID, then \x1e and the cost when not 1),
 //	                            score its slot's start; kept unclaimed for
@@ -141,13 +142,16 @@ func Tag(prefix, subject string) string {
 
 func Quota(tag, rule string) string    { return tag + ":q:" + rule }
 func Bucket(tag, rule string) string   { return tag + ":b:" + rule }
-func Ledger(tag, rule string) string   { return tag + ":b:" + rule + ":held" }
 func Book(tag, rule string) string     { return tag + ":b:" + rule + ":book" }
 func Slots(tag, rule string) string    { return tag + ":b:" + rule + ":slots" }
 func Fair(tag, rule string) string     { return tag + ":b:" + rule + ":fair" }
 func Tenants(tag, rule string) string  { return tag + ":b:" + rule + ":tenants" }
 func Fixed(tag, rule string) string    { return tag + ":f:" + rule }
 func Calendar(tag, rule string) string { return tag + ":c:" + rule }
+
+// LedgerEntry is the member of task's entry in a bucket's ledger, which
+// lives in the bucket's Slots (lua/rules.lua: LEDGER).
+func LedgerEntry(task string) string { return "#" + task }
 
 // Done is task id's done marker (see the package comment).
 func Done(prefix, id string) string { return prefix + "done:{" + id + "}" }

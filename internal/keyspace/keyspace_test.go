@@ -116,7 +116,6 @@ func TestKeys(t *testing.T) {
 	}{
 		{"quota", keyspace.Quota, "t:{a%20b}:q:r"},
 		{"bucket", keyspace.Bucket, "t:{a%20b}:b:r"},
-		{"ledger", keyspace.Ledger, "t:{a%20b}:b:r:held"},
 		{"book", keyspace.Book, "t:{a%20b}:b:r:book"},
 		{"slots", keyspace.Slots, "t:{a%20b}:b:r:slots"},
 		{"fair", keyspace.Fair, "t:{a%20b}:b:r:fair"},
