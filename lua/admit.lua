@@ -196,8 +196,9 @@ local function check_task(keys, ki, p, now, a, lead, plain, marker)
   local k = ki
   -- A task that holds no entry of its first take, a quota, took nothing
   -- that lasts no longer than the quota's longest window (unheld): every
-  -- take is written at once (see bucket_check).
-  local unheld
+  -- take is written at once (see bucket_check). On a cluster the quota's
+  -- node may have said so ('N' in the plan).
+  local unheld = p.unheld
   for i = 1, p.n do
     local t = p[i]
     local last -- a bucket's reach when it is the last take and the task commits at once

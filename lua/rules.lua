@@ -57,7 +57,9 @@
 -- horizon a place in line; 'u' after it says work the caller has not seen
 -- waits behind the task (a fresh task that cannot go now takes a place in
 -- line: see book.lua). 'n' makes an admission a check only: decided,
--- nothing written (see admit.lua).
+-- nothing written (see admit.lua). 'N:W' says the task holds no entry of a
+-- quota whose longest window is W µs (a cluster's other group found it
+-- so): see admit.lua's unheld.
 --
 -- Limits travel with every call, never stored in Redis, so a changed limit
 -- applies at once to the history already there.
@@ -139,6 +141,8 @@ local function parse_plan(s)
       p.unseen, n = true, n - 1
     elseif part == 'n' and n == 1 and not p.dry then -- a check only (see admit.lua)
       p.dry, n = true, n - 1
+    elseif sub(part, 1, 2) == 'N:' and n == 1 and not p.unheld then -- the task holds no slot (see admit.lua)
+      p.unheld, n = tonum(sub(part, 3)), n - 1
     elseif n == -1 then
       p.remember = tonum(part)
     elseif n == 0 then

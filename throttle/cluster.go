@@ -7,50 +7,13 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// On a Redis Cluster each subject's keys live in a slot of their own: a
-// request's takes are split by subject into groups, one script call each,
-// and a recipient's quotas and a provider's bucket are usually on two
-// nodes. The engine decides a request in as many calls as it has groups
-// (two for a notification, one where both subjects share a node), with the
-// entry points and steps of one node, each group's call given a floor: the
-// moment the groups before it allow, no earlier than which it decides.
-//
-//   - A booking (Book) asks the bucket's group first, from now: the bucket
-//     is the clock. It holds the moment x its calendar gives (a slot to go,
-//     a ticket, or a place in the tenant's line, which ends the request: a
-//     place holds nothing, and the task comes back for the rest). The
-//     recipient's group then admits or books its entries at x, or at the
-//     later moment its windows allow.
-//   - A plain admission (Admit, Check) asks the recipient's group first:
-//     its quotas are the commonest denial, which then writes nothing
-//     anywhere. Its entries are stamped at its node's now; the bucket's
-//     group then takes a slot from there.
-//
-// If a group sets a later moment than the groups before it (a recipient's
-// windows hold a booking back; a bucket reserves a plain admission's token
-// ahead, within its max wait), those groups are asked again from that
-// moment: the bucket gives back the slot it held and takes one from there
-// (book.lua's book_task), or the quotas move their entries there (if their
-// windows allow them there; admit.lua). A few rounds at most
-// (clusterTries); where nothing holds the task back, one round: a call per
-// group. A request that asks for its done marker (Request.CheckDone) has it
-// read beside the first group's call, in one round trip to both nodes: a
-// task found done gives back what that call took.
-//
-// Why this never admits more than a rule allows: each group is decided
-// atomically on its own node against everything already held there, with
-// that node's TIME. A bucket's slot is held from its call on, by this task
-// alone, and the send goes within the slot's window (never before the
-// bucket's moment); a quota's entries end up at the moment the message
-// goes, or at most clusterSkew before it (the round trip between the
-// calls), which the windows' margin covers as it covers a single node's
-// round trip. If a group denies, or the request is done (its marker lives
-// with its first subject), what this request consumed in the other groups
-// is given back (compensate): meanwhile a held entry or slot can only deny
-// a competing task early, never let one through. Idempotency holds per
-// group, as on one node: what the task already held is found its own and
-// is not given back. The differential run of the cluster
-// (differential_test.go) checks its decisions against one node's.
+// sharded decides a request on a Redis Cluster, where each subject's keys
+// live in a slot of their own: a call per group of takes by subject, the
+// bucket's first for a booking and last otherwise, each from the floor the
+// groups before it allow, a few rounds at most (clusterTries), and what a
+// request took given back (compensate) when a group denies or the task is
+// done. The protocol and why it never admits more than a rule allows:
+// docs/design.md, "Redis Cluster".
 type sharded struct{ *Limiter }
 
 // clusterTries bounds the rounds.
@@ -131,7 +94,7 @@ type clusterCall struct {
 func (c *clusterCall) run(ctx context.Context) (Decision, error) {
 	var floor int64
 	for try := 1; ; try++ {
-		x, settled, err := c.round(ctx, floor)
+		x, settled, err := c.round(ctx, floor, try == 1)
 		if err != nil {
 			return Decision{}, err
 		}
@@ -152,10 +115,14 @@ func (c *clusterCall) run(ctx context.Context) (Decision, error) {
 // round asks every group once, in order, each from the moment the ones
 // before it allow (floor for the first). It returns the index of the last
 // group asked when the request is settled, or -1 and the later moment a
-// group set, from which the next round starts.
-func (c *clusterCall) round(ctx context.Context, floor int64) (int64, int, error) {
+// group set, from which the next round starts. In the first round, a
+// first group that takes the request's first take, a quota, afresh tells
+// the groups after it that the task holds nothing (group.unheld).
+func (c *clusterCall) round(ctx context.Context, floor int64, first bool) (int64, int, error) {
 	x, raised := floor, false
+	var unheld int64
 	for i, g := range c.gs {
+		g.unheld = unheld
 		var beside []redis.Cmder
 		if i == 0 && c.done != nil {
 			beside = []redis.Cmder{c.done}
@@ -177,6 +144,9 @@ func (c *clusterCall) round(ctx context.Context, floor int64) (int64, int, error
 			// Settled by this group: a place holds nothing and asks no
 			// other node (the task comes back for the rest).
 			return 0, i, nil
+		}
+		if q, ok := c.r.Takes[0].Rule.(*Quota); first && i == 0 && ok && !c.r.Takes[0].CountOnly && g.takes[0] == 0 && res.fresh&1 == 1 {
+			unheld = q.Longest().Microseconds()
 		}
 		at := max(res.at(), x)
 		if i > 0 && at > x+clusterSkew.Microseconds() {

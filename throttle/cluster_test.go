@@ -708,3 +708,30 @@ func TestClusterReservedSendKeepsCalendar(t *testing.T) {
 		t.Errorf("calendar entry stamped %s, the token's moment is %s", stamp, d.At())
 	}
 }
+
+// TestClusterNewTaskReadsNoLedger: on a cluster, a new task whose
+// recipient's quota (asked first) it held no entry of takes its provider's
+// slot without reading the ledger (no ZSCORE on the bucket's node, the
+// busiest), and a redelivery of it, which holds its entry, still finds its
+// slot its own.
+func TestClusterNewTaskReadsNoLedger(t *testing.T) {
+	l, rdb := newCluster(t)
+	q := mustQuota(t, "weekly", Window{3, 168 * time.Hour})
+	b := mustBucket(t, "sms", 100, 10)
+	req := Request{ID: "n1", Takes: []Take{{Rule: q, Subject: "alice"}, {Rule: b, Subject: "gw"}}}
+	node := masterFor(t, rdb, bucketKey(subjectTag(DefaultPrefix, "gw"), "sms"))
+	before := commandCalls(t, node)
+	if d := mustAdmit(t, l, req); d.Outcome != Admitted {
+		t.Fatalf("n1: %+v, want admitted", d)
+	}
+	after := commandCalls(t, node)
+	if n, z := after["zscore"]-before["zscore"], after["zadd"]-before["zadd"]; n != 0 || z != 1 {
+		t.Errorf("%d ZSCORE and %d ZADD on the bucket's node for a new task, want none and one (its span and ledger entry)", n, z)
+	}
+	if d := mustAdmit(t, l, req); d.Outcome != Repeated {
+		t.Errorf("n1 again: %+v, want repeated: its slot found its own", d)
+	}
+	if ids := ledgerIDs(t, rdb, subjectTag(DefaultPrefix, "gw"), "sms"); !slices.Equal(ids, []string{"n1"}) {
+		t.Errorf("ledger holds %q, want [n1]", ids)
+	}
+}

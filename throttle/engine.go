@@ -132,6 +132,11 @@ func (l *Limiter) admitMany(ctx context.Context, rs []Request) ([]Decision, erro
 // them on a single node, those of one subject on a cluster.
 type group struct {
 	takes []int // indices into Request.Takes
+	// unheld, when not 0, is the longest window (µs) of the request's
+	// first take, a quota a group asked before found the task holding no
+	// entry of: it holds no slot of this group's buckets either (see
+	// lua/admit.lua's unheld), and they need not look.
+	unheld int64
 }
 
 // allTakes is the group of every take of a request (up to MaxTakes), shared:
