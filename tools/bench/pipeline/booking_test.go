@@ -78,14 +78,14 @@ defaults: {policy: marketing, provider: hook, queue: default}
 `
 
 // The provider's keys (internal/keyspace): its bucket's state hash, the
-// ledger of who took each token, the bookings (tickets), the places in
-// line.
+// bookings (tickets), the slot calendar (with the ledger of who took each
+// slot), the tenants' lines and their expiries.
 const (
-	bucketStateKey  = "throttle:{" + bookProvider + "}:b:" + bookProvider
-	bucketHeldKey   = bucketStateKey + ":held"
-	bucketBookKey   = bucketStateKey + ":book"
-	bucketSlotsKey  = bucketStateKey + ":slots"
-	bucketPlacesKey = bucketStateKey + ":places"
+	bucketStateKey   = "throttle:{" + bookProvider + "}:b:" + bookProvider
+	bucketBookKey    = bucketStateKey + ":book"
+	bucketSlotsKey   = bucketStateKey + ":slots"
+	bucketFairKey    = bucketStateKey + ":fair"
+	bucketTenantsKey = bucketStateKey + ":tenants"
 )
 
 // bookFleet is a redis-server, the webhook and worker processes.
@@ -263,6 +263,38 @@ func memoryUsage(ctx context.Context, rdb *redis.Client, key string) (bytes, ele
 	return bytes, elems
 }
 
+// prefixMemory sums MEMORY USAGE over the keys that match pattern and do
+// not start with except ("": none).
+func prefixMemory(ctx context.Context, rdb *redis.Client, pattern, except string) (bytes, keys int64) {
+	iter := rdb.Scan(ctx, 0, pattern, 1000).Iterator()
+	for iter.Next(ctx) {
+		if except != "" && strings.HasPrefix(iter.Val(), except) {
+			continue
+		}
+		n, _ := rdb.MemoryUsage(ctx, iter.Val(), 0).Result()
+		bytes, keys = bytes+n, keys+1
+	}
+	return bytes, keys
+}
+
+// waitingJobs counts the jobs asynq holds in every queue that are not
+// done: pending, scheduled, in retry (deferred) and active.
+func waitingJobs(insp *asynq.Inspector) (int64, error) {
+	qs, err := insp.Queues()
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, q := range qs {
+		info, err := insp.GetQueueInfo(q)
+		if err != nil {
+			return 0, err
+		}
+		n += int64(info.Pending + info.Scheduled + info.Retry + info.Active)
+	}
+	return n, nil
+}
+
 // inPeriod counts the sorted times in [from, to).
 func inPeriod(times []time.Time, from, to time.Time) int {
 	n := 0
@@ -390,13 +422,20 @@ func backlogRun(b *testing.B, bin string, c, n int, plainCmds, plainCPU float64)
 	s1 := thirds[3]
 
 	mem := map[string][2]int64{}
-	for _, k := range []string{bucketStateKey, bucketHeldKey, bucketBookKey, bucketSlotsKey, bucketPlacesKey} {
+	for _, k := range []string{bucketStateKey, bucketBookKey, bucketSlotsKey, bucketFairKey, bucketTenantsKey} {
 		by, el := memoryUsage(ctx, f.admin, k)
 		mem[k] = [2]int64{by, el}
 	}
-	// One recipient with a booking: the quota key of the backlog's last job.
-	rcptKey := fmt.Sprintf("throttle:{backlog%d-%06d@example.com}:q:%s", n, n-1, benchPolicy)
-	rcptBytes, rcptElems := memoryUsage(ctx, f.admin, rcptKey)
+	// Every key of the throttle's rules (the bucket's, the recipients'
+	// quotas), against the jobs waiting in asynq: what the throttle holds
+	// per waiting job. The messages' histories (lifecycle, "events:") are
+	// kept apart: a message's, whether it waits or not.
+	throttleBytes, throttleKeys := prefixMemory(ctx, f.admin, "throttle:*", "throttle:events:")
+	historyBytes, historyKeys := prefixMemory(ctx, f.admin, "throttle:events:*", "")
+	waiting, err := waitingJobs(f.insp)
+	if err != nil {
+		b.Fatal(err)
+	}
 	f.requireEachSent(b)
 	f.stop(b)
 
@@ -447,10 +486,11 @@ func backlogRun(b *testing.B, bin string, c, n int, plainCmds, plainCPU float64)
 		n, rate, rate/bookRate, bookRate, verdict(rate/bookRate >= 0.98), made, claimed, rebooked, most, bookRate+bookBurst, over)
 	b.Logf("backlog %d: booking lateness over %.0f claims: p50 %.3f s, p99 %.3f s (target <= 1.5 s: %s), %.1f%% within 1.5 s",
 		n, late, p50, p99, lateVerdict(late, within), 100*within)
-	b.Logf("backlog %d: MEMORY USAGE: bucket hash %d B (%d fields), slot calendar %d B (%d spans), ledger %d B (%d takes of the last remember_takes, 3m here), bookings %d B (%d tickets, %.0f B each), places %d B (%d, those gone included); a booked recipient's quota %d B (%d entries)",
-		n, mem[bucketStateKey][0], mem[bucketStateKey][1], mem[bucketSlotsKey][0], mem[bucketSlotsKey][1], mem[bucketHeldKey][0], mem[bucketHeldKey][1],
-		mem[bucketBookKey][0], mem[bucketBookKey][1], float64(mem[bucketBookKey][0])/float64(max(1, mem[bucketBookKey][1])),
-		mem[bucketPlacesKey][0], mem[bucketPlacesKey][1], rcptBytes, rcptElems)
+	perWaiting := float64(throttleBytes) / float64(max(1, waiting))
+	b.Logf("backlog %d: MEMORY USAGE: the rules' keys %d B (%d keys) for %d jobs waiting: %.1f B per waiting job (target <= 100: %s); the messages' histories %d B (%d keys, %.0f B each); bucket hash %d B (%d fields), slot calendar and ledger %d B (%d members: spans, marks, and the takes of the last remember_takes, 3m here), bookings %d B (%d tickets), tenants %d B (%d fields)",
+		n, throttleBytes, throttleKeys, waiting, perWaiting, verdict(perWaiting <= 100), historyBytes, historyKeys, float64(historyBytes)/float64(max(1, historyKeys)),
+		mem[bucketStateKey][0], mem[bucketStateKey][1],
+		mem[bucketSlotsKey][0], mem[bucketSlotsKey][1], mem[bucketBookKey][0], mem[bucketBookKey][1], mem[bucketFairKey][0], mem[bucketFairKey][1])
 	first := "first pass"
 	if !booking {
 		first = "no job booked: every job waits for its token inline, the queue is taken 2 x concurrency at a time; warm-up"
@@ -472,9 +512,8 @@ func backlogRun(b *testing.B, bin string, c, n int, plainCmds, plainCPU float64)
 	b.ReportMetric(p50, "lateness_p50_s")
 	b.ReportMetric(p99, "lateness_p99_s")
 	b.ReportMetric(float64(mem[bucketBookKey][0]), "book_bytes")
-	b.ReportMetric(float64(mem[bucketHeldKey][0]), "ledger_bytes")
 	b.ReportMetric(float64(mem[bucketSlotsKey][0]), "slots_bytes")
-	b.ReportMetric(float64(mem[bucketPlacesKey][0]), "places_bytes")
+	b.ReportMetric(perWaiting, "throttle_B/waiting_job")
 	b.ReportMetric(0, "ns/op")
 	b.ReportMetric(0, "B/op")
 	b.ReportMetric(0, "allocs/op")
@@ -503,7 +542,9 @@ func numbers(b *testing.B, name, list string) []int {
 // only a policy that keeps every entry to the end makes these its
 // recipients' moments.
 func grants(ctx context.Context, rdb *redis.Client) (map[string]time.Time, []time.Time, error) {
-	zs, err := rdb.ZRangeWithScores(ctx, bucketHeldKey, 0, -1).Result()
+	// The ledger's entries, in the calendar: "#" and the ID, scored minus
+	// the slot's start.
+	zs, err := rdb.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{Key: bucketSlotsKey, ByScore: true, Start: "-inf", Stop: "(0"}).Result()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -526,16 +567,16 @@ func grants(ctx context.Context, rdb *redis.Client) (map[string]time.Time, []tim
 	by := map[string]time.Time{}
 	var at []time.Time
 	for _, z := range zs {
-		id := fmt.Sprint(z.Member)
+		id := strings.TrimPrefix(fmt.Sprint(z.Member), "#")
 		g, ok := quota[id]
 		if !ok {
-			g = time.UnixMicro(int64(z.Score)).Add(-slack)
+			g = time.UnixMicro(-int64(z.Score)).Add(-slack)
 		}
 		by[id] = g
 		at = append(at, g)
 	}
 	if len(at) == 0 {
-		return nil, nil, fmt.Errorf("the ledger %s is empty", bucketHeldKey)
+		return nil, nil, fmt.Errorf("the ledger in %s is empty", bucketSlotsKey)
 	}
 	slices.SortFunc(at, time.Time.Compare)
 	return by, at, nil
