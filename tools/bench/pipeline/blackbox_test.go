@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/notify-throttle/throttler/lifecycle"
 )
 
 var (
@@ -162,8 +164,20 @@ func BenchmarkWorkerVsBare(b *testing.B) {
 func bareDrain(b *testing.B, f *bookFleet, v *bareVariant, n int) (time.Duration, e2eCost, map[string]float64) {
 	b.Helper()
 	ctx := context.Background()
-	if _, err := enqueueJobs(ctx, f.client, n, fmt.Sprintf("%s-%d-", strings.ReplaceAll(v.name, " ", ""), time.Now().UnixNano())); err != nil {
+	ids, err := enqueueJobs(ctx, f.client, n, fmt.Sprintf("%s-%d-", strings.ReplaceAll(v.name, " ", ""), time.Now().UnixNano()))
+	if err != nil {
 		b.Fatal(err)
+	}
+	// Each with its accepted event, as the enqueue command and the API
+	// record it: the history the worker's events are then pushed on.
+	accepted := make([]lifecycle.Event, len(ids))
+	for i, id := range ids {
+		accepted[i] = lifecycle.Event{Type: lifecycle.Accepted, Message: id, Via: lifecycle.ViaEnqueue}
+	}
+	for part := range slices.Chunk(accepted, 500) {
+		if err := lifecycle.NewRecorder(f.admin, lifecycle.Options{}).Record(ctx, part...); err != nil {
+			b.Fatal(err)
+		}
 	}
 	if err := f.insp.PauseQueue(benchQueue); err != nil {
 		b.Fatal(err)
