@@ -49,7 +49,7 @@ test: need-redis need-browser
 ## others run beside them rather than after them.
 UNIT_PARALLEL ?= 8
 UNIT_P        ?= 4
-UNIT_FIRST    ?= ./jobs ./throttle ./recovery
+UNIT_FIRST    ?= ./jobs ./throttle ./fleet
 unit: need-redis
 	$(GO) test -race -count=1 -p $(UNIT_P) -parallel $(UNIT_PARALLEL) $(if $(filter ./...,$(PKGS)),$(UNIT_FIRST)) $(PKGS)
 	cd tools && $(GO) test -race -count=1 $(TOOLS_PKGS)

@@ -7,7 +7,7 @@
 -- counting the worker's takes: the member names one run, so that dropping
 -- a run that ended never drops a later run of the same task. While its
 -- signs of life are fresh the worker adds a member with a plain SADD
--- (Recovery.take); after a silence it takes here, the sign of life and the
+-- (Member.take); after a silence it takes here, the sign of life and the
 -- member in one call, so that it is not taken for dead with the task it
 -- just started.
 --

@@ -3,20 +3,21 @@
 // and internal/rdb packages) and may change it in any release. This module
 // writes it directly where an exported API cannot do the job:
 //
-//   - campaign/batch.lua enqueues a batch of notifications in the same
-//     atomic script as the fan-out's checkpoint, which is what makes a
-//     fan-out 3-5x a loop of Client.Enqueue and lets a crash neither skip
-//     nor repeat a recipient.
-//   - recovery/reap.lua gives a dead worker's active tasks back to their
+//   - campaign/enqueue.lua enqueues a batch of notifications in one
+//     script per shard, which is what makes a fan-out 3-5x a loop of
+//     Client.Enqueue, and remembers them, so that a crash neither skips nor
+//     repeats a recipient.
+//   - fleet/reap.lua gives a dead worker's active tasks back to their
 //     queue within seconds, where asynq's own recoverer takes 60-150 s.
-//   - jobs/repace.lua moves the wake-up of a waiting task when its
+//   - fleet/rescale.lua moves the wake-up of a waiting task when its
 //     provider's rate changed (asynq's Inspector can only run a task now).
-//   - jobs/wake.lua wakes a booked task at its moment, to the millisecond
-//     and at the head of its queue (asynq wakes to the second, at the tail).
+//   - fleet/wake.lua wakes a waiting task at its moment, to the
+//     millisecond and at the head of its queue (asynq wakes to the second,
+//     at the tail).
 //
 // The contract, as read from asynq Version's source (internal/rdb/rdb.go,
 // processor.go) and checked against the asynq the module builds with by
-// TestContract here (items 1-3 and the version) and by the recovery
+// TestContract here (items 1-3 and the version) and by the fleet
 // package's tests (items 4-5), so that an upgrade that changes any item
 // fails the tests, not the workers:
 //
@@ -32,10 +33,10 @@
 //     state is "pending", "active", ..., and pending_since (Unix ns) is set
 //     by the enqueue and removed by the dequeue.
 //  3. Enqueue is: unless the task hash exists, HSET msg, state "pending"
-//     and pending_since, then LPUSH the ID on pending (campaign/batch.lua).
+//     and pending_since, then LPUSH the ID on pending (campaign/enqueue.lua).
 //  4. Requeue is what a server does with a task it gives back at shutdown
 //     (rdb.Requeue): LREM it from active, ZREM it from lease, RPUSH it on
-//     pending (the head) and HSET state "pending" (recovery/reap.lua). The
+//     pending (the head) and HSET state "pending" (fleet/reap.lua). The
 //     task runs again with its retry count unchanged, and asynq's own
 //     recoverer, which reads only the lease set, no longer sees it.
 //  5. A server whose task was moved away still ends its handler and then
