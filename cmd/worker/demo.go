@@ -41,12 +41,9 @@ var (
 	demoRecipients = []string{"alice@example.com", "bob@example.com", "carol@example.com", "dave@example.com"}
 )
 
-// demoAddrs moves the demo's HTTP server (worker.http_addr) and embedded
-// Redis to free ports on their hosts where the configured ones are taken
-// (another worker, another demo), so that it runs beside them, and says
-// on out where each went. A port found free is closed again before the
-// demo listens on it: another process could take it in between, which a
-// demo can afford.
+// demoAddrs moves the demo's HTTP server and embedded Redis to free ports
+// where the configured ones are taken (another worker, another demo), and
+// says on out where each went.
 func demoAddrs(cfg *config.Config, out io.Writer) {
 	if addr, ok := freeIfTaken(cfg.Worker.HTTPAddr); ok {
 		fmt.Fprintf(out, "demo: %s is taken: serving /healthz, /metrics and the dashboard on %s\n", cfg.Worker.HTTPAddr, addr)
@@ -62,8 +59,9 @@ func demoAddrs(cfg *config.Config, out io.Writer) {
 }
 
 // freeIfTaken returns a free port on addr's host, and true, if addr is
-// taken; false if it is free, empty, or cannot be listened on for another
-// reason (the worker then says why).
+// taken; false otherwise (the worker then says why it cannot listen). The
+// port is closed again: another process could take it first, which a demo
+// can afford.
 func freeIfTaken(addr string) (string, bool) {
 	if addr == "" {
 		return "", false

@@ -9,7 +9,6 @@ import (
 	"slices"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/notify-throttle/throttler/config"
 	"github.com/notify-throttle/throttler/feedback"
@@ -18,9 +17,9 @@ import (
 	"github.com/notify-throttle/throttler/providers"
 )
 
-// newService returns the adapter of a service provider (smtp, ses, twilio,
-// fcm, apns, sendgrid) with its retry settings, and false for log and
-// webhook. Errors name the provider and a file, never a secret.
+// newService returns the adapter of a service provider with its retry
+// settings, and false for log and webhook. Errors name the provider and a
+// file, never a secret.
 func newService(name string, p config.Provider) (jobs.Provider, bool, error) {
 	if p.Type == config.ProviderLog || p.Type == config.ProviderWebhook {
 		return nil, false, nil
@@ -86,26 +85,10 @@ func checkServices(cfg *config.Config) error {
 	return nil
 }
 
-// eventOptions are the config's events settings (package lifecycle) with
-// the worker's log, and metrics registered with reg: one set for the
-// process's Recorder and Dispatcher.
+// eventOptions are the config's events settings with the worker's log and
+// metrics, one set for the process's Recorder and Dispatcher.
 func eventOptions(cfg *config.Config, reg prometheus.Registerer, log *slog.Logger) lifecycle.Options {
 	o := cfg.EventOptions()
 	o.Log, o.Metrics = log, lifecycle.NewMetrics(reg)
 	return o
-}
-
-// runCallbacks POSTs the events of the tenants with a status callback (see
-// lifecycle.Dispatcher) until stop is called; with none, it runs nothing.
-func runCallbacks(ctx context.Context, rdb redis.UniversalClient, o lifecycle.Options) (stop func()) {
-	if len(o.Callbacks) == 0 {
-		return func() {}
-	}
-	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		lifecycle.NewDispatcher(rdb, o).Run(ctx)
-	}()
-	return func() { cancel(); <-done }
 }
