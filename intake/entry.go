@@ -1,9 +1,9 @@
-// Package intake reads notifications as producers hand them in: a JSON
-// object of the fields of a JSONL line of enqueue or of the HTTP API's
-// POST /v1/notifications, decoded strictly (ParseLine), checked against the
-// config with its defaults applied, and made an asynq task (Checker). Both
-// producers use it, so a notification is accepted or refused the same way,
-// with the same message naming the field, whichever way it came.
+// Package intake reads notifications as producers hand them in (a line of
+// enqueue -file, an API request's body, enqueue's flags), decodes them
+// strictly (ParseLine), checks them against the config with its defaults
+// applied and makes them asynq tasks (Checker), so that every way in
+// accepts and refuses alike, with the same messages
+// (docs/design.md#enqueueing-notifications).
 package intake
 
 import (
@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -102,7 +103,7 @@ func ParseLine(line []byte) (Entry, error) {
 func (e *Entry) set(key string, raw json.RawMessage) error {
 	kind := JSONKind(raw)
 	if kind == "null" {
-		if !isField(key) {
+		if !slices.Contains(Fields, key) {
 			return unknownField(key)
 		}
 		return nil
@@ -163,11 +164,9 @@ func (e *Entry) set(key string, raw json.RawMessage) error {
 	return unknownField(key)
 }
 
-// CheckKey reports what is wrong with an idempotency key given as field
-// (the body's idempotency_key, the API's Idempotency-Key header, enqueue's
-// -key): a control character, or nothing but spaces. A key is quoted in
-// messages and logs, where a NUL or an ESC would pass for something else,
-// and the key of spaces is a mistake, not a key. "" is no key.
+// CheckKey reports what is wrong with an idempotency key given as field: a
+// control character, which would pass for something else in messages and
+// logs, or nothing but spaces, a mistake. "" is no key.
 func CheckKey(key, field string) error {
 	for i, r := range key {
 		if unicode.IsControl(r) {
@@ -178,15 +177,6 @@ func CheckKey(key, field string) error {
 		return fieldErr(field, "blank (only spaces)")
 	}
 	return nil
-}
-
-func isField(key string) bool {
-	for _, f := range Fields {
-		if f == key {
-			return true
-		}
-	}
-	return false
 }
 
 // unknownField says key is not a field, suggesting the one it may be a typo of.

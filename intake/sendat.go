@@ -1,10 +1,6 @@
 package intake
 
-// A scheduled send: a notification given a moment to go at, either as an
-// instant (send_at, RFC 3339) or as a time of day in its recipient's zone
-// (send_at_local, "09:00"), whose next occurrence is the moment. Either
-// way the task carries the instant (jobs.Notification.SendAt) and asynq
-// holds it until then.
+// A scheduled send (send_at, send_at_local): docs/design.md#enqueueing-notifications.
 
 import (
 	"fmt"
@@ -15,10 +11,8 @@ import (
 	"github.com/notify-throttle/throttler/jobs"
 )
 
-// SendAtGrace is how far in the past a send_at may be and still be taken:
-// a moment that passed within it (a producer's clock a little ahead of
-// the worker's, a request that took its time) is sent at once; one older
-// is a mistake, refused.
+// SendAtGrace is how far in the past a send_at may be and still be taken
+// (and sent at once): a producer's clock may be a little ahead.
 const SendAtGrace = time.Minute
 
 // sendAt returns the moment e is scheduled for (nil: none), rounded as the
