@@ -101,67 +101,40 @@ func ParseLine(line []byte) (Entry, error) {
 
 // set sets the field key of e from its JSON value.
 func (e *Entry) set(key string, raw json.RawMessage) error {
-	kind := JSONKind(raw)
-	if kind == "null" {
-		if !slices.Contains(Fields, key) {
-			return unknownField(key)
-		}
+	strs := map[string]*string{"recipient": &e.Recipient, "template": &e.Template, "policy": &e.Policy, "provider": &e.Provider,
+		"queue": &e.Queue, "idempotency_key": &e.IdempotencyKey, "tz": &e.TZ, "tenant": &e.Tenant,
+		"send_at_local": &e.SendAtLocal} // read with its zone (Checker.Check)
+	times := map[string]**time.Time{"send_by": &e.SendBy, "send_at": &e.SendAt}
+	switch kind := JSONKind(raw); {
+	case !slices.Contains(Fields, key):
+		return unknownField(key)
+	case kind == "null":
 		return nil
-	}
-	str := func(dst *string) error {
-		if kind != "string" {
-			return fieldErr(key, "must be a string (got %s)", kind)
-		}
-		if err := json.Unmarshal(raw, dst); err != nil {
-			return fieldErr(key, "%v", err)
-		}
-		return nil
-	}
-	switch key {
-	case "recipient":
-		return str(&e.Recipient)
-	case "template":
-		return str(&e.Template)
-	case "policy":
-		return str(&e.Policy)
-	case "provider":
-		return str(&e.Provider)
-	case "queue":
-		return str(&e.Queue)
-	case "idempotency_key":
-		if err := str(&e.IdempotencyKey); err != nil {
-			return err
-		}
-		return CheckKey(e.IdempotencyKey, "idempotency_key")
-	case "tz":
-		return str(&e.TZ)
-	case "tenant":
-		return str(&e.Tenant)
-	case "data":
-		if kind != "object" {
-			return fieldErr("data", "must be a JSON object (got %s)", kind)
-		}
+	case key == "data" && kind != "object":
+		return fieldErr("data", "must be a JSON object (got %s)", kind)
+	case key == "data":
 		e.Data = raw
 		return nil
-	case "send_by", "send_at":
-		var s string
-		if err := str(&s); err != nil {
-			return err
-		}
+	case kind != "string":
+		return fieldErr(key, "must be a string (got %s)", kind)
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return fieldErr(key, "%v", err)
+	}
+	if dst, ok := times[key]; ok {
 		t, err := time.Parse(time.RFC3339, s)
 		if err != nil {
 			return fieldErr(key, "must be an RFC 3339 time such as 2026-11-22T10:00:00Z (got %s)", Quote(s))
 		}
-		if key == "send_by" {
-			e.SendBy = &t
-		} else {
-			e.SendAt = &t
-		}
+		*dst = &t
 		return nil
-	case "send_at_local":
-		return str(&e.SendAtLocal) // read with its zone (Checker.Check)
 	}
-	return unknownField(key)
+	*strs[key] = s
+	if key == "idempotency_key" {
+		return CheckKey(s, key)
+	}
+	return nil
 }
 
 // CheckKey reports what is wrong with an idempotency key given as field: a

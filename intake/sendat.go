@@ -124,21 +124,6 @@ func parseClock(s string) (hour, minute, second int, ok bool) {
 	if len(s) != 5 && len(s) != 8 {
 		return 0, 0, 0, false
 	}
-	two := func(i, max int) (int, bool) {
-		a, b := s[i], s[i+1]
-		if a < '0' || a > '9' || b < '0' || b > '9' {
-			return 0, false
-		}
-		n := int(a-'0')*10 + int(b-'0')
-		return n, n <= max
-	}
-	var okH, okM, okS bool
-	hour, okH = two(0, 23)
-	minute, okM = two(3, 59)
-	okS = true
-	if len(s) == 8 {
-		second, okS = two(6, 59)
-		okS = okS && s[5] == ':'
-	}
-	return hour, minute, second, okH && okM && okS && s[2] == ':'
+	t, err := time.Parse("15:04:05"[:len(s)], s) // one-digit hours cannot make either length
+	return t.Hour(), t.Minute(), t.Second(), err == nil
 }
