@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -49,22 +50,20 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	id := requestID(r)
 	w.Header().Set(RequestIDHeader, id)
 	ex := &exchange{route: "unrouted"}
-	rec := &recorder{ResponseWriter: w}
+	buf := &buffer{header: w.Header()} // its status is logged and counted before it goes
 	if r.URL.Path != path.Clean(r.URL.Path) || r.URL.Path == "" {
-		notRouted(rec, r) // the mux would redirect to the clean path: no route has this one
+		notRouted(buf, r) // the mux would redirect to the clean path: no route has this one
 	} else {
-		s.mux.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), exchangeKey{}, ex)))
+		s.mux.ServeHTTP(buf, r.WithContext(context.WithValue(r.Context(), exchangeKey{}, ex)))
 	}
-	status := rec.status
-	if status == 0 {
-		status = http.StatusOK
-	}
+	status := cmp.Or(buf.status, http.StatusOK)
 	elapsed := time.Since(start)
 	s.metrics.observe(ex.route, status, elapsed)
 	if !slices.Contains(s.statuses[ex.route], status) && s.log != nil {
 		s.log.Error("api: a status openapi.yaml does not list", "route", ex.route, "status", status)
 	}
 	s.access(r.Context(), id, ex, status, elapsed)
+	buf.copyTo(w)
 }
 
 // wrap authenticates a request for route rt (by its API key, unless the
@@ -168,26 +167,6 @@ func requestID(r *http.Request) string {
 		}
 	}
 	return uuid.NewString()
-}
-
-// recorder is a ResponseWriter that records the status written.
-type recorder struct {
-	http.ResponseWriter
-	status int
-}
-
-func (w *recorder) WriteHeader(status int) {
-	if w.status == 0 {
-		w.status = status
-	}
-	w.ResponseWriter.WriteHeader(status)
-}
-
-func (w *recorder) Write(b []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	return w.ResponseWriter.Write(b)
 }
 
 // buffer is a ResponseWriter that keeps the answer until copyTo.
