@@ -279,14 +279,29 @@ func describe(n *yaml.Node) string {
 // suggest names the known key closest to an unknown one if it may be a
 // typo, else lists them.
 func suggest(key string, known []string) string {
-	best, bestDist := "", math.MaxInt
-	for _, k := range known {
-		if d := textdist.Distance(strings.ToLower(key), k); d < bestDist {
-			best, bestDist = k, d
-		}
-	}
-	if best != "" && bestDist <= max(1, min(len(key), len(best))/3) {
+	if best, ok := Closest(key, known); ok {
 		return "did you mean " + best + "?"
 	}
 	return "known: " + strings.Join(known, ", ")
+}
+
+// Closest returns the one of known nearest to name, case aside, and true
+// if name may be a typo of it.
+func Closest(name string, known []string) (string, bool) {
+	best, bestDist := "", math.MaxInt
+	for _, k := range known {
+		if d := textdist.Distance(strings.ToLower(name), strings.ToLower(k)); d < bestDist {
+			best, bestDist = k, d
+		}
+	}
+	return best, bestDist <= max(1, min(len(name), len(best))/3)
+}
+
+// Listed lists names, sorted, up to 10 and "...", for a message.
+func Listed(names []string) string {
+	names = slices.Sorted(slices.Values(names))
+	if len(names) > 10 {
+		names = append(names[:10], "...")
+	}
+	return strings.Join(names, ", ")
 }

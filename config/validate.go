@@ -296,11 +296,8 @@ func (v *validator) ref(path, kind, name string) {
 		return
 	}
 	list := "none defined"
-	if slices.Sort(defined); len(defined) > 10 {
-		defined = append(defined[:10], "...")
-	}
 	if len(defined) > 0 {
-		list = "defined: " + strings.Join(defined, ", ")
+		list = "defined: " + Listed(defined)
 	}
 	v.fail(path, []string{definedPath}, "%s %s is not defined (%s)", kind, quote(name), list)
 }
