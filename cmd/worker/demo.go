@@ -88,23 +88,18 @@ func demoRules(cfg *config.Config) {
 	cfg.Providers[demoProvider] = config.Provider{Type: config.ProviderLog, Rate: 2, Burst: 2, Output: os.DevNull}
 }
 
-// sentCounts records what providers accepted, per recipient, for the demo:
-// when, and which message. Only the demo has one (see newThrottle).
+// sentCounts records when providers accepted a message, per recipient, for
+// the demo. Only the demo has one (see newThrottle).
 type sentCounts struct {
 	mu        sync.Mutex
 	start     time.Time
 	out       io.Writer // each send is printed here; nil: not printed
-	sent      map[string][]demoSend
+	sent      map[string][]time.Time
 	callbacks *demoReceiver // the demo's status callbacks (demo_events.go)
 }
 
-type demoSend struct {
-	at time.Time
-	n  int // the message's number for its recipient
-}
-
 func newSentCounts() *sentCounts {
-	return &sentCounts{start: time.Now(), sent: map[string][]demoSend{}}
+	return &sentCounts{start: time.Now(), sent: map[string][]time.Time{}}
 }
 
 // demoNumber reads the message number the demo puts in each payload.
@@ -120,7 +115,7 @@ func (c *sentCounts) wrap(p jobs.Provider) jobs.Provider {
 		if err == nil {
 			now := time.Now()
 			c.mu.Lock()
-			c.sent[m.Recipient] = append(c.sent[m.Recipient], demoSend{now, demoNumber(m.Data)})
+			c.sent[m.Recipient] = append(c.sent[m.Recipient], now)
 			if c.out != nil {
 				scheduled := ""
 				if m.Recipient == demoAPIRecipient {
@@ -199,7 +194,7 @@ func runDemo(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient,
 		sends := counts.sent[r]
 		var b strings.Builder
 		for _, s := range sends {
-			fmt.Fprintf(&b, " %5.1f", s.at.Sub(counts.start).Seconds())
+			fmt.Fprintf(&b, " %5.1f", s.Sub(counts.start).Seconds())
 		}
 		fmt.Fprintf(out, "  %-18s %d of %d sent:%s\n", r, len(sends), demoEach, b.String())
 		for _, w := range demoWindows {
@@ -220,12 +215,8 @@ const demoJitter = 50 * time.Millisecond
 
 // demoWindowCheck returns the most sends in any window of w.Per (see
 // demoJitter) and, for a limit of 1, the closest two sends.
-func demoWindowCheck(sends []demoSend, w throttle.Window) (int, string) {
-	ts := make([]time.Time, len(sends))
-	for i, s := range sends {
-		ts[i] = s.at
-	}
-	slices.SortFunc(ts, func(a, b time.Time) int { return a.Compare(b) })
+func demoWindowCheck(sends []time.Time, w throttle.Window) (int, string) {
+	ts := slices.SortedFunc(slices.Values(sends), time.Time.Compare)
 	most := 0
 	for i := range ts {
 		n := 0
