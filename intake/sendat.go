@@ -113,9 +113,7 @@ func readings(wall time.Time, loc *time.Location) []time.Time {
 
 // sameReading reports whether at's clock in its zone reads wall's in UTC.
 func sameReading(at, wall time.Time) bool {
-	y, m, d := at.Date()
-	wy, wm, wd := wall.Date()
-	return y == wy && m == wm && d == wd && at.Hour() == wall.Hour() && at.Minute() == wall.Minute() && at.Second() == wall.Second()
+	return at.Format(time.DateTime) == wall.Format(time.DateTime)
 }
 
 // parseClock reads "HH:MM" or "HH:MM:SS", two digits each, 00:00 to

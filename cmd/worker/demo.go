@@ -24,12 +24,9 @@ import (
 	"github.com/notify-throttle/throttler/throttle"
 )
 
-// The demo runs the worker on rules scaled down to seconds, so that
-// throttling happens within its run: a recipient policy of 1 per 2s and 3
-// per 10s, and a provider paced at 2 messages a second (burst 2), with six
-// notifications for each of four recipients enqueued at once. It prints
-// each booking and each send as it happens, and at the end every
-// recipient's timeline with the closest sends and the most in any window.
+// The demo runs the worker on rules scaled down to seconds, six
+// notifications for each of four recipients enqueued at once, and prints
+// each booking and send as it happens, then every recipient's timeline.
 const (
 	demoPolicy   = "demo"
 	demoProvider = "demo"

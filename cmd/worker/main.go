@@ -387,9 +387,8 @@ func startHTTP(ctx context.Context, ln net.Listener, dash http.Handler, cfg *con
 }
 
 // servedQueues returns the asynq queues the worker serves, with their
-// priorities: the shards of the config's queues, and those of another
-// number of shards asynq knows, so that a change of redis.shards strands
-// no task.
+// priorities: the config's queues' shards, and those of another number of
+// shards asynq knows, so that a change of redis.shards strands no task.
 func servedQueues(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient) (map[string]int, error) {
 	known, err := rdb.SMembers(ctx, asynqdb.AllQueues).Result()
 	if err != nil {
