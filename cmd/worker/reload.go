@@ -78,27 +78,28 @@ func sameSender(a, b config.Provider) bool {
 	return reflect.DeepEqual(a, b)
 }
 
-// newSender returns what delivers provider p's messages.
+// newSender returns what delivers provider p's messages. Errors name the
+// provider and a file, never a secret.
 func newSender(name string, p config.Provider, stdout io.Writer) (jobs.Provider, error) {
-	if s, ok, err := newService(name, p); ok {
-		return s, err
+	if p.Type == config.ProviderLog {
+		w, err := output(p.Output, stdout)
+		if err != nil {
+			return nil, fmt.Errorf("provider %s: %w", name, err)
+		}
+		return jobs.NewLogProvider(name, w), nil
+	}
+	roots, err := p.RootCAs()
+	if err != nil {
+		return nil, fmt.Errorf("provider %s: %w", name, err)
 	}
 	if p.Type == config.ProviderWebhook {
 		headers := make(map[string]string, len(p.Headers))
 		for k, v := range p.Headers {
 			headers[k] = string(v)
 		}
-		roots, err := p.RootCAs()
-		if err != nil {
-			return nil, fmt.Errorf("provider %s: %w", name, err)
-		}
 		return jobs.NewWebhookProvider(name, string(p.URL), p.Timeout, headers, roots), nil
 	}
-	w, err := output(p.Output, stdout)
-	if err != nil {
-		return nil, fmt.Errorf("provider %s: %w", name, err)
-	}
-	return jobs.NewLogProvider(name, w), nil
+	return newService(name, p, roots)
 }
 
 // reloader re-reads the config file on SIGHUP (see reload).

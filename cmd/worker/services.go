@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"crypto/x509"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"os"
@@ -17,17 +19,10 @@ import (
 	"github.com/notify-throttle/throttler/providers"
 )
 
-// newService returns the adapter of a service provider with its retry
-// settings, and false for log and webhook. Errors name the provider and a
-// file, never a secret.
-func newService(name string, p config.Provider) (jobs.Provider, bool, error) {
-	if p.Type == config.ProviderLog || p.Type == config.ProviderWebhook {
-		return nil, false, nil
-	}
-	roots, err := p.RootCAs()
-	if err != nil {
-		return nil, true, fmt.Errorf("provider %s: %w", name, err)
-	}
+// newService returns the adapter of a service provider (see newSender)
+// with its retry settings.
+func newService(name string, p config.Provider, roots *x509.CertPool) (jobs.Provider, error) {
+	var err error
 	s := providers.Settings{Name: name, Timeout: p.Timeout, ScopePause: p.ScopePause, BaseURL: p.BaseURL, RootCAs: roots}
 	var sc jobs.Scoper
 	switch p.Type {
@@ -55,31 +50,33 @@ func newService(name string, p config.Provider) (jobs.Provider, bool, error) {
 		var key []byte
 		if p.CredentialsFile != "" {
 			if key, err = os.ReadFile(p.CredentialsFile); err != nil {
-				return nil, true, fmt.Errorf("provider %s: credentials_file: %w", name, err)
+				return nil, fmt.Errorf("provider %s: credentials_file: %w", name, err)
 			}
 		}
 		sc, err = providers.NewFCM(context.Background(), s, p.ProjectID, string(key), p.TokenURL, string(p.Token))
 	case config.ProviderAPNs:
 		var key []byte
 		if key, err = os.ReadFile(p.KeyFile); err != nil {
-			return nil, true, fmt.Errorf("provider %s: key_file: %w", name, err)
+			return nil, fmt.Errorf("provider %s: key_file: %w", name, err)
 		}
 		sc, err = providers.NewAPNs(s, p.TeamID, p.KeyID, p.Topic, string(key))
 	default:
-		return nil, false, nil
+		return nil, fmt.Errorf("provider %s: no type %q", name, p.Type) // the config checked it
 	}
 	if err != nil {
-		return nil, true, err // it names the type and the provider
+		return nil, err // it names the type and the provider
 	}
-	return providers.WithRetries(sc, p.MaxRetries, p.Backoff), true, nil
+	return providers.WithRetries(sc, p.MaxRetries, p.Backoff), nil
 }
 
 // checkServices builds every service provider as a start would, without
 // sending: a key file that cannot be read or parsed is found by -check.
 func checkServices(cfg *config.Config) error {
 	for _, name := range slices.Sorted(maps.Keys(cfg.Providers)) {
-		if _, _, err := newService(name, cfg.Providers[name]); err != nil {
-			return err
+		if p := cfg.Providers[name]; p.Type != config.ProviderLog && p.Type != config.ProviderWebhook {
+			if _, err := newSender(name, p, io.Discard); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
