@@ -49,6 +49,14 @@ func newHarness(t *testing.T) *harness {
 		insp: asynq.NewInspectorFromRedisClient(rdb)}
 }
 
+// newOwnHarness starts a redis-server of the test's own, for tests that stop it.
+func newOwnHarness(t *testing.T) *harness {
+	t.Helper()
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	return &harness{t: t, srv: srv, addr: srv.Addr + "/0", rdb: rdb, insp: asynq.NewInspectorFromRedisClient(rdb)}
+}
+
 // outcome is what one run of enqueue did.
 type outcome struct {
 	code           int
