@@ -1,14 +1,8 @@
 // Package api is the HTTP API through which any service enqueues
-// notifications: POST one or a batch, GET the tenant's list or where one
-// stands, DELETE one not yet sent. A request carries an API key (config api.keys) that names the
-// tenant its notifications are sent as and the policies and providers it
-// may use; each key has a rate limit of its own, a token bucket of the
-// throttle. A notification is the JSON object of a line of enqueue -file,
-// decoded and checked by package intake, with the same messages; an error
-// is {"error": {"code", "message", "field"}}, field a JSON pointer into the
-// request body. The providers' feedback comes to /v1/feedback/{provider}
-// (package feedback), signed by the vendor rather than with an API key.
-// openapi.yaml documents every route; a test holds the two together.
+// notifications, follows them and cancels them, and through which the
+// providers' services report (package feedback). docs/operations.md#the-http-api
+// explains it; openapi.yaml documents every route, and a test holds the two
+// together. A notification is decoded and checked by package intake.
 package api
 
 import (
@@ -33,35 +27,22 @@ import (
 	"github.com/notify-throttle/throttler/throttle"
 )
 
-// Limits of a request.
+// Limits of a request (docs/operations.md#the-http-api, "Limits").
 const (
-	// MaxBody is the most bytes of one notification's request body. The
-	// task made of it must also fit jobs.MaxPayloadLen, with what the
-	// config's defaults, the tenant and the time it was queued add: a body
-	// within MaxBody whose task would not fit is a 413 naming /data.
-	MaxBody = jobs.MaxPayloadLen
-	// MaxBatchBody is the most bytes of a batch request's body.
-	MaxBatchBody = 1 << 20
-	// MaxBatch is the most notifications in one batch request.
-	MaxBatch = 100
-	// Timeout bounds a request's work in Redis: past it the API answers
-	// 503 with Retry-After, whatever Redis does (down, the client's dials
-	// retrying; hung, its reads waiting), so that a producer is told at
-	// once rather than after the Redis client's own timeouts (3.5 s
-	// refused, 40 s hung). A healthy Redis answers a request in
-	// milliseconds. Work already sent may still be done after the 503: a
-	// retry with the same Idempotency-Key is safe.
+	// MaxBody is the most bytes of one notification's body; its task must
+	// fit jobs.MaxPayloadLen too.
+	MaxBody      = jobs.MaxPayloadLen
+	MaxBatchBody = 1 << 20 // a batch's body
+	MaxBatch     = 100     // notifications in a batch
+	// Timeout bounds a request's work in Redis: past it the answer is a
+	// 503 with Retry-After, sooner than the Redis client's own timeouts.
 	Timeout = time.Second
-	// BatchTimeout is Timeout for a batch and a list, which make up to a
-	// few hundred round trips.
+	// BatchTimeout is Timeout for a batch and a list, a few hundred round trips.
 	BatchTimeout = 5 * time.Second
-	// FeedbackTimeout is Timeout for a provider's feedback, which may
-	// fetch SNS's signing certificate and its issuer, or confirm a
-	// subscription (each within 5 s) besides a few round trips. The
-	// vendors wait longer (SNS 15 s, Twilio 15 s).
+	// FeedbackTimeout is Timeout for a provider's feedback, which may fetch
+	// SNS's certificates (5 s each); the vendors wait 15 s.
 	FeedbackTimeout = 10 * time.Second
-	// MaxFeedbackBody is the most bytes of a provider's feedback request:
-	// SendGrid batches its events up to 768 KB.
+	// MaxFeedbackBody: SendGrid batches its events up to 768 KB.
 	MaxFeedbackBody = 1 << 20
 )
 
@@ -69,23 +50,18 @@ const (
 type Options struct {
 	Config *config.Config // api.keys, the names a notification may use, the prefix
 	Redis  redis.UniversalClient
-	// Limiter holds the keys' rate limits (a bucket per key, under the
-	// config's prefix) and the workers' sent markers. Required.
+	// Limiter holds the keys' rate limits and the workers' sent markers. Required.
 	Limiter *throttle.Limiter
-	// Metrics registers the API's metrics; nil registers none.
-	Metrics prometheus.Registerer
-	// Log gets the access log, one line per request; nil logs nothing.
-	Log *slog.Logger
-	// Events records the accepted and canceled events and reads the
-	// histories; nil: a recorder of the config's events settings.
+	Metrics prometheus.Registerer // nil registers none
+	Log     *slog.Logger          // the access log; nil logs nothing
+	// Events records and reads the messages' events; nil: a recorder of
+	// the config's events settings.
 	Events *lifecycle.Recorder
 }
 
 // Server serves the API. It is safe for concurrent use.
 type Server struct {
-	// cfg is the config the server started with: its Redis prefix and
-	// queues hold until a restart; keys and names are in live.
-	cfg      *config.Config
+	cfg      *config.Config // the starting config: its Redis prefix holds until a restart
 	live     atomic.Pointer[setup]
 	rdb      redis.UniversalClient
 	client   *asynq.Client
@@ -97,8 +73,7 @@ type Server struct {
 	metrics  *metrics
 	log      *slog.Logger
 	mux      *http.ServeMux
-	// statuses are what each route, and "unrouted", may answer.
-	statuses map[string][]int
+	statuses map[string][]int // what each route, and "unrouted", may answer
 }
 
 // setup is what a config reload replaces (Server.Reload): the keys, and
@@ -143,8 +118,7 @@ func New(opts Options) (*Server, error) {
 		log:     opts.Log,
 		mux:     http.NewServeMux(),
 	}
-	// The providers' feedback blocks are read once, as the events' settings
-	// are: a reload does not change them.
+	// The feedback blocks are read once: a reload does not change them.
 	if s.feedback, err = feedback.New(feedback.Options{Config: opts.Config, Redis: opts.Redis, Events: s.events,
 		Metrics: feedback.NewMetrics(opts.Metrics), Log: opts.Log}); err != nil {
 		return nil, err
@@ -152,19 +126,16 @@ func New(opts Options) (*Server, error) {
 	s.live.Store(st)
 	s.statuses = map[string][]int{"unrouted": Unrouted}
 	for _, rt := range Routes() {
-		s.mux.Handle(rt.Method+" "+rt.Path, s.wrap(rt, s.handler(rt.Name)))
+		s.mux.Handle(rt.Method+" "+rt.Path, s.wrap(rt))
 		s.statuses[rt.Name] = rt.Statuses
 	}
 	s.mux.HandleFunc("/", notRouted)
 	return s, nil
 }
 
-// Reload makes cfg's API keys (with their tenants, rates and what each may
-// use) and its policies, providers and defaults those of every request
-// from now on, queues included: a SIGHUP's reload. Requests under way
-// finish with what they started with. The Redis prefix and api.addr are
-// the starting config's until a restart. On an error the running setup
-// stays.
+// Reload makes cfg's API keys, policies, providers, defaults and queues
+// those of every request from now on (a SIGHUP); requests under way finish
+// with what they started with. On an error the running setup stays.
 func (s *Server) Reload(cfg *config.Config) error {
 	st, err := newSetup(cfg)
 	if err != nil {
@@ -216,14 +187,12 @@ type Route struct {
 	Path     string
 	Statuses []int
 	Timeout  time.Duration
-	// Signed: the request is signed by a provider (its feedback), and
-	// carries no API key.
-	Signed bool
+	Signed   bool // signed by a provider (its feedback) rather than carrying an API key
+	serve    handlerFunc
 }
 
 // Unrouted are the statuses of a request no route takes (notRouted), as
-// openapi.yaml's x-unrouted documents them; its metrics and access log
-// name the route "unrouted".
+// openapi.yaml's x-unrouted documents them.
 var Unrouted = []int{http.StatusNotFound, http.StatusMethodNotAllowed}
 
 // Routes returns the API's routes, as openapi.yaml documents them.
@@ -231,32 +200,12 @@ func Routes() []Route {
 	post := []int{400, 401, 403, 413, 415, 429, 503}
 	signed := []int{200, 400, 403, 404, 409, 413, 503}
 	return []Route{
-		{Name: "enqueue", Method: http.MethodPost, Path: "/v1/notifications", Statuses: append([]int{200, 202, 409}, post...), Timeout: Timeout},
-		{Name: "list", Method: http.MethodGet, Path: "/v1/notifications", Statuses: []int{200, 400, 401, 429, 503}, Timeout: BatchTimeout},
-		{Name: "batch", Method: http.MethodPost, Path: "/v1/notifications/batch", Statuses: append([]int{200}, post...), Timeout: BatchTimeout},
-		{Name: "get", Method: http.MethodGet, Path: "/v1/notifications/{id}", Statuses: []int{200, 401, 404, 429, 503}, Timeout: Timeout},
-		{Name: "cancel", Method: http.MethodDelete, Path: "/v1/notifications/{id}", Statuses: []int{200, 401, 404, 409, 429, 503}, Timeout: Timeout},
-		{Name: "feedback", Method: http.MethodPost, Path: feedback.Path + "{provider}", Statuses: signed, Timeout: FeedbackTimeout, Signed: true},
-		{Name: "replies", Method: http.MethodPost, Path: feedback.Path + "{provider}/inbound", Statuses: signed, Timeout: FeedbackTimeout, Signed: true},
+		{Name: "enqueue", Method: http.MethodPost, Path: "/v1/notifications", Statuses: append([]int{200, 202, 409}, post...), Timeout: Timeout, serve: (*Server).enqueueOne},
+		{Name: "list", Method: http.MethodGet, Path: "/v1/notifications", Statuses: []int{200, 400, 401, 429, 503}, Timeout: BatchTimeout, serve: (*Server).list},
+		{Name: "batch", Method: http.MethodPost, Path: "/v1/notifications/batch", Statuses: append([]int{200}, post...), Timeout: BatchTimeout, serve: (*Server).enqueueBatch},
+		{Name: "get", Method: http.MethodGet, Path: "/v1/notifications/{id}", Statuses: []int{200, 401, 404, 429, 503}, Timeout: Timeout, serve: (*Server).get},
+		{Name: "cancel", Method: http.MethodDelete, Path: "/v1/notifications/{id}", Statuses: []int{200, 401, 404, 409, 429, 503}, Timeout: Timeout, serve: (*Server).cancel},
+		{Name: "feedback", Method: http.MethodPost, Path: feedback.Path + "{provider}", Statuses: signed, Timeout: FeedbackTimeout, Signed: true, serve: receive(false)},
+		{Name: "replies", Method: http.MethodPost, Path: feedback.Path + "{provider}/inbound", Statuses: signed, Timeout: FeedbackTimeout, Signed: true, serve: receive(true)},
 	}
-}
-
-func (s *Server) handler(name string) handlerFunc {
-	switch name {
-	case "enqueue":
-		return s.enqueueOne
-	case "list":
-		return s.list
-	case "batch":
-		return s.enqueueBatch
-	case "get":
-		return s.get
-	case "cancel":
-		return s.cancel
-	case "feedback":
-		return s.receive(false)
-	case "replies":
-		return s.receive(true)
-	}
-	panic("api: no handler for route " + name) // a route added without one
 }

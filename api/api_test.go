@@ -145,7 +145,7 @@ func (f *fixture) do(method, path, key, body string, headers ...string) response
 // when Redis answered).
 func checkHeaders(t testing.TB, what string, res *http.Response, keyed bool) {
 	t.Helper()
-	if !wellFormedID(res.Header.Get(RequestIDHeader)) {
+	if !wellFormedID.MatchString(res.Header.Get(RequestIDHeader)) {
 		t.Errorf("%s: %d without a %s", what, res.StatusCode, RequestIDHeader)
 	}
 	if !keyed || res.StatusCode == http.StatusUnauthorized || res.StatusCode == http.StatusServiceUnavailable {

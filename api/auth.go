@@ -68,10 +68,9 @@ func (st *setup) authenticate(r *http.Request) (*client, error) {
 	return found, nil
 }
 
-// limit takes n tokens of c's bucket, or returns the 429 that says when
-// they will be there, and sets the answer's RateLimit headers either way.
-// The bucket is the throttle's, in Redis: every worker serving the API
-// shares it, on Redis's clock.
+// limit takes n tokens of c's bucket (the throttle's, shared by every
+// worker), or returns the 429 that says when they will be there, and sets
+// the answer's RateLimit headers either way.
 func (s *Server) limit(w http.ResponseWriter, r *http.Request, c *client, n int) error {
 	if n > c.key.Burst {
 		s.peek(w, r, c)
@@ -105,10 +104,8 @@ func (s *Server) peek(w http.ResponseWriter, r *http.Request, c *client) {
 	}
 }
 
-// rateHeaders sets the RateLimit headers of the IETF draft
-// (draft-ietf-httpapi-ratelimit-headers, the three-field form): the key's
-// burst, the tokens left after this request, and the seconds until the
-// bucket is full again.
+// rateHeaders sets the three RateLimit headers of
+// draft-ietf-httpapi-ratelimit-headers (docs/operations.md#the-http-api).
 func rateHeaders(w http.ResponseWriter, c *client, d throttle.Decision) {
 	left := max(0, min(d.Remaining, c.key.Burst))
 	if !d.Allowed() {

@@ -15,49 +15,40 @@ import (
 
 	"github.com/notify-throttle/throttler/intake"
 	"github.com/notify-throttle/throttler/jobs"
+	"github.com/notify-throttle/throttler/lifecycle"
 )
 
-// IdempotencyHeader carries a notification's idempotency key; the body's
-// idempotency_key is the same.
+// IdempotencyHeader carries a notification's idempotency key, as the
+// body's idempotency_key does.
 const IdempotencyHeader = "Idempotency-Key"
 
-// ReplayedHeader is "true" on the answer to a notification whose
-// idempotency key was used before with the same notification (200, the
-// original): nothing new was enqueued.
+// ReplayedHeader is "true" on the 200 of a notification whose idempotency
+// key was used before with the same notification: nothing was enqueued.
 const ReplayedHeader = "Idempotent-Replayed"
 
 // enqueueOne serves POST /v1/notifications: 202 and the notification when
 // it is new, 200 and the original when its idempotency key was used with
 // the same notification, 409 when with another.
-func (s *Server) enqueueOne(w http.ResponseWriter, r *http.Request, c *client) logged {
+func (s *Server) enqueueOne(w http.ResponseWriter, r *http.Request, c *client) (logged, error) {
 	if err := s.limit(w, r, c, 1); err != nil {
-		writeError(w, err)
-		return logged{}
+		return logged{}, err
 	}
-	if err := requireJSON(r); err != nil {
-		writeError(w, err)
-		return logged{}
-	}
-	body, err := readBody(w, r, MaxBody)
+	body, err := readJSON(w, r, MaxBody)
 	if err != nil {
-		writeError(w, err)
-		return logged{}
+		return logged{}, err
 	}
 	e, err := intake.ParseLine(body)
 	if err != nil {
-		writeError(w, invalid(err, ""))
-		return logged{}
+		return logged{}, invalid(err, "")
 	}
 	keyField := "/idempotency_key"
 	if h := r.Header.Get(IdempotencyHeader); h != "" {
 		if err := intake.CheckKey(h, IdempotencyHeader); err != nil {
-			writeError(w, &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Field: IdempotencyHeader, Message: err.Error()})
-			return logged{}
+			return logged{}, &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Field: IdempotencyHeader, Message: err.Error()}
 		}
 		if e.IdempotencyKey != "" && e.IdempotencyKey != h {
-			writeError(w, &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Field: "/idempotency_key",
-				Message: "differs from the " + IdempotencyHeader + " header: give one, or the same in both"})
-			return logged{}
+			return logged{}, &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Field: "/idempotency_key",
+				Message: "differs from the " + IdempotencyHeader + " header: give one, or the same in both"}
 		}
 		if e.IdempotencyKey == "" {
 			keyField = IdempotencyHeader // a 409 names where the key came from
@@ -66,14 +57,13 @@ func (s *Server) enqueueOne(w http.ResponseWriter, r *http.Request, c *client) l
 	}
 	res := s.submit(r.Context(), c, e, "", keyField)
 	if res.err != nil {
-		writeError(w, res.err)
-		return logged{recipient: e.Recipient}
+		return logged{recipient: e.Recipient}, res.err
 	}
 	if res.status == http.StatusOK {
 		w.Header().Set(ReplayedHeader, "true")
 	}
 	writeJSON(w, res.status, res.view)
-	return logged{id: res.view.ID, recipient: e.Recipient}
+	return logged{id: res.view.ID, recipient: e.Recipient}, nil
 }
 
 // batchRequest is the body of POST /v1/notifications/batch.
@@ -93,16 +83,14 @@ type batchResult struct {
 // notifications, each enqueued or refused on its own, each result in its
 // place. The batch as a whole is 200 once it was read; it takes a token
 // of the key's rate limit per notification.
-func (s *Server) enqueueBatch(w http.ResponseWriter, r *http.Request, c *client) logged {
+func (s *Server) enqueueBatch(w http.ResponseWriter, r *http.Request, c *client) (logged, error) {
 	req, err := readBatch(w, r)
 	if err != nil {
 		s.peek(w, r, c) // refused before it was counted
-		writeError(w, err)
-		return logged{}
+		return logged{}, err
 	}
 	if err := s.limit(w, r, c, len(req.Notifications)); err != nil {
-		writeError(w, err)
-		return logged{}
+		return logged{}, err
 	}
 	results := make([]batchResult, len(req.Notifications))
 	for i, raw := range req.Notifications {
@@ -121,16 +109,13 @@ func (s *Server) enqueueBatch(w http.ResponseWriter, r *http.Request, c *client)
 		}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"results": results})
-	return logged{count: len(results)}
+	return logged{count: len(results)}, nil
 }
 
 // readBatch reads a batch's body, or returns why it is refused whole.
 func readBatch(w http.ResponseWriter, r *http.Request) (batchRequest, error) {
 	var req batchRequest
-	if err := requireJSON(r); err != nil {
-		return req, err
-	}
-	body, err := readBody(w, r, MaxBatchBody)
+	body, err := readJSON(w, r, MaxBatchBody)
 	if err != nil {
 		return req, err
 	}
@@ -141,8 +126,11 @@ func readBatch(w http.ResponseWriter, r *http.Request) (batchRequest, error) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil || dec.More() {
-		return req, &Error{Status: http.StatusBadRequest, Code: CodeInvalid,
-			Message: `must be {"notifications": [...]}, one JSON object: ` + describeJSONError(err)}
+		why := "data after it"
+		if err != nil {
+			why = err.Error()
+		}
+		return req, &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Message: `must be {"notifications": [...]}, one JSON object: ` + why}
 	}
 	switch n := len(req.Notifications); {
 	case n == 0:
@@ -154,12 +142,12 @@ func readBatch(w http.ResponseWriter, r *http.Request) (batchRequest, error) {
 	return req, nil
 }
 
-// describeJSONError says why a batch's body did not decode.
-func describeJSONError(err error) string {
-	if err == nil {
-		return "data after it"
+// readJSON is readBody of a body declared application/json.
+func readJSON(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	if err := requireJSON(r); err != nil {
+		return nil, err
 	}
-	return err.Error()
+	return readBody(w, r, limit)
 }
 
 // readBody reads a request's body up to limit bytes: more is a 413.
@@ -228,7 +216,7 @@ func (s *Server) submit(ctx context.Context, c *client, e intake.Entry, base, ke
 		n.Queued = stamped.Queued // the time NewTask stamped on the task
 	}
 	s.listed(ctx, c, j.ID, j.Queue, accepted)
-	s.accepted(ctx, j)
+	s.record(ctx, j.Accepted(lifecycle.ViaAPI)...)
 	state := stateQueued
 	if info.State == asynq.TaskStateScheduled { // asynq holds it: its moment is to come
 		state = stateScheduled
@@ -242,11 +230,9 @@ func forbidden(field, kind, name string, c *client) *Error {
 		Message: fmt.Sprintf("API key %s may not use %s %s", c.name, kind, intake.Quote(name))}
 }
 
-// claimKey records the first use of an idempotency key: a hash of its
-// notification (bodyHash), for intake.KeyRetention. A later use with
-// another notification is a 409 at once. asynq keeps a task ID unique
-// within a queue only; the record, set atomically, keeps it unique across
-// queues, and two first uses at once apart.
+// claimKey records the first use of an idempotency key, a hash of its
+// notification, so that a later use with another is a 409 at once, across
+// queues too (docs/operations.md#the-http-api, "Idempotency").
 func (s *Server) claimKey(ctx context.Context, j intake.Job, key, field string) *Error {
 	sum := bodyHash(j.Notification, j.Queue)
 	k := keyRecord(s.cfg.Redis.Prefix, j.ID)
@@ -275,10 +261,8 @@ func reused(key, id, field string) *Error {
 }
 
 // replay answers a notification whose idempotency key's task exists: 200
-// and the original when it is the same notification (compared as the
-// config's defaults fill both in, without the time each was queued), else
-// 409: the task is checked too, as the key's record may have expired while
-// it waited. A keyed task is kept intake.KeyRetention after it is done.
+// and the original when it is the same notification, else 409. The task is
+// compared, as the key's record may have expired while it waited.
 func (s *Server) replay(ctx context.Context, c *client, j intake.Job, key, field string) result {
 	info, err := s.task(j.ID, c.setup.queues)
 	if err != nil {
@@ -294,7 +278,7 @@ func (s *Server) replay(ctx context.Context, c *client, j intake.Job, key, field
 	if bodyHash(first, info.Queue) != bodyHash(j.Notification, j.Queue) {
 		return result{err: reused(key, j.ID, field)}
 	}
-	v, err := s.view(ctx, j.ID, c)
+	v, err := s.view(ctx, j.ID, c.setup.queues, c)
 	if err != nil {
 		return result{err: asError(err)}
 	}

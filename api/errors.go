@@ -14,25 +14,20 @@ import (
 
 // Error codes: what a client branches on (the message is for people).
 const (
-	CodeUnauthorized = "unauthorized"         // 401: no API key, or an unknown one
-	CodeForbidden    = "forbidden"            // 403: the key may not use this policy, provider or tenant
-	CodeInvalid      = "invalid"              // 400: the body is not a notification the config accepts
-	CodeTooLarge     = "too_large"            // 413: the body is over the route's limit, or its task over jobs.MaxPayloadLen
-	CodeNotFound     = "not_found"            // 404
-	CodeConflict     = "idempotency_conflict" // 409: the key was used with another body
-	CodeAlreadySent  = "already_sent"         // 409: too late to cancel
-	CodeNotPending   = "not_cancelable"       // 409: being sent now, or already archived
-	CodeRateLimited  = "rate_limited"         // 429: the key's rate limit; see Retry-After
-	CodeUnavailable  = "unavailable"          // 503: Redis did not answer (in time); see Retry-After
-	// CodeMethodNotAllowed is the 405 of a method a path does not have.
-	CodeMethodNotAllowed = "method_not_allowed"
-	// CodeUnsupportedMedia is the 415 of a body that is not application/json.
-	CodeUnsupportedMedia = "unsupported_media_type"
-	// CodeBadSignature is the 403 of a provider's feedback that is
-	// unsigned, forged, stale or from an SNS topic not configured.
-	CodeBadSignature = "bad_signature"
-	// CodeReplayed is the 409 of a provider's feedback applied before.
-	CodeReplayed = "replayed"
+	CodeUnauthorized     = "unauthorized"           // 401: no API key, or an unknown one
+	CodeForbidden        = "forbidden"              // 403: the key may not use this policy, provider or tenant
+	CodeInvalid          = "invalid"                // 400: the body is not a notification the config accepts
+	CodeTooLarge         = "too_large"              // 413: the body is over the route's limit, or its task over jobs.MaxPayloadLen
+	CodeNotFound         = "not_found"              // 404
+	CodeConflict         = "idempotency_conflict"   // 409: the key was used with another body
+	CodeAlreadySent      = "already_sent"           // 409: too late to cancel
+	CodeNotPending       = "not_cancelable"         // 409: being sent now, or already archived
+	CodeRateLimited      = "rate_limited"           // 429: the key's rate limit; see Retry-After
+	CodeUnavailable      = "unavailable"            // 503: Redis did not answer (in time); see Retry-After
+	CodeMethodNotAllowed = "method_not_allowed"     // 405: a method the path does not have
+	CodeUnsupportedMedia = "unsupported_media_type" // 415: a body not application/json
+	CodeBadSignature     = "bad_signature"          // 403: feedback unsigned, forged, stale or from an unknown topic
+	CodeReplayed         = "replayed"               // 409: feedback applied before
 )
 
 // Error is an API error: the response's status and its JSON body
@@ -41,13 +36,11 @@ type Error struct {
 	Status  int    `json:"-"`
 	Code    string `json:"code"`
 	Message string `json:"message"`
-	// Field is a JSON pointer (RFC 6901) to the part of the request body
-	// at fault ("/recipient", "/notifications/3/data"), or the header
-	// ("Idempotency-Key") or query parameter ("cursor"); "" for the
-	// request as a whole.
-	Field string `json:"field,omitempty"`
-	// RetryAfter, with a 429 or a 503, is when to try again.
-	RetryAfter time.Duration `json:"-"`
+	// Field is a JSON pointer (RFC 6901) to the part of the body at fault
+	// ("/notifications/3/data"), or the header or query parameter; "" for
+	// the request as a whole.
+	Field      string        `json:"field,omitempty"`
+	RetryAfter time.Duration `json:"-"` // with a 429 or a 503: when to try again
 }
 
 func (e *Error) Error() string { return e.Code + ": " + e.Message }
@@ -66,15 +59,14 @@ func asError(err error) *Error {
 	return e
 }
 
-// writeError writes err (an *Error, else a 503) and returns its status.
-func writeError(w http.ResponseWriter, err error) int {
+// writeError writes err (an *Error, else a 503).
+func writeError(w http.ResponseWriter, err error) {
 	e := asError(err)
 	if e.RetryAfter > 0 {
 		secs := (e.RetryAfter + time.Second - 1) / time.Second
 		w.Header().Set("Retry-After", strconv.FormatInt(int64(secs), 10))
 	}
 	writeJSON(w, e.Status, errorBody{e})
-	return e.Status
 }
 
 // unavailable is the error of a request Redis did not answer; the cause
@@ -92,9 +84,8 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 // invalid turns an intake error about a notification at pointer base ("" or
-// "/notifications/3") into a 400 pointing at its field (an undefined
-// policy or provider is also a 400), or the 413 of one whose task would
-// be too large.
+// "/notifications/3") into a 400 pointing at its field, or the 413 of one
+// whose task would be too large.
 func invalid(err error, base string) *Error {
 	e := &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Message: err.Error(), Field: base}
 	var ie *intake.Error
@@ -108,8 +99,7 @@ func invalid(err error, base string) *Error {
 }
 
 // requireJSON returns the 415 of a request whose body is not declared
-// application/json (a charset parameter is fine), else nil: a form or
-// text body is a client's mistake best named before its bytes are read.
+// application/json (a charset parameter is fine), else nil.
 func requireJSON(r *http.Request) *Error {
 	ct := r.Header.Get("Content-Type")
 	if mt, _, err := mime.ParseMediaType(ct); err == nil && mt == "application/json" {

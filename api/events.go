@@ -4,37 +4,24 @@ import (
 	"context"
 	"time"
 
-	"github.com/notify-throttle/throttler/intake"
 	"github.com/notify-throttle/throttler/lifecycle"
 )
 
-// The API's part in a message's events (package lifecycle): it records
-// accepted and canceled, and GET lists the history, which outlives the
-// task (a task without a key is dropped once done, the sent marker after
-// worker.sent_marks), so that GET tells how a message ended for as long as
-// its history lives (events.history).
+// The API records the accepted and canceled events (package lifecycle),
+// and GET lists the history, which outlives the task
+// (docs/operations.md#events-and-status-callbacks).
 
 // recordWithin bounds the recording of an event: the request does not
 // wait longer, nor fail for it.
 const recordWithin = 2 * time.Second
 
-// record records e; a failure is logged, the request goes on.
+// record records events; a failure is logged, the request goes on.
 func (s *Server) record(ctx context.Context, events ...lifecycle.Event) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordWithin)
 	defer cancel()
 	if err := s.events.Record(ctx, events...); err != nil && s.log != nil {
 		s.log.Warn("api: event not recorded", "id", events[0].Message, "event", events[0].Type, "err", err)
 	}
-}
-
-// accepted records the accepted (and scheduled) events of j.
-func (s *Server) accepted(ctx context.Context, j intake.Job) {
-	s.record(ctx, j.Accepted(lifecycle.ViaAPI)...)
-}
-
-// canceled records v's canceled event.
-func (s *Server) canceled(ctx context.Context, v *View) {
-	s.record(ctx, lifecycle.Event{Type: lifecycle.Canceled, Message: v.ID, Tenant: v.Tenant})
 }
 
 // history returns the events of message id that c's tenant may see: all

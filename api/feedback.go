@@ -11,24 +11,20 @@ import (
 // (Twilio answers a stop word itself).
 const emptyTwiML = `<?xml version="1.0" encoding="UTF-8"?><Response/>`
 
-// receive serves POST /v1/feedback/{provider} (and, inbound, the replies
-// to a Twilio number at .../inbound): the provider's request goes to
-// package feedback, which verifies its signature and applies its
-// reports; the answer says what they did (200), or why it was refused:
-// 404 no such provider, 400 malformed, 403 unsigned or forged, 409
-// replayed, 503 Redis (the vendor retries, and nothing was applied).
-func (s *Server) receive(inbound bool) handlerFunc {
-	return func(w http.ResponseWriter, r *http.Request, _ *client) logged {
+// receive serves POST /v1/feedback/{provider} (inbound: the replies to a
+// Twilio number at .../inbound): package feedback verifies the request's
+// signature and applies its reports; the answer says what they did (200),
+// or why it was refused (refusal).
+func receive(inbound bool) handlerFunc {
+	return func(s *Server, w http.ResponseWriter, r *http.Request, _ *client) (logged, error) {
 		body, err := readBody(w, r, MaxFeedbackBody)
 		if err != nil {
-			writeError(w, err)
-			return logged{}
+			return logged{}, err
 		}
 		res, err := s.feedback.Receive(r.Context(), feedback.Request{Provider: r.PathValue("provider"), Inbound: inbound,
 			URI: r.URL.RequestURI(), Header: r.Header, Body: body})
 		if err != nil {
-			writeError(w, refusal(err))
-			return logged{}
+			return logged{}, refusal(err)
 		}
 		if inbound {
 			w.Header().Set("Content-Type", "text/xml")
@@ -36,11 +32,13 @@ func (s *Server) receive(inbound bool) handlerFunc {
 		} else {
 			writeJSON(w, http.StatusOK, res)
 		}
-		return logged{count: res.Applied}
+		return logged{count: res.Applied}, nil
 	}
 }
 
-// refusal is the API's error of feedback's.
+// refusal is the API's error of feedback's: 404 no such provider, 400
+// malformed, 403 unsigned or forged, 409 replayed, else 503 (the vendor
+// retries; nothing was applied).
 func refusal(err error) *Error {
 	e := &Error{Message: err.Error()}
 	switch {

@@ -18,25 +18,18 @@ import (
 )
 
 // A tenant's list of notifications (GET /v1/notifications) is kept in
-// Redis in parts of an hour each (listKey): enqueueing adds the
-// notification to its hour's part and sets the part's expiry, two commands
-// in one round trip, whatever other tenants hold. A page walks the parts
-// from the newest down, reading only the tenant's own, and each whole part
-// expires ListRetention after its hour, so nothing is trimmed by hand.
+// Redis in parts of an hour each (listKey), each expiring on its own:
+// docs/operations.md#the-http-api, "The list".
 
 // Limits of a list.
 const (
-	// ListRetention is how long a notification stays in its tenant's
-	// list after it was queued (give or take the hour of its part): as
-	// long as a keyed notification is kept (intake.KeyRetention).
-	ListRetention = intake.KeyRetention
-	// DefaultListLimit and MaxListLimit are a page's size by default and
-	// at most.
-	DefaultListLimit = 20
-	MaxListLimit     = 100
-	// listScan is how many entries a page reads per one it returns at
-	// most: with a state filter, a page may come back short, with a
-	// cursor, rather than read a day of notifications.
+	// ListRetention is how long a notification stays in its tenant's list
+	// after it was queued, give or take its part's hour.
+	ListRetention    = intake.KeyRetention
+	DefaultListLimit = 20  // a page's size by default
+	MaxListLimit     = 100 // and at most
+	// listScan is how many entries a page reads per one it returns at most:
+	// with a state filter, a page may come back short, with a cursor.
 	listScan = 3
 )
 
@@ -44,11 +37,9 @@ const (
 const hour = int64(time.Hour / time.Microsecond)
 
 // listed adds a notification just enqueued to its tenant's list, at the
-// µs the API accepted it (queued_at is that time to the second: scored by
-// it, a busy second's notifications would tie, and a busy millisecond's
-// would still). A failure is
-// logged, not answered: the notification is enqueued, and a 503 would have
-// the producer enqueue it again.
+// µs the API accepted it (a busy second's, or millisecond's, would tie). A
+// failure is logged, not answered: a 503 would have the producer enqueue
+// it again.
 func (s *Server) listed(ctx context.Context, c *client, id, queue string, accepted time.Time) {
 	us := accepted.UnixMicro()
 	k := listKey(s.cfg.Redis.Prefix, c.key.Tenant, us/hour)
@@ -65,9 +56,7 @@ func (s *Server) listed(ctx context.Context, c *client, id, queue string, accept
 // listAnswer is the body of GET /v1/notifications.
 type listAnswer struct {
 	Notifications []*View `json:"notifications"`
-	// NextCursor, when set, asks for the next page (cursor=...); absent
-	// at the end of the list.
-	NextCursor string `json:"next_cursor,omitempty"`
+	NextCursor    string  `json:"next_cursor,omitempty"` // the next page's cursor; absent at the end
 }
 
 // listQuery is a list request's parameters.
@@ -88,27 +77,24 @@ type position struct {
 // list serves GET /v1/notifications: the key's tenant's notifications
 // enqueued through the API within ListRetention, newest first, filtered
 // by state and by when they were queued, a page at a time.
-func (s *Server) list(w http.ResponseWriter, r *http.Request, c *client) logged {
+func (s *Server) list(w http.ResponseWriter, r *http.Request, c *client) (logged, error) {
 	if err := s.limit(w, r, c, 1); err != nil {
-		writeError(w, err)
-		return logged{}
+		return logged{}, err
 	}
 	q, err := parseListQuery(r.URL.Query())
 	if err != nil {
-		writeError(w, err)
-		return logged{}
+		return logged{}, err
 	}
 	page, next, err := s.page(r.Context(), c, q, time.Now())
 	if err != nil {
-		writeError(w, err)
-		return logged{}
+		return logged{}, err
 	}
 	ans := listAnswer{Notifications: page}
 	if next != nil {
 		ans.NextCursor = next.encode()
 	}
 	writeJSON(w, http.StatusOK, ans)
-	return logged{count: len(page)}
+	return logged{count: len(page)}, nil
 }
 
 // listParams are the query parameters of GET /v1/notifications.
@@ -216,7 +202,7 @@ func (s *Server) page(ctx context.Context, c *client, q listQuery, now time.Time
 // forgotten (done, its sent marker gone).
 func (s *Server) listView(ctx context.Context, c *client, p position) (*View, error) {
 	id, queue, _ := strings.Cut(p.member, " ")
-	v, err := s.viewIn(ctx, id, []string{queue}, c)
+	v, err := s.view(ctx, id, []string{queue}, c)
 	if isNotFound(err) {
 		return nil, nil
 	}

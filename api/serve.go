@@ -2,11 +2,13 @@ package api
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"path"
+	"regexp"
 	"slices"
 	"strconv"
 	"time"
@@ -16,20 +18,14 @@ import (
 	"github.com/notify-throttle/throttler/internal/timefmt"
 )
 
-// How a request is served, whatever answers it: ServeHTTP gives it a
-// request ID, and logs and counts its answer (a route's, the 404 or 405
-// of none, the mux's redirect); wrap authenticates it for its route and
-// runs the route's handler within the route's Timeout.
-
 // RequestIDHeader carries a request's ID on every answer, and in the
-// access log. A well-formed ID the request brings (in Request-Id or
-// X-Request-Id: up to 128 letters, digits and ._:-) is kept, so that a
-// caller's trace ID follows the request; else the API makes one.
+// access log: the caller's, if well-formed (wellFormedID), else a new one.
 const RequestIDHeader = "Request-Id"
 
 // handlerFunc serves a route's request for an authenticated client (nil
-// for a Signed route) and returns what its access log line adds.
-type handlerFunc func(w http.ResponseWriter, r *http.Request, c *client) logged
+// for a Signed route) and returns what its access log line adds, or the
+// error to answer.
+type handlerFunc func(s *Server, w http.ResponseWriter, r *http.Request, c *client) (logged, error)
 
 // logged is what a handler adds to its request's access log line.
 type logged struct {
@@ -54,27 +50,25 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	id := requestID(r)
 	w.Header().Set(RequestIDHeader, id)
 	ex := &exchange{route: "unrouted"}
-	rec := &recorder{ResponseWriter: w}
+	buf := &buffer{header: w.Header()} // its status is logged and counted before it goes
 	if r.URL.Path != path.Clean(r.URL.Path) || r.URL.Path == "" {
-		notRouted(rec, r) // the mux would redirect to the clean path: no route has this one
+		notRouted(buf, r) // the mux would redirect to the clean path: no route has this one
 	} else {
-		s.mux.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), exchangeKey{}, ex)))
+		s.mux.ServeHTTP(buf, r.WithContext(context.WithValue(r.Context(), exchangeKey{}, ex)))
 	}
-	status := rec.status
-	if status == 0 {
-		status = http.StatusOK
-	}
+	status := cmp.Or(buf.status, http.StatusOK)
 	elapsed := time.Since(start)
 	s.metrics.observe(ex.route, status, elapsed)
 	if !slices.Contains(s.statuses[ex.route], status) && s.log != nil {
 		s.log.Error("api: a status openapi.yaml does not list", "route", ex.route, "status", status)
 	}
 	s.access(r.Context(), id, ex, status, elapsed)
+	buf.copyTo(w)
 }
 
 // wrap authenticates a request for route rt (by its API key, unless the
-// route is Signed) and runs h for it within rt.Timeout.
-func (s *Server) wrap(rt Route, h handlerFunc) http.Handler {
+// route is Signed) and serves it within rt.Timeout.
+func (s *Server) wrap(rt Route) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ex, _ := r.Context().Value(exchangeKey{}).(*exchange)
 		if ex == nil { // served other than by ServeHTTP: nothing is logged
@@ -90,15 +84,19 @@ func (s *Server) wrap(rt Route, h handlerFunc) http.Handler {
 			}
 			ex.key, ex.recipients = c.name, c.setup.cfg.API.LogRecipients
 		}
-		ex.what = bounded(w, r, rt.Timeout, func(w http.ResponseWriter, r *http.Request) logged { return h(w, r, c) })
+		ex.what = bounded(w, r, rt.Timeout, func(w http.ResponseWriter, r *http.Request) logged {
+			what, err := rt.serve(s, w, r, c)
+			if err != nil {
+				writeError(w, err)
+			}
+			return what
+		})
 	})
 }
 
 // bounded runs h with a deadline d on its request's context, its answer
-// buffered. Past d it answers the 503 of a Redis too slow to answer
-// (Timeout) and leaves h to finish on its own, its answer dropped: the
-// Redis client's own timeouts and retries bound that, not the API's
-// answer.
+// buffered. Past d it answers 503 and leaves h to finish on its own, its
+// answer dropped.
 func bounded(w http.ResponseWriter, r *http.Request, d time.Duration, h func(http.ResponseWriter, *http.Request) logged) logged {
 	ctx, cancel := context.WithTimeout(r.Context(), d)
 	type result struct {
@@ -158,49 +156,17 @@ func (s *Server) access(ctx context.Context, id string, ex *exchange, status int
 	s.log.LogAttrs(ctx, slog.LevelInfo, "api", attrs...)
 }
 
+// wellFormedID matches a request ID a log line and a header carry as it is.
+var wellFormedID = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
+
 // requestID returns the well-formed ID the request brings, else a new one.
 func requestID(r *http.Request) string {
 	for _, h := range []string{RequestIDHeader, "X-Request-Id"} {
-		if id := r.Header.Get(h); wellFormedID(id) {
+		if id := r.Header.Get(h); wellFormedID.MatchString(id) {
 			return id
 		}
 	}
 	return uuid.NewString()
-}
-
-// wellFormedID reports whether id is 1 to 128 letters, digits and ._:-,
-// which a log line and a header carry as they are.
-func wellFormedID(id string) bool {
-	if id == "" || len(id) > 128 {
-		return false
-	}
-	for _, r := range id {
-		ok := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == ':' || r == '-'
-		if !ok {
-			return false
-		}
-	}
-	return true
-}
-
-// recorder is a ResponseWriter that records the status written.
-type recorder struct {
-	http.ResponseWriter
-	status int
-}
-
-func (w *recorder) WriteHeader(status int) {
-	if w.status == 0 {
-		w.status = status
-	}
-	w.ResponseWriter.WriteHeader(status)
-}
-
-func (w *recorder) Write(b []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	return w.ResponseWriter.Write(b)
 }
 
 // buffer is a ResponseWriter that keeps the answer until copyTo.

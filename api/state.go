@@ -60,29 +60,27 @@ func newView(id, queue string, n jobs.Notification, state string) *View {
 
 // get serves GET /v1/notifications/{id}: id is the task ID, or the
 // idempotency key it was enqueued with.
-func (s *Server) get(w http.ResponseWriter, r *http.Request, c *client) logged {
+func (s *Server) get(w http.ResponseWriter, r *http.Request, c *client) (logged, error) {
 	if err := s.limit(w, r, c, 1); err != nil {
-		writeError(w, err)
-		return logged{}
+		return logged{}, err
 	}
 	v, err := s.find(r.Context(), r.PathValue("id"), c)
 	if err == nil {
 		v.Events, err = s.history(r.Context(), v.ID, c)
 	}
 	if err != nil {
-		writeError(w, err)
-		return logged{}
+		return logged{}, err
 	}
 	writeJSON(w, http.StatusOK, v)
-	return logged{id: v.ID}
+	return logged{id: v.ID}, nil
 }
 
 // find returns the view of the notification id names: a task ID, else an
 // idempotency key of c's tenant.
 func (s *Server) find(ctx context.Context, id string, c *client) (*View, error) {
-	v, err := s.view(ctx, id, c)
+	v, err := s.view(ctx, id, c.setup.queues, c)
 	if isNotFound(err) {
-		v, err = s.view(ctx, intake.TaskID(c.key.Tenant, id), c)
+		v, err = s.view(ctx, intake.TaskID(c.key.Tenant, id), c.setup.queues, c)
 	}
 	return v, err
 }
@@ -92,14 +90,9 @@ func isNotFound(err error) bool {
 	return errors.As(err, &e) && e.Status == http.StatusNotFound
 }
 
-// view returns where task id stands, from asynq's task and the worker's
-// sent marker. Another tenant's notification is not found.
-func (s *Server) view(ctx context.Context, id string, c *client) (*View, error) {
-	return s.viewIn(ctx, id, c.setup.queues, c)
-}
-
-// viewIn is view, looking for the task in queues only.
-func (s *Server) viewIn(ctx context.Context, id string, queues []string, c *client) (*View, error) {
+// view returns where task id, in one of queues, stands, from asynq's task
+// and the worker's sent marker. Another tenant's notification is not found.
+func (s *Server) view(ctx context.Context, id string, queues []string, c *client) (*View, error) {
 	info, err := s.task(id, queues)
 	if err != nil {
 		return nil, err
@@ -155,8 +148,8 @@ func (s *Server) viewIn(ctx context.Context, id string, queues []string, c *clie
 	return v, nil
 }
 
-// task returns asynq's task id from whichever of queues holds it, or nil.
-// It looks first in the shards that id goes to (jobs.AsynqQueue).
+// task returns asynq's task id from whichever of queues holds it, or nil,
+// looking first in the shards that id goes to.
 func (s *Server) task(id string, queues []string) (*asynq.TaskInfo, error) {
 	byShard := func(q string) int {
 		if q == asynqdb.ShardOf(asynqdb.BaseQueue(q), id, s.cfg.Redis.Shards) {
@@ -177,8 +170,7 @@ func (s *Server) task(id string, queues []string) (*asynq.TaskInfo, error) {
 	return nil, nil
 }
 
-// sentAt returns when the worker's sent marker says task id was sent
-// (the worker's clock), or nil.
+// sentAt returns when the worker's sent marker says task id was sent, or nil.
 func (s *Server) sentAt(ctx context.Context, id string) (*time.Time, error) {
 	at, ok, err := s.sent.SentAt(ctx, id)
 	if err != nil {
@@ -200,30 +192,26 @@ func notFound(id string) *Error {
 // (scheduled, queued, waiting) is archived, never to be sent (200, state
 // canceled; again, the same answer); one sent already, being sent, or
 // archived is a 409 that says which.
-func (s *Server) cancel(w http.ResponseWriter, r *http.Request, c *client) logged {
+func (s *Server) cancel(w http.ResponseWriter, r *http.Request, c *client) (logged, error) {
 	if err := s.limit(w, r, c, 1); err != nil {
-		writeError(w, err)
-		return logged{}
+		return logged{}, err
 	}
 	ctx := r.Context()
 	v, err := s.find(ctx, r.PathValue("id"), c)
 	if err != nil {
-		writeError(w, err)
-		return logged{}
+		return logged{}, err
 	}
 	what := logged{id: v.ID}
 	if unsent(v.State) {
 		if v, err = s.archive(ctx, v, c); err != nil {
-			writeError(w, err)
-			return what
+			return what, err
 		}
 	}
 	if v.State != stateCanceled {
-		writeError(w, notCancelable(v))
-		return what
+		return what, notCancelable(v)
 	}
 	writeJSON(w, http.StatusOK, v)
-	return what
+	return what, nil
 }
 
 // unsent reports whether a notification in state waits in one of asynq's
@@ -237,7 +225,7 @@ func unsent(state string) bool {
 // worker meanwhile.
 func (s *Server) archive(ctx context.Context, v *View, c *client) (*View, error) {
 	if err := s.insp.ArchiveTask(v.Queue, v.ID); err != nil {
-		now, err2 := s.view(ctx, v.ID, c)
+		now, err2 := s.view(ctx, v.ID, c.setup.queues, c)
 		if err2 != nil || unsent(now.State) {
 			return nil, unavailable(err) // not taken: the archive failed for another reason
 		}
@@ -248,7 +236,7 @@ func (s *Server) archive(ctx context.Context, v *View, c *client) (*View, error)
 		return nil, unavailable(err)
 	}
 	v.State, v.Reason, v.Until = stateCanceled, canceledReason, nil
-	s.canceled(ctx, v)
+	s.record(ctx, lifecycle.Event{Type: lifecycle.Canceled, Message: v.ID, Tenant: v.Tenant})
 	return v, nil
 }
 

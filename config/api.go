@@ -90,9 +90,10 @@ func (v *validator) api() {
 	}
 }
 
-// addr checks a listening address; "" turns what serves there off.
-func (v *validator) addr(path, addr, what string) {
-	if addr != "" && !redisconn.ValidAddr(addr) {
-		v.failf(path, `must be host:port, or "" to turn %s off (got %s)`, what, quote(addr))
-	}
+// addr checks a listening address, "" turning what serves there off, and
+// reports whether it is one.
+func (v *validator) addr(path, addr, what string) bool {
+	ok := addr == "" || redisconn.ValidAddr(addr)
+	v.check(ok, path, `must be host:port, or "" to turn %s off (got %s)`, what, quote(addr))
+	return ok
 }

@@ -1,19 +1,14 @@
 // Package config reads the configuration file of the worker and enqueue
-// (config.yaml at the repository root is the commented example), checks
-// every key and value, and builds the throttle rules and queues from it.
-// Connecting to Redis is package internal/redisconn's.
-//
-// One walk of the YAML node tree decodes a file onto Default() by the
-// structs' yaml tags (decode.go), indexing each value's line by its path;
-// Validate then checks the values. Every problem is reported at once, up to
-// 20, each an *Error naming the file, line, setting and bad value. A key
+// (config.yaml at the repository root documents every setting), checks it
+// and builds the throttle's rules from it. A file is decoded onto Default()
+// (decode.go) and validated (validate.go); every problem is reported at
+// once, each an *Error naming the file, line, setting and bad value. A key
 // left out keeps its default; a key set replaces it (a map as a whole).
-// Durations are Go's ("90s", "1h30m") and may start with days ("7d", "1.5d").
 //
-// A new setting is a field with its yaml tag, its default in Default (in a
-// map's or list's entry, in its type's Fill) and its check in validate.go.
-// A Config holds the values in effect, so an explicit 0s or "" keeps its
-// meaning ("off"); build one by hand from Default().
+// A new setting is a field with its yaml tag, its default in Default (or
+// its type's Fill) and its check in validate.go. A Config holds the values
+// in effect: an explicit 0s or "" keeps its meaning ("off"); build one in
+// code from Default().
 package config
 
 import (
@@ -80,11 +75,8 @@ func Default() *Config {
 	}
 }
 
-// DefaultWindowMargin is worker.window_margin's default: how much longer
-// than it says each sliding window is held (throttle.Quota.WithMargin), so
-// that a send that takes longer than the next one's does not put the two
-// closer than the window at the provider. Twice the worst seen in a chaos
-// run (124 ms, sends leaving late just after Redis came back).
+// DefaultWindowMargin is worker.window_margin's default: twice the worst
+// send-latency spread seen in a chaos run (docs/rules.md#held-at-the-provider-with-a-margin).
 const DefaultWindowMargin = 250 * time.Millisecond
 
 // Config is the whole configuration: the file's sections, in its order.
@@ -104,8 +96,7 @@ type Config struct {
 	src *source // where the values came from; nil for a Config built in code
 }
 
-// Tenants share a provider fairly: each waiting gets its rate × weight /
-// the sum of the waiting weights (see throttle.Request.Tenant).
+// Tenants weigh the tenants' fair shares (docs/booking.md#fair-shares-between-tenants).
 type Tenants struct {
 	Weights map[string]int `yaml:"weights"` // by tenant; one not listed weighs 1
 }
@@ -159,7 +150,7 @@ type Dashboard struct {
 }
 
 // Policy is a recipient policy: a message passes only if every window allows
-// it. In the file, a list of windows, or a mapping: {windows: [...], ...}.
+// it. In the file, a list of windows, or a mapping {windows: [...], ...}.
 type Policy struct {
 	Windows      []throttle.Window `yaml:"windows"`
 	OverCap      string            `yaml:"over_cap,oneof=defer|drop|digest"` // default defer
@@ -186,8 +177,7 @@ func (p *Policy) Fill(has func(key string) bool, _ func(key, why string)) {
 }
 
 // Provider delivers messages and limits them with a token bucket. The
-// keys after Headers are those of the services' types (docs/providers.md
-// says which type takes which); each is refused on a type that does not.
+// keys after Headers are the services' (services.go says which type takes which).
 type Provider struct {
 	Type            string            `yaml:"type,required,oneof=log|webhook|smtp|ses|twilio|fcm|apns|sendgrid"`
 	Rate            float64           `yaml:"rate,required"` // per second, fractions allowed

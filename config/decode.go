@@ -19,17 +19,15 @@ import (
 )
 
 // decoder walks a YAML node tree onto a Config once, by the structs' yaml
-// tags, rejecting unknown and duplicate keys and mistyped values, and
-// indexes each value's line for later errors. It reports a problem and
-// carries on, so one pass finds them all. yaml.v3's KnownFields cannot: it
-// names Go types, not settings, takes yes for true and 9464 for a string,
-// and drops a mapping with a duplicate key.
+// tags, rejecting unknown and duplicate keys and mistyped values, indexing
+// each value's line for later errors, and carrying on past a problem so
+// one pass finds them all. (yaml.v3's KnownFields names Go types, takes yes
+// for true and 9464 for a string, and drops a duplicate key's mapping.)
 //
-// A tag is `yaml:"key,option..."` (none: the field's name in lower case); a
-// map's options apply to its values. Options: required; path (relative to
-// the config file's directory); secret=what (see Secret; what names it in
-// messages); null (no value means ""); alias=old (an old name, still read);
-// oneof=a|b (the strings allowed).
+// A tag is `yaml:"key,option..."` (no key: the field's name in lower case);
+// a map's options apply to its values. Options: required; path (relative to
+// the config file); secret=what (see Secret; what names it in messages);
+// null (no value means ""); alias=old (an old name); oneof=a|b.
 type decoder struct {
 	src    *source
 	errs   errorList
@@ -281,14 +279,29 @@ func describe(n *yaml.Node) string {
 // suggest names the known key closest to an unknown one if it may be a
 // typo, else lists them.
 func suggest(key string, known []string) string {
-	best, bestDist := "", math.MaxInt
-	for _, k := range known {
-		if d := textdist.Distance(strings.ToLower(key), k); d < bestDist {
-			best, bestDist = k, d
-		}
-	}
-	if best != "" && bestDist <= max(1, min(len(key), len(best))/3) {
+	if best, ok := Closest(key, known); ok {
 		return "did you mean " + best + "?"
 	}
 	return "known: " + strings.Join(known, ", ")
+}
+
+// Closest returns the one of known nearest to name, case aside, and true
+// if name may be a typo of it.
+func Closest(name string, known []string) (string, bool) {
+	best, bestDist := "", math.MaxInt
+	for _, k := range known {
+		if d := textdist.Distance(strings.ToLower(name), strings.ToLower(k)); d < bestDist {
+			best, bestDist = k, d
+		}
+	}
+	return best, bestDist <= max(1, min(len(name), len(best))/3)
+}
+
+// Listed lists names, sorted, up to 10 and "...", for a message.
+func Listed(names []string) string {
+	names = slices.Sorted(slices.Values(names))
+	if len(names) > 10 {
+		names = append(names[:10], "...")
+	}
+	return strings.Join(names, ", ")
 }

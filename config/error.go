@@ -91,11 +91,9 @@ type source struct {
 	failed map[string]bool   // paths with a problem reported, so that one is reported once
 	env    map[string]string // paths set from the environment, with the variable
 	refs   map[string]string // paths set by a secret reference, as written: "{env: SMS_AUTH}"
-	// unresolved are the secrets a producer leaves unresolved (LoadProducer):
-	// their values are empty and not checked.
-	unresolved map[string]bool
-	// unresolvedPrefixes are the paths under which it leaves them so, but
-	// for the paths that hold one of resolvedInside.
+	// unresolved are the secrets a producer left unresolved (LoadProducer),
+	// their values empty; unresolvedPrefixes and resolvedInside say where.
+	unresolved                         map[string]bool
 	unresolvedPrefixes, resolvedInside []string
 }
 
@@ -110,7 +108,7 @@ func (s *source) has(path string) bool { return s != nil && s.lines[path] > 0 }
 func (s *source) isUnresolved(path string) bool { return s != nil && s.unresolved[path] }
 
 // unresolvedUnder reports whether the secrets and files at path are left
-// unresolved and unread (a producer's providers: see LoadProducer).
+// unresolved and unread (see LoadProducer).
 func (s *source) unresolvedUnder(path string) bool {
 	return s != nil && slices.ContainsFunc(s.unresolvedPrefixes, func(p string) bool { return strings.HasPrefix(path, p) }) &&
 		!slices.ContainsFunc(s.resolvedInside, func(p string) bool { return strings.Contains(path+".", p) })
@@ -124,8 +122,7 @@ func parent(path string) string {
 	return ""
 }
 
-// failedAt reports whether a problem was reported at path or at a setting
-// containing it.
+// failedAt reports whether a problem was reported at path or above it.
 func (s *source) failedAt(path string) bool {
 	for p := path; s != nil && p != ""; p = parent(p) {
 		if s.failed[p] {

@@ -2,7 +2,6 @@ package config
 
 import (
 	"maps"
-	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -83,9 +82,7 @@ func (v *validator) events() {
 	for _, tenant := range slices.Sorted(maps.Keys(e.Callbacks)) {
 		path, cb := join("events.callbacks", tenant), e.Callbacks[tenant]
 		v.tenant(path, tenant)
-		if u, err := url.Parse(cb.URL); !v.c.src.failedAt(path+".url") && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
-			v.failf(path+".url", "must be an http:// or https:// URL (got %s)", quote(cb.URL))
-		}
+		v.check(isHTTPURL(cb.URL), path+".url", "must be an http:// or https:// URL (got %s)", quote(cb.URL))
 		if !v.c.src.isUnresolved(path+".secret") && !v.c.src.failedAt(path+".secret") &&
 			(len(cb.Secret) < MinCallbackSecretLen || strings.ContainsFunc(string(cb.Secret), func(r rune) bool { return !unicode.IsPrint(r) })) {
 			v.failf(path+".secret", "must be at least %d printable characters, e.g. from openssl rand -hex 32", MinCallbackSecretLen)

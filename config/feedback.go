@@ -16,59 +16,36 @@ import (
 	"github.com/notify-throttle/throttler/internal/redisconn"
 )
 
-// Feedback is a provider's feedback block: what its service reports about
-// the messages it accepted (bounces, complaints, deliveries, STOP replies)
-// is read on the API's listener, at /v1/feedback/<provider> (package
-// feedback; docs/operations.md says how to point each service there).
-// Only ses, sendgrid and twilio take one; each of its keys is for one of
-// those types. Read at start; SIGHUP does not change it.
+// Feedback is a provider's feedback block (ses, sendgrid, twilio): what its
+// service reports later, read on the API's listener
+// (docs/operations.md#the-providers-feedback). Read at start only.
 type Feedback struct {
 	Enabled bool `yaml:"enabled"` // default true where the block is given
 
-	// ses: SES publishes its events (a configuration set's event
-	// destination) to an SNS topic that POSTs them here.
-	TopicARNs []string `yaml:"topic_arns"` // the topics whose messages are read; required
-	// CertHost is the host SNS's signing certificate must be fetched from
-	// (https only), "{region}" the region of the message's topic; default
-	// DefaultCertHost.
-	CertHost string `yaml:"cert_host"`
-	// CAFile holds the CAs a signing certificate, and the https connection
-	// that fetches it, must chain to, instead of the system's; default the
-	// system's.
-	CAFile string `yaml:"ca_file,path"`
+	TopicARNs []string `yaml:"topic_arns"`   // ses: the SNS topics read; required
+	CertHost  string   `yaml:"cert_host"`    // ses: SNS's certificates' host, "{region}" the topic's; DefaultCertHost
+	CAFile    string   `yaml:"ca_file,path"` // ses: the CAs SNS's certificates chain to; default the system's
 
-	// sendgrid: the Event Webhook's verification key, as SendGrid's
-	// settings show it (a base64 DER ECDSA P-256 public key); required.
-	VerificationKey Secret `yaml:"verification_key,secret=verification key"`
+	VerificationKey Secret `yaml:"verification_key,secret=verification key"` // sendgrid: base64 DER ECDSA P-256; required
 
-	// twilio: PublicURL is the API's root as Twilio reaches it (behind a
-	// proxy, the proxy's): requests are signed over the URL Twilio
-	// called, and each message's status callback is made of it; required.
+	// PublicURL is the API's root as Twilio reaches it (a proxy's, behind
+	// one): Twilio signs over it; required.
 	PublicURL string `yaml:"public_url"`
-	// AuthToken checks Twilio's signatures: the account's auth token.
-	// Default the provider's password when it has no username (the
-	// password is then the auth token).
-	AuthToken Secret `yaml:"auth_token,secret=auth token"`
+	AuthToken Secret `yaml:"auth_token,secret=auth token"` // twilio: the account's auth token; see FeedbackAuthToken
 
-	// Tolerance is how far from now a signed request's time may be (ses,
-	// sendgrid; Twilio signs no time); default DefaultSNSTolerance and
-	// DefaultSendGridTolerance.
-	Tolerance time.Duration `yaml:"tolerance"`
+	Tolerance time.Duration `yaml:"tolerance"` // ses, sendgrid: how far from now a signed time may be; see SignedWithin
 }
 
 // Defaults of a feedback block.
 const (
 	DefaultCertHost = "sns.{region}.amazonaws.com"
-	// DefaultSNSTolerance is SNS's longest retry of a message (its hard
-	// limit: an hour), which keeps the message's time.
+	// DefaultSNSTolerance is SNS's longest retry of a message, which keeps its time.
 	DefaultSNSTolerance = time.Hour
-	// DefaultSendGridTolerance is the usual five minutes of a signed
-	// webhook: SendGrid signs each POST, its retries too, when it sends it.
+	// DefaultSendGridTolerance: SendGrid signs each POST, retries too, when it sends it.
 	DefaultSendGridTolerance = 5 * time.Minute
 )
 
-// feedbackKeys are the keys of a feedback block each provider type takes,
-// besides enabled.
+// feedbackKeys are the keys besides enabled of each type's feedback block.
 var feedbackKeys = map[string][]string{
 	ProviderSES:      {"topic_arns", "cert_host", "ca_file", "tolerance"},
 	ProviderSendGrid: {"verification_key", "tolerance"},
@@ -88,8 +65,7 @@ func (f *Feedback) Fill(has func(key string) bool, _ func(key, why string)) {
 	}
 }
 
-// TopicRegion returns the region of an SNS topic's ARN, and whether it is
-// one.
+// TopicRegion returns the region of an SNS topic's ARN, and whether it is one.
 func TopicRegion(arn string) (string, bool) {
 	m := topicARN.FindStringSubmatch(arn)
 	if m == nil {
@@ -129,8 +105,8 @@ func (f Feedback) TrustStore() (*x509.CertPool, error) {
 }
 
 // FeedbackAuthToken returns the token that checks a twilio provider's
-// feedback: its feedback's auth_token, else its password when it has no
-// username of its own (see Feedback.AuthToken).
+// feedback: its auth_token, else its password when it has no username of
+// its own (the password is then the account's auth token).
 func (p Provider) FeedbackAuthToken() string {
 	if p.Feedback.AuthToken != "" || p.Username != "" && string(p.Username) != p.AccountSID {
 		return string(p.Feedback.AuthToken)
@@ -144,7 +120,7 @@ func (v *validator) feedback(path string, pr Provider) {
 	keys := feedbackKeys[pr.Type]
 	for _, k := range []string{"topic_arns", "cert_host", "ca_file", "verification_key", "public_url", "auth_token", "tolerance"} {
 		set := v.c.src.has(fpath + "." + k)
-		v.check(!set || slices.Contains(keys, k), fpath+"."+k, "only for type %s", feedbackTypesTaking(k))
+		v.check(!set || slices.Contains(keys, k), fpath+"."+k, "only for type %s", typesTaking(k, feedbackKeys, nil))
 	}
 	if !f.Enabled {
 		return // off, or not given: nothing is required
@@ -158,10 +134,7 @@ func (v *validator) feedback(path string, pr Provider) {
 		}
 		v.check(f.CertHost != "" && !strings.ContainsAny(f.CertHost, "/ "), fpath+".cert_host",
 			"must be a host, e.g. %s (got %s)", DefaultCertHost, quote(f.CertHost))
-		if f.CAFile != "" && !v.c.src.unresolvedUnder(fpath+".ca_file") {
-			msg := redisconn.AppendCAFile(x509.NewCertPool(), f.CAFile)
-			v.check(msg == "", fpath+".ca_file", "%s", msg)
-		}
+		v.caFile(fpath+".ca_file", f.CAFile)
 	case ProviderSendGrid:
 		if v.given(fpath+".verification_key", f.VerificationKey) {
 			if f.VerificationKey != "" && !v.c.src.failedAt(fpath+".verification_key") {
@@ -199,17 +172,6 @@ func (v *validator) twilioFeedback(path string, pr Provider) {
 	case v.c.src.isUnresolved(path+".password") && !v.c.src.unresolvedUnder(fpath+".auth_token"):
 		v.failf(fpath+".auth_token", "required here: this process reads the feedback's secrets but not the provider's password (worker -api-only)")
 	}
-}
-
-// feedbackTypesTaking returns the types whose feedback block takes key.
-func feedbackTypesTaking(key string) string {
-	var types []string
-	for _, t := range []string{ProviderSES, ProviderSendGrid, ProviderTwilio} {
-		if slices.Contains(feedbackKeys[t], key) {
-			types = append(types, t)
-		}
-	}
-	return strings.Join(types, ", ")
 }
 
 // SignedWithin returns f's tolerance, or the default of provider type kind.

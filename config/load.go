@@ -22,35 +22,28 @@ func Load(path string) (*Config, error) {
 
 // LoadWithEnv reads and validates the configuration file at path. A
 // non-empty REDIS_URL or REDIS_PASSWORD from getenv replaces the file's
-// Redis address or password, so that a container image can ship
-// config.yaml; an error about such a value names the variable, not a line.
-// The error is an *Error or several joined, or wraps the os error reading.
+// Redis address or password; an error about such a value names the
+// variable. The error is an *Error or several joined, or wraps the os error.
 func LoadWithEnv(path string, getenv func(string) string) (*Config, error) {
 	return load(path, getenv, nil)
 }
 
-// LoadProducer is LoadWithEnv for enqueue, which enqueues and never
-// delivers: every setting is checked as a worker checks it, but the secret
-// references ({env: NAME}, {file: PATH}) of the providers (a webhook's url
-// and headers, a service's credentials), of the API's keys and of the
-// status callbacks are checked for their form only, not resolved, so a
-// producer's host needs none of those secrets; their values are empty in
-// the Config it returns, and a check of whether one is set counts the
-// reference (validator.given). Redis's password is resolved.
+// LoadProducer is LoadWithEnv for enqueue, which never delivers: every
+// setting is checked as a worker checks it, but the secret references of
+// the providers, the API's keys and the callbacks are checked for their
+// form only and left empty, so a producer's host needs none of those
+// secrets. Redis's password is resolved.
 func LoadProducer(path string, getenv func(string) string) (*Config, error) {
 	return load(path, getenv, []string{"providers.", "api.keys.", "events.callbacks."})
 }
 
-// LoadAPI is LoadProducer for a process that serves the HTTP API only
-// (worker -api-only): the API's keys and the providers' feedback blocks
-// (their secrets check what the services POST to the API) are resolved,
-// the providers' other secrets and the callbacks' are not.
+// LoadAPI is LoadProducer for worker -api-only: the API's keys and the
+// providers' feedback blocks are resolved as well.
 func LoadAPI(path string, getenv func(string) string) (*Config, error) {
 	return load(path, getenv, []string{"providers.", "events.callbacks."}, ".feedback.")
 }
 
-// load reads and parses a file; the secrets under the unresolved prefixes
-// are left unresolved, but for those whose path holds resolvedInside.
+// load reads and parses a file (see parse).
 func load(path string, getenv func(string) string, unresolved []string, resolvedInside ...string) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -71,8 +64,8 @@ func Parse(name string, data []byte) (*Config, error) {
 }
 
 // parse decodes and validates a file, leaving the secret references under
-// the paths that start with an unresolved prefix unresolved (LoadProducer),
-// but for those whose path holds resolvedInside (LoadAPI).
+// the unresolved path prefixes unresolved, but for those whose path holds
+// resolvedInside.
 func parse(name string, data []byte, getenv func(string) string, unresolved []string, resolvedInside ...string) (*Config, error) {
 	root, err := parseYAML(name, data)
 	if err != nil {

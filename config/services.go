@@ -3,7 +3,6 @@ package config
 import (
 	"crypto/x509"
 	"fmt"
-	"net/url"
 	"reflect"
 	"slices"
 	"strings"
@@ -12,9 +11,8 @@ import (
 	"github.com/notify-throttle/throttler/internal/redisconn"
 )
 
-// A service's keys: those every service type takes, then each type's own
-// (the keys after Headers in Provider). A key set on a type that does not
-// take it is an error naming the types that do.
+// A service's keys (those after Headers in Provider): those every service
+// type takes, then each type's own.
 var (
 	serviceCommon = []string{"timeout", "max_retries", "backoff"}
 	serviceTypes  = map[string][]string{
@@ -25,9 +23,8 @@ var (
 		ProviderAPNs:     {"team_id", "key_id", "key_file", "topic", "scope_pause", "base_url"},
 		ProviderSendGrid: {"api_key", "from", "from_name", "base_url", "feedback"},
 	}
-	// serviceRequired are the keys each type cannot do without; the
-	// either-or ones (twilio's sender, fcm's credentials) are checked by
-	// validate.
+	// serviceRequired are the keys each type needs; the either-or ones
+	// are checked by service.
 	serviceRequired = map[string][]string{
 		ProviderSMTP:     {"host", "from"},
 		ProviderSES:      {"region", "access_key_id", "secret_access_key", "from"},
@@ -54,18 +51,16 @@ func (p Provider) RootCAs() (*x509.CertPool, error) {
 	return pool, nil
 }
 
-// caFile checks a provider's ca_file where its files are read: not on a
+// caFile checks the ca_file at path where its files are read: not on a
 // producer (LoadProducer), whose host needs none of the workers' files.
-func (v *validator) caFile(path string, pr Provider) {
-	if pr.CAFile == "" || v.c.src.unresolvedUnder(path) {
-		return
+func (v *validator) caFile(path, file string) {
+	if file != "" && !v.c.src.unresolvedUnder(path) {
+		msg := redisconn.AppendCAFile(x509.NewCertPool(), file)
+		v.check(msg == "", path, "%s", msg)
 	}
-	msg := redisconn.AppendCAFile(x509.NewCertPool(), pr.CAFile)
-	v.check(msg == "", path+".ca_file", "%s", msg)
 }
 
-// fillService gives a service provider its defaults and reports its
-// missing keys.
+// fillService gives a service provider its defaults and reports its missing keys.
 func (p *Provider) fillService(has func(key string) bool, required func(key, why string)) {
 	for _, k := range serviceRequired[p.Type] {
 		if !has(k) {
@@ -104,11 +99,11 @@ func (v *validator) serviceKeys(path string, pr Provider) []string {
 	return keys
 }
 
-// typesTaking returns the types that take key, for an error.
-func typesTaking(key string) string {
+// typesTaking lists the types whose keys, or common, hold key, for an error.
+func typesTaking(key string, keys map[string][]string, common []string) string {
 	var types []string
 	for _, t := range []string{ProviderSMTP, ProviderSES, ProviderTwilio, ProviderFCM, ProviderAPNs, ProviderSendGrid} {
-		if slices.Contains(serviceTypes[t], key) || slices.Contains(serviceCommon, key) {
+		if slices.Contains(keys[t], key) || keys[t] != nil && slices.Contains(common, key) {
 			types = append(types, t)
 		}
 	}
@@ -119,7 +114,7 @@ func typesTaking(key string) string {
 func (v *validator) serviceKeysOnly(path string, pr Provider) {
 	for _, k := range v.serviceKeys(path, pr) {
 		ok := slices.Contains(serviceTypes[pr.Type], k) || serviceTypes[pr.Type] != nil && slices.Contains(serviceCommon, k)
-		v.check(ok, path+"."+k, "only for type %s", typesTaking(k))
+		v.check(ok, path+"."+k, "only for type %s", typesTaking(k, serviceTypes, serviceCommon))
 	}
 }
 
@@ -130,11 +125,7 @@ func (v *validator) service(path string, pr Provider) {
 	v.check(pr.Backoff >= 0, path+".backoff", "must be >= 0 (got %s)", pr.Backoff)
 	v.check(pr.ScopePause >= 0, path+".scope_pause", "must be >= 0 (got %s)", pr.ScopePause)
 	v.check(pr.QuotaReset >= 0 && pr.QuotaReset < 24*time.Hour, path+".quota_reset", "must be from 0s to 23h59m59s after 00:00 UTC (got %s)", pr.QuotaReset)
-	if pr.BaseURL != "" {
-		u, err := url.Parse(pr.BaseURL)
-		v.check(err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "", path+".base_url",
-			"must be an http:// or https:// URL (got %s)", quote(pr.BaseURL))
-	}
+	v.check(pr.BaseURL == "" || isHTTPURL(pr.BaseURL), path+".base_url", "must be an http:// or https:// URL (got %s)", quote(pr.BaseURL))
 	switch pr.Type {
 	case ProviderSMTP, ProviderSES, ProviderSendGrid:
 		v.check(pr.From == "" || strings.Contains(pr.From, "@"), path+".from", "must be an email address (got %s)", quote(pr.From))

@@ -15,7 +15,6 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/notify-throttle/throttler/internal/redisconn"
 	"github.com/notify-throttle/throttler/internal/timefmt"
 	"github.com/notify-throttle/throttler/throttle"
 )
@@ -81,10 +80,9 @@ func (v *validator) clean(path string) bool {
 }
 
 // given reports whether the file sets the secret s at path: to a value, to
-// a reference a producer left unresolved (its value is then empty: see
-// LoadProducer), or to one that failed to resolve (reported already).
-// A check of whether a secret is set asks this, never s != "", so that a
-// producer and a worker agree on what a file sets.
+// a reference a producer left unresolved (its value then empty), or to one
+// that failed to resolve. Ask this, never s != "", so that a producer and a
+// worker agree on what a file sets.
 func (v *validator) given(path string, s Secret) bool {
 	return s != "" || v.c.src.isUnresolved(path) || v.c.src.failedAt(path)
 }
@@ -137,8 +135,7 @@ func (v *validator) httpAddr() {
 	if v.c.src.has("worker.metrics_addr") && !v.c.src.has(key) {
 		key, what = "worker.metrics_addr", "metrics"
 	}
-	if w.HTTPAddr != "" && !redisconn.ValidAddr(w.HTTPAddr) {
-		v.failf(key, `must be host:port, or "" to turn %s off (got %s)`, what, quote(w.HTTPAddr))
+	if !v.addr(key, w.HTTPAddr, what) {
 		return
 	}
 	db := w.Dashboard
@@ -235,15 +232,15 @@ func (v *validator) providers() {
 			only(pr.Headers != nil, "headers", ProviderWebhook)
 		case ProviderWebhook:
 			only(pr.Output != "", "output", ProviderLog)
-			if u, err := url.Parse(string(pr.URL)); v.c.src.isUnresolved(path + ".url") {
+			if v.c.src.isUnresolved(path + ".url") {
 				// a producer's: checked where it is resolved, on the workers
 			} else if pr.URL == "" {
 				v.failf(path+".url", "required for a webhook provider")
-			} else if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			} else if !isHTTPURL(string(pr.URL)) {
 				v.failf(path+".url", "must be an http:// or https:// URL (got %s)", v.c.src.shown(path+".url", string(pr.URL)))
 			}
 			v.durationAtLeast(path+".timeout", pr.Timeout, time.Nanosecond)
-			v.caFile(path, pr)
+			v.caFile(path+".ca_file", pr.CAFile)
 			for _, h := range slices.Sorted(maps.Keys(pr.Headers)) {
 				v.check(isToken(h), join(path+".headers", h), "not a valid header name (got %s)", quote(h))
 				v.check(!strings.ContainsAny(string(pr.Headers[h]), "\r\n\x00"), join(path+".headers", h), "must not contain a line break or NUL")
@@ -252,12 +249,18 @@ func (v *validator) providers() {
 			only(pr.Output != "", "output", ProviderLog)
 			only(v.given(path+".url", pr.URL), "url", ProviderWebhook)
 			only(pr.Headers != nil, "headers", ProviderWebhook)
-			v.caFile(path, pr)
+			v.caFile(path+".ca_file", pr.CAFile)
 			v.service(path, pr)
 		default:
 			v.failf(path+".type", "must be one of log, webhook, smtp, ses, twilio, fcm, apns, sendgrid (got %s)", quote(pr.Type))
 		}
 	}
+}
+
+// isHTTPURL reports whether s is an absolute http:// or https:// URL.
+func isHTTPURL(s string) bool {
+	u, err := url.Parse(s)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
 }
 
 // isToken reports whether s is an HTTP header name (RFC 9110 token).
@@ -293,11 +296,8 @@ func (v *validator) ref(path, kind, name string) {
 		return
 	}
 	list := "none defined"
-	if slices.Sort(defined); len(defined) > 10 {
-		defined = append(defined[:10], "...")
-	}
 	if len(defined) > 0 {
-		list = "defined: " + strings.Join(defined, ", ")
+		list = "defined: " + Listed(defined)
 	}
 	v.fail(path, []string{definedPath}, "%s %s is not defined (%s)", kind, quote(name), list)
 }

@@ -30,9 +30,7 @@ type Checker struct {
 	Config *config.Config
 	Name   string // the config file, as messages name it
 	// KeyPerTenant derives a keyed task's ID from its tenant and its key
-	// (TaskID), as the API does, so that the same key from two tenants is
-	// two notifications; false derives it from the key alone, as enqueue
-	// -key does.
+	// (TaskID), as the API does; false, from the key alone, as enqueue -key.
 	KeyPerTenant bool
 }
 
@@ -111,9 +109,7 @@ func (c Checker) Check(e Entry, now time.Time) (Job, error) {
 }
 
 // KeyRetention is how long a notification enqueued with an idempotency key
-// is kept after it completed, so that enqueueing the same key again within
-// it is a duplicate rather than a second message. The cost is the completed
-// task's hash in Redis (about its payload's size) for that long.
+// is kept after it completed, so that the same key again is a duplicate.
 const KeyRetention = 24 * time.Hour
 
 func (c Checker) undefined(kind, name, hint string) error {

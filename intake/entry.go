@@ -1,9 +1,9 @@
-// Package intake reads notifications as producers hand them in: a JSON
-// object of the fields of a JSONL line of enqueue or of the HTTP API's
-// POST /v1/notifications, decoded strictly (ParseLine), checked against the
-// config with its defaults applied, and made an asynq task (Checker). Both
-// producers use it, so a notification is accepted or refused the same way,
-// with the same message naming the field, whichever way it came.
+// Package intake reads notifications as producers hand them in (a line of
+// enqueue -file, an API request's body, enqueue's flags), decodes them
+// strictly (ParseLine), checks them against the config with its defaults
+// applied and makes them asynq tasks (Checker), so that every way in
+// accepts and refuses alike, with the same messages
+// (docs/design.md#enqueueing-notifications).
 package intake
 
 import (
@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -100,74 +101,45 @@ func ParseLine(line []byte) (Entry, error) {
 
 // set sets the field key of e from its JSON value.
 func (e *Entry) set(key string, raw json.RawMessage) error {
-	kind := JSONKind(raw)
-	if kind == "null" {
-		if !isField(key) {
-			return unknownField(key)
-		}
+	strs := map[string]*string{"recipient": &e.Recipient, "template": &e.Template, "policy": &e.Policy, "provider": &e.Provider,
+		"queue": &e.Queue, "idempotency_key": &e.IdempotencyKey, "tz": &e.TZ, "tenant": &e.Tenant,
+		"send_at_local": &e.SendAtLocal} // read with its zone (Checker.Check)
+	times := map[string]**time.Time{"send_by": &e.SendBy, "send_at": &e.SendAt}
+	switch kind := JSONKind(raw); {
+	case !slices.Contains(Fields, key):
+		return unknownField(key)
+	case kind == "null":
 		return nil
-	}
-	str := func(dst *string) error {
-		if kind != "string" {
-			return fieldErr(key, "must be a string (got %s)", kind)
-		}
-		if err := json.Unmarshal(raw, dst); err != nil {
-			return fieldErr(key, "%v", err)
-		}
-		return nil
-	}
-	switch key {
-	case "recipient":
-		return str(&e.Recipient)
-	case "template":
-		return str(&e.Template)
-	case "policy":
-		return str(&e.Policy)
-	case "provider":
-		return str(&e.Provider)
-	case "queue":
-		return str(&e.Queue)
-	case "idempotency_key":
-		if err := str(&e.IdempotencyKey); err != nil {
-			return err
-		}
-		return CheckKey(e.IdempotencyKey, "idempotency_key")
-	case "tz":
-		return str(&e.TZ)
-	case "tenant":
-		return str(&e.Tenant)
-	case "data":
-		if kind != "object" {
-			return fieldErr("data", "must be a JSON object (got %s)", kind)
-		}
+	case key == "data" && kind != "object":
+		return fieldErr("data", "must be a JSON object (got %s)", kind)
+	case key == "data":
 		e.Data = raw
 		return nil
-	case "send_by", "send_at":
-		var s string
-		if err := str(&s); err != nil {
-			return err
-		}
+	case kind != "string":
+		return fieldErr(key, "must be a string (got %s)", kind)
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return fieldErr(key, "%v", err)
+	}
+	if dst, ok := times[key]; ok {
 		t, err := time.Parse(time.RFC3339, s)
 		if err != nil {
 			return fieldErr(key, "must be an RFC 3339 time such as 2026-11-22T10:00:00Z (got %s)", Quote(s))
 		}
-		if key == "send_by" {
-			e.SendBy = &t
-		} else {
-			e.SendAt = &t
-		}
+		*dst = &t
 		return nil
-	case "send_at_local":
-		return str(&e.SendAtLocal) // read with its zone (Checker.Check)
 	}
-	return unknownField(key)
+	*strs[key] = s
+	if key == "idempotency_key" {
+		return CheckKey(s, key)
+	}
+	return nil
 }
 
-// CheckKey reports what is wrong with an idempotency key given as field
-// (the body's idempotency_key, the API's Idempotency-Key header, enqueue's
-// -key): a control character, or nothing but spaces. A key is quoted in
-// messages and logs, where a NUL or an ESC would pass for something else,
-// and the key of spaces is a mistake, not a key. "" is no key.
+// CheckKey reports what is wrong with an idempotency key given as field: a
+// control character, which would pass for something else in messages and
+// logs, or nothing but spaces, a mistake. "" is no key.
 func CheckKey(key, field string) error {
 	for i, r := range key {
 		if unicode.IsControl(r) {
@@ -178,15 +150,6 @@ func CheckKey(key, field string) error {
 		return fieldErr(field, "blank (only spaces)")
 	}
 	return nil
-}
-
-func isField(key string) bool {
-	for _, f := range Fields {
-		if f == key {
-			return true
-		}
-	}
-	return false
 }
 
 // unknownField says key is not a field, suggesting the one it may be a typo of.

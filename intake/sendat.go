@@ -1,10 +1,6 @@
 package intake
 
-// A scheduled send: a notification given a moment to go at, either as an
-// instant (send_at, RFC 3339) or as a time of day in its recipient's zone
-// (send_at_local, "09:00"), whose next occurrence is the moment. Either
-// way the task carries the instant (jobs.Notification.SendAt) and asynq
-// holds it until then.
+// A scheduled send (send_at, send_at_local): docs/design.md#enqueueing-notifications.
 
 import (
 	"fmt"
@@ -15,10 +11,8 @@ import (
 	"github.com/notify-throttle/throttler/jobs"
 )
 
-// SendAtGrace is how far in the past a send_at may be and still be taken:
-// a moment that passed within it (a producer's clock a little ahead of
-// the worker's, a request that took its time) is sent at once; one older
-// is a mistake, refused.
+// SendAtGrace is how far in the past a send_at may be and still be taken
+// (and sent at once): a producer's clock may be a little ahead.
 const SendAtGrace = time.Minute
 
 // sendAt returns the moment e is scheduled for (nil: none), rounded as the
@@ -119,9 +113,7 @@ func readings(wall time.Time, loc *time.Location) []time.Time {
 
 // sameReading reports whether at's clock in its zone reads wall's in UTC.
 func sameReading(at, wall time.Time) bool {
-	y, m, d := at.Date()
-	wy, wm, wd := wall.Date()
-	return y == wy && m == wm && d == wd && at.Hour() == wall.Hour() && at.Minute() == wall.Minute() && at.Second() == wall.Second()
+	return at.Format(time.DateTime) == wall.Format(time.DateTime)
 }
 
 // parseClock reads "HH:MM" or "HH:MM:SS", two digits each, 00:00 to
@@ -130,21 +122,6 @@ func parseClock(s string) (hour, minute, second int, ok bool) {
 	if len(s) != 5 && len(s) != 8 {
 		return 0, 0, 0, false
 	}
-	two := func(i, max int) (int, bool) {
-		a, b := s[i], s[i+1]
-		if a < '0' || a > '9' || b < '0' || b > '9' {
-			return 0, false
-		}
-		n := int(a-'0')*10 + int(b-'0')
-		return n, n <= max
-	}
-	var okH, okM, okS bool
-	hour, okH = two(0, 23)
-	minute, okM = two(3, 59)
-	okS = true
-	if len(s) == 8 {
-		second, okS = two(6, 59)
-		okS = okS && s[5] == ':'
-	}
-	return hour, minute, second, okH && okM && okS && s[2] == ':'
+	t, err := time.Parse("15:04:05"[:len(s)], s) // one-digit hours cannot make either length
+	return t.Hour(), t.Minute(), t.Second(), err == nil
 }

@@ -19,9 +19,8 @@ import (
 const recordWithin = 5 * time.Second
 
 // producer enqueues checked notifications and records the accepted event
-// of each one it enqueued (package lifecycle), in its history and, if its
-// tenant has one, for its status callback. A failure to record is said
-// once on stderr: the notifications are enqueued all the same.
+// of each (package lifecycle). A failure to record is said once on stderr:
+// the notifications are enqueued all the same.
 type producer struct {
 	client *asynq.Client
 	events *lifecycle.Recorder

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -22,13 +23,11 @@ import (
 
 // Throughput settings of file mode.
 const (
-	// senders is how many enqueues are under way at once.
-	senders = 8
+	senders = 8 // enqueues under way at once
 	// window is how many lines may be read past the oldest one not done
 	// yet; it bounds the memory kept to report in line order.
-	window = 4096
-	// refresh is how often the progress bar is redrawn and stderr flushed.
-	refresh = 100 * time.Millisecond
+	window  = 4096
+	refresh = 100 * time.Millisecond // how often the progress bar is redrawn and stderr flushed
 )
 
 // runFile enqueues one notification per line of -file, reports each
@@ -75,30 +74,23 @@ type input struct {
 }
 
 func openInput(path string, stdin io.Reader) (input, error) {
-	if path == "-" {
-		in := input{r: stdin, name: "stdin", close: func() {}}
-		if f, ok := stdin.(*os.File); ok {
-			if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() {
-				in.size = fi.Size()
-			}
+	in := input{r: stdin, name: "stdin", close: func() {}}
+	if path != "-" {
+		f, err := os.Open(path)
+		if err != nil {
+			return input{}, err
 		}
-		return in, nil
+		in = input{r: f, name: path, close: func() { f.Close() }}
 	}
-	f, err := os.Open(path)
-	if err != nil {
-		return input{}, err
-	}
-	fi, err := f.Stat()
-	if err == nil && fi.IsDir() {
-		err = fmt.Errorf("-file %s: is a directory", path)
-	}
-	if err != nil {
-		f.Close()
-		return input{}, err
-	}
-	in := input{r: f, name: path, close: func() { f.Close() }}
-	if fi.Mode().IsRegular() {
-		in.size = fi.Size()
+	if f, ok := in.r.(*os.File); ok {
+		fi, err := f.Stat()
+		if path != "-" && (err != nil || fi.IsDir()) {
+			in.close()
+			return input{}, cmp.Or(err, fmt.Errorf("-file %s: is a directory", path))
+		}
+		if err == nil && fi.Mode().IsRegular() {
+			in.size = fi.Size()
+		}
 	}
 	return in, nil
 }
@@ -108,8 +100,7 @@ type batch struct {
 	check  intake.Checker
 	client *producer
 	name   string
-	// resume returns a command that resumes from a line, or "".
-	resume func(line int) string
+	resume func(line int) string // a command that resumes from a line, or ""
 }
 
 // state is where an item of the input stands.
@@ -323,9 +314,8 @@ func (r *report) add(it item) {
 	}
 }
 
-// late takes an item done past the point where reporting stopped. Resuming
-// will enqueue it again: a second intake.Job, unless an idempotency key makes it
-// a duplicate.
+// late takes an item done past the point where reporting stopped, which
+// resuming enqueues again unless it has an idempotency key.
 func (r *report) late(it item) {
 	if it.state == stateEnqueued && !it.job.Keyed {
 		r.after = append(r.after, it.line)

@@ -1,9 +1,7 @@
-// Command enqueue puts notification jobs on the queue for the workers: one
-// from flags, or one per line of a JSONL file or stdin, each checked against
-// the config before anything is enqueued. It also lists and fires campaigns
-// and lists and lifts suppressions. Its usage is what -h prints (usage,
-// below); docs/design.md#enqueueing-notifications describes it. make release
-// names the binary throttler-enqueue; go build names it enqueue.
+// Command enqueue puts notification jobs on the queue for the workers, lists
+// and fires campaigns, and lists and lifts suppressions. Its usage is what -h
+// prints (usage, below); docs/design.md#enqueueing-notifications describes
+// it. make release names the binary throttler-enqueue; go build, enqueue.
 package main
 
 import (
@@ -23,8 +21,7 @@ import (
 	"github.com/notify-throttle/throttler/internal/buildinfo"
 )
 
-// name is the release binary's name, for -version. Messages say "enqueue:",
-// the name the command goes by.
+// name is the release binary's name, for -version; messages say "enqueue:".
 const name = "throttler-enqueue"
 
 func main() {
@@ -32,9 +29,7 @@ func main() {
 	// errors itself, once, so that stderr stays what the contract says.
 	redis.SetLogger(quiet{})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	// After the first SIGINT, enqueue finishes what is under way and
-	// reports; a second one kills it.
-	context.AfterFunc(ctx, stop)
+	context.AfterFunc(ctx, stop) // a second SIGINT kills it; the first lets it report
 	code := run(ctx, os.Args[1:], process{
 		stdin:    os.Stdin,
 		stdout:   os.Stdout,
@@ -56,11 +51,8 @@ func (quiet) Printf(context.Context, string, ...any) {}
 type process struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
-	// getenv reads the environment (REDIS_URL).
-	getenv func(string) string
-	// terminal reports whether stderr is a terminal: file mode then shows
-	// a progress bar.
-	terminal bool
+	getenv         func(string) string // the environment (REDIS_URL)
+	terminal       bool                // stderr is a terminal: -file shows a progress bar
 }
 
 // run runs enqueue with args and returns its exit status.
@@ -100,9 +92,7 @@ func exitStatus(err error, stderr io.Writer) int {
 		return exitUsage
 	case errors.Is(err, errReported):
 	case errors.As(err, &cfgErr):
-		// config.yaml:7: defaults.policy: ..., one problem per line, as the
-		// config package words it, so that editors can jump to it.
-		fmt.Fprintln(stderr, err)
+		fmt.Fprintln(stderr, err) // file:line: path: message, which editors jump to
 	default:
 		fmt.Fprintln(stderr, "enqueue:", err)
 	}
@@ -138,13 +128,10 @@ func enqueue(ctx context.Context, args []string, p process) error {
 	return cmd.run(ctx, o, p)
 }
 
-// command is one way of running enqueue: one notification, a file of them,
-// listing campaigns, firing one. A new one is its flags in newOptions, an
-// entry in commands and a run function.
+// command is one way of running enqueue. A new one is its flags in
+// newOptions, an entry in commands and a run function.
 type command struct {
-	// flags are the flags only this command takes; setting any of them
-	// chooses it. The first one names it in messages.
-	flags []string
+	flags []string // the flags only it takes, which choose it; the first names it
 	run   func(ctx context.Context, o *options, p process) error
 }
 

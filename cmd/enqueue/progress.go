@@ -11,8 +11,7 @@ import (
 const barWidth = 24
 
 // progress draws a one-line progress bar on a terminal, redrawn in place.
-// A nil *progress draws nothing, which is what stderr that is not a terminal
-// gets.
+// A nil *progress, stderr's when not a terminal, draws nothing.
 type progress struct {
 	w     io.Writer
 	size  int64 // bytes in the input, or 0 when unknown (a pipe)

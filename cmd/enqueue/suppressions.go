@@ -13,19 +13,12 @@ import (
 // runSuppressions lists a provider's suppressed addresses: those its
 // service said are dead, to which the workers archive messages unsent.
 func runSuppressions(ctx context.Context, o *options, p process) error {
-	c, err := loadChecker(o, p)
-	if err != nil {
-		return err
-	}
-	if _, ok := c.Config.Providers[o.suppressions]; !ok {
-		return usagef("-suppressions: provider %q is not defined in %s", o.suppressions, o.config)
-	}
-	rdb, closeRedis, err := connect(ctx, c.Config)
+	screen, closeRedis, err := openScreen(ctx, o, p, "suppressions", o.suppressions)
 	if err != nil {
 		return err
 	}
 	defer closeRedis()
-	sups, err := jobs.NewScreen(rdb, c.Config.Redis.Prefix).Suppressions(ctx, o.suppressions)
+	sups, err := screen.Suppressions(ctx, o.suppressions)
 	if err != nil {
 		return err
 	}
@@ -48,19 +41,12 @@ func runUnsuppress(ctx context.Context, o *options, p process) error {
 	if !ok || provider == "" || address == "" {
 		return usagef("-unsuppress takes PROVIDER:ADDRESS (got %q)", o.unsuppress)
 	}
-	c, err := loadChecker(o, p)
-	if err != nil {
-		return err
-	}
-	if _, ok := c.Config.Providers[provider]; !ok {
-		return usagef("-unsuppress: provider %q is not defined in %s", provider, o.config)
-	}
-	rdb, closeRedis, err := connect(ctx, c.Config)
+	screen, closeRedis, err := openScreen(ctx, o, p, "unsuppress", provider)
 	if err != nil {
 		return err
 	}
 	defer closeRedis()
-	lifted, err := jobs.NewScreen(rdb, c.Config.Redis.Prefix).Unsuppress(ctx, provider, address)
+	lifted, err := screen.Unsuppress(ctx, provider, address)
 	if err != nil {
 		return err
 	}
@@ -69,4 +55,21 @@ func runUnsuppress(ctx context.Context, o *options, p process) error {
 	}
 	fmt.Fprintf(p.stderr, "enqueue: lifted the suppression for provider %s\n", provider)
 	return nil
+}
+
+// openScreen loads the config, checks that it defines provider (named by
+// -flag) and connects to its Redis's lists of suppressions.
+func openScreen(ctx context.Context, o *options, p process, flag, provider string) (*jobs.Screen, func() error, error) {
+	c, err := loadChecker(o, p)
+	if err != nil {
+		return nil, nil, err
+	}
+	if _, ok := c.Config.Providers[provider]; !ok {
+		return nil, nil, usagef("-%s: provider %q is not defined in %s", flag, provider, o.config)
+	}
+	rdb, closeRedis, err := connect(ctx, c.Config)
+	if err != nil {
+		return nil, nil, err
+	}
+	return jobs.NewScreen(rdb, c.Config.Redis.Prefix), closeRedis, nil
 }

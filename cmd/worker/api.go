@@ -19,18 +19,14 @@ import (
 	"github.com/notify-throttle/throttler/api"
 	"github.com/notify-throttle/throttler/config"
 	"github.com/notify-throttle/throttler/internal/redisconn"
-	"github.com/notify-throttle/throttler/internal/redisguard"
 	"github.com/notify-throttle/throttler/lifecycle"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
-// startAPI serves the HTTP API (package api) on api.addr until ctx ends and
-// returns it and its base URL, or nil and "" when the config has no
-// api.addr. The API has a listener of its own, apart from
-// worker.http_addr: other services reach it with API keys, while
-// http_addr is the operators' (loopback or dashboard auth), so each is
-// exposed and guarded on its own. Not being able to listen stops the
-// worker: producers would find nothing there.
+// startAPI serves the HTTP API on api.addr, a listener of its own
+// (docs/operations.md#the-http-api), until ctx ends and returns it and its
+// base URL, or nil and "" without api.addr. Not being able to listen stops
+// the worker: producers would find nothing there.
 func startAPI(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient, reg prometheus.Registerer, log *slog.Logger,
 	events *lifecycle.Recorder) (*api.Server, string, error) {
 	if cfg.API.Addr == "" {
@@ -77,12 +73,9 @@ func reloadAPI(srv *api.Server, cfg, old *config.Config, log *slog.Logger) {
 }
 
 // runAPIOnly is -api-only: the HTTP API, /healthz and /metrics, and no
-// worker. It loads the config as a producer (config.LoadAPI): the
-// providers' secrets need not be on its host. SIGHUP reloads the API's
-// keys and names.
+// worker, its config loaded as a producer's (config.LoadAPI). SIGHUP
+// reloads the API's keys and names (reloadAPIOnly).
 func runAPIOnly(ctx context.Context, path string, stderr io.Writer) error {
-	// SIGHUP reloads the keys and names (reloadAPIOnly); caught from here
-	// on, so that one sent while it starts does not end it.
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -94,18 +87,11 @@ func runAPIOnly(ctx context.Context, path string, stderr io.Writer) error {
 		return errors.New("-api-only: the config has no api.addr to serve the API on")
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
-	guard := redisguard.New(log, redisguard.Options{})
-	redis.SetLogger(guard.RedisLogger())
-	rdb, closeRedis, err := guard.Connect(ctx, func(ctx context.Context) (redis.UniversalClient, func() error, error) {
-		return redisconn.Connect(ctx, cfg.Redis) // embedded: a worker's, at redis.embedded_addr
-	})
+	rdb, _, closeRedis, err := dial(ctx, cfg, log, redisconn.Connect) // embedded: a worker's, at redis.embedded_addr
 	if err != nil {
 		return err
 	}
 	defer closeRedis()
-	if cfg.Redis.Shards, err = redisconn.Shards(ctx, cfg.Redis, rdb); err != nil {
-		return err
-	}
 	reg := prometheus.NewRegistry()
 	srv, _, err := startAPI(ctx, cfg, rdb, reg, log, lifecycle.NewRecorder(rdb, eventOptions(cfg, reg, log)))
 	if err != nil {
@@ -128,9 +114,9 @@ func runAPIOnly(ctx context.Context, path string, stderr io.Writer) error {
 	}
 }
 
-// reloadAPIOnly is -api-only's SIGHUP: it re-reads the config as a
-// producer and gives the API its keys and names; an invalid file is
-// refused, its problems printed, and the running config stays.
+// reloadAPIOnly is -api-only's SIGHUP: it re-reads the config and gives
+// the API its keys and names; an invalid file is refused, its problems
+// printed, and the running config stays.
 func reloadAPIOnly(path string, srv *api.Server, running **config.Config, stderr io.Writer, log *slog.Logger) {
 	log.Info("SIGHUP: reloading the config", "file", path)
 	cfg, err := config.LoadAPI(path, os.Getenv)

@@ -15,17 +15,15 @@ import (
 	"github.com/notify-throttle/throttler/internal/redisconn"
 )
 
-// errReported is returned by run when it has printed the problem itself:
-// main exits with status 1 without printing it again.
+// errReported means the problem was printed already: the exit status is 1.
 var errReported = errors.New("reported")
 
 // connectTimeout bounds -check -connect's connection and its questions.
 const connectTimeout = 15 * time.Second
 
-// check is -check: the config is loaded as a start loads it (every setting
-// validated, every secret reference resolved, audience files and schedules
-// checked), and with connect it also connects to Redis. It prints a summary
-// on stdout, or every mistake on stderr as file:line: path: message.
+// check is -check: the config is loaded as a start loads it and, with
+// connect, Redis is connected to. It prints a summary on stdout, or every
+// mistake on stderr as file:line: path: message.
 func check(ctx context.Context, path string, connect bool, stdout, stderr io.Writer) error {
 	cfg, err := config.Load(path)
 	if err == nil {

@@ -24,12 +24,9 @@ import (
 	"github.com/notify-throttle/throttler/throttle"
 )
 
-// The demo runs the worker on rules scaled down to seconds, so that
-// throttling happens within its run: a recipient policy of 1 per 2s and 3
-// per 10s, and a provider paced at 2 messages a second (burst 2), with six
-// notifications for each of four recipients enqueued at once. It prints
-// each booking and each send as it happens, and at the end every
-// recipient's timeline with the closest sends and the most in any window.
+// The demo runs the worker on rules scaled down to seconds, six
+// notifications for each of four recipients enqueued at once, and prints
+// each booking and send as it happens, then every recipient's timeline.
 const (
 	demoPolicy   = "demo"
 	demoProvider = "demo"
@@ -41,12 +38,9 @@ var (
 	demoRecipients = []string{"alice@example.com", "bob@example.com", "carol@example.com", "dave@example.com"}
 )
 
-// demoAddrs moves the demo's HTTP server (worker.http_addr) and embedded
-// Redis to free ports on their hosts where the configured ones are taken
-// (another worker, another demo), so that it runs beside them, and says
-// on out where each went. A port found free is closed again before the
-// demo listens on it: another process could take it in between, which a
-// demo can afford.
+// demoAddrs moves the demo's HTTP server and embedded Redis to free ports
+// where the configured ones are taken (another worker, another demo), and
+// says on out where each went.
 func demoAddrs(cfg *config.Config, out io.Writer) {
 	if addr, ok := freeIfTaken(cfg.Worker.HTTPAddr); ok {
 		fmt.Fprintf(out, "demo: %s is taken: serving /healthz, /metrics and the dashboard on %s\n", cfg.Worker.HTTPAddr, addr)
@@ -62,8 +56,9 @@ func demoAddrs(cfg *config.Config, out io.Writer) {
 }
 
 // freeIfTaken returns a free port on addr's host, and true, if addr is
-// taken; false if it is free, empty, or cannot be listened on for another
-// reason (the worker then says why).
+// taken; false otherwise (the worker then says why it cannot listen). The
+// port is closed again: another process could take it first, which a demo
+// can afford.
 func freeIfTaken(addr string) (string, bool) {
 	if addr == "" {
 		return "", false
@@ -90,23 +85,18 @@ func demoRules(cfg *config.Config) {
 	cfg.Providers[demoProvider] = config.Provider{Type: config.ProviderLog, Rate: 2, Burst: 2, Output: os.DevNull}
 }
 
-// sentCounts records what providers accepted, per recipient, for the demo:
-// when, and which message. Only the demo has one (see newThrottle).
+// sentCounts records when providers accepted a message, per recipient, for
+// the demo. Only the demo has one (see newThrottle).
 type sentCounts struct {
 	mu        sync.Mutex
 	start     time.Time
 	out       io.Writer // each send is printed here; nil: not printed
-	sent      map[string][]demoSend
+	sent      map[string][]time.Time
 	callbacks *demoReceiver // the demo's status callbacks (demo_events.go)
 }
 
-type demoSend struct {
-	at time.Time
-	n  int // the message's number for its recipient
-}
-
 func newSentCounts() *sentCounts {
-	return &sentCounts{start: time.Now(), sent: map[string][]demoSend{}}
+	return &sentCounts{start: time.Now(), sent: map[string][]time.Time{}}
 }
 
 // demoNumber reads the message number the demo puts in each payload.
@@ -122,7 +112,7 @@ func (c *sentCounts) wrap(p jobs.Provider) jobs.Provider {
 		if err == nil {
 			now := time.Now()
 			c.mu.Lock()
-			c.sent[m.Recipient] = append(c.sent[m.Recipient], demoSend{now, demoNumber(m.Data)})
+			c.sent[m.Recipient] = append(c.sent[m.Recipient], now)
 			if c.out != nil {
 				scheduled := ""
 				if m.Recipient == demoAPIRecipient {
@@ -201,7 +191,7 @@ func runDemo(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient,
 		sends := counts.sent[r]
 		var b strings.Builder
 		for _, s := range sends {
-			fmt.Fprintf(&b, " %5.1f", s.at.Sub(counts.start).Seconds())
+			fmt.Fprintf(&b, " %5.1f", s.Sub(counts.start).Seconds())
 		}
 		fmt.Fprintf(out, "  %-18s %d of %d sent:%s\n", r, len(sends), demoEach, b.String())
 		for _, w := range demoWindows {
@@ -222,12 +212,8 @@ const demoJitter = 50 * time.Millisecond
 
 // demoWindowCheck returns the most sends in any window of w.Per (see
 // demoJitter) and, for a limit of 1, the closest two sends.
-func demoWindowCheck(sends []demoSend, w throttle.Window) (int, string) {
-	ts := make([]time.Time, len(sends))
-	for i, s := range sends {
-		ts[i] = s.at
-	}
-	slices.SortFunc(ts, func(a, b time.Time) int { return a.Compare(b) })
+func demoWindowCheck(sends []time.Time, w throttle.Window) (int, string) {
+	ts := slices.SortedFunc(slices.Values(sends), time.Time.Compare)
 	most := 0
 	for i := range ts {
 		n := 0

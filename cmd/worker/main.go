@@ -1,30 +1,8 @@
-// Command worker delivers notification jobs through the throttle: every job
-// is admitted by the Redis scripts (recipient policy and provider bucket) and
-// then sent, paced inline, or deferred by exactly the delay the script gave.
-// It also runs the config's campaigns (package campaign): every worker fires
-// their ticks, and each tick fans out once for the whole fleet.
-//
-// Usage:
-//
-//	throttler-worker [-config config.yaml] [-demo 20s]
-//	throttler-worker -check [-connect] [-config config.yaml]
-//	throttler-worker -api-only [-config config.yaml]
-//	throttler-worker -version
-//
-// (make release names the binary throttler-worker; go build and go install
-// name it after this directory, worker.)
-//
-// With the default config (redis.url: embedded) it runs on an in-process
-// Redis for trying things out; -demo also enqueues a burst of notifications
-// for a few recipients and prints a summary per recipient before it exits.
-//
-// -check loads the config as a start would (every setting, secret reference,
-// audience file and schedule), connects to nothing, and exits 0 after a
-// one-line summary or 1 after listing every mistake; -check -connect also
-// logs in to Redis and says what answered. Deploy pipelines run it first.
-//
-// With api.addr set, a worker also serves the HTTP API (package api) there;
-// -api-only serves the API alone, without the providers' secrets.
+// Command worker delivers notification jobs through the throttle, runs the
+// config's campaigns and, with api.addr, serves the HTTP API. Its usage is
+// what -h prints (usage, below); docs/design.md#the-worker describes it and
+// docs/operations.md runs it. make release names the binary throttler-worker;
+// go build names it worker.
 package main
 
 import (
@@ -64,8 +42,7 @@ import (
 	"github.com/notify-throttle/throttler/throttle"
 )
 
-// name is the release binary's name, for -version and -h. Messages say
-// "worker:", the name the command goes by.
+// name is the release binary's name, for -version; messages say "worker:".
 const name = "throttler-worker"
 
 func main() {
@@ -130,7 +107,7 @@ type flags struct {
 }
 
 // parseFlags reads the command line: -h prints the usage on stdout and
-// returns flag.ErrHelp, a mistake is a *usageError.
+// returns flag.ErrHelp; a mistake is a *usageError.
 func parseFlags(args []string, stdout io.Writer) (*flags, error) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // errors are reported once by exitStatus, -h on stdout
@@ -189,8 +166,8 @@ const usage = "Usage: worker [-config config.yaml] [-demo 20s]\n" +
 
 // work runs the worker until ctx ends (or, with -demo, the demo does).
 func work(ctx context.Context, f *flags, stdout, stderr io.Writer) error {
-	// SIGHUP reloads the config (see reloader); caught from here on, so
-	// that one sent while the worker starts does not end it.
+	// SIGHUP reloads the config (reloader), caught from here on so that
+	// one sent while the worker starts does not end it.
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -236,10 +213,12 @@ func work(ctx context.Context, f *flags, stdout, stderr io.Writer) error {
 		return err
 	}
 	mux := newMux(rec, th, campaigns)
-	stopFleet := runFleet(ctx, rec)
+	// The fleet runs until the asynq server has shut down: a worker whose
+	// handlers still run must not be taken for dead.
+	stopFleet := background(context.WithoutCancel(ctx), func(ctx context.Context) { _ = rec.Run(ctx) })
 	defer stopFleet()
-	// Waiting work laid at another rate or other weights than the config's
-	// (changed while no worker ran) is re-paced first.
+	// Waiting work laid at another rate or weights than the config's is
+	// re-paced first (docs/booking.md#re-pacing-when-the-rules-change).
 	queues := asynqdb.Names(served)
 	repace(ctx, th, rdb, queues, log)
 	reweigh(ctx, th, rdb, queues, log)
@@ -258,8 +237,11 @@ func work(ctx context.Context, f *flags, stdout, stderr io.Writer) error {
 		startHTTP(ctx, ln, newDashboard(running, secret, rdb, reg, campaigns), cfg, f.demo > 0, rdb, reg, log, stdout)
 	}
 	go jobs.WatchClock(ctx, rdb, th.Metrics, log)
-	stopCampaigns := runCampaigns(ctx, campaigns)
-	stopCallbacks := runCallbacks(ctx, rdb, evo)
+	stopCampaigns := background(ctx, func(ctx context.Context) { _ = campaigns.Run(ctx) })
+	stopCallbacks := func() {}
+	if len(evo.Callbacks) > 0 { // the tenants' status callbacks
+		stopCallbacks = background(context.WithoutCancel(ctx), lifecycle.NewDispatcher(rdb, evo).Run)
+	}
 	rl := &reloader{path: f.path, running: running, senders: built, th: th, stdout: stdout, stderr: stderr, log: log, counts: counts,
 		reloads: newReloads(reg), rdb: rdb, api: apiSrv, queues: queues}
 	go rl.run(ctx, hup)
@@ -278,23 +260,23 @@ func work(ctx context.Context, f *flags, stdout, stderr io.Writer) error {
 	return err // the deferred stopFleet then leaves the fleet's beats
 }
 
-// openHTTP reads the dashboard's secret and opens the HTTP address (nil if
-// none), before anything connects: a worker missing the secret stops at
-// once, naming the variable, and one that cannot serve /healthz and
-// /metrics stops saying why, rather than run where its health check fails
-// for the wrong reason.
+// openHTTP reads the dashboard's secret and opens worker.http_addr (nil if
+// none) before anything connects: a worker without the secret, or that
+// cannot serve /healthz and /metrics, stops at once saying why.
 func openHTTP(cfg *config.Config) (net.Listener, string, error) {
 	secret, err := cfg.Worker.Dashboard.Secret(os.Getenv)
-	if err != nil {
-		return nil, "", err
+	if err != nil || cfg.Worker.HTTPAddr == "" {
+		return nil, secret, err
 	}
-	ln, err := listen(cfg.Worker.HTTPAddr)
-	return ln, secret, err
+	ln, err := net.Listen("tcp", cfg.Worker.HTTPAddr)
+	if err != nil {
+		return nil, "", fmt.Errorf("worker.http_addr: cannot serve /healthz, /metrics and the dashboard on %s: %w", cfg.Worker.HTTPAddr, err)
+	}
+	return ln, secret, nil
 }
 
 // demoSetup makes cfg the demo's, with -demo (d > 0), and returns the
-// demo's count of sends; nil without. Where it moves an address, it says so
-// on out.
+// demo's count of sends; nil without.
 func demoSetup(cfg *config.Config, d time.Duration, out io.Writer) *sentCounts {
 	if d <= 0 {
 		return nil
@@ -307,24 +289,14 @@ func demoSetup(cfg *config.Config, d time.Duration, out io.Writer) *sentCounts {
 	return counts
 }
 
-// connect connects to Redis through a guard, which makes calls that find
-// Redis unreachable back off (asynq's dequeue loop would otherwise spin),
-// logs an outage at a bounded rate, and waits for Redis at start-up
-// instead of exiting.
+// connect connects to Redis (dial), serving the embedded one if the config
+// says so, after logging the config's warnings.
 func connect(ctx context.Context, cfg *config.Config, log *slog.Logger) (redis.UniversalClient, *redisguard.Guard, func() error, error) {
 	for _, w := range append(cfg.Warnings(), cfg.Redis.Warnings()...) {
 		log.Warn(w)
 	}
-	guard := redisguard.New(log, redisguard.Options{})
-	redis.SetLogger(guard.RedisLogger())
-	rdb, closeRedis, err := guard.Connect(ctx, func(ctx context.Context) (redis.UniversalClient, func() error, error) {
-		return redisconn.Serve(ctx, cfg.Redis)
-	})
+	rdb, guard, closeRedis, err := dial(ctx, cfg, log, redisconn.Serve)
 	if err != nil {
-		return nil, nil, nil, err
-	}
-	if cfg.Redis.Shards, err = redisconn.Shards(ctx, cfg.Redis, rdb); err != nil {
-		closeRedis()
 		return nil, nil, nil, err
 	}
 	if cfg.Redis.IsEmbedded() {
@@ -336,10 +308,29 @@ func connect(ctx context.Context, cfg *config.Config, log *slog.Logger) (redis.U
 	return rdb, guard, closeRedis, nil
 }
 
-// handlers builds the notification handler and this worker's part in the
-// fleet: waking jobs deferred to a moment at that moment, and, unless
-// worker.dead_after is 0, handing a dead worker's tasks to the others
-// (this worker's signs of life, the tasks it holds, the reaper).
+// dial connects to Redis with open through a guard (internal/redisguard:
+// calls back off while Redis is unreachable, and a start waits for it),
+// and resolves the queues' shards as every process does.
+func dial(ctx context.Context, cfg *config.Config, log *slog.Logger,
+	open func(context.Context, redisconn.Config) (redis.UniversalClient, func() error, error)) (redis.UniversalClient, *redisguard.Guard, func() error, error) {
+	guard := redisguard.New(log, redisguard.Options{})
+	redis.SetLogger(guard.RedisLogger())
+	rdb, closeRedis, err := guard.Connect(ctx, func(ctx context.Context) (redis.UniversalClient, func() error, error) {
+		return open(ctx, cfg.Redis)
+	})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if cfg.Redis.Shards, err = redisconn.Shards(ctx, cfg.Redis, rdb); err != nil {
+		closeRedis()
+		return nil, nil, nil, err
+	}
+	return rdb, guard, closeRedis, nil
+}
+
+// handlers builds the notification handler and this worker's member of
+// the fleet (docs/design.md#dead-workers); worker.dead_after 0 hands
+// nothing over.
 func handlers(cfg *config.Config, served map[string]int, rdb redis.UniversalClient, reg *prometheus.Registry, log *slog.Logger,
 	stdout io.Writer, counts *sentCounts) (*jobs.Throttle, senders, *fleet.Member, error) {
 	th, built, err := newThrottle(cfg, rdb, reg, log, stdout, counts)
@@ -370,28 +361,13 @@ func newMux(rec *fleet.Member, th *jobs.Throttle, campaigns *campaign.Runner) *a
 	return mux
 }
 
-// runCampaigns runs the campaign schedules until stop is called: every
-// worker runs them, and the fan-out task IDs make one fan-out per tick for
-// the fleet. A fan-out stops after its batch and hands its lease over.
-func runCampaigns(ctx context.Context, campaigns *campaign.Runner) (stop func()) {
+// background runs f until ctx ends or stop is called, which waits for it.
+func background(ctx context.Context, f func(context.Context)) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = campaigns.Run(ctx)
-	}()
-	return func() { cancel(); <-done }
-}
-
-// runFleet runs rec until the returned stop is called: after the asynq
-// server has shut down, since a worker whose handlers still run must not be
-// taken for dead (and its handlers still defer jobs).
-func runFleet(ctx context.Context, rec *fleet.Member) (stop func()) {
-	fleetCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = rec.Run(fleetCtx)
+		f(ctx)
 	}()
 	return func() { cancel(); <-done }
 }
@@ -411,9 +387,8 @@ func startHTTP(ctx context.Context, ln net.Listener, dash http.Handler, cfg *con
 }
 
 // servedQueues returns the asynq queues the worker serves, with their
-// priorities: the shards of the config's queues, and those of another
-// number of shards that asynq knows (jobs.Served), so that a change of
-// redis.shards strands no task.
+// priorities: the config's queues' shards, and those of another number of
+// shards asynq knows, so that a change of redis.shards strands no task.
 func servedQueues(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient) (map[string]int, error) {
 	known, err := rdb.SMembers(ctx, asynqdb.AllQueues).Result()
 	if err != nil {
@@ -439,11 +414,9 @@ func newServer(cfg *config.Config, served map[string]int, rdb redis.UniversalCli
 	})
 }
 
-// newThrottle builds the notification handler from the config: rules, providers,
-// metrics. With counts (the demo's), every provider's accepted sends are
-// counted per recipient; without, providers are used as they are: a count
-// per recipient held for the life of a production worker would grow with
-// every recipient it ever delivered to.
+// newThrottle builds the notification handler from the config. With counts
+// (the demo's), every provider's sends are counted per recipient, which
+// only a demo can afford.
 func newThrottle(cfg *config.Config, rdb redis.UniversalClient, reg prometheus.Registerer, log *slog.Logger, stdout io.Writer, counts *sentCounts) (*jobs.Throttle, senders, error) {
 	lim, err := throttle.New(rdb, throttle.Options{Prefix: cfg.Redis.Prefix, Remember: cfg.Worker.RememberTakes})
 	if err != nil {
@@ -462,7 +435,7 @@ func newThrottle(cfg *config.Config, rdb redis.UniversalClient, reg prometheus.R
 	}, built, nil
 }
 
-// priority returns the set of priority queues.
+// priority returns the set of worker.priority_queues.
 func priority(cfg *config.Config) map[string]bool {
 	m := make(map[string]bool, len(cfg.Worker.PriorityQueues))
 	for _, q := range cfg.Worker.PriorityQueues {
@@ -481,6 +454,7 @@ func sentMarks(cfg *config.Config, lim *throttle.Limiter) *jobs.SentMarks {
 	return s
 }
 
+// output opens a log provider's output.
 func output(name string, stdout io.Writer) (io.Writer, error) {
 	switch name {
 	case "", "stdout":
@@ -491,9 +465,8 @@ func output(name string, stdout io.Writer) (io.Writer, error) {
 	return os.OpenFile(name, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
 }
 
-// serveHTTP serves /healthz (Redis reachable), /metrics and, unless the
-// config turns it off, the dashboard (/throttle and /monitoring/) on ln
-// until ctx ends.
+// serveHTTP serves /healthz (Redis reachable), /metrics and the dashboard
+// (dash, nil if off) on ln until ctx ends.
 func serveHTTP(ctx context.Context, ln net.Listener, dash http.Handler, rdb redis.UniversalClient, reg *prometheus.Registry, log *slog.Logger) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
@@ -516,20 +489,6 @@ func serveHTTP(ctx context.Context, ln net.Listener, dash http.Handler, rdb redi
 	}
 }
 
-// listen opens the worker's HTTP address (worker.http_addr); none when it
-// is empty. An address that cannot be listened on is an error: the worker
-// does not start without /healthz and /metrics.
-func listen(addr string) (net.Listener, error) {
-	if addr == "" {
-		return nil, nil
-	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("worker.http_addr: cannot serve /healthz, /metrics and the dashboard on %s: %w", addr, err)
-	}
-	return ln, nil
-}
-
 // newDashboard builds the dashboard the config asks for, with its secret;
 // nil when worker.dashboard turns it off.
 func newDashboard(running *atomic.Pointer[config.Config], secret string, rdb redis.UniversalClient, reg *prometheus.Registry, campaigns *campaign.Runner) http.Handler {
@@ -541,9 +500,8 @@ func newDashboard(running *atomic.Pointer[config.Config], secret string, rdb red
 		Suppressions: suppressions{screen: jobs.NewScreen(rdb, cfg.Redis.Prefix), running: running}})
 }
 
-// suppressions answers the dashboard from the providers' lists of dead
-// addresses (jobs.Screen): a recipient suppressed by any provider of the
-// running config.
+// suppressions tells the dashboard whether any provider of the running
+// config suppressed a recipient (jobs.Screen).
 type suppressions struct {
 	screen  *jobs.Screen
 	running *atomic.Pointer[config.Config]

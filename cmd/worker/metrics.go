@@ -13,11 +13,8 @@ const (
 	reloadRefused = "refused"
 )
 
-// processMetrics registers on reg what /metrics shows of the process
-// beside the throttler's own series: the Go runtime's (go_*: goroutines,
-// heap, GC pauses), the process's (process_*: CPU, resident memory, open
-// file descriptors; on Linux) and throttler_build_info, whose labels say
-// which build runs.
+// processMetrics registers the Go runtime's (go_*) and the process's
+// (process_*) metrics, and throttler_build_info.
 func processMetrics(reg prometheus.Registerer) {
 	info := buildinfo.Read()
 	build := prometheus.NewGauge(prometheus.GaugeOpts{
@@ -29,9 +26,7 @@ func processMetrics(reg prometheus.Registerer) {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), build)
 }
 
-// newReloads registers and returns throttler_config_reloads_total, the
-// SIGHUP reloads by result: success (the file's policies and providers
-// apply) or refused (a mistake in the file: the running config stays).
+// newReloads registers and returns throttler_config_reloads_total.
 func newReloads(reg prometheus.Registerer) *prometheus.CounterVec {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "throttler_config_reloads_total",

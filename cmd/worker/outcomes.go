@@ -17,27 +17,16 @@ import (
 )
 
 // outcomes is the asynq server's ErrorHandler and the filter on asynq's
-// own log lines: together they make one log line per task outcome.
-//
-// The throttle logs each outcome it decides (jobs/outcome.go) and marks
-// the error it returns (jobs.Logged): handleError logs nothing more for
-// it. For the rest it logs one line: a deferral it did not log (a Redis
-// outage, a worker stopping) at INFO, a failure asynq will retry or
-// archive at WARN.
-//
-// asynq, archiving a task (a SkipRetry error, or its retries used up),
-// logs its own WARN "Retry exhausted for task id=..." right after calling
-// the ErrorHandler (processor.handleFailedMessage, asynq v0.26.0). For a
-// message dropped or expired by a rule that is the product working as
-// configured, and for a fault the line before already said it: so
-// handleError notes each task asynq is about to archive, and the filter
-// drops asynq's line for exactly those.
+// own log lines: together they make one log line per task outcome
+// (docs/operations.md#logs). The throttle logs the outcomes it decides
+// (jobs.Logged); handleError logs the rest. asynq, archiving a task, logs
+// "Retry exhausted for task id=..." right after calling the ErrorHandler
+// (processor.handleFailedMessage, asynq v0.26.0): handleError notes each
+// such task, and the filter drops asynq's line for exactly those.
 type outcomes struct {
-	log *slog.Logger
-	mu  sync.Mutex
-	// archiving are the tasks whose "Retry exhausted" line is ours to
-	// drop; each is removed by its line, which follows at once.
-	archiving map[string]bool
+	log       *slog.Logger
+	mu        sync.Mutex
+	archiving map[string]bool // tasks whose "Retry exhausted" line is to drop, until it comes
 }
 
 // maxArchiving bounds archiving, should asynq ever stop writing the line

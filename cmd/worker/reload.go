@@ -29,8 +29,7 @@ type sender struct {
 
 // buildRules builds the throttle's rules from cfg: a quota per policy with
 // its settings, a bucket and a sender per provider. A provider whose sender
-// settings (type, output, url, timeout, headers) are those it had in keep
-// keeps its sender: a log provider's open file, a webhook's connections.
+// settings are those it had in keep keeps its sender (open file, connections).
 func buildRules(cfg *config.Config, stdout io.Writer, counts *sentCounts, keep senders) (jobs.Rules, senders, error) {
 	policies, buckets, err := cfg.Rules()
 	if err != nil {
@@ -79,43 +78,41 @@ func sameSender(a, b config.Provider) bool {
 	return reflect.DeepEqual(a, b)
 }
 
-// newSender returns what delivers provider p's messages.
+// newSender returns what delivers provider p's messages. Errors name the
+// provider and a file, never a secret.
 func newSender(name string, p config.Provider, stdout io.Writer) (jobs.Provider, error) {
-	if s, ok, err := newService(name, p); ok {
-		return s, err
+	if p.Type == config.ProviderLog {
+		w, err := output(p.Output, stdout)
+		if err != nil {
+			return nil, fmt.Errorf("provider %s: %w", name, err)
+		}
+		return jobs.NewLogProvider(name, w), nil
+	}
+	roots, err := p.RootCAs()
+	if err != nil {
+		return nil, fmt.Errorf("provider %s: %w", name, err)
 	}
 	if p.Type == config.ProviderWebhook {
 		headers := make(map[string]string, len(p.Headers))
 		for k, v := range p.Headers {
 			headers[k] = string(v)
 		}
-		roots, err := p.RootCAs()
-		if err != nil {
-			return nil, fmt.Errorf("provider %s: %w", name, err)
-		}
 		return jobs.NewWebhookProvider(name, string(p.URL), p.Timeout, headers, roots), nil
 	}
-	w, err := output(p.Output, stdout)
-	if err != nil {
-		return nil, fmt.Errorf("provider %s: %w", name, err)
-	}
-	return jobs.NewLogProvider(name, w), nil
+	return newService(name, p, roots)
 }
 
 // reloader re-reads the config file on SIGHUP (see reload).
 type reloader struct {
-	path string
-	// running is the config in effect: the dashboard reads it at every
-	// request, so that it shows what a reload applied.
-	running *atomic.Pointer[config.Config]
+	path    string
+	running *atomic.Pointer[config.Config] // the config in effect, which the dashboard reads
 	senders senders
 	th      *jobs.Throttle
 	stdout  io.Writer
 	stderr  io.Writer
 	log     *slog.Logger
-	counts  *sentCounts // the demo's, else nil
-	// reloads counts the reloads by result (newReloads); nil counts none.
-	reloads *prometheus.CounterVec
+	counts  *sentCounts            // the demo's, else nil
+	reloads *prometheus.CounterVec // by result (newReloads); nil counts none
 	rdb     redis.UniversalClient
 	api     *api.Server // the HTTP API, if served: its keys and names reload too
 	queues  []string    // the asynq queues served (servedQueues), for repace and reweigh
@@ -133,16 +130,9 @@ func (r *reloader) run(ctx context.Context, hup <-chan os.Signal) {
 	}
 }
 
-// reload re-reads the config file. A valid one replaces the policies and
-// providers for every job routed from then on (limits apply to the history
-// already in Redis: they travel with each admission); a job whose policy or
-// provider is gone is archived with the reason. An invalid one is refused:
-// its problems are printed as a start prints them, file:line: path:
-// message, and the running config stays. The HTTP API takes the new
-// api.keys, api.log_recipients, policies, providers, defaults and queues
-// at once (reloadAPI). Other sections (redis, worker, campaigns, defaults
-// for the worker, api.addr) take effect at the next start, and a change to
-// them is logged as such.
+// reload re-reads the config file (docs/rules.md#live-reload): a valid one
+// replaces the policies and providers, and the API's keys and names; an
+// invalid one is refused, its problems printed as a start prints them.
 func (r *reloader) reload(ctx context.Context) {
 	r.log.Info("SIGHUP: reloading the config", "file", r.path)
 	cfg, err := config.Load(r.path)
@@ -192,19 +182,15 @@ func (r *reloader) count(result string) {
 }
 
 // repace moves the work waiting on each provider whose rate changed to its
-// new rate (jobs.Throttle.Repace). A failure is logged: the waiting work
-// then goes at its old pace, each task once, and new work at the new one.
+// new rate (docs/booking.md#a-change-of-rate); a failure is logged.
 func repace(ctx context.Context, th *jobs.Throttle, rdb redis.UniversalClient, queues []string, log *slog.Logger) {
 	if _, err := th.Repace(ctx, rdb, queues); err != nil {
 		log.Warn("re-pacing the work waiting on a changed provider failed: it goes at its old pace", "err", err)
 	}
 }
 
-// reweigh moves the tenants' lines waiting on each provider to the weights
-// in the config, where they changed (jobs.Throttle.Reweigh), at start and
-// after a reload that changed weights. A failure is logged: the work
-// already in line then keeps its old shares, and new work takes the new
-// ones.
+// reweigh moves the tenants' lines waiting on each provider to the
+// config's weights (docs/booking.md#a-change-of-weight); a failure is logged.
 func reweigh(ctx context.Context, th *jobs.Throttle, rdb redis.UniversalClient, queues []string, log *slog.Logger) {
 	if _, err := th.Reweigh(ctx, rdb, queues); err != nil {
 		log.Warn("re-pacing the tenants' lines to changed weights failed: the work in line keeps its old shares", "err", err)

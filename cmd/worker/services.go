@@ -2,14 +2,15 @@ package main
 
 import (
 	"context"
+	"crypto/x509"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"os"
 	"slices"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/notify-throttle/throttler/config"
 	"github.com/notify-throttle/throttler/feedback"
@@ -18,17 +19,10 @@ import (
 	"github.com/notify-throttle/throttler/providers"
 )
 
-// newService returns the adapter of a service provider (smtp, ses, twilio,
-// fcm, apns, sendgrid) with its retry settings, and false for log and
-// webhook. Errors name the provider and a file, never a secret.
-func newService(name string, p config.Provider) (jobs.Provider, bool, error) {
-	if p.Type == config.ProviderLog || p.Type == config.ProviderWebhook {
-		return nil, false, nil
-	}
-	roots, err := p.RootCAs()
-	if err != nil {
-		return nil, true, fmt.Errorf("provider %s: %w", name, err)
-	}
+// newService returns the adapter of a service provider (see newSender)
+// with its retry settings.
+func newService(name string, p config.Provider, roots *x509.CertPool) (jobs.Provider, error) {
+	var err error
 	s := providers.Settings{Name: name, Timeout: p.Timeout, ScopePause: p.ScopePause, BaseURL: p.BaseURL, RootCAs: roots}
 	var sc jobs.Scoper
 	switch p.Type {
@@ -56,56 +50,42 @@ func newService(name string, p config.Provider) (jobs.Provider, bool, error) {
 		var key []byte
 		if p.CredentialsFile != "" {
 			if key, err = os.ReadFile(p.CredentialsFile); err != nil {
-				return nil, true, fmt.Errorf("provider %s: credentials_file: %w", name, err)
+				return nil, fmt.Errorf("provider %s: credentials_file: %w", name, err)
 			}
 		}
 		sc, err = providers.NewFCM(context.Background(), s, p.ProjectID, string(key), p.TokenURL, string(p.Token))
 	case config.ProviderAPNs:
 		var key []byte
 		if key, err = os.ReadFile(p.KeyFile); err != nil {
-			return nil, true, fmt.Errorf("provider %s: key_file: %w", name, err)
+			return nil, fmt.Errorf("provider %s: key_file: %w", name, err)
 		}
 		sc, err = providers.NewAPNs(s, p.TeamID, p.KeyID, p.Topic, string(key))
 	default:
-		return nil, false, nil
+		return nil, fmt.Errorf("provider %s: no type %q", name, p.Type) // the config checked it
 	}
 	if err != nil {
-		return nil, true, err // it names the type and the provider
+		return nil, err // it names the type and the provider
 	}
-	return providers.WithRetries(sc, p.MaxRetries, p.Backoff), true, nil
+	return providers.WithRetries(sc, p.MaxRetries, p.Backoff), nil
 }
 
 // checkServices builds every service provider as a start would, without
 // sending: a key file that cannot be read or parsed is found by -check.
 func checkServices(cfg *config.Config) error {
 	for _, name := range slices.Sorted(maps.Keys(cfg.Providers)) {
-		if _, _, err := newService(name, cfg.Providers[name]); err != nil {
-			return err
+		if p := cfg.Providers[name]; p.Type != config.ProviderLog && p.Type != config.ProviderWebhook {
+			if _, err := newSender(name, p, io.Discard); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
 }
 
-// eventOptions are the config's events settings (package lifecycle) with
-// the worker's log, and metrics registered with reg: one set for the
-// process's Recorder and Dispatcher.
+// eventOptions are the config's events settings with the worker's log and
+// metrics, one set for the process's Recorder and Dispatcher.
 func eventOptions(cfg *config.Config, reg prometheus.Registerer, log *slog.Logger) lifecycle.Options {
 	o := cfg.EventOptions()
 	o.Log, o.Metrics = log, lifecycle.NewMetrics(reg)
 	return o
-}
-
-// runCallbacks POSTs the events of the tenants with a status callback (see
-// lifecycle.Dispatcher) until stop is called; with none, it runs nothing.
-func runCallbacks(ctx context.Context, rdb redis.UniversalClient, o lifecycle.Options) (stop func()) {
-	if len(o.Callbacks) == 0 {
-		return func() {}
-	}
-	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		lifecycle.NewDispatcher(rdb, o).Run(ctx)
-	}()
-	return func() { cancel(); <-done }
 }
