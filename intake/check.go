@@ -82,6 +82,10 @@ func (c Checker) Check(e Entry, now time.Time) (Job, error) {
 	if err != nil {
 		return Job{}, err
 	}
+	if at != nil {
+		moment := jobs.WholeSecond(*at) // as NewTask holds it: the job's events tell that moment
+		at = &moment
+	}
 	n.SendAt = at
 	id := jobs.TaskID(e.IdempotencyKey)
 	if c.KeyPerTenant && e.IdempotencyKey != "" {
