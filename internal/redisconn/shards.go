@@ -3,6 +3,7 @@ package redisconn
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -21,15 +22,13 @@ func Shards(ctx context.Context, r Config, rdb redis.UniversalClient) (int, erro
 	if r.Shards > 0 || !ok {
 		return max(r.Shards, 1), nil
 	}
-	ranges, err := cc.ClusterSlots(ctx).Result()
+	var masters atomic.Int32
+	err := cc.ForEachMaster(ctx, func(context.Context, *redis.Client) error {
+		masters.Add(1)
+		return nil
+	})
 	if err != nil {
 		return 0, fmt.Errorf("redis.shards: count the cluster's masters: %w", err)
 	}
-	masters := map[string]bool{}
-	for _, s := range ranges {
-		if len(s.Nodes) > 0 {
-			masters[s.Nodes[0].Addr] = true
-		}
-	}
-	return min(max(len(masters), 1), MaxShards), nil
+	return min(max(int(masters.Load()), 1), MaxShards), nil
 }

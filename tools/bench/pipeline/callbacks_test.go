@@ -278,12 +278,6 @@ func (d *durations) add(x time.Duration) {
 	d.mu.Unlock()
 }
 
-func (d *durations) reset() {
-	d.mu.Lock()
-	d.us = nil
-	d.mu.Unlock()
-}
-
 func (d *durations) values() []float64 {
 	d.mu.Lock()
 	defer d.mu.Unlock()
