@@ -65,11 +65,15 @@ func (d *Dashboard) holders(ctx context.Context, l *live, q lookup, p policyStat
 		}
 		rp.Rules = append(rp.Rules, v)
 	}
-	add := func(kind, name string, shadow bool, t throttle.Take) error {
-		v := ruleView{Kind: kind, Rule: name, Shadow: shadow}
-		dec, err := d.lim.Check(ctx, throttle.Request{ID: checkID, Takes: []throttle.Take{t}})
+	var err error // the first Check's that failed: add does nothing after it
+	add := func(kind, name string, shadow bool, t throttle.Take) {
 		if err != nil {
-			return err
+			return
+		}
+		v := ruleView{Kind: kind, Rule: name, Shadow: shadow}
+		var dec throttle.Decision
+		if dec, err = d.lim.Check(ctx, throttle.Request{ID: checkID, Takes: []throttle.Take{t}}); err != nil {
+			return
 		}
 		if !dec.Allowed() {
 			v.Holds, v.Until = true, shown(dec.At())
@@ -78,23 +82,18 @@ func (d *Dashboard) holders(ctx context.Context, l *live, q lookup, p policyStat
 			takes, index = append(takes, t), append(index, len(rp.Rules))
 		}
 		rp.Rules = append(rp.Rules, v)
-		return nil
 	}
 	for _, c := range cals {
-		if err := add("calendar", c.String(), shadow, throttle.Take{Rule: c.In(loc, now), Subject: q.id}); err != nil {
-			return err
-		}
+		add("calendar", c.String(), shadow, throttle.Take{Rule: c.In(loc, now), Subject: q.id})
 	}
 	if quiet != nil {
-		if err := add("quiet", quiet.String(), shadow, throttle.Take{Rule: quiet.In(loc, now), Subject: q.id}); err != nil {
-			return err
-		}
+		add("quiet", quiet.String(), shadow, throttle.Take{Rule: quiet.In(loc, now), Subject: q.id})
 	}
 	if b := l.buckets[q.provider]; b != nil {
-		name := fmt.Sprintf("provider %s (%s)", q.provider, b)
-		if err := add("provider", name, l.cfg.Providers[q.provider].Shadow, throttle.Take{Rule: b, Subject: q.provider}); err != nil {
-			return err
-		}
+		add("provider", fmt.Sprintf("provider %s (%s)", q.provider, b), l.cfg.Providers[q.provider].Shadow, throttle.Take{Rule: b, Subject: q.provider})
+	}
+	if err != nil {
+		return err
 	}
 	if p.DecidedBy == byBookings {
 		rp.Rules = append(rp.Rules, ruleView{Kind: "bookings", Rule: "the bookings made before it (they go in order)",

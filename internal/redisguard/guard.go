@@ -97,13 +97,6 @@ func (g *Guard) Connect(ctx context.Context, connect func(context.Context) (redi
 	}
 }
 
-// Down reports whether the last call through g found Redis unavailable.
-func (g *Guard) Down() bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.down
-}
-
 // Observer is a go-redis hook that hands the outcome of every command or
 // pipeline to the function. Dials pass through: the call that needed the
 // connection is judged, after go-redis's retries.
