@@ -98,10 +98,5 @@ func isDigit(r rune) bool { return r >= '0' && r <= '9' }
 
 // all reports whether every rune of s passes f.
 func all(s string, f func(rune) bool) bool {
-	for _, r := range s {
-		if !f(r) {
-			return false
-		}
-	}
-	return true
+	return !strings.ContainsFunc(s, func(r rune) bool { return !f(r) })
 }

@@ -4,7 +4,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
-	_ "embed"
+	"embed"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -23,20 +23,15 @@ import (
 	"github.com/notify-throttle/throttler/jobs"
 )
 
-var (
-	//go:embed claim.lua
-	claimLua    string
-	claimScript = redis.NewScript(claimLua)
-	//go:embed enqueue.lua
-	enqueueLua    string
-	enqueueScript = redis.NewScript(enqueueLua)
-	//go:embed batch.lua
-	batchLua    string
-	batchScript = redis.NewScript(batchLua)
-	//go:embed release.lua
-	releaseLua    string
-	releaseScript = redis.NewScript(releaseLua)
-)
+//go:embed *.lua
+var scripts embed.FS
+
+var claimScript, enqueueScript, batchScript, releaseScript = script("claim.lua"), script("enqueue.lua"), script("batch.lua"), script("release.lua")
+
+func script(name string) *redis.Script {
+	lua, _ := scripts.ReadFile(name) // embedded: it is there
+	return redis.NewScript(string(lua))
+}
 
 // errLeaseLost says another run took the fan-out over: this one stops.
 var errLeaseLost = errors.New("campaign: fan-out taken over by another worker")

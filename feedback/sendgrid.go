@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -116,10 +117,7 @@ func (ev sendgridEvent) report() (Report, bool) {
 // (on one of its lists, or "Invalid") rather than for the message ("Invalid
 // SMTPAPI header", "Spam Content", a quota).
 func deadAddress(reason string) bool {
-	for _, s := range []string{"Bounced Address", "Unsubscribed Address", "Spam Reporting Address"} {
-		if strings.Contains(reason, s) {
-			return true
-		}
-	}
-	return strings.TrimSpace(reason) == "Invalid"
+	lists := []string{"Bounced Address", "Unsubscribed Address", "Spam Reporting Address"}
+	return slices.ContainsFunc(lists, func(s string) bool { return strings.Contains(reason, s) }) ||
+		strings.TrimSpace(reason) == "Invalid"
 }

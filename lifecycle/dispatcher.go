@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -37,9 +38,7 @@ type Dispatcher struct {
 // NewDispatcher returns the dispatcher of o.Callbacks on rdb.
 func NewDispatcher(rdb redis.UniversalClient, o Options) *Dispatcher {
 	o = o.withDefaults()
-	if o.Consumer == "" {
-		o.Consumer = consumerName()
-	}
+	o.Consumer = cmp.Or(o.Consumer, consumerName())
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	transport.MaxIdleConnsPerHost = o.Parallel
 	return &Dispatcher{rdb: rdb, o: o, client: &http.Client{

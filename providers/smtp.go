@@ -65,10 +65,7 @@ func (p *SMTP) client() (*mail.Client, error) {
 		if p.TLSConfig != nil {
 			cfg = p.TLSConfig.Clone()
 		}
-		cfg.ServerName = cmp.Or(cfg.ServerName, p.Host)
-		if cfg.RootCAs == nil {
-			cfg.RootCAs = p.RootCAs
-		}
+		cfg.ServerName, cfg.RootCAs = cmp.Or(cfg.ServerName, p.Host), cmp.Or(cfg.RootCAs, p.RootCAs)
 		opts = append(opts, mail.WithTLSConfig(cfg))
 	}
 	if p.Username != "" {
