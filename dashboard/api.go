@@ -362,46 +362,37 @@ type lookup struct {
 	provider string         // "": none
 }
 
-// parseLookup reads a lookup of recipient id, checked as the worker checks
-// a payload's: ?tz= and ?provider= (default: defaults.provider).
-func (d *Dashboard) parseLookup(id string, q url.Values) (lookup, error) {
+// lookupRecipient looks recipient id, checked as the worker checks a
+// payload's, up as r's query says: ?tz=, ?provider= (default:
+// defaults.provider), ?offset=, ?limit=.
+func (d *Dashboard) lookupRecipient(ctx context.Context, r *http.Request, id string) (recipientView, error) {
 	if err := jobs.CheckRecipient(id); err != nil {
 		var fe *jobs.FieldError
 		if errors.As(err, &fe) {
 			err = fe
 		}
-		return lookup{}, badRequest{err.Error()}
+		return recipientView{}, badRequest{err.Error()}
 	}
-	lq := lookup{id: id, show: time.UTC, provider: q.Get("provider")}
-	if tz := q.Get("tz"); tz != "" {
+	query := r.URL.Query()
+	q := lookup{id: id, show: time.UTC, provider: query.Get("provider")}
+	if tz := query.Get("tz"); tz != "" {
 		loc, err := timefmt.LoadZone(tz)
 		if err != nil {
-			return lookup{}, badRequest{"tz: " + err.Error()}
+			return recipientView{}, badRequest{"tz: " + err.Error()}
 		}
-		lq.show, lq.tz = loc, loc
+		q.show, q.tz = loc, loc
 	}
 	cfg := d.current().cfg
-	if lq.provider == "" {
-		lq.provider = cfg.Defaults.Provider
-	} else if _, ok := cfg.Providers[lq.provider]; !ok {
-		return lookup{}, badRequest{fmt.Sprintf("provider: %q is not defined in the config", lq.provider)}
+	if q.provider == "" {
+		q.provider = cfg.Defaults.Provider
+	} else if _, ok := cfg.Providers[q.provider]; !ok {
+		return recipientView{}, badRequest{fmt.Sprintf("provider: %q is not defined in the config", q.provider)}
 	}
-	return lq, nil
-}
-
-// lookupRecipient looks recipient id up as r's query says (?tz=,
-// ?provider=, ?offset=, ?limit=).
-func (d *Dashboard) lookupRecipient(ctx context.Context, r *http.Request, id string) (recipientView, error) {
-	q := r.URL.Query()
-	lq, err := d.parseLookup(id, q)
+	offset, limit, err := paging(query)
 	if err != nil {
 		return recipientView{}, err
 	}
-	offset, limit, err := paging(q)
-	if err != nil {
-		return recipientView{}, err
-	}
-	return d.recipient(ctx, r, lq, offset, limit)
+	return d.recipient(ctx, r, q, offset, limit)
 }
 
 // serveJSON returns the handler that answers, as JSON, with what get
