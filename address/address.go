@@ -1,14 +1,9 @@
 // Package address checks that a recipient is an address its provider's
-// channel can deliver to, before it is enqueued (package intake: the API,
-// enqueue) and again before a worker sends it (jobs.Addresser): a number
-// that is not E.164 for twilio, an email address for smtp, ses and
-// sendgrid, a device token for fcm and apns. Sent as it is, a bad address
-// costs a vendor call, and the vendor's invalid-address answer suppresses
-// that string for good. log and webhook providers take any recipient.
-//
-// It is a package of its own rather than part of intake because the
-// worker checks too, and intake (asynq tasks, the config's names) is a
-// producer's package; this one is pure functions of two strings.
+// channel can deliver to (E.164 for twilio, an email address for smtp, ses
+// and sendgrid, a device token for fcm and apns), before it is enqueued
+// (package intake) and before a worker sends it (jobs.Addresser): sent as
+// it is, a bad address costs a vendor call, and the vendor's answer
+// suppresses that string for good.
 package address
 
 import (
@@ -103,10 +98,5 @@ func isDigit(r rune) bool { return r >= '0' && r <= '9' }
 
 // all reports whether every rune of s passes f.
 func all(s string, f func(rune) bool) bool {
-	for _, r := range s {
-		if !f(r) {
-			return false
-		}
-	}
-	return true
+	return !strings.ContainsFunc(s, func(r rune) bool { return !f(r) })
 }

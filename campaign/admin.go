@@ -11,8 +11,7 @@ import (
 	"github.com/notify-throttle/throttler/config"
 )
 
-// ErrUnknown is wrapped by the error about a campaign the config does not
-// define.
+// ErrUnknown is wrapped by the error about a campaign the config lacks.
 var ErrUnknown = errors.New("no such campaign")
 
 // ErrAlreadyFired is returned by Trigger when the tick's fan-out task
@@ -26,9 +25,7 @@ type Entry struct {
 	Timezone string // "" for UTC
 	Audience string // "file <path>" or "redis set <key>"
 	Queue    string
-	// Next holds the next ticks after the time List was given, in the
-	// campaign's time zone.
-	Next []time.Time
+	Next     []time.Time // the next ticks after List's from, in the campaign's zone
 }
 
 // List returns cfg's campaigns in config order, each with its next n ticks
@@ -54,11 +51,9 @@ func List(cfg *config.Config, from time.Time, n int) ([]Entry, error) {
 	return out, nil
 }
 
-// Trigger fires the campaign named name now: it enqueues the fan-out of the
-// tick at now (to the second) on client, as the schedule would, and returns
-// the tick. The send-by window counts from now. A tick that exists already
-// (the schedule fired that second, or a trigger did) is ErrAlreadyFired,
-// with the tick: the campaign is never sent twice for one second.
+// Trigger fires the campaign named name now, as its schedule would: it
+// enqueues the fan-out of the tick at now (to the second) and returns the
+// tick. A tick fired already that second is ErrAlreadyFired, with the tick.
 func Trigger(ctx context.Context, client *asynq.Client, cfg *config.Config, name string, now time.Time) (Tick, error) {
 	cs, _, err := campaignsOf(cfg)
 	if err != nil {

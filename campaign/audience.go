@@ -16,8 +16,8 @@ import (
 	"github.com/notify-throttle/throttler/jobs"
 )
 
-// lineBuffer bounds the memory one audience line may take: the rest of a
-// longer line is read and dropped, and the line counted as invalid.
+// lineBuffer bounds an audience line's memory: a longer one is skipped
+// and counted as invalid.
 const lineBuffer = 64 << 10
 
 // entry is one line of a file or member of a set.
@@ -29,10 +29,10 @@ type entry struct {
 }
 
 // reader streams an audience a batch at a time from a position, so that a
-// resumed fan-out starts where the last checkpoint says.
+// resumed fan-out starts at its checkpoint.
 type reader interface {
-	// next returns the next entries, about n, and the position after
-	// them; end reports that none are left after these.
+	// next returns about n entries and the position after them; end: none
+	// are left after these.
 	next(ctx context.Context, n int) (batch []entry, pos string, end bool, err error)
 	Close() error
 }
@@ -54,8 +54,8 @@ func openAudience(rdb redis.UniversalClient, a config.Audience, pos string, line
 	return openFile(a.File, pos, line)
 }
 
-// check returns why s is not a recipient, or "". Notification.Check has
-// the last word; this names the common cases for the summary.
+// check returns why s is not a recipient, or "": the common cases, before
+// jobs.NewTask's check has the last word.
 func check(s string) string {
 	switch {
 	case s == "":
@@ -73,8 +73,8 @@ func columns(s string) (recipient, tz string) {
 	return strings.TrimSpace(r), strings.TrimSpace(z)
 }
 
-// fileReader reads one recipient per line (and its zone: see columns); surrounding white space is
-// trimmed. Its position is a byte offset.
+// fileReader reads one entry per line (columns). Its position is a byte
+// offset.
 type fileReader struct {
 	f    *os.File
 	r    *bufio.Reader
@@ -143,10 +143,8 @@ func (fr *fileReader) readLine() (entry, int64, error) {
 
 func (fr *fileReader) Close() error { return fr.f.Close() }
 
-// setReader reads the members of a Redis set with SSCAN. Its position is
-// the cursor. SSCAN may return a member twice (when the set is resized
-// during the scan); the fan-out's seen set makes the second one "already
-// there".
+// setReader reads the members of a Redis set with SSCAN; its position is
+// the cursor. A member SSCAN returns twice is "already there".
 type setReader struct {
 	rdb    redis.UniversalClient
 	key    string

@@ -1,8 +1,7 @@
--- batch.lua: checkpoint one batch of a tick's fan-out, once enqueue.lua
--- has enqueued its notifications in their shards: after a crash the
--- progress says which recipients were enqueued, and a resumed fan-out
--- runs the batch after the checkpoint again, which enqueue.lua's seen sets
--- make harmless. So it neither skips nor repeats a recipient.
+-- batch.lua: checkpoint one batch of a tick's fan-out once enqueue.lua has
+-- enqueued it. A resumed fan-out runs the batch after the checkpoint again,
+-- which enqueue.lua's seen sets make harmless: no recipient is skipped or
+-- repeated.
 --
 -- KEYS[1] -> the tick's progress hash
 -- KEYS[2] -> the tick's lease

@@ -1,15 +1,8 @@
 -- enqueue.lua: enqueue a batch's notifications of one shard of the
--- campaign's queue (jobs.AsynqQueue), before batch.lua checkpoints the
--- batch. Run again for the same recipients (the run that enqueued them
--- died before its checkpoint, or lost its lease), it enqueues nothing:
--- the shard's seen set of the tick remembers every recipient enqueued.
---
--- Each notification is enqueued as asynq's Client.Enqueue does (item 3 of
--- the contract in internal/asynqdb, which pins the asynq version): unless
--- its task hash exists, HSET msg, state and pending_since, then LPUSH its
--- ID on the queue's pending list. A recipient already in the seen set, or
--- whose task exists, is "already there" (a duplicate line or SSCAN repeat,
--- a task enqueued otherwise, or this batch run before).
+-- campaign's queue, before batch.lua checkpoints the batch: each as asynq's
+-- Client.Enqueue does (item 3 of internal/asynqdb's contract). A recipient
+-- in the tick's seen set, or whose task exists, is "already there" (a
+-- repeated line, or this batch run again after a crash or a lost lease).
 --
 -- KEYS[1] -> the tick's seen set in this shard
 -- KEYS[2] -> asynq:{<shard>}:pending

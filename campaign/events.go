@@ -10,13 +10,9 @@ import (
 // recordWithin bounds the recording of a batch's accepted events.
 const recordWithin = 5 * time.Second
 
-// accepted records the accepted event of each notification ids that a
-// batch enqueued (enqueue.lua), in one round trip; one that was already
-// there (a line repeated, a fan-out resumed) has its event already.
-// Recorded after the batch: a worker that dies
-// between the two leaves those notifications without it (their other
-// events come), where one recorded before would name notifications never
-// enqueued. A failure is logged: the notifications are enqueued.
+// accepted records the accepted event of each notification a batch
+// enqueued, in one round trip: after the batch, not before, which would
+// name notifications never enqueued. A failure is logged.
 func (b *batchRun) accepted(ctx context.Context, ids []string) {
 	if len(ids) == 0 {
 		return

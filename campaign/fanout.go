@@ -4,7 +4,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
-	_ "embed"
+	"embed"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -23,54 +23,44 @@ import (
 	"github.com/notify-throttle/throttler/jobs"
 )
 
-var (
-	//go:embed claim.lua
-	claimLua    string
-	claimScript = redis.NewScript(claimLua)
-	//go:embed enqueue.lua
-	enqueueLua    string
-	enqueueScript = redis.NewScript(enqueueLua)
-	//go:embed batch.lua
-	batchLua    string
-	batchScript = redis.NewScript(batchLua)
-	//go:embed release.lua
-	releaseLua    string
-	releaseScript = redis.NewScript(releaseLua)
-)
+//go:embed *.lua
+var scripts embed.FS
+
+var claimScript, enqueueScript, batchScript, releaseScript = script("claim.lua"), script("enqueue.lua"), script("batch.lua"), script("release.lua")
+
+func script(name string) *redis.Script {
+	lua, _ := scripts.ReadFile(name) // embedded: it is there
+	return redis.NewScript(string(lua))
+}
 
 // errLeaseLost says another run took the fan-out over: this one stops.
 var errLeaseLost = errors.New("campaign: fan-out taken over by another worker")
 
-// logInvalid is how many invalid entries a fan-out run logs one by one;
-// the rest are only counted.
+// logInvalid is how many invalid entries a run logs; the rest are counted.
 const logInvalid = 10
 
 // Summary is what one tick's fan-out did, all runs together.
 type Summary struct {
 	Tick Tick
-	// Read counts the audience entries read, valid or not. A batch counts
-	// when it is enqueued, in the same script, so a crash never counts
-	// one twice.
-	Read int64
-	// Enqueued counts the notifications enqueued.
+	// Read counts the audience entries read, valid or not, as each batch
+	// is checkpointed: a crash never counts one twice.
+	Read     int64
 	Enqueued int64
 	// Existing counts recipients already there: repeated in the audience
-	// (or by SSCAN), or whose task ID exists already.
+	// (or by SSCAN), or whose task exists already.
 	Existing int64
-	// Invalid counts entries skipped: blank, too long, not UTF-8.
-	Invalid int64
-	// Done reports that the fan-out finished; Expired that it stopped
-	// because the send-by of its messages had passed.
+	Invalid  int64 // entries skipped: blank, too long, not UTF-8
+	// Done: the fan-out finished; Expired: it stopped because its
+	// messages' send-by had passed.
 	Done, Expired bool
 	// Holder is the lease of the run fanning it out now, which names its
-	// worker: "<host>/<pid>/<random>"; "" when none is (Progress only).
+	// worker ("<host>/<pid>/<random>"); "" when none does (Progress only).
 	Holder string
 }
 
-// ProcessTask fans out the tick in t's payload: it is the asynq.Handler of
-// TypeFanout. A tick another worker is fanning out, or has fanned out,
-// succeeds at once; a failure (Redis, the audience file) is retried, and
-// the retry resumes from the checkpoint.
+// ProcessTask fans out the tick in t's payload: the asynq.Handler of
+// TypeFanout. A tick another worker fans out, or fanned out, succeeds at
+// once; a failure is retried, from the checkpoint.
 func (r *Runner) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	tick, err := decodeTick(t.Payload())
 	if err != nil {
@@ -97,10 +87,9 @@ func (r *Runner) fanOut(ctx context.Context, c *campaign, tick Tick, mode string
 	defer cancel()
 	k := keysOf(r.prefix, c.Queue, tick)
 	sum := Summary{Tick: tick}
-	member := runningMember(tick)
 	token := newToken()
 	res, err := claimScript.Run(ctx, r.rdb, []string{k.progress, k.lease, k.running},
-		token, r.opts.Lease.Milliseconds(), member, tick.Unix, int64(c.keep()/time.Second), time.Now().Unix(), mode).StringSlice()
+		token, r.opts.Lease.Milliseconds(), runningMember(tick), tick.Unix, int64(c.keep()/time.Second), time.Now().Unix(), mode).StringSlice()
 	if err != nil {
 		return sum, fmt.Errorf("campaign: claim %s: %w", tick, err)
 	}
@@ -134,11 +123,7 @@ func (r *Runner) fanOut(ctx context.Context, c *campaign, tick Tick, mode string
 		}
 		return sum, err
 	}
-	var shards []any
-	for _, q := range r.shardsOf(c.Queue) {
-		shards = append(shards, q)
-	}
-	if err := r.rdb.SAdd(ctx, asynqdb.AllQueues, shards...).Err(); err != nil {
+	if err := r.rdb.SAdd(ctx, asynqdb.AllQueues, r.shardsOf(c.Queue)).Err(); err != nil {
 		return sum, fmt.Errorf("campaign: register queue %s: %w", c.Queue, err)
 	}
 	src, err := openAudience(r.rdb, c.Audience, run.pos, line)
@@ -146,22 +131,21 @@ func (r *Runner) fanOut(ctx context.Context, c *campaign, tick Tick, mode string
 		return sum, err
 	}
 	defer src.Close()
-	// One goroutine reads and encodes the next batch while Redis runs
-	// this one.
+	// One goroutine reads and encodes the next batch while Redis runs this one.
 	start := time.Now()
 	pctx, stop := context.WithCancel(ctx)
-	batches := make(chan prepared, 1)
+	batches := make(chan batch, 1)
 	go run.produce(pctx, src, batches)
 	defer func() {
 		stop()
 		for range batches { // until the producer is done with src
 		}
 	}()
-	for p := range batches {
-		if p.err != nil {
-			return sum, p.err
+	for a := range batches {
+		if a.err != nil {
+			return sum, a.err
 		}
-		if sum, err = run.exec(ctx, p); err != nil {
+		if sum, err = run.exec(ctx, a); err != nil {
 			return sum, err
 		}
 	}
@@ -190,74 +174,62 @@ type batchRun struct {
 	released bool
 }
 
-// prepared is a batch ready to send.
-type prepared struct {
-	args batchArgs
-	err  error // reading the batch failed
-}
-
-// batchArgs are batch.lua's ARGV, named: argv puts them in the order its
-// contract lists.
-type batchArgs struct {
-	token    string // this run's lease token
-	leaseMS  int64  // lease TTL
-	from, to string // positions before and after the batch
-	line     int64  // file lines read up to to
-	read     int    // audience entries in the batch, valid or not
-	invalid  int    // invalid entries in the batch
-	done     string // "1": the batch ends the fan-out; "expired": its send-by passed; else "0"
-	keepS    int64  // TTL of the progress hash and seen sets
-	now      time.Time
-	running  string           // the fan-out's member of the queue's running set
+// batch is a batch of the audience encoded: the ARGV of enqueue.lua and
+// batch.lua that are not the run's.
+type batch struct {
+	from, to string           // positions before and after it
+	line     int64            // file lines read up to to
+	read     int              // audience entries in it, valid or not
+	invalid  int              // invalid entries in it
+	done     string           // "1": it ends the fan-out; "expired": its send-by passed; else "0"
 	tasks    map[string][]any // by shard: recipient, task ID, task message (asynqdb.Message); repeated
+	err      error            // reading it failed
 }
 
 // produce reads the audience from the run's position and sends the
-// batches to out, prepared, until the audience ends, reading fails or ctx
-// ends; then it closes out.
-func (b *batchRun) produce(ctx context.Context, src reader, out chan<- prepared) {
+// batches to out until the audience ends, reading fails or ctx ends; then
+// it closes out.
+func (b *batchRun) produce(ctx context.Context, src reader, out chan<- batch) {
 	defer close(out)
 	from, line := b.pos, b.line
 	for {
-		batch, to, end, err := src.next(ctx, b.r.opts.Batch)
-		p := prepared{err: err}
+		entries, to, end, err := src.next(ctx, b.r.opts.Batch)
+		a := batch{err: err}
 		if err == nil {
 			done := "0"
 			if end {
 				done = "1"
 			}
-			p = b.prepare(batch, from, to, line, done)
+			a = b.prepare(entries, from, to, line, done)
 		}
 		select {
-		case out <- p:
+		case out <- a:
 		case <-ctx.Done():
 			return
 		}
 		if err != nil || end {
 			return
 		}
-		from, line = to, p.args.line
+		from, line = to, a.line
 	}
 }
 
-// send enqueues batch, which ends at position pos, and checkpoints.
-func (b *batchRun) send(ctx context.Context, batch []entry, pos string, done string) (Summary, error) {
-	return b.exec(ctx, b.prepare(batch, b.pos, pos, b.line, done))
+// send enqueues entries, which end at position pos, and checkpoints.
+func (b *batchRun) send(ctx context.Context, entries []entry, pos string, done string) (Summary, error) {
+	return b.exec(ctx, b.prepare(entries, b.pos, pos, b.line, done))
 }
 
-// prepare encodes batch, from position from to position to, line being
-// the file lines before it; invalid entries are counted and logged.
-func (b *batchRun) prepare(batch []entry, from, to string, line int64, done string) prepared {
+// prepare encodes entries, from position from to position to, line being
+// the file lines before them; invalid entries are counted and logged.
+func (b *batchRun) prepare(entries []entry, from, to string, line int64, done string) batch {
 	c, tick := b.c, b.tick
 	var sendBy *time.Time
 	if c.SendByWindow > 0 {
 		t := tick.Time().Add(c.SendByWindow)
 		sendBy = &t
 	}
-	a := batchArgs{token: b.token, leaseMS: b.r.opts.Lease.Milliseconds(), from: from, to: to,
-		read: len(batch), done: done, keepS: int64(c.keep() / time.Second),
-		running: runningMember(tick), tasks: map[string][]any{}}
-	for _, e := range batch {
+	a := batch{from: from, to: to, read: len(entries), done: done, tasks: map[string][]any{}}
+	for _, e := range entries {
 		line = max(line, e.line)
 		msg, why := b.message(e, sendBy)
 		if why != "" {
@@ -268,27 +240,26 @@ func (b *batchRun) prepare(batch []entry, from, to string, line int64, done stri
 		a.tasks[msg.Queue] = append(a.tasks[msg.Queue], e.recipient, msg.ID, msg.AppendTo(nil))
 	}
 	a.line = line
-	return prepared{args: a}
+	return a
 }
 
-// exec enqueues p in its shards (enqueue.lua) and checkpoints it
+// exec enqueues a in its shards (enqueue.lua) and checkpoints it
 // (batch.lua), and returns the fan-out's totals.
-func (b *batchRun) exec(ctx context.Context, p prepared) (Summary, error) {
-	k, tick, a := b.keys, b.tick, p.args
-	a.now = time.Now()
+func (b *batchRun) exec(ctx context.Context, a batch) (Summary, error) {
+	k, tick, now, keep := b.keys, b.tick, time.Now(), int64(b.c.keep()/time.Second)
 	var enqueued []string
 	existing := 0
 	for _, shard := range slices.Sorted(maps.Keys(a.tasks)) {
 		keys := []string{seenKey(b.r.prefix, shard, tick), asynqdb.PendingKey(shard)}
-		args := append([]any{asynqdb.TaskKeyPrefix(shard), a.now.UnixNano(), a.keepS}, a.tasks[shard]...)
+		args := append([]any{asynqdb.TaskKeyPrefix(shard), now.UnixNano(), keep}, a.tasks[shard]...)
 		ids, err := enqueueScript.Run(ctx, b.r.rdb, keys, args...).StringSlice()
 		if err != nil {
 			return Summary{Tick: tick}, fmt.Errorf("campaign: enqueue batch of %s in %s: %w", tick, shard, err)
 		}
 		enqueued, existing = append(enqueued, ids...), existing+len(a.tasks[shard])/3-len(ids)
 	}
-	res, err := batchScript.Run(ctx, b.r.rdb, []string{k.progress, k.lease, k.running}, a.token, a.leaseMS, a.from, a.to,
-		a.line, a.read, a.invalid, a.done, a.keepS, a.running, a.now.Unix(), len(enqueued), existing).Int64Slice()
+	res, err := batchScript.Run(ctx, b.r.rdb, []string{k.progress, k.lease, k.running}, b.token, b.r.opts.Lease.Milliseconds(),
+		a.from, a.to, a.line, a.read, a.invalid, a.done, keep, runningMember(tick), now.Unix(), len(enqueued), existing).Int64Slice()
 	switch {
 	case err != nil && (strings.HasPrefix(err.Error(), "LOST") || strings.HasPrefix(err.Error(), "MOVED")):
 		b.released = true
@@ -329,7 +300,7 @@ func (b *batchRun) message(e entry, sendBy *time.Time) (asynqdb.Message, string)
 	case err != nil:
 		return asynqdb.Message{}, err.Error()
 	}
-	// jobs.NewTask's options, as asynq's Client would store them.
+	// As asynq's Client would store jobs.NewTask's task.
 	return asynqdb.Message{Type: task.Type(), Payload: task.Payload(), ID: id, Queue: asynqdb.ShardOf(c.Queue, id, b.r.shards),
 		Retry: jobs.DefaultMaxRetry, Headers: task.Headers()}, ""
 }
@@ -351,9 +322,8 @@ func (b *batchRun) logInvalid(e entry, why string) {
 }
 
 // release gives the lease back when the run stops for a shutdown, so that
-// another worker resumes at once rather than when the lease expires. After
-// a failure the lease is left to expire: retrying at once would most
-// likely fail again (and the fan-out task's retry comes anyway).
+// another worker resumes at once. After a failure the lease is left to
+// expire: the fan-out task's retry comes anyway.
 func (b *batchRun) release(ctx context.Context) {
 	if b.released || ctx.Err() == nil {
 		return
@@ -365,9 +335,9 @@ func (b *batchRun) release(ctx context.Context) {
 	}
 }
 
-// Progress returns what tick's fan-out has done so far, as recorded in
-// Redis, and who runs it now; a zero Summary when it has not started or its
-// record expired (a day after the tick, or catch_up + 1h if longer).
+// Progress returns what tick's fan-out has done so far, and who runs it
+// now; a zero Summary when it has not started or its record expired
+// (a day after the tick, or catch_up + 1h if longer).
 func (r *Runner) Progress(ctx context.Context, tick Tick) (Summary, error) {
 	c := r.campaigns[tick.Campaign]
 	if c == nil {
@@ -385,9 +355,9 @@ func (r *Runner) Progress(ctx context.Context, tick Tick) (Summary, error) {
 	return s, nil
 }
 
-// readProgress queues on p the reads of tick's recorded progress and lease;
-// the function it returns gives them as a Summary once p has run, and
-// reports whether any progress was recorded.
+// readProgress queues on p the reads of tick's progress and lease; the
+// function it returns gives them once p has run, and reports whether any
+// progress was recorded.
 func readProgress(ctx context.Context, p redis.Pipeliner, k tickKeys, tick Tick) func() (Summary, bool) {
 	counts := p.HMGet(ctx, k.progress, "read", "enqueued", "existing", "invalid", "done", "expired")
 	holder := p.Get(ctx, k.lease)
@@ -420,8 +390,8 @@ func fields(kv []string) map[string]string {
 	return m
 }
 
-// newToken returns a lease token unique to one run that also says which
-// worker holds the lease: "<host>/<pid>/<random>".
+// newToken returns a lease token unique to one run that also names its
+// worker: "<host>/<pid>/<random>".
 func newToken() string {
 	b := make([]byte, 8)
 	_, _ = rand.Read(b) // crypto/rand.Read never fails
@@ -429,8 +399,7 @@ func newToken() string {
 	return fmt.Sprintf("%s/%d/%s", host, os.Getpid(), hex.EncodeToString(b))
 }
 
-// truncate cuts s to at most n bytes, at a rune, marking the cut: an
-// audience member in a log line stays valid UTF-8.
+// truncate cuts s to at most n bytes at a rune, marking the cut.
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s

@@ -9,12 +9,9 @@ import (
 )
 
 // Latest returns, for each campaign in config order, what the fan-out of
-// its last fired tick did (see Progress). The record of the last tick also
-// holds the moment a campaign was first scheduled and ticks skipped as too
-// old to catch up: a tick whose fan-out task and progress are both gone
-// (or never were) reports a zero Tick, as does a campaign never fired. It
-// costs two round trips and 1 + 3 commands per campaign, whatever the
-// audiences' size.
+// its last tick fired did (Progress): a zero Tick for a campaign never
+// fired, or whose last recorded tick never fanned out (the moment it was
+// first scheduled, a tick skipped) or is forgotten. Two round trips.
 func (r *Runner) Latest(ctx context.Context) ([]Summary, error) {
 	scores := make([]*redis.FloatCmd, len(r.names))
 	_, err := r.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {

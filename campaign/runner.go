@@ -1,12 +1,11 @@
-// Package campaign runs the campaigns of the config: at every tick of a
-// campaign's cron schedule, one notification per recipient of its audience,
-// enqueued exactly once across a fleet of workers, with no leader. Every
-// worker runs a Runner: a scheduler per campaign, the handler of the
-// fan-out tasks (ProcessTask), and a watch that resumes fan-outs whose
-// worker died. How exactly-once per tick works: docs/design.md#campaigns.
+// Package campaign runs the config's campaigns: at every tick of a
+// campaign's schedule, one notification per recipient of its audience,
+// enqueued exactly once across the fleet, with no leader. How:
+// docs/design.md#campaigns.
 package campaign
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -40,52 +39,43 @@ const fanoutRetries = 10
 
 // Options tune a Runner; the zero value means the defaults.
 type Options struct {
-	// Batch is how many audience entries one round trip enqueues.
-	// Default DefaultBatch.
-	Batch int
+	Batch int // audience entries enqueued per round trip
 	// Lease is how long a fan-out's worker may stay silent before another
-	// worker resumes the fan-out. Default DefaultLease.
+	// worker resumes the fan-out.
 	Lease time.Duration
-	// Watch is how often a worker looks for fan-outs to resume. Default
-	// DefaultWatch.
-	Watch time.Duration
-	// Log receives the schedule's and fan-outs' events. Default
-	// slog.Default().
-	Log *slog.Logger
-	// Events records each notification's accepted event (package
-	// lifecycle). Default: a recorder of the config's events settings.
+	Watch time.Duration // how often a worker looks for fan-outs to resume
+	Log   *slog.Logger  // default slog.Default()
+	// Events records each notification's accepted event; default a
+	// recorder of the config's events settings.
 	Events *lifecycle.Recorder
 }
 
 // Runner runs a config's campaigns in one worker process: Run fires their
-// ticks and resumes abandoned fan-outs; ProcessTask (an asynq.Handler for
-// TypeFanout) fans a tick out. Build it with New; its methods are safe for
-// concurrent use.
+// ticks and resumes abandoned fan-outs; ProcessTask (the asynq.Handler of
+// TypeFanout) fans a tick out. Safe for concurrent use.
 type Runner struct {
 	rdb       redis.UniversalClient
 	client    *asynq.Client
 	prefix    string
-	shards    int // of each queue: its campaigns' notifications go to them (jobs.AsynqQueue)
+	shards    int // of each queue, where its campaigns' notifications go (jobs.AsynqQueue)
 	campaigns map[string]*campaign
 	names     []string // in config order
 	opts      Options
 	log       *slog.Logger
 
-	resumes sync.Map // Tick: the takeovers running in this process
-	wg      sync.WaitGroup
-	stop    chan struct{} // closed when Run returns: fan-outs stop too
+	resumes sync.Map       // Tick: the takeovers running in this process
+	wg      sync.WaitGroup // the takeovers
+	stop    chan struct{}  // closed when Run returns: fan-outs stop too
 	stopped sync.Once
 }
 
-// campaign is a config.Campaign with its defaults applied and its schedule.
 type campaign struct {
 	config.Campaign
 	schedule cron.Schedule
 }
 
-// keep is how long a tick's fan-out task and progress are kept after the
-// tick: the ID must still conflict when a late worker or a catching-up one
-// fires the tick again, and a fan-out older than that is not resumed.
+// keep is how long a tick's fan-out task and progress are kept: the ID must
+// still conflict when a late or catching-up worker fires the tick again.
 func (c *campaign) keep() time.Duration { return max(24*time.Hour, c.CatchUp+time.Hour) }
 
 // New returns the Runner of cfg's campaigns on rdb, the Redis of the asynq
@@ -100,9 +90,7 @@ func New(cfg *config.Config, rdb redis.UniversalClient, opts Options) (*Runner, 
 	if opts.Watch <= 0 {
 		opts.Watch = DefaultWatch
 	}
-	if opts.Log == nil {
-		opts.Log = slog.Default()
-	}
+	opts.Log = cmp.Or(opts.Log, slog.Default())
 	if opts.Events == nil {
 		opts.Events = lifecycle.NewRecorder(rdb, cfg.EventOptions())
 	}
@@ -116,7 +104,8 @@ func New(cfg *config.Config, rdb redis.UniversalClient, opts Options) (*Runner, 
 	}, nil
 }
 
-// campaignsOf resolves cfg's campaigns: defaults applied, schedules parsed.
+// campaignsOf resolves cfg's campaigns (routes applied, schedules parsed),
+// and their names in config order.
 func campaignsOf(cfg *config.Config) (map[string]*campaign, []string, error) {
 	cs := map[string]*campaign{}
 	var names []string
@@ -126,8 +115,6 @@ func campaignsOf(cfg *config.Config) (map[string]*campaign, []string, error) {
 			return nil, nil, fmt.Errorf("campaign %s: schedule %q: %w", cp.Name, cp.Cron, err)
 		}
 		r := cp.Route(cfg)
-		// Queue holds the fan-out's task and keys its state; its
-		// notifications go to its shards (jobs.AsynqQueue).
 		cp.Policy, cp.Provider, cp.Queue = r.Policy, r.Provider, r.Queue
 		cs[cp.Name] = &campaign{Campaign: cp, schedule: s}
 		names = append(names, cp.Name)
@@ -135,13 +122,11 @@ func campaignsOf(cfg *config.Config) (map[string]*campaign, []string, error) {
 	return cs, names, nil
 }
 
-// Run fires the campaigns' ticks and resumes abandoned fan-outs until ctx
-// ends. It first catches up ticks missed while no worker ran. When ctx
-// ends, every fan-out of the Runner, ProcessTask's included, stops after
-// its current batch and hands its lease over at once, so that another
-// worker resumes it; Run returns when the fan-outs it resumed itself have
-// stopped (the asynq server's Shutdown waits for ProcessTask). Run it once
-// in every worker, and end it before shutting the asynq server down.
+// Run catches up missed ticks, then fires the campaigns' ticks and resumes
+// abandoned fan-outs until ctx ends. Then every fan-out of the Runner,
+// ProcessTask's included, stops after its batch and hands its lease over;
+// Run returns when the fan-outs it resumed have stopped. Run it once in
+// every worker, and end it before shutting the asynq server down.
 func (r *Runner) Run(ctx context.Context) error {
 	defer r.stopped.Do(func() { close(r.stop) })
 	go func() {
@@ -160,8 +145,8 @@ func (r *Runner) Run(ctx context.Context) error {
 	return nil
 }
 
-// shardsOf returns the shards of queue, the asynq queues that hold the
-// notifications of its campaigns.
+// shardsOf returns the asynq queues that hold the notifications of queue's
+// campaigns.
 func (r *Runner) shardsOf(queue string) []string {
 	shards := make([]string, r.shards)
 	for i := range shards {
@@ -170,8 +155,7 @@ func (r *Runner) shardsOf(queue string) []string {
 	return shards
 }
 
-// forget deletes keys no longer needed, which expire anyway: a failure is
-// only logged.
+// forget deletes keys that expire anyway: a failure is only logged.
 func (r *Runner) forget(ctx context.Context, keys []string) {
 	for _, k := range keys {
 		if err := r.rdb.Del(ctx, k).Err(); err != nil {
@@ -181,7 +165,6 @@ func (r *Runner) forget(ctx context.Context, keys []string) {
 	}
 }
 
-// queues returns the queues the campaigns enqueue on.
 func (r *Runner) queues() []string {
 	var qs []string
 	for _, c := range r.campaigns {

@@ -18,11 +18,10 @@ const late = 5 * time.Second
 // maxCounted bounds the missed ticks counted for a log line.
 const maxCounted = 10000
 
-// schedule fires c's ticks until ctx ends. Every worker runs it: the tick's
-// task ID makes one fan-out of the fleet's many fires. The schedule is
-// robfig/cron's parser and Schedule.Next, with a timer per tick, rather
-// than cron.Cron, which neither tells a job which tick it runs for nor
-// catches up.
+// schedule fires c's ticks until ctx ends; every worker does, and the
+// tick's task ID makes one fan-out of the fleet's fires. A timer per
+// Schedule.Next rather than cron.Cron, which neither tells a job its tick
+// nor catches up.
 func (r *Runner) schedule(ctx context.Context, c *campaign) {
 	last := time.Now()
 	r.catchUp(ctx, c, last)
@@ -50,9 +49,8 @@ func (r *Runner) schedule(ctx context.Context, c *campaign) {
 	}
 }
 
-// fire enqueues tick's fan-out task, retrying for as long as the tick is
-// within its campaign's catch-up, or a minute, and records the tick as
-// fired.
+// fire enqueues tick's fan-out task, retrying while the tick is within its
+// campaign's catch-up (or a minute), and records the tick as fired.
 func (r *Runner) fire(ctx context.Context, c *campaign, tick Tick) bool {
 	deadline := tick.Time().Add(max(c.CatchUp, time.Minute))
 	for wait := 250 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
@@ -61,8 +59,7 @@ func (r *Runner) fire(ctx context.Context, c *campaign, tick Tick) bool {
 			if first {
 				r.log.Info("campaign tick fired", "campaign", c.Name, "tick", tick.Time(), "task", tick.TaskID())
 			}
-			// Recorded even when the Runner stops just after the enqueue:
-			// the tick has fired.
+			// Recorded even if the Runner stops now: the tick has fired.
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			err := r.rdb.ZAddGT(rctx, firedKey(r.prefix), redis.Z{Score: float64(tick.Unix), Member: c.Name}).Err()
 			cancel()
@@ -84,8 +81,7 @@ func (r *Runner) fire(ctx context.Context, c *campaign, tick Tick) bool {
 }
 
 // enqueueTick enqueues tick's fan-out task and reports whether this call
-// did, false when the task was there already (another worker fired the
-// tick).
+// did: false when another worker fired the tick already.
 func enqueueTick(ctx context.Context, client *asynq.Client, c *campaign, tick Tick) (bool, error) {
 	task := asynq.NewTask(TypeFanout, tick.payload(),
 		asynq.TaskID(tick.TaskID()), asynq.Queue(c.Queue), asynq.Retention(c.keep()),
@@ -97,16 +93,14 @@ func enqueueTick(ctx context.Context, client *asynq.Client, c *campaign, tick Ti
 	return err == nil, err
 }
 
-// catchUp fires the latest tick of c missed up to now, if it is within
-// c.CatchUp, and logs the missed ticks it skips. The last tick fired (or
-// skipped) is recorded per campaign; with no record, c is new and nothing
-// before now was missed.
+// catchUp fires c's latest tick missed up to now if it is within
+// c.CatchUp, and logs those it skips. With no record of a last tick fired,
+// c is new and nothing was missed.
 func (r *Runner) catchUp(ctx context.Context, c *campaign, now time.Time) {
 	key := firedKey(r.prefix)
 	score, err := r.rdb.ZScore(ctx, key, c.Name).Result()
 	if errors.Is(err, redis.Nil) {
-		// New: a worker starting now too may have written the record
-		// first, which is as good.
+		// Another worker starting now may write it first: as good.
 		err = r.rdb.ZAddNX(ctx, key, redis.Z{Score: float64(now.Unix()), Member: c.Name}).Err()
 		if err == nil {
 			r.log.Info("campaign scheduled for the first time", "campaign", c.Name, "next", c.schedule.Next(now))
@@ -141,9 +135,9 @@ func (r *Runner) catchUp(ctx context.Context, c *campaign, now time.Time) {
 	r.fire(ctx, c, NewTick(c.Name, latest))
 }
 
-// latestTick returns the last tick of s in (since, now], or the zero time.
-// It looks back over windows that double, so a long outage costs a few
-// Next calls, not one per tick missed.
+// latestTick returns the last tick of s in (since, now], or the zero time,
+// looking back over windows that double: a long outage costs a few Next
+// calls, not one per tick missed.
 func latestTick(s cron.Schedule, since, now time.Time) time.Time {
 	for back := time.Second; ; back *= 2 {
 		from := now.Add(-back)
@@ -169,9 +163,8 @@ func countTicks(s cron.Schedule, since, until time.Time) int {
 	return n
 }
 
-// watch resumes, every opts.Watch, the fan-outs of the running sets whose
-// lease has expired: their worker died or gave up. A claim decides which
-// worker resumes one.
+// watch resumes, every opts.Watch, the fan-outs whose lease expired (their
+// worker died or gave up); a claim decides which worker resumes one.
 func (r *Runner) watch(ctx context.Context) {
 	t := time.NewTicker(r.opts.Watch)
 	defer t.Stop()

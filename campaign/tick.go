@@ -10,9 +10,8 @@ import (
 	"github.com/notify-throttle/throttler/jobs"
 )
 
-// Tick is one firing of a campaign: the moment its schedule named, in whole
-// seconds. Every worker computes the same ticks from the schedule, so a
-// tick's task ID is the same on every worker whatever its clock says.
+// Tick is one firing of a campaign at the moment its schedule named, in
+// whole seconds: the same on every worker, whatever its clock.
 type Tick struct {
 	Campaign string `json:"campaign"`
 	Unix     int64  `json:"tick"`
@@ -27,15 +26,13 @@ func (t Tick) Time() time.Time { return time.Unix(t.Unix, 0).UTC() }
 // String returns "<campaign>@<RFC 3339 UTC>", e.g. "digest@2024-06-03T09:00:00Z".
 func (t Tick) String() string { return t.Campaign + "@" + t.Time().Format(time.RFC3339) }
 
-// TaskID returns the ID of the tick's fan-out task: "campaign:<name>:<unix>".
-// While the task exists (for a finished one, for its retention), enqueueing
-// the tick again is a conflict, which is how every worker may fire it and
-// only one fan-out runs.
+// TaskID returns the ID of the tick's fan-out task,
+// "campaign:<name>:<unix>": while it exists, firing the tick again is a
+// conflict.
 func (t Tick) TaskID() string { return "campaign:" + t.Campaign + ":" + strconv.FormatInt(t.Unix, 10) }
 
 // NotificationID returns the task ID of the tick's notification to
-// recipient, derived from the three (see jobs.TaskID), so that the same
-// recipient is one task however often it is met.
+// recipient: the same however often it is met.
 func (t Tick) NotificationID(recipient string) string {
 	return jobs.TaskID(t.TaskID() + ":" + recipient)
 }
@@ -45,7 +42,6 @@ func (t Tick) payload() []byte {
 	return b
 }
 
-// errBadTick is wrapped by the error about a fan-out payload that is not a tick.
 var errBadTick = errors.New("campaign: bad fan-out payload")
 
 func decodeTick(payload []byte) (Tick, error) {

@@ -27,14 +27,13 @@ const (
 	bookingsShown = 10
 )
 
-// page is one page of a list: its items, where it starts, how many there
-// are in all and the URL of the next page (empty on the last).
+// page is one page of a list.
 type page[T any] struct {
 	Items  []T    `json:"items"`
 	Offset int    `json:"offset"`
 	Limit  int    `json:"limit"`
 	Total  int64  `json:"total"`
-	Next   string `json:"next,omitempty"`
+	Next   string `json:"next,omitempty"` // the next page's URL; "" on the last
 }
 
 func newPage[T any](items []T, r *http.Request, offset, limit int, total int64) page[T] {
@@ -55,20 +54,18 @@ func newPage[T any](items []T, r *http.Request, offset, limit int, total int64) 
 
 // providerView is a provider's bucket as /throttle/api/providers shows it.
 type providerView struct {
-	Name  string  `json:"name"`
-	Type  string  `json:"type"`
-	Rate  float64 `json:"rate"`
-	Burst int     `json:"burst"`
-	// PriorityReserve is the burst kept for priority queues' jobs.
-	PriorityReserve int `json:"priority_reserve"`
-	// Shadow: the bucket is not taken; what it would do is only logged.
-	Shadow      bool          `json:"shadow"`
-	Tokens      float64       `json:"tokens"`
-	BookedAhead float64       `json:"booked_ahead_seconds"`
-	Bookings    int64         `json:"bookings_held"`
-	Booked      []bookingView `json:"bookings"`
-	Paused      bool          `json:"paused"`
-	PausedUntil *time.Time    `json:"paused_until"`
+	Name            string        `json:"name"`
+	Type            string        `json:"type"`
+	Rate            float64       `json:"rate"`
+	Burst           int           `json:"burst"`
+	PriorityReserve int           `json:"priority_reserve"` // the burst kept for priority queues' jobs
+	Shadow          bool          `json:"shadow"`
+	Tokens          float64       `json:"tokens"`
+	BookedAhead     float64       `json:"booked_ahead_seconds"`
+	Bookings        int64         `json:"bookings_held"`
+	Booked          []bookingView `json:"bookings"`
+	Paused          bool          `json:"paused"`
+	PausedUntil     *time.Time    `json:"paused_until"`
 	// SendsPerSecond is the take rate in each bin of the last minutes,
 	// oldest first, the last ending now.
 	SendsPerSecond []float64 `json:"sends_per_second"`
@@ -116,19 +113,17 @@ func (d *Dashboard) providers(ctx context.Context, r *http.Request, offset, limi
 type policyView struct {
 	Name    string       `json:"name"`
 	Windows []windowView `json:"windows"`
-	// Calendar are its calendar windows ("1 per day") and Quiet its quiet
-	// hours, in Timezone unless a notification names its recipient's.
-	Calendar []string `json:"calendar"`
-	Quiet    []string `json:"quiet"`
-	Timezone string   `json:"timezone"`
-	// OverCap is what happens to a message over the policy's windows:
-	// defer, drop or digest; MaxDelay, with defer, how long at most.
+	// Calendar ("1 per day") and Quiet are in Timezone unless a
+	// notification names its recipient's.
+	Calendar     []string `json:"calendar"`
+	Quiet        []string `json:"quiet"`
+	Timezone     string   `json:"timezone"`
 	OverCap      string   `json:"over_cap"`
 	MaxDelay     string   `json:"max_delay"`
 	CountsToward []string `json:"counts_toward"`
 	Shadow       bool     `json:"shadow"`
-	// Deferred counts this worker's deferrals by the policy since it
-	// started (the throttler_deferred_total metric); null without metrics.
+	// Deferred is this worker's throttler_deferred_total for the policy;
+	// null without metrics.
 	Deferred *float64 `json:"deferred_by_this_worker"`
 }
 
@@ -212,23 +207,18 @@ type recipientView struct {
 type recipientPolicy struct {
 	Policy  string            `json:"policy"`
 	Windows []recipientWindow `json:"windows"`
-	// Next is the earliest moment a message may go under the policy.
-	Next time.Time `json:"next"`
-	// NextIn is how long until then, in seconds; 0 when it may go now.
-	NextIn float64 `json:"next_in_seconds"`
-	// DecidedBy names the rule that sets Next ("1 per 24h", "quiet
-	// 21:00-08:00", "provider sms (2/s burst 1)"), or says the recipient's
-	// earlier bookings do; "" when nothing holds a message back.
+	Next    time.Time         `json:"next"`            // the earliest moment a message may go
+	NextIn  float64           `json:"next_in_seconds"` // 0: now
+	// DecidedBy names the rule that sets Next ("quiet 21:00-08:00"), or
+	// the recipient's earlier bookings; "" when nothing holds a message.
 	DecidedBy string `json:"decided_by"`
-	// Zone is the recipient's time zone the calendar windows and quiet
-	// hours are placed in: the lookup's tz, else the policy's timezone.
-	Zone string `json:"zone"`
-	// Provider is the provider whose bucket is among Rules: the lookup's,
-	// else defaults.provider ("" when neither names one).
-	Provider string `json:"provider"`
-	// Rules are every rule that can hold a message of the recipient under
-	// the policy, each with when it next lets one go; HeldBy is the one
-	// that holds it now (null when none does), as Next and DecidedBy say.
+	// Zone is where calendar windows and quiet hours are placed: the
+	// lookup's tz, else the policy's timezone.
+	Zone     string `json:"zone"`
+	Provider string `json:"provider"` // whose bucket is among Rules: the lookup's, else defaults.provider
+	// Rules are every rule that can hold the recipient's message under the
+	// policy, each with when it next lets one go; HeldBy the one that holds
+	// it now (null when none does).
 	Rules   []ruleView      `json:"rules"`
 	HeldBy  *ruleView       `json:"held_by"`
 	Entries page[entryView] `json:"entries"`
@@ -236,22 +226,16 @@ type recipientPolicy struct {
 
 type recipientWindow struct {
 	windowView
-	// Used counts the entries in the window up to now; Booked those booked
-	// ahead, which the window counts too.
-	Used   int64 `json:"used"`
-	Booked int64 `json:"booked"`
-	// Frees is when the window next has a place; null when it has one now.
-	Frees *time.Time `json:"frees"`
+	Used   int64      `json:"used"`   // entries in the window up to now
+	Booked int64      `json:"booked"` // entries booked ahead, which the window counts too
+	Frees  *time.Time `json:"frees"`  // when it next has a place; null when it has one now
 }
 
 type entryView struct {
-	Task string    `json:"task"`
-	At   time.Time `json:"at"`
-	// Booked says At is ahead of now: the task booked it and waits.
-	Booked bool `json:"booked"`
-	// Frees says when the entry leaves each window, as the policy's
-	// windows; null for a window it is no longer in.
-	Frees []*time.Time `json:"frees"`
+	Task   string       `json:"task"`
+	At     time.Time    `json:"at"`
+	Booked bool         `json:"booked"` // At is ahead of now: the task waits for it
+	Frees  []*time.Time `json:"frees"`  // when it leaves each window; null for one it left
 }
 
 func (d *Dashboard) recipient(ctx context.Context, r *http.Request, q lookup, offset, limit int) (recipientView, error) {
@@ -270,7 +254,7 @@ func (d *Dashboard) recipient(ctx context.Context, r *http.Request, q lookup, of
 	v := recipientView{Recipient: id, Zone: loc.String(), Now: st.Now.In(loc), Bookings: st.Bookings.Held,
 		Ahead: float64(st.Bookings.Ahead) / 1e6, Booked: bookingViews(st.Bookings.Tasks, loc), Policies: []recipientPolicy{}}
 	for _, p := range st.Policies {
-		rp := recipientPolicy{Policy: p.Name} // holders says what holds it, and until when
+		rp := recipientPolicy{Policy: p.Name}
 		wv := windowViews(p.Windows)
 		for i := range wv {
 			rp.Windows = append(rp.Windows, recipientWindow{windowView: wv[i], Used: p.Used[i], Booked: p.Ahead, Frees: at(p.Frees[i])})
@@ -298,9 +282,7 @@ type campaignView struct {
 	Cron     string     `json:"cron"`
 	Timezone string     `json:"timezone"`
 	NextTick *time.Time `json:"next_tick"`
-	// LastTick is the last tick any worker fired, null if none; its
-	// fan-out's counts follow.
-	LastTick *time.Time `json:"last_tick"`
+	LastTick *time.Time `json:"last_tick"` // fired by any worker; null if none. Its fan-out's counts follow.
 	Read     int64      `json:"fanout_read"`
 	Enqueued int64      `json:"fanout_enqueued"`
 	Existing int64      `json:"fanout_existing"`
@@ -344,7 +326,6 @@ type badRequest struct{ msg string }
 
 func (e badRequest) Error() string { return e.msg }
 
-// paging reads offset and limit.
 func paging(q url.Values) (offset, limit int, err error) {
 	offset, limit = 0, defaultLimit
 	if s := q.Get("offset"); s != "" {
@@ -360,39 +341,11 @@ func paging(q url.Values) (offset, limit int, err error) {
 	return offset, limit, nil
 }
 
-// zone reads tz, an IANA time zone for a recipient's times; UTC when absent.
-func zone(q url.Values) (*time.Location, error) {
-	s := q.Get("tz")
-	if s == "" {
-		return time.UTC, nil
-	}
-	loc, err := time.LoadLocation(s)
-	if err != nil || s == "Local" {
-		return nil, badRequest{fmt.Sprintf("tz: not an IANA time zone such as Europe/Paris (got %q)", s)}
-	}
-	return loc, nil
-}
-
-// checkRecipient says what is wrong with a recipient id, as the worker's
-// payload check does (jobs.CheckRecipient): missing, too long, not UTF-8,
-// a control character.
-func checkRecipient(id string) error {
-	var fe *jobs.FieldError
-	if err := jobs.CheckRecipient(id); errors.As(err, &fe) {
-		return badRequest{fe.Error()}
-	} else if err != nil {
-		return badRequest{err.Error()}
-	}
-	return nil
-}
-
-// endpoint is one entry of /throttle/api/.
 type endpoint struct {
 	Path  string `json:"path"`
 	About string `json:"about"`
 }
 
-// endpoints are the API's, as /throttle/api/ lists them.
 var endpoints = []endpoint{
 	{"/throttle/api/providers", "each provider's bucket: rate, burst, tokens now, bookings, pause, sends per second (?offset=, ?limit=)"},
 	{"/throttle/api/policies", "each policy as the running config has it: windows, calendar, quiet hours, over_cap, max_delay, this worker's deferrals"},
@@ -400,24 +353,50 @@ var endpoints = []endpoint{
 	{"/throttle/api/campaigns", "each campaign's schedule, next tick and last fan-out"},
 }
 
-// lookupRecipient looks recipient id up as r's query says (?tz=,
-// ?provider=, ?offset=, ?limit=).
-func (d *Dashboard) lookupRecipient(ctx context.Context, r *http.Request, id string) (recipientView, error) {
-	q := r.URL.Query()
-	lq, err := d.parseLookup(id, q)
-	if err != nil {
-		return recipientView{}, err
-	}
-	offset, limit, err := paging(q)
-	if err != nil {
-		return recipientView{}, err
-	}
-	return d.recipient(ctx, r, lq, offset, limit)
+// lookup is a recipient lookup: who, the zone its times are shown in, the
+// zone its rules are placed in when it names one (tz), and the provider.
+type lookup struct {
+	id       string
+	show     *time.Location // tz, else UTC
+	tz       *time.Location // nil: each policy's timezone
+	provider string         // "": none
 }
 
-// serveJSON returns the handler that answers with what get returns for the
-// page the query asks for, as JSON: 400 for a bad request, 503 when Redis
-// fails.
+// lookupRecipient looks recipient id, checked as the worker checks a
+// payload's, up as r's query says: ?tz=, ?provider= (default:
+// defaults.provider), ?offset=, ?limit=.
+func (d *Dashboard) lookupRecipient(ctx context.Context, r *http.Request, id string) (recipientView, error) {
+	if err := jobs.CheckRecipient(id); err != nil {
+		var fe *jobs.FieldError
+		if errors.As(err, &fe) {
+			err = fe
+		}
+		return recipientView{}, badRequest{err.Error()}
+	}
+	query := r.URL.Query()
+	q := lookup{id: id, show: time.UTC, provider: query.Get("provider")}
+	if tz := query.Get("tz"); tz != "" {
+		loc, err := timefmt.LoadZone(tz)
+		if err != nil {
+			return recipientView{}, badRequest{"tz: " + err.Error()}
+		}
+		q.show, q.tz = loc, loc
+	}
+	cfg := d.current().cfg
+	if q.provider == "" {
+		q.provider = cfg.Defaults.Provider
+	} else if _, ok := cfg.Providers[q.provider]; !ok {
+		return recipientView{}, badRequest{fmt.Sprintf("provider: %q is not defined in the config", q.provider)}
+	}
+	offset, limit, err := paging(query)
+	if err != nil {
+		return recipientView{}, err
+	}
+	return d.recipient(ctx, r, q, offset, limit)
+}
+
+// serveJSON returns the handler that answers, as JSON, with what get
+// returns for the page the query asks for.
 func serveJSON[T any](get func(ctx context.Context, r *http.Request, offset, limit int) (T, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)

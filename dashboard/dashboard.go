@@ -1,12 +1,7 @@
 // Package dashboard serves what an operator of the worker looks at: the
-// throttle view at /throttle (providers, policies, a recipient's windows,
-// campaigns), the same data as JSON under /throttle/api/, and asynq's own
-// dashboard (asynqmon) at /monitoring/. Both sit behind one access check
-// (basic auth, a bearer token, or none on a loopback address).
-//
-// Every page and API call reads a bounded number of Redis commands, however
-// many recipients and keys exist (state.go), and every list is paginated
-// with offset and limit.
+// throttle view at /throttle, its data as JSON under /throttle/api/, and
+// asynq's dashboard (asynqmon) at /monitoring/, behind one access check.
+// What each shows and how it reads Redis: docs/design.md#the-dashboard.
 package dashboard
 
 import (
@@ -29,44 +24,32 @@ import (
 
 // Options configure a dashboard.
 type Options struct {
-	// Redis is the worker's client: asynq's queues and the throttle state.
-	Redis redis.UniversalClient
-	// Config gives the policies, providers, campaigns, key prefix and the
-	// dashboard's settings (worker.dashboard).
+	Redis redis.UniversalClient // the worker's client
+	// Config gives the campaigns, the key prefix and the dashboard's
+	// settings, which a reload does not change, and the policies and
+	// providers unless Current is set.
 	Config *config.Config
-	// Current, if set, returns the config in effect, read at every request:
-	// a reload (SIGHUP) replaces the policies and providers, and the views
-	// show the new ones at once. Nil: Config, always. Config still gives
-	// the campaigns, the key prefix and the dashboard's own settings, which
-	// a reload does not change.
+	// Current returns the config in effect at every request, so that the
+	// views show a reload's policies and providers at once.
 	Current func() *config.Config
-	// Secret is the password (basic auth) or token (bearer) the config's
-	// dashboard.auth asks for; "" when it asks for none.
-	Secret string
-	// Campaigns reports the campaigns' last fan-outs; nil shows none.
-	Campaigns Campaigns
-	// Metrics is the worker's registry, for its deferral counts; nil
-	// shows none.
-	Metrics prometheus.Gatherer
-	// Suppressions says whether a recipient is suppressed; nil shows no
-	// suppression among the rules that hold a recipient.
-	Suppressions Suppressions
+	// Secret is the password (basic) or token (bearer) dashboard.auth
+	// asks for.
+	Secret       string
+	Campaigns    Campaigns           // nil shows no last fan-outs
+	Metrics      prometheus.Gatherer // the worker's registry, for its deferrals; nil shows none
+	Suppressions Suppressions        // nil shows no suppressions
 }
 
-// Suppressions is what the dashboard asks of a suppression list (a
-// recipient who unsubscribed or bounced gets nothing): whether recipient
-// is suppressed now, why, and until when. A suppression, where one exists,
-// is shown first among the rules that hold the recipient's messages.
+// Suppressions tells whether recipient is suppressed now, why, and until
+// when: shown first among the rules that hold the recipient's messages.
 type Suppressions interface {
 	Suppressed(ctx context.Context, recipient string) (Suppression, bool, error)
 }
 
 // Suppression is one recipient's suppression.
 type Suppression struct {
-	// Reason says why ("unsubscribed", "hard bounce").
-	Reason string
-	// Until is when it ends; zero: until it is lifted.
-	Until time.Time
+	Reason string    // "unsubscribed", "hard bounce"
+	Until  time.Time // zero: until it is lifted
 }
 
 // Campaigns reports each campaign's last fan-out (campaign.Runner does).
@@ -78,28 +61,26 @@ type Campaigns interface {
 // /monitoring/.
 type Dashboard struct {
 	opts Options
-	lim  *throttle.Limiter // asks the rules what holds a recipient (Check writes nothing)
+	lim  *throttle.Limiter // asks the rules what holds a recipient: Check writes nothing
 	mux  *http.ServeMux
 	live atomic.Pointer[live]
 }
 
-// live is what the views read of the config in effect (Options.Current):
-// made again when a reload replaces it.
+// live is what the views read of the config in effect, made again when a
+// reload replaces it.
 type live struct {
-	cfg       *config.Config
-	rdb       redis.UniversalClient
-	policies  []string // by name
-	providers []string // by name
-	quotas    map[string]*throttle.Quota
-	buckets   map[string]*throttle.Bucket
+	cfg                 *config.Config
+	rdb                 redis.UniversalClient
+	policies, providers []string // sorted
+	quotas              map[string]*throttle.Quota
+	buckets             map[string]*throttle.Bucket
 }
 
 // New returns the dashboard of opts.
 func New(opts Options) *Dashboard {
 	cfg := opts.Config
 	d := &Dashboard{opts: opts, mux: http.NewServeMux()}
-	// The prefix is valid (the config checked it) and the remembered takes
-	// are only read by Check: neither can fail here.
+	// A loaded config's prefix is valid, and Check only reads the takes.
 	d.lim, _ = throttle.New(opts.Redis, throttle.Options{Prefix: cfg.Redis.Prefix, Remember: cfg.Worker.RememberTakes})
 	d.mux.HandleFunc("GET /throttle", d.page)
 	d.mux.HandleFunc("GET /throttle/{$}", d.page)
@@ -119,7 +100,6 @@ func New(opts Options) *Dashboard {
 	return d
 }
 
-// current returns the views' state of the config in effect.
 func (d *Dashboard) current() *live {
 	cfg := d.opts.Config
 	if d.opts.Current != nil {
@@ -155,8 +135,8 @@ func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	d.mux.ServeHTTP(w, r)
 }
 
-// allowed reports whether r carries the credentials the config asks for.
-// Both sides are compared in constant time.
+// allowed reports whether r carries the credentials the config asks for,
+// compared in constant time.
 func (d *Dashboard) allowed(r *http.Request) bool {
 	db := d.opts.Config.Worker.Dashboard
 	same := func(a, b string) bool { return subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1 }

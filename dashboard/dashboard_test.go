@@ -155,7 +155,7 @@ func TestBadRequests(t *testing.T) {
 		{"/throttle/api/recipients/alice?offset=-1", `offset: must be a whole number >= 0 (got "-1")`},
 		{"/throttle/api/providers?limit=0", `limit: must be a whole number from 1 to 500 (got "0")`},
 		{"/throttle/api/policies?limit=lots", `limit: must be a whole number from 1 to 500 (got "lots")`},
-		{"/throttle/api/recipients/alice?tz=Mars/Olympus", `tz: not an IANA time zone such as Europe/Paris (got "Mars/Olympus")`},
+		{"/throttle/api/recipients/alice?tz=Mars/Olympus", `tz: unknown time zone "Mars/Olympus" (an IANA zone such as Europe/Paris)`},
 	}
 	for _, tt := range tests {
 		code, body := e.get(t, tt.path)

@@ -4,72 +4,36 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"net/url"
 	"time"
 
 	"github.com/notify-throttle/throttler/config"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
-// lookup is a recipient lookup: who, the zone its times are shown in, the
-// zone its rules are placed in when it names one (tz), and the provider.
-type lookup struct {
-	id       string
-	show     *time.Location // the times shown: tz, else UTC
-	tz       *time.Location // nil: each policy's timezone
-	provider string         // "": none
-}
-
-// parseLookup reads a lookup of recipient id: ?tz= and ?provider=
-// (default: defaults.provider).
-func (d *Dashboard) parseLookup(id string, q url.Values) (lookup, error) {
-	if err := checkRecipient(id); err != nil {
-		return lookup{}, err
-	}
-	loc, err := zone(q)
-	if err != nil {
-		return lookup{}, err
-	}
-	lq := lookup{id: id, show: loc, provider: q.Get("provider")}
-	if q.Get("tz") != "" {
-		lq.tz = loc
-	}
-	cfg := d.current().cfg
-	if lq.provider == "" {
-		lq.provider = cfg.Defaults.Provider
-	} else if _, ok := cfg.Providers[lq.provider]; !ok {
-		return lookup{}, badRequest{fmt.Sprintf("provider: %q is not defined in the config", lq.provider)}
-	}
-	return lq, nil
-}
-
 // ruleView is one rule that can hold a recipient's message.
 type ruleView struct {
-	// Kind is window (sliding), calendar, quiet, provider, bookings (the
-	// recipient's earlier bookings go first) or suppression.
+	// Kind is window, calendar, quiet, provider, bookings (the recipient's
+	// earlier bookings go first) or suppression.
 	Kind string `json:"kind"`
-	// Rule says which, as the worker's logs and deferrals do: "1 per 24h",
-	// "1 per calendar day", "quiet 21:00-08:00", "provider sms (2/s burst
-	// 1)".
+	// Rule says which, as the worker's logs do: "1 per 24h", "provider sms
+	// (2/s burst 1)".
 	Rule string `json:"rule"`
-	// Holds says the rule would hold a message now, Until until when; null
-	// when it lets one go now (or, a suppression, until it is lifted).
+	// Holds: the rule would hold a message now, until Until (null: it lets
+	// one go now, or a suppression holds until lifted).
 	Holds bool       `json:"holds"`
 	Until *time.Time `json:"until"`
-	// Shadow says the rule is in shadow mode: Holds and Until say what it
-	// would do, but it holds nothing, and is never the one that does.
+	// Shadow: Holds and Until say what the rule would do, but it holds
+	// nothing.
 	Shadow bool `json:"shadow,omitempty"`
 }
 
-// checkID is the task ID the dashboard's checks ask with: none holds
-// anything, and Check writes nothing.
+// checkID is the task ID the dashboard's checks ask with.
 const checkID = "dashboard:check"
 
 // holders fills in rp's rules: every rule that can hold a message of q's
 // recipient under policy p, with when each next lets one go, and the one
-// that holds it now. Each rule is asked as the worker asks it (one
-// Limiter.Check, which writes nothing), then all together, as an
-// admission would be.
+// that holds it now, each asked alone and then all together with
+// Limiter.Check, as an admission would be (docs/design.md#the-dashboard).
 func (d *Dashboard) holders(ctx context.Context, l *live, q lookup, p policyState, now time.Time, rp *recipientPolicy) error {
 	shown := func(t time.Time) *time.Time {
 		t = t.In(q.show)
@@ -86,9 +50,8 @@ func (d *Dashboard) holders(ctx context.Context, l *live, q lookup, p policyStat
 	} else if v != nil {
 		rp.Rules = append(rp.Rules, *v)
 	}
-	// takes[i] is asked for rules[index[i]]; the policy's sliding windows
-	// are one take, whose denial names its window. A rule in shadow mode
-	// is asked alone, never with the others: it holds nothing.
+	// takes[i] is asked for rules[index[i]]; the sliding windows are one
+	// take, whose denial names its window. A shadow rule is asked alone.
 	var takes []throttle.Take
 	var index []int
 	shadow := l.cfg.Policies[p.Name].Shadow
@@ -102,11 +65,15 @@ func (d *Dashboard) holders(ctx context.Context, l *live, q lookup, p policyStat
 		}
 		rp.Rules = append(rp.Rules, v)
 	}
-	add := func(kind, name string, shadow bool, t throttle.Take) error {
-		v := ruleView{Kind: kind, Rule: name, Shadow: shadow}
-		dec, err := d.lim.Check(ctx, throttle.Request{ID: checkID, Takes: []throttle.Take{t}})
+	var err error // the first Check's that failed: add does nothing after it
+	add := func(kind, name string, shadow bool, t throttle.Take) {
 		if err != nil {
-			return err
+			return
+		}
+		v := ruleView{Kind: kind, Rule: name, Shadow: shadow}
+		var dec throttle.Decision
+		if dec, err = d.lim.Check(ctx, throttle.Request{ID: checkID, Takes: []throttle.Take{t}}); err != nil {
+			return
 		}
 		if !dec.Allowed() {
 			v.Holds, v.Until = true, shown(dec.At())
@@ -115,23 +82,18 @@ func (d *Dashboard) holders(ctx context.Context, l *live, q lookup, p policyStat
 			takes, index = append(takes, t), append(index, len(rp.Rules))
 		}
 		rp.Rules = append(rp.Rules, v)
-		return nil
 	}
 	for _, c := range cals {
-		if err := add("calendar", c.String(), shadow, throttle.Take{Rule: c.In(loc, now), Subject: q.id}); err != nil {
-			return err
-		}
+		add("calendar", c.String(), shadow, throttle.Take{Rule: c.In(loc, now), Subject: q.id})
 	}
 	if quiet != nil {
-		if err := add("quiet", quiet.String(), shadow, throttle.Take{Rule: quiet.In(loc, now), Subject: q.id}); err != nil {
-			return err
-		}
+		add("quiet", quiet.String(), shadow, throttle.Take{Rule: quiet.In(loc, now), Subject: q.id})
 	}
 	if b := l.buckets[q.provider]; b != nil {
-		name := fmt.Sprintf("provider %s (%s)", q.provider, b)
-		if err := add("provider", name, l.cfg.Providers[q.provider].Shadow, throttle.Take{Rule: b, Subject: q.provider}); err != nil {
-			return err
-		}
+		add("provider", fmt.Sprintf("provider %s (%s)", q.provider, b), l.cfg.Providers[q.provider].Shadow, throttle.Take{Rule: b, Subject: q.provider})
+	}
+	if err != nil {
+		return err
 	}
 	if p.DecidedBy == byBookings {
 		rp.Rules = append(rp.Rules, ruleView{Kind: "bookings", Rule: "the bookings made before it (they go in order)",
@@ -145,8 +107,8 @@ func (d *Dashboard) holders(ctx context.Context, l *live, q lookup, p policyStat
 	return nil
 }
 
-// setHeld says in rp what holds the recipient's next message (held, nil:
-// nothing) and until when, in the zone shown shows it.
+// setHeld says in rp what holds the recipient's next message (nil:
+// nothing) and until when.
 func setHeld(rp *recipientPolicy, held *ruleView, now time.Time, shown func(time.Time) *time.Time) {
 	rp.HeldBy, rp.Next, rp.NextIn, rp.DecidedBy = held, *shown(now), 0, ""
 	if held != nil {
@@ -158,8 +120,7 @@ func setHeld(rp *recipientPolicy, held *ruleView, now time.Time, shown func(time
 	}
 }
 
-// suppression is the rule view of recipient's suppression, nil if none
-// (or no suppression list).
+// suppression is the rule view of recipient's suppression, nil if none.
 func (d *Dashboard) suppression(ctx context.Context, recipient string, shown func(time.Time) *time.Time) (*ruleView, error) {
 	if d.opts.Suppressions == nil {
 		return nil, nil
@@ -176,9 +137,8 @@ func (d *Dashboard) suppression(ctx context.Context, recipient string, shown fun
 }
 
 // heldBy returns the rule that holds a message now, with its moment: a
-// suppression first, else what the takes asked together answer (the
-// latest moment every rule allows), or the recipient's earlier bookings
-// when they end later; nil when nothing holds it.
+// suppression, else the takes asked together, or the recipient's earlier
+// bookings when they end later; nil when nothing holds it.
 func (d *Dashboard) heldBy(ctx context.Context, takes []throttle.Take, index []int, rules []ruleView) (*ruleView, error) {
 	var held *ruleView
 	for i := range rules {
@@ -212,8 +172,8 @@ func (d *Dashboard) heldBy(ctx context.Context, takes []throttle.Take, index []i
 	return &v, nil
 }
 
-// calendarText is a calendar window as the config says it: "1 per day",
-// "2 per week from sunday".
+// calendarText is a calendar window as the config says it: "2 per week
+// from sunday".
 func calendarText(c config.Calendar) string {
 	s := fmt.Sprintf("%d per %s", c.Limit, c.Per)
 	if c.Per == "week" && c.WeekStart != "" && c.WeekStart != "monday" {

@@ -12,13 +12,10 @@ import (
 	"github.com/notify-throttle/throttler/internal/keyspace"
 )
 
-// Every read here is a command the least-privilege ACL in config.yaml allows
-// (ZRANGE with BYSCORE and REV rather than ZREVRANGEBYSCORE, for one).
-//
-// The engine's layout in Redis, key names and what they hold, is
-// internal/keyspace's; the reads of this file are the only code of the
-// dashboard that knows it. A provider's bucket has the provider's name as
-// both subject and rule.
+// The only code of the dashboard that knows the engine's layout
+// (internal/keyspace's). Every read is one the least-privilege ACL in
+// config.yaml allows (ZRANGE BYSCORE REV, not ZREVRANGEBYSCORE). A
+// provider's bucket has the provider's name as both subject and rule.
 
 func quotaKey(prefix, recipient, policy string) string {
 	return keyspace.Quota(keyspace.Tag(prefix, recipient), policy)
@@ -46,7 +43,7 @@ func us(s string) int64 {
 }
 
 // readBucket queues the read of a provider's calendar from now (µs); the
-// function it returns gives the tokens the bucket could hand out at now:
+// function it returns gives the tokens the bucket could hand out now:
 // burst less the slots busy in the next burst/rate.
 func readBucket(p redis.Pipeliner, ctx context.Context, prefix, provider string, now int64, rate float64, burst int) func() float64 {
 	lo := "(" + strconv.FormatInt(now, 10)
@@ -62,9 +59,8 @@ func readBucket(p redis.Pipeliner, ctx context.Context, prefix, provider string,
 	}
 }
 
-// readPause queues the read of a provider's pause; the function it returns
-// gives the µs a pause (a provider's 429) lasts until, or 0 when it has
-// ended.
+// readPause queues the read of a provider's pause (a 429); the function it
+// returns gives the µs it lasts until, or 0 when it has ended.
 func readPause(p redis.Pipeliner, ctx context.Context, prefix, provider string) func(now int64) int64 {
 	s := p.HGet(ctx, bucketKey(prefix, provider), keyspace.PauseField)
 	return func(now int64) int64 {
@@ -97,27 +93,21 @@ func readSends(p redis.Pipeliner, ctx context.Context, prefix, provider string, 
 
 // bookingSet holds the moments a subject's keys hold for tasks ahead of now.
 type bookingSet struct {
-	// Ahead is how far ahead of now, in µs, the latest booking is; 0 when
-	// none is.
-	Ahead int64
-	// Held counts the bookings ahead of now.
-	Held int64
-	// Tasks are the first bookings (soonest first), at most the limit asked.
-	Tasks []taskAt
+	Ahead int64    // how far ahead of now the latest is, µs
+	Held  int64    // how many
+	Tasks []taskAt // the first ones, soonest first, at most the limit asked
 }
 
-// taskAt is one task's booked moment.
 type taskAt struct {
 	Task string
 	At   int64 // µs
 }
 
 // readProviderBookings queues the reads of what a provider holds for tasks:
-// its tickets (booked slots, unclaimed ones for keyspace.Grace after them) and the
-// slots in its ledger of tasks that go after now, sleeping until their
-// moment. A slot of start V lets its task go up to slack (µs: the burst
-// less one, over the rate) before V: a task's moment is shown as V - slack,
-// and so is how far ahead the provider is booked.
+// its tickets (booked slots, kept keyspace.Grace after them) and its
+// ledger's slots of tasks that go after now. A slot of start V lets its
+// task go up to slack (µs: the burst less one, over the rate) before V, so
+// moments are shown as V - slack.
 func readProviderBookings(p redis.Pipeliner, ctx context.Context, prefix, provider string, now, slack int64, limit int) func() bookingSet {
 	tickets := readBookings(p, ctx, bookKey(prefix, provider), now-keyspace.Grace, now, limit)
 	reserved := readLedger(p, ctx, slotsKey(prefix, provider), now+slack, now, limit)
@@ -137,10 +127,9 @@ func readRecipientBookings(p redis.Pipeliner, ctx context.Context, prefix, recip
 	return readBookings(p, ctx, quotaKey(prefix, recipient, policy), now, now, limit)
 }
 
-// readBookings queues the reads of the members of the sorted set at key
-// scored after from (µs), which are moments held for tasks, and returns the
-// function that gives them once the pipeline ran: how many, how far the
-// latest is ahead of now, and the first limit, soonest first.
+// readBookings queues the reads of the moments held for tasks in the sorted
+// set at key after from (µs); the function it returns gives them once the
+// pipeline ran.
 func readBookings(p redis.Pipeliner, ctx context.Context, key string, from, now int64, limit int) func() bookingSet {
 	lo := "(" + strconv.FormatInt(from, 10)
 	count := p.ZCount(ctx, key, lo, "+inf")
@@ -196,9 +185,9 @@ func merge(a, b bookingSet, limit int) bookingSet {
 }
 
 // readEntries queues the reads of a recipient's quota under one policy:
-// how many entries each window holds at now, the entry that decides when
-// each full window frees a place (the limit-th newest in it), and a page of
-// the entries that count in the longest window, newest first.
+// how many entries each window holds, the entry that decides when each
+// full window frees a place (the limit-th newest in it), and a page of the
+// entries in the longest window, newest first.
 func readEntries(p redis.Pipeliner, ctx context.Context, key string, now int64, windows []window, offset, limit int) func() quotaRead {
 	longest := int64(0)
 	for _, w := range windows {

@@ -12,11 +12,10 @@ import (
 	"github.com/notify-throttle/throttler/jobs"
 )
 
-// monitoring returns asynq's dashboard (asynqmon) rooted at /monitoring/ on
-// the worker's own Redis client, showing notification payloads with the
-// recipient redacted. Without actions it only shows: asynqmon's read-only
-// mode hides the buttons and refuses other methods on its API, and every
-// request but GET and HEAD is refused here first, whatever asynqmon does.
+// monitoring returns asynq's dashboard (asynqmon) at /monitoring/ on the
+// worker's client, payloads' recipients redacted. Without actions, every
+// request but GET and HEAD is refused here, whatever asynqmon's read-only
+// mode does.
 func monitoring(rdb redis.UniversalClient, actions bool) http.Handler {
 	h := asynqmon.New(asynqmon.Options{
 		RootPath:         "/monitoring",
@@ -38,14 +37,14 @@ func monitoring(rdb redis.UniversalClient, actions bool) http.Handler {
 }
 
 // sharedClient hands asynqmon the worker's client (login, TLS, cluster and
-// the outage guard included) instead of a second connection setup.
+// the outage guard included).
 type sharedClient struct{ rdb redis.UniversalClient }
 
 func (c sharedClient) MakeRedisClient() any { return c.rdb }
 
-// formatPayload shows a notification or a digest as JSON with its recipient redacted;
-// other task types (a campaign tick) as asynqmon would. A notification
-// that does not decode is not shown at all: it may hold a recipient.
+// formatPayload shows a notification or a digest as JSON, its recipient
+// redacted; other task types as asynqmon would. A notification that does
+// not decode is not shown: it may hold a recipient.
 func formatPayload(taskType string, payload []byte) string {
 	if taskType == jobs.TypeDigest { // {recipient, policy, provider, gen}
 		var d map[string]any

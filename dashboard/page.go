@@ -29,22 +29,19 @@ var pageTmpl = template.Must(template.New("page").Funcs(template.FuncMap{
 
 // pageData is what page.html shows.
 type pageData struct {
-	Now       time.Time
-	ChartSpan string
-	Providers page[providerView]
-	Policies  page[policyView]
-	Campaigns page[campaignView]
-	// Recipient is the one looked up, if any.
-	Query     string
-	Zone      string
-	Provider  string
-	Recipient *recipientView
-	Error     string // what was wrong with the lookup
+	Now                   time.Time
+	ChartSpan             string
+	Providers             page[providerView]
+	Policies              page[policyView]
+	Campaigns             page[campaignView]
+	Query, Zone, Provider string         // the lookup asked for
+	Recipient             *recipientView // the one looked up, if any
+	Error                 string         // what was wrong with the lookup
 }
 
-// page renders /throttle: providers, policies and campaigns (first pages),
-// and the recipient named by ?recipient= (with ?tz=, ?offset=, ?limit= for
-// its entries). A bad lookup is shown on the page with status 400.
+// page renders /throttle: the first pages of providers, policies and
+// campaigns, and the recipient ?recipient= names. A bad lookup is shown on
+// the page with status 400.
 func (d *Dashboard) page(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
 	defer cancel()
@@ -85,7 +82,7 @@ func (d *Dashboard) page(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// when shows a moment to the second with its zone's offset.
+// when shows a moment to the second with its zone.
 func when(t time.Time) string { return t.Format("2006-01-02 15:04:05 MST") }
 
 func whenPtr(t *time.Time) string {
@@ -111,7 +108,7 @@ func countOrDash(p *float64) string {
 }
 
 // chart draws a provider's sends per second against its rate as an inline
-// SVG: one bar per bin, the rate as a dashed line, the scale the larger.
+// SVG: a bar per bin, the rate as a dashed line.
 func chart(p providerView) template.HTML {
 	const w, h, pad = 300.0, 60.0, 2.0
 	top := p.Rate

@@ -23,25 +23,18 @@ const sendBin = keyspace.SentBin * time.Microsecond
 
 // providerState is a provider's bucket now.
 type providerState struct {
-	Name string
-	// Now is Redis's time on the bucket's node.
-	Now time.Time
-	// Tokens are the tokens the bucket could hand out now: its burst less
-	// the slots taken or booked within burst/rate of now.
-	Tokens float64
-	// Bookings are the provider's booked tickets and the slots of tasks
-	// that go after now.
-	Bookings bookingSet
-	// PausedUntil is the end of a pause (a 429) in force; zero when none is.
-	PausedUntil time.Time
+	Name        string
+	Now         time.Time  // Redis's time on the bucket's node
+	Tokens      float64    // what the bucket could hand out now (readBucket)
+	Bookings    bookingSet // (readProviderBookings)
+	PausedUntil time.Time  // zero when no pause is in force
 	// Sends counts the takes in each of the last keyspace.SentBins bins of
 	// sendBin, oldest first, the last ending at Now.
 	Sends []int64
 }
 
-// readProviders returns the state of the providers from offset (by name),
-// at most limit of them, and listing at most bookings of each one's
-// bookings.
+// readProviders returns the state of the page of providers from offset,
+// listing at most bookings of each one's bookings.
 func (l *live) readProviders(ctx context.Context, offset, limit, bookings int) ([]providerState, error) {
 	page := pageOf(l.providers, offset, limit)
 	out := make([]providerState, len(page))
@@ -91,55 +84,39 @@ func (l *live) readProviders(ctx context.Context, offset, limit, bookings int) (
 
 // recipientState is a recipient's history under every policy.
 type recipientState struct {
-	// Now is Redis's time on the recipient's node.
-	Now      time.Time
+	Now      time.Time // Redis's time on the recipient's node
 	Policies []policyState
-	// Bookings are the recipient's quota entries ahead of now, under every
-	// policy together.
-	Bookings bookingSet
+	Bookings bookingSet // quota entries ahead of now, every policy's together
 }
 
 // policyState is a recipient's history under one policy.
 type policyState struct {
 	Name    string
 	Windows []throttle.Window
-	// Used counts the entries in each window, as Windows, up to now.
-	Used []int64
-	// Ahead counts the entries booked ahead of now; each window counts
-	// them too.
-	Ahead int64
-	// Frees is, per window, when the window next has a place: zero when it
-	// has one now.
-	Frees []time.Time
-	// Next is the earliest moment a message may go under the policy: Now
-	// when it may go now.
-	Next time.Time
+	Used    []int64     // entries in each window up to now
+	Ahead   int64       // entries booked ahead of now, which each window counts too
+	Frees   []time.Time // per window, when it next has a place; zero: now
+	Next    time.Time   // the earliest moment a message may go
 	// DecidedBy is the index in Windows of the window that sets Next; -1
-	// when Next is Now; byBookings when the recipient's last booking does (a
-	// new booking goes after the ones made before it).
+	// when Next is now; byBookings when the recipient's last booking does
+	// (a new booking goes after it).
 	DecidedBy int
-	// Total counts the entries in the longest window; Entries is the page
-	// of them asked for, newest first.
-	Total   int64
-	Entries []entry
+	Total     int64   // entries in the longest window
+	Entries   []entry // the page of them asked for, newest first
 }
 
-// byBookings is policyState.DecidedBy when the recipient's last booking sets
-// the next moment.
 const byBookings = -2
 
 // entry is one admission in a recipient's history.
 type entry struct {
-	Task string
-	At   time.Time
-	// Frees is, per window, when the entry leaves it; zero when it is not
-	// in that window any more.
-	Frees []time.Time
+	Task  string
+	At    time.Time
+	Frees []time.Time // per window, when it leaves it; zero when it has
 }
 
-// readRecipient returns the recipient's history: for each policy the
-// entries from offset (newest first, at most limit), and at most bookings
-// of the bookings held for them. An unknown recipient has an empty history.
+// readRecipient returns the recipient's history: for each policy the page
+// of entries from offset, and at most bookings of its bookings. An unknown
+// recipient has an empty history.
 func (l *live) readRecipient(ctx context.Context, recipient string, offset, limit, bookings int) (recipientState, error) {
 	var st recipientState
 	if len(l.policies) == 0 {
@@ -179,9 +156,8 @@ func (l *live) readRecipient(ctx context.Context, recipient string, offset, limi
 }
 
 // newPolicyState turns what was read under one policy into when each window
-// frees and the policy's next moment: a full window frees a place when the
-// entry that decides it leaves, at its moment plus the window (its margin
-// included, as the engine holds it).
+// frees and the policy's next moment: a full window frees a place when its
+// deciding entry leaves, at its moment plus the window and its margin.
 func newPolicyState(name string, windows []throttle.Window, wins []window, q quotaRead, now int64) policyState {
 	ps := policyState{Name: name, Windows: windows, Used: make([]int64, len(wins)), Ahead: q.ahead, Frees: make([]time.Time, len(wins)),
 		Next: fromUS(now), DecidedBy: -1, Total: q.total}
@@ -215,8 +191,8 @@ func newPolicyState(name string, windows []throttle.Window, wins []window, q quo
 	return ps
 }
 
-// group sorts n keys by the node that holds them: on a single node all go
-// to rdb; on a cluster, to the master of each key's slot.
+// group sorts n keys by the node that holds them (on a cluster, the master
+// of each key's slot).
 func (l *live) group(ctx context.Context, n int, key func(int) string) (map[redis.Cmdable][]int, error) {
 	out := map[redis.Cmdable][]int{}
 	for i := 0; i < n; i++ {
@@ -229,7 +205,6 @@ func (l *live) group(ctx context.Context, n int, key func(int) string) (map[redi
 	return out, nil
 }
 
-// node returns the client of the node that holds key.
 func (l *live) node(ctx context.Context, key string) (redis.Cmdable, error) {
 	cc, ok := l.rdb.(*redis.ClusterClient)
 	if !ok {
@@ -242,7 +217,6 @@ func (l *live) node(ctx context.Context, key string) (redis.Cmdable, error) {
 	return c, nil
 }
 
-// redisNow returns the node's TIME in µs.
 func redisNow(ctx context.Context, c redis.Cmdable) (int64, error) {
 	t, err := c.Time(ctx).Result()
 	if err != nil {

@@ -2,8 +2,6 @@ package feedback
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"time"
@@ -14,28 +12,19 @@ import (
 	"github.com/notify-throttle/throttler/lifecycle"
 )
 
-// How a report is applied once: a request claims each of its reports
-// with a mark (SET NX, keys.go) before it applies them, and makes the
-// mark "applied" for Remember once they are; a report whose mark exists
-// (another request applies it now, or did) is replayed, and changes
-// nothing. A request that fails to apply its reports (Redis did not
-// answer) drops its claims, so that the provider's retry applies them;
-// one killed between the claim and the apply leaves its claims to expire
-// after claimTTL, when the retry applies them. Applying a report twice,
-// which only that would take, does nothing twice either: the event has
-// the same ID, and the suppression is the same.
+// A report is claimed by a mark before it is applied and marked applied
+// after, so that it is applied once: docs/providers.md#what-the-services-report-later
+// ("Once each"). A request that fails drops its claims for the vendor's
+// retry; a killed one leaves them to expire after claimTTL.
 
 // DefaultRemember is how long an applied report is remembered: SendGrid
-// retries an event for up to 24 hours, and sends some twice; SNS retries
-// for an hour at most, and a replay of a request older than its
-// tolerance is refused for that.
+// retries an event for up to 24 hours; SNS for an hour.
 const DefaultRemember = 24 * time.Hour
 
 // claimTTL bounds a request's claim on its reports: longer than any
 // request takes (the API's FeedbackTimeout).
 const claimTTL = time.Minute
 
-// applier applies reports, once each.
 type applier struct {
 	rdb      redis.UniversalClient
 	prefix   string
@@ -46,34 +35,29 @@ type applier struct {
 	log      *slog.Logger
 }
 
-// claimed is a report with its ID.
 type claimed struct {
 	Report
 	id string
 }
 
-// id returns the report's ID: that of the event it records, or for a
-// report of an address alone, of its provider and the vendor's ID; "" if
-// it has neither (a report of a message not ours).
+// id returns the ID of the event r records or, for a report of an address
+// alone, of its provider and the vendor's ID; "" if it has neither.
 func (r Report) id(provider string) string {
 	switch {
 	case r.Message != "":
 		return lifecycle.IDOf(r.event(provider, ""))
 	case r.Vendor != "":
-		sum := sha256.Sum256([]byte(provider + "\x00" + string(r.Type) + "\x00" + r.Vendor))
-		return hex.EncodeToString(sum[:16])
+		return lifecycle.NewID(provider, r.Type, r.Vendor)
 	}
 	return ""
 }
 
-// event is the message's event r records.
 func (r Report) event(provider, tenant string) lifecycle.Event {
 	return lifecycle.Event{Type: r.Type, Message: r.Message, Tenant: tenant, Provider: provider,
 		ProviderMessageID: r.ProviderMessageID, Reason: r.Reason, Detail: r.Detail}
 }
 
-// reason is the suppression's reason: which feedback, in the provider's
-// words.
+// reason is the suppression's reason: which feedback, in the provider's words.
 func (r Report) reason() string {
 	what := "feedback: " + string(r.Type)
 	if r.Detail != "" {
@@ -115,8 +99,7 @@ func (a *applier) apply(ctx context.Context, provider string, reports []Report) 
 }
 
 // claim marks each report as being applied, in one round trip, and
-// returns those it could: the others were applied, or are being, by
-// another request (or twice in this one).
+// returns those it could: another request applies (or applied) the others.
 func (a *applier) claim(ctx context.Context, todo []claimed) ([]claimed, error) {
 	if len(todo) == 0 {
 		return nil, nil
@@ -140,9 +123,9 @@ func (a *applier) claim(ctx context.Context, todo []claimed) ([]claimed, error) 
 	return mine, nil
 }
 
-// applyClaimed suppresses the addresses and records the events of
-// reports, and returns how many were applied and how many were of a
-// message without a history (ignored).
+// applyClaimed suppresses the addresses and records the events of reports,
+// and returns how many were applied and how many named a message without a
+// history.
 func (a *applier) applyClaimed(ctx context.Context, provider string, reports []claimed) (applied, unknown int, err error) {
 	var messages []string
 	for _, r := range reports {
@@ -183,9 +166,9 @@ func (a *applier) applyClaimed(ctx context.Context, provider string, reports []c
 	return applied, unknown, nil
 }
 
-// mark makes the reports' claims "applied", for Remember. A mark not
-// written leaves a claim that expires: a replay after that applies the
-// report again, to the same effect.
+// mark makes the reports' claims "applied". A mark not written leaves a
+// claim that expires: a replay then applies the report again, to the same
+// effect (same event ID, same suppression).
 func (a *applier) mark(ctx context.Context, reports []claimed) {
 	ctx = context.WithoutCancel(ctx) // applied: the marks go, whatever the request's deadline
 	_, err := a.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -199,8 +182,7 @@ func (a *applier) mark(ctx context.Context, reports []claimed) {
 	}
 }
 
-// drop takes back the claims of reports that could not be applied, so
-// that the provider's retry applies them.
+// drop takes back the claims of reports not applied, for the vendor's retry.
 func (a *applier) drop(ctx context.Context, reports []claimed) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()

@@ -21,11 +21,10 @@ const (
 )
 
 // certs fetches SNS's signing certificates, verifies that each chains to
-// the trust store, and keeps the verified ones until they expire, by URL.
-// SNS serves a certificate alone, without its issuer: the issuer is
-// fetched where the certificate names it (its Authority Information
-// Access), and trusted only as a link to the trust store's roots. Safe for
-// concurrent use.
+// the trust store, and keeps the verified ones by URL until they expire.
+// SNS serves a certificate without its issuer: that is fetched where the
+// certificate names it (Authority Information Access), and trusted only as
+// a link to the roots. Safe for concurrent use.
 type certs struct {
 	client *http.Client   // https only to the trust store's hosts; no redirects
 	roots  *x509.CertPool // nil: the system's
@@ -34,8 +33,6 @@ type certs struct {
 	kept map[string]*x509.Certificate
 }
 
-// newCerts returns the certificates of trust store roots (nil: the
-// system's), fetched with its client.
 func newCerts(roots *x509.CertPool) *certs {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.TLSClientConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
@@ -45,8 +42,8 @@ func newCerts(roots *x509.CertPool) *certs {
 }
 
 // get returns the verified certificate at url: an error wrapping
-// ErrSignature if it does not chain to the trust store, another if it
-// could not be fetched (the request is answered 503, and retried).
+// ErrSignature if it is not trusted, another if it could not be fetched
+// (503: the vendor retries).
 func (c *certs) get(ctx context.Context, url string) (*x509.Certificate, error) {
 	c.mu.Lock()
 	cert := c.kept[url]
@@ -77,8 +74,8 @@ func (c *certs) get(ctx context.Context, url string) (*x509.Certificate, error) 
 	return found[0], nil
 }
 
-// verify checks that leaf chains to the trust store through
-// intermediates, or through the issuers it names.
+// verify checks that leaf chains to the roots through intermediates, or
+// through the issuers it names.
 func (c *certs) verify(ctx context.Context, leaf *x509.Certificate, intermediates []*x509.Certificate) error {
 	pool := x509.NewCertPool()
 	for _, ic := range intermediates {
@@ -104,10 +101,8 @@ func (c *certs) verify(ctx context.Context, leaf *x509.Certificate, intermediate
 }
 
 // fetch GETs the certificates at url: PEM, or one DER certificate (as
-// issuers are often served). A URL that answers, but with no certificate,
-// is an error wrapping ErrSignature (the request named a certificate that
-// is not there); one that does not answer is another (the request is
-// retried).
+// issuers often are). A URL that answers without a certificate is
+// ErrSignature; one that does not answer is another error.
 func (c *certs) fetch(ctx context.Context, url string) ([]*x509.Certificate, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {

@@ -2,19 +2,11 @@ package feedback
 
 import "github.com/prometheus/client_golang/prometheus"
 
-// Metrics are the feedback's Prometheus metrics. The provider label is a
-// configured provider's name: a request for another is refused before it
-// is counted.
+// Metrics are the feedback's Prometheus metrics, as their Help says. The
+// provider label is a configured provider's name: a request for another is
+// refused before it is counted.
 type Metrics struct {
-	// Reports counts what the providers' reports did, by provider and
-	// result: the event type applied (delivered, bounced, complained,
-	// unsubscribed), unknown (no history of the message, or none named:
-	// ignored), ignored (none of ours to apply: an open, a queued status)
-	// and replayed (applied before: nothing done again).
 	Reports *prometheus.CounterVec
-	// Refused counts requests refused, by provider and reason: signature
-	// (unsigned, forged, stale, an SNS topic not configured) and
-	// malformed.
 	Refused *prometheus.CounterVec
 }
 

@@ -21,32 +21,23 @@ import (
 
 // Options configure a Receiver. Config, Redis and Events are required.
 type Options struct {
-	// Config names the providers whose feedback is read (each with its
-	// feedback block on), and the key prefix. Read once: a reload does not
-	// change the Receiver.
-	Config *config.Config
-	Redis  redis.UniversalClient
-	// Events records the reports' events and tells each message's tenant.
-	Events *lifecycle.Recorder
-	// Remember is how long an applied report is remembered, so that it is
-	// not applied again; default DefaultRemember.
-	Remember time.Duration
-	// Metrics counts the reports; nil counts on metrics registered nowhere.
-	Metrics *Metrics
-	// Log gets what a request changes beyond a report (a subscription
-	// confirmed or removed) and what fails; default slog.Default().
-	Log *slog.Logger
+	// Config names the providers whose feedback block is on, and the key
+	// prefix. Read once: a reload does not change the Receiver.
+	Config   *config.Config
+	Redis    redis.UniversalClient
+	Events   *lifecycle.Recorder // records the events, and tells each message's tenant
+	Remember time.Duration       // how long an applied report is remembered; default DefaultRemember
+	Metrics  *Metrics            // nil: metrics registered nowhere
+	Log      *slog.Logger        // SNS subscriptions confirmed or removed, failures; default slog.Default()
 }
 
 // Request is a provider's request, as the API received it.
 type Request struct {
 	Provider string // the provider's name, from the path
 	Inbound  bool   // a reply to the provider's number (/inbound), not a report on a message
-	// URI is the request's path and query as it arrived (Twilio signs the
-	// URL it called).
-	URI    string
-	Header http.Header
-	Body   []byte
+	URI      string // the path and query as they arrived (Twilio signs the URL it called)
+	Header   http.Header
+	Body     []byte
 }
 
 // reading is what a verified request says.
@@ -56,8 +47,8 @@ type reading struct {
 	confirmed bool // an SNS subscription was confirmed
 }
 
-// endpoint reads one provider's requests: it verifies each, and returns
-// its reports, or an error wrapping one of the package's.
+// endpoint verifies one provider's requests and reads their reports; its
+// errors wrap the package's.
 type endpoint interface {
 	read(ctx context.Context, req Request) (reading, error)
 }
@@ -70,8 +61,8 @@ type Receiver struct {
 	metrics   *Metrics
 }
 
-// New returns the Receiver of the feedback blocks of o.Config's providers.
-// An error names the provider and what of its block could not be read.
+// New returns the Receiver of o.Config's feedback blocks. An error names
+// the provider and what of its block could not be read.
 func New(o Options) (*Receiver, error) {
 	if o.Config == nil || o.Redis == nil || o.Events == nil {
 		return nil, errors.New("feedback: Options.Config, Redis and Events are required")
@@ -97,8 +88,8 @@ func New(o Options) (*Receiver, error) {
 	return rc, nil
 }
 
-// newEndpoint returns the endpoint of provider p's feedback; nil for a
-// type that has none.
+// newEndpoint returns the endpoint of p's feedback; nil for a type that has
+// none.
 func newEndpoint(name string, p config.Provider, log *slog.Logger) (endpoint, error) {
 	f := p.Feedback
 	switch p.Type {
@@ -133,18 +124,20 @@ func newEndpoint(name string, p config.Provider, log *slog.Logger) (endpoint, er
 	return nil, nil
 }
 
-// Providers returns the names of the providers whose feedback is read,
-// sorted.
+// Providers returns the sorted names of the providers whose feedback is read.
 func (rc *Receiver) Providers() []string { return slices.Sorted(maps.Keys(rc.endpoints)) }
 
 // Receive verifies a provider's request and applies its reports, once
 // each. Its error wraps ErrNoProvider, ErrMalformed, ErrSignature or
-// ErrReplayed, or is Redis's (or a failed SNS confirmation's): then
-// nothing was applied, and the provider's retry may be.
+// ErrReplayed, or is Redis's (or a failed SNS confirmation's): then nothing
+// was applied, and the provider's retry may be.
 func (rc *Receiver) Receive(ctx context.Context, req Request) (Result, error) {
 	ep, ok := rc.endpoints[req.Provider]
 	if !ok {
 		return Result{}, fmt.Errorf("%w: no provider %q reads its feedback here (providers.<name>.feedback)", ErrNoProvider, req.Provider)
+	}
+	if _, twilio := ep.(*twilioEndpoint); req.Inbound && !twilio {
+		return Result{}, fmt.Errorf("%w: %s is not a twilio provider: only twilio takes replies", ErrNoProvider, req.Provider)
 	}
 	rd, err := ep.read(ctx, req)
 	switch {

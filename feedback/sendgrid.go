@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -21,16 +22,16 @@ const (
 )
 
 // sendgridEndpoint reads a SendGrid provider's Event Webhook: a JSON array
-// of events, signed with ECDSA P-256 over the timestamp header followed
-// by the body as sent (SHA-256; the signature base64 of ASN.1 DER).
+// of events, signed with ECDSA P-256 (SHA-256, ASN.1 DER in base64) over the
+// timestamp header followed by the body as sent.
 type sendgridEndpoint struct {
 	provider  string
 	key       *ecdsa.PublicKey
 	tolerance time.Duration
 }
 
-// sendgridEvent is one event of the webhook: custom_args come as members
-// of their own, task_id among them (providers.SendGrid).
+// sendgridEvent is one event of the webhook; custom_args, task_id among
+// them, come as members of their own.
 type sendgridEvent struct {
 	Event      string `json:"event"`
 	Email      string `json:"email"`
@@ -43,11 +44,7 @@ type sendgridEvent struct {
 	ASMGroupID any    `json:"asm_group_id"`
 }
 
-// read verifies the request's signature and time, then reads its events.
 func (e *sendgridEndpoint) read(_ context.Context, req Request) (reading, error) {
-	if req.Inbound {
-		return reading{}, fmt.Errorf("%w: %s is a sendgrid provider: only twilio takes replies", ErrNoProvider, e.provider)
-	}
 	sig, ts := req.Header.Get(SendGridSignatureHeader), req.Header.Get(SendGridTimestampHeader)
 	if sig == "" || ts == "" {
 		return reading{}, fmt.Errorf("%w: unsigned: no %s and %s headers", ErrSignature, SendGridSignatureHeader, SendGridTimestampHeader)
@@ -84,11 +81,10 @@ func (e *sendgridEndpoint) read(_ context.Context, req Request) (reading, error)
 	return rd, nil
 }
 
-// report returns ev's report, and false for an event none of ours to
-// apply (processed, deferred, open, click, group_resubscribe).
+// report returns ev's report, or false for an event none of ours to apply
+// (processed, deferred, open, click, group_resubscribe).
 func (ev sendgridEvent) report() (Report, bool) {
-	// sg_message_id is the X-Message-Id the send was answered with (the
-	// sent event's provider_message_id), then a dot and SendGrid's own.
+	// sg_message_id is the send's X-Message-Id, a dot, then SendGrid's own.
 	pmid, _, _ := strings.Cut(ev.MessageID, ".")
 	r := Report{Message: ev.TaskID, ProviderMessageID: pmid, Address: ev.Email}
 	switch ev.Event {
@@ -117,15 +113,11 @@ func (ev sendgridEvent) report() (Report, bool) {
 	return r, true
 }
 
-// deadAddress reports whether SendGrid dropped a message for its address:
-// one on SendGrid's own lists (bounced, unsubscribed, reported as spam)
-// or not an address ("Invalid"), rather than for the message ("Invalid
+// deadAddress reports whether SendGrid dropped a message for its address
+// (on one of its lists, or "Invalid") rather than for the message ("Invalid
 // SMTPAPI header", "Spam Content", a quota).
 func deadAddress(reason string) bool {
-	for _, s := range []string{"Bounced Address", "Unsubscribed Address", "Spam Reporting Address"} {
-		if strings.Contains(reason, s) {
-			return true
-		}
-	}
-	return strings.TrimSpace(reason) == "Invalid"
+	lists := []string{"Bounced Address", "Unsubscribed Address", "Spam Reporting Address"}
+	return slices.ContainsFunc(lists, func(s string) bool { return strings.Contains(reason, s) }) ||
+		strings.TrimSpace(reason) == "Invalid"
 }

@@ -12,10 +12,9 @@ import (
 	"github.com/notify-throttle/throttler/lifecycle"
 )
 
-// sesMail is an SES event as SNS carries it in its Message: the event
-// publishing of a configuration set (eventType; its mail object has the
-// message's tags, task_id among them), or an identity's notifications
-// (notificationType; no tags, so no message of ours is named).
+// sesMail is an SES event in an SNS Message: a configuration set's event
+// (eventType; mail.tags has task_id), or an identity's notification
+// (notificationType; no tags, so it names no message of ours).
 type sesMail struct {
 	EventType        string `json:"eventType"`
 	NotificationType string `json:"notificationType"`
@@ -44,14 +43,12 @@ type sesMail struct {
 	} `json:"delivery"`
 }
 
-// TaskTag is the message tag an ses provider sends each message's ID in
-// (providers.SES), which SES's events give back.
+// TaskTag is the message tag providers.SES sends each message's ID in.
 const TaskTag = "task_id"
 
-// sesEvent reads the reports of SES's event in an SNS notification's
-// Message: a Bounce (hard if Permanent), a Complaint, a Delivery, one
-// report per recipient it names; its other events (Send, Reject, Open,
-// Click, DeliveryDelay, ...) are ignored.
+// sesEvent reads the reports of an SES event: a Bounce (hard if
+// Permanent), a Complaint or a Delivery, one report per recipient; its
+// other events are ignored.
 func sesEvent(message string) (reading, error) {
 	var ev sesMail
 	if err := json.Unmarshal([]byte(message), &ev); err != nil {
@@ -106,8 +103,8 @@ func sesEvent(message string) (reading, error) {
 // maxDetail bounds a report's detail, as jobs bounds an event's.
 const maxDetail = 300
 
-// words joins a provider's words for a report's detail, with address in
-// them redacted (as the logs show it: jobs.Redact), cut to maxDetail.
+// words joins a provider's words for a report's detail, address redacted
+// (jobs.Redact), cut to maxDetail.
 func words(address string, parts ...string) string {
 	var kept []string
 	for _, p := range parts {

@@ -19,10 +19,10 @@ import (
 	"github.com/notify-throttle/throttler/internal/timefmt"
 )
 
-// snsMessage is what SNS POSTs to an HTTP(S) subscriber: a subscription's
-// confirmation, a notification (Message holds what was published: here,
-// SES's event) or an unsubscribe's confirmation. Subject is a pointer: a
-// notification signs it only if present.
+// snsMessage is what SNS POSTs to a subscriber: a subscription's
+// confirmation, a notification (Message: SES's event) or an unsubscribe's
+// confirmation. Subject is a pointer: a notification signs it only if
+// present.
 type snsMessage struct {
 	Type             string  `json:"Type"`
 	MessageID        string  `json:"MessageId"`
@@ -37,26 +37,18 @@ type snsMessage struct {
 	SubscribeURL     string  `json:"SubscribeURL"`
 }
 
-// SNS's message types.
 const (
 	snsConfirmation   = "SubscriptionConfirmation"
 	snsNotification   = "Notification"
 	snsUnsubscription = "UnsubscribeConfirmation"
 )
 
-// stringToSign is what SNS signs, as AWS documents it: the signed fields
-// in byte order of their names, each as its name, a newline, its value
-// and a newline. A notification signs Message, MessageId, Subject (only
-// if present), Timestamp, TopicArn and Type; the two confirmations
-// Message, MessageId, SubscribeURL, Timestamp, Token, TopicArn and Type.
+// stringToSign is what SNS signs, as AWS documents it: the signed fields in
+// byte order of their names, each as "name\nvalue\n". A notification signs
+// Subject (if present), the confirmations SubscribeURL and Token instead.
 func (m *snsMessage) stringToSign() []byte {
 	var b strings.Builder
-	add := func(name, value string) {
-		b.WriteString(name)
-		b.WriteByte('\n')
-		b.WriteString(value)
-		b.WriteByte('\n')
-	}
+	add := func(name, value string) { b.WriteString(name + "\n" + value + "\n") }
 	add("Message", m.Message)
 	add("MessageId", m.MessageID)
 	if m.Type == snsNotification {
@@ -86,12 +78,7 @@ type snsEndpoint struct {
 	log       *slog.Logger
 }
 
-// read verifies an SNS message and confirms its subscription, or reads
-// its SES event.
 func (e *snsEndpoint) read(ctx context.Context, req Request) (reading, error) {
-	if req.Inbound {
-		return reading{}, fmt.Errorf("%w: %s is an ses provider: only twilio takes replies", ErrNoProvider, e.provider)
-	}
 	var m snsMessage
 	if err := json.Unmarshal(req.Body, &m); err != nil || m.Type == "" || m.MessageID == "" || m.TopicArn == "" {
 		return reading{}, fmt.Errorf("%w: not an SNS message (a JSON object with Type, MessageId and TopicArn)", ErrMalformed)
@@ -116,9 +103,8 @@ func (e *snsEndpoint) read(ctx context.Context, req Request) (reading, error) {
 	return reading{}, fmt.Errorf("%w: SNS message type %q", ErrMalformed, m.Type)
 }
 
-// verify checks m's signature with the certificate it names, which must
-// be on the region's SNS host, over https, and chain to the trust store;
-// then that it was signed within the tolerance.
+// verify checks m's signature with the certificate it names (https on the
+// region's SNS host, chained to the trust store), and its time.
 func (e *snsEndpoint) verify(ctx context.Context, m *snsMessage, region string) error {
 	var hash crypto.Hash
 	var digest []byte
@@ -167,8 +153,7 @@ func (e *snsEndpoint) onHost(raw, region, what string) error {
 	return nil
 }
 
-// confirm confirms a subscription to a configured topic, verified, by
-// GETting its SubscribeURL (on the region's SNS host too).
+// confirm confirms a verified subscription by GETting its SubscribeURL.
 func (e *snsEndpoint) confirm(ctx context.Context, m *snsMessage, region string) error {
 	if err := e.onHost(m.SubscribeURL, region, "SubscribeURL"); err != nil {
 		return err

@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -23,20 +24,11 @@ import (
 )
 
 // Dispatcher POSTs the events of the tenants with a callback to their
-// endpoints, at least once each, signed (Sign). Every worker runs one; the
-// events wait in one Redis stream per tenant (see keys.go), which the
-// workers' Dispatchers read as the consumers of one group, so each event
-// goes to one of them, and an event read but not acknowledged (its POST
-// failed, or its worker died) is retried by whichever looks first once it
-// is due. An event is due again after the backoff of its number of tries
-// (Options.Backoff, doubled each try up to MaxBackoff), and never before its
-// last POST is surely over (its timeout and the LeaseMargin), so two
-// workers never POST it at once. An endpoint whose every POST failed is
-// probed with one due event at a time until it answers 2xx, while its new
-// events wait in its stream; other endpoints, and the sends, never wait on
-// it. POSTs of one endpoint run Options.Parallel at once: a message's
-// events may arrive out of order (and a retried one does), so receivers
-// order them by At.
+// endpoints, signed (Sign), at least once each, Options.Parallel at once
+// per endpoint: receivers order a message's events by At. Every worker
+// runs one, a consumer of each tenant's stream, with one loop per
+// endpoint; retries, leases and a failing endpoint:
+// docs/operations.md#events-and-status-callbacks ("Status callbacks").
 type Dispatcher struct {
 	rdb    redis.UniversalClient
 	o      Options
@@ -46,9 +38,7 @@ type Dispatcher struct {
 // NewDispatcher returns the dispatcher of o.Callbacks on rdb.
 func NewDispatcher(rdb redis.UniversalClient, o Options) *Dispatcher {
 	o = o.withDefaults()
-	if o.Consumer == "" {
-		o.Consumer = consumerName()
-	}
+	o.Consumer = cmp.Or(o.Consumer, consumerName())
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	transport.MaxIdleConnsPerHost = o.Parallel
 	return &Dispatcher{rdb: rdb, o: o, client: &http.Client{
@@ -59,7 +49,6 @@ func NewDispatcher(rdb redis.UniversalClient, o Options) *Dispatcher {
 	}}
 }
 
-// consumerName names this process in the streams' group.
 func consumerName() string {
 	host, _ := os.Hostname()
 	b := make([]byte, 4)
@@ -78,7 +67,6 @@ func (d *Dispatcher) Run(ctx context.Context) {
 	wg.Wait()
 }
 
-// Settings of a lane's housekeeping.
 const (
 	pendingScan  = 100              // pending events looked at per round for due retries
 	gaugeEvery   = 10 * time.Second // how often the backlog gauge is read
@@ -95,9 +83,8 @@ type lane struct {
 	stream  string
 	grouped bool // the stream's group exists
 	// failing: every POST of the last round failed. Until one succeeds,
-	// each round POSTs one due event, and one new event a Backoff: an
-	// endpoint that refuses one event for good (a poison event) is found
-	// answering the others.
+	// each round POSTs one due event, and one new event a Backoff, so that
+	// an endpoint refusing one event for good is found answering others.
 	failing bool
 	probed  time.Time // when failing last read a new event
 	warned  time.Time // when failing was last logged
@@ -179,8 +166,8 @@ func (l *lane) wait(tries int64) time.Duration {
 
 // due claims the pending events whose retry is due, oldest first: as many
 // as a round POSTs, or one while the endpoint is failing. The claim takes
-// an event only if it is still idle past the lease, so of two workers
-// claiming it one gets it.
+// an event only if it is still idle past the lease, so only one of two
+// workers claiming it gets it.
 func (l *lane) due(ctx context.Context) ([]redis.XMessage, error) {
 	pending, err := l.d.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: l.stream, Group: Group,
 		Idle: l.lease(), Start: "-", End: "+", Count: pendingScan}).Result()
@@ -284,20 +271,18 @@ func (l *lane) ack(ctx context.Context, ids []string) error {
 }
 
 // withKeys gives the events without an idempotency key their message's,
-// from the accepted event at the head of its history (one round trip).
+// from the accepted event at the head of its history.
 func (l *lane) withKeys(ctx context.Context, events []Event) {
-	firsts := map[string]*redis.StringCmd{}
-	_, _ = l.d.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, e := range events {
-			if e.Type != Accepted && e.IdempotencyKey == "" && firsts[e.Message] == nil {
-				firsts[e.Message] = p.LIndex(ctx, historyKey(l.d.o.Prefix, e.Message), 0)
-			}
+	var messages []string
+	for _, e := range events {
+		if e.Type != Accepted && e.IdempotencyKey == "" {
+			messages = append(messages, e.Message)
 		}
-		return nil
-	})
+	}
+	firsts, _ := heads(ctx, l.d.rdb, l.d.o.Prefix, messages)
 	for i, e := range events {
-		if c := firsts[e.Message]; c != nil && e.Type != Accepted && e.IdempotencyKey == "" {
-			events[i].IdempotencyKey = keyOf(c.Val())
+		if first, ok := firsts[e.Message]; ok && e.Type != Accepted && e.IdempotencyKey == "" {
+			events[i].IdempotencyKey = keyOf(first)
 		}
 	}
 }
@@ -334,9 +319,9 @@ func (l *lane) post(ctx context.Context, e *Event) error {
 	return nil
 }
 
-// housekeep sets the backlog gauge every gaugeEvery, and every pruneEvery
-// removes the consumers of the group that have nothing pending and have
-// been idle for idleConsumer: the workers that stopped.
+// housekeep sets the backlog gauge, and removes the group's consumers that
+// have nothing pending and have been idle for idleConsumer: workers that
+// stopped.
 func (l *lane) housekeep(ctx context.Context) {
 	if time.Since(l.gauged) >= gaugeEvery {
 		l.gauged = time.Now()

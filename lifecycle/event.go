@@ -1,14 +1,9 @@
-// Package lifecycle is the whole life of a message as its producer sees it:
-// every outcome of a message is an Event, kept in the message's history
-// (Recorder, read by GET /v1/notifications/{id}) and, for a tenant with a
-// status callback, POSTed to the tenant's endpoint, signed (Dispatcher,
-// Verify). The worker records the outcomes where it decides them
-// (jobs/outcome.go), the API, enqueue and campaigns record accepted.
-// Recording is one round trip after the outcome, never before a send, and
-// never waits on an endpoint: callbacks leave from a Redis stream per
-// tenant that the Dispatcher reads with a consumer group. docs/operations.md
-// ("Events and status callbacks") is the operator's view, event.schema.json
-// the receiver's.
+// Package lifecycle is the life of a message as its producer sees it: each
+// outcome is an Event, kept in the message's history (Recorder) and, for a
+// tenant with a status callback, POSTed to its endpoint, signed
+// (Dispatcher, Verify). How and at what cost:
+// docs/operations.md#events-and-status-callbacks; the receiver's view:
+// event.schema.json.
 package lifecycle
 
 import (
@@ -19,15 +14,10 @@ import (
 	"time"
 )
 
-// Type is what happened to a message: one of the constants below, the
-// names the worker's log lines give the same outcomes.
+// Type is what happened to a message, by the name the worker's log lines
+// give the same outcome. Who records which: docs/operations.md's table.
 type Type string
 
-// Event types. The worker records booked, deferred, sent, dropped,
-// expired, folded and archived; the API, enqueue and campaigns accepted,
-// and the API and enqueue scheduled beside it for a send_at; the API's
-// DELETE canceled. The rest are the providers' feedback (delivered,
-// bounced, complained, unsubscribed).
 const (
 	Accepted     Type = "accepted"     // enqueued (Via says by what)
 	Scheduled    Type = "scheduled"    // to be sent at Moment, at the producer's asking
@@ -58,9 +48,8 @@ const (
 	ArchivedExhausted  = "retries_exhausted" // its sends failed as many times as its task may retry
 )
 
-// Reasons of a Bounced event: whether the address is dead (its provider
-// said so for good, and it is suppressed now) or may take a later message
-// (a full mailbox, a phone off, a block that may lift).
+// Reasons of a Bounced event: the address is dead (and now suppressed), or
+// may take a later message (a full mailbox, a phone off).
 const (
 	BouncedHard = "hard"
 	BouncedSoft = "soft"
@@ -74,30 +63,20 @@ const (
 )
 
 // Event is one outcome of one message. Its JSON is what the history keeps,
-// GET shows and a callback POSTs (event.schema.json); the fields after
-// Tenant are those of its Type.
+// GET shows and a callback POSTs (event.schema.json); the fields after At
+// are those of its Type.
 type Event struct {
 	// ID is the same for the same outcome of the same message, however
-	// often it is recorded or POSTed (a worker killed and its task run
-	// again records it again): receivers deduplicate on it. See NewID.
-	ID string `json:"id"`
-	// Type is what happened.
-	Type Type `json:"type"`
-	// Message is the message's ID: its task ID, as the API's id.
-	Message string `json:"message"`
-	// IdempotencyKey is the key the message was enqueued with, as its
-	// producer gave it (the API's Idempotency-Key, enqueue -key), if any.
-	// The accepted event carries it; the others are given it from the
-	// accepted event of the message's history when they are read or
-	// POSTed.
+	// often it is recorded or POSTed: receivers deduplicate on it (NewID).
+	ID      string `json:"id"`
+	Type    Type   `json:"type"`
+	Message string `json:"message"` // the task ID, the API's id
+	// IdempotencyKey is the producer's, if any: the accepted event carries
+	// it, the others are given it from that event when read or POSTed.
 	IdempotencyKey string `json:"idempotency_key,omitempty"`
-	// Tenant is the message's tenant ("" is the default tenant), whose
-	// callback gets the event.
-	Tenant string `json:"tenant"`
-	// At is when it happened, by Redis's clock (UTC, to the millisecond):
-	// the admission script's TIME for what an admission decided (booked,
-	// deferred by a rule, dropped, expired), else the recording process's
-	// clock corrected by its offset from Redis TIME (see Recorder.Now).
+	Tenant         string `json:"tenant"` // "" is the default tenant
+	// At is when it happened by Redis's clock, UTC to the millisecond: an
+	// admission's TIME, else Recorder.Now.
 	At time.Time `json:"at"`
 
 	Via               string     `json:"via,omitempty"`                 // accepted: ViaAPI, ViaEnqueue or ViaCampaign
@@ -113,21 +92,16 @@ type Event struct {
 }
 
 // NewID returns the ID of an outcome of type t of message, told apart from
-// the message's other outcomes of that type by what: the moment of a
-// booking, the end of a deferral, the digest of a fold, the reason of an
-// archive, the provider's ID of a report (see Event.what). The first 16
-// bytes of a SHA-256, in hex.
+// its other outcomes of that type by what (Event.what): the first 16 bytes
+// of a SHA-256, in hex.
 func NewID(message string, t Type, what string) string {
 	sum := sha256.Sum256([]byte(message + "\x00" + string(t) + "\x00" + what))
 	return hex.EncodeToString(sum[:16])
 }
 
-// what is what tells e apart from the other outcomes of its type of its
-// message: a message is accepted, sent, dropped, expired or canceled
-// once, but may be booked or deferred many times, each at its own moment.
-// A provider reports each outcome of the message it accepted once (the
-// message it names by its own ID), but a soft bounce may come before a
-// hard one.
+// what tells e apart from its message's other outcomes of its type: a
+// message is booked or deferred many times, each at its own moment, and a
+// soft bounce may come before a hard one.
 func (e *Event) what() string {
 	switch e.Type {
 	case Scheduled, Booked:
@@ -153,8 +127,8 @@ func millis(t *time.Time) string {
 	return strconv.FormatInt(t.UnixMilli(), 10)
 }
 
-// fill gives e its ID, unless it has one, and its time, now unless it has
-// one; times are kept in UTC to the millisecond.
+// fill gives e its ID and its time (now) unless it has them; times are kept
+// in UTC to the millisecond.
 func (e *Event) fill(now time.Time) {
 	if e.At.IsZero() {
 		e.At = now
@@ -170,9 +144,7 @@ func (e *Event) fill(now time.Time) {
 }
 
 // IDOf returns the ID e is recorded with: its own if it has one, else
-// NewID of its message, its type and what tells it apart from its
-// message's other outcomes of that type (a moment counts to the
-// millisecond, as Record keeps it).
+// NewID's (a moment counts to the millisecond, as Record keeps it).
 func IDOf(e Event) string {
 	if e.ID != "" {
 		return e.ID

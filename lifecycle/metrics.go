@@ -2,20 +2,12 @@ package lifecycle
 
 import "github.com/prometheus/client_golang/prometheus"
 
-// Metrics are the events' Prometheus metrics.
+// Metrics are the events' Prometheus metrics, as their Help says.
 type Metrics struct {
-	// Recorded counts events recorded, by type.
-	Recorded *prometheus.CounterVec
-	// Unrecorded counts events that could not be written (Redis did not
-	// answer in time): neither their history nor their callback has them.
+	Recorded   *prometheus.CounterVec
 	Unrecorded prometheus.Counter
-	// Callbacks counts POSTs by tenant and result: delivered (a 2xx),
-	// failed (to be retried) and given_up (an event older than
-	// Options.GiveUp, dropped).
-	Callbacks *prometheus.CounterVec
-	// Backlog is, by tenant, how many events wait in its stream: not yet
-	// POSTed, or failed and waiting for a retry.
-	Backlog *prometheus.GaugeVec
+	Callbacks  *prometheus.CounterVec
+	Backlog    *prometheus.GaugeVec
 }
 
 // NewMetrics returns the metrics, registered with reg unless it is nil.

@@ -13,22 +13,11 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Recorder records events: each in its message's history and, for a tenant
-// with a callback, in the tenant's stream, whence a Dispatcher POSTs it.
-// Recording costs one round trip of one command an event (the history's
-// RPUSH; the stream's XADD beside it), several events in one, and waits on
-// Redis alone: an endpoint that is down or slow costs it nothing. A nil
-// *Recorder records nothing and has no history. Safe for concurrent use.
-//
-// A history is a list: the accepted event is pushed at its head, the
-// others at its tail, so that the accepted event comes first whenever it
-// is recorded (the API records it just after the enqueue, by which time a
-// worker may have recorded the message's first outcome). The push that
-// makes the list (the accepted event's, as a rule) gives it its life,
-// Options.History; the rare push that takes it over Options.HistoryLimit
-// drops the oldest after the first, in a second round trip. An event
-// recorded again (a worker killed and its task run again) is pushed
-// again: History reads each ID once.
+// Recorder records events in their messages' histories and, for a tenant
+// with a callback, in the tenant's stream, whence a Dispatcher POSTs them:
+// docs/operations.md#events-and-status-callbacks ("The history"). It waits
+// on Redis alone, never on an endpoint. A nil *Recorder records nothing and
+// has no history. Safe for concurrent use.
 type Recorder struct {
 	rdb   redis.UniversalClient
 	o     Options
@@ -41,10 +30,9 @@ func NewRecorder(rdb redis.UniversalClient, o Options) *Recorder {
 	return &Recorder{rdb: rdb, o: o, clock: clock{rdb: rdb}}
 }
 
-// Record writes events, in one round trip: each is given its ID and its
-// time (now by Redis's clock, see Now) unless it has them. It returns when
-// Redis has them, or with ctx's error: the caller bounds how long it
-// waits. The error says how many were not written.
+// Record writes events in one round trip, each given its ID and its time
+// (Now) unless it has them. It returns when Redis has them, or with ctx's
+// error: the caller bounds the wait.
 func (r *Recorder) Record(ctx context.Context, events ...Event) error {
 	if r == nil || len(events) == 0 {
 		return nil
@@ -71,10 +59,10 @@ func (r *Recorder) Record(ctx context.Context, events ...Event) error {
 	return nil
 }
 
-// write pushes each event on its history and, for a tenant with a
-// callback, adds it to the tenant's stream, trimmed of the events older
-// than GiveUp, in one pipeline; then gives the histories it made their
-// life and trims those over the limit, in another if any.
+// write pushes each event on its history (the accepted event at the head,
+// so that it comes first however late it is recorded) and its tenant's
+// stream, trimmed past GiveUp; then, in a second round trip if any, gives
+// the histories it made their life and trims those over the limit.
 func (r *Recorder) write(ctx context.Context, events []Event, bodies [][]byte, now time.Time) error {
 	minID := strconv.FormatInt(now.Add(-r.o.GiveUp).UnixMilli(), 10)
 	pushes := make([]*redis.IntCmd, len(events))
@@ -125,10 +113,9 @@ func (r *Recorder) write(ctx context.Context, events []Event, bodies [][]byte, n
 	return err
 }
 
-// Now returns the time by Redis's clock: this process's clock corrected by
-// its offset from Redis TIME, measured on first use and again after a
-// minute (within half a round trip, plus what the clocks drift apart in a
-// minute). A nil Recorder returns this process's clock.
+// Now returns the time by Redis's clock: this process's, corrected by its
+// offset from Redis TIME, measured every clockRefresh. A nil Recorder
+// returns this process's clock.
 func (r *Recorder) Now(ctx context.Context) time.Time {
 	if r == nil {
 		return time.Now()
@@ -136,10 +123,9 @@ func (r *Recorder) Now(ctx context.Context) time.Time {
 	return r.clock.now(ctx)
 }
 
-// History returns message's events, in the order its history holds them
-// (its accepted event first, the others as they were recorded), each once
-// and with the message's idempotency key; none if it has no history, or
-// it expired.
+// History returns message's events in the order its history holds them,
+// each ID once (an event recorded again is pushed again), each with the
+// message's idempotency key; none if it has no history.
 func (r *Recorder) History(ctx context.Context, message string) ([]Event, error) {
 	if r == nil {
 		return nil, nil
@@ -169,41 +155,58 @@ func (r *Recorder) History(ctx context.Context, message string) ([]Event, error)
 	return events, nil
 }
 
-// Tenants returns the tenant of each of messages that has a history, read
-// from its first event in one round trip: what a provider's later report
-// of a message (package feedback) needs to reach the tenant's callback. A
-// message without a history (never recorded, or expired) is not in the
-// map.
+// Tenants returns the tenant of each of messages that has a history, from
+// its first event, in one round trip: what a provider's later report needs
+// to reach the tenant's callback.
 func (r *Recorder) Tenants(ctx context.Context, messages ...string) (map[string]string, error) {
-	if r == nil || len(messages) == 0 {
+	if r == nil {
 		return map[string]string{}, nil
 	}
-	firsts := make(map[string]*redis.StringCmd, len(messages))
-	_, err := r.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, m := range messages {
-			if firsts[m] == nil {
-				firsts[m] = p.LIndex(ctx, historyKey(r.o.Prefix, m), 0)
-			}
-		}
-		return nil
-	})
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("lifecycle: tenants of %d messages: %w", len(firsts), err)
+	firsts, err := heads(ctx, r.rdb, r.o.Prefix, messages)
+	if err != nil {
+		return nil, fmt.Errorf("lifecycle: tenants of %d messages: %w", len(messages), err)
 	}
 	tenants := make(map[string]string, len(firsts))
-	for m, c := range firsts {
+	for m, first := range firsts {
 		var e struct {
 			Tenant string `json:"tenant"`
 		}
-		if c.Err() == nil && json.Unmarshal([]byte(c.Val()), &e) == nil {
+		if json.Unmarshal([]byte(first), &e) == nil {
 			tenants[m] = e.Tenant
 		}
 	}
 	return tenants, nil
 }
 
-// keyOf returns the idempotency key of the first event of a history, if it
-// is the accepted event and has one.
+// heads returns the first event (JSON) of each of messages' histories that
+// has one, in one round trip.
+func heads(ctx context.Context, rdb redis.UniversalClient, prefix string, messages []string) (map[string]string, error) {
+	firsts := make(map[string]string, len(messages))
+	if len(messages) == 0 {
+		return firsts, nil
+	}
+	cmds := make(map[string]*redis.StringCmd, len(messages))
+	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, m := range messages {
+			if cmds[m] == nil {
+				cmds[m] = p.LIndex(ctx, historyKey(prefix, m), 0)
+			}
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, err
+	}
+	for m, c := range cmds {
+		if c.Err() == nil {
+			firsts[m] = c.Val()
+		}
+	}
+	return firsts, nil
+}
+
+// keyOf returns the idempotency key of a history's first event, if it is
+// the accepted event.
 func keyOf(first string) string {
 	var e struct {
 		Type Type   `json:"type"`

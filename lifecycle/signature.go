@@ -11,42 +11,29 @@ import (
 	"time"
 )
 
-// A callback is signed as Stripe signs its webhooks: one header,
-//
-//	Throttler-Signature: t=1718000000,v1=5257a869e7ecebeda32affa62cdca3fa51cad7e77a0e56ff536d0ce8e108d8bd
-//
-// t the Unix time it was signed at, v1 the hex HMAC-SHA256 of "<t>.<body>"
-// keyed with the tenant's secret. The receiver computes the same HMAC over
-// the body as it arrived (before parsing it) and compares in constant
-// time; t within a tolerance of its clock makes a recorded request useless
-// to replay later. Each retry is signed anew.
+// A callback is signed as Stripe signs its webhooks ("t=<unix>,v1=<hex
+// HMAC-SHA256 of t.body>"): docs/operations.md#events-and-status-callbacks.
 
-// Headers of a callback.
+// Headers of a callback. EventIDHeader repeats the event's ID, to
+// deduplicate on before parsing the body.
 const (
 	SignatureHeader = "Throttler-Signature"
-	// EventIDHeader repeats the event's ID, to deduplicate on before
-	// parsing the body.
-	EventIDHeader = "Throttler-Event-Id"
+	EventIDHeader   = "Throttler-Event-Id"
 )
 
-// DefaultTolerance is how far a signature's time may be from the
-// receiver's clock by default: Stripe's five minutes.
+// DefaultTolerance is Stripe's.
 const DefaultTolerance = 5 * time.Minute
 
 // Errors of Verify.
 var (
-	// ErrNoSignature: the header is missing or not "t=...,v1=...".
-	ErrNoSignature = errors.New("lifecycle: no signature: want " + SignatureHeader + ": t=<unix>,v1=<hex>")
-	// ErrBadSignature: no v1 of the header is the body's HMAC with the
-	// secret (another secret, or the body or t was changed).
+	ErrNoSignature  = errors.New("lifecycle: no signature: want " + SignatureHeader + ": t=<unix>,v1=<hex>")
 	ErrBadSignature = errors.New("lifecycle: the signature does not match the body")
 	// ErrStale: t is further from now than the tolerance (a replay, or a
 	// clock far off).
 	ErrStale = errors.New("lifecycle: the signature's time is outside the tolerance")
 )
 
-// Sign returns the signature header's value of body, signed at t with
-// secret.
+// Sign returns the signature header's value of body, signed at t with secret.
 func Sign(secret string, t time.Time, body []byte) string {
 	ts := strconv.FormatInt(t.Unix(), 10)
 	return "t=" + ts + ",v1=" + hex.EncodeToString(mac(secret, ts, body))
@@ -60,12 +47,10 @@ func mac(secret, ts string, body []byte) []byte {
 	return h.Sum(nil)
 }
 
-// Verify reports whether header (the Throttler-Signature header's value)
-// signs body with secret at a time within tolerance of now (0:
-// DefaultTolerance): nil if it does, else ErrNoSignature, ErrBadSignature
-// or ErrStale, wrapped. body must be the request's body as received.
-// Several v1 values may be given (a sender with two secrets, while one
-// replaces the other): one match is enough.
+// Verify reports whether header (Throttler-Signature's value) signs body,
+// as received, with secret at a time within tolerance of now (0:
+// DefaultTolerance): nil, or ErrNoSignature, ErrBadSignature or ErrStale,
+// wrapped. One of several v1 values (a secret being replaced) is enough.
 func Verify(secret, header string, body []byte, tolerance time.Duration) error {
 	return VerifyAt(secret, header, body, tolerance, time.Now())
 }

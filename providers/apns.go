@@ -21,9 +21,8 @@ import (
 // one for an hour and refuses refreshes more often than every 20 minutes.
 const apnsTokenLife = 50 * time.Minute
 
-// APNs sends push notifications through Apple's HTTP/2 API: POST
-// /3/device/{token} with "authorization: bearer <ES256 JWT>", apns-topic
-// (the app's bundle ID) and {"aps": {"alert": {title, body}}, data...}.
+// APNs sends push notifications through Apple's HTTP/2 API, with an ES256
+// provider token: docs/providers.md#each-services-answers.
 type APNs struct {
 	Settings
 	TeamID, KeyID, Topic string
@@ -33,8 +32,8 @@ type APNs struct {
 	mu     sync.Mutex
 	jwt    string
 	issued time.Time
-	// refused is whether Apple refused the last token as expired, so that
-	// jwt (then "") is made anew; renewed whether jwt was made so.
+	// refused: Apple refused the last token as expired (jwt is then "");
+	// renewed: jwt was made after such a refusal.
 	refused, renewed bool
 }
 
@@ -71,12 +70,10 @@ func (p *APNs) token() (string, error) {
 	return signed, nil
 }
 
-// expired notes that Apple refused tok as expired (ExpiredProviderToken):
-// the next send makes a new token, unless tok was itself made after such a
-// refusal; then it reports true, since a new token would not help (the
-// clock or the key is wrong) and Apple refuses refreshes more often than
-// every 20 minutes. A token older than the one in use was replaced
-// already, by another send that was refused with it.
+// expired notes that Apple refused tok as expired: the next send makes a
+// new token, unless tok was itself made after such a refusal; then it
+// reports true, since a new one would not help (the clock or the key is
+// wrong). A token older than the one in use was replaced already.
 func (p *APNs) expired(tok string) (again bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -90,8 +87,7 @@ func (p *APNs) expired(tok string) (again bool) {
 	return false
 }
 
-// apnsPayload is the data mapped: title and body to aps.alert, data's
-// fields beside aps.
+// apnsPayload maps title and body to aps.alert, data's fields beside aps.
 func apnsPayload(c Content) ([]byte, error) {
 	payload := map[string]any{}
 	for k, v := range c.Data {
@@ -101,10 +97,9 @@ func apnsPayload(c Content) ([]byte, error) {
 	return json.Marshal(payload)
 }
 
-// Send posts m and classifies the answer (docs/providers.md#apns); the ID
-// of a message sent is its apns-id. It posts once: a provider token Apple
-// refuses as expired is made anew for the next send, and m is retried at
-// once, admitted again by the provider's bucket like any other send.
+// Send posts m and classifies the answer; the ID of a message sent is its
+// apns-id. A token refused as expired is made anew for the next send, and m
+// is retried at once, admitted again by the provider's bucket.
 func (p *APNs) Send(ctx context.Context, m jobs.Message) (id string, err error) {
 	defer redact(&err, m.Recipient)
 	c, err := content("apns "+p.Name, m)
@@ -122,38 +117,24 @@ func (p *APNs) Send(ctx context.Context, m jobs.Message) (id string, err error) 
 	if err != nil {
 		return "", broken("apns %s: signing the provider token: %v", p.Name, err)
 	}
-	status, reason, h, err := p.post(ctx, m.Recipient, tok, body)
-	switch {
-	case err != nil:
-		return "", jobs.Unreached(fmt.Errorf("apns %s: %w", p.Name, err))
+	u := p.base("https://api.push.apple.com") + "/3/device/" + url.PathEscape(m.Recipient)
+	status, h, resp, err := post(ctx, p.client, "apns "+p.Name, u, bytes.NewReader(body),
+		"authorization", "bearer "+tok, "apns-topic", p.Topic, "apns-push-type", "alert")
+	if err != nil {
+		return "", err
+	}
+	var answer struct {
+		Reason string `json:"reason"`
+	}
+	_ = json.Unmarshal(resp, &answer)
+	switch reason := answer.Reason; {
 	case status == http.StatusOK:
 		return h.Get("apns-id"), nil
 	case status == http.StatusForbidden && reason == "ExpiredProviderToken" && !p.expired(tok):
 		// No wait but the bucket's: a deferral, not a failure.
 		return "", retryAt(time.Millisecond, time.Time{}, "apns %s: %d %s: retried with a new provider token", p.Name, status, reason)
 	}
-	return "", p.classify(status, reason, h, m.Recipient)
-}
-
-// post sends one request and returns the status and Apple's reason.
-func (p *APNs) post(ctx context.Context, device, tok string, body []byte) (int, string, http.Header, error) {
-	u := p.base("https://api.push.apple.com") + "/3/device/" + url.PathEscape(device)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
-	if err != nil {
-		return 0, "", nil, err
-	}
-	req.Header.Set("authorization", "bearer "+tok)
-	req.Header.Set("apns-topic", p.Topic)
-	req.Header.Set("apns-push-type", "alert")
-	status, h, resp, err := do(p.client, req)
-	if err != nil {
-		return 0, "", nil, err
-	}
-	var r struct {
-		Reason string `json:"reason"`
-	}
-	_ = json.Unmarshal(resp, &r)
-	return status, r.Reason, h, nil
+	return "", p.classify(status, answer.Reason, h, m.Recipient)
 }
 
 // classify maps APNs' error status and reason to an outcome.

@@ -2,6 +2,7 @@ package providers
 
 import (
 	"bytes"
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
@@ -18,26 +19,20 @@ import (
 // DefaultTimeout bounds a send when Settings.Timeout is zero.
 const DefaultTimeout = 10 * time.Second
 
-// DefaultScopePause is how long a scoped throttle that names no moment
-// (APNs' 429 per device, Twilio's 14107 per pair) holds its scope when
-// Settings.ScopePause is zero.
+// DefaultScopePause is how long a throttle that names no moment (APNs'
+// 429s, a Twilio sender's queue overflow) holds its scope.
 const DefaultScopePause = time.Minute
 
 // Settings are what every adapter takes; the zero value of each field means
 // its default.
 type Settings struct {
-	Name       string        // the provider's name in the config, for errors
-	Timeout    time.Duration // per send; default DefaultTimeout
-	ScopePause time.Duration // default DefaultScopePause
-	// BaseURL replaces the service's address (tests, a regional endpoint,
-	// a proxy); default the service's own.
-	BaseURL string
-	// RootCAs, if set, are the CAs the provider's TLS trusts (its ca_file's
-	// with the system's); default the system's.
-	RootCAs *x509.CertPool
-	// Transport, if set, carries the requests (tests: a loopback TLS
-	// server's); default a clone of http.DefaultTransport (HTTP/2 over TLS)
-	// trusting RootCAs.
+	Name       string         // the provider's name in the config, for errors
+	Timeout    time.Duration  // per send; default DefaultTimeout
+	ScopePause time.Duration  // default DefaultScopePause
+	BaseURL    string         // replaces the service's address (tests, a region, a proxy)
+	RootCAs    *x509.CertPool // the CAs TLS trusts (ca_file's with the system's); default the system's
+	// Transport carries the requests (tests: a loopback TLS server's);
+	// default a clone of http.DefaultTransport trusting RootCAs.
 	Transport http.RoundTripper
 }
 
@@ -63,9 +58,8 @@ func (s Settings) base(def string) string {
 	return def
 }
 
-// httpClient is a client of its own transport (see Transport) bounded by
-// the settings' timeout, which follows no redirects (an API that
-// redirects is misconfigured).
+// httpClient is a client bounded by the timeout that follows no redirects
+// (an API that redirects is misconfigured).
 func (s Settings) httpClient() *http.Client {
 	tr := s.Transport
 	if tr == nil {
@@ -79,9 +73,8 @@ func (s Settings) httpClient() *http.Client {
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 }
 
-// Content is a message's template data as the adapters read it (see
-// docs/providers.md): subject and body (and html) for email, body for SMS,
-// title, body and data for push.
+// Content is a message's template data as the adapters read it
+// (docs/providers.md#template-data).
 type Content struct {
 	Subject string            `json:"subject"`
 	Title   string            `json:"title"`
@@ -90,7 +83,7 @@ type Content struct {
 	Data    map[string]string `json:"data"`
 }
 
-// content decodes m's data; a message whose data does not fit is Reject.
+// content decodes m's data; data that does not fit is Reject.
 func content(provider string, m jobs.Message) (Content, error) {
 	var c Content
 	if len(m.Data) == 0 {
@@ -102,11 +95,10 @@ func content(provider string, m jobs.Message) (Content, error) {
 	return c, nil
 }
 
-// redact makes *err show the recipient only redacted: every adapter's
-// Send defers it (see jobs.RedactError).
+// redact makes *err show the recipient only redacted: every Send defers it.
 func redact(err *error, recipient string) { *err = jobs.RedactError(*err, recipient) }
 
-// result builders: one per class of jobs.SendError.
+// One builder per class of jobs.SendError.
 func reject(format string, args ...any) error {
 	return &jobs.SendError{Outcome: jobs.Reject, Err: fmt.Errorf(format, args...)}
 }
@@ -148,17 +140,26 @@ func epoch(h string) (time.Time, bool) {
 	return time.Unix(n, 0), true
 }
 
-// do sends req and returns the status, headers and up to 64 KiB
-// of the body, having drained the rest so the connection is reused.
-func do(c *http.Client, req *http.Request) (int, http.Header, []byte, error) {
+// post POSTs body to url with the header's name, value pairs and returns
+// the status, header and up to 64 KiB of the answer's body, the rest
+// drained so that the connection is reused. A request that cannot be made
+// is Reject; one that got no answer is jobs.Unreached.
+func post(ctx context.Context, c *http.Client, what, url string, body io.Reader, header ...string) (int, http.Header, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, body)
+	if err != nil {
+		return 0, nil, nil, reject("%s: %v", what, err)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
 	resp, err := c.Do(req)
 	if err != nil {
-		return 0, nil, nil, err
+		return 0, nil, nil, jobs.Unreached(fmt.Errorf("%s: %w", what, err))
 	}
 	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	answer, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
-	return resp.StatusCode, resp.Header, body, nil
+	return resp.StatusCode, resp.Header, answer, nil
 }
 
 // snippet is the start of a body, for an error message.

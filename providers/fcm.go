@@ -20,10 +20,8 @@ import (
 // fcmScope is the OAuth2 scope FCM HTTP v1 sends with.
 const fcmScope = "https://www.googleapis.com/auth/firebase.messaging"
 
-// FCM sends push notifications through Firebase Cloud Messaging HTTP v1:
-// POST /v1/projects/{project}/messages:send with an OAuth2 bearer token,
-// {"message": {"token": recipient, "notification": {title, body}, "data":
-// data}}.
+// FCM sends push notifications through Firebase Cloud Messaging HTTP v1,
+// with an OAuth2 bearer token: docs/providers.md#each-services-answers.
 type FCM struct {
 	Settings
 	Project string
@@ -47,7 +45,6 @@ func NewFCM(ctx context.Context, s Settings, project, credentials, tokenURL, tok
 	if tokenURL != "" {
 		cfg.TokenURL = tokenURL
 	}
-	// The token source's own client, bounded by the send timeout.
 	tctx := context.WithValue(context.WithoutCancel(ctx), oauth2.HTTPClient, s.httpClient())
 	p.tokens = oauth2.ReuseTokenSource(nil, cfg.TokenSource(tctx))
 	return p, nil
@@ -111,8 +108,8 @@ func (e fcmError) perDevice() bool {
 	return false
 }
 
-// Send posts m and classifies the answer (docs/providers.md#fcm); the ID
-// of a message sent is its name (projects/{project}/messages/{id}).
+// Send posts m and classifies the answer; the ID of a message sent is its
+// name (projects/{project}/messages/{id}).
 func (p *FCM) Send(ctx context.Context, m jobs.Message) (id string, err error) {
 	defer redact(&err, m.Recipient)
 	c, err := content("fcm "+p.Name, m)
@@ -133,15 +130,10 @@ func (p *FCM) Send(ctx context.Context, m jobs.Message) (id string, err error) {
 	}
 	body, _ := json.Marshal(msg)
 	u := p.base("https://fcm.googleapis.com") + "/v1/projects/" + url.PathEscape(p.Project) + "/messages:send"
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
+	status, h, resp, err := post(ctx, p.client, "fcm "+p.Name, u, bytes.NewReader(body),
+		"Authorization", "Bearer "+tok.AccessToken, "Content-Type", "application/json")
 	if err != nil {
-		return "", reject("fcm %s: %v", p.Name, err)
-	}
-	req.Header.Set("Authorization", "Bearer "+tok.AccessToken)
-	req.Header.Set("Content-Type", "application/json")
-	status, h, resp, err := do(p.client, req)
-	if err != nil {
-		return "", jobs.Unreached(fmt.Errorf("fcm %s: %w", p.Name, err))
+		return "", err
 	}
 	if status == http.StatusOK {
 		var sent struct {

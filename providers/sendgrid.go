@@ -11,9 +11,7 @@ import (
 	"github.com/notify-throttle/throttler/jobs"
 )
 
-// SendGrid sends email through SendGrid's v3 Mail Send API: POST
-// /v3/mail/send with "Authorization: Bearer <API key>", the data's subject
-// and body (text/plain) and html (text/html).
+// SendGrid sends email through SendGrid's v3 Mail Send API.
 type SendGrid struct {
 	Settings
 	APIKey   string
@@ -45,22 +43,19 @@ type sgMail struct {
 	Personalizations []struct {
 		To []sgAddress `json:"to"`
 	} `json:"personalizations"`
-	From    sgAddress   `json:"from"`
-	Subject string      `json:"subject"`
-	Content []sgContent `json:"content"`
-	// CustomArgs carry the task ID into SendGrid's event webhook.
+	From       sgAddress         `json:"from"`
+	Subject    string            `json:"subject"`
+	Content    []sgContent       `json:"content"`
 	CustomArgs map[string]string `json:"custom_args,omitempty"`
 }
 
-// Send posts m and classifies the answer (docs/providers.md#sendgrid); the
-// ID of a message sent is the answer's X-Message-Id.
+// Send posts m and classifies the answer; the ID of a message sent is the
+// answer's X-Message-Id. custom_args carry the task ID into SendGrid's
+// events (package feedback).
 func (p *SendGrid) Send(ctx context.Context, m jobs.Message) (id string, err error) {
 	defer redact(&err, m.Recipient)
-	c, err := content("sendgrid "+p.Name, m)
+	c, err := emailContent("sendgrid "+p.Name, m)
 	if err != nil {
-		return "", err
-	}
-	if err := emailContent("sendgrid "+p.Name, c); err != nil {
 		return "", err
 	}
 	mail := sgMail{From: sgAddress{Email: p.From, Name: p.FromName}, Subject: c.Subject,
@@ -76,15 +71,10 @@ func (p *SendGrid) Send(ctx context.Context, m jobs.Message) (id string, err err
 		mail.Content = append(mail.Content, sgContent{"text/html", c.HTML})
 	}
 	body, _ := json.Marshal(mail)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.base("https://api.sendgrid.com")+"/v3/mail/send", bytes.NewReader(body))
+	status, h, resp, err := post(ctx, p.client, "sendgrid "+p.Name, p.base("https://api.sendgrid.com")+"/v3/mail/send",
+		bytes.NewReader(body), "Authorization", "Bearer "+p.APIKey, "Content-Type", "application/json")
 	if err != nil {
-		return "", reject("sendgrid %s: %v", p.Name, err)
-	}
-	req.Header.Set("Authorization", "Bearer "+p.APIKey)
-	req.Header.Set("Content-Type", "application/json")
-	status, h, resp, err := do(p.client, req)
-	if err != nil {
-		return "", jobs.Unreached(fmt.Errorf("sendgrid %s: %w", p.Name, err))
+		return "", err
 	}
 	if status >= 200 && status < 300 {
 		return h.Get("X-Message-Id"), nil
@@ -110,13 +100,17 @@ func (p *SendGrid) classify(status int, h http.Header, resp []byte) error {
 	return reject("%s", what)
 }
 
-// emailContent checks that c makes an email: a subject and a body or html.
-func emailContent(provider string, c Content) error {
-	if c.Subject == "" {
-		return reject("%s: data.subject is empty: an email needs a subject", provider)
+// emailContent decodes m's data and checks that it makes an email: a
+// subject, and a body or html.
+func emailContent(provider string, m jobs.Message) (Content, error) {
+	c, err := content(provider, m)
+	switch {
+	case err != nil:
+		return c, err
+	case c.Subject == "":
+		return c, reject("%s: data.subject is empty: an email needs a subject", provider)
+	case c.Body == "" && c.HTML == "":
+		return c, reject("%s: data.body and data.html are empty: an email needs one", provider)
 	}
-	if c.Body == "" && c.HTML == "" {
-		return reject("%s: data.body and data.html are empty: an email needs one", provider)
-	}
-	return nil
+	return c, nil
 }

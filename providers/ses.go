@@ -17,16 +17,13 @@ import (
 	"github.com/notify-throttle/throttler/jobs"
 )
 
-// SES sends email through Amazon SES v2 (SendEmail, simple content: the
-// data's subject, body and html), with the SDK's retries off.
+// SES sends email through Amazon SES v2 (SendEmail), the SDK's retries off.
 type SES struct {
 	Settings
-	From string
-	// ConfigurationSet, if set, is passed with every send.
-	ConfigurationSet string
-	// QuotaReset is when, as an offset from 00:00 UTC, a send refused for
-	// the daily quota is tried again. SES counts its quota over a rolling
-	// 24 hours and names no moment: this is the team's own choice.
+	From             string
+	ConfigurationSet string // passed with every send, if set
+	// QuotaReset is when, after 00:00 UTC, a send refused for the daily
+	// quota is tried again: SES names no moment.
 	QuotaReset time.Duration
 	client     *sesv2.Client
 	now        func() time.Time
@@ -49,15 +46,12 @@ func NewSES(s Settings, region, accessKeyID, secretAccessKey, from string) *SES 
 // Scopes returns none: SES limits the whole account.
 func (p *SES) Scopes(jobs.Message) []string { return nil }
 
-// Send sends m and classifies the answer (docs/providers.md#ses); the ID
-// of a message sent is its MessageId.
+// Send sends m and classifies the answer; the ID of a message sent is its
+// MessageId.
 func (p *SES) Send(ctx context.Context, m jobs.Message) (id string, err error) {
 	defer redact(&err, m.Recipient)
-	c, err := content("ses "+p.Name, m)
+	c, err := emailContent("ses "+p.Name, m)
 	if err != nil {
-		return "", err
-	}
-	if err := emailContent("ses "+p.Name, c); err != nil {
 		return "", err
 	}
 	body := &types.Body{}

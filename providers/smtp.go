@@ -23,11 +23,8 @@ const (
 	SMTPNoTLS         = "none"          // plain text: a relay on localhost only
 )
 
-// SMTP sends email to an SMTP server (an SES SMTP endpoint, a relay):
-// one connection per message, the data's subject, body (text/plain) and
-// html (text/html as an alternative). Any 4xx is retried, 454 throttling
-// pauses the provider, a 5xx to RCPT TO is a dead address, any other 5xx
-// a bad message, a refused login broken credentials.
+// SMTP sends email to an SMTP server (an SES SMTP endpoint, a relay), one
+// connection per message.
 type SMTP struct {
 	Settings
 	Host               string
@@ -35,12 +32,9 @@ type SMTP struct {
 	TLS                string // one of the modes; "" is SMTPStartTLS
 	Username, Password string // "" sends without AUTH
 	From               string
-	// QuotaReset is as SES.QuotaReset, for "Daily message quota exceeded"
-	// from SES's SMTP endpoint.
-	QuotaReset time.Duration
-	// TLSConfig, if set, replaces the default TLS settings (a test
-	// server's certificate); its ServerName defaults to Host, its RootCAs
-	// to Settings.RootCAs.
+	QuotaReset         time.Duration // as SES.QuotaReset, for SES's SMTP endpoint
+	// TLSConfig replaces the default TLS settings (tests); its ServerName
+	// defaults to Host, its RootCAs to Settings.RootCAs.
 	TLSConfig *tls.Config
 	now       func() time.Time
 }
@@ -71,10 +65,7 @@ func (p *SMTP) client() (*mail.Client, error) {
 		if p.TLSConfig != nil {
 			cfg = p.TLSConfig.Clone()
 		}
-		cfg.ServerName = cmp.Or(cfg.ServerName, p.Host)
-		if cfg.RootCAs == nil {
-			cfg.RootCAs = p.RootCAs
-		}
+		cfg.ServerName, cfg.RootCAs = cmp.Or(cfg.ServerName, p.Host), cmp.Or(cfg.RootCAs, p.RootCAs)
 		opts = append(opts, mail.WithTLSConfig(cfg))
 	}
 	if p.Username != "" {
@@ -87,11 +78,8 @@ func (p *SMTP) client() (*mail.Client, error) {
 // Message-ID it carries (made of the task ID), which bounces name.
 func (p *SMTP) Send(ctx context.Context, m jobs.Message) (id string, err error) {
 	defer redact(&err, m.Recipient)
-	c, err := content("smtp "+p.Name, m)
+	c, err := emailContent("smtp "+p.Name, m)
 	if err != nil {
-		return "", err
-	}
-	if err := emailContent("smtp "+p.Name, c); err != nil {
 		return "", err
 	}
 	msg := mail.NewMsg()

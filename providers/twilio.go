@@ -2,6 +2,7 @@ package providers
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -12,15 +13,11 @@ import (
 	"github.com/notify-throttle/throttler/jobs"
 )
 
-// twilioPairPause is how long Twilio fails a pair's messages after 14107
-// ("more than 30 replies between two numbers within 30 seconds": then 30
-// seconds of failures, per its error reference), when it sends no
-// Retry-After.
+// twilioPairPause is how long Twilio fails a pair's messages after 14107,
+// per its error reference, when it sends no Retry-After.
 const twilioPairPause = 30 * time.Second
 
-// Twilio sends SMS through Twilio's Messages API: POST
-// /2010-04-01/Accounts/{AccountSID}/Messages.json, basic auth, form fields
-// To, From (or MessagingServiceSid) and Body (the data's body).
+// Twilio sends SMS through Twilio's Messages API.
 type Twilio struct {
 	Settings
 	AccountSID string
@@ -29,10 +26,8 @@ type Twilio struct {
 	Username, Password string
 	From               string // a sender number; or
 	ServiceSID         string // a messaging service
-	// StatusCallback, if set, returns the URL Twilio POSTs a message's
-	// statuses to, given the message's ID (feedback.TwilioCallback): the
-	// ID travels in it, so that the status names the message without a
-	// lookup.
+	// StatusCallback returns the URL Twilio POSTs a message's statuses to,
+	// given its ID (feedback.TwilioCallback), if set.
 	StatusCallback func(id string) string
 	client         *http.Client
 }
@@ -63,8 +58,8 @@ type twilioError struct {
 	Status  int    `json:"status"`
 }
 
-// Send posts m and classifies the answer (docs/providers.md#twilio); the
-// ID of a message sent is its SID.
+// Send posts m and classifies the answer; the ID of a message sent is its
+// SID.
 func (p *Twilio) Send(ctx context.Context, m jobs.Message) (id string, err error) {
 	defer redact(&err, m.Recipient)
 	c, err := content("twilio "+p.Name, m)
@@ -84,15 +79,11 @@ func (p *Twilio) Send(ctx context.Context, m jobs.Message) (id string, err error
 		form.Set("StatusCallback", p.StatusCallback(m.ID))
 	}
 	u := p.base("https://api.twilio.com") + "/2010-04-01/Accounts/" + url.PathEscape(p.AccountSID) + "/Messages.json"
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, strings.NewReader(form.Encode()))
+	basic := base64.StdEncoding.EncodeToString([]byte(p.Username + ":" + p.Password))
+	status, h, body, err := post(ctx, p.client, "twilio "+p.Name, u, strings.NewReader(form.Encode()),
+		"Authorization", "Basic "+basic, "Content-Type", "application/x-www-form-urlencoded")
 	if err != nil {
-		return "", reject("twilio %s: %v", p.Name, err)
-	}
-	req.SetBasicAuth(p.Username, p.Password)
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	status, h, body, err := do(p.client, req)
-	if err != nil {
-		return "", jobs.Unreached(fmt.Errorf("twilio %s: %w", p.Name, err))
+		return "", err
 	}
 	if status >= 200 && status < 300 {
 		var sent struct {

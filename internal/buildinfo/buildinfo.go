@@ -1,13 +1,7 @@
-// Package buildinfo says which build of the throttler a binary is: its
-// version and the commit it was built from, for -version and the
-// throttler_build_info metric.
-//
-// Both come from the binary itself (runtime/debug.ReadBuildInfo: the module
-// version `go install` records, the vcs.revision `go build` stamps in a git
-// checkout), unless the linker sets them, as `make release` does:
-//
-//	go build -ldflags "-X github.com/notify-throttle/throttler/internal/buildinfo.version=v1.2.0
-//	  -X github.com/notify-throttle/throttler/internal/buildinfo.commit=3f2a9c1"
+// Package buildinfo says which build of the throttler a binary is, for
+// -version and the throttler_build_info metric: the version and commit the
+// linker sets (-X, as `make release` does), else those Go recorded
+// (runtime/debug.ReadBuildInfo).
 package buildinfo
 
 import (
@@ -25,14 +19,11 @@ var (
 
 // Info is a binary's build.
 type Info struct {
-	// Version is the release ("v1.2.0"), the module version go install
-	// recorded, or "(devel)" for a build from a checkout.
-	Version string
-	// Commit is the VCS revision, with "+dirty" when the tree had changes;
-	// "unknown" when the build did not record one (go build -buildvcs=false).
+	Version string // "v1.2.0", or "(devel)" for a build from a checkout
+	// Commit is the VCS revision, "+dirty" when the tree had changes;
+	// "unknown" when the build recorded none (-buildvcs=false).
 	Commit string
-	// Go is the toolchain that built it ("go1.24.3").
-	Go string
+	Go     string // the toolchain ("go1.24.3")
 }
 
 // Read returns this binary's build.

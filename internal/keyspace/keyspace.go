@@ -1,7 +1,7 @@
 // Package keyspace is the throttle engine's layout in Redis: the name of
 // every key the engine writes and what each holds. The engine (throttle,
-// whose Lua in lua/ writes the values) and the operator's read-only views
-// (internal/inspect) both name keys here, so the two cannot drift apart.
+// whose Lua in lua/ writes the values) and the dashboard's read-only views
+// (package dashboard) both name keys here, so the two cannot drift apart.
 //
 // A key is
 //
@@ -74,8 +74,8 @@ const DefaultPrefix = "throttle:"
 // hashed.
 const MaxEncoded = 128
 
-// The values the Lua writes that readers must agree on. Each is a constant
-// of the Lua too; TestConstantsMatchLua checks they are the same.
+// The values the Lua writes that readers must agree on, each a constant of
+// the Lua too (TestConstantsMatchLua).
 const (
 	// Grace is how long after its moment a ticket nobody claimed is kept
 	// (lua/book.lua GRACE): a task that wakes late still holds it.
@@ -95,10 +95,10 @@ func keepByte(c byte) bool {
 }
 
 // EncodeSubject maps any subject to a string of [A-Za-z0-9-_.@+%#] with no
-// braces or colons, one-to-one up to SHA-256 collisions: bytes outside the
-// kept set are written %XX (so '%' itself is escaped), and an encoding longer
-// than MaxEncoded is replaced by '#' and the base64url SHA-256 of the subject
-// ('#' never appears in the escaped form, so the two forms cannot meet).
+// braces or colons, one-to-one up to SHA-256 collisions: other bytes are
+// written %XX ('%' too), and an encoding longer than MaxEncoded is '#' and
+// the base64url SHA-256 of the subject ('#' never appears in the escaped
+// form, so the two cannot meet).
 func EncodeSubject(s string) string {
 	n := 0
 	for i := 0; i < len(s); i++ {

@@ -11,7 +11,6 @@ import (
 	"strings"
 )
 
-// checker runs Check.
 type checker struct {
 	r     Config
 	url   string
@@ -35,11 +34,10 @@ func Loopback(a string) bool {
 	return err == nil && (host == "localhost" || ip != nil && ip.IsLoopback())
 }
 
-// Check reports, through fail, every problem with r's settings, by path
-// (redis.url, redis.tls.ca_file, ...): values, settings that contradict
-// each other, and files that cannot be read or do not hold what they
-// should. urlName names where the URL came from in messages: redis.url, or
-// the variable that replaced it.
+// Check reports through fail every problem of r's settings by path
+// (redis.tls.ca_file): values, contradictions, and files that cannot be
+// read or do not hold what they should. urlName names where the URL came
+// from: redis.url, or the variable that replaced it.
 func (r Config) Check(urlName string, fail func(path, format string, args ...any)) {
 	c := checker{r: r, url: urlName, failf: fail}
 	switch {
@@ -73,8 +71,8 @@ func (r Config) Check(urlName string, fail func(path, format string, args ...any
 	}
 }
 
-// login checks the user, password and TLS settings against each other
-// and the URL, and that the files they name can be read.
+// login checks the user, password and TLS settings against each other and
+// the URL, and the files they name.
 func (c checker) login() {
 	r := c.r
 	if r.IsEmbedded() {
@@ -116,8 +114,8 @@ func (c checker) login() {
 	c.tlsSettings()
 }
 
-// tlsSettings checks that TLS settings are given only when TLS is on, agree
-// with each other, and name files that hold what they should.
+// tlsSettings checks that TLS settings are given only with TLS on, agree,
+// and name files that hold what they should.
 func (c checker) tlsSettings() {
 	r := c.r
 	t := r.TLS
@@ -162,9 +160,8 @@ func (c checker) tlsSettings() {
 	}
 }
 
-// maxFileLen bounds the files settings name (secrets, CA, certificate,
-// key): they are small, and a path to something else (a device, a log)
-// should fail, not fill memory.
+// maxFileLen bounds the files settings name: they are small, and a path to
+// something else (a device, a log) should fail, not fill memory.
 const maxFileLen = 1 << 20
 
 // ReadSecretFile returns the one line the file at path holds, or what is
@@ -184,8 +181,6 @@ func ReadSecretFile(path, what string) (value, msg string) {
 	return v, ""
 }
 
-// readSmallFile reads a regular file of at most maxFileLen bytes, or says
-// why it cannot.
 func readSmallFile(path string) ([]byte, string) {
 	// Stat before Open: opening a FIFO would block until a writer comes.
 	if fi, err := os.Stat(path); err != nil {
@@ -208,7 +203,7 @@ func readSmallFile(path string) ([]byte, string) {
 	return data, ""
 }
 
-// pathErr is an os error without the path, which the message quotes already.
+// pathErr is an os error without the path, which messages quote already.
 func pathErr(err error) string {
 	var pe *os.PathError
 	if errors.As(err, &pe) {

@@ -11,69 +11,49 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Config says where Redis is (one of embedded, a URL or a cluster) and how
-// to log in to it: the redis section of the config file (package config),
-// whose keys are the yaml tags. In the file, URL and Password may be
-// secret references (see config.Secret), and REDIS_URL and REDIS_PASSWORD
-// in the environment replace them. String, GoString and every error hide
-// the password.
+// Config says where Redis is (embedded, a URL or a cluster) and how to log
+// in: the config file's redis section, keys as the yaml tags. REDIS_URL and
+// REDIS_PASSWORD replace URL and Password. String, GoString and every error
+// hide the password. Relative paths are relative to the config file.
 type Config struct {
 	// URL is Embedded or a redis://, rediss:// (TLS) or unix:// URL, with an
 	// optional user and password. Default Embedded, or "" with Cluster.
-	URL string `yaml:"url,secret=URL"`
-	// Cluster lists the host:port of some Redis Cluster nodes, instead of URL.
-	Cluster []string `yaml:"cluster"`
-	// Username is the ACL user to log in as, for a cluster, or for a URL
-	// that names none. Default "": the URL's, else Redis's default user.
-	Username string `yaml:"username"`
-	// PasswordFile is a file holding the password (a final line break is
-	// ignored), read when connecting; instead of Password. A relative path
-	// is relative to the config file's directory.
+	URL      string   `yaml:"url,secret=URL"`
+	Cluster  []string `yaml:"cluster"`  // some nodes' host:port, instead of URL
+	Username string   `yaml:"username"` // for a cluster, or a URL that names none
+	// PasswordFile holds the password (a final line break ignored), read
+	// when connecting; instead of Password.
 	PasswordFile string `yaml:"password_file,path"`
-	// Password is the password, for a cluster or a URL that holds none.
-	// Prefer REDIS_PASSWORD, PasswordFile or a reference to writing it.
-	Password string `yaml:"password,secret=password"`
-	// TLS configures TLS, which a rediss:// URL or, for a cluster,
-	// TLS.Enabled turns on. Default: off, and the system's CAs.
+	Password     string `yaml:"password,secret=password"` // for a cluster, or a URL that holds none
+	// TLS is turned on by a rediss:// URL or, for a cluster, TLS.Enabled.
 	TLS TLS `yaml:"tls"`
-	// EmbeddedAddr is the loopback host:port the embedded server listens
-	// on, so that another process (enqueue) can reach it.
+	// EmbeddedAddr is the loopback host:port of the embedded server, where
+	// another process (enqueue) reaches it.
 	EmbeddedAddr string `yaml:"embedded_addr"`
-	// Prefix starts every throttle key; no '{' or '}'.
-	Prefix string `yaml:"prefix"`
-	// Shards is how many asynq queues serve each queue of the config, 0 to
-	// MaxShards; 0: 1 on one Redis, the number of masters on a cluster
-	// (see Shards and jobs.Shard).
+	Prefix       string `yaml:"prefix"` // starts every throttle key; no '{' or '}'
+	// Shards is how many asynq queues serve each queue, 0 to MaxShards (0:
+	// 1 on one Redis, the number of masters on a cluster).
 	Shards int `yaml:"shards"`
 }
 
-// TLS says how to connect to Redis over TLS. It has no secrets: keys stay
-// in files, whose relative paths are relative to the config file.
+// TLS says how to connect to Redis over TLS. Keys stay in files.
 type TLS struct {
-	// Enabled turns TLS on for a cluster; for a URL, rediss:// does, and
-	// Enabled may only confirm it.
-	Enabled bool `yaml:"enabled"`
-	// CAFile is a PEM file of the CA certificates to trust instead of the
-	// system's, e.g. a private CA that signed the servers' certificates.
-	CAFile string `yaml:"ca_file,path"`
-	// CertFile and KeyFile are a client certificate and its key (PEM), for
-	// a server that requires one (tls-auth-clients yes).
-	CertFile string `yaml:"cert_file,path"`
-	KeyFile  string `yaml:"key_file,path"`
-	// ServerName is the name the server's certificate must be valid for.
-	// Default "": the host of the URL, or of each cluster node.
-	ServerName string `yaml:"server_name"`
-	// InsecureSkipVerify turns the check of the server's certificate off,
-	// so anyone on the path can read and change the traffic, the password
-	// included. For a test only; Warnings reports it.
+	Enabled    bool   `yaml:"enabled"`        // for a cluster; a URL's rediss:// may only be confirmed
+	CAFile     string `yaml:"ca_file,path"`   // PEM CAs to trust instead of the system's
+	CertFile   string `yaml:"cert_file,path"` // a client certificate (PEM), for tls-auth-clients yes
+	KeyFile    string `yaml:"key_file,path"`
+	ServerName string `yaml:"server_name"` // default the host of the URL, or of each node
+	// InsecureSkipVerify turns the check of the server's certificate off:
+	// anyone on the path can read the traffic, password included. For a
+	// test only; Warnings reports it.
 	InsecureSkipVerify bool `yaml:"insecure_skip_verify"`
 }
 
 // Redacted replaces a password in what RedactURL returns.
 const Redacted = "xxxxx"
 
-// Embedded is the URL that runs an in-process Redis-compatible server
-// (miniredis) instead of connecting to Redis.
+// Embedded is the URL that runs an in-process server (miniredis) instead
+// of connecting to Redis.
 const Embedded = "embedded"
 
 // DefaultEmbeddedAddr is where the embedded server listens by default.
@@ -140,8 +120,7 @@ func (r Config) GoString() string {
 		RedactURL(r.URL), r.redactedCluster(), r.Username, pw, r.PasswordFile, r.TLS, r.EmbeddedAddr, r.Prefix)
 }
 
-// Warnings returns what a program should log loudly before connecting: for
-// now, that TLS certificates are not verified.
+// Warnings returns what a program should log loudly before connecting.
 func (r Config) Warnings() []string {
 	if r.TLS.InsecureSkipVerify && r.TLSOn() {
 		return []string{"redis.tls.insecure_skip_verify is true: the Redis server's certificate is not checked, " +
@@ -196,9 +175,8 @@ func readKeyPair(certFile, keyFile string) (tls.Certificate, string) {
 }
 
 // ParseURL parses a redis.url other than Embedded into go-redis options.
-// Its errors quote the URL redacted and never its password: net/url's
-// errors echo the whole URL, so they are replaced, and go-redis's are
-// scrubbed.
+// Its errors quote the URL redacted: net/url's, which echo it whole, are
+// replaced, and go-redis's scrubbed.
 func ParseURL(u string) (*redis.Options, error) {
 	scheme, _, ok := strings.Cut(u, "://")
 	switch s := strings.ToLower(scheme); {
@@ -219,12 +197,10 @@ func ParseURL(u string) (*redis.Options, error) {
 	return opts, nil
 }
 
-// RedactURL returns u with its password, if any, replaced by xxxxx:
-// "redis://app:s3cret@cache:6379/0" becomes "redis://app:xxxxx@cache:6379/0".
-// It works on the text, so it also hides the password of a URL that does
-// not parse (one with an unescaped '/' or '@' in it, say), erring on the
-// side of hiding too much; query parameters whose name contains "pass" are
-// hidden too. Every log line and error that shows a URL uses it.
+// RedactURL returns u with its password, and the values of query
+// parameters named like "pass", replaced by Redacted. It works on the
+// text, so it also hides the password of a URL that does not parse,
+// erring on the side of hiding too much.
 func RedactURL(u string) string {
 	var b strings.Builder
 	last := 0
@@ -253,9 +229,9 @@ func Scrub(msg, u string) string {
 	return msg
 }
 
-// secretSpans returns the [start, end) byte ranges of u's secrets, in order:
-// the password (between the first ':' of the part after "://" and its last
-// '@') and the values of query parameters named like a password.
+// secretSpans returns the [start, end) byte ranges of u's secrets, in
+// order: the password (from the first ':' after "://" to the last '@') and
+// the values of query parameters named like a password.
 func secretSpans(u string) [][2]int {
 	var spans [][2]int
 	start := 0

@@ -8,19 +8,17 @@ import (
 	"github.com/alicebob/miniredis/v2"
 )
 
-// ttlTick is how often the embedded server's TTLs count down: miniredis only
-// expires keys when told time has passed.
+// ttlTick is how often the embedded server's TTLs count down: miniredis
+// only expires keys when told time has passed.
 const ttlTick = time.Second
 
-// embedded is the in-process Redis-compatible server of url: embedded.
+// embedded is the in-process server (miniredis) of url: embedded.
 type embedded struct {
 	srv  *miniredis.Miniredis
 	stop chan struct{}
 	done sync.WaitGroup
 }
 
-// startEmbedded starts a miniredis server listening on addr, and the clock
-// that makes its keys expire in real time.
 func startEmbedded(addr string) (*embedded, error) {
 	srv := miniredis.NewMiniRedis()
 	if err := srv.StartAddr(addr); err != nil {
@@ -31,7 +29,6 @@ func startEmbedded(addr string) (*embedded, error) {
 	return e, nil
 }
 
-// tick counts the TTLs down by the time that passed, until stopped.
 func (e *embedded) tick() {
 	t := time.NewTicker(ttlTick)
 	defer t.Stop()
@@ -47,7 +44,6 @@ func (e *embedded) tick() {
 	}
 }
 
-// close stops the clock and the server; its data is gone.
 func (e *embedded) close() {
 	close(e.stop)
 	e.done.Wait()

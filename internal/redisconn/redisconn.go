@@ -1,8 +1,7 @@
-// Package redisconn connects to the Redis a Config names (the redis section
-// of the config file: config.Redis): a URL or a cluster, with its login and
-// TLS, or the embedded server it starts in the worker's process. It also
-// checks those settings, parses and redacts Redis URLs, and reads password
-// and certificate files. Every message hides the password.
+// Package redisconn connects to the Redis a Config names (the config
+// file's redis section): a URL or a cluster, with its login and TLS, or the
+// embedded server of the worker's process. It checks those settings and
+// hides the password in every message: docs/design.md#security-login-tls-acl-redaction.
 package redisconn
 
 import (
@@ -19,25 +18,18 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Connect returns a client of the Redis r names, after a PING has answered
-// within ctx, and the function that closes it. It never starts a server:
-// with url: embedded it connects to the embedded server of a worker (see
-// Serve) on r.EmbeddedAddr, which is what a separate enqueue process needs.
-//
-// The client is a *redis.Client, or a *redis.ClusterClient for a cluster,
-// which reloads its slot map when a node stops answering, so that it
-// follows a failover within about a second of the promotion (failover.go).
-// To run asynq on it, pass it to asynq.NewClientFromRedisClient,
-// NewServerFromRedisClient or NewInspectorFromRedisClient; asynq does not
-// close such a client, so call close after shutting asynq down.
+// Connect returns a client of the Redis r names, after a PING answered
+// within ctx, and the function that closes it: a *redis.Client, or a
+// *redis.ClusterClient that follows failovers (failover.go). With url:
+// embedded it connects to a worker's server (Serve). asynq does not close a
+// client it is given: call close after shutting asynq down.
 func Connect(ctx context.Context, r Config) (rdb redis.UniversalClient, close func() error, err error) {
 	password, err := r.LoginPassword()
 	if err != nil {
 		return nil, nil, err
 	}
-	// DisableIdentity: no CLIENT SETINFO on each connection, so the
-	// least-privilege ACL (config.yaml) need not name a command that
-	// Redis < 7.2 does not know, and an ACL naming it fails to load there.
+	// DisableIdentity: no CLIENT SETINFO, which the least-privilege ACL
+	// cannot name where Redis < 7.2 does not know it.
 	switch {
 	case len(r.Cluster) > 0:
 		opts := &redis.ClusterOptions{Addrs: r.Cluster, Username: r.Username, Password: password, DisableIdentity: true,
@@ -48,7 +40,7 @@ func Connect(ctx context.Context, r Config) (rdb redis.UniversalClient, close fu
 			}
 		}
 		cc := redis.NewClusterClient(opts)
-		followFailovers(cc, ReloadGap) // see failover.go
+		followFailovers(cc, ReloadGap)
 		rdb = cc
 	case r.IsEmbedded():
 		rdb = redis.NewClient(&redis.Options{Addr: r.EmbeddedAddr, DisableIdentity: true})
@@ -83,12 +75,9 @@ func Connect(ctx context.Context, r Config) (rdb redis.UniversalClient, close fu
 	return rdb, sync.OnceValue(rdb.Close), nil
 }
 
-// Serve is Connect for the process that owns the data, the worker: with
-// url: embedded it first starts the in-process server on r.EmbeddedAddr (an
-// error if that address is taken, by another worker for instance), and close
-// stops it after closing the client. Otherwise it is Connect. Embedded data
-// lives in memory only and is lost when the server stops; ctx bounds the
-// start, not the server's life.
+// Serve is Connect for the worker: with url: embedded it first starts the
+// in-process server on r.EmbeddedAddr (an error if another process has
+// it), which close stops, its data lost. ctx bounds the start.
 func Serve(ctx context.Context, r Config) (rdb redis.UniversalClient, close func() error, err error) {
 	if !r.IsEmbedded() {
 		return Connect(ctx, r)
@@ -109,8 +98,7 @@ func Serve(ctx context.Context, r Config) (rdb redis.UniversalClient, close func
 	}), nil
 }
 
-// tlsConfig returns base completed with t's CA, client certificate, server
-// name and verification setting.
+// tlsConfig returns base completed with t's settings.
 func tlsConfig(t TLS, base *tls.Config) (*tls.Config, error) {
 	c := base.Clone()
 	c.MinVersion = max(c.MinVersion, tls.VersionTLS12)
@@ -134,8 +122,8 @@ func tlsConfig(t TLS, base *tls.Config) (*tls.Config, error) {
 	return c, nil
 }
 
-// scrubbedError is an error whose text had a password taken out; errors.Is
-// and errors.As still see the cause, unless the cause's own text shows it.
+// scrubbedError is an error whose text had a password taken out; it wraps
+// its cause unless the cause's own text shows it.
 type scrubbedError struct {
 	msg string
 	err error
@@ -144,8 +132,8 @@ type scrubbedError struct {
 func (e *scrubbedError) Error() string { return e.msg }
 func (e *scrubbedError) Unwrap() error { return e.err }
 
-// scrub hides r's secrets in msg: those of the URL, password (the one in
-// use, perhaps read from a file) and any a bad cluster entry holds.
+// scrub hides r's secrets in msg: the URL's, the password in use, and any
+// a bad cluster entry holds.
 func scrub(r Config, msg, password string) string {
 	msg = Scrub(msg, r.URL)
 	for _, a := range r.Cluster {

@@ -13,10 +13,9 @@ import (
 const MaxShards = 64
 
 // Shards returns how many shards each queue has (jobs.Shard): r.Shards if
-// set, else 1 on one Redis and the number of masters on a cluster, which
-// spreads a busy queue's work over every master. Producers and workers
-// must agree on it: each process connected to the same cluster counts the
-// same masters.
+// set, else 1 on one Redis and the number of masters on a cluster, so that
+// a busy queue's work spreads over every master. Every process connected
+// to a cluster counts the same masters, so producers and workers agree.
 func Shards(ctx context.Context, r Config, rdb redis.UniversalClient) (int, error) {
 	cc, ok := rdb.(*redis.ClusterClient)
 	if r.Shards > 0 || !ok {

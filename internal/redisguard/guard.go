@@ -1,11 +1,9 @@
-// Package redisguard keeps a worker calm while Redis is unavailable. A Guard
-// is a go-redis hook: every call that fails because Redis cannot be reached,
-// or refuses every call (out of memory, credentials refused), is held back
-// for a capped, growing delay before its error returns. So a loop that
-// retries at once (asynq's processor does, on dequeue errors) sleeps instead
-// of spinning a CPU; the outage is logged at a bounded rate; and the first
-// call that gets an answer again resets it all. Calls that Redis answers,
-// even with an ordinary error reply, pass untouched.
+// Package redisguard keeps a worker calm while Redis is unavailable
+// (docs/design.md#the-worker, "Redis trouble"). A Guard is a go-redis hook
+// that holds back a call Redis could not serve for a growing, capped delay
+// before its error returns, so that a loop retrying at once (asynq's
+// dequeue) sleeps instead of spinning, and logs the outage at a bounded
+// rate. Calls Redis answers, even with an error reply, pass untouched.
 package redisguard
 
 import (
@@ -27,19 +25,16 @@ import (
 
 // Options tune a Guard. The zero value means every default.
 type Options struct {
-	// MinDelay holds back the first failing call of an outage. Default 50ms.
-	MinDelay time.Duration
-	// MaxDelay caps the delay, which doubles with each failing call and is
-	// also how long a call may wait beyond Redis's own error during an
-	// outage (shutdown included). Default 2s.
+	MinDelay time.Duration // the first failing call's; default 50ms
+	// MaxDelay caps the delay, which doubles with each failing call: how
+	// long a call may wait beyond Redis's error (shutdown included).
+	// Default 2s.
 	MaxDelay time.Duration
-	// LogEvery is the shortest gap between two outage log lines. Default 10s.
-	LogEvery time.Duration
+	LogEvery time.Duration // the least gap between outage log lines; default 10s
 }
 
 // Guard tracks whether Redis answers and delays failing calls while it does
-// not. One Guard serves any number of clients (a worker's one client, or the
-// connection attempts before it exists). It is safe for concurrent use.
+// not, for any number of clients. Safe for concurrent use.
 type Guard struct {
 	log  *slog.Logger
 	opts Options
@@ -79,11 +74,10 @@ func (g *Guard) Install(rdb redis.UniversalClient) redis.UniversalClient {
 	return rdb
 }
 
-// Connect calls connect (redisconn.Serve, say) until it returns a
-// client, with the Guard's delays and log lines while Redis is unreachable,
-// and installs g on the client: a worker started before its Redis waits for
-// it instead of exiting. Any other error (a refused password, a bad
-// address) returns at once; so does the last connection error when ctx ends.
+// Connect calls connect (redisconn.Serve) until it returns a client, with
+// the Guard's delays while Redis is unreachable, and installs g on the
+// client: a worker started before its Redis waits for it. Any other error
+// returns at once, as does the last one when ctx ends.
 func (g *Guard) Connect(ctx context.Context, connect func(context.Context) (redis.UniversalClient, func() error, error)) (redis.UniversalClient, func() error, error) {
 	for {
 		rdb, closeFn, err := connect(ctx)
@@ -103,17 +97,9 @@ func (g *Guard) Connect(ctx context.Context, connect func(context.Context) (redi
 	}
 }
 
-// Down reports whether the last call through g found Redis unavailable.
-func (g *Guard) Down() bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.down
-}
-
-// Observer is a go-redis hook that hands the outcome of every call, a
-// command or a pipeline, to the function after the call. Dials pass
-// through: the call that needed the connection is what is judged, after
-// go-redis's own retries.
+// Observer is a go-redis hook that hands the outcome of every command or
+// pipeline to the function. Dials pass through: the call that needed the
+// connection is judged, after go-redis's retries.
 type Observer func(ctx context.Context, err error)
 
 // DialHook passes dials through.
@@ -138,7 +124,8 @@ func (f Observer) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 }
 
 // observe records the outcome of one call and, if Redis was unavailable,
-// sleeps for the current delay (or until ctx ends).
+// sleeps for the current delay (or until ctx ends). Other errors (a
+// cancelled context, a closed client) neither start nor end an outage.
 func (g *Guard) observe(ctx context.Context, err error) {
 	switch {
 	case Unavailable(err):
@@ -146,11 +133,9 @@ func (g *Guard) observe(ctx context.Context, err error) {
 	case err == nil || isReply(err):
 		g.answered()
 	}
-	// Other errors (a cancelled context, a closed client) say nothing about
-	// Redis: they neither start nor end an outage.
 }
 
-// failed records a call that did not reach Redis, logs if a line is due, and
+// failed records a call Redis did not serve, logs if a line is due, and
 // returns how long to hold the call back.
 func (g *Guard) failed(err error) time.Duration {
 	now := time.Now()
@@ -200,21 +185,18 @@ func (g *Guard) answered() {
 	g.down, g.fails, g.total, g.suppressed, g.silenced = false, 0, 0, 0, 0
 }
 
-// Unavailable reports whether err means Redis could not serve the call at
-// all, so that retrying at once is pointless: Redis was unreachable (see
-// Unreachable) or answered with a reply that refuses every call, or every
-// write, until an operator steps in: out of memory, a failing disk, a
-// read-only replica, our credentials or permissions refused. Those replies
-// come back at once, so a caller that retries at once spins on them too.
+// Unavailable reports whether err means Redis could not serve the call, so
+// that retrying at once is pointless: it was unreachable, or refuses every
+// call (or write) until an operator steps in (refusedReplies), at once, so
+// that a caller retrying at once spins on them too.
 func Unavailable(err error) bool {
 	return Unreachable(err) || hasReplyPrefix(err, refusedReplies)
 }
 
 // Unreachable reports whether err means Redis could not be reached or is
 // not serving yet: a network error, a connection closed under the call, a
-// pool timeout, or a reply saying it is loading its data, has no master or
-// is blocked by a script. A refused listen (another process on an address),
-// a cancelled context and a closed client are not.
+// pool timeout, or one of notServingReplies. A refused listen, a cancelled
+// context and a closed client are not.
 func Unreachable(err error) bool {
 	var op *net.OpError
 	if errors.As(err, &op) {
@@ -232,17 +214,16 @@ func Unreachable(err error) bool {
 		errors.Is(err, redis.ErrPoolTimeout)
 }
 
-// Error replies by which Redis serves no call for a while: these pass by themselves.
+// Replies by which Redis serves no call for a while, which passes.
 var notServingReplies = []string{
 	"LOADING ", "BUSY ", "MASTERDOWN ", "CLUSTERDOWN ", "NOREPLICAS ", "ERR max number of clients",
 }
 
-// Error replies by which Redis refuses calls until someone fixes something.
+// Replies by which Redis refuses calls until someone fixes something.
 var refusedReplies = []string{
 	"OOM ", "MISCONF ", "READONLY ", "NOAUTH ", "WRONGPASS ", "NOPERM ",
 }
 
-// hasReplyPrefix reports whether err is an error reply starting with one of prefixes.
 func hasReplyPrefix(err error, prefixes []string) bool {
 	var re redis.Error
 	if !errors.As(err, &re) {

@@ -9,12 +9,10 @@ import (
 	"time"
 )
 
-// AsynqLogger is an asynq.Logger (asynq.Config.Logger) that writes asynq's
-// lines to a slog.Logger. While its Guard sees Redis down, asynq's warnings
-// and errors are only counted, and the count goes out with the Guard's next
-// outage line: every asynq component reports a dead Redis on its own timer
-// (the forwarder every DelayedTaskCheckInterval, the heartbeater every 5s,
-// the processor every 3s), which would otherwise be the bulk of the log.
+// AsynqLogger is an asynq.Logger that writes to a slog.Logger. While its
+// Guard sees Redis down, asynq's warnings and errors are only counted, for
+// the Guard's next outage line: every asynq component reports a dead Redis
+// on its own timer, which would otherwise be the bulk of the log.
 type AsynqLogger struct {
 	g   *Guard
 	log *slog.Logger
@@ -25,27 +23,24 @@ func (g *Guard) AsynqLogger() *AsynqLogger {
 	return &AsynqLogger{g: g, log: g.log.With("component", "asynq")}
 }
 
-// Debug logs at debug level.
+// asynq.Logger's methods: Warn and Error log unless Redis is down; Fatal
+// exits, as asynq expects.
+
 func (l *AsynqLogger) Debug(args ...any) { l.log.Debug(fmt.Sprint(args...)) }
+func (l *AsynqLogger) Info(args ...any)  { l.log.Info(fmt.Sprint(args...)) }
 
-// Info logs at info level.
-func (l *AsynqLogger) Info(args ...any) { l.log.Info(fmt.Sprint(args...)) }
-
-// Warn logs at warn level unless Redis is down.
 func (l *AsynqLogger) Warn(args ...any) {
 	if !l.g.quiet() {
 		l.log.Warn(fmt.Sprint(args...))
 	}
 }
 
-// Error logs at error level unless Redis is down.
 func (l *AsynqLogger) Error(args ...any) {
 	if !l.g.quiet() {
 		l.log.Error(fmt.Sprint(args...))
 	}
 }
 
-// Fatal logs at error level and exits, as asynq expects of Fatal.
 func (l *AsynqLogger) Fatal(args ...any) {
 	l.log.Error(fmt.Sprint(args...))
 	os.Exit(1)
@@ -62,11 +57,9 @@ func (g *Guard) quiet() bool {
 }
 
 // RedisLogger is go-redis's logger (redis.SetLogger) writing to a
-// slog.Logger, at most one line per Options.LogEvery. While its Guard sees
-// Redis down its lines are only counted, like asynq's. go-redis logs each
-// failed dial ("failed to dial after 5 attempts") from inside the call, so
-// several lines come before the Guard has seen the first failure: hence its
-// own limit.
+// slog.Logger, counted like asynq's while Redis is down. It has a limit of
+// its own, a line per LogEvery: go-redis logs failed dials from inside the
+// call, before the Guard has seen it fail.
 type RedisLogger struct {
 	g    *Guard
 	log  *slog.Logger

@@ -6,11 +6,10 @@ import (
 	"strings"
 )
 
-// RecommendedACL returns the rules of the ACL user that the config file at
-// path recommends (config.yaml's comment block that starts "#   user
-// <user> "), joined onto one line as redis.conf's user directive takes it,
-// with password for CHANGE-ME: tests log in as exactly the user the
-// documentation tells operators to create.
+// RecommendedACL returns, as redis.conf's user directive takes it, the ACL
+// user that the config file at path recommends in its comment block
+// starting "#   user <user> ", with password for CHANGE-ME: tests log in
+// as exactly the user operators are told to create.
 func RecommendedACL(t TB, path, user, password string) string {
 	t.Helper()
 	f, err := os.Open(path)

@@ -16,10 +16,9 @@ const (
 	slotCount       = 16384
 )
 
-// Cluster is a Redis Cluster of real redis-server processes.
-// Masters[i] serves the i-th even share of the slots; its replicas are
-// Replicas[i*r : (i+1)*r], r being the replicas per master. Failover keeps
-// this layout by swapping the promoted replica and the old master.
+// Cluster is a Redis Cluster of redis-server processes. Masters[i] serves
+// the i-th even share of the slots, its replicas being Replicas[i*r :
+// (i+1)*r]; a failover swaps the promoted replica and the old master.
 type Cluster struct {
 	Masters  []*Server
 	Replicas []*Server
@@ -27,18 +26,16 @@ type Cluster struct {
 	perMaster int
 }
 
-// StartCluster starts masters (>= 3) masters with replicasPerMaster replicas
-// each, assigns the slots evenly, joins the nodes and waits (up to 30s) until
-// every node reports cluster_state:ok, agrees on the full slot map, and every
-// replica has its master link up. Everything is stopped at cleanup.
+// StartCluster starts masters (>= 3) masters with replicasPerMaster
+// replicas each and waits (up to clusterTimeout) until every node reports
+// cluster_state:ok and the full slot map, and every replica's link is up.
 func StartCluster(t TB, masters, replicasPerMaster int) *Cluster {
 	t.Helper()
 	return startCluster(t, masters, replicasPerMaster, &security{})
 }
 
-// startCluster starts a cluster whose nodes are set up as sec says. In the
-// quick tier (built without -tags integration) it skips the test instead:
-// clusters are for the integration tier, which make test runs.
+// startCluster starts a cluster whose nodes are set up as sec says; in the
+// quick tier it skips the test.
 func startCluster(t TB, masters, replicasPerMaster int, sec *security) *Cluster {
 	t.Helper()
 	if s, ok := t.(interface{ Skip(...any) }); ok && !integrationTier {
@@ -78,8 +75,8 @@ func (c *Cluster) Addrs() []string {
 	return addrs
 }
 
-// Client returns a *redis.ClusterClient for the cluster, closed at cleanup.
-// It logs in and speaks TLS as Server.Client does.
+// Client returns a client of the cluster, closed at cleanup, logged in as
+// Server.Client is.
 func (c *Cluster) Client(t TB) *redis.ClusterClient {
 	t.Helper()
 	m := c.Masters[0]
@@ -93,10 +90,9 @@ func (c *Cluster) Client(t TB) *redis.ClusterClient {
 	return cc
 }
 
-// Failover makes the first replica of master i take over with CLUSTER
-// FAILOVER (issued on the replica), waits until the cluster is ok again with
-// the new roles visible everywhere, and returns the new master. Afterwards
-// Masters[i] is the new master and the old one is in its place in Replicas.
+// Failover makes the first replica of master i take over (CLUSTER
+// FAILOVER), waits until every node sees the new roles, and returns the new
+// master, now Masters[i].
 func (c *Cluster) Failover(t TB, i int) *Server {
 	t.Helper()
 	if i < 0 || i >= len(c.Masters) || c.perMaster == 0 {
@@ -129,8 +125,8 @@ func (c *Cluster) masterOf(j int) *Server {
 	return c.Masters[j/c.perMaster]
 }
 
-// setup assigns slots and config epochs, joins the nodes with CLUSTER MEET
-// and makes the replicas replicate their masters.
+// setup assigns slots and config epochs, joins the nodes and makes the
+// replicas replicate their masters.
 func (c *Cluster) setup(ctx context.Context) error {
 	nodes := c.nodes()
 	admins := dialAll(nodes)
@@ -165,8 +161,8 @@ func (c *Cluster) setup(ctx context.Context) error {
 	return nil
 }
 
-// initNode records the node ID and gives the node a unique config epoch, so
-// the masters need not resolve epoch collisions after meeting.
+// initNode records the node's ID and gives it a config epoch of its own,
+// so that the masters need not resolve collisions after meeting.
 func initNode(ctx context.Context, admin *redis.Client, n *Server, epoch int) error {
 	id, err := admin.ClusterMyID(ctx).Result()
 	if err != nil {
@@ -179,8 +175,8 @@ func initNode(ctx context.Context, admin *redis.Client, n *Server, epoch int) er
 	return nil
 }
 
-// promote issues CLUSTER FAILOVER on the replica and waits until it is a
-// master, re-issuing the command if a manual failover attempt timed out.
+// promote issues CLUSTER FAILOVER on the replica, again if an attempt timed
+// out, until it is a master.
 func promote(ctx context.Context, replica *Server) error {
 	admin := dial(replica)
 	defer admin.Close()
@@ -200,12 +196,11 @@ func promote(ctx context.Context, replica *Server) error {
 	return nil
 }
 
-// slotRange returns the slots of master i out of n: an even share.
 func slotRange(i, n int) (lo, hi int) {
 	return i * slotCount / n, (i+1)*slotCount/n - 1
 }
 
-// dial returns an admin client for one node that fails fast.
+// dial returns an admin client of one node that fails fast.
 func dial(s *Server) *redis.Client {
 	return redis.NewClient(&redis.Options{
 		Addr:            s.Addr,
@@ -220,7 +215,6 @@ func dial(s *Server) *redis.Client {
 	})
 }
 
-// dialAll returns admin clients for the nodes.
 func dialAll(nodes []*Server) map[*Server]*redis.Client {
 	admins := make(map[*Server]*redis.Client, len(nodes))
 	for _, n := range nodes {
@@ -229,15 +223,13 @@ func dialAll(nodes []*Server) map[*Server]*redis.Client {
 	return admins
 }
 
-// closeAll closes the admin clients.
 func closeAll(admins map[*Server]*redis.Client) {
 	for _, a := range admins {
 		_ = a.Close()
 	}
 }
 
-// poll calls f every interval until it returns nil or ctx is done, and then
-// returns f's last error.
+// poll calls f every interval until it returns nil or ctx ends.
 func poll(ctx context.Context, interval time.Duration, f func() error) error {
 	for {
 		err := f()

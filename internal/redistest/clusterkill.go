@@ -4,19 +4,11 @@ import (
 	"context"
 )
 
-// A master that crashes, as opposed to one handed over with Failover: the
-// test kills it (Masters[i].Kill(), SIGKILL), the other masters flag it as
-// failed after cluster-node-timeout (2000 ms here) and its replica wins an
-// election and takes its slots, 3-5 s after the kill. AwaitPromotion waits
-// for that; Rejoin starts the dead node again, as a supervisor would, and
-// waits until it serves as the new master's replica.
-
-// AwaitPromotion waits (up to 30 s) until the cluster itself has promoted
-// the first replica of master i, which the test has killed (or frozen):
-// the replica is a master, and every node that answers reports
-// cluster_state:ok and the slot map with it in place (the dead node listed
-// nowhere). It returns the new master. Afterwards Masters[i] is the new
-// master and the dead node is in its place in Replicas, as after Failover.
+// AwaitPromotion waits (up to clusterTimeout) until the cluster itself has
+// promoted the first replica of master i, which the test killed or froze
+// (3-5 s after, with cluster-node-timeout 2000): every node that answers
+// reports cluster_state:ok and the slot map without the dead node. It
+// returns the new master, now Masters[i], as after Failover.
 func (c *Cluster) AwaitPromotion(t TB, i int) *Server {
 	t.Helper()
 	if i < 0 || i >= len(c.Masters) || c.perMaster == 0 {
@@ -38,11 +30,9 @@ func (c *Cluster) AwaitPromotion(t TB, i int) *Server {
 	return c.Masters[i]
 }
 
-// Rejoin starts a cluster node the test killed again, on its port and with
-// its files (nodes.conf says which cluster it was in), and waits (up to
-// 30 s) until the whole cluster is as the layout says: a master that lost
-// its slots while down rejoins as a replica of the node that took them
-// over (see AwaitPromotion).
+// Rejoin starts a node the test killed again, with its port and files, as
+// a supervisor would, and waits until the cluster is as the layout says: a
+// master replaced while down rejoins as its replica's replica.
 func (c *Cluster) Rejoin(t TB, s *Server) {
 	t.Helper()
 	s.Restart(t)
@@ -53,8 +43,8 @@ func (c *Cluster) Rejoin(t TB, s *Server) {
 	}
 }
 
-// waitLive is waitOK for a cluster with nodes down: it checks the nodes
-// that answer only, against the slot map without them.
+// waitLive is waitOK for the nodes that answer, against the slot map
+// without the others.
 func (c *Cluster) waitLive(ctx context.Context) error {
 	var live []*Server
 	for _, n := range c.nodes() {
@@ -65,7 +55,6 @@ func (c *Cluster) waitLive(ctx context.Context) error {
 	return c.waitNodes(ctx, live, c.wantShards((*Server).answers))
 }
 
-// answers reports whether the server runs and is not frozen.
 func (s *Server) answers() bool {
 	s.mu.Lock()
 	frozen := s.frozen

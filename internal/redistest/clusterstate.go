@@ -10,23 +10,20 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// shard is one slot range with its master and sorted replica addresses, as
-// expected from the layout or as seen in CLUSTER SLOTS.
+// shard is one slot range with its master and sorted replicas, as the
+// layout wants it or CLUSTER SLOTS shows it.
 type shard struct {
 	lo, hi   int
 	master   string
 	replicas string // sorted, comma-separated
 }
 
-// waitOK waits until every node reports cluster_state:ok and the expected
-// slot map, and every node has the expected role and, for replicas, an up
-// master link.
+// waitOK waits until every node reports cluster_state:ok, the slot map and
+// the role the layout gives it, and every replica's link is up.
 func (c *Cluster) waitOK(ctx context.Context) error {
 	return c.waitNodes(ctx, c.nodes(), c.wantShards(func(*Server) bool { return true }))
 }
 
-// waitNodes waits until every one of nodes reports cluster_state:ok and the
-// slot map want, and has the role the layout gives it.
 func (c *Cluster) waitNodes(ctx context.Context, nodes []*Server, want []shard) error {
 	admins := dialAll(nodes)
 	defer closeAll(admins)
@@ -44,7 +41,6 @@ func (c *Cluster) waitNodes(ctx context.Context, nodes []*Server, want []shard) 
 	return nil
 }
 
-// checkNode checks one node's cluster state, slot map and role.
 func (c *Cluster) checkNode(ctx context.Context, admin *redis.Client, n *Server, want []shard) error {
 	info, err := admin.ClusterInfo(ctx).Result()
 	if err != nil {
@@ -64,7 +60,7 @@ func (c *Cluster) checkNode(ctx context.Context, admin *redis.Client, n *Server,
 	return checkRole(ctx, admin, c.wantMaster(n))
 }
 
-// checkRole checks INFO replication: a master if master is nil, else a
+// checkRole checks that the node is a master if master is nil, else a
 // replica of master with its link up.
 func checkRole(ctx context.Context, admin *redis.Client, master *Server) error {
 	info, err := admin.Info(ctx, "replication").Result()
@@ -113,7 +109,6 @@ func (c *Cluster) wantShards(listed func(*Server) bool) []shard {
 	return want
 }
 
-// gotShards converts a CLUSTER SLOTS reply to shards sorted by slot.
 func gotShards(slots []redis.ClusterSlot) []shard {
 	got := make([]shard, 0, len(slots))
 	for _, s := range slots {
@@ -130,18 +125,15 @@ func gotShards(slots []redis.ClusterSlot) []shard {
 	return got
 }
 
-// newShard builds a shard, sorting the replica addresses.
 func newShard(lo, hi int, master string, replicas []string) shard {
 	slices.Sort(replicas)
 	return shard{lo: lo, hi: hi, master: master, replicas: strings.Join(replicas, ",")}
 }
 
-// String formats the shard for error messages.
 func (s shard) String() string {
 	return fmt.Sprintf("%d-%d:%s[%s]", s.lo, s.hi, s.master, s.replicas)
 }
 
-// infoField returns a field of an INFO or CLUSTER INFO reply.
 func infoField(info, name string) string {
 	for line := range strings.Lines(info) {
 		if v, ok := strings.CutPrefix(line, name+":"); ok {

@@ -4,11 +4,10 @@ package redistest
 
 import "syscall"
 
-// Freeze stops the server's process with SIGSTOP until Thaw (or the test's
-// end): it keeps its port and its connections but answers nothing, as a
-// hung host or a node cut off by the network does, so that calls to it time
-// out instead of being refused. A cluster takes a frozen master for failed
-// as it does a killed one (AwaitPromotion).
+// Freeze stops the server with SIGSTOP until Thaw (or the test's end): it
+// keeps its port and connections but answers nothing, as a hung host does,
+// so that calls time out instead of being refused. A cluster fails over a
+// frozen master as a killed one (AwaitPromotion).
 func (s *Server) Freeze(t TB) {
 	t.Helper()
 	s.mu.Lock()
@@ -25,8 +24,8 @@ func (s *Server) Freeze(t TB) {
 	t.Cleanup(s.Thaw)
 }
 
-// Thaw lets a frozen server go on. A master frozen through its replica's
-// promotion finds the replica in its place and becomes its replica.
+// Thaw lets a frozen server go on; a master that was replaced meanwhile
+// becomes its replica's replica.
 func (s *Server) Thaw() {
 	s.mu.Lock()
 	defer s.mu.Unlock()

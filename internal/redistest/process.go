@@ -32,14 +32,12 @@ const (
 // errWrongServer means a server answered on our port but it is not ours.
 var errWrongServer = errors.New("another server answers on the port")
 
-// proc is one running redis-server child process.
 type proc struct {
 	cmd  *exec.Cmd
 	done chan struct{} // closed once the process has exited
 	err  error         // result of Wait; valid once done is closed
 }
 
-// spawn starts redis-server with the config file, output going to dir.
 func spawn(bin, conf, dir string) (*proc, error) {
 	out, err := os.OpenFile(filepath.Join(dir, outputFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -76,7 +74,6 @@ func (p *proc) stop(grace time.Duration) {
 	<-p.done
 }
 
-// exitError describes why the process serving addr exited.
 func (p *proc) exitError(addr string) error {
 	if p.err != nil {
 		return fmt.Errorf("redistest: redis-server on %s exited before answering PING: %w", addr, p.err)
@@ -105,10 +102,9 @@ func waitReady(addr, conf string, a access, p *proc) error {
 	return fmt.Errorf("redistest: redis-server on %s: no PING answer within %v: %w", addr, readyTimeout, err)
 }
 
-// probe checks, with INFO server, that the server answering on addr was
-// started with our config file (and so is not someone else's). It dials
-// itself: go-redis logs every failed dial, and the server is polled before
-// it listens.
+// probe checks with INFO server that the server on addr was started with
+// our config file, not someone else's. It dials itself: go-redis logs every
+// failed dial, and the server is polled before it listens.
 func probe(addr, conf string, a access) error {
 	d := &net.Dialer{Timeout: probeTimeout}
 	var conn net.Conn
@@ -135,8 +131,8 @@ func probe(addr, conf string, a access) error {
 	return nil
 }
 
-// writeConfig writes the redis.conf for one server: the settings every
-// test server has, then sec's (later directives win).
+// writeConfig writes one server's redis.conf: every test server's
+// settings, then sec's (later directives win).
 func writeConfig(path, dir string, port int, cluster bool, sec *security) error {
 	lines := []string{
 		"bind 127.0.0.1",
@@ -168,14 +164,13 @@ func writeConfig(path, dir string, port int, cluster bool, sec *security) error 
 	return nil
 }
 
-// quote quotes s for a redis.conf argument.
 func quote(s string) string {
 	r := strings.NewReplacer(`\`, `\\`, `"`, `\"`)
 	return `"` + r.Replace(s) + `"`
 }
 
-// freePort returns a loopback port that is free right now; for cluster nodes
-// it is below maxClusterPort and its bus port is free too.
+// freePort returns a loopback port free right now; for a cluster node, below
+// maxClusterPort and with its bus port free too.
 func freePort(cluster bool) (int, error) {
 	for i := range 300 {
 		want := 0 // first let the kernel choose, then try random ports
@@ -199,7 +194,6 @@ func freePort(cluster bool) (int, error) {
 	return 0, errors.New("redistest: no free loopback port found")
 }
 
-// listenFree listens on 127.0.0.1:port (0 for any), closes, and returns the port.
 func listenFree(port int) (int, error) {
 	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 	if err != nil {
@@ -209,7 +203,6 @@ func listenFree(port int) (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// removeLogs deletes the log files so a new attempt starts with empty ones.
 func removeLogs(dir string) {
 	_ = os.Remove(filepath.Join(dir, logFile))
 	_ = os.Remove(filepath.Join(dir, outputFile))

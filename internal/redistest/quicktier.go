@@ -5,15 +5,14 @@ import (
 	"testing"
 )
 
-// quickTierServers counts the standalone servers started by the quick tier's
-// tests in this test process, which is one package. It is the one piece of
-// package state here: the rule it keeps is per process.
+// quickTierServers counts the servers the quick tier's tests started in
+// this process, which is one package's: the package's one state, as the
+// rule it keeps is per process.
 var quickTierServers atomic.Int32
 
-// oneServerPerPackage reports whether t may start a standalone server, and
-// fails t when it may not: in the quick tier (no integration build tag) a
-// package starts at most one, which its tests share (RunShared). Benchmarks
-// and the integration tier start as many as they need.
+// oneServerPerPackage reports whether t may start a server, and fails t if
+// not: in the quick tier (no integration tag) a package starts one, which
+// its tests share (RunShared); benchmarks and the integration tier, many.
 func oneServerPerPackage(t TB) bool {
 	t.Helper()
 	if _, bench := t.(*testing.B); bench || integrationTier {

@@ -1,8 +1,7 @@
 // Package redistest starts real redis-server processes for tests: a
-// standalone server (Start) or a Redis Cluster (StartCluster), optionally
-// with ACL users and TLS only (StartWith, StartClusterWith). Every process
-// listens on a free loopback port, keeps its files in a test temp dir, has no
-// persistence and is stopped at test cleanup.
+// server (Start) or a Redis Cluster (StartCluster), optionally with ACL
+// users and TLS (StartWith, StartClusterWith), each on a free loopback port
+// with its files in a test temp dir, stopped at cleanup.
 package redistest
 
 import (
@@ -26,9 +25,8 @@ const (
 	pollInterval  = 20 * time.Millisecond
 )
 
-// TB is the subset of testing.TB the helpers need, so benchmarks and
-// TestMain-style code can supply their own. As with testing.TB, Fatalf is
-// expected not to return.
+// TB is the part of testing.TB the helpers need, so that TestMain can
+// supply its own. Fatalf is expected not to return.
 type TB interface {
 	Helper()
 	Fatalf(format string, args ...any)
@@ -37,9 +35,8 @@ type TB interface {
 	TempDir() string
 }
 
-// Binary returns the path of the redis-server executable: the one in PATH,
-// else /usr/bin/redis-server or /usr/local/bin/redis-server. The error is a
-// one-line install hint suitable for printing as is.
+// Binary returns the path of redis-server: the one in PATH, else in
+// /usr/bin or /usr/local/bin. The error is a one-line install hint.
 func Binary() (string, error) {
 	if p, err := exec.LookPath("redis-server"); err == nil {
 		return p, nil
@@ -56,10 +53,8 @@ func Binary() (string, error) {
 type Server struct {
 	Addr string // "127.0.0.1:PORT"
 	Port int
-	Dir  string // holds redis.conf, redis.log and, for cluster nodes, nodes.conf
-	// TLS names the CA and certificates of a server started with
-	// Options.TLS; nil for a plain TCP server.
-	TLS *TLSFiles
+	Dir  string    // holds redis.conf, redis.log and, for cluster nodes, nodes.conf
+	TLS  *TLSFiles // with Options.TLS: the CA and certificates
 
 	bin    string
 	conf   string // absolute path of the generated config file
@@ -72,11 +67,9 @@ type Server struct {
 	frozen bool       // stopped with SIGSTOP (Freeze) until Thaw
 }
 
-// Start starts a standalone redis-server on a free loopback port with no
-// persistence, in t.TempDir(), and stops it at t.Cleanup. Extra config
-// directives may be passed as "name value" lines (e.g. "requirepass secret").
-// It waits until PING answers and fails the test with the server's log tail
-// if the server does not come up.
+// Start starts a redis-server without persistence and waits until it
+// answers PING, or fails t with its log's tail. extra are more directives,
+// "name value" ("requirepass secret").
 func Start(t TB, extra ...string) *Server {
 	t.Helper()
 	return start(t, false, &security{opts: Options{Extra: extra}})
@@ -114,8 +107,8 @@ func start(t TB, cluster bool, sec *security) *Server {
 	return s
 }
 
-// startFresh picks a port, writes the config and launches the server,
-// retrying with another port when the chosen one turns out to be taken.
+// startFresh picks a port, writes the config and launches the server, on
+// another port if that one turns out to be taken.
 func (s *Server) startFresh(cluster bool) error {
 	var err error
 	for range startAttempts {
@@ -138,7 +131,7 @@ func (s *Server) startFresh(cluster bool) error {
 }
 
 // launch spawns the process and waits for PING. On failure it kills the
-// process and reports whether the port was taken by someone else.
+// process and reports whether someone else had the port.
 func (s *Server) launch() (portTaken bool, err error) {
 	p, err := spawn(s.bin, s.conf, s.Dir)
 	if err != nil {
@@ -155,10 +148,9 @@ func (s *Server) launch() (portTaken bool, err error) {
 	return taken, err
 }
 
-// Client returns a *redis.Client for the server, closed at cleanup. It
-// logs in as AdminUser on a server with ACL users, else with the password of
-// a "requirepass" extra line, if any, and speaks TLS to a TLS server,
-// trusting its CA and presenting the client certificate.
+// Client returns a client of the server, closed at cleanup: as AdminUser
+// on a server with ACL users, else with a "requirepass" extra line's
+// password, over TLS to a TLS server, with the client certificate.
 func (s *Server) Client(t TB) *redis.Client {
 	t.Helper()
 	return s.ClientOn(t, 0)
@@ -178,7 +170,6 @@ func (s *Server) ClientOn(t TB, db int) *redis.Client {
 	return c
 }
 
-// clientTLS returns a copy of the helpers' TLS configuration, or nil.
 func (s *Server) clientTLS() *tls.Config {
 	if s.access.tls == nil {
 		return nil
@@ -186,14 +177,13 @@ func (s *Server) clientTLS() *tls.Config {
 	return s.access.tls.Clone()
 }
 
-// Stop kills the process (SIGTERM, then SIGKILL after 5s) and waits for it.
-// It is safe to call more than once.
+// Stop sends SIGTERM, then SIGKILL after stopTimeout, and waits for the
+// process. It may be called more than once.
 func (s *Server) Stop() { s.halt(stopTimeout) }
 
 // Kill sends SIGKILL and waits for the process to exit (for fault tests).
 func (s *Server) Kill() { s.halt(0) }
 
-// halt stops the process, if running, with the given SIGTERM grace period.
 func (s *Server) halt(grace time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -204,8 +194,8 @@ func (s *Server) halt(grace time.Duration) {
 	s.frozen = false
 }
 
-// Restart starts the process again on the same port and dir with the same
-// config, waiting for PING. A running process is stopped first.
+// Restart stops the process if it runs and starts it again, with the same
+// port, dir and config, waiting for PING.
 func (s *Server) Restart(t TB) {
 	t.Helper()
 	s.Stop()

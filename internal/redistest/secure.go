@@ -10,32 +10,26 @@ import (
 	"strconv"
 )
 
-// AdminUser is the ACL user the helpers (the readiness probe, Client,
-// cluster setup) log in as on a server started with Options.Users, whose
-// default user is off. Its password is random; it may do anything.
+// AdminUser is the ACL user, of a random password, that the helpers log in
+// as on a server with Options.Users (whose default user is off).
 const AdminUser = "redistest-admin"
 
 // Options are the security settings of StartWith and StartClusterWith.
 // The zero value is what Start does: no TLS, no ACL users.
 type Options struct {
-	// Users are ACL users, each as redis.conf's "user" directive takes it
-	// after the keyword, e.g. "app on >s3cret ~app:* +get". When any are
-	// given, the default user is turned off (so a client that does not log
-	// in can do nothing) and AdminUser is added. Neither may be redefined.
+	// Users are ACL users as redis.conf's "user" directive takes them
+	// ("app on >s3cret ~app:* +get"). With any, the default user is off
+	// and AdminUser is added; neither may be redefined.
 	Users []string
-	// TLS makes the server accept TLS connections only (port 0, tls-port
-	// on the chosen port), with certificates from a throwaway CA, which
-	// Server.TLS names. Cluster nodes then also talk TLS to each other.
-	TLS bool
-	// ClientCerts makes a TLS server require a client certificate signed
-	// by its CA (tls-auth-clients yes); by default it asks for none (no).
-	ClientCerts bool
-	// Extra are more config directives, as Start takes them.
-	Extra []string
+	// TLS: TLS connections only, also between cluster nodes, with
+	// certificates of a throwaway CA (Server.TLS).
+	TLS         bool
+	ClientCerts bool     // a TLS server requires a client certificate
+	Extra       []string // more directives, as Start takes them
 }
 
-// security is what one StartWith or StartClusterWith call sets up, shared
-// by all the nodes of a cluster.
+// security is what one StartWith or StartClusterWith call sets up, for
+// every node of a cluster.
 type security struct {
 	opts          Options
 	adminPassword string    // "" without Users
@@ -43,10 +37,7 @@ type security struct {
 	clientTLS     *tls.Config
 }
 
-// StartWith is Start with ACL users and TLS: it starts a standalone
-// redis-server as o says, waits until it answers PING (as AdminUser, over
-// TLS, as configured) and stops it at cleanup. Server.TLS names the
-// certificate files, which are in a temp dir of their own.
+// StartWith is Start with ACL users and TLS as o says.
 func StartWith(t TB, o Options) *Server {
 	t.Helper()
 	sec, err := newSecurity(t, o)
@@ -57,9 +48,8 @@ func StartWith(t TB, o Options) *Server {
 	return start(t, false, sec)
 }
 
-// StartClusterWith is StartCluster with ACL users and TLS: every node gets
-// the users, and with TLS the certificates of one CA, and replicas log in to
-// their masters as AdminUser.
+// StartClusterWith is StartCluster with ACL users and TLS as o says, on
+// every node; replicas log in to their masters as AdminUser.
 func StartClusterWith(t TB, masters, replicasPerMaster int, o Options) *Cluster {
 	t.Helper()
 	sec, err := newSecurity(t, o)
@@ -70,7 +60,6 @@ func StartClusterWith(t TB, masters, replicasPerMaster int, o Options) *Cluster 
 	return startCluster(t, masters, replicasPerMaster, sec)
 }
 
-// newSecurity makes the admin password and, for TLS, the certificates.
 func newSecurity(t TB, o Options) (*security, error) {
 	sec := &security{opts: o}
 	if len(o.Users) > 0 {
@@ -97,7 +86,7 @@ func newSecurity(t TB, o Options) (*security, error) {
 	return sec, nil
 }
 
-// lines returns the config directives for a server on port, before Extra.
+// lines returns the directives of a server on port, Extra last.
 func (sec *security) lines(port int, cluster bool) []string {
 	if sec == nil {
 		return nil
@@ -141,8 +130,8 @@ type access struct {
 	tls            *tls.Config // nil for plain TCP
 }
 
-// access returns the helpers' login; password is that of a "requirepass"
-// extra line, used when there are no ACL users.
+// access returns the helpers' login; password is a "requirepass" extra
+// line's, used without ACL users.
 func (sec *security) access(password string) access {
 	a := access{password: password}
 	if sec == nil {
@@ -157,9 +146,8 @@ func (sec *security) access(password string) access {
 	return a
 }
 
-// URL returns a redis:// URL of the server, rediss:// if it speaks TLS,
-// with user and password if user is not empty. A client of a TLS server
-// must still be told to trust TLS.CAFile.
+// URL returns the server's redis:// (rediss:// with TLS) URL, with user
+// and password unless user is "". A client must still trust TLS.CAFile.
 func (s *Server) URL(user, password string) string {
 	u := url.URL{Scheme: "redis", Host: s.Addr}
 	if s.TLS != nil {

@@ -11,14 +11,13 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// sharedDatabases is how many databases a shared server has: one per test
-// that asks for a database, more than any package has tests.
+// sharedDatabases is how many databases a shared server has: more than
+// any package has tests.
 const sharedDatabases = 4096
 
-// Shared is one standalone redis-server that all of a package's tests use,
-// each in a database of its own, so the quick test tier starts one server
-// per package. Tests that stop, kill or reconfigure a server start their own
-// with Start.
+// Shared is the one redis-server all of a package's tests use, each in a
+// database of its own; a test that stops, kills or reconfigures a server
+// starts its own.
 type Shared struct {
 	*Server
 
@@ -26,8 +25,8 @@ type Shared struct {
 	nextDB int
 }
 
-// RunShared starts a shared server, points *s at it, runs the package's tests
-// and stops the server. Call it from TestMain:
+// RunShared starts a shared server, points *s at it, runs the package's
+// tests and stops the server. Call it from TestMain:
 //
 //	func TestMain(m *testing.M) { os.Exit(redistest.RunShared(m, &shared)) }
 func RunShared(m *testing.M, s **Shared) int {
@@ -37,8 +36,8 @@ func RunShared(m *testing.M, s **Shared) int {
 	return m.Run()
 }
 
-// DB returns the number of a database no other test of the package has had.
-// Database 0 is left to code without a *testing.T, such as examples.
+// DB returns a database no other test of the package has had; 0 is left to
+// code without a *testing.T, such as examples.
 func (s *Shared) DB(t TB) int {
 	t.Helper()
 	s.mu.Lock()
@@ -51,8 +50,7 @@ func (s *Shared) DB(t TB) int {
 	return n
 }
 
-// NewClient returns a client on a fresh database of the shared server, and
-// the database's number.
+// NewClient returns a client on a fresh database, and its number.
 func (s *Shared) NewClient(t TB) (*redis.Client, int) {
 	t.Helper()
 	db := s.DB(t)
@@ -63,7 +61,7 @@ func (s *Shared) NewClient(t TB) (*redis.Client, int) {
 	return c, db
 }
 
-// mainTB is the little of testing.TB that TestMain can offer the helpers.
+// mainTB is the TB TestMain offers.
 type mainTB struct {
 	cleanups []func()
 	dirs     []string

@@ -2,6 +2,5 @@
 
 package redistest
 
-// integrationTier reports whether the tests were built with -tags
-// integration: then clusters start; in the quick tier they are skipped.
+// integrationTier: built with -tags integration, where clusters start.
 const integrationTier = true

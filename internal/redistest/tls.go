@@ -16,35 +16,26 @@ import (
 	"time"
 )
 
-// ServerName is the DNS name in every server certificate NewTLSFiles makes,
-// besides localhost, 127.0.0.1 and ::1: the name to give as the TLS server
-// name when a test checks name verification.
+// ServerName is the DNS name, besides localhost, 127.0.0.1 and ::1, in the
+// server certificates NewTLSFiles makes: for tests of name verification.
 const ServerName = "redis.test"
 
-// certLife is how long the throwaway certificates are valid: long enough for
-// any test run, short enough not to matter if a file leaks.
+// certLife: long enough for any test run, short enough not to matter if a
+// file leaks.
 const certLife = 24 * time.Hour
 
-// TLSFiles are the PEM files of a throwaway certificate authority and of the
-// server and client certificates it signed, as redis-server and clients read
-// them. The keys are ECDSA P-256 and the files live in one directory.
+// TLSFiles are the PEM files of a throwaway CA and of the server and
+// client certificates it signed (ECDSA P-256), in one directory.
 type TLSFiles struct {
-	// CAFile is the CA certificate: what a client must trust.
-	CAFile string
-	// CertFile and KeyFile are the server's certificate, valid for
-	// ServerName, localhost, 127.0.0.1 and ::1, and its key.
-	CertFile, KeyFile string
-	// ClientCertFile and ClientKeyFile are a client certificate and key,
-	// for servers that require one (Options.ClientCerts).
-	ClientCertFile, ClientKeyFile string
-	// CAPEM is the content of CAFile.
-	CAPEM []byte
+	CAFile                        string // what a client must trust
+	CertFile, KeyFile             string // the server's, valid for ServerName and loopback
+	ClientCertFile, ClientKeyFile string // for Options.ClientCerts
+	CAPEM                         []byte // CAFile's content
 }
 
-// NewTLSFiles makes a new CA, a server and a client certificate signed by it,
-// and writes them to dir as ca.pem, server.pem, server.key, client.pem and
-// client.key. Each call makes a different CA, so a second one is what a test
-// needs for a certificate its client must not trust.
+// NewTLSFiles makes a new CA, and a server and a client certificate signed
+// by it, in dir. Each call makes another CA: a second one makes a
+// certificate a test's client must not trust.
 func NewTLSFiles(dir string) (*TLSFiles, error) {
 	now := time.Now()
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -83,8 +74,7 @@ func NewTLSFiles(dir string) (*TLSFiles, error) {
 		Subject:     pkix.Name{CommonName: ServerName},
 		DNSNames:    []string{ServerName, "localhost"},
 		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
-		// redis-server also uses its certificate as a client of other
-		// nodes (replication, cluster bus), hence both usages.
+		// Both: redis-server is also a client of other nodes.
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 	}
 	if err := issue(server, ca, caKey, f.CertFile, f.KeyFile); err != nil {
@@ -139,8 +129,8 @@ func issue(tmpl, ca *x509.Certificate, caKey *ecdsa.PrivateKey, certFile, keyFil
 	return nil
 }
 
-// sign creates a certificate from tmpl, signed by parent's key, with a
-// random serial number.
+// sign creates a certificate from tmpl signed by parentKey, with a random
+// serial number.
 func sign(tmpl, parent *x509.Certificate, key, parentKey *ecdsa.PrivateKey) ([]byte, error) {
 	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 128))
 	if err != nil {

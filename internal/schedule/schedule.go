@@ -12,9 +12,8 @@ import (
 	"github.com/robfig/cron/v3"
 )
 
-// cronParser reads campaign schedules: the standard 5 fields, an optional
-// leading seconds field, and descriptors such as @daily. A Parser is an
-// immutable value.
+// cronParser reads the standard 5 fields, an optional leading seconds
+// field, and descriptors such as @daily. A Parser is immutable.
 var cronParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour |
 	cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
 
@@ -22,10 +21,8 @@ const everyPrefix = "@every "
 
 // Parse returns when spec fires: Next(t) is its first tick after t, a
 // whole second. The fields are read in loc; a wall-clock time the zone
-// repeats when its clocks go back fires once. "@every d" fires at the
-// multiples of d since the Unix epoch (@every 10m at :00, :10, ...), not d
-// after whenever a process started, so that every worker computes the same
-// ticks; d is whole seconds.
+// repeats fires once. "@every d" (whole seconds) fires at the multiples of
+// d since the Unix epoch, so that every worker computes the same ticks.
 func Parse(spec string, loc *time.Location) (cron.Schedule, error) {
 	spec = strings.TrimSpace(spec)
 	if strings.HasPrefix(spec, "TZ=") || strings.HasPrefix(spec, "CRON_TZ=") {

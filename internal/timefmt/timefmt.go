@@ -1,8 +1,7 @@
-// Package timefmt writes and reads time the way the project shows it to
-// people and takes it from config: durations without their zero units, and
-// time zones by IANA name. Like fmt it goes both ways, and it holds nothing
-// of the throttle engine, so that config, the dashboard and the commands
-// need not import the engine to print a window.
+// Package timefmt writes and reads time as the project shows it to people
+// and takes it from config: durations without their zero units, time zones
+// by IANA name. It holds nothing of the engine, so that config and the
+// commands need not import it to print a window.
 package timefmt
 
 import (
