@@ -43,21 +43,32 @@ func (f *fleet) changeRate(w *workerProc, rate float64) time.Time {
 	return at
 }
 
-// reload rewrites w's config from f.cfg and sends it SIGHUP, and returns
-// when it did so, once w logged logged.
+// reload rewrites w's config from f.cfg and sends it SIGHUP, waits until w
+// logged logged, and returns the moment of that log line: the change took
+// effect then, which on a busy machine can be a second after the signal.
 func (f *fleet) reload(w *workerProc, logged string) time.Time {
 	f.t.Helper()
 	f.writeConfig(w.name, w.metrics)
-	at := time.Now()
+	seen := len(w.out.String())
 	if err := w.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		f.t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(w.out.String(), logged); time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		for _, line := range strings.Split(w.out.String()[seen:], "\n") {
+			if !strings.Contains(line, logged) {
+				continue
+			}
+			stamp, _, _ := strings.Cut(strings.TrimPrefix(line, "time="), " ")
+			at, err := time.Parse(time.RFC3339Nano, stamp)
+			if err != nil {
+				f.t.Fatalf("no time in the worker's log line %q: %v", line, err)
+			}
+			return at
+		}
 		if time.Now().After(deadline) {
 			f.t.Fatalf("no %q in the worker's log after SIGHUP:\n%s", logged, tail(w.out.String(), 10))
 		}
 	}
-	return at
 }
 
 // arrivalsAfter returns the first accepted arrival of each task at or after
