@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/notify-throttle/throttler/jobs"
+	"github.com/notify-throttle/throttler/message"
 )
 
 // keys returns the sorted keys of a JSON object.
@@ -288,7 +289,7 @@ func TestMonitoringReadOnly(t *testing.T) {
 // dashboard shows the recipient redacted.
 func TestMonitoringRedactsRecipients(t *testing.T) {
 	e := newEnv(t, "", nil)
-	task, err := jobs.NewTask(jobs.Notification{Recipient: "alice.liddell@example.com", Policy: "marketing", Provider: "sms", Template: "hi"},
+	task, err := message.NewTask(message.Notification{Recipient: "alice.liddell@example.com", Policy: "marketing", Provider: "sms", Template: "hi"},
 		"redact-me", asynq.Queue("default"))
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/notify-throttle/throttler/jobs"
+	"github.com/notify-throttle/throttler/message"
 )
 
 // monitoring returns asynq's dashboard (asynqmon) at /monitoring/ on the
@@ -52,22 +53,22 @@ func formatPayload(taskType string, payload []byte) string {
 			return fmt.Sprintf("(a malformed digest of %d bytes, not shown)", len(payload))
 		}
 		if r, ok := d["recipient"].(string); ok {
-			d["recipient"] = jobs.Redact(r)
+			d["recipient"] = message.Redact(r)
 		}
 		b, _ := json.Marshal(d)
 		return string(b)
 	}
-	if taskType != jobs.TypeNotify {
+	if taskType != message.TaskType {
 		if utf8.Valid(payload) {
 			return string(payload)
 		}
 		return fmt.Sprintf("(%d bytes, not text)", len(payload))
 	}
-	n, err := jobs.Decode(payload)
+	n, err := message.Decode(payload)
 	if err != nil {
 		return fmt.Sprintf("(a malformed notification of %d bytes, not shown: %v)", len(payload), err)
 	}
-	n.Recipient = jobs.Redact(n.Recipient)
+	n.Recipient = message.Redact(n.Recipient)
 	b, err := json.Marshal(n)
 	if err != nil {
 		return "(not shown)"

@@ -104,7 +104,7 @@ func sesEvent(message string) (reading, error) {
 const maxDetail = 300
 
 // words joins a provider's words for a report's detail, address redacted
-// (jobs.Redact), cut to maxDetail.
+// (message.Redact), cut to maxDetail.
 func words(address string, parts ...string) string {
 	var kept []string
 	for _, p := range parts {

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/notify-throttle/throttler/jobs"
+	"github.com/notify-throttle/throttler/message"
 )
 
 // The fair-share tests: tenants (senders) sharing one provider, through the
@@ -59,7 +59,7 @@ func (f *fleet) enqueueTenants(tag string, tenants []string, per int) (map[strin
 				IdempotencyKey: fmt.Sprintf("%s-%04d-%d", tag, i, k),
 				Tenant:         tenant,
 			}
-			id := jobs.TaskID(l.IdempotencyKey)
+			id := message.TaskID(l.IdempotencyKey)
 			notes[id] = faultNote{id: id, recipient: l.Recipient, template: l.Template}
 			tenantOf[id] = tenant
 			lines = append(lines, l)

@@ -1,6 +1,10 @@
 package jobs
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/notify-throttle/throttler/message"
+)
 
 // Addresser is a Provider that knows which recipients its channel can
 // deliver to (an E.164 number, an email address, a device token; see
@@ -22,7 +26,7 @@ func checkAddress(p Provider, recipient string) error {
 		return nil
 	}
 	if err := a.CheckRecipient(recipient); err != nil {
-		return fmt.Errorf("recipient: %v: %w", err, ErrBadPayload)
+		return fmt.Errorf("recipient: %v: %w", err, message.ErrBadPayload)
 	}
 	return nil
 }

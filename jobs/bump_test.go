@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/notify-throttle/throttler/message"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -30,7 +31,7 @@ func TestSleepingJobLosesItsSlotToPriority(t *testing.T) {
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	ctx := context.Background()
 	route := func(id string) job {
-		j, err := th.route(ctx, id, Notification{Recipient: "r-" + id, Policy: "mkt", Provider: "gw", Template: "hi"})
+		j, err := th.route(ctx, id, message.Notification{Recipient: "r-" + id, Policy: "mkt", Provider: "gw", Template: "hi"})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/notify-throttle/throttler/message"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -27,7 +28,7 @@ func (t *Throttle) holds(ctx context.Context, j *job) error {
 		return nil
 	}
 	t.Log.Warn("not sending: the task may have been handed to another worker while this one was silent",
-		"task", j.id, "recipient", Redact(j.n.Recipient), "err", err)
+		"task", j.id, "recipient", message.Redact(j.n.Recipient), "err", err)
 	return &Deferral{Delay: handedOverDelay, Reason: "handed over: " + err.Error()}
 }
 

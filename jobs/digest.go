@@ -13,6 +13,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/notify-throttle/throttler/message"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -98,10 +99,10 @@ func (g *Digests) keys(d digestOf) (gen, ids, list string) {
 
 // taskID is the digest's task ID: one per digest.
 func (d digestOf) taskID() string {
-	return TaskID("digest\x00" + d.Recipient + "\x00" + d.Policy + "\x00" + d.Provider + "\x00" + strconv.FormatInt(d.Gen, 10))
+	return message.TaskID("digest\x00" + d.Recipient + "\x00" + d.Policy + "\x00" + d.Provider + "\x00" + strconv.FormatInt(d.Gen, 10))
 }
 
-func digestFor(n Notification) digestOf {
+func digestFor(n message.Notification) digestOf {
 	return digestOf{Recipient: n.Recipient, Policy: n.Policy, Provider: n.Provider, Tenant: n.Tenant}
 }
 
@@ -119,7 +120,7 @@ func (g *Digests) attempt(ctx context.Context, id string) error {
 
 // state returns the digest task id joined, if it was folded, and whether a
 // send of it was attempted (see attempt).
-func (g *Digests) state(ctx context.Context, id string, n Notification) (d digestOf, folded, attempted bool, err error) {
+func (g *Digests) state(ctx context.Context, id string, n message.Notification) (d digestOf, folded, attempted bool, err error) {
 	d = digestFor(n)
 	_, ids, _ := g.keys(d)
 	var gen *redis.StringCmd
@@ -146,7 +147,7 @@ func (g *Digests) state(ctx context.Context, id string, n Notification) (d diges
 // and provider, once: a task already folded is left where it is. It
 // returns the digest the task is in. The digest's keys live TTL past at,
 // the moment it is to go, however far that is.
-func (g *Digests) fold(ctx context.Context, id string, n Notification, at time.Time) (digestOf, error) {
+func (g *Digests) fold(ctx context.Context, id string, n message.Notification, at time.Time) (digestOf, error) {
 	d := digestFor(n)
 	ttl := max(time.Until(at), 0) + g.ttl()
 	gen, ids, _ := g.keys(d)
@@ -198,8 +199,8 @@ func (g *Digests) schedule(ctx context.Context, d digestOf, at time.Time, queue 
 	if err != nil {
 		return err
 	}
-	task := asynq.NewTaskWithHeaders(TypeDigest, payload, newHeaders(), asynq.TaskID(d.taskID()), asynq.Queue(queue),
-		asynq.MaxRetry(DefaultMaxRetry), asynq.ProcessAt(at))
+	task := asynq.NewTaskWithHeaders(TypeDigest, payload, message.Headers(), asynq.TaskID(d.taskID()), asynq.Queue(queue),
+		asynq.MaxRetry(message.DefaultMaxRetry), asynq.ProcessAt(at))
 	_, err = g.queue.EnqueueContext(ctx, task)
 	if err != nil && !errors.Is(err, asynq.ErrTaskIDConflict) {
 		return fmt.Errorf("jobs: queue a digest: %w", err)
@@ -325,7 +326,7 @@ func (t *Throttle) sendDigest(ctx context.Context, id string, task *asynq.Task) 
 		t.Metrics.inc(t.Metrics.Archived, "malformed")
 		return t.logArchived(id, "malformed", fmt.Errorf("malformed digest (or digests off): %v: %w", err, asynq.SkipRetry))
 	}
-	j, err := t.route(ctx, id, Notification{Recipient: d.Recipient, Policy: d.Policy, Provider: d.Provider, Template: DigestTemplate, Tenant: d.Tenant})
+	j, err := t.route(ctx, id, message.Notification{Recipient: d.Recipient, Policy: d.Policy, Provider: d.Provider, Template: DigestTemplate, Tenant: d.Tenant})
 	if err != nil {
 		t.Metrics.inc(t.Metrics.Archived, "malformed")
 		return t.logArchived(id, "malformed", fmt.Errorf("malformed digest: %v: %w", err, asynq.SkipRetry))
@@ -364,7 +365,7 @@ func (t *Throttle) sendDigest(ctx context.Context, id string, task *asynq.Task) 
 	if err := t.deliver(ctx, &j); err != nil {
 		return err
 	}
-	t.Log.Debug("digest sent", "task", id, "recipient", Redact(d.Recipient), "policy", d.Policy, "messages", count)
+	t.Log.Debug("digest sent", "task", id, "recipient", message.Redact(d.Recipient), "policy", d.Policy, "messages", count)
 	if err := t.Digests.drop(ctx, d); err != nil {
 		t.Log.Warn("sent digest not deleted: it expires", "task", id, "err", err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/notify-throttle/throttler/lifecycle"
+	"github.com/notify-throttle/throttler/message"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -77,7 +78,7 @@ func newEventsWorker(t *testing.T, c eventsConfig) *eventsWorker {
 // task ID id, kept an hour once done.
 func (w *eventsWorker) enqueue(t *testing.T, id, recipient string, opts ...asynq.Option) {
 	t.Helper()
-	task, err := NewTask(Notification{Recipient: recipient, Policy: "mkt", Provider: "gw", Template: "t", Tenant: "billing"}, id,
+	task, err := message.NewTask(message.Notification{Recipient: recipient, Policy: "mkt", Provider: "gw", Template: "t", Tenant: "billing"}, id,
 		append([]asynq.Option{asynq.Retention(time.Hour)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
@@ -172,7 +173,7 @@ func TestEventsOfEachOutcome(t *testing.T) {
 				w.enqueue(t, id, r)
 				w.history(t, id, 1)
 			}
-			task, err := NewTask(Notification{Recipient: tt.to, Policy: "mkt", Provider: "gw", Template: "t", Tenant: "billing", SendBy: tt.sendBy}, "m",
+			task, err := message.NewTask(message.Notification{Recipient: tt.to, Policy: "mkt", Provider: "gw", Template: "t", Tenant: "billing", SendBy: tt.sendBy}, "m",
 				tt.opts...)
 			if err != nil {
 				t.Fatal(err)
@@ -207,7 +208,7 @@ func want(t *testing.T, e lifecycle.Event, ty lifecycle.Type, ok bool) {
 func TestMalformedIsArchivedWithItsTenant(t *testing.T) {
 	t.Parallel()
 	w := newEventsWorker(t, eventsConfig{})
-	task, err := NewTask(Notification{Recipient: "a", Policy: "nope", Provider: "gw", Template: "t", Tenant: "billing"}, "m")
+	task, err := message.NewTask(message.Notification{Recipient: "a", Policy: "nope", Provider: "gw", Template: "t", Tenant: "billing"}, "m")
 	if err != nil {
 		t.Fatal(err)
 	}

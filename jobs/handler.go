@@ -12,6 +12,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/notify-throttle/throttler/message"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -40,7 +41,7 @@ type Throttle struct {
 	// policy without an entry defers with no max delay.
 	Settings map[string]PolicySettings
 	// Weights are tenants' weights (throttle.Request.Weight) by tenant
-	// (Notification.Tenant); a tenant without an entry weighs 1.
+	// (message.Notification.Tenant); a tenant without an entry weighs 1.
 	Weights map[string]int
 	// InlineWait is the longest wait slept in the worker rather than
 	// deferred. Zero defers every wait. A booked job is woken before its
@@ -78,7 +79,7 @@ type Throttle struct {
 	PriorityQueues map[string]bool
 	// OnBooked, if set, is called with every booking a job makes (the demo
 	// prints them); the log has a line per booking (jobs/outcome.go).
-	OnBooked func(Notification, throttle.Decision)
+	OnBooked func(message.Notification, throttle.Decision)
 	// Stopping is closed when the worker starts to shut down: jobs still
 	// waiting for their moment give their admission back and are deferred.
 	Stopping <-chan struct{}
@@ -148,7 +149,7 @@ type PolicySettings struct {
 	CountsToward []*throttle.Quota
 	// Calendars are the policy's calendar windows and Quiet its quiet hours
 	// (nil: none), in the recipient's time zone: the notification's
-	// (Notification.TZ), else Zone (nil: UTC). A message in quiet hours is
+	// (message.Notification.TZ), else Zone (nil: UTC). A message in quiet hours is
 	// held until they end, never dropped.
 	Calendars []*throttle.Calendar
 	Quiet     *throttle.QuietHours
@@ -179,7 +180,7 @@ type Fleet interface {
 const handedOverDelay = time.Minute
 
 // ProcessTask runs a task of the throttle's own types: a notification
-// (TypeNotify), which it decodes, admits, sends through its provider and
+// (message.TaskType), which it decodes, admits, sends through its provider and
 // settles, or a digest (TypeDigest, see Digests). Register it for both:
 //
 //	mux.Handle(jobs.TypeNotify, th)
@@ -195,12 +196,12 @@ func (t *Throttle) ProcessTask(ctx context.Context, task *asynq.Task) error {
 		return errors.New("jobs: no task ID in the context: Throttle runs inside an asynq server")
 	}
 	switch task.Type() {
-	case TypeNotify:
+	case message.TaskType:
 		return t.notify(ctx, id, task)
 	case TypeDigest:
 		return t.ended(ctx, id, digestOfTask(task), t.sendDigest(ctx, id, task))
 	}
-	return t.logArchived(id, "unknown task type", fmt.Errorf("jobs: Throttle runs %s and %s tasks, not %q: %w", TypeNotify, TypeDigest, task.Type(), asynq.SkipRetry))
+	return t.logArchived(id, "unknown task type", fmt.Errorf("jobs: Throttle runs %s and %s tasks, not %q: %w", message.TaskType, TypeDigest, task.Type(), asynq.SkipRetry))
 }
 
 // notify runs a notification task: decode, route, admit, send, settle.
@@ -256,7 +257,7 @@ func (t *Throttle) run(ctx context.Context, j *job) error {
 // that copy, made once per task inside the admission, cost about 6 µs of
 // CPU per task (BenchmarkThroughputVsPlain's profile: runtime.newstack).
 func (t *Throttle) load(ctx context.Context, id string, task *asynq.Task) (*job, error) {
-	n, err := Decode(task.Payload())
+	n, err := message.Decode(task.Payload())
 	if err != nil {
 		return nil, err
 	}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/notify-throttle/throttler/fleet"
 	"github.com/notify-throttle/throttler/internal/redistest"
+	"github.com/notify-throttle/throttler/message"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -243,7 +244,7 @@ func startWorker(t *testing.T, rdb redis.UniversalClient, th *Throttle, cfg asyn
 	srv := asynq.NewServerFromRedisClient(rdb, cfg)
 	mux := asynq.NewServeMux()
 	mux.Use(outer...)
-	mux.Handle(TypeNotify, th)
+	mux.Handle(message.TaskType, th)
 	mux.Handle(TypeDigest, th)
 	if err := srv.Start(mux); err != nil {
 		t.Fatal(err)
@@ -251,12 +252,12 @@ func startWorker(t *testing.T, rdb redis.UniversalClient, th *Throttle, cfg asyn
 	return srv
 }
 
-func (h *harness) enqueue(t *testing.T, id string, n Notification) {
+func (h *harness) enqueue(t *testing.T, id string, n message.Notification) {
 	t.Helper()
 	if n.Policy == "" {
 		n.Policy, n.Provider, n.Template = "mkt", "gw", "welcome"
 	}
-	task, err := NewTask(n, id, asynq.Retention(time.Hour))
+	task, err := message.NewTask(n, id, asynq.Retention(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -313,12 +314,12 @@ func TestHandlerSendsAndDefersWithoutUsingRetries(t *testing.T) {
 	q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 1, Per: time.Hour})
 	b, _ := throttle.NewBucket("gw", 1000, 100)
 	h := newHarness(t, q, b, 0)
-	h.enqueue(t, "first", Notification{Recipient: "alice"})
+	h.enqueue(t, "first", message.Notification{Recipient: "alice"})
 	h.await(t, "first", "completed", state(asynq.TaskStateCompleted))
 	if !h.wasSent("first") {
 		t.Fatal("first completed but the provider never got it")
 	}
-	h.enqueue(t, "second", Notification{Recipient: "alice"})
+	h.enqueue(t, "second", message.Notification{Recipient: "alice"})
 	info := h.await(t, "second", "deferred", state(asynq.TaskStateRetry))
 	if info.Retried != 0 {
 		t.Errorf("a deferral used up %d retries", info.Retried)
@@ -346,7 +347,7 @@ func TestHandlerLogsTheProvidersID(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := newHarnessWith(t, harnessConfig{quota: q, bucket: b, log: log})
-	h.enqueue(t, "first", Notification{Recipient: "alice@example.com"})
+	h.enqueue(t, "first", message.Notification{Recipient: "alice@example.com"})
 	h.await(t, "first", "completed", state(asynq.TaskStateCompleted))
 	got, _ := os.ReadFile(log.Name())
 	want := regexp.MustCompile(`level=INFO msg=sent task=first recipient=a\*\*\*@example.com .* provider_id=p-first\n`)
@@ -361,12 +362,12 @@ func TestHandlerArchivesWhatCanNeverGo(t *testing.T) {
 	b, _ := throttle.NewBucket("gw", 1000, 100)
 	h := newHarness(t, q, b, 0)
 	past := time.Now().Add(-time.Minute)
-	h.enqueue(t, "unknown-policy", Notification{Recipient: "a", Policy: "nope", Provider: "gw", Template: "x"})
-	h.enqueue(t, "expired", Notification{Recipient: "b", SendBy: &past})
-	h.enqueue(t, "blocker", Notification{Recipient: "c"})
+	h.enqueue(t, "unknown-policy", message.Notification{Recipient: "a", Policy: "nope", Provider: "gw", Template: "x"})
+	h.enqueue(t, "expired", message.Notification{Recipient: "b", SendBy: &past})
+	h.enqueue(t, "blocker", message.Notification{Recipient: "c"})
 	h.await(t, "blocker", "completed", state(asynq.TaskStateCompleted))
 	soon := time.Now().Add(10 * time.Minute) // c's quota frees in an hour: too late
-	h.enqueue(t, "too-late", Notification{Recipient: "c", SendBy: &soon})
+	h.enqueue(t, "too-late", message.Notification{Recipient: "c", SendBy: &soon})
 
 	for id, reason := range map[string]string{
 		"unknown-policy": `malformed notification: policy "nope" is not defined`,
@@ -400,8 +401,8 @@ func TestHandlerGivesTheQuotaBackWhenTheSendFails(t *testing.T) {
 		}
 		return nil
 	}
-	h.enqueue(t, "r", Notification{Recipient: "rejected"})
-	h.enqueue(t, "f", Notification{Recipient: "flaky"})
+	h.enqueue(t, "r", message.Notification{Recipient: "rejected"})
+	h.enqueue(t, "f", message.Notification{Recipient: "flaky"})
 	if info := h.await(t, "r", "archived", state(asynq.TaskStateArchived)); !strings.Contains(info.LastErr, "no such number") {
 		t.Errorf("rejected message archived with %q", info.LastErr)
 	}
@@ -431,7 +432,7 @@ func TestHandlerSendsNothingHandedOver(t *testing.T) {
 	q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 1, Per: time.Hour})
 	b, _ := throttle.NewBucket("gw", 1000, 100)
 	h := newHarnessWith(t, harnessConfig{quota: q, bucket: b, fleet: handedOver{}})
-	h.enqueue(t, "x", Notification{Recipient: "alice"})
+	h.enqueue(t, "x", message.Notification{Recipient: "alice"})
 	info := h.await(t, "x", "deferred", state(asynq.TaskStateRetry))
 	if h.wasSent("x") {
 		t.Error("sent a job handed over to another worker")
@@ -464,7 +465,7 @@ func TestHandlerRetryTakesAProviderTokenOfItsOwn(t *testing.T) {
 		}
 		return nil
 	}
-	h.enqueue(t, "f", Notification{Recipient: "a"})
+	h.enqueue(t, "f", message.Notification{Recipient: "a"})
 	info := h.await(t, "f", "throttled by the provider", func(i *asynq.TaskInfo) bool {
 		return i.State == asynq.TaskStateRetry && strings.HasPrefix(i.LastErr, "throttled by provider gw")
 	})
@@ -487,7 +488,7 @@ func TestHandlerPausesTheProviderOn429(t *testing.T) {
 		}
 		return nil
 	}
-	h.enqueue(t, "hit", Notification{Recipient: "a"})
+	h.enqueue(t, "hit", message.Notification{Recipient: "a"})
 	info := h.await(t, "hit", "deferred", state(asynq.TaskStateRetry))
 	if info.Retried != 0 || !strings.HasPrefix(info.LastErr, "provider gw paused") {
 		t.Errorf("429: %+v", info)
@@ -506,7 +507,7 @@ func TestHandlerPacesShortProviderWaitsInline(t *testing.T) {
 	h := newHarness(t, q, b, time.Second)
 	ids := []string{"p1", "p2", "p3", "p4"}
 	for _, id := range ids {
-		h.enqueue(t, id, Notification{Recipient: id})
+		h.enqueue(t, id, message.Notification{Recipient: id})
 	}
 	var at []time.Time
 	for _, id := range ids {

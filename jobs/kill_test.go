@@ -23,6 +23,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/notify-throttle/throttler/internal/redistest"
+	"github.com/notify-throttle/throttler/message"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -81,7 +82,7 @@ func TestKillMeasure(t *testing.T) {
 			defer endpoint.Close()
 			client := asynq.NewClientFromRedisClient(rdb)
 			for i := range jobs {
-				task, err := NewTask(Notification{Recipient: fmt.Sprintf("r%d", i), Policy: "mkt", Provider: "gw", Template: "t"},
+				task, err := message.NewTask(message.Notification{Recipient: fmt.Sprintf("r%d", i), Policy: "mkt", Provider: "gw", Template: "t"},
 					fmt.Sprintf("job-%04d", i), asynq.Retention(time.Hour))
 				if err != nil {
 					t.Fatal(err)

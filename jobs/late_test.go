@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/notify-throttle/throttler/internal/keyspace"
+	"github.com/notify-throttle/throttler/message"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -32,7 +33,7 @@ func lateHarness(t *testing.T) (*Throttle, *redis.Client, func(id string) *job) 
 		Policies: map[string]*throttle.Quota{"mkt": q}, Providers: map[string]Route{"gw": {Bucket: b}},
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	route := func(id string) *job {
-		j, err := th.route(context.Background(), id, Notification{Recipient: "bob", Policy: "mkt", Provider: "gw", Template: "hi"})
+		j, err := th.route(context.Background(), id, message.Notification{Recipient: "bob", Policy: "mkt", Provider: "gw", Template: "hi"})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -5,13 +5,14 @@ import (
 	"time"
 
 	"github.com/notify-throttle/throttler/lifecycle"
+	"github.com/notify-throttle/throttler/message"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
 // Each task's outcome is one log line with its task ID, written here: at
 // INFO for what the rules chose (sent, booked, deferred, dropped, expired,
 // folded), at WARN for what went wrong (archived: malformed, rejected by
-// the provider). The recipient is redacted (Redact); moments are Redis's,
+// the provider). The recipient is redacted (message.Redact); moments are Redis's,
 // in UTC. The error a logged outcome returns is marked (Logged), so that
 // the worker's asynq error handler does not log it again. Each outcome is
 // also the message's event (events.go), of the same name.
@@ -56,7 +57,7 @@ func logged(err error) error {
 
 // who returns the attributes that say which message j is.
 func (j *job) who() []any {
-	a := []any{"task", j.id, "recipient", Redact(j.n.Recipient), "policy", j.n.Policy, "provider", j.n.Provider}
+	a := []any{"task", j.id, "recipient", message.Redact(j.n.Recipient), "policy", j.n.Policy, "provider", j.n.Provider}
 	if j.n.Tenant != "" {
 		a = append(a, "tenant", j.n.Tenant)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/notify-throttle/throttler/message"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -28,9 +29,9 @@ func TestOverCapDrop(t *testing.T) {
 			q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 1, Per: time.Hour})
 			b, _ := throttle.NewBucket("gw", 0.01, 1) // one token, then one per 100s
 			h := newHarnessWith(t, harnessConfig{quota: q, bucket: b, book: book, settings: PolicySettings{Drop: true}})
-			h.enqueue(t, "first", Notification{Recipient: "alice"})
+			h.enqueue(t, "first", message.Notification{Recipient: "alice"})
 			h.await(t, "first", "completed", state(asynq.TaskStateCompleted))
-			h.enqueue(t, "second", Notification{Recipient: "alice"})
+			h.enqueue(t, "second", message.Notification{Recipient: "alice"})
 			info := h.await(t, "second", "archived", state(asynq.TaskStateArchived))
 			if want := "dropped: over policy mkt (1 per 1h): skip retry for the task"; info.LastErr != want {
 				t.Errorf("reason %q, want %q", info.LastErr, want)
@@ -42,7 +43,7 @@ func TestOverCapDrop(t *testing.T) {
 				t.Errorf("dropped_total{policy=mkt} = %v, want 1", n)
 			}
 			// Bob is under his cap; the provider's bucket is empty: deferred.
-			h.enqueue(t, "bob", Notification{Recipient: "bob"})
+			h.enqueue(t, "bob", message.Notification{Recipient: "bob"})
 			info = h.await(t, "bob", "deferred", state(asynq.TaskStateRetry))
 			if h.wasSent("bob") || !regexp.MustCompile(`provider gw`).MatchString(info.LastErr) {
 				t.Errorf("bob: sent %v, reason %q: want deferred by the provider", h.wasSent("bob"), info.LastErr)
@@ -63,11 +64,11 @@ func TestOverCapMaxDelay(t *testing.T) {
 			b, _ := throttle.NewBucket("gw", 1000, 100)
 			h := newHarnessWith(t, harnessConfig{quota: q, bucket: b, book: book, inlineWait: 2500 * time.Millisecond,
 				settings: PolicySettings{MaxDelay: 10 * time.Minute}})
-			h.enqueue(t, "first", Notification{Recipient: "alice"})
+			h.enqueue(t, "first", message.Notification{Recipient: "alice"})
 			h.await(t, "first", "completed", state(asynq.TaskStateCompleted))
-			h.enqueue(t, "second", Notification{Recipient: "alice"}) // 2s later: within 10m
+			h.enqueue(t, "second", message.Notification{Recipient: "alice"}) // 2s later: within 10m
 			h.await(t, "second", "completed", state(asynq.TaskStateCompleted))
-			h.enqueue(t, "third", Notification{Recipient: "alice"}) // an hour later: past 10m
+			h.enqueue(t, "third", message.Notification{Recipient: "alice"}) // an hour later: past 10m
 			info := h.await(t, "third", "archived", state(asynq.TaskStateArchived))
 			re := `^expired: max_delay 10m of policy mkt \(until [0-9T:-]+Z\) passed before policy mkt \(2 per 1h\) would allow it \(earliest [0-9T:-]+Z\)`
 			if !regexp.MustCompile(re).MatchString(info.LastErr) {
@@ -98,8 +99,8 @@ func TestCountsToward(t *testing.T) {
 			h := newHarnessWith(t, harnessConfig{quota: mkt, bucket: b, book: book,
 				moreQuotas: map[string]*throttle.Quota{"reset": reset},
 				more:       map[string]PolicySettings{"reset": {CountsToward: []*throttle.Quota{mkt}}}})
-			resetOf := func(to string) Notification {
-				return Notification{Recipient: to, Policy: "reset", Provider: "gw", Template: "reset"}
+			resetOf := func(to string) message.Notification {
+				return message.Notification{Recipient: to, Policy: "reset", Provider: "gw", Template: "reset"}
 			}
 			h.fail = func(m Message) error {
 				if m.Recipient == "carol" && m.Template == "reset" {
@@ -108,7 +109,7 @@ func TestCountsToward(t *testing.T) {
 				return nil
 			}
 			// Alice: marketing first, then two resets go all the same.
-			h.enqueue(t, "alice-promo", Notification{Recipient: "alice"})
+			h.enqueue(t, "alice-promo", message.Notification{Recipient: "alice"})
 			h.await(t, "alice-promo", "completed", state(asynq.TaskStateCompleted))
 			h.enqueue(t, "alice-reset-1", resetOf("alice"))
 			h.enqueue(t, "alice-reset-2", resetOf("alice"))
@@ -117,7 +118,7 @@ func TestCountsToward(t *testing.T) {
 			// Bob: a reset first, and marketing backs off.
 			h.enqueue(t, "bob-reset", resetOf("bob"))
 			h.await(t, "bob-reset", "completed", state(asynq.TaskStateCompleted))
-			h.enqueue(t, "bob-promo", Notification{Recipient: "bob"})
+			h.enqueue(t, "bob-promo", message.Notification{Recipient: "bob"})
 			info := h.await(t, "bob-promo", "deferred", state(asynq.TaskStateRetry))
 			if h.wasSent("bob-promo") || !strings.Contains(info.LastErr, "policy mkt (1 per 1h)") {
 				t.Errorf("bob's promo after a reset: sent %v, %q; want held back by mkt", h.wasSent("bob-promo"), info.LastErr)
@@ -125,7 +126,7 @@ func TestCountsToward(t *testing.T) {
 			// Carol: the provider refuses the reset; marketing is not held.
 			h.enqueue(t, "carol-reset", resetOf("carol"))
 			h.await(t, "carol-reset", "archived", state(asynq.TaskStateArchived))
-			h.enqueue(t, "carol-promo", Notification{Recipient: "carol"})
+			h.enqueue(t, "carol-promo", message.Notification{Recipient: "carol"})
 			h.await(t, "carol-promo", "completed", state(asynq.TaskStateCompleted))
 		})
 	}
@@ -167,7 +168,7 @@ func TestShadow(t *testing.T) {
 			var ids []string
 			for i, to := range tc.to {
 				id := fmt.Sprintf("%s-%d", to, i)
-				h.enqueue(t, id, Notification{Recipient: to})
+				h.enqueue(t, id, message.Notification{Recipient: to})
 				if ids = append(ids, id); !tc.atOnce {
 					h.await(t, id, "completed", state(asynq.TaskStateCompleted))
 				}
@@ -198,18 +199,18 @@ func TestSwap(t *testing.T) {
 	b, _ := throttle.NewBucket("gw", 1000, 100)
 	h := newHarnessWith(t, harnessConfig{quota: loose, bucket: b})
 	for _, id := range []string{"a1", "a2"} {
-		h.enqueue(t, id, Notification{Recipient: "alice"})
+		h.enqueue(t, id, message.Notification{Recipient: "alice"})
 		h.await(t, id, "completed", state(asynq.TaskStateCompleted))
 	}
 	providers := h.th.rules().Providers
 	h.th.Swap(Rules{Policies: map[string]*throttle.Quota{"mkt": tight}, Providers: providers})
-	h.enqueue(t, "a3", Notification{Recipient: "alice"})
+	h.enqueue(t, "a3", message.Notification{Recipient: "alice"})
 	info := h.await(t, "a3", "deferred", state(asynq.TaskStateRetry))
 	if !strings.HasPrefix(info.LastErr, "throttled by policy mkt (2 per 1h)") {
 		t.Errorf("a3 after the swap: %q, want throttled by the new limit", info.LastErr)
 	}
 	h.th.Swap(Rules{Policies: map[string]*throttle.Quota{}, Providers: providers})
-	h.enqueue(t, "b1", Notification{Recipient: "bob"})
+	h.enqueue(t, "b1", message.Notification{Recipient: "bob"})
 	info = h.await(t, "b1", "archived", state(asynq.TaskStateArchived))
 	if want := `malformed notification: policy "mkt" is not defined`; !strings.HasPrefix(info.LastErr, want) {
 		t.Errorf("b1 with its policy gone: %q, want %q", info.LastErr, want)
@@ -238,7 +239,7 @@ func TestDigest(t *testing.T) {
 		inlineWait: time.Second, settings: PolicySettings{Digest: true}})
 	for i := range 4 {
 		id := fmt.Sprintf("m%d", i)
-		h.enqueue(t, id, Notification{Recipient: "alice", Data: json.RawMessage(fmt.Sprintf(`{"n":%d}`, i))})
+		h.enqueue(t, id, message.Notification{Recipient: "alice", Data: json.RawMessage(fmt.Sprintf(`{"n":%d}`, i))})
 		h.await(t, id, "completed", state(asynq.TaskStateCompleted))
 	}
 	deadline := time.Now().Add(20 * time.Second)
@@ -293,13 +294,13 @@ func TestDigestFoldsTakenAtOnceAgree(t *testing.T) {
 	b, _ := throttle.NewBucket("gw", 1000, 100)
 	h := newHarnessWith(t, harnessConfig{quota: q, bucket: b, book: true, digests: true,
 		inlineWait: time.Second, settings: PolicySettings{Digest: true}})
-	h.enqueue(t, "m0", Notification{Recipient: "alice"})
+	h.enqueue(t, "m0", message.Notification{Recipient: "alice"})
 	h.await(t, "m0", "completed", state(asynq.TaskStateCompleted))
 	first, _ := h.sentAt("m0")
 	var ids []string
 	for i := 1; i <= 8; i++ {
 		ids = append(ids, fmt.Sprintf("m%d", i))
-		h.enqueue(t, ids[i-1], Notification{Recipient: "alice"})
+		h.enqueue(t, ids[i-1], message.Notification{Recipient: "alice"})
 	}
 	for _, id := range ids {
 		h.await(t, id, "completed", state(asynq.TaskStateCompleted))
@@ -329,7 +330,7 @@ func TestDigestFoldIsIdempotent(t *testing.T) {
 	rdb := shared.Server.ClientOn(t, shared.DB(t))
 	g := NewDigests(rdb, "", nil)
 	ctx := context.Background()
-	n := Notification{Recipient: "alice", Policy: "mkt", Provider: "gw", Template: "t"}
+	n := message.Notification{Recipient: "alice", Policy: "mkt", Provider: "gw", Template: "t"}
 	d1, err := g.fold(ctx, "a", n, time.Now())
 	if err != nil {
 		t.Fatal(err)

@@ -1,13 +1,20 @@
 package jobs
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
+	"regexp"
+	"slices"
+	"strings"
 	"time"
+
+	"github.com/notify-throttle/throttler/message"
 )
 
 // Message is what a provider delivers.
@@ -117,3 +124,65 @@ type ProviderFunc func(ctx context.Context, m Message) (string, error)
 
 // Send calls f.
 func (f ProviderFunc) Send(ctx context.Context, m Message) (string, error) { return f(ctx, m) }
+
+// RedactError returns err with its text showing recipient only as message.Redact
+// does, wherever it showed it: as given, in another case (an address),
+// without its + (a number), or escaped for a URL (a device token in a
+// request's path). A service's answer often names the recipient ("The
+// 'To' number +1555... is not a valid phone number"), and a failed
+// request's error its URL; every provider returns its errors through this,
+// so that the log, a task's last error and a suppression's reason keep the
+// redaction promise, and the rest of the text (the service's code, the
+// status) stays. A *SendError stays one, its Err redacted; the original
+// error stays in the chain for errors.Is and errors.As. nil stays nil.
+func RedactError(err error, recipient string) error {
+	if err == nil || recipient == "" {
+		return err
+	}
+	var se *SendError
+	if !errors.As(err, &se) {
+		return redactText(err, recipient)
+	}
+	c := *se
+	c.Err = redactText(se.Err, recipient)
+	if error(se) == err {
+		return &c
+	}
+	return &redactedError{text: redactIn(err.Error(), recipient), err: &c}
+}
+
+// redactedError is an error whose text is another's with the recipient
+// redacted (see RedactError).
+type redactedError struct {
+	text string
+	err  error
+}
+
+func (e *redactedError) Error() string { return e.text }
+func (e *redactedError) Unwrap() error { return e.err }
+
+// redactText returns err, or a redactedError if its text shows recipient.
+func redactText(err error, recipient string) error {
+	text := redactIn(err.Error(), recipient)
+	if text == err.Error() {
+		return err
+	}
+	return &redactedError{text: text, err: err}
+}
+
+// redactIn replaces every form of recipient in text (see RedactError) with
+// message.Redact(recipient).
+func redactIn(text, recipient string) string {
+	forms := []string{recipient, url.PathEscape(recipient), url.QueryEscape(recipient)}
+	if digits, ok := strings.CutPrefix(recipient, "+"); ok && digits != "" {
+		forms = append(forms, digits)
+	}
+	// The longest first, so that +1555... goes whole, not as + and 1555...
+	slices.SortFunc(forms, func(a, b string) int { return cmp.Compare(len(b), len(a)) })
+	quoted := make([]string, 0, len(forms))
+	for _, f := range slices.Compact(forms) {
+		quoted = append(quoted, regexp.QuoteMeta(f))
+	}
+	re := regexp.MustCompile(`(?i)` + strings.Join(quoted, "|"))
+	return re.ReplaceAllLiteralString(text, message.Redact(recipient))
+}

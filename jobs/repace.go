@@ -11,6 +11,7 @@ import (
 
 	"github.com/notify-throttle/throttler/fleet"
 	"github.com/notify-throttle/throttler/internal/asynqdb"
+	"github.com/notify-throttle/throttler/message"
 )
 
 // A provider's rate or a tenant's weight changed in the config (a reload,
@@ -139,7 +140,7 @@ func routeOf(msg string) (provider, tenant string, ok bool) {
 		return "", "", false
 	}
 	typ, payload, err := asynqdb.Payload([]byte(msg))
-	if err != nil || typ != TypeNotify && typ != TypeDigest {
+	if err != nil || typ != message.TaskType && typ != TypeDigest {
 		return "", "", false
 	}
 	var p struct {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/notify-throttle/throttler/message"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -20,7 +21,7 @@ func TestRequestCarriesTenantAndWeight(t *testing.T) {
 	var booked bool
 	request := func(tenant string) throttle.Booking {
 		t.Helper()
-		j, err := th.route(context.Background(), "id", Notification{Recipient: "a", Policy: "mkt", Provider: "gw", Template: "t", Tenant: tenant})
+		j, err := th.route(context.Background(), "id", message.Notification{Recipient: "a", Policy: "mkt", Provider: "gw", Template: "t", Tenant: tenant})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -49,7 +50,7 @@ func TestRequestCarriesTenantAndWeight(t *testing.T) {
 // that queued it, which is no part of the digest's name (its keys and task
 // ID): folds of several tenants share one digest.
 func TestDigestCarriesTenant(t *testing.T) {
-	n := Notification{Recipient: "a", Policy: "mkt", Provider: "gw", Template: "t", Tenant: "billing"}
+	n := message.Notification{Recipient: "a", Policy: "mkt", Provider: "gw", Template: "t", Tenant: "billing"}
 	d := digestFor(n)
 	payload, err := json.Marshal(d)
 	if err != nil {
@@ -74,13 +75,13 @@ func TestDigestCarriesTenant(t *testing.T) {
 func TestRequestBookAhead(t *testing.T) {
 	b, _ := throttle.NewBucket("gw", 10, 1)
 	j := job{id: "t1", queue: "low", book: true, bookAhead: 5 * time.Second, route: Route{Bucket: b},
-		n: Notification{Recipient: "a", Provider: "gw"}, headers: newHeaders()}
+		n: message.Notification{Recipient: "a", Provider: "gw"}, headers: message.Headers()}
 	if bk := j.booking(false); bk.Horizon != 5*time.Second || bk.Back {
 		t.Errorf("horizon %s, back %v; want 5s, not back", bk.Horizon, bk.Back)
 	}
 	j.inLine()
-	if bk := j.booking(false); !bk.Back || j.headers[LineHeader] != "1" {
-		t.Errorf("placed in line: back %v, header %q; want back, \"1\"", bk.Back, j.headers[LineHeader])
+	if bk := j.booking(false); !bk.Back || j.headers[message.LineHeader] != "1" {
+		t.Errorf("placed in line: back %v, header %q; want back, \"1\"", bk.Back, j.headers[message.LineHeader])
 	}
 	j.bookAhead = 0
 	if bk := j.booking(false); bk.Horizon != 0 {

@@ -14,13 +14,14 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/notify-throttle/throttler/message"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
 // redeliver runs the handler for task id again with the same payload, as
 // asynq does when a worker dies after the send but before asynq marks the
 // task done: the completed task is deleted and enqueued again under its ID.
-func (h *harness) redeliver(t *testing.T, id string, n Notification) *asynq.TaskInfo {
+func (h *harness) redeliver(t *testing.T, id string, n message.Notification) *asynq.TaskInfo {
 	t.Helper()
 	if err := h.insp.DeleteTask("default", id); err != nil {
 		t.Fatalf("delete %s: %v", id, err)
@@ -58,7 +59,7 @@ func TestRedeliveredSentJobIsNotSentAgain(t *testing.T) {
 			q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 1, Per: time.Hour})
 			b, _ := throttle.NewBucket("gw", 1000, 100)
 			h := newHarnessWith(t, harnessConfig{quota: q, bucket: b, noMarks: !marks})
-			n := Notification{Recipient: "alice"}
+			n := message.Notification{Recipient: "alice"}
 			h.enqueue(t, "once", n)
 			h.await(t, "once", "completed", state(asynq.TaskStateCompleted))
 			info := h.redeliver(t, "once", n)
@@ -114,7 +115,7 @@ func TestFailedSendLeavesNoMarker(t *testing.T) {
 		}
 		return nil
 	}
-	h.enqueue(t, "flaky", Notification{Recipient: "bob"})
+	h.enqueue(t, "flaky", message.Notification{Recipient: "bob"})
 	info := h.await(t, "flaky", "completed", state(asynq.TaskStateCompleted))
 	if info.Retried != 1 || h.sendCount("flaky") != 1 {
 		t.Errorf("retried %d times, sent %d times; want 1 and 1", info.Retried, h.sendCount("flaky"))
@@ -147,7 +148,7 @@ func TestSentMarkerCheckFailureDefers(t *testing.T) {
 	th := &Throttle{Limiter: lim, Sent: NewSentMarks(lim), Metrics: NewMetrics(prometheus.NewRegistry()),
 		Policies: map[string]*throttle.Quota{"mkt": q}, Providers: map[string]Route{"gw": {Bucket: b}},
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	j, err := th.route(context.Background(), "x", Notification{Recipient: "alice", Policy: "mkt", Provider: "gw", Template: "hi"})
+	j, err := th.route(context.Background(), "x", message.Notification{Recipient: "alice", Policy: "mkt", Provider: "gw", Template: "hi"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/notify-throttle/throttler/message"
 )
 
 // What Throttle does around a send through a Scoper provider (see Screen):
@@ -33,7 +34,7 @@ func (t *Throttle) screen(ctx context.Context, j *job) error {
 		t.release(j.request())
 		t.Metrics.inc(t.Metrics.Archived, "suppressed")
 		t.Log.Info("archived without sending: address suppressed", "task", j.id, "provider", j.n.Provider,
-			"recipient", Redact(j.n.Recipient), "reason", sup.Reason)
+			"recipient", message.Redact(j.n.Recipient), "reason", sup.Reason)
 		return fmt.Errorf("suppressed by provider %s since %s: %s: %w",
 			j.n.Provider, sup.At.Format(time.RFC3339), sup.Reason, asynq.SkipRetry)
 	case hold > 0:
@@ -128,6 +129,6 @@ func (t *Throttle) suppress(ctx context.Context, j *job, se *SendError) error {
 		}
 	}
 	t.Metrics.inc(t.Metrics.Archived, "dead_address")
-	t.Log.Warn("dead address: archived and suppressed", "task", j.id, "provider", j.n.Provider, "recipient", Redact(j.n.Recipient), "err", se.Err)
+	t.Log.Warn("dead address: archived and suppressed", "task", j.id, "provider", j.n.Provider, "recipient", message.Redact(j.n.Recipient), "err", se.Err)
 	return fmt.Errorf("dead address: %v: %w", se.Err, asynq.SkipRetry)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/notify-throttle/throttler/message"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -73,11 +74,11 @@ func TestScopedPauseHoldsOnlyItsPair(t *testing.T) {
 		return err
 	})
 	h := newScopedHarness(t, f)
-	h.enqueue(t, "pair-1", Notification{Recipient: "+2000"})
+	h.enqueue(t, "pair-1", message.Notification{Recipient: "+2000"})
 	h.await(t, "pair-1", "deferred", state(asynq.TaskStateRetry))
 	paused := time.Now()
-	h.enqueue(t, "pair-2", Notification{Recipient: "+2000"})
-	h.enqueue(t, "other", Notification{Recipient: "+3000"})
+	h.enqueue(t, "pair-2", message.Notification{Recipient: "+2000"})
+	h.enqueue(t, "other", message.Notification{Recipient: "+3000"})
 	h.await(t, "other", "completed", state(asynq.TaskStateCompleted))
 	if since := time.Since(paused); since > 2*time.Second {
 		t.Errorf("another pair waited %s: the pause held more than its pair", since)
@@ -115,9 +116,9 @@ func TestScopedPauseWokenOnTime(t *testing.T) {
 	q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 100, Per: time.Hour})
 	b, _ := throttle.NewBucket("gw", 1000, 100)
 	h := newHarnessWith(t, harnessConfig{quota: q, bucket: b, provider: f, screen: true, member: true, forwardEvery: time.Second})
-	h.enqueue(t, "pair-1", Notification{Recipient: "+2000"})
+	h.enqueue(t, "pair-1", message.Notification{Recipient: "+2000"})
 	h.await(t, "pair-1", "deferred", state(asynq.TaskStateRetry))
-	h.enqueue(t, "pair-2", Notification{Recipient: "+2000"})
+	h.enqueue(t, "pair-2", message.Notification{Recipient: "+2000"})
 	for _, id := range []string{"pair-1", "pair-2"} {
 		h.await(t, id, "completed", state(asynq.TaskStateCompleted))
 		at, _ := f.sentAt(id)
@@ -141,12 +142,12 @@ func TestDeadAddressIsSuppressed(t *testing.T) {
 		return nil
 	})
 	h := newScopedHarness(t, f)
-	h.enqueue(t, "d1", Notification{Recipient: "dead-token"})
+	h.enqueue(t, "d1", message.Notification{Recipient: "dead-token"})
 	info := h.await(t, "d1", "archived", state(asynq.TaskStateArchived))
 	if !strings.HasPrefix(info.LastErr, "dead address: 404 UNREGISTERED") {
 		t.Errorf("d1 archived with %q", info.LastErr)
 	}
-	h.enqueue(t, "d2", Notification{Recipient: "dead-token"})
+	h.enqueue(t, "d2", message.Notification{Recipient: "dead-token"})
 	info = h.await(t, "d2", "archived", state(asynq.TaskStateArchived))
 	if !strings.HasPrefix(info.LastErr, "suppressed by provider gw since ") || !strings.Contains(info.LastErr, ": 404 UNREGISTERED") {
 		t.Errorf("d2 archived with %q", info.LastErr)
@@ -165,7 +166,7 @@ func TestDeadAddressIsSuppressed(t *testing.T) {
 	f.mu.Lock()
 	f.answer = func(Message) error { return nil }
 	f.mu.Unlock()
-	h.enqueue(t, "d3", Notification{Recipient: "dead-token"})
+	h.enqueue(t, "d3", message.Notification{Recipient: "dead-token"})
 	h.await(t, "d3", "completed", state(asynq.TaskStateCompleted))
 }
 
@@ -182,7 +183,7 @@ func TestRetryAtTheMomentTheProviderNames(t *testing.T) {
 		return err
 	})
 	h := newScopedHarness(t, f)
-	h.enqueue(t, "q", Notification{Recipient: "a@example.com"})
+	h.enqueue(t, "q", message.Notification{Recipient: "a@example.com"})
 	info := h.await(t, "q", "deferred", state(asynq.TaskStateRetry))
 	if info.Retried != 0 || !strings.Contains(info.LastErr, "Daily message quota exceeded") {
 		t.Errorf("deferral: %+v", info)
@@ -199,7 +200,7 @@ func TestBrokenCredentialsPauseTheProvider(t *testing.T) {
 		return &SendError{Outcome: Broken, RetryAfter: time.Minute, Err: errString("401 Unauthorized")}
 	})
 	h := newScopedHarness(t, f)
-	h.enqueue(t, "b", Notification{Recipient: "x"})
+	h.enqueue(t, "b", message.Notification{Recipient: "x"})
 	info := h.await(t, "b", "deferred", state(asynq.TaskStateRetry))
 	if info.Retried != 0 || !strings.HasPrefix(info.LastErr, "provider gw paused: 401 Unauthorized") {
 		t.Errorf("deferral: %+v", info)
@@ -224,9 +225,9 @@ func TestDigestToASuppressedAddressIsNotSent(t *testing.T) {
 	b, _ := throttle.NewBucket("gw", 1000, 100)
 	h := newHarnessWith(t, harnessConfig{quota: q, bucket: b, provider: f, screen: true, digests: true,
 		book: true, inlineWait: time.Second, settings: PolicySettings{Digest: true}})
-	h.enqueue(t, "m0", Notification{Recipient: "soon-dead"})
+	h.enqueue(t, "m0", message.Notification{Recipient: "soon-dead"})
 	h.await(t, "m0", "completed", state(asynq.TaskStateCompleted))
-	h.enqueue(t, "m1", Notification{Recipient: "soon-dead"})
+	h.enqueue(t, "m1", message.Notification{Recipient: "soon-dead"})
 	h.await(t, "m1", "completed (folded)", state(asynq.TaskStateCompleted))
 	scheduled, err := h.insp.ListScheduledTasks("default")
 	if err != nil || len(scheduled) != 1 {

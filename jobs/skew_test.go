@@ -26,6 +26,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/notify-throttle/throttler/internal/redistest"
+	"github.com/notify-throttle/throttler/message"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -364,7 +365,7 @@ func TestSkewChild(t *testing.T) {
 	client := asynq.NewClientFromRedisClient(rdb)
 	insp := asynq.NewInspectorFromRedisClient(rdb)
 	for _, id := range []string{label + "-first", label + "-second"} {
-		task, err := NewTask(Notification{Recipient: "bob", Policy: "mkt", Provider: "gw", Template: "t"}, id,
+		task, err := message.NewTask(message.Notification{Recipient: "bob", Policy: "mkt", Provider: "gw", Template: "t"}, id,
 			asynq.Queue(label), asynq.Retention(time.Hour))
 		if err != nil {
 			t.Fatal(err)
@@ -374,7 +375,7 @@ func TestSkewChild(t *testing.T) {
 		}
 	}
 	awaitState(t, insp, label, label+"-second", asynq.TaskStateRetry)
-	slow, err := NewTask(Notification{Recipient: "carol", Policy: "mkt", Provider: "gw", Template: "t"}, label+"-slow",
+	slow, err := message.NewTask(message.Notification{Recipient: "carol", Policy: "mkt", Provider: "gw", Template: "t"}, label+"-slow",
 		asynq.Queue(label), asynq.Retention(time.Hour))
 	if err != nil {
 		t.Fatal(err)

@@ -39,6 +39,7 @@ import (
 	"github.com/notify-throttle/throttler/internal/redisguard"
 	"github.com/notify-throttle/throttler/jobs"
 	"github.com/notify-throttle/throttler/lifecycle"
+	"github.com/notify-throttle/throttler/message"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -355,7 +356,7 @@ func handlers(cfg *config.Config, served map[string]int, rdb redis.UniversalClie
 func newMux(rec *fleet.Member, th *jobs.Throttle, campaigns *campaign.Runner) *asynq.ServeMux {
 	mux := asynq.NewServeMux()
 	mux.Use(rec.Middleware)
-	mux.Handle(jobs.TypeNotify, th)
+	mux.Handle(message.TaskType, th)
 	mux.Handle(jobs.TypeDigest, th)
 	mux.Handle(campaign.TypeFanout, campaigns)
 	return mux

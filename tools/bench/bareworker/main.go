@@ -32,6 +32,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/notify-throttle/throttler/jobs"
+	"github.com/notify-throttle/throttler/message"
 )
 
 func main() {
@@ -69,9 +70,9 @@ func run(ctx context.Context, args []string) error {
 	}
 	provider := jobs.NewWebhookProvider("hook", *url, 5*time.Second, nil, nil)
 	mux := asynq.NewServeMux()
-	mux.HandleFunc(jobs.TypeNotify, func(ctx context.Context, t *asynq.Task) error {
+	mux.HandleFunc(message.TaskType, func(ctx context.Context, t *asynq.Task) error {
 		id, _ := asynq.GetTaskID(ctx)
-		n, err := jobs.Decode(t.Payload())
+		n, err := message.Decode(t.Payload())
 		if err != nil {
 			return fmt.Errorf("malformed notification: %v: %w", err, asynq.SkipRetry)
 		}

@@ -21,6 +21,7 @@ import (
 	"github.com/notify-throttle/throttler/internal/redistest"
 	"github.com/notify-throttle/throttler/jobs"
 	"github.com/notify-throttle/throttler/lifecycle"
+	"github.com/notify-throttle/throttler/message"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -204,7 +205,7 @@ func newEventsVariant(b *testing.B, addr, url, name string, callbacks map[string
 	th.Fleet = rec
 	mux := asynq.NewServeMux()
 	mux.Use(v.watch, v.stampStart, rec.Middleware)
-	mux.Handle(jobs.TypeNotify, th)
+	mux.Handle(message.TaskType, th)
 	v.handler = mux
 	return v
 }
@@ -246,8 +247,8 @@ func (v *eventsVariant) paced(ctx context.Context, client *asynq.Client, insp *a
 	defer tick.Stop()
 	for i := range n {
 		<-tick.C
-		nt := jobs.Notification{Recipient: fmt.Sprintf("%s%06d@example.com", prefix, i), Policy: benchPolicy, Provider: benchProvider, Template: benchTemplate}
-		task, err := jobs.NewTask(nt, jobs.TaskID(""), asynq.Queue(benchQueue))
+		nt := message.Notification{Recipient: fmt.Sprintf("%s%06d@example.com", prefix, i), Policy: benchPolicy, Provider: benchProvider, Template: benchTemplate}
+		task, err := message.NewTask(nt, message.TaskID(""), asynq.Queue(benchQueue))
 		if err == nil {
 			_, err = client.EnqueueContext(ctx, task)
 		}

@@ -24,6 +24,7 @@ import (
 	"github.com/notify-throttle/throttler/internal/cpustat"
 	"github.com/notify-throttle/throttler/internal/redistest"
 	"github.com/notify-throttle/throttler/jobs"
+	"github.com/notify-throttle/throttler/message"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -287,7 +288,7 @@ func newThrottled(b *testing.B, addr, url string, marks, book bool) *e2eVariant 
 	th.Fleet = rec
 	mux := asynq.NewServeMux()
 	mux.Use(v.watch, rec.Middleware)
-	mux.Handle(jobs.TypeNotify, th)
+	mux.Handle(message.TaskType, th)
 	v.handler = mux
 	return v
 }
@@ -368,9 +369,9 @@ func newPlain(b *testing.B, addr, url string, kind plainKind) *e2eVariant {
 	}
 	mux := asynq.NewServeMux()
 	mux.Use(v.watch)
-	mux.HandleFunc(jobs.TypeNotify, func(ctx context.Context, t *asynq.Task) error {
+	mux.HandleFunc(message.TaskType, func(ctx context.Context, t *asynq.Task) error {
 		id, _ := asynq.GetTaskID(ctx)
-		n, err := jobs.Decode(t.Payload())
+		n, err := message.Decode(t.Payload())
 		if err != nil {
 			return fmt.Errorf("malformed notification: %v: %w", err, asynq.SkipRetry)
 		}
