@@ -8,8 +8,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/notify-throttle/throttler/jobs"
 	"github.com/notify-throttle/throttler/lifecycle"
+	"github.com/notify-throttle/throttler/providers"
 )
 
 // sesMail is an SES event in an SNS Message: a configuration set's event
@@ -114,7 +114,7 @@ func words(address string, parts ...string) string {
 	}
 	s := strings.Join(kept, ": ")
 	if address != "" {
-		s = jobs.RedactError(errors.New(s), address).Error()
+		s = providers.RedactError(errors.New(s), address).Error()
 	}
 	if len(s) > maxDetail {
 		cut := maxDetail

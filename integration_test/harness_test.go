@@ -39,8 +39,8 @@ import (
 	"github.com/notify-throttle/throttler/internal/keyspace"
 	"github.com/notify-throttle/throttler/internal/redisconn"
 	"github.com/notify-throttle/throttler/internal/redistest"
-	"github.com/notify-throttle/throttler/jobs"
 	"github.com/notify-throttle/throttler/message"
+	"github.com/notify-throttle/throttler/providers"
 )
 
 // ---------------------------------------------------------------------------
@@ -160,7 +160,7 @@ func (h *hookServer) URL() string { return h.srv.URL + "/send" }
 
 func (h *hookServer) serve(w http.ResponseWriter, r *http.Request) {
 	a := arrival{At: time.Now(), Key: r.Header.Get("Idempotency-Key"), Worker: r.Header.Get("X-Worker")}
-	var m jobs.Message
+	var m providers.Message
 	if err := json.NewDecoder(r.Body).Decode(&m); err != nil {
 		http.Error(w, "bad body: "+err.Error(), http.StatusBadRequest)
 		return

@@ -11,6 +11,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/notify-throttle/throttler/message"
+	"github.com/notify-throttle/throttler/providers"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -21,7 +22,7 @@ type numbers struct {
 	sent []string
 }
 
-func (p *numbers) Send(_ context.Context, m Message) (string, error) {
+func (p *numbers) Send(_ context.Context, m providers.Message) (string, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.sent = append(p.sent, m.Recipient)

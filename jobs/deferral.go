@@ -9,6 +9,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/notify-throttle/throttler/internal/timefmt"
+	"github.com/notify-throttle/throttler/providers"
 )
 
 // Deferral is what a handler returns for a job that may not go yet. asynq
@@ -95,4 +96,22 @@ func shortDuration(d time.Duration) string {
 		d = d.Round(time.Millisecond)
 	}
 	return timefmt.Duration(d)
+}
+
+// backoffDelay returns the delay of a Backoff in err, and whether there is one.
+func backoffDelay(err error) (time.Duration, bool) {
+	var b *providers.Backoff
+	if errors.As(err, &b) && b.Delay > 0 {
+		return b.Delay, true
+	}
+	return 0, false
+}
+
+// outcome returns what to do after err from Send.
+func outcome(err error) (providers.Outcome, time.Duration) {
+	var se *providers.SendError
+	if errors.As(err, &se) {
+		return se.Outcome, se.RetryAfter
+	}
+	return providers.Retry, 0
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/notify-throttle/throttler/lifecycle"
 	"github.com/notify-throttle/throttler/message"
+	"github.com/notify-throttle/throttler/providers"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -34,11 +35,11 @@ type eventsWorker struct {
 // eventsConfig is what differs between the eventsWorkers of the tests.
 type eventsConfig struct {
 	book     bool
-	settings PolicySettings        // of policy mkt
-	options  lifecycle.Options     // of the recorder
-	answer   func(m Message) error // what gw answers; nil: it accepts
-	rdb      *redis.Client         // nil: a database of its own
-	noEvents bool                  // the throttle records none
+	settings PolicySettings                  // of policy mkt
+	options  lifecycle.Options               // of the recorder
+	answer   func(m providers.Message) error // what gw answers; nil: it accepts
+	rdb      *redis.Client                   // nil: a database of its own
+	noEvents bool                            // the throttle records none
 }
 
 func newEventsWorker(t *testing.T, c eventsConfig) *eventsWorker {
@@ -54,7 +55,7 @@ func newEventsWorker(t *testing.T, c eventsConfig) *eventsWorker {
 	}
 	q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 1, Per: time.Hour})
 	b, _ := throttle.NewBucket("gw", 1000, 100)
-	provider := newScopedFake(func(m Message) error {
+	provider := newScopedFake(func(m providers.Message) error {
 		if answer == nil {
 			return nil
 		}
@@ -109,14 +110,14 @@ func (w *eventsWorker) history(t *testing.T, id string, n int) []lifecycle.Event
 // Redis's clock.
 func TestEventsOfEachOutcome(t *testing.T) {
 	t.Parallel()
-	providerSays := func(m Message) error {
+	providerSays := func(m providers.Message) error {
 		switch m.Recipient {
 		case "rejected":
-			return sendErrorf(Reject, 0, "400 Bad Request: no such number")
+			return sendErrorf(providers.Reject, 0, "400 Bad Request: no such number")
 		case "dead":
-			return &SendError{Outcome: Dead, Err: errString("404 UNREGISTERED")}
+			return &providers.SendError{Outcome: providers.Dead, Err: errString("404 UNREGISTERED")}
 		case "paused":
-			return sendErrorf(Pause, 30*time.Second, "429 Too Many Requests")
+			return sendErrorf(providers.Pause, 30*time.Second, "429 Too Many Requests")
 		case "failing":
 			return errors.New("503 Service Unavailable")
 		}

@@ -13,13 +13,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/notify-throttle/throttler/message"
+	"github.com/notify-throttle/throttler/providers"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
 // Route is a provider as the throttle needs it: its bucket and its sender.
 type Route struct {
 	Bucket   *throttle.Bucket
-	Provider Provider
+	Provider providers.Provider
 	// Shadow puts the bucket in shadow mode: it is not taken, and what it
 	// would have done is logged and counted (Metrics.Shadow).
 	Shadow bool
@@ -90,7 +91,7 @@ type Throttle struct {
 	// over their cap. Nil defers them.
 	Digests *Digests
 	// Screen keeps scoped pauses and suppressed addresses for the providers
-	// that are Scopers (see settle.go). Nil: a scoped pause defers only the
+	// that are providers.Scopers (see settle.go). Nil: a scoped pause defers only the
 	// job that met it, and nothing is suppressed.
 	Screen *Screen
 	// Events, if set, records each message's outcomes as its events

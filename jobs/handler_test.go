@@ -22,6 +22,7 @@ import (
 	"github.com/notify-throttle/throttler/fleet"
 	"github.com/notify-throttle/throttler/internal/redistest"
 	"github.com/notify-throttle/throttler/message"
+	"github.com/notify-throttle/throttler/providers"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -35,11 +36,11 @@ type harness struct {
 	th     *Throttle
 
 	mu       sync.Mutex
-	sent     map[string]time.Time // task ID -> when the provider last got it
-	sends    map[string]int       // task ID -> how many times the provider got it
-	returned map[string]time.Time // task ID -> when its handler first returned
-	runs     map[string]int       // task ID -> how many times its handler ran
-	fail     func(Message) error  // what the provider answers, nil: accept
+	sent     map[string]time.Time          // task ID -> when the provider last got it
+	sends    map[string]int                // task ID -> how many times the provider got it
+	returned map[string]time.Time          // task ID -> when its handler first returned
+	runs     map[string]int                // task ID -> how many times its handler ran
+	fail     func(providers.Message) error // what the provider answers, nil: accept
 }
 
 // harnessConfig says what newHarnessWith builds; the zero value of each
@@ -54,7 +55,7 @@ type harnessConfig struct {
 	// noMarks runs without sent markers.
 	noMarks bool
 	// provider, if set, delivers instead of the recording provider.
-	provider Provider
+	provider providers.Provider
 	// latency is how long the recording provider takes to answer.
 	latency time.Duration
 	// retryDelay, if set, replaces RetryDelay(0) as asynq's RetryDelayFunc.
@@ -108,7 +109,7 @@ func newHarnessWith(t *testing.T, c harnessConfig) *harness {
 		client: asynq.NewClientFromRedisClient(rdb), insp: asynq.NewInspectorFromRedisClient(rdb)}
 	provider := c.provider
 	if provider == nil {
-		provider = ProviderFunc(func(ctx context.Context, m Message) (string, error) {
+		provider = providers.Func(func(ctx context.Context, m providers.Message) (string, error) {
 			time.Sleep(c.latency)
 			h.mu.Lock()
 			defer h.mu.Unlock()
@@ -392,10 +393,10 @@ func TestHandlerGivesTheQuotaBackWhenTheSendFails(t *testing.T) {
 	q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 1, Per: time.Hour})
 	b, _ := throttle.NewBucket("gw", 1000, 100)
 	h := newHarness(t, q, b, 0)
-	h.fail = func(m Message) error {
+	h.fail = func(m providers.Message) error {
 		switch m.Recipient {
 		case "rejected":
-			return sendErrorf(Reject, 0, "400 Bad Request: no such number")
+			return sendErrorf(providers.Reject, 0, "400 Bad Request: no such number")
 		case "flaky":
 			return errors.New("503 Service Unavailable")
 		}
@@ -458,7 +459,7 @@ func TestHandlerRetryTakesAProviderTokenOfItsOwn(t *testing.T) {
 	b, _ := throttle.NewBucket("gw", 1.0/3600, 1)
 	h := newHarnessWith(t, harnessConfig{quota: q, bucket: b, retryDelay: quickBackoff})
 	failed := false
-	h.fail = func(m Message) error { // called with h.mu held
+	h.fail = func(m providers.Message) error { // called with h.mu held
 		if !failed {
 			failed = true
 			return errors.New("503 Service Unavailable")
@@ -482,9 +483,9 @@ func TestHandlerPausesTheProviderOn429(t *testing.T) {
 	q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 5, Per: time.Hour})
 	b, _ := throttle.NewBucket("gw", 100, 10)
 	h := newHarness(t, q, b, 0)
-	h.fail = func(m Message) error {
+	h.fail = func(m providers.Message) error {
 		if m.ID == "hit" {
-			return sendErrorf(Pause, 30*time.Second, "429 Too Many Requests")
+			return sendErrorf(providers.Pause, 30*time.Second, "429 Too Many Requests")
 		}
 		return nil
 	}

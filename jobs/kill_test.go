@@ -24,6 +24,7 @@ import (
 
 	"github.com/notify-throttle/throttler/internal/redistest"
 	"github.com/notify-throttle/throttler/message"
+	"github.com/notify-throttle/throttler/providers"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -154,7 +155,7 @@ func TestKillChild(t *testing.T) {
 	stopping := make(chan struct{})
 	th := &Throttle{Limiter: lim, Policies: map[string]*throttle.Quota{"mkt": q},
 		Providers: map[string]Route{"gw": {Bucket: b,
-			Provider: NewWebhookProvider("gw", os.Getenv("KILL_CHILD_URL"), 5*time.Second, nil, nil)}},
+			Provider: providers.NewWebhook("gw", os.Getenv("KILL_CHILD_URL"), 5*time.Second, nil, nil)}},
 		InlineWait: time.Second, Stopping: stopping, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	if os.Getenv("KILL_CHILD_MARKS") == "true" {
 		th.Sent = NewSentMarks(lim)

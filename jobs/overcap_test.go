@@ -15,6 +15,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/notify-throttle/throttler/message"
+	"github.com/notify-throttle/throttler/providers"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -102,9 +103,9 @@ func TestCountsToward(t *testing.T) {
 			resetOf := func(to string) message.Notification {
 				return message.Notification{Recipient: to, Policy: "reset", Provider: "gw", Template: "reset"}
 			}
-			h.fail = func(m Message) error {
+			h.fail = func(m providers.Message) error {
 				if m.Recipient == "carol" && m.Template == "reset" {
-					return &SendError{Outcome: Reject, Err: errors.New("400 no such number")}
+					return &providers.SendError{Outcome: providers.Reject, Err: errors.New("400 no such number")}
 				}
 				return nil
 			}
@@ -228,8 +229,8 @@ func TestDigest(t *testing.T) {
 	q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 1, Per: 10 * time.Second})
 	b, _ := throttle.NewBucket("gw", 1000, 100)
 	var mu sync.Mutex
-	var got []Message
-	prov := ProviderFunc(func(_ context.Context, m Message) (string, error) {
+	var got []providers.Message
+	prov := providers.Func(func(_ context.Context, m providers.Message) (string, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		got = append(got, m)

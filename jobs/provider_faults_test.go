@@ -15,6 +15,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/notify-throttle/throttler/message"
+	"github.com/notify-throttle/throttler/providers"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -110,7 +111,7 @@ func TestWebhookFlappingProvider(t *testing.T) {
 	const rate, burst = 10, 2
 	b, _ := throttle.NewBucket("gw", rate, burst)
 	h := newHarnessWith(t, harnessConfig{quota: q, bucket: b, retryDelay: quickBackoff, inlineWait: time.Second,
-		provider: NewWebhookProvider("gw", endpoint.URL, 250*time.Millisecond, nil, nil)})
+		provider: providers.NewWebhook("gw", endpoint.URL, 250*time.Millisecond, nil, nil)})
 
 	// One recipient, one slot: "first" fails once and gives the slot back,
 	// so "second" takes it while "first" waits to retry; "first" then

@@ -15,6 +15,7 @@ import (
 	"github.com/notify-throttle/throttler/internal/asynqdb"
 	"github.com/notify-throttle/throttler/internal/timefmt"
 	"github.com/notify-throttle/throttler/message"
+	"github.com/notify-throttle/throttler/providers"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -189,4 +190,17 @@ func (j *job) overCap(i int) bool {
 		i--
 	}
 	return i < len(j.policy.Calendars)
+}
+
+// checkAddress returns the error that archives a job whose provider p
+// refuses its recipient, or nil.
+func checkAddress(p providers.Provider, recipient string) error {
+	a, ok := p.(providers.Addresser)
+	if !ok {
+		return nil
+	}
+	if err := a.CheckRecipient(recipient); err != nil {
+		return fmt.Errorf("recipient: %v: %w", err, message.ErrBadPayload)
+	}
+	return nil
 }

@@ -14,22 +14,6 @@ import (
 	"github.com/notify-throttle/throttler/throttle"
 )
 
-// Scoper is a provider whose pauses may hold less than all of it (one
-// device, one number pair, one sender). Scopes returns the scopes m falls
-// in, checked just before its send. Throttle screens the messages of a
-// Scoper provider (see Screen): the adapters of real services are
-// Scopers; log and webhook are not, and cost no extra round trip.
-type Scoper interface {
-	Provider
-	Scopes(m Message) []string
-}
-
-// Scope names: a scope's kind, a colon, and what it holds.
-func SenderScope(from string) string   { return "sender:" + from }
-func PairScope(from, to string) string { return "pair:" + from + ">" + to }
-func DeviceScope(token string) string  { return "device:" + token }
-func scopeKind(scope string) string    { kind, _, _ := strings.Cut(scope, ":"); return kind }
-
 // Screen keeps, per provider, the scoped pauses and the suppressed
 // addresses. A scoped pause is one key that expires when the pause ends
 // (Redis's clock decides); a suppression is a field of the provider's hash

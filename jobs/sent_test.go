@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/notify-throttle/throttler/message"
+	"github.com/notify-throttle/throttler/providers"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -108,7 +109,7 @@ func TestFailedSendLeavesNoMarker(t *testing.T) {
 	h := newHarnessWith(t, harnessConfig{quota: q, bucket: b,
 		retryDelay: func(int, error, *asynq.Task) time.Duration { return 0 }})
 	failed := false
-	h.fail = func(m Message) error {
+	h.fail = func(m providers.Message) error {
 		if !failed {
 			failed = true
 			return errors.New("503 Service Unavailable")

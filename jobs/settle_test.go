@@ -10,6 +10,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/notify-throttle/throttler/message"
+	"github.com/notify-throttle/throttler/providers"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -19,18 +20,18 @@ type scopedFake struct {
 	mu     sync.Mutex
 	calls  map[string]int // by recipient
 	sent   map[string]time.Time
-	answer func(Message) error
+	answer func(providers.Message) error
 }
 
-func newScopedFake(answer func(Message) error) *scopedFake {
+func newScopedFake(answer func(providers.Message) error) *scopedFake {
 	return &scopedFake{calls: map[string]int{}, sent: map[string]time.Time{}, answer: answer}
 }
 
-func (f *scopedFake) Scopes(m Message) []string {
-	return []string{SenderScope("+1000"), PairScope("+1000", m.Recipient)}
+func (f *scopedFake) Scopes(m providers.Message) []string {
+	return []string{providers.SenderScope("+1000"), providers.PairScope("+1000", m.Recipient)}
 }
 
-func (f *scopedFake) Send(_ context.Context, m Message) (string, error) {
+func (f *scopedFake) Send(_ context.Context, m providers.Message) (string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls[m.Recipient]++
@@ -64,11 +65,11 @@ func newScopedHarness(t *testing.T, f *scopedFake) *harness {
 func TestScopedPauseHoldsOnlyItsPair(t *testing.T) {
 	t.Parallel()
 	var once sync.Once
-	f := newScopedFake(func(m Message) error {
+	f := newScopedFake(func(m providers.Message) error {
 		var err error
 		if m.Recipient == "+2000" {
 			once.Do(func() {
-				err = &SendError{Outcome: Pause, RetryAfter: 3 * time.Second, Scope: PairScope("+1000", "+2000"), Err: errString("14107")}
+				err = &providers.SendError{Outcome: providers.Pause, RetryAfter: 3 * time.Second, Scope: providers.PairScope("+1000", "+2000"), Err: errString("14107")}
 			})
 		}
 		return err
@@ -105,11 +106,11 @@ func TestScopedPauseWokenOnTime(t *testing.T) {
 	t.Parallel()
 	var once sync.Once
 	var paused time.Time
-	f := newScopedFake(func(m Message) error {
+	f := newScopedFake(func(m providers.Message) error {
 		var err error
 		once.Do(func() {
 			paused = time.Now()
-			err = &SendError{Outcome: Pause, RetryAfter: 2500 * time.Millisecond, Scope: PairScope("+1000", "+2000"), Err: errString("14107")}
+			err = &providers.SendError{Outcome: providers.Pause, RetryAfter: 2500 * time.Millisecond, Scope: providers.PairScope("+1000", "+2000"), Err: errString("14107")}
 		})
 		return err
 	})
@@ -135,9 +136,9 @@ func TestScopedPauseWokenOnTime(t *testing.T) {
 
 func TestDeadAddressIsSuppressed(t *testing.T) {
 	t.Parallel()
-	f := newScopedFake(func(m Message) error {
+	f := newScopedFake(func(m providers.Message) error {
 		if m.Recipient == "dead-token" {
-			return &SendError{Outcome: Dead, Err: errString("404 UNREGISTERED")}
+			return &providers.SendError{Outcome: providers.Dead, Err: errString("404 UNREGISTERED")}
 		}
 		return nil
 	})
@@ -164,7 +165,7 @@ func TestDeadAddressIsSuppressed(t *testing.T) {
 		t.Fatalf("unsuppress: %v, %v", lifted, err)
 	}
 	f.mu.Lock()
-	f.answer = func(Message) error { return nil }
+	f.answer = func(providers.Message) error { return nil }
 	f.mu.Unlock()
 	h.enqueue(t, "d3", message.Notification{Recipient: "dead-token"})
 	h.await(t, "d3", "completed", state(asynq.TaskStateCompleted))
@@ -174,11 +175,11 @@ func TestRetryAtTheMomentTheProviderNames(t *testing.T) {
 	t.Parallel()
 	var reset time.Time
 	var once sync.Once
-	f := newScopedFake(func(m Message) error {
+	f := newScopedFake(func(m providers.Message) error {
 		var err error
 		once.Do(func() {
 			reset = time.Now().Add(3 * time.Second).Truncate(time.Second)
-			err = &SendError{Outcome: Pause, RetryAt: reset, Err: errString("Daily message quota exceeded")}
+			err = &providers.SendError{Outcome: providers.Pause, RetryAt: reset, Err: errString("Daily message quota exceeded")}
 		})
 		return err
 	})
@@ -196,8 +197,8 @@ func TestRetryAtTheMomentTheProviderNames(t *testing.T) {
 
 func TestBrokenCredentialsPauseTheProvider(t *testing.T) {
 	t.Parallel()
-	f := newScopedFake(func(m Message) error {
-		return &SendError{Outcome: Broken, RetryAfter: time.Minute, Err: errString("401 Unauthorized")}
+	f := newScopedFake(func(m providers.Message) error {
+		return &providers.SendError{Outcome: providers.Broken, RetryAfter: time.Minute, Err: errString("401 Unauthorized")}
 	})
 	h := newScopedHarness(t, f)
 	h.enqueue(t, "b", message.Notification{Recipient: "x"})
@@ -220,7 +221,7 @@ func (e errString) Error() string { return string(e) }
 // without a send, as a message to it would be.
 func TestDigestToASuppressedAddressIsNotSent(t *testing.T) {
 	t.Parallel()
-	f := newScopedFake(func(Message) error { return nil })
+	f := newScopedFake(func(providers.Message) error { return nil })
 	q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 1, Per: 2 * time.Second})
 	b, _ := throttle.NewBucket("gw", 1000, 100)
 	h := newHarnessWith(t, harnessConfig{quota: q, bucket: b, provider: f, screen: true, digests: true,

@@ -27,6 +27,7 @@ import (
 
 	"github.com/notify-throttle/throttler/internal/redistest"
 	"github.com/notify-throttle/throttler/message"
+	"github.com/notify-throttle/throttler/providers"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -348,7 +349,7 @@ func TestSkewChild(t *testing.T) {
 	slowDone := make(chan struct{})
 	var slowOnce sync.Once
 	th := &Throttle{Limiter: lim, Policies: map[string]*throttle.Quota{"mkt": one},
-		Providers: map[string]Route{"gw": {Bucket: big, Provider: ProviderFunc(func(_ context.Context, m Message) (string, error) {
+		Providers: map[string]Route{"gw": {Bucket: big, Provider: providers.Func(func(_ context.Context, m providers.Message) (string, error) {
 			if strings.HasSuffix(m.ID, "-slow") {
 				defer slowOnce.Do(func() { close(slowDone) })
 				for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {

@@ -20,8 +20,8 @@ import (
 	"github.com/notify-throttle/throttler/config"
 	"github.com/notify-throttle/throttler/internal/asynqdb"
 	"github.com/notify-throttle/throttler/internal/timefmt"
-	"github.com/notify-throttle/throttler/jobs"
 	"github.com/notify-throttle/throttler/message"
+	"github.com/notify-throttle/throttler/providers"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -107,8 +107,8 @@ func demoNumber(data []byte) int {
 	return d.N
 }
 
-func (c *sentCounts) wrap(p jobs.Provider) jobs.Provider {
-	return jobs.ProviderFunc(func(ctx context.Context, m jobs.Message) (string, error) {
+func (c *sentCounts) wrap(p providers.Provider) providers.Provider {
+	return providers.Func(func(ctx context.Context, m providers.Message) (string, error) {
 		id, err := p.Send(ctx, m)
 		if err == nil {
 			now := time.Now()

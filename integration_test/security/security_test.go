@@ -29,6 +29,7 @@ import (
 	"github.com/notify-throttle/throttler/jobs"
 	"github.com/notify-throttle/throttler/lua"
 	"github.com/notify-throttle/throttler/message"
+	"github.com/notify-throttle/throttler/providers"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -140,7 +141,7 @@ func runPipeline(t *testing.T, su setup) {
 	th := &jobs.Throttle{
 		Limiter:  lim,
 		Policies: map[string]*throttle.Quota{"mkt": quota},
-		Providers: map[string]jobs.Route{"gw": {Bucket: bucket, Provider: jobs.ProviderFunc(func(_ context.Context, m jobs.Message) (string, error) {
+		Providers: map[string]jobs.Route{"gw": {Bucket: bucket, Provider: providers.Func(func(_ context.Context, m providers.Message) (string, error) {
 			mu.Lock()
 			defer mu.Unlock()
 			sent[m.ID] = m.Recipient

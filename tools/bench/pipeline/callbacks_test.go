@@ -22,6 +22,7 @@ import (
 	"github.com/notify-throttle/throttler/jobs"
 	"github.com/notify-throttle/throttler/lifecycle"
 	"github.com/notify-throttle/throttler/message"
+	"github.com/notify-throttle/throttler/providers"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -175,8 +176,8 @@ func newEventsVariant(b *testing.B, addr, url, name string, callbacks map[string
 	rdb := newWorkerClient(b, addr)
 	lim, quota, bucket := benchRules(b, rdb)
 	v := &eventsVariant{e2eVariant: &e2eVariant{name: name, rdb: rdb}, sendPath: &durations{}, handlerTime: &durations{}}
-	provider := jobs.NewWebhookProvider(benchProvider, url, 5*time.Second, nil, nil)
-	timed := jobs.ProviderFunc(func(ctx context.Context, m jobs.Message) (string, error) {
+	provider := providers.NewWebhook(benchProvider, url, 5*time.Second, nil, nil)
+	timed := providers.Func(func(ctx context.Context, m providers.Message) (string, error) {
 		if start, ok := ctx.Value(handlerStart{}).(time.Time); ok {
 			v.sendPath.add(time.Since(start))
 		}

@@ -25,6 +25,7 @@ import (
 	"github.com/notify-throttle/throttler/internal/redistest"
 	"github.com/notify-throttle/throttler/jobs"
 	"github.com/notify-throttle/throttler/message"
+	"github.com/notify-throttle/throttler/providers"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -93,7 +94,7 @@ func (t e2eTotal) cpu() float64 { return (t.cost.redisCPU + t.cost.clientCPU) / 
 // webhook:
 //
 //   - throttled: jobs.Throttle as the handler, through a
-//     jobs.NewWebhookProvider, policy 1/24h + 3/168h, bucket 10⁶/s burst 10⁶;
+//     providers.NewWebhook, policy 1/24h + 3/168h, bucket 10⁶/s burst 10⁶;
 //     every job has a recipient of its own, so every job is admitted (a job
 //     deferred would fail the benchmark); with sent markers, as cmd/worker
 //     runs by default: the admission checks the marker, and a sent job's
@@ -102,7 +103,7 @@ func (t e2eTotal) cpu() float64 { return (t.cost.redisCPU + t.cost.clientCPU) / 
 //     and Holds), as cmd/worker runs by default;
 //   - unmarked: throttled without sent markers (worker.sent_marks: 0);
 //   - plain: a handler that decodes the payload as Throttle does and POSTs
-//     the same message through its own jobs.NewWebhookProvider;
+//     the same message through its own providers.NewWebhook;
 //   - plain+script, with -e2e.floor: plain plus one trivial script call per
 //     job, the floor of any admission that costs one round trip;
 //   - plain+admit, with -e2e.floor: plain plus one bare admission per job
@@ -270,7 +271,7 @@ func newThrottled(b *testing.B, addr, url string, marks, book bool) *e2eVariant 
 	th := &jobs.Throttle{
 		Limiter:    lim,
 		Policies:   map[string]*throttle.Quota{benchPolicy: quota},
-		Providers:  map[string]jobs.Route{benchProvider: {Bucket: bucket, Provider: jobs.NewWebhookProvider(benchProvider, url, 5*time.Second, nil, nil)}},
+		Providers:  map[string]jobs.Route{benchProvider: {Bucket: bucket, Provider: providers.NewWebhook(benchProvider, url, 5*time.Second, nil, nil)}},
 		InlineWait: time.Second,
 		Metrics:    jobs.NewMetrics(prometheus.NewRegistry()),
 		Log:        slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -345,7 +346,7 @@ const (
 // no logs; a job not allowed at once fails the drain.
 func newPlain(b *testing.B, addr, url string, kind plainKind) *e2eVariant {
 	b.Helper()
-	provider := jobs.NewWebhookProvider(benchProvider, url, 5*time.Second, nil, nil)
+	provider := providers.NewWebhook(benchProvider, url, 5*time.Second, nil, nil)
 	v := &e2eVariant{name: "plain", rdb: newWorkerClient(b, addr)}
 	var admit func(ctx context.Context, id, recipient string) error
 	switch kind {
@@ -380,7 +381,7 @@ func newPlain(b *testing.B, addr, url string, kind plainKind) *e2eVariant {
 				return err
 			}
 		}
-		_, err = provider.Send(ctx, jobs.Message{ID: id, Recipient: n.Recipient, Template: n.Template, Data: n.Data})
+		_, err = provider.Send(ctx, providers.Message{ID: id, Recipient: n.Recipient, Template: n.Template, Data: n.Data})
 		return err
 	})
 	v.handler = mux

@@ -1,4 +1,4 @@
-package jobs
+package providers
 
 import (
 	"cmp"
@@ -84,15 +84,6 @@ type SendError struct {
 func (e *SendError) Error() string { return e.Err.Error() }
 func (e *SendError) Unwrap() error { return e.Err }
 
-// outcome returns what to do after err from Send.
-func outcome(err error) (Outcome, time.Duration) {
-	var se *SendError
-	if errors.As(err, &se) {
-		return se.Outcome, se.RetryAfter
-	}
-	return Retry, 0
-}
-
 // Unreached classifies err, the failure of a send that got no answer from
 // its provider (no connection, a timeout, a TLS handshake that failed).
 // A certificate the worker does not trust is Broken: nothing reached the
@@ -114,16 +105,11 @@ func Unreached(err error) error {
 	return err
 }
 
-// sendErrorf is a SendError with a formatted message.
-func sendErrorf(o Outcome, after time.Duration, format string, args ...any) *SendError {
-	return &SendError{Outcome: o, RetryAfter: after, Err: fmt.Errorf(format, args...)}
-}
-
-// ProviderFunc adapts a function to a Provider.
-type ProviderFunc func(ctx context.Context, m Message) (string, error)
+// Func adapts a function to a Provider.
+type Func func(ctx context.Context, m Message) (string, error)
 
 // Send calls f.
-func (f ProviderFunc) Send(ctx context.Context, m Message) (string, error) { return f(ctx, m) }
+func (f Func) Send(ctx context.Context, m Message) (string, error) { return f(ctx, m) }
 
 // RedactError returns err with its text showing recipient only as message.Redact
 // does, wherever it showed it: as given, in another case (an address),
@@ -186,3 +172,42 @@ func redactIn(text, recipient string) string {
 	re := regexp.MustCompile(`(?i)` + strings.Join(quoted, "|"))
 	return re.ReplaceAllLiteralString(text, message.Redact(recipient))
 }
+
+// Scoper is a provider whose pauses may hold less than all of it (one
+// device, one number pair, one sender). Scopes returns the scopes m falls
+// in, checked just before its send. The worker screens the messages of
+// a Scoper provider (package screen): the adapters of real services are
+// Scopers; log and webhook are not, and cost no extra round trip.
+type Scoper interface {
+	Provider
+	Scopes(m Message) []string
+}
+
+// Scope names: a scope's kind, a colon, and what it holds.
+func SenderScope(from string) string   { return "sender:" + from }
+func PairScope(from, to string) string { return "pair:" + from + ">" + to }
+func DeviceScope(token string) string  { return "device:" + token }
+func ScopeKind(scope string) string    { kind, _, _ := strings.Cut(scope, ":"); return kind }
+
+// Addresser is a Provider that knows which recipients its channel can
+// deliver to (an E.164 number, an email address, a device token; see
+// package address). A job whose recipient it refuses is archived as
+// malformed when it is routed, without a send: intake refuses such a
+// recipient at the door, and this catches what came another way (an
+// older producer, a Go client, a provider whose type changed by a
+// reload). Sent as it is, the vendor's invalid-address answer would
+// suppress that string for good.
+type Addresser interface {
+	CheckRecipient(recipient string) error
+}
+
+// Backoff is a failed send retried after Delay rather than asynq's default
+// backoff: a provider's own retry settings (WithRetries). Unlike a
+// jobs.Deferral it is a failure, and uses up one of the task's retries.
+type Backoff struct {
+	Delay time.Duration
+	Err   error
+}
+
+func (b *Backoff) Error() string { return b.Err.Error() }
+func (b *Backoff) Unwrap() error { return b.Err }
