@@ -18,6 +18,7 @@ import (
 	"github.com/notify-throttle/throttler/lifecycle"
 	"github.com/notify-throttle/throttler/message"
 	"github.com/notify-throttle/throttler/providers"
+	"github.com/notify-throttle/throttler/screen"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -65,7 +66,7 @@ func newEventsWorker(t *testing.T, c eventsConfig) *eventsWorker {
 		rec: lifecycle.NewRecorder(rdb, c.options)}
 	w.th = &Throttle{Limiter: lim, Policies: map[string]*throttle.Quota{"mkt": q}, Settings: map[string]PolicySettings{"mkt": c.settings},
 		Providers: map[string]Route{"gw": {Bucket: b, Provider: provider}}, Book: c.book, Sent: NewSentMarks(lim),
-		Screen: NewScreen(rdb, ""), Events: w.rec, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+		Screen: screen.New(rdb, ""), Events: w.rec, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	if c.noEvents {
 		w.th.Events = nil
 	}

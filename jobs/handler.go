@@ -14,6 +14,7 @@ import (
 
 	"github.com/notify-throttle/throttler/message"
 	"github.com/notify-throttle/throttler/providers"
+	"github.com/notify-throttle/throttler/screen"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -93,7 +94,7 @@ type Throttle struct {
 	// Screen keeps scoped pauses and suppressed addresses for the providers
 	// that are providers.Scopers (see settle.go). Nil: a scoped pause defers only the
 	// job that met it, and nothing is suppressed.
-	Screen *Screen
+	Screen *screen.Screen
 	// Events, if set, records each message's outcomes as its events
 	// (events.go), each just after it is decided. Nil records none.
 	Events  Events

@@ -23,6 +23,7 @@ import (
 	"github.com/notify-throttle/throttler/internal/redistest"
 	"github.com/notify-throttle/throttler/message"
 	"github.com/notify-throttle/throttler/providers"
+	"github.com/notify-throttle/throttler/screen"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -154,7 +155,7 @@ func newHarnessWith(t *testing.T, c harnessConfig) *harness {
 		h.th.Fleet = m
 	}
 	if c.screen {
-		h.th.Screen = NewScreen(workerRDB, "")
+		h.th.Screen = screen.New(workerRDB, "")
 	}
 	if c.digests {
 		h.th.Digests = NewDigests(workerRDB, "", asynq.NewClientFromRedisClient(workerRDB))

@@ -11,6 +11,7 @@ import (
 
 	"github.com/notify-throttle/throttler/message"
 	"github.com/notify-throttle/throttler/providers"
+	"github.com/notify-throttle/throttler/screen"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -156,12 +157,12 @@ func TestDeadAddressIsSuppressed(t *testing.T) {
 	if n := f.callsTo("dead-token"); n != 1 {
 		t.Errorf("the dead token was sent to %d times, want 1", n)
 	}
-	screen := NewScreen(h.rdb, "")
-	sups, err := screen.Suppressions(context.Background(), "gw")
+	scr := screen.New(h.rdb, "")
+	sups, err := scr.Suppressions(context.Background(), "gw")
 	if err != nil || len(sups) != 1 || sups[0].Address != "dead-token" || sups[0].Reason != "404 UNREGISTERED" {
 		t.Fatalf("suppressions: %+v, %v", sups, err)
 	}
-	if lifted, err := screen.Unsuppress(context.Background(), "gw", "dead-token"); !lifted || err != nil {
+	if lifted, err := scr.Unsuppress(context.Background(), "gw", "dead-token"); !lifted || err != nil {
 		t.Fatalf("unsuppress: %v, %v", lifted, err)
 	}
 	f.mu.Lock()
@@ -234,7 +235,7 @@ func TestDigestToASuppressedAddressIsNotSent(t *testing.T) {
 	if err != nil || len(scheduled) != 1 {
 		t.Fatalf("scheduled: %d tasks, %v; want the digest", len(scheduled), err)
 	}
-	if err := NewScreen(h.rdb, "").Suppress(context.Background(), "gw", "soon-dead", "410 Unregistered", time.Now()); err != nil {
+	if err := screen.New(h.rdb, "").Suppress(context.Background(), "gw", "soon-dead", "410 Unregistered", time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	info := h.awaitFor(t, scheduled[0].ID, "archived", 15*time.Second, state(asynq.TaskStateArchived))

@@ -7,7 +7,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/notify-throttle/throttler/jobs"
+	"github.com/notify-throttle/throttler/screen"
 )
 
 // runSuppressions lists a provider's suppressed addresses: those its
@@ -59,7 +59,7 @@ func runUnsuppress(ctx context.Context, o *options, p process) error {
 
 // openScreen loads the config, checks that it defines provider (named by
 // -flag) and connects to its Redis's lists of suppressions.
-func openScreen(ctx context.Context, o *options, p process, flag, provider string) (*jobs.Screen, func() error, error) {
+func openScreen(ctx context.Context, o *options, p process, flag, provider string) (*screen.Screen, func() error, error) {
 	c, err := loadChecker(o, p)
 	if err != nil {
 		return nil, nil, err
@@ -71,5 +71,5 @@ func openScreen(ctx context.Context, o *options, p process, flag, provider strin
 	if err != nil {
 		return nil, nil, err
 	}
-	return jobs.NewScreen(rdb, c.Config.Redis.Prefix), closeRedis, nil
+	return screen.New(rdb, c.Config.Redis.Prefix), closeRedis, nil
 }

@@ -40,6 +40,7 @@ import (
 	"github.com/notify-throttle/throttler/jobs"
 	"github.com/notify-throttle/throttler/lifecycle"
 	"github.com/notify-throttle/throttler/message"
+	"github.com/notify-throttle/throttler/screen"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -429,7 +430,7 @@ func newThrottle(cfg *config.Config, rdb redis.UniversalClient, reg prometheus.R
 	}
 	return &jobs.Throttle{
 		Limiter: lim, Policies: rules.Policies, Providers: rules.Providers, Settings: rules.Settings,
-		Weights: rules.Weights, Sent: sentMarks(cfg, lim), Screen: jobs.NewScreen(rdb, cfg.Redis.Prefix),
+		Weights: rules.Weights, Sent: sentMarks(cfg, lim), Screen: screen.New(rdb, cfg.Redis.Prefix),
 		Digests:    jobs.NewDigests(rdb, cfg.Redis.Prefix, asynq.NewClientFromRedisClient(rdb)),
 		InlineWait: cfg.Worker.InlineWait, LateAfter: cfg.Worker.WindowMargin / 2, Book: cfg.Worker.Book, BookAhead: cfg.Worker.BookAhead, PriorityQueues: priority(cfg),
 		Metrics: jobs.NewMetrics(reg), Log: log,
@@ -498,13 +499,13 @@ func newDashboard(running *atomic.Pointer[config.Config], secret string, rdb red
 		return nil
 	}
 	return dashboard.New(dashboard.Options{Redis: rdb, Config: cfg, Current: running.Load, Secret: secret, Campaigns: campaigns, Metrics: reg,
-		Suppressions: suppressions{screen: jobs.NewScreen(rdb, cfg.Redis.Prefix), running: running}})
+		Suppressions: suppressions{screen: screen.New(rdb, cfg.Redis.Prefix), running: running}})
 }
 
 // suppressions tells the dashboard whether any provider of the running
-// config suppressed a recipient (jobs.Screen).
+// config suppressed a recipient (screen.Screen).
 type suppressions struct {
-	screen  *jobs.Screen
+	screen  *screen.Screen
 	running *atomic.Pointer[config.Config]
 }
 
