@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/notify-throttle/throttler/digest"
 	"github.com/notify-throttle/throttler/jobs"
 	"github.com/notify-throttle/throttler/message"
 )
@@ -346,7 +347,7 @@ func TestRedisDownIs503(t *testing.T) {
 // recipient redacted too.
 func TestMonitoringRedactsDigestRecipients(t *testing.T) {
 	e := newEnv(t, "", nil)
-	task := asynq.NewTask(jobs.TypeDigest, []byte(`{"recipient":"alice.liddell@example.com","policy":"marketing","provider":"sms","gen":1}`),
+	task := asynq.NewTask(digest.TaskType, []byte(`{"recipient":"alice.liddell@example.com","policy":"marketing","provider":"sms","gen":1}`),
 		asynq.TaskID("digest-me"), asynq.Queue("default"))
 	if _, err := asynq.NewClientFromRedisClient(e.rdb).EnqueueContext(context.Background(), task); err != nil {
 		t.Fatal(err)

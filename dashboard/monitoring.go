@@ -9,7 +9,7 @@ import (
 	"github.com/hibiken/asynqmon"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/notify-throttle/throttler/jobs"
+	"github.com/notify-throttle/throttler/digest"
 	"github.com/notify-throttle/throttler/message"
 )
 
@@ -47,7 +47,7 @@ func (c sharedClient) MakeRedisClient() any { return c.rdb }
 // redacted; other task types as asynqmon would. A notification that does
 // not decode is not shown: it may hold a recipient.
 func formatPayload(taskType string, payload []byte) string {
-	if taskType == jobs.TypeDigest { // {recipient, policy, provider, gen}
+	if taskType == digest.TaskType { // {recipient, policy, provider, gen}
 		var d map[string]any
 		if json.Unmarshal(payload, &d) != nil {
 			return fmt.Sprintf("(a malformed digest of %d bytes, not shown)", len(payload))

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/notify-throttle/throttler/digest"
 	"github.com/notify-throttle/throttler/lifecycle"
 	"github.com/notify-throttle/throttler/message"
 )
@@ -132,9 +133,9 @@ func (t *Throttle) refolded(ctx context.Context, j *job) {
 	if t.Events == nil {
 		return
 	}
-	if d, ok, _, err := t.Digests.state(ctx, j.id, j.n); err == nil && ok {
+	if d, ok, _, err := t.Digests.State(ctx, j.id, j.n); err == nil && ok {
 		e := j.event(lifecycle.Folded)
-		e.Digest = d.taskID()
+		e.Digest = d.TaskID()
 		t.record(e)
 	}
 }
@@ -150,7 +151,7 @@ func payloadOf(task *asynq.Task) message.Notification {
 // digestOfTask returns the tenant and provider of a digest task, as far as
 // its payload decodes.
 func digestOfTask(task *asynq.Task) message.Notification {
-	var d digestOf
+	var d digest.Ref
 	_ = json.Unmarshal(task.Payload(), &d)
 	return message.Notification{Tenant: d.Tenant, Provider: d.Provider}
 }

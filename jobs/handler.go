@@ -12,6 +12,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/notify-throttle/throttler/digest"
 	"github.com/notify-throttle/throttler/message"
 	"github.com/notify-throttle/throttler/providers"
 	"github.com/notify-throttle/throttler/screen"
@@ -90,7 +91,7 @@ type Throttle struct {
 	Sent *SentMarks
 	// Digests folds the messages of digest policies (PolicySettings.Digest)
 	// over their cap. Nil defers them.
-	Digests *Digests
+	Digests *digest.Store
 	// Screen keeps scoped pauses and suppressed addresses for the providers
 	// that are providers.Scopers (see settle.go). Nil: a scoped pause defers only the
 	// job that met it, and nothing is suppressed.
@@ -182,11 +183,11 @@ type Fleet interface {
 const handedOverDelay = time.Minute
 
 // ProcessTask runs a task of the throttle's own types: a notification
-// (message.TaskType), which it decodes, admits, sends through its provider and
-// settles, or a digest (TypeDigest, see Digests). Register it for both:
+// (message.TaskType), which it decodes, admits, sends through its provider
+// and settles, or a digest (digest.TaskType). Register it for both:
 //
-//	mux.Handle(jobs.TypeNotify, th)
-//	mux.Handle(jobs.TypeDigest, th)
+//	mux.Handle(message.TaskType, th)
+//	mux.Handle(digest.TaskType, th)
 //
 // A task of another type is archived. A nil Metrics or Log is replaced by a
 // private registry and slog.Default before the first task runs. Safe for
@@ -200,10 +201,10 @@ func (t *Throttle) ProcessTask(ctx context.Context, task *asynq.Task) error {
 	switch task.Type() {
 	case message.TaskType:
 		return t.notify(ctx, id, task)
-	case TypeDigest:
+	case digest.TaskType:
 		return t.ended(ctx, id, digestOfTask(task), t.sendDigest(ctx, id, task))
 	}
-	return t.logArchived(id, "unknown task type", fmt.Errorf("jobs: Throttle runs %s and %s tasks, not %q: %w", message.TaskType, TypeDigest, task.Type(), asynq.SkipRetry))
+	return t.logArchived(id, "unknown task type", fmt.Errorf("jobs: Throttle runs %s and %s tasks, not %q: %w", message.TaskType, digest.TaskType, task.Type(), asynq.SkipRetry))
 }
 
 // notify runs a notification task: decode, route, admit, send, settle.
@@ -220,8 +221,8 @@ func (t *Throttle) notify(ctx context.Context, id string, task *asynq.Task) erro
 // run runs a routed notification: admit, send, settle.
 func (t *Throttle) run(ctx context.Context, j *job) error {
 	t.shadowBucket(ctx, j)
-	digest := j.policy.Digest && t.Digests != nil
-	if digest {
+	digests := j.policy.Digest && t.Digests != nil
+	if digests {
 		if err := t.foldedBefore(ctx, j); err != nil {
 			if errors.Is(err, errFolded) {
 				t.refolded(ctx, j)
@@ -241,9 +242,9 @@ func (t *Throttle) run(ctx context.Context, j *job) error {
 	if err := t.screen(ctx, j); err != nil {
 		return err
 	}
-	if digest && !j.tried {
+	if digests && !j.tried {
 		// From here the provider may take it: never fold it after.
-		if err := t.Digests.attempt(ctx, j.id); err != nil {
+		if err := t.Digests.Attempt(ctx, j.id); err != nil {
 			t.release(j.request())
 			return &Deferral{Delay: 5 * time.Second, Reason: "digest unavailable: " + err.Error()}
 		}

@@ -19,6 +19,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/notify-throttle/throttler/digest"
 	"github.com/notify-throttle/throttler/fleet"
 	"github.com/notify-throttle/throttler/internal/redistest"
 	"github.com/notify-throttle/throttler/message"
@@ -158,7 +159,7 @@ func newHarnessWith(t *testing.T, c harnessConfig) *harness {
 		h.th.Screen = screen.New(workerRDB, "")
 	}
 	if c.digests {
-		h.th.Digests = NewDigests(workerRDB, "", asynq.NewClientFromRedisClient(workerRDB))
+		h.th.Digests = digest.New(workerRDB, "", asynq.NewClientFromRedisClient(workerRDB))
 	}
 	for name, q := range c.moreQuotas {
 		h.th.Policies[name], h.th.Settings[name] = q, c.more[name]
@@ -247,7 +248,7 @@ func startWorker(t *testing.T, rdb redis.UniversalClient, th *Throttle, cfg asyn
 	mux := asynq.NewServeMux()
 	mux.Use(outer...)
 	mux.Handle(message.TaskType, th)
-	mux.Handle(TypeDigest, th)
+	mux.Handle(digest.TaskType, th)
 	if err := srv.Start(mux); err != nil {
 		t.Fatal(err)
 	}

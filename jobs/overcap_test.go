@@ -14,6 +14,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/notify-throttle/throttler/digest"
 	"github.com/notify-throttle/throttler/message"
 	"github.com/notify-throttle/throttler/providers"
 	"github.com/notify-throttle/throttler/throttle"
@@ -258,22 +259,22 @@ func TestDigest(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(got) != 2 || got[0].ID != "m0" || got[1].Template != DigestTemplate {
+	if len(got) != 2 || got[0].ID != "m0" || got[1].Template != digest.Template {
 		t.Fatalf("the provider got %+v, want m0 then one digest", got)
 	}
-	var digest struct {
+	var sent struct {
 		Policy   string
-		Messages []digestEntry
+		Messages []providers.Message
 	}
-	if err := json.Unmarshal(got[1].Data, &digest); err != nil {
+	if err := json.Unmarshal(got[1].Data, &sent); err != nil {
 		t.Fatal(err)
 	}
 	var ids []string
-	for _, e := range digest.Messages {
+	for _, e := range sent.Messages {
 		ids = append(ids, e.ID+":"+string(e.Data))
 	}
-	if want := []string{`m1:{"n":1}`, `m2:{"n":2}`, `m3:{"n":3}`}; digest.Policy != "mkt" || !slices.Equal(ids, want) {
-		t.Errorf("digest of %s carries %v, want %v", digest.Policy, ids, want)
+	if want := []string{`m1:{"n":1}`, `m2:{"n":2}`, `m3:{"n":3}`}; sent.Policy != "mkt" || !slices.Equal(ids, want) {
+		t.Errorf("digest of %s carries %v, want %v", sent.Policy, ids, want)
 	}
 	if n := counterValue(t, h.th.Metrics.Folded, "mkt"); n != 3 {
 		t.Errorf("folded_total{policy=mkt} = %v, want 3", n)
@@ -321,45 +322,5 @@ func TestDigestFoldsTakenAtOnceAgree(t *testing.T) {
 	if at, latest := digests[0].NextProcessAt, first.Add(per+time.Second); at.After(latest) {
 		t.Errorf("the digest runs at %s, %s after the sent message; want within %s",
 			at.Format("15:04:05.000"), at.Sub(first).Round(time.Millisecond), per+time.Second)
-	}
-}
-
-// TestDigestFoldIsIdempotent checks the fold's state: a task folded again
-// stays once in its digest, a sealed digest takes no more, a folded task is
-// found folded and a tried one tried.
-func TestDigestFoldIsIdempotent(t *testing.T) {
-	rdb := shared.Server.ClientOn(t, shared.DB(t))
-	g := NewDigests(rdb, "", nil)
-	ctx := context.Background()
-	n := message.Notification{Recipient: "alice", Policy: "mkt", Provider: "gw", Template: "t"}
-	d1, err := g.fold(ctx, "a", n, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	again, err := g.fold(ctx, "a", n, time.Now())
-	if err != nil || again != d1 {
-		t.Fatalf("a folded again: %+v, %v; want %+v", again, err, d1)
-	}
-	if size, _ := g.size(ctx, d1); size != 1 {
-		t.Fatalf("digest holds %d after folding a twice, want 1", size)
-	}
-	if err := g.seal(ctx, d1); err != nil {
-		t.Fatal(err)
-	}
-	if err := g.seal(ctx, d1); err != nil {
-		t.Fatal(err)
-	}
-	d2, err := g.fold(ctx, "b", n, time.Now())
-	if err != nil || d2.Gen != d1.Gen+1 {
-		t.Fatalf("b folded after the seal: %+v, %v; want digest %d", d2, err, d1.Gen+1)
-	}
-	if d, ok, tried, err := g.state(ctx, "a", n); err != nil || !ok || tried || d != d1 {
-		t.Errorf("a found folded in %+v, %v, tried %v, %v; want %+v, not tried", d, ok, tried, err, d1)
-	}
-	if err := g.attempt(ctx, "c"); err != nil {
-		t.Fatal(err)
-	}
-	if _, ok, tried, _ := g.state(ctx, "c", n); ok || !tried {
-		t.Errorf("c, never folded but tried: found folded %v, tried %v", ok, tried)
 	}
 }

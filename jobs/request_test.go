@@ -2,7 +2,6 @@ package jobs
 
 import (
 	"context"
-	"encoding/json"
 	"testing"
 	"time"
 
@@ -43,30 +42,6 @@ func TestRequestCarriesTenantAndWeight(t *testing.T) {
 	}
 	if b := request("billing"); b.Weight != 1 {
 		t.Errorf("after Swap, billing weighs %d, want 1 (no entry)", b.Weight)
-	}
-}
-
-// TestDigestCarriesTenant: a digest's task carries the tenant of the fold
-// that queued it, which is no part of the digest's name (its keys and task
-// ID): folds of several tenants share one digest.
-func TestDigestCarriesTenant(t *testing.T) {
-	n := message.Notification{Recipient: "a", Policy: "mkt", Provider: "gw", Template: "t", Tenant: "billing"}
-	d := digestFor(n)
-	payload, err := json.Marshal(d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var back digestOf
-	if err := json.Unmarshal(payload, &back); err != nil || back.Tenant != "billing" {
-		t.Fatalf("digest task payload %s: tenant %q, %v", payload, back.Tenant, err)
-	}
-	n.Tenant = ""
-	other := digestFor(n)
-	g := NewDigests(nil, "", nil)
-	gen, ids, list := g.keys(d)
-	gen2, ids2, list2 := g.keys(other)
-	if other.taskID() != d.taskID() || gen != gen2 || ids != ids2 || list != list2 {
-		t.Errorf("the tenant changes the digest's name")
 	}
 }
 

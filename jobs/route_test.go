@@ -3,6 +3,7 @@ package jobs
 import (
 	"testing"
 
+	"github.com/notify-throttle/throttler/digest"
 	"github.com/notify-throttle/throttler/internal/asynqdb"
 	"github.com/notify-throttle/throttler/message"
 )
@@ -17,7 +18,7 @@ func TestRouteOf(t *testing.T) {
 		want      bool
 	}{
 		{"its notification", msg(message.TaskType, `{"provider":"sms","tenant":"acme"}`), true},
-		{"its digest", msg(TypeDigest, `{"provider":"sms","tenant":"acme"}`), true},
+		{"its digest", msg(digest.TaskType, `{"provider":"sms","tenant":"acme"}`), true},
 		{"another provider's", msg(message.TaskType, `{"provider":"mail","tenant":"acme"}`), false},
 		{"another type", msg("campaign:tick", `{"provider":"sms","tenant":"acme"}`), false},
 		{"no hash", "", false},

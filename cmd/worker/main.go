@@ -32,6 +32,7 @@ import (
 	"github.com/notify-throttle/throttler/campaign"
 	"github.com/notify-throttle/throttler/config"
 	"github.com/notify-throttle/throttler/dashboard"
+	"github.com/notify-throttle/throttler/digest"
 	"github.com/notify-throttle/throttler/fleet"
 	"github.com/notify-throttle/throttler/internal/asynqdb"
 	"github.com/notify-throttle/throttler/internal/buildinfo"
@@ -358,7 +359,7 @@ func newMux(rec *fleet.Member, th *jobs.Throttle, campaigns *campaign.Runner) *a
 	mux := asynq.NewServeMux()
 	mux.Use(rec.Middleware)
 	mux.Handle(message.TaskType, th)
-	mux.Handle(jobs.TypeDigest, th)
+	mux.Handle(digest.TaskType, th)
 	mux.Handle(campaign.TypeFanout, campaigns)
 	return mux
 }
@@ -431,7 +432,7 @@ func newThrottle(cfg *config.Config, rdb redis.UniversalClient, reg prometheus.R
 	return &jobs.Throttle{
 		Limiter: lim, Policies: rules.Policies, Providers: rules.Providers, Settings: rules.Settings,
 		Weights: rules.Weights, Sent: sentMarks(cfg, lim), Screen: screen.New(rdb, cfg.Redis.Prefix),
-		Digests:    jobs.NewDigests(rdb, cfg.Redis.Prefix, asynq.NewClientFromRedisClient(rdb)),
+		Digests:    digest.New(rdb, cfg.Redis.Prefix, asynq.NewClientFromRedisClient(rdb)),
 		InlineWait: cfg.Worker.InlineWait, LateAfter: cfg.Worker.WindowMargin / 2, Book: cfg.Worker.Book, BookAhead: cfg.Worker.BookAhead, PriorityQueues: priority(cfg),
 		Metrics: jobs.NewMetrics(reg), Log: log,
 	}, built, nil

@@ -18,8 +18,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/notify-throttle/throttler/config"
+	"github.com/notify-throttle/throttler/digest"
 	"github.com/notify-throttle/throttler/internal/redisguard"
-	"github.com/notify-throttle/throttler/jobs"
 	"github.com/notify-throttle/throttler/message"
 )
 
@@ -143,7 +143,7 @@ func serve(t *testing.T, cfg *config.Config, rdb redis.UniversalClient, out io.W
 	srv := newServer(cfg, cfg.Worker.Queues, rdb, newOutcomes(log), redisguard.New(log, redisguard.Options{}).AsynqLogger())
 	mux := asynq.NewServeMux()
 	mux.Handle(message.TaskType, th)
-	mux.Handle(jobs.TypeDigest, th)
+	mux.Handle(digest.TaskType, th)
 	if err := srv.Start(mux); err != nil {
 		t.Fatal(err)
 	}
