@@ -21,7 +21,7 @@ import (
 
 // TaskType is the asynq task type of a digest: the messages of one
 // recipient, policy and provider that were over the policy's cap, folded
-// into one message (see Digests).
+// into one message (see Store).
 const TaskType = "digest"
 
 // Template is the template of a digest message; its data is

@@ -26,9 +26,13 @@ func TestSleepingJobLosesItsSlotToPriority(t *testing.T) {
 	}
 	q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 10, Per: time.Hour})
 	b, _ := throttle.NewBucket("gw", 10, 1) // a slot every 100 ms
-	th := &Throttle{Limiter: lim, Metrics: NewMetrics(prometheus.NewRegistry()), InlineWait: 2 * time.Second, Book: true,
-		Policies: map[string]*throttle.Quota{"mkt": q}, Providers: map[string]Route{"gw": {Bucket: b}},
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	th := &Throttle{
+		Limiter: lim,
+		Rules:   Rules{Policies: map[string]*throttle.Quota{"mkt": q}, Providers: map[string]Route{"gw": {Bucket: b}}},
+		Metrics: NewMetrics(prometheus.NewRegistry()),
+		Log:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Pacing:  Pacing{InlineWait: 2 * time.Second, Book: true},
+	}
 	ctx := context.Background()
 	route := func(id string) job {
 		j, err := th.route(ctx, id, message.Notification{Recipient: "r-" + id, Policy: "mkt", Provider: "gw", Template: "hi"})

@@ -64,9 +64,15 @@ func newEventsWorker(t *testing.T, c eventsConfig) *eventsWorker {
 	})
 	w := &eventsWorker{rdb: rdb, client: asynq.NewClientFromRedisClient(rdb), insp: asynq.NewInspectorFromRedisClient(rdb),
 		rec: lifecycle.NewRecorder(rdb, c.options)}
-	w.th = &Throttle{Limiter: lim, Policies: map[string]*throttle.Quota{"mkt": q}, Settings: map[string]PolicySettings{"mkt": c.settings},
-		Providers: map[string]Route{"gw": {Bucket: b, Provider: provider}}, Book: c.book, Sent: NewSentMarks(lim),
-		Screen: screen.New(rdb, ""), Events: w.rec, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	w.th = &Throttle{
+		Limiter: lim,
+		Rules:   Rules{Policies: map[string]*throttle.Quota{"mkt": q}, Settings: map[string]PolicySettings{"mkt": c.settings}, Providers: map[string]Route{"gw": {Bucket: b, Provider: provider}}},
+		Sent:    NewSentMarks(lim),
+		Screen:  screen.New(rdb, ""),
+		Events:  w.rec,
+		Log:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Pacing:  Pacing{Book: c.book},
+	}
 	if c.noEvents {
 		w.th.Events = nil
 	}

@@ -1,3 +1,7 @@
+// Package jobs is the worker's asynq handler (Throttle): it admits each
+// notification and digest through the throttle, sends what may go through
+// its provider and settles the outcome. docs/design.md (The worker) tells
+// how; the payload is package message, the providers package providers.
 package jobs
 
 import (
@@ -37,7 +41,51 @@ type Route struct {
 // redelivery of it completes without sending. Its fields are set once,
 // before use.
 type Throttle struct {
-	Limiter   *throttle.Limiter
+	Limiter *throttle.Limiter
+	// Rules are the rules jobs are routed by until Swap replaces them.
+	Rules
+	Pacing
+	// Fleet, if set (and running), is this worker's part in the fleet
+	// (package fleet): it wakes jobs deferred to a moment at that moment,
+	// at the head of their queue; it says whether jobs wait in the queues
+	// unseen (a job that books then takes its place rather than a slot it
+	// would sleep for); and before each send it says whether this worker
+	// still holds the task (one taken for dead after a long silence has
+	// had its tasks handed to another worker, which sends them). Nil:
+	// asynq wakes a booked job, to the second, wakeEarly before its moment;
+	// no backlog is seen; every task is sent.
+	Fleet Fleet
+	// OnBooked, if set, is called with every booking a job makes (the demo
+	// prints them); the log has a line per booking (jobs/outcome.go).
+	OnBooked func(message.Notification, throttle.Decision)
+	// Stopping is closed when the worker starts to shut down: jobs still
+	// waiting for their moment give their admission back and are deferred.
+	Stopping <-chan struct{}
+	// Sent holds the sent markers (NewSentMarks on Limiter). Nil turns them
+	// off, and with them the protection against sending a redelivered job
+	// twice; ProcessTask warns about it.
+	Sent *SentMarks
+	// Digests folds the messages of digest policies (PolicySettings.Digest)
+	// over their cap. Nil defers them.
+	Digests *digest.Store
+	// Screen keeps scoped pauses and suppressed addresses for the providers
+	// that are providers.Scopers (see settle.go). Nil: a scoped pause defers
+	// only the job that met it, and nothing is suppressed.
+	Screen *screen.Screen
+	// Events, if set, records each message's outcomes as its events
+	// (events.go), each just after it is decided. Nil records none.
+	Events  Events
+	Metrics *Metrics
+	Log     *slog.Logger
+
+	defaults sync.Once
+	swapped  atomic.Pointer[Rules] // set by Swap
+	zones    zones
+}
+
+// Rules are what a Throttle routes notifications by, replaced all at once
+// by Swap.
+type Rules struct {
 	Policies  map[string]*throttle.Quota
 	Providers map[string]Route
 	// Settings are, by policy, what the policy says beyond its windows; a
@@ -46,6 +94,11 @@ type Throttle struct {
 	// Weights are tenants' weights (throttle.Request.Weight) by tenant
 	// (message.Notification.Tenant); a tenant without an entry weighs 1.
 	Weights map[string]int
+}
+
+// Pacing is how a Throttle lets what may go leave: waits slept inline,
+// late sends, bookings and the queues that skip the lines.
+type Pacing struct {
 	// InlineWait is the longest wait slept in the worker rather than
 	// deferred. Zero defers every wait. A booked job is woken before its
 	// moment (see Fleet) whatever InlineWait says, and claims it then.
@@ -67,53 +120,9 @@ type Throttle struct {
 	// in its tenant's line, and books when it comes back at that place.
 	// Zero books as far ahead as needed.
 	BookAhead time.Duration
-	// Fleet, if set (and running), is this worker's part in the fleet
-	// (package fleet): it wakes jobs deferred to a moment at that moment,
-	// at the head of their queue; it says whether jobs wait in the queues
-	// unseen (a job that books then takes its place rather than a slot it
-	// would sleep for); and before each send it says whether this worker
-	// still holds the task (one taken for dead after a long silence has
-	// had its tasks handed to another worker, which sends them). Nil:
-	// asynq wakes a booked job, to the second, wakeEarly before its moment;
-	// no backlog is seen; every task is sent.
-	Fleet Fleet
 	// PriorityQueues names the queues whose jobs skip the providers' lines
 	// and may take their reserve (throttle.Bucket.WithReserve).
 	PriorityQueues map[string]bool
-	// OnBooked, if set, is called with every booking a job makes (the demo
-	// prints them); the log has a line per booking (jobs/outcome.go).
-	OnBooked func(message.Notification, throttle.Decision)
-	// Stopping is closed when the worker starts to shut down: jobs still
-	// waiting for their moment give their admission back and are deferred.
-	Stopping <-chan struct{}
-	// Sent holds the sent markers (NewSentMarks on Limiter). Nil turns them off, and with them the protection against
-	// sending a redelivered job twice; ProcessTask warns about it.
-	Sent *SentMarks
-	// Digests folds the messages of digest policies (PolicySettings.Digest)
-	// over their cap. Nil defers them.
-	Digests *digest.Store
-	// Screen keeps scoped pauses and suppressed addresses for the providers
-	// that are providers.Scopers (see settle.go). Nil: a scoped pause defers only the
-	// job that met it, and nothing is suppressed.
-	Screen *screen.Screen
-	// Events, if set, records each message's outcomes as its events
-	// (events.go), each just after it is decided. Nil records none.
-	Events  Events
-	Metrics *Metrics
-	Log     *slog.Logger
-
-	defaults sync.Once
-	swapped  atomic.Pointer[Rules] // set by Swap
-	zones    zones
-}
-
-// Rules are what a Throttle routes notifications by: Throttle's fields of
-// the same names at first, all of them replaced at once by Swap.
-type Rules struct {
-	Policies  map[string]*throttle.Quota
-	Providers map[string]Route
-	Settings  map[string]PolicySettings
-	Weights   map[string]int
 }
 
 // Swap makes r the rules of every job routed from now on (a config
@@ -125,7 +134,7 @@ func (t *Throttle) rules() *Rules {
 	if r := t.swapped.Load(); r != nil {
 		return r
 	}
-	return &Rules{Policies: t.Policies, Providers: t.Providers, Settings: t.Settings, Weights: t.Weights}
+	return &t.Rules
 }
 
 // PolicySettings are what a policy says beyond its windows (see

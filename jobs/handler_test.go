@@ -134,15 +134,11 @@ func newHarnessWith(t *testing.T, c harnessConfig) *harness {
 		t.Fatal(err)
 	}
 	h.th = &Throttle{
-		Limiter:    workerLim,
-		Policies:   map[string]*throttle.Quota{"mkt": c.quota},
-		Providers:  map[string]Route{"gw": {Bucket: c.bucket, Provider: provider, Shadow: c.shadowBucket}},
-		Settings:   map[string]PolicySettings{"mkt": c.settings},
-		InlineWait: c.inlineWait,
-		LateAfter:  c.lateAfter,
-		Book:       c.book,
-		Fleet:      c.fleet,
-		Log:        slog.New(slog.NewTextHandler(cmp.Or[io.Writer](c.log, io.Discard), nil)),
+		Limiter: workerLim,
+		Rules:   Rules{Policies: map[string]*throttle.Quota{"mkt": c.quota}, Providers: map[string]Route{"gw": {Bucket: c.bucket, Provider: provider, Shadow: c.shadowBucket}}, Settings: map[string]PolicySettings{"mkt": c.settings}},
+		Fleet:   c.fleet,
+		Log:     slog.New(slog.NewTextHandler(cmp.Or[io.Writer](c.log, io.Discard), nil)),
+		Pacing:  Pacing{InlineWait: c.inlineWait, LateAfter: c.lateAfter, Book: c.book},
 	}
 	if !c.noMarks {
 		h.th.Sent = NewSentMarks(workerLim)

@@ -153,10 +153,14 @@ func TestKillChild(t *testing.T) {
 	q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 10, Per: time.Hour})
 	b, _ := throttle.NewBucket("gw", 500, 20)
 	stopping := make(chan struct{})
-	th := &Throttle{Limiter: lim, Policies: map[string]*throttle.Quota{"mkt": q},
-		Providers: map[string]Route{"gw": {Bucket: b,
-			Provider: providers.NewWebhook("gw", os.Getenv("KILL_CHILD_URL"), 5*time.Second, nil, nil)}},
-		InlineWait: time.Second, Stopping: stopping, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	th := &Throttle{
+		Limiter: lim,
+		Rules: Rules{Policies: map[string]*throttle.Quota{"mkt": q}, Providers: map[string]Route{"gw": {Bucket: b,
+			Provider: providers.NewWebhook("gw", os.Getenv("KILL_CHILD_URL"), 5*time.Second, nil, nil)}}},
+		Stopping: stopping,
+		Log:      slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Pacing:   Pacing{InlineWait: time.Second},
+	}
 	if os.Getenv("KILL_CHILD_MARKS") == "true" {
 		th.Sent = NewSentMarks(lim)
 	}

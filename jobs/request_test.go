@@ -15,8 +15,10 @@ import (
 func TestRequestCarriesTenantAndWeight(t *testing.T) {
 	q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 1, Per: time.Hour})
 	b, _ := throttle.NewBucket("gw", 10, 1)
-	th := &Throttle{Policies: map[string]*throttle.Quota{"mkt": q}, Providers: map[string]Route{"gw": {Bucket: b}},
-		Weights: map[string]int{"billing": 3}, Book: true}
+	th := &Throttle{
+		Rules:  Rules{Policies: map[string]*throttle.Quota{"mkt": q}, Providers: map[string]Route{"gw": {Bucket: b}}, Weights: map[string]int{"billing": 3}},
+		Pacing: Pacing{Book: true},
+	}
 	var booked bool
 	request := func(tenant string) throttle.Booking {
 		t.Helper()
@@ -70,7 +72,7 @@ func TestRequestBookAhead(t *testing.T) {
 
 // Sends are counted by tenant only for the tenants the weights name.
 func TestTenantLabelIsBounded(t *testing.T) {
-	th := &Throttle{Weights: map[string]int{"billing": 2}}
+	th := &Throttle{Rules: Rules{Weights: map[string]int{"billing": 2}}}
 	for tenant, want := range map[string]string{"billing": "billing", "": "default", "growth": "other", "team-4711": "other"} {
 		if got := th.tenantLabel(tenant); got != want {
 			t.Errorf("tenant %q counted as %q, want %q", tenant, got, want)

@@ -93,8 +93,8 @@ func TestRedeliveredSentJobIsNotSentAgain(t *testing.T) {
 				t.Fatalf("marker keys %q, want one", keys)
 			}
 			ttl := h.rdb.PTTL(context.Background(), keys[0]).Val()
-			if ttl <= DefaultSentTTL-time.Minute || ttl > DefaultSentTTL {
-				t.Errorf("marker TTL %s, want about %s", ttl, DefaultSentTTL)
+			if ttl <= defaultSentTTL-time.Minute || ttl > defaultSentTTL {
+				t.Errorf("marker TTL %s, want about %s", ttl, defaultSentTTL)
 			}
 		})
 	}
@@ -146,9 +146,13 @@ func TestSentMarkerCheckFailureDefers(t *testing.T) {
 	}
 	q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 1, Per: time.Hour})
 	b, _ := throttle.NewBucket("gw", 1000, 100)
-	th := &Throttle{Limiter: lim, Sent: NewSentMarks(lim), Metrics: NewMetrics(prometheus.NewRegistry()),
-		Policies: map[string]*throttle.Quota{"mkt": q}, Providers: map[string]Route{"gw": {Bucket: b}},
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	th := &Throttle{
+		Limiter: lim,
+		Rules:   Rules{Policies: map[string]*throttle.Quota{"mkt": q}, Providers: map[string]Route{"gw": {Bucket: b}}},
+		Sent:    NewSentMarks(lim),
+		Metrics: NewMetrics(prometheus.NewRegistry()),
+		Log:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
 	j, err := th.route(context.Background(), "x", message.Notification{Recipient: "alice", Policy: "mkt", Provider: "gw", Template: "hi"})
 	if err != nil {
 		t.Fatal(err)

@@ -348,8 +348,9 @@ func TestSkewChild(t *testing.T) {
 	big, _ := throttle.NewBucket("gw", 1000, 100)
 	slowDone := make(chan struct{})
 	var slowOnce sync.Once
-	th := &Throttle{Limiter: lim, Policies: map[string]*throttle.Quota{"mkt": one},
-		Providers: map[string]Route{"gw": {Bucket: big, Provider: providers.Func(func(_ context.Context, m providers.Message) (string, error) {
+	th := &Throttle{
+		Limiter: lim,
+		Rules: Rules{Policies: map[string]*throttle.Quota{"mkt": one}, Providers: map[string]Route{"gw": {Bucket: big, Provider: providers.Func(func(_ context.Context, m providers.Message) (string, error) {
 			if strings.HasSuffix(m.ID, "-slow") {
 				defer slowOnce.Do(func() { close(slowDone) })
 				for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
@@ -359,8 +360,10 @@ func TestSkewChild(t *testing.T) {
 				}
 			}
 			return "", nil
-		})}},
-		Sent: NewSentMarks(lim), Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+		})}}},
+		Sent: NewSentMarks(lim),
+		Log:  slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
 	srv := startWorker(t, rdb, th, asynq.Config{Concurrency: 1, Queues: map[string]int{label: 1}, LogLevel: asynq.FatalLevel})
 	defer srv.Shutdown()
 	client := asynq.NewClientFromRedisClient(rdb)

@@ -430,10 +430,10 @@ func newThrottle(cfg *config.Config, rdb redis.UniversalClient, reg prometheus.R
 		return nil, nil, err
 	}
 	return &jobs.Throttle{
-		Limiter: lim, Policies: rules.Policies, Providers: rules.Providers, Settings: rules.Settings,
-		Weights: rules.Weights, Sent: sentMarks(cfg, lim), Screen: screen.New(rdb, cfg.Redis.Prefix),
-		Digests:    digest.New(rdb, cfg.Redis.Prefix, asynq.NewClientFromRedisClient(rdb)),
-		InlineWait: cfg.Worker.InlineWait, LateAfter: cfg.Worker.WindowMargin / 2, Book: cfg.Worker.Book, BookAhead: cfg.Worker.BookAhead, PriorityQueues: priority(cfg),
+		Limiter: lim, Rules: rules, Sent: sentMarks(cfg, lim), Screen: screen.New(rdb, cfg.Redis.Prefix),
+		Digests: digest.New(rdb, cfg.Redis.Prefix, asynq.NewClientFromRedisClient(rdb)),
+		Pacing: jobs.Pacing{InlineWait: cfg.Worker.InlineWait, LateAfter: cfg.Worker.WindowMargin / 2, Book: cfg.Worker.Book,
+			BookAhead: cfg.Worker.BookAhead, PriorityQueues: priority(cfg)},
 		Metrics: jobs.NewMetrics(reg), Log: log,
 	}, built, nil
 }

@@ -139,14 +139,13 @@ func runPipeline(t *testing.T, su setup) {
 	var mu sync.Mutex
 	sent := map[string]string{} // task ID -> recipient
 	th := &jobs.Throttle{
-		Limiter:  lim,
-		Policies: map[string]*throttle.Quota{"mkt": quota},
-		Providers: map[string]jobs.Route{"gw": {Bucket: bucket, Provider: providers.Func(func(_ context.Context, m providers.Message) (string, error) {
+		Limiter: lim,
+		Rules: jobs.Rules{Policies: map[string]*throttle.Quota{"mkt": quota}, Providers: map[string]jobs.Route{"gw": {Bucket: bucket, Provider: providers.Func(func(_ context.Context, m providers.Message) (string, error) {
 			mu.Lock()
 			defer mu.Unlock()
 			sent[m.ID] = m.Recipient
 			return "", nil
-		})}},
+		})}}},
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{

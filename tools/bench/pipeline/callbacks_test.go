@@ -184,13 +184,12 @@ func newEventsVariant(b *testing.B, addr, url, name string, callbacks map[string
 		return provider.Send(ctx, m)
 	})
 	th := &jobs.Throttle{
-		Limiter:    lim,
-		Policies:   map[string]*throttle.Quota{benchPolicy: quota},
-		Providers:  map[string]jobs.Route{benchProvider: {Bucket: bucket, Provider: timed}},
-		InlineWait: time.Second,
-		Sent:       jobs.NewSentMarks(lim),
-		Metrics:    jobs.NewMetrics(prometheus.NewRegistry()),
-		Log:        slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Limiter: lim,
+		Rules:   jobs.Rules{Policies: map[string]*throttle.Quota{benchPolicy: quota}, Providers: map[string]jobs.Route{benchProvider: {Bucket: bucket, Provider: timed}}},
+		Sent:    jobs.NewSentMarks(lim),
+		Metrics: jobs.NewMetrics(prometheus.NewRegistry()),
+		Log:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Pacing:  jobs.Pacing{InlineWait: time.Second},
 	}
 	if callbacks != nil {
 		o := lifecycle.Options{Prefix: name + ":", Callbacks: callbacks, Log: th.Log}

@@ -269,12 +269,11 @@ func newThrottled(b *testing.B, addr, url string, marks, book bool) *e2eVariant 
 	rdb := newWorkerClient(b, addr)
 	lim, quota, bucket := benchRules(b, rdb)
 	th := &jobs.Throttle{
-		Limiter:    lim,
-		Policies:   map[string]*throttle.Quota{benchPolicy: quota},
-		Providers:  map[string]jobs.Route{benchProvider: {Bucket: bucket, Provider: providers.NewWebhook(benchProvider, url, 5*time.Second, nil, nil)}},
-		InlineWait: time.Second,
-		Metrics:    jobs.NewMetrics(prometheus.NewRegistry()),
-		Log:        slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Limiter: lim,
+		Rules:   jobs.Rules{Policies: map[string]*throttle.Quota{benchPolicy: quota}, Providers: map[string]jobs.Route{benchProvider: {Bucket: bucket, Provider: providers.NewWebhook(benchProvider, url, 5*time.Second, nil, nil)}}},
+		Metrics: jobs.NewMetrics(prometheus.NewRegistry()),
+		Log:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Pacing:  jobs.Pacing{InlineWait: time.Second},
 	}
 	v := &e2eVariant{name: "throttled", rdb: rdb}
 	if book {
