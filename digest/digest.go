@@ -29,11 +29,10 @@ const TaskType = "digest"
 // folded messages in the order they were folded.
 const Template = "digest"
 
-// DefaultTTL is how long a digest's keys live past the moment the
-// digest is to go (and an attempt marker after its send) unless
-// Store.TTL says otherwise: far longer than any redelivery (minutes) or
-// a digest task's wait for Redis to come back.
-const DefaultTTL = 8 * 24 * time.Hour
+// TTL is how long a digest's keys live past the moment the digest is to
+// go (and an attempt marker after its send): far longer than any
+// redelivery (minutes) or a digest task's wait for Redis to come back.
+const TTL = 8 * 24 * time.Hour
 
 // Enqueuer puts a task on a queue (an *asynq.Client).
 type Enqueuer interface {
@@ -60,9 +59,6 @@ type Store struct {
 	rdb    redis.UniversalClient
 	prefix string
 	queue  Enqueuer
-	// TTL is how long a digest's keys live after their last change.
-	// Default DefaultTTL.
-	TTL time.Duration
 }
 
 // New returns the digests on rdb under the throttle's key prefix (""
@@ -71,7 +67,7 @@ func New(rdb redis.UniversalClient, prefix string, q Enqueuer) *Store {
 	if prefix == "" {
 		prefix = throttle.DefaultPrefix
 	}
-	return &Store{rdb: rdb, prefix: prefix, queue: q, TTL: DefaultTTL}
+	return &Store{rdb: rdb, prefix: prefix, queue: q}
 }
 
 // Ref names one digest: its recipient, policy, provider and number.
@@ -103,7 +99,7 @@ func refOf(n message.Notification) Ref {
 
 // Attempt records that task id is about to be sent.
 func (g *Store) Attempt(ctx context.Context, id string) error {
-	if err := g.rdb.Set(ctx, g.attemptKey(id), 1, g.ttl()).Err(); err != nil {
+	if err := g.rdb.Set(ctx, g.attemptKey(id), 1, TTL).Err(); err != nil {
 		return fmt.Errorf("digest: mark a send attempt: %w", err)
 	}
 	return nil
@@ -140,7 +136,7 @@ func (g *Store) State(ctx context.Context, id string, n message.Notification) (d
 // the moment it is to go, however far that is.
 func (g *Store) Fold(ctx context.Context, id string, n message.Notification, at time.Time) (Ref, error) {
 	d := refOf(n)
-	ttl := max(time.Until(at), 0) + g.ttl()
+	ttl := max(time.Until(at), 0) + TTL
 	gen, ids, _ := g.keys(d)
 	entry, err := json.Marshal(digestEntry{ID: id, Template: n.Template, Data: n.Data})
 	if err != nil {
@@ -215,7 +211,7 @@ func (g *Store) Seal(ctx context.Context, d Ref) (json.RawMessage, int, error) {
 				return err
 			}
 			_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
-				p.Set(ctx, gen, cur+1, g.ttl())
+				p.Set(ctx, gen, cur+1, TTL)
 				return nil
 			})
 			return err
@@ -259,11 +255,4 @@ func (g *Store) read(ctx context.Context, d Ref) (json.RawMessage, int, error) {
 func (g *Store) Drop(ctx context.Context, d Ref) error {
 	_, _, list := g.keys(d)
 	return g.rdb.Del(ctx, list).Err()
-}
-
-func (g *Store) ttl() time.Duration {
-	if g.TTL > 0 {
-		return g.TTL
-	}
-	return DefaultTTL
 }

@@ -54,8 +54,9 @@ func IsFailure(err error) bool {
 func RetryDelay(jitter time.Duration) asynq.RetryDelayFunc {
 	return func(n int, err error, t *asynq.Task) time.Duration {
 		var d *Deferral
-		if delay, ok := backoffDelay(err); ok {
-			return delay
+		var b *providers.Backoff
+		if errors.As(err, &b) && b.Delay > 0 {
+			return b.Delay
 		}
 		if !errors.As(err, &d) {
 			return asynq.DefaultRetryDelayFunc(n, err, t)
@@ -96,15 +97,6 @@ func shortDuration(d time.Duration) string {
 		d = d.Round(time.Millisecond)
 	}
 	return timefmt.Duration(d)
-}
-
-// backoffDelay returns the delay of a Backoff in err, and whether there is one.
-func backoffDelay(err error) (time.Duration, bool) {
-	var b *providers.Backoff
-	if errors.As(err, &b) && b.Delay > 0 {
-		return b.Delay, true
-	}
-	return 0, false
 }
 
 // outcome returns what to do after err from Send.

@@ -10,7 +10,6 @@ import (
 
 	"github.com/hibiken/asynq"
 
-	"github.com/notify-throttle/throttler/digest"
 	"github.com/notify-throttle/throttler/lifecycle"
 	"github.com/notify-throttle/throttler/message"
 )
@@ -141,17 +140,10 @@ func (t *Throttle) refolded(ctx context.Context, j *job) {
 }
 
 // payloadOf returns what a task's payload says of its message, as far as
-// it decodes: the tenant and provider of a malformed notification's event.
+// it decodes: the tenant and provider of its event. A digest's payload
+// (digest.Ref) names them as a notification does.
 func payloadOf(task *asynq.Task) message.Notification {
 	var n message.Notification
 	_ = json.Unmarshal(task.Payload(), &n)
 	return n
-}
-
-// digestOfTask returns the tenant and provider of a digest task, as far as
-// its payload decodes.
-func digestOfTask(task *asynq.Task) message.Notification {
-	var d digest.Ref
-	_ = json.Unmarshal(task.Payload(), &d)
-	return message.Notification{Tenant: d.Tenant, Provider: d.Provider}
 }

@@ -211,7 +211,7 @@ func (t *Throttle) ProcessTask(ctx context.Context, task *asynq.Task) error {
 	case message.TaskType:
 		return t.notify(ctx, id, task)
 	case digest.TaskType:
-		return t.ended(ctx, id, digestOfTask(task), t.sendDigest(ctx, id, task))
+		return t.ended(ctx, id, payloadOf(task), t.sendDigest(ctx, id, task))
 	}
 	return t.logArchived(id, "unknown task type", fmt.Errorf("jobs: Throttle runs %s and %s tasks, not %q: %w", message.TaskType, digest.TaskType, task.Type(), asynq.SkipRetry))
 }

@@ -76,8 +76,12 @@ func (t *Throttle) route(ctx context.Context, id string, n message.Notification)
 	if j.route, ok = rs.Providers[n.Provider]; !ok {
 		return job{}, fmt.Errorf("provider %q is not defined: %w", n.Provider, message.ErrBadPayload)
 	}
-	if err := checkAddress(j.route.Provider, n.Recipient); err != nil {
-		return job{}, err
+	// A recipient its provider refuses (providers.Addresser) is archived
+	// as malformed, unsent.
+	if a, ok := j.route.Provider.(providers.Addresser); ok {
+		if err := a.CheckRecipient(n.Recipient); err != nil {
+			return job{}, fmt.Errorf("recipient: %v: %w", err, message.ErrBadPayload)
+		}
 	}
 	j.queue, _ = asynq.GetQueueName(ctx)
 	// A message that may fold into a digest does not book: a booking it
@@ -190,17 +194,4 @@ func (j *job) overCap(i int) bool {
 		i--
 	}
 	return i < len(j.policy.Calendars)
-}
-
-// checkAddress returns the error that archives a job whose provider p
-// refuses its recipient, or nil.
-func checkAddress(p providers.Provider, recipient string) error {
-	a, ok := p.(providers.Addresser)
-	if !ok {
-		return nil
-	}
-	if err := a.CheckRecipient(recipient); err != nil {
-		return fmt.Errorf("recipient: %v: %w", err, message.ErrBadPayload)
-	}
-	return nil
 }
