@@ -17,7 +17,7 @@ import (
 // Job is a checked notification, ready to enqueue.
 type Job struct {
 	ID    string // the task ID
-	Queue string // the asynq queue it goes to (jobs.AsynqQueue)
+	Queue string // the asynq queue it goes to (asynqdb.ShardOf)
 	Task  *asynq.Task
 	Keyed bool   // the ID comes from an idempotency key: enqueueing it again is a duplicate
 	Key   string // that key, as the entry gave it
@@ -55,7 +55,7 @@ func (c Checker) Check(e Entry, now time.Time) (Job, error) {
 		TZ:        e.TZ,
 		Tenant:    e.Tenant,
 	}
-	queue := r.Queue // the config's name; enqueued in one of its shards (jobs.AsynqQueue)
+	queue := r.Queue // the config's name; enqueued in one of its shards (asynqdb.ShardOf)
 	if err := CheckKey(e.IdempotencyKey, "idempotency_key"); err != nil {
 		return Job{}, err
 	}

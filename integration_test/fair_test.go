@@ -206,7 +206,7 @@ func inWindow(times []time.Time, from, to time.Time) int {
 // inline_wait = 50) every job of big's backlog found a slot within
 // inline_wait and slept for it: nothing was placed in line, small's went
 // after all of big's (144 s behind 3,000). Now a job that cannot go at once
-// while work waits unseen in the queue takes a place (jobs.Backlog).
+// while work waits unseen in the queue takes a place (throttle.Booking.Backlog).
 func TestFairShareSmallBehindBig(t *testing.T) {
 	const nBig = 600
 	for _, c := range []struct {
