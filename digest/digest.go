@@ -5,6 +5,7 @@
 package digest
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -64,10 +65,7 @@ type Store struct {
 // New returns the digests on rdb under the throttle's key prefix (""
 // means throttle.DefaultPrefix), queuing digest tasks with q.
 func New(rdb redis.UniversalClient, prefix string, q Enqueuer) *Store {
-	if prefix == "" {
-		prefix = throttle.DefaultPrefix
-	}
-	return &Store{rdb: rdb, prefix: prefix, queue: q}
+	return &Store{rdb: rdb, prefix: cmp.Or(prefix, throttle.DefaultPrefix), queue: q}
 }
 
 // Ref names one digest: its recipient, policy, provider and number.

@@ -5,6 +5,7 @@
 package screen
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -30,10 +31,7 @@ type Screen struct {
 // New returns the screen on rdb under the throttle's key prefix (""
 // means throttle.DefaultPrefix).
 func New(rdb redis.UniversalClient, prefix string) *Screen {
-	if prefix == "" {
-		prefix = throttle.DefaultPrefix
-	}
-	return &Screen{rdb: rdb, prefix: prefix}
+	return &Screen{rdb: rdb, prefix: cmp.Or(prefix, throttle.DefaultPrefix)}
 }
 
 // Suppression is a dead address of a provider.
