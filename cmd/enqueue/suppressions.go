@@ -13,12 +13,12 @@ import (
 // runSuppressions lists a provider's suppressed addresses: those its
 // service said are dead, to which the workers archive messages unsent.
 func runSuppressions(ctx context.Context, o *options, p process) error {
-	screen, closeRedis, err := openScreen(ctx, o, p, "suppressions", o.suppressions)
+	scr, closeRedis, err := openScreen(ctx, o, p, "suppressions", o.suppressions)
 	if err != nil {
 		return err
 	}
 	defer closeRedis()
-	sups, err := screen.Suppressions(ctx, o.suppressions)
+	sups, err := scr.Suppressions(ctx, o.suppressions)
 	if err != nil {
 		return err
 	}
@@ -41,12 +41,12 @@ func runUnsuppress(ctx context.Context, o *options, p process) error {
 	if !ok || provider == "" || address == "" {
 		return usagef("-unsuppress takes PROVIDER:ADDRESS (got %q)", o.unsuppress)
 	}
-	screen, closeRedis, err := openScreen(ctx, o, p, "unsuppress", provider)
+	scr, closeRedis, err := openScreen(ctx, o, p, "unsuppress", provider)
 	if err != nil {
 		return err
 	}
 	defer closeRedis()
-	lifted, err := screen.Unsuppress(ctx, provider, address)
+	lifted, err := scr.Unsuppress(ctx, provider, address)
 	if err != nil {
 		return err
 	}
