@@ -74,8 +74,8 @@ bench: need-redis
 ## CI runs it after the tests: see .ci/run).
 FUZZTIME ?= 15s
 FUZZ_TARGETS = ./internal/keyspace/:FuzzEncodeSubject ./throttle/:FuzzRuleValidation \
-	./config/:FuzzParse ./cmd/enqueue/:FuzzParseLine ./jobs/:FuzzDecode \
-	./jobs/:FuzzMemberNames
+	./config/:FuzzParse ./cmd/enqueue/:FuzzParseLine ./message/:FuzzDecode \
+	./message/:FuzzMemberNames
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 	  pkg=$${t%%:*}; name=$${t##*:}; echo "fuzz $$pkg $$name ($(FUZZTIME))"; \

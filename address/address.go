@@ -1,7 +1,7 @@
 // Package address checks that a recipient is an address its provider's
 // channel can deliver to (E.164 for twilio, an email address for smtp, ses
 // and sendgrid, a device token for fcm and apns), before it is enqueued
-// (package intake) and before a worker sends it (jobs.Addresser): sent as
+// (package intake) and before a worker sends it (providers.Addresser): sent as
 // it is, a bad address costs a vendor call, and the vendor's answer
 // suppresses that string for good.
 package address

@@ -24,14 +24,15 @@ import (
 	"github.com/notify-throttle/throttler/internal/asynqdb"
 	"github.com/notify-throttle/throttler/jobs"
 	"github.com/notify-throttle/throttler/lifecycle"
+	"github.com/notify-throttle/throttler/message"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
 // Limits of a request (docs/operations.md#the-http-api, "Limits").
 const (
 	// MaxBody is the most bytes of one notification's body; its task must
-	// fit jobs.MaxPayloadLen too.
-	MaxBody      = jobs.MaxPayloadLen
+	// fit message.MaxPayloadLen too.
+	MaxBody      = message.MaxPayloadLen
 	MaxBatchBody = 1 << 20 // a batch's body
 	MaxBatch     = 100     // notifications in a batch
 	// Timeout bounds a request's work in Redis: past it the answer is a

@@ -20,6 +20,7 @@ import (
 
 	"github.com/notify-throttle/throttler/config"
 	"github.com/notify-throttle/throttler/jobs"
+	"github.com/notify-throttle/throttler/message"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -197,7 +198,7 @@ func TestEnqueueOne(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := jobs.Decode(info.Payload)
+	n, err := message.Decode(info.Payload)
 	if err != nil {
 		t.Fatal(err)
 	}

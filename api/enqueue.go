@@ -14,8 +14,8 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/notify-throttle/throttler/intake"
-	"github.com/notify-throttle/throttler/jobs"
 	"github.com/notify-throttle/throttler/lifecycle"
+	"github.com/notify-throttle/throttler/message"
 )
 
 // IdempotencyHeader carries a notification's idempotency key, as the
@@ -212,7 +212,7 @@ func (s *Server) submit(ctx context.Context, c *client, e intake.Entry, base, ke
 		}
 		return result{err: unavailable(err)}
 	}
-	if stamped, err := jobs.Decode(j.Task.Payload()); err == nil {
+	if stamped, err := message.Decode(j.Task.Payload()); err == nil {
 		n.Queued = stamped.Queued // the time NewTask stamped on the task
 	}
 	s.listed(ctx, c, j.ID, j.Queue, accepted)
@@ -271,7 +271,7 @@ func (s *Server) replay(ctx context.Context, c *client, j intake.Job, key, field
 	if info == nil { // gone since the conflict (a moment's race with its deletion)
 		return result{err: unavailable(nil)}
 	}
-	first, err := jobs.Decode(info.Payload)
+	first, err := message.Decode(info.Payload)
 	if err != nil {
 		return result{err: unavailable(err)}
 	}
@@ -287,14 +287,14 @@ func (s *Server) replay(ctx context.Context, c *client, j intake.Job, key, field
 
 // bodyHash is a hash of what a task sends (its notification without the
 // time it was queued, and its queue), whatever the spacing of its data.
-func bodyHash(n jobs.Notification, queue string) [sha256.Size]byte {
+func bodyHash(n message.Notification, queue string) [sha256.Size]byte {
 	n.Queued = nil
 	var data bytes.Buffer
 	if json.Compact(&data, n.Data) == nil {
 		n.Data = data.Bytes()
 	}
 	b, _ := json.Marshal(struct {
-		N     jobs.Notification
+		N     message.Notification
 		Queue string
 	}{n, queue}) // of strings, times and valid JSON: cannot fail
 	return sha256.Sum256(b)

@@ -17,7 +17,7 @@ const (
 	CodeUnauthorized     = "unauthorized"           // 401: no API key, or an unknown one
 	CodeForbidden        = "forbidden"              // 403: the key may not use this policy, provider or tenant
 	CodeInvalid          = "invalid"                // 400: the body is not a notification the config accepts
-	CodeTooLarge         = "too_large"              // 413: the body is over the route's limit, or its task over jobs.MaxPayloadLen
+	CodeTooLarge         = "too_large"              // 413: the body is over the route's limit, or its task over message.MaxPayloadLen
 	CodeNotFound         = "not_found"              // 404
 	CodeConflict         = "idempotency_conflict"   // 409: the key was used with another body
 	CodeAlreadySent      = "already_sent"           // 409: too late to cancel

@@ -127,7 +127,7 @@ func TestContentType(t *testing.T) {
 }
 
 // TestBodyAtTheLimit: a body of MaxBody bytes is read; one whose task
-// would be over jobs.MaxPayloadLen with what the config adds is a 413
+// would be over message.MaxPayloadLen with what the config adds is a 413
 // naming /data, and one over MaxBody a 413 of the body.
 func TestBodyAtTheLimit(t *testing.T) {
 	f := newFixture(t)

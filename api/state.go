@@ -11,8 +11,8 @@ import (
 
 	"github.com/notify-throttle/throttler/intake"
 	"github.com/notify-throttle/throttler/internal/asynqdb"
-	"github.com/notify-throttle/throttler/jobs"
 	"github.com/notify-throttle/throttler/lifecycle"
+	"github.com/notify-throttle/throttler/message"
 )
 
 // A notification's states, as GET tells them.
@@ -49,7 +49,7 @@ type View struct {
 	Events []lifecycle.Event `json:"events,omitempty"`
 }
 
-func newView(id, queue string, n jobs.Notification, state string) *View {
+func newView(id, queue string, n message.Notification, state string) *View {
 	v := &View{ID: id, State: state, Recipient: n.Recipient, Template: n.Template, Policy: n.Policy,
 		Provider: n.Provider, Queue: queue, Tenant: n.Tenant, QueuedAt: n.Queued, SendAt: n.SendAt}
 	if state == stateScheduled {
@@ -107,7 +107,7 @@ func (s *Server) view(ctx context.Context, id string, queues []string, c *client
 		}
 		return &View{ID: id, State: stateSent, SentAt: sentAt}, nil
 	}
-	n, err := jobs.Decode(info.Payload)
+	n, err := message.Decode(info.Payload)
 	if err != nil || n.Tenant != c.key.Tenant {
 		return nil, notFound(id) // not a notification this key may see
 	}

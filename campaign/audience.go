@@ -13,7 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/notify-throttle/throttler/config"
-	"github.com/notify-throttle/throttler/jobs"
+	"github.com/notify-throttle/throttler/message"
 )
 
 // lineBuffer bounds an audience line's memory: a longer one is skipped
@@ -55,13 +55,13 @@ func openAudience(rdb redis.UniversalClient, a config.Audience, pos string, line
 }
 
 // check returns why s is not a recipient, or "": the common cases, before
-// jobs.NewTask's check has the last word.
+// message.NewTask's check has the last word.
 func check(s string) string {
 	switch {
 	case s == "":
 		return "blank"
-	case len(s) > jobs.MaxRecipientLen:
-		return fmt.Sprintf("longer than %d bytes", jobs.MaxRecipientLen)
+	case len(s) > message.MaxRecipientLen:
+		return fmt.Sprintf("longer than %d bytes", message.MaxRecipientLen)
 	}
 	return ""
 }
@@ -133,7 +133,7 @@ func (fr *fileReader) readLine() (entry, int64, error) {
 	}
 	e := entry{line: fr.line + 1}
 	if long {
-		e.bad = fmt.Sprintf("longer than %d bytes", jobs.MaxRecipientLen)
+		e.bad = fmt.Sprintf("longer than %d bytes", message.MaxRecipientLen)
 	} else {
 		e.recipient, e.tz = columns(string(b))
 		e.bad = check(e.recipient)

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/notify-throttle/throttler/config"
-	"github.com/notify-throttle/throttler/jobs"
+	"github.com/notify-throttle/throttler/message"
 )
 
 // TestFileReaderResumes reads a file in batches, reopening it at each
@@ -100,7 +100,7 @@ func TestMessageTenant(t *testing.T) {
 		if why != "" {
 			t.Fatalf("tenant %q: %s", tenant, why)
 		}
-		n, err := jobs.Decode(msg.Payload)
+		n, err := message.Decode(msg.Payload)
 		if err != nil || n.Tenant != tenant {
 			t.Errorf("tenant %q: payload %s carries %q (%v)", tenant, msg.Payload, n.Tenant, err)
 		}

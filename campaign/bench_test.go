@@ -11,7 +11,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/notify-throttle/throttler/internal/redistest"
-	"github.com/notify-throttle/throttler/jobs"
+	"github.com/notify-throttle/throttler/message"
 )
 
 // BenchmarkFanout fans a 100k-recipient audience file out, and enqueues
@@ -32,7 +32,7 @@ func BenchmarkFanout(b *testing.B) {
 	// tasks returns the notifications the fan-out of tick enqueues, built
 	// as a producer would, one at a time.
 	task := func(tick Tick, rcpt string) *asynq.Task {
-		t, err := jobs.NewTask(jobs.Notification{Recipient: rcpt, Policy: "weekly", Provider: "console",
+		t, err := message.NewTask(message.Notification{Recipient: rcpt, Policy: "weekly", Provider: "console",
 			Template: "digest", Data: json.RawMessage(`{"title":"Your week"}`), Campaign: tick.String()},
 			tick.NotificationID(rcpt), asynq.Queue("default"))
 		if err != nil {

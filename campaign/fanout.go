@@ -20,7 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/notify-throttle/throttler/internal/asynqdb"
-	"github.com/notify-throttle/throttler/jobs"
+	"github.com/notify-throttle/throttler/message"
 )
 
 //go:embed *.lua
@@ -289,20 +289,20 @@ func (b *batchRun) message(e entry, sendBy *time.Time) (asynqdb.Message, string)
 	}
 	c := b.c
 	id := b.tick.NotificationID(e.recipient)
-	n := jobs.Notification{Recipient: e.recipient, Policy: c.Policy, Provider: c.Provider,
+	n := message.Notification{Recipient: e.recipient, Policy: c.Policy, Provider: c.Provider,
 		Template: c.Template, Data: c.Data, SendBy: sendBy, Campaign: b.tick.String(), TZ: cmp.Or(e.tz, c.RecipientTZ),
 		Tenant: c.Tenant}
-	task, err := jobs.NewTask(n, id)
-	var fe *jobs.FieldError
+	task, err := message.NewTask(n, id)
+	var fe *message.FieldError
 	switch {
 	case errors.As(err, &fe):
 		return asynqdb.Message{}, fe.Error() // the log names the entry and why it is invalid
 	case err != nil:
 		return asynqdb.Message{}, err.Error()
 	}
-	// As asynq's Client would store jobs.NewTask's task.
+	// As asynq's Client would store message.NewTask's task.
 	return asynqdb.Message{Type: task.Type(), Payload: task.Payload(), ID: id, Queue: asynqdb.ShardOf(c.Queue, id, b.r.shards),
-		Retry: jobs.DefaultMaxRetry, Headers: task.Headers()}, ""
+		Retry: message.DefaultMaxRetry, Headers: task.Headers()}, ""
 }
 
 func (b *batchRun) logInvalid(e entry, why string) {

@@ -14,9 +14,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/hibiken/asynq"
+	"github.com/notify-throttle/throttler/message"
 	"github.com/redis/go-redis/v9"
-
-	"github.com/notify-throttle/throttler/jobs"
 )
 
 // TestFanoutCounts fans out a file with duplicates and every kind of bad
@@ -59,12 +58,12 @@ func TestFanoutCounts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := jobs.Decode(info.Payload)
+	n, err := message.Decode(info.Payload)
 	if err != nil {
 		t.Fatal(err)
 	}
 	sendBy := tick.Time().Add(2 * time.Hour)
-	if info.Type != jobs.TypeNotify || info.MaxRetry != jobs.DefaultMaxRetry || info.State != asynq.TaskStatePending ||
+	if info.Type != message.TaskType || info.MaxRetry != message.DefaultMaxRetry || info.State != asynq.TaskStatePending ||
 		n.Recipient != "user7@example.com" || n.Policy != "weekly" || n.Provider != "console" || n.Template != "digest" ||
 		string(n.Data) != `{"title":"Your week"}` || n.SendBy == nil || !n.SendBy.Equal(sendBy) || n.Campaign != tick.String() {
 		t.Errorf("task %+v\nnotification %+v", info, n)
@@ -108,9 +107,9 @@ func TestFanoutMatchesAsynqClient(t *testing.T) {
 	client := asynq.NewClientFromRedisClient(theirs.rdb)
 	sendBy := tick.Time().Add(time.Hour)
 	for _, rcpt := range strings.Fields(audience) {
-		n := jobs.Notification{Recipient: rcpt, Policy: "weekly", Provider: "console", Template: "digest",
+		n := message.Notification{Recipient: rcpt, Policy: "weekly", Provider: "console", Template: "digest",
 			Data: json.RawMessage(`{"title":"Your week"}`), SendBy: &sendBy, Campaign: tick.String(), Tenant: "digest"}
-		task, err := jobs.NewTask(n, tick.NotificationID(rcpt), asynq.Queue("low"))
+		task, err := message.NewTask(n, tick.NotificationID(rcpt), asynq.Queue("low"))
 		if err != nil {
 			t.Fatal(err)
 		}

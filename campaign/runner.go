@@ -57,7 +57,7 @@ type Runner struct {
 	rdb       redis.UniversalClient
 	client    *asynq.Client
 	prefix    string
-	shards    int // of each queue, where its campaigns' notifications go (jobs.AsynqQueue)
+	shards    int // of each queue, where its campaigns' notifications go (asynqdb.ShardOf)
 	campaigns map[string]*campaign
 	names     []string // in config order
 	opts      Options

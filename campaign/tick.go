@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/notify-throttle/throttler/jobs"
+	"github.com/notify-throttle/throttler/message"
 )
 
 // Tick is one firing of a campaign at the moment its schedule named, in
@@ -34,7 +34,7 @@ func (t Tick) TaskID() string { return "campaign:" + t.Campaign + ":" + strconv.
 // NotificationID returns the task ID of the tick's notification to
 // recipient: the same however often it is met.
 func (t Tick) NotificationID(recipient string) string {
-	return jobs.TaskID(t.TaskID() + ":" + recipient)
+	return message.TaskID(t.TaskID() + ":" + recipient)
 }
 
 func (t Tick) payload() []byte {

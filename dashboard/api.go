@@ -16,7 +16,7 @@ import (
 	"github.com/notify-throttle/throttler/campaign"
 	"github.com/notify-throttle/throttler/config"
 	"github.com/notify-throttle/throttler/internal/timefmt"
-	"github.com/notify-throttle/throttler/jobs"
+	"github.com/notify-throttle/throttler/message"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -366,8 +366,8 @@ type lookup struct {
 // payload's, up as r's query says: ?tz=, ?provider= (default:
 // defaults.provider), ?offset=, ?limit=.
 func (d *Dashboard) lookupRecipient(ctx context.Context, r *http.Request, id string) (recipientView, error) {
-	if err := jobs.CheckRecipient(id); err != nil {
-		var fe *jobs.FieldError
+	if err := message.CheckRecipient(id); err != nil {
+		var fe *message.FieldError
 		if errors.As(err, &fe) {
 			err = fe
 		}

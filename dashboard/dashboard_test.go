@@ -15,7 +15,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/notify-throttle/throttler/digest"
 	"github.com/notify-throttle/throttler/jobs"
+	"github.com/notify-throttle/throttler/message"
 )
 
 // keys returns the sorted keys of a JSON object.
@@ -288,7 +290,7 @@ func TestMonitoringReadOnly(t *testing.T) {
 // dashboard shows the recipient redacted.
 func TestMonitoringRedactsRecipients(t *testing.T) {
 	e := newEnv(t, "", nil)
-	task, err := jobs.NewTask(jobs.Notification{Recipient: "alice.liddell@example.com", Policy: "marketing", Provider: "sms", Template: "hi"},
+	task, err := message.NewTask(message.Notification{Recipient: "alice.liddell@example.com", Policy: "marketing", Provider: "sms", Template: "hi"},
 		"redact-me", asynq.Queue("default"))
 	if err != nil {
 		t.Fatal(err)
@@ -345,7 +347,7 @@ func TestRedisDownIs503(t *testing.T) {
 // recipient redacted too.
 func TestMonitoringRedactsDigestRecipients(t *testing.T) {
 	e := newEnv(t, "", nil)
-	task := asynq.NewTask(jobs.TypeDigest, []byte(`{"recipient":"alice.liddell@example.com","policy":"marketing","provider":"sms","gen":1}`),
+	task := asynq.NewTask(digest.TaskType, []byte(`{"recipient":"alice.liddell@example.com","policy":"marketing","provider":"sms","gen":1}`),
 		asynq.TaskID("digest-me"), asynq.Queue("default"))
 	if _, err := asynq.NewClientFromRedisClient(e.rdb).EnqueueContext(context.Background(), task); err != nil {
 		t.Fatal(err)

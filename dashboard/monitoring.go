@@ -9,7 +9,8 @@ import (
 	"github.com/hibiken/asynqmon"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/notify-throttle/throttler/jobs"
+	"github.com/notify-throttle/throttler/digest"
+	"github.com/notify-throttle/throttler/message"
 )
 
 // monitoring returns asynq's dashboard (asynqmon) at /monitoring/ on the
@@ -46,28 +47,28 @@ func (c sharedClient) MakeRedisClient() any { return c.rdb }
 // redacted; other task types as asynqmon would. A notification that does
 // not decode is not shown: it may hold a recipient.
 func formatPayload(taskType string, payload []byte) string {
-	if taskType == jobs.TypeDigest { // {recipient, policy, provider, gen}
+	if taskType == digest.TaskType { // {recipient, policy, provider, gen}
 		var d map[string]any
 		if json.Unmarshal(payload, &d) != nil {
 			return fmt.Sprintf("(a malformed digest of %d bytes, not shown)", len(payload))
 		}
 		if r, ok := d["recipient"].(string); ok {
-			d["recipient"] = jobs.Redact(r)
+			d["recipient"] = message.Redact(r)
 		}
 		b, _ := json.Marshal(d)
 		return string(b)
 	}
-	if taskType != jobs.TypeNotify {
+	if taskType != message.TaskType {
 		if utf8.Valid(payload) {
 			return string(payload)
 		}
 		return fmt.Sprintf("(%d bytes, not text)", len(payload))
 	}
-	n, err := jobs.Decode(payload)
+	n, err := message.Decode(payload)
 	if err != nil {
 		return fmt.Sprintf("(a malformed notification of %d bytes, not shown: %v)", len(payload), err)
 	}
-	n.Recipient = jobs.Redact(n.Recipient)
+	n.Recipient = message.Redact(n.Recipient)
 	b, err := json.Marshal(n)
 	if err != nil {
 		return "(not shown)"

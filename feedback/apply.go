@@ -8,8 +8,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/notify-throttle/throttler/jobs"
 	"github.com/notify-throttle/throttler/lifecycle"
+	"github.com/notify-throttle/throttler/screen"
 )
 
 // A report is claimed by a mark before it is applied and marked applied
@@ -30,7 +30,7 @@ type applier struct {
 	prefix   string
 	remember time.Duration
 	events   *lifecycle.Recorder
-	screen   *jobs.Screen
+	screen   *screen.Screen
 	metrics  *Metrics
 	log      *slog.Logger
 }

@@ -2,7 +2,7 @@
 // about the messages they accepted, at /v1/feedback/<provider>: each request
 // is verified with the vendor's signature, then each report is applied once,
 // as an event of its message (package lifecycle) and, for a dead address, a
-// suppression (jobs.Screen). What each report does:
+// suppression (screen.Screen). What each report does:
 // docs/providers.md#what-the-services-report-later; pointing the services
 // here: docs/operations.md#the-providers-feedback.
 package feedback

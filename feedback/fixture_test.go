@@ -12,8 +12,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/notify-throttle/throttler/config"
-	"github.com/notify-throttle/throttler/jobs"
 	"github.com/notify-throttle/throttler/lifecycle"
+	"github.com/notify-throttle/throttler/screen"
 )
 
 // The tests' providers and their feedback settings.
@@ -103,7 +103,7 @@ func (f *fixture) history(t *testing.T, message string) []lifecycle.Event {
 // suppressed returns provider's suppressions, by address.
 func (f *fixture) suppressed(t *testing.T, provider string) map[string]string {
 	t.Helper()
-	sups, err := jobs.NewScreen(f.rdb, "").Suppressions(context.Background(), provider)
+	sups, err := screen.New(f.rdb, "").Suppressions(context.Background(), provider)
 	if err != nil {
 		t.Fatal(err)
 	}

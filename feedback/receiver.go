@@ -15,8 +15,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/notify-throttle/throttler/config"
-	"github.com/notify-throttle/throttler/jobs"
 	"github.com/notify-throttle/throttler/lifecycle"
+	"github.com/notify-throttle/throttler/screen"
 )
 
 // Options configure a Receiver. Config, Redis and Events are required.
@@ -71,7 +71,7 @@ func New(o Options) (*Receiver, error) {
 	o.Log = cmp.Or(o.Log, slog.Default())
 	rc := &Receiver{endpoints: map[string]endpoint{}, metrics: o.Metrics,
 		applier: &applier{rdb: o.Redis, prefix: o.Config.Redis.Prefix, remember: cmp.Or(o.Remember, DefaultRemember), events: o.Events,
-			screen: jobs.NewScreen(o.Redis, o.Config.Redis.Prefix), metrics: o.Metrics, log: o.Log}}
+			screen: screen.New(o.Redis, o.Config.Redis.Prefix), metrics: o.Metrics, log: o.Log}}
 	for _, name := range slices.Sorted(maps.Keys(o.Config.Providers)) {
 		p := o.Config.Providers[name]
 		if !p.Feedback.Enabled {

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/notify-throttle/throttler/jobs"
 	"github.com/notify-throttle/throttler/lifecycle"
+	"github.com/notify-throttle/throttler/providers"
 )
 
 // sesMail is an SES event in an SNS Message: a configuration set's event
@@ -104,7 +104,7 @@ func sesEvent(message string) (reading, error) {
 const maxDetail = 300
 
 // words joins a provider's words for a report's detail, address redacted
-// (jobs.Redact), cut to maxDetail.
+// (message.Redact), cut to maxDetail.
 func words(address string, parts ...string) string {
 	var kept []string
 	for _, p := range parts {
@@ -114,7 +114,7 @@ func words(address string, parts ...string) string {
 	}
 	s := strings.Join(kept, ": ")
 	if address != "" {
-		s = jobs.RedactError(errors.New(s), address).Error()
+		s = providers.RedactError(errors.New(s), address).Error()
 	}
 	if len(s) > maxDetail {
 		cut := maxDetail

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/notify-throttle/throttler/config"
-	"github.com/notify-throttle/throttler/jobs"
+	"github.com/notify-throttle/throttler/message"
 )
 
 // TestRecipientFitsTheProvider: a recipient its provider's channel cannot
@@ -53,11 +53,11 @@ func TestRecipientFitsTheProvider(t *testing.T) {
 }
 
 // TestTooLargeNamesTheData: a notification whose task would be over
-// jobs.MaxPayloadLen is refused naming its data, as too large, however
+// message.MaxPayloadLen is refused naming its data, as too large, however
 // small the rest.
 func TestTooLargeNamesTheData(t *testing.T) {
 	c := testChecker(t)
-	data := `{"x":"` + strings.Repeat("x", jobs.MaxPayloadLen-100) + `"}`
+	data := `{"x":"` + strings.Repeat("x", message.MaxPayloadLen-100) + `"}`
 	_, err := c.Check(Entry{Recipient: "a@example.com", Template: "t", Data: json.RawMessage(data)}, time.Now())
 	var e *Error
 	if !errors.As(err, &e) || e.Field != "data" || !e.TooLarge || !strings.HasPrefix(err.Error(), fmt.Sprintf("data: %d bytes, too much: the task's payload of ", len(data))) {

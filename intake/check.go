@@ -10,19 +10,19 @@ import (
 	"github.com/notify-throttle/throttler/address"
 	"github.com/notify-throttle/throttler/config"
 	"github.com/notify-throttle/throttler/internal/asynqdb"
-	"github.com/notify-throttle/throttler/jobs"
 	"github.com/notify-throttle/throttler/lifecycle"
+	"github.com/notify-throttle/throttler/message"
 )
 
 // Job is a checked notification, ready to enqueue.
 type Job struct {
 	ID    string // the task ID
-	Queue string // the asynq queue it goes to (jobs.AsynqQueue)
+	Queue string // the asynq queue it goes to (asynqdb.ShardOf)
 	Task  *asynq.Task
 	Keyed bool   // the ID comes from an idempotency key: enqueueing it again is a duplicate
 	Key   string // that key, as the entry gave it
 	// Notification is the task's payload, the config's defaults applied.
-	Notification jobs.Notification
+	Notification message.Notification
 }
 
 // Checker checks entries against a config and makes them jobs.
@@ -37,7 +37,7 @@ type Checker struct {
 // TaskID is the task ID of a notification enqueued with an idempotency
 // key: derived from the tenant and the key. A tenant has no control
 // characters, so the NUL keeps tenant and key apart.
-func TaskID(tenant, key string) string { return jobs.TaskID(tenant + "\x00" + key) }
+func TaskID(tenant, key string) string { return message.TaskID(tenant + "\x00" + key) }
 
 // Check applies the config's defaults to e, checks the result as the
 // worker will and returns its job. The error, an *Error, says what is
@@ -45,7 +45,7 @@ func TaskID(tenant, key string) string { return jobs.TaskID(tenant + "\x00" + ke
 // only expire it; so is a send_at more than SendAtGrace before now.
 func (c Checker) Check(e Entry, now time.Time) (Job, error) {
 	r := c.Config.Route(config.Route{Policy: e.Policy, Provider: e.Provider, Queue: e.Queue})
-	n := jobs.Notification{
+	n := message.Notification{
 		Recipient: e.Recipient,
 		Policy:    r.Policy,
 		Provider:  r.Provider,
@@ -55,7 +55,7 @@ func (c Checker) Check(e Entry, now time.Time) (Job, error) {
 		TZ:        e.TZ,
 		Tenant:    e.Tenant,
 	}
-	queue := r.Queue // the config's name; enqueued in one of its shards (jobs.AsynqQueue)
+	queue := r.Queue // the config's name; enqueued in one of its shards (asynqdb.ShardOf)
 	if err := CheckKey(e.IdempotencyKey, "idempotency_key"); err != nil {
 		return Job{}, err
 	}
@@ -83,11 +83,11 @@ func (c Checker) Check(e Entry, now time.Time) (Job, error) {
 		return Job{}, err
 	}
 	if at != nil {
-		moment := jobs.WholeSecond(*at) // as NewTask holds it: the job's events tell that moment
+		moment := message.WholeSecond(*at) // as NewTask holds it: the job's events tell that moment
 		at = &moment
 	}
 	n.SendAt = at
-	id := jobs.TaskID(e.IdempotencyKey)
+	id := message.TaskID(e.IdempotencyKey)
 	if c.KeyPerTenant && e.IdempotencyKey != "" {
 		id = TaskID(n.Tenant, e.IdempotencyKey)
 	}
@@ -98,13 +98,13 @@ func (c Checker) Check(e Entry, now time.Time) (Job, error) {
 		// conflict: keep keyed tasks so that the key dedupes after delivery.
 		opts = append(opts, asynq.Retention(KeyRetention))
 	}
-	task, err := jobs.NewTask(n, id, opts...)
-	var fe *jobs.FieldError
+	task, err := message.NewTask(n, id, opts...)
+	var fe *message.FieldError
 	if errors.As(err, &fe) && fe.Field == "" {
 		// n and id were checked: the one check of the payload as a whole
 		// left is its size, which the data makes.
 		return Job{}, &Error{Field: "data", TooLarge: true,
-			Msg: fmt.Sprintf("%d bytes, too much: the task's %s (jobs.MaxPayloadLen)", len(n.Data), fe.Problem)}
+			Msg: fmt.Sprintf("%d bytes, too much: the task's %s (message.MaxPayloadLen)", len(n.Data), fe.Problem)}
 	}
 	if err != nil {
 		return Job{}, reason(err)
@@ -123,7 +123,7 @@ func (c Checker) undefined(kind, name, hint string) error {
 // reason is what is wrong with a notification as an *Error, without the
 // "bad notification" jobs wraps it with: the caller says where it came from.
 func reason(err error) error {
-	var fe *jobs.FieldError
+	var fe *message.FieldError
 	if errors.As(err, &fe) {
 		if fe.Field == "task ID" { // not a field of the object
 			return wholeErr("%s", fe.Error())

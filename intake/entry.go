@@ -19,7 +19,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/notify-throttle/throttler/internal/textdist"
-	"github.com/notify-throttle/throttler/jobs"
+	"github.com/notify-throttle/throttler/message"
 )
 
 // Error is what is wrong with a notification: Field names the field at
@@ -30,7 +30,7 @@ type Error struct {
 	Field string
 	Msg   string
 	// TooLarge says the notification is valid but its task would be over
-	// jobs.MaxPayloadLen: the API answers 413 rather than 400.
+	// message.MaxPayloadLen: the API answers 413 rather than 400.
 	TooLarge bool
 	bare     bool // Msg names the field: the text is Msg alone
 }
@@ -88,7 +88,7 @@ func ParseLine(line []byte) (Entry, error) {
 		return e, wholeErr("must be a JSON object (got %s)", kind)
 	}
 	seen := map[string]bool{}
-	err := jobs.Members(line, func(name, raw []byte) error {
+	err := message.Members(line, func(name, raw []byte) error {
 		key := string(name)
 		if seen[key] {
 			return fieldErr(key, "given twice") // a known field: unknown ones fail at once

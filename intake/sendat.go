@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/notify-throttle/throttler/internal/timefmt"
-	"github.com/notify-throttle/throttler/jobs"
+	"github.com/notify-throttle/throttler/message"
 )
 
 // SendAtGrace is how far in the past a send_at may be and still be taken
@@ -16,7 +16,7 @@ import (
 const SendAtGrace = time.Minute
 
 // sendAt returns the moment e is scheduled for (nil: none), rounded as the
-// task keeps it (jobs.WholeSecond), or why it is refused, naming the field
+// task keeps it (message.WholeSecond), or why it is refused, naming the field
 // it came from. policy is e's policy, in whose zone a time of day is read
 // when e names none. The moment may not pass e's send_by.
 func (c Checker) sendAt(e Entry, policy string, now time.Time) (*time.Time, error) {
@@ -42,7 +42,7 @@ func (c Checker) sendAt(e Entry, policy string, now time.Time) (*time.Time, erro
 	default:
 		return nil, nil
 	}
-	at = jobs.WholeSecond(at)
+	at = message.WholeSecond(at)
 	if e.SendBy != nil && at.After(*e.SendBy) {
 		what := at.Format(time.RFC3339)
 		if field == "send_at_local" {
@@ -56,7 +56,7 @@ func (c Checker) sendAt(e Entry, policy string, now time.Time) (*time.Time, erro
 // zone is the recipient's time zone: tz, else the policy's, else UTC.
 func (c Checker) zone(tz, policy string) (*time.Location, error) {
 	if tz != "" {
-		return jobs.LoadZone(tz)
+		return message.LoadZone(tz)
 	}
 	if p, ok := c.Config.Policies[policy]; ok && p.TimeZone != "" {
 		return timefmt.LoadZone(p.TimeZone) // the config's validation loaded it already

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/notify-throttle/throttler/jobs"
+	"github.com/notify-throttle/throttler/message"
 )
 
 // TestWorkerRefusesBadConfig runs the worker binary on a few of
@@ -108,14 +108,14 @@ enqueued 2, duplicates 1, rejected 12 (16 lines)
 	}
 	got := map[string]string{}
 	for _, ti := range pending {
-		n, err := jobs.Decode(ti.Payload)
+		n, err := message.Decode(ti.Payload)
 		if err != nil {
 			t.Errorf("pending task %s: %v", ti.ID, err)
 		}
 		got[ti.ID] = n.Recipient
 	}
-	wantQueued := map[string]string{jobs.TaskID("bad-1"): "a@example.com", jobs.TaskID("bad-9"): "f@example.com"}
-	if len(got) != len(wantQueued) || got[jobs.TaskID("bad-1")] != "a@example.com" || got[jobs.TaskID("bad-9")] != "f@example.com" {
+	wantQueued := map[string]string{message.TaskID("bad-1"): "a@example.com", message.TaskID("bad-9"): "f@example.com"}
+	if len(got) != len(wantQueued) || got[message.TaskID("bad-1")] != "a@example.com" || got[message.TaskID("bad-9")] != "f@example.com" {
 		t.Errorf("queued after the bad file: %v, want %v", got, wantQueued)
 	}
 

@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/notify-throttle/throttler/jobs"
 	"github.com/notify-throttle/throttler/lifecycle"
+	"github.com/notify-throttle/throttler/message"
 )
 
 // callbackSecret signs the callbacks of the tests' configs.
@@ -131,7 +131,7 @@ func TestKill9LosesNoCallback(t *testing.T) {
 		for n := range 2 {
 			key := fmt.Sprintf("cb-%d-%d", i, n)
 			line, _ := json.Marshal(jsonlLine{Recipient: fmt.Sprintf("r%d@example.com", i), Template: "news", IdempotencyKey: key})
-			lines, ids = append(lines, string(line)), append(ids, jobs.TaskID(key))
+			lines, ids = append(lines, string(line)), append(ids, message.TaskID(key))
 		}
 	}
 	f.writeConfig("enqueue", "")

@@ -19,7 +19,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/hibiken/asynq"
 
-	"github.com/notify-throttle/throttler/jobs"
+	"github.com/notify-throttle/throttler/message"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -64,9 +64,9 @@ func TestDashboardInBrowser(t *testing.T) {
 
 	// A throttled recipient: the first notification goes, the second waits
 	// for the moment it booked, with the reason on the task.
-	f.enqueue(client, "alice-1", jobs.Notification{Recipient: "alice@example.com", Template: "welcome"})
+	f.enqueue(client, "alice-1", message.Notification{Recipient: "alice@example.com", Template: "welcome"})
 	waitUntil(t, "alice's first message sent", 20*time.Second, func() bool { return len(f.hook.snapshot()) == 1 })
-	deferred := f.enqueue(client, "alice-2", jobs.Notification{Recipient: "alice@example.com", Template: "digest"})
+	deferred := f.enqueue(client, "alice-2", message.Notification{Recipient: "alice@example.com", Template: "digest"})
 	waitUntil(t, "alice's second message deferred", 20*time.Second, func() bool {
 		info, err := f.insp.GetTaskInfo(fleetQueue, deferred)
 		return err == nil && info.State == asynq.TaskStateRetry && strings.Contains(info.LastErr, "by policy pace (1 per 1h)")

@@ -7,8 +7,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
-
-	"github.com/notify-throttle/throttler/jobs"
+	"github.com/notify-throttle/throttler/message"
 )
 
 // TestEnqueueDuplicateAfterDelivery: a notification enqueued with an
@@ -27,7 +26,7 @@ func TestEnqueueDuplicateAfterDelivery(t *testing.T) {
 	}, nil)
 	cfg := f.writeConfig("enqueue", "")
 	w := f.startWorker("w1")
-	id := jobs.TaskID("dup-1")
+	id := message.TaskID("dup-1")
 	args := []string{"-config", cfg, "-to", "dup@example.com", "-template", "news", "-key", "dup-1", "-send-by", "90m"}
 
 	stdout, stderr, code := runCommand(t, f.dir, nil, bin, args...)

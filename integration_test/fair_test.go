@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/notify-throttle/throttler/jobs"
+	"github.com/notify-throttle/throttler/message"
 )
 
 // The fair-share tests: tenants (senders) sharing one provider, through the
@@ -59,7 +59,7 @@ func (f *fleet) enqueueTenants(tag string, tenants []string, per int) (map[strin
 				IdempotencyKey: fmt.Sprintf("%s-%04d-%d", tag, i, k),
 				Tenant:         tenant,
 			}
-			id := jobs.TaskID(l.IdempotencyKey)
+			id := message.TaskID(l.IdempotencyKey)
 			notes[id] = faultNote{id: id, recipient: l.Recipient, template: l.Template}
 			tenantOf[id] = tenant
 			lines = append(lines, l)
@@ -206,7 +206,7 @@ func inWindow(times []time.Time, from, to time.Time) int {
 // inline_wait = 50) every job of big's backlog found a slot within
 // inline_wait and slept for it: nothing was placed in line, small's went
 // after all of big's (144 s behind 3,000). Now a job that cannot go at once
-// while work waits unseen in the queue takes a place (jobs.Backlog).
+// while work waits unseen in the queue takes a place (throttle.Booking.Backlog).
 func TestFairShareSmallBehindBig(t *testing.T) {
 	const nBig = 600
 	for _, c := range []struct {

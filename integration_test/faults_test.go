@@ -25,6 +25,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/notify-throttle/throttler/jobs"
+	"github.com/notify-throttle/throttler/message"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -57,7 +58,7 @@ func (f *fleet) enqueueNotes(tag string, recipients, per, deadlineFrom int, dead
 				Data:           map[string]string{"k": fmt.Sprint(k)},
 				IdempotencyKey: fmt.Sprintf("%s-r%03d-%d", tag, r, k),
 			}
-			n := faultNote{id: jobs.TaskID(l.IdempotencyKey), recipient: l.Recipient, template: l.Template}
+			n := faultNote{id: message.TaskID(l.IdempotencyKey), recipient: l.Recipient, template: l.Template}
 			if deadlineFrom > 0 && k >= deadlineFrom {
 				by := start.Add(deadlineBase + time.Duration(k)*time.Second)
 				l.SendBy, n.sendBy = by.UTC().Format(time.RFC3339), &by

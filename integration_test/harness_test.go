@@ -39,7 +39,8 @@ import (
 	"github.com/notify-throttle/throttler/internal/keyspace"
 	"github.com/notify-throttle/throttler/internal/redisconn"
 	"github.com/notify-throttle/throttler/internal/redistest"
-	"github.com/notify-throttle/throttler/jobs"
+	"github.com/notify-throttle/throttler/message"
+	"github.com/notify-throttle/throttler/providers"
 )
 
 // ---------------------------------------------------------------------------
@@ -159,7 +160,7 @@ func (h *hookServer) URL() string { return h.srv.URL + "/send" }
 
 func (h *hookServer) serve(w http.ResponseWriter, r *http.Request) {
 	a := arrival{At: time.Now(), Key: r.Header.Get("Idempotency-Key"), Worker: r.Header.Get("X-Worker")}
-	var m jobs.Message
+	var m providers.Message
 	if err := json.NewDecoder(r.Body).Decode(&m); err != nil {
 		http.Error(w, "bad body: "+err.Error(), http.StatusBadRequest)
 		return
@@ -582,10 +583,10 @@ func (f *fleet) metricsOf(ws ...*workerProc) map[string]float64 {
 // Enqueueing in process (the tests that are about the worker side) and the
 // queue's state
 
-// enqueue puts one notification on the queue through jobs.NewTask, as the
+// enqueue puts one notification on the queue through message.NewTask, as the
 // enqueue command does, with the task ID derived from key, and keeps the
 // completed task for an hour so the inspector can count it.
-func (f *fleet) enqueue(client *asynq.Client, key string, n jobs.Notification) string {
+func (f *fleet) enqueue(client *asynq.Client, key string, n message.Notification) string {
 	f.t.Helper()
 	if n.Policy == "" {
 		n.Policy = fleetPolicy
@@ -593,8 +594,8 @@ func (f *fleet) enqueue(client *asynq.Client, key string, n jobs.Notification) s
 	if n.Provider == "" {
 		n.Provider = fleetProvider
 	}
-	id := jobs.TaskID(key)
-	task, err := jobs.NewTask(n, id, asynq.Queue(asynqdb.ShardOf(fleetQueue, id, f.shards())), asynq.Retention(time.Hour))
+	id := message.TaskID(key)
+	task, err := message.NewTask(n, id, asynq.Queue(asynqdb.ShardOf(fleetQueue, id, f.shards())), asynq.Retention(time.Hour))
 	if err != nil {
 		f.t.Fatal(err)
 	}

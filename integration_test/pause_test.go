@@ -10,8 +10,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
-
-	"github.com/notify-throttle/throttler/jobs"
+	"github.com/notify-throttle/throttler/message"
 )
 
 // TestFleetPausesOn429: three workers drain a backlog through the
@@ -63,7 +62,7 @@ func TestFleetPausesOn429(t *testing.T) {
 	defer client.Close()
 	ids := map[string]bool{}
 	enqueue := func(i int) {
-		ids[f.enqueue(client, fmt.Sprintf("pause-%03d", i), jobs.Notification{
+		ids[f.enqueue(client, fmt.Sprintf("pause-%03d", i), message.Notification{
 			Recipient: fmt.Sprintf("user%03d@example.com", i), Template: "news"})] = true
 	}
 	for i := range backlog {

@@ -14,8 +14,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
-
-	"github.com/notify-throttle/throttler/jobs"
+	"github.com/notify-throttle/throttler/message"
 )
 
 // TestPipeline is the whole pipeline under load: one enqueue process puts
@@ -86,7 +85,7 @@ func TestPipeline(t *testing.T) {
 				Data:           map[string]string{"k": fmt.Sprint(k)},
 				IdempotencyKey: fmt.Sprintf("pipeline-r%02d-%d", r, k),
 			}
-			n := note{id: jobs.TaskID(l.IdempotencyKey), recipient: l.Recipient}
+			n := note{id: message.TaskID(l.IdempotencyKey), recipient: l.Recipient}
 			switch {
 			case k == 0:
 			case k == 1 && r < rejecting:

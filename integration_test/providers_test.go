@@ -13,8 +13,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
-
-	"github.com/notify-throttle/throttler/jobs"
+	"github.com/notify-throttle/throttler/message"
 )
 
 // serviceFake is a loopback fake of a service's API: it records each
@@ -112,7 +111,7 @@ func TestTwilioPairPauseHoldsOnlyThatPair(t *testing.T) {
 	client := asynq.NewClientFromRedisClient(f.rdb)
 	defer client.Close()
 	sms := func(key, to string) string {
-		return f.enqueue(client, key, jobs.Notification{Recipient: to, Template: "otp", Provider: "svc", Data: json.RawMessage(`{"body":"code 1234"}`)})
+		return f.enqueue(client, key, message.Notification{Recipient: to, Template: "otp", Provider: "svc", Data: json.RawMessage(`{"body":"code 1234"}`)})
 	}
 	sms("held-1", held)
 	for deadline := time.Now().Add(10 * time.Second); len(fake.to(held)) == 0; time.Sleep(20 * time.Millisecond) {
@@ -185,7 +184,7 @@ func TestFCMUnregisteredSuppressesTheToken(t *testing.T) {
 	client := asynq.NewClientFromRedisClient(f.rdb)
 	defer client.Close()
 	push := func(key, to string) string {
-		return f.enqueue(client, key, jobs.Notification{Recipient: to, Template: "shipped", Provider: "svc", Data: json.RawMessage(`{"title":"Hi","body":"shipped"}`)})
+		return f.enqueue(client, key, message.Notification{Recipient: to, Template: "shipped", Provider: "svc", Data: json.RawMessage(`{"title":"Hi","body":"shipped"}`)})
 	}
 	first := push("first", dead)
 	f.waitSettled(20*time.Second, func(q asynq.QueueInfo) bool { return q.Archived == 1 })
@@ -249,7 +248,7 @@ func TestSESDailyQuotaDefersToTheReset(t *testing.T) {
 	client := asynq.NewClientFromRedisClient(f.rdb)
 	defer client.Close()
 	mail := func(key, to string) string {
-		return f.enqueue(client, key, jobs.Notification{Recipient: to, Template: "welcome", Provider: "svc", Data: json.RawMessage(`{"subject":"Hi","body":"Hello"}`)})
+		return f.enqueue(client, key, message.Notification{Recipient: to, Template: "welcome", Provider: "svc", Data: json.RawMessage(`{"subject":"Hi","body":"Hello"}`)})
 	}
 	id := mail("quota", "a@example.com")
 	var info *asynq.TaskInfo

@@ -12,8 +12,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
-
-	"github.com/notify-throttle/throttler/jobs"
+	"github.com/notify-throttle/throttler/message"
 )
 
 // ruleFleet starts one worker binary with cfg's policies and provider
@@ -42,15 +41,15 @@ func TestOverCapThroughTheWorker(t *testing.T) {
 		Policy:       "{windows: [{limit: 1, per: 1h}], over_cap: drop}",
 		MorePolicies: "\n  slow: {windows: [{limit: 1, per: 1h}], max_delay: 10m}",
 	})
-	first := f.enqueue(client, "drop-0", jobs.Notification{Recipient: "alice@example.com", Template: "promo"})
+	first := f.enqueue(client, "drop-0", message.Notification{Recipient: "alice@example.com", Template: "promo"})
 	f.waitSettled(20*time.Second, func(q asynq.QueueInfo) bool { return q.Completed == 1 })
 	dropped := []string{
-		f.enqueue(client, "drop-1", jobs.Notification{Recipient: "alice@example.com", Template: "promo"}),
-		f.enqueue(client, "drop-2", jobs.Notification{Recipient: "alice@example.com", Template: "promo"}),
+		f.enqueue(client, "drop-1", message.Notification{Recipient: "alice@example.com", Template: "promo"}),
+		f.enqueue(client, "drop-2", message.Notification{Recipient: "alice@example.com", Template: "promo"}),
 	}
-	sent := f.enqueue(client, "slow-0", jobs.Notification{Recipient: "bob@example.com", Policy: "slow", Template: "news"})
+	sent := f.enqueue(client, "slow-0", message.Notification{Recipient: "bob@example.com", Policy: "slow", Template: "news"})
 	f.waitSettled(20*time.Second, func(q asynq.QueueInfo) bool { return q.Completed == 2 })
-	late := f.enqueue(client, "slow-1", jobs.Notification{Recipient: "bob@example.com", Policy: "slow", Template: "news"})
+	late := f.enqueue(client, "slow-1", message.Notification{Recipient: "bob@example.com", Policy: "slow", Template: "news"})
 	f.waitSettled(20*time.Second, func(q asynq.QueueInfo) bool { return q.Completed == 2 && q.Archived == 3 })
 
 	got := f.hook.delivered()
@@ -84,15 +83,15 @@ func TestCountOnlyThroughTheWorker(t *testing.T) {
 		Policy:       "[{limit: 1, per: 1h}]",
 		MorePolicies: "\n  reset: {windows: [{limit: 5, per: 1h}], counts_toward: [pace]}",
 	})
-	promo := f.enqueue(client, "alice-promo", jobs.Notification{Recipient: "alice@example.com", Template: "promo"})
+	promo := f.enqueue(client, "alice-promo", message.Notification{Recipient: "alice@example.com", Template: "promo"})
 	f.waitSettled(20*time.Second, func(q asynq.QueueInfo) bool { return q.Completed == 1 })
 	resets := []string{
-		f.enqueue(client, "alice-reset-1", jobs.Notification{Recipient: "alice@example.com", Policy: "reset", Template: "reset"}),
-		f.enqueue(client, "alice-reset-2", jobs.Notification{Recipient: "alice@example.com", Policy: "reset", Template: "reset"}),
-		f.enqueue(client, "bob-reset", jobs.Notification{Recipient: "bob@example.com", Policy: "reset", Template: "reset"}),
+		f.enqueue(client, "alice-reset-1", message.Notification{Recipient: "alice@example.com", Policy: "reset", Template: "reset"}),
+		f.enqueue(client, "alice-reset-2", message.Notification{Recipient: "alice@example.com", Policy: "reset", Template: "reset"}),
+		f.enqueue(client, "bob-reset", message.Notification{Recipient: "bob@example.com", Policy: "reset", Template: "reset"}),
 	}
 	f.waitSettled(20*time.Second, func(q asynq.QueueInfo) bool { return q.Completed == 4 })
-	held := f.enqueue(client, "bob-promo", jobs.Notification{Recipient: "bob@example.com", Template: "promo"})
+	held := f.enqueue(client, "bob-promo", message.Notification{Recipient: "bob@example.com", Template: "promo"})
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		info, err := f.insp.GetTaskInfo(fleetQueue, held)
@@ -130,7 +129,7 @@ func TestShadowThroughTheWorker(t *testing.T) {
 	})
 	var ids []string
 	for i, to := range []string{"alice@example.com", "alice@example.com", "alice@example.com", "bob@example.com"} {
-		ids = append(ids, f.enqueue(client, fmt.Sprintf("shadow-%d", i), jobs.Notification{Recipient: to, Template: "promo"}))
+		ids = append(ids, f.enqueue(client, fmt.Sprintf("shadow-%d", i), message.Notification{Recipient: to, Template: "promo"}))
 		f.waitSettled(20*time.Second, func(q asynq.QueueInfo) bool { return q.Completed == i+1 })
 	}
 	got := f.hook.delivered()
@@ -179,7 +178,7 @@ func TestReloadThroughTheWorker(t *testing.T) {
 	}
 	send := func(key, to, policy string) string {
 		t.Helper()
-		return f.enqueue(client, key, jobs.Notification{Recipient: to, Policy: policy, Template: "news"})
+		return f.enqueue(client, key, message.Notification{Recipient: to, Policy: policy, Template: "news"})
 	}
 	until := func(what string, done func(q asynq.QueueInfo) bool) {
 		t.Helper()
@@ -214,7 +213,7 @@ func TestReloadThroughTheWorker(t *testing.T) {
 	completed(2)
 	reload("[{limit: 2, per: 1h}]", "\n  promo: [{limit: 5, per: 1h}]", "config reloaded")
 	waiting(send("a3", "alice@example.com", ""), "booked for ")
-	if info, _ := f.insp.GetTaskInfo(fleetQueue, jobs.TaskID("a3")); info != nil && !strings.Contains(info.LastErr, "policy pace (2 per 1h)") {
+	if info, _ := f.insp.GetTaskInfo(fleetQueue, message.TaskID("a3")); info != nil && !strings.Contains(info.LastErr, "policy pace (2 per 1h)") {
 		t.Errorf("a3 waits for %q, want policy pace (2 per 1h)", info.LastErr)
 	}
 

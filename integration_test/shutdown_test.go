@@ -13,7 +13,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/notify-throttle/throttler/jobs"
+	"github.com/notify-throttle/throttler/message"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -59,13 +59,13 @@ func TestGracefulShutdownReleasesReservations(t *testing.T) {
 	defer client.Close()
 
 	// The slow send takes the bucket's one token and stays in flight.
-	slow := f.enqueue(client, "shutdown-slow", jobs.Notification{Recipient: "slow@example.com", Template: "slow"})
+	slow := f.enqueue(client, "shutdown-slow", message.Notification{Recipient: "slow@example.com", Template: "slow"})
 	waitFor(t, "the slow send to reach the webhook", func() bool { return len(f.hook.snapshot()) > 0 })
 	type sleeper struct{ id, recipient string }
 	var js []sleeper
 	for i := range sleepers {
 		r := fmt.Sprintf("j%d@example.com", i)
-		js = append(js, sleeper{f.enqueue(client, fmt.Sprintf("shutdown-j%d", i), jobs.Notification{Recipient: r, Template: "news"}), r})
+		js = append(js, sleeper{f.enqueue(client, fmt.Sprintf("shutdown-j%d", i), message.Notification{Recipient: r, Template: "news"}), r})
 	}
 	// Every sleeper reserved a token: the ledger holds the slow one's and theirs.
 	waitFor(t, "every job to reserve a token", func() bool { return len(f.ledger()) == 1+sleepers })
@@ -238,7 +238,7 @@ func TestShutdownReleaseKeepsProviderBucket(t *testing.T) {
 	client := asynq.NewClientFromRedisClient(f.rdb)
 	defer client.Close()
 	for i := range 1 + sleepers { // the first takes the burst token and is sent
-		f.enqueue(client, fmt.Sprintf("refund-%d", i), jobs.Notification{Recipient: fmt.Sprintf("u%d@example.com", i), Template: "news"})
+		f.enqueue(client, fmt.Sprintf("refund-%d", i), message.Notification{Recipient: fmt.Sprintf("u%d@example.com", i), Template: "news"})
 	}
 	waitFor(t, "the worker to reserve its tokens", func() bool { return len(f.ledger()) == 1+sleepers })
 

@@ -11,8 +11,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
-
-	"github.com/notify-throttle/throttler/jobs"
+	"github.com/notify-throttle/throttler/message"
 )
 
 // shiftedZone writes a time zone "Test/Shifted" of a fixed UTC offset into a
@@ -77,7 +76,7 @@ func TestQuietHoursThroughTheWorker(t *testing.T) {
 	client := asynq.NewClientFromRedisClient(f.rdb)
 	defer client.Close()
 	for i := range 6 {
-		f.enqueue(client, fmt.Sprint("q-", i), jobs.Notification{Recipient: fmt.Sprintf("r%d@example.com", i), Template: "news"})
+		f.enqueue(client, fmt.Sprint("q-", i), message.Notification{Recipient: fmt.Sprintf("r%d@example.com", i), Template: "news"})
 	}
 	// All six wait for the end of quiet hours, booked one slot (1 s) apart:
 	// asynq wakes them at six different seconds, not all at once.
@@ -129,10 +128,10 @@ func TestCalendarDayThroughTheWorker(t *testing.T) {
 	f.startWorker("w1")
 	client := asynq.NewClientFromRedisClient(f.rdb)
 	defer client.Close()
-	first := f.enqueue(client, "day-1", jobs.Notification{Recipient: "alice@example.com", Template: "news"})
+	first := f.enqueue(client, "day-1", message.Notification{Recipient: "alice@example.com", Template: "news"})
 	f.waitSettled(20*time.Second, func(q asynq.QueueInfo) bool { return q.Completed == 1 })
-	second := f.enqueue(client, "day-2", jobs.Notification{Recipient: "alice@example.com", Template: "news"})
-	other := f.enqueue(client, "day-bob", jobs.Notification{Recipient: "bob@example.com", Template: "news"})
+	second := f.enqueue(client, "day-2", message.Notification{Recipient: "alice@example.com", Template: "news"})
+	other := f.enqueue(client, "day-bob", message.Notification{Recipient: "bob@example.com", Template: "news"})
 	f.waitSettled(60*time.Second, func(q asynq.QueueInfo) bool { return q.Completed == 3 })
 	at := map[string]time.Time{}
 	for _, a := range f.hook.snapshot() {

@@ -10,6 +10,8 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/notify-throttle/throttler/message"
+	"github.com/notify-throttle/throttler/providers"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -20,7 +22,7 @@ type numbers struct {
 	sent []string
 }
 
-func (p *numbers) Send(_ context.Context, m Message) (string, error) {
+func (p *numbers) Send(_ context.Context, m providers.Message) (string, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.sent = append(p.sent, m.Recipient)
@@ -43,8 +45,8 @@ func TestAddresserRefusesBeforeSending(t *testing.T) {
 	b, _ := throttle.NewBucket("gw", 1000, 100)
 	p := &numbers{}
 	h := newHarnessWith(t, harnessConfig{quota: q, bucket: b, provider: p})
-	h.enqueue(t, "bad", Notification{Recipient: "5550100008"})
-	h.enqueue(t, "good", Notification{Recipient: "+14155550100"})
+	h.enqueue(t, "bad", message.Notification{Recipient: "5550100008"})
+	h.enqueue(t, "good", message.Notification{Recipient: "+14155550100"})
 	info := h.await(t, "bad", "archived", state(asynq.TaskStateArchived))
 	if want := "malformed notification: recipient: not an E.164 number (+ and 8 to 15 digits)"; !strings.HasPrefix(info.LastErr, want) {
 		t.Errorf("archived with %q, want %q", info.LastErr, want)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/notify-throttle/throttler/message"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -29,7 +30,7 @@ func TestHandlerBooksABacklog(t *testing.T) {
 	var ids []string
 	for i := range n {
 		id := fmt.Sprint("job", i)
-		h.enqueue(t, id, Notification{Recipient: fmt.Sprint("r", i), Policy: "mkt", Provider: "gw", Template: "x"})
+		h.enqueue(t, id, message.Notification{Recipient: fmt.Sprint("r", i), Policy: "mkt", Provider: "gw", Template: "x"})
 		ids = append(ids, id)
 	}
 	for _, id := range ids {
@@ -110,7 +111,7 @@ func TestBookingWorksAtAnyInlineWait(t *testing.T) {
 			for i := range each {
 				for r := range recipients {
 					id := fmt.Sprintf("r%d-%d", r, i)
-					h.enqueue(t, id, Notification{Recipient: fmt.Sprint("r", r)})
+					h.enqueue(t, id, message.Notification{Recipient: fmt.Sprint("r", r)})
 					ids = append(ids, id)
 				}
 			}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/notify-throttle/throttler/message"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -25,12 +26,16 @@ func TestSleepingJobLosesItsSlotToPriority(t *testing.T) {
 	}
 	q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 10, Per: time.Hour})
 	b, _ := throttle.NewBucket("gw", 10, 1) // a slot every 100 ms
-	th := &Throttle{Limiter: lim, Metrics: NewMetrics(prometheus.NewRegistry()), InlineWait: 2 * time.Second, Book: true,
-		Policies: map[string]*throttle.Quota{"mkt": q}, Providers: map[string]Route{"gw": {Bucket: b}},
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	th := &Throttle{
+		Limiter: lim,
+		Rules:   Rules{Policies: map[string]*throttle.Quota{"mkt": q}, Providers: map[string]Route{"gw": {Bucket: b}}},
+		Metrics: NewMetrics(prometheus.NewRegistry()),
+		Log:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Pacing:  Pacing{InlineWait: 2 * time.Second, Book: true},
+	}
 	ctx := context.Background()
 	route := func(id string) job {
-		j, err := th.route(ctx, id, Notification{Recipient: "r-" + id, Policy: "mkt", Provider: "gw", Template: "hi"})
+		j, err := th.route(ctx, id, message.Notification{Recipient: "r-" + id, Policy: "mkt", Provider: "gw", Template: "hi"})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -13,20 +13,20 @@ import (
 // worker's deferrals wake late, a slow one's early, and a slow worker's
 // leases look expired to the others, which redeliver its tasks mid-send
 // (TestWorkerClockSkew). So the worker measures its offset from Redis at
-// start-up and every ClockCheckInterval, exports it, and warns from
-// ClockWarnOffset on.
+// start-up and every clockCheckInterval, exports it, and warns from
+// clockWarnOffset on.
 
-// ClockWarnOffset is the clock offset from Redis at which WatchClock warns:
+// clockWarnOffset is the clock offset from Redis at which WatchClock warns:
 // asynq's retry times are whole seconds, so less than this changes nothing.
-const ClockWarnOffset = time.Second
+const clockWarnOffset = time.Second
 
-// ClockCheckInterval is how often WatchClock measures the offset.
-const ClockCheckInterval = time.Minute
+// clockCheckInterval is how often WatchClock measures the offset.
+const clockCheckInterval = time.Minute
 
-// ClockOffset returns how far this process's wall clock is ahead of Redis
+// clockOffset returns how far this process's wall clock is ahead of Redis
 // TIME (negative: behind), read at the middle of the round trip; the error
 // is at most half the round trip.
-func ClockOffset(ctx context.Context, rdb redis.UniversalClient) (time.Duration, error) {
+func clockOffset(ctx context.Context, rdb redis.UniversalClient) (time.Duration, error) {
 	before := time.Now()
 	redisNow, err := rdb.Time(ctx).Result()
 	if err != nil {
@@ -37,16 +37,16 @@ func ClockOffset(ctx context.Context, rdb redis.UniversalClient) (time.Duration,
 	return mid.Sub(redisNow), nil
 }
 
-// WatchClock measures the clock offset now and every ClockCheckInterval
+// WatchClock measures the clock offset now and every clockCheckInterval
 // until ctx ends, sets it on m.ClockOffset, and logs a warning when it
-// reaches ClockWarnOffset (and again when it moves by another
-// ClockWarnOffset), and a note when it is back within it. A failed
+// reaches clockWarnOffset (and again when it moves by another
+// clockWarnOffset), and a note when it is back within it. A failed
 // measurement (Redis unreachable) is skipped: the outage is logged
 // elsewhere.
 func WatchClock(ctx context.Context, rdb redis.UniversalClient, m *Metrics, log *slog.Logger) {
 	w := &clockWatch{rdb: rdb, m: m, log: log}
 	w.check(ctx)
-	tick := time.NewTicker(ClockCheckInterval)
+	tick := time.NewTicker(clockCheckInterval)
 	defer tick.Stop()
 	for {
 		select {
@@ -69,19 +69,19 @@ type clockWatch struct {
 // check measures the offset once, sets the gauge and logs what WatchClock
 // says it logs; it returns the offset and whether it measured one.
 func (w *clockWatch) check(ctx context.Context) (time.Duration, bool) {
-	off, err := ClockOffset(ctx, w.rdb)
+	off, err := clockOffset(ctx, w.rdb)
 	if err != nil {
 		return 0, false
 	}
 	w.m.ClockOffset.Set(off.Seconds())
 	switch {
-	case off.Abs() >= ClockWarnOffset && (w.warned == nil || (off-*w.warned).Abs() >= ClockWarnOffset):
+	case off.Abs() >= clockWarnOffset && (w.warned == nil || (off-*w.warned).Abs() >= clockWarnOffset):
 		w.warned = &off
 		w.log.Warn("this worker's clock is off Redis's: throttle decisions are not affected (they use Redis TIME), "+
 			"but asynq schedules on this clock: deferred jobs wake early or late by the offset, and a slow clock "+
 			"makes other workers take this one's running tasks for lost; synchronize the clock (NTP)",
 			"ahead_of_redis", off.Round(time.Millisecond))
-	case off.Abs() < ClockWarnOffset && w.warned != nil:
+	case off.Abs() < clockWarnOffset && w.warned != nil:
 		w.warned = nil
 		w.log.Info("this worker's clock is back within a second of Redis's", "ahead_of_redis", off.Round(time.Millisecond))
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/notify-throttle/throttler/message"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -55,7 +56,7 @@ func (t *Throttle) decided(ctx context.Context, j *job, d *throttle.Decision) er
 	t.shadowPolicy(j, d)
 	if d.Outcome == throttle.Done {
 		t.Metrics.inc(t.Metrics.Duplicates, j.n.Provider)
-		t.Log.Info("already sent: completing without sending again", "task", j.id, "recipient", Redact(j.n.Recipient))
+		t.Log.Info("already sent: completing without sending again", "task", j.id, "recipient", message.Redact(j.n.Recipient))
 		return errSentBefore
 	}
 	if end := t.ending(j, d); end != goesOn {

@@ -9,6 +9,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/notify-throttle/throttler/internal/timefmt"
+	"github.com/notify-throttle/throttler/providers"
 )
 
 // Deferral is what a handler returns for a job that may not go yet. asynq
@@ -53,8 +54,9 @@ func IsFailure(err error) bool {
 func RetryDelay(jitter time.Duration) asynq.RetryDelayFunc {
 	return func(n int, err error, t *asynq.Task) time.Duration {
 		var d *Deferral
-		if delay, ok := backoffDelay(err); ok {
-			return delay
+		var b *providers.Backoff
+		if errors.As(err, &b) && b.Delay > 0 {
+			return b.Delay
 		}
 		if !errors.As(err, &d) {
 			return asynq.DefaultRetryDelayFunc(n, err, t)
@@ -95,4 +97,13 @@ func shortDuration(d time.Duration) string {
 		d = d.Round(time.Millisecond)
 	}
 	return timefmt.Duration(d)
+}
+
+// outcome returns what to do after err from Send.
+func outcome(err error) (providers.Outcome, time.Duration) {
+	var se *providers.SendError
+	if errors.As(err, &se) {
+		return se.Outcome, se.RetryAfter
+	}
+	return providers.Retry, 0
 }

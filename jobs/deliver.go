@@ -10,6 +10,8 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/notify-throttle/throttler/message"
+	"github.com/notify-throttle/throttler/providers"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -27,7 +29,7 @@ func (t *Throttle) holds(ctx context.Context, j *job) error {
 		return nil
 	}
 	t.Log.Warn("not sending: the task may have been handed to another worker while this one was silent",
-		"task", j.id, "recipient", Redact(j.n.Recipient), "err", err)
+		"task", j.id, "recipient", message.Redact(j.n.Recipient), "err", err)
 	return &Deferral{Delay: handedOverDelay, Reason: "handed over: " + err.Error()}
 }
 
@@ -37,7 +39,7 @@ func (t *Throttle) deliver(ctx context.Context, j *job) error {
 	if err := t.onTime(ctx, j); err != nil {
 		return err
 	}
-	id, err := j.route.Provider.Send(ctx, Message{ID: j.id, Recipient: j.n.Recipient, Template: j.n.Template, Data: j.n.Data})
+	id, err := j.route.Provider.Send(ctx, providers.Message{ID: j.id, Recipient: j.n.Recipient, Template: j.n.Template, Data: j.n.Data})
 	if err == nil {
 		t.Metrics.inc(t.Metrics.Sent, j.n.Provider)
 		t.Metrics.inc(t.Metrics.TenantSent, j.n.Provider, t.tenantLabel(j.n.Tenant))
@@ -49,7 +51,7 @@ func (t *Throttle) deliver(ctx context.Context, j *job) error {
 	// The recipient received nothing: its quota goes back in every case.
 	t.release(j.recipientOnly())
 	o, after := outcome(err)
-	if o != Reject {
+	if o != providers.Reject {
 		// The provider's token was spent on this attempt (it took the
 		// request, or may have): a retry takes a token of its own, so that
 		// retries are paced like any other send rather than passing the
@@ -60,14 +62,14 @@ func (t *Throttle) deliver(ctx context.Context, j *job) error {
 		return err
 	}
 	switch o {
-	case Pause:
+	case providers.Pause:
 		t.Metrics.inc(t.Metrics.Paused, j.n.Provider)
 		if _, perr := t.Limiter.Pause(context.WithoutCancel(ctx), j.route.Bucket, j.n.Provider, after); perr != nil {
 			t.Log.Warn("pausing provider failed", "provider", j.n.Provider, "err", perr)
 		}
 		t.Log.Warn("provider asked to pause", "provider", j.n.Provider, "for", after, "task", j.id)
 		return t.deferTo(j, after, false, fmt.Sprintf("provider %s paused: %v; next try in %s", j.n.Provider, err, shortDuration(after)))
-	case Reject:
+	case providers.Reject:
 		t.Metrics.inc(t.Metrics.Archived, "rejected")
 		return t.logArchived(j.id, "rejected by the provider", fmt.Errorf("rejected: %v: %w", err, asynq.SkipRetry))
 	default:

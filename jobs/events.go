@@ -6,10 +6,12 @@ import (
 	"errors"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/hibiken/asynq"
 
 	"github.com/notify-throttle/throttler/lifecycle"
+	"github.com/notify-throttle/throttler/message"
 )
 
 // The events of the messages the throttle decides on (package lifecycle):
@@ -60,7 +62,7 @@ func (j *job) event(ty lifecycle.Type) lifecycle.Event {
 // task is of, as far as it decoded. The other outcomes were recorded where
 // they were logged; a deferral of the worker's own (Redis unreachable, a
 // task handed over, a shutdown) leaves the message as it was, and is none.
-func (t *Throttle) ended(ctx context.Context, id string, n Notification, err error) error {
+func (t *Throttle) ended(ctx context.Context, id string, n message.Notification, err error) error {
 	if err == nil || t.Events == nil {
 		return err
 	}
@@ -103,7 +105,15 @@ func lastTry(ctx context.Context) bool {
 // detail is err's text for an event, without asynq's SkipRetry and cut to
 // 300 bytes.
 func detail(err error) string {
-	return clipped(errors.New(strings.TrimSuffix(err.Error(), ": "+asynq.SkipRetry.Error())))
+	s := strings.TrimSuffix(err.Error(), ": "+asynq.SkipRetry.Error())
+	if len(s) <= 300 {
+		return s
+	}
+	i := 300
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + "…"
 }
 
 // sentBefore records again the sent event of a job an earlier run of its
@@ -122,25 +132,18 @@ func (t *Throttle) refolded(ctx context.Context, j *job) {
 	if t.Events == nil {
 		return
 	}
-	if d, ok, _, err := t.Digests.state(ctx, j.id, j.n); err == nil && ok {
+	if d, ok, _, err := t.Digests.State(ctx, j.id, j.n); err == nil && ok {
 		e := j.event(lifecycle.Folded)
-		e.Digest = d.taskID()
+		e.Digest = d.TaskID()
 		t.record(e)
 	}
 }
 
 // payloadOf returns what a task's payload says of its message, as far as
-// it decodes: the tenant and provider of a malformed notification's event.
-func payloadOf(task *asynq.Task) Notification {
-	var n Notification
+// it decodes: the tenant and provider of its event. A digest's payload
+// (digest.Ref) names them as a notification does.
+func payloadOf(task *asynq.Task) message.Notification {
+	var n message.Notification
 	_ = json.Unmarshal(task.Payload(), &n)
 	return n
-}
-
-// digestOfTask returns the tenant and provider of a digest task, as far as
-// its payload decodes.
-func digestOfTask(task *asynq.Task) Notification {
-	var d digestOf
-	_ = json.Unmarshal(task.Payload(), &d)
-	return Notification{Tenant: d.Tenant, Provider: d.Provider}
 }

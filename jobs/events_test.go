@@ -16,6 +16,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/notify-throttle/throttler/lifecycle"
+	"github.com/notify-throttle/throttler/message"
+	"github.com/notify-throttle/throttler/providers"
+	"github.com/notify-throttle/throttler/screen"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -33,11 +36,11 @@ type eventsWorker struct {
 // eventsConfig is what differs between the eventsWorkers of the tests.
 type eventsConfig struct {
 	book     bool
-	settings PolicySettings        // of policy mkt
-	options  lifecycle.Options     // of the recorder
-	answer   func(m Message) error // what gw answers; nil: it accepts
-	rdb      *redis.Client         // nil: a database of its own
-	noEvents bool                  // the throttle records none
+	settings PolicySettings                  // of policy mkt
+	options  lifecycle.Options               // of the recorder
+	answer   func(m providers.Message) error // what gw answers; nil: it accepts
+	rdb      *redis.Client                   // nil: a database of its own
+	noEvents bool                            // the throttle records none
 }
 
 func newEventsWorker(t *testing.T, c eventsConfig) *eventsWorker {
@@ -53,7 +56,7 @@ func newEventsWorker(t *testing.T, c eventsConfig) *eventsWorker {
 	}
 	q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 1, Per: time.Hour})
 	b, _ := throttle.NewBucket("gw", 1000, 100)
-	provider := newScopedFake(func(m Message) error {
+	provider := newScopedFake(func(m providers.Message) error {
 		if answer == nil {
 			return nil
 		}
@@ -61,9 +64,15 @@ func newEventsWorker(t *testing.T, c eventsConfig) *eventsWorker {
 	})
 	w := &eventsWorker{rdb: rdb, client: asynq.NewClientFromRedisClient(rdb), insp: asynq.NewInspectorFromRedisClient(rdb),
 		rec: lifecycle.NewRecorder(rdb, c.options)}
-	w.th = &Throttle{Limiter: lim, Policies: map[string]*throttle.Quota{"mkt": q}, Settings: map[string]PolicySettings{"mkt": c.settings},
-		Providers: map[string]Route{"gw": {Bucket: b, Provider: provider}}, Book: c.book, Sent: NewSentMarks(lim),
-		Screen: NewScreen(rdb, ""), Events: w.rec, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	w.th = &Throttle{
+		Limiter: lim,
+		Rules:   Rules{Policies: map[string]*throttle.Quota{"mkt": q}, Settings: map[string]PolicySettings{"mkt": c.settings}, Providers: map[string]Route{"gw": {Bucket: b, Provider: provider}}},
+		Sent:    NewSentMarks(lim),
+		Screen:  screen.New(rdb, ""),
+		Events:  w.rec,
+		Log:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Pacing:  Pacing{Book: c.book},
+	}
 	if c.noEvents {
 		w.th.Events = nil
 	}
@@ -77,7 +86,7 @@ func newEventsWorker(t *testing.T, c eventsConfig) *eventsWorker {
 // task ID id, kept an hour once done.
 func (w *eventsWorker) enqueue(t *testing.T, id, recipient string, opts ...asynq.Option) {
 	t.Helper()
-	task, err := NewTask(Notification{Recipient: recipient, Policy: "mkt", Provider: "gw", Template: "t", Tenant: "billing"}, id,
+	task, err := message.NewTask(message.Notification{Recipient: recipient, Policy: "mkt", Provider: "gw", Template: "t", Tenant: "billing"}, id,
 		append([]asynq.Option{asynq.Retention(time.Hour)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
@@ -108,14 +117,14 @@ func (w *eventsWorker) history(t *testing.T, id string, n int) []lifecycle.Event
 // Redis's clock.
 func TestEventsOfEachOutcome(t *testing.T) {
 	t.Parallel()
-	providerSays := func(m Message) error {
+	providerSays := func(m providers.Message) error {
 		switch m.Recipient {
 		case "rejected":
-			return sendErrorf(Reject, 0, "400 Bad Request: no such number")
+			return sendErrorf(providers.Reject, 0, "400 Bad Request: no such number")
 		case "dead":
-			return &SendError{Outcome: Dead, Err: errString("404 UNREGISTERED")}
+			return &providers.SendError{Outcome: providers.Dead, Err: errString("404 UNREGISTERED")}
 		case "paused":
-			return sendErrorf(Pause, 30*time.Second, "429 Too Many Requests")
+			return sendErrorf(providers.Pause, 30*time.Second, "429 Too Many Requests")
 		case "failing":
 			return errors.New("503 Service Unavailable")
 		}
@@ -172,7 +181,7 @@ func TestEventsOfEachOutcome(t *testing.T) {
 				w.enqueue(t, id, r)
 				w.history(t, id, 1)
 			}
-			task, err := NewTask(Notification{Recipient: tt.to, Policy: "mkt", Provider: "gw", Template: "t", Tenant: "billing", SendBy: tt.sendBy}, "m",
+			task, err := message.NewTask(message.Notification{Recipient: tt.to, Policy: "mkt", Provider: "gw", Template: "t", Tenant: "billing", SendBy: tt.sendBy}, "m",
 				tt.opts...)
 			if err != nil {
 				t.Fatal(err)
@@ -207,7 +216,7 @@ func want(t *testing.T, e lifecycle.Event, ty lifecycle.Type, ok bool) {
 func TestMalformedIsArchivedWithItsTenant(t *testing.T) {
 	t.Parallel()
 	w := newEventsWorker(t, eventsConfig{})
-	task, err := NewTask(Notification{Recipient: "a", Policy: "nope", Provider: "gw", Template: "t", Tenant: "billing"}, "m")
+	task, err := message.NewTask(message.Notification{Recipient: "a", Policy: "nope", Provider: "gw", Template: "t", Tenant: "billing"}, "m")
 	if err != nil {
 		t.Fatal(err)
 	}

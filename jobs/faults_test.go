@@ -19,6 +19,7 @@ import (
 
 	"github.com/notify-throttle/throttler/internal/redisguard"
 	"github.com/notify-throttle/throttler/internal/redistest"
+	"github.com/notify-throttle/throttler/message"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -39,7 +40,7 @@ func (h *harness) produce(t *testing.T, n, k int, gap time.Duration) []string {
 	var ids []string
 	for i := range n {
 		id := fmt.Sprintf("job-%03d", i)
-		task, err := NewTask(Notification{Recipient: fmt.Sprintf("r%d", i%k), Policy: "mkt", Provider: "gw", Template: "t"},
+		task, err := message.NewTask(message.Notification{Recipient: fmt.Sprintf("r%d", i%k), Policy: "mkt", Provider: "gw", Template: "t"},
 			id, asynq.Retention(time.Hour))
 		if err != nil {
 			t.Error(err) // not Fatal: produce may run on its own goroutine

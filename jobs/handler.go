@@ -1,3 +1,7 @@
+// Package jobs is the worker's asynq handler (Throttle): it admits each
+// notification and digest through the throttle, sends what may go through
+// its provider and settles the outcome. docs/design.md (The worker) tells
+// how; the payload is package message, the providers package providers.
 package jobs
 
 import (
@@ -12,13 +16,17 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/notify-throttle/throttler/digest"
+	"github.com/notify-throttle/throttler/message"
+	"github.com/notify-throttle/throttler/providers"
+	"github.com/notify-throttle/throttler/screen"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
 // Route is a provider as the throttle needs it: its bucket and its sender.
 type Route struct {
 	Bucket   *throttle.Bucket
-	Provider Provider
+	Provider providers.Provider
 	// Shadow puts the bucket in shadow mode: it is not taken, and what it
 	// would have done is logged and counted (Metrics.Shadow).
 	Shadow bool
@@ -33,15 +41,64 @@ type Route struct {
 // redelivery of it completes without sending. Its fields are set once,
 // before use.
 type Throttle struct {
-	Limiter   *throttle.Limiter
+	Limiter *throttle.Limiter
+	// Rules are the rules jobs are routed by until Swap replaces them.
+	Rules
+	Pacing
+	// Fleet, if set (and running), is this worker's part in the fleet
+	// (package fleet): it wakes jobs deferred to a moment at that moment,
+	// at the head of their queue; it says whether jobs wait in the queues
+	// unseen (a job that books then takes its place rather than a slot it
+	// would sleep for); and before each send it says whether this worker
+	// still holds the task (one taken for dead after a long silence has
+	// had its tasks handed to another worker, which sends them). Nil:
+	// asynq wakes a booked job, to the second, wakeEarly before its moment;
+	// no backlog is seen; every task is sent.
+	Fleet Fleet
+	// OnBooked, if set, is called with every booking a job makes (the demo
+	// prints them); the log has a line per booking (jobs/outcome.go).
+	OnBooked func(message.Notification, throttle.Decision)
+	// Stopping is closed when the worker starts to shut down: jobs still
+	// waiting for their moment give their admission back and are deferred.
+	Stopping <-chan struct{}
+	// Sent holds the sent markers (NewSentMarks on Limiter). Nil turns them
+	// off, and with them the protection against sending a redelivered job
+	// twice; ProcessTask warns about it.
+	Sent *SentMarks
+	// Digests folds the messages of digest policies (PolicySettings.Digest)
+	// over their cap. Nil defers them.
+	Digests *digest.Store
+	// Screen keeps scoped pauses and suppressed addresses for the providers
+	// that are providers.Scopers (see settle.go). Nil: a scoped pause defers
+	// only the job that met it, and nothing is suppressed.
+	Screen *screen.Screen
+	// Events, if set, records each message's outcomes as its events
+	// (events.go), each just after it is decided. Nil records none.
+	Events  Events
+	Metrics *Metrics
+	Log     *slog.Logger
+
+	defaults sync.Once
+	swapped  atomic.Pointer[Rules] // set by Swap
+	zones    zones
+}
+
+// Rules are what a Throttle routes notifications by, replaced all at once
+// by Swap.
+type Rules struct {
 	Policies  map[string]*throttle.Quota
 	Providers map[string]Route
 	// Settings are, by policy, what the policy says beyond its windows; a
 	// policy without an entry defers with no max delay.
 	Settings map[string]PolicySettings
 	// Weights are tenants' weights (throttle.Request.Weight) by tenant
-	// (Notification.Tenant); a tenant without an entry weighs 1.
+	// (message.Notification.Tenant); a tenant without an entry weighs 1.
 	Weights map[string]int
+}
+
+// Pacing is how a Throttle lets what may go leave: waits slept inline,
+// late sends, bookings and the queues that skip the lines.
+type Pacing struct {
 	// InlineWait is the longest wait slept in the worker rather than
 	// deferred. Zero defers every wait. A booked job is woken before its
 	// moment (see Fleet) whatever InlineWait says, and claims it then.
@@ -63,53 +120,9 @@ type Throttle struct {
 	// in its tenant's line, and books when it comes back at that place.
 	// Zero books as far ahead as needed.
 	BookAhead time.Duration
-	// Fleet, if set (and running), is this worker's part in the fleet
-	// (package fleet): it wakes jobs deferred to a moment at that moment,
-	// at the head of their queue; it says whether jobs wait in the queues
-	// unseen (a job that books then takes its place rather than a slot it
-	// would sleep for); and before each send it says whether this worker
-	// still holds the task (one taken for dead after a long silence has
-	// had its tasks handed to another worker, which sends them). Nil:
-	// asynq wakes a booked job, to the second, wakeEarly before its moment;
-	// no backlog is seen; every task is sent.
-	Fleet Fleet
 	// PriorityQueues names the queues whose jobs skip the providers' lines
 	// and may take their reserve (throttle.Bucket.WithReserve).
 	PriorityQueues map[string]bool
-	// OnBooked, if set, is called with every booking a job makes (the demo
-	// prints them); the log has a line per booking (jobs/outcome.go).
-	OnBooked func(Notification, throttle.Decision)
-	// Stopping is closed when the worker starts to shut down: jobs still
-	// waiting for their moment give their admission back and are deferred.
-	Stopping <-chan struct{}
-	// Sent holds the sent markers (NewSentMarks on Limiter). Nil turns them off, and with them the protection against
-	// sending a redelivered job twice; ProcessTask warns about it.
-	Sent *SentMarks
-	// Digests folds the messages of digest policies (PolicySettings.Digest)
-	// over their cap. Nil defers them.
-	Digests *Digests
-	// Screen keeps scoped pauses and suppressed addresses for the providers
-	// that are Scopers (see settle.go). Nil: a scoped pause defers only the
-	// job that met it, and nothing is suppressed.
-	Screen *Screen
-	// Events, if set, records each message's outcomes as its events
-	// (events.go), each just after it is decided. Nil records none.
-	Events  Events
-	Metrics *Metrics
-	Log     *slog.Logger
-
-	defaults sync.Once
-	swapped  atomic.Pointer[Rules] // set by Swap
-	zones    zones
-}
-
-// Rules are what a Throttle routes notifications by: Throttle's fields of
-// the same names at first, all of them replaced at once by Swap.
-type Rules struct {
-	Policies  map[string]*throttle.Quota
-	Providers map[string]Route
-	Settings  map[string]PolicySettings
-	Weights   map[string]int
 }
 
 // Swap makes r the rules of every job routed from now on (a config
@@ -121,7 +134,7 @@ func (t *Throttle) rules() *Rules {
 	if r := t.swapped.Load(); r != nil {
 		return r
 	}
-	return &Rules{Policies: t.Policies, Providers: t.Providers, Settings: t.Settings, Weights: t.Weights}
+	return &t.Rules
 }
 
 // PolicySettings are what a policy says beyond its windows (see
@@ -148,7 +161,7 @@ type PolicySettings struct {
 	CountsToward []*throttle.Quota
 	// Calendars are the policy's calendar windows and Quiet its quiet hours
 	// (nil: none), in the recipient's time zone: the notification's
-	// (Notification.TZ), else Zone (nil: UTC). A message in quiet hours is
+	// (message.Notification.TZ), else Zone (nil: UTC). A message in quiet hours is
 	// held until they end, never dropped.
 	Calendars []*throttle.Calendar
 	Quiet     *throttle.QuietHours
@@ -179,11 +192,11 @@ type Fleet interface {
 const handedOverDelay = time.Minute
 
 // ProcessTask runs a task of the throttle's own types: a notification
-// (TypeNotify), which it decodes, admits, sends through its provider and
-// settles, or a digest (TypeDigest, see Digests). Register it for both:
+// (message.TaskType), which it decodes, admits, sends through its provider
+// and settles, or a digest (digest.TaskType). Register it for both:
 //
-//	mux.Handle(jobs.TypeNotify, th)
-//	mux.Handle(jobs.TypeDigest, th)
+//	mux.Handle(message.TaskType, th)
+//	mux.Handle(digest.TaskType, th)
 //
 // A task of another type is archived. A nil Metrics or Log is replaced by a
 // private registry and slog.Default before the first task runs. Safe for
@@ -195,12 +208,12 @@ func (t *Throttle) ProcessTask(ctx context.Context, task *asynq.Task) error {
 		return errors.New("jobs: no task ID in the context: Throttle runs inside an asynq server")
 	}
 	switch task.Type() {
-	case TypeNotify:
+	case message.TaskType:
 		return t.notify(ctx, id, task)
-	case TypeDigest:
-		return t.ended(ctx, id, digestOfTask(task), t.sendDigest(ctx, id, task))
+	case digest.TaskType:
+		return t.ended(ctx, id, payloadOf(task), t.sendDigest(ctx, id, task))
 	}
-	return t.logArchived(id, "unknown task type", fmt.Errorf("jobs: Throttle runs %s and %s tasks, not %q: %w", TypeNotify, TypeDigest, task.Type(), asynq.SkipRetry))
+	return t.logArchived(id, "unknown task type", fmt.Errorf("jobs: Throttle runs %s and %s tasks, not %q: %w", message.TaskType, digest.TaskType, task.Type(), asynq.SkipRetry))
 }
 
 // notify runs a notification task: decode, route, admit, send, settle.
@@ -217,8 +230,8 @@ func (t *Throttle) notify(ctx context.Context, id string, task *asynq.Task) erro
 // run runs a routed notification: admit, send, settle.
 func (t *Throttle) run(ctx context.Context, j *job) error {
 	t.shadowBucket(ctx, j)
-	digest := j.policy.Digest && t.Digests != nil
-	if digest {
+	digests := j.policy.Digest && t.Digests != nil
+	if digests {
 		if err := t.foldedBefore(ctx, j); err != nil {
 			if errors.Is(err, errFolded) {
 				t.refolded(ctx, j)
@@ -238,9 +251,9 @@ func (t *Throttle) run(ctx context.Context, j *job) error {
 	if err := t.screen(ctx, j); err != nil {
 		return err
 	}
-	if digest && !j.tried {
+	if digests && !j.tried {
 		// From here the provider may take it: never fold it after.
-		if err := t.Digests.attempt(ctx, j.id); err != nil {
+		if err := t.Digests.Attempt(ctx, j.id); err != nil {
 			t.release(j.request())
 			return &Deferral{Delay: 5 * time.Second, Reason: "digest unavailable: " + err.Error()}
 		}
@@ -256,7 +269,7 @@ func (t *Throttle) run(ctx context.Context, j *job) error {
 // that copy, made once per task inside the admission, cost about 6 µs of
 // CPU per task (BenchmarkThroughputVsPlain's profile: runtime.newstack).
 func (t *Throttle) load(ctx context.Context, id string, task *asynq.Task) (*job, error) {
-	n, err := Decode(task.Payload())
+	n, err := message.Decode(task.Payload())
 	if err != nil {
 		return nil, err
 	}

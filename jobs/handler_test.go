@@ -19,8 +19,12 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/notify-throttle/throttler/digest"
 	"github.com/notify-throttle/throttler/fleet"
 	"github.com/notify-throttle/throttler/internal/redistest"
+	"github.com/notify-throttle/throttler/message"
+	"github.com/notify-throttle/throttler/providers"
+	"github.com/notify-throttle/throttler/screen"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -34,11 +38,11 @@ type harness struct {
 	th     *Throttle
 
 	mu       sync.Mutex
-	sent     map[string]time.Time // task ID -> when the provider last got it
-	sends    map[string]int       // task ID -> how many times the provider got it
-	returned map[string]time.Time // task ID -> when its handler first returned
-	runs     map[string]int       // task ID -> how many times its handler ran
-	fail     func(Message) error  // what the provider answers, nil: accept
+	sent     map[string]time.Time          // task ID -> when the provider last got it
+	sends    map[string]int                // task ID -> how many times the provider got it
+	returned map[string]time.Time          // task ID -> when its handler first returned
+	runs     map[string]int                // task ID -> how many times its handler ran
+	fail     func(providers.Message) error // what the provider answers, nil: accept
 }
 
 // harnessConfig says what newHarnessWith builds; the zero value of each
@@ -53,7 +57,7 @@ type harnessConfig struct {
 	// noMarks runs without sent markers.
 	noMarks bool
 	// provider, if set, delivers instead of the recording provider.
-	provider Provider
+	provider providers.Provider
 	// latency is how long the recording provider takes to answer.
 	latency time.Duration
 	// retryDelay, if set, replaces RetryDelay(0) as asynq's RetryDelayFunc.
@@ -107,7 +111,7 @@ func newHarnessWith(t *testing.T, c harnessConfig) *harness {
 		client: asynq.NewClientFromRedisClient(rdb), insp: asynq.NewInspectorFromRedisClient(rdb)}
 	provider := c.provider
 	if provider == nil {
-		provider = ProviderFunc(func(ctx context.Context, m Message) (string, error) {
+		provider = providers.Func(func(ctx context.Context, m providers.Message) (string, error) {
 			time.Sleep(c.latency)
 			h.mu.Lock()
 			defer h.mu.Unlock()
@@ -130,15 +134,11 @@ func newHarnessWith(t *testing.T, c harnessConfig) *harness {
 		t.Fatal(err)
 	}
 	h.th = &Throttle{
-		Limiter:    workerLim,
-		Policies:   map[string]*throttle.Quota{"mkt": c.quota},
-		Providers:  map[string]Route{"gw": {Bucket: c.bucket, Provider: provider, Shadow: c.shadowBucket}},
-		Settings:   map[string]PolicySettings{"mkt": c.settings},
-		InlineWait: c.inlineWait,
-		LateAfter:  c.lateAfter,
-		Book:       c.book,
-		Fleet:      c.fleet,
-		Log:        slog.New(slog.NewTextHandler(cmp.Or[io.Writer](c.log, io.Discard), nil)),
+		Limiter: workerLim,
+		Rules:   Rules{Policies: map[string]*throttle.Quota{"mkt": c.quota}, Providers: map[string]Route{"gw": {Bucket: c.bucket, Provider: provider, Shadow: c.shadowBucket}}, Settings: map[string]PolicySettings{"mkt": c.settings}},
+		Fleet:   c.fleet,
+		Log:     slog.New(slog.NewTextHandler(cmp.Or[io.Writer](c.log, io.Discard), nil)),
+		Pacing:  Pacing{InlineWait: c.inlineWait, LateAfter: c.lateAfter, Book: c.book},
 	}
 	if !c.noMarks {
 		h.th.Sent = NewSentMarks(workerLim)
@@ -152,10 +152,10 @@ func newHarnessWith(t *testing.T, c harnessConfig) *harness {
 		h.th.Fleet = m
 	}
 	if c.screen {
-		h.th.Screen = NewScreen(workerRDB, "")
+		h.th.Screen = screen.New(workerRDB, "")
 	}
 	if c.digests {
-		h.th.Digests = NewDigests(workerRDB, "", asynq.NewClientFromRedisClient(workerRDB))
+		h.th.Digests = digest.New(workerRDB, "", asynq.NewClientFromRedisClient(workerRDB))
 	}
 	for name, q := range c.moreQuotas {
 		h.th.Policies[name], h.th.Settings[name] = q, c.more[name]
@@ -243,20 +243,20 @@ func startWorker(t *testing.T, rdb redis.UniversalClient, th *Throttle, cfg asyn
 	srv := asynq.NewServerFromRedisClient(rdb, cfg)
 	mux := asynq.NewServeMux()
 	mux.Use(outer...)
-	mux.Handle(TypeNotify, th)
-	mux.Handle(TypeDigest, th)
+	mux.Handle(message.TaskType, th)
+	mux.Handle(digest.TaskType, th)
 	if err := srv.Start(mux); err != nil {
 		t.Fatal(err)
 	}
 	return srv
 }
 
-func (h *harness) enqueue(t *testing.T, id string, n Notification) {
+func (h *harness) enqueue(t *testing.T, id string, n message.Notification) {
 	t.Helper()
 	if n.Policy == "" {
 		n.Policy, n.Provider, n.Template = "mkt", "gw", "welcome"
 	}
-	task, err := NewTask(n, id, asynq.Retention(time.Hour))
+	task, err := message.NewTask(n, id, asynq.Retention(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -313,12 +313,12 @@ func TestHandlerSendsAndDefersWithoutUsingRetries(t *testing.T) {
 	q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 1, Per: time.Hour})
 	b, _ := throttle.NewBucket("gw", 1000, 100)
 	h := newHarness(t, q, b, 0)
-	h.enqueue(t, "first", Notification{Recipient: "alice"})
+	h.enqueue(t, "first", message.Notification{Recipient: "alice"})
 	h.await(t, "first", "completed", state(asynq.TaskStateCompleted))
 	if !h.wasSent("first") {
 		t.Fatal("first completed but the provider never got it")
 	}
-	h.enqueue(t, "second", Notification{Recipient: "alice"})
+	h.enqueue(t, "second", message.Notification{Recipient: "alice"})
 	info := h.await(t, "second", "deferred", state(asynq.TaskStateRetry))
 	if info.Retried != 0 {
 		t.Errorf("a deferral used up %d retries", info.Retried)
@@ -346,7 +346,7 @@ func TestHandlerLogsTheProvidersID(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := newHarnessWith(t, harnessConfig{quota: q, bucket: b, log: log})
-	h.enqueue(t, "first", Notification{Recipient: "alice@example.com"})
+	h.enqueue(t, "first", message.Notification{Recipient: "alice@example.com"})
 	h.await(t, "first", "completed", state(asynq.TaskStateCompleted))
 	got, _ := os.ReadFile(log.Name())
 	want := regexp.MustCompile(`level=INFO msg=sent task=first recipient=a\*\*\*@example.com .* provider_id=p-first\n`)
@@ -361,12 +361,12 @@ func TestHandlerArchivesWhatCanNeverGo(t *testing.T) {
 	b, _ := throttle.NewBucket("gw", 1000, 100)
 	h := newHarness(t, q, b, 0)
 	past := time.Now().Add(-time.Minute)
-	h.enqueue(t, "unknown-policy", Notification{Recipient: "a", Policy: "nope", Provider: "gw", Template: "x"})
-	h.enqueue(t, "expired", Notification{Recipient: "b", SendBy: &past})
-	h.enqueue(t, "blocker", Notification{Recipient: "c"})
+	h.enqueue(t, "unknown-policy", message.Notification{Recipient: "a", Policy: "nope", Provider: "gw", Template: "x"})
+	h.enqueue(t, "expired", message.Notification{Recipient: "b", SendBy: &past})
+	h.enqueue(t, "blocker", message.Notification{Recipient: "c"})
 	h.await(t, "blocker", "completed", state(asynq.TaskStateCompleted))
 	soon := time.Now().Add(10 * time.Minute) // c's quota frees in an hour: too late
-	h.enqueue(t, "too-late", Notification{Recipient: "c", SendBy: &soon})
+	h.enqueue(t, "too-late", message.Notification{Recipient: "c", SendBy: &soon})
 
 	for id, reason := range map[string]string{
 		"unknown-policy": `malformed notification: policy "nope" is not defined`,
@@ -391,17 +391,17 @@ func TestHandlerGivesTheQuotaBackWhenTheSendFails(t *testing.T) {
 	q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 1, Per: time.Hour})
 	b, _ := throttle.NewBucket("gw", 1000, 100)
 	h := newHarness(t, q, b, 0)
-	h.fail = func(m Message) error {
+	h.fail = func(m providers.Message) error {
 		switch m.Recipient {
 		case "rejected":
-			return sendErrorf(Reject, 0, "400 Bad Request: no such number")
+			return sendErrorf(providers.Reject, 0, "400 Bad Request: no such number")
 		case "flaky":
 			return errors.New("503 Service Unavailable")
 		}
 		return nil
 	}
-	h.enqueue(t, "r", Notification{Recipient: "rejected"})
-	h.enqueue(t, "f", Notification{Recipient: "flaky"})
+	h.enqueue(t, "r", message.Notification{Recipient: "rejected"})
+	h.enqueue(t, "f", message.Notification{Recipient: "flaky"})
 	if info := h.await(t, "r", "archived", state(asynq.TaskStateArchived)); !strings.Contains(info.LastErr, "no such number") {
 		t.Errorf("rejected message archived with %q", info.LastErr)
 	}
@@ -431,7 +431,7 @@ func TestHandlerSendsNothingHandedOver(t *testing.T) {
 	q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 1, Per: time.Hour})
 	b, _ := throttle.NewBucket("gw", 1000, 100)
 	h := newHarnessWith(t, harnessConfig{quota: q, bucket: b, fleet: handedOver{}})
-	h.enqueue(t, "x", Notification{Recipient: "alice"})
+	h.enqueue(t, "x", message.Notification{Recipient: "alice"})
 	info := h.await(t, "x", "deferred", state(asynq.TaskStateRetry))
 	if h.wasSent("x") {
 		t.Error("sent a job handed over to another worker")
@@ -457,14 +457,14 @@ func TestHandlerRetryTakesAProviderTokenOfItsOwn(t *testing.T) {
 	b, _ := throttle.NewBucket("gw", 1.0/3600, 1)
 	h := newHarnessWith(t, harnessConfig{quota: q, bucket: b, retryDelay: quickBackoff})
 	failed := false
-	h.fail = func(m Message) error { // called with h.mu held
+	h.fail = func(m providers.Message) error { // called with h.mu held
 		if !failed {
 			failed = true
 			return errors.New("503 Service Unavailable")
 		}
 		return nil
 	}
-	h.enqueue(t, "f", Notification{Recipient: "a"})
+	h.enqueue(t, "f", message.Notification{Recipient: "a"})
 	info := h.await(t, "f", "throttled by the provider", func(i *asynq.TaskInfo) bool {
 		return i.State == asynq.TaskStateRetry && strings.HasPrefix(i.LastErr, "throttled by provider gw")
 	})
@@ -481,13 +481,13 @@ func TestHandlerPausesTheProviderOn429(t *testing.T) {
 	q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 5, Per: time.Hour})
 	b, _ := throttle.NewBucket("gw", 100, 10)
 	h := newHarness(t, q, b, 0)
-	h.fail = func(m Message) error {
+	h.fail = func(m providers.Message) error {
 		if m.ID == "hit" {
-			return sendErrorf(Pause, 30*time.Second, "429 Too Many Requests")
+			return sendErrorf(providers.Pause, 30*time.Second, "429 Too Many Requests")
 		}
 		return nil
 	}
-	h.enqueue(t, "hit", Notification{Recipient: "a"})
+	h.enqueue(t, "hit", message.Notification{Recipient: "a"})
 	info := h.await(t, "hit", "deferred", state(asynq.TaskStateRetry))
 	if info.Retried != 0 || !strings.HasPrefix(info.LastErr, "provider gw paused") {
 		t.Errorf("429: %+v", info)
@@ -506,7 +506,7 @@ func TestHandlerPacesShortProviderWaitsInline(t *testing.T) {
 	h := newHarness(t, q, b, time.Second)
 	ids := []string{"p1", "p2", "p3", "p4"}
 	for _, id := range ids {
-		h.enqueue(t, id, Notification{Recipient: id})
+		h.enqueue(t, id, message.Notification{Recipient: id})
 	}
 	var at []time.Time
 	for _, id := range ids {

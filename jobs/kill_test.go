@@ -23,6 +23,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/notify-throttle/throttler/internal/redistest"
+	"github.com/notify-throttle/throttler/message"
+	"github.com/notify-throttle/throttler/providers"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -81,7 +83,7 @@ func TestKillMeasure(t *testing.T) {
 			defer endpoint.Close()
 			client := asynq.NewClientFromRedisClient(rdb)
 			for i := range jobs {
-				task, err := NewTask(Notification{Recipient: fmt.Sprintf("r%d", i), Policy: "mkt", Provider: "gw", Template: "t"},
+				task, err := message.NewTask(message.Notification{Recipient: fmt.Sprintf("r%d", i), Policy: "mkt", Provider: "gw", Template: "t"},
 					fmt.Sprintf("job-%04d", i), asynq.Retention(time.Hour))
 				if err != nil {
 					t.Fatal(err)
@@ -151,10 +153,14 @@ func TestKillChild(t *testing.T) {
 	q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 10, Per: time.Hour})
 	b, _ := throttle.NewBucket("gw", 500, 20)
 	stopping := make(chan struct{})
-	th := &Throttle{Limiter: lim, Policies: map[string]*throttle.Quota{"mkt": q},
-		Providers: map[string]Route{"gw": {Bucket: b,
-			Provider: NewWebhookProvider("gw", os.Getenv("KILL_CHILD_URL"), 5*time.Second, nil, nil)}},
-		InlineWait: time.Second, Stopping: stopping, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	th := &Throttle{
+		Limiter: lim,
+		Rules: Rules{Policies: map[string]*throttle.Quota{"mkt": q}, Providers: map[string]Route{"gw": {Bucket: b,
+			Provider: providers.NewWebhook("gw", os.Getenv("KILL_CHILD_URL"), 5*time.Second, nil, nil)}}},
+		Stopping: stopping,
+		Log:      slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Pacing:   Pacing{InlineWait: time.Second},
+	}
 	if os.Getenv("KILL_CHILD_MARKS") == "true" {
 		th.Sent = NewSentMarks(lim)
 	}

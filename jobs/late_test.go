@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/notify-throttle/throttler/internal/keyspace"
+	"github.com/notify-throttle/throttler/message"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -28,11 +29,15 @@ func lateHarness(t *testing.T) (*Throttle, *redis.Client, func(id string) *job) 
 	}
 	q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 1, Per: 2 * time.Second})
 	b, _ := throttle.NewBucket("gw", 100, 10)
-	th := &Throttle{Limiter: lim, Metrics: NewMetrics(prometheus.NewRegistry()), Book: true, LateAfter: 100 * time.Millisecond,
-		Policies: map[string]*throttle.Quota{"mkt": q}, Providers: map[string]Route{"gw": {Bucket: b}},
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	th := &Throttle{
+		Limiter: lim,
+		Rules:   Rules{Policies: map[string]*throttle.Quota{"mkt": q}, Providers: map[string]Route{"gw": {Bucket: b}}},
+		Metrics: NewMetrics(prometheus.NewRegistry()),
+		Log:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Pacing:  Pacing{Book: true, LateAfter: 100 * time.Millisecond},
+	}
 	route := func(id string) *job {
-		j, err := th.route(context.Background(), id, Notification{Recipient: "bob", Policy: "mkt", Provider: "gw", Template: "hi"})
+		j, err := th.route(context.Background(), id, message.Notification{Recipient: "bob", Policy: "mkt", Provider: "gw", Template: "hi"})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/notify-throttle/throttler/message"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -41,7 +42,7 @@ func yyyymmdd(t time.Time) int {
 
 // takes returns the takes of the policy's calendar windows and quiet hours
 // for recipient in zone ("": the policy's). An unknown zone is a bad
-// payload (Decode checks it; a worker whose time zone data lacks a zone
+// payload (message.Decode checks it; a worker whose time zone data lacks a zone
 // the producer's had still archives rather than guesses).
 func (z *zones) takes(p PolicySettings, policy, zone, recipient string, now time.Time) ([]throttle.Take, error) {
 	if len(p.Calendars) == 0 && p.Quiet == nil {
@@ -55,7 +56,7 @@ func (z *zones) takes(p PolicySettings, policy, zone, recipient string, now time
 		loc := p.Zone
 		if zone != "" {
 			var err error
-			if loc, err = LoadZone(zone); err != nil {
+			if loc, err = message.LoadZone(zone); err != nil {
 				return nil, err
 			}
 		}

@@ -22,7 +22,7 @@ type Metrics struct {
 	Failed     *prometheus.CounterVec // by provider
 	Paused     *prometheus.CounterVec // by provider
 	// Broken counts sends whose provider answered that its credentials or
-	// account are broken (Outcome Broken), by provider: alert on it.
+	// account are broken (providers.Broken), by provider: alert on it.
 	Broken *prometheus.CounterVec
 	// Held counts scoped pauses (a device, a number pair, a sender) set, by
 	// provider and scope kind.

@@ -5,27 +5,18 @@ import (
 	"time"
 
 	"github.com/notify-throttle/throttler/lifecycle"
+	"github.com/notify-throttle/throttler/message"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
 // Each task's outcome is one log line with its task ID, written here: at
 // INFO for what the rules chose (sent, booked, deferred, dropped, expired,
 // folded), at WARN for what went wrong (archived: malformed, rejected by
-// the provider). The recipient is redacted (Redact); moments are Redis's,
-// in UTC. The error a logged outcome returns is marked (Logged), so that
-// the worker's asynq error handler does not log it again. Each outcome is
-// also the message's event (events.go), of the same name.
-
-// Outcome messages: the msg of each outcome's line, the type of its event.
-const (
-	OutcomeSent     = string(lifecycle.Sent)
-	OutcomeBooked   = string(lifecycle.Booked)
-	OutcomeDeferred = string(lifecycle.Deferred)
-	OutcomeDropped  = string(lifecycle.Dropped)
-	OutcomeExpired  = string(lifecycle.Expired)
-	OutcomeFolded   = string(lifecycle.Folded)
-	OutcomeArchived = string(lifecycle.Archived)
-)
+// the provider). The recipient is redacted (message.Redact); moments are
+// Redis's, in UTC. The error a logged outcome returns is marked (Logged),
+// so that the worker's asynq error handler does not log it again. Each
+// outcome is also the message's event (events.go): a line's msg is its
+// event's type (lifecycle.Type).
 
 // loggedError is an error whose outcome was logged (see Logged). archived
 // is, for an archive, its event's reason: logArchived knows the task ID
@@ -56,7 +47,7 @@ func logged(err error) error {
 
 // who returns the attributes that say which message j is.
 func (j *job) who() []any {
-	a := []any{"task", j.id, "recipient", Redact(j.n.Recipient), "policy", j.n.Policy, "provider", j.n.Provider}
+	a := []any{"task", j.id, "recipient", message.Redact(j.n.Recipient), "policy", j.n.Policy, "provider", j.n.Provider}
 	if j.n.Tenant != "" {
 		a = append(a, "tenant", j.n.Tenant)
 	}
@@ -73,7 +64,7 @@ func (t *Throttle) logSent(j *job, providerID string) {
 	if providerID != "" {
 		a = append(a, "provider_id", providerID)
 	}
-	t.Log.Info(OutcomeSent, a...)
+	t.Log.Info(string(lifecycle.Sent), a...)
 	t.recordSent(j, providerID)
 }
 
@@ -88,7 +79,7 @@ func (t *Throttle) recordSent(j *job, providerID string) {
 // logBooked logs a job deferred to the moment it booked (or to its place
 // in line, what says which) and returns err marked as logged.
 func (t *Throttle) logBooked(j *job, d *throttle.Decision, rule, what string, err error) error {
-	t.Log.Info(OutcomeBooked, append(j.who(), "at", utc(d.At()), "rule", rule, "as", what, "ahead", d.Ahead)...)
+	t.Log.Info(string(lifecycle.Booked), append(j.who(), "at", utc(d.At()), "rule", rule, "as", what, "ahead", d.Ahead)...)
 	e := j.event(lifecycle.Booked)
 	e.At, e.Moment, e.Rule = d.Now, lifecycle.Moment(d.At()), rule
 	t.record(e)
@@ -99,7 +90,7 @@ func (t *Throttle) logBooked(j *job, d *throttle.Decision, rule, what string, er
 // first, as the worker has always worded it) and returns err marked as
 // logged.
 func (t *Throttle) logDeferred(j *job, d *throttle.Decision, rule string, err error) error {
-	t.Log.Info(OutcomeDeferred, append([]any{"task", j.id, "reason", err.Error(), "until", utc(d.At()), "rule", rule}, j.who()[2:]...)...)
+	t.Log.Info(string(lifecycle.Deferred), append([]any{"task", j.id, "reason", err.Error(), "until", utc(d.At()), "rule", rule}, j.who()[2:]...)...)
 	e := j.event(lifecycle.Deferred)
 	e.At, e.Until, e.Rule = d.Now, lifecycle.Moment(d.At()), rule
 	t.record(e)
@@ -109,7 +100,7 @@ func (t *Throttle) logDeferred(j *job, d *throttle.Decision, rule string, err er
 // logDropped logs a job its policy's over_cap: drop dropped and returns
 // err marked as logged.
 func (t *Throttle) logDropped(j *job, d *throttle.Decision, rule string, err error) error {
-	t.Log.Info(OutcomeDropped, append(j.who(), "rule", rule, "earliest", utc(d.At()))...)
+	t.Log.Info(string(lifecycle.Dropped), append(j.who(), "rule", rule, "earliest", utc(d.At()))...)
 	e := j.event(lifecycle.Dropped)
 	e.At, e.Rule = d.Now, rule
 	t.record(e)
@@ -120,7 +111,7 @@ func (t *Throttle) logDropped(j *job, d *throttle.Decision, rule string, err err
 // max_delay) comes before the rules would let it go, and returns err
 // marked as logged.
 func (t *Throttle) logExpired(j *job, d *throttle.Decision, deadline string, err error) error {
-	t.Log.Info(OutcomeExpired, append(j.who(), "deadline", deadline, "rule", t.denier(j, d), "earliest", utc(d.At()))...)
+	t.Log.Info(string(lifecycle.Expired), append(j.who(), "deadline", deadline, "rule", t.denier(j, d), "earliest", utc(d.At()))...)
 	e := j.event(lifecycle.Expired)
 	e.At, e.Reason, e.Rule = d.Now, deadline, t.denier(j, d)
 	t.record(e)
@@ -130,7 +121,7 @@ func (t *Throttle) logExpired(j *job, d *throttle.Decision, deadline string, err
 // logFolded logs a job folded into its recipient's digest, which goes at
 // at.
 func (t *Throttle) logFolded(j *job, digest string, at time.Time) {
-	t.Log.Info(OutcomeFolded, append(j.who(), "digest", digest, "at", utc(at))...)
+	t.Log.Info(string(lifecycle.Folded), append(j.who(), "digest", digest, "at", utc(at))...)
 	e := j.event(lifecycle.Folded)
 	e.Digest, e.Moment = digest, lifecycle.Moment(at)
 	t.record(e)
@@ -141,7 +132,7 @@ func (t *Throttle) logFolded(j *job, digest string, at time.Time) {
 // marked as logged, with its event's reason for the run's end to record
 // (ended): a task of another type is no message, and has no event.
 func (t *Throttle) logArchived(id, reason string, err error) error {
-	t.Log.Warn(OutcomeArchived, "task", id, "reason", reason, "err", err)
+	t.Log.Warn(string(lifecycle.Archived), "task", id, "reason", reason, "err", err)
 	return &loggedError{err: err, archived: archivedReasons[reason]}
 }
 

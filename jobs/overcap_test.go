@@ -14,6 +14,9 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/notify-throttle/throttler/digest"
+	"github.com/notify-throttle/throttler/message"
+	"github.com/notify-throttle/throttler/providers"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -28,9 +31,9 @@ func TestOverCapDrop(t *testing.T) {
 			q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 1, Per: time.Hour})
 			b, _ := throttle.NewBucket("gw", 0.01, 1) // one token, then one per 100s
 			h := newHarnessWith(t, harnessConfig{quota: q, bucket: b, book: book, settings: PolicySettings{Drop: true}})
-			h.enqueue(t, "first", Notification{Recipient: "alice"})
+			h.enqueue(t, "first", message.Notification{Recipient: "alice"})
 			h.await(t, "first", "completed", state(asynq.TaskStateCompleted))
-			h.enqueue(t, "second", Notification{Recipient: "alice"})
+			h.enqueue(t, "second", message.Notification{Recipient: "alice"})
 			info := h.await(t, "second", "archived", state(asynq.TaskStateArchived))
 			if want := "dropped: over policy mkt (1 per 1h): skip retry for the task"; info.LastErr != want {
 				t.Errorf("reason %q, want %q", info.LastErr, want)
@@ -42,7 +45,7 @@ func TestOverCapDrop(t *testing.T) {
 				t.Errorf("dropped_total{policy=mkt} = %v, want 1", n)
 			}
 			// Bob is under his cap; the provider's bucket is empty: deferred.
-			h.enqueue(t, "bob", Notification{Recipient: "bob"})
+			h.enqueue(t, "bob", message.Notification{Recipient: "bob"})
 			info = h.await(t, "bob", "deferred", state(asynq.TaskStateRetry))
 			if h.wasSent("bob") || !regexp.MustCompile(`provider gw`).MatchString(info.LastErr) {
 				t.Errorf("bob: sent %v, reason %q: want deferred by the provider", h.wasSent("bob"), info.LastErr)
@@ -63,11 +66,11 @@ func TestOverCapMaxDelay(t *testing.T) {
 			b, _ := throttle.NewBucket("gw", 1000, 100)
 			h := newHarnessWith(t, harnessConfig{quota: q, bucket: b, book: book, inlineWait: 2500 * time.Millisecond,
 				settings: PolicySettings{MaxDelay: 10 * time.Minute}})
-			h.enqueue(t, "first", Notification{Recipient: "alice"})
+			h.enqueue(t, "first", message.Notification{Recipient: "alice"})
 			h.await(t, "first", "completed", state(asynq.TaskStateCompleted))
-			h.enqueue(t, "second", Notification{Recipient: "alice"}) // 2s later: within 10m
+			h.enqueue(t, "second", message.Notification{Recipient: "alice"}) // 2s later: within 10m
 			h.await(t, "second", "completed", state(asynq.TaskStateCompleted))
-			h.enqueue(t, "third", Notification{Recipient: "alice"}) // an hour later: past 10m
+			h.enqueue(t, "third", message.Notification{Recipient: "alice"}) // an hour later: past 10m
 			info := h.await(t, "third", "archived", state(asynq.TaskStateArchived))
 			re := `^expired: max_delay 10m of policy mkt \(until [0-9T:-]+Z\) passed before policy mkt \(2 per 1h\) would allow it \(earliest [0-9T:-]+Z\)`
 			if !regexp.MustCompile(re).MatchString(info.LastErr) {
@@ -98,17 +101,17 @@ func TestCountsToward(t *testing.T) {
 			h := newHarnessWith(t, harnessConfig{quota: mkt, bucket: b, book: book,
 				moreQuotas: map[string]*throttle.Quota{"reset": reset},
 				more:       map[string]PolicySettings{"reset": {CountsToward: []*throttle.Quota{mkt}}}})
-			resetOf := func(to string) Notification {
-				return Notification{Recipient: to, Policy: "reset", Provider: "gw", Template: "reset"}
+			resetOf := func(to string) message.Notification {
+				return message.Notification{Recipient: to, Policy: "reset", Provider: "gw", Template: "reset"}
 			}
-			h.fail = func(m Message) error {
+			h.fail = func(m providers.Message) error {
 				if m.Recipient == "carol" && m.Template == "reset" {
-					return &SendError{Outcome: Reject, Err: errors.New("400 no such number")}
+					return &providers.SendError{Outcome: providers.Reject, Err: errors.New("400 no such number")}
 				}
 				return nil
 			}
 			// Alice: marketing first, then two resets go all the same.
-			h.enqueue(t, "alice-promo", Notification{Recipient: "alice"})
+			h.enqueue(t, "alice-promo", message.Notification{Recipient: "alice"})
 			h.await(t, "alice-promo", "completed", state(asynq.TaskStateCompleted))
 			h.enqueue(t, "alice-reset-1", resetOf("alice"))
 			h.enqueue(t, "alice-reset-2", resetOf("alice"))
@@ -117,7 +120,7 @@ func TestCountsToward(t *testing.T) {
 			// Bob: a reset first, and marketing backs off.
 			h.enqueue(t, "bob-reset", resetOf("bob"))
 			h.await(t, "bob-reset", "completed", state(asynq.TaskStateCompleted))
-			h.enqueue(t, "bob-promo", Notification{Recipient: "bob"})
+			h.enqueue(t, "bob-promo", message.Notification{Recipient: "bob"})
 			info := h.await(t, "bob-promo", "deferred", state(asynq.TaskStateRetry))
 			if h.wasSent("bob-promo") || !strings.Contains(info.LastErr, "policy mkt (1 per 1h)") {
 				t.Errorf("bob's promo after a reset: sent %v, %q; want held back by mkt", h.wasSent("bob-promo"), info.LastErr)
@@ -125,7 +128,7 @@ func TestCountsToward(t *testing.T) {
 			// Carol: the provider refuses the reset; marketing is not held.
 			h.enqueue(t, "carol-reset", resetOf("carol"))
 			h.await(t, "carol-reset", "archived", state(asynq.TaskStateArchived))
-			h.enqueue(t, "carol-promo", Notification{Recipient: "carol"})
+			h.enqueue(t, "carol-promo", message.Notification{Recipient: "carol"})
 			h.await(t, "carol-promo", "completed", state(asynq.TaskStateCompleted))
 		})
 	}
@@ -167,7 +170,7 @@ func TestShadow(t *testing.T) {
 			var ids []string
 			for i, to := range tc.to {
 				id := fmt.Sprintf("%s-%d", to, i)
-				h.enqueue(t, id, Notification{Recipient: to})
+				h.enqueue(t, id, message.Notification{Recipient: to})
 				if ids = append(ids, id); !tc.atOnce {
 					h.await(t, id, "completed", state(asynq.TaskStateCompleted))
 				}
@@ -198,18 +201,18 @@ func TestSwap(t *testing.T) {
 	b, _ := throttle.NewBucket("gw", 1000, 100)
 	h := newHarnessWith(t, harnessConfig{quota: loose, bucket: b})
 	for _, id := range []string{"a1", "a2"} {
-		h.enqueue(t, id, Notification{Recipient: "alice"})
+		h.enqueue(t, id, message.Notification{Recipient: "alice"})
 		h.await(t, id, "completed", state(asynq.TaskStateCompleted))
 	}
 	providers := h.th.rules().Providers
 	h.th.Swap(Rules{Policies: map[string]*throttle.Quota{"mkt": tight}, Providers: providers})
-	h.enqueue(t, "a3", Notification{Recipient: "alice"})
+	h.enqueue(t, "a3", message.Notification{Recipient: "alice"})
 	info := h.await(t, "a3", "deferred", state(asynq.TaskStateRetry))
 	if !strings.HasPrefix(info.LastErr, "throttled by policy mkt (2 per 1h)") {
 		t.Errorf("a3 after the swap: %q, want throttled by the new limit", info.LastErr)
 	}
 	h.th.Swap(Rules{Policies: map[string]*throttle.Quota{}, Providers: providers})
-	h.enqueue(t, "b1", Notification{Recipient: "bob"})
+	h.enqueue(t, "b1", message.Notification{Recipient: "bob"})
 	info = h.await(t, "b1", "archived", state(asynq.TaskStateArchived))
 	if want := `malformed notification: policy "mkt" is not defined`; !strings.HasPrefix(info.LastErr, want) {
 		t.Errorf("b1 with its policy gone: %q, want %q", info.LastErr, want)
@@ -227,8 +230,8 @@ func TestDigest(t *testing.T) {
 	q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 1, Per: 10 * time.Second})
 	b, _ := throttle.NewBucket("gw", 1000, 100)
 	var mu sync.Mutex
-	var got []Message
-	prov := ProviderFunc(func(_ context.Context, m Message) (string, error) {
+	var got []providers.Message
+	prov := providers.Func(func(_ context.Context, m providers.Message) (string, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		got = append(got, m)
@@ -238,7 +241,7 @@ func TestDigest(t *testing.T) {
 		inlineWait: time.Second, settings: PolicySettings{Digest: true}})
 	for i := range 4 {
 		id := fmt.Sprintf("m%d", i)
-		h.enqueue(t, id, Notification{Recipient: "alice", Data: json.RawMessage(fmt.Sprintf(`{"n":%d}`, i))})
+		h.enqueue(t, id, message.Notification{Recipient: "alice", Data: json.RawMessage(fmt.Sprintf(`{"n":%d}`, i))})
 		h.await(t, id, "completed", state(asynq.TaskStateCompleted))
 	}
 	deadline := time.Now().Add(20 * time.Second)
@@ -256,22 +259,22 @@ func TestDigest(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(got) != 2 || got[0].ID != "m0" || got[1].Template != DigestTemplate {
+	if len(got) != 2 || got[0].ID != "m0" || got[1].Template != digest.Template {
 		t.Fatalf("the provider got %+v, want m0 then one digest", got)
 	}
-	var digest struct {
+	var sent struct {
 		Policy   string
-		Messages []digestEntry
+		Messages []providers.Message
 	}
-	if err := json.Unmarshal(got[1].Data, &digest); err != nil {
+	if err := json.Unmarshal(got[1].Data, &sent); err != nil {
 		t.Fatal(err)
 	}
 	var ids []string
-	for _, e := range digest.Messages {
+	for _, e := range sent.Messages {
 		ids = append(ids, e.ID+":"+string(e.Data))
 	}
-	if want := []string{`m1:{"n":1}`, `m2:{"n":2}`, `m3:{"n":3}`}; digest.Policy != "mkt" || !slices.Equal(ids, want) {
-		t.Errorf("digest of %s carries %v, want %v", digest.Policy, ids, want)
+	if want := []string{`m1:{"n":1}`, `m2:{"n":2}`, `m3:{"n":3}`}; sent.Policy != "mkt" || !slices.Equal(ids, want) {
+		t.Errorf("digest of %s carries %v, want %v", sent.Policy, ids, want)
 	}
 	if n := counterValue(t, h.th.Metrics.Folded, "mkt"); n != 3 {
 		t.Errorf("folded_total{policy=mkt} = %v, want 3", n)
@@ -293,13 +296,13 @@ func TestDigestFoldsTakenAtOnceAgree(t *testing.T) {
 	b, _ := throttle.NewBucket("gw", 1000, 100)
 	h := newHarnessWith(t, harnessConfig{quota: q, bucket: b, book: true, digests: true,
 		inlineWait: time.Second, settings: PolicySettings{Digest: true}})
-	h.enqueue(t, "m0", Notification{Recipient: "alice"})
+	h.enqueue(t, "m0", message.Notification{Recipient: "alice"})
 	h.await(t, "m0", "completed", state(asynq.TaskStateCompleted))
 	first, _ := h.sentAt("m0")
 	var ids []string
 	for i := 1; i <= 8; i++ {
 		ids = append(ids, fmt.Sprintf("m%d", i))
-		h.enqueue(t, ids[i-1], Notification{Recipient: "alice"})
+		h.enqueue(t, ids[i-1], message.Notification{Recipient: "alice"})
 	}
 	for _, id := range ids {
 		h.await(t, id, "completed", state(asynq.TaskStateCompleted))
@@ -319,45 +322,5 @@ func TestDigestFoldsTakenAtOnceAgree(t *testing.T) {
 	if at, latest := digests[0].NextProcessAt, first.Add(per+time.Second); at.After(latest) {
 		t.Errorf("the digest runs at %s, %s after the sent message; want within %s",
 			at.Format("15:04:05.000"), at.Sub(first).Round(time.Millisecond), per+time.Second)
-	}
-}
-
-// TestDigestFoldIsIdempotent checks the fold's state: a task folded again
-// stays once in its digest, a sealed digest takes no more, a folded task is
-// found folded and a tried one tried.
-func TestDigestFoldIsIdempotent(t *testing.T) {
-	rdb := shared.Server.ClientOn(t, shared.DB(t))
-	g := NewDigests(rdb, "", nil)
-	ctx := context.Background()
-	n := Notification{Recipient: "alice", Policy: "mkt", Provider: "gw", Template: "t"}
-	d1, err := g.fold(ctx, "a", n, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	again, err := g.fold(ctx, "a", n, time.Now())
-	if err != nil || again != d1 {
-		t.Fatalf("a folded again: %+v, %v; want %+v", again, err, d1)
-	}
-	if size, _ := g.size(ctx, d1); size != 1 {
-		t.Fatalf("digest holds %d after folding a twice, want 1", size)
-	}
-	if err := g.seal(ctx, d1); err != nil {
-		t.Fatal(err)
-	}
-	if err := g.seal(ctx, d1); err != nil {
-		t.Fatal(err)
-	}
-	d2, err := g.fold(ctx, "b", n, time.Now())
-	if err != nil || d2.Gen != d1.Gen+1 {
-		t.Fatalf("b folded after the seal: %+v, %v; want digest %d", d2, err, d1.Gen+1)
-	}
-	if d, ok, tried, err := g.state(ctx, "a", n); err != nil || !ok || tried || d != d1 {
-		t.Errorf("a found folded in %+v, %v, tried %v, %v; want %+v, not tried", d, ok, tried, err, d1)
-	}
-	if err := g.attempt(ctx, "c"); err != nil {
-		t.Fatal(err)
-	}
-	if _, ok, tried, _ := g.state(ctx, "c", n); ok || !tried {
-		t.Errorf("c, never folded but tried: found folded %v, tried %v", ok, tried)
 	}
 }

@@ -14,6 +14,8 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/notify-throttle/throttler/message"
+	"github.com/notify-throttle/throttler/providers"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -109,17 +111,17 @@ func TestWebhookFlappingProvider(t *testing.T) {
 	const rate, burst = 10, 2
 	b, _ := throttle.NewBucket("gw", rate, burst)
 	h := newHarnessWith(t, harnessConfig{quota: q, bucket: b, retryDelay: quickBackoff, inlineWait: time.Second,
-		provider: NewWebhookProvider("gw", endpoint.URL, 250*time.Millisecond, nil, nil)})
+		provider: providers.NewWebhook("gw", endpoint.URL, 250*time.Millisecond, nil, nil)})
 
 	// One recipient, one slot: "first" fails once and gives the slot back,
 	// so "second" takes it while "first" waits to retry; "first" then
 	// waits for the quota, throttled, not failed.
-	h.enqueue(t, "first", Notification{Recipient: "shared"})
+	h.enqueue(t, "first", message.Notification{Recipient: "shared"})
 	h.await(t, "first", "retrying", state(asynq.TaskStateRetry))
 	if n := quotaSize(t, h, "shared"); n != 0 {
 		t.Errorf("a failed send left %d quota entries, want it given back", n)
 	}
-	h.enqueue(t, "second", Notification{Recipient: "shared"})
+	h.enqueue(t, "second", message.Notification{Recipient: "shared"})
 	h.await(t, "second", "completed", state(asynq.TaskStateCompleted))
 	h.await(t, "first", "throttled", func(i *asynq.TaskInfo) bool {
 		return i.State == asynq.TaskStateRetry && strings.HasPrefix(i.LastErr, "throttled by policy mkt")
@@ -133,7 +135,7 @@ func TestWebhookFlappingProvider(t *testing.T) {
 	for i := range jobs {
 		id := fmt.Sprintf("job-%03d", i)
 		ids = append(ids, id)
-		h.enqueue(t, id, Notification{Recipient: fmt.Sprintf("r%d", i)})
+		h.enqueue(t, id, message.Notification{Recipient: fmt.Sprintf("r%d", i)})
 	}
 	h.awaitAll(t, ids, time.Minute)
 	for i, id := range ids {

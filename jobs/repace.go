@@ -9,8 +9,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/notify-throttle/throttler/digest"
 	"github.com/notify-throttle/throttler/fleet"
 	"github.com/notify-throttle/throttler/internal/asynqdb"
+	"github.com/notify-throttle/throttler/message"
 )
 
 // A provider's rate or a tenant's weight changed in the config (a reload,
@@ -139,7 +141,7 @@ func routeOf(msg string) (provider, tenant string, ok bool) {
 		return "", "", false
 	}
 	typ, payload, err := asynqdb.Payload([]byte(msg))
-	if err != nil || typ != TypeNotify && typ != TypeDigest {
+	if err != nil || typ != message.TaskType && typ != digest.TaskType {
 		return "", "", false
 	}
 	var p struct {

@@ -2,10 +2,10 @@ package jobs
 
 import (
 	"context"
-	"encoding/json"
 	"testing"
 	"time"
 
+	"github.com/notify-throttle/throttler/message"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -15,12 +15,14 @@ import (
 func TestRequestCarriesTenantAndWeight(t *testing.T) {
 	q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 1, Per: time.Hour})
 	b, _ := throttle.NewBucket("gw", 10, 1)
-	th := &Throttle{Policies: map[string]*throttle.Quota{"mkt": q}, Providers: map[string]Route{"gw": {Bucket: b}},
-		Weights: map[string]int{"billing": 3}, Book: true}
+	th := &Throttle{
+		Rules:  Rules{Policies: map[string]*throttle.Quota{"mkt": q}, Providers: map[string]Route{"gw": {Bucket: b}}, Weights: map[string]int{"billing": 3}},
+		Pacing: Pacing{Book: true},
+	}
 	var booked bool
 	request := func(tenant string) throttle.Booking {
 		t.Helper()
-		j, err := th.route(context.Background(), "id", Notification{Recipient: "a", Policy: "mkt", Provider: "gw", Template: "t", Tenant: tenant})
+		j, err := th.route(context.Background(), "id", message.Notification{Recipient: "a", Policy: "mkt", Provider: "gw", Template: "t", Tenant: tenant})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -45,42 +47,18 @@ func TestRequestCarriesTenantAndWeight(t *testing.T) {
 	}
 }
 
-// TestDigestCarriesTenant: a digest's task carries the tenant of the fold
-// that queued it, which is no part of the digest's name (its keys and task
-// ID): folds of several tenants share one digest.
-func TestDigestCarriesTenant(t *testing.T) {
-	n := Notification{Recipient: "a", Policy: "mkt", Provider: "gw", Template: "t", Tenant: "billing"}
-	d := digestFor(n)
-	payload, err := json.Marshal(d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var back digestOf
-	if err := json.Unmarshal(payload, &back); err != nil || back.Tenant != "billing" {
-		t.Fatalf("digest task payload %s: tenant %q, %v", payload, back.Tenant, err)
-	}
-	n.Tenant = ""
-	other := digestFor(n)
-	g := NewDigests(nil, "", nil)
-	gen, ids, list := g.keys(d)
-	gen2, ids2, list2 := g.keys(other)
-	if other.taskID() != d.taskID() || gen != gen2 || ids != ids2 || list != list2 {
-		t.Errorf("the tenant changes the digest's name")
-	}
-}
-
 // A job that books asks for its horizon, and is back from its place in
 // line once its task's header says a booking placed it there.
 func TestRequestBookAhead(t *testing.T) {
 	b, _ := throttle.NewBucket("gw", 10, 1)
 	j := job{id: "t1", queue: "low", book: true, bookAhead: 5 * time.Second, route: Route{Bucket: b},
-		n: Notification{Recipient: "a", Provider: "gw"}, headers: newHeaders()}
+		n: message.Notification{Recipient: "a", Provider: "gw"}, headers: message.Headers()}
 	if bk := j.booking(false); bk.Horizon != 5*time.Second || bk.Back {
 		t.Errorf("horizon %s, back %v; want 5s, not back", bk.Horizon, bk.Back)
 	}
 	j.inLine()
-	if bk := j.booking(false); !bk.Back || j.headers[LineHeader] != "1" {
-		t.Errorf("placed in line: back %v, header %q; want back, \"1\"", bk.Back, j.headers[LineHeader])
+	if bk := j.booking(false); !bk.Back || j.headers[message.LineHeader] != "1" {
+		t.Errorf("placed in line: back %v, header %q; want back, \"1\"", bk.Back, j.headers[message.LineHeader])
 	}
 	j.bookAhead = 0
 	if bk := j.booking(false); bk.Horizon != 0 {
@@ -94,7 +72,7 @@ func TestRequestBookAhead(t *testing.T) {
 
 // Sends are counted by tenant only for the tenants the weights name.
 func TestTenantLabelIsBounded(t *testing.T) {
-	th := &Throttle{Weights: map[string]int{"billing": 2}}
+	th := &Throttle{Rules: Rules{Weights: map[string]int{"billing": 2}}}
 	for tenant, want := range map[string]string{"billing": "billing", "": "default", "growth": "other", "team-4711": "other"} {
 		if got := th.tenantLabel(tenant); got != want {
 			t.Errorf("tenant %q counted as %q, want %q", tenant, got, want)

@@ -14,13 +14,15 @@ import (
 
 	"github.com/notify-throttle/throttler/internal/asynqdb"
 	"github.com/notify-throttle/throttler/internal/timefmt"
+	"github.com/notify-throttle/throttler/message"
+	"github.com/notify-throttle/throttler/providers"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
 // job is a decoded, routed notification.
 type job struct {
 	id     string
-	n      Notification
+	n      message.Notification
 	quota  *throttle.Quota // nil if the policy has calendar windows only
 	local  []throttle.Take // calendar windows, then quiet hours, in the recipient's zone
 	policy PolicySettings
@@ -60,11 +62,11 @@ type job struct {
 }
 
 // route finds a notification's policy and provider.
-func (t *Throttle) route(ctx context.Context, id string, n Notification) (job, error) {
+func (t *Throttle) route(ctx context.Context, id string, n message.Notification) (job, error) {
 	rs := t.rules()
 	j := job{id: id, n: n, quota: rs.Policies[n.Policy], policy: rs.Settings[n.Policy], weight: max(1, rs.Weights[n.Tenant]), once: t.Sent.ttl()}
 	if j.quota == nil && len(j.policy.Calendars) == 0 {
-		return job{}, fmt.Errorf("policy %q is not defined: %w", n.Policy, ErrBadPayload)
+		return job{}, fmt.Errorf("policy %q is not defined: %w", n.Policy, message.ErrBadPayload)
 	}
 	var err error
 	if j.local, err = t.zones.takes(j.policy, n.Policy, n.TZ, n.Recipient, time.Now()); err != nil {
@@ -72,10 +74,14 @@ func (t *Throttle) route(ctx context.Context, id string, n Notification) (job, e
 	}
 	var ok bool
 	if j.route, ok = rs.Providers[n.Provider]; !ok {
-		return job{}, fmt.Errorf("provider %q is not defined: %w", n.Provider, ErrBadPayload)
+		return job{}, fmt.Errorf("provider %q is not defined: %w", n.Provider, message.ErrBadPayload)
 	}
-	if err := checkAddress(j.route.Provider, n.Recipient); err != nil {
-		return job{}, err
+	// A recipient its provider refuses (providers.Addresser) is archived
+	// as malformed, unsent.
+	if a, ok := j.route.Provider.(providers.Addresser); ok {
+		if err := a.CheckRecipient(n.Recipient); err != nil {
+			return job{}, fmt.Errorf("recipient: %v: %w", err, message.ErrBadPayload)
+		}
 	}
 	j.queue, _ = asynq.GetQueueName(ctx)
 	// A message that may fold into a digest does not book: a booking it
@@ -132,24 +138,14 @@ func (j *job) booking(backlog bool) throttle.Booking {
 	return b
 }
 
-// LineHeader is the task header in which a notification keeps whether it
-// holds a place in its tenant's line: "1" once a booking placed it there,
-// "0" before. The engine keeps no record of a place, so that a line of any
-// length costs it nothing per task; the task carries the one bit of it in
-// its own message, which asynq writes back with every deferral anyway
-// (internal/asynqdb, item 8). Producers give every task the header (NewTask);
-// a task without headers cannot keep it, and counts as back from its place
-// whenever it runs: it never joins its tenant's line's end.
-const LineHeader = "throttle-line"
-
 // back reports whether the job is back from a place in its tenant's line.
-func (j *job) back() bool { return j.headers == nil || j.headers[LineHeader] == "1" }
+func (j *job) back() bool { return j.headers == nil || j.headers[message.LineHeader] == "1" }
 
 // inLine notes in the job's task that it holds a place in its tenant's
 // line; asynq keeps the note with the deferral the job returns.
 func (j *job) inLine() {
 	if j.headers != nil {
-		j.headers[LineHeader] = "1"
+		j.headers[message.LineHeader] = "1"
 	}
 }
 

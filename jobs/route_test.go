@@ -3,7 +3,9 @@ package jobs
 import (
 	"testing"
 
+	"github.com/notify-throttle/throttler/digest"
 	"github.com/notify-throttle/throttler/internal/asynqdb"
+	"github.com/notify-throttle/throttler/message"
 )
 
 // Only notifications and digests are read, with their provider and tenant.
@@ -15,9 +17,9 @@ func TestRouteOf(t *testing.T) {
 		name, msg string
 		want      bool
 	}{
-		{"its notification", msg(TypeNotify, `{"provider":"sms","tenant":"acme"}`), true},
-		{"its digest", msg(TypeDigest, `{"provider":"sms","tenant":"acme"}`), true},
-		{"another provider's", msg(TypeNotify, `{"provider":"mail","tenant":"acme"}`), false},
+		{"its notification", msg(message.TaskType, `{"provider":"sms","tenant":"acme"}`), true},
+		{"its digest", msg(digest.TaskType, `{"provider":"sms","tenant":"acme"}`), true},
+		{"another provider's", msg(message.TaskType, `{"provider":"mail","tenant":"acme"}`), false},
 		{"another type", msg("campaign:tick", `{"provider":"sms","tenant":"acme"}`), false},
 		{"no hash", "", false},
 	} {

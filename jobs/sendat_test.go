@@ -1,40 +1,14 @@
 package jobs
 
 import (
-	"errors"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/hibiken/asynq"
 
+	"github.com/notify-throttle/throttler/message"
 	"github.com/notify-throttle/throttler/throttle"
 )
-
-// TestNewTaskSendAt: a scheduled notification's task carries its moment
-// rounded up to a whole second, the one asynq's schedule holds it until,
-// and one whose rounded moment passes its send-by is refused naming
-// send_at.
-func TestNewTaskSendAt(t *testing.T) {
-	at := time.Date(2031, 5, 4, 9, 0, 0, 250e6, time.FixedZone("x", 3600))
-	task, err := NewTask(Notification{Recipient: "a", Policy: "p", Provider: "x", Template: "t", SendAt: &at}, "id")
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, err := Decode(task.Payload())
-	if want := time.Date(2031, 5, 4, 8, 0, 1, 0, time.UTC); err != nil || n.SendAt == nil || !n.SendAt.Equal(want) {
-		t.Errorf("send_at in the payload %v (%v), want %s", n.SendAt, err, want)
-	}
-	if !strings.Contains(string(task.Payload()), `"send_at":"2031-05-04T08:00:01Z"`) {
-		t.Errorf("payload %s, want send_at in UTC", task.Payload())
-	}
-	by := at.Add(500 * time.Millisecond) // after the moment, before its second ends
-	_, err = NewTask(Notification{Recipient: "a", Policy: "p", Provider: "x", Template: "t", SendAt: &at, SendBy: &by}, "id")
-	var fe *FieldError
-	if !errors.As(err, &fe) || fe.Field != "send_at" || !strings.Contains(fe.Problem, "is after send_by") {
-		t.Errorf("a moment rounded past its send-by: %v, want a refusal naming send_at", err)
-	}
-}
 
 // TestDeadlineCountsFromSendAt: a policy's max delay counts from a
 // scheduled notification's moment, not from when it was queued; a send-by
@@ -45,13 +19,13 @@ func TestDeadlineCountsFromSendAt(t *testing.T) {
 	by := at.Add(30 * time.Minute)
 	for _, tc := range []struct {
 		name string
-		n    Notification
+		n    message.Notification
 		want time.Time
 	}{
-		{"not scheduled", Notification{Queued: &queued}, queued.Add(time.Hour)},
-		{"scheduled", Notification{Queued: &queued, SendAt: &at}, at.Add(time.Hour)},
-		{"scheduled, a send-by sooner", Notification{Queued: &queued, SendAt: &at, SendBy: &by}, by},
-		{"a moment before it was queued", Notification{Queued: &at, SendAt: &queued}, at.Add(time.Hour)},
+		{"not scheduled", message.Notification{Queued: &queued}, queued.Add(time.Hour)},
+		{"scheduled", message.Notification{Queued: &queued, SendAt: &at}, at.Add(time.Hour)},
+		{"scheduled, a send-by sooner", message.Notification{Queued: &queued, SendAt: &at, SendBy: &by}, by},
+		{"a moment before it was queued", message.Notification{Queued: &at, SendAt: &queued}, at.Add(time.Hour)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			j := job{n: tc.n, policy: PolicySettings{MaxDelay: time.Hour}}
@@ -72,8 +46,8 @@ func TestScheduledSendGoesAtItsMoment(t *testing.T) {
 	b, _ := throttle.NewBucket("gw", 1000, 100)
 	h := newHarnessWith(t, harnessConfig{quota: q, bucket: b, settings: PolicySettings{MaxDelay: time.Minute}})
 	queued := time.Now().Add(-time.Hour).UTC().Truncate(time.Second) // a max delay past, counted from here
-	at := WholeSecond(time.Now().Add(1500 * time.Millisecond))
-	h.enqueue(t, "later", Notification{Recipient: "alice", SendAt: &at, Queued: &queued})
+	at := message.WholeSecond(time.Now().Add(1500 * time.Millisecond))
+	h.enqueue(t, "later", message.Notification{Recipient: "alice", SendAt: &at, Queued: &queued})
 	info, err := h.insp.GetTaskInfo("default", "later")
 	if err != nil || info.State != asynq.TaskStateScheduled || !info.NextProcessAt.Equal(at) {
 		t.Fatalf("task %+v (%v): want scheduled for %s", info, err, at)

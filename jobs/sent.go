@@ -8,13 +8,13 @@ import (
 	"github.com/notify-throttle/throttler/throttle"
 )
 
-// DefaultSentTTL is how long a sent marker lasts unless SentMarks.TTL says
+// defaultSentTTL is how long a sent marker lasts unless SentMarks.TTL says
 // otherwise. A marker must outlive its task's redelivery, which asynq makes
 // within about 3 minutes of a crash or of Redis coming back (lease, then
 // recoverer, then retry delay). An hour covers that twenty times over, and
 // a producer re-enqueuing the same idempotency key within the hour. A
 // marker costs about 165 bytes of Redis memory: 60 MB at 100 sends/s.
-const DefaultSentTTL = time.Hour
+const defaultSentTTL = time.Hour
 
 // SentMarks remembers, per task ID, that a provider accepted the task's
 // message: the task's done marker in the throttle (Limiter.MarkDone),
@@ -27,13 +27,13 @@ const DefaultSentTTL = time.Hour
 // concurrent use.
 type SentMarks struct {
 	lim *throttle.Limiter
-	// TTL is how long a marker lasts. Default DefaultSentTTL.
+	// TTL is how long a marker lasts. Default defaultSentTTL.
 	TTL time.Duration
 }
 
 // NewSentMarks returns the sent markers kept by lim.
 func NewSentMarks(lim *throttle.Limiter) *SentMarks {
-	return &SentMarks{lim: lim, TTL: DefaultSentTTL}
+	return &SentMarks{lim: lim, TTL: defaultSentTTL}
 }
 
 // ttl is how long a marker lasts: 0 for no markers (s nil).
@@ -42,7 +42,7 @@ func (s *SentMarks) ttl() time.Duration {
 	case s == nil:
 		return 0
 	case s.TTL <= 0:
-		return DefaultSentTTL
+		return defaultSentTTL
 	}
 	return s.TTL
 }

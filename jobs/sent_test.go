@@ -14,13 +14,15 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/notify-throttle/throttler/message"
+	"github.com/notify-throttle/throttler/providers"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
 // redeliver runs the handler for task id again with the same payload, as
 // asynq does when a worker dies after the send but before asynq marks the
 // task done: the completed task is deleted and enqueued again under its ID.
-func (h *harness) redeliver(t *testing.T, id string, n Notification) *asynq.TaskInfo {
+func (h *harness) redeliver(t *testing.T, id string, n message.Notification) *asynq.TaskInfo {
 	t.Helper()
 	if err := h.insp.DeleteTask("default", id); err != nil {
 		t.Fatalf("delete %s: %v", id, err)
@@ -58,7 +60,7 @@ func TestRedeliveredSentJobIsNotSentAgain(t *testing.T) {
 			q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 1, Per: time.Hour})
 			b, _ := throttle.NewBucket("gw", 1000, 100)
 			h := newHarnessWith(t, harnessConfig{quota: q, bucket: b, noMarks: !marks})
-			n := Notification{Recipient: "alice"}
+			n := message.Notification{Recipient: "alice"}
 			h.enqueue(t, "once", n)
 			h.await(t, "once", "completed", state(asynq.TaskStateCompleted))
 			info := h.redeliver(t, "once", n)
@@ -91,8 +93,8 @@ func TestRedeliveredSentJobIsNotSentAgain(t *testing.T) {
 				t.Fatalf("marker keys %q, want one", keys)
 			}
 			ttl := h.rdb.PTTL(context.Background(), keys[0]).Val()
-			if ttl <= DefaultSentTTL-time.Minute || ttl > DefaultSentTTL {
-				t.Errorf("marker TTL %s, want about %s", ttl, DefaultSentTTL)
+			if ttl <= defaultSentTTL-time.Minute || ttl > defaultSentTTL {
+				t.Errorf("marker TTL %s, want about %s", ttl, defaultSentTTL)
 			}
 		})
 	}
@@ -107,14 +109,14 @@ func TestFailedSendLeavesNoMarker(t *testing.T) {
 	h := newHarnessWith(t, harnessConfig{quota: q, bucket: b,
 		retryDelay: func(int, error, *asynq.Task) time.Duration { return 0 }})
 	failed := false
-	h.fail = func(m Message) error {
+	h.fail = func(m providers.Message) error {
 		if !failed {
 			failed = true
 			return errors.New("503 Service Unavailable")
 		}
 		return nil
 	}
-	h.enqueue(t, "flaky", Notification{Recipient: "bob"})
+	h.enqueue(t, "flaky", message.Notification{Recipient: "bob"})
 	info := h.await(t, "flaky", "completed", state(asynq.TaskStateCompleted))
 	if info.Retried != 1 || h.sendCount("flaky") != 1 {
 		t.Errorf("retried %d times, sent %d times; want 1 and 1", info.Retried, h.sendCount("flaky"))
@@ -144,10 +146,14 @@ func TestSentMarkerCheckFailureDefers(t *testing.T) {
 	}
 	q, _ := throttle.NewQuota("mkt", throttle.Window{Limit: 1, Per: time.Hour})
 	b, _ := throttle.NewBucket("gw", 1000, 100)
-	th := &Throttle{Limiter: lim, Sent: NewSentMarks(lim), Metrics: NewMetrics(prometheus.NewRegistry()),
-		Policies: map[string]*throttle.Quota{"mkt": q}, Providers: map[string]Route{"gw": {Bucket: b}},
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	j, err := th.route(context.Background(), "x", Notification{Recipient: "alice", Policy: "mkt", Provider: "gw", Template: "hi"})
+	th := &Throttle{
+		Limiter: lim,
+		Rules:   Rules{Policies: map[string]*throttle.Quota{"mkt": q}, Providers: map[string]Route{"gw": {Bucket: b}}},
+		Sent:    NewSentMarks(lim),
+		Metrics: NewMetrics(prometheus.NewRegistry()),
+		Log:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+	j, err := th.route(context.Background(), "x", message.Notification{Recipient: "alice", Policy: "mkt", Provider: "gw", Template: "hi"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ package jobs
 import (
 	"context"
 
+	"github.com/notify-throttle/throttler/message"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -55,5 +56,5 @@ func (t *Throttle) shadowed(j *job, d *throttle.Decision, err error, drop bool) 
 	}
 	rule := t.denier(j, d)
 	t.Metrics.inc(t.Metrics.Shadow, rule, would)
-	t.Log.Info("shadow: would have "+would, "task", j.id, "recipient", Redact(j.n.Recipient), "rule", rule, "for", shortDuration(d.Delay))
+	t.Log.Info("shadow: would have "+would, "task", j.id, "recipient", message.Redact(j.n.Recipient), "rule", rule, "for", shortDuration(d.Delay))
 }

@@ -26,6 +26,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/notify-throttle/throttler/internal/redistest"
+	"github.com/notify-throttle/throttler/message"
+	"github.com/notify-throttle/throttler/providers"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -346,8 +348,9 @@ func TestSkewChild(t *testing.T) {
 	big, _ := throttle.NewBucket("gw", 1000, 100)
 	slowDone := make(chan struct{})
 	var slowOnce sync.Once
-	th := &Throttle{Limiter: lim, Policies: map[string]*throttle.Quota{"mkt": one},
-		Providers: map[string]Route{"gw": {Bucket: big, Provider: ProviderFunc(func(_ context.Context, m Message) (string, error) {
+	th := &Throttle{
+		Limiter: lim,
+		Rules: Rules{Policies: map[string]*throttle.Quota{"mkt": one}, Providers: map[string]Route{"gw": {Bucket: big, Provider: providers.Func(func(_ context.Context, m providers.Message) (string, error) {
 			if strings.HasSuffix(m.ID, "-slow") {
 				defer slowOnce.Do(func() { close(slowDone) })
 				for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
@@ -357,14 +360,16 @@ func TestSkewChild(t *testing.T) {
 				}
 			}
 			return "", nil
-		})}},
-		Sent: NewSentMarks(lim), Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+		})}}},
+		Sent: NewSentMarks(lim),
+		Log:  slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
 	srv := startWorker(t, rdb, th, asynq.Config{Concurrency: 1, Queues: map[string]int{label: 1}, LogLevel: asynq.FatalLevel})
 	defer srv.Shutdown()
 	client := asynq.NewClientFromRedisClient(rdb)
 	insp := asynq.NewInspectorFromRedisClient(rdb)
 	for _, id := range []string{label + "-first", label + "-second"} {
-		task, err := NewTask(Notification{Recipient: "bob", Policy: "mkt", Provider: "gw", Template: "t"}, id,
+		task, err := message.NewTask(message.Notification{Recipient: "bob", Policy: "mkt", Provider: "gw", Template: "t"}, id,
 			asynq.Queue(label), asynq.Retention(time.Hour))
 		if err != nil {
 			t.Fatal(err)
@@ -374,7 +379,7 @@ func TestSkewChild(t *testing.T) {
 		}
 	}
 	awaitState(t, insp, label, label+"-second", asynq.TaskStateRetry)
-	slow, err := NewTask(Notification{Recipient: "carol", Policy: "mkt", Provider: "gw", Template: "t"}, label+"-slow",
+	slow, err := message.NewTask(message.Notification{Recipient: "carol", Policy: "mkt", Provider: "gw", Template: "t"}, label+"-slow",
 		asynq.Queue(label), asynq.Retention(time.Hour))
 	if err != nil {
 		t.Fatal(err)

@@ -7,22 +7,9 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/notify-throttle/throttler/message"
 	"github.com/notify-throttle/throttler/throttle"
 )
-
-func TestDecodeChecksTheTimeZone(t *testing.T) {
-	base := `{"recipient":"a","policy":"p","provider":"x","template":"t","tz":`
-	if n, err := Decode([]byte(base + `"America/New_York"}`)); err != nil || n.TZ != "America/New_York" {
-		t.Fatalf("a known zone: %+v, %v", n, err)
-	}
-	for _, tz := range []string{`"Mars/Olympus_Mons"`, `"Local"`, `"europe/paris"`} {
-		_, err := Decode([]byte(base + tz + `}`))
-		want := "tz: unknown time zone " + tz + " (an IANA zone such as Europe/Paris): bad notification"
-		if err == nil || err.Error() != want {
-			t.Errorf("tz %s: got %v, want %s", tz, err, want)
-		}
-	}
-}
 
 // quietNow returns quiet hours that hold every moment from now for a
 // little more than hold, in zone loc, whatever the time of day; and when
@@ -61,9 +48,9 @@ func TestHandlerHoldsQuietHoursInTheRecipientsZone(t *testing.T) {
 				settings: PolicySettings{Quiet: quiet, Zone: tokyo, Drop: true}})
 			// Honolulu's clock is 19 hours behind Tokyo's, 5 ahead on the
 			// dial: outside the two hours of quiet.
-			h.enqueue(t, "honolulu", Notification{Recipient: "alice", TZ: "Pacific/Honolulu"})
+			h.enqueue(t, "honolulu", message.Notification{Recipient: "alice", TZ: "Pacific/Honolulu"})
 			h.await(t, "honolulu", "completed", state(asynq.TaskStateCompleted))
-			h.enqueue(t, "tokyo", Notification{Recipient: "bob"}) // the policy's zone
+			h.enqueue(t, "tokyo", message.Notification{Recipient: "bob"}) // the policy's zone
 			info := h.await(t, "tokyo", "held", state(asynq.TaskStateRetry))
 			reason := "throttled by policy mkt (quiet "
 			if book {
@@ -89,9 +76,9 @@ func TestHandlerCalendarOnlyPolicy(t *testing.T) {
 	cal, _ := throttle.NewCalendar("mkt.day", 1, throttle.Day, time.Monday)
 	b, _ := throttle.NewBucket("gw", 1000, 100)
 	h := newHarnessWith(t, harnessConfig{bucket: b, settings: PolicySettings{Calendars: []*throttle.Calendar{cal}, Drop: true}})
-	h.enqueue(t, "first", Notification{Recipient: "alice", TZ: "Europe/London"})
+	h.enqueue(t, "first", message.Notification{Recipient: "alice", TZ: "Europe/London"})
 	h.await(t, "first", "completed", state(asynq.TaskStateCompleted))
-	h.enqueue(t, "second", Notification{Recipient: "alice", TZ: "Europe/London"})
+	h.enqueue(t, "second", message.Notification{Recipient: "alice", TZ: "Europe/London"})
 	info := h.await(t, "second", "archived", state(asynq.TaskStateArchived))
 	if want := "dropped: over policy mkt (1 per calendar day): skip retry for the task"; info.LastErr != want {
 		t.Errorf("reason %q, want %q", info.LastErr, want)

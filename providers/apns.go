@@ -13,8 +13,6 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
-
-	"github.com/notify-throttle/throttler/jobs"
 )
 
 // apnsTokenLife is how long a provider token (JWT) is used: Apple accepts
@@ -48,7 +46,7 @@ func NewAPNs(s Settings, teamID, keyID, topic, p8 string) (*APNs, error) {
 }
 
 // Scopes returns the device.
-func (p *APNs) Scopes(m jobs.Message) []string { return []string{jobs.DeviceScope(m.Recipient)} }
+func (p *APNs) Scopes(m Message) []string { return []string{DeviceScope(m.Recipient)} }
 
 // token returns the provider token, made anew when older than
 // apnsTokenLife or when Apple refused the last one (see expired).
@@ -100,7 +98,7 @@ func apnsPayload(c Content) ([]byte, error) {
 // Send posts m and classifies the answer; the ID of a message sent is its
 // apns-id. A token refused as expired is made anew for the next send, and m
 // is retried at once, admitted again by the provider's bucket.
-func (p *APNs) Send(ctx context.Context, m jobs.Message) (id string, err error) {
+func (p *APNs) Send(ctx context.Context, m Message) (id string, err error) {
 	defer redact(&err, m.Recipient)
 	c, err := content("apns "+p.Name, m)
 	if err != nil {
@@ -148,7 +146,7 @@ func (p *APNs) classify(status int, reason string, h http.Header, device string)
 		return pause(after, at, "", "%s", what)
 	case status == http.StatusTooManyRequests: // TooManyRequests: this device, not the fleet
 		after, at := retryAfter(h.Get("Retry-After"), p.scopePause())
-		return pause(after, at, jobs.DeviceScope(device), "%s", what)
+		return pause(after, at, DeviceScope(device), "%s", what)
 	case status == http.StatusForbidden: // InvalidProviderToken, MissingProviderToken, ExpiredProviderToken for a new token
 		return broken("%s", what)
 	case status >= 500:

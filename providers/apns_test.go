@@ -16,8 +16,6 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
-
-	"github.com/notify-throttle/throttler/jobs"
 )
 
 // apnsFake is a loopback TLS HTTP/2 server of APNs' API that verifies the
@@ -121,16 +119,16 @@ func TestAPNsClassifiesEveryAnswer(t *testing.T) {
 	data := []byte(`{"title":"Hi","body":"Your order shipped","data":{"order":"42"}}`)
 	cases := map[string]want{
 		"dev-ok":      {sent: true, id: "0A1B2C3D-0000-0000-0000-000000000000"},
-		"dev-gone":    {outcome: jobs.Dead, text: "410 Unregistered"},
-		"dev-bad":     {outcome: jobs.Dead},
-		"dev-large":   {outcome: jobs.Reject, text: "PayloadTooLarge"},
-		"dev-many":    {outcome: jobs.Pause, scope: jobs.DeviceScope("dev-many"), after: 20 * time.Second},
-		"dev-updates": {outcome: jobs.Pause, after: 20 * time.Second},
-		"dev-invalid": {outcome: jobs.Broken},
+		"dev-gone":    {outcome: Dead, text: "410 Unregistered"},
+		"dev-bad":     {outcome: Dead},
+		"dev-large":   {outcome: Reject, text: "PayloadTooLarge"},
+		"dev-many":    {outcome: Pause, scope: DeviceScope("dev-many"), after: 20 * time.Second},
+		"dev-updates": {outcome: Pause, after: 20 * time.Second},
+		"dev-invalid": {outcome: Broken},
 		"dev-down":    {retry: true},
 	}
 	for to, w := range cases {
-		id, err := p.Send(ctx(t), jobs.Message{ID: "t1", Recipient: to, Data: data})
+		id, err := p.Send(ctx(t), Message{ID: "t1", Recipient: to, Data: data})
 		checkOutcome(t, to, id, err, w)
 		noRecipient(t, err, to)
 	}
@@ -140,7 +138,7 @@ func TestAPNsClassifiesEveryAnswer(t *testing.T) {
 	gone.Close()
 	unreachable := f.provider(t, Settings{Name: "ios", BaseURL: gone.URL})
 	device := "0123456789abcdef0123456789abcdef"
-	id, err := unreachable.Send(ctx(t), jobs.Message{ID: "t1", Recipient: device, Data: data})
+	id, err := unreachable.Send(ctx(t), Message{ID: "t1", Recipient: device, Data: data})
 	checkOutcome(t, "no answer", id, err, want{retry: true, text: "/3/device/01***ef"})
 	noRecipient(t, err, device)
 
@@ -159,7 +157,7 @@ func TestAPNsExpiredTokenIsRetriedThroughTheBucket(t *testing.T) {
 	f := newAPNsFake(t)
 	p := f.provider(t, Settings{Name: "ios"})
 	data := []byte(`{"title":"Hi","body":"Your order shipped","data":{"order":"42"}}`)
-	send := func() (string, error) { return p.Send(ctx(t), jobs.Message{ID: "t1", Recipient: "dev-ok", Data: data}) }
+	send := func() (string, error) { return p.Send(ctx(t), Message{ID: "t1", Recipient: "dev-ok", Data: data}) }
 	// expireLast has the fake refuse the last token it got as expired, and
 	// returns every token it got.
 	expireLast := func() []string {
@@ -173,7 +171,7 @@ func TestAPNsExpiredTokenIsRetriedThroughTheBucket(t *testing.T) {
 	}
 	first := expireLast()
 	id, err := send()
-	checkOutcome(t, "expired", id, err, want{outcome: jobs.Retry, after: time.Millisecond, text: "403 ExpiredProviderToken"})
+	checkOutcome(t, "expired", id, err, want{outcome: Retry, after: time.Millisecond, text: "403 ExpiredProviderToken"})
 	// The token is young: only the refusal makes a new one (ECDSA
 	// signatures differ even within one second's iat).
 	id, err = send()
@@ -183,5 +181,5 @@ func TestAPNsExpiredTokenIsRetriedThroughTheBucket(t *testing.T) {
 		t.Fatalf("provider tokens sent %d times, want 3: the first, refused, then a new one", len(renewed))
 	}
 	id, err = send()
-	checkOutcome(t, "a new token expired", id, err, want{outcome: jobs.Broken, text: "403 ExpiredProviderToken"})
+	checkOutcome(t, "a new token expired", id, err, want{outcome: Broken, text: "403 ExpiredProviderToken"})
 }

@@ -12,8 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/notify-throttle/throttler/jobs"
 )
 
 // DefaultTimeout bounds a send when Settings.Timeout is zero.
@@ -84,7 +82,7 @@ type Content struct {
 }
 
 // content decodes m's data; data that does not fit is Reject.
-func content(provider string, m jobs.Message) (Content, error) {
+func content(provider string, m Message) (Content, error) {
 	var c Content
 	if len(m.Data) == 0 {
 		return c, nil
@@ -96,27 +94,27 @@ func content(provider string, m jobs.Message) (Content, error) {
 }
 
 // redact makes *err show the recipient only redacted: every Send defers it.
-func redact(err *error, recipient string) { *err = jobs.RedactError(*err, recipient) }
+func redact(err *error, recipient string) { *err = RedactError(*err, recipient) }
 
-// One builder per class of jobs.SendError.
+// One builder per class of SendError.
 func reject(format string, args ...any) error {
-	return &jobs.SendError{Outcome: jobs.Reject, Err: fmt.Errorf(format, args...)}
+	return &SendError{Outcome: Reject, Err: fmt.Errorf(format, args...)}
 }
 
 func dead(format string, args ...any) error {
-	return &jobs.SendError{Outcome: jobs.Dead, Err: fmt.Errorf(format, args...)}
+	return &SendError{Outcome: Dead, Err: fmt.Errorf(format, args...)}
 }
 
 func broken(format string, args ...any) error {
-	return &jobs.SendError{Outcome: jobs.Broken, Err: fmt.Errorf(format, args...)}
+	return &SendError{Outcome: Broken, Err: fmt.Errorf(format, args...)}
 }
 
 func pause(after time.Duration, at time.Time, scope string, format string, args ...any) error {
-	return &jobs.SendError{Outcome: jobs.Pause, RetryAfter: after, RetryAt: at, Scope: scope, Err: fmt.Errorf(format, args...)}
+	return &SendError{Outcome: Pause, RetryAfter: after, RetryAt: at, Scope: scope, Err: fmt.Errorf(format, args...)}
 }
 
 func retryAt(after time.Duration, at time.Time, format string, args ...any) error {
-	return &jobs.SendError{Outcome: jobs.Retry, RetryAfter: after, RetryAt: at, Err: fmt.Errorf(format, args...)}
+	return &SendError{Outcome: Retry, RetryAfter: after, RetryAt: at, Err: fmt.Errorf(format, args...)}
 }
 
 // retryAfter reads a Retry-After header: seconds or an HTTP date, as a wait
@@ -143,7 +141,7 @@ func epoch(h string) (time.Time, bool) {
 // post POSTs body to url with the header's name, value pairs and returns
 // the status, header and up to 64 KiB of the answer's body, the rest
 // drained so that the connection is reused. A request that cannot be made
-// is Reject; one that got no answer is jobs.Unreached.
+// is Reject; one that got no answer is Unreached.
 func post(ctx context.Context, c *http.Client, what, url string, body io.Reader, header ...string) (int, http.Header, []byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, body)
 	if err != nil {
@@ -154,7 +152,7 @@ func post(ctx context.Context, c *http.Client, what, url string, body io.Reader,
 	}
 	resp, err := c.Do(req)
 	if err != nil {
-		return 0, nil, nil, jobs.Unreached(fmt.Errorf("%s: %w", what, err))
+		return 0, nil, nil, Unreached(fmt.Errorf("%s: %w", what, err))
 	}
 	defer resp.Body.Close()
 	answer, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))

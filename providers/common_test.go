@@ -14,8 +14,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/notify-throttle/throttler/jobs"
 )
 
 // answer is what a fake service says to one request.
@@ -58,7 +56,7 @@ func newFake(t *testing.T, ok answer, answers map[string]answer, check func(t *t
 
 // want is the classification a case expects.
 type want struct {
-	outcome jobs.Outcome
+	outcome Outcome
 	sent    bool
 	id      string        // the provider's ID for a message sent
 	scope   string        // for Pause
@@ -87,7 +85,7 @@ func checkOutcome(t *testing.T, name string, id string, err error, w want) {
 	if w.text != "" && !strings.Contains(err.Error(), w.text) {
 		t.Errorf("%s: error %q does not contain %q", name, err, w.text)
 	}
-	var se *jobs.SendError
+	var se *SendError
 	if !errors.As(err, &se) {
 		if !w.retry {
 			t.Errorf("%s: plain error %v, want outcome %d", name, err, w.outcome)
@@ -165,25 +163,25 @@ func TestUntrustedCertificateIsBroken(t *testing.T) {
 	p8, _ := apnsKey()
 	email := []byte(`{"subject":"Welcome","body":"Hello"}`)
 	for name, c := range map[string]struct {
-		build func(Settings) jobs.Provider
+		build func(Settings) Provider
 		to    string
 		data  []byte
 		id    string
 	}{
-		"apns": {func(s Settings) jobs.Provider { p, _ := NewAPNs(s, "T", "K", "com.example.app", p8); return p },
+		"apns": {func(s Settings) Provider { p, _ := NewAPNs(s, "T", "K", "com.example.app", p8); return p },
 			"dev-1", []byte(`{"title":"Hi","body":"Hello"}`), "A-1"},
-		"twilio":   {func(s Settings) jobs.Provider { return NewTwilio(s, "AC1", "AC1", "token", "+15550001111", "") }, "+15550002222", []byte(`{"body":"Hello"}`), "SM1"},
-		"sendgrid": {func(s Settings) jobs.Provider { return NewSendGrid(s, "SG.key", "noreply@example.com", "") }, "a@example.com", email, "SG1"},
-		"fcm": {func(s Settings) jobs.Provider {
+		"twilio":   {func(s Settings) Provider { return NewTwilio(s, "AC1", "AC1", "token", "+15550001111", "") }, "+15550002222", []byte(`{"body":"Hello"}`), "SM1"},
+		"sendgrid": {func(s Settings) Provider { return NewSendGrid(s, "SG.key", "noreply@example.com", "") }, "a@example.com", email, "SG1"},
+		"fcm": {func(s Settings) Provider {
 			p, _ := NewFCM(context.Background(), s, "p", "", "", "ya29.static")
 			return p
 		},
 			"tok-1", []byte(`{"title":"Hi","body":"Hello"}`), "projects/p/messages/1"},
-		"ses": {func(s Settings) jobs.Provider { return NewSES(s, "eu-west-1", "AKID", "secret", "noreply@example.com") }, "a@example.com", email, "SES1"},
+		"ses": {func(s Settings) Provider { return NewSES(s, "eu-west-1", "AKID", "secret", "noreply@example.com") }, "a@example.com", email, "SES1"},
 	} {
-		m := jobs.Message{ID: "t1", Recipient: c.to, Data: c.data}
+		m := Message{ID: "t1", Recipient: c.to, Data: c.data}
 		id, err := c.build(Settings{Name: name, BaseURL: srv.URL}).Send(ctx(t), m)
-		checkOutcome(t, name+" untrusted", id, err, want{outcome: jobs.Broken, text: "certificate"})
+		checkOutcome(t, name+" untrusted", id, err, want{outcome: Broken, text: "certificate"})
 		id, err = c.build(Settings{Name: name, BaseURL: srv.URL, RootCAs: roots}).Send(ctx(t), m)
 		checkOutcome(t, name+" trusted", id, err, want{sent: true, id: c.id})
 	}

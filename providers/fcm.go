@@ -13,8 +13,6 @@ import (
 
 	"golang.org/x/oauth2"
 	"golang.org/x/oauth2/google"
-
-	"github.com/notify-throttle/throttler/jobs"
 )
 
 // fcmScope is the OAuth2 scope FCM HTTP v1 sends with.
@@ -51,7 +49,7 @@ func NewFCM(ctx context.Context, s Settings, project, credentials, tokenURL, tok
 }
 
 // Scopes returns the device.
-func (p *FCM) Scopes(m jobs.Message) []string { return []string{jobs.DeviceScope(m.Recipient)} }
+func (p *FCM) Scopes(m Message) []string { return []string{DeviceScope(m.Recipient)} }
 
 type fcmMessage struct {
 	Message struct {
@@ -110,7 +108,7 @@ func (e fcmError) perDevice() bool {
 
 // Send posts m and classifies the answer; the ID of a message sent is its
 // name (projects/{project}/messages/{id}).
-func (p *FCM) Send(ctx context.Context, m jobs.Message) (id string, err error) {
+func (p *FCM) Send(ctx context.Context, m Message) (id string, err error) {
 	defer redact(&err, m.Recipient)
 	c, err := content("fcm "+p.Name, m)
 	if err != nil {
@@ -158,7 +156,7 @@ func (p *FCM) classify(status int, h http.Header, resp []byte, device string) er
 		return broken("%s", what)
 	case status == http.StatusTooManyRequests || code == "QUOTA_EXCEEDED" || code == "RESOURCE_EXHAUSTED":
 		if fe.perDevice() {
-			return pause(after, at, jobs.DeviceScope(device), "%s", what)
+			return pause(after, at, DeviceScope(device), "%s", what)
 		}
 		return pause(after, at, "", "%s", what)
 	case status >= 500 && h.Get("Retry-After") != "":

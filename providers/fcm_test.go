@@ -11,8 +11,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/notify-throttle/throttler/jobs"
 )
 
 // serviceAccount returns a service account JSON key, its private key made
@@ -84,17 +82,17 @@ func TestFCMClassifiesEveryAnswer(t *testing.T) {
 	}
 	cases := map[string]want{
 		"tok-ok":           {sent: true, id: "projects/demo-app/messages/1"},
-		"tok-unregistered": {outcome: jobs.Dead, text: "UNREGISTERED"},
-		"tok-invalid":      {outcome: jobs.Reject, text: `400 INVALID_ARGUMENT: Invalid value at 'message.token' (TYPE_STRING), "to***id"`},
-		"tok-auth":         {outcome: jobs.Broken},
-		"tok-mismatch":     {outcome: jobs.Broken},
-		"tok-device":       {outcome: jobs.Pause, scope: jobs.DeviceScope("tok-device"), after: 9 * time.Second},
-		"tok-project":      {outcome: jobs.Pause, after: time.Minute},
-		"tok-unavailable":  {outcome: jobs.Retry, after: 4 * time.Second},
+		"tok-unregistered": {outcome: Dead, text: "UNREGISTERED"},
+		"tok-invalid":      {outcome: Reject, text: `400 INVALID_ARGUMENT: Invalid value at 'message.token' (TYPE_STRING), "to***id"`},
+		"tok-auth":         {outcome: Broken},
+		"tok-mismatch":     {outcome: Broken},
+		"tok-device":       {outcome: Pause, scope: DeviceScope("tok-device"), after: 9 * time.Second},
+		"tok-project":      {outcome: Pause, after: time.Minute},
+		"tok-unavailable":  {outcome: Retry, after: 4 * time.Second},
 		"tok-internal":     {retry: true},
 	}
 	for to, w := range cases {
-		id, err := p.Send(ctx(t), jobs.Message{ID: "t1", Recipient: to, Data: []byte(`{"title":"Order shipped","body":"It left the warehouse","data":{"order":"42"}}`)})
+		id, err := p.Send(ctx(t), Message{ID: "t1", Recipient: to, Data: []byte(`{"title":"Order shipped","body":"It left the warehouse","data":{"order":"42"}}`)})
 		checkOutcome(t, to, id, err, w)
 		noRecipient(t, err, to)
 	}

@@ -7,15 +7,13 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
-
-	"github.com/notify-throttle/throttler/jobs"
 )
 
 // Retries is a provider with its own retry settings for temporary failures
-// (a 5xx, a timeout, a lost connection: errors that are no jobs.SendError).
-// It is a jobs.Scoper when the provider it wraps is.
+// (a 5xx, a timeout, a lost connection: errors that are no SendError).
+// It is a Scoper when the provider it wraps is.
 type Retries struct {
-	jobs.Scoper
+	Scoper
 	// Max is how many retries a temporary failure gets before the message is
 	// archived; 0 leaves the limit to the task's own (asynq's MaxRetry).
 	Max int
@@ -28,7 +26,7 @@ type Retries struct {
 }
 
 // WithRetries returns p with its own retry settings, or p if both are zero.
-func WithRetries(p jobs.Scoper, max int, backoff time.Duration) jobs.Scoper {
+func WithRetries(p Scoper, max int, backoff time.Duration) Scoper {
 	if max == 0 && backoff == 0 {
 		return p
 	}
@@ -39,21 +37,21 @@ func WithRetries(p jobs.Scoper, max int, backoff time.Duration) jobs.Scoper {
 }
 
 // Send sends m and applies the settings to a temporary failure.
-func (r *Retries) Send(ctx context.Context, m jobs.Message) (string, error) {
+func (r *Retries) Send(ctx context.Context, m Message) (string, error) {
 	id, err := r.Scoper.Send(ctx, m)
-	var se *jobs.SendError
+	var se *SendError
 	if err == nil || errors.As(err, &se) {
 		return id, err
 	}
 	retried := r.retried(ctx)
 	if r.Max > 0 && retried >= r.Max {
-		return "", &jobs.SendError{Outcome: jobs.Reject, Err: fmt.Errorf("gave up after %d retries: %w", retried, err)}
+		return "", &SendError{Outcome: Reject, Err: fmt.Errorf("gave up after %d retries: %w", retried, err)}
 	}
 	if r.Max > 0 {
 		err = &budgeted{max: r.Max, err: err}
 	}
 	if r.Backoff > 0 {
-		return "", &jobs.Backoff{Delay: min(r.Backoff<<min(retried, 20), 24*time.Hour), Err: err}
+		return "", &Backoff{Delay: min(r.Backoff<<min(retried, 20), 24*time.Hour), Err: err}
 	}
 	return "", err
 }

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"time"
-
-	"github.com/notify-throttle/throttler/jobs"
 )
 
 // SendGrid sends email through SendGrid's v3 Mail Send API.
@@ -27,7 +25,7 @@ func NewSendGrid(s Settings, apiKey, from, fromName string) *SendGrid {
 }
 
 // Scopes returns none: SendGrid limits the whole account.
-func (p *SendGrid) Scopes(jobs.Message) []string { return nil }
+func (p *SendGrid) Scopes(Message) []string { return nil }
 
 type sgAddress struct {
 	Email string `json:"email"`
@@ -52,7 +50,7 @@ type sgMail struct {
 // Send posts m and classifies the answer; the ID of a message sent is the
 // answer's X-Message-Id. custom_args carry the task ID into SendGrid's
 // events (package feedback).
-func (p *SendGrid) Send(ctx context.Context, m jobs.Message) (id string, err error) {
+func (p *SendGrid) Send(ctx context.Context, m Message) (id string, err error) {
 	defer redact(&err, m.Recipient)
 	c, err := emailContent("sendgrid "+p.Name, m)
 	if err != nil {
@@ -102,7 +100,7 @@ func (p *SendGrid) classify(status int, h http.Header, resp []byte) error {
 
 // emailContent decodes m's data and checks that it makes an email: a
 // subject, and a body or html.
-func emailContent(provider string, m jobs.Message) (Content, error) {
+func emailContent(provider string, m Message) (Content, error) {
 	c, err := content(provider, m)
 	switch {
 	case err != nil:

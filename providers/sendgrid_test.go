@@ -5,8 +5,6 @@ import (
 	"net/http"
 	"testing"
 	"time"
-
-	"github.com/notify-throttle/throttler/jobs"
 )
 
 func TestSendGridClassifiesEveryAnswer(t *testing.T) {
@@ -38,18 +36,18 @@ func TestSendGridClassifiesEveryAnswer(t *testing.T) {
 	p := NewSendGrid(Settings{Name: "mail", BaseURL: f.URL}, "SG.key", "noreply@example.com", "")
 	cases := map[string]want{
 		"ok@example.com":      {sent: true, id: "sg-msg-1"},
-		"limited@example.com": {outcome: jobs.Pause, at: reset},
-		"bad@example.com":     {outcome: jobs.Reject, text: "400: {\"errors\":[{\"message\":\"The to email b***@example.com does not contain a valid address."},
-		"auth@example.com":    {outcome: jobs.Broken},
-		"perm@example.com":    {outcome: jobs.Broken},
+		"limited@example.com": {outcome: Pause, at: reset},
+		"bad@example.com":     {outcome: Reject, text: "400: {\"errors\":[{\"message\":\"The to email b***@example.com does not contain a valid address."},
+		"auth@example.com":    {outcome: Broken},
+		"perm@example.com":    {outcome: Broken},
 		"down@example.com":    {retry: true},
-		"large@example.com":   {outcome: jobs.Reject},
+		"large@example.com":   {outcome: Reject},
 	}
 	for to, w := range cases {
-		id, err := p.Send(ctx(t), jobs.Message{ID: "t1", Recipient: to, Template: "welcome", Data: []byte(`{"subject":"Welcome","body":"Hello","html":"<p>Hello</p>"}`)})
+		id, err := p.Send(ctx(t), Message{ID: "t1", Recipient: to, Template: "welcome", Data: []byte(`{"subject":"Welcome","body":"Hello","html":"<p>Hello</p>"}`)})
 		checkOutcome(t, to, id, err, w)
 		noRecipient(t, err, to)
 	}
-	id, err := p.Send(ctx(t), jobs.Message{ID: "t2", Recipient: "ok@example.com", Data: []byte(`{"body":"no subject"}`)})
-	checkOutcome(t, "no subject", id, err, want{outcome: jobs.Reject, text: "data.subject"})
+	id, err := p.Send(ctx(t), Message{ID: "t2", Recipient: "ok@example.com", Data: []byte(`{"body":"no subject"}`)})
+	checkOutcome(t, "no subject", id, err, want{outcome: Reject, text: "data.subject"})
 }

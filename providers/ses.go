@@ -13,8 +13,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sesv2"
 	"github.com/aws/aws-sdk-go-v2/service/sesv2/types"
 	"github.com/aws/smithy-go"
-
-	"github.com/notify-throttle/throttler/jobs"
 )
 
 // SES sends email through Amazon SES v2 (SendEmail), the SDK's retries off.
@@ -44,11 +42,11 @@ func NewSES(s Settings, region, accessKeyID, secretAccessKey, from string) *SES 
 }
 
 // Scopes returns none: SES limits the whole account.
-func (p *SES) Scopes(jobs.Message) []string { return nil }
+func (p *SES) Scopes(Message) []string { return nil }
 
 // Send sends m and classifies the answer; the ID of a message sent is its
 // MessageId.
-func (p *SES) Send(ctx context.Context, m jobs.Message) (id string, err error) {
+func (p *SES) Send(ctx context.Context, m Message) (id string, err error) {
 	defer redact(&err, m.Recipient)
 	c, err := emailContent("ses "+p.Name, m)
 	if err != nil {
@@ -82,7 +80,7 @@ func (p *SES) Send(ctx context.Context, m jobs.Message) (id string, err error) {
 func (p *SES) classify(err error) error {
 	var ae smithy.APIError
 	if !errors.As(err, &ae) {
-		return jobs.Unreached(fmt.Errorf("ses %s: %w", p.Name, err))
+		return Unreached(fmt.Errorf("ses %s: %w", p.Name, err))
 	}
 	status := 0
 	var re *awshttp.ResponseError

@@ -6,8 +6,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/notify-throttle/throttler/jobs"
 )
 
 // sesErr is SES v2's documented error shape: the type in X-Amzn-ErrorType,
@@ -59,18 +57,18 @@ func TestSESClassifiesEveryAnswer(t *testing.T) {
 	p.now = func() time.Time { return time.Date(2026, 3, 1, 9, 30, 0, 0, time.UTC) }
 	cases := map[string]want{
 		"ok@example.com":        {sent: true, id: "0100-abc"},
-		"rate@example.com":      {outcome: jobs.Pause, after: time.Second},
-		"limit@example.com":     {outcome: jobs.Pause, after: time.Second},
-		"daily@example.com":     {outcome: jobs.Pause, at: time.Date(2026, 3, 2, 7, 0, 0, 0, time.UTC)},
-		"rejected@example.com":  {outcome: jobs.Reject, text: "MessageRejected: Email address is not verified. The following identities failed the check in region EU-WEST-1: r***@example.com"},
-		"notfound@example.com":  {outcome: jobs.Reject},
-		"suspended@example.com": {outcome: jobs.Broken},
-		"paused@example.com":    {outcome: jobs.Broken},
-		"creds@example.com":     {outcome: jobs.Broken},
+		"rate@example.com":      {outcome: Pause, after: time.Second},
+		"limit@example.com":     {outcome: Pause, after: time.Second},
+		"daily@example.com":     {outcome: Pause, at: time.Date(2026, 3, 2, 7, 0, 0, 0, time.UTC)},
+		"rejected@example.com":  {outcome: Reject, text: "MessageRejected: Email address is not verified. The following identities failed the check in region EU-WEST-1: r***@example.com"},
+		"notfound@example.com":  {outcome: Reject},
+		"suspended@example.com": {outcome: Broken},
+		"paused@example.com":    {outcome: Broken},
+		"creds@example.com":     {outcome: Broken},
 		"down@example.com":      {retry: true},
 	}
 	for to, w := range cases {
-		id, err := p.Send(ctx(t), jobs.Message{ID: "t1", Recipient: to, Data: []byte(`{"subject":"Welcome","body":"Hello","html":"<p>Hello</p>"}`)})
+		id, err := p.Send(ctx(t), Message{ID: "t1", Recipient: to, Data: []byte(`{"subject":"Welcome","body":"Hello","html":"<p>Hello</p>"}`)})
 		checkOutcome(t, to, id, err, w)
 		noRecipient(t, err, to)
 	}

@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"github.com/wneessen/go-mail"
-
-	"github.com/notify-throttle/throttler/jobs"
 )
 
 // SMTP TLS modes.
@@ -45,7 +43,7 @@ func NewSMTP(s Settings, host string, port int, tls, username, password, from st
 }
 
 // Scopes returns none: an SMTP server limits the whole connection.
-func (p *SMTP) Scopes(jobs.Message) []string { return nil }
+func (p *SMTP) Scopes(Message) []string { return nil }
 
 // client returns a go-mail client for one send; go-mail does not retry.
 func (p *SMTP) client() (*mail.Client, error) {
@@ -76,7 +74,7 @@ func (p *SMTP) client() (*mail.Client, error) {
 
 // Send sends m and classifies the answer; the ID of a message sent is the
 // Message-ID it carries (made of the task ID), which bounces name.
-func (p *SMTP) Send(ctx context.Context, m jobs.Message) (id string, err error) {
+func (p *SMTP) Send(ctx context.Context, m Message) (id string, err error) {
 	defer redact(&err, m.Recipient)
 	c, err := emailContent("smtp "+p.Name, m)
 	if err != nil {
@@ -139,5 +137,5 @@ func (p *SMTP) classify(err error) error {
 		return reject("%s", what)
 	}
 	// 4xx, a refused or lost connection, an untrusted certificate.
-	return jobs.Unreached(fmt.Errorf("smtp %s: %w", p.Name, err))
+	return Unreached(fmt.Errorf("smtp %s: %w", p.Name, err))
 }

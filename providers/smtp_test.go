@@ -19,8 +19,6 @@ import (
 
 	"github.com/emersion/go-sasl"
 	"github.com/emersion/go-smtp"
-
-	"github.com/notify-throttle/throttler/jobs"
 )
 
 // smtpBackend is a real SMTP server's backend (go-smtp) that answers by
@@ -118,15 +116,15 @@ func TestSMTPClassifiesEveryAnswer(t *testing.T) {
 	p.now = func() time.Time { return time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC) }
 	cases := map[string]want{
 		"ok@example.com":    {sent: true, id: "<t1@localhost>"},
-		"dead@example.com":  {outcome: jobs.Dead, text: "550 \"5.1.1 <d***@example.com>: Recipient address rejected: No such user\", affected recipient(s): <d***@example.com>"},
+		"dead@example.com":  {outcome: Dead, text: "550 \"5.1.1 <d***@example.com>: Recipient address rejected: No such user\", affected recipient(s): <d***@example.com>"},
 		"busy@example.com":  {retry: true, text: "451"},
-		"rate@example.com":  {outcome: jobs.Pause, after: time.Second},
-		"daily@example.com": {outcome: jobs.Pause, at: time.Date(2026, 3, 2, 0, 30, 0, 0, time.UTC)},
-		"spam@example.com":  {outcome: jobs.Reject, text: "554"},
+		"rate@example.com":  {outcome: Pause, after: time.Second},
+		"daily@example.com": {outcome: Pause, at: time.Date(2026, 3, 2, 0, 30, 0, 0, time.UTC)},
+		"spam@example.com":  {outcome: Reject, text: "554"},
 	}
 	data := []byte(`{"subject":"Welcome","body":"Hello","html":"<p>Hello</p>"}`)
 	for to, w := range cases {
-		id, err := p.Send(ctx(t), jobs.Message{ID: "t1", Recipient: to, Data: data})
+		id, err := p.Send(ctx(t), Message{ID: "t1", Recipient: to, Data: data})
 		checkOutcome(t, to, id, err, w)
 		noRecipient(t, err, to)
 	}
@@ -144,10 +142,10 @@ func TestSMTPClassifiesEveryAnswer(t *testing.T) {
 	be.mu.Unlock()
 
 	wrong := NewSMTP(Settings{Name: "mail"}, "localhost", port, SMTPNoTLS, "mailer", "wrong", "noreply@example.com")
-	id, err := wrong.Send(ctx(t), jobs.Message{ID: "t2", Recipient: "ok@example.com", Data: data})
-	checkOutcome(t, "wrong password", id, err, want{outcome: jobs.Broken})
+	id, err := wrong.Send(ctx(t), Message{ID: "t2", Recipient: "ok@example.com", Data: data})
+	checkOutcome(t, "wrong password", id, err, want{outcome: Broken})
 	down := NewSMTP(Settings{Name: "mail", Timeout: time.Second}, "127.0.0.1", 1, SMTPNoTLS, "", "", "noreply@example.com")
-	id, err = down.Send(ctx(t), jobs.Message{ID: "t3", Recipient: "ok@example.com", Data: data})
+	id, err = down.Send(ctx(t), Message{ID: "t3", Recipient: "ok@example.com", Data: data})
 	checkOutcome(t, "no server", id, err, want{retry: true})
 }
 
@@ -188,7 +186,7 @@ func TestSMTPStartTLS(t *testing.T) {
 	port := ln.Addr().(*net.TCPAddr).Port
 	p := NewSMTP(Settings{Name: "mail", RootCAs: pool}, "localhost", port, "", "mailer", "s3cret", "noreply@example.com")
 	data := []byte(`{"subject":"Welcome","body":"Hello"}`)
-	if id, err := p.Send(ctx(t), jobs.Message{ID: "t1", Recipient: "ok@example.com", Data: data}); err != nil || id != "<t1@localhost>" {
+	if id, err := p.Send(ctx(t), Message{ID: "t1", Recipient: "ok@example.com", Data: data}); err != nil || id != "<t1@localhost>" {
 		t.Fatalf("over STARTTLS: %q, %v", id, err)
 	}
 	be.mu.Lock()
@@ -200,9 +198,9 @@ func TestSMTPStartTLS(t *testing.T) {
 
 	_, plainPort := startSMTP(t) // offers no STARTTLS
 	plain := NewSMTP(Settings{Name: "mail"}, "localhost", plainPort, "", "mailer", "s3cret", "noreply@example.com")
-	id, err := plain.Send(ctx(t), jobs.Message{ID: "t2", Recipient: "ok@example.com", Data: data})
-	checkOutcome(t, "no STARTTLS offered", id, err, want{outcome: jobs.Broken})
+	id, err := plain.Send(ctx(t), Message{ID: "t2", Recipient: "ok@example.com", Data: data})
+	checkOutcome(t, "no STARTTLS offered", id, err, want{outcome: Broken})
 	untrusted := NewSMTP(Settings{Name: "mail"}, "localhost", port, "", "mailer", "s3cret", "noreply@example.com")
-	id, err = untrusted.Send(ctx(t), jobs.Message{ID: "t3", Recipient: "ok@example.com", Data: data})
-	checkOutcome(t, "untrusted certificate", id, err, want{outcome: jobs.Broken})
+	id, err = untrusted.Send(ctx(t), Message{ID: "t3", Recipient: "ok@example.com", Data: data})
+	checkOutcome(t, "untrusted certificate", id, err, want{outcome: Broken})
 }

@@ -9,8 +9,6 @@ import (
 	"net/url"
 	"strings"
 	"time"
-
-	"github.com/notify-throttle/throttler/jobs"
 )
 
 // twilioPairPause is how long Twilio fails a pair's messages after 14107,
@@ -47,8 +45,8 @@ func (p *Twilio) sender() string {
 }
 
 // Scopes returns the sender and the (sender, recipient) pair.
-func (p *Twilio) Scopes(m jobs.Message) []string {
-	return []string{jobs.SenderScope(p.sender()), jobs.PairScope(p.sender(), m.Recipient)}
+func (p *Twilio) Scopes(m Message) []string {
+	return []string{SenderScope(p.sender()), PairScope(p.sender(), m.Recipient)}
 }
 
 // twilioError is Twilio's error body.
@@ -60,7 +58,7 @@ type twilioError struct {
 
 // Send posts m and classifies the answer; the ID of a message sent is its
 // SID.
-func (p *Twilio) Send(ctx context.Context, m jobs.Message) (id string, err error) {
+func (p *Twilio) Send(ctx context.Context, m Message) (id string, err error) {
 	defer redact(&err, m.Recipient)
 	c, err := content("twilio "+p.Name, m)
 	if err != nil {
@@ -109,10 +107,10 @@ func (p *Twilio) classify(status int, h http.Header, te twilioError, to string, 
 		return retryAt(after, at, "%s", what)
 	case 14107: // too many messages between this pair of numbers
 		after, at = retryAfter(h.Get("Retry-After"), twilioPairPause)
-		return pause(after, at, jobs.PairScope(p.sender(), to), "%s", what)
+		return pause(after, at, PairScope(p.sender(), to), "%s", what)
 	case 21611, 30001: // the sender's queue overflowed
 		after, at = retryAfter(h.Get("Retry-After"), p.scopePause())
-		return pause(after, at, jobs.SenderScope(p.sender()), "%s", what)
+		return pause(after, at, SenderScope(p.sender()), "%s", what)
 	case 63017: // the account's rate
 		return pause(after, at, "", "%s", what)
 	case 21211, 21610, 21614, 21635: // invalid, unsubscribed, not mobile, landline

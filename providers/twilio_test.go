@@ -8,8 +8,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/notify-throttle/throttler/jobs"
 )
 
 // twilioMessages are the messages of Twilio's error reference that name
@@ -64,27 +62,27 @@ func TestTwilioClassifiesEveryAnswer(t *testing.T) {
 	from := "+15559999999"
 	cases := map[string]want{
 		"+15550000000": {sent: true, id: "SM1"},
-		"+15550000001": {outcome: jobs.Retry, after: 2 * time.Second, text: "error 20429"},
-		"+15550000002": {outcome: jobs.Pause, scope: jobs.PairScope(from, "+15550000002"), after: 7 * time.Second},
-		"+15550000003": {outcome: jobs.Pause, scope: jobs.SenderScope(from), after: 30 * time.Second},
-		"+15550000012": {outcome: jobs.Pause, scope: jobs.SenderScope(from), after: time.Second},
-		"+15550000013": {outcome: jobs.Pause, scope: jobs.PairScope(from, "+15550000013"), after: 30 * time.Second},
-		"+15550000004": {outcome: jobs.Pause, after: 3 * time.Second},
-		"+15550000005": {outcome: jobs.Dead, text: "error 21211: The 'To' number +1***05 is not a valid phone number."},
-		"+15550000006": {outcome: jobs.Dead},
-		"+15550000007": {outcome: jobs.Dead, text: "error 21614"},
-		"+15550000008": {outcome: jobs.Dead},
-		"+15550000009": {outcome: jobs.Broken},
-		"+15550000010": {outcome: jobs.Reject},
+		"+15550000001": {outcome: Retry, after: 2 * time.Second, text: "error 20429"},
+		"+15550000002": {outcome: Pause, scope: PairScope(from, "+15550000002"), after: 7 * time.Second},
+		"+15550000003": {outcome: Pause, scope: SenderScope(from), after: 30 * time.Second},
+		"+15550000012": {outcome: Pause, scope: SenderScope(from), after: time.Second},
+		"+15550000013": {outcome: Pause, scope: PairScope(from, "+15550000013"), after: 30 * time.Second},
+		"+15550000004": {outcome: Pause, after: 3 * time.Second},
+		"+15550000005": {outcome: Dead, text: "error 21211: The 'To' number +1***05 is not a valid phone number."},
+		"+15550000006": {outcome: Dead},
+		"+15550000007": {outcome: Dead, text: "error 21614"},
+		"+15550000008": {outcome: Dead},
+		"+15550000009": {outcome: Broken},
+		"+15550000010": {outcome: Reject},
 		"+15550000011": {retry: true, text: "503"},
-		"+15550000014": {outcome: jobs.Reject, text: "400: To=+1***14: not a number"},
+		"+15550000014": {outcome: Reject, text: "400: To=+1***14: not a number"},
 	}
 	for to, w := range cases {
-		id, err := p.Send(ctx(t), jobs.Message{ID: "t1", Recipient: to, Template: "otp", Data: []byte(`{"body":"Your code is 1234"}`)})
+		id, err := p.Send(ctx(t), Message{ID: "t1", Recipient: to, Template: "otp", Data: []byte(`{"body":"Your code is 1234"}`)})
 		checkOutcome(t, to, id, err, w)
 		noRecipient(t, err, to)
 	}
-	if _, err := p.Send(ctx(t), jobs.Message{ID: "t2", Recipient: "+15550000000"}); err == nil {
+	if _, err := p.Send(ctx(t), Message{ID: "t2", Recipient: "+15550000000"}); err == nil {
 		t.Error("a message without a body was sent")
 	}
 }
@@ -105,7 +103,7 @@ func TestTwilioStatusCallback(t *testing.T) {
 		return r.PostForm.Get("To")
 	})
 	p := NewTwilio(Settings{Name: "sms", BaseURL: f.URL}, "AC123", "AC123", "secret-token", "+15559999999", "")
-	msg := jobs.Message{ID: "t1", Recipient: "+15550000000", Data: []byte(`{"body":"hi"}`)}
+	msg := Message{ID: "t1", Recipient: "+15550000000", Data: []byte(`{"body":"hi"}`)}
 	if _, err := p.Send(ctx(t), msg); err != nil {
 		t.Fatal(err)
 	}

@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/notify-throttle/throttler/jobs"
 	"github.com/notify-throttle/throttler/lifecycle"
+	"github.com/notify-throttle/throttler/message"
 )
 
 // TestAcceptedEvents: each notification enqueue enqueues has its accepted
@@ -26,7 +26,7 @@ func TestAcceptedEvents(t *testing.T) {
 		t.Fatalf("enqueue -file = %d, stderr %q", file.code, file.stderr)
 	}
 	rec := lifecycle.NewRecorder(h.rdb, lifecycle.Options{})
-	keyed, err := rec.History(ctx, jobs.TaskID("otp-42"))
+	keyed, err := rec.History(ctx, message.TaskID("otp-42"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +39,7 @@ func TestAcceptedEvents(t *testing.T) {
 	}
 	var fromFile string
 	for id := range h.pendingTasks("default") {
-		if id != jobs.TaskID("otp-42") {
+		if id != message.TaskID("otp-42") {
 			fromFile = id
 		}
 	}

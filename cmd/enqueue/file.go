@@ -18,7 +18,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/notify-throttle/throttler/intake"
-	"github.com/notify-throttle/throttler/jobs"
+	"github.com/notify-throttle/throttler/message"
 )
 
 // Throughput settings of file mode.
@@ -172,7 +172,7 @@ func (b *batch) run(ctx context.Context, in io.Reader, out *bufio.Writer, bar *p
 // in a read then, which only a blocked stdin can make last.
 func (b *batch) read(in io.Reader, work chan<- item, slots chan<- struct{}, stop <-chan struct{}) {
 	defer close(work)
-	lr := newLineReader(in, jobs.MaxPayloadLen)
+	lr := newLineReader(in, message.MaxPayloadLen)
 	seq := 0
 	put := func(it item) bool {
 		select {

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/notify-throttle/throttler/jobs"
+	"github.com/notify-throttle/throttler/message"
 )
 
 // TestFileMixed enqueues a file with good and bad lines, blank lines, CRLF
@@ -31,19 +31,19 @@ testdata/mixed.jsonl:6: recipient: missing
 	}
 	wantPending(t, h, map[string]int{"default": 3, "critical": 1})
 
-	alice := h.task("default", jobs.TaskID("mixed-1"))
-	if want := (jobs.Notification{Recipient: "alice@example.com", Policy: "marketing", Provider: "console",
+	alice := h.task("default", message.TaskID("mixed-1"))
+	if want := (message.Notification{Recipient: "alice@example.com", Policy: "marketing", Provider: "console",
 		Template: "welcome", Data: json.RawMessage(`{"name":"Alice","n":[1,2]}`)}); !reflect.DeepEqual(alice, want) {
 		t.Errorf("line 1:\n got %+v\nwant %+v", alice, want)
 	}
-	otp := h.task("critical", jobs.TaskID("mixed-4"))
+	otp := h.task("critical", message.TaskID("mixed-4"))
 	sendBy := time.Date(2099, 11, 22, 10, 0, 0, 0, time.UTC)
 	if otp.Recipient != "+15551234567" || otp.Policy != "transactional" || otp.Provider != "sms" ||
 		otp.Template != "otp" || otp.SendBy == nil || !otp.SendBy.Equal(sendBy) {
 		t.Errorf("line 4: %+v", otp)
 	}
-	dave := h.task("default", jobs.TaskID("mixed-8"))
-	if want := (jobs.Notification{Recipient: "dave@example.com", Policy: "marketing", Provider: "console",
+	dave := h.task("default", message.TaskID("mixed-8"))
+	if want := (message.Notification{Recipient: "dave@example.com", Policy: "marketing", Provider: "console",
 		Template: "digest"}); !reflect.DeepEqual(dave, want) {
 		t.Errorf("line 8 (null fields):\n got %+v\nwant %+v", dave, want)
 	}
@@ -75,10 +75,10 @@ func TestFileTenant(t *testing.T) {
 	if want := "enqueued 2, duplicates 0, rejected 0 (2 lines)\n"; out.code != 0 || out.stderr != want {
 		t.Fatalf("enqueue = %d, stderr %q; want 0, %q", out.code, out.stderr, want)
 	}
-	if got := h.task("default", jobs.TaskID("t1")).Tenant; got != "billing" {
+	if got := h.task("default", message.TaskID("t1")).Tenant; got != "billing" {
 		t.Errorf("line 1: tenant %q, want billing", got)
 	}
-	if got := h.task("default", jobs.TaskID("t2")).Tenant; got != "" {
+	if got := h.task("default", message.TaskID("t2")).Tenant; got != "" {
 		t.Errorf("line 2: tenant %q, want none", got)
 	}
 }
@@ -104,7 +104,7 @@ func TestFileStdin(t *testing.T) {
 		t.Fatalf("enqueue = %d, stdout %q, stderr %q; want 0, nothing, %q", out.code, out.stdout, out.stderr, want)
 	}
 	wantPending(t, h, map[string]int{"default": 150, "low": 144})
-	if n := h.task("low", jobs.TaskID("k2")); n.Recipient != "r2@example.com" {
+	if n := h.task("low", message.TaskID("k2")); n.Recipient != "r2@example.com" {
 		t.Errorf("task of key k2 is for %s, want the first line's r2@example.com", n.Recipient)
 	}
 
@@ -183,7 +183,7 @@ func TestBadLines(t *testing.T) {
 }
 
 // TestLongLines checks the size limits at their edges: a line longer than
-// jobs.MaxPayloadLen is rejected without being held, and a line within it
+// message.MaxPayloadLen is rejected without being held, and a line within it
 // whose payload is larger (JSON escapes "<" as \u003c) is rejected too.
 func TestLongLines(t *testing.T) {
 	h := newHarness(t)
@@ -192,7 +192,7 @@ func TestLongLines(t *testing.T) {
 		l := fmt.Sprintf(`{"recipient":%q,"template":"t","data":{"p":""}}`, recipient)
 		return l[:len(l)-3] + strings.Repeat("x", size-len(l)) + l[len(l)-3:]
 	}
-	max := jobs.MaxPayloadLen
+	max := message.MaxPayloadLen
 	escaped := `{"recipient":"e@example.com","template":"t","data":{"p":"` + strings.Repeat("<", 11000) + `"}}`
 	edge := line("f@example.com", max)
 	lines := []string{
@@ -215,7 +215,7 @@ func TestLongLines(t *testing.T) {
 	// escaping, so it does not grow to six bytes per '<' past the limit.
 	edgeLen := len(edge) + len(`,"policy":"marketing","provider":"console","queued_at":"2006-01-02T15:04:05Z"`)
 	want := fmt.Sprintf(`%[1]s:2: line of 1048576 bytes, more than 65536
-%[1]s:5: data: %[3]d bytes, too much: the task's payload of %[2]d bytes, more than 65536 (jobs.MaxPayloadLen)
+%[1]s:5: data: %[3]d bytes, too much: the task's payload of %[2]d bytes, more than 65536 (message.MaxPayloadLen)
 %[1]s:6: line of 65537 bytes, more than 65536
 %[1]s:7: line of 65538 bytes, more than 65536
 enqueued 4, duplicates 0, rejected 4 (8 lines)

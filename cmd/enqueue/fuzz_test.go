@@ -13,12 +13,12 @@ import (
 
 	"github.com/notify-throttle/throttler/config"
 	"github.com/notify-throttle/throttler/intake"
-	"github.com/notify-throttle/throttler/jobs"
+	"github.com/notify-throttle/throttler/message"
 )
 
 // FuzzParseLine checks the JSONL line parser and the checks after it: they
 // never panic, a rejection is one line of text, and a line they accept
-// becomes a task whose payload jobs.Decode reads back as that line says,
+// becomes a task whose payload message.Decode reads back as that line says,
 // with the config's defaults filled in.
 func FuzzParseLine(f *testing.F) {
 	seeds, err := filepath.Glob("testdata/*/*.jsonl")
@@ -63,11 +63,11 @@ func FuzzParseLine(f *testing.F) {
 func checkRoundTrip(t *testing.T, c intake.Checker, e intake.Entry, j intake.Job) {
 	t.Helper()
 	payload := j.Task.Payload()
-	n, err := jobs.Decode(payload)
+	n, err := message.Decode(payload)
 	if err != nil {
 		t.Fatalf("accepted %+v, but its payload %s does not decode: %v", e, payload, err)
 	}
-	want := jobs.Notification{
+	want := message.Notification{
 		Recipient: e.Recipient,
 		Policy:    cmp.Or(e.Policy, c.Config.Defaults.Policy),
 		Provider:  cmp.Or(e.Provider, c.Config.Defaults.Provider),
@@ -92,7 +92,7 @@ func checkRoundTrip(t *testing.T, c intake.Checker, e intake.Entry, j intake.Job
 	if q := cmp.Or(e.Queue, c.Config.Defaults.Queue); j.Queue != q {
 		t.Errorf("queue %q, want %q", j.Queue, q)
 	}
-	if e.IdempotencyKey != "" && j.ID != jobs.TaskID(e.IdempotencyKey) {
+	if e.IdempotencyKey != "" && j.ID != message.TaskID(e.IdempotencyKey) {
 		t.Errorf("task ID %s, want the one of key %q", j.ID, e.IdempotencyKey)
 	}
 }

@@ -18,7 +18,7 @@ import (
 
 	"github.com/notify-throttle/throttler/intake"
 	"github.com/notify-throttle/throttler/internal/redistest"
-	"github.com/notify-throttle/throttler/jobs"
+	"github.com/notify-throttle/throttler/message"
 )
 
 const testConfig = "testdata/config.yaml"
@@ -101,17 +101,17 @@ func (h *harness) runArgs(args ...string) outcome {
 
 // task returns the notification of task id in queue, failing the test if
 // it is not there or not a pending notify task.
-func (h *harness) task(queue, id string) jobs.Notification {
+func (h *harness) task(queue, id string) message.Notification {
 	h.t.Helper()
 	info, err := h.insp.GetTaskInfo(queue, id)
 	if err != nil {
 		h.t.Fatalf("task %s in queue %s: %v", id, queue, err)
 	}
-	if info.Type != jobs.TypeNotify || info.State != asynq.TaskStatePending || info.MaxRetry != jobs.DefaultMaxRetry {
+	if info.Type != message.TaskType || info.State != asynq.TaskStatePending || info.MaxRetry != message.DefaultMaxRetry {
 		h.t.Errorf("task %s: type %q, state %v, max retry %d; want %q, pending, %d",
-			id, info.Type, info.State, info.MaxRetry, jobs.TypeNotify, jobs.DefaultMaxRetry)
+			id, info.Type, info.State, info.MaxRetry, message.TaskType, message.DefaultMaxRetry)
 	}
-	n, err := jobs.Decode(info.Payload)
+	n, err := message.Decode(info.Payload)
 	if err != nil {
 		h.t.Fatalf("task %s: payload %s: %v", id, info.Payload, err)
 	}
@@ -143,15 +143,15 @@ func (h *harness) pending() map[string]int {
 }
 
 // pendingTasks returns the notifications pending in queue, by task ID.
-func (h *harness) pendingTasks(queue string) map[string]jobs.Notification {
+func (h *harness) pendingTasks(queue string) map[string]message.Notification {
 	h.t.Helper()
 	infos, err := h.insp.ListPendingTasks(queue, asynq.PageSize(1000))
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	got := map[string]jobs.Notification{}
+	got := map[string]message.Notification{}
 	for _, info := range infos {
-		n, err := jobs.Decode(info.Payload)
+		n, err := message.Decode(info.Payload)
 		if err != nil {
 			h.t.Fatalf("task %s: %v", info.ID, err)
 		}
@@ -176,7 +176,7 @@ func TestOneWithDefaults(t *testing.T) {
 		t.Fatalf("enqueue = %d, stdout %q, stderr %q; want 0, a task ID, nothing", out.code, out.stdout, out.stderr)
 	}
 	got := h.task("default", strings.TrimSpace(out.stdout))
-	want := jobs.Notification{Recipient: "alice@example.com", Policy: "marketing", Provider: "console",
+	want := message.Notification{Recipient: "alice@example.com", Policy: "marketing", Provider: "console",
 		Template: "welcome", Data: json.RawMessage(`{"name":"Alice"}`)}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("task payload:\n got %+v\nwant %+v", got, want)
@@ -194,8 +194,8 @@ func TestOneWithEveryFlag(t *testing.T) {
 		t.Fatalf("enqueue = %d, stderr %q", out.code, out.stderr)
 	}
 	id := strings.TrimSpace(out.stdout)
-	if id != jobs.TaskID("otp-42") {
-		t.Errorf("task ID = %s, want jobs.TaskID(otp-42) = %s", id, jobs.TaskID("otp-42"))
+	if id != message.TaskID("otp-42") {
+		t.Errorf("task ID = %s, want message.TaskID(otp-42) = %s", id, message.TaskID("otp-42"))
 	}
 	n := h.task("critical", id)
 	if n.Recipient != "+15551234567" || n.Template != "otp" || n.Policy != "transactional" || n.Provider != "sms" || n.Data != nil || n.TZ != "Europe/London" || n.Tenant != "billing" {
@@ -224,7 +224,7 @@ func TestOneDuplicate(t *testing.T) {
 	args := []string{"-to", "alice@example.com", "-template", "welcome", "-key", "welcome-alice"}
 	first := h.runArgs(args...)
 	second := h.runArgs(args...)
-	id := jobs.TaskID("welcome-alice")
+	id := message.TaskID("welcome-alice")
 	if first.code != 0 || first.stdout != id+"\n" || first.stderr != "" {
 		t.Fatalf("first enqueue = %d, stdout %q, stderr %q", first.code, first.stdout, first.stderr)
 	}

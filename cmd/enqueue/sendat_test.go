@@ -8,18 +8,18 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/notify-throttle/throttler/intake"
-	"github.com/notify-throttle/throttler/jobs"
+	"github.com/notify-throttle/throttler/message"
 )
 
 // scheduled returns the notification of task id in queue, failing the test
 // unless asynq holds it until its send_at.
-func (h *harness) scheduled(queue, id string) jobs.Notification {
+func (h *harness) scheduled(queue, id string) message.Notification {
 	h.t.Helper()
 	info, err := h.insp.GetTaskInfo(queue, id)
 	if err != nil {
 		h.t.Fatalf("task %s in queue %s: %v", id, queue, err)
 	}
-	n, err := jobs.Decode(info.Payload)
+	n, err := message.Decode(info.Payload)
 	if err != nil {
 		h.t.Fatalf("task %s: payload %s: %v", id, info.Payload, err)
 	}
@@ -130,12 +130,12 @@ enqueued 2, duplicates 0, rejected 2 (4 lines)
 		t.Fatalf("enqueue = %d, stderr:\n%s\nwant 1, stderr:\n%s", out.code, out.stderr, want)
 	}
 	at := time.Date(2099, 1, 1, 9, 0, 0, 0, time.UTC)
-	within(t, "line 1", h.scheduled("default", jobs.TaskID("s1")).SendAt, at, at)
+	within(t, "line 1", h.scheduled("default", message.TaskID("s1")).SendAt, at, at)
 	newYork, err := time.LoadLocation("America/New_York")
 	if err != nil {
 		t.Fatal(err)
 	}
 	first, _ := intake.NextLocal("23:30", newYork, before)
 	last, _ := intake.NextLocal("23:30", newYork, after)
-	within(t, "line 2", h.scheduled("default", jobs.TaskID("s2")).SendAt, first, last)
+	within(t, "line 2", h.scheduled("default", message.TaskID("s2")).SendAt, first, last)
 }

@@ -7,18 +7,18 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/notify-throttle/throttler/jobs"
+	"github.com/notify-throttle/throttler/screen"
 )
 
 // runSuppressions lists a provider's suppressed addresses: those its
 // service said are dead, to which the workers archive messages unsent.
 func runSuppressions(ctx context.Context, o *options, p process) error {
-	screen, closeRedis, err := openScreen(ctx, o, p, "suppressions", o.suppressions)
+	scr, closeRedis, err := openScreen(ctx, o, p, "suppressions", o.suppressions)
 	if err != nil {
 		return err
 	}
 	defer closeRedis()
-	sups, err := screen.Suppressions(ctx, o.suppressions)
+	sups, err := scr.Suppressions(ctx, o.suppressions)
 	if err != nil {
 		return err
 	}
@@ -41,12 +41,12 @@ func runUnsuppress(ctx context.Context, o *options, p process) error {
 	if !ok || provider == "" || address == "" {
 		return usagef("-unsuppress takes PROVIDER:ADDRESS (got %q)", o.unsuppress)
 	}
-	screen, closeRedis, err := openScreen(ctx, o, p, "unsuppress", provider)
+	scr, closeRedis, err := openScreen(ctx, o, p, "unsuppress", provider)
 	if err != nil {
 		return err
 	}
 	defer closeRedis()
-	lifted, err := screen.Unsuppress(ctx, provider, address)
+	lifted, err := scr.Unsuppress(ctx, provider, address)
 	if err != nil {
 		return err
 	}
@@ -59,7 +59,7 @@ func runUnsuppress(ctx context.Context, o *options, p process) error {
 
 // openScreen loads the config, checks that it defines provider (named by
 // -flag) and connects to its Redis's lists of suppressions.
-func openScreen(ctx context.Context, o *options, p process, flag, provider string) (*jobs.Screen, func() error, error) {
+func openScreen(ctx context.Context, o *options, p process, flag, provider string) (*screen.Screen, func() error, error) {
 	c, err := loadChecker(o, p)
 	if err != nil {
 		return nil, nil, err
@@ -71,5 +71,5 @@ func openScreen(ctx context.Context, o *options, p process, flag, provider strin
 	if err != nil {
 		return nil, nil, err
 	}
-	return jobs.NewScreen(rdb, c.Config.Redis.Prefix), closeRedis, nil
+	return screen.New(rdb, c.Config.Redis.Prefix), closeRedis, nil
 }

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/notify-throttle/throttler/jobs"
+	"github.com/notify-throttle/throttler/screen"
 )
 
 func TestSuppressionsListAndLift(t *testing.T) {
@@ -15,7 +15,7 @@ func TestSuppressionsListAndLift(t *testing.T) {
 	if out.code != exitOK || out.stdout != "" || !strings.Contains(out.stderr, "provider sms has no suppressed addresses") {
 		t.Fatalf("empty list: %+v", out)
 	}
-	screen := jobs.NewScreen(h.rdb, "")
+	screen := screen.New(h.rdb, "")
 	at := time.Date(2026, 11, 29, 6, 0, 0, 0, time.UTC)
 	if err := screen.Suppress(context.Background(), "sms", "tok:with:colons", "fcm push: 404 UNREGISTERED", at); err != nil {
 		t.Fatal(err)

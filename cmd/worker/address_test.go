@@ -8,11 +8,11 @@ import (
 
 	"github.com/notify-throttle/throttler/address"
 	"github.com/notify-throttle/throttler/config"
-	"github.com/notify-throttle/throttler/jobs"
+	"github.com/notify-throttle/throttler/providers"
 )
 
 // TestServicesCheckAddresses: the worker's senders of services refuse a
-// recipient their channel cannot take (jobs.Addresser, package address)
+// recipient their channel cannot take (providers.Addresser, package address)
 // and stay Scopers; log providers take anything and are left as they are.
 func TestServicesCheckAddresses(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "worker.yaml")
@@ -35,8 +35,8 @@ func TestServicesCheckAddresses(t *testing.T) {
 		t.Fatal(err)
 	}
 	sms, ok := rules.Providers["sms"].Provider.(interface {
-		jobs.Scoper
-		jobs.Addresser
+		providers.Scoper
+		providers.Addresser
 	})
 	if !ok {
 		t.Fatalf("provider sms is a %T, want a Scoper and an Addresser", rules.Providers["sms"].Provider)
@@ -47,7 +47,7 @@ func TestServicesCheckAddresses(t *testing.T) {
 	if err := sms.CheckRecipient("+14155550100"); err != nil {
 		t.Errorf("sms: CheckRecipient(+14155550100) = %v", err)
 	}
-	if _, ok := rules.Providers["console"].Provider.(jobs.Addresser); ok {
+	if _, ok := rules.Providers["console"].Provider.(providers.Addresser); ok {
 		t.Error("provider console (log) checks addresses: it takes any")
 	}
 }

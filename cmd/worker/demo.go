@@ -20,7 +20,8 @@ import (
 	"github.com/notify-throttle/throttler/config"
 	"github.com/notify-throttle/throttler/internal/asynqdb"
 	"github.com/notify-throttle/throttler/internal/timefmt"
-	"github.com/notify-throttle/throttler/jobs"
+	"github.com/notify-throttle/throttler/message"
+	"github.com/notify-throttle/throttler/providers"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -106,8 +107,8 @@ func demoNumber(data []byte) int {
 	return d.N
 }
 
-func (c *sentCounts) wrap(p jobs.Provider) jobs.Provider {
-	return jobs.ProviderFunc(func(ctx context.Context, m jobs.Message) (string, error) {
+func (c *sentCounts) wrap(p providers.Provider) providers.Provider {
+	return providers.Func(func(ctx context.Context, m providers.Message) (string, error) {
 		id, err := p.Send(ctx, m)
 		if err == nil {
 			now := time.Now()
@@ -127,7 +128,7 @@ func (c *sentCounts) wrap(p jobs.Provider) jobs.Provider {
 }
 
 // booked prints a booking as it is made (jobs.Throttle.OnBooked).
-func (c *sentCounts) booked(n jobs.Notification, d throttle.Decision) {
+func (c *sentCounts) booked(n message.Notification, d throttle.Decision) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.out == nil {
@@ -160,10 +161,10 @@ func runDemo(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient,
 	counts.mu.Unlock()
 	for i := 1; i <= demoEach; i++ {
 		for _, r := range demoRecipients {
-			n := jobs.Notification{Recipient: r, Policy: route.Policy, Provider: route.Provider,
+			n := message.Notification{Recipient: r, Policy: route.Policy, Provider: route.Provider,
 				Template: "weekly-digest", Data: []byte(fmt.Sprintf(`{"n":%d}`, i))}
-			id := jobs.TaskID("")
-			task, err := jobs.NewTask(n, id, asynq.Queue(asynqdb.ShardOf(route.Queue, id, cfg.Redis.Shards)))
+			id := message.TaskID("")
+			task, err := message.NewTask(n, id, asynq.Queue(asynqdb.ShardOf(route.Queue, id, cfg.Redis.Shards)))
 			if err != nil {
 				return err
 			}

@@ -32,6 +32,7 @@ import (
 	"github.com/notify-throttle/throttler/campaign"
 	"github.com/notify-throttle/throttler/config"
 	"github.com/notify-throttle/throttler/dashboard"
+	"github.com/notify-throttle/throttler/digest"
 	"github.com/notify-throttle/throttler/fleet"
 	"github.com/notify-throttle/throttler/internal/asynqdb"
 	"github.com/notify-throttle/throttler/internal/buildinfo"
@@ -39,6 +40,8 @@ import (
 	"github.com/notify-throttle/throttler/internal/redisguard"
 	"github.com/notify-throttle/throttler/jobs"
 	"github.com/notify-throttle/throttler/lifecycle"
+	"github.com/notify-throttle/throttler/message"
+	"github.com/notify-throttle/throttler/screen"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -355,8 +358,8 @@ func handlers(cfg *config.Config, served map[string]int, rdb redis.UniversalClie
 func newMux(rec *fleet.Member, th *jobs.Throttle, campaigns *campaign.Runner) *asynq.ServeMux {
 	mux := asynq.NewServeMux()
 	mux.Use(rec.Middleware)
-	mux.Handle(jobs.TypeNotify, th)
-	mux.Handle(jobs.TypeDigest, th)
+	mux.Handle(message.TaskType, th)
+	mux.Handle(digest.TaskType, th)
 	mux.Handle(campaign.TypeFanout, campaigns)
 	return mux
 }
@@ -427,10 +430,10 @@ func newThrottle(cfg *config.Config, rdb redis.UniversalClient, reg prometheus.R
 		return nil, nil, err
 	}
 	return &jobs.Throttle{
-		Limiter: lim, Policies: rules.Policies, Providers: rules.Providers, Settings: rules.Settings,
-		Weights: rules.Weights, Sent: sentMarks(cfg, lim), Screen: jobs.NewScreen(rdb, cfg.Redis.Prefix),
-		Digests:    jobs.NewDigests(rdb, cfg.Redis.Prefix, asynq.NewClientFromRedisClient(rdb)),
-		InlineWait: cfg.Worker.InlineWait, LateAfter: cfg.Worker.WindowMargin / 2, Book: cfg.Worker.Book, BookAhead: cfg.Worker.BookAhead, PriorityQueues: priority(cfg),
+		Limiter: lim, Rules: rules, Sent: sentMarks(cfg, lim), Screen: screen.New(rdb, cfg.Redis.Prefix),
+		Digests: digest.New(rdb, cfg.Redis.Prefix, asynq.NewClientFromRedisClient(rdb)),
+		Pacing: jobs.Pacing{InlineWait: cfg.Worker.InlineWait, LateAfter: cfg.Worker.WindowMargin / 2, Book: cfg.Worker.Book,
+			BookAhead: cfg.Worker.BookAhead, PriorityQueues: priority(cfg)},
 		Metrics: jobs.NewMetrics(reg), Log: log,
 	}, built, nil
 }
@@ -497,13 +500,13 @@ func newDashboard(running *atomic.Pointer[config.Config], secret string, rdb red
 		return nil
 	}
 	return dashboard.New(dashboard.Options{Redis: rdb, Config: cfg, Current: running.Load, Secret: secret, Campaigns: campaigns, Metrics: reg,
-		Suppressions: suppressions{screen: jobs.NewScreen(rdb, cfg.Redis.Prefix), running: running}})
+		Suppressions: suppressions{screen: screen.New(rdb, cfg.Redis.Prefix), running: running}})
 }
 
 // suppressions tells the dashboard whether any provider of the running
-// config suppressed a recipient (jobs.Screen).
+// config suppressed a recipient (screen.Screen).
 type suppressions struct {
-	screen  *jobs.Screen
+	screen  *screen.Screen
 	running *atomic.Pointer[config.Config]
 }
 

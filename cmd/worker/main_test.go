@@ -13,7 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/notify-throttle/throttler/config"
-	"github.com/notify-throttle/throttler/jobs"
+	"github.com/notify-throttle/throttler/providers"
 )
 
 // TestProvidersUncountedOutsideTheDemo checks that a worker not running the
@@ -36,7 +36,7 @@ func TestProvidersUncountedOutsideTheDemo(t *testing.T) {
 	}
 	for name, r := range th.Providers {
 		switch r.Provider.(type) {
-		case *jobs.LogProvider, *jobs.WebhookProvider:
+		case *providers.Log, *providers.Webhook:
 		default:
 			t.Errorf("provider %s is a %T outside the demo, want the configured provider itself", name, r.Provider)
 		}
@@ -48,7 +48,7 @@ func TestProvidersUncountedOutsideTheDemo(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, r := range th.Providers {
-		if _, ok := r.Provider.(jobs.ProviderFunc); !ok {
+		if _, ok := r.Provider.(providers.Func); !ok {
 			t.Errorf("provider %s is a %T in the demo, want it wrapped by the send counter", name, r.Provider)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/notify-throttle/throttler/config"
 	"github.com/notify-throttle/throttler/jobs"
+	"github.com/notify-throttle/throttler/lifecycle"
 	"github.com/notify-throttle/throttler/providers"
 )
 
@@ -53,12 +54,12 @@ func (o *outcomes) handleError(ctx context.Context, t *asynq.Task, err error) {
 	var d *jobs.Deferral
 	switch {
 	case archive && !errors.Is(err, asynq.SkipRetry):
-		o.log.Warn(jobs.OutcomeArchived, "task", id, "type", t.Type(), "reason", fmt.Sprintf("failed %d times", retried+1), "err", err)
+		o.log.Warn(string(lifecycle.Archived), "task", id, "type", t.Type(), "reason", fmt.Sprintf("failed %d times", retried+1), "err", err)
 	case jobs.Logged(err):
 	case errors.As(err, &d):
-		o.log.Info(jobs.OutcomeDeferred, "task", id, "reason", d.Error())
+		o.log.Info(string(lifecycle.Deferred), "task", id, "reason", d.Error())
 	case archive:
-		o.log.Warn(jobs.OutcomeArchived, "task", id, "type", t.Type(), "err", err)
+		o.log.Warn(string(lifecycle.Archived), "task", id, "type", t.Type(), "err", err)
 	default:
 		if n, ok := providers.RetryBudget(err); ok {
 			maxRetry = n // the provider's max_retries archives it first

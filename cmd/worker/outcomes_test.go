@@ -18,8 +18,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/notify-throttle/throttler/config"
+	"github.com/notify-throttle/throttler/digest"
 	"github.com/notify-throttle/throttler/internal/redisguard"
-	"github.com/notify-throttle/throttler/jobs"
+	"github.com/notify-throttle/throttler/message"
 )
 
 // lockedBuffer is a log's output, written by the worker's goroutines.
@@ -71,10 +72,10 @@ func TestOneLinePerOutcome(t *testing.T) {
 			client := asynq.NewClientFromRedisClient(rdb)
 			defer client.Close()
 			insp := asynq.NewInspectorFromRedisClient(rdb)
-			enqueue := func(id string, n jobs.Notification, want asynq.TaskState) {
+			enqueue := func(id string, n message.Notification, want asynq.TaskState) {
 				t.Helper()
 				n.Provider, n.Template = "out", "hello"
-				task, err := jobs.NewTask(n, id, asynq.Queue("default"), asynq.Retention(time.Hour))
+				task, err := message.NewTask(n, id, asynq.Queue("default"), asynq.Retention(time.Hour))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -84,14 +85,14 @@ func TestOneLinePerOutcome(t *testing.T) {
 				await(t, insp, id, want)
 			}
 			soon := time.Now().Add(time.Minute)
-			enqueue("sent", jobs.Notification{Recipient: "alice@example.com", Policy: "pace"}, asynq.TaskStateCompleted)
-			enqueue("held", jobs.Notification{Recipient: "alice@example.com", Policy: "pace"}, asynq.TaskStateRetry)
-			enqueue("expiring", jobs.Notification{Recipient: "alice@example.com", Policy: "pace", SendBy: &soon}, asynq.TaskStateArchived)
-			enqueue("capped-1", jobs.Notification{Recipient: "bob@example.com", Policy: "capped"}, asynq.TaskStateCompleted)
-			enqueue("capped-2", jobs.Notification{Recipient: "bob@example.com", Policy: "capped"}, asynq.TaskStateArchived)
-			enqueue("weekly-1", jobs.Notification{Recipient: "carol@example.com", Policy: "weekly"}, asynq.TaskStateCompleted)
-			enqueue("weekly-2", jobs.Notification{Recipient: "carol@example.com", Policy: "weekly"}, asynq.TaskStateCompleted)
-			if _, err := client.Enqueue(asynq.NewTask(jobs.TypeNotify, []byte("{"), asynq.TaskID("malformed"), asynq.Queue("default"))); err != nil {
+			enqueue("sent", message.Notification{Recipient: "alice@example.com", Policy: "pace"}, asynq.TaskStateCompleted)
+			enqueue("held", message.Notification{Recipient: "alice@example.com", Policy: "pace"}, asynq.TaskStateRetry)
+			enqueue("expiring", message.Notification{Recipient: "alice@example.com", Policy: "pace", SendBy: &soon}, asynq.TaskStateArchived)
+			enqueue("capped-1", message.Notification{Recipient: "bob@example.com", Policy: "capped"}, asynq.TaskStateCompleted)
+			enqueue("capped-2", message.Notification{Recipient: "bob@example.com", Policy: "capped"}, asynq.TaskStateArchived)
+			enqueue("weekly-1", message.Notification{Recipient: "carol@example.com", Policy: "weekly"}, asynq.TaskStateCompleted)
+			enqueue("weekly-2", message.Notification{Recipient: "carol@example.com", Policy: "weekly"}, asynq.TaskStateCompleted)
+			if _, err := client.Enqueue(asynq.NewTask(message.TaskType, []byte("{"), asynq.TaskID("malformed"), asynq.Queue("default"))); err != nil {
 				t.Fatal(err)
 			}
 			await(t, insp, "malformed", asynq.TaskStateArchived)
@@ -141,8 +142,8 @@ func serve(t *testing.T, cfg *config.Config, rdb redis.UniversalClient, out io.W
 	}
 	srv := newServer(cfg, cfg.Worker.Queues, rdb, newOutcomes(log), redisguard.New(log, redisguard.Options{}).AsynqLogger())
 	mux := asynq.NewServeMux()
-	mux.Handle(jobs.TypeNotify, th)
-	mux.Handle(jobs.TypeDigest, th)
+	mux.Handle(message.TaskType, th)
+	mux.Handle(digest.TaskType, th)
 	if err := srv.Start(mux); err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +194,7 @@ log: {format: json}
 	serve(t, cfg, rdb, &out)
 	client := asynq.NewClientFromRedisClient(rdb)
 	defer client.Close()
-	task, err := jobs.NewTask(jobs.Notification{Recipient: "+15550002222", Policy: "pace", Provider: "sms", Template: "otp",
+	task, err := message.NewTask(message.Notification{Recipient: "+15550002222", Policy: "pace", Provider: "sms", Template: "otp",
 		Data: []byte(`{"body":"Your code is 1234"}`)}, "otp-1", asynq.Queue("default"))
 	if err != nil {
 		t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 	"github.com/notify-throttle/throttler/api"
 	"github.com/notify-throttle/throttler/config"
 	"github.com/notify-throttle/throttler/jobs"
+	"github.com/notify-throttle/throttler/providers"
 )
 
 // senders are the providers' senders a worker built, by provider, with the
@@ -24,7 +25,7 @@ type senders map[string]sender
 
 type sender struct {
 	cfg config.Provider
-	p   jobs.Provider
+	p   providers.Provider
 }
 
 // buildRules builds the throttle's rules from cfg: a quota per policy with
@@ -80,13 +81,13 @@ func sameSender(a, b config.Provider) bool {
 
 // newSender returns what delivers provider p's messages. Errors name the
 // provider and a file, never a secret.
-func newSender(name string, p config.Provider, stdout io.Writer) (jobs.Provider, error) {
+func newSender(name string, p config.Provider, stdout io.Writer) (providers.Provider, error) {
 	if p.Type == config.ProviderLog {
 		w, err := output(p.Output, stdout)
 		if err != nil {
 			return nil, fmt.Errorf("provider %s: %w", name, err)
 		}
-		return jobs.NewLogProvider(name, w), nil
+		return providers.NewLog(name, w), nil
 	}
 	roots, err := p.RootCAs()
 	if err != nil {
@@ -97,7 +98,7 @@ func newSender(name string, p config.Provider, stdout io.Writer) (jobs.Provider,
 		for k, v := range p.Headers {
 			headers[k] = string(v)
 		}
-		return jobs.NewWebhookProvider(name, string(p.URL), p.Timeout, headers, roots), nil
+		return providers.NewWebhook(name, string(p.URL), p.Timeout, headers, roots), nil
 	}
 	return newService(name, p, roots)
 }

@@ -14,17 +14,16 @@ import (
 
 	"github.com/notify-throttle/throttler/config"
 	"github.com/notify-throttle/throttler/feedback"
-	"github.com/notify-throttle/throttler/jobs"
 	"github.com/notify-throttle/throttler/lifecycle"
 	"github.com/notify-throttle/throttler/providers"
 )
 
 // newService returns the adapter of a service provider (see newSender)
 // with its retry settings.
-func newService(name string, p config.Provider, roots *x509.CertPool) (jobs.Provider, error) {
+func newService(name string, p config.Provider, roots *x509.CertPool) (providers.Provider, error) {
 	var err error
 	s := providers.Settings{Name: name, Timeout: p.Timeout, ScopePause: p.ScopePause, BaseURL: p.BaseURL, RootCAs: roots}
-	var sc jobs.Scoper
+	var sc providers.Scoper
 	switch p.Type {
 	case config.ProviderSMTP:
 		m := providers.NewSMTP(s, p.Host, p.Port, p.TLS, string(p.Username), string(p.Password), p.From)

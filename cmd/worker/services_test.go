@@ -14,7 +14,7 @@ import (
 	"testing"
 
 	"github.com/notify-throttle/throttler/config"
-	"github.com/notify-throttle/throttler/jobs"
+	"github.com/notify-throttle/throttler/providers"
 )
 
 // TestProvidersTrustTheirCAFile: a webhook and a service sending to a
@@ -39,18 +39,18 @@ func TestProvidersTrustTheirCAFile(t *testing.T) {
   hook_untrusting: {type: webhook, url: %[1]s/send, rate: 1, burst: 1}
   sms_untrusting: {type: twilio, account_sid: AC1, password: token, from: "+15550001111", base_url: %[1]s, rate: 1, burst: 1}
 `, srv.URL))
-	m := jobs.Message{ID: "t1", Recipient: "+15550002222", Data: []byte(`{"body":"Hello"}`)}
+	m := providers.Message{ID: "t1", Recipient: "+15550002222", Data: []byte(`{"body":"Hello"}`)}
 	for name, want := range map[string]string{"hook": "hook-1", "sms": "SM1", "hook_untrusting": "", "sms_untrusting": ""} {
 		p, err := newSender(name, cfg.Providers[name], io.Discard)
 		if err != nil {
 			t.Fatal(err)
 		}
 		id, err := p.Send(context.Background(), m)
-		var se *jobs.SendError
+		var se *providers.SendError
 		switch {
 		case want != "" && (err != nil || id != want):
 			t.Errorf("%s: %q, %v; want sent as %q", name, id, err, want)
-		case want == "" && (!errors.As(err, &se) || se.Outcome != jobs.Broken):
+		case want == "" && (!errors.As(err, &se) || se.Outcome != providers.Broken):
 			t.Errorf("%s: %q, %v; want broken: its certificate is not trusted", name, id, err)
 		}
 	}
@@ -78,7 +78,7 @@ func TestTwilioAsksForItsStatuses(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := p.Send(context.Background(), jobs.Message{ID: "t1", Recipient: "+15550002222", Data: []byte(`{"body":"Hello"}`)}); err != nil {
+		if _, err := p.Send(context.Background(), providers.Message{ID: "t1", Recipient: "+15550002222", Data: []byte(`{"body":"Hello"}`)}); err != nil {
 			t.Fatal(err)
 		}
 		if got := <-asked; got != want {

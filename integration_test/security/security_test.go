@@ -28,6 +28,8 @@ import (
 	"github.com/notify-throttle/throttler/internal/redistest"
 	"github.com/notify-throttle/throttler/jobs"
 	"github.com/notify-throttle/throttler/lua"
+	"github.com/notify-throttle/throttler/message"
+	"github.com/notify-throttle/throttler/providers"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -137,14 +139,13 @@ func runPipeline(t *testing.T, su setup) {
 	var mu sync.Mutex
 	sent := map[string]string{} // task ID -> recipient
 	th := &jobs.Throttle{
-		Limiter:  lim,
-		Policies: map[string]*throttle.Quota{"mkt": quota},
-		Providers: map[string]jobs.Route{"gw": {Bucket: bucket, Provider: jobs.ProviderFunc(func(_ context.Context, m jobs.Message) (string, error) {
+		Limiter: lim,
+		Rules: jobs.Rules{Policies: map[string]*throttle.Quota{"mkt": quota}, Providers: map[string]jobs.Route{"gw": {Bucket: bucket, Provider: providers.Func(func(_ context.Context, m providers.Message) (string, error) {
 			mu.Lock()
 			defer mu.Unlock()
 			sent[m.ID] = m.Recipient
 			return "", nil
-		})}},
+		})}}},
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{
@@ -162,7 +163,7 @@ func runPipeline(t *testing.T, su setup) {
 	go func() { recDone <- rec.Run(recCtx) }()
 	mux := asynq.NewServeMux()
 	mux.Use(rec.Middleware)
-	mux.Handle(jobs.TypeNotify, th)
+	mux.Handle(message.TaskType, th)
 	if err := srv.Start(mux); err != nil {
 		t.Fatalf("asynq server: %v", err)
 	}
@@ -297,7 +298,7 @@ func checkEngine(ctx context.Context, t *testing.T, lim *throttle.Limiter, q *th
 
 func enqueue(t *testing.T, client *asynq.Client, id, recipient string) {
 	t.Helper()
-	task, err := jobs.NewTask(jobs.Notification{Recipient: recipient, Policy: "mkt", Provider: "gw", Template: "welcome"},
+	task, err := message.NewTask(message.Notification{Recipient: recipient, Policy: "mkt", Provider: "gw", Template: "welcome"},
 		id, asynq.Retention(time.Hour))
 	if err != nil {
 		t.Fatal(err)
@@ -369,7 +370,7 @@ func checkDenied(ctx context.Context, t *testing.T, rdb redis.UniversalClient) {
 func checkReap(ctx context.Context, t *testing.T, su setup, rec *fleet.Member) {
 	t.Helper()
 	client := asynq.NewClientFromRedisClient(su.admin)
-	if _, err := client.Enqueue(asynq.NewTask(jobs.TypeNotify, nil), asynq.TaskID("orphan")); err != nil {
+	if _, err := client.Enqueue(asynq.NewTask(message.TaskType, nil), asynq.TaskID("orphan")); err != nil {
 		t.Fatal(err)
 	}
 	// As asynq's dequeue leaves a task (internal/asynqdb), held by a worker

@@ -12,7 +12,7 @@ import (
 // worker polls.
 const MaxShards = 64
 
-// Shards returns how many shards each queue has (jobs.Shard): r.Shards if
+// Shards returns how many shards each queue has (asynqdb.Shard): r.Shards if
 // set, else 1 on one Redis and the number of masters on a cluster, so that
 // a busy queue's work spreads over every master. Every process connected
 // to a cluster counts the same masters, so producers and workers agree.

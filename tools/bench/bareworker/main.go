@@ -31,7 +31,8 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/notify-throttle/throttler/jobs"
+	"github.com/notify-throttle/throttler/message"
+	"github.com/notify-throttle/throttler/providers"
 )
 
 func main() {
@@ -67,11 +68,11 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	provider := jobs.NewWebhookProvider("hook", *url, 5*time.Second, nil, nil)
+	provider := providers.NewWebhook("hook", *url, 5*time.Second, nil, nil)
 	mux := asynq.NewServeMux()
-	mux.HandleFunc(jobs.TypeNotify, func(ctx context.Context, t *asynq.Task) error {
+	mux.HandleFunc(message.TaskType, func(ctx context.Context, t *asynq.Task) error {
 		id, _ := asynq.GetTaskID(ctx)
-		n, err := jobs.Decode(t.Payload())
+		n, err := message.Decode(t.Payload())
 		if err != nil {
 			return fmt.Errorf("malformed notification: %v: %w", err, asynq.SkipRetry)
 		}
@@ -80,7 +81,7 @@ func run(ctx context.Context, args []string) error {
 				return err
 			}
 		}
-		if _, err := provider.Send(ctx, jobs.Message{ID: id, Recipient: n.Recipient, Template: n.Template, Data: n.Data}); err != nil {
+		if _, err := provider.Send(ctx, providers.Message{ID: id, Recipient: n.Recipient, Template: n.Template, Data: n.Data}); err != nil {
 			return err
 		}
 		if *floor {

@@ -138,7 +138,7 @@ func mustBucket(b *testing.B, name string, rate float64, burst int) *throttle.Bu
 	return bk
 }
 
-// benchID returns a task ID shaped like the UUIDs jobs.TaskID gives (36
+// benchID returns a task ID shaped like the UUIDs message.TaskID gives (36
 // bytes), unique per n, without the cost of generating a random one.
 func benchID(n uint64) string {
 	const prefix, hex = "6f1d5a0e-3c55-4b8e-9a43-", "0123456789abcdef"

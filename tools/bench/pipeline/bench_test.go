@@ -81,8 +81,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
-
-	"github.com/notify-throttle/throttler/jobs"
+	"github.com/notify-throttle/throttler/message"
 )
 
 const (
@@ -207,7 +206,7 @@ func enqueueTenantJobs(ctx context.Context, client *asynq.Client, n int, prefix 
 				if i >= n {
 					return
 				}
-				nt := jobs.Notification{
+				nt := message.Notification{
 					Recipient: fmt.Sprintf("%s%06d@example.com", prefix, i),
 					Policy:    benchPolicy, Provider: benchProvider, Template: benchTemplate,
 					Data: []byte(fmt.Sprintf(`{"n":%d}`, i)),
@@ -215,8 +214,8 @@ func enqueueTenantJobs(ctx context.Context, client *asynq.Client, n int, prefix 
 				if tenant != nil {
 					nt.Tenant = tenant(i)
 				}
-				ids[i] = jobs.TaskID("")
-				task, err := jobs.NewTask(nt, ids[i], asynq.Queue(benchQueue))
+				ids[i] = message.TaskID("")
+				task, err := message.NewTask(nt, ids[i], asynq.Queue(benchQueue))
 				if err == nil {
 					_, err = client.EnqueueContext(ctx, task)
 				}

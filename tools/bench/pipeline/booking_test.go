@@ -17,7 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/notify-throttle/throttler/internal/redistest"
-	"github.com/notify-throttle/throttler/jobs"
+	"github.com/notify-throttle/throttler/message"
 )
 
 // The booking benchmarks: built worker binaries with config.yaml's booking
@@ -584,9 +584,9 @@ func grants(ctx context.Context, rdb *redis.Client) (map[string]time.Time, []tim
 
 // enqueueOn enqueues one notification to recipient on queue and returns its ID.
 func enqueueOn(ctx context.Context, client *asynq.Client, queue, recipient string) (string, error) {
-	id := jobs.TaskID("")
-	nt := jobs.Notification{Recipient: recipient, Policy: benchPolicy, Provider: bookProvider, Template: benchTemplate, Data: []byte(`{}`)}
-	task, err := jobs.NewTask(nt, id, asynq.Queue(queue))
+	id := message.TaskID("")
+	nt := message.Notification{Recipient: recipient, Policy: benchPolicy, Provider: bookProvider, Template: benchTemplate, Data: []byte(`{}`)}
+	task, err := message.NewTask(nt, id, asynq.Queue(queue))
 	if err == nil {
 		_, err = client.EnqueueContext(ctx, task)
 	}

@@ -21,6 +21,8 @@ import (
 	"github.com/notify-throttle/throttler/internal/redistest"
 	"github.com/notify-throttle/throttler/jobs"
 	"github.com/notify-throttle/throttler/lifecycle"
+	"github.com/notify-throttle/throttler/message"
+	"github.com/notify-throttle/throttler/providers"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -174,21 +176,20 @@ func newEventsVariant(b *testing.B, addr, url, name string, callbacks map[string
 	rdb := newWorkerClient(b, addr)
 	lim, quota, bucket := benchRules(b, rdb)
 	v := &eventsVariant{e2eVariant: &e2eVariant{name: name, rdb: rdb}, sendPath: &durations{}, handlerTime: &durations{}}
-	provider := jobs.NewWebhookProvider(benchProvider, url, 5*time.Second, nil, nil)
-	timed := jobs.ProviderFunc(func(ctx context.Context, m jobs.Message) (string, error) {
+	provider := providers.NewWebhook(benchProvider, url, 5*time.Second, nil, nil)
+	timed := providers.Func(func(ctx context.Context, m providers.Message) (string, error) {
 		if start, ok := ctx.Value(handlerStart{}).(time.Time); ok {
 			v.sendPath.add(time.Since(start))
 		}
 		return provider.Send(ctx, m)
 	})
 	th := &jobs.Throttle{
-		Limiter:    lim,
-		Policies:   map[string]*throttle.Quota{benchPolicy: quota},
-		Providers:  map[string]jobs.Route{benchProvider: {Bucket: bucket, Provider: timed}},
-		InlineWait: time.Second,
-		Sent:       jobs.NewSentMarks(lim),
-		Metrics:    jobs.NewMetrics(prometheus.NewRegistry()),
-		Log:        slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Limiter: lim,
+		Rules:   jobs.Rules{Policies: map[string]*throttle.Quota{benchPolicy: quota}, Providers: map[string]jobs.Route{benchProvider: {Bucket: bucket, Provider: timed}}},
+		Sent:    jobs.NewSentMarks(lim),
+		Metrics: jobs.NewMetrics(prometheus.NewRegistry()),
+		Log:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Pacing:  jobs.Pacing{InlineWait: time.Second},
 	}
 	if callbacks != nil {
 		o := lifecycle.Options{Prefix: name + ":", Callbacks: callbacks, Log: th.Log}
@@ -204,7 +205,7 @@ func newEventsVariant(b *testing.B, addr, url, name string, callbacks map[string
 	th.Fleet = rec
 	mux := asynq.NewServeMux()
 	mux.Use(v.watch, v.stampStart, rec.Middleware)
-	mux.Handle(jobs.TypeNotify, th)
+	mux.Handle(message.TaskType, th)
 	v.handler = mux
 	return v
 }
@@ -246,8 +247,8 @@ func (v *eventsVariant) paced(ctx context.Context, client *asynq.Client, insp *a
 	defer tick.Stop()
 	for i := range n {
 		<-tick.C
-		nt := jobs.Notification{Recipient: fmt.Sprintf("%s%06d@example.com", prefix, i), Policy: benchPolicy, Provider: benchProvider, Template: benchTemplate}
-		task, err := jobs.NewTask(nt, jobs.TaskID(""), asynq.Queue(benchQueue))
+		nt := message.Notification{Recipient: fmt.Sprintf("%s%06d@example.com", prefix, i), Policy: benchPolicy, Provider: benchProvider, Template: benchTemplate}
+		task, err := message.NewTask(nt, message.TaskID(""), asynq.Queue(benchQueue))
 		if err == nil {
 			_, err = client.EnqueueContext(ctx, task)
 		}

@@ -22,7 +22,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/notify-throttle/throttler/internal/redistest"
-	"github.com/notify-throttle/throttler/jobs"
+	"github.com/notify-throttle/throttler/message"
 )
 
 var (
@@ -120,7 +120,7 @@ func BenchmarkLoad(b *testing.B) {
 		for i := range n {
 			key := fmt.Sprintf("load-%06d", i)
 			rcpt := fmt.Sprintf("r%05d@example.com", perm[i]%recipients)
-			ids[i] = jobs.TaskID(key)
+			ids[i] = message.TaskID(key)
 			recipientOf[ids[i]] = rcpt
 			fmt.Fprintf(w, `{"recipient":%q,"template":%q,"data":{"n":%d},"idempotency_key":%q}`+"\n", rcpt, benchTemplate, i, key)
 		}

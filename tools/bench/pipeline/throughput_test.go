@@ -24,6 +24,8 @@ import (
 	"github.com/notify-throttle/throttler/internal/cpustat"
 	"github.com/notify-throttle/throttler/internal/redistest"
 	"github.com/notify-throttle/throttler/jobs"
+	"github.com/notify-throttle/throttler/message"
+	"github.com/notify-throttle/throttler/providers"
 	"github.com/notify-throttle/throttler/throttle"
 )
 
@@ -92,7 +94,7 @@ func (t e2eTotal) cpu() float64 { return (t.cost.redisCPU + t.cost.clientCPU) / 
 // webhook:
 //
 //   - throttled: jobs.Throttle as the handler, through a
-//     jobs.NewWebhookProvider, policy 1/24h + 3/168h, bucket 10⁶/s burst 10⁶;
+//     providers.NewWebhook, policy 1/24h + 3/168h, bucket 10⁶/s burst 10⁶;
 //     every job has a recipient of its own, so every job is admitted (a job
 //     deferred would fail the benchmark); with sent markers, as cmd/worker
 //     runs by default: the admission checks the marker, and a sent job's
@@ -101,7 +103,7 @@ func (t e2eTotal) cpu() float64 { return (t.cost.redisCPU + t.cost.clientCPU) / 
 //     and Holds), as cmd/worker runs by default;
 //   - unmarked: throttled without sent markers (worker.sent_marks: 0);
 //   - plain: a handler that decodes the payload as Throttle does and POSTs
-//     the same message through its own jobs.NewWebhookProvider;
+//     the same message through its own providers.NewWebhook;
 //   - plain+script, with -e2e.floor: plain plus one trivial script call per
 //     job, the floor of any admission that costs one round trip;
 //   - plain+admit, with -e2e.floor: plain plus one bare admission per job
@@ -267,12 +269,11 @@ func newThrottled(b *testing.B, addr, url string, marks, book bool) *e2eVariant 
 	rdb := newWorkerClient(b, addr)
 	lim, quota, bucket := benchRules(b, rdb)
 	th := &jobs.Throttle{
-		Limiter:    lim,
-		Policies:   map[string]*throttle.Quota{benchPolicy: quota},
-		Providers:  map[string]jobs.Route{benchProvider: {Bucket: bucket, Provider: jobs.NewWebhookProvider(benchProvider, url, 5*time.Second, nil, nil)}},
-		InlineWait: time.Second,
-		Metrics:    jobs.NewMetrics(prometheus.NewRegistry()),
-		Log:        slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Limiter: lim,
+		Rules:   jobs.Rules{Policies: map[string]*throttle.Quota{benchPolicy: quota}, Providers: map[string]jobs.Route{benchProvider: {Bucket: bucket, Provider: providers.NewWebhook(benchProvider, url, 5*time.Second, nil, nil)}}},
+		Metrics: jobs.NewMetrics(prometheus.NewRegistry()),
+		Log:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Pacing:  jobs.Pacing{InlineWait: time.Second},
 	}
 	v := &e2eVariant{name: "throttled", rdb: rdb}
 	if book {
@@ -287,7 +288,7 @@ func newThrottled(b *testing.B, addr, url string, marks, book bool) *e2eVariant 
 	th.Fleet = rec
 	mux := asynq.NewServeMux()
 	mux.Use(v.watch, rec.Middleware)
-	mux.Handle(jobs.TypeNotify, th)
+	mux.Handle(message.TaskType, th)
 	v.handler = mux
 	return v
 }
@@ -344,7 +345,7 @@ const (
 // no logs; a job not allowed at once fails the drain.
 func newPlain(b *testing.B, addr, url string, kind plainKind) *e2eVariant {
 	b.Helper()
-	provider := jobs.NewWebhookProvider(benchProvider, url, 5*time.Second, nil, nil)
+	provider := providers.NewWebhook(benchProvider, url, 5*time.Second, nil, nil)
 	v := &e2eVariant{name: "plain", rdb: newWorkerClient(b, addr)}
 	var admit func(ctx context.Context, id, recipient string) error
 	switch kind {
@@ -368,9 +369,9 @@ func newPlain(b *testing.B, addr, url string, kind plainKind) *e2eVariant {
 	}
 	mux := asynq.NewServeMux()
 	mux.Use(v.watch)
-	mux.HandleFunc(jobs.TypeNotify, func(ctx context.Context, t *asynq.Task) error {
+	mux.HandleFunc(message.TaskType, func(ctx context.Context, t *asynq.Task) error {
 		id, _ := asynq.GetTaskID(ctx)
-		n, err := jobs.Decode(t.Payload())
+		n, err := message.Decode(t.Payload())
 		if err != nil {
 			return fmt.Errorf("malformed notification: %v: %w", err, asynq.SkipRetry)
 		}
@@ -379,7 +380,7 @@ func newPlain(b *testing.B, addr, url string, kind plainKind) *e2eVariant {
 				return err
 			}
 		}
-		_, err = provider.Send(ctx, jobs.Message{ID: id, Recipient: n.Recipient, Template: n.Template, Data: n.Data})
+		_, err = provider.Send(ctx, providers.Message{ID: id, Recipient: n.Recipient, Template: n.Template, Data: n.Data})
 		return err
 	})
 	v.handler = mux

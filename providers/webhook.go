@@ -1,4 +1,4 @@
-package jobs
+package providers
 
 import (
 	"bytes"
@@ -10,14 +10,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 )
 
-// WebhookProvider POSTs each message as JSON {id, recipient, template, data}
+// Webhook POSTs each message as JSON {id, recipient, template, data}
 // to a URL, with the task ID as its Idempotency-Key header.
-type WebhookProvider struct {
+type Webhook struct {
 	Name    string
 	URL     string
 	Headers map[string]string
@@ -25,39 +24,39 @@ type WebhookProvider struct {
 }
 
 // WebhookIdleConns is how many idle connections a webhook provider made by
-// NewWebhookProvider keeps open to its host: as many as a worker sends at
+// NewWebhook keeps open to its host: as many as a worker sends at
 // once, within reason. net/http's default transport keeps 2, so a worker
 // with more sends in flight than that would close a connection after almost
 // every send and dial a new one for the next (a TCP handshake, a socket in
 // TIME_WAIT, and at high rates exhausted ephemeral ports).
 const WebhookIdleConns = 256
 
-// NewWebhookProvider returns a webhook provider with a per-send timeout, on
+// NewWebhook returns a webhook provider with a per-send timeout, on
 // a transport of its own that keeps up to WebhookIdleConns connections to
 // its host open between sends and trusts roots (nil: the system's CAs).
-func NewWebhookProvider(name, url string, timeout time.Duration, headers map[string]string, roots *x509.CertPool) *WebhookProvider {
+func NewWebhook(name, url string, timeout time.Duration, headers map[string]string, roots *x509.CertPool) *Webhook {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConns = WebhookIdleConns
 	tr.MaxIdleConnsPerHost = WebhookIdleConns
 	if roots != nil {
 		tr.TLSClientConfig = &tls.Config{RootCAs: roots}
 	}
-	return &WebhookProvider{Name: name, URL: url, Headers: headers, Client: &http.Client{Timeout: timeout, Transport: tr}}
+	return &Webhook{Name: name, URL: url, Headers: headers, Client: &http.Client{Timeout: timeout, Transport: tr}}
 }
 
 // Send posts m. 2xx: sent, with the ID the response gives (see webhookID).
 // 429: Pause for its Retry-After (1s if absent). 5xx, a timeout or a
 // network error: Retry. Any other status: Reject, with the start of the
 // response as the reason.
-func (p *WebhookProvider) Send(ctx context.Context, m Message) (id string, err error) {
-	defer func() { err = RedactError(err, m.Recipient) }()
+func (p *Webhook) Send(ctx context.Context, m Message) (id string, err error) {
+	defer redact(&err, m.Recipient)
 	body, err := json.Marshal(m)
 	if err != nil {
-		return "", sendErrorf(Reject, 0, "webhook %s: encode: %v", p.Name, err)
+		return "", reject("webhook %s: encode: %v", p.Name, err)
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.URL, bytes.NewReader(body))
 	if err != nil {
-		return "", sendErrorf(Reject, 0, "webhook %s: %v", p.Name, err)
+		return "", reject("webhook %s: %v", p.Name, err)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", m.ID)
@@ -76,12 +75,12 @@ func (p *WebhookProvider) Send(ctx context.Context, m Message) (id string, err e
 	case s >= 200 && s < 300:
 		return webhookID(resp.Header, start), nil
 	case s == http.StatusTooManyRequests:
-		after := retryAfter(resp.Header.Get("Retry-After"), time.Now())
-		return "", sendErrorf(Pause, after, "webhook %s: 429 Too Many Requests, retry after %s", p.Name, after)
+		after := webhookWait(resp.Header.Get("Retry-After"), time.Now())
+		return "", pause(after, time.Time{}, "", "webhook %s: 429 Too Many Requests, retry after %s", p.Name, after)
 	case s >= 500:
 		return "", fmt.Errorf("webhook %s: %s: %s", p.Name, resp.Status, snippet)
 	default:
-		return "", sendErrorf(Reject, 0, "webhook %s: %s: %s", p.Name, resp.Status, snippet)
+		return "", reject("webhook %s: %s: %s", p.Name, resp.Status, snippet)
 	}
 }
 
@@ -115,14 +114,12 @@ func webhookID(h http.Header, body []byte) string {
 	return id
 }
 
-// retryAfter reads a Retry-After header: seconds or an HTTP date; 1s when
-// absent or unreadable, never more than a day.
-func retryAfter(h string, now time.Time) time.Duration {
-	d := time.Second
-	if n, err := strconv.Atoi(h); err == nil && n >= 0 {
-		d = time.Duration(n) * time.Second
-	} else if t, err := http.ParseTime(h); err == nil {
-		d = t.Sub(now)
+// webhookWait is the wait a 429's Retry-After asks for (see retryAfter):
+// 1s when absent or unreadable, never less, nor more than a day.
+func webhookWait(h string, now time.Time) time.Duration {
+	d, at := retryAfter(h, time.Second)
+	if !at.IsZero() {
+		d = at.Sub(now)
 	}
 	return min(max(d, time.Second), 24*time.Hour)
 }

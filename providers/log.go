@@ -1,4 +1,4 @@
-package jobs
+package providers
 
 import (
 	"context"
@@ -9,29 +9,29 @@ import (
 	"time"
 )
 
-// LogProvider writes one JSON line per message: for trying things out, and
+// Log writes one JSON line per message: for trying things out, and
 // as the smallest example of a provider.
-type LogProvider struct {
+type Log struct {
 	Name string
 	mu   sync.Mutex
 	w    io.Writer
 }
 
-// NewLogProvider returns a provider named name that writes to w.
-func NewLogProvider(name string, w io.Writer) *LogProvider {
-	return &LogProvider{Name: name, w: w}
+// NewLog returns a provider named name that writes to w.
+func NewLog(name string, w io.Writer) *Log {
+	return &Log{Name: name, w: w}
 }
 
 // Send writes m as one line: {"time", "provider", "id", "recipient",
 // "template", "data"}. Its ID for m is the task ID, the line's "id".
-func (p *LogProvider) Send(_ context.Context, m Message) (string, error) {
+func (p *Log) Send(_ context.Context, m Message) (string, error) {
 	line, err := json.Marshal(struct {
 		Time     time.Time `json:"time"`
 		Provider string    `json:"provider"`
 		Message
 	}{time.Now().UTC(), p.Name, m})
 	if err != nil {
-		return "", sendErrorf(Reject, 0, "log provider %s: %v", p.Name, err)
+		return "", reject("log provider %s: %v", p.Name, err)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()

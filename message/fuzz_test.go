@@ -1,4 +1,4 @@
-package jobs
+package message
 
 import (
 	"bytes"
@@ -82,7 +82,7 @@ func FuzzDecode(f *testing.F) {
 			}
 			return
 		}
-		if task.Type() != TypeNotify || len(task.Payload()) > MaxPayloadLen {
+		if task.Type() != TaskType || len(task.Payload()) > MaxPayloadLen {
 			t.Fatalf("task of type %q and %d bytes", task.Type(), len(task.Payload()))
 		}
 		again, err := Decode(task.Payload())

@@ -1,4 +1,4 @@
-package jobs
+package providers
 
 import (
 	"context"
@@ -46,7 +46,7 @@ func TestWebhookOutcomes(t *testing.T) {
 				_, _ = w.Write([]byte("reason text"))
 			}))
 			defer srv.Close()
-			p := NewWebhookProvider("sms", srv.URL, 100*time.Millisecond, nil, nil)
+			p := NewWebhook("sms", srv.URL, 100*time.Millisecond, nil, nil)
 			m := Message{ID: "task-1", Recipient: "alice", Template: "welcome", Data: json.RawMessage(`{"a":1}`)}
 			_, err := p.Send(context.Background(), m)
 			if tc.ok {
@@ -58,7 +58,10 @@ func TestWebhookOutcomes(t *testing.T) {
 				}
 				return
 			}
-			o, after := outcome(err)
+			o, after := Retry, time.Duration(0)
+			if se, ok := err.(*SendError); ok {
+				o, after = se.Outcome, se.RetryAfter
+			}
 			if err == nil || o != tc.outcome || after != tc.after {
 				t.Errorf("Send: %v -> outcome %d after %s; want outcome %d after %s", err, o, after, tc.outcome, tc.after)
 			}
@@ -68,8 +71,8 @@ func TestWebhookOutcomes(t *testing.T) {
 
 func TestRetryAfterHTTPDate(t *testing.T) {
 	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
-	if got := retryAfter(now.Add(90*time.Second).Format(http.TimeFormat), now); got != 90*time.Second {
-		t.Errorf("retryAfter(date) = %s, want 1m30s", got)
+	if got := webhookWait(now.Add(90*time.Second).Format(http.TimeFormat), now); got != 90*time.Second {
+		t.Errorf("webhookWait(date) = %s, want 1m30s", got)
 	}
 }
 
@@ -111,7 +114,7 @@ func TestWebhookKeepsConnections(t *testing.T) {
 	}
 	srv.Start()
 	defer srv.Close()
-	p := NewWebhookProvider("hook", srv.URL, time.Minute, nil, nil)
+	p := NewWebhook("hook", srv.URL, time.Minute, nil, nil)
 	wave := func(n int) {
 		t.Helper()
 		mu.Lock()
@@ -173,7 +176,7 @@ func TestWebhookReportsTheAnswersID(t *testing.T) {
 				_, _ = w.Write([]byte(tc.body))
 			}))
 			defer srv.Close()
-			id, err := NewWebhookProvider("hook", srv.URL, time.Second, nil, nil).Send(context.Background(), Message{ID: "task-1", Recipient: "alice"})
+			id, err := NewWebhook("hook", srv.URL, time.Second, nil, nil).Send(context.Background(), Message{ID: "task-1", Recipient: "alice"})
 			if err != nil || id != tc.want {
 				t.Errorf("Send = %q, %v; want %q", id, err, tc.want)
 			}
@@ -192,7 +195,7 @@ func TestWebhookRedactsTheRecipient(t *testing.T) {
 			w.WriteHeader(status)
 			fmt.Fprintf(w, `{"error":"no such user %s"}`, m.Recipient)
 		}))
-		_, err := NewWebhookProvider("hook", srv.URL, time.Second, nil, nil).Send(context.Background(), Message{ID: "task-1", Recipient: "alice@example.com"})
+		_, err := NewWebhook("hook", srv.URL, time.Second, nil, nil).Send(context.Background(), Message{ID: "task-1", Recipient: "alice@example.com"})
 		srv.Close()
 		want := fmt.Sprintf(`webhook hook: %d %s: {"error":"no such user a***@example.com"}`, status, http.StatusText(status))
 		if err == nil || err.Error() != want {

@@ -1,6 +1,11 @@
-package jobs
+// Package screen keeps, per provider, what is checked just before a send:
+// the scoped pauses a provider asked for (one device, number pair or
+// sender) and the addresses it reported dead (suppressions). The worker
+// screens the messages of a providers.Scoper; see docs/providers.md.
+package screen
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,22 +19,6 @@ import (
 	"github.com/notify-throttle/throttler/throttle"
 )
 
-// Scoper is a provider whose pauses may hold less than all of it (one
-// device, one number pair, one sender). Scopes returns the scopes m falls
-// in, checked just before its send. Throttle screens the messages of a
-// Scoper provider (see Screen): the adapters of real services are
-// Scopers; log and webhook are not, and cost no extra round trip.
-type Scoper interface {
-	Provider
-	Scopes(m Message) []string
-}
-
-// Scope names: a scope's kind, a colon, and what it holds.
-func SenderScope(from string) string   { return "sender:" + from }
-func PairScope(from, to string) string { return "pair:" + from + ">" + to }
-func DeviceScope(token string) string  { return "device:" + token }
-func scopeKind(scope string) string    { kind, _, _ := strings.Cut(scope, ":"); return kind }
-
 // Screen keeps, per provider, the scoped pauses and the suppressed
 // addresses. A scoped pause is one key that expires when the pause ends
 // (Redis's clock decides); a suppression is a field of the provider's hash
@@ -39,13 +28,10 @@ type Screen struct {
 	prefix string
 }
 
-// NewScreen returns the screen on rdb under the throttle's key prefix (""
+// New returns the screen on rdb under the throttle's key prefix (""
 // means throttle.DefaultPrefix).
-func NewScreen(rdb redis.UniversalClient, prefix string) *Screen {
-	if prefix == "" {
-		prefix = throttle.DefaultPrefix
-	}
-	return &Screen{rdb: rdb, prefix: prefix}
+func New(rdb redis.UniversalClient, prefix string) *Screen {
+	return &Screen{rdb: rdb, prefix: cmp.Or(prefix, throttle.DefaultPrefix)}
 }
 
 // Suppression is a dead address of a provider.
@@ -65,7 +51,7 @@ func (s *Screen) Check(ctx context.Context, provider, recipient string, scopes [
 		ttls[i] = pipe.PTTL(ctx, holdKey(s.prefix, provider, sc))
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, 0, fmt.Errorf("jobs: screen %s: %w", provider, err)
+		return nil, 0, fmt.Errorf("screen: %s: %w", provider, err)
 	}
 	var hold time.Duration
 	for _, c := range ttls {
@@ -90,7 +76,7 @@ func (s *Screen) Hold(ctx context.Context, provider, scope string, d time.Durati
 		args = redis.SetArgs{ExpireAt: at}
 	}
 	if err := s.rdb.SetArgs(ctx, holdKey(s.prefix, provider, scope), 1, args).Err(); err != nil {
-		return fmt.Errorf("jobs: hold %s %s: %w", provider, scope, err)
+		return fmt.Errorf("screen: hold %s %s: %w", provider, scope, err)
 	}
 	return nil
 }
@@ -100,7 +86,7 @@ func (s *Screen) Hold(ctx context.Context, provider, scope string, d time.Durati
 func (s *Screen) Until(ctx context.Context, at time.Time) (time.Duration, error) {
 	now, err := s.rdb.Time(ctx).Result()
 	if err != nil {
-		return 0, fmt.Errorf("jobs: redis time: %w", err)
+		return 0, fmt.Errorf("screen: redis time: %w", err)
 	}
 	return max(at.Sub(now), time.Millisecond), nil
 }
@@ -109,7 +95,7 @@ func (s *Screen) Until(ctx context.Context, at time.Time) (time.Duration, error)
 func (s *Screen) Suppress(ctx context.Context, provider, address, reason string, at time.Time) error {
 	v, _ := json.Marshal(Suppression{Reason: reason, At: at.UTC().Truncate(time.Second)})
 	if err := s.rdb.HSet(ctx, suppressedKey(s.prefix, provider), address, v).Err(); err != nil {
-		return fmt.Errorf("jobs: suppress for %s: %w", provider, err)
+		return fmt.Errorf("screen: suppress for %s: %w", provider, err)
 	}
 	return nil
 }
@@ -118,7 +104,7 @@ func (s *Screen) Suppress(ctx context.Context, provider, address, reason string,
 func (s *Screen) Suppressions(ctx context.Context, provider string) ([]Suppression, error) {
 	all, err := s.rdb.HGetAll(ctx, suppressedKey(s.prefix, provider)).Result()
 	if err != nil {
-		return nil, fmt.Errorf("jobs: suppressions of %s: %w", provider, err)
+		return nil, fmt.Errorf("screen: suppressions of %s: %w", provider, err)
 	}
 	out := make([]Suppression, 0, len(all))
 	for addr, v := range all {
@@ -138,7 +124,7 @@ func (s *Screen) Suppressions(ctx context.Context, provider string) ([]Suppressi
 func (s *Screen) Unsuppress(ctx context.Context, provider, address string) (bool, error) {
 	n, err := s.rdb.HDel(ctx, suppressedKey(s.prefix, provider), address).Result()
 	if err != nil {
-		return false, fmt.Errorf("jobs: unsuppress for %s: %w", provider, err)
+		return false, fmt.Errorf("screen: unsuppress for %s: %w", provider, err)
 	}
 	return n > 0, nil
 }

@@ -1,4 +1,4 @@
-package jobs
+package message
 
 import (
 	"bytes"
@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestDecodeRejectsMalformedPayloads(t *testing.T) {
@@ -86,5 +87,44 @@ func TestNewTaskKeepsHTMLCharacters(t *testing.T) {
 	back, err := Decode(task.Payload())
 	if err != nil || back.Recipient != n.Recipient || back.Template != n.Template || !bytes.Equal(back.Data, n.Data) {
 		t.Fatalf("round trip: %v, %+v", err, back)
+	}
+}
+
+// TestNewTaskSendAt: a scheduled notification's task carries its moment
+// rounded up to a whole second, the one asynq's schedule holds it until,
+// and one whose rounded moment passes its send-by is refused naming
+// send_at.
+func TestNewTaskSendAt(t *testing.T) {
+	at := time.Date(2031, 5, 4, 9, 0, 0, 250e6, time.FixedZone("x", 3600))
+	task, err := NewTask(Notification{Recipient: "a", Policy: "p", Provider: "x", Template: "t", SendAt: &at}, "id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := Decode(task.Payload())
+	if want := time.Date(2031, 5, 4, 8, 0, 1, 0, time.UTC); err != nil || n.SendAt == nil || !n.SendAt.Equal(want) {
+		t.Errorf("send_at in the payload %v (%v), want %s", n.SendAt, err, want)
+	}
+	if !strings.Contains(string(task.Payload()), `"send_at":"2031-05-04T08:00:01Z"`) {
+		t.Errorf("payload %s, want send_at in UTC", task.Payload())
+	}
+	by := at.Add(500 * time.Millisecond) // after the moment, before its second ends
+	_, err = NewTask(Notification{Recipient: "a", Policy: "p", Provider: "x", Template: "t", SendAt: &at, SendBy: &by}, "id")
+	var fe *FieldError
+	if !errors.As(err, &fe) || fe.Field != "send_at" || !strings.Contains(fe.Problem, "is after send_by") {
+		t.Errorf("a moment rounded past its send-by: %v, want a refusal naming send_at", err)
+	}
+}
+
+func TestDecodeChecksTheTimeZone(t *testing.T) {
+	base := `{"recipient":"a","policy":"p","provider":"x","template":"t","tz":`
+	if n, err := Decode([]byte(base + `"America/New_York"}`)); err != nil || n.TZ != "America/New_York" {
+		t.Fatalf("a known zone: %+v, %v", n, err)
+	}
+	for _, tz := range []string{`"Mars/Olympus_Mons"`, `"Local"`, `"europe/paris"`} {
+		_, err := Decode([]byte(base + tz + `}`))
+		want := "tz: unknown time zone " + tz + " (an IANA zone such as Europe/Paris): bad notification"
+		if err == nil || err.Error() != want {
+			t.Errorf("tz %s: got %v, want %s", tz, err, want)
+		}
 	}
 }

@@ -1,8 +1,8 @@
-package jobs
+package screen
 
 import "strings"
 
-// The keys jobs writes beside the throttle engine's (internal/keyspace), all
+// The keys the screen writes beside the throttle engine's (internal/keyspace), all
 // under the engine's prefix and built here. The part in braces is the Redis
 // Cluster hash tag; user data in it is escaped by keyPart.
 

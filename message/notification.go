@@ -1,7 +1,8 @@
-// Package jobs turns notifications into asynq tasks and delivers them
-// through the throttle: the payload, the task IDs, the handler (Throttle)
-// that defers what may not go yet, and the providers that deliver.
-package jobs
+// Package message is the notification as producers and workers exchange
+// it: the payload (Notification), its strict decoding, task IDs and the
+// asynq task that carries it, and how a recipient shows in logs (Redact).
+// The payload's fields are in docs/design.md (Enqueueing notifications).
+package message
 
 import (
 	"bytes"
@@ -20,8 +21,8 @@ import (
 	"github.com/notify-throttle/throttler/internal/timefmt"
 )
 
-// TypeNotify is the asynq task type of one notification.
-const TypeNotify = "notify"
+// TaskType is the asynq task type of one notification.
+const TaskType = "notify"
 
 // Size limits keep one bad producer from filling Redis.
 const (
@@ -309,7 +310,7 @@ func TaskID(idempotencyKey string) string {
 // stamped with the time it was queued unless n carries one, and held by
 // asynq until n.SendAt if set (rounded up to a whole second). Options such
 // as asynq.Queue (of AsynqQueue) are passed through. MaxRetry is set high:
-// a throttled task is retried without counting (see IsFailure), and only
+// a throttled task is retried without counting (see jobs.IsFailure), and only
 // real delivery failures use retries up.
 func NewTask(n Notification, id string, opts ...asynq.Option) (*asynq.Task, error) {
 	first := []asynq.Option{asynq.TaskID(id), asynq.MaxRetry(DefaultMaxRetry)}
@@ -333,12 +334,12 @@ func NewTask(n Notification, id string, opts ...asynq.Option) (*asynq.Task, erro
 	}
 	payload, err := encode(n)
 	if err != nil {
-		return nil, fmt.Errorf("jobs: encode notification: %w", err)
+		return nil, fmt.Errorf("message: encode notification: %w", err)
 	}
 	if len(payload) > MaxPayloadLen {
 		return nil, bad("", "payload of %d bytes, more than %d", len(payload), MaxPayloadLen)
 	}
-	return asynq.NewTaskWithHeaders(TypeNotify, payload, newHeaders(), append(first, opts...)...), nil
+	return asynq.NewTaskWithHeaders(TaskType, payload, Headers(), append(first, opts...)...), nil
 }
 
 // WholeSecond is t rounded up to a whole second, in UTC: a SendAt as
@@ -354,8 +355,19 @@ func WholeSecond(t time.Time) time.Time {
 	return at
 }
 
-// newHeaders are the headers a task starts with: not in line (LineHeader).
-func newHeaders() map[string]string { return map[string]string{LineHeader: "0"} }
+// LineHeader is the task header in which a notification keeps whether it
+// holds a place in its tenant's line: "1" once a booking placed it there,
+// "0" before. The engine keeps no record of a place, so that a line of any
+// length costs it nothing per task; the task carries the one bit of it in
+// its own message, which asynq writes back with every deferral anyway
+// (internal/asynqdb, item 8). Producers give every task the header
+// (NewTask, Headers); a task without headers cannot keep it, and counts as
+// back from its place whenever it runs: it never joins its tenant's line's
+// end.
+const LineHeader = "throttle-line"
+
+// Headers are the headers a task starts with: not in line (LineHeader).
+func Headers() map[string]string { return map[string]string{LineHeader: "0"} }
 
 // encode marshals n without json.Marshal's HTML escaping, which writes <, >
 // and & as six bytes each: a payload Decode accepted must not outgrow

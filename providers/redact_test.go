@@ -1,4 +1,4 @@
-package jobs
+package providers
 
 import (
 	"errors"
@@ -7,20 +7,6 @@ import (
 	"strings"
 	"testing"
 )
-
-func TestRedact(t *testing.T) {
-	for in, want := range map[string]string{
-		"alice@example.com": "a***@example.com",
-		"é@x.org":           "é***@x.org",
-		"+15551234567":      "+1***67",
-		"12345":             "***",
-		"@handle":           "@h***le",
-	} {
-		if got := Redact(in); got != want {
-			t.Errorf("Redact(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
 
 func TestRedactError(t *testing.T) {
 	base := errors.New("root cause")
