@@ -639,7 +639,8 @@ end
 -- then commit would leave. unheld, when set, is the longest window of the
 -- task's first take, a quota in which it holds no entry: a slot that ends
 -- within that of its entry's moment is not held either, and neither read
--- is made (the commit writes the ledger's entry with the span).
+-- is made (the commit writes the ledger's entry with the span): see
+-- docs/design.md for a task whose first quota changed.
 local function bucket_check(t, cal, id, now, prio, denied, last, unheld)
   local len, slack = bucket_len(t), bucket_slack(t, prio)
   -- The task holds no slot (see unheld above): a slot ends at most its

@@ -560,14 +560,20 @@ func (c *modelCall) bucketHeld(t *modelTake, id string) (float64, bool) {
 	return -s, true
 }
 
-// bucketCheck mirrors bucket_check.
-func (c *modelCall) bucketCheck(t *modelTake, id string, denied, prio bool) {
+// bucketCheck mirrors bucket_check. unheld, when not 0, is the longest
+// window of the first take, a quota that holds no entry of the task: a slot
+// that ends within that of the entry's moment is taken as not held, and the
+// ledger is not read. A task whose first quota changed since it took a slot
+// (a policy changed by SIGHUP) so takes a second one, and the first stays
+// held until it ends.
+func (c *modelCall) bucketCheck(t *modelTake, id string, denied, prio bool, unheld float64) {
 	now := c.now
 	c.noteLost(t.cal)
 	length, slack := bucketLen(t), bucketSlack(t, prio)
 	t.ok, t.delay = true, 0
 	f := c.bucketFind(t, now, length)
-	if !denied {
+	known := unheld > 0 && unheld >= length+bucketSlack(t, true)
+	if !denied && !known {
 		if mine, ok := c.bucketHeld(t, id); ok {
 			t.repeated = true
 			t.wait = math.Max(0, mine-slack-now)
@@ -698,12 +704,16 @@ func (m *model) admit(r Request, nowUS, rememberUS int64) Decision {
 
 	denied := false
 	delay, binding, remaining, repeated := 0.0, 0, math.Inf(1), true
+	unheld := 0.0 // admit.lua's unheld: the first take, a quota, holds no entry of the task
 	for i, t := range takes {
 		switch t.kind {
 		case "q":
 			c.quotaCheck(t, id)
+			if i == 0 && !t.countOnly && !t.repeated {
+				unheld = t.longest
+			}
 		case "b":
-			c.bucketCheck(t, id, denied, r.book != nil && r.book.Priority)
+			c.bucketCheck(t, id, denied, r.book != nil && r.book.Priority, unheld)
 		case "f":
 			c.fixedCheck(t, id)
 		case "c":
