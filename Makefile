@@ -35,9 +35,10 @@ demo:
 
 ## test: both tiers in one run under the race detector, every test once
 ## (with the tag, the unit tier's tests build too, and the cluster cases it
-## skips run); what .ci/run runs.
+## skips run); what .ci/run runs. The integration package, the longest by
+## far, starts first, and the unit tier's packages run beside it.
 test: need-redis need-browser
-	$(GO) test -race -count=1 -timeout $(INTEGRATION_TIMEOUT) -tags integration $(PKGS)
+	$(GO) test -race -count=1 -timeout $(INTEGRATION_TIMEOUT) -tags integration $(if $(filter ./...,$(PKGS)),./integration_test $(UNIT_FIRST)) $(PKGS)
 	cd tools && $(GO) test -race -count=1 $(TOOLS_PKGS)
 
 ## unit: the quick tier a developer runs after every change: no child

@@ -130,6 +130,7 @@ func waitDelivered(t *testing.T, f *fleet, ids ...string) {
 // is 401, a policy the key may not use 403, a malformed or oversized body
 // 400 or 413 naming the field; canceling one that was sent says so.
 func TestAPIEnqueue(t *testing.T) {
+	t.Parallel() // no bound a busy core breaks: it runs beside the chaos runs
 	f, base := apiFleet(t, "[{limit: 100, per: 1h}]")
 	url := base + "/v1/notifications"
 	one := `{"recipient":"alice@example.com","template":"welcome","data":{"name":"Alice"}}`

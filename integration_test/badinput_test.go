@@ -53,6 +53,7 @@ testdata/many_mistakes.yaml:15: defaults.policy: policy "marketting" is not defi
 // status is 1, and exactly the good lines are on the queue. The same from
 // stdin (-file -), a usage error (status 2) and a bad config (status 1).
 func TestEnqueueRejectsBadLines(t *testing.T) {
+	t.Parallel() // no bound a busy core breaks: it runs beside the chaos runs
 	bin := buildBinary(t, "enqueue")
 	f := newFleet(t, fleetConfig{
 		Concurrency: 1, ShutdownTimeout: time.Second, InlineWait: time.Second,

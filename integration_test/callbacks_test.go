@@ -106,6 +106,7 @@ func (r *callbackReceiver) snapshot() []callbackPost {
 // twice is the same event, with the same ID. The POSTs the killed worker
 // had in flight are among those delivered afterwards.
 func TestKill9LosesNoCallback(t *testing.T) {
+	t.Parallel() // no bound a busy core breaks: it runs beside the chaos runs
 	rec := newCallbackReceiver(t)
 	f := newFleet(t, fleetConfig{
 		Concurrency: 4, ShutdownTimeout: 5 * time.Second, InlineWait: 0, Jitter: 0,

@@ -36,6 +36,7 @@ import (
 // every tick; exactly 900 notifications are sent, one per recipient and
 // tick, none twice.
 func TestCampaignThreeWorkersThreeTicks(t *testing.T) {
+	t.Parallel() // no bound a busy core breaks: it runs beside the chaos runs
 	const recipients = 300
 	f := newCampaignFleet(t, campaignRecipients("r", recipients))
 	ticks := campaignSlots(3, 2*time.Second)
@@ -97,6 +98,7 @@ func TestCampaignThreeWorkersThreeTicks(t *testing.T) {
 // through and defers the rest for a long time, so that every notification
 // stays in Redis to be counted.
 func TestCampaignKill9MidFanout(t *testing.T) {
+	t.Parallel() // no bound a busy core breaks: it runs beside the chaos runs
 	const recipients = 20000
 	f := newCampaignFleet(t, campaignRecipients("k", recipients))
 	f.rate, f.burst = "0.001", 1

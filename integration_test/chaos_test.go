@@ -62,6 +62,10 @@ func TestChaosKill9(t *testing.T) {
 	if testing.Short() {
 		t.Skip("about 5 minutes")
 	}
+	// Each run has a fleet and a Redis of its own, and waits on its
+	// provider far more than it computes: two go at once (go test's
+	// -parallel, the cores), beside the other parallel tests.
+	t.Parallel()
 	runs := []struct {
 		wait time.Duration
 		book bool
@@ -73,7 +77,10 @@ func TestChaosKill9(t *testing.T) {
 		if !r.book {
 			name += ",book=false"
 		}
-		t.Run(name, func(t *testing.T) { chaosRun(t, r.wait, r.book, phase) })
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			chaosRun(t, r.wait, r.book, phase)
+		})
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 // provider's Idempotency-Key window, is still one), none both; a digest
 // carries only its recipient's messages; and every task ends.
 func TestDigestKill9(t *testing.T) {
+	t.Parallel() // no bound a busy core breaks: it runs beside the chaos runs
 	t.Run("mid-send of a message", func(t *testing.T) {
 		digestKill9(t, func(a arrival, fromW1 int) bool { return fromW1 > 4 })
 	})
