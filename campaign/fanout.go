@@ -14,12 +14,12 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/notify-throttle/throttler/internal/asynqdb"
+	"github.com/notify-throttle/throttler/internal/clip"
 	"github.com/notify-throttle/throttler/message"
 )
 
@@ -313,7 +313,7 @@ func (b *batchRun) logInvalid(e entry, why string) {
 	if e.line > 0 {
 		attrs = append(attrs, "line", e.line)
 	} else {
-		attrs = append(attrs, "member", truncate(e.recipient, 80))
+		attrs = append(attrs, "member", clip.Cut(e.recipient, 80, "..."))
 	}
 	if b.logged == logInvalid {
 		attrs = append(attrs, "note", "further invalid entries of this run are only counted")
@@ -397,15 +397,4 @@ func newToken() string {
 	_, _ = rand.Read(b) // crypto/rand.Read never fails
 	host, _ := os.Hostname()
 	return fmt.Sprintf("%s/%d/%s", host, os.Getpid(), hex.EncodeToString(b))
-}
-
-// truncate cuts s to at most n bytes at a rune, marking the cut.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "..."
 }

@@ -11,9 +11,9 @@ import (
 	"strings"
 	"testing"
 	"time"
-	"unicode/utf8"
 
 	"github.com/hibiken/asynq"
+	"github.com/notify-throttle/throttler/internal/clip"
 	"github.com/notify-throttle/throttler/message"
 	"github.com/redis/go-redis/v9"
 )
@@ -125,7 +125,7 @@ func TestFanoutMatchesAsynqClient(t *testing.T) {
 		if g, ok := got[k]; !ok {
 			t.Errorf("%s: missing", k)
 		} else if g != w {
-			t.Errorf("%s:\n got %q\nwant %q", k, truncate(g, 300), truncate(w, 300))
+			t.Errorf("%s:\n got %q\nwant %q", k, clip.Cut(g, 300, "..."), clip.Cut(w, 300, "..."))
 		}
 	}
 	for k := range got {
@@ -398,23 +398,4 @@ func asynqState(t *testing.T, rdb redis.UniversalClient) map[string]string {
 		}
 	}
 	return out
-}
-
-// A member cut for a log line is cut at a rune, so the line stays UTF-8.
-func TestTruncateKeepsRunes(t *testing.T) {
-	for _, c := range []struct {
-		s    string
-		n    int
-		want string
-	}{
-		{"alice@example.com", 80, "alice@example.com"},
-		{"abcdef", 3, "abc..."},
-		{"aéb", 2, "a..."}, // é is 2 bytes: byte 2 is inside it
-		{"éé", 1, "..."},
-	} {
-		got := truncate(c.s, c.n)
-		if got != c.want || !utf8.ValidString(got) {
-			t.Errorf("truncate(%q, %d) = %q, want %q", c.s, c.n, got, c.want)
-		}
-	}
 }

@@ -6,8 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"unicode/utf8"
 
+	"github.com/notify-throttle/throttler/internal/clip"
 	"github.com/notify-throttle/throttler/lifecycle"
 	"github.com/notify-throttle/throttler/providers"
 )
@@ -116,12 +116,5 @@ func words(address string, parts ...string) string {
 	if address != "" {
 		s = providers.RedactError(errors.New(s), address).Error()
 	}
-	if len(s) > maxDetail {
-		cut := maxDetail
-		for cut > 0 && !utf8.RuneStart(s[cut]) {
-			cut--
-		}
-		s = s[:cut]
-	}
-	return s
+	return clip.Cut(s, maxDetail, "")
 }

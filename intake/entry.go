@@ -18,6 +18,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/notify-throttle/throttler/internal/clip"
 	"github.com/notify-throttle/throttler/internal/textdist"
 	"github.com/notify-throttle/throttler/message"
 )
@@ -223,9 +224,5 @@ func Quote(s string) string {
 	if len(s) <= maxQuoted {
 		return strconv.Quote(s)
 	}
-	cut := maxQuoted
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return strconv.Quote(s[:cut]) + "..."
+	return strconv.Quote(clip.Cut(s, maxQuoted, "")) + "..."
 }

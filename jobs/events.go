@@ -6,10 +6,10 @@ import (
 	"errors"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/hibiken/asynq"
 
+	"github.com/notify-throttle/throttler/internal/clip"
 	"github.com/notify-throttle/throttler/lifecycle"
 	"github.com/notify-throttle/throttler/message"
 )
@@ -105,15 +105,7 @@ func lastTry(ctx context.Context) bool {
 // detail is err's text for an event, without asynq's SkipRetry and cut to
 // 300 bytes.
 func detail(err error) string {
-	s := strings.TrimSuffix(err.Error(), ": "+asynq.SkipRetry.Error())
-	if len(s) <= 300 {
-		return s
-	}
-	i := 300
-	for i > 0 && !utf8.RuneStart(s[i]) {
-		i--
-	}
-	return s[:i] + "…"
+	return clip.Cut(strings.TrimSuffix(err.Error(), ": "+asynq.SkipRetry.Error()), 300, "…")
 }
 
 // sentBefore records again the sent event of a job an earlier run of its

@@ -18,6 +18,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
 
+	"github.com/notify-throttle/throttler/internal/clip"
 	"github.com/notify-throttle/throttler/internal/timefmt"
 )
 
@@ -55,17 +56,7 @@ func (e *FieldError) Error() string {
 
 // clipped is err's text cut to 300 bytes (at a rune): a JSON error may quote
 // a value of the payload whole (a time that does not parse, say).
-func clipped(err error) string {
-	s := err.Error()
-	if len(s) <= 300 {
-		return s
-	}
-	i := 300
-	for i > 0 && !utf8.RuneStart(s[i]) {
-		i--
-	}
-	return s[:i] + "…"
-}
+func clipped(err error) string { return clip.Cut(err.Error(), 300, "…") }
 
 // bad returns a *FieldError wrapped with ErrBadPayload.
 func bad(field, format string, args ...any) error {
