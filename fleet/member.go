@@ -37,6 +37,7 @@ import (
 	"log/slog"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -209,6 +210,20 @@ func (r *Member) loop(ctx context.Context) {
 func (r *Member) tick(ctx context.Context) {
 	if r.o.DeadAfter > 0 {
 		var all []Handover
+		var dead []string // found dead in a queue: dead in every queue (reap.lua)
+		reap := func(q string) {
+			hs, err := r.reap(ctx, q, dead)
+			if err != nil && ctx.Err() == nil {
+				r.warn("fleet: a reap failed", q, err)
+			}
+			for _, h := range hs {
+				if h.Worker != "" && !slices.Contains(dead, h.Worker) {
+					dead = append(dead, h.Worker)
+				}
+			}
+			all = append(all, hs...)
+		}
+		var reaped []string
 		for _, q := range r.queues {
 			if err := r.beat(ctx, q, "beat"); err != nil && ctx.Err() == nil {
 				r.warn("fleet: a sign of life failed", q, err)
@@ -216,11 +231,14 @@ func (r *Member) tick(ctx context.Context) {
 			if !r.mayReap(q) {
 				continue
 			}
-			hs, err := r.Reap(ctx, q)
-			if err != nil && ctx.Err() == nil {
-				r.warn("fleet: a reap failed", q, err)
+			before := len(dead)
+			reap(q)
+			if before == 0 && len(dead) > 0 {
+				for _, p := range reaped { // the queues judged before the first death was found
+					reap(p)
+				}
 			}
-			all = append(all, hs...)
+			reaped = append(reaped, q)
 		}
 		r.report(all)
 	}
@@ -444,9 +462,19 @@ type Handover struct {
 // each recovery by q's queue (a shard's counts as its queue's: see
 // asynqdb.Shard), and returns what it did.
 func (r *Member) Reap(ctx context.Context, q string) ([]Handover, error) {
+	return r.reap(ctx, q, nil)
+}
+
+// reap is Reap, with the workers found dead in other queues in the same
+// sweep taken as dead in q too.
+func (r *Member) reap(ctx context.Context, q string, dead []string) ([]Handover, error) {
 	keys := []string{beatsKey(r.o.Prefix, q), asynqdb.ActiveKey(q), asynqdb.LeaseKey(q), asynqdb.PendingKey(q)}
-	res, err := reapScript.Run(ctx, r.rdb, keys, r.o.DeadAfter.Milliseconds(), asynqdb.TaskKeyPrefix(q),
-		heldPrefix(r.o.Prefix, q), int64(math.Ceil((r.o.DeadAfter + leaseHeartbeat).Seconds()))).Slice()
+	args := []any{r.o.DeadAfter.Milliseconds(), asynqdb.TaskKeyPrefix(q),
+		heldPrefix(r.o.Prefix, q), int64(math.Ceil((r.o.DeadAfter + leaseHeartbeat).Seconds()))}
+	for _, w := range dead {
+		args = append(args, w)
+	}
+	res, err := reapScript.Run(ctx, r.rdb, keys, args...).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("fleet: reap %s: %w", q, err)
 	}

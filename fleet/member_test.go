@@ -494,3 +494,26 @@ func TestReapLeavesATaskALiveWorkerRuns(t *testing.T) {
 		t.Errorf("the dead worker's set is still there")
 	}
 }
+
+// TestDeadInOneQueueIsDeadInAll: a worker beats its queues one after
+// another, so its last signs differ a little from queue to queue; found
+// dead in one queue, it is dead in every queue of the same sweep, the ones
+// judged before included, and one sweep hands over all its tasks (on a
+// cluster a queue's shards are such queues: without this a dead worker's
+// tasks in one shard went a sweep, a second, after the others').
+func TestDeadInOneQueueIsDeadInAll(t *testing.T) {
+	t.Parallel()
+	rdb, _ := shared.NewClient(t)
+	ctx := context.Background()
+	first := activeTasks(t, rdb, "q1", "first", 2)
+	second := activeTasks(t, rdb, "q2", "second", 2)
+	holdAs(t, rdb, "q1", "w-dead", 4*time.Second, first...) // not yet dead by q1's signs alone
+	holdAs(t, rdb, "q2", "w-dead", 6*time.Second, second...)
+	r := New(rdb, []string{"q1", "q2"}, Options{ID: "reaper", DeadAfter: 5 * time.Second, Log: quiet, Metrics: NewMetrics(prometheus.NewRegistry())})
+	r.tick(ctx)
+	for q, ids := range map[string][]string{"q1": first, "q2": second} {
+		if got := rdb.LRange(ctx, asynqdb.PendingKey(q), 0, -1).Val(); !slices.Equal(got, ids) {
+			t.Errorf("%s: pending %v after one sweep, want the dead worker's %v", q, got, ids)
+		}
+	}
+}

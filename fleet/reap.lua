@@ -37,6 +37,9 @@
 -- ARGV[3] -> <prefix>recovery:{<queue>}:held: (the held sets' prefix)
 -- ARGV[4] -> seconds without a lease extension after which an active task
 --            no live worker holds is an orphan
+-- ARGV[5..] -> workers found dead in another queue in the same sweep: dead
+--            here too (a worker beats its queues one after another, so its
+--            last signs differ by the time that took)
 --
 -- Returns, per dead worker: its ID, ms since its last sign of life, the
 -- number of tasks moved, then their IDs; then, if orphans were moved, the
@@ -81,6 +84,10 @@ end
 local t = redis.call("TIME")
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 
+-- The workers found dead in another queue (ARGV[5..]).
+local known_dead = {}
+for i = 5, #ARGV do known_dead[ARGV[i]] = true end
+
 -- emit appends one hand-over to out: whose, how long silent, what moved.
 local function emit(out, w, silent, moved)
   out[#out + 1] = w
@@ -96,8 +103,10 @@ end
 local function held_by_live()
   local live = {}
   for _, w in ipairs(redis.call("ZRANGEBYSCORE", KEYS[1], now - tonumber(ARGV[1]), "+inf")) do
-    for _, id in ipairs(held(ARGV[3] .. w)) do
-      live[id] = true
+    if not known_dead[w] then
+      for _, id in ipairs(held(ARGV[3] .. w)) do
+        live[id] = true
+      end
     end
   end
   return live
@@ -110,6 +119,14 @@ end
 -- dropped: moved back to pending, it would run twice at once.
 local function reap_dead(out)
   local dead = redis.call("ZRANGEBYSCORE", KEYS[1], "-inf", "(" .. (now - tonumber(ARGV[1])), "WITHSCORES")
+  local found = {}
+  for i = 1, #dead, 2 do found[dead[i]] = true end
+  for w in pairs(known_dead) do
+    local s = not found[w] and redis.call("ZSCORE", KEYS[1], w)
+    if s then
+      dead[#dead + 1], dead[#dead + 2] = w, s
+    end
+  end
   local live = #dead > 0 and held_by_live() or {}
   for i = 1, #dead, 2 do
     local w, key, moved = dead[i], ARGV[3] .. dead[i], {}
