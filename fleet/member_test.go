@@ -509,11 +509,18 @@ func TestDeadInOneQueueIsDeadInAll(t *testing.T) {
 	second := activeTasks(t, rdb, "q2", "second", 2)
 	holdAs(t, rdb, "q1", "w-dead", 4*time.Second, first...) // not yet dead by q1's signs alone
 	holdAs(t, rdb, "q2", "w-dead", 6*time.Second, second...)
-	r := New(rdb, []string{"q1", "q2"}, Options{ID: "reaper", DeadAfter: 5 * time.Second, Log: quiet, Metrics: NewMetrics(prometheus.NewRegistry())})
+	// A worker cut off from q3's node beats on in q4: it is not dead there.
+	cut := activeTasks(t, rdb, "q4", "cut", 1)
+	holdAs(t, rdb, "q3", "w-cut", 6*time.Second)
+	holdAs(t, rdb, "q4", "w-cut", time.Second, cut...)
+	r := New(rdb, []string{"q1", "q2", "q3", "q4"}, Options{ID: "reaper", DeadAfter: 5 * time.Second, Log: quiet, Metrics: NewMetrics(prometheus.NewRegistry())})
 	r.tick(ctx)
-	for q, ids := range map[string][]string{"q1": first, "q2": second} {
+	for q, ids := range map[string][]string{"q1": first, "q2": second, "q4": nil} {
 		if got := rdb.LRange(ctx, asynqdb.PendingKey(q), 0, -1).Val(); !slices.Equal(got, ids) {
-			t.Errorf("%s: pending %v after one sweep, want the dead worker's %v", q, got, ids)
+			t.Errorf("%s: pending %v after one sweep, want %v", q, got, ids)
 		}
+	}
+	if n := rdb.SCard(ctx, heldKey(throttleDefaultPrefix, "q4", "w-cut")).Val(); n != 1 {
+		t.Errorf("the worker beating on in q4 holds %d tasks there, want its 1", n)
 	}
 }

@@ -38,8 +38,10 @@
 -- ARGV[4] -> seconds without a lease extension after which an active task
 --            no live worker holds is an orphan
 -- ARGV[5..] -> workers found dead in another queue in the same sweep: dead
---            here too (a worker beats its queues one after another, so its
---            last signs differ by the time that took)
+--            here too if silent here for half ARGV[1] (a worker beats its
+--            queues one after another, so its last signs differ by the time
+--            that took; one cut off from another queue's node only beats on
+--            here)
 --
 -- Returns, per dead worker: its ID, ms since its last sign of life, the
 -- number of tasks moved, then their IDs; then, if orphans were moved, the
@@ -84,9 +86,13 @@ end
 local t = redis.call("TIME")
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 
--- The workers found dead in another queue (ARGV[5..]).
+-- The workers found dead in another queue (ARGV[5..]) and silent here for
+-- half the silence that makes a worker dead: their last signs, by worker.
 local known_dead = {}
-for i = 5, #ARGV do known_dead[ARGV[i]] = true end
+for i = 5, #ARGV do
+  local s = tonumber(redis.call("ZSCORE", KEYS[1], ARGV[i]))
+  if s and now - s > tonumber(ARGV[1]) / 2 then known_dead[ARGV[i]] = s end
+end
 
 -- emit appends one hand-over to out: whose, how long silent, what moved.
 local function emit(out, w, silent, moved)
@@ -121,9 +127,8 @@ local function reap_dead(out)
   local dead = redis.call("ZRANGEBYSCORE", KEYS[1], "-inf", "(" .. (now - tonumber(ARGV[1])), "WITHSCORES")
   local found = {}
   for i = 1, #dead, 2 do found[dead[i]] = true end
-  for w in pairs(known_dead) do
-    local s = not found[w] and redis.call("ZSCORE", KEYS[1], w)
-    if s then
+  for w, s in pairs(known_dead) do
+    if not found[w] then
       dead[#dead + 1], dead[#dead + 2] = w, s
     end
   end
