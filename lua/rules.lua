@@ -386,14 +386,10 @@ local function quota_undo(t, key, id, now)
 end
 
 -- Token bucket, kept as a calendar of slots (virtual scheduling, as GCRA
--- does it). A take of cost c on a bucket of rate R and burst B holds a slot
--- of c/R seconds (len, whole µs) starting at its moment V; no two slots
--- overlap. It may go at any moment x with V - slack <= x <= V, where slack
--- is (B - c)/R (less the reserve for a task without priority: see
--- bucket_slack). Then the takes that go within any interval [a, b] hold
--- slots inside [a, b + B/R): together at most R(b - a) + B tokens, the
--- token bucket's own bound, whatever order the slots were handed out in and
--- however far ahead (a reservation, a booking) each was.
+-- does it): a take of cost c holds a slot of c/R (len, whole µs) starting
+-- at its moment V, no two slots overlap, and it may go from V - slack to V
+-- (bucket_slack). Why that keeps the bucket's bound: docs/design.md,
+-- "Algorithms".
 --
 -- The calendar (a bucket's third key) is the busy time: spans of slots
 -- merged where they touch, in a sorted set (member: the span's start,
