@@ -109,14 +109,10 @@ end
 -- entry, so s = x and s = each other entry in [x, x + P) are the windows to
 -- count. A task that has not claimed yet (its ticket in book; nil: none)
 -- counts where it will go: at its entry or, if later, its slot's start
--- less slack. A pause moves the slots waiting on a bucket, this task's
--- and its recipient's next ones alike, but not their entries: each entry
--- moves when its task claims. Counted at its old moment, the next entry
--- would not let this one move, and each claim of the recipient's line
--- would fail in turn and book again at the line's end (a 1 s pause emptied
--- 20 s of sends). One that will go somewhere this one's move no longer
--- fits finds out when it claims, and books again. A large quota is not
--- read: it fits while its whole set holds no more than its least limit.
+-- less slack, so that a recipient's line moved by a pause still fits
+-- (docs/booking.md, "A provider's pause"; counted at their old moments,
+-- a 1 s pause emptied 20 s of sends). A large quota is not read: it fits
+-- while its whole set holds no more than its least limit.
 local function quota_fits(t, key, id, x, book, slack)
   if t.most > QREAD then
     -- Too many to read: its entries fit anywhere while the whole set,
