@@ -25,7 +25,8 @@
 -- For each task, every take is checked first and only if all pass is
 -- anything written; a take the task already holds passes without consuming
 -- again. A bucket short of tokens may be reserved ahead within the plan's
--- max wait. Why: docs/design.md, "All or nothing, idempotent, no trace".
+-- max wait. Why: docs/design.md, "Algorithms" (All or nothing,
+-- idempotent, no trace).
 --
 -- A task whose plan has a done marker (see rules.lua) whose key exists is
 -- done: nothing is checked or consumed.

@@ -81,7 +81,8 @@
 --
 -- A check only reads: stale entries count for nothing, not even as the
 -- task's own, and are pruned by a later commit, so a denied task writes
--- nothing (docs/design.md, "All or nothing, idempotent, no trace").
+-- nothing (docs/design.md, "Algorithms": All or nothing, idempotent, no
+-- trace).
 --
 -- All times are µs from Redis TIME: doubles hold them exactly (< 2^53).
 -- Numbers go to Redis either as Lua numbers, which Redis writes with %.17g
