@@ -1,11 +1,9 @@
 -- book.lua (after rules.lua, before admit.lua): booking, the steps of the
 -- book entry point (admit.lua) for a task that may not go within its max
 -- wait. The model (what a booking holds, claims, lines and shares, why) is
--- docs/booking.md's; this file says how each step is built. A task is given
--- the earliest moment every one of its rules allows, counting every moment
--- already booked on the same recipient and provider, and holds it under its
--- ID until it comes back to claim it. On a Redis Cluster the same steps run
--- on each node's part of the request, with a floor (throttle/cluster.go).
+-- docs/booking.md's; this file says how each step is built. On a Redis
+-- Cluster the same steps run on each node's part of the request, with a
+-- floor (throttle/cluster.go; docs/booking.md, "On a Redis Cluster").
 --
 -- A plan that books has quotas and at most one bucket (throttle.Request
 -- checks that). It holds, on each quota, the task's entry at the booked
