@@ -4,12 +4,9 @@
 -- worker that shows no sign of life for a while back to the queue.
 --
 -- A task is held as a member "<task ID>:<n>" of the worker's own set, n
--- counting the worker's takes: the member names one run, so that dropping
--- a run that ended never drops a later run of the same task. While its
--- signs of life are fresh the worker adds a member with a plain SADD
--- (Member.take); after a silence it takes here, the sign of life and the
--- member in one call, so that it is not taken for dead with the task it
--- just started.
+-- counting the worker's takes (docs/design.md, "Dead workers"). After a
+-- silence the worker takes here, the sign of life and the member in one
+-- call; while its signs of life are fresh, with a plain SADD (Member.take).
 --
 -- KEYS[1] -> <prefix>recovery:{<queue>}:held:<worker ID>, set of members
 -- KEYS[2] -> <prefix>recovery:{<queue>}:beats, sorted set: worker ID by

@@ -4,29 +4,12 @@
 // at that moment (wake.go). One liveness record serves all of it: each
 // worker's signs of life in each queue it serves (hold.lua's beats).
 //
-// asynq gives back the task of a crashed worker only once its lease has
-// been expired for 30 s, on its recoverer's next run (every minute), and
-// then retries it with backoff: 60-150 s for every message a crash caught
-// in flight. Here every worker shows signs of life in Redis (a beat every
-// DeadAfter/5) and records which tasks it holds, in a set of its own per
-// queue: one SADD when a task starts, and the tasks it has finished dropped
-// with its next beat. Every worker also reaps: a worker silent for
-// DeadAfter by Redis's clock is dead, and the tasks it held go back to the
-// head of their queue at once, in one script per queue that checks each is
-// still where the dead worker's dequeue put it. A worker is never taken for
-// dead while it shows signs of life, however slow its tasks are. A dead
-// worker owns nothing else: the moments of the tasks it deferred are in
-// asynq's retry sets, which the live workers watch (wake.go).
-//
-// An active task no worker holds (its dequeue's reply was lost: Redis
-// killed after the dequeue, or the worker before it recorded the task) is
-// handed over the same way once its lease has gone unextended for
-// DeadAfter plus asynq's 5 s heartbeat, where asynq takes a minute or more.
-//
-// A worker that comes back after a silence longer than DeadAfter (paused,
-// cut off from Redis) may find some of its tasks handed over: Holds tells
-// its handler so before it sends. What the package relies on of asynq's
-// Redis layout is listed in internal/asynqdb.
+// Each worker beats every DeadAfter/5, records the tasks it holds in a set
+// of its own per queue, and reaps: a worker silent for DeadAfter by Redis's
+// clock is dead, and its tasks go back to the head of their queue. Holds
+// tells a worker back from a long silence which of its tasks went to
+// another. Why and how soon: docs/design.md, "Dead workers". What the
+// package relies on of asynq's Redis layout is listed in internal/asynqdb.
 package fleet
 
 import (

@@ -13,20 +13,12 @@
 -- with its next sign of life.
 --
 -- An active task no live worker holds, whose lease nobody has extended for
--- ARGV[4] s, is an orphan, and goes back the same way: its dequeue's reply
--- never reached a worker (Redis was killed after the dequeue, or the worker
--- between its dequeue and its SADD), so no worker runs it, and asynq's
--- recoverer would give it back only 30 s after its lease expired, a minute
--- or more after the dequeue. A task a live worker runs has its lease
--- extended every 5 s (item 1 of the contract), and one whose record failed
--- is never sent by that worker (it finds it does not hold it), so ARGV[4],
--- more than a dead worker's silence plus the 5 s, takes none that runs.
--- The live workers' sets are read only when some lease is that stale.
---
--- Any number of workers may run this at once: each call is atomic on the
--- queue's node, and a task moved by one is no longer held for the next.
--- The held sets are found by name (ARGV[3] and the worker's ID) and share
--- the queue's hash tag, as the task hashes (ARGV[2]) do.
+-- ARGV[4] s, is an orphan, and goes back the same way; ARGV[4] is more than
+-- a dead worker's silence plus asynq's 5 s heartbeat, so it takes none that
+-- runs. The live workers' sets are read only when some lease is that stale.
+-- Why, and why many reapers at once are safe: docs/design.md, "Dead
+-- workers" ("Tasks nobody holds", "The reaper"). The held sets are found by
+-- name (ARGV[3] and the worker's ID) and share the queue's hash tag.
 --
 -- KEYS[1] -> <prefix>recovery:{<queue>}:beats (see hold.lua)
 -- KEYS[2] -> asynq:{<queue>}:active

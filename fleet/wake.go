@@ -15,26 +15,13 @@ import (
 	"github.com/notify-throttle/throttler/internal/asynqdb"
 )
 
-// Waking. asynq wakes a deferred task to the second at best (whole-second
-// retry scores of the worker's clock, a forwarder that looks every second),
-// at the tail of its queue, behind whatever waits there: a booked job woken
-// that way must wake early and sleep for its moment in one of the worker's
-// handlers (a provider at R messages a second keeps 1.5·R handlers asleep),
-// and one woken late loses its moment. So a Member wakes them: a job
-// deferred to a moment (Wake) has that moment written as its retry score,
-// to the millisecond of Redis's clock (wake.lua), so that the retry set,
-// asynq's own record of the task, holds every waiting task's moment once;
-// and a look at the queue when it is due moves the task to the head of the
-// pending list, Lead before its moment. The job claims its moment and
-// sleeps the rest (about Lead).
-//
-// Who looks when: the worker that deferred a task looks at its queue when
-// the task is due; every worker sweeps every queue with each sign of life
-// (a tick); and the two live workers a queue's name ranks first (followers,
-// by rendezvous hashing over the live workers of the one liveness record,
-// hold.lua's beats) look again whenever the queue's next waiting task is
-// due, so that the tasks of a worker that died are woken on time by the
-// others, without a record of whose they were.
+// Waking: a job deferred to a moment (Wake) has that moment written as its
+// retry score, to the millisecond of Redis's clock (wake.lua), and a look
+// at the queue when it is due moves the task to the head of the pending
+// list, Lead before its moment. Looks come from the worker that deferred
+// it, every worker's tick, and the queue's two followers (rendezvous
+// hashing over the live workers of hold.lua's beats). Why:
+// docs/booking.md, "Waking up".
 
 //go:embed wake.lua
 var wakeLua string

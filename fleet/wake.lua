@@ -9,16 +9,11 @@
 --            list the live workers), then pairs: a task's ID and the moment
 --            it is to be woken at (Unix ms of Redis's clock)
 --
--- asynq scores a waiting task by the whole second its worker's clock says
--- (item 6 of internal/asynqdb's contract), and its forwarder wakes it then,
--- at the tail of the queue. The worker that deferred a task to a moment
--- (a booking, a place in line, a provider's Retry-After) knows it to the
--- millisecond on Redis's clock, and writes it here as the task's score (in
--- seconds, a fraction for the ms), where asynq's own is later. From then on
--- the retry set holds every waiting task's moment, once, and any worker's
--- look finds what is due. A pair whose task is not in the set (asynq's
--- retry has not landed yet, or the task moved on) is left alone, and
--- returned for the caller to try again while its moment is ahead.
+-- A pair's moment is written as the task's score (in seconds, a fraction
+-- for the ms) where asynq's own is later: docs/booking.md, "Waking up". A
+-- pair whose task is not in the set (asynq's retry has not landed yet, or
+-- the task moved on) is left alone, and returned for the caller to try
+-- again while its moment is ahead.
 --
 -- A task is moved as asynq's Requeue puts a task back (RPUSH: the next one
 -- dequeued) and with the fields its forwarder sets (item 7), if it still

@@ -217,12 +217,8 @@ func (t *Throttle) deferTo(j *job, delay time.Duration, early bool, reason strin
 }
 
 // wakeEarly is how much earlier than its moment a booked job asks asynq to
-// wake it when no fleet does: asynq wakes a task between a second before and
-// a second after the moment asked for (whole-second scores, a forwarder
-// that looks every second), so the job wakes 2.5 s to 0.5 s before its
-// moment, claims it, and sleeps the rest. The engine lets a booked job
-// claim from 2.5 s before its moment whatever its max wait (CLAIM in
-// lua/book.lua), so every inline_wait works, 0 included.
+// wake it when no fleet does: it lands 2.5 s to 0.5 s before its moment,
+// within CLAIM (lua/book.lua). Why: docs/booking.md, "Waking up".
 const wakeEarly = 1500 * time.Millisecond
 
 // booked defers a job to the moment it booked, or to its place in its

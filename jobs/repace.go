@@ -15,17 +15,9 @@ import (
 	"github.com/notify-throttle/throttler/message"
 )
 
-// A provider's rate or a tenant's weight changed in the config (a reload,
-// or a start with a new file) leaves the work waiting on it on its old pace:
-// its booked slots and tenants' lines in the throttle, and the moments of
-// its tasks in asynq's retry sets. Repace and Reweigh move both: the
-// throttle scales the moments it holds around now (throttle.Limiter.Repace,
-// Reweigh), and the tasks' moments are scaled the same way
-// (fleet.Rescale), so a raised rate drains what waits at the new pace at
-// once and a lowered one spreads it out, each task coming back once. The
-// model is docs/booking.md's (A change of rate). Every worker may call
-// them after a reload: only the first to reach a provider's bucket finds a
-// change, and the queues are read only then.
+// Repace and Reweigh move the work waiting on a changed rate or weight, in
+// the throttle (throttle.Limiter.Repace, Reweigh) and in asynq's retry sets
+// (fleet.Rescale): docs/booking.md, "Re-pacing when the rules change".
 
 // Repace moves the waiting work of each provider whose rate changed to its
 // new rate, looking for its waiting tasks in queues; rdb is asynq's Redis.

@@ -84,10 +84,8 @@ func (t *Throttle) route(ctx context.Context, id string, n message.Notification)
 		}
 	}
 	j.queue, _ = asynq.GetQueueName(ctx)
-	// A message that may fold into a digest does not book: a booking it
-	// made would stand while it folds, and the next fold would find the
-	// recipient's moment taken and put the digest a window later. Denied
-	// without booking, it leaves no trace and every fold sees one moment.
+	// A message that may fold into a digest does not book:
+	// docs/booking.md, "Digests and windows".
 	j.book = t.Book && !(j.policy.Digest && t.Digests != nil)
 	j.priority, j.bookAhead = t.PriorityQueues[asynqdb.BaseQueue(j.queue)], t.BookAhead
 	retried, _ := asynq.GetRetryCount(ctx) // failures only: deferrals do not count

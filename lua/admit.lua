@@ -22,16 +22,11 @@
 -- each were decided by a call of its own: several in one call only save the
 -- calls.
 --
--- For each task, every take is checked first; only if all pass is anything
--- written, so a denied task leaves no trace (a check reads and never
--- writes: stale entries are pruned by the next admission that writes). A take
--- that already holds this task ID passes without consuming again, which
--- makes a redelivered task idempotent.
---
--- A bucket that is short of tokens may be reserved ahead when the plan's
--- max wait allows that wait and nothing else denies: the task is admitted
--- and told the moment it may go. Quota entries and bucket ledgers record
--- that moment, so a repeated call returns the same moment.
+-- For each task, every take is checked first and only if all pass is
+-- anything written; a take the task already holds passes without consuming
+-- again. A bucket short of tokens may be reserved ahead within the plan's
+-- max wait. Why: docs/design.md, "Algorithms" (All or nothing,
+-- idempotent, no trace).
 --
 -- A task whose plan has a done marker (see rules.lua) whose key exists is
 -- done: nothing is checked or consumed.

@@ -1,45 +1,16 @@
 -- book.lua (after rules.lua, before admit.lua): booking, the steps of the
 -- book entry point (admit.lua) for a task that may not go within its max
 -- wait. The model (what a booking holds, claims, lines and shares, why) is
--- docs/booking.md's; this file says how each step is built. A task is given
--- the earliest moment every one of its rules allows, counting every moment
--- already booked on the same recipient and provider, and holds it under its
--- ID until it comes back to claim it. On a Redis Cluster the same steps run
--- on each node's part of the request, with a floor (throttle/cluster.go).
+-- docs/booking.md's; this file says how each step is built. On a Redis
+-- Cluster the same steps run on each node's part of the request, with a
+-- floor (throttle/cluster.go; docs/booking.md, "On a Redis Cluster").
 --
 -- A plan that books has quotas and at most one bucket (throttle.Request
--- checks that). What a booking holds:
---
---   - on each quota: the task's entry, at the booked moment x. The entries
---     of a recipient are booked in order (a new one never goes before one
---     already booked), so the earliest moment for a new entry is after the
---     newest one and after, in each window, the entry that must leave for it
---     to fit: one read of the newest entries, whatever waits.
---   - on the bucket: a slot in its calendar (see rules.lua), the earliest
---     free one that starts no earlier than the quotas' moment, and a ticket
---     (member: the task ID, score: the slot's start V). x is the quotas'
---     moment, or V less the bucket's slack if that is later. The slot is
---     the task's: nobody else can take it, so a task that comes back in time
---     goes at x, whatever was booked since.
---
--- A claim (the task comes back holding a ticket or booked quota entries)
--- moves the ticket to the ledger (the slot is now in flight) when x is
--- within max wait, and the task goes at x. A task that came back early is
--- told its moment again, unchanged. One that came back after its slot, or
--- whose slot a pause covers, gives back what it held and books again; so
--- arrivals at the provider and at the recipient follow the rules whatever
--- the lateness.
---
--- Priority: a bucket may keep a reserve of tokens that only priority tasks
--- may use (bucket_slack: the others may go less far ahead of their slot).
--- Under a line of bookings that is not enough: every slot is booked. A
--- priority task that would wait past max wait takes the slot of the first
--- booking not yet claimed, and that booking moves to the first free slot
--- after it (its task finds out when it claims: it is told its new moment,
--- or books again if its recipient's windows no longer fit there).
---
--- A booking whose moment would fall after the task's deadline is not made:
--- the task is told it expired, and the moment it would have had.
+-- checks that). It holds, on each quota, the task's entry at the booked
+-- moment x; on the bucket, a slot in its calendar (see rules.lua) and a
+-- ticket (member: the task ID, score: the slot's start V). Claims, late
+-- tasks, priority bumps and deadlines: docs/booking.md, "Booking a moment
+-- (lua/book.lua)" and "Priority".
 --
 -- A ticket's member is the task ID, followed by \30 and the cost when the
 -- cost is not 1 (so that a priority task that moves it knows its length).
@@ -136,14 +107,10 @@ end
 -- entry, so s = x and s = each other entry in [x, x + P) are the windows to
 -- count. A task that has not claimed yet (its ticket in book; nil: none)
 -- counts where it will go: at its entry or, if later, its slot's start
--- less slack. A pause moves the slots waiting on a bucket, this task's
--- and its recipient's next ones alike, but not their entries: each entry
--- moves when its task claims. Counted at its old moment, the next entry
--- would not let this one move, and each claim of the recipient's line
--- would fail in turn and book again at the line's end (a 1 s pause emptied
--- 20 s of sends). One that will go somewhere this one's move no longer
--- fits finds out when it claims, and books again. A large quota is not
--- read: it fits while its whole set holds no more than its least limit.
+-- less slack, so that a recipient's line moved by a pause still fits
+-- (docs/booking.md, "A provider's pause"; counted at their old moments,
+-- a 1 s pause emptied 20 s of sends). A large quota is not read: it fits
+-- while its whole set holds no more than its least limit.
 local function quota_fits(t, key, id, x, book, slack)
   if t.most > QREAD then
     -- Too many to read: its entries fit anywhere while the whole set,
@@ -348,38 +315,15 @@ local function take_ahead(bt, book, cal, now, from, v, len, keep)
   return bump(bt, book, cal, now, z[1], tonum(z[2]), len, keep)
 end
 
--- Fair shares and the horizon.
---
--- Several tenants (senders: teams, campaigns) may wait on one bucket. Each
--- waiting tenant books at its share of the bucket's rate, w / W (W: the
--- weights of the tenants waiting), by stride scheduling in real time: the
--- tenant takes no slot before its gate G, and each slot it takes moves G to
--- that slot's start plus its stride, len * W / w. A tenant alone has a
--- stride of one slot, so its gate never holds it back. A tenant that starts
--- waiting starts at now: it gets its share at once, behind only the slots
--- already booked, which reach at most the horizon ahead. Priority tasks
--- take no part: they come first (see bump).
---
--- With a horizon H (plan 'k:H'), slots are booked at most H ahead. A task
--- whose slot would be further gets a place in its tenant's line instead:
--- one stride after the tenant's last place F, the stride taken with W as it
--- is when the place is given (a tenant placed while few others had shown
--- up yet is not spaced for the few: its next place counts all of them).
--- A tenant that starts a line (none of its places lies past the horizon)
--- takes its first place no earlier than the join cursor J, which each first
--- place moves on by a slot: tenants that start together take turns, one
--- slot each, instead of coming back as one crowd at the calendar's end, as
--- weighted fair queueing serves equal finish tags one after another. J
--- only moves for first places, so a tenant that starts alone, or behind a
--- line of another's, still starts at the calendar's end. Nothing is held
--- for a task in line, not even its place: its caller keeps that it is in
--- line (throttle.Booking.Back: the worker in the task's own message), so
--- that when it comes back (at its place: inside the horizon by then) it
--- takes a slot, while a task new to a tenant whose line reaches past the
--- horizon joins the line's end. A booking set by a recipient's
--- quota (a moment past the horizon that the quota, not the bucket, sets)
--- is not the bucket's line: it holds its slot as before, and leaves the
--- tenant's gate and line alone.
+-- Fair shares and the horizon: stride scheduling per tenant (gate G,
+-- stride len * W / w), places in line past the horizon H (plan 'k:H') one
+-- stride after the tenant's last place F, first places no earlier than the
+-- join cursor J. Why and what it guarantees: docs/booking.md, "Fair shares
+-- between tenants" and "Places in line: the horizon". Nothing is held for a
+-- task in line: its caller keeps that it is in line (throttle.Booking.Back).
+-- A moment past the horizon set by a recipient's quota, not the bucket, is
+-- not the bucket's line: it holds its slot and leaves the tenant's gate and
+-- line alone.
 --
 -- Per bucket, the tenants hash holds, for each waiting tenant, "F,G,w,E" (F:
 -- its last place, 0 for none; E: when it stops waiting, as the expiry set

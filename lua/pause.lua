@@ -6,19 +6,11 @@
 --   keys  -> the bucket's keys
 --
 -- The pause is busy time in the bucket's calendar: [now, end + slack), so
--- that no slot handed out after it lets a take go before the pause ends
--- (a slot may be used up to the bucket's slack before it starts). The work
--- waiting on the bucket moves out of the way first, every moment ahead
--- shifted by the time the pause adds (see move_waiting in repace.lua): its
--- order and spacing stay, so the line resumes at the pause's end instead of
--- every booking inside the pause coming back to book again at the line's
--- end. The slots already taken to go (in_flight) stay where they are. A
--- pause that ends no later than one already recorded adds nothing and
--- moves nothing. Slots claimed within the slack of now are not taken back
--- (their tasks may be sending); those after it are taken, and freed past
--- BUMP_MARGIN more (move_waiting); the state hash's p records the end, and a
--- claim that would go before it books again (see book.lua). A release does
--- not free a slot the pause covers (bucket_undo).
+-- that no slot handed out after it lets a take go before the pause ends.
+-- The waiting work first shifts by the time the pause adds (move_waiting in
+-- repace.lua), except the slots already taken to go (in_flight). A pause
+-- that ends no later than one already recorded moves nothing. The state
+-- hash's p records the end. Why: docs/booking.md, "A provider's pause".
 --
 -- Returns {µs until the first slot after the pause may be used}.
 

@@ -6,14 +6,10 @@
 --   args  -> a plan (see rules.lua) of one bucket take, at the new rate
 --   keys  -> the bucket's keys
 --
--- Slots are laid at the rate of the call that takes them, so a rate changed
--- in the config leaves the work already waiting on its old pace: booked
--- slots, tenants' gates and lines, the join cursor. repace scales all of it
--- around now by k = old rate / new rate, the factor by which a slot's length
--- changes: a moment t after now becomes now + (t - now) k. Scaling keeps the
--- order of the waiting work and leaves no two slots overlapping, so the
--- bucket's bound holds on the new rate from now on; a raised rate drains
--- what waits at once at the new pace, a lowered one spreads it out.
+-- repace scales the waiting work (booked slots, tenants' gates and lines,
+-- the join cursor) around now by k = old rate / new rate: a moment t after
+-- now becomes now + (t - now) k. Why that keeps the order and the bound:
+-- docs/booking.md, "A change of rate".
 --
 -- Claimed slots still ahead (a task sleeping in its worker until its slot)
 -- are taken from their tasks and freed (see move_waiting).
@@ -122,18 +118,10 @@ end
 
 -- move_waiting moves a bucket's waiting work (keys: the bucket's keys) by
 -- mv: its calendar, tickets and tenants. Slots claimed ahead from the
--- moment from on (tasks sleeping in a worker until them) are taken from
--- their tasks, as a priority task's bump does (see book.lua): each finds
--- out by HasSlot before it sends and is admitted again, as a task back from
--- its place (it waited its turn: it takes the first free slot, not its
--- tenant's line's end); sending at its old moment would not match its moved
--- slot. Those from free_from on (len µs each, a slot of cost 1: the ledger
--- keeps starts only) are freed, so that those tasks use the time their
--- slots held rather than the provider idling through it. free_from lies
--- past the slack of every slot claimed (a task whose slot starts within its
--- slack of now may have gone without sleeping) and BUMP_MARGIN more (a task
--- that woke may be between its check and its send): a slot taken before it
--- stays busy, moved.
+-- moment from on are taken from their tasks (they find out by HasSlot), and
+-- those from free_from on (len µs each, a slot of cost 1: the ledger keeps
+-- starts only) are freed; free_from lies past the slack of every slot
+-- claimed and BUMP_MARGIN more. Why: docs/booking.md, "A change of rate".
 local function move_waiting(keys, now, from, free_from, mv, len)
   local book, cal = keys[2], keys[3]
   -- The ledger's entries (scored -V) of the slots after from.
@@ -176,16 +164,11 @@ local function repace(keys, args)
   return {now, ceil(k * 1e6)}
 end
 
--- reweigh moves a bucket's tenants' lines to changed weights. A tenant's
--- line runs at its share, w / W (see book.lua, Fair shares): a weight
--- changed in the config leaves its line, and every other tenant's, on the
--- old shares until the places handed out are used up. reweigh scales each
--- waiting tenant's line around now by k = (W' / w') / (W / w), the factor
--- by which its stride changes (W' and w' the sum of the weights waiting
--- and its own, changed): its last place and gate in the tenants hash; the
--- caller moves the wake-ups of its tasks in line the same way (jobs'
--- Reweigh). The join cursor and the end of the places handed out move by
--- the largest factor, so no place handed out lies beyond the end.
+-- reweigh moves a bucket's tenants' lines to changed weights: each waiting
+-- tenant's last place and gate scale around now by k = (W' / w') / (W / w),
+-- the join cursor and the end of places by the largest k, so no place
+-- handed out lies beyond the end. The caller moves the wake-ups the same
+-- way (jobs' Reweigh). Why: docs/booking.md, "A change of weight".
 --
 --   args  -> 'apply' (or 'check': only say whether a weight changed,
 --            writing nothing), then n, then n pairs tenant, weight (every

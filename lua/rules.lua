@@ -1,11 +1,9 @@
 -- rules.lua: the rule kinds, shared by book.lua, admit.lua, release.lua
 -- and pause.lua.
 --
--- The six files make one library (see lua.go): loaded once with FUNCTION
--- LOAD where the server has Redis Functions (>= 7), so this code is compiled
--- and its local functions built once, not on every call; otherwise run whole
--- by EVALSHA, with a last line that calls an entry point on KEYS and ARGV.
--- Either way the entry points get keys and args as parameters. They are seven:
+-- The six files make one library, run by FCALL or EVALSHA (lua.go;
+-- docs/design.md, "How the Lua runs"); either way the entry points get keys
+-- and args as parameters. They are seven:
 --
 --   admit        admit.lua: admits tasks
 --   book         admit.lua: books tasks (the steps in book.lua)
@@ -81,11 +79,10 @@
 -- bucket_add, bucket_sent), and the reply's table is reused. No data is kept
 -- across calls: Redis alone holds the state.
 --
--- A check only reads. Stale entries (a quota's older than its longest
--- window, a ledger's whose slot ended) count for nothing, not even as the
--- task's own, and are pruned by a later commit (a quota's by the next one
--- that writes the key, a ledger's by the bucket's prunes: see the token
--- bucket below); so a denied task writes nothing at all.
+-- A check only reads: stale entries count for nothing, not even as the
+-- task's own, and are pruned by a later commit, so a denied task writes
+-- nothing (docs/design.md, "Algorithms": All or nothing, idempotent, no
+-- trace).
 --
 -- All times are µs from Redis TIME: doubles hold them exactly (< 2^53).
 -- Numbers go to Redis either as Lua numbers, which Redis writes with %.17g
@@ -310,12 +307,8 @@ local function quota_count(t, key, id, now, lo)
   return ok, delay, window, remaining, false, nil, nil
 end
 
--- Sliding-window quota. An entry with score s counts in a window of length P
--- at time t while s > t - P. Entries older than the longest window are
--- stale: they count for nothing, not even as the task's own (a check treats
--- them as absent), and are pruned when the key is next written.
--- A denied take waits until enough of the entries in its window have left:
--- the need-th oldest one leaves at s + P.
+-- Sliding-window quota: an entry with score s counts in a window of length
+-- P at time t while s > t - P (docs/design.md, "Algorithms").
 --
 -- quota_check returns ok, how long until the take would pass (the delay,
 -- or for a take the task holds, the wait until its entry's moment), the
@@ -386,59 +379,34 @@ local function quota_undo(t, key, id, now)
 end
 
 -- Token bucket, kept as a calendar of slots (virtual scheduling, as GCRA
--- does it). A take of cost c on a bucket of rate R and burst B holds a slot
--- of c/R seconds (len, whole µs) starting at its moment V; no two slots
--- overlap. It may go at any moment x with V - slack <= x <= V, where slack
--- is (B - c)/R (less the reserve for a task without priority: see
--- bucket_slack). Then the takes that go within any interval [a, b] hold
--- slots inside [a, b + B/R): together at most R(b - a) + B tokens, the
--- token bucket's own bound, whatever order the slots were handed out in and
--- however far ahead (a reservation, a booking) each was.
+-- does it): a take of cost c holds a slot of c/R (len, whole µs) starting
+-- at its moment V, no two slots overlap, and it may go from V - slack to V
+-- (bucket_slack). Why that keeps the bucket's bound: docs/design.md,
+-- "Algorithms".
 --
 -- The calendar (a bucket's third key) is the busy time: spans of slots
 -- merged where they touch, in a sorted set (member: the span's start,
--- score: its end, both µs). A take gets the earliest free span of its
--- length from where it may start (bucket_find): one read per span it steps
--- over, so a long line of bookings costs one read, not one per booking.
--- Holes (a slot given back) are taken by the next take that fits them.
--- Besides the spans it holds marks of its life, '-' .. µs scored 0 (see
--- bucket_add), which no read from now on sees.
+-- score: its end, both µs), searched by bucket_find. Besides the spans it
+-- holds marks of its life, '-' .. µs scored 0 (see bucket_add), which no
+-- read from now on sees.
 --
 -- PAST: a span that a take starts at the moment it is made is written with
--- start 0, not its moment. Only what is busy from now on matters, and
--- such a span holds now; so the next one that starts at its moment finds it
--- ended and overwrites it, and a bucket that is never short holds one span
--- rather than one per take since the last prune (which made every write and
--- read of the calendar slower as the set grew). A start of 0 only ever
--- hides free time in the past.
+-- start 0, not its moment: it holds now, so the next one that starts at its
+-- moment finds it ended and overwrites it, and a bucket that is never short
+-- holds one span. A start of 0 only ever hides free time in the past.
 --
--- The ledger holds the tasks that took a slot to go, for idempotent
--- retakes and for giving the slot back. It lives in the calendar's set, so
--- that a take writes its span and its entry in one ZADD and the two share
--- one life: an entry is member LEDGER .. task ID, scored -V, below every
--- span and mark, which no read of the spans sees. Booked slots not yet
--- claimed are tickets (the second key, book.lua). A task holds its slot
--- until it ends (V + len): after that it would go late, so it takes a new
--- one. Nothing is kept longer: the ledger follows the tasks in flight, not
--- the tasks sent recently.
+-- The ledger lives in the calendar's set: an entry is member LEDGER .. task
+-- ID, scored -V, below every span and mark, which no read of the spans
+-- sees. A task holds its slot until it ends (V + len). Booked slots not yet
+-- claimed are tickets (the second key, book.lua). The state hash (the first
+-- key) holds the end of a pause (p, pause.lua) and the tokens sent per 10 s
+-- bin (field: the bin's number): bucket_sent.
 --
--- The state hash (the first key) holds the end of a pause (p, pause.lua)
--- and how many tokens went in each 10 s of the last 5 minutes (field: the
--- 10 s bin's number, for the operator's view): bucket_sent.
---
--- The spans that ended, and the ledger's entries whose slots ended longer
--- than remember ago (the plan's, worker.remember_takes: kept for the
--- inspection of what went when, a couple of seconds by default), are pruned
--- by the first take of each 10 s bin (bucket_sent), and on a fast bucket
--- the ledger's also by a plain take at each new step of the calendar's life
--- (bucket_commit), a step's worth at a time; both keys live while a slot in them is ahead.
--- So the ledger holds the slots of about the last remember (and of up to
--- 10 s more where only booked slots are claimed), and the calendar a few
--- spans: memory follows the tasks in flight and booked. An entry's slot is
--- taken to end one slot of the pruning take's cost after it starts (the
--- ledger keeps starts only): a take of a larger cost on the same bucket may
--- lose its entry before its slot ends plus remember, never before it ends
--- less that difference.
+-- Pruning (bucket_sent, bucket_commit) and what the keys hold as a result:
+-- docs/design.md, "Algorithms". An entry's slot is taken to end one slot of
+-- the pruning take's cost after it starts (the ledger keeps starts only): a
+-- take of a larger cost on the same bucket may lose its entry before its
+-- slot ends plus remember, never before it ends less that difference.
 
 -- bucket_len is the µs a take's slot lasts.
 local function bucket_len(t)

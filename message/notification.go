@@ -348,13 +348,11 @@ func WholeSecond(t time.Time) time.Time {
 
 // LineHeader is the task header in which a notification keeps whether it
 // holds a place in its tenant's line: "1" once a booking placed it there,
-// "0" before. The engine keeps no record of a place, so that a line of any
-// length costs it nothing per task; the task carries the one bit of it in
-// its own message, which asynq writes back with every deferral anyway
-// (internal/asynqdb, item 8). Producers give every task the header
-// (NewTask, Headers); a task without headers cannot keep it, and counts as
-// back from its place whenever it runs: it never joins its tenant's line's
-// end.
+// "0" before; asynq writes it back with every deferral (internal/asynqdb,
+// item 8). Why: docs/booking.md, "Places in line: the horizon". Producers
+// give every task the header (NewTask, Headers); a task without headers
+// cannot keep it, and counts as back from its place whenever it runs: it
+// never joins its tenant's line's end.
 const LineHeader = "throttle-line"
 
 // Headers are the headers a task starts with: not in line (LineHeader).

@@ -246,11 +246,10 @@ func (l *Limiter) Pause(ctx context.Context, b *Bucket, subject string, d time.D
 }
 
 // Repace moves the work waiting on bucket b for subject to b's rate, when
-// the rate its slots were laid at differs (a rate changed in the config):
-// every moment ahead that the bucket holds (booked slots, tenants' gates and
-// lines) is scaled around now by k = old rate / new rate, and the tasks that
-// claimed a slot still ahead lose it (they find out by HasSlot and are admitted
-// again). It returns k and the Redis time it scaled around; k is 0 when
+// the rate its slots were laid at differs: every moment ahead that the
+// bucket holds is scaled around now by k = old rate / new rate, and tasks
+// that claimed a slot still ahead lose it (HasSlot): docs/booking.md, "A
+// change of rate". It returns k and the Redis time it scaled around; k is 0 when
 // nothing was scaled: the rate is the one recorded (another worker repaced
 // first, or nothing changed) or none was (the bucket is new to this call).
 // Call it for each bucket at start and after a reload; moments the caller
@@ -274,10 +273,9 @@ func (l *Limiter) Repace(ctx context.Context, b *Bucket, subject string) (k floa
 }
 
 // Reweigh moves the lines of the tenants waiting on bucket b for subject to
-// changed weights, as Repace moves its waiting work to a changed rate:
-// each waiting tenant's line (its last place and its gate) is scaled around
-// now by the factor its stride changes by, so that the shares apply to the
-// work already in line. weights are the tenants' weights (a tenant not in
+// changed weights: each waiting tenant's line is scaled around now by the
+// factor its stride changes by (docs/booking.md, "A change of weight").
+// weights are the tenants' weights (a tenant not in
 // it weighs 1). It returns each named tenant's factor (1 for one not
 // waiting) and Redis's now, or no factors when no waiting tenant's weight
 // changed: every worker of a fleet may call it after a reload, and only the

@@ -24,13 +24,10 @@ func newEntry(fn, src string) entry { return entry{fn, redis.NewScript(src).Hash
 // replies with an array of integers); a call that failed has a nil reply,
 // and the first error is returned.
 //
-// It calls the library's function (FCALL). A node that does not have the
-// library (a restarted server, FUNCTION FLUSH, a new or failed-over cluster
-// node) gets it loaded (every master of a cluster does) and those calls are
-// sent again, and only those, since the others have run. A server without
-// functions (Redis < 7, miniredis, an ACL that forbids them) gets the same
-// code as a script (EVALSHA, then EVAL where the script is not cached) from
-// then on.
+// It calls the library's function (FCALL), loading the library where a
+// node lacks it and resending only the failed calls, or runs the same code
+// by EVALSHA/EVAL where the server has no functions: docs/design.md, "How
+// the Lua runs".
 func (l *Limiter) eval(ctx context.Context, e entry, calls []call) ([][]int64, error) {
 	vals := make([][]int64, len(calls))
 	errs := make([]error, len(calls))

@@ -8,21 +8,12 @@ import (
 	"strings"
 )
 
-// Shards. asynq keeps all of a queue in one hash slot ({queue} in every
-// key), so on a Redis Cluster one busy queue puts all of asynq's work on
-// one master. So each queue of the config (a name producers use) is served
-// from shards, asynq queues of their own: shard 0 is the queue itself, and
-// shard i > 0 a name whose slot lies i n-ths of the slot space after the
-// n-th of the queue's own, so that n shards land on n masters when those
-// own equal runs of slots (as redis-cli --cluster create makes them). A
-// notification goes to the shard its task ID hashes to, so that an ID is
-// in one shard whoever enqueues it (asynq refuses a task ID its queue
-// holds: that is what dedupes an idempotency key). With one shard, the
-// default on one Redis, nothing differs from a queue without shards.
-//
-// A shard's name depends on the number of shards: after a change, the
-// workers serve the old shards they find in asynq's list of queues beside
-// the new ones (Served), so that no task is stranded.
+// Shards: each queue of the config is served from n asynq queues, shard 0
+// the queue itself and shard i > 0 a name whose slot lies i n-ths of the
+// slot space after the queue's own; a task goes to the shard its ID hashes
+// to. Why: docs/design.md, "Redis Cluster" (Shards: a queue over the
+// masters). A shard's name depends on n: after a change, the workers also
+// serve the old shards (Served), so that no task is stranded.
 
 // ShardSep separates a queue's name from its shard's number: config names
 // cannot hold it.
