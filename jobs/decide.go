@@ -176,6 +176,10 @@ func (t *Throttle) stillHolds(ctx context.Context, j *job) error {
 	} else {
 		t.Metrics.inc(t.Metrics.Bookings, "bumped")
 	}
+	// It held a slot, ahead of its tenant's line: admitted again, it takes
+	// the first free slot, as a job back from its place does, rather than
+	// join the line's end (docs/booking.md, "A change of rate").
+	j.inLine()
 	return t.again(ctx, j)
 }
 
