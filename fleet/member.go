@@ -192,36 +192,36 @@ func (r *Member) loop(ctx context.Context) {
 // hand-over), and sweeps every queue for due tasks.
 func (r *Member) tick(ctx context.Context) {
 	if r.o.DeadAfter > 0 {
-		var all []Handover
-		var dead []string // found dead in a queue: dead in every queue (reap.lua)
-		reap := func(q string) {
-			hs, err := r.reap(ctx, q, dead)
+		var all, found []Handover
+		var judged, dead []string
+		reap := func(q string, known []string) []Handover {
+			hs, err := r.reap(ctx, q, known)
 			if err != nil && ctx.Err() == nil {
 				r.warn("fleet: a reap failed", q, err)
 			}
-			for _, h := range hs {
-				if h.Worker != "" && !slices.Contains(dead, h.Worker) {
-					dead = append(dead, h.Worker)
-				}
-			}
 			all = append(all, hs...)
+			return hs
 		}
-		var reaped []string
 		for _, q := range r.queues {
 			if err := r.beat(ctx, q, "beat"); err != nil && ctx.Err() == nil {
 				r.warn("fleet: a sign of life failed", q, err)
 			}
-			if !r.mayReap(q) {
-				continue
+			if r.mayReap(q) {
+				judged = append(judged, q)
+				found = append(found, reap(q, nil)...)
 			}
-			before := len(dead)
-			reap(q)
-			if before == 0 && len(dead) > 0 {
-				for _, p := range reaped { // the queues judged before the first death was found
-					reap(p)
-				}
+		}
+		// A worker found dead in one queue is dead in the others it is
+		// silent in too (reap.lua), the ones judged before it included.
+		for _, h := range found {
+			if h.Worker != "" && !slices.Contains(dead, h.Worker) {
+				dead = append(dead, h.Worker)
 			}
-			reaped = append(reaped, q)
+		}
+		if len(dead) > 0 && len(judged) > 1 {
+			for _, q := range judged {
+				reap(q, dead)
+			}
 		}
 		r.report(all)
 	}

@@ -111,7 +111,8 @@ type Booking struct {
 	// books when it comes back, inside the horizon by then.
 	Horizon time.Duration
 	// Back says the task is back from a place in its tenant's line: it was
-	// Placed, and comes back at its place. The engine keeps no record of a
+	// Placed, and comes back at its place (or it held a slot that was taken
+	// from it: see HasSlot). The engine keeps no record of a
 	// place (a line of any length costs it nothing per task); the caller
 	// keeps this one bit of it with the task (the worker in the task's own
 	// message: docs/booking.md). A task back from its place takes the first
