@@ -136,12 +136,12 @@ end
 -- the task back.
 local function check_take(t, keys, k, id, now, p, span, denied, last, unheld)
   local kind = t.kind
-  local ok, u, w, left, mine, a, b, c, d, e = true, 0, 0
+  local ok, u, w, left, mine, a, b, c, d, e, ran = true, 0, 0
   if kind == 'q' then
     ok, u, w, left, mine, a, b = quota_check(t, keys[k], id, now)
   elseif kind == 'b' then
     local reserve
-    reserve, u, left, mine, a, b, c, d, e = bucket_check(t, keys[k + 2], id, now, p.book and p.prio, denied, last, unheld)
+    reserve, u, left, mine, a, b, c, d, e, ran = bucket_check(t, keys[k + 2], id, now, p.book and p.prio, denied, last, unheld)
     if reserve and reserve > p.maxwait then ok = false end
   elseif kind == 'f' then
     ok, u, left, mine, a, b = fixed_check(t, keys[k], id, now)
@@ -151,7 +151,7 @@ local function check_take(t, keys, k, id, now, p, span, denied, last, unheld)
     ok, u = quiet_check(t, now, span)
     left, mine = huge, nil
   end
-  local found = {held = mine, u = u, a, b, c, d, e}
+  local found = {held = mine, ran = ran, u = u, a, b, c, d, e}
   if t.shadow and not ok then found.would = u end -- what it would have done
   if t.count then ok, u, w, left = true, 0, 0, huge end -- recorded, never holding
   return ok, u, w, left, found, k + t.nk
@@ -206,6 +206,13 @@ local function check_task(keys, ki, p, now, a, lead, plain, marker)
     end
     local ok, u, w, left, f
     ok, u, w, left, f, k = check_take(t, keys, k, a.id, now, p, span, c.denied, last, unheld)
+    if i == 1 and p.guard and f.ran then
+      -- Let go before, and its marker is read on another node: writing
+      -- now would overwrite the ledger's record of that slot. The caller
+      -- asks again without 'g' if the task is not marked.
+      c.done = true
+      return c
+    end
     if i == 1 and t.kind == 'q' and not t.count then
       if marker and f.held and rcall('EXISTS', marker) == 1 then
         c.done = true -- looked for only now: see 'D' in rules.lua

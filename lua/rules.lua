@@ -57,7 +57,10 @@
 -- line: see book.lua). 'n' makes an admission a check only: decided,
 -- nothing written (see admit.lua). 'N:W' says the task holds no entry of a
 -- quota whose longest window is W µs (a cluster's other group found it
--- so): see admit.lua's unheld.
+-- so): see admit.lua's unheld. 'g' says the task's done marker is read
+-- beside this call, on another node (a cluster's first call): a first
+-- take, a bucket, whose ledger has the task at a slot that ended answers
+-- done without writing, and the caller decides by the marker.
 --
 -- Limits travel with every call, never stored in Redis, so a changed limit
 -- applies at once to the history already there.
@@ -140,6 +143,8 @@ local function parse_plan(s)
       p.dry, n = true, n - 1
     elseif sub(part, 1, 2) == 'N:' and n == 1 and not p.unheld then -- the task holds no slot (see admit.lua)
       p.unheld, n = tonum(sub(part, 3)), n - 1
+    elseif part == 'g' and n == 1 and not p.guard then -- its done marker is read elsewhere (see admit.lua)
+      p.guard, n = true, n - 1
     elseif n == -1 then
       p.remember = tonum(part)
     elseif n == 0 then
@@ -575,22 +580,23 @@ local function bucket_sent(key, cal, now, t, x, keep)
 end
 
 -- bucket_held returns the slot the ledger holds for the task, or nil: none,
--- or one that has ended.
+-- or one that has ended; and whether the ledger has the task at all (an
+-- ended slot: the task was let go before, see 'g' in the plan).
 local function bucket_held(cal, id, now, len)
   local s = rcall('ZSCORE', cal, LEDGER .. id)
-  if s then
-    s = -tonum(s)
-    if s + len > now then return s end
-  end
-  return nil
+  if not s then return nil, false end
+  s = -tonum(s)
+  if s + len > now then return s, true end
+  return nil, true
 end
 
 -- bucket_check returns the wait until the task may go (false if now, or if
 -- the task holds its slot), how long until the take would pass (that wait,
 -- or for a held slot the wait until it may go), remaining (how many takes
 -- like it could go now after it), whether the task holds the take, and for
--- bucket_commit the slot, what bucket_find found around it, and whether the
--- ledger already records the task at the slot.
+-- bucket_commit the slot, what bucket_find found around it, whether the
+-- ledger already records the task at the slot, and whether it had the task
+-- at a slot that ended (let go before: see 'g' in the plan).
 --
 -- When an earlier take of the task already denies, nothing will be written:
 -- the ledger is not read, and the take counts as not held. That saves a
@@ -615,14 +621,15 @@ local function bucket_check(t, cal, id, now, prio, denied, last, unheld)
   -- slack and length after the moment its entry was stamped at.
   local known = unheld and unheld >= len + bucket_slack(t, true)
   local early = not denied and last and not known
-  local mine = not denied and not early and not known and bucket_held(cal, id, now, len)
+  local mine, ran = nil, false
+  if not denied and not early and not known then mine, ran = bucket_held(cal, id, now, len) end
   local v, left, ra, rb = bucket_find(cal, now, len)
   local wrote = false
   if early then
     if v and v - slack - now <= last and rcall('ZADD', cal, 'NX', int(-v), LEDGER .. id) == 1 then
       wrote = true
     else
-      mine = bucket_held(cal, id, now, len)
+      mine, ran = bucket_held(cal, id, now, len)
     end
   end
   if mine then
@@ -630,12 +637,12 @@ local function bucket_check(t, cal, id, now, prio, denied, last, unheld)
     if v then left_ = max(0, floor((now + slack - v) / len) + 1) end
     return false, max(0, mine - slack - now), left_, true, mine
   end
-  if not v then return left - now, left - now, 0, false end -- (left: how far the search got)
+  if not v then return left - now, left - now, 0, false, nil, nil, nil, nil, nil, ran end -- (left: how far the search got)
   local wait = max(0, v - slack - now)
   local left_ = floor((now + slack - v) / len)
   if left_ < 0 then left_ = 0 end
   if wait == 0 then wait = false end
-  return wait, wait or 0, left_, false, v, left, ra, rb, wrote
+  return wait, wait or 0, left_, false, v, left, ra, rb, wrote, ran
 end
 
 -- STEP_PRUNE_RATE (takes a second): a bucket faster than this has its ledger

@@ -55,7 +55,7 @@ func (s sharded) groups(r Request) []group {
 
 func (s sharded) decide(ctx context.Context, r Request) (Decision, error) {
 	gs := s.groups(r)
-	if len(gs) == 1 {
+	if len(gs) == 1 && !r.CheckDone {
 		res, err := s.decideGroup(ctx, r, gs[0], 0)
 		if err != nil {
 			return Decision{}, err
@@ -125,11 +125,19 @@ func (c *clusterCall) round(ctx context.Context, floor int64, first bool) (int64
 		g.unheld = unheld
 		var beside []redis.Cmder
 		if i == 0 && c.done != nil {
-			beside = []redis.Cmder{c.done}
+			beside, g.guard = []redis.Cmder{c.done}, true
 		}
 		res, err := c.s.decideGroup(ctx, c.r, g, x, beside...)
 		if err != nil {
 			return 0, 0, err
+		}
+		if i == 0 && c.done != nil && res.outcome == Done && !c.marked() {
+			// The group found the task let go before and wrote nothing
+			// (see group.guard), and it is not marked: ask again.
+			g.guard = false
+			if res, err = c.s.decideGroup(ctx, c.r, g, x); err != nil {
+				return 0, 0, err
+			}
 		}
 		c.took[i].takes = append(c.took[i].takes, res.freshTakes(g).takes...)
 		if i == 0 && c.done != nil {

@@ -735,3 +735,64 @@ func TestClusterNewTaskReadsNoLedger(t *testing.T) {
 		t.Errorf("ledger holds %q, want [n1]", ids)
 	}
 }
+
+// TestClusterDoneKeepsTheLedger: a booked task that was sent (marked done)
+// and comes back after its slot ended (a redelivery: its worker died
+// between the send and the acknowledgement) is Done, and its admission,
+// whose first call goes to the bucket's node beside the read of the
+// marker, leaves the ledger's record of the send as it was: nothing taken,
+// nothing given back. So for a task with no quota (one call), whose marker
+// is looked for too. One that is not marked takes a new slot.
+func TestClusterDoneKeepsTheLedger(t *testing.T) {
+	l, rdb := newCluster(t)
+	ctx := context.Background()
+	q := mustQuota(t, "weekly", Window{3, 168 * time.Hour})
+	for i, c := range []struct {
+		name   string
+		book   bool
+		quota  bool
+		marked bool
+	}{
+		{"booked", true, true, true},
+		{"admitted, no quota", false, false, true},
+		{"booked, no quota", true, false, true},
+		{"booked, not marked", true, true, false},
+		{"admitted, no quota, not marked", false, false, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b := mustBucket(t, fmt.Sprint("sms", i), 50, 1) // a slot of 20 ms
+			r := Request{ID: fmt.Sprint("s", i), CheckDone: true}
+			if c.book {
+				r.book = &Booking{}
+			}
+			if c.quota {
+				r.Takes = append(r.Takes, Take{Rule: q, Subject: fmt.Sprint("alice", i)})
+			}
+			r.Takes = append(r.Takes, Take{Rule: b, Subject: "gw"})
+			first := mustAdmit(t, l, r)
+			if !first.Allowed() || first.Delay > 0 {
+				t.Fatalf("%s: %+v, want admitted now", r.ID, first)
+			}
+			if c.marked {
+				if err := l.MarkDone(ctx, r.ID, time.Now(), time.Hour); err != nil {
+					t.Fatal(err)
+				}
+			}
+			untilRedis(t, l, time.Now().Add(60*time.Millisecond)) // the slot ends
+			before := snapshot(t, rdb)
+			d := mustAdmit(t, l, r)
+			if !c.marked {
+				if d.Outcome != Admitted || !d.Now.After(first.Now) {
+					t.Errorf("%s again, not marked: %+v, want admitted, a new slot", r.ID, d)
+				}
+				return
+			}
+			if d.Outcome != Done {
+				t.Fatalf("%s again: %+v, want done", r.ID, d)
+			}
+			if diff := diffMaps(before, snapshot(t, rdb)); diff != "" {
+				t.Errorf("a done task's admission changed the keys:\n%s", diff)
+			}
+		})
+	}
+}

@@ -137,6 +137,9 @@ type group struct {
 	// entry of: it holds no slot of this group's buckets either (see
 	// lua/admit.lua's unheld), and they need not look.
 	unheld int64
+	// guard says the task's done marker is read beside this group's call,
+	// on another node (a cluster's first call): see 'g' in lua/rules.lua.
+	guard bool
 }
 
 // allTakes is the group of every take of a request (up to MaxTakes), shared:

@@ -125,6 +125,7 @@ type planHead struct {
 	maxWait int64  // µs a bucket may reserve ahead (0: none)
 	done    string // the done marker's key, checked first ("": none)
 	unheld  int64  // group.unheld
+	guard   bool   // group.guard
 }
 
 // head is what the plan of r's group g says before its takes: its max
@@ -132,7 +133,7 @@ type planHead struct {
 // (a cluster reads the marker, in its own slot, beside the first group's
 // call: see cluster.go).
 func (l *Limiter) head(r Request, g group) planHead {
-	h := planHead{maxWait: r.MaxWait.Microseconds(), unheld: g.unheld}
+	h := planHead{maxWait: r.MaxWait.Microseconds(), unheld: g.unheld, guard: g.guard}
 	if _, one := l.eng.(node); one && r.CheckDone {
 		h.done = doneKey(l.prefix, r.ID)
 	}
@@ -171,6 +172,9 @@ func (l *Limiter) appendPlan(keys []any, buf []byte, r Request, g group, h planH
 	}
 	if h.unheld > 0 {
 		buf = strconv.AppendInt(append(buf, ";N:"...), h.unheld, 10)
+	}
+	if h.guard {
+		buf = append(buf, ";g"...)
 	}
 	last, tag := "", ""
 	for _, i := range g.takes {
