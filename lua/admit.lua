@@ -116,8 +116,6 @@ local function commit_takes(keys, ki, id, p, now, delay, found, moves)
         quota_commit(t, keys[k], id, now, at, f[1], f[2])
       elseif kind == 'b' then
         bucket_commit(t, keys[k], keys[k + 2], id, now, at, f[1], f[2], f[3], f[4], p.remember, f[5])
-      elseif kind == 'f' then
-        fixed_commit(t, keys[k], id, now, f[1], f[2])
       elseif kind == 'c' then
         cal_commit(t, keys[k], id, now, at)
       end
@@ -143,8 +141,6 @@ local function check_take(t, keys, k, id, now, p, span, denied, last, unheld)
     local reserve
     reserve, u, left, mine, a, b, c, d, e, ran = bucket_check(t, keys[k + 2], id, now, p.book and p.prio, denied, last, unheld)
     if reserve and reserve > p.maxwait then ok = false end
-  elseif kind == 'f' then
-    ok, u, left, mine, a, b = fixed_check(t, keys[k], id, now)
   elseif kind == 'c' then
     ok, u, left, mine = cal_check(t, keys[k], id, now, span)
   else -- 'h': holds nothing, so it never makes a task new

@@ -9,14 +9,13 @@
 -- releasing a task that was never admitted, changes nothing; nor does an
 -- entry that no longer counts (a quota entry out of every window, a bucket
 -- slot that has ended). A bucket's slot is freed for the next take (unless
--- a pause covers it: see bucket_undo); a fixed window gives back only while
--- it is still the window the task was counted in. Either also drops a
--- booking the task holds on a bucket, and frees its slot.
+-- a pause covers it: see bucket_undo). Either also drops a booking the task
+-- holds on a bucket, and frees its slot.
 --
 -- forget is release for a send the provider took (a 429 or 5xx answer): the
 -- tasks' bucket ledger entries are removed and their slots stay taken, so
 -- that a retry takes a new slot rather than passing as already held. Quotas
--- and fixed windows are left as they are.
+-- and calendars are left as they are.
 --
 -- Both return {now_us, takes undone of task 1, of task 2, ...}.
 
@@ -42,8 +41,6 @@ local function undo_tasks(keys, args, refund)
           bucket_give(keys[ki], keys[ki + 2], s, bucket_len(t), now)
           done = true
         end
-      elseif t.kind == 'f' then
-        if refund then done = fixed_undo(t, keys[ki], id, now) end
       elseif t.kind == 'c' then
         if refund then done = cal_undo(t, keys[ki], id, now) end
       end

@@ -123,7 +123,7 @@ func diffWalk(t *testing.T, seed uint64, ops int) *differ {
 	for _, tn := range d.tenants {
 		d.weights[tn] = d.rng.IntN(4) // 0: the default, 1
 	}
-	d.rules = []Rule{d.newQuota("q1"), d.newQuota("q2"), d.newBucket("b1"), d.newBucket("b2"), d.newSlowBucket("b3"), d.newFixed("f1"),
+	d.rules = []Rule{d.newQuota("q1"), d.newQuota("q2"), d.newBucket("b1"), d.newBucket("b2"), d.newSlowBucket("b3"),
 		d.newCalendar("c1"), d.newQuiet("h1")}
 	for _, r := range d.rules {
 		t.Logf("%s %s: %s", kindName(r), r.Name(), r)
@@ -351,10 +351,6 @@ func (d *differ) newSlowBucket(name string) *Bucket {
 	return mustBucket(d.t, name, 2+d.rng.Float64()*48, 1+d.rng.IntN(3))
 }
 
-func (d *differ) newFixed(name string) *FixedWindow {
-	return mustFixed(d.t, name, 1+d.rng.IntN(10), d.between(50*time.Millisecond, 500*time.Millisecond).Truncate(time.Millisecond))
-}
-
 func btoi(b bool) int {
 	if b {
 		return 1
@@ -417,8 +413,6 @@ func (d *differ) changeRule() {
 		if r.Name() == "b3" {
 			d.rules[i] = d.newSlowBucket(r.Name())
 		}
-	case *FixedWindow:
-		d.rules[i] = d.newFixed(r.Name())
 	case *CalendarWindow:
 		d.rules[i] = d.newCalendar(r.Name())
 	case *Quiet:
@@ -551,10 +545,7 @@ func (d *differ) newBooking(r Request) Request {
 	for n := 1 + d.rng.IntN(3); len(r.Takes) < n; {
 		rule := d.rules[d.rng.IntN(len(d.rules))]
 		key := d.recipients[d.rng.IntN(len(d.recipients))]
-		switch rule.(type) {
-		case *FixedWindow:
-			continue
-		case *Bucket:
+		if _, ok := rule.(*Bucket); ok {
 			if buckets > 0 {
 				continue
 			}
@@ -927,7 +918,7 @@ func stateOf(k modelKey, e *modelEntry, typ string, zs []redis.Z, h map[string]s
 	var w map[string]float64
 	if e != nil {
 		w = e.z
-		if k.kind == "b" || k.kind == "f" {
+		if k.kind == "b" {
 			w = e.h
 		}
 	}
@@ -989,7 +980,7 @@ func (d *differ) redisKey(k modelKey) string {
 	case "t":
 		return tenantsKey(tag, k.rule)
 	}
-	return fixedKey(tag, k.rule)
+	panic("differ: no Redis key of kind " + k.kind)
 }
 
 // diffDecision lists the fields that differ, in (-want +got) style.
@@ -1034,8 +1025,6 @@ func takeKeys(tk Take) []string {
 	case *Bucket:
 		return []string{bucketKey(tag, tk.Rule.Name()), bookKey(tag, tk.Rule.Name()),
 			slotsKey(tag, tk.Rule.Name()), fairKey(tag, tk.Rule.Name()), tenantsKey(tag, tk.Rule.Name())}
-	case *FixedWindow:
-		return []string{fixedKey(tag, tk.Rule.Name())}
 	case *CalendarWindow:
 		return []string{calendarKey(tag, tk.Rule.Name())}
 	}

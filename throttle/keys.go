@@ -26,7 +26,6 @@ func bookKey(tag, rule string) string     { return keyspace.Book(tag, rule) }
 func slotsKey(tag, rule string) string    { return keyspace.Slots(tag, rule) }
 func fairKey(tag, rule string) string     { return keyspace.Fair(tag, rule) }
 func tenantsKey(tag, rule string) string  { return keyspace.Tenants(tag, rule) }
-func fixedKey(tag, rule string) string    { return keyspace.Fixed(tag, rule) }
 func calendarKey(tag, rule string) string { return keyspace.Calendar(tag, rule) }
 func doneKey(prefix, id string) string    { return keyspace.Done(prefix, id) }
 

@@ -126,8 +126,7 @@ func (l *Limiter) Admit(ctx context.Context, r Request) (Decision, error) {
 // past b.Deadline). Coming back, the task finds its booking and goes at
 // that moment, or is told it again if it came back too early. A task that
 // may go within r.MaxWait is admitted as by Admit. A request that books
-// has no fixed windows and at most one bucket. The model is
-// docs/booking.md's.
+// has at most one bucket. The model is docs/booking.md's.
 func (l *Limiter) Book(ctx context.Context, r Request, b Booking) (Decision, error) {
 	r.book = &b
 	return l.Admit(ctx, r)
@@ -163,8 +162,9 @@ func (l *Limiter) HasSlot(ctx context.Context, r Request) (bool, error) {
 	return true, nil
 }
 
-// Release gives back what r.ID's admission took from r's takes: quota entries
-// and counts are removed and bucket tokens (reserved or used) are returned.
+// Release gives back what r.ID's admission took from r's takes: quota and
+// calendar entries are removed and bucket tokens (reserved or used) are
+// returned.
 // Call it for a task that was admitted but not delivered, with the takes and
 // costs it was admitted with: a bucket's slot is given back by its length
 // at r's cost. Releasing twice, or releasing a task never admitted, does
@@ -177,7 +177,7 @@ func (l *Limiter) Release(ctx context.Context, r Request) (int, error) {
 // Forget drops r.ID's holdings of r's bucket takes without giving their
 // tokens back: for a send the provider took but that failed (a 429 or 5xx
 // answer), so that the retry takes a token of its own rather than passing
-// as already admitted. Quota and fixed-window takes are left as they are
+// as already admitted. Quota and calendar takes are left as they are
 // (Release them if the recipient got nothing). It returns how many bucket
 // takes it dropped.
 func (l *Limiter) Forget(ctx context.Context, r Request) (int, error) {
