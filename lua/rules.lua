@@ -437,8 +437,8 @@ local FIND_STEPS = 64
 -- (each with a gap before it too short for the slot: spans that touch
 -- merge): no slot is free before that, and a take that finds none waits
 -- until then, not for good. It reads two spans
--- at a time: a take that is not the first of its moment (a batch's) steps
--- over the span the ones before it took, and finds nothing after it. The
+-- at a time: a take that is not the first of its moment steps over the
+-- span the ones before it took, and finds nothing after it. The
 -- first read takes a span that ends at s as well: a slot sought from the
 -- end of another (a place in line a slot after the one before, the end
 -- of the busy span before a gate) merges with it. Read from after s, it

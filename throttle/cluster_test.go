@@ -241,7 +241,7 @@ func TestClusterPath(t *testing.T) {
 		}
 	})
 
-	t.Run("batch leaves no trace of its denied requests", func(t *testing.T) {
+	t.Run("requests one after another leave no trace of the denied ones", func(t *testing.T) {
 		flushCluster(t, rdb)
 		weekly := mustQuota(t, "weekly", Window{1, 168 * time.Hour})
 		sms := mustBucket(t, "sms", 1.0/3600, 4)
@@ -253,8 +253,6 @@ func TestClusterPath(t *testing.T) {
 		req := func(id, who string, extra ...Take) Request {
 			return Request{ID: id, Takes: append([]Take{{Rule: weekly, Subject: who}, {Rule: sms, Subject: gw}}, extra...)}
 		}
-		// The cluster decides the requests one after another, each as
-		// Admit would after the ones before it.
 		rs := []Request{
 			req("r1", alice),
 			req("r2-denied", alice), // by alice's quota (r1 has it)
@@ -265,13 +263,9 @@ func TestClusterPath(t *testing.T) {
 		}
 		want := []bool{true, false, true, true, false, true}
 		before := snapshot(t, rdb)
-		ds, err := l.admitMany(bg, rs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i, d := range ds {
-			if d.Allowed() != want[i] {
-				t.Errorf("%s: allowed %v, want %v (%+v)", rs[i].ID, d.Allowed(), want[i], d)
+		for i, r := range rs {
+			if d := mustAdmit(t, l, r); d.Allowed() != want[i] {
+				t.Errorf("%s: allowed %v, want %v (%+v)", r.ID, d.Allowed(), want[i], d)
 			}
 		}
 		after := snapshot(t, rdb)
@@ -302,7 +296,7 @@ func TestClusterPath(t *testing.T) {
 		}
 		sort.Strings(wantKeys)
 		if keys := slices.Sorted(maps.Keys(after)); !slices.Equal(keys, wantKeys) {
-			t.Errorf("keys after the batch:\n%q\nwant\n%q", keys, wantKeys)
+			t.Errorf("keys after the requests:\n%q\nwant\n%q", keys, wantKeys)
 		}
 		for k, v := range after {
 			for _, id := range []string{"r2-denied", "r6-denied"} {

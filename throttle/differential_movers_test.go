@@ -202,8 +202,8 @@ func (d *differ) repace(op int, b *Bucket, subject string) {
 func (d *differ) ran(op int, r Request, what string) {
 	d.t.Helper()
 	d.note(what)
-	d.checkState(op, []Request{r})
-	d.invariants(op, []Request{r})
+	d.checkState(op, r)
+	d.invariants(op, r)
 }
 
 // takesOn reports whether r takes bucket name on subject.

@@ -195,27 +195,19 @@ func (l *Limiter) undo(ctx context.Context, r Request, e entry, what string) (in
 	if err := r.validate(); err != nil {
 		return 0, time.Time{}, err
 	}
-	gs := l.eng.groups(r)
-	ts := make([]task, len(gs))
-	for i, g := range gs {
-		ts[i] = task{g: g}
-	}
-	calls := l.calls([]Request{r}, ts, undoing, l.eng.perCall())
-	res, err := l.eval(ctx, e, calls)
+	res, err := l.eval(ctx, e, l.undoCalls(r, l.eng.groups(r)))
 	if err != nil {
 		return 0, time.Time{}, fmt.Errorf("throttle: %s %q: %w", what, r.ID, err)
 	}
 	n, now := 0, time.Time{}
 	for i, a := range res {
-		if len(a) != 1+len(calls[i].tasks) {
+		if len(a) != 2 {
 			return 0, time.Time{}, fmt.Errorf("throttle: unexpected script reply %v", a)
 		}
 		if i == 0 {
 			now = time.UnixMicro(a[0])
 		}
-		for _, k := range a[1:] {
-			n += int(k)
-		}
+		n += int(a[1])
 	}
 	return n, now, nil
 }

@@ -639,7 +639,7 @@ func (c *modelCall) bucketGive(t *modelTake, s, length float64) {
 }
 
 // admit mirrors admit.lua run at nowUS, then builds the Decision the way
-// Limiter.admitMany does from a single group (merge in wire.go).
+// Limiter.Admit does on one node (decision in wire.go).
 func (m *model) admit(r Request, nowUS, rememberUS int64) Decision {
 	c := m.at(nowUS)
 	id, maxwait, remember := r.ID, float64(r.MaxWait.Microseconds()), float64(rememberUS)
