@@ -221,7 +221,7 @@ func takesOn(r Request, name, subject string) bool {
 func (d *differ) wakeUps(factor func(claim) (float64, bool), now time.Time) {
 	for j, c := range d.claims {
 		if k, ok := factor(c); ok {
-			d.claims[j].at = Scale(c.at, now, k)
+			d.claims[j].at = scale(c.at, now, k)
 			d.mv.waiting++
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -245,7 +244,8 @@ func (l *Limiter) Pause(ctx context.Context, b *Bucket, subject string, d time.D
 // nothing was scaled: the rate is the one recorded (another worker repaced
 // first, or nothing changed) or none was (the bucket is new to this call).
 // Call it for each bucket at start and after a reload; moments the caller
-// keeps (a task's place in line, its wake-up) scale by Scale(t, now, k).
+// keeps (a task's place in line, its wake-up) scale alike: a moment t after
+// now moves to now + (t - now)·k.
 func (l *Limiter) Repace(ctx context.Context, b *Bucket, subject string) (k float64, now time.Time, err error) {
 	r := Request{ID: "repace", Takes: []Take{{Rule: b, Subject: subject}}}
 	if err := r.validate(); err != nil {
@@ -272,7 +272,7 @@ func (l *Limiter) Repace(ctx context.Context, b *Bucket, subject string) (k floa
 // waiting) and Redis's now, or no factors when no waiting tenant's weight
 // changed: every worker of a fleet may call it after a reload, and only the
 // first one scales. The caller moves the wake-ups of the tasks in line by
-// their tenant's factor (Scale), as it does after Repace.
+// their tenant's factor, as it does after Repace.
 func (l *Limiter) Reweigh(ctx context.Context, b *Bucket, subject string, weights map[string]int) (map[string]float64, time.Time, error) {
 	return l.reweighCall(ctx, "apply", b, subject, weights)
 }
@@ -319,13 +319,4 @@ func (l *Limiter) reweighCall(ctx context.Context, mode string, b *Bucket, subje
 		k[t] = float64(a[2+i]) / 1e6
 	}
 	return k, now, nil
-}
-
-// Scale is a moment t scaled around now by k, as Repace scales the moments
-// it holds: moments up to now stay.
-func Scale(t, now time.Time, k float64) time.Time {
-	if !t.After(now) {
-		return t
-	}
-	return now.Add(time.Duration(math.Ceil(float64(t.Sub(now)) * k)))
 }
