@@ -17,9 +17,6 @@ const DefaultPrefix = keyspace.DefaultPrefix
 // that subject.
 func subjectTag(prefix, subject string) string { return keyspace.Tag(prefix, subject) }
 
-// encodeSubject is the subject as its keys hold it.
-func encodeSubject(s string) string { return keyspace.EncodeSubject(s) }
-
 func quotaKey(tag, rule string) string    { return keyspace.Quota(tag, rule) }
 func bucketKey(tag, rule string) string   { return keyspace.Bucket(tag, rule) }
 func bookKey(tag, rule string) string     { return keyspace.Book(tag, rule) }
