@@ -1,38 +1,33 @@
 -- admit.lua (after rules.lua and book.lua): the two entry points that
--- decide tasks, each through every one of its takes or none.
+-- decide a task, through every one of its takes or none.
 --
---   admit  admits tasks: each goes now (or after a wait its max wait
---          allows a bucket to reserve), or is denied
---   book   books them: a task that may not go within its max wait holds
---          the earliest moment its rules allow instead (book.lua)
+--   admit  admits it: it goes now (or after a wait its max wait allows a
+--          bucket to reserve), or is denied
+--   book   books it: a task that may not go within its max wait holds the
+--          earliest moment its rules allow instead (book.lua)
 --
---   admit args -> per task, three: its ID (never empty, no control
+--   admit args -> three: the task's ID (never empty, no control
 --                 characters), its plan (see rules.lua) and its floor (µs
 --                 of Redis time: the earliest moment it may go at; on a
 --                 cluster, the moment its bucket's node gave, see
 --                 throttle/cluster.go; 0: now)
---   book args  -> per task, seven: its ID, its plan (which says 'k' or
---                 'K'), its floor, its deadline (µs, 0: none), weight,
---                 tenant, and '1' when it is back from a place in its
---                 tenant's line ('0' otherwise)
---   keys       -> the takes' keys, task after task, in take order (with
---                 the task's done marker first where its plan says 'd')
+--   book args  -> seven: its ID, its plan (which says 'k' or 'K'), its
+--                 floor, its deadline (µs, 0: none), weight, tenant, and
+--                 '1' when it is back from a place in its tenant's line
+--                 ('0' otherwise)
+--   keys       -> the takes' keys, in take order (with the task's done
+--                 marker first where its plan says 'd')
 --
--- The tasks are decided one after another at one Redis time, exactly as if
--- each were decided by a call of its own: several in one call only save the
--- calls.
---
--- For each task, every take is checked first and only if all pass is
--- anything written; a take the task already holds passes without consuming
--- again. A bucket short of tokens may be reserved ahead within the plan's
--- max wait. Why: docs/design.md, "Algorithms" (All or nothing,
--- idempotent, no trace).
+-- Every take is checked first and only if all pass is anything written; a
+-- take the task already holds passes without consuming again. A bucket
+-- short of tokens may be reserved ahead within the plan's max wait. Why:
+-- docs/design.md, "Algorithms" (All or nothing, idempotent, no trace).
 --
 -- A task whose plan has a done marker (see rules.lua) whose key exists is
 -- done: nothing is checked or consumed.
 --
--- Returns, for each task in turn, eight integers, one value each (throttle's
--- parseGroup reads them in this order):
+-- Returns ten integers, one value each (throttle's parseGroup reads them in
+-- this order):
 --
 --    1 outcome    0 denied, 1 admitted, 2 repeated (admitted, every take
 --                 held already), 3 booked, 4 booked again (it came back too
@@ -116,8 +111,6 @@ local function commit_takes(keys, ki, id, p, now, delay, found, moves)
         quota_commit(t, keys[k], id, now, at, f[1], f[2])
       elseif kind == 'b' then
         bucket_commit(t, keys[k], keys[k + 2], id, now, at, f[1], f[2], f[3], f[4], p.remember, f[5])
-      elseif kind == 'f' then
-        fixed_commit(t, keys[k], id, now, f[1], f[2])
       elseif kind == 'c' then
         cal_commit(t, keys[k], id, now, at)
       end
@@ -143,8 +136,6 @@ local function check_take(t, keys, k, id, now, p, span, denied, last, unheld)
     local reserve
     reserve, u, left, mine, a, b, c, d, e, ran = bucket_check(t, keys[k + 2], id, now, p.book and p.prio, denied, last, unheld)
     if reserve and reserve > p.maxwait then ok = false end
-  elseif kind == 'f' then
-    ok, u, left, mine, a, b = fixed_check(t, keys[k], id, now)
   elseif kind == 'c' then
     ok, u, left, mine = cal_check(t, keys[k], id, now, span)
   else -- 'h': holds nothing, so it never makes a task new
@@ -260,12 +251,11 @@ local function settle(keys, ki, p, now, a, c, lead, plain)
   return reply(k, outcome, binding, window, fresh, now, delay, c.remaining, 0)
 end
 
--- admit_task decides one task whose keys start at keys[ki] (a: its
+-- admit_task decides the task whose keys start at keys[ki] (a: its
 -- arguments, see the entry points) and returns its answer (see reply in
--- book.lua), which says where the next task's keys start. Its moment is
--- no earlier than its floor: a quota entry is stamped there (a cluster's
--- quota node commits at the moment the bucket's node gave), and its checks
--- cover now to then.
+-- book.lua). Its moment is no earlier than its floor: a quota entry is
+-- stamped there (a cluster's quota node commits at the moment the bucket's
+-- node gave), and its checks cover now to then.
 local function admit_task(keys, ki, p, now, a)
   local marker
   if p.done then marker, ki = keys[ki], ki + 1 end
@@ -288,32 +278,25 @@ local function admit_task(keys, ki, p, now, a)
   return r
 end
 
--- decide runs admit_task on each task of args, stride values apiece, read
--- into the task's arguments by read.
-local function decide(keys, args, stride, read, book)
+-- decide runs admit_task on the task of args, read into its arguments by
+-- read.
+local function decide(keys, args, read, book)
   if not rcall then bind() end
-  local now = now_us()
-  local out, ki = {}, 1
-  for j = 1, #args, stride do
-    local p = plan(args[j + 1])
-    if (p.book or false) ~= book then
-      return redis.error_reply('throttle: a plan that books goes to book, any other to admit')
-    end
-    local r = admit_task(keys, ki, p, now, read(args, j))
-    for i = 1, 10 do out[#out + 1] = r[i] end
-    ki = r.k
+  local p = plan(args[2])
+  if (p.book or false) ~= book then
+    return redis.error_reply('throttle: a plan that books goes to book, any other to admit')
   end
-  return out
+  return admit_task(keys, 1, p, now_us(), read(args))
 end
 
-local function plain_args(args, j)
-  return {id = args[j], floor = tonum(args[j + 2]) or 0, deadline = 0, weight = 1, tenant = '', back = false}
+local function plain_args(args)
+  return {id = args[1], floor = tonum(args[3]) or 0, deadline = 0, weight = 1, tenant = '', back = false}
 end
 
-local function book_args(args, j)
-  return {id = args[j], floor = tonum(args[j + 2]) or 0, deadline = tonum(args[j + 3]) or 0,
-    weight = tonum(args[j + 4]) or 1, tenant = args[j + 5], back = args[j + 6] == '1'}
+local function book_args(args)
+  return {id = args[1], floor = tonum(args[3]) or 0, deadline = tonum(args[4]) or 0,
+    weight = tonum(args[5]) or 1, tenant = args[6], back = args[7] == '1'}
 end
 
-local function admit(keys, args) return decide(keys, args, 3, plain_args, false) end
-local function book(keys, args) return decide(keys, args, 7, book_args, true) end
+local function admit(keys, args) return decide(keys, args, plain_args, false) end
+local function book(keys, args) return decide(keys, args, book_args, true) end

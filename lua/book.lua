@@ -33,8 +33,7 @@ local CLAIM = 2500000 -- µs
 local DENIED, ADMITTED, REPEATED, BOOKED, REBOOKED, PLACED, EXPIRED, DONE = 0, 1, 2, 3, 4, 5, 6, 7
 
 -- reply is one task's answer: its values in the order admit.lua's header
--- gives, and under k the index past the task's last key, where the next
--- task's keys start.
+-- gives, and under k the index past the task's last key.
 local function reply(k, outcome, binding, window, fresh, now, delay, remaining, extra)
   return {outcome, binding, window, fresh, now, delay, remaining, extra, 0, 0, k = k}
 end

@@ -1,59 +1,52 @@
 -- release.lua (after rules.lua and book.lua): two entry points, release and
--- forget, that give back what tasks' admissions took.
+-- forget, that give back what a task's admission took.
 --
---   args  -> per task: its ID and its plan (see rules.lua; the max wait is
---            not used)
---   keys  -> the takes' keys, task after task, in take order
+--   args  -> the task's ID and its plan (see rules.lua; the max wait is not
+--            used)
+--   keys  -> the takes' keys, in take order
 --
 -- Only takes that hold the task ID are undone, so releasing twice, or
 -- releasing a task that was never admitted, changes nothing; nor does an
 -- entry that no longer counts (a quota entry out of every window, a bucket
 -- slot that has ended). A bucket's slot is freed for the next take (unless
--- a pause covers it: see bucket_undo); a fixed window gives back only while
--- it is still the window the task was counted in. Either also drops a
--- booking the task holds on a bucket, and frees its slot.
+-- a pause covers it: see bucket_undo). Either also drops a booking the task
+-- holds on a bucket, and frees its slot.
 --
 -- forget is release for a send the provider took (a 429 or 5xx answer): the
--- tasks' bucket ledger entries are removed and their slots stay taken, so
+-- task's bucket ledger entries are removed and their slots stay taken, so
 -- that a retry takes a new slot rather than passing as already held. Quotas
--- and fixed windows are left as they are.
+-- and calendars are left as they are.
 --
--- Both return {now_us, takes undone of task 1, of task 2, ...}.
+-- Both return {now_us, takes undone}.
 
-local function undo_tasks(keys, args, refund)
+local function undo_task(keys, args, refund)
   if not rcall then bind() end
   local now = now_us()
-  local out, ki = {now}, 1
-  for j = 1, #args, 2 do
-    local id, p = args[j], plan(args[j + 1])
-    local undone = 0
-    for i = 1, p.n do
-      local t = p[i]
-      local done
-      if t.kind == 'q' then
-        if refund then done = quota_undo(t, keys[ki], id, now) end
-      elseif t.kind == 'b' then
-        done = bucket_undo(t, keys[ki], keys[ki + 2], id, now, refund)
-        -- A booking not yet claimed: its slot is given back.
-        local member = ticket_member(id, t.cost)
-        local s = tonum(rcall('ZSCORE', keys[ki + 1], member))
-        if s then
-          rcall('ZREM', keys[ki + 1], member)
-          bucket_give(keys[ki], keys[ki + 2], s, bucket_len(t), now)
-          done = true
-        end
-      elseif t.kind == 'f' then
-        if refund then done = fixed_undo(t, keys[ki], id, now) end
-      elseif t.kind == 'c' then
-        if refund then done = cal_undo(t, keys[ki], id, now) end
+  local id, p = args[1], plan(args[2])
+  local undone, ki = 0, 1
+  for i = 1, p.n do
+    local t = p[i]
+    local done
+    if t.kind == 'q' then
+      if refund then done = quota_undo(t, keys[ki], id, now) end
+    elseif t.kind == 'b' then
+      done = bucket_undo(t, keys[ki], keys[ki + 2], id, now, refund)
+      -- A booking not yet claimed: its slot is given back.
+      local member = ticket_member(id, t.cost)
+      local s = tonum(rcall('ZSCORE', keys[ki + 1], member))
+      if s then
+        rcall('ZREM', keys[ki + 1], member)
+        bucket_give(keys[ki], keys[ki + 2], s, bucket_len(t), now)
+        done = true
       end
-      ki = ki + t.nk
-      if done then undone = undone + 1 end
+    elseif t.kind == 'c' then
+      if refund then done = cal_undo(t, keys[ki], id, now) end
     end
-    out[#out + 1] = undone
+    ki = ki + t.nk
+    if done then undone = undone + 1 end
   end
-  return out
+  return {now, undone}
 end
 
-local function release(keys, args) return undo_tasks(keys, args, true) end
-local function forget(keys, args) return undo_tasks(keys, args, false) end
+local function release(keys, args) return undo_task(keys, args, true) end
+local function forget(keys, args) return undo_task(keys, args, false) end

@@ -25,7 +25,6 @@
 --   b,cost,rate,burst[,reserve]            token bucket (rate in tokens/s,
 --                                          may be fractional; reserve: tokens
 --                                          kept for priority tasks)
---   f,cost,limit,per_us                    fixed-window counter
 --   c,cost,limit,bound,bound[,bound...]    calendar quota: limit per window,
 --                                          windows from each bound (µs) to
 --                                          the next
@@ -42,7 +41,7 @@
 --
 -- Keys follow in take order: 'q' -> sorted set; 'b' -> state hash, tickets
 -- sorted set, slot calendar sorted set (with the ledger), tenants hash,
--- tenants' expiry sorted set; 'f' -> hash; 'c' -> sorted set; 'h' -> none
+-- tenants' expiry sorted set; 'c' -> sorted set; 'h' -> none
 -- (t.nk is a take's number of keys). A plan may start its takes with 'd'
 -- (done): its first key is then the task's done marker, whose existence
 -- means the task needs no admission any more (see admit.lua). 'D' looks
@@ -170,8 +169,6 @@ local function parse_plan(s)
         end
       elseif kind == 'b' and (nf == 4 or nf == 5) then
         t = {kind = 'b', cost = f[2], rate = f[3], burst = f[4], reserve = f[5] or 0, cost_s = int(f[2])}
-      elseif kind == 'f' and nf == 4 then
-        t = {kind = 'f', cost = f[2], limit = f[3], per = f[4]}
       elseif kind == 'c' and nf >= 5 then
         t = {kind = 'c', cost = f[2], limit = f[3], nb = nf - 3, nk = 1}
         for j = 4, nf do t[j - 3] = f[j] end
@@ -440,8 +437,8 @@ local FIND_STEPS = 64
 -- (each with a gap before it too short for the slot: spans that touch
 -- merge): no slot is free before that, and a take that finds none waits
 -- until then, not for good. It reads two spans
--- at a time: a take that is not the first of its moment (a batch's) steps
--- over the span the ones before it took, and finds nothing after it. The
+-- at a time: a take that is not the first of its moment steps over the
+-- span the ones before it took, and finds nothing after it. The
 -- first read takes a span that ends at s as well: a slot sought from the
 -- end of another (a place in line a slot after the one before, the end
 -- of the busy span before a gate) merges with it. Read from after s, it
@@ -689,49 +686,6 @@ local function bucket_undo(t, key, cal, id, now, refund)
   if not s then return false end
   rcall('ZREM', cal, LEDGER .. id)
   if refund then bucket_give(key, cal, s, len, now) end
-  return true
-end
-
--- Fixed-window counter: windows are aligned to the epoch. The hash holds the
--- window start (w), the count (n) and, per task ID counted in the window,
--- its cost ('i:' .. id, so no ID can be mistaken for w or n). fixed_state
--- returns the window start, its count, and this task's cost or nil.
-local function fixed_state(t, key, id, now)
-  local start = now - now % t.per
-  local st = rcall('HMGET', key, 'w', 'n', 'i:' .. id)
-  if tonum(st[1]) ~= start then return start, 0, nil end
-  return start, tonum(st[2]) or 0, tonum(st[3])
-end
-
--- fixed_check returns ok, the delay, remaining, whether the task holds the
--- take, and the window's start and count.
-local function fixed_check(t, key, id, now)
-  local start, n, mine = fixed_state(t, key, id, now)
-  local remaining = t.limit - n
-  if mine then
-    return true, 0, remaining, true, start, n
-  elseif n + t.cost > t.limit then
-    return false, start + t.per - now, remaining, false, start, n
-  end
-  return true, 0, remaining - t.cost, false, start, n
-end
-
-local function fixed_commit(t, key, id, now, start, count)
-  if count == 0 then rcall('DEL', key) end
-  rcall('HSET', key, 'w', int(start), 'n', int(count + t.cost), 'i:' .. id, int(t.cost))
-  rcall('PEXPIRE', key, int(ceil_ms(start + t.per - now)))
-end
-
--- fixed_undo gives back the cost the task was counted with.
-local function fixed_undo(t, key, id, now)
-  local start, n, mine = fixed_state(t, key, id, now)
-  if not mine then return false end
-  if n - mine <= 0 then
-    rcall('DEL', key)
-  else
-    rcall('HSET', key, 'n', int(n - mine))
-    rcall('HDEL', key, 'i:' .. id)
-  end
   return true
 end
 

@@ -25,8 +25,6 @@ const clusterTries = 3
 // after every call anyway, within its slot's window (book.lua's claim).
 const clusterSkew = 50 * time.Millisecond
 
-func (s sharded) perCall() int { return 1 }
-
 // groups splits r's takes into groups by subject, in the order they are
 // asked (see above): the bucket's first for a booking, last otherwise.
 func (s sharded) groups(r Request) []group {
@@ -246,14 +244,14 @@ func (c *clusterCall) compensate(ctx context.Context) {
 	if c.r.check {
 		return
 	}
-	var ts []task
+	var gs []group
 	for i, g := range c.took {
 		if len(g.takes) > 0 {
-			ts = append(ts, task{g: g})
+			gs = append(gs, g)
 		}
 		c.took[i] = group{}
 	}
-	if len(ts) > 0 {
-		_, _ = c.s.eval(context.WithoutCancel(ctx), c.s.release, c.s.calls([]Request{c.r}, ts, undoing, 1))
+	if len(gs) > 0 {
+		_, _ = c.s.eval(context.WithoutCancel(ctx), c.s.release, c.s.undoCalls(c.r, gs))
 	}
 }

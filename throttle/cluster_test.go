@@ -125,13 +125,13 @@ func TestClusterPath(t *testing.T) {
 
 	t.Run("bucket denial leaves no trace of other compensated takes", func(t *testing.T) {
 		flushCluster(t, rdb)
-		daily := mustFixed(t, "daily", 2, 24*time.Hour)
+		daily := mustQuota(t, "daily", Window{2, 24 * time.Hour})
 		sms := mustBucket(t, "sms", 1.0/3600, 3)
 		gw2 := subjectOnOtherMaster(t, rdb, "gw2", gw)
 		push := mustBucket(t, "push", 1.0/3600, 1)
 		mustAdmit(t, l, Request{ID: "drain", Takes: []Take{{Rule: push, Subject: gw2}}})
 		before, beforeTTL := snapshot(t, rdb), pttls(t, rdb)
-		// alice's counter (first group) and the full sms bucket (second)
+		// alice's quota (first group) and the full sms bucket (second)
 		// pass, the drained push bucket (third) denies.
 		d := mustAdmit(t, l, Request{ID: "x", Takes: []Take{{Rule: daily, Subject: alice}, {Rule: sms, Subject: gw}, {Rule: push, Subject: gw2}}})
 		if d.Allowed() || d.TakeIndex != 2 {
@@ -186,8 +186,9 @@ func TestClusterPath(t *testing.T) {
 		flushCluster(t, rdb)
 		weekly := mustQuota(t, "weekly", Window{3, 168 * time.Hour})
 		sms := mustBucket(t, "sms", 1.0/3600, 5)
-		fixed := mustFixed(t, "daily", 2, 24*time.Hour)
-		r := Request{ID: "job-1", Takes: []Take{{Rule: weekly, Subject: alice}, {Rule: sms, Subject: gw, Cost: 2}, {Rule: fixed, Subject: alice}}}
+		now := redisNow(t, l)
+		cal := mustCalendarWindow(t, 2, now.Add(-time.Hour), now.Add(time.Hour))
+		r := Request{ID: "job-1", Takes: []Take{{Rule: weekly, Subject: alice}, {Rule: sms, Subject: gw, Cost: 2}, {Rule: cal, Subject: alice}}}
 		first := mustAdmit(t, l, r)
 		if !first.Allowed() || first.Outcome == Repeated {
 			t.Fatalf("first: %+v", first)
@@ -240,7 +241,7 @@ func TestClusterPath(t *testing.T) {
 		}
 	})
 
-	t.Run("batch leaves no trace of its denied requests", func(t *testing.T) {
+	t.Run("requests one after another leave no trace of the denied ones", func(t *testing.T) {
 		flushCluster(t, rdb)
 		weekly := mustQuota(t, "weekly", Window{1, 168 * time.Hour})
 		sms := mustBucket(t, "sms", 1.0/3600, 4)
@@ -252,8 +253,6 @@ func TestClusterPath(t *testing.T) {
 		req := func(id, who string, extra ...Take) Request {
 			return Request{ID: id, Takes: append([]Take{{Rule: weekly, Subject: who}, {Rule: sms, Subject: gw}}, extra...)}
 		}
-		// The cluster decides the requests one after another, each as
-		// Admit would after the ones before it.
 		rs := []Request{
 			req("r1", alice),
 			req("r2-denied", alice), // by alice's quota (r1 has it)
@@ -264,13 +263,9 @@ func TestClusterPath(t *testing.T) {
 		}
 		want := []bool{true, false, true, true, false, true}
 		before := snapshot(t, rdb)
-		ds, err := l.admitMany(bg, rs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i, d := range ds {
-			if d.Allowed() != want[i] {
-				t.Errorf("%s: allowed %v, want %v (%+v)", rs[i].ID, d.Allowed(), want[i], d)
+		for i, r := range rs {
+			if d := mustAdmit(t, l, r); d.Allowed() != want[i] {
+				t.Errorf("%s: allowed %v, want %v (%+v)", r.ID, d.Allowed(), want[i], d)
 			}
 		}
 		after := snapshot(t, rdb)
@@ -301,7 +296,7 @@ func TestClusterPath(t *testing.T) {
 		}
 		sort.Strings(wantKeys)
 		if keys := slices.Sorted(maps.Keys(after)); !slices.Equal(keys, wantKeys) {
-			t.Errorf("keys after the batch:\n%q\nwant\n%q", keys, wantKeys)
+			t.Errorf("keys after the requests:\n%q\nwant\n%q", keys, wantKeys)
 		}
 		for k, v := range after {
 			for _, id := range []string{"r2-denied", "r6-denied"} {
@@ -366,18 +361,19 @@ func TestClusterPath(t *testing.T) {
 		flushCluster(t, rdb)
 		q := mustQuota(t, "weekly", Window{3, 168 * time.Hour})
 		b := mustBucket(t, "sms", 1.0/3600, 5)
-		f := mustFixed(t, "daily", 2, 24*time.Hour)
+		now := redisNow(t, l)
+		c := mustCalendarWindow(t, 2, now.Add(-time.Hour), now.Add(time.Hour))
 		for i, s := range nastySubjects() {
 			// Three rules of one subject: one group, one script call, which
 			// fails with CROSSSLOT unless the keys share a slot.
-			d, err := l.Admit(bg, Request{ID: fmt.Sprint("n", i), Takes: []Take{{Rule: q, Subject: s}, {Rule: b, Subject: s}, {Rule: f, Subject: s}}})
+			d, err := l.Admit(bg, Request{ID: fmt.Sprint("n", i), Takes: []Take{{Rule: q, Subject: s}, {Rule: b, Subject: s}, {Rule: c, Subject: s}}})
 			if err != nil || !d.Allowed() {
 				t.Errorf("subject %q: %+v, %v", s, d, err)
 				continue
 			}
 			tg := tag(s)
 			want := keySlot(t, rdb, encodeSubject(s))
-			for _, k := range []string{quotaKey(tg, "weekly"), bucketKey(tg, "sms"), slotsKey(tg, "sms"), fixedKey(tg, "daily")} {
+			for _, k := range []string{quotaKey(tg, "weekly"), bucketKey(tg, "sms"), slotsKey(tg, "sms"), calendarKey(tg, "cal")} {
 				if got := keySlot(t, rdb, k); got != want {
 					t.Errorf("subject %q: %s in slot %d, want %d", s, k, got, want)
 				}
@@ -417,7 +413,7 @@ func TestClusterPath(t *testing.T) {
 		q := mustQuota(t, "mkt", Window{2, 24 * time.Hour}, Window{3, 168 * time.Hour})
 		b := mustBucket(t, "sms", 1.0/3600, 4)
 		b2 := mustBucket(t, "push", 1.0/3600, 2)
-		f := mustFixed(t, "api", 2, 168*time.Hour)
+		api := mustQuota(t, "api", Window{2, 168 * time.Hour})
 		qt := func(who string) Take { return Take{Rule: q, Subject: who} }
 		bt := Take{Rule: b, Subject: gw}
 		type step struct {
@@ -445,11 +441,11 @@ func TestClusterPath(t *testing.T) {
 			{id: "a3", takes: []Take{qt(alice), bt}, allowed: true}, // a2's quota entry, b1's slot
 			{id: "a3", takes: []Take{qt(alice)}, allowed: true, repeated: true},
 			{id: "a4", takes: []Take{qt(alice)}, allowed: false},
-			{id: "d1", takes: []Take{{Rule: f, Subject: alice}, qt("dave"), {Rule: b2, Subject: bob}}, allowed: true},
-			{id: "d2", takes: []Take{{Rule: f, Subject: alice}, qt("dave"), {Rule: b2, Subject: bob}}, allowed: true},
-			{id: "d3", takes: []Take{{Rule: f, Subject: alice}, qt("erin")}, allowed: false}, // fixed window full
-			{id: "d3", takes: []Take{qt("erin"), {Rule: b2, Subject: bob}}, allowed: false},  // push bucket empty
-			{id: "d2", takes: []Take{{Rule: f, Subject: alice}, qt("dave"), {Rule: b2, Subject: bob}}, release: true},
+			{id: "d1", takes: []Take{{Rule: api, Subject: alice}, qt("dave"), {Rule: b2, Subject: bob}}, allowed: true},
+			{id: "d2", takes: []Take{{Rule: api, Subject: alice}, qt("dave"), {Rule: b2, Subject: bob}}, allowed: true},
+			{id: "d3", takes: []Take{{Rule: api, Subject: alice}, qt("erin")}, allowed: false}, // alice's api quota full
+			{id: "d3", takes: []Take{qt("erin"), {Rule: b2, Subject: bob}}, allowed: false},    // push bucket empty
+			{id: "d2", takes: []Take{{Rule: api, Subject: alice}, qt("dave"), {Rule: b2, Subject: bob}}, release: true},
 			{id: "d3", takes: []Take{qt("erin"), {Rule: b2, Subject: bob}}, allowed: true},
 			// A task admitted through its quota alone, then again with an
 			// empty bucket: denied, and its quota entry must stay.

@@ -156,15 +156,14 @@ func (e *ThrottledError) Error() string {
 		kindName(d.Rule), d.Rule.Name(), d.Limit, d.Subject, verb, roundDelay(d.Delay))
 }
 
-// kindName returns "quota", "bucket" or "fixed window".
+// kindName returns the rule's kind for people: "quota", "bucket", "calendar"
+// or "quiet hours".
 func kindName(r Rule) string {
 	switch r.(type) {
 	case *Quota:
 		return "quota"
 	case *Bucket:
 		return "bucket"
-	case *FixedWindow:
-		return "fixed window"
 	case *CalendarWindow:
 		return "calendar"
 	case *Quiet:

@@ -202,8 +202,8 @@ func (d *differ) repace(op int, b *Bucket, subject string) {
 func (d *differ) ran(op int, r Request, what string) {
 	d.t.Helper()
 	d.note(what)
-	d.checkState(op, []Request{r})
-	d.invariants(op, []Request{r})
+	d.checkState(op, r)
+	d.invariants(op, r)
 }
 
 // takesOn reports whether r takes bucket name on subject.
@@ -221,7 +221,7 @@ func takesOn(r Request, name, subject string) bool {
 func (d *differ) wakeUps(factor func(claim) (float64, bool), now time.Time) {
 	for j, c := range d.claims {
 		if k, ok := factor(c); ok {
-			d.claims[j].at = Scale(c.at, now, k)
+			d.claims[j].at = scale(c.at, now, k)
 			d.mv.waiting++
 		}
 	}

@@ -123,7 +123,7 @@ func diffWalk(t *testing.T, seed uint64, ops int) *differ {
 	for _, tn := range d.tenants {
 		d.weights[tn] = d.rng.IntN(4) // 0: the default, 1
 	}
-	d.rules = []Rule{d.newQuota("q1"), d.newQuota("q2"), d.newBucket("b1"), d.newBucket("b2"), d.newSlowBucket("b3"), d.newFixed("f1"),
+	d.rules = []Rule{d.newQuota("q1"), d.newQuota("q2"), d.newBucket("b1"), d.newBucket("b2"), d.newSlowBucket("b3"),
 		d.newCalendar("c1"), d.newQuiet("h1")}
 	for _, r := range d.rules {
 		t.Logf("%s %s: %s", kindName(r), r.Name(), r)
@@ -137,7 +137,7 @@ func diffWalk(t *testing.T, seed uint64, ops int) *differ {
 		d.change(op, retry == nil)
 		if r, ok := d.due(); ok && d.rng.IntN(4) > 0 {
 			d.last[r.ID] = r
-			d.admit(op, []Request{r})
+			d.admit(op, r)
 			d.pause()
 			continue
 		}
@@ -145,21 +145,20 @@ func diffWalk(t *testing.T, seed uint64, ops int) *differ {
 		case retry != nil:
 			// Retried once the denial's delay has passed: just after a window
 			// edge or the moment the tokens are there.
-			d.admit(op, []Request{*retry})
+			d.admit(op, *retry)
 			retry = nil
 		case p < 0.10 && len(d.ids) > 0:
 			d.release(op, d.releasable(d.earlierID(0.8)))
 		case p < 0.13:
 			d.check(op, d.request())
 		case p < 0.17:
-			rs := make([]Request, 2+d.rng.IntN(3))
-			for i := range rs {
-				rs[i] = d.request()
+			// A few at once, with no time between them.
+			for range 2 + d.rng.IntN(3) {
+				d.admit(op, d.request())
 			}
-			d.admit(op, rs)
 		default:
 			r := d.request()
-			if dec := d.admit(op, []Request{r}); !dec.Allowed() && dec.Delay <= 150*time.Millisecond && d.rng.IntN(10) == 0 {
+			if dec := d.admit(op, r); !dec.Allowed() && dec.Delay <= 150*time.Millisecond && d.rng.IntN(10) == 0 {
 				d.stats.retries++
 				time.Sleep(dec.Delay) // time under test: a retry after the delay the engine gave
 				retry = &r
@@ -178,10 +177,10 @@ func diffWalk(t *testing.T, seed uint64, ops int) *differ {
 		"%d places held to their share's stride, %d of them with other tenants waiting",
 		f["gated"], s.queued, f["line end"], f["placed again"], f["stands"], s.returned, f["returned"], f["expired in place"], s.weightChanges,
 		s.shareChecks, s.sharedChecks)
-	t.Logf("%d ops in %s: %d admissions (%d in %d batches), %d allowed (%d reserved ahead, %d repeated), %d denied (%d checked for no trace); "+
+	t.Logf("%d ops in %s: %d admissions, %d allowed (%d reserved ahead, %d repeated), %d denied (%d checked for no trace); "+
 		"%d releases undid %d takes (%d undid nothing); %d rule changes, %d retries at the delay; "+
 		"%d key deadlines later in Redis than in the model (by up to %dms), %d keys Redis kept at their deadline's ms",
-		ops, time.Since(start).Round(time.Millisecond), s.admits, s.batched, s.batches, s.allowed, s.reserved, s.repeated,
+		ops, time.Since(start).Round(time.Millisecond), s.admits, s.allowed, s.reserved, s.repeated,
 		s.denied, s.noTrace, s.releases, s.releasedTakes, s.emptyReleases, s.ruleChanges, s.retries, s.expiryLater, s.expiryDelta, s.adopted)
 	d.logMovers()
 	if d.m.lost["q"]+d.m.lost["s"] > 0 {
@@ -244,19 +243,19 @@ type differ struct {
 	// their moment, a little early or late.
 	claims []claim
 	stats  struct {
-		admits, batched, batches, allowed, reserved, repeated, denied int
-		releases, releasedTakes, emptyReleases                        int
-		ruleChanges, retries                                          int
-		booked, rebooked, claimed, expired                            int
-		expiryLater                                                   int // key deadlines Redis set later than the model (see checkState)
-		adopted                                                       int // keys Redis kept that the model let expire at their deadline's ms (see checkState)
-		expiryDelta                                                   int64
-		byCalendar, byQuiet                                           [2]int // decisions whose moment they set: [0] denied, [1] booked
-		countOnly                                                     int    // count-only takes asked for
-		checks                                                        int    // Limiter.Check calls
-		queued, returned, weightChanges                               int    // the rest of fair shares' counts are model.fair
-		shareChecks, sharedChecks                                     int    // places checked for their share's stride; with others waiting
-		noTrace                                                       int    // denials checked for writes
+		admits, allowed, reserved, repeated, denied int
+		releases, releasedTakes, emptyReleases      int
+		ruleChanges, retries                        int
+		booked, rebooked, claimed, expired          int
+		expiryLater                                 int // key deadlines Redis set later than the model (see checkState)
+		adopted                                     int // keys Redis kept that the model let expire at their deadline's ms (see checkState)
+		expiryDelta                                 int64
+		byCalendar, byQuiet                         [2]int // decisions whose moment they set: [0] denied, [1] booked
+		countOnly                                   int    // count-only takes asked for
+		checks                                      int    // Limiter.Check calls
+		queued, returned, weightChanges             int    // the rest of fair shares' counts are model.fair
+		shareChecks, sharedChecks                   int    // places checked for their share's stride; with others waiting
+		noTrace                                     int    // denials checked for writes
 	}
 }
 
@@ -351,10 +350,6 @@ func (d *differ) newSlowBucket(name string) *Bucket {
 	return mustBucket(d.t, name, 2+d.rng.Float64()*48, 1+d.rng.IntN(3))
 }
 
-func (d *differ) newFixed(name string) *FixedWindow {
-	return mustFixed(d.t, name, 1+d.rng.IntN(10), d.between(50*time.Millisecond, 500*time.Millisecond).Truncate(time.Millisecond))
-}
-
 func btoi(b bool) int {
 	if b {
 		return 1
@@ -417,8 +412,6 @@ func (d *differ) changeRule() {
 		if r.Name() == "b3" {
 			d.rules[i] = d.newSlowBucket(r.Name())
 		}
-	case *FixedWindow:
-		d.rules[i] = d.newFixed(r.Name())
 	case *CalendarWindow:
 		d.rules[i] = d.newCalendar(r.Name())
 	case *Quiet:
@@ -551,10 +544,7 @@ func (d *differ) newBooking(r Request) Request {
 	for n := 1 + d.rng.IntN(3); len(r.Takes) < n; {
 		rule := d.rules[d.rng.IntN(len(d.rules))]
 		key := d.recipients[d.rng.IntN(len(d.recipients))]
-		switch rule.(type) {
-		case *FixedWindow:
-			continue
-		case *Bucket:
+		if _, ok := rule.(*Bucket); ok {
 			if buckets > 0 {
 				continue
 			}
@@ -639,68 +629,49 @@ func (d *differ) pause() {
 	}
 }
 
-// admit admits rs through the Limiter (one Admit, or admitMany for several)
-// and checks every decision against the model's. It returns the last one.
-func (d *differ) admit(op int, rs []Request) Decision {
+// admit admits r through the Limiter and checks the decision against the
+// model's, which it returns.
+func (d *differ) admit(op int, r Request) Decision {
 	d.t.Helper()
-	placed := make([]bool, len(rs)) // the model notes a place in line for it
-	for k, r := range rs {
-		placed[k] = horizon(r) && r.book.Back
-		if r.book != nil {
-			d.booking(r)
-		}
+	placed := horizon(r) && r.book.Back // the model notes a place in line for it
+	if r.book != nil {
+		d.booking(r)
 	}
-	var got []Decision
-	if len(rs) == 1 {
-		before, tenants := d.dumpTakes(rs[0]), d.readTenants(rs[0])
-		dec, err := d.l.Admit(d.t.Context(), rs[0])
-		if err != nil {
-			d.t.Fatalf("op %d: Admit(%s): %v", op, describeRequest(rs[0]), err)
-		}
-		if _, held := d.took[rs[0].ID]; dec.Outcome == Denied && !held && !slices.Contains(d.admitted, rs[0].ID) {
-			d.noTrace(op, rs[0], dec, before, tenants)
-		}
-		got = []Decision{dec}
-	} else {
-		var err error
-		if got, err = d.l.admitMany(d.t.Context(), rs); err != nil {
-			d.t.Fatalf("op %d: admitMany: %v", op, err)
-		}
-		d.stats.batches++
-		d.stats.batched += len(rs)
+	before, tenants := d.dumpTakes(r), d.readTenants(r)
+	got, err := d.l.Admit(d.t.Context(), r)
+	if err != nil {
+		d.t.Fatalf("op %d: Admit(%s): %v", op, describeRequest(r), err)
 	}
-	for k, r := range rs {
-		want := d.m.admit(r, got[k].Now.UnixMicro(), d.remember.Microseconds())
-		what := fmt.Sprintf("op %d: admit %s", op, describeRequest(r))
-		if len(rs) > 1 {
-			what = fmt.Sprintf("op %d (batch %d/%d): admit %s", op, k+1, len(rs), describeRequest(r))
-		}
-		if diff := diffDecision(want, got[k]); diff != "" {
-			d.fail(what, r, got[k].Now.UnixMicro(), diff)
-		}
-		d.note(fmt.Sprintf("%s -> %s", what, describeDecision(got[k])))
-		if got[k].Allowed() {
-			d.admitted = append(d.admitted, r.ID)
-		}
-		if got[k].Reserved() {
-			d.took[r.ID] = r
-			d.inv.took(r, d.m, d.redisKey)
-		}
-		if got[k].Booked() {
-			d.expect(r, got[k])
-		}
-		if got[k].Outcome == Placed {
-			d.placed(op, r, got[k])
-			d.inLine(r, got[k])
-		}
-		if placed[k] && (got[k].Allowed() || got[k].Booked() && got[k].Outcome != Placed) {
-			d.stats.returned++
-		}
-		d.count(got[k])
+	if _, held := d.took[r.ID]; got.Outcome == Denied && !held && !slices.Contains(d.admitted, r.ID) {
+		d.noTrace(op, r, got, before, tenants)
 	}
-	d.checkState(op, rs)
-	d.invariants(op, rs)
-	return got[len(got)-1]
+	want := d.m.admit(r, got.Now.UnixMicro(), d.remember.Microseconds())
+	what := fmt.Sprintf("op %d: admit %s", op, describeRequest(r))
+	if diff := diffDecision(want, got); diff != "" {
+		d.fail(what, r, got.Now.UnixMicro(), diff)
+	}
+	d.note(fmt.Sprintf("%s -> %s", what, describeDecision(got)))
+	if got.Allowed() {
+		d.admitted = append(d.admitted, r.ID)
+	}
+	if got.Reserved() {
+		d.took[r.ID] = r
+		d.inv.took(r, d.m, d.redisKey)
+	}
+	if got.Booked() {
+		d.expect(r, got)
+	}
+	if got.Outcome == Placed {
+		d.placed(op, r, got)
+		d.inLine(r, got)
+	}
+	if placed && (got.Allowed() || got.Booked() && got.Outcome != Placed) {
+		d.stats.returned++
+	}
+	d.count(got)
+	d.checkState(op, r)
+	d.invariants(op, r)
+	return got
 }
 
 // check runs Limiter.Check on r: the model's decision, and nothing written.
@@ -718,7 +689,7 @@ func (d *differ) check(op int, r Request) {
 	}
 	d.note(fmt.Sprintf("%s -> %s", what, describeDecision(got)))
 	d.stats.checks++
-	d.checkState(op, []Request{r})
+	d.checkState(op, r)
 }
 
 func (d *differ) count(dec Decision) {
@@ -771,7 +742,7 @@ func (d *differ) release(op int, r Request) {
 		d.fail(what, r, now.UnixMicro(), fmt.Sprintf("\t-undone: %d\n\t+undone: %d\n", want, got))
 	}
 	d.note(fmt.Sprintf("%s -> %d undone at %d", what, got, now.UnixMicro()))
-	d.checkState(op, []Request{r})
+	d.checkState(op, r)
 	d.stats.releases++
 	d.stats.releasedTakes += got
 	if got == 0 {
@@ -779,7 +750,7 @@ func (d *differ) release(op int, r Request) {
 	}
 }
 
-// checkState requires the keys rs's takes use to hold the same in Redis as
+// checkState requires the keys r's takes use to hold the same in Redis as
 // in the model: the same members and scores, the same hash fields and
 // values, exactly. (A decision can hide a difference: a take that leaves
 // more than another only shows in Remaining once it is the least.) Redis is
@@ -788,15 +759,15 @@ func (d *differ) release(op int, r Request) {
 //
 // It also takes each key's expiry deadline from Redis (PEXPIRETIME). PEXPIRE
 // counts from Redis's ms clock when it runs, which the model can only take
-// to be the ms of the script's TIME: a script that admits several tasks may
-// run a PEXPIRE a ms or more after its TIME (tens of ms on a loaded machine
-// that preempts Redis mid-script). Such a deadline is later than the model's
+// to be the ms of the script's TIME: a script may run a PEXPIRE a ms or
+// more after its TIME (tens of ms on a loaded machine that preempts Redis
+// mid-script). Such a deadline is later than the model's
 // by those ms (never earlier, and by at most maxLater), and the model adopts
 // it, so that a later operation in that ms is judged the same on both sides.
 // (It only shows after a rule change: a key expires when all in it has
 // stopped counting under the rule that wrote it.) Every key must have a
 // deadline.
-func (d *differ) checkState(op int, rs []Request) {
+func (d *differ) checkState(op int, r Request) {
 	d.t.Helper()
 	const maxLater = 1000 // ms
 	// A script preempted between its TIME and a PEXPIRE ... GT can also see
@@ -807,16 +778,13 @@ func (d *differ) checkState(op int, rs []Request) {
 	const margin = 20     // ms
 	ctx := context.WithoutCancel(d.t.Context())
 	var mks []modelKey
-	var reqs []Request
-	for _, r := range rs {
-		for _, t := range d.m.parse(r) {
-			if t.kind == "h" {
-				continue // no key
-			}
-			mks, reqs = append(mks, t.key), append(reqs, r)
-			if t.kind == "b" {
-				mks, reqs = append(mks, t.book, t.cal, t.fair, t.tenants), append(reqs, r, r, r, r)
-			}
+	for _, t := range d.m.parse(r) {
+		if t.kind == "h" {
+			continue // no key
+		}
+		mks = append(mks, t.key)
+		if t.kind == "b" {
+			mks = append(mks, t.book, t.cal, t.fair, t.tenants)
 		}
 	}
 	type snap struct {
@@ -847,8 +815,8 @@ func (d *differ) checkState(op int, rs []Request) {
 	}
 	nowT := timeCmd.Val()
 	nowMS := nowT.UnixMilli()
-	for i, sn := range snaps {
-		r, rk := reqs[i], sn.rkey
+	for _, sn := range snaps {
+		rk := sn.rkey
 		e := d.m.keys[sn.model]
 		when := sn.when.Val()
 		if when == -1 {
@@ -891,7 +859,7 @@ func (d *differ) checkState(op int, rs []Request) {
 	for i, mk := range mks {
 		if e := d.m.keys[mk]; mk.kind == "w" && e != nil {
 			if msg := fairWeights(e.s); msg != "" {
-				d.fail(fmt.Sprintf("op %d: %s", op, snaps[i].rkey), reqs[i], nowT.UnixMicro(), msg)
+				d.fail(fmt.Sprintf("op %d: %s", op, snaps[i].rkey), r, nowT.UnixMicro(), msg)
 			}
 		}
 	}
@@ -927,7 +895,7 @@ func stateOf(k modelKey, e *modelEntry, typ string, zs []redis.Z, h map[string]s
 	var w map[string]float64
 	if e != nil {
 		w = e.z
-		if k.kind == "b" || k.kind == "f" {
+		if k.kind == "b" {
 			w = e.h
 		}
 	}
@@ -989,7 +957,7 @@ func (d *differ) redisKey(k modelKey) string {
 	case "t":
 		return tenantsKey(tag, k.rule)
 	}
-	return fixedKey(tag, k.rule)
+	panic("differ: no Redis key of kind " + k.kind)
 }
 
 // diffDecision lists the fields that differ, in (-want +got) style.
@@ -1034,8 +1002,6 @@ func takeKeys(tk Take) []string {
 	case *Bucket:
 		return []string{bucketKey(tag, tk.Rule.Name()), bookKey(tag, tk.Rule.Name()),
 			slotsKey(tag, tk.Rule.Name()), fairKey(tag, tk.Rule.Name()), tenantsKey(tag, tk.Rule.Name())}
-	case *FixedWindow:
-		return []string{fixedKey(tag, tk.Rule.Name())}
 	case *CalendarWindow:
 		return []string{calendarKey(tag, tk.Rule.Name())}
 	}

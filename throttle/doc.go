@@ -22,7 +22,7 @@
 //	limiter.go      the API: New, Admit, Book, Check, HasSlot, Release, Forget, Pause, Repace
 //	request.go      Request, Booking, Take and their validation
 //	decision.go     Decision and ThrottledError
-//	rule.go         Quota, Bucket, FixedWindow; calendar.go, quiet.go the zoned rules
+//	rule.go         Quota, Bucket; calendar.go, quiet.go the zoned rules
 //	engine.go       one node: a request is one script call
 //	cluster.go      a Redis Cluster: a call per subject, and why it never over-admits
 //	transport.go    running the Lua library: FCALL, or EVALSHA where there are no functions

@@ -18,18 +18,13 @@ type engine interface {
 	decide(ctx context.Context, r Request) (Decision, error)
 	// groups splits r's takes into the groups one script call covers.
 	groups(r Request) []group
-	// perCall is the most tasks (request groups) one script call carries.
-	perCall() int
 }
 
 // node is the engine on one Redis server: every take of a request in one
-// group, decided by one script call, which also checks the done marker;
-// calls carry up to maxCallTasks tasks.
+// group, decided by one script call, which also checks the done marker.
 type node struct{ *Limiter }
 
 func (n node) groups(r Request) []group { return []group{single(r)} }
-
-func (n node) perCall() int { return maxCallTasks }
 
 func (n node) decide(ctx context.Context, r Request) (Decision, error) {
 	g := single(r)
@@ -67,65 +62,6 @@ func (l *Limiter) decideGroup(ctx context.Context, r Request, g group, floor int
 		return groupResult{}, fmt.Errorf("throttle: unexpected script reply %v", res)
 	}
 	return parseGroup(res), nil
-}
-
-// admitMany decides many requests in as few script calls as it can: one on
-// a single node for up to maxCallTasks; on a cluster, one request after
-// another. Decisions are in the order of rs, and each is what Admit (or
-// Book) would have decided for it after the requests before it. If it
-// returns an error, no decision is known: requests decided before it stay
-// so (deciding them again is safe, since admission is idempotent by ID).
-// Nothing in the product calls it: workers admit one task per handler, and
-// the client's auto-pipeliner (see internal/coalesce) gives concurrent
-// handlers the round trips a batch would save. It is how the tests drive
-// the script's many-task calls.
-func (l *Limiter) admitMany(ctx context.Context, rs []Request) ([]Decision, error) {
-	for _, r := range rs {
-		if err := r.validate(); err != nil {
-			return nil, err
-		}
-	}
-	ds := make([]Decision, len(rs))
-	if _, ok := l.eng.(node); !ok {
-		for i, r := range rs {
-			d, err := l.eng.decide(ctx, r)
-			if err != nil {
-				return nil, err
-			}
-			ds[i] = d
-		}
-		return ds, nil
-	}
-	// One node: consecutive requests of one kind (admit or book) share calls.
-	for lo := 0; lo < len(rs); {
-		hi := lo + 1
-		for hi < len(rs) && (rs[hi].book != nil) == (rs[lo].book != nil) {
-			hi++
-		}
-		ts := make([]task, 0, hi-lo)
-		for i := lo; i < hi; i++ {
-			ts = append(ts, task{req: i, g: single(rs[i])})
-		}
-		cv, e := admitting, l.admit
-		if rs[lo].book != nil {
-			cv, e = booking, l.book
-		}
-		calls := l.calls(rs, ts, cv, maxCallTasks)
-		res, err := l.eval(ctx, e, calls)
-		if err != nil {
-			return nil, fmt.Errorf("throttle: admit: %w", err)
-		}
-		for k, c := range calls {
-			if len(res[k]) != replyLen*len(c.tasks) {
-				return nil, fmt.Errorf("throttle: unexpected script reply %v", res[k])
-			}
-			for j, t := range c.tasks {
-				ds[t.req] = decision(parseGroup(res[k][replyLen*j:replyLen*j+replyLen]), rs[t.req], t.g)
-			}
-		}
-		lo = hi
-	}
-	return ds, nil
 }
 
 // group is the takes of one request that one script call can cover: all of

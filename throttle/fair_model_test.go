@@ -34,7 +34,7 @@ func (d *differ) lineOf(id, tenant string, w int, b *Bucket, ahead time.Duration
 func (d *differ) step(r Request) Decision {
 	d.t.Helper()
 	d.last[r.ID] = r
-	return d.admit(d.stats.admits, []Request{r})
+	return d.admit(d.stats.admits, r)
 }
 
 // fairHash returns bucket b's tenants hash at "gw", as Redis holds it.

@@ -5,6 +5,8 @@ package throttle
 import (
 	"context"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -86,23 +88,29 @@ func TestFunctionsComeBack(t *testing.T) {
 
 	srv.Restart(t)
 	quotaDance(t, l, "carol")
-	// A batch, after another flush: every call of its pipeline finds the
-	// library gone; each is sent again once it is back.
+	// Many admissions at once, after another flush: the calls the client's
+	// pipeliner sends together all find the library gone, and each is sent
+	// again once it is back.
 	if err := rdb.FunctionFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
 	q := mustQuota(t, "daily", Window{1, 24 * time.Hour})
-	rs := make([]Request, 250) // three calls of up to maxCallTasks
-	for i := range rs {
-		rs[i] = Request{ID: fmt.Sprint("t", i), Takes: []Take{{Rule: q, Subject: fmt.Sprint("r", i%125)}}}
+	allowed := make([]atomic.Int32, 125) // by recipient
+	var wg sync.WaitGroup
+	for i := range 250 {
+		wg.Go(func() {
+			d, err := l.Admit(ctx, Request{ID: fmt.Sprint("t", i), Takes: []Take{{Rule: q, Subject: fmt.Sprint("r", i%125)}}})
+			if err != nil {
+				t.Errorf("request %d: %v", i, err)
+			} else if d.Allowed() {
+				allowed[i%125].Add(1)
+			}
+		})
 	}
-	ds, err := l.admitMany(ctx, rs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, d := range ds {
-		if want := i < 125; d.Allowed() != want {
-			t.Errorf("request %d: allowed %v, want %v (one per recipient)", i, d.Allowed(), want)
+	wg.Wait()
+	for r := range allowed {
+		if n := allowed[r].Load(); n != 1 {
+			t.Errorf("recipient r%d: %d of its two requests allowed, want one", r, n)
 		}
 	}
 	if calls := commandCalls(t, rdb); calls["eval"]+calls["evalsha"] != 0 {
@@ -194,9 +202,21 @@ func TestClusterFunctionsComeBack(t *testing.T) {
 		}
 	}
 	admitAll("first")
+	// A task on every master, released after one of them lost the library:
+	// its calls go in one pipeline, and the one that failed is sent again.
+	sq, spread := mustQuota(t, "spread", Window{1, 24 * time.Hour}), Request{ID: "spread"}
+	for _, w := range who {
+		spread.Takes = append(spread.Takes, Take{Rule: sq, Subject: w})
+	}
+	if d := mustAdmit(t, l, spread); !d.Allowed() {
+		t.Fatalf("spread: %+v, want allowed", d)
+	}
 	node := masterFor(t, rdb, quotaKey(subjectTag(DefaultPrefix, who[1]), "daily1"))
 	if err := node.FunctionFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
+	}
+	if n, err := l.Release(ctx, spread); n != len(who) || err != nil {
+		t.Fatalf("release spread after a flush: %d, %v; want %d takes back", n, err, len(who))
 	}
 	admitAll("after a flush")
 

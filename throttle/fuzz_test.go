@@ -65,16 +65,16 @@ func FuzzRuleValidation(f *testing.F) {
 		{1, "sms", 0, 0, 0, 0, 0, math.Inf(1), 5, 1},
 		{1, "sms", 0, 0, 0, 0, 0, math.SmallestNonzeroFloat64, math.MaxInt, -1},
 		{1, "sms", 0, 0, 0, 0, 0, math.MaxFloat64, 0, 0},
-		{2, "api", 1000, int64(time.Minute), 0, 0, 0, 0, 0, 1000},
-		{2, "api", 1, 0, 0, 0, 0, 0, 0, 1},
-		{2, "api", -1, -1, 0, 0, 0, 0, 0, 1},
+		{0, "api", 1000, int64(time.Minute), 0, 0, 1, 0, 0, 1000},
+		{0, "api", 1, 0, 0, 0, 1, 0, 0, 1},
+		{0, "api", -1, -1, 0, 0, 1, 0, 0, 1},
 		{0, "", 1, int64(time.Hour), 0, 0, 1, 0, 0, 1},
 		{1, "sms gateway", 0, 0, 0, 0, 0, 1, 1, 1},
-		{2, strings.Repeat("n", 64), 1, int64(time.Hour), 0, 0, 0, 0, 0, 1},
-		{2, strings.Repeat("n", 65), 1, int64(time.Hour), 0, 0, 0, 0, 0, 1},
+		{0, strings.Repeat("n", 64), 1, int64(time.Hour), 0, 0, 1, 0, 0, 1},
+		{0, strings.Repeat("n", 65), 1, int64(time.Hour), 0, 0, 1, 0, 0, 1},
 		{0, "{", 1, int64(time.Hour), 0, 0, 1, 0, 0, 1},
 		{1, "a:b", 0, 0, 0, 0, 0, 1, 1, 1},
-		{2, "日本", 1, int64(time.Hour), 0, 0, 0, 0, 0, 1},
+		{0, "日本", 1, int64(time.Hour), 0, 0, 1, 0, 0, 1},
 		{0, "q\n", 1, int64(time.Hour), 0, 0, 1, 0, 0, 1},
 	}
 	for _, s := range seeds {
@@ -87,7 +87,7 @@ func FuzzRuleValidation(f *testing.F) {
 			valid   bool
 			maxCost int
 		)
-		switch kind % 3 {
+		switch kind % 2 {
 		case 0:
 			ws := []Window{{limit, time.Duration(per)}, {limit2, time.Duration(per2)}}[:nwin%3]
 			valid = validName(name) && len(ws) > 0
@@ -109,14 +109,6 @@ func FuzzRuleValidation(f *testing.F) {
 			b, err = NewBucket(name, rate, burst)
 			if b != nil {
 				r = b
-			}
-		case 2:
-			valid = validName(name) && inLimit(limit) && inPer(time.Duration(per))
-			maxCost = limit
-			var fw *FixedWindow
-			fw, err = NewFixedWindow(name, limit, time.Duration(per))
-			if fw != nil {
-				r = fw
 			}
 		}
 		if !valid {
@@ -173,23 +165,25 @@ func FuzzRuleValidation(f *testing.F) {
 }
 
 // TestNastySubjectsGetDistinctKeys admits every nasty subject through a
-// quota, a bucket and a fixed window on a real Redis: each subject gets its
-// own four keys, each with exactly one hash tag, holding the encoded subject.
+// quota, a bucket and a calendar window on a real Redis: each subject gets
+// its own four keys, each with exactly one hash tag, holding the encoded
+// subject.
 func TestNastySubjectsGetDistinctKeys(t *testing.T) {
 	l, rdb := newStandalone(t)
 	q := mustQuota(t, "weekly", Window{3, 168 * time.Hour})
 	b := mustBucket(t, "sms", 1.0/3600, 5)
-	f := mustFixed(t, "daily", 2, 24*time.Hour)
+	now := redisNow(t, l)
+	c := mustCalendarWindow(t, 2, now.Add(-time.Hour), now.Add(time.Hour))
 	subjects := nastySubjects()
 	owner := map[string]string{} // key -> subject
 	for i, s := range subjects {
-		d, err := l.Admit(ctx, Request{ID: fmt.Sprint("n", i), Takes: []Take{{Rule: q, Subject: s}, {Rule: b, Subject: s}, {Rule: f, Subject: s}}})
+		d, err := l.Admit(ctx, Request{ID: fmt.Sprint("n", i), Takes: []Take{{Rule: q, Subject: s}, {Rule: b, Subject: s}, {Rule: c, Subject: s}}})
 		if err != nil || !d.Allowed() || d.Outcome == Repeated {
 			t.Errorf("subject %q: %+v, %v; want allowed", s, d, err)
 			continue
 		}
 		tag := subjectTag(DefaultPrefix, s)
-		for _, k := range []string{quotaKey(tag, "weekly"), bucketKey(tag, "sms"), slotsKey(tag, "sms"), fixedKey(tag, "daily")} {
+		for _, k := range []string{quotaKey(tag, "weekly"), bucketKey(tag, "sms"), slotsKey(tag, "sms"), calendarKey(tag, "cal")} {
 			if o, ok := owner[k]; ok {
 				t.Errorf("subjects %q and %q share key %q", o, s, k)
 			}
@@ -230,15 +224,16 @@ func TestNastySubjectsGetDistinctKeys(t *testing.T) {
 	}
 }
 
-// TestNastyIDs admits nasty task IDs through one quota, bucket and fixed
+// TestNastyIDs admits nasty task IDs through one quota, bucket and calendar
 // window: each is its own task, a repeat is recognised, and IDs that are not
 // valid never reach Redis.
 func TestNastyIDs(t *testing.T) {
 	l, rdb := newStandalone(t)
 	q := mustQuota(t, "weekly", Window{1000, 168 * time.Hour})
 	b := mustBucket(t, "sms", 1.0/3600, 1000)
-	f := mustFixed(t, "daily", 1000, 24*time.Hour)
-	takes := []Take{{Rule: q, Subject: "alice"}, {Rule: b, Subject: "gw"}, {Rule: f, Subject: "alice"}}
+	now := redisNow(t, l)
+	c := mustCalendarWindow(t, 1000, now.Add(-time.Hour), now.Add(time.Hour))
+	takes := []Take{{Rule: q, Subject: "alice"}, {Rule: b, Subject: "gw"}, {Rule: c, Subject: "alice"}}
 	var ids []string
 	for _, id := range nastySubjects() {
 		r := Request{ID: id, Takes: takes}
@@ -273,17 +268,8 @@ func TestNastyIDs(t *testing.T) {
 	if got := tokens(t, rdb, bucketKey(tagG, "sms"), 1.0/3600, 1000); got < float64(1000-len(ids)) || got > float64(1000-len(ids))+0.01 {
 		t.Errorf("bucket tokens %v, want %d", got, 1000-len(ids))
 	}
-	h, err := rdb.HGetAll(ctx, fixedKey(tagA, "daily")).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if h["n"] != fmt.Sprint(len(ids)) {
-		t.Errorf("fixed window count %q, want %d", h["n"], len(ids))
-	}
-	for _, id := range ids {
-		if h["i:"+id] != "1" {
-			t.Errorf("fixed window has no entry for %q", id)
-		}
+	if got := zmembers(t, rdb, calendarKey(tagA, "cal")); !slices.Equal(got, ids) {
+		t.Errorf("calendar holds %q, want %q", got, ids)
 	}
 	// Releasing "%41" gives back its takes and leaves "A" alone.
 	if n, err := l.Release(ctx, Request{ID: "%41", Takes: takes}); n != 3 || err != nil {
@@ -315,8 +301,6 @@ func TestNastyRuleExtremes(t *testing.T) {
 		func() error { _, err := NewBucket("b", MaxRate*2, 1); return err }(),
 		func() error { _, err := NewBucket("b", 1, MaxLimit+1); return err }(),
 		func() error { _, err := NewBucket("b", MinRate, MaxLimit); return err }(), // would take 31.7 million years to fill
-		func() error { _, err := NewFixedWindow("f", MaxLimit+1, time.Hour); return err }(),
-		func() error { _, err := NewFixedWindow("f", 1, MaxPer+1); return err }(),
 		Request{ID: "x", Takes: []Take{{Rule: mk(NewQuota("q", Window{10000, time.Hour})), Subject: "k", Cost: MaxQuotaCost + 1}}}.validate(),
 	} {
 		if !errors.Is(err, ErrInvalidRule) {
@@ -340,9 +324,6 @@ func TestNastyRuleExtremes(t *testing.T) {
 		{"bucket rate MaxRate", mk(NewBucket("fast", MaxRate, 5)), 5, true},
 		{"bucket burst MaxLimit", mk(NewBucket("deep", MaxRate, MaxLimit)), MaxLimit, true},
 		{"bucket burst MaxLimit, slow", mk(NewBucket("deepslow", 10, MaxLimit)), 1, false},
-		{"fixed window limit MaxLimit", mk(NewFixedWindow("wide", MaxLimit, time.Hour)), MaxLimit, false},
-		{"fixed window MaxPer", mk(NewFixedWindow("forever", 1, MaxPer)), 1, false},
-		{"fixed window 1ms", mk(NewFixedWindow("blink", 1, time.Millisecond)), 1, true},
 	}
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

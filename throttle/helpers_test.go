@@ -64,15 +64,6 @@ func mustBucket(t testing.TB, name string, rate float64, burst int) *Bucket {
 	return b
 }
 
-func mustFixed(t testing.TB, name string, limit int, per time.Duration) *FixedWindow {
-	t.Helper()
-	f, err := NewFixedWindow(name, limit, per)
-	if err != nil {
-		t.Fatalf("NewFixedWindow: %v", err)
-	}
-	return f
-}
-
 func mustAdmit(t testing.TB, l *Limiter, r Request) Decision {
 	t.Helper()
 	d, err := l.Admit(context.Background(), r)

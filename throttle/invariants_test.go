@@ -183,29 +183,22 @@ func (d *differ) placed(op int, r Request, dec Decision) {
 	d.inv.line[lineKey] = at
 }
 
-// invariants checks the rules of rs after op (see above).
-func (d *differ) invariants(op int, rs []Request) {
+// invariants checks the rules of r after op (see above).
+func (d *differ) invariants(op int, r Request) {
 	d.t.Helper()
 	d.inv.init()
 	ctx := context.WithoutCancel(d.t.Context())
-	// A batch's requests were all admitted before any is checked.
-	for _, r := range rs {
-		for i, t := range d.m.parse(r) {
-			if t.kind == "q" && r.Takes[i].CountOnly {
-				d.inv.countOnly[d.redisKey(t.key)] = true
+	for i, t := range d.m.parse(r) {
+		switch t.kind {
+		case "b":
+			d.checkBucket(ctx, op, r, t)
+		case "q":
+			key := d.redisKey(t.key)
+			if r.Takes[i].CountOnly {
+				d.inv.countOnly[key] = true
 			}
-		}
-	}
-	for _, r := range rs {
-		for _, t := range d.m.parse(r) {
-			switch t.kind {
-			case "b":
-				d.checkBucket(ctx, op, r, t)
-			case "q":
-				key := d.redisKey(t.key)
-				if !d.inv.countOnly[key] && !d.inv.changed[t.key.rule] {
-					d.checkWindows(ctx, op, r, t, key)
-				}
+			if !d.inv.countOnly[key] && !d.inv.changed[t.key.rule] {
+				d.checkWindows(ctx, op, r, t, key)
 			}
 		}
 	}

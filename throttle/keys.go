@@ -17,16 +17,12 @@ const DefaultPrefix = keyspace.DefaultPrefix
 // that subject.
 func subjectTag(prefix, subject string) string { return keyspace.Tag(prefix, subject) }
 
-// encodeSubject is the subject as its keys hold it.
-func encodeSubject(s string) string { return keyspace.EncodeSubject(s) }
-
 func quotaKey(tag, rule string) string    { return keyspace.Quota(tag, rule) }
 func bucketKey(tag, rule string) string   { return keyspace.Bucket(tag, rule) }
 func bookKey(tag, rule string) string     { return keyspace.Book(tag, rule) }
 func slotsKey(tag, rule string) string    { return keyspace.Slots(tag, rule) }
 func fairKey(tag, rule string) string     { return keyspace.Fair(tag, rule) }
 func tenantsKey(tag, rule string) string  { return keyspace.Tenants(tag, rule) }
-func fixedKey(tag, rule string) string    { return keyspace.Fixed(tag, rule) }
 func calendarKey(tag, rule string) string { return keyspace.Calendar(tag, rule) }
 func doneKey(prefix, id string) string    { return keyspace.Done(prefix, id) }
 

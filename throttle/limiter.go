@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -126,8 +125,7 @@ func (l *Limiter) Admit(ctx context.Context, r Request) (Decision, error) {
 // past b.Deadline). Coming back, the task finds its booking and goes at
 // that moment, or is told it again if it came back too early. A task that
 // may go within r.MaxWait is admitted as by Admit. A request that books
-// has no fixed windows and at most one bucket. The model is
-// docs/booking.md's.
+// has at most one bucket. The model is docs/booking.md's.
 func (l *Limiter) Book(ctx context.Context, r Request, b Booking) (Decision, error) {
 	r.book = &b
 	return l.Admit(ctx, r)
@@ -163,8 +161,9 @@ func (l *Limiter) HasSlot(ctx context.Context, r Request) (bool, error) {
 	return true, nil
 }
 
-// Release gives back what r.ID's admission took from r's takes: quota entries
-// and counts are removed and bucket tokens (reserved or used) are returned.
+// Release gives back what r.ID's admission took from r's takes: quota and
+// calendar entries are removed and bucket tokens (reserved or used) are
+// returned.
 // Call it for a task that was admitted but not delivered, with the takes and
 // costs it was admitted with: a bucket's slot is given back by its length
 // at r's cost. Releasing twice, or releasing a task never admitted, does
@@ -177,7 +176,7 @@ func (l *Limiter) Release(ctx context.Context, r Request) (int, error) {
 // Forget drops r.ID's holdings of r's bucket takes without giving their
 // tokens back: for a send the provider took but that failed (a 429 or 5xx
 // answer), so that the retry takes a token of its own rather than passing
-// as already admitted. Quota and fixed-window takes are left as they are
+// as already admitted. Quota and calendar takes are left as they are
 // (Release them if the recipient got nothing). It returns how many bucket
 // takes it dropped.
 func (l *Limiter) Forget(ctx context.Context, r Request) (int, error) {
@@ -195,27 +194,19 @@ func (l *Limiter) undo(ctx context.Context, r Request, e entry, what string) (in
 	if err := r.validate(); err != nil {
 		return 0, time.Time{}, err
 	}
-	gs := l.eng.groups(r)
-	ts := make([]task, len(gs))
-	for i, g := range gs {
-		ts[i] = task{g: g}
-	}
-	calls := l.calls([]Request{r}, ts, undoing, l.eng.perCall())
-	res, err := l.eval(ctx, e, calls)
+	res, err := l.eval(ctx, e, l.undoCalls(r, l.eng.groups(r)))
 	if err != nil {
 		return 0, time.Time{}, fmt.Errorf("throttle: %s %q: %w", what, r.ID, err)
 	}
 	n, now := 0, time.Time{}
 	for i, a := range res {
-		if len(a) != 1+len(calls[i].tasks) {
+		if len(a) != 2 {
 			return 0, time.Time{}, fmt.Errorf("throttle: unexpected script reply %v", a)
 		}
 		if i == 0 {
 			now = time.UnixMicro(a[0])
 		}
-		for _, k := range a[1:] {
-			n += int(k)
-		}
+		n += int(a[1])
 	}
 	return n, now, nil
 }
@@ -253,7 +244,8 @@ func (l *Limiter) Pause(ctx context.Context, b *Bucket, subject string, d time.D
 // nothing was scaled: the rate is the one recorded (another worker repaced
 // first, or nothing changed) or none was (the bucket is new to this call).
 // Call it for each bucket at start and after a reload; moments the caller
-// keeps (a task's place in line, its wake-up) scale by Scale(t, now, k).
+// keeps (a task's place in line, its wake-up) scale alike: a moment t after
+// now moves to now + (t - now)·k.
 func (l *Limiter) Repace(ctx context.Context, b *Bucket, subject string) (k float64, now time.Time, err error) {
 	r := Request{ID: "repace", Takes: []Take{{Rule: b, Subject: subject}}}
 	if err := r.validate(); err != nil {
@@ -280,7 +272,7 @@ func (l *Limiter) Repace(ctx context.Context, b *Bucket, subject string) (k floa
 // waiting) and Redis's now, or no factors when no waiting tenant's weight
 // changed: every worker of a fleet may call it after a reload, and only the
 // first one scales. The caller moves the wake-ups of the tasks in line by
-// their tenant's factor (Scale), as it does after Repace.
+// their tenant's factor, as it does after Repace.
 func (l *Limiter) Reweigh(ctx context.Context, b *Bucket, subject string, weights map[string]int) (map[string]float64, time.Time, error) {
 	return l.reweighCall(ctx, "apply", b, subject, weights)
 }
@@ -327,13 +319,4 @@ func (l *Limiter) reweighCall(ctx context.Context, mode string, b *Bucket, subje
 		k[t] = float64(a[2+i]) / 1e6
 	}
 	return k, now, nil
-}
-
-// Scale is a moment t scaled around now by k, as Repace scales the moments
-// it holds: moments up to now stay.
-func Scale(t, now time.Time, k float64) time.Time {
-	if !t.After(now) {
-		return t
-	}
-	return now.Add(time.Duration(math.Ceil(float64(t.Sub(now)) * k)))
 }

@@ -39,6 +39,9 @@ func exampleClient() *redis.Client {
 	return rdb
 }
 
+// encodeSubject is the subject as its keys hold it.
+func encodeSubject(s string) string { return keyspace.EncodeSubject(s) }
+
 // zmembers returns a sorted set's members, sorted.
 func zmembers(t testing.TB, rdb redis.UniversalClient, key string) []string {
 	t.Helper()

@@ -40,7 +40,7 @@ type model struct {
 const modelExpiryMS = 20
 
 type modelKey struct {
-	kind    string // "q" quota set, "b" bucket hash, "k" bucket tickets, "s" bucket slot calendar (and ledger), "w" bucket tenants hash, "t" bucket tenants' expiry set, "c" calendar quota, "f" fixed-window hash
+	kind    string // "q" quota set, "b" bucket hash, "k" bucket tickets, "s" bucket slot calendar (and ledger), "w" bucket tenants hash, "t" bucket tenants' expiry set, "c" calendar quota
 	rule    string
 	subject string
 }
@@ -209,9 +209,8 @@ type modelTake struct {
 	limits, pers []float64 // quota
 	longest      float64
 	rate, burst  float64    // bucket
-	limit, per   float64    // fixed window
+	limit        float64    // calendar
 	found        modelFound // a bucket's slot, found by its check
-	start, count float64
 	ok, repeated bool
 	wait, delay  float64
 	reserve      float64
@@ -247,9 +246,6 @@ func (m *model) parse(r Request) []*modelTake {
 			t.book, t.cal = modelKey{"k", rule.name, tk.Subject}, modelKey{"s", rule.name, tk.Subject}
 			t.fair, t.tenants = modelKey{"w", rule.name, tk.Subject}, modelKey{"t", rule.name, tk.Subject}
 			t.rate, t.burst, t.kept = rule.rate, float64(rule.burst), float64(rule.reserve)
-		case *FixedWindow:
-			t.kind, t.key = "f", modelKey{"f", rule.name, tk.Subject}
-			t.limit, t.per = float64(rule.limit), float64(rule.per.Microseconds())
 		case *CalendarWindow:
 			t.kind, t.key = "c", modelKey{"c", rule.name, tk.Subject}
 			t.limit = float64(rule.limit)
@@ -642,61 +638,8 @@ func (c *modelCall) bucketGive(t *modelTake, s, length float64) {
 	}
 }
 
-// fixedState mirrors fixed_state: (window start, count, whether id is
-// counted, the cost it was counted with).
-func (c *modelCall) fixedState(t *modelTake, id string) (float64, float64, bool, float64) {
-	now := c.now
-	start := now - (now - math.Floor(now/t.per)*t.per) // Lua 5.1's a % b is a - floor(a/b)*b
-	e := c.get(t.key)
-	if e == nil {
-		return start, 0, false, 0
-	}
-	if w, ok := e.h["w"]; !ok || w != start {
-		return start, 0, false, 0
-	}
-	cost, mine := e.h["i:"+id]
-	return start, e.h["n"], mine, cost // a missing n reads as 0, like "or 0"
-}
-
-func (c *modelCall) fixedCheck(t *modelTake, id string) {
-	start, n, mine, _ := c.fixedState(t, id)
-	t.start, t.count, t.ok, t.delay = start, n, true, 0
-	t.remaining = t.limit - n
-	if mine {
-		t.repeated = true
-	} else if n+t.cost > t.limit {
-		t.ok, t.delay = false, start+t.per-c.now
-	} else {
-		t.remaining = t.remaining - t.cost
-	}
-}
-
-func (c *modelCall) fixedCommit(t *modelTake, id string) {
-	if t.count == 0 {
-		delete(c.m.keys, t.key)
-	}
-	e := c.getOrCreate(t.key)
-	e.h["w"], e.h["n"], e.h["i:"+id] = t.start, t.count+t.cost, t.cost
-	c.pexpire(t.key, t.start+t.per-c.now)
-}
-
-func (c *modelCall) fixedUndo(t *modelTake, id string) bool {
-	_, n, mine, cost := c.fixedState(t, id)
-	if !mine {
-		return false
-	}
-	if n-cost <= 0 {
-		delete(c.m.keys, t.key)
-		return true
-	}
-	e := c.get(t.key)
-	e.h["n"] = n - cost
-	delete(e.h, "i:"+id)
-	return true
-}
-
 // admit mirrors admit.lua run at nowUS, then builds the Decision the way
-// Limiter.admitMany does from a single group (merge in wire.go).
+// Limiter.Admit does on one node (decision in wire.go).
 func (m *model) admit(r Request, nowUS, rememberUS int64) Decision {
 	c := m.at(nowUS)
 	id, maxwait, remember := r.ID, float64(r.MaxWait.Microseconds()), float64(rememberUS)
@@ -714,8 +657,6 @@ func (m *model) admit(r Request, nowUS, rememberUS int64) Decision {
 			}
 		case "b":
 			c.bucketCheck(t, id, denied, r.book != nil && r.book.Priority, unheld)
-		case "f":
-			c.fixedCheck(t, id)
 		case "c":
 			c.calCheck(t, id, maxwait)
 		case "h":
@@ -794,8 +735,6 @@ func (m *model) admit(r Request, nowUS, rememberUS int64) Decision {
 				c.quotaCommit(t, id, at)
 			case "b":
 				c.bucketCommit(t, id, at, remember)
-			case "f":
-				c.fixedCommit(t, id)
 			case "c":
 				c.calCommit(t, id, at)
 			}
@@ -846,8 +785,6 @@ func (m *model) release(r Request, nowUS int64) int {
 				c.bucketGive(t, s, bucketLen(t))
 				done = true
 			}
-		case "f":
-			done = c.fixedUndo(t, r.ID)
 		case "c":
 			done = c.calUndo(t, r.ID)
 		}

@@ -3,6 +3,7 @@ package throttle
 import (
 	"cmp"
 	"context"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -11,6 +12,15 @@ import (
 
 	"github.com/redis/go-redis/v9"
 )
+
+// scale is a moment t scaled around now by k, as Repace scales the moments
+// it holds: moments up to now stay.
+func scale(t, now time.Time, k float64) time.Time {
+	if !t.After(now) {
+		return t
+	}
+	return now.Add(time.Duration(math.Ceil(float64(t.Sub(now)) * k)))
+}
 
 // TestRepaceMovesWaitingWorkToANewRate books a line on a slow bucket, then
 // raises its rate: the line is scaled to the new pace (a task that booked
@@ -37,7 +47,7 @@ func TestRepaceMovesWaitingWorkToANewRate(t *testing.T) {
 		t.Fatalf("Repace to 20/s = %v, %v; want k 0.1", k, err)
 	}
 	checkSpans(t, l, rdb, fast)
-	want := Scale(last.At(), now, k)
+	want := scale(last.At(), now, k)
 	back := mustAdmit(t, l, bookReq("m9", nil, "", fast, 0))
 	if !back.Allowed() || back.At().Sub(want).Abs() > time.Millisecond {
 		t.Fatalf("m9 back after the raise: %+v, want allowed at its scaled moment %s (was %s)", back, want, last.At())
@@ -118,7 +128,7 @@ func TestRepaceScalesTheLine(t *testing.T) {
 	if err != nil || k != 0.1 {
 		t.Fatalf("Repace to 20/s = %v, %v; want k 0.1", k, err)
 	}
-	last := Scale(placed[len(placed)-1].At(), now, k)
+	last := scale(placed[len(placed)-1].At(), now, k)
 	next := mustAdmit(t, l, lineReq("new", "", 1, fast, ahead))
 	if next.Outcome == Placed && (next.At().Sub(last)-50*time.Millisecond).Abs() > time.Microsecond {
 		t.Errorf("a new task placed %s after the last scaled place, want one slot at 20/s (50ms)", next.At().Sub(last))
@@ -228,7 +238,7 @@ func TestRepaceTicketClaimedUnderALargeQuota(t *testing.T) {
 		if !ds[i].Booked() || ds[i].Outcome == Placed {
 			t.Fatalf("m%d at 20/s: %+v; want a ticket", i, ds[i])
 		}
-		want := Scale(ds[i].At(), now, k)
+		want := scale(ds[i].At(), now, k)
 		if want.Sub(now) > 2500*time.Millisecond {
 			t.Fatalf("m%d scaled %s ahead: past the claim window, the test needs it within", i, want.Sub(now))
 		}

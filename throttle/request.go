@@ -30,8 +30,8 @@ type Take struct {
 	// Any non-empty string; it is encoded before it becomes part of a Redis
 	// key.
 	Subject string
-	// Cost is what the take consumes: tokens of a bucket, entries of a quota,
-	// counts of a fixed window. Zero means 1.
+	// Cost is what the take consumes: tokens of a bucket, entries of a quota
+	// or a calendar window. Zero means 1.
 	Cost int
 	// CountOnly records the take like any other (its entries count toward
 	// the rule, and Release gives them back) but never lets it deny the
@@ -180,15 +180,10 @@ func (r Request) validate() error {
 		if t.Shadow && t.Rule.kind() != "q" && t.Rule.kind() != "c" && t.Rule.kind() != "h" {
 			return fmt.Errorf("%s (%s): only a quota, a calendar window or quiet hours are in shadow mode: %w", where(), t.Rule.Name(), ErrInvalidRequest)
 		}
-		switch t.Rule.(type) {
-		case *Bucket:
+		if _, ok := t.Rule.(*Bucket); ok {
 			buckets++
 			if r.book != nil && buckets > 1 {
 				return fmt.Errorf("%s (%s): a request that books has at most one bucket: %w", where(), t.Rule.Name(), ErrInvalidRequest)
-			}
-		case *FixedWindow:
-			if r.book != nil {
-				return fmt.Errorf("%s (%s): a request that books has no fixed windows: %w", where(), t.Rule.Name(), ErrInvalidRequest)
 			}
 		}
 		for _, u := range r.Takes[:i] {

@@ -33,9 +33,9 @@ func invalidRule(rule, format string, args ...any) error {
 }
 
 // Rule is a limit that takes are checked against: a *Quota, a *Bucket, a
-// *FixedWindow, a *CalendarWindow or a *Quiet. Rules hold no state (their
-// state lives in Redis, keyed by rule
-// name and subject), are immutable, and are safe for concurrent use.
+// *CalendarWindow or a *Quiet. Rules hold no state (their state lives in
+// Redis, keyed by rule name and subject), are immutable, and are safe for
+// concurrent use.
 type Rule interface {
 	// Name returns the rule's name, which is part of its Redis keys.
 	Name() string
@@ -291,56 +291,4 @@ func (b *Bucket) appendKeys(dst []any, tag string) []any {
 
 func (b *Bucket) appendPlan(dst []byte, cost int) []byte {
 	return append(strconv.AppendInt(append(dst, "b,"...), int64(cost), 10), b.plan...)
-}
-
-// FixedWindow is a counter that allows Limit per window of Per, windows
-// aligned to the Unix epoch. It is the cheapest rule, and allows up to twice
-// Limit across a window edge; prefer a Quota where that matters.
-type FixedWindow struct {
-	name  string
-	limit int
-	per   time.Duration
-	plan  string // ",limit,per_us", as plans carry them
-	str   string // String()
-}
-
-// NewFixedWindow returns a fixed-window counter. It fails unless limit is
-// within [1, MaxLimit] and per within [1ms, MaxPer].
-func NewFixedWindow(name string, limit int, per time.Duration) (*FixedWindow, error) {
-	if err := checkName("fixed window", name); err != nil {
-		return nil, err
-	}
-	if err := checkLimit("fixed window "+name, "limit", limit); err != nil {
-		return nil, err
-	}
-	if err := checkPer("fixed window "+name, per); err != nil {
-		return nil, err
-	}
-	f := &FixedWindow{name: name, limit: limit, per: per}
-	f.plan = "," + strconv.Itoa(limit) + "," + strconv.FormatInt(per.Microseconds(), 10)
-	f.str = Window{limit, per}.String()
-	return f, nil
-}
-
-// Name returns the counter's name.
-func (f *FixedWindow) Name() string { return f.name }
-
-// MaxCost returns the limit.
-func (f *FixedWindow) MaxCost() int { return f.limit }
-
-// String returns e.g. "1000 per 1m".
-func (f *FixedWindow) String() string { return f.str }
-
-func (f *FixedWindow) bindingLimit(int) string { return f.str }
-
-func (f *FixedWindow) kind() string { return "f" }
-
-func (f *FixedWindow) keyCount() int { return 1 }
-
-func (f *FixedWindow) appendKeys(dst []any, tag string) []any {
-	return append(dst, fixedKey(tag, f.name))
-}
-
-func (f *FixedWindow) appendPlan(dst []byte, cost int) []byte {
-	return append(strconv.AppendInt(append(dst, "f,"...), int64(cost), 10), f.plan...)
 }

@@ -132,25 +132,6 @@ func TestBucketDelayIsUntilTheTokensAreThere(t *testing.T) {
 	}
 }
 
-func TestFixedWindowDeniesUntilTheWindowEnds(t *testing.T) {
-	l, _ := newStandalone(t)
-	f := mustFixed(t, "api", 2, time.Second)
-	take := []Take{{Rule: f, Subject: "k"}}
-	var d Decision
-	for i := 0; i < 3; i++ {
-		d = mustAdmit(t, l, Request{ID: string(rune('a' + i)), Takes: take})
-		if d.Allowed() {
-			continue
-		}
-		end := d.Now.Truncate(time.Second).Add(time.Second)
-		if d.Delay != end.Sub(d.Now) {
-			t.Errorf("delay = %s, want %s (the end of the window)", d.Delay, end.Sub(d.Now))
-		}
-		return
-	}
-	t.Fatalf("3 takes of a 2 per 1s counter all passed within one window: %+v", d)
-}
-
 func TestAdmissionIsAllOrNothing(t *testing.T) {
 	l, rdb := newStandalone(t)
 	q := mustQuota(t, "mkt", Window{3, time.Hour})
@@ -259,8 +240,9 @@ func TestReleaseGivesBackOnce(t *testing.T) {
 	l, rdb := newStandalone(t)
 	q := mustQuota(t, "mkt", Window{1, time.Hour})
 	b := mustBucket(t, "sms", 0.001, 1)
-	f := mustFixed(t, "daily", 1, time.Hour)
-	r := Request{ID: "job-1", Takes: []Take{{Rule: q, Subject: "alice"}, {Rule: b, Subject: "gw"}, {Rule: f, Subject: "alice"}}}
+	now := redisNow(t, l)
+	c := mustCalendarWindow(t, 1, now.Add(-time.Hour), now.Add(time.Hour))
+	r := Request{ID: "job-1", Takes: []Take{{Rule: q, Subject: "alice"}, {Rule: b, Subject: "gw"}, {Rule: c, Subject: "alice"}}}
 	mustAdmit(t, l, r)
 	if d := mustAdmit(t, l, Request{ID: "job-2", Takes: r.Takes}); d.Allowed() {
 		t.Fatalf("job-2 admitted while job-1 holds every take")
@@ -349,13 +331,14 @@ func TestEveryKeyExpires(t *testing.T) {
 	l, rdb := newStandalone(t)
 	q := mustQuota(t, "mkt", Window{1, time.Hour}, Window{3, 7 * 24 * time.Hour})
 	b := mustBucket(t, "sms", 0.5, 10)
-	f := mustFixed(t, "daily", 5, 24*time.Hour)
-	mustAdmit(t, l, Request{ID: "a", Takes: []Take{{Rule: q, Subject: "alice"}, {Rule: b, Subject: "gw", Cost: 4}, {Rule: f, Subject: "alice"}}})
+	now := redisNow(t, l)
+	c := mustCalendarWindow(t, 5, now.Add(-time.Hour), now.Add(time.Hour))
+	mustAdmit(t, l, Request{ID: "a", Takes: []Take{{Rule: q, Subject: "alice"}, {Rule: b, Subject: "gw", Cost: 4}, {Rule: c, Subject: "alice"}}})
 	longest := map[string]time.Duration{
 		":q:mkt":       7 * 24 * time.Hour,
 		":b:sms":       6 * time.Minute,                                        // the sends of 30 bins of 10 s, and 6 more
 		":b:sms:slots": 8*time.Second + 100*time.Millisecond + DefaultRemember, // one slot of 4 tokens at 0.5/s, to the end of its 100 ms step, and its ledger entry remember more
-		":f:daily":     24 * time.Hour,
+		":c:cal":       time.Hour + time.Millisecond,                           // to the end of its window, an hour from now, and the ms a TTL is rounded up by
 	}
 	keys, _ := rdb.Keys(ctx, "*").Result()
 	if len(keys) != len(longest) {
@@ -395,8 +378,6 @@ func TestImpossibleRulesAreRejectedWhenBuilt(t *testing.T) {
 			"throttle: bucket sms: rate must be from 1e-06 to 1e+09 tokens per second (got NaN): invalid rule"},
 		{"burst 0", func() error { _, err := NewBucket("sms", 1, 0); return err },
 			"throttle: bucket sms: burst must be from 1 to 1000000000 (got 0): invalid rule"},
-		{"fixed limit 0", func() error { _, err := NewFixedWindow("f", 0, time.Second); return err },
-			"throttle: fixed window f: limit must be from 1 to 1000000000 (got 0): invalid rule"},
 		{"bad name", func() error { _, err := NewBucket("sms gateway", 1, 1); return err },
 			`throttle: bucket name "sms gateway": must be 1-64 of A-Z a-z 0-9 _ . -: invalid rule`},
 		{"slow bucket never fills", func() error { _, err := NewBucket("sms", 1e-6, 1000); return err },

@@ -5,26 +5,12 @@ import (
 	"time"
 )
 
-// maxCallTasks is the most tasks (request groups) one script call carries
-// on a single node: enough to make a batch cheap, few enough that one call
-// holds Redis up for a millisecond or so, not more.
-const maxCallTasks = 100
-
-// task is one group of one request, decided by one call no earlier than
-// floor (µs of Redis time, 0: now): rs[req]'s takes in g.
-type task struct {
-	req   int
-	g     group
-	floor int64
-}
-
-// call is one script invocation, for one or more tasks.
+// call is one script invocation.
 type call struct {
 	// cmd is the whole command: "fcall", the function, the number of keys,
 	// the keys, the arguments. To run it as a script instead, only cmd[0]
 	// and cmd[1] change ("evalsha" and the SHA-1, or "eval" and the source).
-	cmd   []any
-	tasks []task
+	cmd []any
 }
 
 // newCall returns a call of nk keys and na arguments, and the parts of its
@@ -36,7 +22,7 @@ func newCall(nk, na int) (c call, keys, args []any) {
 }
 
 // The calling conventions of the entry points (admit.lua's header, and
-// release.lua's): what each task brings as arguments, after its keys.
+// release.lua's): what the task brings as arguments, after its keys.
 type convention int
 
 const (
@@ -56,30 +42,16 @@ func (c convention) args() int {
 	return 2
 }
 
-// calls builds the script calls for tasks ts of rs under convention cv, up
-// to per tasks a call.
-func (l *Limiter) calls(rs []Request, ts []task, cv convention, per int) []call {
-	out := make([]call, 0, (len(ts)+per-1)/per)
+// undoCalls builds the calls of release.lua's entry points that undo r's
+// takes in gs, one call a group.
+func (l *Limiter) undoCalls(r Request, gs []group) []call {
+	out := make([]call, len(gs))
 	var buf []byte
-	hs := make([]planHead, min(per, len(ts)))
-	for lo := 0; lo < len(ts); lo += per {
-		chunk := ts[lo:min(lo+per, len(ts))]
-		nk := 0
-		for j, t := range chunk {
-			hs[j] = planHead{}
-			if cv != undoing {
-				hs[j] = l.head(rs[t.req], t.g)
-			}
-			nk += taskKeyCount(rs[t.req], t.g, hs[j])
-		}
-		stride := cv.args()
-		c, keys, args := newCall(nk, stride*len(chunk))
-		c.tasks = chunk
-		for j, t := range chunk {
-			keys, buf = l.appendPlan(keys, buf[:0], rs[t.req], t.g, hs[j])
-			setTaskArgs(args[stride*j:stride*j+stride], rs[t.req], string(buf), t.floor, cv)
-		}
-		out = append(out, c)
+	for i, g := range gs {
+		c, keys, args := newCall(taskKeyCount(r, g, planHead{}), undoing.args())
+		_, buf = l.appendPlan(keys, buf[:0], r, g, planHead{})
+		setTaskArgs(args, r, string(buf), 0, undoing)
+		out[i] = c
 	}
 	return out
 }
@@ -195,7 +167,7 @@ func (l *Limiter) appendPlan(keys []any, buf []byte, r Request, g group, h planH
 	return keys, buf
 }
 
-// The reply admit.lua's entry points give per task: replyLen integers, one
+// The reply admit.lua's entry points give: replyLen integers, one
 // value each, in this order (admit.lua's header says what each means):
 //
 //	outcome, binding, window, fresh, now, delay, remaining, extra, shadow, shadow delay

@@ -41,8 +41,6 @@
 //	                            under "\0W", "\0J", "\0P" (lua/book.lua)
 //	Tenants   :b:<rule>:tenants sorted set: member a tenant of Fair, score
 //	                            the end of its wait, for its expiry
-//	Fixed     :f:<rule>         hash: w the window's start, n its count, and
-//	                            i:<ID> each counted task's cost
 //	Calendar  :c:<rule>         sorted set: member a task ID (as Quota's),
 //	                            score its moment; pruned before now's window
 //
@@ -146,7 +144,6 @@ func Book(tag, rule string) string     { return tag + ":b:" + rule + ":book" }
 func Slots(tag, rule string) string    { return tag + ":b:" + rule + ":slots" }
 func Fair(tag, rule string) string     { return tag + ":b:" + rule + ":fair" }
 func Tenants(tag, rule string) string  { return tag + ":b:" + rule + ":tenants" }
-func Fixed(tag, rule string) string    { return tag + ":f:" + rule }
 func Calendar(tag, rule string) string { return tag + ":c:" + rule }
 
 // LedgerEntry is the member of task's entry in a bucket's ledger, which

@@ -120,7 +120,6 @@ func TestKeys(t *testing.T) {
 		{"slots", keyspace.Slots, "t:{a%20b}:b:r:slots"},
 		{"fair", keyspace.Fair, "t:{a%20b}:b:r:fair"},
 		{"tenants", keyspace.Tenants, "t:{a%20b}:b:r:tenants"},
-		{"fixed", keyspace.Fixed, "t:{a%20b}:f:r"},
 		{"calendar", keyspace.Calendar, "t:{a%20b}:c:r"},
 	} {
 		if got := tc.key(tag, "r"); got != tc.want {
