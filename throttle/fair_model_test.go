@@ -225,9 +225,11 @@ func TestFairReturner(t *testing.T) {
 // is not among them must not count twice in W.
 func TestFairStaleRecordPastPruneLimit(t *testing.T) {
 	d := newFairDiffer(t)
-	b := mustBucket(t, "sms", 10, 1)
-	const ahead = 100 * time.Millisecond
-	d.queue("z", "z", 1, 40, b, ahead) // z waits ~5s: the hash lives on
+	// A slot of 500 ms: the steps below come far closer together than
+	// that, on a busy machine too, so every tenant waits.
+	b := mustBucket(t, "sms", 2, 1)
+	const ahead = 500 * time.Millisecond
+	d.queue("z", "z", 1, 40, b, ahead) // z waits ~20s: the hash lives on
 	for i := 1; i <= 9; i++ {
 		d.step(d.lineOf(fmt.Sprint("t", i, "-0"), fmt.Sprint("t", i), 1, b, ahead))
 	}
@@ -235,7 +237,18 @@ func TestFairStaleRecordPastPruneLimit(t *testing.T) {
 	if h[modelFairW] != "10" {
 		t.Fatalf("W = %q with ten tenants waiting: %v", h[modelFairW], modelStrings(h))
 	}
-	untilRedis(t, d.l, d.stale(h, "t9")) // t9's record is the last to go stale
+	// Every one of t1..t9 stops waiting (their records' order depends on
+	// where each one's place fell, which a slow machine moves).
+	var stale time.Time
+	for i := 1; i <= 9; i++ {
+		if s := d.stale(h, fmt.Sprint("t", i)); s.After(stale) {
+			stale = s
+		}
+	}
+	if z := d.stale(h, "z"); !z.After(stale) {
+		t.Fatalf("z stops waiting (%s) before t1..t9 do (%s): the test needs it waiting", z, stale)
+	}
+	untilRedis(t, d.l, stale)
 	d.takeSlots(b, 5)
 	d.step(d.lineOf("t9-1", "t9", 1, b, ahead))
 	if h := d.fairHash(b); h[modelFairW] != "2" {

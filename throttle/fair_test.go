@@ -147,7 +147,8 @@ func TestFairShareTwoTenants(t *testing.T) {
 func TestFairStateReleased(t *testing.T) {
 	l, rdb := newStandalone(t)
 	ctx := context.Background()
-	b := mustBucket(t, "sms", 1000, 1)
+	// 30 tasks are 3 s of slots: the tenant waits however slowly they come.
+	b := mustBucket(t, "sms", 10, 1)
 	tag := subjectTag(DefaultPrefix, "gw")
 	for i := range 30 {
 		mustAdmit(t, l, lineReq(fmt.Sprint("a", i), "a", 1, b, 5*time.Millisecond))
