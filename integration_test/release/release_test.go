@@ -1,10 +1,12 @@
 //go:build integration
 
-package integration_test
+package release_test
 
 import (
 	"bufio"
+	"context"
 	"debug/elf"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestRelease builds the release as `make release` does (both
@@ -21,10 +24,10 @@ import (
 // zone database, runs from an empty directory (-version names the version
 // and commit it was stamped with, -h answers on stdout), SHA256SUMS lists
 // what was built, and every COPY of the Dockerfile copies something the
-// release produced.
+// release produced. It is a package of its own, so that its compiling
+// runs beside the integration package's tests, which mostly wait, rather
+// than after them.
 func TestRelease(t *testing.T) {
-	// Compiling, not waiting: it runs beside the tests that wait.
-	t.Parallel()
 	root := moduleRoot(t)
 	dist := t.TempDir()
 	const version, commit = "v0.0.0-releasetest", "0123456789ab"
@@ -66,15 +69,15 @@ func TestRelease(t *testing.T) {
 		empty := t.TempDir()
 		for _, prog := range []string{"throttler-worker", "throttler-enqueue"} {
 			bin := filepath.Join(dist, prog+"-linux-"+runtime.GOARCH)
-			stdout, stderr, code := runCommand(t, empty, nil, bin, "-version")
+			stdout, stderr, code := run(t, empty, bin, "-version")
 			if wantOut := prog + " " + version + " (commit " + commit + ", "; code != 0 || !strings.HasPrefix(stdout, wantOut) || stderr != "" {
 				t.Errorf("%s -version: exit %d, stdout %q, stderr %q; want 0 and %q...", prog, code, stdout, stderr, wantOut)
 			}
-			stdout, stderr, code = runCommand(t, empty, nil, bin, "-h")
+			stdout, stderr, code = run(t, empty, bin, "-h")
 			if code != 0 || !strings.HasPrefix(stdout, "Usage") || stderr != "" {
 				t.Errorf("%s -h: exit %d, stdout %.80q, stderr %q; want 0 and the usage on stdout", prog, code, stdout, stderr)
 			}
-			_, stderr, code = runCommand(t, empty, nil, bin, "-no-such-flag")
+			_, stderr, code = run(t, empty, bin, "-no-such-flag")
 			if code != 2 || strings.Count(stderr, "flag provided but not defined") != 1 {
 				t.Errorf("%s -no-such-flag: exit %d, stderr %q; want 2 and the mistake once", prog, code, stderr)
 			}
@@ -186,4 +189,34 @@ func checkDockerfile(t *testing.T, path, dist string, arches []string) {
 	if copies == 0 {
 		t.Error("Dockerfile: copies nothing")
 	}
+}
+
+// moduleRoot is the repository root, two directories up from this
+// package's.
+func moduleRoot(t *testing.T) string {
+	t.Helper()
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Dir(filepath.Dir(wd))
+}
+
+// run runs bin in dir, with a minute to finish, and returns what it wrote
+// and its exit code.
+func run(t *testing.T, dir, bin string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Dir = dir
+	var out, errb strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	var ee *exec.ExitError
+	if err := cmd.Run(); errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("%s %s: %v", filepath.Base(bin), strings.Join(args, " "), err)
+	}
+	return out.String(), errb.String(), code
 }
