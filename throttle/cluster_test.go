@@ -713,7 +713,9 @@ func TestClusterReservedSendKeepsCalendar(t *testing.T) {
 func TestClusterNewTaskReadsNoLedger(t *testing.T) {
 	l, rdb := newCluster(t)
 	q := mustQuota(t, "weekly", Window{3, 168 * time.Hour})
-	b := mustBucket(t, "sms", 100, 10)
+	// A slot of a second: the redelivery below comes within it, on a busy
+	// machine too (at 100/s its 10 ms slot had ended by then once).
+	b := mustBucket(t, "sms", 1, 10)
 	req := Request{ID: "n1", Takes: []Take{{Rule: q, Subject: "alice"}, {Rule: b, Subject: "gw"}}}
 	node := masterFor(t, rdb, bucketKey(subjectTag(DefaultPrefix, "gw"), "sms"))
 	before := commandCalls(t, node)
