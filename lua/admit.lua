@@ -94,8 +94,7 @@ end
 -- commit_takes writes every take the task does not hold yet, as its check
 -- found it (found[i]: see check_take), for it to go delay µs from now, and
 -- moves there the entries of the takes in moves (see admit_task). It
--- returns the index past the task's last key and the takes it consumed
--- (fresh).
+-- returns the takes it consumed (fresh).
 local function commit_takes(keys, ki, id, p, now, delay, found, moves)
   local at = now + delay
   local fresh, bit, k = 0, 1, ki
@@ -118,7 +117,7 @@ local function commit_takes(keys, ki, id, p, now, delay, found, moves)
     k = k + t.nk
     bit = bit * 2
   end
-  return k, fresh
+  return fresh
 end
 
 -- check_take checks take t of a task whose keys start at keys[k] (see
@@ -173,8 +172,8 @@ end
 -- first take finds it held). It returns what the checks made of it: found
 -- (per take, see check_take), denied, delay, binding, window, remaining,
 -- repeated, held, the shadow rule that would have held it back longest
--- (shadow, shadow_u), k, the index past its keys, and done, when its
--- marker was found (the checks stop there, before any take writes).
+-- (shadow, shadow_u), and done, when its marker was found (the checks stop
+-- there, before any take writes).
 local function check_task(keys, ki, p, now, a, lead, plain, marker)
   local c = {found = {}, denied = false, delay = lead, binding = 0, window = 0, remaining = huge,
     repeated = true, held = false, shadow = 0, shadow_u = 0}
@@ -220,14 +219,13 @@ local function check_task(keys, ki, p, now, a, lead, plain, marker)
     if f.would and (c.shadow == 0 or f.would > c.shadow_u) then c.shadow, c.shadow_u = i, f.would end
   end
   if c.remaining < 0 or c.remaining == huge then c.remaining = 0 end
-  c.k = k
   return c
 end
 
 -- settle decides a task its checks found c (see check_task): it books (a
 -- plan that books and may not go the plain way), is denied, or goes.
 local function settle(keys, ki, p, now, a, c, lead, plain)
-  local k, found, denied, delay, binding, window = c.k, c.found, c.denied, c.delay, c.binding, c.window
+  local found, denied, delay, binding, window = c.found, c.denied, c.delay, c.binding, c.window
   if p.book and not goes_plain(keys, ki, a.id, p, plain and not denied and delay == 0, found) then
     local r = book_task(keys, ki, p, now, a)
     if r then return r end
@@ -239,16 +237,15 @@ local function settle(keys, ki, p, now, a, c, lead, plain)
     if misfit > 0 then denied, binding, window = true, misfit, 0 end
   end
   if denied then
-    return reply(k, DENIED, binding, window, 0, now, delay, c.remaining, 0)
+    return reply(DENIED, binding, window, 0, now, delay, c.remaining, 0)
   end
   if delay == lead then binding, window = 0, 0 end
   local outcome = c.repeated and REPEATED or ADMITTED
   if p.dry then -- a check only (shadow mode's): the decision, nothing written
-    return reply(k, outcome, binding, window, 0, now, delay, c.remaining, 0)
+    return reply(outcome, binding, window, 0, now, delay, c.remaining, 0)
   end
-  local fresh
-  k, fresh = commit_takes(keys, ki, a.id, p, now, delay, found, moves)
-  return reply(k, outcome, binding, window, fresh, now, delay, c.remaining, 0)
+  local fresh = commit_takes(keys, ki, a.id, p, now, delay, found, moves)
+  return reply(outcome, binding, window, fresh, now, delay, c.remaining, 0)
 end
 
 -- admit_task decides the task whose keys start at keys[ki] (a: its
@@ -269,10 +266,7 @@ local function admit_task(keys, ki, p, now, a)
     c = check_task(keys, ki, p, now, a, lead, plain, p.lazy and marker)
     done = c.done
   end
-  if done then
-    for i = 1, p.n do ki = ki + p[i].nk end
-    return reply(ki, DONE, 0, 0, 0, now, 0, 0, 0)
-  end
+  if done then return reply(DONE, 0, 0, 0, now, 0, 0, 0) end
   local r = settle(keys, ki, p, now, a, c, lead, plain)
   r[9], r[10] = c.shadow, c.shadow_u
   return r

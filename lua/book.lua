@@ -32,10 +32,10 @@ local CLAIM = 2500000 -- µs
 -- throttle.Outcome numbers them.
 local DENIED, ADMITTED, REPEATED, BOOKED, REBOOKED, PLACED, EXPIRED, DONE = 0, 1, 2, 3, 4, 5, 6, 7
 
--- reply is one task's answer: its values in the order admit.lua's header
--- gives, and under k the index past the task's last key.
-local function reply(k, outcome, binding, window, fresh, now, delay, remaining, extra)
-  return {outcome, binding, window, fresh, now, delay, remaining, extra, 0, 0, k = k}
+-- reply is a task's answer: its values in the order admit.lua's header
+-- gives.
+local function reply(outcome, binding, window, fresh, now, delay, remaining, extra)
+  return {outcome, binding, window, fresh, now, delay, remaining, extra, 0, 0}
 end
 
 -- ticket_member is the task's member in a bucket's tickets.
@@ -568,7 +568,6 @@ local function booking_of(keys, ki, p, now, a)
     end
     k = k + p[i].nk
   end
-  b.k = k
   if b.bt then
     b.len, b.slack, b.member = bucket_len(b.bt), bucket_slack(b.bt, p.prio), ticket_member(a.id, b.bt.cost)
   end
@@ -678,11 +677,11 @@ end
 local function claim(b, ticket, latest)
   local now, x, booked, late = b.now, claim_moment(b, ticket, latest)
   if not late and x > now + max(b.p.maxwait, CLAIM) then
-    return reply(b.k, BOOKED, 0, 0, 0, now, x - now, 0, 0)
+    return reply(BOOKED, 0, 0, 0, now, x - now, 0, 0)
   end
   if not late and claim_fits(b, x) then
     local fresh = claim_commit(b, x, ticket)
-    return reply(b.k, ADMITTED, 0, 0, fresh, now, x - now, 0, booked)
+    return reply(ADMITTED, 0, 0, fresh, now, x - now, 0, booked)
   end
   give_back(b, ticket)
   return nil
@@ -726,9 +725,9 @@ local function in_place(b, f, q, join)
   local placed
   q, placed = line_place(f, b.fair, b.fexp, b.now, q, b.len, b.deadline, join)
   if not placed then
-    return reply(b.k, EXPIRED, b.bi, 0, 0, b.now, q - b.now, 0, 0)
+    return reply(EXPIRED, b.bi, 0, 0, b.now, q - b.now, 0, 0)
   end
-  return reply(b.k, PLACED, b.bi, 0, 0, b.now, q - b.now, 0, floor((q - b.now) / b.len))
+  return reply(PLACED, b.bi, 0, 0, b.now, q - b.now, 0, floor((q - b.now) / b.len))
 end
 
 -- share reads the task's tenant on its bucket, where the bucket sets the
@@ -828,7 +827,7 @@ local function book_new(b, outcome)
   local slot, reach
   m, binding, window, slot, reach = find_slot(b, m, gate, binding, window)
   if slot == false then -- the calendar is too fragmented to place it: denied until where the search got
-    return reply(b.k, DENIED, b.bi, 0, 0, now, reach - now, 0, 0)
+    return reply(DENIED, b.bi, 0, 0, now, reach - now, 0, 0)
   end
   if b.bt and binding == 0 then binding = b.bi end
   local H = b.p.horizon
@@ -839,12 +838,12 @@ local function book_new(b, outcome)
     if q then return in_place(b, f, q, join) end
   end
   if b.deadline > 0 and m > b.deadline then
-    return reply(b.k, EXPIRED, binding, window, 0, now, m - now, 0, 0)
+    return reply(EXPIRED, binding, window, 0, now, m - now, 0, 0)
   end
   local far = beyond(b.p, m)
   if far then
     if binding == 0 then binding = far end
-    return reply(b.k, DENIED, binding, window, 0, now, m - now, 0, 0)
+    return reply(DENIED, binding, window, 0, now, m - now, 0, 0)
   end
   -- A task back from its place may sleep for its moment as long as a
   -- ticket's claim may, on a cluster's recipient node too (no bucket, no
@@ -855,9 +854,9 @@ local function book_new(b, outcome)
   if go then
     -- It may go within max wait after all: admitted.
     if m == now then binding, window = 0, 0 end
-    return reply(b.k, ADMITTED, binding, window, fresh, now, m - now, 0, 0)
+    return reply(ADMITTED, binding, window, fresh, now, m - now, 0, 0)
   end
-  return reply(b.k, outcome, binding, window, 0, now, m - now, 0, ahead_of(b, m, slot, binding))
+  return reply(outcome, binding, window, 0, now, m - now, 0, ahead_of(b, m, slot, binding))
 end
 
 -- book_task books a task whose keys start at keys[ki] (a: its arguments).
