@@ -115,7 +115,9 @@ func (c *clusterCall) run(ctx context.Context) (Decision, error) {
 // group asked when the request is settled, or -1 and the later moment a
 // group set, from which the next round starts. In the first round, a
 // first group that takes the request's first take, a quota, afresh tells
-// the groups after it that the task holds nothing (group.unheld).
+// the groups after it that the task holds nothing (group.unheld); and the
+// done marker, when asked for, is read beside the first group's call,
+// which writes nothing over what the task took before (group.guard).
 func (c *clusterCall) round(ctx context.Context, floor int64, first bool) (int64, int, error) {
 	x, raised := floor, false
 	var unheld int64
