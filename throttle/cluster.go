@@ -131,20 +131,22 @@ func (c *clusterCall) round(ctx context.Context, floor int64, first bool) (int64
 		if err != nil {
 			return 0, 0, err
 		}
-		if i == 0 && c.done != nil && res.outcome == Done && !c.marked() {
-			// The group found the task let go before and wrote nothing
-			// (see group.guard), and it is not marked: ask again.
-			g.guard = false
-			if res, err = c.s.decideGroup(ctx, c.r, g, x); err != nil {
-				return 0, 0, err
+		marked := false
+		if i == 0 && c.done != nil {
+			marked, c.done = c.marked(), nil
+			if res.outcome == Done && !marked {
+				// The group found the task let go before and wrote
+				// nothing (see group.guard), and it is not marked: ask
+				// again.
+				g.guard = false
+				if res, err = c.s.decideGroup(ctx, c.r, g, x); err != nil {
+					return 0, 0, err
+				}
 			}
 		}
 		c.took[i].takes = append(c.took[i].takes, res.freshTakes(g).takes...)
-		if i == 0 && c.done != nil {
-			if c.marked() {
-				res = groupResult{outcome: Done, now: res.now} // what it took goes back
-			}
-			c.done = nil
+		if marked {
+			res = groupResult{outcome: Done, now: res.now} // what it took goes back
 		}
 		c.res[i] = res
 		switch res.outcome {
