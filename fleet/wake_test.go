@@ -203,10 +203,13 @@ func TestWakeByTheFollowersOfADeadWorker(t *testing.T) {
 	}
 	waiting(t, rdb, q, ids...)
 	start := time.Now()
+	// The moments are 3 s ahead: the writes they wait for (20 ms after, on
+	// a quiet machine) took over 2 s once in CI, under -race beside the
+	// integration tests, and a must die before its moments come.
 	for i, id := range ids {
-		a.Wake(q, id, 1500*time.Millisecond+time.Duration(i)*150*time.Millisecond)
+		a.Wake(q, id, 3*time.Second+time.Duration(i)*150*time.Millisecond)
 	}
-	waitUntil(t, "the moments written", 2*time.Second, func() bool {
+	waitUntil(t, "the moments written", 2500*time.Millisecond, func() bool {
 		for _, id := range ids {
 			if s, err := rdb.ZScore(ctx, asynqdb.RetryKey(q), id).Result(); err != nil || s == math.Trunc(s) {
 				return false
@@ -217,7 +220,7 @@ func TestWakeByTheFollowersOfADeadWorker(t *testing.T) {
 	stopA() // killed: its timers go with it; its beats stay, as a kill leaves them
 	at := movedAt(t, rdb, q, 5*time.Second, ids...)
 	for i, id := range ids {
-		want := start.Add(1500*time.Millisecond + time.Duration(i)*150*time.Millisecond)
+		want := start.Add(3*time.Second + time.Duration(i)*150*time.Millisecond)
 		if late := at[id].Sub(want); late > 80*time.Millisecond {
 			t.Errorf("%s woken %v after its wake-up: the followers did not follow", id, late)
 		}
