@@ -606,14 +606,34 @@ func (f *fleet) enqueue(client *asynq.Client, key string, n message.Notification
 }
 
 // queueState is the queue's counts, summed over its shards; zero values
-// when the queue does not exist yet.
+// when the queue does not exist yet. A read that fails is tried again for
+// up to readRetry: on a cluster, a master just killed refuses the first
+// reads until the client's slot map follows the promotion, as the workers'
+// calls are.
 func (f *fleet) queueState() asynq.QueueInfo {
 	f.t.Helper()
+	var sum asynq.QueueInfo
+	var err error
+	for deadline := time.Now().Add(readRetry); ; time.Sleep(100 * time.Millisecond) {
+		if sum, err = f.readQueueState(); err == nil {
+			return sum
+		}
+		if time.Now().After(deadline) {
+			f.t.Fatalf("queue state: %v (still failing after %s)", err, readRetry)
+		}
+	}
+}
+
+// readRetry is how long the harness tries a failing read again: past a
+// cluster's failover and its clients' slot map reload.
+const readRetry = 20 * time.Second
+
+func (f *fleet) readQueueState() (asynq.QueueInfo, error) {
+	var sum asynq.QueueInfo
 	queues, err := f.insp.Queues()
 	if err != nil {
-		f.t.Fatalf("queues: %v", err)
+		return sum, fmt.Errorf("queues: %w", err)
 	}
-	var sum asynq.QueueInfo
 	for _, q := range queues {
 		if asynqdb.BaseQueue(q) != fleetQueue {
 			continue
@@ -623,7 +643,7 @@ func (f *fleet) queueState() asynq.QueueInfo {
 			if strings.Contains(err.Error(), "does not exist") || strings.Contains(err.Error(), "not found") {
 				continue
 			}
-			f.t.Fatalf("queue info: %v", err)
+			return sum, fmt.Errorf("queue info of %s: %w", q, err)
 		}
 		sum.Queue = fleetQueue
 		sum.Pending += qi.Pending
@@ -634,7 +654,7 @@ func (f *fleet) queueState() asynq.QueueInfo {
 		sum.Completed += qi.Completed
 		sum.Size += qi.Size
 	}
-	return sum
+	return sum, nil
 }
 
 // waitSettled waits until nothing is pending, active, scheduled or waiting
