@@ -72,15 +72,18 @@ bench: need-redis
 ## fuzz: each fuzz target briefly (FUZZTIME each): key encoding, rule
 ## validation, the config parser, JSONL lines, task payloads and their field
 ## names. FUZZTIME is a duration (15s) or a count of executions (30000x, as
-## CI runs it after the tests: see .ci/run).
+## CI runs it after the tests: see .ci/run). A new input the engine finds
+## interesting is minimized for at most FUZZMINIMIZE executions: the
+## default, 60 s per input, held FuzzDecode for two minutes of one CI run.
 FUZZTIME ?= 15s
+FUZZMINIMIZE ?= 2000x
 FUZZ_TARGETS = ./internal/keyspace/:FuzzEncodeSubject ./throttle/:FuzzRuleValidation \
 	./config/:FuzzParse ./cmd/enqueue/:FuzzParseLine ./message/:FuzzDecode \
 	./message/:FuzzMemberNames
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 	  pkg=$${t%%:*}; name=$${t##*:}; echo "fuzz $$pkg $$name ($(FUZZTIME))"; \
-	  $(GO) test $$pkg -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME); \
+	  $(GO) test $$pkg -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE); \
 	done
 
 ## lint: gofmt, go vet (both tiers' files) and staticcheck at a pinned
