@@ -16,7 +16,9 @@
 --                 '1' when it is back from a place in its tenant's line
 --                 ('0' otherwise)
 --   keys       -> the takes' keys, in take order (with the task's done
---                 marker first where its plan says 'd')
+--                 marker first where its plan says 'd'); on a cluster the
+--                 second subject's may follow the arguments (rules.lua's
+--                 task_keys)
 --
 -- Every take is checked first and only if all pass is anything written; a
 -- take the task already holds passes without consuming again. A bucket
@@ -196,10 +198,12 @@ local function check_task(keys, ki, p, now, a, lead, plain, marker)
     end
     local ok, u, w, left, f
     ok, u, w, left, f, k = check_take(t, keys, k, a.id, now, p, span, c.denied, last, unheld)
-    if i == 1 and p.guard and f.ran then
+    if p.guard and f.ran then
       -- Let go before, and its marker is read on another node: writing
       -- now would overwrite the ledger's record of that slot. The caller
-      -- asks again without 'g' if the task is not marked.
+      -- asks again without 'g' if the task is not marked. (The bucket is
+      -- the first take of a booking's first call, the last where its
+      -- master serves the recipient's slot too.)
       c.done = true
       return c
     end
@@ -276,6 +280,9 @@ end
 -- read.
 local function decide(keys, args, read, book)
   if not rcall then bind() end
+  local err
+  keys, err = task_keys(keys, args, book and 7 or 3)
+  if err then return redis.error_reply(err) end
   local p = plan(args[2])
   if (p.book or false) ~= book then
     return redis.error_reply('throttle: a plan that books goes to book, any other to admit')

@@ -76,14 +76,21 @@ func Functions() Library {
 		Reweigh: "throttle_reweigh_" + version,
 	}
 	l.Source = "#!lua name=" + l.Name + "\n" + body +
-		"redis.register_function('" + l.Admit + "', admit)\n" +
-		"redis.register_function('" + l.Release + "', release)\n" +
+		crossSlot(l.Admit, "admit") +
+		crossSlot(l.Release, "release") +
 		"redis.register_function('" + l.Pause + "', pause)\n" +
-		"redis.register_function('" + l.Forget + "', forget)\n" +
-		"redis.register_function('" + l.Book + "', book)\n" +
+		crossSlot(l.Forget, "forget") +
+		crossSlot(l.Book, "book") +
 		"redis.register_function('" + l.Repace + "', repace)\n" +
 		"redis.register_function('" + l.Reweigh + "', reweigh)\n"
 	return l
+}
+
+// crossSlot registers the function fn may read keys of other slots its
+// master serves, beyond the ones declared (rules.lua, task_keys). A script
+// run by EVAL, without a shebang, may already.
+func crossSlot(name, fn string) string {
+	return "redis.register_function{function_name='" + name + "', callback=" + fn + ", flags={'allow-cross-slot-keys'}}\n"
 }
 
 // Admit returns the admission script for EVAL (see admit.lua).

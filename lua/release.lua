@@ -3,7 +3,8 @@
 --
 --   args  -> the task's ID and its plan (see rules.lua; the max wait is not
 --            used)
---   keys  -> the takes' keys, in take order
+--   keys  -> the takes' keys, in take order (on a cluster, the second
+--            subject's may follow the arguments: rules.lua's task_keys)
 --
 -- Only takes that hold the task ID are undone, so releasing twice, or
 -- releasing a task that was never admitted, changes nothing; nor does an
@@ -21,6 +22,9 @@
 
 local function undo_task(keys, args, refund)
   if not rcall then bind() end
+  local err
+  keys, err = task_keys(keys, args, 2)
+  if err then return redis.error_reply(err) end
   local now = now_us()
   local id, p = args[1], plan(args[2])
   local undone, ki = 0, 1

@@ -57,9 +57,9 @@
 -- nothing written (see admit.lua). 'N:W' says the task holds no entry of a
 -- quota whose longest window is W µs (a cluster's other group found it
 -- so): see admit.lua's unheld. 'g' says the task's done marker is read
--- beside this call, on another node (a cluster's first call): a first
--- take, a bucket, whose ledger has the task at a slot that ended answers
--- done without writing, and the caller decides by the marker.
+-- beside this call, on another node (a cluster's first call): a bucket
+-- take whose ledger has the task at a slot that ended answers done
+-- without writing, and the caller decides by the marker.
 --
 -- Limits travel with every call, never stored in Redis, so a changed limit
 -- applies at once to the history already there.
@@ -198,6 +198,26 @@ local function plan(s)
   if nplans >= MAXPLANS then plans, nplans = {}, 0 end
   plans[s], nplans = p, nplans + 1
   return p
+end
+
+-- task_keys is the keys of a call whose task brings n arguments. On a
+-- Redis Cluster, the takes of two subjects whose slots one master serves
+-- share a call (throttle/cluster.go): the first subject's keys are
+-- declared, and route the call; the second's follow the arguments, read
+-- under the library's allow-cross-slot-keys. Its first key is looked at
+-- before anything else is read or written: a slot moved off this master
+-- since the caller's map answers NONLOCAL, having done nothing, and the
+-- caller asks each subject's master on its own.
+local function task_keys(keys, args, n)
+  if #args <= n then return keys end
+  local probe = redis.pcall('EXISTS', args[n + 1])
+  if type(probe) == 'table' and probe.err then
+    return nil, 'NONLOCAL ' .. probe.err
+  end
+  local all = {}
+  for i = 1, #keys do all[i] = keys[i] end
+  for i = n + 1, #args do all[#all + 1] = args[i] end
+  return all
 end
 
 -- TIME's seconds change once a second: the last ones are kept read.

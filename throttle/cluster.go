@@ -26,19 +26,15 @@ const clusterTries = 3
 const clusterSkew = 50 * time.Millisecond
 
 // groups splits r's takes into groups by subject, in the order they are
-// asked (see above): the bucket's first for a booking, last otherwise.
-func (s sharded) groups(r Request) []group {
-	bySubject := map[string]int{}
-	var gs []group
-	for i, t := range r.Takes {
-		k, ok := bySubject[t.Subject]
-		if !ok {
-			k = len(gs)
-			bySubject[t.Subject] = k
-			gs = append(gs, group{})
+// asked (see above): the bucket's first for a booking, last otherwise;
+// unless apart, two subjects on one master share a call (together).
+func (s sharded) groups(ctx context.Context, r Request, apart bool) []group {
+	if !apart {
+		if g, ok := s.together(ctx, r); ok {
+			return []group{g}
 		}
-		gs[k].takes = append(gs[k].takes, i)
 	}
+	gs := bySubject(r, []group{single(r)})
 	bucketFirst := r.book != nil
 	ordered := make([]group, 0, len(gs))
 	for _, first := range []bool{true, false} {
@@ -51,8 +47,80 @@ func (s sharded) groups(r Request) []group {
 	return ordered
 }
 
+// together is r's takes as one group, in their order, when they are those
+// of two subjects, one after the other, whose slots the same master serves
+// (by the client's map of the slots): one call decides them, as on a
+// single node, atomically. The call declares the first subject's keys and
+// brings the second's after its arguments; if the second's slot has moved
+// since, it answers NONLOCAL having done nothing, and the caller asks
+// again apart.
+func (s sharded) together(ctx context.Context, r Request) (group, bool) {
+	cc, ok := s.rdb.(*redis.ClusterClient)
+	n := len(r.Takes)
+	if !ok || n < 2 {
+		return group{}, false
+	}
+	cut := 1
+	for cut < n && r.Takes[cut].Subject == r.Takes[0].Subject {
+		cut++
+	}
+	if cut == n {
+		return group{}, false
+	}
+	first, rest := 0, 0
+	for i, t := range r.Takes {
+		switch {
+		case i >= cut && t.Subject != r.Takes[cut].Subject:
+			return group{}, false // a third subject
+		case i < cut:
+			first += t.Rule.keyCount()
+		default:
+			rest += t.Rule.keyCount()
+		}
+	}
+	if first == 0 || rest == 0 {
+		return group{}, false // a call must declare a key, and a subject without any needs no node
+	}
+	a, errA := cc.MasterForKey(ctx, subjectTag(s.prefix, r.Takes[0].Subject))
+	b, errB := cc.MasterForKey(ctx, subjectTag(s.prefix, r.Takes[cut].Subject))
+	if errA != nil || errB != nil || a.Options().Addr != b.Options().Addr {
+		return group{}, false
+	}
+	return single(r), true
+}
+
+// bySubject splits each of gs by subject.
+func bySubject(r Request, gs []group) []group {
+	var out []group
+	for _, g := range gs {
+		at := map[string]int{}
+		for _, i := range g.takes {
+			k, ok := at[r.Takes[i].Subject]
+			if !ok {
+				k = len(out)
+				at[r.Takes[i].Subject] = k
+				out = append(out, group{})
+			}
+			out[k].takes = append(out[k].takes, i)
+		}
+	}
+	return out
+}
+
+// nonLocal reports whether err is a call's answer that a key it brought is
+// not on its master any more (lua/rules.lua, task_keys).
+func nonLocal(err error) bool { return redis.HasErrorPrefix(err, "NONLOCAL") }
+
 func (s sharded) decide(ctx context.Context, r Request) (Decision, error) {
-	gs := s.groups(r)
+	d, err := s.decideIn(ctx, r, s.groups(ctx, r, false))
+	if nonLocal(err) {
+		d, err = s.decideIn(ctx, r, s.groups(ctx, r, true))
+	}
+	return d, err
+}
+
+// decideIn decides r in groups gs.
+func (s sharded) decideIn(ctx context.Context, r Request, gs []group) (Decision, error) {
 	if len(gs) == 1 && !r.CheckDone {
 		res, err := s.decideGroup(ctx, r, gs[0], 0)
 		if err != nil {
@@ -256,6 +324,9 @@ func (c *clusterCall) compensate(ctx context.Context) {
 		c.took[i] = group{}
 	}
 	if len(gs) > 0 {
-		_, _ = c.s.eval(context.WithoutCancel(ctx), c.s.release, c.s.undoCalls(c.r, gs))
+		ctx := context.WithoutCancel(ctx)
+		if _, err := c.s.eval(ctx, c.s.release, c.s.undoCalls(c.r, gs)); nonLocal(err) {
+			_, _ = c.s.eval(ctx, c.s.release, c.s.undoCalls(c.r, bySubject(c.r, gs)))
+		}
 	}
 }

@@ -794,3 +794,114 @@ func TestClusterDoneKeepsTheLedger(t *testing.T) {
 		})
 	}
 }
+
+// TestClusterOneMasterOneCall: a recipient whose slot is on the bucket's
+// master, though not in its slot, is decided with the bucket in one call
+// there, as on a single node: admitted, denied without a trace, booked and
+// released, one script call each on that master and none elsewhere. A
+// call that brings a key of another master's slot answers NONLOCAL having
+// written nothing, and the request decided apart goes through.
+func TestClusterOneMasterOneCall(t *testing.T) {
+	l, rdb := newCluster(t)
+	ctx := context.Background()
+	q := mustQuota(t, "daily", Window{1, 24 * time.Hour})
+	b := mustBucket(t, "sms", 1, 1) // one token: the second admission books a second ahead
+	gw := subjectTag(DefaultPrefix, "gw")
+	home := masterFor(t, rdb, gw)
+	near := ""
+	for i := range 1000 {
+		s := fmt.Sprint("r-", i)
+		tag := subjectTag(DefaultPrefix, s)
+		if masterFor(t, rdb, tag).Options().Addr == home.Options().Addr && keySlot(t, rdb, tag) != keySlot(t, rdb, gw) {
+			near = s
+			break
+		}
+	}
+	if near == "" {
+		t.Fatal("no recipient on the bucket's master")
+	}
+	calls := func() map[string]int {
+		out := map[string]int{}
+		var mu sync.Mutex
+		_ = rdb.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+			n := evalCalls(t, c)
+			mu.Lock()
+			out[c.Options().Addr] = n
+			mu.Unlock()
+			return nil
+		})
+		return out
+	}
+	oneCall := func(what string, do func()) {
+		t.Helper()
+		before := calls()
+		do()
+		after := calls()
+		for addr, n := range after {
+			want := 0
+			if addr == home.Options().Addr {
+				want = 1
+			}
+			if got := n - before[addr]; got != want {
+				t.Errorf("%s: %d script calls on %s, want %d", what, got, addr, want)
+			}
+		}
+	}
+	req := func(id string) Request {
+		return Request{ID: id, Takes: []Take{{Rule: q, Subject: near}, {Rule: b, Subject: "gw"}}}
+	}
+	// The library on every master first, as a first call would load it.
+	if err := l.loadFunctions(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	oneCall("admit", func() {
+		if d := mustAdmit(t, l, req("a1")); d.Outcome != Admitted {
+			t.Errorf("a1: %+v, want admitted", d)
+		}
+	})
+	if ids := ledgerIDs(t, rdb, gw, "sms"); !slices.Equal(ids, []string{"a1"}) {
+		t.Errorf("ledger holds %q, want [a1]", ids)
+	}
+	if got := zmembers(t, rdb, quotaKey(subjectTag(DefaultPrefix, near), "daily")); !slices.Equal(got, []string{"a1"}) {
+		t.Errorf("quota holds %q, want [a1]", got)
+	}
+	before := snapshot(t, rdb)
+	oneCall("deny", func() {
+		if d := mustAdmit(t, l, req("a2")); d.Outcome != Denied || d.Rule != Rule(q) {
+			t.Errorf("a2: %+v, want denied by the quota", d)
+		}
+	})
+	if diff := diffMaps(before, snapshot(t, rdb)); diff != "" {
+		t.Errorf("a denied request left a trace: %s", diff)
+	}
+	oneCall("release", func() {
+		if n, err := l.Release(ctx, req("a1")); err != nil || n != 2 {
+			t.Errorf("release a1: %d, %v; want both takes given back", n, err)
+		}
+	})
+	oneCall("book", func() {
+		d, err := l.Book(ctx, Request{ID: "k1", Takes: req("k1").Takes, MaxWait: 0}, Booking{})
+		if err != nil || !d.Allowed() && !d.Booked() {
+			t.Errorf("k1: %+v, %v; want admitted or booked", d, err)
+		}
+	})
+
+	// A call brings its second subject's keys after its arguments: one on
+	// another master is refused before anything is written.
+	far := subjectOnOtherMaster(t, rdb, "far", "gw")
+	b2 := mustBucket(t, "push", 1, 1)
+	r := Request{ID: "f1", Takes: []Take{{Rule: b2, Subject: "gw"}, {Rule: q, Subject: far}}}
+	before = snapshot(t, rdb)
+	var buf [128]byte
+	c, _ := l.groupCall(r, single(r), planHead{}, admitting, 0, buf[:0])
+	if _, err := l.eval1(ctx, l.admit, c); !nonLocal(err) {
+		t.Fatalf("a call with a key of another master answered %v, want NONLOCAL", err)
+	}
+	if diff := diffMaps(before, snapshot(t, rdb)); diff != "" {
+		t.Errorf("a NONLOCAL call wrote: %s", diff)
+	}
+	if d := mustAdmit(t, l, r); !d.Allowed() {
+		t.Errorf("f1 apart: %+v, want admitted", d)
+	}
+}

@@ -16,15 +16,17 @@ type engine interface {
 	// decide decides r (validated): admits it (Admit, Check) or books it
 	// (Book), as the Limiter documents.
 	decide(ctx context.Context, r Request) (Decision, error)
-	// groups splits r's takes into the groups one script call covers.
-	groups(r Request) []group
+	// groups splits r's takes into the groups one script call covers; on a
+	// cluster, apart keeps each subject's in a call of its own, as after a
+	// call answered NONLOCAL (see cluster.go, together).
+	groups(ctx context.Context, r Request, apart bool) []group
 }
 
 // node is the engine on one Redis server: every take of a request in one
 // group, decided by one script call, which also checks the done marker.
 type node struct{ *Limiter }
 
-func (n node) groups(r Request) []group { return []group{single(r)} }
+func (n node) groups(_ context.Context, r Request, _ bool) []group { return []group{single(r)} }
 
 func (n node) decide(ctx context.Context, r Request) (Decision, error) {
 	g := single(r)
@@ -43,11 +45,8 @@ func (l *Limiter) decideGroup(ctx context.Context, r Request, g group, floor int
 	if r.book != nil {
 		cv, e = booking, l.book
 	}
-	h := l.head(r, g)
-	c, keys, args := newCall(taskKeyCount(r, g, h), cv.args())
 	var buf [128]byte
-	_, plan := l.appendPlan(keys, buf[:0], r, g, h)
-	setTaskArgs(args, r, string(plan), floor, cv)
+	c, _ := l.groupCall(r, g, l.head(r, g), cv, floor, buf[:0])
 	var res []int64
 	var err error
 	if len(beside) == 0 {

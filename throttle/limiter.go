@@ -194,7 +194,10 @@ func (l *Limiter) undo(ctx context.Context, r Request, e entry, what string) (in
 	if err := r.validate(); err != nil {
 		return 0, time.Time{}, err
 	}
-	res, err := l.eval(ctx, e, l.undoCalls(r, l.eng.groups(r)))
+	res, err := l.eval(ctx, e, l.undoCalls(r, l.eng.groups(ctx, r, false)))
+	if nonLocal(err) {
+		res, err = l.eval(ctx, e, l.undoCalls(r, l.eng.groups(ctx, r, true)))
+	}
 	if err != nil {
 		return 0, time.Time{}, fmt.Errorf("throttle: %s %q: %w", what, r.ID, err)
 	}

@@ -1,6 +1,7 @@
 package throttle
 
 import (
+	"slices"
 	"strconv"
 	"time"
 )
@@ -48,12 +49,28 @@ func (l *Limiter) undoCalls(r Request, gs []group) []call {
 	out := make([]call, len(gs))
 	var buf []byte
 	for i, g := range gs {
-		c, keys, args := newCall(taskKeyCount(r, g, planHead{}), undoing.args())
-		_, buf = l.appendPlan(keys, buf[:0], r, g, planHead{})
-		setTaskArgs(args, r, string(buf), 0, undoing)
-		out[i] = c
+		out[i], buf = l.groupCall(r, g, planHead{}, undoing, 0, buf[:0])
 	}
 	return out
+}
+
+// groupCall builds the call of r's group g under convention cv, its plan
+// headed by h and written in buf, from floor. On a cluster, a group of two
+// subjects (cluster.go, together) declares its first subject's keys, and
+// has the others after its arguments (lua/rules.lua, task_keys).
+func (l *Limiter) groupCall(r Request, g group, h planHead, cv convention, floor int64, buf []byte) (call, []byte) {
+	nk := taskKeyCount(r, g, h)
+	c, keys, args := newCall(nk, cv.args())
+	_, buf = l.appendPlan(keys, buf, r, g, h)
+	setTaskArgs(args, r, string(buf), floor, cv)
+	if n := l.declared(r, g, h); n < nk {
+		rest := c.cmd[3+n:] // the undeclared keys, then the arguments
+		moved := slices.Clone(rest[:nk-n])
+		copy(rest, rest[nk-n:])
+		copy(rest[len(rest)-(nk-n):], moved)
+		c.cmd[2] = n
+	}
+	return c, buf
 }
 
 // taskKeyCount is how many keys the task of r's group g, headed by h,
@@ -90,6 +107,24 @@ func setTaskArgs(args []any, r Request, plan string, floor int64, cv convention)
 		back = "1"
 	}
 	args[3], args[4], args[5], args[6] = deadline, max(b.Weight, 1), b.Tenant, back
+}
+
+// declared is how many of the keys of r's group g, headed by h, its call
+// declares: all of them, but on a cluster only those of the takes before
+// the first of another subject than the group's first.
+func (l *Limiter) declared(r Request, g group, h planHead) int {
+	n := taskKeyCount(r, g, h)
+	if _, ok := l.eng.(sharded); !ok || len(g.takes) == 0 {
+		return n
+	}
+	first, keys := r.Takes[g.takes[0]].Subject, 0
+	for _, i := range g.takes {
+		if r.Takes[i].Subject != first {
+			return keys
+		}
+		keys += r.Takes[i].Rule.keyCount()
+	}
+	return n
 }
 
 // planHead is what a plan says before its takes (see lua/rules.lua).
