@@ -63,6 +63,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"strings"
+	"time"
 )
 
 // DefaultPrefix starts every key unless the engine is given another.
@@ -145,6 +146,9 @@ func Slots(tag, rule string) string    { return tag + ":b:" + rule + ":slots" }
 func Fair(tag, rule string) string     { return tag + ":b:" + rule + ":fair" }
 func Tenants(tag, rule string) string  { return tag + ":b:" + rule + ":tenants" }
 func Calendar(tag, rule string) string { return tag + ":c:" + rule }
+
+// SentBinOf is the bin, a field of Bucket, that counts a send at t.
+func SentBinOf(t time.Time) int64 { return t.UnixMicro() / SentBin }
 
 // LedgerEntry is the member of task's entry in a bucket's ledger, which
 // lives in the bucket's Slots (lua/rules.lua: LEDGER).
