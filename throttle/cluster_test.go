@@ -723,10 +723,8 @@ func TestClusterNewTaskReadsNoLedger(t *testing.T) {
 		t.Fatalf("n1: %+v, want admitted", d)
 	}
 	after := commandCalls(t, node)
-	// One ZADD writes its span and ledger entry; the first take of a second
-	// adds the second's mark too (lua/rules.lua, bucket_prune).
-	if n, z := after["zscore"]-before["zscore"], after["zadd"]-before["zadd"]; n != 0 || z < 1 || z > 2 {
-		t.Errorf("%d ZSCORE and %d ZADD on the bucket's node for a new task, want none, and one (its span and ledger entry) or two (and the second's mark)", n, z)
+	if n, z := after["zscore"]-before["zscore"], after["zadd"]-before["zadd"]; n != 0 || z != 1 {
+		t.Errorf("%d ZSCORE and %d ZADD on the bucket's node for a new task, want none and one (its span and ledger entry)", n, z)
 	}
 	if d := mustAdmit(t, l, req); d.Outcome != Repeated {
 		t.Errorf("n1 again: %+v, want repeated: its slot found its own", d)
