@@ -66,9 +66,8 @@ type providerView struct {
 	Booked          []bookingView `json:"bookings"`
 	Paused          bool          `json:"paused"`
 	PausedUntil     *time.Time    `json:"paused_until"`
-	// SendsPerSecond is the send rate in each bin of the last minutes,
-	// oldest first, the last ending now (as the workers counted them:
-	// docs/design.md, "The dashboard").
+	// SendsPerSecond is the take rate in each bin of the last minutes,
+	// oldest first, the last ending now.
 	SendsPerSecond []float64 `json:"sends_per_second"`
 	BinSeconds     float64   `json:"bin_seconds"`
 	Now            time.Time `json:"now"`

@@ -71,10 +71,9 @@ func readPause(p redis.Pipeliner, ctx context.Context, prefix, provider string) 
 	}
 }
 
-// readSends queues counts of the provider's sends in n bins of width µs
-// ending at now, oldest first, from the bucket's 10 s bins, which the
-// workers write (jobs.SendCounts; a bin counts in the output bin its start
-// falls in).
+// readSends queues counts of the provider's takes in n bins of width µs
+// ending at now, oldest first, from the bucket's 10 s bins (a bin counts in
+// the output bin its start falls in).
 func readSends(p redis.Pipeliner, ctx context.Context, prefix, provider string, now, width int64, n int) func() []int64 {
 	all := p.HGetAll(ctx, bucketKey(prefix, provider))
 	return func() []int64 {

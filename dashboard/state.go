@@ -28,7 +28,7 @@ type providerState struct {
 	Tokens      float64    // what the bucket could hand out now (readBucket)
 	Bookings    bookingSet // (readProviderBookings)
 	PausedUntil time.Time  // zero when no pause is in force
-	// Sends counts the sends in each of the last keyspace.SentBins bins of
+	// Sends counts the takes in each of the last keyspace.SentBins bins of
 	// sendBin, oldest first, the last ending at Now.
 	Sends []int64
 }

@@ -106,23 +106,6 @@ func TestDashboardInBrowser(t *testing.T) {
 	defer cancel()
 
 	base := "http://" + w.metrics
-	// The worker counts its sends for the chart, and writes them within a
-	// second: alice's first is on it, as a rate over a bin of 10 s.
-	waitUntil(t, "alice's send on the provider's chart", 20*time.Second, func() bool {
-		var sends struct {
-			Items []struct {
-				PerSecond []float64 `json:"sends_per_second"`
-			} `json:"items"`
-		}
-		getJSON(t, base+"/throttle/api/providers", &sends)
-		n := 0.0
-		for _, it := range sends.Items {
-			for _, v := range it.PerSecond {
-				n += v * 10
-			}
-		}
-		return n >= 1
-	})
 	var bookedAhead, held, next, decided, deferrals, nextTick, overCap, newsHeld, newsUntil string
 	var throttlePNG []byte
 	err = chromedp.Run(ctx,

@@ -65,9 +65,6 @@ type Throttle struct {
 	// off, and with them the protection against sending a redelivered job
 	// twice; ProcessTask warns about it.
 	Sent *SentMarks
-	// Sends counts the sends by provider bucket for the dashboard's chart
-	// (SendCounts: its Run writes them). Nil counts none.
-	Sends *SendCounts
 	// Digests folds the messages of digest policies (PolicySettings.Digest)
 	// over their cap. Nil defers them.
 	Digests *digest.Store

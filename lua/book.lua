@@ -247,20 +247,20 @@ local function beyond(p, m)
   return nil
 end
 
--- ticket_add books slot v of length len on a bucket of rate rate for the
--- task: the calendar marks it busy and the tickets hold it. Tickets past
--- GRACE go.
-local function ticket_add(book, cal, member, now, v, len, left, ra, rb, keep, rate)
-  bucket_add(cal, now, v, len, left, ra, rb, keep, nil, rate)
+-- ticket_add books slot v of length len on a bucket for the task: the
+-- calendar marks it busy and the tickets hold it. Tickets past GRACE go.
+local function ticket_add(book, cal, member, now, v, len, left, ra, rb, keep)
+  bucket_add(cal, now, v, len, left, ra, rb, keep)
   rcall('ZREMRANGEBYSCORE', book, '-inf', int(now - GRACE))
   bucket_hold(book, member, now, v, 0, GRACE)
 end
 
--- ticket_claim moves a booked slot v from the tickets to the ledger: the
--- task is in flight.
-local function ticket_claim(t, book, cal, member, id, now, v, keep)
+-- ticket_claim moves a booked slot v from the tickets to the ledger (the
+-- task goes at x): it is in flight, and counts as sent.
+local function ticket_claim(t, key, book, cal, member, id, now, v, x, keep)
   rcall('ZREM', book, member)
-  ledger_hold(cal, id, v, now, keep, bucket_len(t))
+  ledger_hold(cal, id, v)
+  bucket_sent(key, cal, now, t, x, keep)
 end
 
 -- bump moves ticket member, whose slot starts at s (a priority task takes
@@ -271,7 +271,7 @@ local function bump(bt, book, cal, now, member, s, len, keep)
   if vlen < len then return nil end
   local v, left, ra, rb = bucket_find(cal, s, vlen)
   if not v then return nil end
-  bucket_add(cal, now, v, vlen, left, ra, rb, keep, nil, bt.rate)
+  bucket_add(cal, now, v, vlen, left, ra, rb, keep)
   bucket_hold(book, member, now, v, 0, GRACE)
   return s
 end
@@ -650,7 +650,7 @@ local function claim_commit(b, x, ticket)
       fresh = fresh + bit
     else
       fresh = fresh + bit
-      ticket_claim(t, b.book, b.cal, b.member, b.id, b.now, ticket, b.p.remember)
+      ticket_claim(t, b.state, b.book, b.cal, b.member, b.id, b.now, ticket, x, b.p.remember)
     end
     bit = bit * 2
   end
@@ -789,13 +789,14 @@ local function commit_booking(b, m, slot, go)
       entry_commit(t, key(b, i), b.id, now, m)
     elseif t.kind ~= 'b' then -- holds nothing
     elseif go and not slot.taken then
-      bucket_commit(t, b.cal, b.id, now, slot.v, slot.left, slot.ra, slot.rb, remember)
+      bucket_commit(t, b.state, b.cal, b.id, now, m, slot.v, slot.left, slot.ra, slot.rb, remember)
     elseif go then -- a slot taken from a booking: busy already
-      ledger_hold(b.cal, b.id, slot.v, now, remember, b.len)
+      ledger_hold(b.cal, b.id, slot.v)
+      bucket_sent(b.state, b.cal, now, t, m, remember)
     elseif slot.taken then
       bucket_hold(b.book, b.member, now, slot.v, 0, GRACE)
     else
-      ticket_add(b.book, b.cal, b.member, now, slot.v, b.len, slot.left, slot.ra, slot.rb, remember, t.rate)
+      ticket_add(b.book, b.cal, b.member, now, slot.v, b.len, slot.left, slot.ra, slot.rb, remember)
     end
     bit = bit * 2
   end

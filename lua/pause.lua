@@ -19,13 +19,11 @@
 -- the calendar up to it stays where it is, the waiting work after it moves.
 local function in_flight(cal, now, slack, len)
   local m = now
-  -- The ledger's entries (scored -V) of the slots starting in that span,
-  -- and the mark of a second that started in it (see bucket_prune): not a
-  -- slot.
+  -- The ledger's entries (scored -V) of the slots starting in that span.
   local z = rcall('ZRANGEBYSCORE', cal, int(-(now + slack)), '(' .. int(-(now - len)), 'WITHSCORES')
   for j = 2, #z, 2 do
     local e = -tonum(z[j]) + len
-    if e > m and sub(z[j - 1], 1, 1) == LEDGER then m = e end
+    if e > m then m = e end
   end
   return m
 end

@@ -77,8 +77,8 @@
 -- rather than in tables built per take. Neither
 -- outlives what it describes: a plan's meaning is its text, and the scratch
 -- is written by a task's check before its commit reads it, in one call. The
--- text of the last number and marks written is kept too (see int,
--- bucket_add), and the reply's table is reused. No data is kept
+-- text of the last number, mark and bin written is kept too (see int,
+-- bucket_add, bucket_sent), and the reply's table is reused. No data is kept
 -- across calls: Redis alone holds the state.
 --
 -- A check only reads: stale entries count for nothing, not even as the
@@ -168,7 +168,7 @@ local function parse_plan(s)
           if l < t.least then t.least = l end
         end
       elseif kind == 'b' and (nf == 4 or nf == 5) then
-        t = {kind = 'b', cost = f[2], rate = f[3], burst = f[4], reserve = f[5] or 0}
+        t = {kind = 'b', cost = f[2], rate = f[3], burst = f[4], reserve = f[5] or 0, cost_s = int(f[2])}
       elseif kind == 'c' and nf >= 5 then
         t = {kind = 'c', cost = f[2], limit = f[3], nb = nf - 3, nk = 1}
         for j = 4, nf do t[j - 3] = f[j] end
@@ -409,9 +409,8 @@ end
 -- The calendar (a bucket's third key) is the busy time: spans of slots
 -- merged where they touch, in a sorted set (member: the span's start,
 -- score: its end, both µs), searched by bucket_find. Besides the spans it
--- holds marks of its life, '-' .. µs scored 0, and of the seconds pruned
--- in, '-s' .. µs scored minus that µs (see bucket_add), which no read of the
--- spans sees.
+-- holds marks of its life, '-' .. µs scored 0 (see bucket_add), which no
+-- read from now on sees.
 --
 -- PAST: a span that a take starts at the moment it is made is written with
 -- start 0, not its moment: it holds now, so the next one that starts at its
@@ -422,11 +421,10 @@ end
 -- ID, scored -V, below every span and mark, which no read of the spans
 -- sees. A task holds its slot until it ends (V + len). Booked slots not yet
 -- claimed are tickets (the second key, book.lua). The state hash (the first
--- key) holds the end of a pause (p, pause.lua) and the rate the calendar is
--- laid at (r, repace.lua); the workers count their sends in it, not the
--- Lua (internal/keyspace, Bucket).
+-- key) holds the end of a pause (p, pause.lua) and the tokens sent per 10 s
+-- bin (field: the bin's number): bucket_sent.
 --
--- Pruning (bucket_prune) and what the keys hold as a result:
+-- Pruning (bucket_sent, bucket_commit) and what the keys hold as a result:
 -- docs/design.md, "Algorithms". An entry's slot is taken to end one slot of
 -- the pruning take's cost after it starts (the ledger keeps starts only): a
 -- take of a larger cost on the same bucket may lose its entry before its
@@ -491,117 +489,55 @@ end
 -- CAL_LIFE is the step (µs) a calendar's life is extended by: see bucket_add.
 local CAL_LIFE = 100000
 
--- PRUNE_EVERY is the period (µs) of Redis time in which a calendar is
--- pruned whole once, STEP_PRUNE_RATE (takes a second) the rate above which
--- its ledger is pruned at each step too: see bucket_prune.
-local PRUNE_EVERY, STEP_PRUNE_RATE = 1000000, 100
-
 -- LEDGER starts a ledger entry's member in the calendar: no span (a
--- number) nor mark ('-' and a number, or '-s' and one) starts with it.
+-- number) nor mark ('-' and a number) starts with it.
 local LEDGER = '#'
 
--- The last step mark written and its end; the last second's mark, its
--- start and its score: a mark is the same for every take in its step or
--- second, so its text is made once.
-local mark_d, mark, sec_s, sec, sec_score
-
--- second_mark sets sec to the mark of now's PRUNE_EVERY: member '-s' and
--- its start, scored minus its start, as a ledger entry of a slot that
--- started then (see bucket_prune).
-local function second_mark(now)
-  local s = floor(now / PRUNE_EVERY) * PRUNE_EVERY
-  if s ~= sec_s then sec_s, sec, sec_score = s, '-s' .. int(s), int(-s) end
-end
-
--- bucket_prune drops from the calendar the ledger's entries whose slots
--- ended keep ago (len: the pruning take's slot) and the seconds' marks as
--- old; whole, also the step marks (scored 0) and the spans that ended:
--- one range.
---
--- A calendar is pruned whole by the first take of each second of Redis
--- time (PRUNE_EVERY) that adds a mark, the mark of that second: a take
--- that adds a step mark (a new step, see bucket_add) adds the second's
--- mark too, with a ZADD of its own, and one that writes its span before
--- another (no step mark: see bucket_add), or a claim (ledger_hold), adds
--- it in the ZADD it makes anyway. The second's mark outlives the prune it
--- triggers (it is scored as a slot that started this second, and keep is
--- at least a second: throttle.MinRemember), so it triggers one prune a
--- second, and goes with the ledger's entries of its age; a step mark the
--- prune drops is added again by the next take of its step, which extends
--- the calendar again (the second's mark is there: no prune). A fast
--- bucket (rate above STEP_PRUNE_RATE) also has its ledger pruned at each
--- new step, ten times a second, up to its step marks ('(0'), rather than a
--- second's entries at once (at 60,000 takes a second a 10 s prune stalled
--- Redis 130-210 ms).
---
--- What a take pays for this, in commands: none but its ZADD unless it
--- starts a step; a take that starts a step pays its calendar's extension
--- (a PEXPIRE) and the second's mark (a ZADD), and the first of a second
--- the prune. So a slow bucket, whose every take starts a step (and, at a
--- take a second or less, a second), pays four, ZADD, PEXPIRE, ZADD and
--- ZREMRANGEBYSCORE, what it paid when the Lua counted sends (ZADD,
--- PEXPIRE, ZREM of the step before and HINCRBY of the 10 s bin, and three
--- more, HDEL, PEXPIRE and ZREMRANGEBYSCORE, on a bin's first take); a
--- medium one (10 to 100 a second) pays its ZADD a take, two commands a
--- step, and a prune a second (with the extension again of the step the
--- prune dropped); a fast one a prune a step more. No take pays the
--- HINCRBY: the workers count sends (docs/design.md, "The dashboard").
--- Bounded: the ledger holds about keep of takes and at most a second
--- more, the calendar its spans ahead, a second's step marks and keep's
--- seconds' marks; on a bucket no take writes to (only claims of slots
--- booked before), no more entries than slots were booked, gone with the
--- calendar.
-local function bucket_prune(cal, now, keep, len, whole)
-  local hi = '(0'
-  if whole then hi = int(now) end
-  rcall('ZREMRANGEBYSCORE', cal, int(-(now - keep - len)), hi)
-end
+-- The last mark written, its end and the one of the step before: a mark is
+-- the same for every take in a step, so its text is made once per step.
+local mark_d, mark, mark_before
 
 -- bucket_add marks the span [c, c + len) busy, merged with the spans that
 -- touch it (left, ra: bucket_find's), records task id's ledger entry at c
--- if given, makes the calendar live until the span ends and keep more
--- (the ledger's entries outlive their slots by keep), and prunes it
--- (bucket_prune; rate: the bucket's). A calendar lives until its last
--- span ends and keep: so when a span follows (rb), its life already
--- covers the new one, and the second's mark rides in the span's ZADD.
--- When none does, the calendar must live until b, the new span's end, and
--- a mark tells whether it does: the member '-' .. d, scored 0, where d is
--- the end of b's step of CAL_LIFE. The take that adds a mark extends the
--- calendar to d and keep; a take that finds its mark there (ZADD CH's
--- count of changed members, in the ZADD that adds the span) needs
--- nothing: nothing shortens a calendar's life, and the mark goes with the
--- calendar. So the calendar is extended once per step, not per take, and
--- lives at most a step longer than its last span. A mark scores 0: no
--- read of the spans from now on sees it, the whole prune drops it, and it
--- keeps a calendar whose spans were all given back from being deleted
--- and made again without a TTL. The merged span is written before the
--- span it absorbs is removed, so that the set is never emptied (and its
--- TTL lost) on the way.
-local function bucket_add(cal, now, c, len, left, ra, rb, keep, id, rate)
+-- if given, and makes the calendar live until the span ends and keep more
+-- (the ledger's entries outlive their slots by keep). A calendar lives
+-- until its last span ends and keep: so when a span follows (rb), its life
+-- already covers the new one. When none does, the calendar must live until
+-- b, the new span's end, and a mark tells whether it does: the member
+-- '-' .. d, scored 0, where d is the end of b's step of CAL_LIFE. The take
+-- that adds a mark extends the calendar to d and keep; a take
+-- that finds its mark there (ZADD CH's count of changed members, in the
+-- ZADD that adds the span) needs nothing: nothing shortens a calendar's
+-- life, and the mark goes with the calendar. So the calendar is extended
+-- once per step, not per take, and lives at most a step longer than its
+-- last span. The take that adds a mark drops the one of the step before,
+-- which says less: a busy calendar holds one or two. It returns whether
+-- the mark is new (a new step). A mark
+-- scores 0: no read of the spans from now on sees it, the prune of the
+-- ended spans drops it, and it keeps a calendar whose spans were all given
+-- back from being deleted and made again without a TTL. The merged span is
+-- written before the span it absorbs is removed, so that the set is never
+-- emptied (and its TTL lost) on the way.
+local function bucket_add(cal, now, c, len, left, ra, rb, keep, id)
   local a, b = left or c, c + len
   if not left and c <= now then a = 0 end -- a span that starts now: see PAST
   local held, at = {}, int(-c) -- the task's ledger entry, written with the span
   if id then held = {at, LEDGER .. id} end
-  second_mark(now)
+  if rb then
+    if ra then b = rb end
+    rcall('ZADD', cal, int(b), int(a), unpack_(held))
+    if ra then rcall('ZREM', cal, int(ra)) end
+    return false
+  end
+  local d = (floor(b / CAL_LIFE) + 1) * CAL_LIFE
+  if d ~= mark_d then mark_d, mark, mark_before = d, '-' .. int(d), '-' .. int(d - CAL_LIFE) end
   -- The span's member always changes (it is new, or its end moves on), and
   -- so does a ledger entry (new, or at a new slot), so one more changed
   -- member says the mark is new.
-  if rb then
-    if ra then b = rb end
-    local n = rcall('ZADD', cal, 'CH', int(b), int(a), sec_score, sec, unpack_(held))
-    if ra then rcall('ZREM', cal, int(ra)) end
-    if n == 2 + #held / 2 then bucket_prune(cal, now, keep, len, true) end
-    return
-  end
-  local d = (floor(b / CAL_LIFE) + 1) * CAL_LIFE
-  if d ~= mark_d then mark_d, mark = d, '-' .. int(d) end
-  if rcall('ZADD', cal, 'CH', int(b), int(a), '0', mark, unpack_(held)) ~= 2 + #held / 2 then return end
+  if rcall('ZADD', cal, 'CH', int(b), int(a), '0', mark, unpack_(held)) ~= 2 + #held / 2 then return false end
   extend(cal, ceil_ms(d - now + keep))
-  if rcall('ZADD', cal, sec_score, sec) == 1 then
-    bucket_prune(cal, now, keep, len, true)
-  elseif rate > STEP_PRUNE_RATE then
-    bucket_prune(cal, now, keep, len, false) -- (this take's own entry is ahead of now)
-  end
+  rcall('ZREM', cal, mark_before)
+  return true
 end
 
 -- bucket_free marks [v, v + len) free again, where a span holds it whole;
@@ -629,12 +565,34 @@ local function bucket_hold(set, id, now, v, len, keep)
 end
 
 -- ledger_hold records in the ledger that the task goes in slot v, which
--- the calendar holds: the calendar lives as long as the entry must. The
--- second's mark rides along, and prunes (bucket_prune; len: the slot's).
-local function ledger_hold(cal, id, v, now, keep, len)
-  second_mark(now)
-  if rcall('ZADD', cal, 'CH', int(-v), LEDGER .. id, sec_score, sec) == 2 then
-    bucket_prune(cal, now, keep, len, true)
+-- the calendar holds: the calendar lives as long as the entry must.
+local function ledger_hold(cal, id, v)
+  rcall('ZADD', cal, int(-v), LEDGER .. id)
+end
+
+-- SENT_BIN is the width of the bins bucket_sent counts in, SENT_BINS how
+-- many are kept.
+local SENT_BIN, SENT_BINS = 10000000, 30 -- µs
+
+-- The last bin counted in, and its field's name.
+local sent_bin, sent_bin_s
+
+-- bucket_sent counts a take that goes at moment x, in x's bin. The first
+-- take of a bin drops the bins SENT_BINS to SENT_BINS + 9 older (a gap of
+-- more than that is one the hash outlives by nothing: it lives SENT_BINS +
+-- 6 bins after its last take), and prunes the calendar's ended spans and
+-- the ledger's entries whose slots ended keep ago.
+local function bucket_sent(key, cal, now, t, x, keep)
+  local bin = floor(x / SENT_BIN)
+  if bin ~= sent_bin then sent_bin, sent_bin_s = bin, int(bin) end
+  if rcall('HINCRBY', key, sent_bin_s, t.cost_s) == t.cost then
+    local old = {}
+    for i = 1, 10 do old[i] = int(bin - SENT_BINS - i + 1) end
+    rcall('HDEL', key, unpack_(old))
+    extend(key, ceil_ms((bin + SENT_BINS + 6) * SENT_BIN - now))
+    -- From the ledger's entries whose slots ended keep ago, through the
+    -- marks, to the spans that ended: one range.
+    rcall('ZREMRANGEBYSCORE', cal, int(-(now - keep - bucket_len(t))), int(now))
   end
 end
 
@@ -704,12 +662,29 @@ local function bucket_check(t, cal, id, now, prio, denied, last, unheld)
   return wait, wait or 0, left_, false, v, left, ra, rb, wrote, ran
 end
 
--- bucket_commit gives the task slot v (found by bucket_check or bucket_find)
--- and records it in the ledger with the span (wrote: bucket_check already
--- did).
-local function bucket_commit(t, cal, id, now, v, left, ra, rb, keep, wrote)
+-- STEP_PRUNE_RATE (takes a second): a bucket faster than this has its ledger
+-- pruned at each step of its calendar's life (bucket_commit), at most ten
+-- times a second, so at most 0.1 command per take more. A slower one leaves
+-- it to the bin's first take: at most 1,000 entries of 10 s, under a
+-- millisecond, and no command per take more (at 20/s the step's prune
+-- would cost one every other take).
+local STEP_PRUNE_RATE = 100
+
+-- bucket_commit gives the task slot v (found by bucket_check or bucket_find),
+-- to go at x, and records it in the ledger with the span (wrote:
+-- bucket_check already did).
+local function bucket_commit(t, key, cal, id, now, x, v, left, ra, rb, keep, wrote)
+  local len = bucket_len(t)
   if wrote then id = nil end
-  bucket_add(cal, now, v, bucket_len(t), left, ra, rb, keep, id, t.rate)
+  if bucket_add(cal, now, v, len, left, ra, rb, keep, id) and t.rate > STEP_PRUNE_RATE then
+    -- A new step of the calendar's life on a fast bucket: the ledger's
+    -- entries whose slots ended keep ago go, a step's worth at a time,
+    -- rather than a whole 10 s bin's in one call (bucket_sent), which
+    -- stalled Redis for 130-210 ms at 60,000 takes a second. (This take's
+    -- own entry is ahead of now.)
+    rcall('ZREMRANGEBYSCORE', cal, int(-(now - keep - len)), '(0')
+  end
+  bucket_sent(key, cal, now, t, x, keep)
 end
 
 -- bucket_give gives back the slot [s, s + len) of a bucket (key: its state

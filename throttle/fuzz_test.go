@@ -183,7 +183,7 @@ func TestNastySubjectsGetDistinctKeys(t *testing.T) {
 			continue
 		}
 		tag := subjectTag(DefaultPrefix, s)
-		for _, k := range []string{quotaKey(tag, "weekly"), slotsKey(tag, "sms"), calendarKey(tag, "cal")} { // (a take writes no state hash)
+		for _, k := range []string{quotaKey(tag, "weekly"), bucketKey(tag, "sms"), slotsKey(tag, "sms"), calendarKey(tag, "cal")} {
 			if o, ok := owner[k]; ok {
 				t.Errorf("subjects %q and %q share key %q", o, s, k)
 			}

@@ -112,9 +112,7 @@ func ledger(t testing.TB, rdb redis.UniversalClient, tag, rule string) map[strin
 	}
 	out := map[string]int64{}
 	for _, z := range zs {
-		if id, ok := strings.CutPrefix(z.Member.(string), keyspace.LedgerEntry("")); ok { // not a second's mark
-			out[id] = -int64(z.Score)
-		}
+		out[strings.TrimPrefix(z.Member.(string), keyspace.LedgerEntry(""))] = -int64(z.Score)
 	}
 	return out
 }

@@ -367,7 +367,8 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 					e := c.get(t.book)
 					delete(e.z, member)
 					c.dropIfEmpty(t.book, e)
-					c.ledgerHold(t, id, ticket, remember)
+					c.ledgerHold(t, id, ticket)
+					c.bucketSent(t, x, remember)
 				}
 			}
 			d := dec(true, 0, 0, x-now)
@@ -504,10 +505,11 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 		case t.kind != "b": // holds nothing
 		case goNow:
 			if !taken {
-				c.bucketAdd(t, f, bucketLen(t), remember, id)
+				c.bucketCommitAt(t, f, id, m, remember)
 				break
 			}
-			c.ledgerHold(t, id, f.v, remember)
+			c.ledgerHold(t, id, f.v)
+			c.bucketSent(t, m, remember)
 		case taken:
 			c.getOrCreate(t.book).z[member] = f.v
 			c.extend(t.book, f.v-c.now+modelGrace)

@@ -431,40 +431,20 @@ func (c *modelCall) bucketFind(t *modelTake, s, length float64) modelFound {
 	return modelFound{v: f.v} // not ok: no slot is free before v, how far it got
 }
 
-// modelCalLife is rules.lua's CAL_LIFE; modelPruneEvery and
-// modelStepPruneRate its PRUNE_EVERY and STEP_PRUNE_RATE.
+// modelCalLife is rules.lua's CAL_LIFE; modelStepPruneRate its
+// STEP_PRUNE_RATE.
 const (
 	modelCalLife       = 100000
-	modelPruneEvery    = 1000000
 	modelStepPruneRate = 100
 )
 
-// secondMark mirrors second_mark: the member and score of the mark of
-// now's modelPruneEvery.
-func (c *modelCall) secondMark() (string, float64) {
-	s := math.Floor(c.now/modelPruneEvery) * modelPruneEvery
-	return "-s" + modelInt(s), -s
-}
-
-// bucketPrune mirrors bucket_prune: the ledger's entries whose slots (of
-// length) ended keep ago and the seconds' marks as old, and whole, the
-// step marks and the spans that ended too.
-func (c *modelCall) bucketPrune(t *modelTake, keep, length float64, whole bool) {
-	if whole {
-		c.zremrange(t.cal, -(c.now - keep - length), c.now, false)
-		return
-	}
-	c.zremrange(t.cal, -(c.now - keep - length), 0, true)
-}
-
 // bucketAdd mirrors bucket_add: a span that starts now starts at 0, the
 // merged span is written before the one it absorbs is removed, with task
-// id's ledger entry if id is not "". A span with one after it adds the
-// second's mark, and prunes whole when it is new. A last span adds the
-// mark of its end's step of modelCalLife; the take that adds the mark
-// extends the calendar to the step's end and keep, and adds the second's
-// mark: when that is new it prunes whole, else a fast bucket's ledger.
-func (c *modelCall) bucketAdd(t *modelTake, f modelFound, length, keep float64, id string) {
+// id's ledger entry if id is not "", and a last span adds the mark of its
+// end's step of modelCalLife; the take that adds the mark extends the
+// calendar to the step's end and keep, and drops the mark of the step
+// before. It returns whether it added the mark (a new step).
+func (c *modelCall) bucketAdd(t *modelTake, f modelFound, length, keep float64, id string) bool {
 	a, b := f.v, f.v+length
 	if f.hasLeft {
 		a = f.left
@@ -475,37 +455,25 @@ func (c *modelCall) bucketAdd(t *modelTake, f modelFound, length, keep float64, 
 		b = f.right.b
 	}
 	e := c.getOrCreate(t.cal)
-	sec, score := c.secondMark()
-	_, had := e.z[sec]
 	e.z[modelInt(a)] = b
 	if id != "" {
 		e.z[modelLedger+id] = -f.v
-	}
-	if f.next {
-		e.z[sec] = score
 	}
 	if f.hasRight {
 		delete(e.z, modelInt(f.right.a))
 	}
 	if f.next {
-		if !had {
-			c.bucketPrune(t, keep, length, true)
-		}
-		return
+		return false
 	}
 	d := (math.Floor(b/modelCalLife) + 1) * modelCalLife
 	mark := "-" + modelInt(d)
 	if _, ok := e.z[mark]; ok {
-		return
+		return false
 	}
 	e.z[mark] = 0
 	c.extend(t.cal, d-c.now+keep)
-	if _, ok := e.z[sec]; !ok {
-		e.z[sec] = score
-		c.bucketPrune(t, keep, length, true)
-	} else if t.rate > modelStepPruneRate {
-		c.bucketPrune(t, keep, length, false)
-	}
+	delete(e.z, "-"+modelInt(d-modelCalLife))
+	return true
 }
 
 // bucketFree mirrors bucket_free: the part before v is kept while ahead.
@@ -530,17 +498,9 @@ func (c *modelCall) bucketFree(t *modelTake, v, length float64) {
 // (rules.lua's LEDGER).
 const modelLedger = "#"
 
-// ledgerHold mirrors ledger_hold: the entry scores minus the slot's start,
-// and the second's mark rides along: when both are new, a whole prune.
-func (c *modelCall) ledgerHold(t *modelTake, id string, v, keep float64) {
-	e := c.getOrCreate(t.cal)
-	sec, score := c.secondMark()
-	_, had := e.z[sec]
-	old, was := e.z[modelLedger+id]
-	e.z[modelLedger+id], e.z[sec] = -v, score
-	if !had && (!was || old != -v) {
-		c.bucketPrune(t, keep, bucketLen(t), true)
-	}
+// ledgerHold mirrors ledger_hold: the entry scores minus the slot's start.
+func (c *modelCall) ledgerHold(t *modelTake, id string, v float64) {
+	c.getOrCreate(t.cal).z[modelLedger+id] = -v
 }
 
 // ledger returns the bucket's ledger: its entries' members (modelLedger
@@ -569,6 +529,21 @@ func (c *modelCall) zremrange(k modelKey, min, max float64, open bool) {
 		}
 	}
 	c.dropIfEmpty(k, e)
+}
+
+// bucketSent mirrors bucket_sent: a take that goes at x counted in x's 10 s bin.
+func (c *modelCall) bucketSent(t *modelTake, x, keep float64) {
+	const bin, bins = 10000000, 30
+	b := math.Floor(x / bin)
+	e := c.getOrCreate(t.key)
+	e.h[modelInt(b)] += t.cost
+	if e.h[modelInt(b)] == t.cost {
+		for i := 1; i <= 10; i++ {
+			delete(e.h, modelInt(b-bins-float64(i)+1))
+		}
+		c.extend(t.key, (b+bins+6)*bin-c.now)
+		c.zremrange(t.cal, -(c.now - keep - bucketLen(t)), c.now, false)
+	}
 }
 
 // bucketHeld mirrors bucket_held: the slot the ledger holds for id, unless
@@ -616,9 +591,19 @@ func (c *modelCall) bucketCheck(t *modelTake, id string, denied, prio bool, unhe
 	}
 }
 
-// bucketCommit mirrors bucket_commit: the slot bucketCheck found.
-func (c *modelCall) bucketCommit(t *modelTake, id string, keep float64) {
-	c.bucketAdd(t, t.found, bucketLen(t), keep, id)
+// bucketCommit mirrors bucket_commit: the slot bucketCheck found, to go at x.
+func (c *modelCall) bucketCommit(t *modelTake, id string, x, keep float64) {
+	c.bucketCommitAt(t, t.found, id, x, keep)
+}
+
+// bucketCommitAt mirrors bucket_commit of slot f: its span and ledger
+// entry, and a new step of a fast bucket's calendar prunes the ledger.
+func (c *modelCall) bucketCommitAt(t *modelTake, f modelFound, id string, x, keep float64) {
+	length := bucketLen(t)
+	if c.bucketAdd(t, f, length, keep, id) && t.rate > modelStepPruneRate {
+		c.zremrange(t.cal, -(c.now - keep - length), 0, true) // a new step prunes a fast bucket's ledger
+	}
+	c.bucketSent(t, x, keep)
 }
 
 // bucketUndo mirrors bucket_undo: a slot that has ended is no holding; with
@@ -749,7 +734,7 @@ func (m *model) admit(r Request, nowUS, rememberUS int64) Decision {
 			case "q":
 				c.quotaCommit(t, id, at)
 			case "b":
-				c.bucketCommit(t, id, remember)
+				c.bucketCommit(t, id, at, remember)
 			case "c":
 				c.calCommit(t, id, at)
 			}

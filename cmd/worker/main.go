@@ -210,8 +210,6 @@ func work(ctx context.Context, f *flags, stdout, stderr io.Writer) error {
 	}
 	stopping := make(chan struct{})
 	th.Stopping, th.Events = stopping, events
-	th.Sends = jobs.NewSendCounts(rdb, cfg.Redis.Prefix, events.Now)
-	th.Sends.Log = log
 	srv := newServer(cfg, served, rdb, newOutcomes(log), guard.AsynqLogger())
 	campaigns, err := campaign.New(cfg, rdb, campaign.Options{Log: log, Events: events})
 	if err != nil {
@@ -243,9 +241,6 @@ func work(ctx context.Context, f *flags, stdout, stderr io.Writer) error {
 	}
 	go jobs.WatchClock(ctx, rdb, th.Metrics, log)
 	stopCampaigns := background(ctx, func(ctx context.Context) { _ = campaigns.Run(ctx) })
-	// The sends per bucket are written once a second, and once more when
-	// the handlers have stopped sending.
-	stopSends := background(context.WithoutCancel(ctx), th.Sends.Run)
 	stopCallbacks := func() {}
 	if len(evo.Callbacks) > 0 { // the tenants' status callbacks
 		stopCallbacks = background(context.WithoutCancel(ctx), lifecycle.NewDispatcher(rdb, evo).Run)
@@ -264,7 +259,6 @@ func work(ctx context.Context, f *flags, stdout, stderr io.Writer) error {
 	close(stopping)
 	stopCampaigns()
 	srv.Shutdown()
-	stopSends()
 	stopCallbacks()
 	return err // the deferred stopFleet then leaves the fleet's beats
 }

@@ -20,19 +20,13 @@
 //	Bucket    :b:<rule>         hash: PauseField, the end of a pause (a
 //	                            provider's 429); r, the rate its calendar is
 //	                            laid at (lua/repace.lua); and per SentBin-wide bin
-//	                            (field: SentBinOf), the tokens of the
-//	                            messages the workers sent in it, the last
-//	                            SentBins bins kept (jobs.SendCounts counts
-//	                            them when they are sent, not the engine when
-//	                            they are admitted)
+//	                            (field: µs / SentBin), the tokens taken in
+//	                            it, the last SentBins bins kept
 //	Slots     :b:<rule>:slots   the bucket's calendar: sorted set, member the
 //	                            start of a busy span (0 for one that started
 //	                            when it was written), score its end; marks
 //	                            of the key's life, member '-' and µs, score
-//	                            0 (so no read from now sees one), and of the
-//	                            seconds it was pruned in, member "-s" and
-//	                            the second's µs, score minus them (with the
-//	                            ledger's ended slots); and the
+//	                            0 (so no read from now sees one); and the
 //	                            ledger: member LedgerEntry(task) of a task
 //	                            that took a slot, score minus the slot's
 //	                            start, kept until the slot ends and the
@@ -69,7 +63,6 @@ import (
 	"encoding/base64"
 	"fmt"
 	"strings"
-	"time"
 )
 
 // DefaultPrefix starts every key unless the engine is given another.
@@ -85,16 +78,12 @@ const (
 	// Grace is how long after its moment a ticket nobody claimed is kept
 	// (lua/book.lua GRACE): a task that wakes late still holds it.
 	Grace = 10 * 60 * 1000000 // µs
-	// PauseField is the Bucket hash's field of a pause's end.
-	PauseField = "p"
-)
-
-// SentBin is the width of the Bucket hash's bins of sends, SentBins how
-// many are kept: the workers write them (jobs.SendCounts), the dashboard
-// reads them.
-const (
+	// SentBin is the width of the Bucket hash's bins (lua/rules.lua
+	// SENT_BIN), SentBins how many are kept (SENT_BINS).
 	SentBin  = 10000000 // µs
 	SentBins = 30
+	// PauseField is the Bucket hash's field of a pause's end.
+	PauseField = "p"
 )
 
 // keepByte reports whether a subject byte is kept as is.
@@ -156,9 +145,6 @@ func Slots(tag, rule string) string    { return tag + ":b:" + rule + ":slots" }
 func Fair(tag, rule string) string     { return tag + ":b:" + rule + ":fair" }
 func Tenants(tag, rule string) string  { return tag + ":b:" + rule + ":tenants" }
 func Calendar(tag, rule string) string { return tag + ":c:" + rule }
-
-// SentBinOf is the bin, a field of Bucket, that counts a send at t.
-func SentBinOf(t time.Time) int64 { return t.UnixMicro() / SentBin }
 
 // LedgerEntry is the member of task's entry in a bucket's ledger, which
 // lives in the bucket's Slots (lua/rules.lua: LEDGER).
