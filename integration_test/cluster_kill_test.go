@@ -109,6 +109,7 @@ func killRun(t *testing.T, tag string, fail func(*redistest.Server), back bool) 
 	for _, w := range ws {
 		f.stop(w)
 	}
+	f.masterLost = true
 	c := checkRun(t, f, notes, killWindows, true)
 	if got, want := m[`throttler_sent_total{provider="hook"}`], float64(c.sent+c.dupSends); got != want {
 		t.Errorf("metrics: throttler_sent_total = %g, want %g", got, want)
@@ -118,6 +119,15 @@ func killRun(t *testing.T, tag string, fail func(*redistest.Server), back bool) 
 	// the fleet held at the kill, at most.
 	if bound := killWorkers * killSlots; c.dupTasks > bound {
 		t.Errorf("%d tasks sent twice (%v), more than the %d the fleet can hold at a kill", c.dupTasks, c.dups, bound)
+	}
+	// Likewise a ledger entry the dead master had acknowledged and not
+	// passed on (Redis replicates asynchronously): the send it admitted
+	// went, and the promoted replica never had its token. Seen once in a CI
+	// run: one task.
+	if bound := killWorkers * killSlots; len(c.noToken) > bound {
+		t.Errorf("%d tasks sent with no ledger entry (%v), more than the %d the fleet can hold at a kill", len(c.noToken), c.noToken, bound)
+	} else if len(c.noToken) > 0 {
+		t.Logf("sent with no ledger entry, the dead master's unreplicated writes: %v", c.noToken)
 	}
 	from, to := stall(f.hook.snapshot(), killed)
 	t.Logf("deliveries stopped %s after the kill, resumed %s after it (a gap of %s); %s",
