@@ -66,8 +66,8 @@ type providerView struct {
 	Booked          []bookingView `json:"bookings"`
 	Paused          bool          `json:"paused"`
 	PausedUntil     *time.Time    `json:"paused_until"`
-	// SendsPerSecond is the take rate in each bin of the last minutes,
-	// oldest first, the last ending now.
+	// SendsPerSecond is the rate of the workers' sends in each bin of the
+	// last minutes, oldest first, the last ending now.
 	SendsPerSecond []float64 `json:"sends_per_second"`
 	BinSeconds     float64   `json:"bin_seconds"`
 	Now            time.Time `json:"now"`

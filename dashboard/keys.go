@@ -25,6 +25,10 @@ func bucketKey(prefix, provider string) string {
 	return keyspace.Bucket(keyspace.Tag(prefix, provider), provider)
 }
 
+func sentKey(prefix, provider string) string {
+	return keyspace.Sent(keyspace.Tag(prefix, provider), provider)
+}
+
 func bookKey(prefix, provider string) string {
 	return keyspace.Book(keyspace.Tag(prefix, provider), provider)
 }
@@ -71,17 +75,14 @@ func readPause(p redis.Pipeliner, ctx context.Context, prefix, provider string) 
 	}
 }
 
-// readSends queues counts of the provider's takes in n bins of width µs
-// ending at now, oldest first, from the bucket's 10 s bins (a bin counts in
+// readSends queues counts of the provider's sends in n bins of width µs
+// ending at now, oldest first, from the workers' 10 s bins (a bin counts in
 // the output bin its start falls in).
 func readSends(p redis.Pipeliner, ctx context.Context, prefix, provider string, now, width int64, n int) func() []int64 {
-	all := p.HGetAll(ctx, bucketKey(prefix, provider))
+	all := p.HGetAll(ctx, sentKey(prefix, provider))
 	return func() []int64 {
 		out := make([]int64, n)
 		for f, v := range all.Val() {
-			if f == keyspace.PauseField {
-				continue
-			}
 			at := us(f) * keyspace.SentBin
 			if i := n - 1 - int((now-at)/width); at <= now && i >= 0 && i < n {
 				out[i] += us(v)

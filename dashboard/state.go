@@ -28,8 +28,9 @@ type providerState struct {
 	Tokens      float64    // what the bucket could hand out now (readBucket)
 	Bookings    bookingSet // (readProviderBookings)
 	PausedUntil time.Time  // zero when no pause is in force
-	// Sends counts the takes in each of the last keyspace.SentBins bins of
-	// sendBin, oldest first, the last ending at Now.
+	// Sends counts the workers' sends (throttle.Limiter.Sent) in each of
+	// the last keyspace.SentBins bins of sendBin, oldest first, the last
+	// ending at Now.
 	Sends []int64
 }
 

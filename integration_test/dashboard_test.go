@@ -131,11 +131,23 @@ func TestDashboardInBrowser(t *testing.T) {
 	// alice's: the page shows what the API does, and at least ours.
 	var api struct {
 		Items []struct {
-			Name string `json:"name"`
-			Held int    `json:"bookings_held"`
+			Name  string    `json:"name"`
+			Held  int       `json:"bookings_held"`
+			Sends []float64 `json:"sends_per_second"`
 		} `json:"items"`
 	}
-	getJSON(t, base+"/throttle/api/providers", &api)
+	// The worker counts its sends (alice's first message) and writes the
+	// counts once a second.
+	waitUntil(t, "the worker's send counted", 20*time.Second, func() bool {
+		getJSON(t, base+"/throttle/api/providers", &api)
+		sum := 0.0
+		for _, it := range api.Items {
+			for _, s := range it.Sends {
+				sum += s
+			}
+		}
+		return sum > 0
+	})
 	if n, err := strconv.Atoi(held); bookedAhead == "" || bookedAhead == "0s" || err != nil ||
 		len(api.Items) != 1 || n != api.Items[0].Held || n < booked {
 		t.Errorf("provider hook: booked ahead %q, bookings held %q; want a wait, and the API's %+v, at least the %d booked here",

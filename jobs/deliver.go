@@ -41,6 +41,9 @@ func (t *Throttle) deliver(ctx context.Context, j *job) error {
 	}
 	id, err := j.route.Provider.Send(ctx, providers.Message{ID: j.id, Recipient: j.n.Recipient, Template: j.n.Template, Data: j.n.Data})
 	if err == nil {
+		if j.route.Bucket != nil {
+			t.Limiter.Sent(j.route.Bucket, j.n.Provider, 1)
+		}
 		t.Metrics.inc(t.Metrics.Sent, j.n.Provider)
 		t.Metrics.inc(t.Metrics.TenantSent, j.n.Provider, t.tenantLabel(j.n.Tenant))
 		t.markSent(ctx, j)

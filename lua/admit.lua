@@ -111,7 +111,7 @@ local function commit_takes(keys, ki, id, p, now, delay, found, moves)
       if kind == 'q' then
         quota_commit(t, keys[k], id, now, at, f[1], f[2])
       elseif kind == 'b' then
-        bucket_commit(t, keys[k], keys[k + 2], id, now, at, f[1], f[2], f[3], f[4], p.remember, f[5])
+        bucket_commit(t, keys[k + 2], id, now, f[1], f[2], f[3], f[4], p.remember, f[5])
       elseif kind == 'c' then
         cal_commit(t, keys[k], id, now, at)
       end

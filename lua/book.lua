@@ -255,12 +255,11 @@ local function ticket_add(book, cal, member, now, v, len, left, ra, rb, keep)
   bucket_hold(book, member, now, v, 0, GRACE)
 end
 
--- ticket_claim moves a booked slot v from the tickets to the ledger (the
--- task goes at x): it is in flight, and counts as sent.
-local function ticket_claim(t, key, book, cal, member, id, now, v, x, keep)
+-- ticket_claim moves a booked slot v from the tickets to the ledger: its
+-- task is in flight.
+local function ticket_claim(book, cal, member, id, v)
   rcall('ZREM', book, member)
   ledger_hold(cal, id, v)
-  bucket_sent(key, cal, now, t, x, keep)
 end
 
 -- bump moves ticket member, whose slot starts at s (a priority task takes
@@ -650,7 +649,7 @@ local function claim_commit(b, x, ticket)
       fresh = fresh + bit
     else
       fresh = fresh + bit
-      ticket_claim(t, b.state, b.book, b.cal, b.member, b.id, b.now, ticket, x, b.p.remember)
+      ticket_claim(b.book, b.cal, b.member, b.id, ticket)
     end
     bit = bit * 2
   end
@@ -789,10 +788,9 @@ local function commit_booking(b, m, slot, go)
       entry_commit(t, key(b, i), b.id, now, m)
     elseif t.kind ~= 'b' then -- holds nothing
     elseif go and not slot.taken then
-      bucket_commit(t, b.state, b.cal, b.id, now, m, slot.v, slot.left, slot.ra, slot.rb, remember)
+      bucket_commit(t, b.cal, b.id, now, slot.v, slot.left, slot.ra, slot.rb, remember)
     elseif go then -- a slot taken from a booking: busy already
       ledger_hold(b.cal, b.id, slot.v)
-      bucket_sent(b.state, b.cal, now, t, m, remember)
     elseif slot.taken then
       bucket_hold(b.book, b.member, now, slot.v, 0, GRACE)
     else

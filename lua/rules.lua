@@ -77,8 +77,8 @@
 -- rather than in tables built per take. Neither
 -- outlives what it describes: a plan's meaning is its text, and the scratch
 -- is written by a task's check before its commit reads it, in one call. The
--- text of the last number, mark and bin written is kept too (see int,
--- bucket_add, bucket_sent), and the reply's table is reused. No data is kept
+-- text of the last number and marks written is kept too (see int,
+-- bucket_add), and the reply's table is reused. No data is kept
 -- across calls: Redis alone holds the state.
 --
 -- A check only reads: stale entries count for nothing, not even as the
@@ -421,10 +421,11 @@ end
 -- ID, scored -V, below every span and mark, which no read of the spans
 -- sees. A task holds its slot until it ends (V + len). Booked slots not yet
 -- claimed are tickets (the second key, book.lua). The state hash (the first
--- key) holds the end of a pause (p, pause.lua) and the tokens sent per 10 s
--- bin (field: the bin's number): bucket_sent.
+-- key) holds the end of a pause (p, pause.lua), the rate its waiting work
+-- was laid at (repace.lua), and the tokens workers sent per 10 s bin
+-- (written by the workers: throttle/sends.go).
 --
--- Pruning (bucket_sent, bucket_commit) and what the keys hold as a result:
+-- Pruning (bucket_add, bucket_commit) and what the keys hold as a result:
 -- docs/design.md, "Algorithms". An entry's slot is taken to end one slot of
 -- the pruning take's cost after it starts (the ledger keeps starts only): a
 -- take of a larger cost on the same bucket may lose its entry before its
@@ -486,16 +487,18 @@ local function bucket_find(cal, s, len)
   return nil, c
 end
 
--- CAL_LIFE is the step (µs) a calendar's life is extended by: see bucket_add.
-local CAL_LIFE = 100000
+-- CAL_LIFE is the step (µs) a calendar's life is extended by, PRUNE_BIN the
+-- one it is pruned at: see bucket_add.
+local CAL_LIFE, PRUNE_BIN = 100000, 10000000
 
 -- LEDGER starts a ledger entry's member in the calendar: no span (a
 -- number) nor mark ('-' and a number) starts with it.
 local LEDGER = '#'
 
--- The last mark written, its end and the one of the step before: a mark is
--- the same for every take in a step, so its text is made once per step.
-local mark_d, mark, mark_before
+-- The marks of the last step written, and the one of the step before: a
+-- mark is the same for every take in a step, so its text is made once per
+-- step.
+local mark_d, mark, bin_mark, mark_before
 
 -- bucket_add marks the span [c, c + len) busy, merged with the spans that
 -- touch it (left, ra: bucket_find's), records task id's ledger entry at c
@@ -511,13 +514,20 @@ local mark_d, mark, mark_before
 -- life, and the mark goes with the calendar. So the calendar is extended
 -- once per step, not per take, and lives at most a step longer than its
 -- last span. The take that adds a mark drops the one of the step before,
--- which says less: a busy calendar holds one or two. It returns whether
--- the mark is new (a new step). A mark
--- scores 0: no read of the spans from now on sees it, the prune of the
--- ended spans drops it, and it keeps a calendar whose spans were all given
--- back from being deleted and made again without a TTL. The merged span is
--- written before the span it absorbs is removed, so that the set is never
--- emptied (and its TTL lost) on the way.
+-- which says less: a busy calendar holds one or two.
+--
+-- Beside it goes the mark of d's PRUNE_BIN, '-' .. its number (a step's
+-- number is ten million times larger), also scored 0: the take that adds it (both marks new) prunes the calendar: the
+-- ledger's entries whose slots ended keep ago, the spans that ended and
+-- the marks (every member scored from there to now), and writes the two
+-- marks again. A step's mark is never there without its bin's, so the
+-- count of changed members tells the three cases apart, and a calendar is
+-- pruned once per bin of its life at the cost of one command more. A mark
+-- scores 0: no read of the spans or of the ledger from now on sees it, and
+-- it keeps a calendar whose spans were all given back from being deleted
+-- and made again without a TTL. It returns 0, 1 (a new step) or 2 (a new
+-- bin: pruned). The merged span is written before the span it absorbs is
+-- removed, so that the set is never emptied (and its TTL lost) on the way.
 local function bucket_add(cal, now, c, len, left, ra, rb, keep, id)
   local a, b = left or c, c + len
   if not left and c <= now then a = 0 end -- a span that starts now: see PAST
@@ -527,17 +537,25 @@ local function bucket_add(cal, now, c, len, left, ra, rb, keep, id)
     if ra then b = rb end
     rcall('ZADD', cal, int(b), int(a), unpack_(held))
     if ra then rcall('ZREM', cal, int(ra)) end
-    return false
+    return 0
   end
   local d = (floor(b / CAL_LIFE) + 1) * CAL_LIFE
-  if d ~= mark_d then mark_d, mark, mark_before = d, '-' .. int(d), '-' .. int(d - CAL_LIFE) end
+  if d ~= mark_d then
+    mark_d, mark, mark_before = d, '-' .. int(d), '-' .. int(d - CAL_LIFE)
+    bin_mark = '-' .. int(floor(d / PRUNE_BIN))
+  end
   -- The span's member always changes (it is new, or its end moves on), and
-  -- so does a ledger entry (new, or at a new slot), so one more changed
-  -- member says the mark is new.
-  if rcall('ZADD', cal, 'CH', int(b), int(a), '0', mark, unpack_(held)) ~= 2 + #held / 2 then return false end
-  extend(cal, ceil_ms(d - now + keep))
-  rcall('ZREM', cal, mark_before)
-  return true
+  -- so does a ledger entry (new, or at a new slot): the rest are marks.
+  local new = rcall('ZADD', cal, 'CH', int(b), int(a), '0', mark, '0', bin_mark, unpack_(held)) - 1 - #held / 2
+  if new == 0 then return 0 end
+  if new == 1 then
+    rcall('ZREM', cal, mark_before)
+  else
+    rcall('ZREMRANGEBYSCORE', cal, int(-(now - keep - len)), int(now))
+    rcall('ZADD', cal, '0', mark, '0', bin_mark)
+  end
+  extend(cal, ceil_ms(d - now + keep)) -- after the prune, which may empty the set
+  return new
 end
 
 -- bucket_free marks [v, v + len) free again, where a span holds it whole;
@@ -568,32 +586,6 @@ end
 -- the calendar holds: the calendar lives as long as the entry must.
 local function ledger_hold(cal, id, v)
   rcall('ZADD', cal, int(-v), LEDGER .. id)
-end
-
--- SENT_BIN is the width of the bins bucket_sent counts in, SENT_BINS how
--- many are kept.
-local SENT_BIN, SENT_BINS = 10000000, 30 -- µs
-
--- The last bin counted in, and its field's name.
-local sent_bin, sent_bin_s
-
--- bucket_sent counts a take that goes at moment x, in x's bin. The first
--- take of a bin drops the bins SENT_BINS to SENT_BINS + 9 older (a gap of
--- more than that is one the hash outlives by nothing: it lives SENT_BINS +
--- 6 bins after its last take), and prunes the calendar's ended spans and
--- the ledger's entries whose slots ended keep ago.
-local function bucket_sent(key, cal, now, t, x, keep)
-  local bin = floor(x / SENT_BIN)
-  if bin ~= sent_bin then sent_bin, sent_bin_s = bin, int(bin) end
-  if rcall('HINCRBY', key, sent_bin_s, t.cost_s) == t.cost then
-    local old = {}
-    for i = 1, 10 do old[i] = int(bin - SENT_BINS - i + 1) end
-    rcall('HDEL', key, unpack_(old))
-    extend(key, ceil_ms((bin + SENT_BINS + 6) * SENT_BIN - now))
-    -- From the ledger's entries whose slots ended keep ago, through the
-    -- marks, to the spans that ended: one range.
-    rcall('ZREMRANGEBYSCORE', cal, int(-(now - keep - bucket_len(t))), int(now))
-  end
 end
 
 -- bucket_held returns the slot the ledger holds for the task, or nil: none,
@@ -665,26 +657,25 @@ end
 -- STEP_PRUNE_RATE (takes a second): a bucket faster than this has its ledger
 -- pruned at each step of its calendar's life (bucket_commit), at most ten
 -- times a second, so at most 0.1 command per take more. A slower one leaves
--- it to the bin's first take: at most 1,000 entries of 10 s, under a
--- millisecond, and no command per take more (at 20/s the step's prune
+-- it to the bin's prune (bucket_add): at most 1,000 entries of 10 s, under
+-- a millisecond, and no command per take more (at 20/s the step's prune
 -- would cost one every other take).
 local STEP_PRUNE_RATE = 100
 
--- bucket_commit gives the task slot v (found by bucket_check or bucket_find),
--- to go at x, and records it in the ledger with the span (wrote:
--- bucket_check already did).
-local function bucket_commit(t, key, cal, id, now, x, v, left, ra, rb, keep, wrote)
+-- bucket_commit gives the task slot v (found by bucket_check or bucket_find)
+-- and records it in the ledger with the span (wrote: bucket_check already
+-- did).
+local function bucket_commit(t, cal, id, now, v, left, ra, rb, keep, wrote)
   local len = bucket_len(t)
   if wrote then id = nil end
-  if bucket_add(cal, now, v, len, left, ra, rb, keep, id) and t.rate > STEP_PRUNE_RATE then
+  if bucket_add(cal, now, v, len, left, ra, rb, keep, id) == 1 and t.rate > STEP_PRUNE_RATE then
     -- A new step of the calendar's life on a fast bucket: the ledger's
     -- entries whose slots ended keep ago go, a step's worth at a time,
-    -- rather than a whole 10 s bin's in one call (bucket_sent), which
-    -- stalled Redis for 130-210 ms at 60,000 takes a second. (This take's
-    -- own entry is ahead of now.)
+    -- rather than a whole 10 s bin's in one call, which stalled Redis for
+    -- 130-210 ms at 60,000 takes a second. (This take's own entry is ahead
+    -- of now.)
     rcall('ZREMRANGEBYSCORE', cal, int(-(now - keep - len)), '(0')
   end
-  bucket_sent(key, cal, now, t, x, keep)
 end
 
 -- bucket_give gives back the slot [s, s + len) of a bucket (key: its state

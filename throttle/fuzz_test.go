@@ -182,14 +182,18 @@ func TestNastySubjectsGetDistinctKeys(t *testing.T) {
 			t.Errorf("subject %q: %+v, %v; want allowed", s, d, err)
 			continue
 		}
+		l.Sent(b, s, 1)
 		tag := subjectTag(DefaultPrefix, s)
-		for _, k := range []string{quotaKey(tag, "weekly"), bucketKey(tag, "sms"), slotsKey(tag, "sms"), calendarKey(tag, "cal")} {
+		for _, k := range []string{quotaKey(tag, "weekly"), sentKey(tag, "sms"), slotsKey(tag, "sms"), calendarKey(tag, "cal")} {
 			if o, ok := owner[k]; ok {
 				t.Errorf("subjects %q and %q share key %q", o, s, k)
 			}
 			owner[k] = s
 		}
 	}
+	stopped, stop := context.WithCancel(ctx)
+	stop()
+	l.CountSends(stopped) // writes the counts of Sent
 	keys, err := rdb.Keys(ctx, "*").Result()
 	if err != nil {
 		t.Fatal(err)

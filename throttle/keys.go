@@ -19,6 +19,7 @@ func subjectTag(prefix, subject string) string { return keyspace.Tag(prefix, sub
 
 func quotaKey(tag, rule string) string    { return keyspace.Quota(tag, rule) }
 func bucketKey(tag, rule string) string   { return keyspace.Bucket(tag, rule) }
+func sentKey(tag, rule string) string     { return keyspace.Sent(tag, rule) }
 func bookKey(tag, rule string) string     { return keyspace.Book(tag, rule) }
 func slotsKey(tag, rule string) string    { return keyspace.Slots(tag, rule) }
 func fairKey(tag, rule string) string     { return keyspace.Fair(tag, rule) }

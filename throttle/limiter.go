@@ -68,6 +68,7 @@ type Limiter struct {
 	// points run as scripts (EVALSHA).
 	noFunctions atomic.Bool
 	loading     sync.Mutex // one FUNCTION LOAD at a time
+	sent        sends      // Sent's counts, until CountSends writes them
 }
 
 // New returns a Limiter on rdb (a *redis.Client, *redis.ClusterClient or

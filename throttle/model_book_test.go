@@ -368,7 +368,6 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 					delete(e.z, member)
 					c.dropIfEmpty(t.book, e)
 					c.ledgerHold(t, id, ticket)
-					c.bucketSent(t, x, remember)
 				}
 			}
 			d := dec(true, 0, 0, x-now)
@@ -505,11 +504,10 @@ func (c *modelCall) book(r Request, takes []*modelTake, remember float64) (Decis
 		case t.kind != "b": // holds nothing
 		case goNow:
 			if !taken {
-				c.bucketCommitAt(t, f, id, m, remember)
+				c.bucketCommitAt(t, f, id, remember)
 				break
 			}
 			c.ledgerHold(t, id, f.v)
-			c.bucketSent(t, m, remember)
 		case taken:
 			c.getOrCreate(t.book).z[member] = f.v
 			c.extend(t.book, f.v-c.now+modelGrace)

@@ -431,20 +431,22 @@ func (c *modelCall) bucketFind(t *modelTake, s, length float64) modelFound {
 	return modelFound{v: f.v} // not ok: no slot is free before v, how far it got
 }
 
-// modelCalLife is rules.lua's CAL_LIFE; modelStepPruneRate its
-// STEP_PRUNE_RATE.
+// modelCalLife is rules.lua's CAL_LIFE, modelPruneBin its PRUNE_BIN,
+// modelStepPruneRate its STEP_PRUNE_RATE.
 const (
 	modelCalLife       = 100000
+	modelPruneBin      = 10000000
 	modelStepPruneRate = 100
 )
 
 // bucketAdd mirrors bucket_add: a span that starts now starts at 0, the
 // merged span is written before the one it absorbs is removed, with task
-// id's ledger entry if id is not "", and a last span adds the mark of its
-// end's step of modelCalLife; the take that adds the mark extends the
-// calendar to the step's end and keep, and drops the mark of the step
-// before. It returns whether it added the mark (a new step).
-func (c *modelCall) bucketAdd(t *modelTake, f modelFound, length, keep float64, id string) bool {
+// id's ledger entry if id is not "", and a last span adds the marks of its
+// end's step of modelCalLife and of that step's modelPruneBin. A new step
+// drops the mark of the step before; a new bin as well prunes the calendar
+// up to now and writes the two marks again; either extends the calendar to
+// the step's end and keep. It returns 0, 1 (a new step) or 2 (a new bin).
+func (c *modelCall) bucketAdd(t *modelTake, f modelFound, length, keep float64, id string) int {
 	a, b := f.v, f.v+length
 	if f.hasLeft {
 		a = f.left
@@ -463,17 +465,31 @@ func (c *modelCall) bucketAdd(t *modelTake, f modelFound, length, keep float64, 
 		delete(e.z, modelInt(f.right.a))
 	}
 	if f.next {
-		return false
+		return 0
 	}
 	d := (math.Floor(b/modelCalLife) + 1) * modelCalLife
-	mark := "-" + modelInt(d)
-	if _, ok := e.z[mark]; ok {
-		return false
+	marks := []string{"-" + modelInt(d), "-" + modelInt(math.Floor(d/modelPruneBin))}
+	n := 0
+	for _, m := range marks {
+		if _, ok := e.z[m]; !ok {
+			n++
+		}
+		e.z[m] = 0
 	}
-	e.z[mark] = 0
+	switch n {
+	case 0:
+		return 0
+	case 1:
+		delete(e.z, "-"+modelInt(d-modelCalLife))
+	default:
+		c.zremrange(t.cal, -(c.now - keep - length), c.now, false)
+		e = c.getOrCreate(t.cal)
+		for _, m := range marks {
+			e.z[m] = 0
+		}
+	}
 	c.extend(t.cal, d-c.now+keep)
-	delete(e.z, "-"+modelInt(d-modelCalLife))
-	return true
+	return n
 }
 
 // bucketFree mirrors bucket_free: the part before v is kept while ahead.
@@ -531,21 +547,6 @@ func (c *modelCall) zremrange(k modelKey, min, max float64, open bool) {
 	c.dropIfEmpty(k, e)
 }
 
-// bucketSent mirrors bucket_sent: a take that goes at x counted in x's 10 s bin.
-func (c *modelCall) bucketSent(t *modelTake, x, keep float64) {
-	const bin, bins = 10000000, 30
-	b := math.Floor(x / bin)
-	e := c.getOrCreate(t.key)
-	e.h[modelInt(b)] += t.cost
-	if e.h[modelInt(b)] == t.cost {
-		for i := 1; i <= 10; i++ {
-			delete(e.h, modelInt(b-bins-float64(i)+1))
-		}
-		c.extend(t.key, (b+bins+6)*bin-c.now)
-		c.zremrange(t.cal, -(c.now - keep - bucketLen(t)), c.now, false)
-	}
-}
-
 // bucketHeld mirrors bucket_held: the slot the ledger holds for id, unless
 // it has ended.
 func (c *modelCall) bucketHeld(t *modelTake, id string) (float64, bool) {
@@ -591,19 +592,18 @@ func (c *modelCall) bucketCheck(t *modelTake, id string, denied, prio bool, unhe
 	}
 }
 
-// bucketCommit mirrors bucket_commit: the slot bucketCheck found, to go at x.
-func (c *modelCall) bucketCommit(t *modelTake, id string, x, keep float64) {
-	c.bucketCommitAt(t, t.found, id, x, keep)
+// bucketCommit mirrors bucket_commit: the slot bucketCheck found.
+func (c *modelCall) bucketCommit(t *modelTake, id string, keep float64) {
+	c.bucketCommitAt(t, t.found, id, keep)
 }
 
 // bucketCommitAt mirrors bucket_commit of slot f: its span and ledger
 // entry, and a new step of a fast bucket's calendar prunes the ledger.
-func (c *modelCall) bucketCommitAt(t *modelTake, f modelFound, id string, x, keep float64) {
+func (c *modelCall) bucketCommitAt(t *modelTake, f modelFound, id string, keep float64) {
 	length := bucketLen(t)
-	if c.bucketAdd(t, f, length, keep, id) && t.rate > modelStepPruneRate {
+	if c.bucketAdd(t, f, length, keep, id) == 1 && t.rate > modelStepPruneRate {
 		c.zremrange(t.cal, -(c.now - keep - length), 0, true) // a new step prunes a fast bucket's ledger
 	}
-	c.bucketSent(t, x, keep)
 }
 
 // bucketUndo mirrors bucket_undo: a slot that has ended is no holding; with
@@ -734,7 +734,7 @@ func (m *model) admit(r Request, nowUS, rememberUS int64) Decision {
 			case "q":
 				c.quotaCommit(t, id, at)
 			case "b":
-				c.bucketCommit(t, id, at, remember)
+				c.bucketCommit(t, id, remember)
 			case "c":
 				c.calCommit(t, id, at)
 			}

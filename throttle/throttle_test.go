@@ -334,9 +334,13 @@ func TestEveryKeyExpires(t *testing.T) {
 	now := redisNow(t, l)
 	c := mustCalendarWindow(t, 5, now.Add(-time.Hour), now.Add(time.Hour))
 	mustAdmit(t, l, Request{ID: "a", Takes: []Take{{Rule: q, Subject: "alice"}, {Rule: b, Subject: "gw", Cost: 4}, {Rule: c, Subject: "alice"}}})
+	l.Sent(b, "gw", 4) // and a worker sent it
+	stopped, stop := context.WithCancel(ctx)
+	stop()
+	l.CountSends(stopped)
 	longest := map[string]time.Duration{
 		":q:mkt":       7 * 24 * time.Hour,
-		":b:sms":       6 * time.Minute,                                        // the sends of 30 bins of 10 s, and 6 more
+		":b:sms:sent":  310 * time.Second,                                      // the sends of 30 bins of 10 s, and the one now
 		":b:sms:slots": 8*time.Second + 100*time.Millisecond + DefaultRemember, // one slot of 4 tokens at 0.5/s, to the end of its 100 ms step, and its ledger entry remember more
 		":c:cal":       time.Hour + time.Millisecond,                           // to the end of its window, an hour from now, and the ms a TTL is rounded up by
 	}

@@ -220,6 +220,9 @@ func work(ctx context.Context, f *flags, stdout, stderr io.Writer) error {
 	// handlers still run must not be taken for dead.
 	stopFleet := background(context.WithoutCancel(ctx), func(ctx context.Context) { _ = rec.Run(ctx) })
 	defer stopFleet()
+	// The dashboard's counts of sends, written once a second, and the last
+	// ones after the server has shut down.
+	defer background(context.WithoutCancel(ctx), th.Limiter.CountSends)()
 	// Waiting work laid at another rate or weights than the config's is
 	// re-paced first (docs/booking.md#re-pacing-when-the-rules-change).
 	queues := asynqdb.Names(served)

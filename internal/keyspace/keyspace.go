@@ -19,18 +19,20 @@
 //	                            ahead of now; pruned past the longest window
 //	Bucket    :b:<rule>         hash: PauseField, the end of a pause (a
 //	                            provider's 429); r, the rate its calendar is
-//	                            laid at (lua/repace.lua); and per SentBin-wide bin
-//	                            (field: µs / SentBin), the tokens taken in
-//	                            it, the last SentBins bins kept
+//	                            laid at (lua/repace.lua)
 //	Slots     :b:<rule>:slots   the bucket's calendar: sorted set, member the
 //	                            start of a busy span (0 for one that started
 //	                            when it was written), score its end; marks
-//	                            of the key's life, member '-' and µs, score
-//	                            0 (so no read from now sees one); and the
+//	                            of the key's life, member '-' and a number,
+//	                            score 0 (so no read from now sees one); and
+//	                            the
 //	                            ledger: member LedgerEntry(task) of a task
 //	                            that took a slot, score minus the slot's
 //	                            start, kept until the slot ends and the
 //	                            engine's Options.Remember more
+//	Sent      :b:<rule>:sent    hash: per SentBin-wide bin (field: µs /
+//	                            SentBin), the tokens workers sent in it
+//	                            (throttle/sends.go), the last SentBins kept
 //	Book      :b:<rule>:book    the tickets: sorted set, member a booked task
 //	                            (ID, then \x1e and the cost when not 1),
 //	                            score its slot's start; kept unclaimed for
@@ -78,8 +80,8 @@ const (
 	// Grace is how long after its moment a ticket nobody claimed is kept
 	// (lua/book.lua GRACE): a task that wakes late still holds it.
 	Grace = 10 * 60 * 1000000 // µs
-	// SentBin is the width of the Bucket hash's bins (lua/rules.lua
-	// SENT_BIN), SentBins how many are kept (SENT_BINS).
+	// SentBin is the width of the Bucket hash's bins of sends, SentBins
+	// how many are kept (throttle/sends.go writes them).
 	SentBin  = 10000000 // µs
 	SentBins = 30
 	// PauseField is the Bucket hash's field of a pause's end.
@@ -140,6 +142,7 @@ func Tag(prefix, subject string) string {
 
 func Quota(tag, rule string) string    { return tag + ":q:" + rule }
 func Bucket(tag, rule string) string   { return tag + ":b:" + rule }
+func Sent(tag, rule string) string     { return tag + ":b:" + rule + ":sent" }
 func Book(tag, rule string) string     { return tag + ":b:" + rule + ":book" }
 func Slots(tag, rule string) string    { return tag + ":b:" + rule + ":slots" }
 func Fair(tag, rule string) string     { return tag + ":b:" + rule + ":fair" }

@@ -46,8 +46,6 @@ func TestConstantsMatchLua(t *testing.T) {
 		want int64
 	}{
 		{"GRACE", keyspace.Grace},
-		{"SENT_BIN", keyspace.SentBin},
-		{"SENT_BINS", keyspace.SentBins},
 	} {
 		got, ok := lua[tc.name]
 		if !ok {
