@@ -53,7 +53,6 @@ func (p *Twilio) Scopes(m Message) []string {
 type twilioError struct {
 	Code    int    `json:"code"`
 	Message string `json:"message"`
-	Status  int    `json:"status"`
 }
 
 // Send posts m and classifies the answer; the ID of a message sent is its
