@@ -142,13 +142,7 @@ func (b *batch) run(ctx context.Context, in io.Reader, out *bufio.Writer, bar *p
 	go func() { wg.Wait(); close(results) }()
 
 	r := &report{name: b.name, out: out, bar: bar, slots: slots, pending: map[int]item{}}
-	stopped := false
-	halt := func() {
-		if !stopped {
-			stopped = true
-			close(stop)
-		}
-	}
+	halt := sync.OnceFunc(func() { close(stop) })
 	done := ctx.Done()
 	for {
 		select {

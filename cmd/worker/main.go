@@ -55,8 +55,7 @@ func main() {
 	os.Exit(exitStatus(err, os.Stderr))
 }
 
-// Exit statuses: 0 done (or -h, -version), 1 an error stopped the worker
-// (or -check found mistakes), 2 a mistake on the command line.
+// Exit statuses, as usage tells them.
 const (
 	exitOK    = 0
 	exitError = 1
@@ -102,7 +101,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return work(ctx, f, stdout, stderr)
 }
 
-// flags are the worker's command line.
 type flags struct {
 	path                             string
 	demo                             time.Duration
@@ -121,14 +119,11 @@ func parseFlags(args []string, stdout io.Writer) (*flags, error) {
 	fs.BoolVar(&f.connect, "connect", false, "with -check: also connect to Redis (login, TLS, cluster) and say what answered")
 	fs.BoolVar(&f.apiOnly, "api-only", false, "serve the HTTP API on api.addr (and /healthz, /metrics on worker.http_addr) and deliver nothing; the providers' secrets are not needed")
 	fs.BoolVar(&f.version, "version", false, "print the version and the commit it was built from, and exit")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), usage)
-		fs.PrintDefaults()
-	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(stdout)
-			fs.Usage()
+			fmt.Fprint(stdout, usage)
+			fs.PrintDefaults()
 			return nil, err
 		}
 		return nil, &usageError{msg: err.Error()}
