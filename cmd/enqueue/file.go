@@ -199,7 +199,10 @@ func (b *batch) read(in io.Reader, work chan<- item, slots chan<- struct{}, stop
 		case len(bytes.TrimSpace(line)) == 0:
 			continue // blank: skipped, neither counted nor rejected
 		default:
-			it.job, it.err = b.parse(line)
+			var e intake.Entry
+			if e, it.err = intake.ParseLine(line); it.err == nil {
+				it.job, it.err = b.check.Check(e, time.Now())
+			}
 			if it.err != nil {
 				it.state = stateRejected
 			}
@@ -208,15 +211,6 @@ func (b *batch) read(in io.Reader, work chan<- item, slots chan<- struct{}, stop
 			return
 		}
 	}
-}
-
-// parse checks one line and returns its job.
-func (b *batch) parse(line []byte) (intake.Job, error) {
-	e, err := intake.ParseLine(line)
-	if err != nil {
-		return intake.Job{}, err
-	}
-	return b.check.Check(e, time.Now())
 }
 
 // send enqueues the ready items of work and passes every item on to results,

@@ -1,12 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/notify-throttle/throttler/api"
@@ -49,15 +49,14 @@ func demoCurl(ctx context.Context, base string, lead time.Duration, start time.T
 		"  curl -X POST %s/v1/notifications -H 'Authorization: Bearer %s' \\\n"+
 		"       -H 'Idempotency-Key: demo-erin-welcome' -H 'Content-Type: application/json' -d '%s'\n",
 		base, demoAPIKey, body)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/notifications", bytes.NewReader([]byte(body)))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/notifications", strings.NewReader(body))
 	if err != nil {
 		return "", err
 	}
 	req.Header.Set("Authorization", "Bearer "+demoAPIKey)
 	req.Header.Set(api.IdempotencyHeader, "demo-erin-welcome")
 	req.Header.Set("Content-Type", "application/json")
-	c := &http.Client{Timeout: 10 * time.Second}
-	res, err := c.Do(req)
+	res, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
 	if err != nil {
 		return "", fmt.Errorf("demo: the API: %w", err)
 	}

@@ -407,7 +407,7 @@ func newServer(cfg *config.Config, served map[string]int, rdb redis.UniversalCli
 		RetryDelayFunc:           jobs.RetryDelay(cfg.Worker.Jitter),
 		DelayedTaskCheckInterval: time.Second,
 		LogLevel:                 asynq.WarnLevel,
-		Logger:                   outs.asynqLogger(base),
+		Logger:                   &filteredLogger{Logger: base, o: outs},
 		ErrorHandler:             asynq.ErrorHandlerFunc(outs.handleError),
 	})
 }

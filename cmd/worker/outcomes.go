@@ -94,12 +94,8 @@ func (o *outcomes) drop(msg string) bool {
 	return true
 }
 
-// asynqLogger returns l with asynq's "Retry exhausted" lines for the tasks
-// handleError expected left out.
-func (o *outcomes) asynqLogger(l asynq.Logger) asynq.Logger {
-	return &filteredLogger{Logger: l, o: o}
-}
-
+// filteredLogger is an asynq logger without the "Retry exhausted" lines
+// of the tasks o expected.
 type filteredLogger struct {
 	asynq.Logger
 	o *outcomes
