@@ -34,8 +34,7 @@ func demoAPI(cfg *config.Config) {
 	cfg.API.Keys = keys
 }
 
-// demoLead is how far ahead the demo schedules the API's message: a few
-// seconds, within the demo's run.
+// demoLead is how far ahead, within its run, the demo schedules the API's message.
 func demoLead(run time.Duration) time.Duration { return min(5*time.Second, run/4) }
 
 // demoCurl enqueues one notification through the API at base, scheduled

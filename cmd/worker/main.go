@@ -287,8 +287,8 @@ func demoSetup(cfg *config.Config, d time.Duration, out io.Writer) *sentCounts {
 	return counts
 }
 
-// connect connects to Redis (dial), serving the embedded one if the config
-// says so, after logging the config's warnings.
+// connect logs the config's warnings and connects to Redis, serving the
+// embedded one if the config says so.
 func connect(ctx context.Context, cfg *config.Config, log *slog.Logger) (redis.UniversalClient, *redisguard.Guard, func() error, error) {
 	for _, w := range append(cfg.Warnings(), cfg.Redis.Warnings()...) {
 		log.Warn(w)
@@ -306,8 +306,7 @@ func connect(ctx context.Context, cfg *config.Config, log *slog.Logger) (redis.U
 	return rdb, guard, closeRedis, nil
 }
 
-// dial connects to Redis with open through a guard (internal/redisguard:
-// calls back off while Redis is unreachable, and a start waits for it),
+// dial connects to Redis with open through a guard (internal/redisguard)
 // and resolves the queues' shards as every process does.
 func dial(ctx context.Context, cfg *config.Config, log *slog.Logger,
 	open func(context.Context, redisconn.Config) (redis.UniversalClient, func() error, error)) (redis.UniversalClient, *redisguard.Guard, func() error, error) {
@@ -385,8 +384,7 @@ func startHTTP(ctx context.Context, ln net.Listener, dash http.Handler, cfg *con
 }
 
 // servedQueues returns the asynq queues the worker serves, with their
-// priorities: the config's queues' shards, and those of another number of
-// shards asynq knows, so that a change of redis.shards strands no task.
+// priorities (asynqdb.Served).
 func servedQueues(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient) (map[string]int, error) {
 	known, err := rdb.SMembers(ctx, asynqdb.AllQueues).Result()
 	if err != nil {
@@ -412,9 +410,8 @@ func newServer(cfg *config.Config, served map[string]int, rdb redis.UniversalCli
 	})
 }
 
-// newThrottle builds the notification handler from the config. With counts
-// (the demo's), every provider's sends are counted per recipient, which
-// only a demo can afford.
+// newThrottle builds the notification handler from the config, counting
+// sends per recipient with the demo's counts.
 func newThrottle(cfg *config.Config, rdb redis.UniversalClient, reg prometheus.Registerer, log *slog.Logger, stdout io.Writer, counts *sentCounts) (*jobs.Throttle, senders, error) {
 	lim, err := throttle.New(rdb, throttle.Options{Prefix: cfg.Redis.Prefix, Remember: cfg.Worker.RememberTakes})
 	if err != nil {

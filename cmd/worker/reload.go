@@ -131,9 +131,8 @@ func (r *reloader) run(ctx context.Context, hup <-chan os.Signal) {
 	}
 }
 
-// reload re-reads the config file (docs/rules.md#live-reload): a valid one
-// replaces the policies and providers, and the API's keys and names; an
-// invalid one is refused, its problems printed as a start prints them.
+// reload re-reads the config file (docs/rules.md#live-reload): an invalid
+// one is refused, its problems printed as a start prints them.
 func (r *reloader) reload(ctx context.Context) {
 	r.log.Info("SIGHUP: reloading the config", "file", r.path)
 	cfg, err := config.Load(r.path)
