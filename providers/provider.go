@@ -54,16 +54,11 @@ const BrokenPause = time.Minute
 
 // SendError is a failed send with what to do about it.
 type SendError struct {
-	Outcome Outcome
-	// RetryAfter is how long to wait (Pause, Broken, Retry); RetryAt, if
-	// set, is the moment instead (an epoch from the provider: a rate-limit
-	// or quota reset), turned into a wait by Redis's clock.
-	RetryAfter time.Duration
-	RetryAt    time.Time
-	// Scope, for Pause, is what the pause holds ("" the whole provider; see
-	// SenderScope, PairScope, DeviceScope).
-	Scope string
-	Err   error
+	Outcome    Outcome
+	RetryAfter time.Duration // how long to wait (Pause, Broken, Retry)
+	RetryAt    time.Time     // if set, the moment instead, turned into a wait by Redis's clock
+	Scope      string        // for Pause, what it holds ("" the whole provider; see SenderScope, PairScope, DeviceScope)
+	Err        error
 }
 
 func (e *SendError) Error() string { return e.Err.Error() }

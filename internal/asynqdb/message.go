@@ -10,10 +10,9 @@ import (
 )
 
 // asynq exports no encoder for its task message, so Message writes the
-// protobuf by hand. The field numbers are those of TaskMessage in asynq
-// Version's internal/proto/asynq.proto; fields equal to zero are left out,
-// as proto3 does. TestContract compares the bytes with what asynq's own
-// Client stores.
+// protobuf by hand: the field numbers of TaskMessage in asynq Version's
+// internal/proto/asynq.proto, zero fields left out as proto3 does
+// (TestContract compares the bytes with what asynq's Client stores).
 const (
 	fieldType      = 1
 	fieldPayload   = 2

@@ -18,10 +18,8 @@ type Options struct {
 	// Users are ACL users as redis.conf's "user" directive takes them
 	// ("app on >s3cret ~app:* +get"). With any, the default user is off
 	// and AdminUser is added; neither may be redefined.
-	Users []string
-	// TLS: TLS connections only, also between cluster nodes, with
-	// certificates of a throwaway CA (Server.TLS).
-	TLS         bool
+	Users       []string
+	TLS         bool     // TLS only, between cluster nodes too, with a throwaway CA's certificates (Server.TLS)
 	ClientCerts bool     // a TLS server requires a client certificate
 	Extra       []string // more directives, as Start takes them
 }
