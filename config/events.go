@@ -52,9 +52,8 @@ func (c *Callback) Fill(has func(key string) bool, _ func(key, why string)) {
 }
 
 // EventOptions returns the options of the events' Recorder and Dispatcher
-// (package lifecycle): these settings under the config's key prefix. A
-// producer's config (LoadProducer, LoadAPI) has no callback secrets, which
-// only a worker's Dispatcher needs.
+// (package lifecycle). A producer's config (LoadProducer, LoadAPI) has no
+// callback secrets, which only a worker's Dispatcher needs.
 func (c *Config) EventOptions() lifecycle.Options {
 	e := c.Events
 	o := lifecycle.Options{Prefix: c.Redis.Prefix, History: e.History, HistoryLimit: e.HistoryLimit,

@@ -60,9 +60,7 @@ func (e *budgeted) Error() string { return e.err.Error() }
 func (e *budgeted) Unwrap() error { return e.err }
 
 // RetryBudget returns how many retries a temporary failure err gets from
-// its provider's own limit (Retries.Max: max_retries), and whether it has
-// one; the task's own limit (asynq's MaxRetry) is then not the one that
-// archives it.
+// its provider's own limit (Retries.Max), and whether it has one.
 func RetryBudget(err error) (int, bool) {
 	var b *budgeted
 	if errors.As(err, &b) {

@@ -28,9 +28,8 @@ type Webhook struct {
 // worker with more sends in flight dial anew for almost every send.
 const WebhookIdleConns = 256
 
-// NewWebhook returns a webhook provider with a per-send timeout, on
-// a transport of its own that keeps up to WebhookIdleConns connections to
-// its host open between sends and trusts roots (nil: the system's CAs).
+// NewWebhook returns a webhook provider with a per-send timeout, on a
+// transport of its own (see WebhookIdleConns) trusting roots (nil: the system's CAs).
 func NewWebhook(name, url string, timeout time.Duration, headers map[string]string, roots *x509.CertPool) *Webhook {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConns = WebhookIdleConns

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"strings"
 	"time"
@@ -27,9 +28,7 @@ func demoAPI(cfg *config.Config) {
 		cfg.API.Addr = "127.0.0.1:0"
 	}
 	keys := map[string]config.APIKey{}
-	for name, k := range cfg.API.Keys {
-		keys[name] = k
-	}
+	maps.Copy(keys, cfg.API.Keys)
 	keys["demo"] = config.APIKey{Key: demoAPIKey, Rate: config.DefaultAPIRate, Burst: config.DefaultAPIBurst}
 	cfg.API.Keys = keys
 }

@@ -1,9 +1,8 @@
 // Package redisguard keeps a worker calm while Redis is unavailable
-// (docs/design.md#the-worker, "Redis trouble"). A Guard is a go-redis hook
+// (docs/design.md#the-worker, "Redis trouble"): a Guard is a go-redis hook
 // that holds back a call Redis could not serve for a growing, capped delay
-// before its error returns, so that a loop retrying at once (asynq's
-// dequeue) sleeps instead of spinning, and logs the outage at a bounded
-// rate. Calls Redis answers, even with an error reply, pass untouched.
+// before its error returns. Calls Redis answers, even with an error reply,
+// pass untouched.
 package redisguard
 
 import (
