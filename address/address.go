@@ -1,9 +1,7 @@
 // Package address checks that a recipient is an address its provider's
-// channel can deliver to (E.164 for twilio, an email address for smtp, ses
-// and sendgrid, a device token for fcm and apns), before it is enqueued
-// (package intake) and before a worker sends it (providers.Addresser): sent as
-// it is, a bad address costs a vendor call, and the vendor's answer
-// suppresses that string for good.
+// channel can deliver to, before it is enqueued (package intake) and before
+// a worker sends it (providers.Addresser): what each type takes and why is
+// in docs/operations.md#the-http-api, "What a notification must be".
 package address
 
 import (
@@ -44,8 +42,7 @@ func Check(kind, recipient string) error {
 func Any(kind string) bool { return Check(kind, "") == nil }
 
 // e164 accepts "+" and 8 to 15 digits, the first not 0: ITU-T E.164 caps
-// a number at 15 digits with its country code, and no country's numbers
-// are shorter than 8 with it. Twilio wants exactly this form.
+// a number at 15 digits with its country code, and none is shorter than 8.
 func e164(s string) error {
 	digits, ok := strings.CutPrefix(s, "+")
 	if !ok || len(digits) < 8 || len(digits) > 15 || digits[0] == '0' || !all(digits, isDigit) {
@@ -68,11 +65,9 @@ func email(s string) error {
 	return nil
 }
 
-// fcmToken accepts the alphabet FCM registration tokens are made of.
-// Google documents no format or length (tokens run about 150 to 200
-// characters today), so only what no token can be is refused: spaces, an
-// email address, a number with its +, other punctuation. A topic or
-// condition is not a recipient here: the adapter sends to a token.
+// fcmToken accepts the alphabet FCM registration tokens are made of:
+// Google documents no format or length, so only what no token can be is
+// refused.
 func fcmToken(s string) error {
 	if s == "" || len(s) > 4096 || !all(s, func(r rune) bool {
 		return isDigit(r) || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || strings.ContainsRune("-_:.", r)
@@ -82,9 +77,8 @@ func fcmToken(s string) error {
 	return nil
 }
 
-// deviceToken accepts an APNs device token in hex: 64 digits today. Apple
-// says tokens are of variable length and not to hard-code theirs, so
-// longer ones (up to 100 bytes) pass too.
+// deviceToken accepts an APNs device token in hex: 64 digits today, longer
+// ones (up to 100 bytes) too, as Apple says tokens vary in length.
 func deviceToken(s string) error {
 	if len(s) < 64 || len(s) > 200 || len(s)%2 != 0 || !all(s, func(r rune) bool {
 		return isDigit(r) || r >= 'a' && r <= 'f' || r >= 'A' && r <= 'F'

@@ -30,21 +30,13 @@ import (
 
 // Limits of a request (docs/operations.md#the-http-api, "Limits").
 const (
-	// MaxBody is the most bytes of one notification's body; its task must
-	// fit message.MaxPayloadLen too.
-	MaxBody      = message.MaxPayloadLen
-	MaxBatchBody = 1 << 20 // a batch's body
-	MaxBatch     = 100     // notifications in a batch
-	// Timeout bounds a request's work in Redis: past it the answer is a
-	// 503 with Retry-After, sooner than the Redis client's own timeouts.
-	Timeout = time.Second
-	// BatchTimeout is Timeout for a batch and a list, a few hundred round trips.
-	BatchTimeout = 5 * time.Second
-	// FeedbackTimeout is Timeout for a provider's feedback, which may fetch
-	// SNS's certificates (5 s each); the vendors wait 15 s.
-	FeedbackTimeout = 10 * time.Second
-	// MaxFeedbackBody: SendGrid batches its events up to 768 KB.
-	MaxFeedbackBody = 1 << 20
+	MaxBody         = message.MaxPayloadLen // one notification's body; its task must fit too
+	MaxBatchBody    = 1 << 20               // a batch's body
+	MaxBatch        = 100                   // notifications in a batch
+	Timeout         = time.Second           // a request's work in Redis, past which it is a 503
+	BatchTimeout    = 5 * time.Second       // Timeout for a batch and a list, a few hundred round trips
+	FeedbackTimeout = 10 * time.Second      // for feedback, which may fetch SNS's certificates (5 s each); the vendors wait 15 s
+	MaxFeedbackBody = 1 << 20               // SendGrid batches its events up to 768 KB
 )
 
 // Options configure a Server.
@@ -90,11 +82,10 @@ type setup struct {
 func newSetup(cfg *config.Config) (*setup, error) {
 	st := &setup{cfg: cfg, check: intake.Checker{Config: cfg, Name: "the config", KeyPerTenant: true},
 		queues: asynqdb.Names(asynqdb.Served(cfg.Worker.Queues, cfg.Redis.Shards, nil))}
-	keys, err := clients(cfg, st)
-	if err != nil {
+	var err error
+	if st.keys, err = clients(cfg, st); err != nil {
 		return nil, err
 	}
-	st.keys = keys
 	return st, nil
 }
 

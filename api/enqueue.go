@@ -26,9 +26,7 @@ const IdempotencyHeader = "Idempotency-Key"
 // key was used before with the same notification: nothing was enqueued.
 const ReplayedHeader = "Idempotent-Replayed"
 
-// enqueueOne serves POST /v1/notifications: 202 and the notification when
-// it is new, 200 and the original when its idempotency key was used with
-// the same notification, 409 when with another.
+// enqueueOne serves POST /v1/notifications.
 func (s *Server) enqueueOne(w http.ResponseWriter, r *http.Request, c *client) (logged, error) {
 	if err := s.limit(w, r, c, 1); err != nil {
 		return logged{}, err
@@ -79,10 +77,8 @@ type batchResult struct {
 	Error        *Error `json:"error,omitempty"`
 }
 
-// enqueueBatch serves POST /v1/notifications/batch: up to MaxBatch
-// notifications, each enqueued or refused on its own, each result in its
-// place. The batch as a whole is 200 once it was read; it takes a token
-// of the key's rate limit per notification.
+// enqueueBatch serves POST /v1/notifications/batch: each notification is
+// enqueued or refused on its own, each result in its place.
 func (s *Server) enqueueBatch(w http.ResponseWriter, r *http.Request, c *client) (logged, error) {
 	req, err := readBatch(w, r)
 	if err != nil {

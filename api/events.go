@@ -7,15 +7,12 @@ import (
 	"github.com/notify-throttle/throttler/lifecycle"
 )
 
-// The API records the accepted and canceled events (package lifecycle),
-// and GET lists the history, which outlives the task
-// (docs/operations.md#events-and-status-callbacks).
-
 // recordWithin bounds the recording of an event: the request does not
 // wait longer, nor fail for it.
 const recordWithin = 2 * time.Second
 
-// record records events; a failure is logged, the request goes on.
+// record records the accepted and canceled events (package lifecycle); a
+// failure is logged, the request goes on.
 func (s *Server) record(ctx context.Context, events ...lifecycle.Event) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordWithin)
 	defer cancel()

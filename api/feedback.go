@@ -11,10 +11,8 @@ import (
 // (Twilio answers a stop word itself).
 const emptyTwiML = `<?xml version="1.0" encoding="UTF-8"?><Response/>`
 
-// receive serves POST /v1/feedback/{provider} (inbound: the replies to a
-// Twilio number at .../inbound): package feedback verifies the request's
-// signature and applies its reports; the answer says what they did (200),
-// or why it was refused (refusal).
+// receive serves POST /v1/feedback/{provider}, or .../inbound for the
+// replies to a Twilio number, through package feedback.
 func receive(inbound bool) handlerFunc {
 	return func(s *Server, w http.ResponseWriter, r *http.Request, _ *client) (logged, error) {
 		body, err := readBody(w, r, MaxFeedbackBody)
@@ -36,9 +34,8 @@ func receive(inbound bool) handlerFunc {
 	}
 }
 
-// refusal is the API's error of feedback's: 404 no such provider, 400
-// malformed, 403 unsigned or forged, 409 replayed, else 503 (the vendor
-// retries; nothing was applied).
+// refusal is the API's error of feedback's; any other is a 503, which the
+// vendor retries (nothing was applied).
 func refusal(err error) *Error {
 	e := &Error{Message: err.Error()}
 	switch {

@@ -17,29 +17,21 @@ import (
 	"github.com/notify-throttle/throttler/intake"
 )
 
-// A tenant's list of notifications (GET /v1/notifications) is kept in
-// Redis in parts of an hour each (listKey), each expiring on its own:
-// docs/operations.md#the-http-api, "The list".
-
-// Limits of a list.
+// Limits of a tenant's list, kept in Redis in parts of an hour each
+// (listKey): docs/operations.md#the-http-api, "The list".
 const (
-	// ListRetention is how long a notification stays in its tenant's list
-	// after it was queued, give or take its part's hour.
-	ListRetention    = intake.KeyRetention
-	DefaultListLimit = 20  // a page's size by default
-	MaxListLimit     = 100 // and at most
-	// listScan is how many entries a page reads per one it returns at most:
-	// with a state filter, a page may come back short, with a cursor.
-	listScan = 3
+	ListRetention    = intake.KeyRetention // after a notification was queued, give or take its part's hour
+	DefaultListLimit = 20                  // a page's size by default
+	MaxListLimit     = 100                 // and at most
+	listScan         = 3                   // entries a page reads at most per one it returns (with a state filter)
 )
 
 // hour is a list part's span, in µs.
 const hour = int64(time.Hour / time.Microsecond)
 
 // listed adds a notification just enqueued to its tenant's list, at the
-// µs the API accepted it (a busy second's, or millisecond's, would tie). A
-// failure is logged, not answered: a 503 would have the producer enqueue
-// it again.
+// µs the API accepted it. A failure is logged, not answered: a 503 would
+// have the producer enqueue it again.
 func (s *Server) listed(ctx context.Context, c *client, id, queue string, accepted time.Time) {
 	us := accepted.UnixMicro()
 	k := listKey(s.cfg.Redis.Prefix, c.key.Tenant, us/hour)
@@ -74,9 +66,7 @@ type position struct {
 	member string
 }
 
-// list serves GET /v1/notifications: the key's tenant's notifications
-// enqueued through the API within ListRetention, newest first, filtered
-// by state and by when they were queued, a page at a time.
+// list serves GET /v1/notifications.
 func (s *Server) list(w http.ResponseWriter, r *http.Request, c *client) (logged, error) {
 	if err := s.limit(w, r, c, 1); err != nil {
 		return logged{}, err
@@ -97,7 +87,6 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, c *client) (logged
 	return logged{count: len(page)}, nil
 }
 
-// listParams are the query parameters of GET /v1/notifications.
 var listParams = []string{"state", "created_after", "created_before", "limit", "cursor"}
 
 // parseListQuery reads a list's parameters; an error names the one at fault.

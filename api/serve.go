@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"path"
 	"regexp"
@@ -188,9 +189,7 @@ func (b *buffer) Write(p []byte) (int, error) { return b.body.Write(p) }
 
 // copyTo writes the kept answer to w.
 func (b *buffer) copyTo(w http.ResponseWriter) {
-	for k, v := range b.header {
-		w.Header()[k] = v
-	}
+	maps.Copy(w.Header(), b.header)
 	if b.status != 0 {
 		w.WriteHeader(b.status)
 	}

@@ -58,8 +58,7 @@ func newView(id, queue string, n message.Notification, state string) *View {
 	return v
 }
 
-// get serves GET /v1/notifications/{id}: id is the task ID, or the
-// idempotency key it was enqueued with.
+// get serves GET /v1/notifications/{id}.
 func (s *Server) get(w http.ResponseWriter, r *http.Request, c *client) (logged, error) {
 	if err := s.limit(w, r, c, 1); err != nil {
 		return logged{}, err
@@ -188,10 +187,7 @@ func notFound(id string) *Error {
 		Message: "no notification " + intake.Quote(id) + " (by ID or idempotency key) for this key's tenant; one is found while its events are kept (events.history), its task (24h with an idempotency key) or its sent marker (worker.sent_marks)"}
 }
 
-// cancel serves DELETE /v1/notifications/{id}: a notification not yet sent
-// (scheduled, queued, waiting) is archived, never to be sent (200, state
-// canceled; again, the same answer); one sent already, being sent, or
-// archived is a 409 that says which.
+// cancel serves DELETE /v1/notifications/{id}.
 func (s *Server) cancel(w http.ResponseWriter, r *http.Request, c *client) (logged, error) {
 	if err := s.limit(w, r, c, 1); err != nil {
 		return logged{}, err

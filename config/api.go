@@ -24,10 +24,9 @@ const (
 // API is the HTTP API's settings (package api): the address it listens
 // on and the keys that may use it.
 type API struct {
-	Addr string `yaml:"addr"` // host:port; "": no API (default)
-	// LogRecipients puts recipients in the access log; default false.
-	LogRecipients bool              `yaml:"log_recipients"`
-	Keys          map[string]APIKey `yaml:"keys"` // by name; at least one with Addr
+	Addr          string            `yaml:"addr"`           // host:port; "": no API (default)
+	LogRecipients bool              `yaml:"log_recipients"` // recipients in the access log; default false
+	Keys          map[string]APIKey `yaml:"keys"`           // by name; at least one with Addr
 }
 
 // APIKey is one client of the API: its secret key, the tenant its
@@ -57,7 +56,6 @@ func (k APIKey) Allows(policy, provider string) (policyOK, providerOK bool) {
 		k.Providers == nil || slices.Contains(k.Providers, provider)
 }
 
-// api checks the API's address and keys.
 func (v *validator) api() {
 	a := v.c.API
 	v.addr("api.addr", a.Addr, "the API")

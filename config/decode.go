@@ -21,9 +21,8 @@ import (
 // decoder walks a YAML node tree onto a Config once, by the structs' yaml
 // tags, rejecting unknown and duplicate keys and mistyped values, indexing
 // each value's line for later errors, and carrying on past a problem so
-// one pass finds them all. (yaml.v3's KnownFields names Go types, takes yes
-// for true and 9464 for a string, and drops a duplicate key's mapping.)
-//
+// one pass finds them all (yaml.v3's KnownFields names Go types, takes yes
+// for true and 9464 for a string, and drops a duplicate key's mapping).
 // A tag is `yaml:"key,option..."` (no key: the field's name in lower case);
 // a map's options apply to its values. Options: required; path (relative to
 // the config file); secret=what (see Secret; what names it in messages);

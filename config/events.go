@@ -15,14 +15,12 @@ import (
 // /v1/notifications/{id}) and which tenants get them as status callbacks
 // (package lifecycle). Read at start; SIGHUP does not change it.
 type Events struct {
-	History      time.Duration `yaml:"history"`       // lifecycle.DefaultHistory; at least 1m
-	HistoryLimit int           `yaml:"history_limit"` // lifecycle.DefaultHistoryLimit; 2 to MaxHistoryLimit
-	// Callbacks are the tenants' endpoints, by tenant ("" the default
-	// tenant); default none.
-	Callbacks  map[string]Callback `yaml:"callbacks"`
-	Backoff    time.Duration       `yaml:"callback_backoff"`     // a failed POST's first retry; lifecycle.DefaultBackoff
-	MaxBackoff time.Duration       `yaml:"callback_max_backoff"` // the longest wait between retries; lifecycle.DefaultMaxBackoff
-	GiveUp     time.Duration       `yaml:"callback_give_up"`     // an event not delivered by this age is dropped; lifecycle.DefaultGiveUp
+	History      time.Duration       `yaml:"history"`              // lifecycle.DefaultHistory; at least 1m
+	HistoryLimit int                 `yaml:"history_limit"`        // lifecycle.DefaultHistoryLimit; 2 to MaxHistoryLimit
+	Callbacks    map[string]Callback `yaml:"callbacks"`            // by tenant ("" the default tenant); default none
+	Backoff      time.Duration       `yaml:"callback_backoff"`     // a failed POST's first retry; lifecycle.DefaultBackoff
+	MaxBackoff   time.Duration       `yaml:"callback_max_backoff"` // the longest wait between retries; lifecycle.DefaultMaxBackoff
+	GiveUp       time.Duration       `yaml:"callback_give_up"`     // an event not delivered by this age is dropped; lifecycle.DefaultGiveUp
 }
 
 // Callback is where a tenant's events are POSTed, signed with its secret.
@@ -54,9 +52,8 @@ func (c *Callback) Fill(has func(key string) bool, _ func(key, why string)) {
 }
 
 // EventOptions returns the options of the events' Recorder and Dispatcher
-// (package lifecycle): these settings under the config's key prefix. A
-// producer's config (LoadProducer, LoadAPI) has no callback secrets, which
-// only a worker's Dispatcher needs.
+// (package lifecycle). A producer's config (LoadProducer, LoadAPI) has no
+// callback secrets, which only a worker's Dispatcher needs.
 func (c *Config) EventOptions() lifecycle.Options {
 	e := c.Events
 	o := lifecycle.Options{Prefix: c.Redis.Prefix, History: e.History, HistoryLimit: e.HistoryLimit,
@@ -67,7 +64,6 @@ func (c *Config) EventOptions() lifecycle.Options {
 	return o
 }
 
-// events checks the events' settings.
 func (v *validator) events() {
 	e := v.c.Events
 	v.durationAtLeast("events.history", e.History, time.Minute)

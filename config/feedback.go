@@ -12,8 +12,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/notify-throttle/throttler/internal/redisconn"
 )
 
 // Feedback is a provider's feedback block (ses, sendgrid, twilio): what its
@@ -28,9 +26,7 @@ type Feedback struct {
 
 	VerificationKey Secret `yaml:"verification_key,secret=verification key"` // sendgrid: base64 DER ECDSA P-256; required
 
-	// PublicURL is the API's root as Twilio reaches it (a proxy's, behind
-	// one): Twilio signs over it; required.
-	PublicURL string `yaml:"public_url"`
+	PublicURL string `yaml:"public_url"`                   // twilio: the API's root as Twilio reaches it, which it signs over; required
 	AuthToken Secret `yaml:"auth_token,secret=auth token"` // twilio: the account's auth token; see FeedbackAuthToken
 
 	Tolerance time.Duration `yaml:"tolerance"` // ses, sendgrid: how far from now a signed time may be; see SignedWithin
@@ -93,16 +89,7 @@ func SendGridKey(key string) (*ecdsa.PublicKey, error) {
 
 // TrustStore returns the CAs of CertHost's certificates: those of CAFile,
 // or nil (the system's) without one.
-func (f Feedback) TrustStore() (*x509.CertPool, error) {
-	if f.CAFile == "" {
-		return nil, nil
-	}
-	pool := x509.NewCertPool()
-	if msg := redisconn.AppendCAFile(pool, f.CAFile); msg != "" {
-		return nil, errors.New("ca_file: " + msg)
-	}
-	return pool, nil
-}
+func (f Feedback) TrustStore() (*x509.CertPool, error) { return certPool(f.CAFile, false) }
 
 // FeedbackAuthToken returns the token that checks a twilio provider's
 // feedback: its auth_token, else its password when it has no username of

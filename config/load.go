@@ -20,19 +20,17 @@ func Load(path string) (*Config, error) {
 	return LoadWithEnv(path, os.Getenv)
 }
 
-// LoadWithEnv reads and validates the configuration file at path. A
-// non-empty REDIS_URL or REDIS_PASSWORD from getenv replaces the file's
-// Redis address or password; an error about such a value names the
-// variable. The error is an *Error or several joined, or wraps the os error.
+// LoadWithEnv reads and validates the configuration file at path, a
+// non-empty REDIS_URL or REDIS_PASSWORD from getenv replacing the file's
+// (errors about it name the variable). The error is an *Error or several
+// joined, or wraps the os error.
 func LoadWithEnv(path string, getenv func(string) string) (*Config, error) {
 	return load(path, getenv, nil)
 }
 
-// LoadProducer is LoadWithEnv for enqueue, which never delivers: every
-// setting is checked as a worker checks it, but the secret references of
-// the providers, the API's keys and the callbacks are checked for their
-// form only and left empty, so a producer's host needs none of those
-// secrets. Redis's password is resolved.
+// LoadProducer is LoadWithEnv for enqueue, which never delivers: the secret
+// references of the providers, the API's keys and the callbacks are checked
+// for their form only and left empty; Redis's password is resolved.
 func LoadProducer(path string, getenv func(string) string) (*Config, error) {
 	return load(path, getenv, []string{"providers.", "api.keys.", "events.callbacks."})
 }
@@ -43,7 +41,6 @@ func LoadAPI(path string, getenv func(string) string) (*Config, error) {
 	return load(path, getenv, []string{"providers.", "events.callbacks."}, ".feedback.")
 }
 
-// load reads and parses a file (see parse).
 func load(path string, getenv func(string) string, unresolved []string, resolvedInside ...string) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {

@@ -9,10 +9,9 @@ import (
 )
 
 // Secret is a value that must not leave the process (a webhook's URL or
-// header): fmt shows it as Redacted, so a Config in a log hides it. In the
-// file it is a string, or a reference resolved on loading (as are
-// redis.password's and redis.url's): {env: NAME}, the variable's value, or
-// {file: PATH}, the file's one line (PATH relative to the config file).
+// header): fmt shows it as Redacted. In the file it is a string, or a
+// reference resolved on loading: {env: NAME} or {file: PATH}
+// (docs/design.md#security-login-tls-acl-redaction).
 type Secret string
 
 // String returns Redacted.

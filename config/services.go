@@ -2,7 +2,7 @@ package config
 
 import (
 	"crypto/x509"
-	"fmt"
+	"errors"
 	"reflect"
 	"slices"
 	"strings"
@@ -37,16 +37,20 @@ var (
 
 // RootCAs returns the CAs p's TLS trusts: the system's and those of its
 // ca_file; nil (the system's) without one. Load checked the file already.
-func (p Provider) RootCAs() (*x509.CertPool, error) {
-	if p.CAFile == "" {
+func (p Provider) RootCAs() (*x509.CertPool, error) { return certPool(p.CAFile, true) }
+
+// certPool returns the certificates of file, with the system's if system,
+// or nil without a file.
+func certPool(file string, system bool) (*x509.CertPool, error) {
+	if file == "" {
 		return nil, nil
 	}
 	pool, err := x509.SystemCertPool()
-	if err != nil {
+	if !system || err != nil {
 		pool = x509.NewCertPool()
 	}
-	if msg := redisconn.AppendCAFile(pool, p.CAFile); msg != "" {
-		return nil, fmt.Errorf("ca_file: %s", msg)
+	if msg := redisconn.AppendCAFile(pool, file); msg != "" {
+		return nil, errors.New("ca_file: " + msg)
 	}
 	return pool, nil
 }

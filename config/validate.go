@@ -64,7 +64,6 @@ func (v *validator) fail(path string, alts []string, format string, args ...any)
 
 func (v *validator) failf(path, format string, args ...any) { v.fail(path, nil, format, args...) }
 
-// check reports the problem at path unless ok.
 func (v *validator) check(ok bool, path, format string, args ...any) {
 	if !ok {
 		v.failf(path, format, args...)
@@ -257,7 +256,6 @@ func (v *validator) providers() {
 	}
 }
 
-// isHTTPURL reports whether s is an absolute http:// or https:// URL.
 func isHTTPURL(s string) bool {
 	u, err := url.Parse(s)
 	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
@@ -383,7 +381,6 @@ func readable(path string) error {
 	return err
 }
 
-// tenants checks the tenants' weights.
 func (v *validator) tenants() {
 	for _, name := range slices.Sorted(maps.Keys(v.c.Tenants.Weights)) {
 		path, w := join("tenants.weights", name), v.c.Tenants.Weights[name]

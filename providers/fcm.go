@@ -67,7 +67,6 @@ type fcmNotification struct {
 // fcmError is Google's error body with the details FCM sends.
 type fcmError struct {
 	Error struct {
-		Code    int    `json:"code"`
 		Message string `json:"message"`
 		Status  string `json:"status"`
 		Details []struct {

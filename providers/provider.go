@@ -28,39 +28,24 @@ type Message struct {
 
 // Provider delivers messages. A new provider is one type with this method.
 // Send returns a nil error once the provider has accepted the message, with
-// the provider's ID for it (the one its later reports of the message name:
-// Twilio's SID, SES's MessageId; "" if it gives none); otherwise a
-// *SendError says what to do about it (any other error is retried).
-// Its error never shows the recipient in clear (see RedactError): the
-// worker logs it, and keeps it as a suppression's reason.
+// its ID for it ("" if none: docs/providers.md#the-providers-message-id);
+// otherwise a *SendError says what to do (any other error is retried), the
+// recipient shown only redacted (RedactError).
 type Provider interface {
 	Send(ctx context.Context, m Message) (id string, err error)
 }
 
 // Outcome classifies a failed send. Every provider maps its answers into
-// these; docs/providers.md lists each vendor's.
+// these; docs/providers.md#one-classification says what the worker does
+// with each, and lists each vendor's answers.
 type Outcome int
 
 const (
-	// Retry: the send may work later (5xx, timeout, network): retried with
-	// backoff, or at RetryAt / after RetryAfter when the provider says when
-	// (then deferred, not failed).
-	Retry Outcome = iota
-	// Pause: the provider asks for a pause (429). With no Scope every worker
-	// holds the whole provider off until RetryAt or for RetryAfter; with a
-	// Scope only that scope's messages are held (see Screen). The job is
-	// deferred, not failed.
-	Pause
-	// Reject: the provider refuses this message for good (4xx): archived.
-	Reject
-	// Dead: the recipient's address is dead (an unregistered device, an
-	// invalid or unsubscribed number): archived, and the address is
-	// suppressed so that later messages to it are archived without a send.
-	Dead
-	// Broken: the provider's credentials or account are broken: the whole
-	// provider is paused fleet-wide (RetryAfter, else BrokenPause), logged
-	// as an error and counted (Metrics.Broken); the job is deferred.
-	Broken
+	Retry  Outcome = iota // may work later; deferred, not failed, when RetryAt or RetryAfter says when
+	Pause                 // the provider asks for a pause (429): the whole provider, or only Scope
+	Reject                // refused for good: archived
+	Dead                  // the address is dead: archived, and the address suppressed
+	Broken                // credentials or account broken: the provider paused fleet-wide (BrokenPause)
 )
 
 // BrokenPause is how long a Broken outcome pauses its provider when the
@@ -69,29 +54,19 @@ const BrokenPause = time.Minute
 
 // SendError is a failed send with what to do about it.
 type SendError struct {
-	Outcome Outcome
-	// RetryAfter is how long to wait (Pause, Broken, Retry); RetryAt, if
-	// set, is the moment instead (an epoch from the provider: a rate-limit
-	// or quota reset), turned into a wait by Redis's clock.
-	RetryAfter time.Duration
-	RetryAt    time.Time
-	// Scope, for Pause, is what the pause holds ("" the whole provider; see
-	// SenderScope, PairScope, DeviceScope).
-	Scope string
-	Err   error
+	Outcome    Outcome
+	RetryAfter time.Duration // how long to wait (Pause, Broken, Retry)
+	RetryAt    time.Time     // if set, the moment instead, turned into a wait by Redis's clock
+	Scope      string        // for Pause, what it holds ("" the whole provider; see SenderScope, PairScope, DeviceScope)
+	Err        error
 }
 
 func (e *SendError) Error() string { return e.Err.Error() }
 func (e *SendError) Unwrap() error { return e.Err }
 
-// Unreached classifies err, the failure of a send that got no answer from
-// its provider (no connection, a timeout, a TLS handshake that failed).
-// A certificate the worker does not trust is Broken: nothing reached the
-// provider, and no retry helps until its ca_file or its certificate
-// changes, so the provider is paused fleet-wide and the operator alerted
-// rather than the message retried and archived. Anything else is a
-// temporary failure: err as is. Every provider classifies such a failure
-// here.
+// Unreached classifies err, a send that got no answer from its provider:
+// an untrusted certificate is Broken, as no retry helps; anything else is a
+// temporary failure, err as is (docs/providers.md#one-classification).
 func Unreached(err error) error {
 	var (
 		verify  *tls.CertificateVerificationError
@@ -111,16 +86,11 @@ type Func func(ctx context.Context, m Message) (string, error)
 // Send calls f.
 func (f Func) Send(ctx context.Context, m Message) (string, error) { return f(ctx, m) }
 
-// RedactError returns err with its text showing recipient only as message.Redact
-// does, wherever it showed it: as given, in another case (an address),
-// without its + (a number), or escaped for a URL (a device token in a
-// request's path). A service's answer often names the recipient ("The
-// 'To' number +1555... is not a valid phone number"), and a failed
-// request's error its URL; every provider returns its errors through this,
-// so that the log, a task's last error and a suppression's reason keep the
-// redaction promise, and the rest of the text (the service's code, the
-// status) stays. A *SendError stays one, its Err redacted; the original
-// error stays in the chain for errors.Is and errors.As. nil stays nil.
+// RedactError returns err with its text showing recipient only as
+// message.Redact does, in every form docs/providers.md#what-is-redacted
+// lists; every provider returns its errors through it. A *SendError stays
+// one, its Err redacted; the original error stays in the chain for
+// errors.Is and errors.As. nil stays nil.
 func RedactError(err error, recipient string) error {
 	if err == nil || recipient == "" {
 		return err
@@ -175,9 +145,7 @@ func redactIn(text, recipient string) string {
 
 // Scoper is a provider whose pauses may hold less than all of it (one
 // device, one number pair, one sender). Scopes returns the scopes m falls
-// in, checked just before its send. The worker screens the messages of
-// a Scoper provider (package screen): the adapters of real services are
-// Scopers; log and webhook are not, and cost no extra round trip.
+// in, which the worker checks just before its send (package screen).
 type Scoper interface {
 	Provider
 	Scopes(m Message) []string
@@ -190,13 +158,9 @@ func DeviceScope(token string) string  { return "device:" + token }
 func ScopeKind(scope string) string    { kind, _, _ := strings.Cut(scope, ":"); return kind }
 
 // Addresser is a Provider that knows which recipients its channel can
-// deliver to (an E.164 number, an email address, a device token; see
-// package address). A job whose recipient it refuses is archived as
-// malformed when it is routed, without a send: intake refuses such a
-// recipient at the door, and this catches what came another way (an
-// older producer, a Go client, a provider whose type changed by a
-// reload). Sent as it is, the vendor's invalid-address answer would
-// suppress that string for good.
+// deliver to (package address): a job whose recipient it refuses is
+// archived as malformed, unsent (docs/operations.md#the-http-api, "What a
+// notification must be").
 type Addresser interface {
 	CheckRecipient(recipient string) error
 }

@@ -14,15 +14,9 @@ import (
 // It is a Scoper when the provider it wraps is.
 type Retries struct {
 	Scoper
-	// Max is how many retries a temporary failure gets before the message is
-	// archived; 0 leaves the limit to the task's own (asynq's MaxRetry).
-	Max int
-	// Backoff is the wait after the first failure, doubled after each
-	// one (at most a day); 0 leaves it to asynq's default.
-	Backoff time.Duration
-	// retried returns how many times the task failed before: asynq's count
-	// (tests replace it).
-	retried func(context.Context) int
+	Max     int                       // retries before the message is archived; 0: the task's own (asynq's MaxRetry)
+	Backoff time.Duration             // the first wait, doubled after each failure (at most a day); 0: asynq's
+	retried func(context.Context) int // how many times the task failed before: asynq's count (tests replace it)
 }
 
 // WithRetries returns p with its own retry settings, or p if both are zero.
@@ -66,9 +60,7 @@ func (e *budgeted) Error() string { return e.err.Error() }
 func (e *budgeted) Unwrap() error { return e.err }
 
 // RetryBudget returns how many retries a temporary failure err gets from
-// its provider's own limit (Retries.Max: max_retries), and whether it has
-// one; the task's own limit (asynq's MaxRetry) is then not the one that
-// archives it.
+// its provider's own limit (Retries.Max), and whether it has one.
 func RetryBudget(err error) (int, bool) {
 	var b *budgeted
 	if errors.As(err, &b) {

@@ -37,14 +37,16 @@ type sgContent struct {
 	Value string `json:"value"`
 }
 
+type sgPersonalization struct {
+	To []sgAddress `json:"to"`
+}
+
 type sgMail struct {
-	Personalizations []struct {
-		To []sgAddress `json:"to"`
-	} `json:"personalizations"`
-	From       sgAddress         `json:"from"`
-	Subject    string            `json:"subject"`
-	Content    []sgContent       `json:"content"`
-	CustomArgs map[string]string `json:"custom_args,omitempty"`
+	Personalizations []sgPersonalization `json:"personalizations"`
+	From             sgAddress           `json:"from"`
+	Subject          string              `json:"subject"`
+	Content          []sgContent         `json:"content"`
+	CustomArgs       map[string]string   `json:"custom_args,omitempty"`
 }
 
 // Send posts m and classifies the answer; the ID of a message sent is the
@@ -56,12 +58,8 @@ func (p *SendGrid) Send(ctx context.Context, m Message) (id string, err error) {
 	if err != nil {
 		return "", err
 	}
-	mail := sgMail{From: sgAddress{Email: p.From, Name: p.FromName}, Subject: c.Subject,
-		CustomArgs: map[string]string{"task_id": m.ID}}
-	mail.Personalizations = make([]struct {
-		To []sgAddress `json:"to"`
-	}, 1)
-	mail.Personalizations[0].To = []sgAddress{{Email: m.Recipient}}
+	mail := sgMail{Personalizations: []sgPersonalization{{To: []sgAddress{{Email: m.Recipient}}}},
+		From: sgAddress{Email: p.From, Name: p.FromName}, Subject: c.Subject, CustomArgs: map[string]string{"task_id": m.ID}}
 	if c.Body != "" {
 		mail.Content = append(mail.Content, sgContent{"text/plain", c.Body})
 	}

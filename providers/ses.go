@@ -19,12 +19,10 @@ import (
 type SES struct {
 	Settings
 	From             string
-	ConfigurationSet string // passed with every send, if set
-	// QuotaReset is when, after 00:00 UTC, a send refused for the daily
-	// quota is tried again: SES names no moment.
-	QuotaReset time.Duration
-	client     *sesv2.Client
-	now        func() time.Time
+	ConfigurationSet string        // passed with every send, if set
+	QuotaReset       time.Duration // after 00:00 UTC, when a send refused for the daily quota is tried again
+	client           *sesv2.Client
+	now              func() time.Time
 }
 
 // NewSES returns an SES provider in region with static credentials.

@@ -18,16 +18,12 @@ const twilioPairPause = 30 * time.Second
 // Twilio sends SMS through Twilio's Messages API.
 type Twilio struct {
 	Settings
-	AccountSID string
-	// Username and Password authenticate: the account SID and auth token,
-	// or an API key's SID and secret.
-	Username, Password string
-	From               string // a sender number; or
-	ServiceSID         string // a messaging service
-	// StatusCallback returns the URL Twilio POSTs a message's statuses to,
-	// given its ID (feedback.TwilioCallback), if set.
-	StatusCallback func(id string) string
-	client         *http.Client
+	AccountSID         string
+	Username, Password string                 // the account SID and auth token, or an API key's SID and secret
+	From               string                 // a sender number; or
+	ServiceSID         string                 // a messaging service
+	StatusCallback     func(id string) string // if set, the URL of a message's statuses (feedback.TwilioCallback)
+	client             *http.Client
 }
 
 // NewTwilio returns a Twilio provider.
@@ -53,7 +49,6 @@ func (p *Twilio) Scopes(m Message) []string {
 type twilioError struct {
 	Code    int    `json:"code"`
 	Message string `json:"message"`
-	Status  int    `json:"status"`
 }
 
 // Send posts m and classifies the answer; the ID of a message sent is its

@@ -24,16 +24,12 @@ type Webhook struct {
 }
 
 // WebhookIdleConns is how many idle connections a webhook provider made by
-// NewWebhook keeps open to its host: as many as a worker sends at
-// once, within reason. net/http's default transport keeps 2, so a worker
-// with more sends in flight than that would close a connection after almost
-// every send and dial a new one for the next (a TCP handshake, a socket in
-// TIME_WAIT, and at high rates exhausted ephemeral ports).
+// NewWebhook keeps open to its host: net/http's default, 2, would have a
+// worker with more sends in flight dial anew for almost every send.
 const WebhookIdleConns = 256
 
-// NewWebhook returns a webhook provider with a per-send timeout, on
-// a transport of its own that keeps up to WebhookIdleConns connections to
-// its host open between sends and trusts roots (nil: the system's CAs).
+// NewWebhook returns a webhook provider with a per-send timeout, on a
+// transport of its own (see WebhookIdleConns) trusting roots (nil: the system's CAs).
 func NewWebhook(name, url string, timeout time.Duration, headers map[string]string, roots *x509.CertPool) *Webhook {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConns = WebhookIdleConns
@@ -44,10 +40,7 @@ func NewWebhook(name, url string, timeout time.Duration, headers map[string]stri
 	return &Webhook{Name: name, URL: url, Headers: headers, Client: &http.Client{Timeout: timeout, Transport: tr}}
 }
 
-// Send posts m. 2xx: sent, with the ID the response gives (see webhookID).
-// 429: Pause for its Retry-After (1s if absent). 5xx, a timeout or a
-// network error: Retry. Any other status: Reject, with the start of the
-// response as the reason.
+// Send posts m and classifies the answer (docs/providers.md#each-services-answers).
 func (p *Webhook) Send(ctx context.Context, m Message) (id string, err error) {
 	defer redact(&err, m.Recipient)
 	body, err := json.Marshal(m)

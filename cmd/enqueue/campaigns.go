@@ -62,18 +62,16 @@ func runTrigger(ctx context.Context, o *options, p process) error {
 		return err
 	}
 	defer closeRedis()
-	client := asynq.NewClientFromRedisClient(rdb)
-	tick, err := campaign.Trigger(ctx, client, c.Config, o.trigger, time.Now())
+	tick, err := campaign.Trigger(ctx, asynq.NewClientFromRedisClient(rdb), c.Config, o.trigger, time.Now())
 	switch {
 	case errors.Is(err, campaign.ErrUnknown):
 		return fmt.Errorf("campaign %q is not defined in %s (enqueue -campaigns lists them)", o.trigger, o.config)
-	case errors.Is(err, campaign.ErrAlreadyFired):
-		fmt.Fprintln(p.stdout, tick)
-		fmt.Fprintf(p.stderr, "enqueue: %s has fired already (a scheduled tick or another trigger in the same second); not fired again\n", tick)
-		return nil
-	case err != nil:
+	case err != nil && !errors.Is(err, campaign.ErrAlreadyFired):
 		return err
 	}
 	fmt.Fprintln(p.stdout, tick)
+	if err != nil {
+		fmt.Fprintf(p.stderr, "enqueue: %s has fired already (a scheduled tick or another trigger in the same second); not fired again\n", tick)
+	}
 	return nil
 }

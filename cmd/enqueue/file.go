@@ -142,13 +142,7 @@ func (b *batch) run(ctx context.Context, in io.Reader, out *bufio.Writer, bar *p
 	go func() { wg.Wait(); close(results) }()
 
 	r := &report{name: b.name, out: out, bar: bar, slots: slots, pending: map[int]item{}}
-	stopped := false
-	halt := func() {
-		if !stopped {
-			stopped = true
-			close(stop)
-		}
-	}
+	halt := sync.OnceFunc(func() { close(stop) })
 	done := ctx.Done()
 	for {
 		select {
@@ -205,7 +199,10 @@ func (b *batch) read(in io.Reader, work chan<- item, slots chan<- struct{}, stop
 		case len(bytes.TrimSpace(line)) == 0:
 			continue // blank: skipped, neither counted nor rejected
 		default:
-			it.job, it.err = b.parse(line)
+			var e intake.Entry
+			if e, it.err = intake.ParseLine(line); it.err == nil {
+				it.job, it.err = b.check.Check(e, time.Now())
+			}
 			if it.err != nil {
 				it.state = stateRejected
 			}
@@ -214,15 +211,6 @@ func (b *batch) read(in io.Reader, work chan<- item, slots chan<- struct{}, stop
 			return
 		}
 	}
-}
-
-// parse checks one line and returns its job.
-func (b *batch) parse(line []byte) (intake.Job, error) {
-	e, err := intake.ParseLine(line)
-	if err != nil {
-		return intake.Job{}, err
-	}
-	return b.check.Check(e, time.Now())
 }
 
 // send enqueues the ready items of work and passes every item on to results,

@@ -48,16 +48,14 @@ func runOne(ctx context.Context, o *options, p process) error {
 		return err
 	}
 	err = newProducer(rdb, c.Config, p.stderr).enqueue(ctx, j)
-	if errors.Is(err, asynq.ErrTaskIDConflict) {
-		fmt.Fprintln(p.stdout, j.ID)
-		fmt.Fprintf(p.stderr, "enqueue: duplicate: task %s (idempotency key %s) is already in queue %s; not enqueued again\n",
-			j.ID, intake.Quote(o.key), j.Queue)
-		return nil
-	}
-	if err != nil {
+	if err != nil && !errors.Is(err, asynq.ErrTaskIDConflict) {
 		return fmt.Errorf("task %s not enqueued: %w", j.ID, err)
 	}
 	fmt.Fprintln(p.stdout, j.ID)
+	if err != nil {
+		fmt.Fprintf(p.stderr, "enqueue: duplicate: task %s (idempotency key %s) is already in queue %s; not enqueued again\n",
+			j.ID, intake.Quote(o.key), j.Queue)
+	}
 	return nil
 }
 

@@ -5,10 +5,9 @@ import (
 	"github.com/notify-throttle/throttler/providers"
 )
 
-// addressed returns p as a providers.Addresser that refuses, before a send,
-// a recipient a provider of type kind cannot take (package address), or p
-// itself for the types that take any (log, webhook). A service's adapter
-// is a providers.Scoper, and stays one.
+// addressed returns p as a providers.Addresser of the recipients type kind
+// takes (package address), or p itself for the types that take any; a
+// providers.Scoper stays one.
 func addressed(kind string, p providers.Provider) providers.Provider {
 	if address.Any(kind) {
 		return p

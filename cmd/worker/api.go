@@ -23,10 +23,9 @@ import (
 	"github.com/notify-throttle/throttler/throttle"
 )
 
-// startAPI serves the HTTP API on api.addr, a listener of its own
-// (docs/operations.md#the-http-api), until ctx ends and returns it and its
-// base URL, or nil and "" without api.addr. Not being able to listen stops
-// the worker: producers would find nothing there.
+// startAPI serves the HTTP API on api.addr until ctx ends and returns it
+// and its base URL, or nil and "" without api.addr. Not being able to
+// listen stops the worker: producers would find nothing there.
 func startAPI(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient, reg prometheus.Registerer, log *slog.Logger,
 	events *lifecycle.Recorder) (*api.Server, string, error) {
 	if cfg.API.Addr == "" {
@@ -73,8 +72,7 @@ func reloadAPI(srv *api.Server, cfg, old *config.Config, log *slog.Logger) {
 }
 
 // runAPIOnly is -api-only: the HTTP API, /healthz and /metrics, and no
-// worker, its config loaded as a producer's (config.LoadAPI). SIGHUP
-// reloads the API's keys and names (reloadAPIOnly).
+// worker, its config loaded as a producer's (config.LoadAPI).
 func runAPIOnly(ctx context.Context, path string, stderr io.Writer) error {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
@@ -114,9 +112,7 @@ func runAPIOnly(ctx context.Context, path string, stderr io.Writer) error {
 	}
 }
 
-// reloadAPIOnly is -api-only's SIGHUP: it re-reads the config and gives
-// the API its keys and names; an invalid file is refused, its problems
-// printed, and the running config stays.
+// reloadAPIOnly is -api-only's SIGHUP (see reloader.reload).
 func reloadAPIOnly(path string, srv *api.Server, running **config.Config, stderr io.Writer, log *slog.Logger) {
 	log.Info("SIGHUP: reloading the config", "file", path)
 	cfg, err := config.LoadAPI(path, os.Getenv)

@@ -21,9 +21,7 @@ var errReported = errors.New("reported")
 // connectTimeout bounds -check -connect's connection and its questions.
 const connectTimeout = 15 * time.Second
 
-// check is -check: the config is loaded as a start loads it and, with
-// connect, Redis is connected to. It prints a summary on stdout, or every
-// mistake on stderr as file:line: path: message.
+// check is -check, with -connect if connect (see usage).
 func check(ctx context.Context, path string, connect bool, stdout, stderr io.Writer) error {
 	cfg, err := config.Load(path)
 	if err == nil {

@@ -26,8 +26,7 @@ import (
 )
 
 // The demo runs the worker on rules scaled down to seconds, six
-// notifications for each of four recipients enqueued at once, and prints
-// each booking and send as it happens, then every recipient's timeline.
+// notifications for each of four recipients enqueued at once.
 const (
 	demoPolicy   = "demo"
 	demoProvider = "demo"
@@ -57,9 +56,8 @@ func demoAddrs(cfg *config.Config, out io.Writer) {
 }
 
 // freeIfTaken returns a free port on addr's host, and true, if addr is
-// taken; false otherwise (the worker then says why it cannot listen). The
-// port is closed again: another process could take it first, which a demo
-// can afford.
+// taken. The port is closed again: another process could take it first,
+// which a demo can afford.
 func freeIfTaken(addr string) (string, bool) {
 	if addr == "" {
 		return "", false
@@ -87,7 +85,7 @@ func demoRules(cfg *config.Config) {
 }
 
 // sentCounts records when providers accepted a message, per recipient, for
-// the demo. Only the demo has one (see newThrottle).
+// the demo.
 type sentCounts struct {
 	mu        sync.Mutex
 	start     time.Time
@@ -148,9 +146,8 @@ func (c *sentCounts) booked(n message.Notification, d throttle.Decision) {
 		time.Since(c.start).Seconds(), again, n.Recipient, demoNumber(n.Data), at.Sub(c.start).Seconds(), rule, d.Ahead)
 }
 
-// runDemo enqueues demoEach notifications for each demo recipient, lets the
-// worker run for d, printing bookings and sends, then prints each
-// recipient's timeline.
+// runDemo enqueues the demo's notifications, lets the worker run for d,
+// printing bookings and sends, then prints each recipient's timeline.
 func runDemo(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient, d time.Duration, counts *sentCounts, out io.Writer, apiURL string) error {
 	client := asynq.NewClientFromRedisClient(rdb)
 	route := cfg.Route(config.Route{Policy: demoPolicy, Provider: demoProvider})

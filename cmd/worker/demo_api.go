@@ -1,12 +1,13 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/notify-throttle/throttler/api"
@@ -27,15 +28,12 @@ func demoAPI(cfg *config.Config) {
 		cfg.API.Addr = "127.0.0.1:0"
 	}
 	keys := map[string]config.APIKey{}
-	for name, k := range cfg.API.Keys {
-		keys[name] = k
-	}
+	maps.Copy(keys, cfg.API.Keys)
 	keys["demo"] = config.APIKey{Key: demoAPIKey, Rate: config.DefaultAPIRate, Burst: config.DefaultAPIBurst}
 	cfg.API.Keys = keys
 }
 
-// demoLead is how far ahead the demo schedules the API's message: a few
-// seconds, within the demo's run.
+// demoLead is how far ahead, within its run, the demo schedules the API's message.
 func demoLead(run time.Duration) time.Duration { return min(5*time.Second, run/4) }
 
 // demoCurl enqueues one notification through the API at base, scheduled
@@ -49,15 +47,14 @@ func demoCurl(ctx context.Context, base string, lead time.Duration, start time.T
 		"  curl -X POST %s/v1/notifications -H 'Authorization: Bearer %s' \\\n"+
 		"       -H 'Idempotency-Key: demo-erin-welcome' -H 'Content-Type: application/json' -d '%s'\n",
 		base, demoAPIKey, body)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/notifications", bytes.NewReader([]byte(body)))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/notifications", strings.NewReader(body))
 	if err != nil {
 		return "", err
 	}
 	req.Header.Set("Authorization", "Bearer "+demoAPIKey)
 	req.Header.Set(api.IdempotencyHeader, "demo-erin-welcome")
 	req.Header.Set("Content-Type", "application/json")
-	c := &http.Client{Timeout: 10 * time.Second}
-	res, err := c.Do(req)
+	res, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
 	if err != nil {
 		return "", fmt.Errorf("demo: the API: %w", err)
 	}

@@ -17,16 +17,13 @@ import (
 	"github.com/notify-throttle/throttler/lifecycle"
 )
 
-// The demo's status callbacks: every event of the demo's messages (the
-// default tenant's) is POSTed to a receiver in the demo's own process, on
-// a loopback port, which checks each signature with lifecycle.Verify, as
-// a producer's receiver would, and counts them.
-
 // demoCallbackSecret signs the demo's callbacks: a throwaway, valid only
 // in the demo's process, like the demo's API key.
 const demoCallbackSecret = "demo-callback-secret-only-for-make-demo"
 
-// demoReceiver is the demo's callback endpoint.
+// demoReceiver is the demo's callback endpoint, on a loopback port: it
+// checks each event's signature, as a producer's receiver would, and
+// counts them.
 type demoReceiver struct {
 	srv *http.Server
 
@@ -79,9 +76,8 @@ func (r *demoReceiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// summary prints what the receiver got, then the events of message as it
-// verified them, in the order they happened (seconds from start), and
-// stops it.
+// summary stops the receiver and prints what it got, then the events of
+// message in the order they happened.
 func (r *demoReceiver) summary(out io.Writer, message string, start time.Time) {
 	if r == nil {
 		return

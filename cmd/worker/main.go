@@ -55,8 +55,7 @@ func main() {
 	os.Exit(exitStatus(err, os.Stderr))
 }
 
-// Exit statuses: 0 done (or -h, -version), 1 an error stopped the worker
-// (or -check found mistakes), 2 a mistake on the command line.
+// Exit statuses, as usage tells them.
 const (
 	exitOK    = 0
 	exitError = 1
@@ -102,7 +101,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return work(ctx, f, stdout, stderr)
 }
 
-// flags are the worker's command line.
 type flags struct {
 	path                             string
 	demo                             time.Duration
@@ -121,14 +119,11 @@ func parseFlags(args []string, stdout io.Writer) (*flags, error) {
 	fs.BoolVar(&f.connect, "connect", false, "with -check: also connect to Redis (login, TLS, cluster) and say what answered")
 	fs.BoolVar(&f.apiOnly, "api-only", false, "serve the HTTP API on api.addr (and /healthz, /metrics on worker.http_addr) and deliver nothing; the providers' secrets are not needed")
 	fs.BoolVar(&f.version, "version", false, "print the version and the commit it was built from, and exit")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), usage)
-		fs.PrintDefaults()
-	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(stdout)
-			fs.Usage()
+			fmt.Fprint(stdout, usage)
+			fs.PrintDefaults()
 			return nil, err
 		}
 		return nil, &usageError{msg: err.Error()}
@@ -295,8 +290,8 @@ func demoSetup(cfg *config.Config, d time.Duration, out io.Writer) *sentCounts {
 	return counts
 }
 
-// connect connects to Redis (dial), serving the embedded one if the config
-// says so, after logging the config's warnings.
+// connect logs the config's warnings and connects to Redis, serving the
+// embedded one if the config says so.
 func connect(ctx context.Context, cfg *config.Config, log *slog.Logger) (redis.UniversalClient, *redisguard.Guard, func() error, error) {
 	for _, w := range append(cfg.Warnings(), cfg.Redis.Warnings()...) {
 		log.Warn(w)
@@ -314,8 +309,7 @@ func connect(ctx context.Context, cfg *config.Config, log *slog.Logger) (redis.U
 	return rdb, guard, closeRedis, nil
 }
 
-// dial connects to Redis with open through a guard (internal/redisguard:
-// calls back off while Redis is unreachable, and a start waits for it),
+// dial connects to Redis with open through a guard (internal/redisguard)
 // and resolves the queues' shards as every process does.
 func dial(ctx context.Context, cfg *config.Config, log *slog.Logger,
 	open func(context.Context, redisconn.Config) (redis.UniversalClient, func() error, error)) (redis.UniversalClient, *redisguard.Guard, func() error, error) {
@@ -393,8 +387,7 @@ func startHTTP(ctx context.Context, ln net.Listener, dash http.Handler, cfg *con
 }
 
 // servedQueues returns the asynq queues the worker serves, with their
-// priorities: the config's queues' shards, and those of another number of
-// shards asynq knows, so that a change of redis.shards strands no task.
+// priorities (asynqdb.Served).
 func servedQueues(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient) (map[string]int, error) {
 	known, err := rdb.SMembers(ctx, asynqdb.AllQueues).Result()
 	if err != nil {
@@ -415,14 +408,13 @@ func newServer(cfg *config.Config, served map[string]int, rdb redis.UniversalCli
 		RetryDelayFunc:           jobs.RetryDelay(cfg.Worker.Jitter),
 		DelayedTaskCheckInterval: time.Second,
 		LogLevel:                 asynq.WarnLevel,
-		Logger:                   outs.asynqLogger(base),
+		Logger:                   &filteredLogger{Logger: base, o: outs},
 		ErrorHandler:             asynq.ErrorHandlerFunc(outs.handleError),
 	})
 }
 
-// newThrottle builds the notification handler from the config. With counts
-// (the demo's), every provider's sends are counted per recipient, which
-// only a demo can afford.
+// newThrottle builds the notification handler from the config, counting
+// sends per recipient with the demo's counts.
 func newThrottle(cfg *config.Config, rdb redis.UniversalClient, reg prometheus.Registerer, log *slog.Logger, stdout io.Writer, counts *sentCounts) (*jobs.Throttle, senders, error) {
 	lim, err := throttle.New(rdb, throttle.Options{Prefix: cfg.Redis.Prefix, Remember: cfg.Worker.RememberTakes})
 	if err != nil {

@@ -18,12 +18,10 @@ import (
 )
 
 // outcomes is the asynq server's ErrorHandler and the filter on asynq's
-// own log lines: together they make one log line per task outcome
-// (docs/operations.md#logs). The throttle logs the outcomes it decides
-// (jobs.Logged); handleError logs the rest. asynq, archiving a task, logs
-// "Retry exhausted for task id=..." right after calling the ErrorHandler
-// (processor.handleFailedMessage, asynq v0.26.0): handleError notes each
-// such task, and the filter drops asynq's line for exactly those.
+// own log lines, so that each task outcome is one line (docs/operations.md#logs):
+// handleError logs those the throttle does not (jobs.Logged) and notes each
+// task asynq archives, whose "Retry exhausted" line, logged right after
+// (asynq v0.26.0's processor.handleFailedMessage), the filter drops.
 type outcomes struct {
 	log       *slog.Logger
 	mu        sync.Mutex
@@ -94,12 +92,8 @@ func (o *outcomes) drop(msg string) bool {
 	return true
 }
 
-// asynqLogger returns l with asynq's "Retry exhausted" lines for the tasks
-// handleError expected left out.
-func (o *outcomes) asynqLogger(l asynq.Logger) asynq.Logger {
-	return &filteredLogger{Logger: l, o: o}
-}
-
+// filteredLogger is an asynq logger without the "Retry exhausted" lines
+// of the tasks o expected.
 type filteredLogger struct {
 	asynq.Logger
 	o *outcomes

@@ -113,7 +113,7 @@ type reloader struct {
 	stderr  io.Writer
 	log     *slog.Logger
 	counts  *sentCounts            // the demo's, else nil
-	reloads *prometheus.CounterVec // by result (newReloads); nil counts none
+	reloads *prometheus.CounterVec // by result (newReloads)
 	rdb     redis.UniversalClient
 	api     *api.Server // the HTTP API, if served: its keys and names reload too
 	queues  []string    // the asynq queues served (servedQueues), for repace and reweigh
@@ -131,9 +131,8 @@ func (r *reloader) run(ctx context.Context, hup <-chan os.Signal) {
 	}
 }
 
-// reload re-reads the config file (docs/rules.md#live-reload): a valid one
-// replaces the policies and providers, and the API's keys and names; an
-// invalid one is refused, its problems printed as a start prints them.
+// reload re-reads the config file (docs/rules.md#live-reload): an invalid
+// one is refused, its problems printed as a start prints them.
 func (r *reloader) reload(ctx context.Context) {
 	r.log.Info("SIGHUP: reloading the config", "file", r.path)
 	cfg, err := config.Load(r.path)
@@ -149,7 +148,7 @@ func (r *reloader) reload(ctx context.Context) {
 	if err != nil {
 		fmt.Fprintln(r.stderr, err)
 		r.log.Error("config reload refused: the running config stays", "file", r.path)
-		r.count(reloadRefused)
+		r.reloads.WithLabelValues(reloadRefused).Inc()
 		return
 	}
 	for _, w := range append(cfg.Warnings(), cfg.Redis.Warnings()...) {
@@ -168,17 +167,10 @@ func (r *reloader) reload(ctx context.Context) {
 	r.running.Store(cfg)
 	r.senders = built
 	r.log.Info("config reloaded", "file", r.path, "policies", len(cfg.Policies), "providers", len(cfg.Providers))
-	r.count(reloadSuccess)
+	r.reloads.WithLabelValues(reloadSuccess).Inc()
 	repace(ctx, r.th, r.rdb, r.queues, r.log)
 	if !maps.Equal(cfg.Tenants.Weights, old.Tenants.Weights) {
 		reweigh(ctx, r.th, r.rdb, r.queues, r.log)
-	}
-}
-
-// count counts a reload's result.
-func (r *reloader) count(result string) {
-	if r.reloads != nil {
-		r.reloads.WithLabelValues(result).Inc()
 	}
 }
 

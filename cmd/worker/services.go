@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/x509"
 	"fmt"
@@ -34,11 +35,7 @@ func newService(name string, p config.Provider, roots *x509.CertPool) (providers
 		m.QuotaReset, m.ConfigurationSet = p.QuotaReset, p.ConfigurationSet
 		sc = m
 	case config.ProviderTwilio:
-		user := string(p.Username)
-		if user == "" {
-			user = p.AccountSID
-		}
-		tw := providers.NewTwilio(s, p.AccountSID, user, string(p.Password), p.From, p.MessagingServiceSID)
+		tw := providers.NewTwilio(s, p.AccountSID, cmp.Or(string(p.Username), p.AccountSID), string(p.Password), p.From, p.MessagingServiceSID)
 		if p.Feedback.Enabled {
 			tw.StatusCallback = feedback.TwilioCallback(p.Feedback.PublicURL, name)
 		}

@@ -2,18 +2,10 @@
 // its tasks in Redis. asynq keeps that layout internal (its internal/base
 // and internal/rdb packages) and may change it in any release. This module
 // writes it directly where an exported API cannot do the job:
-//
-//   - campaign/enqueue.lua enqueues a batch of notifications in one
-//     script per shard, which is what makes a fan-out 3-5x a loop of
-//     Client.Enqueue, and remembers them, so that a crash neither skips nor
-//     repeats a recipient.
-//   - fleet/reap.lua gives a dead worker's active tasks back to their
-//     queue within seconds, where asynq's own recoverer takes 60-150 s.
-//   - fleet/rescale.lua moves the wake-up of a waiting task when its
-//     provider's rate changed (asynq's Inspector can only run a task now).
-//   - fleet/wake.lua wakes a waiting task at its moment, to the
-//     millisecond and at the head of its queue (asynq wakes to the second,
-//     at the tail).
+// campaign/enqueue.lua (a campaign's batches, docs/design.md#campaigns),
+// fleet/reap.lua (docs/design.md#dead-workers), fleet/rescale.lua
+// (docs/booking.md#a-change-of-rate) and fleet/wake.lua
+// (docs/booking.md#waking-up).
 //
 // The contract, as read from asynq Version's source (internal/rdb/rdb.go,
 // processor.go) and checked against the asynq the module builds with by

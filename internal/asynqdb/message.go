@@ -10,10 +10,9 @@ import (
 )
 
 // asynq exports no encoder for its task message, so Message writes the
-// protobuf by hand. The field numbers are those of TaskMessage in asynq
-// Version's internal/proto/asynq.proto; fields equal to zero are left out,
-// as proto3 does. TestContract compares the bytes with what asynq's own
-// Client stores.
+// protobuf by hand: the field numbers of TaskMessage in asynq Version's
+// internal/proto/asynq.proto, zero fields left out as proto3 does
+// (TestContract compares the bytes with what asynq's Client stores).
 const (
 	fieldType      = 1
 	fieldPayload   = 2
@@ -87,27 +86,18 @@ func (m Message) AppendTo(b []byte) []byte {
 // msg field) and its type, or an error if msg is not a TaskMessage.
 func Payload(msg []byte) (typ string, payload []byte, err error) {
 	for len(msg) > 0 {
-		num, wt, n := protowire.ConsumeTag(msg)
+		num, wt, n := protowire.ConsumeField(msg)
 		if n < 0 {
 			return "", nil, fmt.Errorf("asynqdb: task message: %w", protowire.ParseError(n))
 		}
-		msg = msg[n:]
 		if wt == protowire.BytesType && (num == fieldType || num == fieldPayload) {
-			v, n := protowire.ConsumeBytes(msg)
-			if n < 0 {
-				return "", nil, fmt.Errorf("asynqdb: task message: %w", protowire.ParseError(n))
-			}
+			_, _, tag := protowire.ConsumeTag(msg)
+			v, _ := protowire.ConsumeBytes(msg[tag:n])
 			if num == fieldType {
 				typ = string(v)
 			} else {
 				payload = v
 			}
-			msg = msg[n:]
-			continue
-		}
-		n = protowire.ConsumeFieldValue(num, wt, msg)
-		if n < 0 {
-			return "", nil, fmt.Errorf("asynqdb: task message: %w", protowire.ParseError(n))
 		}
 		msg = msg[n:]
 	}

@@ -8,12 +8,8 @@ import (
 	"strings"
 )
 
-// Shards: each queue of the config is served from n asynq queues, shard 0
-// the queue itself and shard i > 0 a name whose slot lies i n-ths of the
-// slot space after the queue's own; a task goes to the shard its ID hashes
-// to. Why: docs/design.md, "Redis Cluster" (Shards: a queue over the
-// masters). A shard's name depends on n: after a change, the workers also
-// serve the old shards (Served), so that no task is stranded.
+// Shards: each queue of the config is served from n asynq queues, how and
+// why in docs/design.md#redis-cluster ("Shards: a queue over the masters").
 
 // ShardSep separates a queue's name from its shard's number: config names
 // cannot hold it.
@@ -27,9 +23,8 @@ func Shard(queue string, i, n int) string {
 	if i == 0 || n <= 1 {
 		return queue
 	}
-	// The first name of the form queue~i or queue~i.k whose slot falls in
-	// the i-th n-th of the slot space after the n-th the queue's own
-	// slot falls in.
+	// The first name queue~i or queue~i.k whose slot falls in the i-th
+	// n-th of the slot space after the queue's own.
 	part := func(q string) int { return min(int(slot(q))*n/slots, n-1) }
 	want := (part(queue) + i) % n
 	name := queue + ShardSep + strconv.Itoa(i)
@@ -46,8 +41,7 @@ func Shard(queue string, i, n int) string {
 
 // ShardOf is the asynq queue that holds task id put in queue (a name of
 // the config's worker.queues) when each queue has shards shards: the one
-// place where a task's asynq queue is chosen, by intake (the API,
-// enqueue), the campaigns' fan-out and the demo.
+// place where a task's asynq queue is chosen.
 func ShardOf(queue, id string, shards int) string {
 	if shards <= 1 {
 		return queue

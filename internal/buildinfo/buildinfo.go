@@ -5,6 +5,7 @@
 package buildinfo
 
 import (
+	"cmp"
 	"fmt"
 	"runtime"
 	"runtime/debug"
@@ -29,21 +30,12 @@ type Info struct {
 // Read returns this binary's build.
 func Read() Info {
 	info := Info{Version: version, Commit: commit, Go: runtime.Version()}
-	bi, ok := debug.ReadBuildInfo()
-	if ok {
-		if info.Version == "" {
-			info.Version = bi.Main.Version
-		}
-		if info.Commit == "" {
-			info.Commit = revision(bi.Settings)
-		}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		info.Version = cmp.Or(info.Version, bi.Main.Version)
+		info.Commit = cmp.Or(info.Commit, revision(bi.Settings))
 	}
-	if info.Version == "" {
-		info.Version = "(devel)"
-	}
-	if info.Commit == "" {
-		info.Commit = "unknown"
-	}
+	info.Version = cmp.Or(info.Version, "(devel)")
+	info.Commit = cmp.Or(info.Commit, "unknown")
 	return info
 }
 

@@ -1,8 +1,7 @@
 // Package coalesce lets the single commands a worker's concurrent handlers
-// send on the hot path share round trips to Redis:
-// docs/design.md#how-the-lua-runs. Every command sent this way must be
-// idempotent, so that the pipeliner's retry of a batch that failed part way
-// does no harm.
+// send on the hot path share round trips to Redis (docs/design.md#how-the-lua-runs).
+// Every command sent this way must be idempotent: the pipeliner may retry a
+// batch that failed part way.
 package coalesce
 
 import (

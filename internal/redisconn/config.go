@@ -12,41 +12,28 @@ import (
 )
 
 // Config says where Redis is (embedded, a URL or a cluster) and how to log
-// in: the config file's redis section, keys as the yaml tags. REDIS_URL and
-// REDIS_PASSWORD replace URL and Password. String, GoString and every error
-// hide the password. Relative paths are relative to the config file.
+// in: the config file's redis section, which config.yaml documents. String,
+// GoString and every error hide the password.
 type Config struct {
-	// URL is Embedded or a redis://, rediss:// (TLS) or unix:// URL, with an
-	// optional user and password. Default Embedded, or "" with Cluster.
-	URL      string   `yaml:"url,secret=URL"`
-	Cluster  []string `yaml:"cluster"`  // some nodes' host:port, instead of URL
-	Username string   `yaml:"username"` // for a cluster, or a URL that names none
-	// PasswordFile holds the password (a final line break ignored), read
-	// when connecting; instead of Password.
-	PasswordFile string `yaml:"password_file,path"`
-	Password     string `yaml:"password,secret=password"` // for a cluster, or a URL that holds none
-	// TLS is turned on by a rediss:// URL or, for a cluster, TLS.Enabled.
-	TLS TLS `yaml:"tls"`
-	// EmbeddedAddr is the loopback host:port of the embedded server, where
-	// another process (enqueue) reaches it.
-	EmbeddedAddr string `yaml:"embedded_addr"`
-	Prefix       string `yaml:"prefix"` // starts every throttle key; no '{' or '}'
-	// Shards is how many asynq queues serve each queue, 0 to MaxShards (0:
-	// 1 on one Redis, the number of masters on a cluster).
-	Shards int `yaml:"shards"`
+	URL          string   `yaml:"url,secret=URL"`           // Embedded, redis://, rediss:// (TLS) or unix://; "" with Cluster
+	Cluster      []string `yaml:"cluster"`                  // some nodes' host:port, instead of URL
+	Username     string   `yaml:"username"`                 // for a cluster, or a URL that names none
+	PasswordFile string   `yaml:"password_file,path"`       // holds the password, read when connecting
+	Password     string   `yaml:"password,secret=password"` // for a cluster, or a URL that holds none
+	TLS          TLS      `yaml:"tls"`                      // on with a rediss:// URL or, for a cluster, TLS.Enabled
+	EmbeddedAddr string   `yaml:"embedded_addr"`            // the embedded server's loopback host:port
+	Prefix       string   `yaml:"prefix"`                   // starts every throttle key; no '{' or '}'
+	Shards       int      `yaml:"shards"`                   // asynq queues per queue, 0 to MaxShards (0: see Shards)
 }
 
 // TLS says how to connect to Redis over TLS. Keys stay in files.
 type TLS struct {
-	Enabled    bool   `yaml:"enabled"`        // for a cluster; a URL's rediss:// may only be confirmed
-	CAFile     string `yaml:"ca_file,path"`   // PEM CAs to trust instead of the system's
-	CertFile   string `yaml:"cert_file,path"` // a client certificate (PEM), for tls-auth-clients yes
-	KeyFile    string `yaml:"key_file,path"`
-	ServerName string `yaml:"server_name"` // default the host of the URL, or of each node
-	// InsecureSkipVerify turns the check of the server's certificate off:
-	// anyone on the path can read the traffic, password included. For a
-	// test only; Warnings reports it.
-	InsecureSkipVerify bool `yaml:"insecure_skip_verify"`
+	Enabled            bool   `yaml:"enabled"`              // for a cluster; a URL's rediss:// may only be confirmed
+	CAFile             string `yaml:"ca_file,path"`         // PEM CAs to trust instead of the system's
+	CertFile           string `yaml:"cert_file,path"`       // a client certificate (PEM), for tls-auth-clients yes
+	KeyFile            string `yaml:"key_file,path"`        // its key
+	ServerName         string `yaml:"server_name"`          // default the host of the URL, or of each node
+	InsecureSkipVerify bool   `yaml:"insecure_skip_verify"` // for a test only: Warnings says why
 }
 
 // Redacted replaces a password in what RedactURL returns.

@@ -10,19 +10,13 @@ import (
 	"github.com/notify-throttle/throttler/internal/redisguard"
 )
 
-// A cluster client reloads its slot map when a call cannot reach its node
-// or finds the cluster down, at most once per ReloadGap, since go-redis
-// alone waits for a MOVED that a dead master never sends (go-redis issue
-// 3979): docs/operations.md#redis-cluster.
-
-// ReloadGap is the least time between two slot map reloads that failed
-// calls ask for.
+// ReloadGap is the least time between two reloads of a cluster client's
+// slot map that failed calls ask for (docs/operations.md#redis-cluster,
+// "When a master fails").
 const ReloadGap = 500 * time.Millisecond
 
 // Timeouts of a cluster client, so that a call to a node that stopped
-// answering comes back (and asks for the reload) in seconds, where
-// go-redis's defaults could hang it for half a minute; go-redis's 3
-// MaxRedirects then retry it on the slot's master as the map has it.
+// answering comes back, and asks for the reload, in seconds.
 const (
 	clusterDialTimeout = 2 * time.Second // a connection attempt, TLS included
 	clusterDialRetries = 1

@@ -19,10 +19,9 @@ import (
 )
 
 // Connect returns a client of the Redis r names, after a PING answered
-// within ctx, and the function that closes it: a *redis.Client, or a
-// *redis.ClusterClient that follows failovers (failover.go). With url:
-// embedded it connects to a worker's server (Serve). asynq does not close a
-// client it is given: call close after shutting asynq down.
+// within ctx, and the function that closes it (after asynq's shutdown:
+// asynq does not close a client it is given). A cluster's client follows
+// failovers (failover.go); url: embedded connects to a worker's (Serve).
 func Connect(ctx context.Context, r Config) (rdb redis.UniversalClient, close func() error, err error) {
 	password, err := r.LoginPassword()
 	if err != nil {
@@ -68,7 +67,7 @@ func Connect(ctx context.Context, r Config) (rdb redis.UniversalClient, close fu
 		text := scrub(r, err.Error(), password)
 		cause := err
 		if text != err.Error() {
-			cause = nil // its text shows a secret: do not hand it on
+			cause = nil // its text shows a secret
 		}
 		return nil, nil, &scrubbedError{msg: fmt.Sprintf("config: connect to redis %s%s: %s", r, hint(r, err), text), err: cause}
 	}

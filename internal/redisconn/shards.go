@@ -13,9 +13,8 @@ import (
 const MaxShards = 64
 
 // Shards returns how many shards each queue has (asynqdb.Shard): r.Shards if
-// set, else 1 on one Redis and the number of masters on a cluster, so that
-// a busy queue's work spreads over every master. Every process connected
-// to a cluster counts the same masters, so producers and workers agree.
+// set, else 1 on one Redis and the number of masters on a cluster, which
+// producers and workers count alike (docs/operations.md#redis-cluster).
 func Shards(ctx context.Context, r Config, rdb redis.UniversalClient) (int, error) {
 	cc, ok := rdb.(*redis.ClusterClient)
 	if r.Shards > 0 || !ok {

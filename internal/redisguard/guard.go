@@ -1,9 +1,8 @@
 // Package redisguard keeps a worker calm while Redis is unavailable
-// (docs/design.md#the-worker, "Redis trouble"). A Guard is a go-redis hook
+// (docs/design.md#the-worker, "Redis trouble"): a Guard is a go-redis hook
 // that holds back a call Redis could not serve for a growing, capped delay
-// before its error returns, so that a loop retrying at once (asynq's
-// dequeue) sleeps instead of spinning, and logs the outage at a bounded
-// rate. Calls Redis answers, even with an error reply, pass untouched.
+// before its error returns. Calls Redis answers, even with an error reply,
+// pass untouched.
 package redisguard
 
 import (
@@ -26,10 +25,7 @@ import (
 // Options tune a Guard. The zero value means every default.
 type Options struct {
 	MinDelay time.Duration // the first failing call's; default 50ms
-	// MaxDelay caps the delay, which doubles with each failing call: how
-	// long a call may wait beyond Redis's error (shutdown included).
-	// Default 2s.
-	MaxDelay time.Duration
+	MaxDelay time.Duration // the cap of the delay, doubled per failing call; default 2s
 	LogEvery time.Duration // the least gap between outage log lines; default 10s
 }
 
@@ -187,8 +183,7 @@ func (g *Guard) answered() {
 
 // Unavailable reports whether err means Redis could not serve the call, so
 // that retrying at once is pointless: it was unreachable, or refuses every
-// call (or write) until an operator steps in (refusedReplies), at once, so
-// that a caller retrying at once spins on them too.
+// call (or write) until an operator steps in (refusedReplies).
 func Unavailable(err error) bool {
 	return Unreachable(err) || hasReplyPrefix(err, refusedReplies)
 }

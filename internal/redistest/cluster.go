@@ -84,7 +84,7 @@ func (c *Cluster) Client(t TB) *redis.ClusterClient {
 		Addrs:     c.Addrs(),
 		Username:  m.access.user,
 		Password:  m.access.password,
-		TLSConfig: m.clientTLS(),
+		TLSConfig: m.access.tls.Clone(),
 	})
 	t.Cleanup(func() { _ = cc.Close() })
 	return cc
@@ -206,7 +206,7 @@ func dial(s *Server) *redis.Client {
 		Addr:            s.Addr,
 		Username:        s.access.user,
 		Password:        s.access.password,
-		TLSConfig:       s.clientTLS(),
+		TLSConfig:       s.access.tls.Clone(),
 		DialTimeout:     time.Second,
 		ReadTimeout:     2 * time.Second,
 		MaxRetries:      -1,

@@ -5,10 +5,9 @@ import (
 )
 
 // AwaitPromotion waits (up to clusterTimeout) until the cluster itself has
-// promoted the first replica of master i, which the test killed or froze
-// (3-5 s after, with cluster-node-timeout 2000): every node that answers
-// reports cluster_state:ok and the slot map without the dead node. It
-// returns the new master, now Masters[i], as after Failover.
+// promoted the first replica of master i, which the test killed or froze,
+// and every node that answers agrees. It returns the new master, now
+// Masters[i], as after Failover.
 func (c *Cluster) AwaitPromotion(t TB, i int) *Server {
 	t.Helper()
 	if i < 0 || i >= len(c.Masters) || c.perMaster == 0 {

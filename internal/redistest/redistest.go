@@ -5,7 +5,6 @@
 package redistest
 
 import (
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"os"
@@ -31,7 +30,6 @@ type TB interface {
 	Helper()
 	Fatalf(format string, args ...any)
 	Cleanup(func())
-	Logf(format string, args ...any)
 	TempDir() string
 }
 
@@ -164,17 +162,10 @@ func (s *Server) ClientOn(t TB, db int) *redis.Client {
 		Username:  s.access.user,
 		Password:  s.access.password,
 		DB:        db,
-		TLSConfig: s.clientTLS(),
+		TLSConfig: s.access.tls.Clone(),
 	})
 	t.Cleanup(func() { _ = c.Close() })
 	return c
-}
-
-func (s *Server) clientTLS() *tls.Config {
-	if s.access.tls == nil {
-		return nil
-	}
-	return s.access.tls.Clone()
 }
 
 // Stop sends SIGTERM, then SIGKILL after stopTimeout, and waits for the

@@ -3,8 +3,6 @@ package redistest
 import (
 	"crypto/rand"
 	"crypto/tls"
-	"encoding/hex"
-	"fmt"
 	"net/url"
 	"path/filepath"
 	"strconv"
@@ -20,10 +18,8 @@ type Options struct {
 	// Users are ACL users as redis.conf's "user" directive takes them
 	// ("app on >s3cret ~app:* +get"). With any, the default user is off
 	// and AdminUser is added; neither may be redefined.
-	Users []string
-	// TLS: TLS connections only, also between cluster nodes, with
-	// certificates of a throwaway CA (Server.TLS).
-	TLS         bool
+	Users       []string
+	TLS         bool     // TLS only, between cluster nodes too, with a throwaway CA's certificates (Server.TLS)
 	ClientCerts bool     // a TLS server requires a client certificate
 	Extra       []string // more directives, as Start takes them
 }
@@ -40,50 +36,39 @@ type security struct {
 // StartWith is Start with ACL users and TLS as o says.
 func StartWith(t TB, o Options) *Server {
 	t.Helper()
-	sec, err := newSecurity(t, o)
-	if err != nil {
-		t.Fatalf("%v", err)
-		return nil
-	}
-	return start(t, false, sec)
+	return start(t, false, newSecurity(t, o))
 }
 
 // StartClusterWith is StartCluster with ACL users and TLS as o says, on
 // every node; replicas log in to their masters as AdminUser.
 func StartClusterWith(t TB, masters, replicasPerMaster int, o Options) *Cluster {
 	t.Helper()
-	sec, err := newSecurity(t, o)
-	if err != nil {
-		t.Fatalf("%v", err)
-		return nil
-	}
-	return startCluster(t, masters, replicasPerMaster, sec)
+	return startCluster(t, masters, replicasPerMaster, newSecurity(t, o))
 }
 
-func newSecurity(t TB, o Options) (*security, error) {
+// newSecurity sets up what o asks for, or fails t.
+func newSecurity(t TB, o Options) *security {
+	t.Helper()
 	sec := &security{opts: o}
 	if len(o.Users) > 0 {
-		b := make([]byte, 16)
-		if _, err := rand.Read(b); err != nil {
-			return nil, fmt.Errorf("redistest: admin password: %w", err)
-		}
-		sec.adminPassword = hex.EncodeToString(b)
+		sec.adminPassword = rand.Text()
+	}
+	if o.ClientCerts && !o.TLS {
+		t.Fatalf("redistest: Options.ClientCerts needs Options.TLS")
 	}
 	if o.TLS {
 		dir, err := filepath.Abs(t.TempDir())
+		if err == nil {
+			sec.files, err = NewTLSFiles(dir)
+		}
+		if err == nil {
+			sec.clientTLS, err = sec.files.ClientConfig()
+		}
 		if err != nil {
-			return nil, fmt.Errorf("redistest: temp dir: %w", err)
+			t.Fatalf("%v", err)
 		}
-		if sec.files, err = NewTLSFiles(dir); err != nil {
-			return nil, err
-		}
-		if sec.clientTLS, err = sec.files.ClientConfig(); err != nil {
-			return nil, err
-		}
-	} else if o.ClientCerts {
-		return nil, fmt.Errorf("redistest: Options.ClientCerts needs Options.TLS")
 	}
-	return sec, nil
+	return sec
 }
 
 // lines returns the directives of a server on port, Extra last.
@@ -140,9 +125,7 @@ func (sec *security) access(password string) access {
 	if sec.adminPassword != "" {
 		a.user, a.password = AdminUser, sec.adminPassword
 	}
-	if sec.clientTLS != nil {
-		a.tls = sec.clientTLS.Clone()
-	}
+	a.tls = sec.clientTLS.Clone()
 	return a
 }
 

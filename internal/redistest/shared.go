@@ -75,8 +75,6 @@ func (e *mainTB) Fatalf(format string, args ...any) {
 	os.Exit(1)
 }
 
-func (*mainTB) Logf(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }
-
 func (e *mainTB) Cleanup(f func()) { e.cleanups = append(e.cleanups, f) }
 
 func (e *mainTB) TempDir() string {
