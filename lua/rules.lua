@@ -495,10 +495,9 @@ local CAL_LIFE, PRUNE_BIN = 100000, 10000000
 -- number) nor mark ('-' and a number) starts with it.
 local LEDGER = '#'
 
--- The marks of the last step written, and the one of the step before: a
--- mark is the same for every take in a step, so its text is made once per
--- step.
-local mark_d, mark, bin_mark, mark_before
+-- The marks of the last step written, its end and bin: a mark is the same
+-- for every take in a step, so its text is made once per step.
+local mark_d, mark, bin_mark
 
 -- bucket_add marks the span [c, c + len) busy, merged with the spans that
 -- touch it (left, ra: bucket_find's), records task id's ledger entry at c
@@ -513,14 +512,14 @@ local mark_d, mark, bin_mark, mark_before
 -- ZADD that adds the span) needs nothing: nothing shortens a calendar's
 -- life, and the mark goes with the calendar. So the calendar is extended
 -- once per step, not per take, and lives at most a step longer than its
--- last span. The take that adds a mark drops the one of the step before,
--- which says less: a busy calendar holds one or two.
+-- last span. The marks of the steps before stay until the bin's prune: at
+-- most a bin's hundred, and no command per step to drop them.
 --
 -- Beside it goes the mark of d's PRUNE_BIN, '-' .. its number (a step's
--- number is ten million times larger), also scored 0: the take that adds it (both marks new) prunes the calendar: the
--- ledger's entries whose slots ended keep ago, the spans that ended and
--- the marks (every member scored from there to now), and writes the two
--- marks again. A step's mark is never there without its bin's, so the
+-- number is ten million times larger), also scored 0: the take that adds
+-- it (both marks new) prunes the calendar: the ledger's entries whose slots
+-- ended keep ago, the spans that ended and the marks (every member scored
+-- from there to now), and writes the two marks again. A step's mark is never there without its bin's, so the
 -- count of changed members tells the three cases apart, and a calendar is
 -- pruned once per bin of its life at the cost of one command more. A mark
 -- scores 0: no read of the spans or of the ledger from now on sees it, and
@@ -541,16 +540,14 @@ local function bucket_add(cal, now, c, len, left, ra, rb, keep, id)
   end
   local d = (floor(b / CAL_LIFE) + 1) * CAL_LIFE
   if d ~= mark_d then
-    mark_d, mark, mark_before = d, '-' .. int(d), '-' .. int(d - CAL_LIFE)
+    mark_d, mark = d, '-' .. int(d)
     bin_mark = '-' .. int(floor(d / PRUNE_BIN))
   end
   -- The span's member always changes (it is new, or its end moves on), and
   -- so does a ledger entry (new, or at a new slot): the rest are marks.
   local new = rcall('ZADD', cal, 'CH', int(b), int(a), '0', mark, '0', bin_mark, unpack_(held)) - 1 - #held / 2
   if new == 0 then return 0 end
-  if new == 1 then
-    rcall('ZREM', cal, mark_before)
-  else
+  if new == 2 then
     rcall('ZREMRANGEBYSCORE', cal, int(-(now - keep - len)), int(now))
     rcall('ZADD', cal, '0', mark, '0', bin_mark)
   end

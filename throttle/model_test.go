@@ -442,10 +442,9 @@ const (
 // bucketAdd mirrors bucket_add: a span that starts now starts at 0, the
 // merged span is written before the one it absorbs is removed, with task
 // id's ledger entry if id is not "", and a last span adds the marks of its
-// end's step of modelCalLife and of that step's modelPruneBin. A new step
-// drops the mark of the step before; a new bin as well prunes the calendar
-// up to now and writes the two marks again; either extends the calendar to
-// the step's end and keep. It returns 0, 1 (a new step) or 2 (a new bin).
+// end's step of modelCalLife and of that step's modelPruneBin. A new bin
+// prunes the calendar up to now and writes the two marks again; a new step
+// or bin extends the calendar to the step's end and keep. It returns 0, 1 (a new step) or 2 (a new bin).
 func (c *modelCall) bucketAdd(t *modelTake, f modelFound, length, keep float64, id string) int {
 	a, b := f.v, f.v+length
 	if f.hasLeft {
@@ -479,9 +478,7 @@ func (c *modelCall) bucketAdd(t *modelTake, f modelFound, length, keep float64, 
 	switch n {
 	case 0:
 		return 0
-	case 1:
-		delete(e.z, "-"+modelInt(d-modelCalLife))
-	default:
+	case 2:
 		c.zremrange(t.cal, -(c.now - keep - length), c.now, false)
 		e = c.getOrCreate(t.cal)
 		for _, m := range marks {
