@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/notify-throttle/throttler/internal/keyspace"
 )
 
 // Period is the length of a calendar window: a day, a week or a month of a
@@ -223,7 +225,7 @@ func (w *CalendarWindow) kind() string { return "c" }
 func (w *CalendarWindow) keyCount() int { return 1 }
 
 func (w *CalendarWindow) appendKeys(dst []any, tag string) []any {
-	return append(dst, calendarKey(tag, w.name))
+	return append(dst, keyspace.Calendar(tag, w.name))
 }
 
 func (w *CalendarWindow) appendPlan(dst []byte, cost int) []byte {

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/notify-throttle/throttler/internal/keyspace"
 )
 
 // sharded decides a request on a Redis Cluster, where each subject's keys
@@ -81,8 +83,8 @@ func (s sharded) together(ctx context.Context, r Request) (group, bool) {
 	if first == 0 || rest == 0 {
 		return group{}, false // a call must declare a key, and a subject without any needs no node
 	}
-	a, errA := cc.MasterForKey(ctx, subjectTag(s.prefix, r.Takes[0].Subject))
-	b, errB := cc.MasterForKey(ctx, subjectTag(s.prefix, r.Takes[cut].Subject))
+	a, errA := cc.MasterForKey(ctx, keyspace.Tag(s.prefix, r.Takes[0].Subject))
+	b, errB := cc.MasterForKey(ctx, keyspace.Tag(s.prefix, r.Takes[cut].Subject))
 	if errA != nil || errB != nil || a.Options().Addr != b.Options().Addr {
 		return group{}, false
 	}
@@ -130,7 +132,7 @@ func (s sharded) decideIn(ctx context.Context, r Request, gs []group) (Decision,
 	}
 	c := &clusterCall{s: s, r: r, gs: gs, res: make([]groupResult, len(gs)), took: make([]group, len(gs)), setBy: -1}
 	if r.CheckDone {
-		c.done = redis.NewIntCmd(ctx, "exists", doneKey(s.prefix, r.ID))
+		c.done = redis.NewIntCmd(ctx, "exists", keyspace.Done(s.prefix, r.ID))
 	}
 	d, err := c.run(ctx)
 	if err != nil || !d.Allowed() && !d.Booked() {

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/notify-throttle/throttler/internal/keyspace"
 )
 
 // A task's done marker (internal/keyspace: Done) says it needs no admission
@@ -24,7 +26,7 @@ func (l *Limiter) MarkDone(ctx context.Context, id string, at time.Time, ttl tim
 		return fmt.Errorf("throttle: mark %q done: ttl must be positive (got %s): %w", id, ttl, ErrInvalidRequest)
 	}
 	// The plain client, not the pipeliner: see internal/coalesce.
-	if err := l.rdb.Set(ctx, doneKey(l.prefix, id), at.UnixMilli(), ttl).Err(); err != nil {
+	if err := l.rdb.Set(ctx, keyspace.Done(l.prefix, id), at.UnixMilli(), ttl).Err(); err != nil {
 		return fmt.Errorf("throttle: mark %q done: %w", id, err)
 	}
 	return nil
@@ -33,7 +35,7 @@ func (l *Limiter) MarkDone(ctx context.Context, id string, at time.Time, ttl tim
 // DoneAt returns when task id was marked done (MarkDone's at), and false if
 // it is not marked.
 func (l *Limiter) DoneAt(ctx context.Context, id string) (time.Time, bool, error) {
-	v, err := l.rdb.Get(ctx, doneKey(l.prefix, id)).Result()
+	v, err := l.rdb.Get(ctx, keyspace.Done(l.prefix, id)).Result()
 	if errors.Is(err, redis.Nil) {
 		return time.Time{}, false, nil
 	}

@@ -16,6 +16,9 @@ import (
 	"github.com/notify-throttle/throttler/lua"
 )
 
+// DefaultPrefix starts every key unless Options.Prefix says otherwise.
+const DefaultPrefix = keyspace.DefaultPrefix
+
 // DefaultRemember is how long a bucket's ledger keeps a take after its slot
 // ended unless Options.Remember says otherwise. A task holds its slot until
 // the slot ends whatever this is (a redelivered task admitted again in its
@@ -76,8 +79,8 @@ func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 	if opts.Prefix == "" {
 		opts.Prefix = DefaultPrefix
 	}
-	if err := checkPrefix(opts.Prefix); err != nil {
-		return nil, err
+	if err := keyspace.CheckPrefix(opts.Prefix); err != nil {
+		return nil, fmt.Errorf("throttle: %w", err)
 	}
 	if opts.Remember == 0 {
 		opts.Remember = DefaultRemember
@@ -150,7 +153,7 @@ func (l *Limiter) HasSlot(ctx context.Context, r Request) (bool, error) {
 		if !ok {
 			continue
 		}
-		err := l.rdb.ZScore(ctx, slotsKey(subjectTag(l.prefix, t.Subject), b.name), keyspace.LedgerEntry(r.ID)).Err()
+		err := l.rdb.ZScore(ctx, keyspace.Slots(keyspace.Tag(l.prefix, t.Subject), b.name), keyspace.LedgerEntry(r.ID)).Err()
 		if err == redis.Nil {
 			return false, nil
 		}

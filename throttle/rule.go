@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/notify-throttle/throttler/internal/keyspace"
 	"github.com/notify-throttle/throttler/internal/timefmt"
 )
 
@@ -202,7 +203,7 @@ func (q *Quota) kind() string { return "q" }
 func (q *Quota) keyCount() int { return 1 }
 
 func (q *Quota) appendKeys(dst []any, tag string) []any {
-	return append(dst, quotaKey(tag, q.name))
+	return append(dst, keyspace.Quota(tag, q.name))
 }
 
 func (q *Quota) appendPlan(dst []byte, cost int) []byte {
@@ -285,8 +286,8 @@ func (b *Bucket) kind() string { return "b" }
 func (b *Bucket) keyCount() int { return 5 }
 
 func (b *Bucket) appendKeys(dst []any, tag string) []any {
-	return append(dst, bucketKey(tag, b.name), bookKey(tag, b.name), slotsKey(tag, b.name),
-		fairKey(tag, b.name), tenantsKey(tag, b.name))
+	return append(dst, keyspace.Bucket(tag, b.name), keyspace.Book(tag, b.name), keyspace.Slots(tag, b.name),
+		keyspace.Fair(tag, b.name), keyspace.Tenants(tag, b.name))
 }
 
 func (b *Bucket) appendPlan(dst []byte, cost int) []byte {

@@ -4,6 +4,8 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/notify-throttle/throttler/internal/keyspace"
 )
 
 // call is one script invocation.
@@ -142,7 +144,7 @@ type planHead struct {
 func (l *Limiter) head(r Request, g group) planHead {
 	h := planHead{maxWait: r.MaxWait.Microseconds(), unheld: g.unheld, guard: g.guard}
 	if _, one := l.eng.(node); one && r.CheckDone {
-		h.done = doneKey(l.prefix, r.ID)
+		h.done = keyspace.Done(l.prefix, r.ID)
 	}
 	return h
 }
@@ -187,7 +189,7 @@ func (l *Limiter) appendPlan(keys []any, buf []byte, r Request, g group, h planH
 	for _, i := range g.takes {
 		t := r.Takes[i]
 		if t.Subject != last || tag == "" {
-			last, tag = t.Subject, subjectTag(l.prefix, t.Subject)
+			last, tag = t.Subject, keyspace.Tag(l.prefix, t.Subject)
 		}
 		keys = t.Rule.appendKeys(keys, tag)
 		buf = append(buf, ';')
