@@ -215,9 +215,6 @@ func (w *CalendarWindow) MaxCost() int { return min(w.limit, MaxQuotaCost) }
 // String returns e.g. "1 per calendar day".
 func (w *CalendarWindow) String() string { return w.str }
 
-// Bounds returns a copy of the windows' bounds.
-func (w *CalendarWindow) Bounds() []time.Time { return append([]time.Time(nil), w.bounds...) }
-
 func (w *CalendarWindow) bindingLimit(int) string { return w.str }
 
 func (w *CalendarWindow) kind() string { return "c" }

@@ -734,7 +734,7 @@ func (d *differ) release(op int, r Request) {
 	if d.startedBefore(r) {
 		return
 	}
-	got, now, err := d.l.release1(d.t.Context(), r)
+	got, now, err := d.l.undo(d.t.Context(), r, d.l.release, "release")
 	if err != nil {
 		d.t.Fatalf("op %d: release %s: %v", op, describeRequest(r), err)
 	}

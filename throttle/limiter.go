@@ -172,7 +172,7 @@ func (l *Limiter) HasSlot(ctx context.Context, r Request) (bool, error) {
 // at r's cost. Releasing twice, or releasing a task never admitted, does
 // nothing. It returns how many takes it gave back.
 func (l *Limiter) Release(ctx context.Context, r Request) (int, error) {
-	n, _, err := l.release1(ctx, r)
+	n, _, err := l.undo(ctx, r, l.release, "release")
 	return n, err
 }
 
@@ -187,12 +187,8 @@ func (l *Limiter) Forget(ctx context.Context, r Request) (int, error) {
 	return n, err
 }
 
-// release1 is Release that also returns the Redis time of its first group.
-func (l *Limiter) release1(ctx context.Context, r Request) (int, time.Time, error) {
-	return l.undo(ctx, r, l.release, "release")
-}
-
-// undo runs release.lua's entry point e (release or forget) on r's takes.
+// undo runs release.lua's entry point e (release or forget) on r's takes,
+// and returns how many it undid and the Redis time of its first group.
 func (l *Limiter) undo(ctx context.Context, r Request, e entry, what string) (int, time.Time, error) {
 	if err := r.validate(); err != nil {
 		return 0, time.Time{}, err
@@ -229,17 +225,11 @@ func (l *Limiter) Pause(ctx context.Context, b *Bucket, subject string, d time.D
 	if d <= 0 {
 		return 0, fmt.Errorf("throttle: pause %s for %q: must be positive (got %s): %w", b.Name(), subject, d, ErrInvalidRequest)
 	}
-	c, keys, args := newCall(b.keyCount(), 2)
-	_, plan := l.appendPlan(keys, nil, r, group{takes: []int{0}}, planHead{})
-	args[0], args[1] = d.Microseconds(), string(plan)
-	res, err := l.eval(ctx, l.pause, []call{c})
+	res, err := l.onBucket(ctx, l.pause, r, 1, func(plan string) []any { return []any{d.Microseconds(), plan} })
 	if err != nil {
-		return 0, fmt.Errorf("throttle: pause %s for %q: %w", b.Name(), subject, err)
+		return 0, err
 	}
-	if len(res[0]) != 1 {
-		return 0, fmt.Errorf("throttle: pause %s for %q: unexpected script reply %v", b.Name(), subject, res[0])
-	}
-	return time.Duration(res[0][0]) * time.Microsecond, nil
+	return time.Duration(res[0]) * time.Microsecond, nil
 }
 
 // Repace moves the work waiting on bucket b for subject to b's rate, when
@@ -257,17 +247,11 @@ func (l *Limiter) Repace(ctx context.Context, b *Bucket, subject string) (k floa
 	if err := r.validate(); err != nil {
 		return 0, time.Time{}, err
 	}
-	c, keys, args := newCall(b.keyCount(), 1)
-	_, plan := l.appendPlan(keys, nil, r, group{takes: []int{0}}, planHead{})
-	args[0] = string(plan)
-	res, err := l.eval(ctx, l.repace, []call{c})
+	res, err := l.onBucket(ctx, l.repace, r, 2, func(plan string) []any { return []any{plan} })
 	if err != nil {
-		return 0, time.Time{}, fmt.Errorf("throttle: repace %s for %q: %w", b.Name(), subject, err)
+		return 0, time.Time{}, err
 	}
-	if len(res[0]) != 2 {
-		return 0, time.Time{}, fmt.Errorf("throttle: repace %s for %q: unexpected script reply %v", b.Name(), subject, res[0])
-	}
-	return float64(res[0][1]) / 1e6, time.UnixMicro(res[0][0]), nil
+	return float64(res[1]) / 1e6, time.UnixMicro(res[0]), nil
 }
 
 // Reweigh moves the lines of the tenants waiting on bucket b for subject to
@@ -299,30 +283,43 @@ func (l *Limiter) reweighCall(ctx context.Context, mode string, b *Bucket, subje
 		return nil, time.Time{}, err
 	}
 	names := slices.Sorted(maps.Keys(weights))
-	keys, _ := l.appendPlan(nil, nil, r, group{takes: []int{0}}, planHead{})
-	args := append([]any{"fcall", nil, len(keys)}, keys...)
-	args = append(args, mode, len(names))
-	for _, t := range names {
-		args = append(args, t, max(1, weights[t]))
-	}
-	res, err := l.eval(ctx, l.reweigh, []call{{cmd: args}})
-	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("throttle: reweigh %s for %q: %w", b.Name(), subject, err)
-	}
-	a := res[0]
-	if len(a) == 2 && a[1] == 0 {
+	a, err := l.onBucket(ctx, l.reweigh, r, 0, func(string) []any {
+		args := []any{mode, len(names)}
+		for _, t := range names {
+			args = append(args, t, max(1, weights[t]))
+		}
+		return args
+	})
+	switch {
+	case err != nil:
+		return nil, time.Time{}, err
+	case len(a) == 2 && a[1] == 0:
 		return nil, time.UnixMicro(a[0]), nil
-	}
-	if len(a) == 2 && a[1] == 1 && mode == "check" {
+	case len(a) == 2 && a[1] == 1 && mode == "check":
 		return map[string]float64{}, time.UnixMicro(a[0]), nil
-	}
-	if len(a) != 2+len(names) || a[1] != 1 {
+	case len(a) != 2+len(names) || a[1] != 1:
 		return nil, time.Time{}, fmt.Errorf("throttle: reweigh %s for %q: unexpected script reply %v", b.Name(), subject, a)
 	}
-	now := time.UnixMicro(a[0])
 	k := make(map[string]float64, len(names))
 	for i, t := range names {
 		k[t] = float64(a[2+i]) / 1e6
 	}
-	return k, now, nil
+	return k, time.UnixMicro(a[0]), nil
+}
+
+// onBucket runs entry point e on the keys of r's one take, a bucket, with
+// the arguments args makes of the take's plan, and returns its reply, of
+// want integers unless want is 0.
+func (l *Limiter) onBucket(ctx context.Context, e entry, r Request, want int, args func(plan string) []any) ([]int64, error) {
+	keys, plan := l.appendPlan(nil, nil, r, group{takes: []int{0}}, planHead{})
+	c := append(call{"fcall", nil, len(keys)}, keys...)
+	res, err := l.eval(ctx, e, []call{append(c, args(string(plan))...)})
+	if err == nil && want > 0 && len(res[0]) != want {
+		err = fmt.Errorf("unexpected script reply %v", res[0])
+	}
+	if err != nil {
+		t := r.Takes[0]
+		return nil, fmt.Errorf("throttle: %s %s for %q: %w", r.ID, t.Rule.Name(), t.Subject, err)
+	}
+	return res[0], nil
 }

@@ -86,14 +86,6 @@ func checkName(kind, name string) error {
 	return nil
 }
 
-// checkPer rejects windows the scripts cannot count in (they work in µs).
-func checkPer(where string, per time.Duration) error {
-	if per < time.Millisecond || per > MaxPer {
-		return invalidRule(where, "window must be from 1ms to %s (got %s)", timefmt.Duration(MaxPer), per)
-	}
-	return nil
-}
-
 // checkLimit rejects limits and bursts below 1 or above MaxLimit.
 func checkLimit(where, what string, n int) error {
 	if n < 1 || n > MaxLimit {
@@ -140,8 +132,8 @@ func NewQuota(name string, windows ...Window) (*Quota, error) {
 		if err := checkLimit(where, "limit", w.Limit); err != nil {
 			return nil, err
 		}
-		if err := checkPer(where, w.Per); err != nil {
-			return nil, err
+		if w.Per < time.Millisecond || w.Per > MaxPer { // the scripts count in µs
+			return nil, invalidRule(where, "window must be from 1ms to %s (got %s)", timefmt.Duration(MaxPer), w.Per)
 		}
 		q.plan += "," + strconv.Itoa(w.Limit) + "," + strconv.FormatInt(w.Per.Microseconds(), 10)
 		q.limits = append(q.limits, w.String())
@@ -238,10 +230,9 @@ func NewBucket(name string, rate float64, burst int) (*Bucket, error) {
 	if fill := float64(burst) / rate; fill > MaxPer.Seconds() {
 		return nil, invalidRule("bucket "+name, "burst %d at %v/s takes longer than %s to fill", burst, rate, timefmt.Duration(MaxPer))
 	}
-	b := &Bucket{name: name, rate: rate, burst: burst}
-	b.plan = "," + strconv.FormatFloat(rate, 'g', -1, 64) + "," + strconv.Itoa(burst)
-	b.str = fmt.Sprintf("%s/s burst %d", strconv.FormatFloat(rate, 'g', -1, 64), burst)
-	return b, nil
+	r := strconv.FormatFloat(rate, 'g', -1, 64)
+	return &Bucket{name: name, rate: rate, burst: burst, plan: "," + r + "," + strconv.Itoa(burst),
+		str: r + "/s burst " + strconv.Itoa(burst)}, nil
 }
 
 // Name returns the bucket's name.

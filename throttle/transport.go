@@ -74,46 +74,33 @@ func (l *Limiter) eval(ctx context.Context, e entry, calls []call) ([][]int64, e
 	return vals, nil
 }
 
-// eval1 is eval for one call, with the common case (the library is loaded)
-// taking nothing but the command and its reply.
-func (l *Limiter) eval1(ctx context.Context, e entry, c call) ([]int64, error) {
+// eval1 is eval for one call, with the commands beside, if any, in the same
+// round trip (a pipeline: on a cluster, to each command's node at once). The
+// common case (the library is loaded) takes nothing but the commands and
+// their replies.
+func (l *Limiter) eval1(ctx context.Context, e entry, c call, beside ...redis.Cmder) ([]int64, error) {
+	var fc *redis.IntSliceCmd
+	cmds := beside
 	if !l.noFunctions.Load() {
-		c.cmd[0], c.cmd[1] = "fcall", e.fn
-		v, err := l.run1(ctx, c.cmd)
-		if err == nil || !functionMissing(err) && !noFunctions(err) {
-			return v, err
-		}
+		c[0], c[1] = "fcall", e.fn
+		fc = redis.NewIntSliceCmd(ctx, c...)
+		cmds = append([]redis.Cmder{fc}, beside...)
 	}
-	// The library must be loaded, or scripts used: eval knows how. The
-	// FCALL above failed, so nothing ran.
-	res, err := l.eval(ctx, e, []call{c})
-	return res[0], err
-}
-
-// evalBeside is eval1 with the commands beside sent in the same round trip
-// (a pipeline: on a cluster, to each command's node at once).
-func (l *Limiter) evalBeside(ctx context.Context, e entry, c call, beside []redis.Cmder) ([]int64, error) {
-	if !l.noFunctions.Load() {
-		c.cmd[0], c.cmd[1] = "fcall", e.fn
-		fc := redis.NewIntSliceCmd(ctx, c.cmd...)
+	switch {
+	case len(beside) > 0:
 		_, _ = l.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			_ = p.Process(ctx, fc)
-			for _, b := range beside {
-				_ = p.Process(ctx, b)
+			for _, cmd := range cmds {
+				_ = p.Process(ctx, cmd)
 			}
 			return nil
 		})
-		v, err := fc.Result()
-		if err == nil || !functionMissing(err) && !noFunctions(err) {
+	case fc != nil:
+		_ = l.one.Process(ctx, fc)
+	}
+	if fc != nil {
+		if v, err := fc.Result(); err == nil || !functionMissing(err) && !noFunctions(err) {
 			return v, err
 		}
-	} else {
-		_, _ = l.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for _, b := range beside {
-				_ = p.Process(ctx, b)
-			}
-			return nil
-		})
 	}
 	// The library must be loaded, or scripts used: eval knows how.
 	res, err := l.eval(ctx, e, []call{c})
@@ -124,17 +111,19 @@ func (l *Limiter) evalBeside(ctx context.Context, e entry, c call, beside []redi
 // source), in one round trip, and records each one's reply and error.
 func (l *Limiter) send(ctx context.Context, calls []call, idx []int, vals [][]int64, errs []error, name string, target any) {
 	for _, i := range idx {
-		calls[i].cmd[0], calls[i].cmd[1] = name, target
+		calls[i][0], calls[i][1] = name, target
 	}
 	if len(idx) == 1 {
 		i := idx[0]
-		vals[i], errs[i] = l.run1(ctx, calls[i].cmd)
+		c := redis.NewIntSliceCmd(ctx, calls[i]...)
+		_ = l.one.Process(ctx, c)
+		vals[i], errs[i] = c.Result()
 		return
 	}
 	cmds := make([]*redis.IntSliceCmd, len(idx))
 	_, _ = l.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for k, i := range idx {
-			cmds[k] = redis.NewIntSliceCmd(ctx, calls[i].cmd...)
+			cmds[k] = redis.NewIntSliceCmd(ctx, calls[i]...)
 			_ = p.Process(ctx, cmds[k])
 		}
 		return nil
@@ -142,13 +131,6 @@ func (l *Limiter) send(ctx context.Context, calls []call, idx []int, vals [][]in
 	for k, i := range idx {
 		vals[i], errs[i] = cmds[k].Result()
 	}
-}
-
-// run1 runs one command that replies with an array of integers.
-func (l *Limiter) run1(ctx context.Context, cmd []any) ([]int64, error) {
-	c := redis.NewIntSliceCmd(ctx, cmd...)
-	_ = l.one.Process(ctx, c)
-	return c.Result()
 }
 
 // failing returns the indices in idx whose error matches.
@@ -184,7 +166,7 @@ func noFunctions(err error) bool {
 func (l *Limiter) loadFunctions(ctx context.Context) error {
 	l.loading.Lock()
 	defer l.loading.Unlock()
-	load := func(ctx context.Context, c *redis.Client) error {
+	load := func(ctx context.Context, c redis.Cmdable) error {
 		err := c.FunctionLoad(ctx, l.lib.Source).Err()
 		if err != nil && redis.HasErrorPrefix(err, "Library '"+l.lib.Name+"' already exists") {
 			return nil
@@ -192,18 +174,14 @@ func (l *Limiter) loadFunctions(ctx context.Context) error {
 		return err
 	}
 	var err error
+	loadOn := func(ctx context.Context, c *redis.Client) error { return load(ctx, c) }
 	switch c := l.rdb.(type) {
 	case *redis.ClusterClient:
-		err = c.ForEachMaster(ctx, load)
+		err = c.ForEachMaster(ctx, loadOn)
 	case *redis.Ring:
-		err = c.ForEachShard(ctx, load)
-	case *redis.Client:
-		err = load(ctx, c)
+		err = c.ForEachShard(ctx, loadOn)
 	default:
-		err = l.rdb.FunctionLoad(ctx, l.lib.Source).Err()
-		if err != nil && redis.HasErrorPrefix(err, "Library '"+l.lib.Name+"' already exists") {
-			err = nil
-		}
+		err = load(ctx, l.rdb)
 	}
 	if err != nil && !noFunctions(err) {
 		err = fmt.Errorf("load the Lua library: %w", err)
