@@ -12,11 +12,7 @@ import (
 	"github.com/notify-throttle/throttler/internal/keyspace"
 )
 
-// A task's done marker (internal/keyspace: Done) says it needs no admission
-// any more: a redelivered task whose message was sent completes without
-// taking or giving back anything (Request.CheckDone).
-
-// MarkDone marks task id done for ttl, noting at (the caller's clock: a
+// MarkDone marks task id done (Request.CheckDone) for ttl, noting at (the caller's clock: a
 // note for people, never used in a decision).
 func (l *Limiter) MarkDone(ctx context.Context, id string, at time.Time, ttl time.Duration) error {
 	if err := checkID(id); err != nil {

@@ -7,18 +7,14 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// engine is how a Limiter turns requests into script calls, chosen once in
-// New from the client it is given: node for one Redis server (or a
-// Sentinel-managed one), sharded for a Redis Cluster (cluster.go).
-// Everything that differs between the two is here and there; the rest of
-// the package is shared.
+// engine is how a Limiter turns requests into script calls, chosen in New:
+// node for one Redis server (or a Sentinel-managed one), sharded for a
+// Redis Cluster (cluster.go).
 type engine interface {
-	// decide decides r (validated): admits it (Admit, Check) or books it
-	// (Book), as the Limiter documents.
+	// decide decides r (validated): admits it (Admit, Check) or books it.
 	decide(ctx context.Context, r Request) (Decision, error)
 	// groups splits r's takes into the groups one script call covers; on a
-	// cluster, apart keeps each subject's in a call of its own, as after a
-	// call answered NONLOCAL (see cluster.go, together).
+	// cluster, apart keeps each subject's in a call of its own (together).
 	groups(ctx context.Context, r Request, apart bool) []group
 }
 

@@ -147,10 +147,7 @@ type Span struct{ From, To time.Time }
 
 // spans returns the quiet spans in loc of the ranges starting on the local
 // days from the one holding t plus from days to plus to days, merged and in
-// order. Every bound is a local time (see wall), so a day is 23 or 25 hours
-// where daylight saving changes; a bound in a skipped hour is the moment
-// the clock jumps (02:30 on a spring-forward night in New York is 03:00
-// EDT), and one in a repeated hour its first occurrence.
+// order. Every bound is a local time (see wall).
 func (q *QuietHours) spans(loc *time.Location, t time.Time, from, to int) []Span {
 	y, m, d := t.In(loc).Date()
 	var ss []Span

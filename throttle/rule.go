@@ -103,9 +103,8 @@ type Window struct {
 // String returns e.g. "3 per 168h".
 func (w Window) String() string { return fmt.Sprintf("%d per %s", w.Limit, timefmt.Duration(w.Per)) }
 
-// Quota is a sliding-window quota kept in one sorted set per subject, whose
-// members are task IDs scored by the time they were admitted. Every window is
-// checked against the same set, so "1 per 24h and 3 per 168h" is one key.
+// Quota is a sliding-window quota kept in one sorted set per subject
+// (docs/design.md, Algorithms): "1 per 24h and 3 per 168h" is one key.
 type Quota struct {
 	name    string
 	windows []Window
@@ -143,10 +142,8 @@ func NewQuota(name string, windows ...Window) (*Quota, error) {
 }
 
 // WithMargin returns a copy of q that holds each window d longer than it
-// says: two messages admitted a window apart are then still a window apart
-// at the provider when the earlier one's send took up to d longer to get
-// there than the later one's. Its String and the limits it reports are q's.
-// d must be from 0 to a minute.
+// says (docs/rules.md, "Held at the provider, with a margin"); its String
+// and the limits it reports are q's. d must be from 0 to a minute.
 func (q *Quota) WithMargin(d time.Duration) (*Quota, error) {
 	if d < 0 || d > time.Minute {
 		return nil, invalidRule("quota "+q.name, "margin must be from 0 to 1m (got %s)", d)
@@ -249,11 +246,8 @@ func (b *Bucket) Burst() int { return b.burst }
 func (b *Bucket) MaxCost() int { return b.burst - b.reserve }
 
 // WithReserve returns a copy of b that keeps n of its burst for requests
-// with Request.Priority: a request without priority takes tokens only while
-// n more would be left, so a priority request finds up to n at once even
-// when a backlog of others keeps the bucket drained. The rate and burst at
-// the provider are unchanged; others get at most burst - n at once. n must
-// be from 0 to burst - 1.
+// with Booking.Priority: others take tokens only while n more would be left
+// (docs/booking.md, Priority). n must be from 0 to burst - 1.
 func (b *Bucket) WithReserve(n int) (*Bucket, error) {
 	if n < 0 || n >= b.burst {
 		return nil, invalidRule("bucket "+b.name, "reserve must be from 0 to burst - 1 (%d) (got %d)", b.burst-1, n)

@@ -102,7 +102,8 @@ func (l *Limiter) eval1(ctx context.Context, e entry, c call, beside ...redis.Cm
 			return v, err
 		}
 	}
-	// The library must be loaded, or scripts used: eval knows how.
+	// The library must be loaded, or scripts used: eval knows how. The
+	// FCALL above failed, so nothing ran.
 	res, err := l.eval(ctx, e, []call{c})
 	return res[0], err
 }
@@ -173,8 +174,8 @@ func (l *Limiter) loadFunctions(ctx context.Context) error {
 		}
 		return err
 	}
-	var err error
 	loadOn := func(ctx context.Context, c *redis.Client) error { return load(ctx, c) }
+	var err error
 	switch c := l.rdb.(type) {
 	case *redis.ClusterClient:
 		err = c.ForEachMaster(ctx, loadOn)

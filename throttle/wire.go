@@ -14,8 +14,8 @@ import (
 // the source).
 type call []any
 
-// newCall returns a call of nk keys and na arguments, and the parts of its
-// command to fill in: the keys, to append to (up to nk), and the arguments.
+// newCall returns a call of nk keys and na arguments, and the parts of it to
+// fill in: the keys, to append to (up to nk), and the arguments.
 func newCall(nk, na int) (c call, keys, args []any) {
 	c = make(call, 3+nk+na)
 	c[2] = nk
@@ -196,7 +196,8 @@ func (l *Limiter) appendPlan(keys []any, buf []byte, r Request, g group, h planH
 // replyLen is how many integers admit.lua's entry points reply with.
 const replyLen = 10
 
-// groupResult is what a script call answered for one group.
+// groupResult is what a script call answered for one group: its reply's
+// integers, in their order (admit.lua's header says what each means).
 type groupResult struct {
 	outcome         Outcome // numbered alike
 	binding, window int     // 1-based within the group, 0: none
@@ -210,7 +211,7 @@ type groupResult struct {
 	shadowDelay int64
 }
 
-// parseGroup reads the replyLen values of one task.
+// parseGroup reads the replyLen integers of one task.
 func parseGroup(n []int64) groupResult {
 	return groupResult{outcome: Outcome(n[0]), binding: int(n[1]), window: int(n[2]), fresh: uint32(n[3]),
 		now: n[4], delay: n[5], remaining: n[6], extra: n[7], shadow: int(n[8]), shadowDelay: n[9]}
