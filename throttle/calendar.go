@@ -22,13 +22,8 @@ const (
 
 // String returns "day", "week" or "month".
 func (p Period) String() string {
-	switch p {
-	case Day:
-		return "day"
-	case Week:
-		return "week"
-	case Month:
-		return "month"
+	if p >= Day && p <= Month {
+		return [...]string{Day: "day", Week: "week", Month: "month"}[p]
 	}
 	return "Period(" + strconv.Itoa(int(p)) + ")"
 }
@@ -82,15 +77,7 @@ func (c *Calendar) String() string { return c.str }
 // that a booking finds its window for weeks ahead.
 const calendarBehind = 1
 
-func (p Period) ahead() int {
-	switch p {
-	case Day:
-		return 15
-	case Week:
-		return 8
-	}
-	return 4
-}
+func (p Period) ahead() int { return [...]int{Day: 15, Week: 8, Month: 4}[p] }
 
 // Start returns the start of the window holding t, in loc.
 func (c *Calendar) Start(loc *time.Location, t time.Time) time.Time {

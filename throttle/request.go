@@ -1,6 +1,7 @@
 package throttle
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"strings"
@@ -44,12 +45,7 @@ type Take struct {
 	Shadow bool
 }
 
-func (t Take) cost() int {
-	if t.Cost == 0 {
-		return 1
-	}
-	return t.Cost
-}
+func (t Take) cost() int { return cmp.Or(t.Cost, 1) }
 
 // Request asks to admit one task through all of its takes at once.
 type Request struct {

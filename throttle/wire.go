@@ -263,9 +263,7 @@ func decision(g groupResult, r Request, gr group) Decision {
 		if g.extra > 0 {
 			d.Claimed = time.UnixMicro(g.extra)
 		}
-		if !r.check && !g.tookAll(gr) {
-			d.Held = true
-		}
+		d.Held = !r.check && !g.tookAll(gr)
 	}
 	return d
 }
