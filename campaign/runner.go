@@ -165,15 +165,14 @@ func (r *Runner) forget(ctx context.Context, keys []string) {
 	}
 }
 
+// queues returns the queues of the campaigns, sorted.
 func (r *Runner) queues() []string {
 	var qs []string
 	for _, c := range r.campaigns {
-		if !slices.Contains(qs, c.Queue) {
-			qs = append(qs, c.Queue)
-		}
+		qs = append(qs, c.Queue)
 	}
 	slices.Sort(qs)
-	return qs
+	return slices.Compact(qs)
 }
 
 // bind returns ctx, also canceled when the Runner stops.

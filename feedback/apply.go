@@ -138,6 +138,7 @@ func (a *applier) applyClaimed(ctx context.Context, provider string, reports []c
 		return 0, 0, err
 	}
 	var events []lifecycle.Event
+	var types []lifecycle.Type // of the reports applied
 	for _, r := range reports {
 		tenant, known := tenants[r.Message]
 		if r.Message != "" && !known {
@@ -153,17 +154,15 @@ func (a *applier) applyClaimed(ctx context.Context, provider string, reports []c
 		if r.Message != "" {
 			events = append(events, r.event(provider, tenant))
 		}
-		applied++
+		types = append(types, r.Type)
 	}
 	if err := a.events.Record(ctx, events...); err != nil {
 		return 0, 0, err
 	}
-	for _, r := range reports {
-		if _, known := tenants[r.Message]; known || r.Message == "" {
-			a.metrics.Reports.WithLabelValues(provider, string(r.Type)).Inc()
-		}
+	for _, t := range types {
+		a.metrics.Reports.WithLabelValues(provider, string(t)).Inc()
 	}
-	return applied, unknown, nil
+	return len(types), unknown, nil
 }
 
 // mark makes the reports' claims "applied". A mark not written leaves a
