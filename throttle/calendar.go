@@ -145,8 +145,7 @@ func (c *Calendar) Bounds(loc *time.Location, t time.Time) []time.Time {
 }
 
 // In returns the rule that counts this calendar quota's windows in loc
-// around t (the worker's clock, only to choose which windows to send: the
-// script decides by Redis time, and fails if the windows do not hold it).
+// around t (docs/rules.md, "How it is decided").
 func (c *Calendar) In(loc *time.Location, t time.Time) *CalendarWindow {
 	w, err := NewCalendarWindow(c.name, c.limit, c.Bounds(loc, t)...)
 	if err != nil {

@@ -185,9 +185,7 @@ func (q *QuietHours) spans(loc *time.Location, t time.Time, from, to int) []Span
 const quietBehind, quietAhead = 1, 9
 
 // In returns the rule that holds messages in these quiet hours in loc
-// around t (the worker's clock, only to choose which spans to send: the
-// script decides by Redis time, and fails if the spans' cover does not
-// hold it).
+// around t (docs/rules.md, "How it is decided").
 func (q *QuietHours) In(loc *time.Location, t time.Time) *Quiet {
 	y, m, d := t.In(loc).Date()
 	from, until := midnight(y, m, d-quietBehind, loc), midnight(y, m, d+quietAhead+1, loc)

@@ -1,6 +1,7 @@
 package throttle
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strings"
@@ -20,14 +21,11 @@ type entry struct {
 func newEntry(fn, src string) entry { return entry{fn, redis.NewScript(src).Hash(), src} }
 
 // eval runs entry point e for each call, in one round trip (a pipeline) when
-// there are several, and returns each call's reply (every entry point
-// replies with an array of integers); a call that failed has a nil reply,
-// and the first error is returned.
-//
-// It calls the library's function (FCALL), loading the library where a
-// node lacks it and resending only the failed calls, or runs the same code
-// by EVALSHA/EVAL where the server has no functions: docs/design.md, "How
-// the Lua runs".
+// there are several, and returns each call's reply (nil for a call that
+// failed) and the first error. It calls the library's function, loading the
+// library where a node lacks it and resending only the failed calls, or
+// runs the same code as a script where the server has no functions:
+// docs/design.md, "How the Lua runs".
 func (l *Limiter) eval(ctx context.Context, e entry, calls []call) ([][]int64, error) {
 	vals := make([][]int64, len(calls))
 	errs := make([]error, len(calls))
@@ -66,12 +64,7 @@ func (l *Limiter) eval(ctx context.Context, e entry, calls []call) ([][]int64, e
 			l.send(ctx, calls, again, vals, errs, "eval", e.src)
 		}
 	}
-	for _, err := range errs {
-		if err != nil {
-			return vals, err
-		}
-	}
-	return vals, nil
+	return vals, cmp.Or(errs...)
 }
 
 // eval1 is eval for one call, with the commands beside, if any, in the same
