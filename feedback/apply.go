@@ -12,11 +12,6 @@ import (
 	"github.com/notify-throttle/throttler/screen"
 )
 
-// A report is claimed by a mark before it is applied and marked applied
-// after, so that it is applied once: docs/providers.md#what-the-services-report-later
-// ("Once each"). A request that fails drops its claims for the vendor's
-// retry; a killed one leaves them to expire after claimTTL.
-
 // DefaultRemember is how long an applied report is remembered: SendGrid
 // retries an event for up to 24 hours; SNS for an hour.
 const DefaultRemember = 24 * time.Hour
