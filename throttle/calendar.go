@@ -160,11 +160,9 @@ func (c *Calendar) In(loc *time.Location, t time.Time) *CalendarWindow {
 // kept in one sorted set per subject; an entry counts in the window that
 // holds its moment.
 type CalendarWindow struct {
-	name   string
+	rule   // plan: ",limit,bound,bound..."
 	limit  int
 	bounds []time.Time
-	plan   string // ",limit,bound,bound...", as plans carry them
-	str    string
 }
 
 // NewCalendarWindow returns a rule of limit per window, windows from
@@ -188,29 +186,15 @@ func NewCalendarWindow(name string, limit int, bounds ...time.Time) (*CalendarWi
 		}
 		b.WriteString("," + strconv.FormatInt(t.UnixMicro(), 10))
 	}
-	return &CalendarWindow{name: name, limit: limit, bounds: append([]time.Time(nil), bounds...), plan: b.String(),
-		str: fmt.Sprintf("%d per calendar window", limit)}, nil
+	return &CalendarWindow{rule: rule{name: name, letter: "c", plan: b.String(), str: fmt.Sprintf("%d per calendar window", limit)},
+		limit: limit, bounds: append([]time.Time(nil), bounds...)}, nil
 }
-
-// Name returns the rule's name.
-func (w *CalendarWindow) Name() string { return w.name }
 
 // MaxCost returns the limit, or MaxQuotaCost if that is less.
 func (w *CalendarWindow) MaxCost() int { return min(w.limit, MaxQuotaCost) }
-
-// String returns e.g. "1 per calendar day".
-func (w *CalendarWindow) String() string { return w.str }
-
-func (w *CalendarWindow) bindingLimit(int) string { return w.str }
-
-func (w *CalendarWindow) kind() string { return "c" }
 
 func (w *CalendarWindow) keyCount() int { return 1 }
 
 func (w *CalendarWindow) appendKeys(dst []any, tag string) []any {
 	return append(dst, keyspace.Calendar(tag, w.name))
-}
-
-func (w *CalendarWindow) appendPlan(dst []byte, cost int) []byte {
-	return append(strconv.AppendInt(append(dst, "c,"...), int64(cost), 10), w.plan...)
 }

@@ -152,20 +152,9 @@ func (e *ThrottledError) Error() string {
 		kindName(d.Rule), d.Rule.Name(), d.Limit, d.Subject, verb, roundDelay(d.Delay))
 }
 
-// kindName returns the rule's kind for people: "quota", "bucket", "calendar"
-// or "quiet hours".
+// kindName returns the rule's kind for people.
 func kindName(r Rule) string {
-	switch r.(type) {
-	case *Quota:
-		return "quota"
-	case *Bucket:
-		return "bucket"
-	case *CalendarWindow:
-		return "calendar"
-	case *Quiet:
-		return "quiet hours"
-	}
-	return "rule"
+	return map[string]string{"q": "quota", "b": "bucket", "c": "calendar", "h": "quiet hours"}[r.kind()]
 }
 
 // roundDelay shortens a delay for people: whole seconds above a minute.

@@ -203,11 +203,9 @@ func (q *QuietHours) In(loc *time.Location, t time.Time) *Quiet {
 // from From to Until; an admission at a Redis time outside fails. It keeps
 // no state in Redis.
 type Quiet struct {
-	name        string
+	rule        // plan: ",from,until,span_from,span_to,..."
 	from, until time.Time
 	spans       []Span
-	plan        string // ",from,until,span_from,span_to,..."
-	str         string
 }
 
 // NewQuiet returns a rule that refuses the moments in spans, covering from
@@ -220,7 +218,7 @@ func NewQuiet(name string, from, until time.Time, spans ...Span) (*Quiet, error)
 	if !until.After(from) {
 		return nil, invalidRule("quiet hours "+name, "cover ends before it starts")
 	}
-	q := &Quiet{name: name, from: from, until: until, str: "quiet hours"}
+	q := &Quiet{rule: rule{name: name, letter: "h", str: "quiet hours"}, from: from, until: until}
 	us := func(t time.Time) string { return strconv.FormatInt(t.UnixMicro(), 10) }
 	q.plan = "," + us(from) + "," + us(until)
 	for i, s := range spans {
@@ -239,26 +237,12 @@ func NewQuiet(name string, from, until time.Time, spans ...Span) (*Quiet, error)
 	return q, nil
 }
 
-// Name returns the rule's name.
-func (q *Quiet) Name() string { return q.name }
-
 // MaxCost returns MaxLimit: a quiet take consumes nothing.
 func (q *Quiet) MaxCost() int { return MaxLimit }
-
-// String returns e.g. "quiet 21:00-08:00".
-func (q *Quiet) String() string { return q.str }
 
 // Spans returns a copy of the quiet spans the rule holds.
 func (q *Quiet) Spans() []Span { return append([]Span(nil), q.spans...) }
 
-func (q *Quiet) bindingLimit(int) string { return q.str }
-
-func (q *Quiet) kind() string { return "h" }
-
 func (q *Quiet) keyCount() int { return 0 }
 
 func (q *Quiet) appendKeys(dst []any, _ string) []any { return dst }
-
-func (q *Quiet) appendPlan(dst []byte, cost int) []byte {
-	return append(strconv.AppendInt(append(dst, "h,"...), int64(cost), 10), q.plan...)
-}

@@ -60,6 +60,25 @@ type Rule interface {
 	bindingLimit(window int) string
 }
 
+// rule is what every Rule holds: its name, the letter of its kind in the
+// scripts' calling convention, its limits as plans carry them (after the
+// take's cost: see lua/rules.lua), and its String.
+type rule struct{ name, letter, plan, str string }
+
+// Name returns the rule's name.
+func (r *rule) Name() string { return r.name }
+
+// String describes the limit.
+func (r *rule) String() string { return r.str }
+
+func (r *rule) kind() string { return r.letter }
+
+func (r *rule) bindingLimit(int) string { return r.str }
+
+func (r *rule) appendPlan(dst []byte, cost int) []byte {
+	return append(strconv.AppendInt(append(append(dst, r.letter...), ','), int64(cost), 10), r.plan...)
+}
+
 // Bounds on rules, so that every number the scripts compute stays exact in
 // a double and every TTL fits Redis.
 const (
@@ -106,10 +125,8 @@ func (w Window) String() string { return fmt.Sprintf("%d per %s", w.Limit, timef
 // Quota is a sliding-window quota kept in one sorted set per subject
 // (docs/design.md, Algorithms): "1 per 24h and 3 per 168h" is one key.
 type Quota struct {
-	name    string
+	rule    // plan: ",limit,per_us" per window; str: e.g. "1 per 24h, 3 per 168h"
 	windows []Window
-	plan    string   // ",limit,per_us" per window, as plans carry them
-	str     string   // String()
 	limits  []string // the windows' String()
 }
 
@@ -125,7 +142,7 @@ func NewQuota(name string, windows ...Window) (*Quota, error) {
 	if len(windows) > MaxWindows {
 		return nil, invalidRule("quota "+name, "%d windows: at most %d", len(windows), MaxWindows)
 	}
-	q := &Quota{name: name, windows: append([]Window(nil), windows...)}
+	q := &Quota{rule: rule{name: name, letter: "q"}, windows: append([]Window(nil), windows...)}
 	for i, w := range windows {
 		where := fmt.Sprintf("quota %s: window %d (%s)", name, i+1, w)
 		if err := checkLimit(where, "limit", w.Limit); err != nil {
@@ -156,9 +173,6 @@ func (q *Quota) WithMargin(d time.Duration) (*Quota, error) {
 	return &c, nil
 }
 
-// Name returns the quota's name.
-func (q *Quota) Name() string { return q.name }
-
 // Longest returns its longest window: how long an entry counts.
 func (q *Quota) Longest() time.Duration {
 	var longest time.Duration
@@ -177,9 +191,6 @@ func (q *Quota) MaxCost() int {
 	return m
 }
 
-// String returns the windows, e.g. "1 per 24h, 3 per 168h".
-func (q *Quota) String() string { return q.str }
-
 func (q *Quota) bindingLimit(window int) string {
 	if window > 0 && window <= len(q.limits) {
 		return q.limits[window-1]
@@ -187,27 +198,19 @@ func (q *Quota) bindingLimit(window int) string {
 	return q.str
 }
 
-func (q *Quota) kind() string { return "q" }
-
 func (q *Quota) keyCount() int { return 1 }
 
 func (q *Quota) appendKeys(dst []any, tag string) []any {
 	return append(dst, keyspace.Quota(tag, q.name))
 }
 
-func (q *Quota) appendPlan(dst []byte, cost int) []byte {
-	return append(strconv.AppendInt(append(dst, "q,"...), int64(cost), 10), q.plan...)
-}
-
 // Bucket is a token bucket: it holds at most Burst tokens and gains Rate
 // tokens per second; a take of cost n needs n tokens.
 type Bucket struct {
-	name    string
+	rule    // plan: ",rate,burst[,reserve]"; str: e.g. "100/s burst 20"
 	rate    float64
 	burst   int
-	reserve int    // tokens only priority requests may take
-	plan    string // ",rate,burst[,reserve]", as plans carry them
-	str     string // String()
+	reserve int // tokens only priority requests may take
 }
 
 // NewBucket returns a bucket refilled at rate tokens per second (fractions
@@ -228,12 +231,9 @@ func NewBucket(name string, rate float64, burst int) (*Bucket, error) {
 		return nil, invalidRule("bucket "+name, "burst %d at %v/s takes longer than %s to fill", burst, rate, timefmt.Duration(MaxPer))
 	}
 	r := strconv.FormatFloat(rate, 'g', -1, 64)
-	return &Bucket{name: name, rate: rate, burst: burst, plan: "," + r + "," + strconv.Itoa(burst),
-		str: r + "/s burst " + strconv.Itoa(burst)}, nil
+	return &Bucket{rule: rule{name: name, letter: "b", plan: "," + r + "," + strconv.Itoa(burst),
+		str: r + "/s burst " + strconv.Itoa(burst)}, rate: rate, burst: burst}, nil
 }
-
-// Name returns the bucket's name.
-func (b *Bucket) Name() string { return b.name }
 
 // Rate returns the tokens added per second.
 func (b *Bucket) Rate() float64 { return b.rate }
@@ -261,20 +261,9 @@ func (b *Bucket) WithReserve(n int) (*Bucket, error) {
 	return &c, nil
 }
 
-// String returns e.g. "100/s burst 20".
-func (b *Bucket) String() string { return b.str }
-
-func (b *Bucket) bindingLimit(int) string { return b.str }
-
-func (b *Bucket) kind() string { return "b" }
-
 func (b *Bucket) keyCount() int { return 5 }
 
 func (b *Bucket) appendKeys(dst []any, tag string) []any {
 	return append(dst, keyspace.Bucket(tag, b.name), keyspace.Book(tag, b.name), keyspace.Slots(tag, b.name),
 		keyspace.Fair(tag, b.name), keyspace.Tenants(tag, b.name))
-}
-
-func (b *Bucket) appendPlan(dst []byte, cost int) []byte {
-	return append(strconv.AppendInt(append(dst, "b,"...), int64(cost), 10), b.plan...)
 }
