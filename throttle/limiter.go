@@ -161,11 +161,9 @@ func (l *Limiter) Release(ctx context.Context, r Request) (int, error) {
 }
 
 // Forget drops r.ID's holdings of r's bucket takes without giving their
-// tokens back: for a send the provider took but that failed (a 429 or 5xx
-// answer), so that the retry takes a token of its own rather than passing
-// as already admitted. Quota and calendar takes are left as they are
-// (Release them if the recipient got nothing). It returns how many bucket
-// takes it dropped.
+// tokens back, for a send the provider took but failed (a 429 or 5xx), so
+// that its retry takes a token of its own; quota and calendar takes stay.
+// It returns how many bucket takes it dropped.
 func (l *Limiter) Forget(ctx context.Context, r Request) (int, error) {
 	n, _, err := l.undo(ctx, r, l.forget, "forget")
 	return n, err

@@ -14,22 +14,19 @@ import (
 // it reaches Redis.
 var ErrInvalidRequest = errors.New("invalid request")
 
-// MaxIDLen is the longest task ID a request may carry, in bytes.
-const MaxIDLen = 256
-
-// MaxWeight is the largest tenant weight.
-const MaxWeight = 1000
-
-// MaxTakes is the most takes a request may have.
-const MaxTakes = 32
+// Bounds on a request.
+const (
+	MaxIDLen  = 256  // the longest task ID a request may carry, in bytes
+	MaxWeight = 1000 // the largest tenant weight
+	MaxTakes  = 32   // the most takes a request may have
+)
 
 // Take applies a rule to one subject at a cost.
 type Take struct {
 	// Rule is the limit to check.
 	Rule Rule
-	// Subject is what the rule is counted for: a recipient, a provider.
-	// Any non-empty string; it is encoded before it becomes part of a Redis
-	// key.
+	// Subject is what the rule is counted for (a recipient, a provider):
+	// any non-empty string, encoded before it becomes part of a Redis key.
 	Subject string
 	// Cost is what the take consumes: tokens of a bucket, entries of a quota
 	// or a calendar window. Zero means 1.
