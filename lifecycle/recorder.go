@@ -166,9 +166,7 @@ func (r *Recorder) Tenants(ctx context.Context, messages ...string) (map[string]
 	}
 	tenants := make(map[string]string, len(firsts))
 	for m, first := range firsts {
-		var e struct {
-			Tenant string `json:"tenant"`
-		}
+		var e Event
 		if json.Unmarshal([]byte(first), &e) == nil {
 			tenants[m] = e.Tenant
 		}
@@ -206,14 +204,11 @@ func heads(ctx context.Context, rdb redis.UniversalClient, prefix string, messag
 // keyOf returns the idempotency key of a history's first event, if it is
 // the accepted event.
 func keyOf(first string) string {
-	var e struct {
-		Type Type   `json:"type"`
-		Key  string `json:"idempotency_key"`
-	}
+	var e Event
 	if json.Unmarshal([]byte(first), &e) != nil || e.Type != Accepted {
 		return ""
 	}
-	return e.Key
+	return e.IdempotencyKey
 }
 
 // clockRefresh is how long a measured offset from Redis's clock is used.
