@@ -20,9 +20,7 @@ import (
 	"github.com/notify-throttle/throttler/throttle"
 )
 
-// TaskType is the asynq task type of a digest: the messages of one
-// recipient, policy and provider that were over the policy's cap, folded
-// into one message (see Store).
+// TaskType is the asynq task type of a digest's task.
 const TaskType = "digest"
 
 // Template is the template of a digest message; its data is

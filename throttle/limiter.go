@@ -218,10 +218,8 @@ func (l *Limiter) Pause(ctx context.Context, b *Bucket, subject string, d time.D
 // Repace moves the work waiting on bucket b for subject to b's rate, when
 // the rate its slots were laid at differs (docs/booking.md, "A change of
 // rate"). It returns k = old rate / new rate and the Redis time it scaled
-// around, or k = 0 when nothing was scaled (the rate is the one recorded,
-// or none was). Call it for each bucket at start and after a reload; a
-// moment the caller keeps (a task's wake-up) scales alike: t after now moves
-// to now + (t - now)·k.
+// around (k = 0: nothing was scaled); a moment t the caller keeps moves to
+// now + (t - now)·k. Call it for each bucket at start and after a reload.
 func (l *Limiter) Repace(ctx context.Context, b *Bucket, subject string) (k float64, now time.Time, err error) {
 	r := Request{ID: "repace", Takes: []Take{{Rule: b, Subject: subject}}}
 	if err := r.validate(); err != nil {

@@ -126,10 +126,9 @@ type planHead struct {
 	guard   bool   // group.guard
 }
 
-// head is what the plan of r's group g says before its takes: its max
-// wait, and on one node its done marker where r asks for it to be checked
-// (a cluster reads the marker, in its own slot, beside the first group's
-// call: see cluster.go).
+// head is what the plan of r's group g says before its takes; the done
+// marker is in the plan on one node only (a cluster reads it beside its
+// first call).
 func (l *Limiter) head(r Request, g group) planHead {
 	h := planHead{maxWait: r.MaxWait.Microseconds(), unheld: g.unheld, guard: g.guard}
 	if _, one := l.eng.(node); one && r.CheckDone {
