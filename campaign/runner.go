@@ -128,11 +128,9 @@ func campaignsOf(cfg *config.Config) (map[string]*campaign, []string, error) {
 // Run returns when the fan-outs it resumed have stopped. Run it once in
 // every worker, and end it before shutting the asynq server down.
 func (r *Runner) Run(ctx context.Context) error {
-	defer r.stopped.Do(func() { close(r.stop) })
-	go func() {
-		<-ctx.Done()
-		r.stopped.Do(func() { close(r.stop) })
-	}()
+	stop := func() { r.stopped.Do(func() { close(r.stop) }) }
+	defer stop()
+	context.AfterFunc(ctx, stop)
 	var wg sync.WaitGroup
 	for _, name := range r.names {
 		wg.Go(func() { r.schedule(ctx, r.campaigns[name]) })
