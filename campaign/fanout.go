@@ -276,7 +276,7 @@ func (b *batchRun) exec(ctx context.Context, a batch) (Summary, error) {
 		for _, shard := range b.r.shardsOf(b.c.Queue) {
 			seen = append(seen, seenKey(b.r.prefix, shard, tick))
 		}
-		b.r.forget(ctx, seen) // else they expire after keepS
+		b.r.forget(ctx, seen) // else they expire with the tick (keep)
 	}
 	return Summary{Tick: tick, Read: res[0], Enqueued: res[1], Existing: res[2], Invalid: res[3],
 		Done: a.done != "0", Expired: a.done == "expired"}, nil

@@ -128,11 +128,9 @@ func campaignsOf(cfg *config.Config) (map[string]*campaign, []string, error) {
 // Run returns when the fan-outs it resumed have stopped. Run it once in
 // every worker, and end it before shutting the asynq server down.
 func (r *Runner) Run(ctx context.Context) error {
-	defer r.stopped.Do(func() { close(r.stop) })
-	go func() {
-		<-ctx.Done()
-		r.stopped.Do(func() { close(r.stop) })
-	}()
+	stop := func() { r.stopped.Do(func() { close(r.stop) }) }
+	defer stop()
+	context.AfterFunc(ctx, stop)
 	var wg sync.WaitGroup
 	for _, name := range r.names {
 		wg.Go(func() { r.schedule(ctx, r.campaigns[name]) })
@@ -165,15 +163,14 @@ func (r *Runner) forget(ctx context.Context, keys []string) {
 	}
 }
 
+// queues returns the queues of the campaigns, sorted.
 func (r *Runner) queues() []string {
 	var qs []string
 	for _, c := range r.campaigns {
-		if !slices.Contains(qs, c.Queue) {
-			qs = append(qs, c.Queue)
-		}
+		qs = append(qs, c.Queue)
 	}
 	slices.Sort(qs)
-	return qs
+	return slices.Compact(qs)
 }
 
 // bind returns ctx, also canceled when the Runner stops.

@@ -20,9 +20,7 @@ import (
 	"github.com/notify-throttle/throttler/throttle"
 )
 
-// TaskType is the asynq task type of a digest: the messages of one
-// recipient, policy and provider that were over the policy's cap, folded
-// into one message (see Store).
+// TaskType is the asynq task type of a digest's task.
 const TaskType = "digest"
 
 // Template is the template of a digest message; its data is
@@ -41,21 +39,9 @@ type Enqueuer interface {
 }
 
 // Store folds the messages a digest policy holds back into one message
-// per recipient, policy and provider. Its state, in three keys of one hash
-// slot per (recipient, policy, provider), is:
-//
-//   - gen: the number of the open digest, which folds join (absent: 1);
-//   - ids: a hash of every folded task ID to the digest it joined, so that
-//     a folded task delivered again (a crash after the fold) is found folded
-//     and never sent on its own nor folded twice;
-//   - list:<n>: digest n's messages, in the order they were folded.
-//
-// A fold joins the open digest and makes sure its task (TaskType, one
-// task ID per digest) is queued for the moment the policy allows. That task
-// admits the digest like any message; once it may go it seals the digest
-// (gen moves on, so later folds start the next one), reads it and sends it.
-// Fold and seal are transactions on gen, so each message is in exactly one
-// digest. A Store is safe for concurrent use.
+// per recipient, policy and provider, in three keys (gen, ids, list:<n>)
+// whose life and transactions docs/rules.md ("Digests") describes. A Store
+// is safe for concurrent use.
 type Store struct {
 	rdb    redis.UniversalClient
 	prefix string
@@ -86,7 +72,7 @@ type digestEntry struct {
 	Data     json.RawMessage `json:"data,omitempty"`
 }
 
-// taskID is the digest's task ID: one per digest.
+// TaskID is the digest's task ID: one per digest.
 func (d Ref) TaskID() string {
 	return message.TaskID("digest\x00" + d.Recipient + "\x00" + d.Policy + "\x00" + d.Provider + "\x00" + strconv.FormatInt(d.Gen, 10))
 }
@@ -104,7 +90,7 @@ func (g *Store) Attempt(ctx context.Context, id string) error {
 }
 
 // State returns the digest task id joined, if it was folded, and whether a
-// send of it was attempted (see attempt).
+// send of it was attempted (Attempt).
 func (g *Store) State(ctx context.Context, id string, n message.Notification) (d Ref, folded, attempted bool, err error) {
 	d = refOf(n)
 	_, ids, _ := g.keys(d)
@@ -140,37 +126,29 @@ func (g *Store) Fold(ctx context.Context, id string, n message.Notification, at 
 	if err != nil {
 		return d, fmt.Errorf("digest: digest entry: %w", err)
 	}
-	for range 100 { // a seal between the read and the write starts over
-		err = g.rdb.Watch(ctx, func(tx *redis.Tx) error {
-			if s, err := tx.HGet(ctx, ids, id).Result(); err == nil {
-				d.Gen, err = strconv.ParseInt(s, 10, 64)
-				return err
-			} else if !errors.Is(err, redis.Nil) {
-				return err
-			}
-			cur, err := tx.Get(ctx, gen).Int64()
-			if errors.Is(err, redis.Nil) {
-				cur, err = 1, nil
-			}
-			if err != nil {
-				return err
-			}
-			d.Gen = cur
-			_, _, list := g.keys(d)
-			_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
-				p.RPush(ctx, list, entry)
-				p.HSet(ctx, ids, id, cur)
-				p.Set(ctx, gen, cur, ttl)
-				p.Expire(ctx, ids, ttl)
-				p.Expire(ctx, list, ttl)
-				return nil
-			})
+	err = g.watch(ctx, func(tx *redis.Tx) error {
+		if s, err := tx.HGet(ctx, ids, id).Result(); err == nil {
+			d.Gen, err = strconv.ParseInt(s, 10, 64)
 			return err
-		}, gen, ids)
-		if !errors.Is(err, redis.TxFailedErr) {
-			break
+		} else if !errors.Is(err, redis.Nil) {
+			return err
 		}
-	}
+		cur, err := openGen(ctx, tx, gen)
+		if err != nil {
+			return err
+		}
+		d.Gen = cur
+		_, _, list := g.keys(d)
+		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.RPush(ctx, list, entry)
+			p.HSet(ctx, ids, id, cur)
+			p.Set(ctx, gen, cur, ttl)
+			p.Expire(ctx, ids, ttl)
+			p.Expire(ctx, list, ttl)
+			return nil
+		})
+		return err
+	}, gen, ids)
 	if err != nil {
 		return d, fmt.Errorf("digest: fold into a digest: %w", err)
 	}
@@ -198,30 +176,42 @@ func (g *Store) Schedule(ctx context.Context, d Ref, at time.Time, queue string)
 // and how many. Sealing again changes nothing.
 func (g *Store) Seal(ctx context.Context, d Ref) (json.RawMessage, int, error) {
 	gen, _, _ := g.keys(d)
-	var err error
-	for range 100 {
-		err = g.rdb.Watch(ctx, func(tx *redis.Tx) error {
-			cur, err := tx.Get(ctx, gen).Int64()
-			if errors.Is(err, redis.Nil) {
-				cur, err = 1, nil
-			}
-			if err != nil || cur != d.Gen {
-				return err
-			}
-			_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
-				p.Set(ctx, gen, cur+1, TTL)
-				return nil
-			})
+	err := g.watch(ctx, func(tx *redis.Tx) error {
+		cur, err := openGen(ctx, tx, gen)
+		if err != nil || cur != d.Gen {
 			return err
-		}, gen)
-		if !errors.Is(err, redis.TxFailedErr) {
-			break
 		}
-	}
+		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.Set(ctx, gen, cur+1, TTL)
+			return nil
+		})
+		return err
+	}, gen)
 	if err != nil {
 		return nil, 0, fmt.Errorf("digest: seal a digest: %w", err)
 	}
 	return g.read(ctx, d)
+}
+
+// watch runs fn in a transaction on keys, again while a fold or a seal
+// between its reads and its writes makes it fail (a hundred times at most).
+func (g *Store) watch(ctx context.Context, fn func(*redis.Tx) error, keys ...string) error {
+	var err error
+	for range 100 {
+		if err = g.rdb.Watch(ctx, fn, keys...); !errors.Is(err, redis.TxFailedErr) {
+			break
+		}
+	}
+	return err
+}
+
+// openGen reads gen, the number of the open digest (absent: 1).
+func openGen(ctx context.Context, tx *redis.Tx, gen string) (int64, error) {
+	cur, err := tx.Get(ctx, gen).Int64()
+	if errors.Is(err, redis.Nil) {
+		return 1, nil
+	}
+	return cur, err
 }
 
 // Size returns how many messages digest d holds.

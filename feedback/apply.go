@@ -12,11 +12,6 @@ import (
 	"github.com/notify-throttle/throttler/screen"
 )
 
-// A report is claimed by a mark before it is applied and marked applied
-// after, so that it is applied once: docs/providers.md#what-the-services-report-later
-// ("Once each"). A request that fails drops its claims for the vendor's
-// retry; a killed one leaves them to expire after claimTTL.
-
 // DefaultRemember is how long an applied report is remembered: SendGrid
 // retries an event for up to 24 hours; SNS for an hour.
 const DefaultRemember = 24 * time.Hour
@@ -138,6 +133,7 @@ func (a *applier) applyClaimed(ctx context.Context, provider string, reports []c
 		return 0, 0, err
 	}
 	var events []lifecycle.Event
+	var types []lifecycle.Type // of the reports applied
 	for _, r := range reports {
 		tenant, known := tenants[r.Message]
 		if r.Message != "" && !known {
@@ -153,17 +149,15 @@ func (a *applier) applyClaimed(ctx context.Context, provider string, reports []c
 		if r.Message != "" {
 			events = append(events, r.event(provider, tenant))
 		}
-		applied++
+		types = append(types, r.Type)
 	}
 	if err := a.events.Record(ctx, events...); err != nil {
 		return 0, 0, err
 	}
-	for _, r := range reports {
-		if _, known := tenants[r.Message]; known || r.Message == "" {
-			a.metrics.Reports.WithLabelValues(provider, string(r.Type)).Inc()
-		}
+	for _, t := range types {
+		a.metrics.Reports.WithLabelValues(provider, string(t)).Inc()
 	}
-	return applied, unknown, nil
+	return len(types), unknown, nil
 }
 
 // mark makes the reports' claims "applied". A mark not written leaves a

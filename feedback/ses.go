@@ -83,11 +83,10 @@ func sesEvent(message string) (reading, error) {
 		}
 	case kind == "Delivery" && ev.Delivery != nil:
 		r := base
-		r.Type, r.Detail = lifecycle.Delivered, words("", ev.Delivery.SMTPResponse)
 		if len(ev.Delivery.Recipients) > 0 {
 			r.Address = ev.Delivery.Recipients[0]
-			r.Detail = words(r.Address, ev.Delivery.SMTPResponse)
 		}
+		r.Type, r.Detail = lifecycle.Delivered, words(r.Address, ev.Delivery.SMTPResponse)
 		reports = append(reports, r)
 	case kind == "Bounce" || kind == "Complaint" || kind == "Delivery":
 		return reading{}, fmt.Errorf("%w: an SES %s without its %s object", ErrMalformed, kind, strings.ToLower(kind))

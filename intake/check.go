@@ -78,13 +78,9 @@ func (c Checker) Check(e Entry, now time.Time) (Job, error) {
 	if n.SendBy != nil && !n.SendBy.After(now) {
 		return Job{}, fieldErr("send_by", "%s is in the past", n.SendBy.Format(time.RFC3339Nano))
 	}
-	at, err := c.sendAt(e, n.Policy, now)
+	at, err := c.sendAt(e, n.Policy, now) // rounded as NewTask holds it: the job's events tell that moment
 	if err != nil {
 		return Job{}, err
-	}
-	if at != nil {
-		moment := message.WholeSecond(*at) // as NewTask holds it: the job's events tell that moment
-		at = &moment
 	}
 	n.SendAt = at
 	id := message.TaskID(e.IdempotencyKey)

@@ -167,7 +167,7 @@ func unknownField(key string) error {
 	return &Error{Field: key, Msg: fmt.Sprintf("unknown field %s (fields: %s)", Quote(key), strings.Join(Fields, ", ")), bare: true}
 }
 
-// syntaxError describes why line is not one JSON value.
+// syntaxError describes why line (not valid JSON) is not one JSON value.
 func syntaxError(line []byte) error {
 	err := json.Unmarshal(line, new(json.RawMessage))
 	var se *json.SyntaxError
@@ -177,10 +177,8 @@ func syntaxError(line []byte) error {
 	case errors.As(err, &se) && se.Offset > 0:
 		// Offset counts the bytes read up to and with the bad one.
 		return wholeErr("not JSON: %s (column %d)", se.Error(), se.Offset)
-	case err != nil:
-		return wholeErr("not JSON: %v", err)
 	}
-	return wholeErr("not JSON") // unreachable: line is valid JSON
+	return wholeErr("not JSON: %v", err)
 }
 
 // JSONKind names the kind of the JSON value that data starts with.

@@ -96,7 +96,8 @@ func readings(wall time.Time, loc *time.Location) []time.Time {
 	for _, near := range []time.Time{wall.Add(-24 * time.Hour), wall.Add(24 * time.Hour)} {
 		_, offset := near.In(loc).Zone()
 		at := wall.Add(-time.Duration(offset) * time.Second).In(loc)
-		if sameReading(at, wall) && !slices.ContainsFunc(out, at.Equal) {
+		reads := at.Format(time.DateTime) == wall.Format(time.DateTime) // at's clock reads wall's
+		if reads && !slices.ContainsFunc(out, at.Equal) {
 			out = append(out, at)
 		}
 	}
@@ -109,11 +110,6 @@ func readings(wall time.Time, loc *time.Location) []time.Time {
 	}
 	slices.SortFunc(out, time.Time.Compare)
 	return out
-}
-
-// sameReading reports whether at's clock in its zone reads wall's in UTC.
-func sameReading(at, wall time.Time) bool {
-	return at.Format(time.DateTime) == wall.Format(time.DateTime)
 }
 
 // parseClock reads "HH:MM" or "HH:MM:SS", two digits each, 00:00 to

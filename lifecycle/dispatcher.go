@@ -199,9 +199,8 @@ func (l *lane) due(ctx context.Context) ([]redis.XMessage, error) {
 // delivered, given up or unreadable: they leave the stream.
 func (l *lane) deliver(ctx context.Context, entries []redis.XMessage) error {
 	m := l.d.o.Metrics
-	var done []string
+	var done, ids []string // to acknowledge; of events, to POST
 	var events []Event
-	var ids []string
 	for _, entry := range entries {
 		body, _ := entry.Values["e"].(string)
 		var e Event

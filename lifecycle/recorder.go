@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -84,25 +83,24 @@ func (r *Recorder) write(ctx context.Context, events []Event, bodies [][]byte, n
 	if err != nil {
 		return err
 	}
-	var after []string // keys to expire ("+" first) and to trim
+	var made, over []string // the histories this call made, and those over the limit
 	for i, push := range pushes {
 		key := historyKey(r.o.Prefix, events[i].Message)
 		switch n := push.Val(); {
 		case n == 1:
-			after = append(after, "+"+key)
+			made = append(made, key)
 		case n > int64(r.o.HistoryLimit):
-			after = append(after, key)
+			over = append(over, key)
 		}
 	}
-	if len(after) == 0 {
+	if len(made)+len(over) == 0 {
 		return nil
 	}
 	_, err = r.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, key := range after {
-			if made, ok := strings.CutPrefix(key, "+"); ok {
-				p.PExpire(ctx, made, r.o.History)
-				continue
-			}
+		for _, key := range made {
+			p.PExpire(ctx, key, r.o.History)
+		}
+		for _, key := range over {
 			// The oldest after the first goes: LSET marks it with "",
 			// which no event is, and LREM takes the one mark out.
 			p.LSet(ctx, key, 1, "")
@@ -168,9 +166,7 @@ func (r *Recorder) Tenants(ctx context.Context, messages ...string) (map[string]
 	}
 	tenants := make(map[string]string, len(firsts))
 	for m, first := range firsts {
-		var e struct {
-			Tenant string `json:"tenant"`
-		}
+		var e Event
 		if json.Unmarshal([]byte(first), &e) == nil {
 			tenants[m] = e.Tenant
 		}
@@ -208,14 +204,11 @@ func heads(ctx context.Context, rdb redis.UniversalClient, prefix string, messag
 // keyOf returns the idempotency key of a history's first event, if it is
 // the accepted event.
 func keyOf(first string) string {
-	var e struct {
-		Type Type   `json:"type"`
-		Key  string `json:"idempotency_key"`
-	}
+	var e Event
 	if json.Unmarshal([]byte(first), &e) != nil || e.Type != Accepted {
 		return ""
 	}
-	return e.Key
+	return e.IdempotencyKey
 }
 
 // clockRefresh is how long a measured offset from Redis's clock is used.

@@ -77,25 +77,19 @@ type Notification struct {
 	// SendBy, when set, is the latest time it may be delivered; after that
 	// it expires instead of arriving late.
 	SendBy *time.Time `json:"send_by,omitempty"`
-	// SendAt, when set, is its scheduled moment: NewTask has asynq hold the
-	// task until then (asynq.ProcessAt), so that nothing of the throttle is
-	// asked before it, and its policy's max delay counts from it. It is a
-	// whole second (NewTask rounds it up), as asynq's schedule keeps it,
-	// and not after SendBy.
+	// SendAt, when set, is its scheduled moment, a whole second not after
+	// SendBy (docs/design.md, "Scheduled sends").
 	SendAt *time.Time `json:"send_at,omitempty"`
-	// TZ is the recipient's IANA time zone ("America/New_York"), in which
-	// its policy's calendar windows and quiet hours are kept; "" is the
-	// policy's zone.
+	// TZ is the recipient's IANA time zone, for its policy's calendar
+	// windows and quiet hours; "" is the policy's zone.
 	TZ string `json:"tz,omitempty"`
 	// Campaign names the campaign run that created it, if any.
 	Campaign string `json:"campaign,omitempty"`
-	// Tenant is the sender whose fair share of the provider it uses (see
-	// throttle.Request.Tenant): at most MaxTenantLen bytes of UTF-8 without
-	// control characters; "" is the default tenant.
+	// Tenant is the sender whose fair share of the provider it uses
+	// (throttle.Booking.Tenant); "" is the default tenant.
 	Tenant string `json:"tenant,omitempty"`
 	// Queued is when NewTask made its task (the producer's clock), from
-	// which a policy's max delay counts (PolicySettings.MaxDelay), or from
-	// SendAt when that is later.
+	// which a policy's max delay counts unless SendAt is later.
 	Queued *time.Time `json:"queued_at,omitempty"`
 }
 
@@ -133,8 +127,13 @@ func (n *Notification) Check() error {
 	if err := field("provider", n.Provider, MaxTemplateLen); err != nil {
 		return err
 	}
-	if err := checkTenant(n.Tenant); err != nil {
-		return err
+	if n.Tenant != "" {
+		if err := field("tenant", n.Tenant, MaxTenantLen); err != nil {
+			return err
+		}
+		if err := noControl("tenant", n.Tenant); err != nil {
+			return err
+		}
 	}
 	if len(n.Data) > 0 && !json.Valid(n.Data) {
 		return bad("data", "not JSON")
@@ -149,19 +148,6 @@ func (n *Notification) Check() error {
 		}
 	}
 	return nil
-}
-
-// checkTenant accepts "" or up to MaxTenantLen bytes of UTF-8 without
-// control characters: a tenant names a sender in the throttle's state and in
-// log lines.
-func checkTenant(tenant string) error {
-	switch {
-	case len(tenant) > MaxTenantLen:
-		return bad("tenant", "%d bytes, longer than %d", len(tenant), MaxTenantLen)
-	case !utf8.ValidString(tenant):
-		return bad("tenant", "not UTF-8")
-	}
-	return noControl("tenant", tenant)
 }
 
 // noControl refuses a control character in field's value v: a recipient,
@@ -228,15 +214,13 @@ func checkFieldNames(payload []byte) error {
 	})
 }
 
-// Members calls f with the name and the value of each member of the JSON
-// object obj, in order, and returns f's first error: the strict decoding
-// of a notification (Decode's field names, a JSONL line of enqueue) reads
-// members with it. obj must be valid JSON whose top level is an object
-// (check with json.Valid first): the scan only tracks nesting and skips
-// strings, which is a fraction of the cost of json.Decoder.Token on the
-// per-job path. A name is passed as its bytes between the quotes, or as
-// encoding/json reads it where it holds an escape or bytes that are not
-// UTF-8 (those become U+FFFD); a value as its JSON text.
+// Members calls f with the name and the value (its JSON text) of each
+// member of the JSON object obj, in order, and returns f's first error. obj
+// must be valid JSON whose top level is an object (json.Valid first): the
+// scan only tracks nesting and skips strings, a fraction of the cost of
+// json.Decoder.Token on the per-job path. A name is its bytes between the
+// quotes, or as encoding/json reads it where it holds an escape or bytes
+// that are not UTF-8.
 func Members(obj []byte, f func(name, value []byte) error) error {
 	depth, start := 0, -1 // start: where the value being read begins, or -1
 	var name []byte
@@ -300,9 +284,7 @@ func TaskID(idempotencyKey string) string {
 // NewTask returns the task for n, after checking it, with the given ID,
 // stamped with the time it was queued unless n carries one, and held by
 // asynq until n.SendAt if set (rounded up to a whole second). Options such
-// as asynq.Queue (of AsynqQueue) are passed through. MaxRetry is set high:
-// a throttled task is retried without counting (see jobs.IsFailure), and only
-// real delivery failures use retries up.
+// as asynq.Queue are passed through.
 func NewTask(n Notification, id string, opts ...asynq.Option) (*asynq.Task, error) {
 	first := []asynq.Option{asynq.TaskID(id), asynq.MaxRetry(DefaultMaxRetry)}
 	if n.SendAt != nil {
@@ -348,11 +330,9 @@ func WholeSecond(t time.Time) time.Time {
 
 // LineHeader is the task header in which a notification keeps whether it
 // holds a place in its tenant's line: "1" once a booking placed it there,
-// "0" before; asynq writes it back with every deferral (internal/asynqdb,
-// item 8). Why: docs/booking.md, "Places in line: the horizon". Producers
-// give every task the header (NewTask, Headers); a task without headers
-// cannot keep it, and counts as back from its place whenever it runs: it
-// never joins its tenant's line's end.
+// "0" before (docs/booking.md, "Places in line: the horizon"). A task
+// without headers cannot keep it, and counts as back from its place
+// whenever it runs.
 const LineHeader = "throttle-line"
 
 // Headers are the headers a task starts with: not in line (LineHeader).
@@ -372,7 +352,7 @@ func encode(n Notification) ([]byte, error) {
 }
 
 // DefaultMaxRetry is the retry budget of real delivery failures (5xx,
-// timeouts). Deferrals by the throttle never use it.
+// timeouts). Deferrals by the throttle never use it (jobs.IsFailure).
 const DefaultMaxRetry = 25
 
 // LoadZone is timefmt.LoadZone with the error of a bad notification's

@@ -20,8 +20,4 @@ func suppressedKey(prefix, provider string) string {
 
 // keyPart escapes s for a key's hash tag: '%', '{' and '}' become %XX, so
 // no value can close the tag or meet another's escaped form.
-func keyPart(s string) string {
-	return keyEscaper.Replace(s)
-}
-
-var keyEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
+var keyPart = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D").Replace

@@ -19,10 +19,9 @@ import (
 	"github.com/notify-throttle/throttler/throttle"
 )
 
-// Screen keeps, per provider, the scoped pauses and the suppressed
-// addresses. A scoped pause is one key that expires when the pause ends
-// (Redis's clock decides); a suppression is a field of the provider's hash
-// and lasts until an operator lifts it. Safe for concurrent use.
+// Screen keeps, per provider, the scoped pauses (keys that expire when the
+// pause ends, by Redis's clock) and the suppressed addresses (until an
+// operator lifts them). Safe for concurrent use.
 type Screen struct {
 	rdb    redis.UniversalClient
 	prefix string

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/notify-throttle/throttler/internal/keyspace"
 )
 
 // bookReq is a booking request for task id: recipient rcpt through q (if
@@ -90,7 +92,7 @@ func TestBookProviderBacklogInOrder(t *testing.T) {
 	if !c.Allowed() || !c.Claimed.Equal(booked[0].At()) || booked[0].At().Sub(c.At()) > time.Microsecond {
 		t.Fatalf("claim of %s at its moment: %+v, want allowed at %s", id0, c, booked[0].At())
 	}
-	if n, _ := rdb.ZCard(context.Background(), bookKey(subjectTag(DefaultPrefix, "gw"), "sms")).Result(); n != int64(len(booked)-1) {
+	if n, _ := rdb.ZCard(context.Background(), keyspace.Book(keyspace.Tag(DefaultPrefix, "gw"), "sms")).Result(); n != int64(len(booked)-1) {
 		t.Errorf("%d tickets left after one claim of %d", n, len(booked))
 	}
 	// A claim is idempotent like any admission.
@@ -192,11 +194,11 @@ func TestBookReleaseGivesBack(t *testing.T) {
 	if err != nil || n != 2 {
 		t.Fatalf("Release = %d, %v; want its quota entry and its ticket", n, err)
 	}
-	tag := subjectTag(DefaultPrefix, "alice")
-	if _, err := rdb.ZScore(ctx, quotaKey(tag, "p"), "m1").Result(); err == nil {
+	tag := keyspace.Tag(DefaultPrefix, "alice")
+	if _, err := rdb.ZScore(ctx, keyspace.Quota(tag, "p"), "m1").Result(); err == nil {
 		t.Errorf("the released booking's quota entry is still there")
 	}
-	if _, err := rdb.ZScore(ctx, bookKey(subjectTag(DefaultPrefix, "gw"), "sms"), "m1").Result(); err == nil {
+	if _, err := rdb.ZScore(ctx, keyspace.Book(keyspace.Tag(DefaultPrefix, "gw"), "sms"), "m1").Result(); err == nil {
 		t.Errorf("the released booking's ticket is still there")
 	}
 	// The next message books where the released one was.
@@ -230,7 +232,7 @@ func TestBookLateClaimBooksAgain(t *testing.T) {
 	if late.At().Before(cd.At().Add(300 * time.Millisecond)) {
 		t.Errorf("b booked again for %s, before c's moment + the window (%s)", late.At(), cd.At().Add(300*time.Millisecond))
 	}
-	s, err := rdb.ZScore(ctx, quotaKey(subjectTag(DefaultPrefix, "alice"), "p"), "b").Result()
+	s, err := rdb.ZScore(ctx, keyspace.Quota(keyspace.Tag(DefaultPrefix, "alice"), "p"), "b").Result()
 	if err != nil || int64(s) != late.At().UnixMicro() {
 		t.Errorf("b's entry is at %v (%v), want its new moment %d", s, err, late.At().UnixMicro())
 	}
@@ -250,7 +252,7 @@ func TestBookLateClaimThatFitsGoes(t *testing.T) {
 	if !d.Allowed() || d.At().Before(bd.At().Add(300*time.Millisecond)) {
 		t.Fatalf("late b: %+v", d)
 	}
-	s, _ := rdb.ZScore(ctx, quotaKey(subjectTag(DefaultPrefix, "alice"), "p"), "b").Result()
+	s, _ := rdb.ZScore(ctx, keyspace.Quota(keyspace.Tag(DefaultPrefix, "alice"), "p"), "b").Result()
 	if int64(s) != d.At().UnixMicro() {
 		t.Errorf("b's entry at %d, want the moment it went, %d", int64(s), d.At().UnixMicro())
 	}
@@ -283,7 +285,7 @@ func TestBookLateClaimInsideItsSlotKeepsTheWindow(t *testing.T) {
 	}
 	untilRedis(t, l, bd.At().Add(100*time.Millisecond))
 	late := mustAdmit(t, l, bookReq("b", q, "alice", b, maxWait))
-	key := quotaKey(subjectTag(DefaultPrefix, "alice"), "p")
+	key := keyspace.Quota(keyspace.Tag(DefaultPrefix, "alice"), "p")
 	s, err := rdb.ZScore(ctx, key, "b").Result()
 	if err != nil {
 		t.Fatal(err)
@@ -501,7 +503,7 @@ func TestPauseKeepsARecipientsLine(t *testing.T) {
 	if gap := went[1].Sub(went[0]); gap < 500*time.Millisecond {
 		t.Errorf("t1 and t2 go %s apart, want a window (500ms) at least", gap)
 	}
-	if n := rdb.ZCard(ctx, quotaKey(subjectTag(DefaultPrefix, "alice"), "mkt")).Val(); n != 5 {
+	if n := rdb.ZCard(ctx, keyspace.Quota(keyspace.Tag(DefaultPrefix, "alice"), "mkt")).Val(); n != 5 {
 		t.Errorf("alice's quota holds %d entries, want the 5 messages'", n)
 	}
 }
@@ -525,7 +527,7 @@ func TestBookLineIsOneSpan(t *testing.T) {
 			t.Fatalf("m%d: %+v, want booked", i, last)
 		}
 	}
-	spans, err := rdb.ZRangeByScoreWithScores(context.Background(), slotsKey(subjectTag(DefaultPrefix, "gw"), "sms"),
+	spans, err := rdb.ZRangeByScoreWithScores(context.Background(), keyspace.Slots(keyspace.Tag(DefaultPrefix, "gw"), "sms"),
 		&redis.ZRangeBy{Min: "1", Max: "+inf"}).Result()
 	if err != nil {
 		t.Fatal(err)

@@ -4,6 +4,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/notify-throttle/throttler/internal/keyspace"
 )
 
 // A booked task admitted for a moment later than the bucket needs (its
@@ -32,7 +34,7 @@ func TestBookLaterMomentKeepsTheBucket(t *testing.T) {
 		mustAdmit(t, l, bookReq(id, q, id, b, 0))
 	}
 	var at []time.Time
-	for _, v := range ledger(t, rdb, subjectTag(DefaultPrefix, "gw"), "gw") {
+	for _, v := range ledger(t, rdb, keyspace.Tag(DefaultPrefix, "gw"), "gw") {
 		at = append(at, time.UnixMicro(v))
 	}
 	slices.SortFunc(at, time.Time.Compare)

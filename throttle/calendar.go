@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/notify-throttle/throttler/internal/keyspace"
 )
 
 // Period is the length of a calendar window: a day, a week or a month of a
@@ -20,13 +22,8 @@ const (
 
 // String returns "day", "week" or "month".
 func (p Period) String() string {
-	switch p {
-	case Day:
-		return "day"
-	case Week:
-		return "week"
-	case Month:
-		return "month"
+	if p >= Day && p <= Month {
+		return [...]string{Day: "day", Week: "week", Month: "month"}[p]
 	}
 	return "Period(" + strconv.Itoa(int(p)) + ")"
 }
@@ -80,15 +77,7 @@ func (c *Calendar) String() string { return c.str }
 // that a booking finds its window for weeks ahead.
 const calendarBehind = 1
 
-func (p Period) ahead() int {
-	switch p {
-	case Day:
-		return 15
-	case Week:
-		return 8
-	}
-	return 4
-}
+func (p Period) ahead() int { return [...]int{Day: 15, Week: 8, Month: 4}[p] }
 
 // Start returns the start of the window holding t, in loc.
 func (c *Calendar) Start(loc *time.Location, t time.Time) time.Time {
@@ -156,8 +145,7 @@ func (c *Calendar) Bounds(loc *time.Location, t time.Time) []time.Time {
 }
 
 // In returns the rule that counts this calendar quota's windows in loc
-// around t (the worker's clock, only to choose which windows to send: the
-// script decides by Redis time, and fails if the windows do not hold it).
+// around t (docs/rules.md, "How it is decided").
 func (c *Calendar) In(loc *time.Location, t time.Time) *CalendarWindow {
 	w, err := NewCalendarWindow(c.name, c.limit, c.Bounds(loc, t)...)
 	if err != nil {
@@ -172,11 +160,9 @@ func (c *Calendar) In(loc *time.Location, t time.Time) *CalendarWindow {
 // kept in one sorted set per subject; an entry counts in the window that
 // holds its moment.
 type CalendarWindow struct {
-	name   string
+	rule   // plan: ",limit,bound,bound..."
 	limit  int
 	bounds []time.Time
-	plan   string // ",limit,bound,bound...", as plans carry them
-	str    string
 }
 
 // NewCalendarWindow returns a rule of limit per window, windows from
@@ -200,32 +186,15 @@ func NewCalendarWindow(name string, limit int, bounds ...time.Time) (*CalendarWi
 		}
 		b.WriteString("," + strconv.FormatInt(t.UnixMicro(), 10))
 	}
-	return &CalendarWindow{name: name, limit: limit, bounds: append([]time.Time(nil), bounds...), plan: b.String(),
-		str: fmt.Sprintf("%d per calendar window", limit)}, nil
+	return &CalendarWindow{rule: rule{name: name, letter: "c", plan: b.String(), str: fmt.Sprintf("%d per calendar window", limit)},
+		limit: limit, bounds: append([]time.Time(nil), bounds...)}, nil
 }
-
-// Name returns the rule's name.
-func (w *CalendarWindow) Name() string { return w.name }
 
 // MaxCost returns the limit, or MaxQuotaCost if that is less.
 func (w *CalendarWindow) MaxCost() int { return min(w.limit, MaxQuotaCost) }
 
-// String returns e.g. "1 per calendar day".
-func (w *CalendarWindow) String() string { return w.str }
-
-// Bounds returns a copy of the windows' bounds.
-func (w *CalendarWindow) Bounds() []time.Time { return append([]time.Time(nil), w.bounds...) }
-
-func (w *CalendarWindow) bindingLimit(int) string { return w.str }
-
-func (w *CalendarWindow) kind() string { return "c" }
-
 func (w *CalendarWindow) keyCount() int { return 1 }
 
 func (w *CalendarWindow) appendKeys(dst []any, tag string) []any {
-	return append(dst, calendarKey(tag, w.name))
-}
-
-func (w *CalendarWindow) appendPlan(dst []byte, cost int) []byte {
-	return append(strconv.AppendInt(append(dst, "c,"...), int64(cost), 10), w.plan...)
+	return append(dst, keyspace.Calendar(tag, w.name))
 }

@@ -5,15 +5,14 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/notify-throttle/throttler/internal/keyspace"
 )
 
 // sharded decides a request on a Redis Cluster, where each subject's keys
-// live in a slot of their own: a call per group of takes by subject, the
-// bucket's first for a booking and last otherwise, each from the floor the
-// groups before it allow, a few rounds at most (clusterTries), and what a
-// request took given back (compensate) when a group denies or the task is
-// done. The protocol and why it never admits more than a rule allows:
-// docs/design.md, "Redis Cluster".
+// live in a slot of their own: a call per group of takes by subject, each
+// from the floor the groups before it allow. The protocol and why it never
+// admits more than a rule allows: docs/design.md, "Redis Cluster".
 type sharded struct{ *Limiter }
 
 // clusterTries bounds the rounds.
@@ -26,8 +25,8 @@ const clusterTries = 3
 const clusterSkew = 50 * time.Millisecond
 
 // groups splits r's takes into groups by subject, in the order they are
-// asked (see above): the bucket's first for a booking, last otherwise;
-// unless apart, two subjects on one master share a call (together).
+// asked: the bucket's first for a booking, last otherwise; unless apart,
+// two subjects on one master share a call (together).
 func (s sharded) groups(ctx context.Context, r Request, apart bool) []group {
 	if !apart {
 		if g, ok := s.together(ctx, r); ok {
@@ -47,13 +46,10 @@ func (s sharded) groups(ctx context.Context, r Request, apart bool) []group {
 	return ordered
 }
 
-// together is r's takes as one group, in their order, when they are those
-// of two subjects, one after the other, whose slots the same master serves
-// (by the client's map of the slots): one call decides them, as on a
-// single node, atomically. The call declares the first subject's keys and
-// brings the second's after its arguments; if the second's slot has moved
-// since, it answers NONLOCAL having done nothing, and the caller asks
-// again apart.
+// together is r's takes as one group when they are those of two subjects,
+// one after the other, whose slots the same master serves by the client's
+// map: one call decides them atomically, or answers NONLOCAL if the
+// second's slot has moved since (docs/design.md, "Redis Cluster").
 func (s sharded) together(ctx context.Context, r Request) (group, bool) {
 	cc, ok := s.rdb.(*redis.ClusterClient)
 	n := len(r.Takes)
@@ -81,8 +77,8 @@ func (s sharded) together(ctx context.Context, r Request) (group, bool) {
 	if first == 0 || rest == 0 {
 		return group{}, false // a call must declare a key, and a subject without any needs no node
 	}
-	a, errA := cc.MasterForKey(ctx, subjectTag(s.prefix, r.Takes[0].Subject))
-	b, errB := cc.MasterForKey(ctx, subjectTag(s.prefix, r.Takes[cut].Subject))
+	a, errA := cc.MasterForKey(ctx, keyspace.Tag(s.prefix, r.Takes[0].Subject))
+	b, errB := cc.MasterForKey(ctx, keyspace.Tag(s.prefix, r.Takes[cut].Subject))
 	if errA != nil || errB != nil || a.Options().Addr != b.Options().Addr {
 		return group{}, false
 	}
@@ -130,7 +126,7 @@ func (s sharded) decideIn(ctx context.Context, r Request, gs []group) (Decision,
 	}
 	c := &clusterCall{s: s, r: r, gs: gs, res: make([]groupResult, len(gs)), took: make([]group, len(gs)), setBy: -1}
 	if r.CheckDone {
-		c.done = redis.NewIntCmd(ctx, "exists", doneKey(s.prefix, r.ID))
+		c.done = redis.NewIntCmd(ctx, "exists", keyspace.Done(s.prefix, r.ID))
 	}
 	d, err := c.run(ctx)
 	if err != nil || !d.Allowed() && !d.Booked() {
@@ -181,11 +177,9 @@ func (c *clusterCall) run(ctx context.Context) (Decision, error) {
 // round asks every group once, in order, each from the moment the ones
 // before it allow (floor for the first). It returns the index of the last
 // group asked when the request is settled, or -1 and the later moment a
-// group set, from which the next round starts. In the first round, a
-// first group that takes the request's first take, a quota, afresh tells
-// the groups after it that the task holds nothing (group.unheld); and the
-// done marker, when asked for, is read beside the first group's call,
-// which writes nothing over what the task took before (group.guard).
+// group set, from which the next round starts. The first round's first
+// call reads the done marker beside it (group.guard) and may tell the
+// groups after it that the task holds nothing (group.unheld).
 func (c *clusterCall) round(ctx context.Context, floor int64, first bool) (int64, int, error) {
 	x, raised := floor, false
 	var unheld int64
@@ -306,12 +300,9 @@ func (c *clusterCall) merge(last int) Decision {
 }
 
 // compensate gives back what this call consumed in every group, for a
-// request that did not go through, so that a request denied part way
-// leaves nothing behind (a quota's entries go, the key's life set back; a
-// bucket's slot is the next take's) and what a task held before (a
-// redelivery) stays held. It is best effort: if it fails, the entries stay
-// until the task is decided again (which finds them its own) or they
-// expire.
+// request that did not go through; what the task held before (a
+// redelivery) stays held. Best effort: entries it fails to give back stay
+// until the task is decided again (which finds them its own) or expire.
 func (c *clusterCall) compensate(ctx context.Context) {
 	if c.r.check {
 		return

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/notify-throttle/throttler/internal/keyspace"
 )
 
 // On a cluster a recipient's quota and a provider's bucket live on
@@ -18,7 +20,7 @@ func TestClusterBooking(t *testing.T) {
 	ctx := context.Background()
 	q := mustQuota(t, "p", Window{1, time.Second}, Window{2, 10 * time.Second})
 	b := mustBucket(t, "sms", 5, 1)
-	if s1, s2 := keySlot(t, rdb, quotaKey(subjectTag(DefaultPrefix, "alice"), "p")), keySlot(t, rdb, bucketKey(subjectTag(DefaultPrefix, "gw"), "sms")); s1 == s2 {
+	if s1, s2 := keySlot(t, rdb, keyspace.Quota(keyspace.Tag(DefaultPrefix, "alice"), "p")), keySlot(t, rdb, keyspace.Bucket(keyspace.Tag(DefaultPrefix, "gw"), "sms")); s1 == s2 {
 		t.Fatalf("the quota and the bucket share slot %d: the test needs them apart", s1)
 	}
 	const maxWait = 100 * time.Millisecond
@@ -76,7 +78,7 @@ func TestClusterBooking(t *testing.T) {
 	if !c.Allowed() || c.At().Before(first.At()) || c.Claimed.IsZero() {
 		t.Fatalf("claim of %s at its moment: %+v", id, c)
 	}
-	if _, err := rdb.ZScore(ctx, bookKey(subjectTag(DefaultPrefix, "gw"), "sms"), id).Result(); err == nil {
+	if _, err := rdb.ZScore(ctx, keyspace.Book(keyspace.Tag(DefaultPrefix, "gw"), "sms"), id).Result(); err == nil {
 		t.Errorf("a claimed ticket is still there")
 	}
 
@@ -147,7 +149,7 @@ func TestClusterLineWithQuotas(t *testing.T) {
 		r.Takes = append([]Take{{Rule: q, Subject: "rcpt-" + id}}, r.Takes...)
 		return r
 	}
-	if s1, s2 := keySlot(t, rdb, quotaKey(subjectTag(DefaultPrefix, "rcpt-big0"), "p")), keySlot(t, rdb, bucketKey(subjectTag(DefaultPrefix, "gw"), "sms")); s1 == s2 {
+	if s1, s2 := keySlot(t, rdb, keyspace.Quota(keyspace.Tag(DefaultPrefix, "rcpt-big0"), "p")), keySlot(t, rdb, keyspace.Bucket(keyspace.Tag(DefaultPrefix, "gw"), "sms")); s1 == s2 {
 		t.Fatalf("the quota and the bucket share slot %d: the test needs them apart", s1)
 	}
 	var queued []Decision
@@ -161,7 +163,7 @@ func TestClusterLineWithQuotas(t *testing.T) {
 			continue
 		}
 		queued = append(queued, d)
-		if n, err := rdb.Exists(ctx, quotaKey(subjectTag(DefaultPrefix, "rcpt-"+id), "p")).Result(); err != nil || n != 0 {
+		if n, err := rdb.Exists(ctx, keyspace.Quota(keyspace.Tag(DefaultPrefix, "rcpt-"+id), "p")).Result(); err != nil || n != 0 {
 			t.Errorf("%s is in line but its recipient's quota holds an entry (%d, %v)", id, n, err)
 		}
 		if _, ok := d.Rule.(*Bucket); !ok {
@@ -199,7 +201,7 @@ func TestClusterLineWithQuotas(t *testing.T) {
 	if d := mustAdmit(t, l, back); !d.Allowed() || d.Delay > clusterSkew {
 		t.Errorf("back at its place: %s, want admitted now", describeDecision(d))
 	}
-	if n, err := rdb.ZCard(ctx, quotaKey(subjectTag(DefaultPrefix, "rcpt-back"), "p")).Result(); err != nil || n != 1 {
+	if n, err := rdb.ZCard(ctx, keyspace.Quota(keyspace.Tag(DefaultPrefix, "rcpt-back"), "p")).Result(); err != nil || n != 1 {
 		t.Errorf("back went, its recipient's quota holds %d entries (%v), want 1", n, err)
 	}
 }

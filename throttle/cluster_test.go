@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/notify-throttle/throttler/internal/keyspace"
 )
 
 // TestClusterPath exercises the cluster plan on a real 3-master cluster: a
@@ -31,14 +33,14 @@ func TestClusterPath(t *testing.T) {
 	const alice = "alice"
 	gw := subjectOnOtherMaster(t, rdb, "gw", alice)
 	bob := subjectOnOtherMaster(t, rdb, "bob", alice, gw)
-	tag := func(s string) string { return subjectTag(DefaultPrefix, s) }
+	tag := func(s string) string { return keyspace.Tag(DefaultPrefix, s) }
 
 	t.Run("recipient and provider keys are in different slots", func(t *testing.T) {
 		flushCluster(t, rdb)
 		weekly := mustQuota(t, "weekly", Window{3, 168 * time.Hour})
 		sms := mustBucket(t, "sms", 1.0/3600, 5)
-		qk := quotaKey(tag(alice), "weekly")
-		bk, lk := bucketKey(tag(gw), "sms"), slotsKey(tag(gw), "sms")
+		qk := keyspace.Quota(tag(alice), "weekly")
+		bk, lk := keyspace.Bucket(tag(gw), "sms"), keyspace.Slots(tag(gw), "sms")
 
 		qs, bs, ls := keySlot(t, rdb, qk), keySlot(t, rdb, bk), keySlot(t, rdb, lk)
 		if qs == bs {
@@ -60,7 +62,7 @@ func TestClusterPath(t *testing.T) {
 			t.Fatalf("%+v, want allowed with 2 remaining (the quota's)", d)
 		}
 		// Each key was written on its own master.
-		for _, k := range []string{qk, slotsKey(tag(gw), "sms"), lk} {
+		for _, k := range []string{qk, keyspace.Slots(tag(gw), "sms"), lk} {
 			node := masterFor(t, rdb, k)
 			if n, err := node.Exists(bg, k).Result(); err != nil || n != 1 {
 				t.Errorf("%s missing on its master %s: %d, %v", k, node.Options().Addr, n, err)
@@ -101,10 +103,10 @@ func TestClusterPath(t *testing.T) {
 				t.Errorf("%s: a denied admission changed Redis:\n%s", who, diff)
 			}
 		}
-		if n, _ := rdb.Exists(bg, quotaKey(tag(alice), "weekly")).Result(); n != 0 {
+		if n, _ := rdb.Exists(bg, keyspace.Quota(tag(alice), "weekly")).Result(); n != 0 {
 			t.Errorf("alice's quota key exists after a denied admission")
 		}
-		if ids := zmembers(t, rdb, quotaKey(tag(bob), "weekly")); !slices.Equal(ids, []string{"b0"}) {
+		if ids := zmembers(t, rdb, keyspace.Quota(tag(bob), "weekly")); !slices.Equal(ids, []string{"b0"}) {
 			t.Errorf("bob's quota holds %q, want [b0]", ids)
 		}
 	})
@@ -141,11 +143,11 @@ func TestClusterPath(t *testing.T) {
 		// The compensated take leaves its calendar's marks of life (scored
 		// 0, expiring with it) and nothing else: its burst and no ledger
 		// entry.
-		sk := bucketKey(tag(gw), "sms")
+		sk := keyspace.Bucket(tag(gw), "sms")
 		if tok := tokens(t, rdb, sk, 1.0/3600, 3); tok != 3 {
 			t.Errorf("sms tokens %v, want its burst of 3", tok)
 		}
-		cal := slotsKey(tag(gw), "sms")
+		cal := keyspace.Slots(tag(gw), "sms")
 		if n := rdb.ZCard(ctx, cal).Val() - rdb.ZCount(ctx, cal, "0", "0").Val(); n != 0 {
 			t.Errorf("sms calendar holds %d members besides its marks after a compensated take", n)
 		}
@@ -166,8 +168,8 @@ func TestClusterPath(t *testing.T) {
 		if d := mustAdmit(t, l, r("a1")); !d.Allowed() {
 			t.Fatalf("a1: %+v", d)
 		}
-		bucketNode := masterFor(t, rdb, bucketKey(tag(gw), "sms"))
-		quotaNode := masterFor(t, rdb, quotaKey(tag(alice), "daily"))
+		bucketNode := masterFor(t, rdb, keyspace.Bucket(tag(gw), "sms"))
+		quotaNode := masterFor(t, rdb, keyspace.Quota(tag(alice), "daily"))
 		before, beforeTTL := snapshot(t, rdb), pttls(t, rdb)
 		bucketEvals, quotaEvals := evalCalls(t, bucketNode), evalCalls(t, quotaNode)
 
@@ -209,7 +211,7 @@ func TestClusterPath(t *testing.T) {
 			t.Errorf("a repeated admission changed Redis:\n%s", diff)
 		}
 		assertTTLsNotExtended(t, beforeTTL, pttls(t, rdb))
-		if tok := tokens(t, rdb, bucketKey(tag(gw), "sms"), 1.0/3600, 5); tok < 3 || tok > 3.01 {
+		if tok := tokens(t, rdb, keyspace.Bucket(tag(gw), "sms"), 1.0/3600, 5); tok < 3 || tok > 3.01 {
 			t.Errorf("bucket tokens %v, want 3: the repeats must not take again", tok)
 		}
 		// Another ID is a new task.
@@ -232,13 +234,13 @@ func TestClusterPath(t *testing.T) {
 				t.Fatalf("release %d: %d, %v; want %d", i+1, n, err, want)
 			}
 		}
-		if ids := zmembers(t, rdb, quotaKey(tag(alice), "weekly")); len(ids) != 0 {
+		if ids := zmembers(t, rdb, keyspace.Quota(tag(alice), "weekly")); len(ids) != 0 {
 			t.Errorf("quota still holds %q", ids)
 		}
 		if ids := ledgerIDs(t, rdb, tag(gw), "sms"); len(ids) != 0 {
 			t.Errorf("ledger still holds %q", ids)
 		}
-		if tok := tokens(t, rdb, bucketKey(tag(gw), "sms"), 1.0/3600, 2); tok != 2 {
+		if tok := tokens(t, rdb, keyspace.Bucket(tag(gw), "sms"), 1.0/3600, 2); tok != 2 {
 			t.Errorf("bucket tokens %v after release, want its burst of 2", tok)
 		}
 		if d := mustAdmit(t, l, Request{ID: "job-2", Takes: r.Takes}); !d.Allowed() || d.Outcome == Repeated {
@@ -278,25 +280,25 @@ func TestClusterPath(t *testing.T) {
 		// The quota keys of the allowed, nothing of the denied anywhere.
 		wantQuota := map[string][]string{alice: {"r1"}, bob: {"r3"}, carol: {"r4"}, dave: {"r5"}}
 		for _, who := range []string{alice, bob, carol, dave, erin} {
-			if ids := zmembers(t, rdb, quotaKey(tag(who), "weekly")); !slices.Equal(ids, wantQuota[who]) {
+			if ids := zmembers(t, rdb, keyspace.Quota(tag(who), "weekly")); !slices.Equal(ids, wantQuota[who]) {
 				t.Errorf("%s's quota holds %q, want %q", who, ids, wantQuota[who])
 			}
 		}
 		if ids := ledgerIDs(t, rdb, tag(gw), "sms"); !slices.Equal(ids, []string{"r1", "r3", "r4", "r5"}) {
 			t.Errorf("sms ledger holds %q, want [r1 r3 r4 r5]", ids)
 		}
-		if tok := tokens(t, rdb, bucketKey(tag(gw), "sms"), 1.0/3600, 4); tok > 0.01 {
+		if tok := tokens(t, rdb, keyspace.Bucket(tag(gw), "sms"), 1.0/3600, 4); tok > 0.01 {
 			t.Errorf("sms tokens %v, want 0 (r6's token given back, and taken by r5)", tok)
 		}
 		// The push bucket denied r6, so it is unchanged.
-		for _, k := range []string{slotsKey(tag(gw2), "push")} {
+		for _, k := range []string{keyspace.Slots(tag(gw2), "push")} {
 			if before[k] != after[k] {
 				t.Errorf("%s changed by a denied request", k)
 			}
 		}
 		wantKeys := []string{
-			quotaKey(tag(alice), "weekly"), quotaKey(tag(bob), "weekly"), quotaKey(tag(carol), "weekly"), quotaKey(tag(dave), "weekly"),
-			slotsKey(tag(gw), "sms"), slotsKey(tag(gw2), "push"),
+			keyspace.Quota(tag(alice), "weekly"), keyspace.Quota(tag(bob), "weekly"), keyspace.Quota(tag(carol), "weekly"), keyspace.Quota(tag(dave), "weekly"),
+			keyspace.Slots(tag(gw), "sms"), keyspace.Slots(tag(gw2), "push"),
 		}
 		sort.Strings(wantKeys)
 		if keys := slices.Sorted(maps.Keys(after)); !slices.Equal(keys, wantKeys) {
@@ -328,7 +330,7 @@ func TestClusterPath(t *testing.T) {
 		if diff := diffMaps(before, snapshot(t, rdb)); diff != "" {
 			t.Errorf("a denied admission changed Redis:\n%s", diff)
 		}
-		if ids := zmembers(t, rdb, quotaKey(tag(alice), "weekly")); !slices.Equal(ids, []string{"job-1"}) {
+		if ids := zmembers(t, rdb, keyspace.Quota(tag(alice), "weekly")); !slices.Equal(ids, []string{"job-1"}) {
 			t.Errorf("alice's quota holds %q, want [job-1]: the denial undid job-1's earlier admission", ids)
 		}
 		if d := mustAdmit(t, l, Request{ID: "job-2", Takes: []Take{{Rule: weekly, Subject: alice}}}); d.Allowed() {
@@ -356,7 +358,7 @@ func TestClusterPath(t *testing.T) {
 		if d := mustAdmit(t, l, r); d.Allowed() {
 			t.Fatalf("redelivery: %+v, want denied by the empty bucket", d)
 		}
-		if ids := zmembers(t, rdb, quotaKey(tag(alice), "weekly")); !slices.Equal(ids, []string{"job-1"}) {
+		if ids := zmembers(t, rdb, keyspace.Quota(tag(alice), "weekly")); !slices.Equal(ids, []string{"job-1"}) {
 			t.Errorf("alice's quota holds %q, want [job-1]: the denied redelivery removed the entry of a delivered task", ids)
 		}
 	})
@@ -377,7 +379,7 @@ func TestClusterPath(t *testing.T) {
 			}
 			tg := tag(s)
 			want := keySlot(t, rdb, encodeSubject(s))
-			for _, k := range []string{quotaKey(tg, "weekly"), bucketKey(tg, "sms"), slotsKey(tg, "sms"), calendarKey(tg, "cal")} {
+			for _, k := range []string{keyspace.Quota(tg, "weekly"), keyspace.Bucket(tg, "sms"), keyspace.Slots(tg, "sms"), keyspace.Calendar(tg, "cal")} {
 				if got := keySlot(t, rdb, k); got != want {
 					t.Errorf("subject %q: %s in slot %d, want %d", s, k, got, want)
 				}
@@ -406,7 +408,7 @@ func TestClusterPath(t *testing.T) {
 		if diff := diffMaps(before, snapshot(t, rdb)); diff != "" {
 			t.Errorf("a denied admission changed Redis:\n%s", diff)
 		}
-		if ids := zmembers(t, rdb, quotaKey(tag(alice), fmt.Sprint("q", held))); !slices.Equal(ids, []string{"job-1"}) {
+		if ids := zmembers(t, rdb, keyspace.Quota(tag(alice), fmt.Sprint("q", held))); !slices.Equal(ids, []string{"job-1"}) {
 			t.Errorf("q%d holds %q, want [job-1]", held, ids)
 		}
 	})
@@ -490,11 +492,11 @@ func subjectOnOtherMaster(t *testing.T, rdb *redis.ClusterClient, base string, o
 	t.Helper()
 	taken := map[string]bool{}
 	for _, s := range others {
-		taken[masterFor(t, rdb, subjectTag(DefaultPrefix, s)).Options().Addr] = true
+		taken[masterFor(t, rdb, keyspace.Tag(DefaultPrefix, s)).Options().Addr] = true
 	}
 	for i := range 1000 {
 		s := fmt.Sprint(base, "-", i)
-		if !taken[masterFor(t, rdb, subjectTag(DefaultPrefix, s)).Options().Addr] {
+		if !taken[masterFor(t, rdb, keyspace.Tag(DefaultPrefix, s)).Options().Addr] {
 			return s
 		}
 	}
@@ -625,7 +627,7 @@ func TestClusterReservedSendKeepsQuota(t *testing.T) {
 	job := func(id string) Request {
 		return Request{ID: id, Takes: []Take{{Rule: q, Subject: "alice"}, {Rule: b, Subject: "gw"}}}
 	}
-	qkey := quotaKey(subjectTag(DefaultPrefix, "alice"), "mkt")
+	qkey := keyspace.Quota(keyspace.Tag(DefaultPrefix, "alice"), "mkt")
 	var sends []time.Time
 	send := func(id string) {
 		t.Helper()
@@ -679,7 +681,7 @@ func TestClusterReservedSendKeepsQuota(t *testing.T) {
 	if d, err := l.Admit(ctx, withWait(bob, maxWait)); err != nil || d.Allowed() || d.TakeIndex != 1 {
 		t.Fatalf("bob-1 with the bucket reserved past max wait: %+v, %v; want denied by the bucket", d, err)
 	}
-	if n, _ := rdb.Exists(ctx, quotaKey(subjectTag(DefaultPrefix, "bob"), "mkt")).Result(); n != 0 {
+	if n, _ := rdb.Exists(ctx, keyspace.Quota(keyspace.Tag(DefaultPrefix, "bob"), "mkt")).Result(); n != 0 {
 		t.Errorf("bob's quota key left behind by a denied request")
 	}
 }
@@ -700,7 +702,7 @@ func TestClusterReservedSendKeepsCalendar(t *testing.T) {
 	if err != nil || !d.Allowed() || d.Delay <= 0 {
 		t.Fatalf("reserve job: %+v, %v; want allowed a token ahead", d, err)
 	}
-	s, err := rdb.ZScore(ctx, calendarKey(subjectTag(DefaultPrefix, "alice"), "cal"), "job").Result()
+	s, err := rdb.ZScore(ctx, keyspace.Calendar(keyspace.Tag(DefaultPrefix, "alice"), "cal"), "job").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -721,7 +723,7 @@ func TestClusterNewTaskReadsNoLedger(t *testing.T) {
 	// machine too (at 100/s its 10 ms slot had ended by then once).
 	b := mustBucket(t, "sms", 1, 10)
 	req := Request{ID: "n1", Takes: []Take{{Rule: q, Subject: "alice"}, {Rule: b, Subject: "gw"}}}
-	node := masterFor(t, rdb, bucketKey(subjectTag(DefaultPrefix, "gw"), "sms"))
+	node := masterFor(t, rdb, keyspace.Bucket(keyspace.Tag(DefaultPrefix, "gw"), "sms"))
 	before := commandCalls(t, node)
 	if d := mustAdmit(t, l, req); d.Outcome != Admitted {
 		t.Fatalf("n1: %+v, want admitted", d)
@@ -736,7 +738,7 @@ func TestClusterNewTaskReadsNoLedger(t *testing.T) {
 	if d := mustAdmit(t, l, req); d.Outcome != Repeated {
 		t.Errorf("n1 again: %+v, want repeated: its slot found its own", d)
 	}
-	if ids := ledgerIDs(t, rdb, subjectTag(DefaultPrefix, "gw"), "sms"); !slices.Equal(ids, []string{"n1"}) {
+	if ids := ledgerIDs(t, rdb, keyspace.Tag(DefaultPrefix, "gw"), "sms"); !slices.Equal(ids, []string{"n1"}) {
 		t.Errorf("ledger holds %q, want [n1]", ids)
 	}
 }
@@ -813,12 +815,12 @@ func TestClusterOneMasterOneCall(t *testing.T) {
 	ctx := context.Background()
 	q := mustQuota(t, "daily", Window{1, 24 * time.Hour})
 	b := mustBucket(t, "sms", 1, 1) // one token: the second admission books a second ahead
-	gw := subjectTag(DefaultPrefix, "gw")
+	gw := keyspace.Tag(DefaultPrefix, "gw")
 	home := masterFor(t, rdb, gw)
 	near := ""
 	for i := range 1000 {
 		s := fmt.Sprint("r-", i)
-		tag := subjectTag(DefaultPrefix, s)
+		tag := keyspace.Tag(DefaultPrefix, s)
 		if masterFor(t, rdb, tag).Options().Addr == home.Options().Addr && keySlot(t, rdb, tag) != keySlot(t, rdb, gw) {
 			near = s
 			break
@@ -870,7 +872,7 @@ func TestClusterOneMasterOneCall(t *testing.T) {
 	if ids := ledgerIDs(t, rdb, gw, "sms"); !slices.Equal(ids, []string{"a1"}) {
 		t.Errorf("ledger holds %q, want [a1]", ids)
 	}
-	if got := zmembers(t, rdb, quotaKey(subjectTag(DefaultPrefix, near), "daily")); !slices.Equal(got, []string{"a1"}) {
+	if got := zmembers(t, rdb, keyspace.Quota(keyspace.Tag(DefaultPrefix, near), "daily")); !slices.Equal(got, []string{"a1"}) {
 		t.Errorf("quota holds %q, want [a1]", got)
 	}
 	before := snapshot(t, rdb)

@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/notify-throttle/throttler/internal/keyspace"
 )
 
 // The concurrency tests race 200 goroutines spread over two OS processes on
@@ -412,7 +414,7 @@ func raceScenario(t *testing.T, exe string, rdb redis.UniversalClient, addrs []s
 	// Redis holds exactly the allowed tasks.
 	bg := context.Background()
 	q, bk, _ := concRules(sc)
-	provider := subjectTag(DefaultPrefix, concProvider(run))
+	provider := keyspace.Tag(DefaultPrefix, concProvider(run))
 	if sc.distinct {
 		isAllowed := map[string]bool{}
 		for _, id := range allowed {
@@ -421,7 +423,7 @@ func raceScenario(t *testing.T, exe string, rdb redis.UniversalClient, addrs []s
 		for p := range concProcs {
 			for g := range concPerProc {
 				id := concID(run, p, g)
-				key := quotaKey(subjectTag(DefaultPrefix, concRecipient(sc, run, p, g)), q.Name())
+				key := keyspace.Quota(keyspace.Tag(DefaultPrefix, concRecipient(sc, run, p, g)), q.Name())
 				members, err := rdb.ZRange(bg, key, 0, -1).Result()
 				if err != nil {
 					t.Fatalf("ZRANGE %s: %v", key, err)
@@ -436,7 +438,7 @@ func raceScenario(t *testing.T, exe string, rdb redis.UniversalClient, addrs []s
 			}
 		}
 	} else {
-		key := quotaKey(subjectTag(DefaultPrefix, concRecipient(sc, run, 0, 0)), q.Name())
+		key := keyspace.Quota(keyspace.Tag(DefaultPrefix, concRecipient(sc, run, 0, 0)), q.Name())
 		members, err := rdb.ZRange(bg, key, 0, -1).Result()
 		if err != nil {
 			t.Fatalf("ZRANGE %s: %v", key, err)
@@ -449,7 +451,7 @@ func raceScenario(t *testing.T, exe string, rdb redis.UniversalClient, addrs []s
 	if ledger := ledgerIDs(t, rdb, provider, bk.Name()); !slices.Equal(ledger, allowed) {
 		t.Errorf("bucket ledger holds %q, want exactly the allowed %q", ledger, allowed)
 	}
-	tok := tokens(t, rdb, bucketKey(provider, bk.Name()), bk.Rate(), sc.burst)
+	tok := tokens(t, rdb, keyspace.Bucket(provider, bk.Name()), bk.Rate(), sc.burst)
 	// Between the first and the last take the bucket refills by at most a
 	// few seconds at 1 an hour, far below 0.01.
 	if want := float64(sc.burst - len(allowed)); tok < want || tok > want+0.01 {

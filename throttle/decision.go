@@ -20,21 +20,19 @@ const (
 	// Repeated: every take already held the task's ID (a redelivered
 	// task): admitted again without consuming anything.
 	Repeated
-	// Booked: a booking task (Limiter.Book) that may not go within its MaxWait holds
-	// the moment At under its ID, and comes back then to claim it.
+	// Booked: a booking task (Limiter.Book) that may not go within its
+	// MaxWait holds the moment At under its ID, and comes back then.
 	Booked
-	// Rebooked is Booked for a task that had booked before and lost that
-	// moment (it came back too late, or the tokens went to priority
-	// traffic): what it held was given back and it booked again.
+	// Rebooked is Booked for a task that lost the moment it had booked (it
+	// came back too late, or its slot went to priority traffic).
 	Rebooked
-	// Placed: a booking task (Limiter.Book) whose moment is past its bucket's horizon
-	// (Request.BookAhead) has a place in its tenant's line at At: no slot
-	// is held, only the place; it comes back then and books.
+	// Placed: a booking task whose moment is past its Booking.Horizon has a
+	// place in its tenant's line at At, which holds nothing.
 	Placed
-	// Expired: a booking task (Limiter.Book) whose moment (At) would be after its
-	// Request.Deadline: nothing is held.
+	// Expired: a booking task whose moment (At) would be after its
+	// Booking.Deadline: nothing is held.
 	Expired
-	// Done: the task's done marker (Request.CheckDone, Limiter.MarkDone) exists: nothing was
+	// Done: the task's done marker (Request.CheckDone) exists: nothing was
 	// checked or consumed. TakeIndex is -1, and Now the Redis time on a
 	// single node (zero on a cluster).
 	Done
@@ -84,12 +82,10 @@ type Decision struct {
 	// been in shadow mode, for ShadowDelay; -1 when none would have.
 	Shadow      int
 	ShadowDelay time.Duration
-	// Held is set, for an allowed decision of Admit or Book, when some of
-	// the takes already held the task's ID and took nothing now: an
-	// earlier admission of the task holds them, at the moment it gave,
-	// which may be long past (the task runs again after its worker died
-	// or a reply was lost; a booking is claimed). Repeated is the case
-	// where every take did.
+	// Held is set, for an allowed decision of Admit or Book, when some
+	// takes already held the task's ID, at the moment an earlier admission
+	// gave, which may be long past (a task run again, a booking claimed).
+	// Repeated is the case where every take did.
 	Held bool
 }
 
@@ -156,20 +152,9 @@ func (e *ThrottledError) Error() string {
 		kindName(d.Rule), d.Rule.Name(), d.Limit, d.Subject, verb, roundDelay(d.Delay))
 }
 
-// kindName returns the rule's kind for people: "quota", "bucket", "calendar"
-// or "quiet hours".
+// kindName returns the rule's kind for people.
 func kindName(r Rule) string {
-	switch r.(type) {
-	case *Quota:
-		return "quota"
-	case *Bucket:
-		return "bucket"
-	case *CalendarWindow:
-		return "calendar"
-	case *Quiet:
-		return "quiet hours"
-	}
-	return "rule"
+	return map[string]string{"q": "quota", "b": "bucket", "c": "calendar", "h": "quiet hours"}[r.kind()]
 }
 
 // roundDelay shortens a delay for people: whole seconds above a minute.

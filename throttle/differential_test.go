@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/notify-throttle/throttler/internal/keyspace"
 )
 
 // TestDifferential replays random admissions and releases against a real
@@ -732,7 +734,7 @@ func (d *differ) release(op int, r Request) {
 	if d.startedBefore(r) {
 		return
 	}
-	got, now, err := d.l.release1(d.t.Context(), r)
+	got, now, err := d.l.undo(d.t.Context(), r, d.l.release, "release")
 	if err != nil {
 		d.t.Fatalf("op %d: release %s: %v", op, describeRequest(r), err)
 	}
@@ -940,22 +942,22 @@ func fairWeights(h map[string]string) string {
 
 // redisKey is the Redis key of a model key.
 func (d *differ) redisKey(k modelKey) string {
-	tag := subjectTag(DefaultPrefix, k.subject)
+	tag := keyspace.Tag(DefaultPrefix, k.subject)
 	switch k.kind {
 	case "q":
-		return quotaKey(tag, k.rule)
+		return keyspace.Quota(tag, k.rule)
 	case "b":
-		return bucketKey(tag, k.rule)
+		return keyspace.Bucket(tag, k.rule)
 	case "k":
-		return bookKey(tag, k.rule)
+		return keyspace.Book(tag, k.rule)
 	case "c":
-		return calendarKey(tag, k.rule)
+		return keyspace.Calendar(tag, k.rule)
 	case "s":
-		return slotsKey(tag, k.rule)
+		return keyspace.Slots(tag, k.rule)
 	case "w":
-		return fairKey(tag, k.rule)
+		return keyspace.Fair(tag, k.rule)
 	case "t":
-		return tenantsKey(tag, k.rule)
+		return keyspace.Tenants(tag, k.rule)
 	}
 	panic("differ: no Redis key of kind " + k.kind)
 }
@@ -995,15 +997,15 @@ func (d *differ) fail(what string, r Request, nowUS int64, diff string) {
 
 // takeKeys is the keys of a take of rule on subject.
 func takeKeys(tk Take) []string {
-	tag := subjectTag(DefaultPrefix, tk.Subject)
+	tag := keyspace.Tag(DefaultPrefix, tk.Subject)
 	switch tk.Rule.(type) {
 	case *Quota:
-		return []string{quotaKey(tag, tk.Rule.Name())}
+		return []string{keyspace.Quota(tag, tk.Rule.Name())}
 	case *Bucket:
-		return []string{bucketKey(tag, tk.Rule.Name()), bookKey(tag, tk.Rule.Name()),
-			slotsKey(tag, tk.Rule.Name()), fairKey(tag, tk.Rule.Name()), tenantsKey(tag, tk.Rule.Name())}
+		return []string{keyspace.Bucket(tag, tk.Rule.Name()), keyspace.Book(tag, tk.Rule.Name()),
+			keyspace.Slots(tag, tk.Rule.Name()), keyspace.Fair(tag, tk.Rule.Name()), keyspace.Tenants(tag, tk.Rule.Name())}
 	case *CalendarWindow:
-		return []string{calendarKey(tag, tk.Rule.Name())}
+		return []string{keyspace.Calendar(tag, tk.Rule.Name())}
 	}
 	return nil
 }

@@ -27,7 +27,8 @@
 //	cluster.go      a Redis Cluster: a call per subject, and why it never over-admits
 //	transport.go    running the Lua library: FCALL, or EVALSHA where there are no functions
 //	wire.go         the calling convention shared with lua/admit.lua and the reply it reads
-//	keys.go         key names, from internal/keyspace
+//
+// Every key is named by internal/keyspace.
 //
 // Errors: what the Limiter returns starts with "throttle: " and wraps
 // ErrInvalidRequest or ErrInvalidRule where the caller's input is at fault

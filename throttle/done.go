@@ -8,13 +8,11 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/notify-throttle/throttler/internal/keyspace"
 )
 
-// A task's done marker (internal/keyspace: Done) says it needs no admission
-// any more: a redelivered task whose message was sent completes without
-// taking or giving back anything (Request.CheckDone).
-
-// MarkDone marks task id done for ttl, noting at (the caller's clock: a
+// MarkDone marks task id done (Request.CheckDone) for ttl, noting at (the caller's clock: a
 // note for people, never used in a decision).
 func (l *Limiter) MarkDone(ctx context.Context, id string, at time.Time, ttl time.Duration) error {
 	if err := checkID(id); err != nil {
@@ -24,7 +22,7 @@ func (l *Limiter) MarkDone(ctx context.Context, id string, at time.Time, ttl tim
 		return fmt.Errorf("throttle: mark %q done: ttl must be positive (got %s): %w", id, ttl, ErrInvalidRequest)
 	}
 	// The plain client, not the pipeliner: see internal/coalesce.
-	if err := l.rdb.Set(ctx, doneKey(l.prefix, id), at.UnixMilli(), ttl).Err(); err != nil {
+	if err := l.rdb.Set(ctx, keyspace.Done(l.prefix, id), at.UnixMilli(), ttl).Err(); err != nil {
 		return fmt.Errorf("throttle: mark %q done: %w", id, err)
 	}
 	return nil
@@ -33,7 +31,7 @@ func (l *Limiter) MarkDone(ctx context.Context, id string, at time.Time, ttl tim
 // DoneAt returns when task id was marked done (MarkDone's at), and false if
 // it is not marked.
 func (l *Limiter) DoneAt(ctx context.Context, id string) (time.Time, bool, error) {
-	v, err := l.rdb.Get(ctx, doneKey(l.prefix, id)).Result()
+	v, err := l.rdb.Get(ctx, keyspace.Done(l.prefix, id)).Result()
 	if errors.Is(err, redis.Nil) {
 		return time.Time{}, false, nil
 	}

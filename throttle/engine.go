@@ -7,18 +7,14 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// engine is how a Limiter turns requests into script calls, chosen once in
-// New from the client it is given: node for one Redis server (or a
-// Sentinel-managed one), sharded for a Redis Cluster (cluster.go).
-// Everything that differs between the two is here and there; the rest of
-// the package is shared.
+// engine is how a Limiter turns requests into script calls, chosen in New:
+// node for one Redis server (or a Sentinel-managed one), sharded for a
+// Redis Cluster (cluster.go).
 type engine interface {
-	// decide decides r (validated): admits it (Admit, Check) or books it
-	// (Book), as the Limiter documents.
+	// decide decides r (validated): admits it (Admit, Check) or books it.
 	decide(ctx context.Context, r Request) (Decision, error)
 	// groups splits r's takes into the groups one script call covers; on a
-	// cluster, apart keeps each subject's in a call of its own, as after a
-	// call answered NONLOCAL (see cluster.go, together).
+	// cluster, apart keeps each subject's in a call of its own (together).
 	groups(ctx context.Context, r Request, apart bool) []group
 }
 
@@ -47,13 +43,7 @@ func (l *Limiter) decideGroup(ctx context.Context, r Request, g group, floor int
 	}
 	var buf [128]byte
 	c, _ := l.groupCall(r, g, l.head(r, g), cv, floor, buf[:0])
-	var res []int64
-	var err error
-	if len(beside) == 0 {
-		res, err = l.eval1(ctx, e, c)
-	} else {
-		res, err = l.evalBeside(ctx, e, c, beside)
-	}
+	res, err := l.eval1(ctx, e, c, beside...)
 	if err != nil {
 		return groupResult{}, fmt.Errorf("throttle: admit: %w", err)
 	}
@@ -87,17 +77,9 @@ var allTakes = func() []int {
 	return t
 }()
 
-// single is the group of all r's takes: a request's one group on a single node.
-func single(r Request) group {
-	if len(r.Takes) <= len(allTakes) {
-		return group{takes: allTakes[:len(r.Takes):len(r.Takes)]}
-	}
-	g := group{takes: make([]int, len(r.Takes))}
-	for i := range r.Takes {
-		g.takes[i] = i
-	}
-	return g
-}
+// single is the group of all r's takes (validated: at most MaxTakes): a
+// request's one group on a single node.
+func single(r Request) group { return group{takes: allTakes[:len(r.Takes):len(r.Takes)]} }
 
 // hasBucket reports whether g has a bucket take of r.
 func (g group) hasBucket(r Request) bool {

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/notify-throttle/throttler/internal/keyspace"
 )
 
 // Targeted tests of book.lua's fair shares and horizon, for the rules the
@@ -40,7 +42,7 @@ func (d *differ) step(r Request) Decision {
 // fairHash returns bucket b's tenants hash at "gw", as Redis holds it.
 func (d *differ) fairHash(b *Bucket) map[string]string {
 	d.t.Helper()
-	h, err := d.rdb.HGetAll(context.Background(), fairKey(subjectTag(DefaultPrefix, "gw"), b.Name())).Result()
+	h, err := d.rdb.HGetAll(context.Background(), keyspace.Fair(keyspace.Tag(DefaultPrefix, "gw"), b.Name())).Result()
 	if err != nil {
 		d.t.Fatal(err)
 	}

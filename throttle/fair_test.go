@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/notify-throttle/throttler/internal/keyspace"
 )
 
 // lineReq is a booking request on bucket b (at "gw") for task id of
@@ -63,7 +65,7 @@ func TestBookAheadHorizon(t *testing.T) {
 	if first, last := queued[0].At(), booked[len(booked)-1].At(); first.Before(last) {
 		t.Errorf("first place in line %s before the last slot booked %s", first, last)
 	}
-	tickets, err := rdb.ZCard(ctx, bookKey(subjectTag(DefaultPrefix, "gw"), "sms")).Result()
+	tickets, err := rdb.ZCard(ctx, keyspace.Book(keyspace.Tag(DefaultPrefix, "gw"), "sms")).Result()
 	if err != nil || tickets != int64(len(booked)) {
 		t.Errorf("tickets %d (%v), want %d (one per slot booked, none for places in line)", tickets, err, len(booked))
 	}
@@ -149,17 +151,17 @@ func TestFairStateReleased(t *testing.T) {
 	ctx := context.Background()
 	// 30 tasks are 3 s of slots: the tenant waits however slowly they come.
 	b := mustBucket(t, "sms", 10, 1)
-	tag := subjectTag(DefaultPrefix, "gw")
+	tag := keyspace.Tag(DefaultPrefix, "gw")
 	for i := range 30 {
 		mustAdmit(t, l, lineReq(fmt.Sprint("a", i), "a", 1, b, 5*time.Millisecond))
 	}
-	n, err := rdb.HLen(ctx, fairKey(tag, "sms")).Result()
+	n, err := rdb.HLen(ctx, keyspace.Fair(tag, "sms")).Result()
 	if err != nil || n != 4 {
 		t.Fatalf("tenants hash holds %d fields (%v), want the tenant, W, the join cursor and the places' end", n, err)
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		n, err := rdb.Exists(ctx, fairKey(tag, "sms"), tenantsKey(tag, "sms")).Result()
+		n, err := rdb.Exists(ctx, keyspace.Fair(tag, "sms"), keyspace.Tenants(tag, "sms")).Result()
 		if err != nil {
 			t.Fatal(err)
 		}

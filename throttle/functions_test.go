@@ -13,6 +13,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/notify-throttle/throttler/internal/keyspace"
 	"github.com/notify-throttle/throttler/internal/redistest"
 	"github.com/notify-throttle/throttler/lua"
 )
@@ -211,7 +212,7 @@ func TestClusterFunctionsComeBack(t *testing.T) {
 	if d := mustAdmit(t, l, spread); !d.Allowed() {
 		t.Fatalf("spread: %+v, want allowed", d)
 	}
-	node := masterFor(t, rdb, quotaKey(subjectTag(DefaultPrefix, who[1]), "daily1"))
+	node := masterFor(t, rdb, keyspace.Quota(keyspace.Tag(DefaultPrefix, who[1]), "daily1"))
 	if err := node.FunctionFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}

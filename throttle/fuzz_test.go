@@ -12,6 +12,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/notify-throttle/throttler/internal/keyspace"
 	"github.com/notify-throttle/throttler/internal/keyspace/keyspacetest"
 )
 
@@ -183,8 +184,8 @@ func TestNastySubjectsGetDistinctKeys(t *testing.T) {
 			continue
 		}
 		l.Sent(b, s, 1)
-		tag := subjectTag(DefaultPrefix, s)
-		for _, k := range []string{quotaKey(tag, "weekly"), sentKey(tag, "sms"), slotsKey(tag, "sms"), calendarKey(tag, "cal")} {
+		tag := keyspace.Tag(DefaultPrefix, s)
+		for _, k := range []string{keyspace.Quota(tag, "weekly"), keyspace.Sent(tag, "sms"), keyspace.Slots(tag, "sms"), keyspace.Calendar(tag, "cal")} {
 			if o, ok := owner[k]; ok {
 				t.Errorf("subjects %q and %q share key %q", o, s, k)
 			}
@@ -262,17 +263,17 @@ func TestNastyIDs(t *testing.T) {
 		}
 	}
 	sort.Strings(ids)
-	tagA, tagG := subjectTag(DefaultPrefix, "alice"), subjectTag(DefaultPrefix, "gw")
-	if got := zmembers(t, rdb, quotaKey(tagA, "weekly")); !slices.Equal(got, ids) {
+	tagA, tagG := keyspace.Tag(DefaultPrefix, "alice"), keyspace.Tag(DefaultPrefix, "gw")
+	if got := zmembers(t, rdb, keyspace.Quota(tagA, "weekly")); !slices.Equal(got, ids) {
 		t.Errorf("quota holds %q, want %q", got, ids)
 	}
 	if got := ledgerIDs(t, rdb, tagG, "sms"); !slices.Equal(got, ids) {
 		t.Errorf("ledger holds %q, want %q", got, ids)
 	}
-	if got := tokens(t, rdb, bucketKey(tagG, "sms"), 1.0/3600, 1000); got < float64(1000-len(ids)) || got > float64(1000-len(ids))+0.01 {
+	if got := tokens(t, rdb, keyspace.Bucket(tagG, "sms"), 1.0/3600, 1000); got < float64(1000-len(ids)) || got > float64(1000-len(ids))+0.01 {
 		t.Errorf("bucket tokens %v, want %d", got, 1000-len(ids))
 	}
-	if got := zmembers(t, rdb, calendarKey(tagA, "cal")); !slices.Equal(got, ids) {
+	if got := zmembers(t, rdb, keyspace.Calendar(tagA, "cal")); !slices.Equal(got, ids) {
 		t.Errorf("calendar holds %q, want %q", got, ids)
 	}
 	// Releasing "%41" gives back its takes and leaves "A" alone.

@@ -16,11 +16,13 @@ import (
 	"github.com/notify-throttle/throttler/lua"
 )
 
+// DefaultPrefix starts every key unless Options.Prefix says otherwise.
+const DefaultPrefix = keyspace.DefaultPrefix
+
 // DefaultRemember is how long a bucket's ledger keeps a take after its slot
 // ended unless Options.Remember says otherwise. A task holds its slot until
-// the slot ends whatever this is (a redelivered task admitted again in its
-// slot passes as repeated; after it, it takes a new slot): what is kept
-// longer serves only to inspect what went when.
+// the slot ends whatever this is: what is kept longer serves only to inspect
+// what went when.
 const DefaultRemember = 2 * time.Second
 
 // MinRemember is the shortest Options.Remember New accepts (and the config's
@@ -31,23 +33,14 @@ const MinRemember = time.Second
 type Options struct {
 	// Prefix starts every key. Default DefaultPrefix. No '{' or '}'.
 	Prefix string
-	// Remember is how long a bucket's ledger keeps a take (task ID and
-	// slot) after its slot ended, for inspecting what went when: about
-	// R·Remember entries of ~140 bytes (36-byte IDs) on a bucket taking R
-	// tokens a second, besides its slots ahead. How the ledger is pruned:
-	// lua/rules.lua, the token bucket. Default DefaultRemember.
+	// Remember is how long a bucket's ledger keeps a take after its slot
+	// ended (docs/design.md, Algorithms). Default DefaultRemember.
 	Remember time.Duration
 }
 
 // Limiter admits tasks through rules whose state lives in Redis. All
 // decisions use Redis time, so any number of Limiters on any number of hosts
 // share one truth. A Limiter is safe for concurrent use.
-//
-// On a single node (or a Sentinel-managed one) every take of a request is
-// decided by one script call. On a Redis Cluster the takes are grouped by
-// subject, since each subject's keys live in their own slot, and decided
-// group by group, the bucket's first: cluster.go says how, and why that
-// never admits more than every rule allows.
 type Limiter struct {
 	rdb      redis.UniversalClient
 	one      coalesce.Processor // single commands: rdb's auto-pipeliner on one node
@@ -77,8 +70,8 @@ func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 	if opts.Prefix == "" {
 		opts.Prefix = DefaultPrefix
 	}
-	if err := checkPrefix(opts.Prefix); err != nil {
-		return nil, err
+	if err := keyspace.CheckPrefix(opts.Prefix); err != nil {
+		return nil, fmt.Errorf("throttle: %w", err)
 	}
 	if opts.Remember == 0 {
 		opts.Remember = DefaultRemember
@@ -118,15 +111,12 @@ func (l *Limiter) Admit(ctx context.Context, r Request) (Decision, error) {
 }
 
 // Book reserves the moment of a task that may not go within r.MaxWait, as
-// x/time/rate's Reserve does: it holds the earliest moment at which every
-// take allows the task, counting every moment booked before on the same
-// subjects, under r.ID until the task comes back with the same request to
-// claim it; the outcome is then Booked (Rebooked when it lost an earlier
-// moment; Placed, a place in its tenant's line, past b.Horizon; Expired
-// past b.Deadline). Coming back, the task finds its booking and goes at
-// that moment, or is told it again if it came back too early. A task that
-// may go within r.MaxWait is admitted as by Admit. A request that books
-// has at most one bucket. The model is docs/booking.md's.
+// x/time/rate's Reserve does: the earliest moment every take allows,
+// counting every moment booked before on the same subjects, held under r.ID
+// until the task comes back with the same request to claim it (Booked,
+// Rebooked, Placed or Expired). A task that may go within r.MaxWait is
+// admitted as by Admit. A request that books has at most one bucket. The
+// model: docs/booking.md.
 func (l *Limiter) Book(ctx context.Context, r Request, b Booking) (Decision, error) {
 	r.book = &b
 	return l.Admit(ctx, r)
@@ -140,18 +130,17 @@ func (l *Limiter) Check(ctx context.Context, r Request) (Decision, error) {
 	return l.Admit(ctx, r)
 }
 
-// HasSlot reports whether r's buckets still give r.ID the slots it was admitted
-// to. A task admitted with a Delay sleeps until its moment; meanwhile a
-// priority request may take its slot (see Request.Priority). Before it
-// sends, the task asks HasSlot: if not, its slot is gone, and it releases
-// what it still holds and is admitted again.
+// HasSlot reports whether r's buckets still give r.ID the slots it was
+// admitted to: a task that sleeps until its moment may lose its slot to a
+// priority request, a re-pace or a pause (docs/booking.md, Priority), and
+// then releases what it still holds and is admitted again.
 func (l *Limiter) HasSlot(ctx context.Context, r Request) (bool, error) {
 	for _, t := range r.Takes {
 		b, ok := t.Rule.(*Bucket)
 		if !ok {
 			continue
 		}
-		err := l.rdb.ZScore(ctx, slotsKey(subjectTag(l.prefix, t.Subject), b.name), keyspace.LedgerEntry(r.ID)).Err()
+		err := l.rdb.ZScore(ctx, keyspace.Slots(keyspace.Tag(l.prefix, t.Subject), b.name), keyspace.LedgerEntry(r.ID)).Err()
 		if err == redis.Nil {
 			return false, nil
 		}
@@ -162,35 +151,27 @@ func (l *Limiter) HasSlot(ctx context.Context, r Request) (bool, error) {
 	return true, nil
 }
 
-// Release gives back what r.ID's admission took from r's takes: quota and
-// calendar entries are removed and bucket tokens (reserved or used) are
-// returned.
-// Call it for a task that was admitted but not delivered, with the takes and
-// costs it was admitted with: a bucket's slot is given back by its length
-// at r's cost. Releasing twice, or releasing a task never admitted, does
-// nothing. It returns how many takes it gave back.
+// Release gives back what r.ID's admission took from r's takes (quota and
+// calendar entries, bucket slots reserved or used), for a task admitted but
+// not delivered: call it with the takes and costs it was admitted with.
+// Releasing twice, or a task never admitted, does nothing. It returns how
+// many takes it gave back.
 func (l *Limiter) Release(ctx context.Context, r Request) (int, error) {
-	n, _, err := l.release1(ctx, r)
+	n, _, err := l.undo(ctx, r, l.release, "release")
 	return n, err
 }
 
 // Forget drops r.ID's holdings of r's bucket takes without giving their
-// tokens back: for a send the provider took but that failed (a 429 or 5xx
-// answer), so that the retry takes a token of its own rather than passing
-// as already admitted. Quota and calendar takes are left as they are
-// (Release them if the recipient got nothing). It returns how many bucket
-// takes it dropped.
+// tokens back, for a send the provider took but failed (a 429 or 5xx), so
+// that its retry takes a token of its own; quota and calendar takes stay.
+// It returns how many bucket takes it dropped.
 func (l *Limiter) Forget(ctx context.Context, r Request) (int, error) {
 	n, _, err := l.undo(ctx, r, l.forget, "forget")
 	return n, err
 }
 
-// release1 is Release that also returns the Redis time of its first group.
-func (l *Limiter) release1(ctx context.Context, r Request) (int, time.Time, error) {
-	return l.undo(ctx, r, l.release, "release")
-}
-
-// undo runs release.lua's entry point e (release or forget) on r's takes.
+// undo runs release.lua's entry point e (release or forget) on r's takes,
+// and returns how many it undid and the Redis time of its first group.
 func (l *Limiter) undo(ctx context.Context, r Request, e entry, what string) (int, time.Time, error) {
 	if err := r.validate(); err != nil {
 		return 0, time.Time{}, err
@@ -217,8 +198,9 @@ func (l *Limiter) undo(ctx context.Context, r Request, e entry, what string) (in
 
 // Pause drains bucket b's tokens for subject so that its next token is
 // due in d, for every Limiter on this Redis: the way to honour a provider's
-// Retry-After across a fleet. Reservations already made are kept. It returns
-// the time until the bucket's next token.
+// Retry-After across a fleet. Reservations already made are kept, and the
+// line waiting moves past the pause (docs/booking.md, "A provider's pause").
+// It returns the time until the bucket's next token.
 func (l *Limiter) Pause(ctx context.Context, b *Bucket, subject string, d time.Duration) (time.Duration, error) {
 	r := Request{ID: "pause", Takes: []Take{{Rule: b, Subject: subject}}, MaxWait: d}
 	if err := r.validate(); err != nil {
@@ -227,64 +209,44 @@ func (l *Limiter) Pause(ctx context.Context, b *Bucket, subject string, d time.D
 	if d <= 0 {
 		return 0, fmt.Errorf("throttle: pause %s for %q: must be positive (got %s): %w", b.Name(), subject, d, ErrInvalidRequest)
 	}
-	c, keys, args := newCall(b.keyCount(), 2)
-	_, plan := l.appendPlan(keys, nil, r, group{takes: []int{0}}, planHead{})
-	args[0], args[1] = d.Microseconds(), string(plan)
-	res, err := l.eval(ctx, l.pause, []call{c})
+	res, err := l.onBucket(ctx, l.pause, r, 1, func(plan string) []any { return []any{d.Microseconds(), plan} })
 	if err != nil {
-		return 0, fmt.Errorf("throttle: pause %s for %q: %w", b.Name(), subject, err)
+		return 0, err
 	}
-	if len(res[0]) != 1 {
-		return 0, fmt.Errorf("throttle: pause %s for %q: unexpected script reply %v", b.Name(), subject, res[0])
-	}
-	return time.Duration(res[0][0]) * time.Microsecond, nil
+	return time.Duration(res[0]) * time.Microsecond, nil
 }
 
 // Repace moves the work waiting on bucket b for subject to b's rate, when
-// the rate its slots were laid at differs: every moment ahead that the
-// bucket holds is scaled around now by k = old rate / new rate, and tasks
-// that claimed a slot still ahead lose it (HasSlot): docs/booking.md, "A
-// change of rate". It returns k and the Redis time it scaled around; k is 0 when
-// nothing was scaled: the rate is the one recorded (another worker repaced
-// first, or nothing changed) or none was (the bucket is new to this call).
-// Call it for each bucket at start and after a reload; moments the caller
-// keeps (a task's place in line, its wake-up) scale alike: a moment t after
-// now moves to now + (t - now)·k.
+// the rate its slots were laid at differs (docs/booking.md, "A change of
+// rate"). It returns k = old rate / new rate and the Redis time it scaled
+// around (k = 0: nothing was scaled); a moment t the caller keeps moves to
+// now + (t - now)·k. Call it for each bucket at start and after a reload.
 func (l *Limiter) Repace(ctx context.Context, b *Bucket, subject string) (k float64, now time.Time, err error) {
 	r := Request{ID: "repace", Takes: []Take{{Rule: b, Subject: subject}}}
 	if err := r.validate(); err != nil {
 		return 0, time.Time{}, err
 	}
-	c, keys, args := newCall(b.keyCount(), 1)
-	_, plan := l.appendPlan(keys, nil, r, group{takes: []int{0}}, planHead{})
-	args[0] = string(plan)
-	res, err := l.eval(ctx, l.repace, []call{c})
+	res, err := l.onBucket(ctx, l.repace, r, 2, func(plan string) []any { return []any{plan} })
 	if err != nil {
-		return 0, time.Time{}, fmt.Errorf("throttle: repace %s for %q: %w", b.Name(), subject, err)
+		return 0, time.Time{}, err
 	}
-	if len(res[0]) != 2 {
-		return 0, time.Time{}, fmt.Errorf("throttle: repace %s for %q: unexpected script reply %v", b.Name(), subject, res[0])
-	}
-	return float64(res[0][1]) / 1e6, time.UnixMicro(res[0][0]), nil
+	return float64(res[1]) / 1e6, time.UnixMicro(res[0]), nil
 }
 
 // Reweigh moves the lines of the tenants waiting on bucket b for subject to
-// changed weights: each waiting tenant's line is scaled around now by the
-// factor its stride changes by (docs/booking.md, "A change of weight").
-// weights are the tenants' weights (a tenant not in
-// it weighs 1). It returns each named tenant's factor (1 for one not
+// changed weights (docs/booking.md, "A change of weight"); a tenant not in
+// weights weighs 1. It returns each named tenant's factor (1 for one not
 // waiting) and Redis's now, or no factors when no waiting tenant's weight
-// changed: every worker of a fleet may call it after a reload, and only the
-// first one scales. The caller moves the wake-ups of the tasks in line by
-// their tenant's factor, as it does after Repace.
+// changed (only the first of a fleet's workers to call it scales). The
+// caller moves the wake-ups of the tasks in line by their tenant's factor.
 func (l *Limiter) Reweigh(ctx context.Context, b *Bucket, subject string, weights map[string]int) (map[string]float64, time.Time, error) {
 	return l.reweighCall(ctx, "apply", b, subject, weights)
 }
 
 // Reweighed reports whether a tenant waiting on bucket b for subject holds
 // a weight other than weights gives it, writing nothing: whether Reweigh
-// would scale. A caller that must read its waiting work to move it asks it
-// first, so that a start or a reload that changed no weight reads nothing.
+// would scale, so that a start or a reload that changed no weight need not
+// read the waiting work.
 func (l *Limiter) Reweighed(ctx context.Context, b *Bucket, subject string, weights map[string]int) (bool, error) {
 	k, _, err := l.reweighCall(ctx, "check", b, subject, weights)
 	return k != nil, err
@@ -297,30 +259,43 @@ func (l *Limiter) reweighCall(ctx context.Context, mode string, b *Bucket, subje
 		return nil, time.Time{}, err
 	}
 	names := slices.Sorted(maps.Keys(weights))
-	keys, _ := l.appendPlan(nil, nil, r, group{takes: []int{0}}, planHead{})
-	args := append([]any{"fcall", nil, len(keys)}, keys...)
-	args = append(args, mode, len(names))
-	for _, t := range names {
-		args = append(args, t, max(1, weights[t]))
-	}
-	res, err := l.eval(ctx, l.reweigh, []call{{cmd: args}})
-	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("throttle: reweigh %s for %q: %w", b.Name(), subject, err)
-	}
-	a := res[0]
-	if len(a) == 2 && a[1] == 0 {
+	a, err := l.onBucket(ctx, l.reweigh, r, 0, func(string) []any {
+		args := []any{mode, len(names)}
+		for _, t := range names {
+			args = append(args, t, max(1, weights[t]))
+		}
+		return args
+	})
+	switch {
+	case err != nil:
+		return nil, time.Time{}, err
+	case len(a) == 2 && a[1] == 0:
 		return nil, time.UnixMicro(a[0]), nil
-	}
-	if len(a) == 2 && a[1] == 1 && mode == "check" {
+	case len(a) == 2 && a[1] == 1 && mode == "check":
 		return map[string]float64{}, time.UnixMicro(a[0]), nil
-	}
-	if len(a) != 2+len(names) || a[1] != 1 {
+	case len(a) != 2+len(names) || a[1] != 1:
 		return nil, time.Time{}, fmt.Errorf("throttle: reweigh %s for %q: unexpected script reply %v", b.Name(), subject, a)
 	}
-	now := time.UnixMicro(a[0])
 	k := make(map[string]float64, len(names))
 	for i, t := range names {
 		k[t] = float64(a[2+i]) / 1e6
 	}
-	return k, now, nil
+	return k, time.UnixMicro(a[0]), nil
+}
+
+// onBucket runs entry point e on the keys of r's one take, a bucket, with
+// the arguments args makes of the take's plan, and returns its reply, of
+// want integers unless want is 0.
+func (l *Limiter) onBucket(ctx context.Context, e entry, r Request, want int, args func(plan string) []any) ([]int64, error) {
+	keys, plan := l.appendPlan(nil, nil, r, group{takes: []int{0}}, planHead{})
+	c := append(call{"fcall", nil, len(keys)}, keys...)
+	res, err := l.eval(ctx, e, []call{append(c, args(string(plan))...)})
+	if err == nil && want > 0 && len(res[0]) != want {
+		err = fmt.Errorf("unexpected script reply %v", res[0])
+	}
+	if err != nil {
+		t := r.Takes[0]
+		return nil, fmt.Errorf("throttle: %s %s for %q: %w", r.ID, t.Rule.Name(), t.Subject, err)
+	}
+	return res[0], nil
 }

@@ -106,7 +106,7 @@ func commandCalls(t testing.TB, c *redis.Client) map[string]int {
 // of its slot (µs).
 func ledger(t testing.TB, rdb redis.UniversalClient, tag, rule string) map[string]int64 {
 	t.Helper()
-	zs, err := rdb.ZRangeArgsWithScores(context.Background(), redis.ZRangeArgs{Key: slotsKey(tag, rule), ByScore: true, Start: "-inf", Stop: "(0"}).Result()
+	zs, err := rdb.ZRangeArgsWithScores(context.Background(), redis.ZRangeArgs{Key: keyspace.Slots(tag, rule), ByScore: true, Start: "-inf", Stop: "(0"}).Result()
 	if err != nil {
 		t.Fatalf("ledger of %s: %v", rule, err)
 	}

@@ -15,9 +15,9 @@ import (
 // not of rounding. (No step is of the form x*y+z, so Go cannot fuse one into
 // an FMA and round differently from Redis.)
 //
-// Keys are named by kind, rule and raw subject rather than by keys.go, so the
-// key building is under test too: two subjects sharing a Redis key would show
-// up as a difference.
+// Keys are named by kind, rule and raw subject rather than by
+// internal/keyspace, so the key building is under test too: two subjects
+// sharing a Redis key would show up as a difference.
 type model struct {
 	keys map[modelKey]*modelEntry
 	// lost counts entries that still counted (a quota entry inside its longest

@@ -147,10 +147,7 @@ type Span struct{ From, To time.Time }
 
 // spans returns the quiet spans in loc of the ranges starting on the local
 // days from the one holding t plus from days to plus to days, merged and in
-// order. Every bound is a local time (see wall), so a day is 23 or 25 hours
-// where daylight saving changes; a bound in a skipped hour is the moment
-// the clock jumps (02:30 on a spring-forward night in New York is 03:00
-// EDT), and one in a repeated hour its first occurrence.
+// order. Every bound is a local time (see wall).
 func (q *QuietHours) spans(loc *time.Location, t time.Time, from, to int) []Span {
 	y, m, d := t.In(loc).Date()
 	var ss []Span
@@ -188,9 +185,7 @@ func (q *QuietHours) spans(loc *time.Location, t time.Time, from, to int) []Span
 const quietBehind, quietAhead = 1, 9
 
 // In returns the rule that holds messages in these quiet hours in loc
-// around t (the worker's clock, only to choose which spans to send: the
-// script decides by Redis time, and fails if the spans' cover does not
-// hold it).
+// around t (docs/rules.md, "How it is decided").
 func (q *QuietHours) In(loc *time.Location, t time.Time) *Quiet {
 	y, m, d := t.In(loc).Date()
 	from, until := midnight(y, m, d-quietBehind, loc), midnight(y, m, d+quietAhead+1, loc)
@@ -208,11 +203,9 @@ func (q *QuietHours) In(loc *time.Location, t time.Time) *Quiet {
 // from From to Until; an admission at a Redis time outside fails. It keeps
 // no state in Redis.
 type Quiet struct {
-	name        string
+	rule        // plan: ",from,until,span_from,span_to,..."
 	from, until time.Time
 	spans       []Span
-	plan        string // ",from,until,span_from,span_to,..."
-	str         string
 }
 
 // NewQuiet returns a rule that refuses the moments in spans, covering from
@@ -225,7 +218,7 @@ func NewQuiet(name string, from, until time.Time, spans ...Span) (*Quiet, error)
 	if !until.After(from) {
 		return nil, invalidRule("quiet hours "+name, "cover ends before it starts")
 	}
-	q := &Quiet{name: name, from: from, until: until, str: "quiet hours"}
+	q := &Quiet{rule: rule{name: name, letter: "h", str: "quiet hours"}, from: from, until: until}
 	us := func(t time.Time) string { return strconv.FormatInt(t.UnixMicro(), 10) }
 	q.plan = "," + us(from) + "," + us(until)
 	for i, s := range spans {
@@ -244,26 +237,12 @@ func NewQuiet(name string, from, until time.Time, spans ...Span) (*Quiet, error)
 	return q, nil
 }
 
-// Name returns the rule's name.
-func (q *Quiet) Name() string { return q.name }
-
 // MaxCost returns MaxLimit: a quiet take consumes nothing.
 func (q *Quiet) MaxCost() int { return MaxLimit }
-
-// String returns e.g. "quiet 21:00-08:00".
-func (q *Quiet) String() string { return q.str }
 
 // Spans returns a copy of the quiet spans the rule holds.
 func (q *Quiet) Spans() []Span { return append([]Span(nil), q.spans...) }
 
-func (q *Quiet) bindingLimit(int) string { return q.str }
-
-func (q *Quiet) kind() string { return "h" }
-
 func (q *Quiet) keyCount() int { return 0 }
 
 func (q *Quiet) appendKeys(dst []any, _ string) []any { return dst }
-
-func (q *Quiet) appendPlan(dst []byte, cost int) []byte {
-	return append(strconv.AppendInt(append(dst, "h,"...), int64(cost), 10), q.plan...)
-}

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/notify-throttle/throttler/internal/keyspace"
 )
 
 // scale is a moment t scaled around now by k, as Repace scales the moments
@@ -77,7 +79,7 @@ func TestRepaceMovesWaitingWorkToANewRate(t *testing.T) {
 // overlap.
 func checkSpans(t *testing.T, l *Limiter, rdb *redis.Client, b *Bucket) {
 	t.Helper()
-	z, err := rdb.ZRangeWithScores(context.Background(), slotsKey(subjectTag(l.prefix, "gw"), b.Name()), 0, -1).Result()
+	z, err := rdb.ZRangeWithScores(context.Background(), keyspace.Slots(keyspace.Tag(l.prefix, "gw"), b.Name()), 0, -1).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +202,7 @@ func TestRepaceOfAnIdleBucketExpires(t *testing.T) {
 	if _, _, err := l.Repace(ctx, b, "gw"); err != nil {
 		t.Fatal(err)
 	}
-	ttl, err := rdb.PTTL(ctx, bucketKey(subjectTag(l.prefix, "gw"), b.Name())).Result()
+	ttl, err := rdb.PTTL(ctx, keyspace.Bucket(keyspace.Tag(l.prefix, "gw"), b.Name())).Result()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package throttle
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"strings"
@@ -13,47 +14,35 @@ import (
 // it reaches Redis.
 var ErrInvalidRequest = errors.New("invalid request")
 
-// MaxIDLen is the longest task ID a request may carry, in bytes.
-const MaxIDLen = 256
-
-// MaxWeight is the largest tenant weight.
-const MaxWeight = 1000
-
-// MaxTakes is the most takes a request may have.
-const MaxTakes = 32
+// Bounds on a request.
+const (
+	MaxIDLen  = 256  // the longest task ID a request may carry, in bytes
+	MaxWeight = 1000 // the largest tenant weight
+	MaxTakes  = 32   // the most takes a request may have
+)
 
 // Take applies a rule to one subject at a cost.
 type Take struct {
 	// Rule is the limit to check.
 	Rule Rule
-	// Subject is what the rule is counted for: a recipient, a provider.
-	// Any non-empty string; it is encoded before it becomes part of a Redis
-	// key.
+	// Subject is what the rule is counted for (a recipient, a provider):
+	// any non-empty string, encoded before it becomes part of a Redis key.
 	Subject string
 	// Cost is what the take consumes: tokens of a bucket, entries of a quota
 	// or a calendar window. Zero means 1.
 	Cost int
-	// CountOnly records the take like any other (its entries count toward
-	// the rule, and Release gives them back) but never lets it deny the
-	// request or set its wait or booked moment: traffic that counts toward
-	// a cap without being held by it. Only for a *Quota or a
-	// *CalendarWindow.
+	// CountOnly records the take like any other but never lets it deny the
+	// request or set its wait or booked moment (docs/rules.md, Count-only
+	// traffic). Only for a *Quota or a *CalendarWindow.
 	CountOnly bool
-	// Shadow puts the take's rule in shadow mode: it counts only (as
-	// CountOnly; quiet hours hold nothing either way), and the decision
-	// says whether it would have held the task back, and how long
-	// (Decision.Shadow), decided in the same atomic step as its entries
-	// are written, so that tasks racing on one subject each see the ones
-	// before. Only for a *Quota, a *CalendarWindow or *Quiet hours.
+	// Shadow puts the take's rule in shadow mode: it counts only, and
+	// Decision.Shadow says whether it would have held the task back,
+	// decided atomically with the writing of its entries (docs/rules.md,
+	// Shadow mode). Only for a *Quota, a *CalendarWindow or *Quiet hours.
 	Shadow bool
 }
 
-func (t Take) cost() int {
-	if t.Cost == 0 {
-		return 1
-	}
-	return t.Cost
-}
+func (t Take) cost() int { return cmp.Or(t.Cost, 1) }
 
 // Request asks to admit one task through all of its takes at once.
 type Request struct {
@@ -67,20 +56,15 @@ type Request struct {
 	// then allowed with Delay set to the wait. Zero never reserves.
 	MaxWait time.Duration
 	// CheckDone asks the admission to look for the task's done marker
-	// first (Limiter.MarkDone: the caller marks a task that needs no
-	// admission any more, a sent notification): if the task is marked, the
-	// admission checks and consumes nothing and its outcome is Done. On a
-	// single node the look is part of the admission's script call; on a
-	// cluster, where the marker lives in the task's own slot, it is read
-	// beside the admission's first call, at no round trip of its own.
-	// Release, Forget and Pause ignore it.
+	// (Limiter.MarkDone) first: a marked task's admission checks and
+	// consumes nothing, and its outcome is Done. Release, Forget and Pause
+	// ignore it. How it is read: docs/design.md, "Redis Cluster".
 	CheckDone bool
 	// DoneIfHeld, with CheckDone, looks for the marker only where the
-	// request's first take, a quota, finds the task holding its entry:
-	// the caller says that a marked task holds one, because the quota's
-	// longest window outlasts the marker (a quota entry is written by the
-	// admission that let the task go, and a send follows it). The most
-	// common admission, a new task's, then makes no look. On one node only.
+	// request's first take, a quota, finds the task holding its entry: the
+	// caller says a marked task holds one (the quota's longest window
+	// outlasts the marker), so a new task's admission makes no look. On one
+	// node only.
 	DoneIfHeld bool
 
 	book  *Booking // set by Limiter.Book: the request books
@@ -88,44 +72,33 @@ type Request struct {
 }
 
 // Booking is what a request that reserves its moment (Limiter.Book) says
-// beyond its takes. The zero value books with no horizon, share or
-// deadline.
+// beyond its takes: docs/booking.md. The zero value books with no horizon,
+// share or deadline.
 type Booking struct {
-	// Priority lets the task take a bucket's reserve (see
-	// Bucket.WithReserve) and go before the bookings in line on it: it
-	// takes the slot of the first booking not yet claimed, or of a task
-	// that claimed its slot and sleeps until it (that task finds out by
-	// HasSlot before it sends).
+	// Priority lets the task take a bucket's reserve (Bucket.WithReserve)
+	// and the slot of the first booking or sleeping claim ahead of it
+	// (docs/booking.md, Priority).
 	Priority bool
-	// Tenant is the fairness key: the sender whose share of a bucket the
-	// task uses (a team, a campaign). When several tenants wait on one
-	// bucket, each books at its share of the bucket's rate (Weight over the
-	// weights of the tenants waiting); a tenant alone uses the whole rate.
-	// Empty is a tenant of its own (the default one).
+	// Tenant is the sender whose share of a bucket the task uses: tenants
+	// waiting on one bucket book at Weight over the weights of those
+	// waiting (docs/booking.md, Fair shares). Empty is the default tenant.
 	Tenant string
 	// Weight is the tenant's weight, at least 1 (zero means 1).
 	Weight int
-	// Horizon is how far ahead the task may hold a bucket's slot; zero: as
-	// far as it needs. A task whose slot would be further gets a place in
-	// its tenant's line instead (outcome Placed), which holds nothing, and
-	// books when it comes back, inside the horizon by then.
+	// Horizon is how far ahead the task may hold a bucket's slot (zero: as
+	// far as it needs); further, it gets a place in its tenant's line
+	// (Placed), which holds nothing.
 	Horizon time.Duration
-	// Back says the task is back from a place in its tenant's line: it was
-	// Placed, and comes back at its place (or it held a slot that was taken
-	// from it: see HasSlot). The engine keeps no record of a
-	// place (a line of any length costs it nothing per task); the caller
-	// keeps this one bit of it with the task (the worker in the task's own
-	// message: docs/booking.md). A task back from its place takes the first
-	// free slot from now; one not back, of a tenant whose line reaches past
-	// the horizon, joins the line's end.
+	// Back says the task is back from a place in its tenant's line, or lost
+	// a slot it held (HasSlot): it takes the first free slot from now
+	// rather than join its line's end. The engine keeps no record of a
+	// place: the caller keeps this bit with the task (docs/booking.md,
+	// Places in line).
 	Back bool
-	// Backlog says that work the caller has not picked up yet waits behind
-	// this task (its queue is not empty). A task with a horizon then never
-	// goes to sleep for its moment within MaxWait: it books it (a slot
-	// within the horizon, a place in its tenant's line past it) and the
-	// caller moves on to the work behind it, so that a tenant whose work is
-	// further back in the queue is seen, and gets its share, at once. A
-	// task back from its place is not affected: it waited its turn.
+	// Backlog says work the caller has not picked up yet waits behind this
+	// task: with a horizon, it books rather than sleep for its moment, so
+	// that the tenants further back are seen at once (docs/booking.md, Work
+	// the workers have not seen yet). A task Back is not affected.
 	Backlog bool
 	// Deadline, if set, is the latest moment (Redis time) a booking may be
 	// for: a task whose moment would be later is not booked and its

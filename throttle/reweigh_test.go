@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/notify-throttle/throttler/internal/keyspace"
 )
 
 // TestReweighScalesTheLines: tenants a and b, weight 1 each, wait in line
@@ -44,9 +46,9 @@ func reweighScales(t *testing.T, l *Limiter, rdb redis.Cmdable) {
 	if lasts["a"].IsZero() || lasts["b"].IsZero() {
 		t.Fatalf("a and b were not both placed in line: %v", lasts)
 	}
-	tag := subjectTag(DefaultPrefix, "gw")
+	tag := keyspace.Tag(DefaultPrefix, "gw")
 	record := func(tn string) []string {
-		rec, err := rdb.HGet(ctx, fairKey(tag, b.Name()), tn).Result()
+		rec, err := rdb.HGet(ctx, keyspace.Fair(tag, b.Name()), tn).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -82,7 +84,7 @@ func reweighScales(t *testing.T, l *Limiter, rdb redis.Cmdable) {
 	// Each record's expiry and the expiry set's score for it agree, so that
 	// a tenant is not pruned from W while its line still lies ahead.
 	for _, tn := range []string{"a", "b"} {
-		exp, err := rdb.ZScore(ctx, tenantsKey(tag, b.Name()), tn).Result()
+		exp, err := rdb.ZScore(ctx, keyspace.Tenants(tag, b.Name()), tn).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -133,8 +135,8 @@ func TestMoversKeepTheTenantsKeysAlive(t *testing.T) {
 			if err := move(l); err != nil {
 				t.Fatal(err)
 			}
-			tag := subjectTag(DefaultPrefix, "gw")
-			fair, exp := fairKey(tag, fast.Name()), tenantsKey(tag, fast.Name())
+			tag := keyspace.Tag(DefaultPrefix, "gw")
+			fair, exp := keyspace.Fair(tag, fast.Name()), keyspace.Tenants(tag, fast.Name())
 			recs, err := rdb.HGetAll(ctx, fair).Result()
 			if err != nil {
 				t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/notify-throttle/throttler/internal/keyspace"
 	"github.com/notify-throttle/throttler/internal/timefmt"
 )
 
@@ -59,6 +60,25 @@ type Rule interface {
 	bindingLimit(window int) string
 }
 
+// rule is what every Rule holds: its name, the letter of its kind in the
+// scripts' calling convention, its limits as plans carry them (after the
+// take's cost: see lua/rules.lua), and its String.
+type rule struct{ name, letter, plan, str string }
+
+// Name returns the rule's name.
+func (r *rule) Name() string { return r.name }
+
+// String describes the limit.
+func (r *rule) String() string { return r.str }
+
+func (r *rule) kind() string { return r.letter }
+
+func (r *rule) bindingLimit(int) string { return r.str }
+
+func (r *rule) appendPlan(dst []byte, cost int) []byte {
+	return append(strconv.AppendInt(append(append(dst, r.letter...), ','), int64(cost), 10), r.plan...)
+}
+
 // Bounds on rules, so that every number the scripts compute stays exact in
 // a double and every TTL fits Redis.
 const (
@@ -85,14 +105,6 @@ func checkName(kind, name string) error {
 	return nil
 }
 
-// checkPer rejects windows the scripts cannot count in (they work in µs).
-func checkPer(where string, per time.Duration) error {
-	if per < time.Millisecond || per > MaxPer {
-		return invalidRule(where, "window must be from 1ms to %s (got %s)", timefmt.Duration(MaxPer), per)
-	}
-	return nil
-}
-
 // checkLimit rejects limits and bursts below 1 or above MaxLimit.
 func checkLimit(where, what string, n int) error {
 	if n < 1 || n > MaxLimit {
@@ -110,14 +122,11 @@ type Window struct {
 // String returns e.g. "3 per 168h".
 func (w Window) String() string { return fmt.Sprintf("%d per %s", w.Limit, timefmt.Duration(w.Per)) }
 
-// Quota is a sliding-window quota kept in one sorted set per subject, whose
-// members are task IDs scored by the time they were admitted. Every window is
-// checked against the same set, so "1 per 24h and 3 per 168h" is one key.
+// Quota is a sliding-window quota kept in one sorted set per subject
+// (docs/design.md, Algorithms): "1 per 24h and 3 per 168h" is one key.
 type Quota struct {
-	name    string
+	rule    // plan: ",limit,per_us" per window; str: e.g. "1 per 24h, 3 per 168h"
 	windows []Window
-	plan    string   // ",limit,per_us" per window, as plans carry them
-	str     string   // String()
 	limits  []string // the windows' String()
 }
 
@@ -133,14 +142,14 @@ func NewQuota(name string, windows ...Window) (*Quota, error) {
 	if len(windows) > MaxWindows {
 		return nil, invalidRule("quota "+name, "%d windows: at most %d", len(windows), MaxWindows)
 	}
-	q := &Quota{name: name, windows: append([]Window(nil), windows...)}
+	q := &Quota{rule: rule{name: name, letter: "q"}, windows: append([]Window(nil), windows...)}
 	for i, w := range windows {
 		where := fmt.Sprintf("quota %s: window %d (%s)", name, i+1, w)
 		if err := checkLimit(where, "limit", w.Limit); err != nil {
 			return nil, err
 		}
-		if err := checkPer(where, w.Per); err != nil {
-			return nil, err
+		if w.Per < time.Millisecond || w.Per > MaxPer { // the scripts count in µs
+			return nil, invalidRule(where, "window must be from 1ms to %s (got %s)", timefmt.Duration(MaxPer), w.Per)
 		}
 		q.plan += "," + strconv.Itoa(w.Limit) + "," + strconv.FormatInt(w.Per.Microseconds(), 10)
 		q.limits = append(q.limits, w.String())
@@ -150,10 +159,8 @@ func NewQuota(name string, windows ...Window) (*Quota, error) {
 }
 
 // WithMargin returns a copy of q that holds each window d longer than it
-// says: two messages admitted a window apart are then still a window apart
-// at the provider when the earlier one's send took up to d longer to get
-// there than the later one's. Its String and the limits it reports are q's.
-// d must be from 0 to a minute.
+// says (docs/rules.md, "Held at the provider, with a margin"); its String
+// and the limits it reports are q's. d must be from 0 to a minute.
 func (q *Quota) WithMargin(d time.Duration) (*Quota, error) {
 	if d < 0 || d > time.Minute {
 		return nil, invalidRule("quota "+q.name, "margin must be from 0 to 1m (got %s)", d)
@@ -165,9 +172,6 @@ func (q *Quota) WithMargin(d time.Duration) (*Quota, error) {
 	}
 	return &c, nil
 }
-
-// Name returns the quota's name.
-func (q *Quota) Name() string { return q.name }
 
 // Longest returns its longest window: how long an entry counts.
 func (q *Quota) Longest() time.Duration {
@@ -187,9 +191,6 @@ func (q *Quota) MaxCost() int {
 	return m
 }
 
-// String returns the windows, e.g. "1 per 24h, 3 per 168h".
-func (q *Quota) String() string { return q.str }
-
 func (q *Quota) bindingLimit(window int) string {
 	if window > 0 && window <= len(q.limits) {
 		return q.limits[window-1]
@@ -197,27 +198,19 @@ func (q *Quota) bindingLimit(window int) string {
 	return q.str
 }
 
-func (q *Quota) kind() string { return "q" }
-
 func (q *Quota) keyCount() int { return 1 }
 
 func (q *Quota) appendKeys(dst []any, tag string) []any {
-	return append(dst, quotaKey(tag, q.name))
-}
-
-func (q *Quota) appendPlan(dst []byte, cost int) []byte {
-	return append(strconv.AppendInt(append(dst, "q,"...), int64(cost), 10), q.plan...)
+	return append(dst, keyspace.Quota(tag, q.name))
 }
 
 // Bucket is a token bucket: it holds at most Burst tokens and gains Rate
 // tokens per second; a take of cost n needs n tokens.
 type Bucket struct {
-	name    string
+	rule    // plan: ",rate,burst[,reserve]"; str: e.g. "100/s burst 20"
 	rate    float64
 	burst   int
-	reserve int    // tokens only priority requests may take
-	plan    string // ",rate,burst[,reserve]", as plans carry them
-	str     string // String()
+	reserve int // tokens only priority requests may take
 }
 
 // NewBucket returns a bucket refilled at rate tokens per second (fractions
@@ -237,14 +230,10 @@ func NewBucket(name string, rate float64, burst int) (*Bucket, error) {
 	if fill := float64(burst) / rate; fill > MaxPer.Seconds() {
 		return nil, invalidRule("bucket "+name, "burst %d at %v/s takes longer than %s to fill", burst, rate, timefmt.Duration(MaxPer))
 	}
-	b := &Bucket{name: name, rate: rate, burst: burst}
-	b.plan = "," + strconv.FormatFloat(rate, 'g', -1, 64) + "," + strconv.Itoa(burst)
-	b.str = fmt.Sprintf("%s/s burst %d", strconv.FormatFloat(rate, 'g', -1, 64), burst)
-	return b, nil
+	r := strconv.FormatFloat(rate, 'g', -1, 64)
+	return &Bucket{rule: rule{name: name, letter: "b", plan: "," + r + "," + strconv.Itoa(burst),
+		str: r + "/s burst " + strconv.Itoa(burst)}, rate: rate, burst: burst}, nil
 }
-
-// Name returns the bucket's name.
-func (b *Bucket) Name() string { return b.name }
 
 // Rate returns the tokens added per second.
 func (b *Bucket) Rate() float64 { return b.rate }
@@ -257,11 +246,8 @@ func (b *Bucket) Burst() int { return b.burst }
 func (b *Bucket) MaxCost() int { return b.burst - b.reserve }
 
 // WithReserve returns a copy of b that keeps n of its burst for requests
-// with Request.Priority: a request without priority takes tokens only while
-// n more would be left, so a priority request finds up to n at once even
-// when a backlog of others keeps the bucket drained. The rate and burst at
-// the provider are unchanged; others get at most burst - n at once. n must
-// be from 0 to burst - 1.
+// with Booking.Priority: others take tokens only while n more would be left
+// (docs/booking.md, Priority). n must be from 0 to burst - 1.
 func (b *Bucket) WithReserve(n int) (*Bucket, error) {
 	if n < 0 || n >= b.burst {
 		return nil, invalidRule("bucket "+b.name, "reserve must be from 0 to burst - 1 (%d) (got %d)", b.burst-1, n)
@@ -275,20 +261,9 @@ func (b *Bucket) WithReserve(n int) (*Bucket, error) {
 	return &c, nil
 }
 
-// String returns e.g. "100/s burst 20".
-func (b *Bucket) String() string { return b.str }
-
-func (b *Bucket) bindingLimit(int) string { return b.str }
-
-func (b *Bucket) kind() string { return "b" }
-
 func (b *Bucket) keyCount() int { return 5 }
 
 func (b *Bucket) appendKeys(dst []any, tag string) []any {
-	return append(dst, bucketKey(tag, b.name), bookKey(tag, b.name), slotsKey(tag, b.name),
-		fairKey(tag, b.name), tenantsKey(tag, b.name))
-}
-
-func (b *Bucket) appendPlan(dst []byte, cost int) []byte {
-	return append(strconv.AppendInt(append(dst, "b,"...), int64(cost), 10), b.plan...)
+	return append(dst, keyspace.Bucket(tag, b.name), keyspace.Book(tag, b.name), keyspace.Slots(tag, b.name),
+		keyspace.Fair(tag, b.name), keyspace.Tenants(tag, b.name))
 }

@@ -23,7 +23,7 @@ type sends struct {
 // Redis with CountSends's next write: once a second per bucket and worker,
 // rather than a command in every admission.
 func (l *Limiter) Sent(rule Rule, subject string, cost int) {
-	l.sent.add(map[string]int64{sentKey(subjectTag(l.prefix, subject), rule.Name()): int64(max(cost, 1))})
+	l.sent.add(map[string]int64{keyspace.Sent(keyspace.Tag(l.prefix, subject), rule.Name()): int64(max(cost, 1))})
 }
 
 // add adds counts n to s's.

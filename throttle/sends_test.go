@@ -17,7 +17,7 @@ func TestSentCountsReachTheirBins(t *testing.T) {
 	t.Parallel()
 	l, rdb := newStandalone(t)
 	b := mustBucket(t, "sms", 10, 5)
-	key := sentKey(subjectTag(DefaultPrefix, "gw"), "sms")
+	key := keyspace.Sent(keyspace.Tag(DefaultPrefix, "gw"), "sms")
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); l.CountSends(ctx) }()

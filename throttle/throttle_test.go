@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/notify-throttle/throttler/internal/keyspace"
 )
 
 var ctx = context.Background()
@@ -231,7 +233,7 @@ func TestAdmissionIsIdempotentByTaskID(t *testing.T) {
 	if after := snapshot(t, rdb); !equalMaps(before, after) {
 		t.Errorf("a repeated admission changed Redis: %v, was %v", after, before)
 	}
-	if tok := tokens(t, rdb, bucketKey(subjectTag(DefaultPrefix, "gw"), "sms"), 0.001, 5); tok > 3.01 {
+	if tok := tokens(t, rdb, keyspace.Bucket(keyspace.Tag(DefaultPrefix, "gw"), "sms"), 0.001, 5); tok > 3.01 {
 		t.Errorf("bucket tokens = %v, want 3: the repeat must not take again", tok)
 	}
 }
@@ -255,7 +257,7 @@ func TestReleaseGivesBackOnce(t *testing.T) {
 	}
 	// The slot came back: no span is left in the calendar (only the mark of
 	// its life, which goes with it).
-	if spans := rdb.ZCount(ctx, slotsKey(subjectTag(DefaultPrefix, "gw"), "sms"), "(0", "+inf").Val(); spans != 0 {
+	if spans := rdb.ZCount(ctx, keyspace.Slots(keyspace.Tag(DefaultPrefix, "gw"), "sms"), "(0", "+inf").Val(); spans != 0 {
 		t.Errorf("bucket calendar holds %d spans after its only slot came back", spans)
 	}
 	if d := mustAdmit(t, l, Request{ID: "job-2", Takes: r.Takes}); !d.Allowed() {
@@ -514,7 +516,7 @@ func TestLedgerPrunedAStepAtATime(t *testing.T) {
 // first 20 must be gone from the ledger after 1.6 s, or all still there.
 func ledgerStepPrune(t *testing.T, rate float64, pruned bool) {
 	l, rdb, take := rememberASecond(t, mustBucket(t, "sms", rate, 1000))
-	tag := subjectTag(DefaultPrefix, "gw")
+	tag := keyspace.Tag(DefaultPrefix, "gw")
 	const bin = 10 * time.Second
 	for try := 1; ; try++ {
 		// Start early in a bin: the run takes about 1.6 s.
@@ -599,7 +601,7 @@ func TestLedgerFollowsSlotsInFlight(t *testing.T) {
 	t.Parallel()
 	b := mustBucket(t, "sms", 1000, 100)
 	l, rdb, take := rememberASecond(t, b)
-	tag := subjectTag(DefaultPrefix, "gw")
+	tag := keyspace.Tag(DefaultPrefix, "gw")
 	var last Decision
 	for i := range 50 {
 		last = take(fmt.Sprint("a", i))
@@ -607,7 +609,7 @@ func TestLedgerFollowsSlotsInFlight(t *testing.T) {
 	if n := len(ledger(t, rdb, tag, "sms")); n != 50 {
 		t.Fatalf("ledger holds %d, want the 50 taken", n)
 	}
-	if ttl := rdb.PTTL(ctx, slotsKey(tag, "sms")).Val(); ttl > 1300*time.Millisecond {
+	if ttl := rdb.PTTL(ctx, keyspace.Slots(tag, "sms")).Val(); ttl > 1300*time.Millisecond {
 		t.Errorf("the calendar (and ledger) PTTL %s after 50 takes of 1ms slots, want about Remember (1s) and a step", ttl)
 	}
 	// The next 10 s bin, at least Remember after the slots ended.
@@ -629,7 +631,7 @@ func TestLedgerFollowsSlotsInFlight(t *testing.T) {
 	case !slices.Equal(got, []string{"b"}):
 		t.Errorf("ledger in the next bin holds %q, want [b]", got)
 	}
-	switch n := rdb.ZCount(ctx, slotsKey(tag, "sms"), "(0", "+inf").Val(); { // spans, not the marks of the calendar's life
+	switch n := rdb.ZCount(ctx, keyspace.Slots(tag, "sms"), "(0", "+inf").Val(); { // spans, not the marks of the calendar's life
 	case n > 1:
 		t.Errorf("calendar holds %d spans, want b's alone: the ended ones are pruned", n)
 	case n == 0:

@@ -1,6 +1,7 @@
 package throttle
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strings"
@@ -20,14 +21,11 @@ type entry struct {
 func newEntry(fn, src string) entry { return entry{fn, redis.NewScript(src).Hash(), src} }
 
 // eval runs entry point e for each call, in one round trip (a pipeline) when
-// there are several, and returns each call's reply (every entry point
-// replies with an array of integers); a call that failed has a nil reply,
-// and the first error is returned.
-//
-// It calls the library's function (FCALL), loading the library where a
-// node lacks it and resending only the failed calls, or runs the same code
-// by EVALSHA/EVAL where the server has no functions: docs/design.md, "How
-// the Lua runs".
+// there are several, and returns each call's reply (nil for a call that
+// failed) and the first error. It calls the library's function, loading the
+// library where a node lacks it and resending only the failed calls, or
+// runs the same code as a script where the server has no functions:
+// docs/design.md, "How the Lua runs".
 func (l *Limiter) eval(ctx context.Context, e entry, calls []call) ([][]int64, error) {
 	vals := make([][]int64, len(calls))
 	errs := make([]error, len(calls))
@@ -66,21 +64,34 @@ func (l *Limiter) eval(ctx context.Context, e entry, calls []call) ([][]int64, e
 			l.send(ctx, calls, again, vals, errs, "eval", e.src)
 		}
 	}
-	for _, err := range errs {
-		if err != nil {
-			return vals, err
-		}
-	}
-	return vals, nil
+	return vals, cmp.Or(errs...)
 }
 
-// eval1 is eval for one call, with the common case (the library is loaded)
-// taking nothing but the command and its reply.
-func (l *Limiter) eval1(ctx context.Context, e entry, c call) ([]int64, error) {
+// eval1 is eval for one call, with the commands beside, if any, in the same
+// round trip (a pipeline: on a cluster, to each command's node at once). The
+// common case (the library is loaded) takes nothing but the commands and
+// their replies.
+func (l *Limiter) eval1(ctx context.Context, e entry, c call, beside ...redis.Cmder) ([]int64, error) {
+	var fc *redis.IntSliceCmd
+	cmds := beside
 	if !l.noFunctions.Load() {
-		c.cmd[0], c.cmd[1] = "fcall", e.fn
-		v, err := l.run1(ctx, c.cmd)
-		if err == nil || !functionMissing(err) && !noFunctions(err) {
+		c[0], c[1] = "fcall", e.fn
+		fc = redis.NewIntSliceCmd(ctx, c...)
+		cmds = append([]redis.Cmder{fc}, beside...)
+	}
+	switch {
+	case len(beside) > 0:
+		_, _ = l.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, cmd := range cmds {
+				_ = p.Process(ctx, cmd)
+			}
+			return nil
+		})
+	case fc != nil:
+		_ = l.one.Process(ctx, fc)
+	}
+	if fc != nil {
+		if v, err := fc.Result(); err == nil || !functionMissing(err) && !noFunctions(err) {
 			return v, err
 		}
 	}
@@ -90,51 +101,23 @@ func (l *Limiter) eval1(ctx context.Context, e entry, c call) ([]int64, error) {
 	return res[0], err
 }
 
-// evalBeside is eval1 with the commands beside sent in the same round trip
-// (a pipeline: on a cluster, to each command's node at once).
-func (l *Limiter) evalBeside(ctx context.Context, e entry, c call, beside []redis.Cmder) ([]int64, error) {
-	if !l.noFunctions.Load() {
-		c.cmd[0], c.cmd[1] = "fcall", e.fn
-		fc := redis.NewIntSliceCmd(ctx, c.cmd...)
-		_, _ = l.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			_ = p.Process(ctx, fc)
-			for _, b := range beside {
-				_ = p.Process(ctx, b)
-			}
-			return nil
-		})
-		v, err := fc.Result()
-		if err == nil || !functionMissing(err) && !noFunctions(err) {
-			return v, err
-		}
-	} else {
-		_, _ = l.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for _, b := range beside {
-				_ = p.Process(ctx, b)
-			}
-			return nil
-		})
-	}
-	// The library must be loaded, or scripts used: eval knows how.
-	res, err := l.eval(ctx, e, []call{c})
-	return res[0], err
-}
-
 // send runs calls[idx] as command name on target (function, SHA-1 or
 // source), in one round trip, and records each one's reply and error.
 func (l *Limiter) send(ctx context.Context, calls []call, idx []int, vals [][]int64, errs []error, name string, target any) {
 	for _, i := range idx {
-		calls[i].cmd[0], calls[i].cmd[1] = name, target
+		calls[i][0], calls[i][1] = name, target
 	}
 	if len(idx) == 1 {
 		i := idx[0]
-		vals[i], errs[i] = l.run1(ctx, calls[i].cmd)
+		c := redis.NewIntSliceCmd(ctx, calls[i]...)
+		_ = l.one.Process(ctx, c)
+		vals[i], errs[i] = c.Result()
 		return
 	}
 	cmds := make([]*redis.IntSliceCmd, len(idx))
 	_, _ = l.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for k, i := range idx {
-			cmds[k] = redis.NewIntSliceCmd(ctx, calls[i].cmd...)
+			cmds[k] = redis.NewIntSliceCmd(ctx, calls[i]...)
 			_ = p.Process(ctx, cmds[k])
 		}
 		return nil
@@ -142,13 +125,6 @@ func (l *Limiter) send(ctx context.Context, calls []call, idx []int, vals [][]in
 	for k, i := range idx {
 		vals[i], errs[i] = cmds[k].Result()
 	}
-}
-
-// run1 runs one command that replies with an array of integers.
-func (l *Limiter) run1(ctx context.Context, cmd []any) ([]int64, error) {
-	c := redis.NewIntSliceCmd(ctx, cmd...)
-	_ = l.one.Process(ctx, c)
-	return c.Result()
 }
 
 // failing returns the indices in idx whose error matches.
@@ -184,26 +160,22 @@ func noFunctions(err error) bool {
 func (l *Limiter) loadFunctions(ctx context.Context) error {
 	l.loading.Lock()
 	defer l.loading.Unlock()
-	load := func(ctx context.Context, c *redis.Client) error {
+	load := func(ctx context.Context, c redis.Cmdable) error {
 		err := c.FunctionLoad(ctx, l.lib.Source).Err()
 		if err != nil && redis.HasErrorPrefix(err, "Library '"+l.lib.Name+"' already exists") {
 			return nil
 		}
 		return err
 	}
+	loadOn := func(ctx context.Context, c *redis.Client) error { return load(ctx, c) }
 	var err error
 	switch c := l.rdb.(type) {
 	case *redis.ClusterClient:
-		err = c.ForEachMaster(ctx, load)
+		err = c.ForEachMaster(ctx, loadOn)
 	case *redis.Ring:
-		err = c.ForEachShard(ctx, load)
-	case *redis.Client:
-		err = load(ctx, c)
+		err = c.ForEachShard(ctx, loadOn)
 	default:
-		err = l.rdb.FunctionLoad(ctx, l.lib.Source).Err()
-		if err != nil && redis.HasErrorPrefix(err, "Library '"+l.lib.Name+"' already exists") {
-			err = nil
-		}
+		err = load(ctx, l.rdb)
 	}
 	if err != nil && !noFunctions(err) {
 		err = fmt.Errorf("load the Lua library: %w", err)

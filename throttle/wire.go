@@ -4,22 +4,22 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/notify-throttle/throttler/internal/keyspace"
 )
 
-// call is one script invocation.
-type call struct {
-	// cmd is the whole command: "fcall", the function, the number of keys,
-	// the keys, the arguments. To run it as a script instead, only cmd[0]
-	// and cmd[1] change ("evalsha" and the SHA-1, or "eval" and the source).
-	cmd []any
-}
+// call is one script invocation, the whole command: "fcall", the function,
+// the number of keys, the keys, the arguments. To run it as a script
+// instead, only the first two change ("evalsha" and the SHA-1, or "eval" and
+// the source).
+type call []any
 
-// newCall returns a call of nk keys and na arguments, and the parts of its
-// command to fill in: the keys, to append to (up to nk), and the arguments.
+// newCall returns a call of nk keys and na arguments, and the parts of it to
+// fill in: the keys, to append to (up to nk), and the arguments.
 func newCall(nk, na int) (c call, keys, args []any) {
-	c.cmd = make([]any, 3+nk+na)
-	c.cmd[2] = nk
-	return c, c.cmd[3 : 3 : 3+nk], c.cmd[3+nk:]
+	c = make(call, 3+nk+na)
+	c[2] = nk
+	return c, c[3 : 3 : 3+nk], c[3+nk:]
 }
 
 // The calling conventions of the entry points (admit.lua's header, and
@@ -33,15 +33,7 @@ const (
 )
 
 // args is how many arguments a task brings under c.
-func (c convention) args() int {
-	switch c {
-	case admitting:
-		return 3
-	case booking:
-		return 7
-	}
-	return 2
-}
+func (c convention) args() int { return [...]int{admitting: 3, booking: 7, undoing: 2}[c] }
 
 // undoCalls builds the calls of release.lua's entry points that undo r's
 // takes in gs, one call a group.
@@ -63,12 +55,12 @@ func (l *Limiter) groupCall(r Request, g group, h planHead, cv convention, floor
 	c, keys, args := newCall(nk, cv.args())
 	_, buf = l.appendPlan(keys, buf, r, g, h)
 	setTaskArgs(args, r, string(buf), floor, cv)
-	if n := l.declared(r, g, h); n < nk {
-		rest := c.cmd[3+n:] // the undeclared keys, then the arguments
+	if n := l.declared(r, g, nk); n < nk {
+		rest := c[3+n:] // the undeclared keys, then the arguments
 		moved := slices.Clone(rest[:nk-n])
 		copy(rest, rest[nk-n:])
 		copy(rest[len(rest)-(nk-n):], moved)
-		c.cmd[2] = n
+		c[2] = n
 	}
 	return c, buf
 }
@@ -109,13 +101,12 @@ func setTaskArgs(args []any, r Request, plan string, floor int64, cv convention)
 	args[3], args[4], args[5], args[6] = deadline, max(b.Weight, 1), b.Tenant, back
 }
 
-// declared is how many of the keys of r's group g, headed by h, its call
-// declares: all of them, but on a cluster only those of the takes before
-// the first of another subject than the group's first.
-func (l *Limiter) declared(r Request, g group, h planHead) int {
-	n := taskKeyCount(r, g, h)
+// declared is how many of the nk keys of r's group g its call declares: all
+// of them, but on a cluster only those of the takes before the first of
+// another subject than the group's first.
+func (l *Limiter) declared(r Request, g group, nk int) int {
 	if _, ok := l.eng.(sharded); !ok || len(g.takes) == 0 {
-		return n
+		return nk
 	}
 	first, keys := r.Takes[g.takes[0]].Subject, 0
 	for _, i := range g.takes {
@@ -124,7 +115,7 @@ func (l *Limiter) declared(r Request, g group, h planHead) int {
 		}
 		keys += r.Takes[i].Rule.keyCount()
 	}
-	return n
+	return nk
 }
 
 // planHead is what a plan says before its takes (see lua/rules.lua).
@@ -135,14 +126,13 @@ type planHead struct {
 	guard   bool   // group.guard
 }
 
-// head is what the plan of r's group g says before its takes: its max
-// wait, and on one node its done marker where r asks for it to be checked
-// (a cluster reads the marker, in its own slot, beside the first group's
-// call: see cluster.go).
+// head is what the plan of r's group g says before its takes; the done
+// marker is in the plan on one node only (a cluster reads it beside its
+// first call).
 func (l *Limiter) head(r Request, g group) planHead {
 	h := planHead{maxWait: r.MaxWait.Microseconds(), unheld: g.unheld, guard: g.guard}
 	if _, one := l.eng.(node); one && r.CheckDone {
-		h.done = doneKey(l.prefix, r.ID)
+		h.done = keyspace.Done(l.prefix, r.ID)
 	}
 	return h
 }
@@ -187,7 +177,7 @@ func (l *Limiter) appendPlan(keys []any, buf []byte, r Request, g group, h planH
 	for _, i := range g.takes {
 		t := r.Takes[i]
 		if t.Subject != last || tag == "" {
-			last, tag = t.Subject, subjectTag(l.prefix, t.Subject)
+			last, tag = t.Subject, keyspace.Tag(l.prefix, t.Subject)
 		}
 		keys = t.Rule.appendKeys(keys, tag)
 		buf = append(buf, ';')
@@ -202,58 +192,28 @@ func (l *Limiter) appendPlan(keys []any, buf []byte, r Request, g group, h planH
 	return keys, buf
 }
 
-// The reply admit.lua's entry points give: replyLen integers, one
-// value each, in this order (admit.lua's header says what each means):
-//
-//	outcome, binding, window, fresh, now, delay, remaining, extra, shadow, shadow delay
-//
-// outcome is an Outcome, numbered alike; binding and window are 1-based
-// (0: none); fresh has bit i-1 set for take i consumed by this call; now
-// and delay are µs; extra is how many bookings come before it (booked,
-// placed) or the claimed moment (an admitted claim); shadow is the take in
-// shadow mode that would have held the task back longest (1-based, 0:
-// none), for its shadow delay (µs).
-const (
-	replyOutcome = iota
-	replyBinding
-	replyWindow
-	replyFresh
-	replyNow
-	replyDelay
-	replyRemaining
-	replyExtra
-	replyShadow
-	replyShadowDelay
-	replyLen
-)
+// replyLen is how many integers admit.lua's entry points reply with.
+const replyLen = 10
 
-// groupResult is what a script call answered for one group.
+// groupResult is what a script call answered for one group: its reply's
+// integers, in their order (admit.lua's header says what each means).
 type groupResult struct {
-	outcome         Outcome
-	now             int64 // µs
-	delay           int64 // µs
-	binding, window int   // 1-based within the group, 0: none
+	outcome         Outcome // numbered alike
+	binding, window int     // 1-based within the group, 0: none
+	fresh           uint32  // bit i-1: this call consumed take i of the group
+	now, delay      int64   // µs
 	remaining       int64
-	fresh           uint32 // bit i-1: this call consumed take i of the group
-	extra           int64  // ahead (booked, placed) or the claimed moment (admitted)
-	shadow          int    // 1-based within the group, 0: none
-	shadowDelay     int64  // µs
+	extra           int64 // ahead (booked, placed) or the claimed moment (admitted)
+	// shadow is the take in shadow mode that would have held the task back
+	// longest (1-based within the group, 0: none), for shadowDelay (µs).
+	shadow      int
+	shadowDelay int64
 }
 
-// parseGroup reads the replyLen values of one task.
+// parseGroup reads the replyLen integers of one task.
 func parseGroup(n []int64) groupResult {
-	return groupResult{
-		outcome:     Outcome(n[replyOutcome]),
-		now:         n[replyNow],
-		delay:       n[replyDelay],
-		binding:     int(n[replyBinding]),
-		window:      int(n[replyWindow]),
-		remaining:   n[replyRemaining],
-		fresh:       uint32(n[replyFresh]),
-		extra:       n[replyExtra],
-		shadow:      int(n[replyShadow]),
-		shadowDelay: n[replyShadowDelay],
-	}
+	return groupResult{outcome: Outcome(n[0]), binding: int(n[1]), window: int(n[2]), fresh: uint32(n[3]),
+		now: n[4], delay: n[5], remaining: n[6], extra: n[7], shadow: int(n[8]), shadowDelay: n[9]}
 }
 
 // at is the moment the group answered for (µs): its wait from its now.
@@ -287,7 +247,7 @@ func decision(g groupResult, r Request, gr group) Decision {
 		d.Shadow, d.ShadowDelay = gr.takes[g.shadow-1], time.Duration(g.shadowDelay)*time.Microsecond
 	}
 	if g.outcome == Done {
-		d.Now, d.Delay, d.Remaining = time.UnixMicro(g.now), 0, 0
+		d.Delay, d.Remaining = 0, 0
 		return d
 	}
 	if g.binding > 0 {
@@ -302,9 +262,7 @@ func decision(g groupResult, r Request, gr group) Decision {
 		if g.extra > 0 {
 			d.Claimed = time.UnixMicro(g.extra)
 		}
-		if !r.check && !g.tookAll(gr) {
-			d.Held = true
-		}
+		d.Held = !r.check && !g.tookAll(gr)
 	}
 	return d
 }
